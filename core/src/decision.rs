@@ -1,0 +1,75 @@
+//! The one result shape every limiter returns.
+
+use std::time::Duration;
+
+/// The outcome of a `check`, `peek` or `acquire`.
+///
+/// Durations are exact to the microsecond and never negative. A refused call consumed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// Whether the call was admitted (for `peek`: whether a call of cost 1 would be).
+    pub allowed: bool,
+    /// The limit that binds: for multi-limit limiters, the one with the least remaining.
+    pub limit: u64,
+    /// What is left of `limit` after this call (for refused calls and `peek`: what is left now).
+    pub remaining: u64,
+    /// Zero when allowed; otherwise the time until the same call could succeed.
+    pub retry_after: Duration,
+    /// Time until the limiter is back to full for this key.
+    pub reset_after: Duration,
+    /// The lease granted by a concurrent limiter; release it when done.
+    pub lease: Option<Lease>,
+    /// One entry per limit, in the order they were configured, for multi-limit limiters
+    /// (`window` with several windows, `sliding_window` with several limits); `None` otherwise.
+    pub limits: Option<Box<[LimitStatus]>>,
+}
+
+/// The state of one limit of a multi-limit limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitStatus {
+    /// The span this limit covers.
+    pub window: Duration,
+    /// The limit's size.
+    pub limit: u64,
+    /// What is left of it.
+    pub remaining: u64,
+    /// Zero if this limit admits the call; otherwise when it would.
+    pub retry_after: Duration,
+    /// Time until this limit is back to full.
+    pub reset_after: Duration,
+}
+
+/// A slot held in a concurrent limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Lease {
+    /// Unique id of this grant.
+    pub id: u128,
+    /// Strictly increases with every grant of the same limiter and key: a resource guarded by the
+    /// limiter can refuse writes carrying a token lower than one it has already seen.
+    pub fencing_token: u64,
+}
+
+impl Lease {
+    /// Rebuilds a lease from its parts (bindings carry leases across the language boundary).
+    pub fn from_parts(id: u128, fencing_token: u64) -> Self {
+        Lease { id, fencing_token }
+    }
+}
+
+impl Decision {
+    /// A decision that always allows: used by the unlimited limiter.
+    pub(crate) fn unlimited() -> Self {
+        Decision {
+            allowed: true,
+            limit: u64::MAX,
+            remaining: u64::MAX,
+            retry_after: Duration::ZERO,
+            reset_after: Duration::ZERO,
+            lease: None,
+            limits: None,
+        }
+    }
+}

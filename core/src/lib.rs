@@ -1,0 +1,33 @@
+//! # ratekeeper
+//!
+//! Distributed rate limiting with one core for Rust, Python, Node and C. Limiters built on the
+//! same backend share state; with no Redis configured, the in-process memory backend is used.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ratekeeper::Backend;
+//!
+//! let backend = Backend::memory();
+//! let limiter = backend.token_bucket("api", 10.0, 5).unwrap();
+//! let decision = limiter.check_blocking(Some("user-42"), 1).unwrap();
+//! assert!(decision.allowed);
+//! assert_eq!(decision.remaining, 4);
+//! ```
+#![warn(missing_docs)]
+
+mod backend;
+mod clock;
+mod decision;
+mod error;
+mod limiter;
+mod limiter_handle;
+pub mod params;
+mod runtime;
+
+pub use backend::{Backend, MemoryConfig};
+pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use decision::{Decision, Lease, LimitStatus};
+pub use error::{Error, ErrorKind, Result};
+pub use limiter::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
+pub use limiter_handle::{Limiter, Permit, Policy, DEFAULT_WAIT_TIMEOUT};
+pub use runtime::{block_on, runtime};

@@ -1,0 +1,103 @@
+//! The exact sliding window: never more than `limit` admissions in any span of `interval`
+//! (an admission at `t` stops counting at `t + interval`). Several windows may be checked and
+//! recorded together (e.g. 25 per 5 s AND 300 per 60 s); only admitted calls are recorded.
+//!
+//! State is the log of admissions within the longest window, as `(instant, cumulative cost)`,
+//! so the count inside any window is one subtraction after a binary search.
+
+use std::collections::VecDeque;
+
+use super::{Combine, Evaluation};
+
+/// The windows of one limiter, in microseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Log {
+    /// `(limit, interval_us)` in configuration order.
+    pub windows: Box<[(u64, u64)]>,
+    /// The longest interval: entries older than it are dropped.
+    pub longest_us: u64,
+}
+
+/// Per-key state. Cumulative sums wrap; differences of them are exact counts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LogState {
+    /// `(admission instant, cumulative cost up to and including it)`, oldest first.
+    entries: VecDeque<(u64, u64)>,
+    /// Cumulative cost of everything already dropped.
+    dropped_cum: u64,
+}
+
+impl LogState {
+    fn cum_before(&self, index: usize) -> u64 {
+        if index == 0 {
+            self.dropped_cum
+        } else {
+            self.entries[index - 1].1
+        }
+    }
+
+    fn last_cum(&self) -> u64 {
+        self.entries.back().map_or(self.dropped_cum, |e| e.1)
+    }
+
+    /// Index of the first entry still inside a window of `interval_us` at `now`.
+    fn first_inside(&self, now: u64, interval_us: u64) -> usize {
+        self.entries.partition_point(|&(t, _)| t + interval_us <= now)
+    }
+}
+
+impl Log {
+    /// The smallest limit: a cost above it can never be admitted.
+    pub(crate) fn smallest_limit(&self) -> u64 {
+        self.windows.iter().map(|w| w.0).min().unwrap_or(0)
+    }
+
+    /// Evaluates a call of `cost` (a peek when `commit` is false, which asks about cost 1).
+    pub(crate) fn evaluate(&self, state: &mut LogState, now: u64, cost: u64, commit: bool) -> Evaluation {
+        let mut trimmed = false;
+        while let Some(&(t, cum)) = state.entries.front() {
+            if t + self.longest_us > now {
+                break;
+            }
+            state.dropped_cum = cum;
+            state.entries.pop_front();
+            trimmed = true;
+        }
+        let asked = if commit { cost } else { 1 };
+        let count_in = |state: &LogState, interval_us: u64| {
+            let first = state.first_inside(now, interval_us);
+            (first, state.last_cum().wrapping_sub(state.cum_before(first)))
+        };
+        let allowed = self.windows.iter().all(|&(limit, interval)| count_in(state, interval).1 + asked <= limit);
+        let record = allowed && commit && cost > 0;
+        if record {
+            let cum = state.last_cum().wrapping_add(cost);
+            match state.entries.back_mut() {
+                Some(last) if last.0 == now => last.1 = cum,
+                _ => state.entries.push_back((now, cum)),
+            }
+        }
+        let mut combine = Combine::new(self.windows.len() > 1, self.windows.len());
+        for &(limit, interval) in self.windows.iter() {
+            let (first, count) = count_in(state, interval);
+            let over = (count + asked).saturating_sub(limit);
+            let retry = if allowed || over == 0 {
+                0
+            } else {
+                // The oldest admissions leave first; find the one whose departure frees enough.
+                // Cumulative sums relative to the dropped prefix grow monotonically from index 0.
+                let target = state.cum_before(first).wrapping_sub(state.dropped_cum) + over;
+                let k = state.entries.partition_point(|&(_, cum)| cum.wrapping_sub(state.dropped_cum) < target);
+                state.entries[k].0 + interval - now
+            };
+            let reset = if count == 0 { 0 } else { state.entries.back().map_or(0, |e| e.0 + interval - now) };
+            combine.push(interval, limit, limit.saturating_sub(count), retry, reset);
+        }
+        Evaluation { decision: combine.finish(allowed), changed: record || trimmed }
+    }
+
+    /// The instant after which this state is indistinguishable from an empty log.
+    pub(crate) fn expires_at(&self, state: &LogState) -> u64 {
+        state.entries.back().map_or(0, |e| e.0 + self.longest_us)
+    }
+}

@@ -1,0 +1,126 @@
+//! The limiter catalogue: each algorithm written once as a pure function of
+//! (parameters, state, now) so the memory backend runs it directly and the Redis scripts mirror it.
+//!
+//! Four engines serve every public limiter:
+//! - [`gcra`]: token bucket, leaky bucket and points (one GCRA engine, O(1) state);
+//! - [`sliding`]: fixed buckets and Carlson's sliding windows with sub-buckets;
+//! - [`log`]: the exact sliding window (single and multi-window);
+//! - [`concurrent`]: leases with fencing tokens.
+
+pub(crate) mod concurrent;
+pub(crate) mod gcra;
+pub(crate) mod log;
+pub(crate) mod sliding;
+pub(crate) mod spec;
+
+use std::time::Duration;
+
+use crate::decision::{Decision, LimitStatus};
+use crate::error::{Error, Result};
+
+pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
+
+/// A compiled limiter: integer microseconds, ready to evaluate.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Algorithm {
+    Gcra(gcra::Gcra),
+    Sliding(sliding::Sliding),
+    Log(log::Log),
+    Concurrent(concurrent::Concurrent),
+    Unlimited,
+}
+
+impl Algorithm {
+    /// Rejects a cost that no amount of waiting could admit, naming `cost`.
+    pub(crate) fn validate_cost(&self, cost: u64) -> Result<()> {
+        let capacity = match self {
+            Algorithm::Gcra(g) => g.capacity,
+            Algorithm::Sliding(s) => s.smallest_limit(),
+            Algorithm::Log(l) => l.smallest_limit(),
+            Algorithm::Concurrent(_) => {
+                return if cost == 1 {
+                    Ok(())
+                } else {
+                    Err(Error::invalid("cost", format!("a concurrent limiter grants one slot per call; cost must be 1, got {cost}")))
+                };
+            }
+            Algorithm::Unlimited => return Ok(()),
+        };
+        if cost > capacity {
+            return Err(Error::invalid(
+                "cost",
+                format!("{cost} exceeds the limiter's capacity of {capacity}; it could never be admitted"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What an engine returns: the decision, and whether the state it was given changed.
+#[derive(Debug)]
+pub(crate) struct Evaluation {
+    pub decision: Decision,
+    pub changed: bool,
+}
+
+/// A single-limit decision from microsecond figures.
+pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64, reset_us: u64) -> Decision {
+    Decision {
+        allowed,
+        limit,
+        remaining,
+        retry_after: if allowed { Duration::ZERO } else { Duration::from_micros(retry_us) },
+        reset_after: Duration::from_micros(reset_us),
+        lease: None,
+        limits: None,
+    }
+}
+
+/// Folds per-limit figures of a multi-limit check into one decision: the binding limit is the
+/// one with the least remaining (first on ties), `retry_after` and `reset_after` the largest.
+pub(crate) struct Combine {
+    limit: u64,
+    remaining: u64,
+    retry_us: u64,
+    reset_us: u64,
+    details: Option<Vec<LimitStatus>>,
+}
+
+impl Combine {
+    /// An empty fold; `multi` keeps per-limit details (only multi-limit limiters pay for them).
+    pub(crate) fn new(multi: bool, capacity: usize) -> Self {
+        Combine {
+            limit: 0,
+            remaining: u64::MAX,
+            retry_us: 0,
+            reset_us: 0,
+            details: multi.then(|| Vec::with_capacity(capacity)),
+        }
+    }
+
+    /// Adds one limit's figures.
+    pub(crate) fn push(&mut self, window_us: u64, limit: u64, remaining: u64, retry_us: u64, reset_us: u64) {
+        if remaining < self.remaining {
+            self.remaining = remaining;
+            self.limit = limit;
+        }
+        self.retry_us = self.retry_us.max(retry_us);
+        self.reset_us = self.reset_us.max(reset_us);
+        if let Some(details) = &mut self.details {
+            details.push(LimitStatus {
+                window: Duration::from_micros(window_us),
+                limit,
+                remaining,
+                retry_after: Duration::from_micros(retry_us),
+                reset_after: Duration::from_micros(reset_us),
+            });
+        }
+    }
+
+    /// The combined decision.
+    pub(crate) fn finish(self, allowed: bool) -> Decision {
+        let mut d = decision(allowed, self.limit, self.remaining, self.retry_us, self.reset_us);
+        d.limits = self.details.map(Vec::into_boxed_slice);
+        d
+    }
+}

@@ -1,0 +1,227 @@
+//! The public description of a limiter and its compilation, with validation, into an engine.
+
+use std::time::Duration;
+
+use super::concurrent::Concurrent;
+use super::gcra::Gcra;
+use super::log::Log;
+use super::sliding::{Sliding, SlidingParams};
+use super::Algorithm;
+use crate::error::{Error, Result};
+use crate::params::{micros, validate_count, validate_duration, MAX_COUNT};
+
+/// The most sub-buckets one sliding-window limit may have (memory is O(duration/precision)).
+pub const MAX_BLOCKS: u64 = 100_000;
+
+/// One window of a `window` limiter: at most `limit` admissions in any span of `interval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLimit {
+    /// Admissions allowed per span.
+    pub limit: u64,
+    /// The span.
+    pub interval: Duration,
+}
+
+/// One limit of a `sliding_window` limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingLimit {
+    /// The span the limit covers.
+    pub duration: Duration,
+    /// Units allowed per span.
+    pub limit: u64,
+    /// Sub-bucket size; `None` (or a value ≥ `duration`) makes a fixed window aligned to the epoch.
+    pub precision: Option<Duration>,
+}
+
+/// What a limiter does, with its parameters. Build limiters with the constructors on
+/// [`crate::Backend`]; this enum is for callers that build limiters from configuration.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LimiterSpec {
+    /// At most `limit` holders at once; leases older than `lock_timeout` may be reclaimed.
+    Concurrent {
+        /// Slots.
+        limit: u64,
+        /// How long a lease may be held before another caller may reclaim it.
+        lock_timeout: Duration,
+    },
+    /// Fixed windows aligned to multiples of `interval` since the epoch.
+    Bucket {
+        /// Units per window.
+        limit: u64,
+        /// Window length.
+        interval: Duration,
+    },
+    /// Exact sliding window(s): never more than `limit` in any span of `interval`, for each.
+    Window {
+        /// One or more windows, checked and recorded together.
+        windows: Vec<WindowLimit>,
+    },
+    /// Several limits over sub-buckets, checked atomically; only admitted calls count.
+    SlidingWindow {
+        /// One or more limits.
+        limits: Vec<SlidingLimit>,
+    },
+    /// Refills `rate` tokens per second up to `capacity`.
+    TokenBucket {
+        /// Tokens per second (at most 1,000,000).
+        rate: f64,
+        /// Burst size.
+        capacity: u64,
+    },
+    /// A burst of `size`, then one call per `drain / size`; full again after `drain` idle.
+    Leaky {
+        /// Burst size.
+        size: u64,
+        /// Time for a full bucket to drain.
+        drain: Duration,
+    },
+    /// A leaky bucket of points refilled in `refill`; calls give an estimate, corrected later.
+    Points {
+        /// Points in a full bucket.
+        capacity: u64,
+        /// Time for an empty bucket to refill completely.
+        refill: Duration,
+    },
+    /// Always allows; touches no backend.
+    Unlimited,
+}
+
+/// The kind of a limiter: part of its storage key, so limiters of different kinds that share a
+/// name never read each other's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// [`LimiterSpec::Concurrent`].
+    Concurrent,
+    /// [`LimiterSpec::Bucket`].
+    Bucket,
+    /// [`LimiterSpec::Window`].
+    Window,
+    /// [`LimiterSpec::SlidingWindow`].
+    SlidingWindow,
+    /// [`LimiterSpec::TokenBucket`].
+    TokenBucket,
+    /// [`LimiterSpec::Leaky`].
+    Leaky,
+    /// [`LimiterSpec::Points`].
+    Points,
+    /// [`LimiterSpec::Unlimited`].
+    Unlimited,
+}
+
+impl Kind {
+    /// The snake_case name used in storage keys, vectors and bindings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Concurrent => "concurrent",
+            Kind::Bucket => "bucket",
+            Kind::Window => "window",
+            Kind::SlidingWindow => "sliding_window",
+            Kind::TokenBucket => "token_bucket",
+            Kind::Leaky => "leaky",
+            Kind::Points => "points",
+            Kind::Unlimited => "unlimited",
+        }
+    }
+}
+
+impl LimiterSpec {
+    /// The kind of limiter this spec builds.
+    pub fn kind(&self) -> Kind {
+        match self {
+            LimiterSpec::Concurrent { .. } => Kind::Concurrent,
+            LimiterSpec::Bucket { .. } => Kind::Bucket,
+            LimiterSpec::Window { .. } => Kind::Window,
+            LimiterSpec::SlidingWindow { .. } => Kind::SlidingWindow,
+            LimiterSpec::TokenBucket { .. } => Kind::TokenBucket,
+            LimiterSpec::Leaky { .. } => Kind::Leaky,
+            LimiterSpec::Points { .. } => Kind::Points,
+            LimiterSpec::Unlimited => Kind::Unlimited,
+        }
+    }
+
+    /// Validates every parameter (naming the bad one) and compiles to integer microseconds.
+    pub(crate) fn compile(&self) -> Result<Algorithm> {
+        Ok(match self {
+            LimiterSpec::Concurrent { limit, lock_timeout } => Algorithm::Concurrent(Concurrent {
+                limit: validate_count("limit", *limit)?,
+                lock_us: micros(validate_duration("lock_timeout", *lock_timeout)?),
+            }),
+            LimiterSpec::Bucket { limit, interval } => {
+                let limit = validate_count("limit", *limit)?;
+                let interval_us = micros(validate_duration("interval", *interval)?);
+                Algorithm::Sliding(Sliding {
+                    limits: Box::new([SlidingParams { limit, duration_us: interval_us, precision_us: interval_us, blocks: 1 }]),
+                })
+            }
+            LimiterSpec::Window { windows } => {
+                if windows.is_empty() {
+                    return Err(Error::invalid("windows", "at least one window is required"));
+                }
+                let mut compiled = Vec::with_capacity(windows.len());
+                for w in windows {
+                    compiled.push((validate_count("limit", w.limit)?, micros(validate_duration("interval", w.interval)?)));
+                }
+                let longest_us = compiled.iter().map(|w| w.1).max().unwrap_or(0);
+                Algorithm::Log(Log { windows: compiled.into_boxed_slice(), longest_us })
+            }
+            LimiterSpec::SlidingWindow { limits } => {
+                if limits.is_empty() {
+                    return Err(Error::invalid("limits", "at least one limit is required"));
+                }
+                let mut compiled = Vec::with_capacity(limits.len());
+                for l in limits {
+                    let duration_us = micros(validate_duration("duration", l.duration)?);
+                    let precision_us = match l.precision {
+                        Some(p) => micros(validate_duration("precision", p)?).min(duration_us),
+                        None => duration_us,
+                    };
+                    let blocks = duration_us.div_ceil(precision_us);
+                    if blocks > MAX_BLOCKS {
+                        return Err(Error::invalid(
+                            "precision",
+                            format!("duration/precision must be at most {MAX_BLOCKS} sub-buckets, got {blocks}"),
+                        ));
+                    }
+                    compiled.push(SlidingParams { limit: validate_count("limit", l.limit)?, duration_us, precision_us, blocks });
+                }
+                Algorithm::Sliding(Sliding { limits: compiled.into_boxed_slice() })
+            }
+            LimiterSpec::TokenBucket { rate, capacity } => {
+                if !rate.is_finite() || *rate <= 0.0 || *rate > 1e6 {
+                    return Err(Error::invalid("rate", format!("must be a finite number above 0 and at most 1000000 per second, got {rate}")));
+                }
+                gcra("capacity", *capacity, (1e6 / rate).round() as u64, "rate")?
+            }
+            LimiterSpec::Leaky { size, drain } => {
+                let size = validate_count("size", *size)?;
+                let drain_us = micros(validate_duration("drain", *drain)?);
+                gcra("size", size, rounded_div(drain_us, size), "drain")?
+            }
+            LimiterSpec::Points { capacity, refill } => {
+                let capacity = validate_count("capacity", *capacity)?;
+                let refill_us = micros(validate_duration("refill", *refill)?);
+                gcra("capacity", capacity, rounded_div(refill_us, capacity), "refill")?
+            }
+            LimiterSpec::Unlimited => Algorithm::Unlimited,
+        })
+    }
+}
+
+fn rounded_div(numerator: u64, denominator: u64) -> u64 {
+    (numerator + denominator / 2) / denominator
+}
+
+/// A GCRA engine from a capacity and the time to earn one unit, both validated.
+fn gcra(capacity_name: &'static str, capacity: u64, emission_us: u64, period_name: &'static str) -> Result<Algorithm> {
+    let capacity = validate_count(capacity_name, capacity)?;
+    if emission_us == 0 {
+        return Err(Error::invalid(period_name, "gives less than one microsecond per unit; the finest rate is 1,000,000 per second"));
+    }
+    let tau_us = capacity
+        .checked_mul(emission_us)
+        .filter(|tau| *tau <= MAX_COUNT)
+        .ok_or_else(|| Error::invalid(capacity_name, "times the time per unit exceeds 2^53 microseconds"))?;
+    Ok(Algorithm::Gcra(Gcra { emission_us, tau_us, capacity }))
+}

@@ -1,0 +1,355 @@
+//! [`Limiter`]: the object users hold, with every call style (`check`, `peek`, `acquire`,
+//! `within_limit`, `reset`, leases, `points_used`), async and blocking.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::backend::memory::Op;
+use crate::backend::{Backend, BackendInner};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::{Decision, Lease};
+use crate::error::{Error, Result};
+use crate::limiter::{Algorithm, Kind, LimiterSpec};
+use crate::params::{micros, validate_cost, validate_duration, validate_key};
+use crate::runtime::block_on;
+
+/// The default time `acquire` waits (Sidekiq's default).
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What `within_limit` does when the limit cannot be had within the wait timeout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// Return [`Error::OverLimit`] (the default).
+    #[default]
+    Raise,
+    /// Skip the block and return `Ok(None)`.
+    Ignore,
+}
+
+/// A rate limiter bound to a backend. Cheap to clone, safe to share between threads and tasks.
+#[derive(Clone, Debug)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: Box<str>,
+    spec: LimiterSpec,
+    algorithm: Algorithm,
+    target: Target,
+    wait_timeout: Duration,
+}
+
+#[derive(Debug)]
+enum Target {
+    Memory { backend: Backend, namespace: u32 },
+    Nowhere,
+}
+
+/// What `within_limit` hands the block: the decision, and for points limiters the means to
+/// report the actual cost.
+#[derive(Debug)]
+pub struct Permit {
+    limiter: Limiter,
+    key: Option<String>,
+    estimate: u64,
+    decision: Decision,
+}
+
+impl Permit {
+    /// The decision that admitted the block.
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// Reports the actual cost of the block; the difference from the estimate is charged or
+    /// refunded. Only for the GCRA family (points, token bucket, leaky).
+    pub async fn points_used(&self, actual: u64) -> Result<Decision> {
+        self.limiter.points_used(self.key.as_deref(), self.estimate, actual).await
+    }
+
+    /// Blocking form of [`Permit::points_used`].
+    pub fn points_used_blocking(&self, actual: u64) -> Result<Decision> {
+        self.limiter.points_used_blocking(self.key.as_deref(), self.estimate, actual)
+    }
+}
+
+/// A process-unique lease id: a random 64-bit process prefix and a counter.
+fn next_lease_id() -> u128 {
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(1);
+    let prefix = *PREFIX.get_or_init(|| {
+        use std::hash::BuildHasher;
+        foldhash::fast::RandomState::default().hash_one((std::process::id(), SystemClock.now_micros()))
+    });
+    ((prefix as u128) << 64) | COUNTER.fetch_add(1, Ordering::Relaxed) as u128
+}
+
+impl Limiter {
+    /// A limiter that always allows and touches no backend (admins, tests).
+    pub fn unlimited() -> Limiter {
+        Limiter {
+            inner: Arc::new(Inner {
+                name: "unlimited".into(),
+                spec: LimiterSpec::Unlimited,
+                algorithm: Algorithm::Unlimited,
+                target: Target::Nowhere,
+                wait_timeout: DEFAULT_WAIT_TIMEOUT,
+            }),
+        }
+    }
+
+    pub(crate) fn build(backend: &Backend, name: &str, spec: LimiterSpec) -> Result<Limiter> {
+        let algorithm = spec.compile()?;
+        let target = match (&algorithm, &*backend.inner) {
+            (Algorithm::Unlimited, _) => Target::Nowhere,
+            (_, BackendInner::Memory(memory)) => {
+                Target::Memory { backend: backend.clone(), namespace: memory.namespace(spec.kind(), name) }
+            }
+        };
+        Ok(Limiter {
+            inner: Arc::new(Inner { name: name.into(), spec, algorithm, target, wait_timeout: DEFAULT_WAIT_TIMEOUT }),
+        })
+    }
+
+    /// The same limiter with another default wait timeout for `acquire` and `within_limit`
+    /// (zero: never wait).
+    pub fn with_wait_timeout(&self, wait_timeout: Duration) -> Result<Limiter> {
+        if !wait_timeout.is_zero() {
+            validate_duration("wait_timeout", wait_timeout)?;
+        }
+        let inner = &self.inner;
+        let target = match &inner.target {
+            Target::Memory { backend, namespace } => Target::Memory { backend: backend.clone(), namespace: *namespace },
+            Target::Nowhere => Target::Nowhere,
+        };
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                name: inner.name.clone(),
+                spec: inner.spec.clone(),
+                algorithm: inner.algorithm.clone(),
+                target,
+                wait_timeout,
+            }),
+        })
+    }
+
+    /// The limiter's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The limiter's kind.
+    pub fn kind(&self) -> Kind {
+        self.inner.spec.kind()
+    }
+
+    /// The spec the limiter was built from.
+    pub fn spec(&self) -> &LimiterSpec {
+        &self.inner.spec
+    }
+
+    /// The default wait timeout of `acquire`.
+    pub fn wait_timeout(&self) -> Duration {
+        self.inner.wait_timeout
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        match &self.inner.target {
+            Target::Memory { backend, .. } => backend.clock(),
+            Target::Nowhere => Arc::new(SystemClock),
+        }
+    }
+
+    /// Runs one operation now. Memory and unlimited limiters never wait, so this is the hot path
+    /// of both the async and the blocking forms.
+    fn execute(&self, key: &str, op: Op) -> Result<crate::backend::memory::Outcome> {
+        match &self.inner.target {
+            Target::Memory { backend, namespace } => match &*backend.inner {
+                BackendInner::Memory(memory) => memory.execute(*namespace, key, &self.inner.algorithm, op),
+            },
+            Target::Nowhere => Ok(crate::backend::memory::Outcome { decision: Decision::unlimited(), wake: None }),
+        }
+    }
+
+    fn check_op<'k>(&self, key: Option<&'k str>, cost: u64) -> Result<(&'k str, Op)> {
+        let key = validate_key(key)?;
+        validate_cost("cost", cost)?;
+        self.inner.algorithm.validate_cost(cost)?;
+        let lease_id = if matches!(self.inner.algorithm, Algorithm::Concurrent(_)) { next_lease_id() } else { 0 };
+        Ok((key, Op::Check { cost, lease_id }))
+    }
+
+    /// Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
+    /// nothing and returns `allowed: false` with the exact `retry_after`. On a concurrent limiter
+    /// an admitted call holds a lease (in the decision) that must be released.
+    pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
+        self.check_blocking(key, cost)
+    }
+
+    /// Blocking form of [`Limiter::check`].
+    pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
+        let (key, op) = self.check_op(key, cost)?;
+        Ok(self.execute(key, op)?.decision)
+    }
+
+    /// Reports what a call of cost 1 would get, consuming nothing.
+    pub async fn peek(&self, key: Option<&str>) -> Result<Decision> {
+        self.peek_blocking(key)
+    }
+
+    /// Blocking form of [`Limiter::peek`].
+    pub fn peek_blocking(&self, key: Option<&str>) -> Result<Decision> {
+        let key = validate_key(key)?;
+        Ok(self.execute(key, Op::Peek)?.decision)
+    }
+
+    /// Consumes `cost`, waiting up to `wait_timeout` (default: the limiter's) for the limit to
+    /// allow it. Waits sleep exactly until the decision can change (or, for a concurrent limiter,
+    /// until a slot is released); when the wait cannot succeed in time, fails at once with
+    /// [`Error::OverLimit`] carrying the exact `retry_after`.
+    pub async fn acquire(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
+        let wait = match wait_timeout {
+            Some(w) if !w.is_zero() => validate_duration("wait_timeout", w)?,
+            Some(w) => w,
+            None => self.inner.wait_timeout,
+        };
+        let (key, _) = self.check_op(key, cost)?;
+        let clock = self.clock();
+        let deadline = clock.now_micros().saturating_add(micros(wait));
+        loop {
+            let (_, op) = self.check_op(Some(key), cost)?;
+            let outcome = self.execute(key, op)?;
+            if outcome.decision.allowed {
+                return Ok(outcome.decision);
+            }
+            let retry_after = outcome.decision.retry_after;
+            let now = clock.now_micros();
+            if now.saturating_add(micros(retry_after)) > deadline {
+                return Err(Error::OverLimit { retry_after });
+            }
+            // Never spin: a refused decision always has a positive retry_after, but be safe.
+            let nap = retry_after.max(Duration::from_micros(1));
+            match outcome.wake {
+                Some(wake) => {
+                    tokio::select! {
+                        _ = wake.notified() => {}
+                        _ = clock.sleep(nap) => {}
+                    }
+                }
+                None => clock.sleep(nap).await,
+            }
+        }
+    }
+
+    /// Blocking form of [`Limiter::acquire`]. Call it from plain threads, not from inside an
+    /// async task.
+    pub fn acquire_blocking(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
+        // Fast path: no wait needed, no runtime involved.
+        let decision = self.check_blocking(key, cost)?;
+        if decision.allowed {
+            return Ok(decision);
+        }
+        block_on(self.acquire(key, cost, wait_timeout))
+    }
+
+    /// Frees a lease granted by a concurrent limiter. Fails with [`Error::LeaseLost`] when the
+    /// lease had been reclaimed (it outlived `lock_timeout`) or the limiter was reset.
+    pub async fn release(&self, key: Option<&str>, lease: &Lease) -> Result<()> {
+        self.release_blocking(key, lease)
+    }
+
+    /// Blocking form of [`Limiter::release`].
+    pub fn release_blocking(&self, key: Option<&str>, lease: &Lease) -> Result<()> {
+        let key = validate_key(key)?;
+        match self.inner.algorithm {
+            Algorithm::Concurrent(_) => self.execute(key, Op::Release { lease_id: lease.id }).map(|_| ()),
+            Algorithm::Unlimited => Ok(()),
+            _ => Err(Error::invalid("lease", "only concurrent limiters grant leases")),
+        }
+    }
+
+    /// Corrects a charge of `estimate` to `actual` for the GCRA family (points, token bucket,
+    /// leaky): the difference is charged or refunded. Returns the state after the correction.
+    pub async fn points_used(&self, key: Option<&str>, estimate: u64, actual: u64) -> Result<Decision> {
+        self.points_used_blocking(key, estimate, actual)
+    }
+
+    /// Blocking form of [`Limiter::points_used`].
+    pub fn points_used_blocking(&self, key: Option<&str>, estimate: u64, actual: u64) -> Result<Decision> {
+        let key = validate_key(key)?;
+        validate_cost("estimate", estimate)?;
+        validate_cost("actual", actual)?;
+        match &self.inner.algorithm {
+            Algorithm::Gcra(g) => {
+                for (name, value) in [("estimate", estimate), ("actual", actual)] {
+                    if value > g.capacity {
+                        return Err(Error::invalid(name, format!("{value} exceeds the capacity of {}", g.capacity)));
+                    }
+                }
+                Ok(self.execute(key, Op::Adjust { estimate, actual })?.decision)
+            }
+            Algorithm::Unlimited => Ok(Decision::unlimited()),
+            _ => Err(Error::invalid("actual", "points_used applies to points, token bucket and leaky limiters")),
+        }
+    }
+
+    /// Forgets all state of `key` (waiters on a concurrent limiter are woken to re-check).
+    pub async fn reset(&self, key: Option<&str>) -> Result<()> {
+        self.reset_blocking(key)
+    }
+
+    /// Blocking form of [`Limiter::reset`].
+    pub fn reset_blocking(&self, key: Option<&str>) -> Result<()> {
+        let key = validate_key(key)?;
+        match &self.inner.target {
+            Target::Memory { backend, namespace } => match &*backend.inner {
+                BackendInner::Memory(memory) => memory.reset(*namespace, key),
+            },
+            Target::Nowhere => {}
+        }
+        Ok(())
+    }
+
+    /// Acquires (waiting up to the wait timeout), runs `block`, then releases any lease.
+    /// With [`Policy::Ignore`] an over-limit skips the block and returns `Ok(None)`.
+    pub async fn within_limit<T, F, Fut>(&self, key: Option<&str>, cost: u64, policy: Policy, block: F) -> Result<Option<T>>
+    where
+        F: FnOnce(Permit) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let decision = match self.acquire(key, cost, None).await {
+            Ok(decision) => decision,
+            Err(e) if e.is_over_limit() && policy == Policy::Ignore => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let lease = decision.lease;
+        let output = block(self.permit(key, cost, decision)).await;
+        if let Some(lease) = lease {
+            self.release(key, &lease).await?;
+        }
+        Ok(Some(output))
+    }
+
+    /// Blocking form of [`Limiter::within_limit`].
+    pub fn within_limit_blocking<T>(&self, key: Option<&str>, cost: u64, policy: Policy, block: impl FnOnce(&Permit) -> T) -> Result<Option<T>> {
+        let decision = match self.acquire_blocking(key, cost, None) {
+            Ok(decision) => decision,
+            Err(e) if e.is_over_limit() && policy == Policy::Ignore => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let lease = decision.lease;
+        let output = block(&self.permit(key, cost, decision));
+        if let Some(lease) = lease {
+            self.release_blocking(key, &lease)?;
+        }
+        Ok(Some(output))
+    }
+
+    fn permit(&self, key: Option<&str>, estimate: u64, decision: Decision) -> Permit {
+        Permit { limiter: self.clone(), key: key.map(str::to_owned), estimate, decision }
+    }
+}

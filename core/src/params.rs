@@ -1,0 +1,150 @@
+//! Validation of every user-supplied parameter, shared by the core API and all bindings, so a
+//! bad value gets the same typed error naming it in every language, before any state is written.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The largest cost, limit or capacity accepted: 2^53, the largest integer every language
+/// (JavaScript numbers, Lua doubles) represents exactly.
+pub const MAX_COUNT: u64 = 1 << 53;
+
+/// The longest duration accepted: 100 years, so that any instant plus any duration stays exact
+/// in microseconds within a double.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The longest limiter name.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// The longest key, in bytes of UTF-8.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// Checks a limiter name: 1..=128 characters from `[A-Za-z0-9_-]`.
+pub fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(
+            "name",
+            format!("must be 1 to {MAX_NAME_LEN} characters long, got {}", name.len()),
+        ));
+    }
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+        return Err(Error::invalid(
+            "name",
+            format!("may contain only letters, digits, `-` and `_`; found {bad:?} in {name:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a key (any string up to 1 KiB); `None` is the limiter's single shared key `""`.
+pub fn validate_key(key: Option<&str>) -> Result<&str> {
+    let key = key.unwrap_or("");
+    if key.len() > MAX_KEY_BYTES {
+        return Err(Error::invalid(
+            "key",
+            format!("must be at most {MAX_KEY_BYTES} bytes, got {}", key.len()),
+        ));
+    }
+    Ok(key)
+}
+
+/// Checks a cost: at most 2^53 (zero is allowed and consumes nothing).
+pub fn validate_cost(parameter: &'static str, cost: u64) -> Result<u64> {
+    if cost > MAX_COUNT {
+        return Err(Error::invalid(parameter, format!("must be at most 2^53, got {cost}")));
+    }
+    Ok(cost)
+}
+
+/// Converts a cost given as a float (Python, JavaScript): a finite whole number in 0..=2^53.
+pub fn cost_from_f64(parameter: &'static str, value: f64) -> Result<u64> {
+    whole_from_f64(parameter, value, 0)
+}
+
+/// Converts a limit, capacity or size given as a float: a finite whole number in 1..=2^53.
+pub fn count_from_f64(parameter: &'static str, value: f64) -> Result<u64> {
+    whole_from_f64(parameter, value, 1)
+}
+
+/// Checks a limit, capacity or size: 1..=2^53.
+pub fn validate_count(parameter: &'static str, value: u64) -> Result<u64> {
+    if value == 0 || value > MAX_COUNT {
+        return Err(Error::invalid(parameter, format!("must be between 1 and 2^53, got {value}")));
+    }
+    Ok(value)
+}
+
+fn whole_from_f64(parameter: &'static str, value: f64, min: u64) -> Result<u64> {
+    if !value.is_finite() {
+        return Err(Error::invalid(parameter, format!("must be a finite number, got {value}")));
+    }
+    if value.fract() != 0.0 {
+        return Err(Error::invalid(parameter, format!("must be a whole number, got {value}")));
+    }
+    if value < min as f64 || value > MAX_COUNT as f64 {
+        return Err(Error::invalid(parameter, format!("must be between {min} and 2^53, got {value}")));
+    }
+    Ok(value as u64)
+}
+
+/// Converts a duration in seconds (Python floats, vectors): finite, positive, at least one
+/// microsecond once rounded to the nearest microsecond, at most [`MAX_DURATION`].
+pub fn duration_from_secs(parameter: &'static str, seconds: f64) -> Result<Duration> {
+    if !seconds.is_finite() {
+        return Err(Error::invalid(parameter, format!("must be a finite number of seconds, got {seconds}")));
+    }
+    if seconds <= 0.0 {
+        return Err(Error::invalid(parameter, format!("must be positive, got {seconds}")));
+    }
+    if seconds > MAX_DURATION.as_secs_f64() {
+        return Err(Error::invalid(parameter, format!("must be at most 100 years, got {seconds}s")));
+    }
+    let micros = (seconds * 1e6).round() as u64;
+    validate_duration(parameter, Duration::from_micros(micros))
+}
+
+/// Converts a duration in milliseconds (JavaScript), with the rules of [`duration_from_secs`].
+pub fn duration_from_millis(parameter: &'static str, millis: f64) -> Result<Duration> {
+    duration_from_secs(parameter, millis / 1e3)
+}
+
+/// Converts a non-negative timeout in seconds; zero means "do not wait".
+pub fn timeout_from_secs(parameter: &'static str, seconds: f64) -> Result<Duration> {
+    if seconds == 0.0 {
+        return Ok(Duration::ZERO);
+    }
+    duration_from_secs(parameter, seconds)
+}
+
+/// Checks a duration: at least one microsecond, at most [`MAX_DURATION`].
+pub fn validate_duration(parameter: &'static str, duration: Duration) -> Result<Duration> {
+    if duration < Duration::from_micros(1) {
+        return Err(Error::invalid(parameter, format!("must be at least 1 microsecond, got {duration:?}")));
+    }
+    if duration > MAX_DURATION {
+        return Err(Error::invalid(parameter, format!("must be at most 100 years, got {duration:?}")));
+    }
+    Ok(duration)
+}
+
+/// Parses a named interval (`second`, `minute`, `hour`, `day`), as Sidekiq's limiters accept.
+pub fn interval_from_name(parameter: &'static str, name: &str) -> Result<Duration> {
+    let seconds = match name {
+        "second" => 1,
+        "minute" => 60,
+        "hour" => 3600,
+        "day" => 86_400,
+        other => {
+            return Err(Error::invalid(
+                parameter,
+                format!("must be `second`, `minute`, `hour`, `day` or a number of seconds, got {other:?}"),
+            ))
+        }
+    };
+    Ok(Duration::from_secs(seconds))
+}
+
+/// A duration as whole microseconds (validated durations always fit).
+pub(crate) fn micros(duration: Duration) -> u64 {
+    duration.as_micros() as u64
+}
