@@ -228,19 +228,21 @@ impl Limiter {
             }
             let retry_after = outcome.decision.retry_after;
             let now = clock.now_micros();
-            if now.saturating_add(micros(retry_after)) > deadline {
-                return Err(Error::OverLimit { retry_after });
-            }
-            // Never spin: a refused decision always has a positive retry_after, but be safe.
-            let nap = retry_after.max(Duration::from_micros(1));
+            let ready_at = now.saturating_add(micros(retry_after));
             match outcome.wake {
-                Some(wake) => {
+                // A release may free a slot long before `retry_after` (which is when an overdue
+                // holder could be reclaimed): wait for either, up to the deadline.
+                Some(wake) if now < deadline => {
+                    let nap = Duration::from_micros(ready_at.min(deadline) - now);
                     tokio::select! {
                         _ = wake.notified() => {}
                         _ = clock.sleep(nap) => {}
                     }
                 }
-                None => clock.sleep(nap).await,
+                // Nothing but time changes these decisions: if waiting cannot succeed within
+                // the deadline, say so at once instead of sleeping in vain.
+                None if ready_at <= deadline => clock.sleep(retry_after.max(Duration::from_micros(1))).await,
+                _ => return Err(Error::OverLimit { retry_after }),
             }
         }
     }
