@@ -60,12 +60,13 @@ impl Lease {
 }
 
 impl Decision {
-    /// A decision that always allows: used by the unlimited limiter.
+    /// A decision that always allows: used by the unlimited limiter. Its limit and remaining are
+    /// 2^53, the largest integer every binding's numbers hold exactly (and the largest cost).
     pub(crate) fn unlimited() -> Self {
         Decision {
             allowed: true,
-            limit: u64::MAX,
-            remaining: u64::MAX,
+            limit: crate::params::MAX_COUNT,
+            remaining: crate::params::MAX_COUNT,
             retry_after: Duration::ZERO,
             reset_after: Duration::ZERO,
             lease: None,

@@ -27,7 +27,9 @@ impl Gcra {
         let used = tat.saturating_sub(now);
         let asked = if commit { cost } else { 1 };
         let after = used + asked * self.emission_us;
-        let allowed = after <= self.tau_us;
+        // Cost 0 is always admitted (it records nothing), even when an overcharge reported through
+        // `points_used` has pushed `used` beyond `tau`.
+        let allowed = after <= self.tau_us || asked == 0;
         let available = self.tau_us.saturating_sub(used) / self.emission_us;
         if !allowed {
             let d = decision(false, self.capacity, available, after - self.tau_us, used);

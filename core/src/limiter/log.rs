@@ -68,7 +68,10 @@ impl Log {
             let first = state.first_inside(now, interval_us);
             (first, state.last_cum().wrapping_sub(state.cum_before(first)))
         };
-        let allowed = self.windows.iter().all(|&(limit, interval)| count_in(state, interval).1 + asked <= limit);
+        // Cost 0 is always admitted, even if a window is above its limit (a limiter of the same
+        // name with a larger limit may have filled the shared log).
+        let allowed =
+            asked == 0 || self.windows.iter().all(|&(limit, interval)| count_in(state, interval).1 + asked <= limit);
         let record = allowed && commit && cost > 0;
         if record {
             let cum = state.last_cum().wrapping_add(cost);

@@ -94,7 +94,9 @@ impl Sliding {
             let before = counter.blocks.len();
             params.trim(counter, now);
             trimmed |= counter.blocks.len() != before;
-            allowed &= counter.total + asked <= params.limit;
+            // Cost 0 is always admitted, even if the count is above this limit (a limiter of the
+            // same name with a larger limit may have filled the shared counters).
+            allowed &= asked == 0 || counter.total + asked <= params.limit;
         }
         let record = allowed && commit && cost > 0;
         let mut combine = Combine::new(self.limits.len() > 1, self.limits.len());
