@@ -1,8 +1,9 @@
 //! The embedded memory backend: per process, thread-safe, sharded, bounded.
 //!
 //! Every (kind, name) pair is interned to a small namespace id at limiter creation, so the hot
-//! path hashes `(namespace, key)` once, locks one shard and touches one table slot, allocating
-//! only when a key is seen for the first time. Each slot records the instant after which its
+//! path hashes `(namespace, key)` once, locks one shard and touches one table slot (one cache
+//! line: keys up to 22 bytes and the GCRA state live in the slot itself), allocating only when a
+//! key is seen for the first time. Each slot records the instant after which its
 //! state equals an empty one; such slots are swept incrementally as keys are inserted, and all at
 //! once before a full backend refuses a new key (live state is never dropped to make room).
 
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::clock::{Clock, SystemClock};
@@ -62,13 +63,14 @@ impl MemoryConfig {
     }
 }
 
-/// Per-key state of any engine.
+/// Per-key state of any engine. Kept to 24 bytes so that a whole [`Slot`] fits one cache line:
+/// the O(1) GCRA state and the sliding counters live inline, the larger states are boxed.
 enum State {
     Gcra(u64),
     Sliding(SlidingState),
-    Log(LogState),
+    Log(Box<LogState>),
     /// The notifier wakes one waiter per freed slot.
-    Concurrent(ConcurrentState, Arc<Notify>),
+    Concurrent(Box<(ConcurrentState, Arc<Notify>)>),
 }
 
 impl State {
@@ -76,34 +78,82 @@ impl State {
         match algorithm {
             Algorithm::Gcra(_) => State::Gcra(0),
             Algorithm::Sliding(_) => State::Sliding(Vec::new()),
-            Algorithm::Log(_) => State::Log(LogState::default()),
-            Algorithm::Concurrent(_) | Algorithm::Unlimited => State::Concurrent(ConcurrentState::default(), Arc::new(Notify::new())),
+            Algorithm::Log(_) => State::Log(Box::default()),
+            Algorithm::Concurrent(_) | Algorithm::Unlimited => {
+                State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Notify::new()))))
+            }
         }
     }
 
+    #[inline]
     fn expires_at(&self, algorithm: &Algorithm) -> u64 {
         match (algorithm, self) {
             (Algorithm::Gcra(g), State::Gcra(tat)) => g.expires_at(tat),
             (Algorithm::Sliding(s), State::Sliding(state)) => s.expires_at(state),
             (Algorithm::Log(l), State::Log(state)) => l.expires_at(state),
-            (Algorithm::Concurrent(c), State::Concurrent(state, _)) => c.expires_at(state),
+            (Algorithm::Concurrent(c), State::Concurrent(state)) => c.expires_at(&state.0),
             _ => 0,
         }
     }
 }
 
+/// Keys up to this many bytes are stored in the slot itself (user ids, IPv4 addresses, ...);
+/// longer ones (up to [`crate::params::MAX_KEY_BYTES`]) on the heap.
+const INLINE_KEY: usize = 22;
+
+/// A stored key.
+enum StoredKey {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+impl StoredKey {
+    #[inline]
+    fn new(key: &[u8]) -> StoredKey {
+        if key.len() <= INLINE_KEY {
+            let mut bytes = [0; INLINE_KEY];
+            bytes[..key.len()].copy_from_slice(key);
+            StoredKey::Inline { len: key.len() as u8, bytes }
+        } else {
+            StoredKey::Heap(key.into())
+        }
+    }
+
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            StoredKey::Inline { len, bytes } => &bytes[..*len as usize],
+            StoredKey::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl Slot {
+    #[inline]
+    fn is(&self, namespace: u32, key: &[u8]) -> bool {
+        self.namespace == namespace && self.key.as_bytes() == key
+    }
+}
+
+/// One key's state: 64 bytes, aligned so that a lookup touches one cache line (plus the heap
+/// for long keys and for the boxed states).
+#[repr(align(64))]
 struct Slot {
-    hash: u64,
-    namespace: u32,
-    key: Box<str>,
+    key: StoredKey,
     expires_at: u64,
     state: State,
+    namespace: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 #[derive(Default)]
 struct Shard {
     table: HashTable<Slot>,
     inserts_since_sweep: usize,
+    /// Slots left by the last sweep. The next sweep comes after at least as many inserts (and
+    /// at least 64), so sweeping costs O(1) per insert.
+    held_after_sweep: usize,
 }
 
 impl Shard {
@@ -112,6 +162,7 @@ impl Shard {
         let before = self.table.len();
         self.table.retain(|slot| slot.expires_at > now);
         self.inserts_since_sweep = 0;
+        self.held_after_sweep = self.table.len();
         before - self.table.len()
     }
 }
@@ -189,6 +240,7 @@ impl MemoryBackend {
         *namespaces.entry((kind, name.into())).or_insert(next)
     }
 
+    #[inline]
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
         // Top bits choose the shard; hashbrown uses the low and top-7 bits within it, which is
         // fine: shards only see their own keys.
@@ -196,22 +248,61 @@ impl MemoryBackend {
         &self.shards[index].0
     }
 
+    /// The hash of (`namespace`, `key`): the same for a probe and for a stored slot.
+    #[inline]
+    fn hash(&self, namespace: u32, key: &[u8]) -> u64 {
+        self.hasher.hash_one((namespace, key))
+    }
+
     /// Runs `op` on the state of (`namespace`, `key`).
+    ///
+    /// The hot path (the key is present) is small enough to inline into the caller, so the
+    /// decision is built in place; a new key takes the out-of-line [`MemoryBackend::insert`].
+    #[inline(always)]
     pub(crate) fn execute(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
         let now = self.clock.now_micros();
-        let hash = self.hasher.hash_one((namespace, key));
+        let hash = self.hash(namespace, key.as_bytes());
+        let mut shard = self.shard(hash).lock();
+        if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
+            // The commonest call, a GCRA check (token bucket, leaky, points), is `apply`'s first
+            // arm written out, so that its decision goes straight into the return slot.
+            if let (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. }) = (algorithm, &mut slot.state, op) {
+                let e = g.evaluate(tat, now, cost, true);
+                if e.changed {
+                    slot.expires_at = g.expires_at(tat);
+                }
+                return Ok(Outcome { decision: e.decision, wake: None });
+            }
+            return update(slot, algorithm, now, op);
+        }
+        self.insert(shard, now, hash, namespace, key, algorithm, op)
+    }
+
+    /// The rest of [`MemoryBackend::execute`] for a key that was not found in its locked shard.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn insert<'a>(
+        &'a self,
+        mut shard: MutexGuard<'a, Shard>,
+        now: u64,
+        hash: u64,
+        namespace: u32,
+        key: &str,
+        algorithm: &Algorithm,
+        op: Op,
+    ) -> Result<Outcome> {
         let mut swept = false;
         loop {
-            let mut shard = self.shard(hash).lock();
-            if let Some(slot) = shard.table.find_mut(hash, |s| s.namespace == namespace && *s.key == *key) {
-                let (outcome, changed) = apply(algorithm, &mut slot.state, now, op)?;
-                if changed {
-                    slot.expires_at = slot.state.expires_at(algorithm);
+            if swept {
+                // The shard was unlocked while sweeping: another caller may have added the key.
+                if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
+                    return update(slot, algorithm, now, op);
                 }
-                return Ok(outcome);
             }
             let mut state = State::fresh(algorithm);
-            let (outcome, changed) = apply(algorithm, &mut state, now, op)?;
+            let mut changed = false;
+            let outcome = apply(algorithm, &mut state, now, op, &mut changed)?;
             let expires_at = state.expires_at(algorithm);
             if !changed || expires_at <= now {
                 return Ok(outcome); // nothing worth keeping: do not insert
@@ -229,13 +320,14 @@ impl MemoryBackend {
                 drop(shard);
                 self.sweep_all(now);
                 swept = true;
+                shard = self.shard(hash).lock();
                 continue;
             }
-            let slot = Slot { hash, namespace, key: key.into(), expires_at, state };
-            shard.table.insert_unique(hash, slot, |s| s.hash);
+            let slot = Slot { key: StoredKey::new(key.as_bytes()), expires_at, state, namespace };
+            shard.table.insert_unique(hash, slot, |s| self.hash(s.namespace, s.key.as_bytes()));
             self.len.fetch_add(1, Ordering::Relaxed);
             shard.inserts_since_sweep += 1;
-            if shard.inserts_since_sweep > shard.table.len().max(64) {
+            if shard.inserts_since_sweep > shard.held_after_sweep.max(64) {
                 let removed = shard.sweep(now);
                 self.len.fetch_sub(removed, Ordering::Relaxed);
             }
@@ -245,13 +337,13 @@ impl MemoryBackend {
 
     /// Forgets the state of (`namespace`, `key`); waiters on a concurrent limiter are woken.
     pub(crate) fn reset(&self, namespace: u32, key: &str) {
-        let hash = self.hasher.hash_one((namespace, key));
+        let hash = self.hash(namespace, key.as_bytes());
         let mut shard = self.shard(hash).lock();
-        if let Ok(entry) = shard.table.find_entry(hash, |s| s.namespace == namespace && *s.key == *key) {
+        if let Ok(entry) = shard.table.find_entry(hash, |s| s.is(namespace, key.as_bytes())) {
             let (slot, _) = entry.remove();
             self.len.fetch_sub(1, Ordering::Relaxed);
-            if let State::Concurrent(_, notify) = slot.state {
-                notify.notify_waiters();
+            if let State::Concurrent(concurrent) = slot.state {
+                concurrent.1.notify_waiters();
             }
         }
     }
@@ -265,41 +357,110 @@ impl MemoryBackend {
     }
 }
 
+/// Runs `op` on a stored slot and keeps its expiry up to date.
+#[inline(never)]
+fn update(slot: &mut Slot, algorithm: &Algorithm, now: u64, op: Op) -> Result<Outcome> {
+    let mut changed = false;
+    let outcome = apply(algorithm, &mut slot.state, now, op, &mut changed);
+    if changed {
+        slot.expires_at = slot.state.expires_at(algorithm);
+    }
+    outcome
+}
+
 /// Runs one operation of one engine on one state; the one dispatch from operations to engines.
-fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op) -> Result<(Outcome, bool)> {
-    let plain = |e: Evaluation| Ok((Outcome { decision: e.decision, wake: None }, e.changed));
+/// Sets `changed` when the state was modified. (The outcome is returned on its own, not paired
+/// with `changed`, so that the hot path can build it in the caller's return slot.)
+#[inline]
+fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
+    let mut plain = |e: Evaluation| {
+        *changed = e.changed;
+        Ok(Outcome { decision: e.decision, wake: None })
+    };
     match (algorithm, state, op) {
         (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. }) => plain(g.evaluate(tat, now, cost, true)),
         (Algorithm::Gcra(g), State::Gcra(tat), Op::Peek) => plain(g.evaluate(tat, now, 1, false)),
         (Algorithm::Gcra(g), State::Gcra(tat), Op::Adjust { estimate, actual }) => {
-            let changed = g.adjust(tat, now, estimate, actual);
+            let adjusted = g.adjust(tat, now, estimate, actual);
             let mut view = *tat;
-            let (outcome, _) = plain(g.evaluate(&mut view, now, 1, false))?;
-            Ok((outcome, changed))
+            let outcome = plain(g.evaluate(&mut view, now, 1, false));
+            *changed = adjusted;
+            outcome
         }
         (Algorithm::Sliding(s), State::Sliding(st), Op::Check { cost, .. }) => plain(s.evaluate(st, now, cost, true)),
         (Algorithm::Sliding(s), State::Sliding(st), Op::Peek) => plain(s.evaluate(st, now, 1, false)),
         (Algorithm::Log(l), State::Log(st), Op::Check { cost, .. }) => plain(l.evaluate(st, now, cost, true)),
         (Algorithm::Log(l), State::Log(st), Op::Peek) => plain(l.evaluate(st, now, 1, false)),
-        (Algorithm::Concurrent(c), State::Concurrent(st, notify), op @ (Op::Check { .. } | Op::Peek)) => {
+        (Algorithm::Concurrent(c), State::Concurrent(concurrent), op @ (Op::Check { .. } | Op::Peek)) => {
+            let (st, notify) = &mut **concurrent;
             let (lease_id, commit) = match op {
                 Op::Check { lease_id, .. } => (lease_id, true),
                 _ => (0, false),
             };
             let e = c.evaluate(st, now, lease_id, commit);
             let wake = (!e.decision.allowed).then(|| notify.clone());
-            Ok((Outcome { decision: e.decision, wake }, e.changed))
+            *changed = e.changed;
+            Ok(Outcome { decision: e.decision, wake })
         }
-        (Algorithm::Concurrent(c), State::Concurrent(st, notify), Op::Release { lease_id }) => match c.release(st, lease_id) {
+        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Release { lease_id }) => match c
+            .release(&mut concurrent.0, lease_id)
+        {
             Released::Freed => {
-                notify.notify_one();
-                let e = c.evaluate(st, now, 0, false);
-                Ok((Outcome { decision: e.decision, wake: None }, true))
+                concurrent.1.notify_one();
+                let e = c.evaluate(&mut concurrent.0, now, 0, false);
+                *changed = true;
+                Ok(Outcome { decision: e.decision, wake: None })
             }
             Released::Lost => Err(Error::LeaseLost {
-                message: "the lease is no longer held: it outlived lock_timeout and was reclaimed, or the limiter was reset".into(),
+                message:
+                    "the lease is no longer held: it outlived lock_timeout and was reclaimed, or the limiter was reset"
+                        .into(),
             }),
         },
-        (algorithm, _, op) => Err(Error::invalid("operation", format!("{op:?} does not apply to {algorithm:?}"))),
+        (algorithm, _, op) => Err(mismatch(algorithm, op)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn mismatch(algorithm: &Algorithm, op: Op) -> Error {
+    Error::invalid("operation", format!("{op:?} does not apply to {algorithm:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Backend, ManualClock, MemoryConfig};
+
+    /// Keys around the inline/heap boundary, with NUL bytes, prefixes of each other and
+    /// multi-byte characters, stay distinct per limiter and are found again after the tables
+    /// have grown (rehashing recomputes every hash from the stored key).
+    #[test]
+    fn keys_of_every_length_stay_distinct_across_growth() {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let backend = Backend::memory_with(MemoryConfig::default().shards(2).clock(Arc::new(clock))).unwrap();
+        let a = backend.token_bucket("a", 1.0, 3).unwrap();
+        let b = backend.token_bucket("b", 1.0, 3).unwrap();
+        let mut keys: Vec<String> = (0..=48).map(|n| "k".repeat(n)).collect();
+        keys.extend((0..=48).map(|n| format!("{}\0", "k".repeat(n))));
+        keys.extend((1..=24).map(|n| "é".repeat(n)));
+        keys.push("\0".repeat(22));
+        keys.push("\0".repeat(23));
+        for key in &keys {
+            assert_eq!(a.check_blocking(Some(key), 1).unwrap().remaining, 2, "{key:?}");
+        }
+        for i in 0..20_000 {
+            b.check_blocking(Some(&format!("filler-{i}")), 1).unwrap();
+        }
+        for key in &keys {
+            assert_eq!(a.check_blocking(Some(key), 1).unwrap().remaining, 1, "{key:?}");
+            assert_eq!(b.check_blocking(Some(key), 1).unwrap().remaining, 2, "{key:?}");
+        }
+        assert_eq!(backend.memory_len(), Some(keys.len() * 2 + 20_000));
+        for key in &keys {
+            a.reset_blocking(Some(key)).unwrap();
+            assert_eq!(a.check_blocking(Some(key), 1).unwrap().remaining, 2, "{key:?}");
+        }
     }
 }
