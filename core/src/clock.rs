@@ -4,7 +4,9 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+#[cfg(not(unix))]
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A boxed future returned by [`Clock::sleep`].
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -30,6 +32,17 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    #[cfg(unix)]
+    #[inline]
+    fn now_micros(&self) -> u64 {
+        // clock_gettime directly: SystemTime's checked conversions cost ~10 ns on the hot path.
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime only writes the timespec we pass, which lives on our stack.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+        ts.tv_sec.max(0) as u64 * 1_000_000 + ts.tv_nsec.max(0) as u64 / 1_000
+    }
+
+    #[cfg(not(unix))]
     fn now_micros(&self) -> u64 {
         SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
     }

@@ -24,7 +24,10 @@ mod limiter_handle;
 pub mod params;
 mod runtime;
 
-pub use backend::{Backend, MemoryConfig};
+pub use backend::{
+    lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DEADLINE, DEFAULT_PREFIX,
+};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use decision::{Decision, Lease, LimitStatus};
 pub use error::{Error, ErrorKind, Result};

@@ -6,8 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::backend::memory::Op;
-use crate::backend::{Backend, BackendInner};
+use crate::backend::{Backend, BackendInner, Op, Outcome};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, Lease};
 use crate::error::{Error, Result};
@@ -43,9 +42,17 @@ struct Inner {
     wait_timeout: Duration,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Target {
-    Memory { backend: Backend, namespace: u32 },
+    Memory {
+        backend: Backend,
+        namespace: u32,
+    },
+    /// `fallback`: the limiter scaled for the fallback failure policy, and its namespace there.
+    Redis {
+        backend: Backend,
+        fallback: Option<(Algorithm, u32)>,
+    },
     Nowhere,
 }
 
@@ -77,14 +84,15 @@ impl Permit {
     }
 }
 
-/// A process-unique lease id: a random 64-bit process prefix and a counter.
+/// A process-unique lease id: a random prefix mixed with the pid (so a forked child never
+/// repeats its parent's ids), and a counter.
 fn next_lease_id() -> u128 {
-    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static SEED: OnceLock<foldhash::fast::RandomState> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(1);
-    let prefix = *PREFIX.get_or_init(|| {
-        use std::hash::BuildHasher;
-        foldhash::fast::RandomState::default().hash_one((std::process::id(), SystemClock.now_micros()))
-    });
+    use std::hash::BuildHasher;
+    let seed = SEED.get_or_init(foldhash::fast::RandomState::default);
+    // The top bit is left clear: the Redis backend marks fallback leases with it.
+    let prefix = seed.hash_one((std::process::id(), SystemClock.now_micros())) >> 1;
     ((prefix as u128) << 64) | COUNTER.fetch_add(1, Ordering::Relaxed) as u128
 }
 
@@ -109,6 +117,16 @@ impl Limiter {
             (_, BackendInner::Memory(memory)) => {
                 Target::Memory { backend: backend.clone(), namespace: memory.namespace(spec.kind(), name) }
             }
+            (_, BackendInner::Redis(redis)) => {
+                let fallback = match redis.fallback_divisor() {
+                    Some(divisor) => {
+                        let scaled = spec.scaled(divisor).compile()?;
+                        Some((scaled, redis.fallback.namespace(spec.kind(), name)))
+                    }
+                    None => None,
+                };
+                Target::Redis { backend: backend.clone(), fallback }
+            }
         };
         Ok(Limiter {
             inner: Arc::new(Inner { name: name.into(), spec, algorithm, target, wait_timeout: DEFAULT_WAIT_TIMEOUT }),
@@ -122,16 +140,12 @@ impl Limiter {
             validate_duration("wait_timeout", wait_timeout)?;
         }
         let inner = &self.inner;
-        let target = match &inner.target {
-            Target::Memory { backend, namespace } => Target::Memory { backend: backend.clone(), namespace: *namespace },
-            Target::Nowhere => Target::Nowhere,
-        };
         Ok(Limiter {
             inner: Arc::new(Inner {
                 name: inner.name.clone(),
                 spec: inner.spec.clone(),
                 algorithm: inner.algorithm.clone(),
-                target,
+                target: inner.target.clone(),
                 wait_timeout,
             }),
         })
@@ -159,22 +173,49 @@ impl Limiter {
 
     fn clock(&self) -> Arc<dyn Clock> {
         match &self.inner.target {
-            Target::Memory { backend, .. } => backend.clock(),
+            Target::Memory { backend, .. } | Target::Redis { backend, .. } => backend.clock(),
             Target::Nowhere => Arc::new(SystemClock),
         }
     }
 
-    /// Runs one operation now. Memory and unlimited limiters never wait, so this is the hot path
-    /// of both the async and the blocking forms.
-    fn execute(&self, key: &str, op: Op) -> Result<crate::backend::memory::Outcome> {
+    /// Runs one operation.
+    async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
-            Target::Memory { backend, namespace } => match &*backend.inner {
-                BackendInner::Memory(memory) => memory.execute(*namespace, key, &self.inner.algorithm, op),
+            Target::Redis { backend, fallback } => match &*backend.inner {
+                BackendInner::Redis(redis) => {
+                    redis
+                        .execute(self.kind(), &self.inner.name, key, &self.inner.algorithm, fallback.as_ref(), op)
+                        .await
+                }
+                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
             },
-            Target::Nowhere => Ok(crate::backend::memory::Outcome { decision: Decision::unlimited(), wake: None }),
+            _ => self.run_local(key, op),
         }
     }
 
+    /// Runs one operation, blocking the calling thread on remote backends.
+    #[inline]
+    fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
+        match &self.inner.target {
+            Target::Redis { .. } => block_on(self.run(key, op)),
+            _ => self.run_local(key, op),
+        }
+    }
+
+    /// Runs one operation on an in-process target: never waits, so it is the hot path of both
+    /// the async and the blocking forms.
+    #[inline]
+    fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
+        match &self.inner.target {
+            Target::Memory { backend, namespace } => match &*backend.inner {
+                BackendInner::Memory(memory) => memory.execute(*namespace, key, &self.inner.algorithm, op),
+                BackendInner::Redis(_) => unreachable!("a memory target holds a memory backend"),
+            },
+            _ => Ok(Outcome { decision: Decision::unlimited(), wake: None }),
+        }
+    }
+
+    #[inline]
     fn check_op<'k>(&self, key: Option<&'k str>, cost: u64) -> Result<(&'k str, Op)> {
         let key = validate_key(key)?;
         validate_cost("cost", cost)?;
@@ -187,24 +228,27 @@ impl Limiter {
     /// nothing and returns `allowed: false` with the exact `retry_after`. On a concurrent limiter
     /// an admitted call holds a lease (in the decision) that must be released.
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
-        self.check_blocking(key, cost)
+        let (key, op) = self.check_op(key, cost)?;
+        Ok(self.run(key, op).await?.decision)
     }
 
     /// Blocking form of [`Limiter::check`].
+    #[inline]
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
-        Ok(self.execute(key, op)?.decision)
+        Ok(self.run_blocking(key, op)?.decision)
     }
 
     /// Reports what a call of cost 1 would get, consuming nothing.
     pub async fn peek(&self, key: Option<&str>) -> Result<Decision> {
-        self.peek_blocking(key)
+        let key = validate_key(key)?;
+        Ok(self.run(key, Op::Peek).await?.decision)
     }
 
     /// Blocking form of [`Limiter::peek`].
     pub fn peek_blocking(&self, key: Option<&str>) -> Result<Decision> {
         let key = validate_key(key)?;
-        Ok(self.execute(key, Op::Peek)?.decision)
+        Ok(self.run_blocking(key, Op::Peek)?.decision)
     }
 
     /// Consumes `cost`, waiting up to `wait_timeout` (default: the limiter's) for the limit to
@@ -222,7 +266,7 @@ impl Limiter {
         let deadline = clock.now_micros().saturating_add(micros(wait));
         loop {
             let (_, op) = self.check_op(Some(key), cost)?;
-            let outcome = self.execute(key, op)?;
+            let outcome = self.run(key, op).await?;
             if outcome.decision.allowed {
                 return Ok(outcome.decision);
             }
@@ -233,11 +277,7 @@ impl Limiter {
                 // A release may free a slot long before `retry_after` (which is when an overdue
                 // holder could be reclaimed): wait for either, up to the deadline.
                 Some(wake) if now < deadline => {
-                    let nap = Duration::from_micros(ready_at.min(deadline) - now);
-                    tokio::select! {
-                        _ = wake.notified() => {}
-                        _ = clock.sleep(nap) => {}
-                    }
+                    wake.wait(&*clock, Duration::from_micros(ready_at.min(deadline) - now)).await;
                 }
                 // Nothing but time changes these decisions: if waiting cannot succeed within
                 // the deadline, say so at once instead of sleeping in vain.
@@ -261,15 +301,28 @@ impl Limiter {
     /// Frees a lease granted by a concurrent limiter. Fails with [`Error::LeaseLost`] when the
     /// lease had been reclaimed (it outlived `lock_timeout`) or the limiter was reset.
     pub async fn release(&self, key: Option<&str>, lease: &Lease) -> Result<()> {
-        self.release_blocking(key, lease)
+        match self.release_op(key, lease)? {
+            Some((key, op)) => self.run(key, op).await.map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// Blocking form of [`Limiter::release`].
     pub fn release_blocking(&self, key: Option<&str>, lease: &Lease) -> Result<()> {
+        match self.release_op(key, lease)? {
+            Some((key, op)) => self.run_blocking(key, op).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// The operation releasing `lease`, or `None` when there is nothing to release (unlimited
+    /// limiters, and leases granted while failing open, whose fencing token is 0).
+    fn release_op<'k>(&self, key: Option<&'k str>, lease: &Lease) -> Result<Option<(&'k str, Op)>> {
         let key = validate_key(key)?;
         match self.inner.algorithm {
-            Algorithm::Concurrent(_) => self.execute(key, Op::Release { lease_id: lease.id }).map(|_| ()),
-            Algorithm::Unlimited => Ok(()),
+            Algorithm::Concurrent(_) if lease.fencing_token == 0 => Ok(None),
+            Algorithm::Concurrent(_) => Ok(Some((key, Op::Release { lease_id: lease.id }))),
+            Algorithm::Unlimited => Ok(None),
             _ => Err(Error::invalid("lease", "only concurrent limiters grant leases")),
         }
     }
@@ -277,11 +330,22 @@ impl Limiter {
     /// Corrects a charge of `estimate` to `actual` for the GCRA family (points, token bucket,
     /// leaky): the difference is charged or refunded. Returns the state after the correction.
     pub async fn points_used(&self, key: Option<&str>, estimate: u64, actual: u64) -> Result<Decision> {
-        self.points_used_blocking(key, estimate, actual)
+        match self.adjust_op(key, estimate, actual)? {
+            Some((key, op)) => Ok(self.run(key, op).await?.decision),
+            None => Ok(Decision::unlimited()),
+        }
     }
 
     /// Blocking form of [`Limiter::points_used`].
     pub fn points_used_blocking(&self, key: Option<&str>, estimate: u64, actual: u64) -> Result<Decision> {
+        match self.adjust_op(key, estimate, actual)? {
+            Some((key, op)) => Ok(self.run_blocking(key, op)?.decision),
+            None => Ok(Decision::unlimited()),
+        }
+    }
+
+    /// The operation correcting `estimate` to `actual`, or `None` for unlimited limiters.
+    fn adjust_op<'k>(&self, key: Option<&'k str>, estimate: u64, actual: u64) -> Result<Option<(&'k str, Op)>> {
         let key = validate_key(key)?;
         validate_cost("estimate", estimate)?;
         validate_cost("actual", actual)?;
@@ -292,33 +356,52 @@ impl Limiter {
                         return Err(Error::invalid(name, format!("{value} exceeds the capacity of {}", g.capacity)));
                     }
                 }
-                Ok(self.execute(key, Op::Adjust { estimate, actual })?.decision)
+                Ok(Some((key, Op::Adjust { estimate, actual })))
             }
-            Algorithm::Unlimited => Ok(Decision::unlimited()),
+            Algorithm::Unlimited => Ok(None),
             _ => Err(Error::invalid("actual", "points_used applies to points, token bucket and leaky limiters")),
         }
     }
 
     /// Forgets all state of `key` (waiters on a concurrent limiter are woken to re-check).
     pub async fn reset(&self, key: Option<&str>) -> Result<()> {
-        self.reset_blocking(key)
+        let key = validate_key(key)?;
+        match &self.inner.target {
+            Target::Redis { backend, .. } => match &*backend.inner {
+                BackendInner::Redis(redis) => {
+                    redis.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm).await
+                }
+                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
+            },
+            _ => Ok(self.reset_local(key)),
+        }
     }
 
     /// Blocking form of [`Limiter::reset`].
     pub fn reset_blocking(&self, key: Option<&str>) -> Result<()> {
-        let key = validate_key(key)?;
         match &self.inner.target {
-            Target::Memory { backend, namespace } => match &*backend.inner {
-                BackendInner::Memory(memory) => memory.reset(*namespace, key),
-            },
-            Target::Nowhere => {}
+            Target::Redis { .. } => block_on(self.reset(key)),
+            _ => Ok(self.reset_local(validate_key(key)?)),
         }
-        Ok(())
+    }
+
+    fn reset_local(&self, key: &str) {
+        if let Target::Memory { backend, namespace } = &self.inner.target {
+            if let BackendInner::Memory(memory) = &*backend.inner {
+                memory.reset(*namespace, key);
+            }
+        }
     }
 
     /// Acquires (waiting up to the wait timeout), runs `block`, then releases any lease.
     /// With [`Policy::Ignore`] an over-limit skips the block and returns `Ok(None)`.
-    pub async fn within_limit<T, F, Fut>(&self, key: Option<&str>, cost: u64, policy: Policy, block: F) -> Result<Option<T>>
+    pub async fn within_limit<T, F, Fut>(
+        &self,
+        key: Option<&str>,
+        cost: u64,
+        policy: Policy,
+        block: F,
+    ) -> Result<Option<T>>
     where
         F: FnOnce(Permit) -> Fut,
         Fut: Future<Output = T>,
@@ -337,7 +420,13 @@ impl Limiter {
     }
 
     /// Blocking form of [`Limiter::within_limit`].
-    pub fn within_limit_blocking<T>(&self, key: Option<&str>, cost: u64, policy: Policy, block: impl FnOnce(&Permit) -> T) -> Result<Option<T>> {
+    pub fn within_limit_blocking<T>(
+        &self,
+        key: Option<&str>,
+        cost: u64,
+        policy: Policy,
+        block: impl FnOnce(&Permit) -> T,
+    ) -> Result<Option<T>> {
         let decision = match self.acquire_blocking(key, cost, None) {
             Ok(decision) => decision,
             Err(e) if e.is_over_limit() && policy == Policy::Ignore => return Ok(None),

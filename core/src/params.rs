@@ -22,10 +22,7 @@ pub const MAX_KEY_BYTES: usize = 1024;
 /// Checks a limiter name: 1..=128 characters from `[A-Za-z0-9_-]`.
 pub fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
-        return Err(Error::invalid(
-            "name",
-            format!("must be 1 to {MAX_NAME_LEN} characters long, got {}", name.len()),
-        ));
+        return Err(Error::invalid("name", format!("must be 1 to {MAX_NAME_LEN} characters long, got {}", name.len())));
     }
     if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
         return Err(Error::invalid(
@@ -37,18 +34,17 @@ pub fn validate_name(name: &str) -> Result<()> {
 }
 
 /// Checks a key (any string up to 1 KiB); `None` is the limiter's single shared key `""`.
+#[inline]
 pub fn validate_key(key: Option<&str>) -> Result<&str> {
     let key = key.unwrap_or("");
     if key.len() > MAX_KEY_BYTES {
-        return Err(Error::invalid(
-            "key",
-            format!("must be at most {MAX_KEY_BYTES} bytes, got {}", key.len()),
-        ));
+        return Err(Error::invalid("key", format!("must be at most {MAX_KEY_BYTES} bytes, got {}", key.len())));
     }
     Ok(key)
 }
 
 /// Checks a cost: at most 2^53 (zero is allowed and consumes nothing).
+#[inline]
 pub fn validate_cost(parameter: &'static str, cost: u64) -> Result<u64> {
     if cost > MAX_COUNT {
         return Err(Error::invalid(parameter, format!("must be at most 2^53, got {cost}")));

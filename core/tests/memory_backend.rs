@@ -11,7 +11,8 @@ const START: u64 = 1_800_000_000_000_000;
 
 fn manual(max_keys: usize) -> (Backend, ManualClock) {
     let clock = ManualClock::new(START);
-    let backend = Backend::memory_with(MemoryConfig::default().max_keys(max_keys).clock(Arc::new(clock.clone()))).unwrap();
+    let backend =
+        Backend::memory_with(MemoryConfig::default().max_keys(max_keys).clock(Arc::new(clock.clone()))).unwrap();
     (backend, clock)
 }
 
@@ -169,7 +170,8 @@ fn overdue_lease_is_reclaimed_and_its_release_reports_lease_lost() {
 #[test]
 fn within_limit_runs_releases_and_honours_policy() {
     let (backend, _clock) = manual(100);
-    let limiter = backend.concurrent("block", 1, Duration::from_secs(30)).unwrap().with_wait_timeout(Duration::ZERO).unwrap();
+    let limiter =
+        backend.concurrent("block", 1, Duration::from_secs(30)).unwrap().with_wait_timeout(Duration::ZERO).unwrap();
     let ran = limiter
         .within_limit_blocking(None, 1, Policy::Raise, |permit| {
             assert!(permit.decision().lease.is_some());
@@ -220,7 +222,10 @@ fn limiters_sharing_a_name_share_state_and_wait_timeouts_are_validated() {
     assert!(a.check_blocking(None, 2).unwrap().allowed);
     assert!(!b.check_blocking(None, 1).unwrap().allowed);
     assert_eq!(a.with_wait_timeout(Duration::from_nanos(1)).unwrap_err().parameter(), Some("wait_timeout"));
-    assert_eq!(a.acquire_blocking(None, 1, Some(Duration::from_nanos(5))).unwrap_err().parameter(), Some("wait_timeout"));
+    assert_eq!(
+        a.acquire_blocking(None, 1, Some(Duration::from_nanos(5))).unwrap_err().parameter(),
+        Some("wait_timeout")
+    );
     assert_eq!(clock.now_micros(), START);
 }
 

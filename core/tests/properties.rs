@@ -59,7 +59,12 @@ trait Model {
     fn decide(&mut self, now: u64, cost: u64, commit: bool) -> Expected;
 }
 
-fn run<M: Model>(limiter: &Limiter, clock: &ManualClock, models: &mut [M; 2], steps: &[Step]) -> Result<(), TestCaseError> {
+fn run<M: Model>(
+    limiter: &Limiter,
+    clock: &ManualClock,
+    models: &mut [M; 2],
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
     let keys = ["k0", "k1"];
     for (i, step) in steps.iter().enumerate() {
         clock.advance_micros(step.advance_us);
@@ -91,7 +96,11 @@ impl Model for MeterModel {
         let level = self.level.saturating_sub(now.saturating_sub(self.at));
         let asked = if commit { cost } else { 1 };
         let fits = level + asked * self.emission_us <= tau;
-        let (level_after, remaining_level) = if fits && commit { (level + cost * self.emission_us, level + cost * self.emission_us) } else { (level, level) };
+        let (level_after, remaining_level) = if fits && commit {
+            (level + cost * self.emission_us, level + cost * self.emission_us)
+        } else {
+            (level, level)
+        };
         if commit && fits {
             self.level = level_after;
             self.at = now;
@@ -144,7 +153,8 @@ impl Model for HistoryModel {
                 best = Some((remaining, limit));
             }
             let expiry = &self.limits[i].2;
-            let live: Vec<u64> = self.admitted.iter().filter(|(t, _)| (self.limits[i].1)(*t, now)).map(|(t, _)| expiry(*t)).collect();
+            let live: Vec<u64> =
+                self.admitted.iter().filter(|(t, _)| (self.limits[i].1)(*t, now)).map(|(t, _)| expiry(*t)).collect();
             reset = reset.max(live.iter().max().map_or(0, |e| e - now));
             if !allowed && !self.fits(i, now, asked) {
                 let mut candidates = live.clone();
@@ -162,7 +172,11 @@ fn exact_window(limit: u64, interval: u64) -> (u64, Box<dyn Fn(u64, u64) -> bool
     (limit, Box::new(move |t, now| now < t + interval), Box::new(move |t| t + interval))
 }
 
-fn blocks_window(limit: u64, duration: u64, precision: u64) -> (u64, Box<dyn Fn(u64, u64) -> bool>, Box<dyn Fn(u64) -> u64>) {
+fn blocks_window(
+    limit: u64,
+    duration: u64,
+    precision: u64,
+) -> (u64, Box<dyn Fn(u64, u64) -> bool>, Box<dyn Fn(u64) -> u64>) {
     let p = precision.min(duration);
     let blocks = duration.div_ceil(p);
     (limit, Box::new(move |t, now| now / p < t / p + blocks), Box::new(move |t| (t / p + blocks) * p))

@@ -17,12 +17,13 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::clock::{Clock, SystemClock};
-use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::limiter::concurrent::{ConcurrentState, Released};
 use crate::limiter::log::LogState;
 use crate::limiter::sliding::SlidingState;
 use crate::limiter::{Algorithm, Evaluation, Kind};
+
+use super::{Op, Outcome, Wake};
 
 /// Configuration of a memory backend.
 #[derive(Debug, Clone)]
@@ -170,26 +171,6 @@ impl Shard {
 /// Keeps each shard's lock on its own cache line.
 #[repr(align(128))]
 struct Padded<T>(T);
-
-/// What an operation on one key produced.
-pub(crate) struct Outcome {
-    pub decision: Decision,
-    /// Set when a concurrent limiter refused: notified when a slot is freed.
-    pub wake: Option<Arc<Notify>>,
-}
-
-/// An operation on one key.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Op {
-    /// Consume `cost` (for concurrent limiters: grant lease `lease_id`).
-    Check { cost: u64, lease_id: u128 },
-    /// Report without consuming.
-    Peek,
-    /// Correct a GCRA charge from `estimate` to `actual`.
-    Adjust { estimate: u64, actual: u64 },
-    /// Free a concurrent lease.
-    Release { lease_id: u128 },
-}
 
 /// The memory backend. See the module documentation.
 pub(crate) struct MemoryBackend {
@@ -398,7 +379,7 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
                 _ => (0, false),
             };
             let e = c.evaluate(st, now, lease_id, commit);
-            let wake = (!e.decision.allowed).then(|| notify.clone());
+            let wake = (!e.decision.allowed).then(|| Wake::Local(notify.clone()));
             *changed = e.changed;
             Ok(Outcome { decision: e.decision, wake })
         }

@@ -1,18 +1,82 @@
-//! Backends hold limiter state: the embedded memory backend (default) and, later, Redis.
+//! Backends hold limiter state: the embedded memory backend (default), Redis and Redis Cluster.
 
 pub(crate) mod memory;
+pub(crate) mod redis;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use memory::MemoryConfig;
+use tokio::sync::Notify;
+
+pub use self::redis::config::{FailurePolicy, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE};
+pub use self::redis::keys::DEFAULT_PREFIX;
+pub use self::redis::scripts::sources as lua_sources;
+use self::redis::RedisBackend;
 use memory::MemoryBackend;
+pub use memory::MemoryConfig;
 
 use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::error::Result;
 use crate::limiter::{LimiterSpec, SlidingLimit, WindowLimit};
 use crate::limiter_handle::Limiter;
 use crate::params::validate_name;
+
+/// An operation on one key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    /// Consume `cost` (for concurrent limiters: grant lease `lease_id`).
+    Check { cost: u64, lease_id: u128 },
+    /// Report without consuming.
+    Peek,
+    /// Correct a GCRA charge from `estimate` to `actual`.
+    Adjust { estimate: u64, actual: u64 },
+    /// Free a concurrent lease.
+    Release { lease_id: u128 },
+}
+
+/// What an operation on one key produced.
+pub(crate) struct Outcome {
+    pub decision: Decision,
+    /// Set when a concurrent limiter refused: how to wait for a slot to be released.
+    pub wake: Option<Wake>,
+}
+
+/// How a refused concurrent caller waits for a release (one waiter woken per freed slot).
+pub(crate) enum Wake {
+    /// The memory backend's notifier.
+    Local(Arc<Notify>),
+    /// A Redis list that releases push to, popped with BLPOP on a dedicated connection.
+    Redis { backend: Arc<RedisBackend>, list_key: String },
+}
+
+impl Wake {
+    /// Returns when a release may have freed a slot, or after `timeout` by `clock`.
+    pub(crate) async fn wait(&self, clock: &dyn Clock, timeout: Duration) {
+        match self {
+            Wake::Local(notify) => {
+                tokio::select! {
+                    _ = notify.notified() => {}
+                    _ = clock.sleep(timeout) => {}
+                }
+            }
+            Wake::Redis { backend, list_key } => backend.wait_for_release(list_key, timeout).await,
+        }
+    }
+}
+
+/// What a Redis backend's failure policy has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackendStats {
+    /// Calls allowed because Redis failed under [`FailurePolicy::FailOpen`].
+    pub failed_open: u64,
+    /// Calls answered by the in-memory fallback under [`FailurePolicy::Fallback`].
+    pub fell_back: u64,
+    /// Calls that failed because Redis failed under [`FailurePolicy::FailClosed`].
+    pub failed: u64,
+}
 
 /// A place where limiter state lives, shared by every limiter built from it. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -23,6 +87,7 @@ pub struct Backend {
 #[derive(Debug)]
 pub(crate) enum BackendInner {
     Memory(MemoryBackend),
+    Redis(Arc<RedisBackend>),
 }
 
 impl Default for Backend {
@@ -42,10 +107,28 @@ impl Backend {
         Ok(Backend { inner: Arc::new(BackendInner::Memory(MemoryBackend::new(config)?)) })
     }
 
+    /// A standalone Redis server, `redis://[user:password@]host:port[/db]` or `rediss://…`, with
+    /// default settings. Nothing connects until the first call; every backend built for the
+    /// same URL in this process shares one connection set.
+    pub fn redis(url: &str) -> Result<Backend> {
+        Backend::redis_with(RedisConfig::new(url))
+    }
+
+    /// A Redis Cluster reached through any of `seeds`, with default settings.
+    pub fn redis_cluster<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Result<Backend> {
+        Backend::redis_with(RedisConfig::cluster(seeds))
+    }
+
+    /// A Redis or Redis Cluster backend.
+    pub fn redis_with(config: RedisConfig) -> Result<Backend> {
+        Ok(Backend { inner: Arc::new(BackendInner::Redis(Arc::new(RedisBackend::new(config)?))) })
+    }
+
     /// The clock limiters on this backend use to wait.
     pub fn clock(&self) -> Arc<dyn Clock> {
         match &*self.inner {
             BackendInner::Memory(m) => m.clock.clone(),
+            BackendInner::Redis(r) => r.fallback.clock.clone(),
         }
     }
 
@@ -53,6 +136,19 @@ impl Backend {
     pub fn memory_len(&self) -> Option<usize> {
         match &*self.inner {
             BackendInner::Memory(m) => Some(m.len()),
+            BackendInner::Redis(_) => None,
+        }
+    }
+
+    /// What the failure policy has done (all zero for the memory backend).
+    pub fn stats(&self) -> BackendStats {
+        match &*self.inner {
+            BackendInner::Memory(_) => BackendStats::default(),
+            BackendInner::Redis(r) => BackendStats {
+                failed_open: r.counters.failed_open.load(Ordering::Relaxed),
+                fell_back: r.counters.fell_back.load(Ordering::Relaxed),
+                failed: r.counters.failed.load(Ordering::Relaxed),
+            },
         }
     }
 

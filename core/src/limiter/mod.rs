@@ -31,20 +31,33 @@ pub(crate) enum Algorithm {
 }
 
 impl Algorithm {
-    /// Rejects a cost that no amount of waiting could admit, naming `cost`.
-    pub(crate) fn validate_cost(&self, cost: u64) -> Result<()> {
-        let capacity = match self {
+    /// The most a single call may cost: the burst, the smallest limit, or the slot count.
+    pub(crate) fn capacity(&self) -> u64 {
+        match self {
             Algorithm::Gcra(g) => g.capacity,
             Algorithm::Sliding(s) => s.smallest_limit(),
             Algorithm::Log(l) => l.smallest_limit(),
+            Algorithm::Concurrent(c) => c.limit,
+            Algorithm::Unlimited => crate::params::MAX_COUNT,
+        }
+    }
+
+    /// Rejects a cost that no amount of waiting could admit, naming `cost`.
+    #[inline]
+    pub(crate) fn validate_cost(&self, cost: u64) -> Result<()> {
+        let capacity = match self {
             Algorithm::Concurrent(_) => {
                 return if cost == 1 {
                     Ok(())
                 } else {
-                    Err(Error::invalid("cost", format!("a concurrent limiter grants one slot per call; cost must be 1, got {cost}")))
+                    Err(Error::invalid(
+                        "cost",
+                        format!("a concurrent limiter grants one slot per call; cost must be 1, got {cost}"),
+                    ))
                 };
             }
             Algorithm::Unlimited => return Ok(()),
+            other => other.capacity(),
         };
         if cost > capacity {
             return Err(Error::invalid(

@@ -141,6 +141,34 @@ impl LimiterSpec {
         }
     }
 
+    /// The same limiter with `1/divisor` of its limits, capacities and rates (each at least 1):
+    /// what one of `divisor` processes may use on its own while the shared backend is down.
+    pub fn scaled(&self, divisor: u32) -> LimiterSpec {
+        let d = u64::from(divisor.max(1));
+        let part = |n: u64| (n / d).max(1);
+        match self {
+            LimiterSpec::Concurrent { limit, lock_timeout } => {
+                LimiterSpec::Concurrent { limit: part(*limit), lock_timeout: *lock_timeout }
+            }
+            LimiterSpec::Bucket { limit, interval } => LimiterSpec::Bucket { limit: part(*limit), interval: *interval },
+            LimiterSpec::Window { windows } => LimiterSpec::Window {
+                windows: windows.iter().map(|w| WindowLimit { limit: part(w.limit), interval: w.interval }).collect(),
+            },
+            LimiterSpec::SlidingWindow { limits } => LimiterSpec::SlidingWindow {
+                limits: limits.iter().map(|l| SlidingLimit { limit: part(l.limit), ..*l }).collect(),
+            },
+            LimiterSpec::TokenBucket { rate, capacity } => {
+                LimiterSpec::TokenBucket { rate: rate / d as f64, capacity: part(*capacity) }
+            }
+            // Leaky and points keep their drain time: a smaller bucket drains at a slower rate.
+            LimiterSpec::Leaky { size, drain } => LimiterSpec::Leaky { size: part(*size), drain: *drain },
+            LimiterSpec::Points { capacity, refill } => {
+                LimiterSpec::Points { capacity: part(*capacity), refill: *refill }
+            }
+            LimiterSpec::Unlimited => LimiterSpec::Unlimited,
+        }
+    }
+
     /// Validates every parameter (naming the bad one) and compiles to integer microseconds.
     pub(crate) fn compile(&self) -> Result<Algorithm> {
         Ok(match self {
@@ -152,7 +180,12 @@ impl LimiterSpec {
                 let limit = validate_count("limit", *limit)?;
                 let interval_us = micros(validate_duration("interval", *interval)?);
                 Algorithm::Sliding(Sliding {
-                    limits: Box::new([SlidingParams { limit, duration_us: interval_us, precision_us: interval_us, blocks: 1 }]),
+                    limits: Box::new([SlidingParams {
+                        limit,
+                        duration_us: interval_us,
+                        precision_us: interval_us,
+                        blocks: 1,
+                    }]),
                 })
             }
             LimiterSpec::Window { windows } => {
@@ -161,7 +194,8 @@ impl LimiterSpec {
                 }
                 let mut compiled = Vec::with_capacity(windows.len());
                 for w in windows {
-                    compiled.push((validate_count("limit", w.limit)?, micros(validate_duration("interval", w.interval)?)));
+                    compiled
+                        .push((validate_count("limit", w.limit)?, micros(validate_duration("interval", w.interval)?)));
                 }
                 let longest_us = compiled.iter().map(|w| w.1).max().unwrap_or(0);
                 Algorithm::Log(Log { windows: compiled.into_boxed_slice(), longest_us })
@@ -184,13 +218,21 @@ impl LimiterSpec {
                             format!("duration/precision must be at most {MAX_BLOCKS} sub-buckets, got {blocks}"),
                         ));
                     }
-                    compiled.push(SlidingParams { limit: validate_count("limit", l.limit)?, duration_us, precision_us, blocks });
+                    compiled.push(SlidingParams {
+                        limit: validate_count("limit", l.limit)?,
+                        duration_us,
+                        precision_us,
+                        blocks,
+                    });
                 }
                 Algorithm::Sliding(Sliding { limits: compiled.into_boxed_slice() })
             }
             LimiterSpec::TokenBucket { rate, capacity } => {
                 if !rate.is_finite() || *rate <= 0.0 || *rate > 1e6 {
-                    return Err(Error::invalid("rate", format!("must be a finite number above 0 and at most 1000000 per second, got {rate}")));
+                    return Err(Error::invalid(
+                        "rate",
+                        format!("must be a finite number above 0 and at most 1000000 per second, got {rate}"),
+                    ));
                 }
                 gcra("capacity", *capacity, (1e6 / rate).round() as u64, "rate")?
             }
@@ -217,7 +259,10 @@ fn rounded_div(numerator: u64, denominator: u64) -> u64 {
 fn gcra(capacity_name: &'static str, capacity: u64, emission_us: u64, period_name: &'static str) -> Result<Algorithm> {
     let capacity = validate_count(capacity_name, capacity)?;
     if emission_us == 0 {
-        return Err(Error::invalid(period_name, "gives less than one microsecond per unit; the finest rate is 1,000,000 per second"));
+        return Err(Error::invalid(
+            period_name,
+            "gives less than one microsecond per unit; the finest rate is 1,000,000 per second",
+        ));
     }
     let tau_us = capacity
         .checked_mul(emission_us)

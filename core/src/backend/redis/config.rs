@@ -1,0 +1,141 @@
+//! How to reach Redis and what to do when it does not answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::keys::DEFAULT_PREFIX;
+use crate::clock::Clock;
+
+/// The default per-call deadline: a call to a dead or hung Redis returns within it.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(200);
+
+/// The default time to establish a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a limiter does when Redis cannot answer within the deadline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Fail the call with [`crate::Error::BackendUnavailable`] or [`crate::Error::Timeout`] —
+    /// distinct from over-limit (the default).
+    #[default]
+    FailClosed,
+    /// Allow the call and count it in [`crate::BackendStats::failed_open`].
+    FailOpen,
+    /// An in-process memory limiter takes over with `1/divisor` of the limit (for example the
+    /// number of processes sharing it); counted in [`crate::BackendStats::fell_back`].
+    Fallback {
+        /// What to divide limits, capacities and rates by (at least 1).
+        divisor: u32,
+    },
+}
+
+/// PEM material for `rediss://` connections.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct TlsConfig {
+    /// The CA certificate(s) that signed the server's certificate; `None` uses the system store.
+    pub ca_cert_pem: Option<Vec<u8>>,
+    /// A client certificate and key for mutual TLS.
+    pub client_cert_and_key_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("ca_cert_pem", &self.ca_cert_pem.as_ref().map(Vec::len))
+            .field("client_cert_and_key_pem", &self.client_cert_and_key_pem.is_some())
+            .finish()
+    }
+}
+
+impl TlsConfig {
+    /// Trust the CA certificate(s) in `pem` (instead of the system store).
+    pub fn with_ca_pem(pem: impl Into<Vec<u8>>) -> Self {
+        TlsConfig { ca_cert_pem: Some(pem.into()), client_cert_and_key_pem: None }
+    }
+}
+
+/// Configuration of a Redis or Redis Cluster backend.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…`; one URL for a standalone
+    /// server, or the seed nodes of a cluster.
+    pub urls: Vec<String>,
+    /// Whether `urls` are Redis Cluster seed nodes.
+    pub cluster: bool,
+    /// Namespace of every key (default `rk`).
+    pub prefix: String,
+    /// What calls do when Redis does not answer (default [`FailurePolicy::FailClosed`]).
+    pub failure_policy: FailurePolicy,
+    /// Every call returns within this, answered or not (default 200 ms).
+    pub deadline: Duration,
+    /// Time allowed to establish a connection in the background (default 1 s).
+    pub connect_timeout: Duration,
+    /// Certificates for `rediss://` URLs.
+    pub tls: Option<TlsConfig>,
+    /// Where time comes from: `None` (default) uses the Redis server's `TIME`, so client clocks do
+    /// not matter; a manual clock sends its time with every call (tests and vectors).
+    pub clock: Option<Arc<dyn Clock>>,
+}
+
+impl RedisConfig {
+    /// A standalone server.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            urls: vec![url.into()],
+            cluster: false,
+            prefix: DEFAULT_PREFIX.into(),
+            failure_policy: FailurePolicy::default(),
+            deadline: DEFAULT_DEADLINE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            tls: None,
+            clock: None,
+        }
+    }
+
+    /// A Redis Cluster reached through any of `seeds`.
+    pub fn cluster<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Self {
+        let mut config = RedisConfig::new(String::new());
+        config.urls = seeds.into_iter().map(Into::into).collect();
+        config.cluster = true;
+        config
+    }
+
+    /// Sets the key prefix.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the failure policy.
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure_policy = policy;
+        self
+    }
+
+    /// Sets the per-call deadline.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets TLS material for `rediss://` URLs.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Uses `clock` instead of the server's time (tests).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+}

@@ -1,0 +1,86 @@
+//! Redis key layout: `<prefix>:{<tag>}:<kind>:<name>:<role>:<key>`.
+//!
+//! - The hash tag comes first, before any user-supplied text, so a `{` or `}` inside a key can
+//!   never move it; every key of one check shares it, so one script's keys live in one Cluster
+//!   slot. It is a hash of (kind, name, key), so identities spread over all slots.
+//! - The layout is injective: prefix, kind and name contain no `:` (names are `[A-Za-z0-9_-]`,
+//!   prefixes are validated), and the role is a fixed token before the key, so the key is simply
+//!   the rest of the string.
+
+use crate::error::{Error, Result};
+use crate::limiter::Kind;
+
+/// The default key prefix (namespace).
+pub const DEFAULT_PREFIX: &str = "rk";
+
+/// Checks a key prefix: 1..64 characters from `[A-Za-z0-9_.-]` (no `:`, `{` or `}`).
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    let ok = !prefix.is_empty()
+        && prefix.len() <= 64
+        && prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid("prefix", format!("must be 1 to 64 characters from [A-Za-z0-9_.-], got {prefix:?}")))
+    }
+}
+
+/// FNV-1a, 64 bits: stable across versions, platforms and languages (unlike std's hashers).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for byte in part.iter().chain(std::iter::once(&0xff)) {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// Builds the keys of one (kind, name, key) identity.
+#[derive(Debug)]
+pub(crate) struct KeyBuilder<'k> {
+    /// `<prefix>:{<tag>}:<kind>:<name>:`
+    head: String,
+    key: &'k str,
+}
+
+impl<'k> KeyBuilder<'k> {
+    /// The keys of `key` for limiter `name` of `kind`, under `prefix`.
+    pub(crate) fn new(prefix: &str, kind: Kind, name: &str, key: &'k str) -> Self {
+        let tag = fnv1a(&[kind.as_str().as_bytes(), name.as_bytes(), key.as_bytes()]);
+        KeyBuilder { head: format!("{prefix}:{{{tag:016x}}}:{}:{name}:", kind.as_str()), key }
+    }
+
+    /// The key for `role` (a short fixed token such as `s`, `h`, `z`).
+    pub(crate) fn key(&self, role: &str) -> String {
+        format!("{}{role}:{}", self.head, self.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_comes_first_and_keys_are_injective() {
+        let a = KeyBuilder::new("rk", Kind::Bucket, "a", "b:c").key("h");
+        let b = KeyBuilder::new("rk", Kind::Bucket, "a", "b").key("h");
+        let c = KeyBuilder::new("rk", Kind::Window, "a", "b:c").key("h");
+        assert!(a.starts_with("rk:{"), "{a}");
+        assert_eq!(&a[21..], ":bucket:a:h:b:c");
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        let braces = KeyBuilder::new("rk", Kind::Bucket, "a", "}{x}").key("h");
+        assert!(braces.ends_with("h:}{x}"), "{braces}");
+        assert_eq!(braces.find('}'), Some(20), "the first `}}` closes our tag");
+    }
+
+    #[test]
+    fn prefixes_are_validated() {
+        assert!(validate_prefix("tenant-1.prod").is_ok());
+        for bad in ["", "a:b", "a{b", "x}", &"p".repeat(65)] {
+            assert_eq!(validate_prefix(bad).unwrap_err().parameter(), Some("prefix"), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! The Redis and Redis Cluster backend: every limiter is one atomic Lua script per call, time
+//! comes from the server's `TIME`, every key carries a TTL, and a failure policy decides what a
+//! call does when Redis cannot answer within the per-call deadline.
+
+pub(crate) mod config;
+pub(crate) mod connection;
+pub(crate) mod keys;
+pub(crate) mod scripts;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::{FailurePolicy, RedisConfig};
+use connection::Connections;
+use keys::{validate_prefix, KeyBuilder};
+use scripts::LuaScript;
+
+use super::memory::{MemoryBackend, MemoryConfig};
+use super::{Op, Outcome, Wake};
+use crate::clock::Clock;
+use crate::decision::{Decision, Lease, LimitStatus};
+use crate::error::{Error, Result};
+use crate::limiter::{decision, Algorithm, Kind};
+use crate::params::validate_duration;
+
+/// Lease ids granted by the fallback memory limiter carry this bit, so their release goes back
+/// to it even if Redis has recovered in between.
+pub(crate) const FALLBACK_LEASE_BIT: u128 = 1 << 127;
+
+/// Counters of what the failure policy did.
+#[derive(Debug, Default)]
+pub(crate) struct PolicyCounters {
+    pub failed_open: AtomicU64,
+    pub fell_back: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// See the module documentation.
+pub(crate) struct RedisBackend {
+    connections: Arc<Connections>,
+    prefix: String,
+    deadline: Duration,
+    policy: FailurePolicy,
+    /// A manual clock whose time is sent with each call; `None` uses the server's TIME.
+    manual_clock: Option<Arc<dyn Clock>>,
+    /// Where state lives while Redis is unreachable, under [`FailurePolicy::Fallback`].
+    pub(crate) fallback: MemoryBackend,
+    pub(crate) counters: PolicyCounters,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend").field("prefix", &self.prefix).field("policy", &self.policy).finish()
+    }
+}
+
+/// Formats numbers for ARGV: decimal integers, never floats.
+fn arg(value: u64) -> String {
+    value.to_string()
+}
+
+impl RedisBackend {
+    pub(crate) fn new(config: RedisConfig) -> Result<Self> {
+        validate_prefix(&config.prefix)?;
+        validate_duration("deadline", config.deadline)?;
+        validate_duration("connect_timeout", config.connect_timeout)?;
+        if let FailurePolicy::Fallback { divisor: 0 } = config.failure_policy {
+            return Err(Error::invalid("divisor", "the fallback divisor must be at least 1"));
+        }
+        for url in &config.urls {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err(Error::invalid("url", format!("must start with redis:// or rediss://, got {url:?}")));
+            }
+        }
+        let manual_clock = config.clock.clone().filter(|c| c.is_manual());
+        let fallback_clock = config.clock.clone().unwrap_or_else(|| Arc::new(crate::clock::SystemClock));
+        Ok(RedisBackend {
+            connections: Connections::for_config(&config)?,
+            prefix: config.prefix,
+            deadline: config.deadline,
+            policy: config.failure_policy,
+            manual_clock,
+            fallback: MemoryBackend::new(MemoryConfig::default().clock(fallback_clock))?,
+            counters: PolicyCounters::default(),
+        })
+    }
+
+    /// The failure policy's divisor, when it is [`FailurePolicy::Fallback`].
+    pub(crate) fn fallback_divisor(&self) -> Option<u32> {
+        match self.policy {
+            FailurePolicy::Fallback { divisor } => Some(divisor),
+            _ => None,
+        }
+    }
+
+    fn now_arg(&self) -> String {
+        self.manual_clock.as_ref().map(|c| arg(c.now_micros())).unwrap_or_default()
+    }
+
+    async fn run(&self, script: &LuaScript, keys: &[String], args: &[String]) -> Result<Vec<i64>> {
+        scripts::run(&self.connections, self.deadline, script, keys, args).await
+    }
+
+    /// Runs `op` for (`kind`, `name`, `key`), applying the failure policy when Redis fails.
+    /// `fallback` is the limiter's scaled algorithm and namespace in [`Self::fallback`].
+    pub(crate) async fn execute(
+        self: &Arc<Self>,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        algorithm: &Algorithm,
+        fallback: Option<&(Algorithm, u32)>,
+        op: Op,
+    ) -> Result<Outcome> {
+        if let (Op::Release { lease_id }, Some((algorithm, namespace))) = (op, fallback) {
+            if lease_id & FALLBACK_LEASE_BIT != 0 {
+                return self.fallback.execute(*namespace, key, algorithm, op);
+            }
+        }
+        let error = match self.remote(kind, name, key, algorithm, op).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(e @ (Error::BackendUnavailable { .. } | Error::Timeout { .. })) => e,
+            Err(e) => return Err(e),
+        };
+        match (self.policy, fallback) {
+            (FailurePolicy::FailOpen, _) => {
+                self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
+                Ok(Outcome { decision: open_decision(algorithm, op), wake: None })
+            }
+            (FailurePolicy::Fallback { .. }, Some((algorithm, namespace))) => {
+                self.counters.fell_back.fetch_add(1, Ordering::Relaxed);
+                let op = match op {
+                    Op::Check { cost, lease_id } => Op::Check { cost, lease_id: lease_id | FALLBACK_LEASE_BIT },
+                    other => other,
+                };
+                self.fallback.execute(*namespace, key, algorithm, op)
+            }
+            _ => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                Err(error)
+            }
+        }
+    }
+
+    async fn remote(
+        self: &Arc<Self>,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        algorithm: &Algorithm,
+        op: Op,
+    ) -> Result<Outcome> {
+        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let now = self.now_arg();
+        let verb = |op: Op| match op {
+            Op::Check { .. } => "check",
+            Op::Peek => "peek",
+            Op::Adjust { .. } => "adjust",
+            Op::Release { .. } => "release",
+        };
+        let plain = |reply: Vec<i64>| Ok(Outcome { decision: decision_from(&reply), wake: None });
+        match (algorithm, op) {
+            (Algorithm::Gcra(g), Op::Check { .. } | Op::Peek | Op::Adjust { .. }) => {
+                let (first, second) = match op {
+                    Op::Check { cost, .. } => (cost, 0),
+                    Op::Adjust { estimate, actual } => (estimate, actual),
+                    _ => (0, 0),
+                };
+                let args =
+                    [verb(op).into(), now, arg(g.emission_us), arg(g.tau_us), arg(g.capacity), arg(first), arg(second)];
+                plain(self.run(&scripts::GCRA, &[keys.key("s")], &args).await?)
+            }
+            (Algorithm::Sliding(s), Op::Check { .. } | Op::Peek) => {
+                let mut args = vec![verb(op).into(), now, arg(cost_of(op)), arg(s.limits.len() as u64)];
+                for l in s.limits.iter() {
+                    args.extend([arg(l.limit), arg(l.duration_us), arg(l.precision_us), arg(l.blocks)]);
+                }
+                plain(self.run(&scripts::SLIDING, &[keys.key("h")], &args).await?)
+            }
+            (Algorithm::Log(l), Op::Check { .. } | Op::Peek) => {
+                let mut args =
+                    vec![verb(op).into(), now, arg(cost_of(op)), arg(l.longest_us), arg(l.windows.len() as u64)];
+                for &(limit, interval) in l.windows.iter() {
+                    args.extend([arg(limit), arg(interval)]);
+                }
+                plain(self.run(&scripts::LOG, &[keys.key("z"), keys.key("d")], &args).await?)
+            }
+            (Algorithm::Concurrent(c), Op::Check { .. } | Op::Peek | Op::Release { .. }) => {
+                let lease_id = match op {
+                    Op::Check { lease_id, .. } | Op::Release { lease_id } => lease_id,
+                    _ => 0,
+                };
+                let wake_key = keys.key("w");
+                let all = [keys.key("h"), keys.key("t"), wake_key.clone()];
+                let args = [verb(op).into(), now, arg(c.limit), arg(c.lock_us), format!("{lease_id:032x}")];
+                let reply = self.run(&scripts::CONCURRENT, &all, &args).await?;
+                if let Op::Release { .. } = op {
+                    return match reply.first() {
+                        Some(1) => Ok(Outcome { decision: decision(true, c.limit, 0, 0, 0), wake: None }),
+                        _ => Err(lease_lost()),
+                    };
+                }
+                let mut d = decision_from(&reply);
+                let wake = if d.allowed {
+                    if let Op::Check { .. } = op {
+                        d.lease =
+                            Some(Lease { id: lease_id, fencing_token: reply.get(6).copied().unwrap_or(0) as u64 });
+                    }
+                    None
+                } else {
+                    Some(Wake::Redis { backend: self.clone(), list_key: wake_key })
+                };
+                Ok(Outcome { decision: d, wake })
+            }
+            (algorithm, op) => Err(Error::invalid("operation", format!("{op:?} does not apply to {algorithm:?}"))),
+        }
+    }
+
+    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
+    pub(crate) async fn reset(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm) -> Result<()> {
+        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let roles: &[&str] = match algorithm {
+            Algorithm::Gcra(_) => &["s"],
+            Algorithm::Sliding(_) => &["h"],
+            Algorithm::Log(_) => &["z", "d"],
+            Algorithm::Concurrent(_) => &["h", "t"],
+            Algorithm::Unlimited => &[],
+        };
+        let mut pipe = redis::pipe();
+        pipe.del(roles.iter().map(|r| keys.key(r)).collect::<Vec<_>>()).ignore();
+        if let Algorithm::Concurrent(c) = algorithm {
+            let wake = keys.key("w");
+            for _ in 0..c.limit.min(1024) {
+                pipe.lpush(&wake, "1").ignore();
+            }
+            pipe.pexpire(&wake, (c.lock_us / 1000).max(1) as i64).ignore();
+        }
+        let until = tokio::time::Instant::now() + self.deadline;
+        let timed_out =
+            || Error::Timeout { message: format!("Redis did not answer the reset within {:?}", self.deadline) };
+        let (mut conn, _) =
+            tokio::time::timeout_at(until, self.connections.shared()).await.map_err(|_| timed_out())??;
+        tokio::time::timeout_at(until, pipe.query_async::<()>(&mut conn))
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|e| Error::BackendUnavailable { message: format!("Redis: {e}") })
+    }
+
+    /// Blocks (on a dedicated connection) until a release pushes to `list_key` or `timeout` passes.
+    pub(crate) async fn wait_for_release(&self, list_key: &str, timeout: Duration) {
+        let Ok(mut conn) = self.connections.dedicated().await else {
+            // Redis is unreachable: the caller's next check applies the failure policy.
+            tokio::time::sleep(timeout.min(self.deadline)).await;
+            return;
+        };
+        let seconds = timeout.as_secs_f64().max(0.001);
+        let blpop = redis::cmd("BLPOP").arg(list_key).arg(format!("{seconds:.3}")).to_owned();
+        let bound = timeout + self.deadline;
+        if let Ok(Ok(_)) = tokio::time::timeout(bound, blpop.query_async::<redis::Value>(&mut conn)).await {
+            self.connections.give_back(conn);
+        }
+    }
+}
+
+fn cost_of(op: Op) -> u64 {
+    match op {
+        Op::Check { cost, .. } => cost,
+        _ => 1,
+    }
+}
+
+fn lease_lost() -> Error {
+    Error::LeaseLost {
+        message: "the lease is no longer held: it outlived lock_timeout and was reclaimed, or the limiter was reset"
+            .into(),
+    }
+}
+
+/// Decodes a script's reply: {allowed, limit, remaining, retry_us, reset_us, now_us, details…}.
+/// Multi-limit replies append five numbers per limit (sliding and log scripts only; the
+/// concurrent script's trailing numbers are its token and reclaim count, read by its caller).
+fn decision_from(reply: &[i64]) -> Decision {
+    let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
+    let mut d = decision(at(0) == 1, at(1), at(2), at(3), at(4));
+    if reply.len() > 8 {
+        let details: Vec<LimitStatus> = reply[6..]
+            .chunks_exact(5)
+            .map(|c| LimitStatus {
+                window: Duration::from_micros(c[0] as u64),
+                limit: c[1] as u64,
+                remaining: c[2] as u64,
+                retry_after: Duration::from_micros(c[3] as u64),
+                reset_after: Duration::from_micros(c[4] as u64),
+            })
+            .collect();
+        d.limits = Some(details.into_boxed_slice());
+    }
+    d
+}
+
+/// What a call gets when failing open: allowed, with the limiter's full capacity. A concurrent
+/// lease granted this way has fencing token 0 and its release is a no-op.
+fn open_decision(algorithm: &Algorithm, op: Op) -> Decision {
+    let capacity = algorithm.capacity();
+    let mut d = decision(true, capacity, capacity, 0, 0);
+    if let (Algorithm::Concurrent(_), Op::Check { lease_id, .. }) = (algorithm, op) {
+        d.lease = Some(Lease { id: lease_id, fencing_token: 0 });
+    }
+    d
+}

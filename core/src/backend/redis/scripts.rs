@@ -1,0 +1,132 @@
+//! The Lua scripts, one per engine, and how a call runs one: EVALSHA; on NOSCRIPT, EVAL of the
+//! body (which also caches it again). A call is retried only on answers proving the script did
+//! not run (NOSCRIPT, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN), never after a
+//! lost reply: replaying a check could count it twice.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind};
+use tokio::time::Instant;
+
+use super::connection::{Conn, Connections};
+use crate::error::{Error, Result};
+
+/// A Lua script: its body, and the SHA1 that EVALSHA names it by.
+pub(crate) struct LuaScript {
+    name: &'static str,
+    body: &'static str,
+    sha1: String,
+}
+
+impl LuaScript {
+    fn new(name: &'static str, body: &'static str) -> Self {
+        LuaScript { name, body, sha1: Script::new(body).get_hash().to_owned() }
+    }
+}
+
+/// GCRA: token bucket, leaky bucket, points.
+pub(crate) static GCRA: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("gcra", include_str!("../../scripts/gcra.lua")));
+/// Sub-bucket counters: bucket, sliding window.
+pub(crate) static SLIDING: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("sliding", include_str!("../../scripts/sliding.lua")));
+/// The exact sliding window log.
+pub(crate) static LOG: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("log", include_str!("../../scripts/log.lua")));
+/// Concurrent leases.
+pub(crate) static CONCURRENT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("concurrent", include_str!("../../scripts/concurrent.lua")));
+
+/// Every script as (name, body), for tools and benchmarks that load or inspect them.
+pub fn sources() -> Vec<(&'static str, &'static str)> {
+    [&*GCRA, &*SLIDING, &*LOG, &*CONCURRENT].iter().map(|s| (s.name, s.body)).collect()
+}
+
+/// How many times an answer proving the script did not run is retried within the deadline.
+const MAX_ATTEMPTS: u32 = 6;
+
+fn script_command(verb: &str, first: &[u8], keys: &[String], args: &[String]) -> Cmd {
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(first).arg(keys.len()).arg(keys).arg(args);
+    cmd
+}
+
+/// True for answers after which the script certainly did not run.
+fn did_not_run(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::MasterDown
+        )
+    )
+}
+
+/// True for failures that may have broken the connection.
+fn breaks_connection(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// Runs `script` with `keys` and `args`, returning its array of integers, within `deadline`.
+pub(crate) async fn run(
+    connections: &std::sync::Arc<Connections>,
+    deadline: Duration,
+    script: &LuaScript,
+    keys: &[String],
+    args: &[String],
+) -> Result<Vec<i64>> {
+    let until = Instant::now() + deadline;
+    let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
+    let (mut conn, generation) =
+        tokio::time::timeout_at(until, connections.shared()).await.map_err(|_| timed_out("connecting"))??;
+    let evalsha = script_command("EVALSHA", script.sha1.as_bytes(), keys, args);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let reply = match tokio::time::timeout_at(until, call(&mut conn, &evalsha, script, keys, args)).await {
+            Ok(reply) => reply,
+            Err(_) => {
+                connections.invalidate(generation);
+                return Err(timed_out("the script"));
+            }
+        };
+        match reply {
+            Ok(values) => return Ok(values),
+            Err(e) if did_not_run(&e) && attempt < MAX_ATTEMPTS => {
+                // The cluster client is refreshing its slot map; give it a moment.
+                let pause = Instant::now() + Duration::from_millis(5 << attempt.min(4));
+                tokio::time::sleep_until(pause.min(until)).await;
+                if Instant::now() >= until {
+                    return Err(timed_out("(cluster redirects)"));
+                }
+            }
+            Err(e) => {
+                if breaks_connection(&e) {
+                    connections.invalidate(generation);
+                }
+                return Err(Error::BackendUnavailable { message: format!("Redis: {e}") });
+            }
+        }
+    }
+}
+
+async fn call(
+    conn: &mut Conn,
+    evalsha: &Cmd,
+    script: &LuaScript,
+    keys: &[String],
+    args: &[String],
+) -> redis::RedisResult<Vec<i64>> {
+    match evalsha.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            // The script cache was flushed (or this is a new server): EVAL runs and re-caches it.
+            script_command("EVAL", script.body.as_bytes(), keys, args).query_async(conn).await
+        }
+        other => other,
+    }
+}

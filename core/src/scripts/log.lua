@@ -1,0 +1,128 @@
+-- The exact sliding window (single and multi-window). Mirrors core/src/limiter/log.rs.
+-- KEYS[1]  a ZSET of admissions: score = admission instant (µs), member = the cumulative cost up
+--          to and including it, zero-padded to 16 digits so that members with equal scores sort
+--          in admission order; cumulative sums make any window's count one subtraction
+-- KEYS[2]  the cumulative cost of the admissions already dropped (string)
+-- ARGV[1]  'check' | 'peek'
+-- ARGV[2]  now in microseconds, or '' to use the server's TIME
+-- ARGV[3]  cost
+-- ARGV[4]  longest interval (µs)
+-- ARGV[5]  number of windows, then for each: limit, interval_us
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, now_us} and, for several
+-- windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window appended.
+
+local function now_us()
+  if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local log, dropped_key = KEYS[1], KEYS[2]
+local commit = ARGV[1] == 'check'
+local now = now_us()
+local cost = tonumber(ARGV[3])
+local asked = commit and cost or 1
+local longest = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+local fmt = function(x) return string.format('%d', x) end
+local member = function(cum) return string.format('%016d', cum) end
+local MAX_CUM = 9007199254740992 -- 2^53: beyond it doubles lose units
+
+-- The cumulative cost of the newest admission at or before `instant`, or of the dropped prefix.
+local dropped = tonumber(redis.call('GET', dropped_key) or '0')
+local function cum_at_or_before(instant)
+  local last = redis.call('ZREVRANGEBYSCORE', log, fmt(instant), '-inf', 'LIMIT', 0, 1)
+  if last[1] then return tonumber(last[1]) end
+  return dropped
+end
+
+-- Forget admissions older than the longest window.
+local trimmed = false
+if now >= longest then
+  local cutoff = now - longest
+  local gone = cum_at_or_before(cutoff)
+  if gone ~= dropped then
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt(cutoff))
+    dropped = gone
+    trimmed = true
+  end
+end
+
+local function last_cum()
+  local newest = redis.call('ZREVRANGE', log, 0, 0)
+  if newest[1] then return tonumber(newest[1]) end
+  return dropped
+end
+
+-- Cumulative sums only grow; rebase them on the rare day they would leave exact doubles.
+if commit and last_cum() + cost > MAX_CUM then
+  local entries = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
+  redis.call('DEL', log)
+  for i = 1, #entries, 2 do
+    redis.call('ZADD', log, entries[i + 1], member(tonumber(entries[i]) - dropped))
+  end
+  dropped = 0
+  trimmed = true
+end
+
+local function window_count(interval)
+  local before = (now >= interval) and cum_at_or_before(now - interval) or dropped
+  return last_cum() - before, before
+end
+
+local allowed = true
+for i = 1, n do
+  local limit, interval = tonumber(ARGV[4 + 2 * i]), tonumber(ARGV[5 + 2 * i])
+  -- Cost 0 is always admitted, even above a limit (a same-named limiter may be larger).
+  -- (Compared by subtraction: `count + asked` may pass 2^53, where doubles round.)
+  if asked > 0 and asked > limit - window_count(interval) then allowed = false end
+end
+
+local record = allowed and commit and cost > 0
+if record then
+  redis.call('ZADD', log, fmt(now), member(last_cum() + cost))
+end
+if record or trimmed then
+  -- One second of slack: see gcra.lua.
+  local ttl = fmt(math.ceil(longest / 1000) + 1000)
+  redis.call('PEXPIRE', log, ttl)
+  redis.call('SET', dropped_key, fmt(dropped), 'PX', ttl)
+end
+
+local newest = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
+local newest_at = newest[2] and tonumber(newest[2])
+local best_remaining, best_limit, retry, reset = nil, 0, 0, 0
+local details = {}
+for i = 1, n do
+  local limit, interval = tonumber(ARGV[4 + 2 * i]), tonumber(ARGV[5 + 2 * i])
+  local count, before = window_count(interval)
+  local over = asked - (limit - count)
+  local w_retry = 0
+  if not allowed and over > 0 then
+    -- Binary search by rank for the first admission whose departure frees enough.
+    local target = before + over
+    local lo = (now >= interval) and redis.call('ZCOUNT', log, '-inf', fmt(now - interval)) or 0
+    local hi = redis.call('ZCARD', log) - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if tonumber(redis.call('ZRANGE', log, mid, mid)[1]) >= target then hi = mid else lo = mid + 1 end
+    end
+    local found = redis.call('ZRANGE', log, lo, lo, 'WITHSCORES')
+    w_retry = tonumber(found[2]) + interval - now
+  end
+  local w_reset = 0
+  if count > 0 then w_reset = newest_at + interval - now end
+  local remaining = math.max(limit - count, 0)
+  if best_remaining == nil or remaining < best_remaining then
+    best_remaining, best_limit = remaining, limit
+  end
+  retry = math.max(retry, w_retry)
+  reset = math.max(reset, w_reset)
+  if n > 1 then
+    for _, v in ipairs({interval, limit, remaining, w_retry, w_reset}) do details[#details + 1] = v end
+  end
+end
+
+local reply = {allowed and 1 or 0, best_limit, best_remaining, allowed and 0 or retry, reset, now}
+for _, v in ipairs(details) do reply[#reply + 1] = v end
+return reply

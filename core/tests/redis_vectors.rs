@@ -1,0 +1,42 @@
+//! The same conformance vectors on a real Redis server, a 3-master Redis Cluster and a TLS
+//! server, with the manual clock's time sent to the scripts. Each case gets its own key prefix.
+
+mod support;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use ratekeeper::{Backend, RedisConfig, TlsConfig};
+use support::{RedisCluster, RedisServer};
+
+fn prefix() -> String {
+    static CASE: AtomicU32 = AtomicU32::new(0);
+    format!("case{}", CASE.fetch_add(1, Ordering::Relaxed))
+}
+
+#[test]
+fn conformance_vectors_on_redis() {
+    let server = RedisServer::start();
+    support::vectors::run_conformance("redis", &|clock| {
+        Backend::redis_with(RedisConfig::new(server.url()).prefix(prefix()).clock(clock)).expect("a Redis backend")
+    });
+}
+
+#[test]
+fn conformance_vectors_on_redis_cluster() {
+    let cluster = RedisCluster::start();
+    support::vectors::run_conformance("redis cluster", &|clock| {
+        Backend::redis_with(RedisConfig::cluster(cluster.seeds()).prefix(prefix()).clock(clock))
+            .expect("a cluster backend")
+    });
+}
+
+#[test]
+fn conformance_vectors_on_redis_over_tls() {
+    let server = RedisServer::start_tls();
+    let ca = server.tls.as_ref().unwrap().ca_pem();
+    support::vectors::run_conformance("redis over TLS", &|clock| {
+        let config =
+            RedisConfig::new(server.url()).tls(TlsConfig::with_ca_pem(ca.clone())).prefix(prefix()).clock(clock);
+        Backend::redis_with(config).expect("a TLS backend")
+    });
+}

@@ -1,0 +1,277 @@
+//! Real Redis servers for tests: started on free loopback ports (never 6379), each in its own
+//! temporary directory, stopped by pid when dropped. No mocks.
+#![allow(dead_code)]
+
+pub mod vectors;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A port nobody listens on now, with its cluster bus port (+10000) free too, never 6379.
+pub fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        if port != 6379 && port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn scratch_dir(label: &str) -> PathBuf {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "ratekeeper-test-{}-{label}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("run kill");
+    assert!(status.success(), "kill {signal} {pid} failed");
+}
+
+/// TLS material made with openssl: a CA and a server certificate for 127.0.0.1.
+pub struct Certificates {
+    pub dir: PathBuf,
+}
+
+impl Certificates {
+    pub fn make(dir: &Path) -> Certificates {
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(&["genrsa", "-out", "ca.key", "2048"]);
+        run(&[
+            "req",
+            "-x509",
+            "-new",
+            "-nodes",
+            "-key",
+            "ca.key",
+            "-sha256",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=ratekeeper test CA",
+            "-out",
+            "ca.crt",
+        ]);
+        run(&["genrsa", "-out", "server.key", "2048"]);
+        run(&["req", "-new", "-key", "server.key", "-subj", "/CN=127.0.0.1", "-out", "server.csr"]);
+        std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-sha256",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ]);
+        Certificates { dir: dir.to_path_buf() }
+    }
+
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.dir.join("ca.crt")).unwrap()
+    }
+}
+
+/// One redis-server process.
+pub struct RedisServer {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+    args: Vec<String>,
+    pub tls: Option<Certificates>,
+}
+
+impl RedisServer {
+    /// A standalone server.
+    pub fn start() -> RedisServer {
+        Self::spawn("standalone", Vec::new(), false)
+    }
+
+    /// A server that only speaks TLS, with certificates from a fresh CA.
+    pub fn start_tls() -> RedisServer {
+        Self::spawn("tls", Vec::new(), true)
+    }
+
+    /// A cluster-enabled node (not yet part of a cluster).
+    pub fn start_cluster_node() -> RedisServer {
+        let args =
+            ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"];
+        Self::spawn("cluster", args.iter().map(|s| s.to_string()).collect(), false)
+    }
+
+    fn spawn(label: &str, extra: Vec<String>, tls: bool) -> RedisServer {
+        let dir = scratch_dir(label);
+        let port = free_port();
+        let tls = tls.then(|| Certificates::make(&dir));
+        let mut args: Vec<String> =
+            ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        if tls.is_some() {
+            args.extend(
+                [
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port.to_string(),
+                    "--tls-cert-file",
+                    "server.crt",
+                    "--tls-key-file",
+                    "server.key",
+                    "--tls-ca-cert-file",
+                    "ca.crt",
+                    "--tls-auth-clients",
+                    "no",
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
+        } else {
+            args.extend(["--port".to_string(), port.to_string()]);
+        }
+        args.extend(extra);
+        let mut server = RedisServer { port, dir, child: None, args, tls };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::File::create(self.dir.join("redis.log")).unwrap();
+        let child = Command::new(redis_server_binary())
+            .args(&self.args)
+            .current_dir(&self.dir)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start redis-server (the test command installs it)");
+        self.child = Some(child);
+        let port = self.port;
+        wait_until(&format!("redis-server on port {port}"), Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
+    pub fn url(&self) -> String {
+        match self.tls {
+            Some(_) => format!("rediss://127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// Runs `redis-cli` against this server and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        if self.tls.is_some() {
+            cmd.args(["--tls", "--cacert", "ca.crt"]).current_dir(&self.dir);
+        }
+        let out = cmd.args(args).output().expect("run redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty, as no persistence is configured).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// SIGSTOP: the server hangs, connections stay open.
+    pub fn pause(&self) {
+        signal(self.pid(), "-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        signal(self.pid(), "-CONT");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three masters built with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_cluster_node()).collect();
+        let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        wait_until("cluster_state:ok on every node", Duration::from_secs(20), || {
+            nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        });
+        RedisCluster { nodes }
+    }
+
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+fn redis_server_binary() -> &'static str {
+    if Path::new("/usr/bin/redis-server").exists() {
+        "/usr/bin/redis-server"
+    } else {
+        "redis-server"
+    }
+}
