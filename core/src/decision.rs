@@ -20,6 +20,9 @@ pub struct Decision {
     pub reset_after: Duration,
     /// The lease granted by a concurrent limiter; release it when done.
     pub lease: Option<Lease>,
+    /// When the decision was made, in microseconds since the epoch, by the deciding clock: the
+    /// Redis server's for Redis backends, the backend's clock for memory (0 for unlimited).
+    pub decided_at_micros: u64,
     /// One entry per limit, in the order they were configured, for multi-limit limiters
     /// (`window` with several windows, `sliding_window` with several limits); `None` otherwise.
     pub limits: Option<Box<[LimitStatus]>>,
@@ -70,6 +73,7 @@ impl Decision {
             retry_after: Duration::ZERO,
             reset_after: Duration::ZERO,
             lease: None,
+            decided_at_micros: 0,
             limits: None,
         }
     }

@@ -248,10 +248,11 @@ impl MemoryBackend {
             // The commonest call, a GCRA check (token bucket, leaky, points), is `apply`'s first
             // arm written out, so that its decision goes straight into the return slot.
             if let (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. }) = (algorithm, &mut slot.state, op) {
-                let e = g.evaluate(tat, now, cost, true);
+                let mut e = g.evaluate(tat, now, cost, true);
                 if e.changed {
                     slot.expires_at = g.expires_at(tat);
                 }
+                e.decision.decided_at_micros = now;
                 return Ok(Outcome { decision: e.decision, wake: None });
             }
             return update(slot, algorithm, now, op);
@@ -354,8 +355,9 @@ fn update(slot: &mut Slot, algorithm: &Algorithm, now: u64, op: Op) -> Result<Ou
 /// with `changed`, so that the hot path can build it in the caller's return slot.)
 #[inline]
 fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
-    let mut plain = |e: Evaluation| {
+    let mut plain = |mut e: Evaluation| {
         *changed = e.changed;
+        e.decision.decided_at_micros = now;
         Ok(Outcome { decision: e.decision, wake: None })
     };
     match (algorithm, state, op) {
@@ -378,7 +380,8 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
                 Op::Check { lease_id, .. } => (lease_id, true),
                 _ => (0, false),
             };
-            let e = c.evaluate(st, now, lease_id, commit);
+            let mut e = c.evaluate(st, now, lease_id, commit);
+            e.decision.decided_at_micros = now;
             let wake = (!e.decision.allowed).then(|| Wake::Local(notify.clone()));
             *changed = e.changed;
             Ok(Outcome { decision: e.decision, wake })

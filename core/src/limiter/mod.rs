@@ -85,6 +85,7 @@ pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64,
         retry_after: if allowed { Duration::ZERO } else { Duration::from_micros(retry_us) },
         reset_after: Duration::from_micros(reset_us),
         lease: None,
+        decided_at_micros: 0,
         limits: None,
     }
 }

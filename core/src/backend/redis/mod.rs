@@ -283,6 +283,7 @@ fn lease_lost() -> Error {
 fn decision_from(reply: &[i64]) -> Decision {
     let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
     let mut d = decision(at(0) == 1, at(1), at(2), at(3), at(4));
+    d.decided_at_micros = at(5);
     if reply.len() > 8 {
         let details: Vec<LimitStatus> = reply[6..]
             .chunks_exact(5)
