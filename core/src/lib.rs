@@ -23,6 +23,7 @@ mod limiter;
 mod limiter_handle;
 pub mod params;
 mod runtime;
+mod shedder;
 
 pub use backend::{
     lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT,
@@ -34,3 +35,4 @@ pub use error::{Error, ErrorKind, Result};
 pub use limiter::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
 pub use limiter_handle::{Limiter, Permit, Policy, DEFAULT_WAIT_TIMEOUT};
 pub use runtime::{block_on, runtime};
+pub use shedder::{FleetShedder, FleetTicket, UtilizationConfig, UtilizationShedder};
