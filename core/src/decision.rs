@@ -51,14 +51,18 @@ pub struct Lease {
     /// Unique id of this grant.
     pub id: u128,
     /// Strictly increases with every grant of the same limiter and key: a resource guarded by the
-    /// limiter can refuse writes carrying a token lower than one it has already seen.
+    /// limiter can refuse writes carrying a token lower than one it has already seen. Zero for a
+    /// lease granted while failing open (Redis unreachable), which guards nothing.
     pub fencing_token: u64,
+    /// When it was granted, by the deciding clock (µs since the epoch): the hold time reported
+    /// at release is measured from it.
+    pub granted_at_micros: u64,
 }
 
 impl Lease {
     /// Rebuilds a lease from its parts (bindings carry leases across the language boundary).
-    pub fn from_parts(id: u128, fencing_token: u64) -> Self {
-        Lease { id, fencing_token }
+    pub fn from_parts(id: u128, fencing_token: u64, granted_at_micros: u64) -> Self {
+        Lease { id, fencing_token, granted_at_micros }
     }
 }
 

@@ -92,6 +92,15 @@ impl Error {
         Error::InvalidArgument { parameter, message: message.into() }
     }
 
+    /// The [`Error::LeaseLost`] of a lease that is no longer held.
+    pub(crate) fn lease_lost() -> Self {
+        Error::LeaseLost {
+            message:
+                "the lease is no longer held: it outlived lock_timeout and was reclaimed, or the limiter was reset"
+                    .into(),
+        }
+    }
+
     /// The payload-free kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {

@@ -11,6 +11,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, Lease};
 use crate::error::{Error, Result};
 use crate::limiter::{Algorithm, Kind, LimiterSpec};
+use crate::metrics::{Counter, LimiterMetrics, Metrics};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 
@@ -40,6 +41,8 @@ struct Inner {
     algorithm: Algorithm,
     target: Target,
     wait_timeout: Duration,
+    /// Shared by the copies `with_wait_timeout` makes (concurrent limiters only record any).
+    metrics: Arc<LimiterMetrics>,
 }
 
 #[derive(Debug, Clone)]
@@ -106,6 +109,7 @@ impl Limiter {
                 algorithm: Algorithm::Unlimited,
                 target: Target::Nowhere,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
+                metrics: Arc::default(),
             }),
         }
     }
@@ -128,8 +132,21 @@ impl Limiter {
                 Target::Redis { backend: backend.clone(), fallback }
             }
         };
+        let metrics = Arc::<LimiterMetrics>::default();
+        if let (Target::Redis { backend, .. }, Algorithm::Concurrent(_)) = (&target, &algorithm) {
+            if let BackendInner::Redis(redis) = &*backend.inner {
+                redis.spawn_metrics_flush(spec.kind(), name, &metrics);
+            }
+        }
         Ok(Limiter {
-            inner: Arc::new(Inner { name: name.into(), spec, algorithm, target, wait_timeout: DEFAULT_WAIT_TIMEOUT }),
+            inner: Arc::new(Inner {
+                name: name.into(),
+                spec,
+                algorithm,
+                target,
+                wait_timeout: DEFAULT_WAIT_TIMEOUT,
+                metrics,
+            }),
         })
     }
 
@@ -147,6 +164,7 @@ impl Limiter {
                 algorithm: inner.algorithm.clone(),
                 target: inner.target.clone(),
                 wait_timeout,
+                metrics: inner.metrics.clone(),
             }),
         })
     }
@@ -211,7 +229,7 @@ impl Limiter {
                 BackendInner::Memory(memory) => memory.execute(*namespace, key, &self.inner.algorithm, op),
                 BackendInner::Redis(_) => unreachable!("a memory target holds a memory backend"),
             },
-            _ => Ok(Outcome { decision: Decision::unlimited(), wake: None }),
+            _ => Ok(Outcome::of(Decision::unlimited())),
         }
     }
 
@@ -229,14 +247,36 @@ impl Limiter {
     /// an admitted call holds a lease (in the decision) that must be released.
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
-        Ok(self.run(key, op).await?.decision)
+        let outcome = self.run(key, op).await?;
+        Ok(self.granted(outcome, None))
     }
 
     /// Blocking form of [`Limiter::check`].
     #[inline]
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
-        Ok(self.run_blocking(key, op)?.decision)
+        let outcome = self.run_blocking(key, op)?;
+        Ok(self.granted(outcome, None))
+    }
+
+    /// Records a concurrent limiter's grant (after `waited`, if it waited) and reclaims.
+    #[inline]
+    fn granted(&self, outcome: Outcome, waited: Option<Duration>) -> Decision {
+        if let Algorithm::Concurrent(_) = self.inner.algorithm {
+            let m = &self.inner.metrics;
+            m.add(Counter::Reclaimed, outcome.reclaimed);
+            if outcome.decision.allowed {
+                m.add(Counter::Held, 1);
+                match waited {
+                    None => m.add(Counter::Immediate, 1),
+                    Some(wait) => {
+                        m.add(Counter::Waited, 1);
+                        m.add(Counter::WaitMicros, micros(wait));
+                    }
+                }
+            }
+        }
+        outcome.decision
     }
 
     /// Reports what a call of cost 1 would get, consuming nothing.
@@ -263,13 +303,18 @@ impl Limiter {
         };
         let (key, _) = self.check_op(key, cost)?;
         let clock = self.clock();
-        let deadline = clock.now_micros().saturating_add(micros(wait));
+        let started = clock.now_micros();
+        let deadline = started.saturating_add(micros(wait));
+        let mut attempts = 0;
         loop {
             let (_, op) = self.check_op(Some(key), cost)?;
             let outcome = self.run(key, op).await?;
+            attempts += 1;
             if outcome.decision.allowed {
-                return Ok(outcome.decision);
+                let waited = (attempts > 1).then(|| Duration::from_micros(clock.now_micros().saturating_sub(started)));
+                return Ok(self.granted(outcome, waited));
             }
+            self.inner.metrics.add(Counter::Reclaimed, outcome.reclaimed);
             let retry_after = outcome.decision.retry_after;
             let now = clock.now_micros();
             let ready_at = now.saturating_add(micros(retry_after));
@@ -290,11 +335,16 @@ impl Limiter {
     /// Blocking form of [`Limiter::acquire`]. Call it from plain threads, not from inside an
     /// async task.
     pub fn acquire_blocking(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
-        // Fast path: no wait needed, no runtime involved.
-        let decision = self.check_blocking(key, cost)?;
-        if decision.allowed {
-            return Ok(decision);
+        if let Target::Redis { .. } = self.inner.target {
+            return block_on(self.acquire(key, cost, wait_timeout));
         }
+        // In-process fast path: a call that need not wait involves no runtime.
+        let (key_ok, op) = self.check_op(key, cost)?;
+        let outcome = self.run_local(key_ok, op)?;
+        if outcome.decision.allowed {
+            return Ok(self.granted(outcome, None));
+        }
+        self.inner.metrics.add(Counter::Reclaimed, outcome.reclaimed);
         block_on(self.acquire(key, cost, wait_timeout))
     }
 
@@ -302,7 +352,10 @@ impl Limiter {
     /// lease had been reclaimed (it outlived `lock_timeout`) or the limiter was reset.
     pub async fn release(&self, key: Option<&str>, lease: &Lease) -> Result<()> {
         match self.release_op(key, lease)? {
-            Some((key, op)) => self.run(key, op).await.map(|_| ()),
+            Some((key, op)) => {
+                let result = self.run(key, op).await;
+                self.released(lease, result)
+            }
             None => Ok(()),
         }
     }
@@ -310,12 +363,82 @@ impl Limiter {
     /// Blocking form of [`Limiter::release`].
     pub fn release_blocking(&self, key: Option<&str>, lease: &Lease) -> Result<()> {
         match self.release_op(key, lease)? {
-            Some((key, op)) => self.run_blocking(key, op).map(|_| ()),
+            Some((key, op)) => {
+                let result = self.run_blocking(key, op);
+                self.released(lease, result)
+            }
             None => Ok(()),
         }
     }
 
-    /// The operation releasing `lease`, or `None` when there is nothing to release (unlimited
+    /// Records a release: the hold time, and an overage when the lease outlived lock_timeout.
+    fn released(&self, lease: &Lease, result: Result<Outcome>) -> Result<()> {
+        let Algorithm::Concurrent(c) = &self.inner.algorithm else { return result.map(|_| ()) };
+        let m = &self.inner.metrics;
+        match result {
+            Ok(outcome) => {
+                let held = outcome.decision.decided_at_micros.saturating_sub(lease.granted_at_micros);
+                m.add(Counter::HeldMicros, held);
+                if held > c.lock_us {
+                    m.add(Counter::Overages, 1);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if let Error::LeaseLost { .. } = e {
+                    m.add(Counter::Overages, 1);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Renews a concurrent lease for another `lock_timeout` from now, so a long block keeps its
+    /// slot. Fails with [`Error::LeaseLost`] if the lease was already reclaimed.
+    pub async fn extend(&self, key: Option<&str>, lease: &Lease) -> Result<()> {
+        match self.release_op(key, lease)? {
+            Some((key, _)) => self.run(key, Op::Extend { lease_id: lease.id }).await.map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocking form of [`Limiter::extend`].
+    pub fn extend_blocking(&self, key: Option<&str>, lease: &Lease) -> Result<()> {
+        match self.release_op(key, lease)? {
+            Some((key, _)) => self.run_blocking(key, Op::Extend { lease_id: lease.id }).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// This process's metrics for this limiter (concurrent limiters; zero for others).
+    pub fn metrics(&self) -> Metrics {
+        self.inner.metrics.snapshot()
+    }
+
+    /// The metrics of every process sharing this limiter: on Redis, this process's pending
+    /// counts are flushed first and the aggregate read back; on memory, the same as
+    /// [`Limiter::metrics`].
+    pub async fn fleet_metrics(&self) -> Result<Metrics> {
+        match &self.inner.target {
+            Target::Redis { backend, .. } => match &*backend.inner {
+                BackendInner::Redis(redis) => {
+                    redis.fleet_metrics(self.kind(), &self.inner.name, &self.inner.metrics).await
+                }
+                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
+            },
+            _ => Ok(self.metrics()),
+        }
+    }
+
+    /// Blocking form of [`Limiter::fleet_metrics`].
+    pub fn fleet_metrics_blocking(&self) -> Result<Metrics> {
+        match &self.inner.target {
+            Target::Redis { .. } => block_on(self.fleet_metrics()),
+            _ => Ok(self.metrics()),
+        }
+    }
+
+    /// The operation releasing `lease`, or `None` when there is nothing to release or extend (unlimited
     /// limiters, and leases granted while failing open, whose fencing token is 0).
     fn release_op<'k>(&self, key: Option<&'k str>, lease: &Lease) -> Result<Option<(&'k str, Op)>> {
         let key = validate_key(key)?;

@@ -253,7 +253,7 @@ impl MemoryBackend {
                     slot.expires_at = g.expires_at(tat);
                 }
                 e.decision.decided_at_micros = now;
-                return Ok(Outcome { decision: e.decision, wake: None });
+                return Ok(Outcome::of(e.decision));
             }
             return update(slot, algorithm, now, op);
         }
@@ -358,7 +358,7 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
     let mut plain = |mut e: Evaluation| {
         *changed = e.changed;
         e.decision.decided_at_micros = now;
-        Ok(Outcome { decision: e.decision, wake: None })
+        Ok(Outcome::of(e.decision))
     };
     match (algorithm, state, op) {
         (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. }) => plain(g.evaluate(tat, now, cost, true)),
@@ -380,27 +380,36 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
                 Op::Check { lease_id, .. } => (lease_id, true),
                 _ => (0, false),
             };
+            let reclaimed_before = st.reclaimed;
             let mut e = c.evaluate(st, now, lease_id, commit);
             e.decision.decided_at_micros = now;
             let wake = (!e.decision.allowed).then(|| Wake::Local(notify.clone()));
             *changed = e.changed;
-            Ok(Outcome { decision: e.decision, wake })
+            Ok(Outcome { decision: e.decision, wake, reclaimed: st.reclaimed - reclaimed_before })
         }
-        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Release { lease_id }) => match c
-            .release(&mut concurrent.0, lease_id)
-        {
-            Released::Freed => {
-                concurrent.1.notify_one();
-                let e = c.evaluate(&mut concurrent.0, now, 0, false);
-                *changed = true;
-                Ok(Outcome { decision: e.decision, wake: None })
+        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Release { lease_id }) => {
+            match c.release(&mut concurrent.0, lease_id) {
+                Released::Freed => {
+                    concurrent.1.notify_one();
+                    let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
+                    e.decision.decided_at_micros = now;
+                    *changed = true;
+                    Ok(Outcome::of(e.decision))
+                }
+                Released::Lost => Err(Error::lease_lost()),
             }
-            Released::Lost => Err(Error::LeaseLost {
-                message:
-                    "the lease is no longer held: it outlived lock_timeout and was reclaimed, or the limiter was reset"
-                        .into(),
-            }),
-        },
+        }
+        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Extend { lease_id }) => {
+            match c.extend(&mut concurrent.0, now, lease_id) {
+                Released::Freed => {
+                    let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
+                    e.decision.decided_at_micros = now;
+                    *changed = true;
+                    Ok(Outcome::of(e.decision))
+                }
+                Released::Lost => Err(Error::lease_lost()),
+            }
+        }
         (algorithm, _, op) => Err(mismatch(algorithm, op)),
     }
 }

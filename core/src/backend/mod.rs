@@ -34,6 +34,8 @@ pub(crate) enum Op {
     Adjust { estimate: u64, actual: u64 },
     /// Free a concurrent lease.
     Release { lease_id: u128 },
+    /// Renew a concurrent lease for another `lock_timeout`.
+    Extend { lease_id: u128 },
 }
 
 /// What an operation on one key produced.
@@ -41,6 +43,15 @@ pub(crate) struct Outcome {
     pub decision: Decision,
     /// Set when a concurrent limiter refused: how to wait for a slot to be released.
     pub wake: Option<Wake>,
+    /// Overdue leases this call reclaimed (concurrent limiters).
+    pub reclaimed: u64,
+}
+
+impl Outcome {
+    /// An outcome that carries only a decision.
+    pub(crate) fn of(decision: Decision) -> Outcome {
+        Outcome { decision, wake: None, reclaimed: 0 }
+    }
 }
 
 /// How a refused concurrent caller waits for a release (one waiter woken per freed slot).

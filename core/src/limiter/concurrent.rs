@@ -29,10 +29,10 @@ pub(crate) struct ConcurrentState {
     pub reclaimed: u64,
 }
 
-/// What `release` found.
+/// What `release` (or `extend`) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// The lease was held and is now free.
+    /// The lease was held (and is now free, or renewed).
     Freed,
     /// The lease is unknown: reclaimed by another caller, or its state expired.
     Lost,
@@ -60,8 +60,19 @@ impl Concurrent {
         state.last_token = token;
         state.holders.push(Holder { id, expires_at: now + self.lock_us });
         let mut d = decision(true, self.limit, self.limit - live - 1, 0, self.reset_us(state, now));
-        d.lease = Some(Lease { id, fencing_token: token });
+        d.lease = Some(Lease { id, fencing_token: token, granted_at_micros: now });
         Evaluation { decision: d, changed: true }
+    }
+
+    /// Renews lease `id` for another `lock_timeout` from `now`, if it is still held.
+    pub(crate) fn extend(&self, state: &mut ConcurrentState, now: u64, id: u128) -> Released {
+        match state.holders.iter_mut().find(|h| h.id == id) {
+            Some(holder) => {
+                holder.expires_at = now + self.lock_us;
+                Released::Freed
+            }
+            None => Released::Lost,
+        }
     }
 
     /// Frees lease `id` if it is still held.

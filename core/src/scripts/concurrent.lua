@@ -2,13 +2,14 @@
 -- KEYS[1]  a ZSET of holders: member = lease id (hex), score = instant its lease_timeout ends
 -- KEYS[2]  the last fencing token granted (string)
 -- KEYS[3]  a LIST a release pushes to, so that exactly one blocked waiter (BLPOP) wakes
--- ARGV[1]  'check' | 'peek' | 'release'
+-- ARGV[1]  'check' | 'peek' | 'release' | 'extend'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  limit
 -- ARGV[4]  lock_timeout (µs)
--- ARGV[5]  lease id (check, release)
+-- ARGV[5]  lease id (check, release, extend)
 -- check/peek return {allowed, limit, remaining, retry_after_us, reset_after_us, now_us,
--- fencing_token, reclaimed}; release returns {1} if the lease was held, {0} if it was lost.
+-- fencing_token, reclaimed}; release and extend return {1, now_us} if the lease was held,
+-- {0, now_us} if it was lost.
 
 local function now_us()
   if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
@@ -33,14 +34,25 @@ local function latest_expiry()
   return last[2] and tonumber(last[2]) or 0
 end
 
+if op == 'extend' then
+  -- Renew for another lock_timeout from now, only if still held (not reclaimed).
+  if redis.call('ZSCORE', holders, ARGV[5]) then
+    redis.call('ZADD', holders, 'XX', fmt(now + lock), ARGV[5])
+    touch(holders, latest_expiry())
+    touch(token_key, latest_expiry())
+    return {1, now}
+  end
+  return {0, now}
+end
+
 if op == 'release' then
   if redis.call('ZREM', holders, ARGV[5]) == 1 then
     redis.call('LPUSH', wake_key, '1')
     redis.call('LTRIM', wake_key, 0, limit - 1)
     touch(wake_key, now + lock)
-    return {1}
+    return {1, now}
   end
-  return {0}
+  return {0, now}
 end
 
 local held = redis.call('ZCARD', holders)

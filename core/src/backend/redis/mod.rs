@@ -22,7 +22,15 @@ use crate::clock::Clock;
 use crate::decision::{Decision, Lease, LimitStatus};
 use crate::error::{Error, Result};
 use crate::limiter::{decision, Algorithm, Kind};
+use crate::metrics::{from_values, LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
+use crate::runtime::runtime;
+
+/// How often a process adds its concurrent limiters' metric counts to Redis.
+const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a limiter's aggregated metrics outlive their last update (Sidekiq's metadata TTL).
+const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
 /// Lease ids granted by the fallback memory limiter carry this bit, so their release goes back
 /// to it even if Redis has recovered in between.
@@ -126,7 +134,7 @@ impl RedisBackend {
         match (self.policy, fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
-                Ok(Outcome { decision: open_decision(algorithm, op), wake: None })
+                Ok(Outcome::of(open_decision(algorithm, op)))
             }
             (FailurePolicy::Fallback { .. }, Some((algorithm, namespace))) => {
                 self.counters.fell_back.fetch_add(1, Ordering::Relaxed);
@@ -158,8 +166,9 @@ impl RedisBackend {
             Op::Peek => "peek",
             Op::Adjust { .. } => "adjust",
             Op::Release { .. } => "release",
+            Op::Extend { .. } => "extend",
         };
-        let plain = |reply: Vec<i64>| Ok(Outcome { decision: decision_from(&reply), wake: None });
+        let plain = |reply: Vec<i64>| Ok(Outcome::of(decision_from(&reply)));
         match (algorithm, op) {
             (Algorithm::Gcra(g), Op::Check { .. } | Op::Peek | Op::Adjust { .. }) => {
                 let (first, second) = match op {
@@ -186,32 +195,38 @@ impl RedisBackend {
                 }
                 plain(self.run(&scripts::LOG, &[keys.key("z"), keys.key("d")], &args).await?)
             }
-            (Algorithm::Concurrent(c), Op::Check { .. } | Op::Peek | Op::Release { .. }) => {
+            (Algorithm::Concurrent(c), Op::Check { .. } | Op::Peek | Op::Release { .. } | Op::Extend { .. }) => {
                 let lease_id = match op {
-                    Op::Check { lease_id, .. } | Op::Release { lease_id } => lease_id,
+                    Op::Check { lease_id, .. } | Op::Release { lease_id } | Op::Extend { lease_id } => lease_id,
                     _ => 0,
                 };
                 let wake_key = keys.key("w");
                 let all = [keys.key("h"), keys.key("t"), wake_key.clone()];
                 let args = [verb(op).into(), now, arg(c.limit), arg(c.lock_us), format!("{lease_id:032x}")];
                 let reply = self.run(&scripts::CONCURRENT, &all, &args).await?;
-                if let Op::Release { .. } = op {
+                if let Op::Release { .. } | Op::Extend { .. } = op {
+                    let mut d = decision(true, c.limit, 0, 0, 0);
+                    d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;
                     return match reply.first() {
-                        Some(1) => Ok(Outcome { decision: decision(true, c.limit, 0, 0, 0), wake: None }),
-                        _ => Err(lease_lost()),
+                        Some(1) => Ok(Outcome::of(d)),
+                        _ => Err(Error::lease_lost()),
                     };
                 }
                 let mut d = decision_from(&reply);
                 let wake = if d.allowed {
                     if let Op::Check { .. } = op {
-                        d.lease =
-                            Some(Lease { id: lease_id, fencing_token: reply.get(6).copied().unwrap_or(0) as u64 });
+                        d.lease = Some(Lease {
+                            id: lease_id,
+                            fencing_token: reply.get(6).copied().unwrap_or(0) as u64,
+                            granted_at_micros: d.decided_at_micros,
+                        });
                     }
                     None
                 } else {
                     Some(Wake::Redis { backend: self.clone(), list_key: wake_key })
                 };
-                Ok(Outcome { decision: d, wake })
+                let reclaimed = reply.get(7).copied().unwrap_or(0).max(0) as u64;
+                Ok(Outcome { decision: d, wake, reclaimed })
             }
             (algorithm, op) => Err(Error::invalid("operation", format!("{op:?} does not apply to {algorithm:?}"))),
         }
@@ -236,15 +251,65 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (c.lock_us / 1000).max(1) as i64).ignore();
         }
+        self.query(&pipe, "the reset").await
+    }
+
+    /// Runs a pipeline (not a script) within the deadline.
+    async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline, what: &str) -> Result<T> {
         let until = tokio::time::Instant::now() + self.deadline;
         let timed_out =
-            || Error::Timeout { message: format!("Redis did not answer the reset within {:?}", self.deadline) };
+            || Error::Timeout { message: format!("Redis did not answer {what} within {:?}", self.deadline) };
         let (mut conn, _) =
             tokio::time::timeout_at(until, self.connections.shared()).await.map_err(|_| timed_out())??;
-        tokio::time::timeout_at(until, pipe.query_async::<()>(&mut conn))
+        tokio::time::timeout_at(until, pipe.query_async::<T>(&mut conn))
             .await
             .map_err(|_| timed_out())?
             .map_err(|e| Error::BackendUnavailable { message: format!("Redis: {e}") })
+    }
+
+    fn metrics_key(&self, kind: Kind, name: &str) -> String {
+        KeyBuilder::new(&self.prefix, kind, name, "").key("metrics")
+    }
+
+    /// Adds `metrics`' counts to Redis once a second (one pipeline, only when something changed)
+    /// until the limiter or the backend is dropped.
+    pub(crate) fn spawn_metrics_flush(self: &Arc<Self>, kind: Kind, name: &str, metrics: &Arc<LimiterMetrics>) {
+        let (backend, metrics, name) = (Arc::downgrade(self), Arc::downgrade(metrics), name.to_owned());
+        runtime().spawn(async move {
+            let mut tick = tokio::time::interval(METRICS_FLUSH_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                let (Some(backend), Some(metrics)) = (backend.upgrade(), metrics.upgrade()) else { return };
+                // A failed flush keeps its counts for the next one.
+                let _ = backend.flush_metrics(kind, &name, &metrics).await;
+            }
+        });
+    }
+
+    async fn flush_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<()> {
+        let deltas = metrics.unflushed.take();
+        if deltas.iter().all(|d| *d == 0) {
+            return Ok(());
+        }
+        let key = self.metrics_key(kind, name);
+        let mut pipe = redis::pipe();
+        for (field, delta) in FIELDS.iter().zip(deltas) {
+            if delta > 0 {
+                pipe.hincr(&key, *field, delta).ignore();
+            }
+        }
+        pipe.pexpire(&key, METRICS_TTL.as_millis() as i64).ignore();
+        self.query::<()>(&pipe, "the metrics flush").await.inspect_err(|_| metrics.unflushed.restore(deltas))
+    }
+
+    /// Flushes this process's pending counts, then reads the aggregate of every process.
+    pub(crate) async fn fleet_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<Metrics> {
+        self.flush_metrics(kind, name, metrics).await?;
+        let mut pipe = redis::pipe();
+        pipe.hgetall(self.metrics_key(kind, name));
+        let (values,): (std::collections::HashMap<String, u64>,) = self.query(&pipe, "the metrics read").await?;
+        Ok(from_values(FIELDS.map(|f| values.get(f).copied().unwrap_or(0))))
     }
 
     /// Blocks (on a dedicated connection) until a release pushes to `list_key` or `timeout` passes.
@@ -267,13 +332,6 @@ fn cost_of(op: Op) -> u64 {
     match op {
         Op::Check { cost, .. } => cost,
         _ => 1,
-    }
-}
-
-fn lease_lost() -> Error {
-    Error::LeaseLost {
-        message: "the lease is no longer held: it outlived lock_timeout and was reclaimed, or the limiter was reset"
-            .into(),
     }
 }
 
@@ -306,7 +364,7 @@ fn open_decision(algorithm: &Algorithm, op: Op) -> Decision {
     let capacity = algorithm.capacity();
     let mut d = decision(true, capacity, capacity, 0, 0);
     if let (Algorithm::Concurrent(_), Op::Check { lease_id, .. }) = (algorithm, op) {
-        d.lease = Some(Lease { id: lease_id, fencing_token: 0 });
+        d.lease = Some(Lease { id: lease_id, fencing_token: 0, granted_at_micros: 0 });
     }
     d
 }

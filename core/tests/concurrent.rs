@@ -1,0 +1,96 @@
+//! The concurrent limiter's leases on the memory backend under a manual clock: extend, overruns
+//! (lease lost, fencing, overages), and the in-process metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::{runtime, Backend, ErrorKind, ManualClock, MemoryConfig};
+
+const START: u64 = 1_800_000_000_000_000;
+
+fn setup() -> (Backend, ManualClock) {
+    let clock = ManualClock::new(START);
+    let backend = Backend::memory_with(MemoryConfig::default().clock(Arc::new(clock.clone()))).unwrap();
+    (backend, clock)
+}
+
+#[test]
+fn extend_keeps_a_long_holder_from_being_reclaimed() {
+    let (backend, clock) = setup();
+    let limiter = backend.concurrent("long", 1, Duration::from_secs(2)).unwrap();
+    let lease = limiter.check_blocking(None, 1).unwrap().lease.unwrap();
+    clock.advance(Duration::from_millis(1_500));
+    limiter.extend_blocking(None, &lease).unwrap();
+    clock.advance(Duration::from_millis(1_500)); // 3 s after the grant, 1.5 s after the extension
+    assert!(!limiter.check_blocking(None, 1).unwrap().allowed, "an extended lease must not be reclaimed");
+    clock.advance(Duration::from_millis(500)); // the extension has run out
+    let next = limiter.check_blocking(None, 1).unwrap();
+    assert!(next.allowed);
+    assert_eq!(limiter.extend_blocking(None, &lease).unwrap_err().kind(), ErrorKind::LeaseLost);
+    assert_eq!(limiter.metrics().reclaimed, 1);
+}
+
+#[test]
+fn an_overrunning_holder_loses_its_lease_and_has_the_lower_fencing_token() {
+    let (backend, clock) = setup();
+    let limiter = backend.concurrent("overrun", 1, Duration::from_secs(2)).unwrap();
+    let late = limiter.check_blocking(None, 1).unwrap().lease.unwrap();
+    clock.advance(Duration::from_secs(3));
+    let next = limiter.check_blocking(None, 1).unwrap().lease.unwrap();
+    assert!(late.fencing_token < next.fencing_token, "{} !< {}", late.fencing_token, next.fencing_token);
+    let err = limiter.release_blocking(None, &late).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost);
+    clock.advance(Duration::from_millis(500));
+    limiter.release_blocking(None, &next).unwrap();
+    let m = limiter.metrics();
+    assert_eq!((m.held, m.immediate, m.waited, m.overages, m.reclaimed), (2, 2, 0, 1, 1), "{m:?}");
+    assert_eq!(m.held_time, Duration::from_millis(500), "only the released lease's hold time counts");
+}
+
+#[test]
+fn a_release_after_lock_timeout_that_was_not_reclaimed_counts_an_overage() {
+    let (backend, clock) = setup();
+    let limiter = backend.concurrent("slow", 2, Duration::from_secs(1)).unwrap();
+    let lease = limiter.check_blocking(None, 1).unwrap().lease.unwrap();
+    clock.advance(Duration::from_millis(1_200));
+    limiter.release_blocking(None, &lease).unwrap();
+    let m = limiter.metrics();
+    assert_eq!((m.held, m.overages, m.reclaimed), (1, 1, 0));
+    assert_eq!(m.held_time, Duration::from_millis(1_200));
+}
+
+#[test]
+fn waits_are_measured_and_one_release_serves_one_waiter() {
+    let (backend, clock) = setup();
+    let limiter = backend.concurrent("waits", 1, Duration::from_secs(30)).unwrap();
+    runtime().block_on(async {
+        let first = limiter.check(None, 1).await.unwrap().lease.unwrap();
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.acquire(None, 1, Some(Duration::from_secs(10))).await })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        clock.advance(Duration::from_millis(250));
+        limiter.release(None, &first).await.unwrap();
+        let granted = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+        assert!(granted.allowed);
+        let m = limiter.metrics();
+        assert_eq!((m.held, m.immediate, m.waited), (2, 1, 1), "{m:?}");
+        assert_eq!(m.wait_time, Duration::from_millis(250));
+        assert_eq!(m.held_time, Duration::from_millis(250));
+    });
+}
+
+#[test]
+fn metrics_are_shared_by_copies_and_absent_for_other_kinds() {
+    let (backend, _clock) = setup();
+    let limiter = backend.concurrent("copies", 3, Duration::from_secs(30)).unwrap();
+    let copy = limiter.with_wait_timeout(Duration::ZERO).unwrap();
+    limiter.check_blocking(None, 1).unwrap();
+    copy.check_blocking(None, 1).unwrap();
+    assert_eq!(limiter.metrics().held, 2);
+    assert_eq!(limiter.fleet_metrics_blocking().unwrap(), limiter.metrics());
+    let bucket = backend.bucket("plain", 3, Duration::from_secs(1)).unwrap();
+    bucket.check_blocking(None, 1).unwrap();
+    assert_eq!(bucket.metrics(), ratekeeper::Metrics::default());
+}
