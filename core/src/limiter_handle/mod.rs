@@ -1,0 +1,286 @@
+//! [`Limiter`]: the object users hold, with every call style (`check`, `peek`, `acquire`,
+//! `within_limit`, `reset`, leases, `points_used`), async and blocking.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::backend::{Backend, BackendInner, Op, Outcome};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::Decision;
+use crate::error::Result;
+use crate::limiter::{Algorithm, Kind, LimiterSpec};
+use crate::metrics::{Counter, LimiterMetrics};
+use crate::params::{micros, validate_cost, validate_duration, validate_key};
+use crate::runtime::block_on;
+
+mod lease;
+mod waiting;
+
+pub use waiting::{Permit, Policy, DEFAULT_WAIT_TIMEOUT};
+
+/// A rate limiter bound to a backend. Cheap to clone, safe to share between threads and tasks.
+#[derive(Clone, Debug)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: Box<str>,
+    spec: LimiterSpec,
+    algorithm: Algorithm,
+    target: Target,
+    wait_timeout: Duration,
+    /// Shared by the copies `with_wait_timeout` makes (concurrent limiters only record any).
+    metrics: Arc<LimiterMetrics>,
+}
+
+#[derive(Debug, Clone)]
+enum Target {
+    Memory {
+        backend: Backend,
+        namespace: u32,
+    },
+    /// `fallback`: the limiter scaled for the fallback failure policy, and its namespace there.
+    Redis {
+        backend: Backend,
+        fallback: Option<(Algorithm, u32)>,
+    },
+    Nowhere,
+}
+
+/// A process-unique lease id: a random prefix mixed with the pid (so a forked child never
+/// repeats its parent's ids), and a counter.
+fn next_lease_id() -> u128 {
+    static SEED: OnceLock<foldhash::fast::RandomState> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(1);
+    use std::hash::BuildHasher;
+    let seed = SEED.get_or_init(foldhash::fast::RandomState::default);
+    // The top bit is left clear: the Redis backend marks fallback leases with it.
+    let prefix = seed.hash_one((std::process::id(), SystemClock.now_micros())) >> 1;
+    ((prefix as u128) << 64) | COUNTER.fetch_add(1, Ordering::Relaxed) as u128
+}
+
+impl Limiter {
+    /// A limiter that always allows and touches no backend (admins, tests).
+    pub fn unlimited() -> Limiter {
+        Limiter {
+            inner: Arc::new(Inner {
+                name: "unlimited".into(),
+                spec: LimiterSpec::Unlimited,
+                algorithm: Algorithm::Unlimited,
+                target: Target::Nowhere,
+                wait_timeout: DEFAULT_WAIT_TIMEOUT,
+                metrics: Arc::default(),
+            }),
+        }
+    }
+
+    pub(crate) fn build(backend: &Backend, name: &str, spec: LimiterSpec) -> Result<Limiter> {
+        let algorithm = spec.compile()?;
+        let target = match (&algorithm, &*backend.inner) {
+            (Algorithm::Unlimited, _) => Target::Nowhere,
+            (_, BackendInner::Memory(memory)) => {
+                Target::Memory { backend: backend.clone(), namespace: memory.namespace(spec.kind(), name) }
+            }
+            (_, BackendInner::Redis(redis)) => {
+                let fallback = match redis.fallback_divisor() {
+                    Some(divisor) => {
+                        let scaled = spec.scaled(divisor).compile()?;
+                        Some((scaled, redis.fallback.namespace(spec.kind(), name)))
+                    }
+                    None => None,
+                };
+                Target::Redis { backend: backend.clone(), fallback }
+            }
+        };
+        let metrics = Arc::<LimiterMetrics>::default();
+        if let (Target::Redis { backend, .. }, Algorithm::Concurrent(_)) = (&target, &algorithm) {
+            if let BackendInner::Redis(redis) = &*backend.inner {
+                redis.spawn_metrics_flush(spec.kind(), name, &metrics);
+            }
+        }
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                spec,
+                algorithm,
+                target,
+                wait_timeout: DEFAULT_WAIT_TIMEOUT,
+                metrics,
+            }),
+        })
+    }
+
+    /// The same limiter with another default wait timeout for `acquire` and `within_limit`
+    /// (zero: never wait).
+    pub fn with_wait_timeout(&self, wait_timeout: Duration) -> Result<Limiter> {
+        if !wait_timeout.is_zero() {
+            validate_duration("wait_timeout", wait_timeout)?;
+        }
+        let inner = &self.inner;
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                name: inner.name.clone(),
+                spec: inner.spec.clone(),
+                algorithm: inner.algorithm.clone(),
+                target: inner.target.clone(),
+                wait_timeout,
+                metrics: inner.metrics.clone(),
+            }),
+        })
+    }
+
+    /// The limiter's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The limiter's kind.
+    pub fn kind(&self) -> Kind {
+        self.inner.spec.kind()
+    }
+
+    /// The spec the limiter was built from.
+    pub fn spec(&self) -> &LimiterSpec {
+        &self.inner.spec
+    }
+
+    /// The default wait timeout of `acquire`.
+    pub fn wait_timeout(&self) -> Duration {
+        self.inner.wait_timeout
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        match &self.inner.target {
+            Target::Memory { backend, .. } | Target::Redis { backend, .. } => backend.clock(),
+            Target::Nowhere => Arc::new(SystemClock),
+        }
+    }
+
+    /// Runs one operation.
+    async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
+        match &self.inner.target {
+            Target::Redis { backend, fallback } => match &*backend.inner {
+                BackendInner::Redis(redis) => {
+                    redis
+                        .execute(self.kind(), &self.inner.name, key, &self.inner.algorithm, fallback.as_ref(), op)
+                        .await
+                }
+                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
+            },
+            _ => self.run_local(key, op),
+        }
+    }
+
+    /// Runs one operation, blocking the calling thread on remote backends.
+    #[inline]
+    fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
+        match &self.inner.target {
+            Target::Redis { .. } => block_on(self.run(key, op)),
+            _ => self.run_local(key, op),
+        }
+    }
+
+    /// Runs one operation on an in-process target: never waits, so it is the hot path of both
+    /// the async and the blocking forms.
+    #[inline]
+    fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
+        match &self.inner.target {
+            Target::Memory { backend, namespace } => match &*backend.inner {
+                BackendInner::Memory(memory) => memory.execute(*namespace, key, &self.inner.algorithm, op),
+                BackendInner::Redis(_) => unreachable!("a memory target holds a memory backend"),
+            },
+            _ => Ok(Outcome::of(Decision::unlimited())),
+        }
+    }
+
+    #[inline]
+    fn check_op<'k>(&self, key: Option<&'k str>, cost: u64) -> Result<(&'k str, Op)> {
+        let key = validate_key(key)?;
+        validate_cost("cost", cost)?;
+        self.inner.algorithm.validate_cost(cost)?;
+        let lease_id = if matches!(self.inner.algorithm, Algorithm::Concurrent(_)) { next_lease_id() } else { 0 };
+        Ok((key, Op::Check { cost, lease_id }))
+    }
+
+    /// Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
+    /// nothing and returns `allowed: false` with the exact `retry_after`. On a concurrent limiter
+    /// an admitted call holds a lease (in the decision) that must be released.
+    pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
+        let (key, op) = self.check_op(key, cost)?;
+        let outcome = self.run(key, op).await?;
+        Ok(self.granted(outcome, None))
+    }
+
+    /// Blocking form of [`Limiter::check`].
+    #[inline]
+    pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
+        let (key, op) = self.check_op(key, cost)?;
+        let outcome = self.run_blocking(key, op)?;
+        Ok(self.granted(outcome, None))
+    }
+
+    /// Records a concurrent limiter's grant (after `waited`, if it waited) and reclaims.
+    #[inline]
+    fn granted(&self, outcome: Outcome, waited: Option<Duration>) -> Decision {
+        if let Algorithm::Concurrent(_) = self.inner.algorithm {
+            let m = &self.inner.metrics;
+            m.add(Counter::Reclaimed, outcome.reclaimed);
+            if outcome.decision.allowed {
+                m.add(Counter::Held, 1);
+                match waited {
+                    None => m.add(Counter::Immediate, 1),
+                    Some(wait) => {
+                        m.add(Counter::Waited, 1);
+                        m.add(Counter::WaitMicros, micros(wait));
+                    }
+                }
+            }
+        }
+        outcome.decision
+    }
+
+    /// Reports what a call of cost 1 would get, consuming nothing.
+    pub async fn peek(&self, key: Option<&str>) -> Result<Decision> {
+        let key = validate_key(key)?;
+        Ok(self.run(key, Op::Peek).await?.decision)
+    }
+
+    /// Blocking form of [`Limiter::peek`].
+    pub fn peek_blocking(&self, key: Option<&str>) -> Result<Decision> {
+        let key = validate_key(key)?;
+        Ok(self.run_blocking(key, Op::Peek)?.decision)
+    }
+
+    /// Forgets all state of `key` (waiters on a concurrent limiter are woken to re-check).
+    pub async fn reset(&self, key: Option<&str>) -> Result<()> {
+        let key = validate_key(key)?;
+        match &self.inner.target {
+            Target::Redis { backend, .. } => match &*backend.inner {
+                BackendInner::Redis(redis) => {
+                    redis.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm).await
+                }
+                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
+            },
+            _ => Ok(self.reset_local(key)),
+        }
+    }
+
+    /// Blocking form of [`Limiter::reset`].
+    pub fn reset_blocking(&self, key: Option<&str>) -> Result<()> {
+        match &self.inner.target {
+            Target::Redis { .. } => block_on(self.reset(key)),
+            _ => Ok(self.reset_local(validate_key(key)?)),
+        }
+    }
+
+    fn reset_local(&self, key: &str) {
+        if let Target::Memory { backend, namespace } = &self.inner.target {
+            if let BackendInner::Memory(memory) = &*backend.inner {
+                memory.reset(*namespace, key);
+            }
+        }
+    }
+}
