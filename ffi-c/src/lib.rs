@@ -1,6 +1,51 @@
-//! Placeholder until the binding issue fills it: the crate links the core so the workspace builds.
+//! # libratekeeper: the C ABI of ratekeeper
+//!
+//! Opaque thread-safe handles (`rk_backend`, `rk_limiter`), plain `#[repr(C)]` values
+//! (`rk_decision`, `rk_lease`), an `rk_status` from every fallible call, results through
+//! out-params and a per-thread error message. No limiter logic lives here: arguments are checked
+//! for NULL and UTF-8, converted with the core's `ratekeeper::params` validators, and errors are
+//! mapped in `error.rs`. Every `extern "C"` body runs inside the one panic boundary of
+//! `panic.rs`. `include/ratekeeper.h` is generated from this crate by cbindgen (see
+//! `cbindgen.toml`); the `///` comments here are its doxygen.
+//!
+//! Conventions of the C API:
+//! - counts, costs, limits and capacities are `uint64_t` (at most 2^53, `RK_MAX_COUNT`);
+//! - durations given are `double` seconds (fractions allowed, at least one microsecond, at most
+//!   100 years); durations returned are `uint64_t` microseconds (`*_us`);
+//! - strings are NUL-terminated UTF-8; an optional `key` may be NULL;
+//! - out-params are written only on success; NULL, invalid UTF-8 and out-of-range values are
+//!   reported before any state is touched.
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+// The C API takes raw pointers in safe `extern "C"` functions, as rustls-ffi does: the
+// contract each pointer must meet is documented on the function.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-/// The core library version this binding is built against.
-pub fn core_version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
+// cbindgen writes the header in the order of these modules (errors, backends, limiters, calls,
+// test hooks); the blank lines keep rustfmt from sorting them.
+pub mod error;
+
+pub mod backend;
+
+pub mod limiter;
+
+pub mod calls;
+
+mod test_hooks;
+
+mod args;
+mod panic;
+
+use std::os::raw::c_char;
+
+use panic::ffi_boundary;
+
+/// \brief The version of libratekeeper, e.g. `"0.1.0"`, as a static NUL-terminated string.
+///
+/// \return The version; never NULL; never free it.
+#[no_mangle]
+pub extern "C" fn rk_version() -> *const c_char {
+    ffi_boundary! {
+        concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+    }
 }

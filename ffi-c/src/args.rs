@@ -1,0 +1,72 @@
+//! Checked conversions of C arguments: NULL pointers, invalid UTF-8 and impossible lengths
+//! become a [`Failure`] naming the parameter, before any state is touched.
+
+use std::ffi::CStr;
+use std::os::raw::c_char;
+
+use crate::error::{rk_status, Failure};
+
+/// A shared reference from a pointer the caller promises is NULL or valid.
+pub(crate) fn arg_ref<'a, T>(parameter: &str, ptr: *const T) -> Result<&'a T, Failure> {
+    // SAFETY: the caller's contract: `ptr` is NULL or points to a live, aligned `T`.
+    unsafe { ptr.as_ref() }.ok_or_else(|| Failure::null(parameter))
+}
+
+/// An out-param: checked for NULL now, written only on success.
+pub(crate) struct Out<T>(*mut T);
+
+impl<T> Out<T> {
+    pub(crate) fn new(parameter: &str, ptr: *mut T) -> Result<Self, Failure> {
+        if ptr.is_null() {
+            return Err(Failure::null(parameter));
+        }
+        Ok(Out(ptr))
+    }
+
+    pub(crate) fn write(self, value: T) {
+        // SAFETY: non-NULL (checked in `new`); the caller's contract: aligned and writable.
+        // `write`, not assignment: the target may be uninitialised and must not be dropped.
+        unsafe { self.0.write(value) }
+    }
+}
+
+/// A required string.
+pub(crate) fn arg_str<'a>(parameter: &str, ptr: *const c_char) -> Result<&'a str, Failure> {
+    arg_opt_str(parameter, ptr)?.ok_or_else(|| Failure::null(parameter))
+}
+
+/// An optional string: NULL is `None`.
+pub(crate) fn arg_opt_str<'a>(parameter: &str, ptr: *const c_char) -> Result<Option<&'a str>, Failure> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract: a non-NULL string pointer is NUL-terminated and stays
+    // valid and unmodified for the duration of the call.
+    let bytes = unsafe { CStr::from_ptr(ptr) };
+    match bytes.to_str() {
+        Ok(s) => Ok(Some(s)),
+        Err(e) => Err(Failure::new(
+            rk_status::RK_INVALID_UTF8,
+            format!("`{parameter}` is not valid UTF-8 (invalid byte at offset {})", e.valid_up_to()),
+        )),
+    }
+}
+
+/// A C array of `len` elements; NULL is allowed only when `len` is 0.
+pub(crate) fn arg_slice<'a, T>(parameter: &str, ptr: *const T, len: usize) -> Result<&'a [T], Failure> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(Failure::null(parameter));
+    }
+    if len > isize::MAX as usize / std::mem::size_of::<T>().max(1) {
+        return Err(Failure::new(
+            rk_status::RK_INVALID_ARGUMENT,
+            format!("invalid argument `{parameter}_len`: {len} elements cannot exist in memory"),
+        ));
+    }
+    // SAFETY: the caller's contract: `ptr` points to `len` initialised elements that stay valid
+    // for the duration of the call; the total size fits in isize (checked above).
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}

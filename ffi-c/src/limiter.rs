@@ -1,0 +1,326 @@
+//! `rk_limiter` and its constructors, one per limiter of the catalogue.
+//!
+//! Every parameter is validated by the core (`ratekeeper::params`), so messages name the
+//! parameter the same way in every language. Counts are `uint64_t` (1..=2^53); durations are
+//! `double` seconds (at least one microsecond once rounded, at most 100 years).
+
+use std::os::raw::c_char;
+
+use ratekeeper::params::{duration_from_secs, timeout_from_secs};
+use ratekeeper::{Backend, Limiter, LimiterSpec, SlidingLimit, WindowLimit};
+
+use crate::args::{arg_ref, arg_slice, arg_str, Out};
+use crate::backend::rk_backend;
+use crate::error::{rk_status, Failure};
+use crate::panic::{ffi_boundary, ffi_status};
+
+/// \brief A rate limiter bound to a backend.
+///
+/// Opaque. Made by an `rk_limiter_new_*` function; freed with `rk_limiter_free`. Thread-safe:
+/// one handle may be used from any number of threads at once, including the blocking
+/// `rk_limiter_acquire`. Limiters with the same kind and name on the same backend (or on the
+/// same Redis, from any process and any language) share state.
+#[allow(non_camel_case_types)]
+pub struct rk_limiter {
+    pub(crate) inner: Limiter,
+}
+
+/// \brief One window of a multi-window limiter (`rk_limiter_new_windows`).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rk_window_limit {
+    /// Admissions allowed in any span of `interval_secs` (1..=2^53).
+    pub limit: u64,
+    /// The span, in seconds.
+    pub interval_secs: f64,
+}
+
+/// \brief One limit of a sliding-window limiter (`rk_limiter_new_sliding_window`).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rk_sliding_limit {
+    /// The span the limit covers, in seconds.
+    pub duration_secs: f64,
+    /// Units allowed per span (1..=2^53).
+    pub limit: u64,
+    /// Sub-bucket size in seconds; 0 for none (a plain fixed window aligned to the epoch).
+    /// At most 100,000 sub-buckets per limit.
+    pub precision_secs: f64,
+}
+
+/// Checks the backend, the name and the out-param, then builds the limiter from the spec.
+fn build(
+    backend: *const rk_backend,
+    name: *const c_char,
+    limiter_out: *mut *mut rk_limiter,
+    spec: impl FnOnce() -> Result<LimiterSpec, Failure>,
+) -> Result<(), Failure> {
+    let out = Out::new("limiter_out", limiter_out)?;
+    let backend: &Backend = &arg_ref("backend", backend)?.inner;
+    let name = arg_str("name", name)?;
+    let limiter = backend.limiter(name, spec()?)?;
+    publish(out, limiter);
+    Ok(())
+}
+
+fn publish(out: Out<*mut rk_limiter>, inner: Limiter) {
+    out.write(Box::into_raw(Box::new(rk_limiter { inner })));
+}
+
+/// \brief Creates a concurrent limiter: at most `limit` holders at once (`limit` 1 is a
+/// distributed mutex).
+///
+/// `rk_limiter_check` and `rk_limiter_acquire` grant a lease (in the decision) that must be
+/// given back with `rk_limiter_release`. A lease held longer than `lock_timeout_secs` may be
+/// reclaimed by a waiter; a waiter wakes within milliseconds of a release.
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param limit Holders allowed at once (1..=2^53).
+/// \param lock_timeout_secs How long a lease may be held before it can be reclaimed (Sidekiq's
+///        default: 30).
+/// \param wait_timeout_secs How long `rk_limiter_acquire` waits by default (with
+///        #RK_WAIT_DEFAULT); 0 never waits (Sidekiq's default: 5).
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_concurrent(
+    backend: *const rk_backend,
+    name: *const c_char,
+    limit: u64,
+    lock_timeout_secs: f64,
+    wait_timeout_secs: f64,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        let out = Out::new("limiter_out", limiter_out)?;
+        let backend: &Backend = &arg_ref("backend", backend)?.inner;
+        let name = arg_str("name", name)?;
+        let lock_timeout = duration_from_secs("lock_timeout", lock_timeout_secs)?;
+        let wait_timeout = timeout_from_secs("wait_timeout", wait_timeout_secs)?;
+        let limiter = backend.concurrent(name, limit, lock_timeout)?.with_wait_timeout(wait_timeout)?;
+        publish(out, limiter);
+        Ok(())
+    }
+}
+
+/// \brief Creates a bucket limiter: `limit` per fixed window of `interval_secs`, windows aligned
+/// to multiples of the interval since the Unix epoch (Sidekiq's bucket).
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param limit Units per window (1..=2^53).
+/// \param interval_secs The window length in seconds: #RK_SECOND, #RK_MINUTE, #RK_HOUR,
+///        #RK_DAY or any other number of seconds.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_bucket(
+    backend: *const rk_backend,
+    name: *const c_char,
+    limit: u64,
+    interval_secs: f64,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        build(backend, name, limiter_out, || {
+            Ok(LimiterSpec::Bucket { limit, interval: duration_from_secs("interval", interval_secs)? })
+        })
+    }
+}
+
+/// \brief Creates an exact sliding-window limiter: never more than `limit` admissions in any
+/// span of `interval_secs` (Sidekiq's window).
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param limit Admissions per span (1..=2^53).
+/// \param interval_secs The span in seconds.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_window(
+    backend: *const rk_backend,
+    name: *const c_char,
+    limit: u64,
+    interval_secs: f64,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        build(backend, name, limiter_out, || {
+            let interval = duration_from_secs("interval", interval_secs)?;
+            Ok(LimiterSpec::Window { windows: vec![WindowLimit { limit, interval }] })
+        })
+    }
+}
+
+/// \brief Creates a multi-window limiter: several exact sliding windows (e.g. 25 per 5 s AND
+/// 300 per 60 s) checked and recorded together.
+///
+/// The decision reports the window with the least remaining.
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param windows An array of `windows_len` windows (copied; the caller keeps ownership).
+/// \param windows_len The number of windows (at least 1).
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_windows(
+    backend: *const rk_backend,
+    name: *const c_char,
+    windows: *const rk_window_limit,
+    windows_len: usize,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        let windows = arg_slice("windows", windows, windows_len)?;
+        build(backend, name, limiter_out, || {
+            let mut converted = Vec::with_capacity(windows.len());
+            for w in windows {
+                converted.push(WindowLimit { limit: w.limit, interval: duration_from_secs("interval", w.interval_secs)? });
+            }
+            Ok(LimiterSpec::Window { windows: converted })
+        })
+    }
+}
+
+/// \brief Creates a sliding-window limiter of several `(duration, limit, precision)` limits over
+/// sub-buckets, checked atomically; only admitted calls count (Carlson's).
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param limits An array of `limits_len` limits (copied; the caller keeps ownership).
+/// \param limits_len The number of limits (at least 1).
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_sliding_window(
+    backend: *const rk_backend,
+    name: *const c_char,
+    limits: *const rk_sliding_limit,
+    limits_len: usize,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        let limits = arg_slice("limits", limits, limits_len)?;
+        build(backend, name, limiter_out, || {
+            let mut converted = Vec::with_capacity(limits.len());
+            for l in limits {
+                let precision = if l.precision_secs == 0.0 {
+                    None
+                } else {
+                    Some(duration_from_secs("precision", l.precision_secs)?)
+                };
+                converted.push(SlidingLimit {
+                    duration: duration_from_secs("duration", l.duration_secs)?,
+                    limit: l.limit,
+                    precision,
+                });
+            }
+            Ok(LimiterSpec::SlidingWindow { limits: converted })
+        })
+    }
+}
+
+/// \brief Creates a token bucket: refills `rate` tokens per second up to `capacity`; a call
+/// asks for `cost` tokens (Stripe's request rate limiter).
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param rate Tokens per second: finite, above 0, at most 1,000,000.
+/// \param capacity The burst size (1..=2^53).
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_token_bucket(
+    backend: *const rk_backend,
+    name: *const c_char,
+    rate: f64,
+    capacity: u64,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        build(backend, name, limiter_out, || Ok(LimiterSpec::TokenBucket { rate, capacity }))
+    }
+}
+
+/// \brief Creates a leaky bucket: a burst of `size`, then one call per `drain_secs / size`;
+/// after `drain_secs` idle the full burst is back (Sidekiq's leaky).
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param size The burst size (1..=2^53).
+/// \param drain_secs Seconds for a full bucket to drain.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_leaky(
+    backend: *const rk_backend,
+    name: *const c_char,
+    size: u64,
+    drain_secs: f64,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        build(backend, name, limiter_out, || {
+            Ok(LimiterSpec::Leaky { size, drain: duration_from_secs("drain", drain_secs)? })
+        })
+    }
+}
+
+/// \brief Creates a points limiter: a leaky bucket of `capacity` points refilled completely in
+/// `refill_secs`; a call gives an estimate that `rk_limiter_points_used` corrects (Sidekiq's
+/// points, e.g. GraphQL query cost).
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param capacity Points in a full bucket (1..=2^53).
+/// \param refill_secs Seconds for an empty bucket to refill completely.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_points(
+    backend: *const rk_backend,
+    name: *const c_char,
+    capacity: u64,
+    refill_secs: f64,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        build(backend, name, limiter_out, || {
+            Ok(LimiterSpec::Points { capacity, refill: duration_from_secs("refill", refill_secs)? })
+        })
+    }
+}
+
+/// \brief Creates a limiter that always allows and touches no backend (admins, tests).
+///
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK or #RK_NULL_PARAMETER.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_unlimited(limiter_out: *mut *mut rk_limiter) -> rk_status {
+    ffi_status! {
+        let out = Out::new("limiter_out", limiter_out)?;
+        publish(out, Limiter::unlimited());
+        Ok(())
+    }
+}
+
+/// \brief Frees a limiter. NULL is ignored.
+///
+/// Call it once per limiter, when no other thread is using this handle. Leases it granted are
+/// not released (on Redis they are reclaimed after `lock_timeout`).
+///
+/// \param limiter A limiter from an `rk_limiter_new_*` function, or NULL.
+#[no_mangle]
+pub extern "C" fn rk_limiter_free(limiter: *mut rk_limiter) {
+    ffi_boundary! {
+        if !limiter.is_null() {
+            // SAFETY: the caller's contract: made by `publish`, not freed before.
+            drop(unsafe { Box::from_raw(limiter) });
+        }
+    }
+}

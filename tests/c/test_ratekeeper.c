@@ -1,0 +1,928 @@
+/* Tests of libratekeeper through its C ABI only (include/ratekeeper.h).
+ *
+ * Built by scripts/test-c with -fsanitize=address,undefined and LeakSanitizer on, against the
+ * static and the shared library. Every limiter runs on the memory backend and, when the script
+ * provides them, on a Redis server (RK_TEST_REDIS_URL) and a one-node Redis Cluster
+ * (RK_TEST_REDIS_CLUSTER_URL). Prints "N passed, N failed[, N skipped]" last; exits 1 on any
+ * failure. */
+#define _POSIX_C_SOURCE 200809L
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+int g_check_failures;
+const char *g_context = "-";
+
+/* Fixed windows aligned to multiples of 100 years since the epoch: the next boundary is in
+ * 2069, so counts in a bucket never reset while a test runs. */
+#define CENTURY (100.0 * 365 * RK_DAY)
+
+static char g_sentinel;
+#define SENTINEL ((void *)&g_sentinel)
+
+/* ---------------------------------------------------------------- fixtures */
+
+typedef enum { MEMORY, REDIS, CLUSTER } backend_kind;
+
+typedef struct {
+  const char *label;
+  backend_kind kind;
+  const char *url;
+} fixture;
+
+static char g_prefix[64];
+
+static rk_backend *new_backend(const fixture *f) {
+  rk_backend *b = NULL;
+  rk_status s = RK_UNKNOWN_ERROR;
+  switch (f->kind) {
+  case MEMORY:
+    s = rk_backend_new_memory(&b);
+    break;
+  case REDIS:
+    /* A generous deadline: sanitizers slow everything down. */
+    s = rk_backend_new_redis(f->url, g_prefix, RK_FAIL_CLOSED, 0, 5.0, &b);
+    break;
+  case CLUSTER: {
+    const char *seeds[] = {f->url};
+    s = rk_backend_new_redis_cluster(seeds, 1, g_prefix, RK_FAIL_CLOSED, 0, 5.0, &b);
+    break;
+  }
+  }
+  if (!CHECK_OK(s)) {
+    fprintf(stderr, "cannot create the %s backend: giving up\n", f->label);
+    exit(2);
+  }
+  return b;
+}
+
+static rk_limiter *must(rk_status s, rk_limiter *limiter, const char *what) {
+  if (!check_status_(s, RK_OK, what, __FILE__, __LINE__)) {
+    fprintf(stderr, "cannot build limiter %s: giving up\n", what);
+    exit(2);
+  }
+  return limiter;
+}
+
+static rk_decision check1(const rk_limiter *l, const char *key, uint64_t cost) {
+  rk_decision d = {0};
+  memset(&d, 0, sizeof d);
+  CHECK_OK(rk_limiter_check(l, key, cost, &d));
+  return d;
+}
+
+static rk_decision peek1(const rk_limiter *l, const char *key) {
+  rk_decision d = {0};
+  memset(&d, 0, sizeof d);
+  CHECK_OK(rk_limiter_peek(l, key, &d));
+  return d;
+}
+
+/* ---------------------------------------------------------------- every limiter, every backend */
+
+static void test_bucket(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_bucket(b, "c-bucket", 3, CENTURY, &l), l, "bucket");
+  for (uint64_t i = 1; i <= 3; i++) {
+    rk_decision d = check1(l, "user-1", 1);
+    CHECK(d.allowed);
+    CHECK_U64(d.limit, 3);
+    CHECK_U64(d.remaining, 3 - i);
+    CHECK_U64(d.retry_after_us, 0);
+    CHECK(!d.has_lease);
+    CHECK(d.reset_after_us > 0);
+  }
+  rk_decision refused = check1(l, "user-1", 1);
+  CHECK(!refused.allowed);
+  CHECK_U64(refused.remaining, 0);
+  CHECK(refused.retry_after_us > 0);
+  CHECK(!peek1(l, "user-1").allowed);
+  /* Another key, and the shared (NULL) key, are untouched. */
+  CHECK_U64(peek1(l, "user-2").remaining, 3);
+  CHECK_U64(check1(l, NULL, 2).remaining, 1);
+  CHECK_U64(peek1(l, "").remaining, 1); /* NULL is the key "" */
+  /* cost 0 is always admitted and consumes nothing. */
+  CHECK(check1(l, "user-1", 0).allowed);
+  /* A second handle with the same kind and name shares the state; reset forgets it. */
+  rk_limiter *same = NULL;
+  must(rk_limiter_new_bucket(b, "c-bucket", 3, CENTURY, &same), same, "bucket again");
+  CHECK(!peek1(same, "user-1").allowed);
+  CHECK_OK(rk_limiter_reset(same, "user-1"));
+  CHECK_U64(check1(l, "user-1", 1).remaining, 2);
+  rk_limiter_free(same);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+static void test_window(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_window(b, "c-window", 2, RK_HOUR, &l), l, "window");
+  CHECK_U64(check1(l, "k", 1).remaining, 1);
+  CHECK_U64(check1(l, "k", 1).remaining, 0);
+  rk_decision d = check1(l, "k", 1);
+  CHECK(!d.allowed);
+  CHECK(d.retry_after_us > 0 && d.retry_after_us <= 3600u * 1000000u);
+  /* Kinds never share state: a bucket with the same name is full. */
+  rk_limiter *bucket = NULL;
+  must(rk_limiter_new_bucket(b, "c-window", 2, CENTURY, &bucket), bucket, "bucket");
+  CHECK_U64(peek1(bucket, "k").remaining, 2);
+  rk_limiter_free(bucket);
+  rk_limiter_free(l);
+
+  /* 2 per hour AND 3 per two hours: the first binds. */
+  rk_window_limit windows[] = {{3, 2 * RK_HOUR}, {2, RK_HOUR}};
+  must(rk_limiter_new_windows(b, "c-windows", windows, 2, &l), l, "windows");
+  CHECK(check1(l, NULL, 1).allowed);
+  d = check1(l, NULL, 1);
+  CHECK(d.allowed);
+  CHECK_U64(d.limit, 2);
+  CHECK_U64(d.remaining, 0);
+  CHECK(!check1(l, NULL, 1).allowed);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+static void test_sliding_window(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  rk_sliding_limit limits[] = {{RK_HOUR, 5, RK_MINUTE}, {RK_DAY, 3, 0}};
+  must(rk_limiter_new_sliding_window(b, "c-sliding", limits, 2, &l), l, "sliding_window");
+  CHECK_U64(check1(l, "k", 2).remaining, 1);
+  rk_decision d = check1(l, "k", 2); /* the daily limit of 3 refuses a cost of 2 now */
+  CHECK(!d.allowed);
+  CHECK_U64(d.limit, 3);
+  CHECK(d.retry_after_us > 0);
+  CHECK(check1(l, "k", 1).allowed); /* only admitted calls count */
+  CHECK(!check1(l, "k", 1).allowed);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+static void test_token_bucket(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  /* One token per 1000 s: nothing refills while the test runs. */
+  must(rk_limiter_new_token_bucket(b, "c-token", 0.001, 3, &l), l, "token_bucket");
+  CHECK_U64(check1(l, "k", 2).remaining, 1);
+  rk_decision d = check1(l, "k", 2);
+  CHECK(!d.allowed);
+  CHECK_U64(d.remaining, 1);
+  CHECK(d.retry_after_us > 990u * 1000000u && d.retry_after_us <= 1000u * 1000000u);
+  CHECK(check1(l, "k", 1).allowed);
+  CHECK(!check1(l, "k", 1).allowed);
+  CHECK(check1(l, "k", 0).allowed);
+  /* A wait that cannot succeed in time fails at once, with the exact retry_after. */
+  rk_decision over;
+  memset(&over, 0xab, sizeof over);
+  if (CHECK_STATUS(rk_limiter_acquire(l, "k", 1, 1.0, &over), RK_OVER_LIMIT)) {
+    CHECK(!over.allowed);
+    CHECK(over.retry_after_us > 990u * 1000000u);
+    CHECK_U64(over.limit, 0);
+    CHECK_MESSAGE("over limit");
+  }
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+static void test_leaky(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_leaky(b, "c-leaky", 3, 3000.0, &l), l, "leaky");
+  for (int i = 0; i < 3; i++) CHECK(check1(l, "k", 1).allowed);
+  rk_decision d = check1(l, "k", 1);
+  CHECK(!d.allowed);
+  /* One call per drain/size = 1000 s. */
+  CHECK(d.retry_after_us > 990u * 1000000u && d.retry_after_us <= 1000u * 1000000u);
+  CHECK(d.reset_after_us > 2990u * 1000000u && d.reset_after_us <= 3000u * 1000000u);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+static void test_points(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_points(b, "c-points", 10, 10000.0, &l), l, "points");
+  CHECK_U64(check1(l, "q", 5).remaining, 5);
+  rk_decision d = {0};
+  CHECK_OK(rk_limiter_points_used(l, "q", 5, 2, &d)); /* refund 3 */
+  CHECK_U64(d.remaining, 8);
+  CHECK_OK(rk_limiter_points_used(l, "q", 2, 9, &d)); /* charge 7 more */
+  CHECK_U64(d.remaining, 1);
+  CHECK(!check1(l, "q", 2).allowed);
+  /* points_used applies to the GCRA family only. */
+  rk_limiter *bucket = NULL;
+  must(rk_limiter_new_bucket(b, "c-points-bucket", 3, CENTURY, &bucket), bucket, "bucket");
+  CHECK_FAILS(rk_limiter_points_used(bucket, "q", 1, 1, &d), RK_INVALID_ARGUMENT, "points_used");
+  rk_limiter_free(bucket);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+static void test_concurrent(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_concurrent(b, "c-concurrent", 2, 30.0, 0.0, &l), l, "concurrent");
+  rk_decision one = check1(l, "res", 1), two = check1(l, "res", 1);
+  CHECK(one.allowed && one.has_lease && two.allowed && two.has_lease);
+  CHECK(one.lease.id_hi != two.lease.id_hi || one.lease.id_lo != two.lease.id_lo);
+  CHECK(one.lease.fencing_token > 0);
+  CHECK(two.lease.fencing_token > one.lease.fencing_token);
+  CHECK(one.lease.granted_at_us > 1600000000ull * 1000000ull);
+  rk_decision full = check1(l, "res", 1);
+  CHECK(!full.allowed && !full.has_lease);
+  CHECK(full.retry_after_us > 0);
+  /* Wait timeout 0 (the limiter's default here): refused at once. */
+  rk_decision d = {0};
+  CHECK_STATUS(rk_limiter_acquire(l, "res", 1, RK_WAIT_DEFAULT, &d), RK_OVER_LIMIT);
+  CHECK(!d.allowed && d.retry_after_us > 0);
+  CHECK_OK(rk_limiter_release(l, "res", &one.lease));
+  CHECK_OK(rk_limiter_acquire(l, "res", 1, 0.0, &d));
+  CHECK(d.allowed && d.has_lease && d.lease.fencing_token > two.lease.fencing_token);
+  CHECK_OK(rk_limiter_extend(l, "res", &d.lease));
+  CHECK_OK(rk_limiter_release(l, "res", &d.lease));
+  /* After a reset the outstanding lease is lost, for release and extend alike. */
+  CHECK_OK(rk_limiter_reset(l, "res"));
+  CHECK_FAILS(rk_limiter_extend(l, "res", &two.lease), RK_LEASE_LOST, "lease");
+  CHECK_FAILS(rk_limiter_release(l, "res", &two.lease), RK_LEASE_LOST, "lease");
+  /* A lease is a plain value: a forged one was never held. */
+  rk_lease forged = {1, 2, 3, 4};
+  CHECK_STATUS(rk_limiter_release(l, "res", &forged), RK_LEASE_LOST);
+  /* Leases belong to concurrent limiters only. */
+  rk_limiter *bucket = NULL;
+  must(rk_limiter_new_bucket(b, "c-concurrent-bucket", 3, CENTURY, &bucket), bucket, "bucket");
+  CHECK_FAILS(rk_limiter_release(bucket, "res", &forged), RK_INVALID_ARGUMENT, "lease");
+  rk_limiter_free(bucket);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+typedef struct {
+  const rk_limiter *limiter;
+  rk_status status;
+  rk_decision decision;
+  atomic_int released; /* set by the holder just before it releases */
+  int saw_release;
+} waiter_args;
+
+static void *waiter(void *arg) {
+  waiter_args *w = arg;
+  w->status = rk_limiter_acquire(w->limiter, "mutex", 1, 20.0, &w->decision);
+  w->saw_release = atomic_load(&w->released);
+  if (w->status == RK_OK) rk_limiter_release(w->limiter, "mutex", &w->decision.lease);
+  return NULL;
+}
+
+/* A blocked acquire (on a thread of the caller's) is woken by a release, long before its
+ * timeout and before the holder's lock_timeout. */
+static void test_acquire_woken_by_release(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_concurrent(b, "c-mutex", 1, 60.0, 5.0, &l), l, "mutex");
+  rk_decision held = check1(l, "mutex", 1);
+  CHECK(held.allowed);
+  waiter_args w = {.limiter = l, .status = RK_UNKNOWN_ERROR};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, waiter, &w) == 0);
+  /* Give the waiter time to block (not needed for correctness: it passes either way). */
+  nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+  atomic_store(&w.released, 1);
+  CHECK_OK(rk_limiter_release(l, "mutex", &held.lease));
+  pthread_join(t, NULL);
+  CHECK_STATUS(w.status, RK_OK);
+  CHECK(w.saw_release);
+  CHECK(w.decision.lease.fencing_token > held.lease.fencing_token);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+/* acquire sleeps until the decision can change: 20 per second, so the second call waits
+ * about 50 ms and succeeds. */
+static void test_acquire_waits_for_refill(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_token_bucket(b, "c-refill", 20.0, 1, &l), l, "token_bucket");
+  rk_decision d = {0};
+  CHECK_OK(rk_limiter_acquire(l, "k", 1, 5.0, &d));
+  CHECK_OK(rk_limiter_acquire(l, "k", 1, 5.0, &d));
+  CHECK(d.allowed);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+static void test_unlimited(const fixture *f) {
+  (void)f;
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_unlimited(&l), l, "unlimited");
+  for (int i = 0; i < 3; i++) {
+    rk_decision d = check1(l, "anyone", 1000000);
+    CHECK(d.allowed);
+    CHECK_U64(d.limit, RK_MAX_COUNT);
+    CHECK_U64(d.remaining, RK_MAX_COUNT);
+  }
+  rk_decision d = {0};
+  CHECK_OK(rk_limiter_acquire(l, NULL, 5, RK_WAIT_DEFAULT, &d));
+  CHECK_OK(rk_limiter_reset(l, NULL));
+  rk_limiter_free(l);
+}
+
+/* ---------------------------------------------------------------- 16 threads, one handle */
+
+#define THREADS 16
+
+typedef struct {
+  const rk_limiter *limiter;
+  int attempts;
+  int admitted;
+  int errors;
+} hammer_args;
+
+static void *hammer(void *arg) {
+  hammer_args *h = arg;
+  for (int i = 0; i < h->attempts; i++) {
+    rk_decision d = {0};
+    if (rk_limiter_check(h->limiter, "shared", 1, &d) != RK_OK) {
+      h->errors++;
+    } else if (d.allowed) {
+      h->admitted++;
+    }
+  }
+  return NULL;
+}
+
+/* 16 threads × 100 checks on one bucket handle of 1000: exactly 1000 are admitted. */
+static void test_threads_share_one_bucket(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_bucket(b, "c-threads", 1000, CENTURY, &l), l, "bucket");
+  rk_backend_free(b); /* the limiter keeps what it needs of its backend */
+  pthread_t threads[THREADS];
+  hammer_args args[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    args[i] = (hammer_args){.limiter = l, .attempts = 100};
+    CHECK(pthread_create(&threads[i], NULL, hammer, &args[i]) == 0);
+  }
+  int admitted = 0, errors = 0;
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(threads[i], NULL);
+    admitted += args[i].admitted;
+    errors += args[i].errors;
+  }
+  CHECK_U64((uint64_t)errors, 0);
+  CHECK_U64((uint64_t)admitted, 1000);
+  CHECK_U64(peek1(l, "shared").remaining, 0);
+  rk_limiter_free(l);
+}
+
+typedef struct {
+  const rk_limiter *limiter;
+  pthread_mutex_t *lock;
+  int *in_flight, *max_in_flight;
+  int rounds, acquired, errors;
+} holder_args;
+
+static void *holder(void *arg) {
+  holder_args *h = arg;
+  for (int i = 0; i < h->rounds; i++) {
+    rk_decision d = {0};
+    if (rk_limiter_acquire(h->limiter, "pool", 1, 30.0, &d) != RK_OK) {
+      h->errors++;
+      continue;
+    }
+    h->acquired++;
+    pthread_mutex_lock(h->lock);
+    if (++*h->in_flight > *h->max_in_flight) *h->max_in_flight = *h->in_flight;
+    pthread_mutex_unlock(h->lock);
+    nanosleep(&(struct timespec){0, 1000 * 1000}, NULL); /* hold the slot for 1 ms */
+    pthread_mutex_lock(h->lock);
+    --*h->in_flight;
+    pthread_mutex_unlock(h->lock);
+    if (rk_limiter_release(h->limiter, "pool", &d.lease) != RK_OK) h->errors++;
+  }
+  return NULL;
+}
+
+/* 16 threads through a concurrent limit of 4: never more than 4 inside, everyone gets in. */
+static void test_threads_share_one_semaphore(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_concurrent(b, "c-pool", 4, 30.0, 30.0, &l), l, "concurrent");
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  int in_flight = 0, max_in_flight = 0;
+  pthread_t threads[THREADS];
+  holder_args args[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    args[i] = (holder_args){.limiter = l, .lock = &lock, .in_flight = &in_flight,
+                            .max_in_flight = &max_in_flight, .rounds = 10};
+    CHECK(pthread_create(&threads[i], NULL, holder, &args[i]) == 0);
+  }
+  int acquired = 0, errors = 0;
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(threads[i], NULL);
+    acquired += args[i].acquired;
+    errors += args[i].errors;
+  }
+  CHECK_U64((uint64_t)errors, 0);
+  CHECK_U64((uint64_t)acquired, THREADS * 10);
+  CHECK(max_in_flight >= 1 && max_in_flight <= 4);
+  CHECK_U64(peek1(l, "pool").remaining, 4);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+/* ---------------------------------------------------------------- bad arguments */
+
+static const char BAD_UTF8[] = "bad\xff\xfe";
+
+/* Bad arguments to backend constructors: each returns its status and writes nothing. */
+static void test_backend_arguments(const fixture *f) {
+  (void)f;
+  rk_backend *b = SENTINEL;
+  CHECK_FAILS(rk_backend_new_memory(NULL), RK_NULL_PARAMETER, "backend_out");
+  CHECK_FAILS(rk_backend_new_memory_with(100, NULL), RK_NULL_PARAMETER, "backend_out");
+  CHECK_FAILS(rk_backend_new_memory_with(0, &b), RK_INVALID_ARGUMENT, "max_keys");
+  CHECK(b == SENTINEL);
+
+  const char *url = "redis://127.0.0.1:1";
+  CHECK_FAILS(rk_backend_new_redis(url, NULL, RK_FAIL_CLOSED, 0, 0, NULL), RK_NULL_PARAMETER,
+              "backend_out");
+  CHECK_FAILS(rk_backend_new_redis(NULL, NULL, RK_FAIL_CLOSED, 0, 0, &b), RK_NULL_PARAMETER, "url");
+  CHECK_FAILS(rk_backend_new_redis(BAD_UTF8, NULL, RK_FAIL_CLOSED, 0, 0, &b), RK_INVALID_UTF8, "url");
+  CHECK_FAILS(rk_backend_new_redis("http://x", NULL, RK_FAIL_CLOSED, 0, 0, &b), RK_INVALID_ARGUMENT,
+              "url");
+  CHECK_FAILS(rk_backend_new_redis(url, BAD_UTF8, RK_FAIL_CLOSED, 0, 0, &b), RK_INVALID_UTF8,
+              "prefix");
+  CHECK_FAILS(rk_backend_new_redis(url, "", RK_FAIL_CLOSED, 0, 0, &b), RK_INVALID_ARGUMENT, "prefix");
+  CHECK_FAILS(rk_backend_new_redis(url, NULL, 3, 0, 0, &b), RK_INVALID_ARGUMENT, "failure_policy");
+  CHECK_FAILS(rk_backend_new_redis(url, NULL, 0xffffffffu, 0, 0, &b), RK_INVALID_ARGUMENT,
+              "failure_policy");
+  CHECK_FAILS(rk_backend_new_redis(url, NULL, RK_FALLBACK, 0, 0, &b), RK_INVALID_ARGUMENT, "divisor");
+  CHECK_FAILS(rk_backend_new_redis(url, NULL, RK_FAIL_CLOSED, 0, -1.0, &b), RK_INVALID_ARGUMENT,
+              "deadline");
+  CHECK_FAILS(rk_backend_new_redis(url, NULL, RK_FAIL_CLOSED, 0, NAN, &b), RK_INVALID_ARGUMENT,
+              "deadline");
+  CHECK_FAILS(rk_backend_new_redis(url, NULL, RK_FAIL_CLOSED, 0, INFINITY, &b), RK_INVALID_ARGUMENT,
+              "deadline");
+  CHECK_FAILS(rk_backend_new_redis(url, NULL, RK_FAIL_CLOSED, 0, 1e-9, &b), RK_INVALID_ARGUMENT,
+              "deadline");
+  CHECK(b == SENTINEL);
+
+  const char *seeds[] = {url, NULL};
+  const char *bad_seeds[] = {BAD_UTF8};
+  const char *http_seeds[] = {"http://x:1"};
+  CHECK_FAILS(rk_backend_new_redis_cluster(seeds, 1, NULL, RK_FAIL_CLOSED, 0, 0, NULL),
+              RK_NULL_PARAMETER, "backend_out");
+  CHECK_FAILS(rk_backend_new_redis_cluster(NULL, 1, NULL, RK_FAIL_CLOSED, 0, 0, &b),
+              RK_NULL_PARAMETER, "seeds");
+  CHECK_FAILS(rk_backend_new_redis_cluster(NULL, 0, NULL, RK_FAIL_CLOSED, 0, 0, &b),
+              RK_INVALID_ARGUMENT, "seeds");
+  CHECK_FAILS(rk_backend_new_redis_cluster(seeds, 2, NULL, RK_FAIL_CLOSED, 0, 0, &b),
+              RK_NULL_PARAMETER, "seeds[1]");
+  CHECK_FAILS(rk_backend_new_redis_cluster(bad_seeds, 1, NULL, RK_FAIL_CLOSED, 0, 0, &b),
+              RK_INVALID_UTF8, "seeds[0]");
+  CHECK_FAILS(rk_backend_new_redis_cluster(http_seeds, 1, NULL, RK_FAIL_CLOSED, 0, 0, &b),
+              RK_INVALID_ARGUMENT, "url");
+  CHECK_FAILS(rk_backend_new_redis_cluster(seeds, SIZE_MAX, NULL, RK_FAIL_CLOSED, 0, 0, &b),
+              RK_INVALID_ARGUMENT, "seeds_len");
+  CHECK_FAILS(rk_backend_new_redis_cluster(seeds, 1, NULL, 9, 0, 0, &b), RK_INVALID_ARGUMENT,
+              "failure_policy");
+  CHECK(b == SENTINEL);
+  rk_backend_free(NULL); /* a no-op */
+}
+
+/* Bad arguments to every limiter constructor: the status, a message naming the parameter, and
+ * nothing written. */
+static void test_limiter_arguments(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = SENTINEL;
+  char long_name[200];
+  memset(long_name, 'n', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+
+  /* What every constructor shares: backend, name, limiter_out. */
+  CHECK_FAILS(rk_limiter_new_bucket(NULL, "n", 1, 1, &l), RK_NULL_PARAMETER, "backend");
+  CHECK_FAILS(rk_limiter_new_bucket(b, NULL, 1, 1, &l), RK_NULL_PARAMETER, "name");
+  CHECK_FAILS(rk_limiter_new_bucket(b, BAD_UTF8, 1, 1, &l), RK_INVALID_UTF8, "name");
+  CHECK_FAILS(rk_limiter_new_bucket(b, "a b", 1, 1, &l), RK_INVALID_ARGUMENT, "name");
+  CHECK_FAILS(rk_limiter_new_bucket(b, "", 1, 1, &l), RK_INVALID_ARGUMENT, "name");
+  CHECK_FAILS(rk_limiter_new_bucket(b, long_name, 1, 1, &l), RK_INVALID_ARGUMENT, "name");
+  CHECK_FAILS(rk_limiter_new_bucket(b, "n", 1, 1, NULL), RK_NULL_PARAMETER, "limiter_out");
+
+  /* concurrent */
+  CHECK_FAILS(rk_limiter_new_concurrent(NULL, "n", 1, 1, 1, &l), RK_NULL_PARAMETER, "backend");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, NULL, 1, 1, 1, &l), RK_NULL_PARAMETER, "name");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, BAD_UTF8, 1, 1, 1, &l), RK_INVALID_UTF8, "name");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, "n", 1, 1, 1, NULL), RK_NULL_PARAMETER, "limiter_out");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, "n", 0, 1, 1, &l), RK_INVALID_ARGUMENT, "limit");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, "n", RK_MAX_COUNT + 1, 1, 1, &l), RK_INVALID_ARGUMENT,
+              "limit");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, "n", 1, 0, 1, &l), RK_INVALID_ARGUMENT, "lock_timeout");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, "n", 1, NAN, 1, &l), RK_INVALID_ARGUMENT, "lock_timeout");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, "n", 1, 1, -1, &l), RK_INVALID_ARGUMENT, "wait_timeout");
+  CHECK_FAILS(rk_limiter_new_concurrent(b, "n", 1, 1, INFINITY, &l), RK_INVALID_ARGUMENT,
+              "wait_timeout");
+
+  /* bucket and window */
+  CHECK_FAILS(rk_limiter_new_bucket(b, "n", 0, 1, &l), RK_INVALID_ARGUMENT, "limit");
+  CHECK_FAILS(rk_limiter_new_bucket(b, "n", UINT64_MAX, 1, &l), RK_INVALID_ARGUMENT, "limit");
+  CHECK_FAILS(rk_limiter_new_bucket(b, "n", 1, 0, &l), RK_INVALID_ARGUMENT, "interval");
+  CHECK_FAILS(rk_limiter_new_bucket(b, "n", 1, -RK_SECOND, &l), RK_INVALID_ARGUMENT, "interval");
+  CHECK_FAILS(rk_limiter_new_bucket(b, "n", 1, CENTURY * 2, &l), RK_INVALID_ARGUMENT, "interval");
+  CHECK_FAILS(rk_limiter_new_window(NULL, "n", 1, 1, &l), RK_NULL_PARAMETER, "backend");
+  CHECK_FAILS(rk_limiter_new_window(b, BAD_UTF8, 1, 1, &l), RK_INVALID_UTF8, "name");
+  CHECK_FAILS(rk_limiter_new_window(b, "n", 1, 1, NULL), RK_NULL_PARAMETER, "limiter_out");
+  CHECK_FAILS(rk_limiter_new_window(b, "n", 0, 1, &l), RK_INVALID_ARGUMENT, "limit");
+  CHECK_FAILS(rk_limiter_new_window(b, "n", 1, NAN, &l), RK_INVALID_ARGUMENT, "interval");
+
+  /* windows */
+  rk_window_limit windows[] = {{1, 1}, {0, 1}};
+  rk_window_limit bad_interval[] = {{1, -5}};
+  CHECK_FAILS(rk_limiter_new_windows(NULL, "n", windows, 1, &l), RK_NULL_PARAMETER, "backend");
+  CHECK_FAILS(rk_limiter_new_windows(b, NULL, windows, 1, &l), RK_NULL_PARAMETER, "name");
+  CHECK_FAILS(rk_limiter_new_windows(b, "n", windows, 1, NULL), RK_NULL_PARAMETER, "limiter_out");
+  CHECK_FAILS(rk_limiter_new_windows(b, "n", NULL, 1, &l), RK_NULL_PARAMETER, "windows");
+  CHECK_FAILS(rk_limiter_new_windows(b, "n", NULL, 0, &l), RK_INVALID_ARGUMENT, "windows");
+  CHECK_FAILS(rk_limiter_new_windows(b, "n", windows, 2, &l), RK_INVALID_ARGUMENT, "limit");
+  CHECK_FAILS(rk_limiter_new_windows(b, "n", bad_interval, 1, &l), RK_INVALID_ARGUMENT, "interval");
+  CHECK_FAILS(rk_limiter_new_windows(b, "n", windows, SIZE_MAX / 4, &l), RK_INVALID_ARGUMENT,
+              "windows_len");
+
+  /* sliding_window */
+  rk_sliding_limit limits[] = {{60, 1, 0}};
+  rk_sliding_limit fine_precision[] = {{3600, 1, 0.001}}; /* 3.6 million sub-buckets */
+  rk_sliding_limit negative_precision[] = {{60, 1, -1}};
+  rk_sliding_limit zero_limit[] = {{60, 0, 1}};
+  rk_sliding_limit bad_duration[] = {{NAN, 1, 1}};
+  CHECK_FAILS(rk_limiter_new_sliding_window(NULL, "n", limits, 1, &l), RK_NULL_PARAMETER,
+              "backend");
+  CHECK_FAILS(rk_limiter_new_sliding_window(b, BAD_UTF8, limits, 1, &l), RK_INVALID_UTF8, "name");
+  CHECK_FAILS(rk_limiter_new_sliding_window(b, "n", limits, 1, NULL), RK_NULL_PARAMETER,
+              "limiter_out");
+  CHECK_FAILS(rk_limiter_new_sliding_window(b, "n", NULL, 3, &l), RK_NULL_PARAMETER, "limits");
+  CHECK_FAILS(rk_limiter_new_sliding_window(b, "n", limits, 0, &l), RK_INVALID_ARGUMENT, "limits");
+  CHECK_FAILS(rk_limiter_new_sliding_window(b, "n", fine_precision, 1, &l), RK_INVALID_ARGUMENT,
+              "precision");
+  CHECK_FAILS(rk_limiter_new_sliding_window(b, "n", negative_precision, 1, &l),
+              RK_INVALID_ARGUMENT, "precision");
+  CHECK_FAILS(rk_limiter_new_sliding_window(b, "n", zero_limit, 1, &l), RK_INVALID_ARGUMENT,
+              "limit");
+  CHECK_FAILS(rk_limiter_new_sliding_window(b, "n", bad_duration, 1, &l), RK_INVALID_ARGUMENT,
+              "duration");
+
+  /* token_bucket, leaky, points */
+  CHECK_FAILS(rk_limiter_new_token_bucket(NULL, "n", 1, 1, &l), RK_NULL_PARAMETER, "backend");
+  CHECK_FAILS(rk_limiter_new_token_bucket(b, BAD_UTF8, 1, 1, &l), RK_INVALID_UTF8, "name");
+  CHECK_FAILS(rk_limiter_new_token_bucket(b, "n", 1, 1, NULL), RK_NULL_PARAMETER, "limiter_out");
+  CHECK_FAILS(rk_limiter_new_token_bucket(b, "n", 0, 1, &l), RK_INVALID_ARGUMENT, "rate");
+  CHECK_FAILS(rk_limiter_new_token_bucket(b, "n", NAN, 1, &l), RK_INVALID_ARGUMENT, "rate");
+  CHECK_FAILS(rk_limiter_new_token_bucket(b, "n", 2e6, 1, &l), RK_INVALID_ARGUMENT, "rate");
+  CHECK_FAILS(rk_limiter_new_token_bucket(b, "n", 1, 0, &l), RK_INVALID_ARGUMENT, "capacity");
+  CHECK_FAILS(rk_limiter_new_leaky(NULL, "n", 1, 1, &l), RK_NULL_PARAMETER, "backend");
+  CHECK_FAILS(rk_limiter_new_leaky(b, BAD_UTF8, 1, 1, &l), RK_INVALID_UTF8, "name");
+  CHECK_FAILS(rk_limiter_new_leaky(b, "n", 1, 1, NULL), RK_NULL_PARAMETER, "limiter_out");
+  CHECK_FAILS(rk_limiter_new_leaky(b, "n", 0, 1, &l), RK_INVALID_ARGUMENT, "size");
+  CHECK_FAILS(rk_limiter_new_leaky(b, "n", 1, -1, &l), RK_INVALID_ARGUMENT, "drain");
+  CHECK_FAILS(rk_limiter_new_points(NULL, "n", 1, 1, &l), RK_NULL_PARAMETER, "backend");
+  CHECK_FAILS(rk_limiter_new_points(b, BAD_UTF8, 1, 1, &l), RK_INVALID_UTF8, "name");
+  CHECK_FAILS(rk_limiter_new_points(b, "n", 1, 1, NULL), RK_NULL_PARAMETER, "limiter_out");
+  CHECK_FAILS(rk_limiter_new_points(b, "n", RK_MAX_COUNT + 1, 1, &l), RK_INVALID_ARGUMENT,
+              "capacity");
+  CHECK_FAILS(rk_limiter_new_points(b, "n", 1, INFINITY, &l), RK_INVALID_ARGUMENT, "refill");
+  CHECK_FAILS(rk_limiter_new_unlimited(NULL), RK_NULL_PARAMETER, "limiter_out");
+  CHECK(l == SENTINEL);
+  rk_limiter_free(NULL); /* a no-op */
+  rk_backend_free(b);
+}
+
+/* Bad arguments to every call: the status, a message naming the parameter, nothing written,
+ * and the limiter's state untouched. */
+static void test_call_arguments(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL, *c = NULL;
+  must(rk_limiter_new_points(b, "c-args", 10, 1000.0, &l), l, "points");
+  must(rk_limiter_new_concurrent(b, "c-args-c", 1, 30, 0, &c), c, "concurrent");
+  char long_key[1100];
+  memset(long_key, 'k', sizeof long_key - 1);
+  long_key[sizeof long_key - 1] = '\0';
+  rk_decision d, untouched;
+  memset(&d, 0xab, sizeof d);
+  memcpy(&untouched, &d, sizeof d);
+  rk_lease lease = {0};
+
+  CHECK_FAILS(rk_limiter_check(NULL, "k", 1, &d), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_check(l, "k", 1, NULL), RK_NULL_PARAMETER, "decision_out");
+  CHECK_FAILS(rk_limiter_check(l, BAD_UTF8, 1, &d), RK_INVALID_UTF8, "key");
+  CHECK_FAILS(rk_limiter_check(l, long_key, 1, &d), RK_INVALID_ARGUMENT, "key");
+  CHECK_FAILS(rk_limiter_check(l, "k", RK_MAX_COUNT + 1, &d), RK_INVALID_ARGUMENT, "cost");
+  CHECK_FAILS(rk_limiter_check(l, "k", 11, &d), RK_INVALID_ARGUMENT, "cost");
+  CHECK_FAILS(rk_limiter_peek(NULL, "k", &d), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_peek(l, "k", NULL), RK_NULL_PARAMETER, "decision_out");
+  CHECK_FAILS(rk_limiter_peek(l, BAD_UTF8, &d), RK_INVALID_UTF8, "key");
+  CHECK_FAILS(rk_limiter_peek(l, long_key, &d), RK_INVALID_ARGUMENT, "key");
+  CHECK_FAILS(rk_limiter_acquire(NULL, "k", 1, 0, &d), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_acquire(l, "k", 1, 0, NULL), RK_NULL_PARAMETER, "decision_out");
+  CHECK_FAILS(rk_limiter_acquire(l, BAD_UTF8, 1, 0, &d), RK_INVALID_UTF8, "key");
+  CHECK_FAILS(rk_limiter_acquire(l, "k", RK_MAX_COUNT + 1, 0, &d), RK_INVALID_ARGUMENT, "cost");
+  CHECK_FAILS(rk_limiter_acquire(l, "k", 1, NAN, &d), RK_INVALID_ARGUMENT, "wait_timeout");
+  CHECK_FAILS(rk_limiter_acquire(l, "k", 1, -2.0, &d), RK_INVALID_ARGUMENT, "wait_timeout");
+  CHECK_FAILS(rk_limiter_acquire(l, "k", 1, 1e300, &d), RK_INVALID_ARGUMENT, "wait_timeout");
+  CHECK_FAILS(rk_limiter_points_used(NULL, "k", 1, 1, &d), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_points_used(l, "k", 1, 1, NULL), RK_NULL_PARAMETER, "decision_out");
+  CHECK_FAILS(rk_limiter_points_used(l, BAD_UTF8, 1, 1, &d), RK_INVALID_UTF8, "key");
+  CHECK_FAILS(rk_limiter_points_used(l, "k", 11, 1, &d), RK_INVALID_ARGUMENT, "estimate");
+  CHECK_FAILS(rk_limiter_points_used(l, "k", 1, UINT64_MAX, &d), RK_INVALID_ARGUMENT, "actual");
+  CHECK(memcmp(&d, &untouched, sizeof d) == 0);
+
+  CHECK_FAILS(rk_limiter_release(NULL, "k", &lease), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_release(c, "k", NULL), RK_NULL_PARAMETER, "lease");
+  CHECK_FAILS(rk_limiter_release(c, BAD_UTF8, &lease), RK_INVALID_UTF8, "key");
+  CHECK_FAILS(rk_limiter_release(c, long_key, &lease), RK_INVALID_ARGUMENT, "key");
+  CHECK_FAILS(rk_limiter_extend(NULL, "k", &lease), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_extend(c, "k", NULL), RK_NULL_PARAMETER, "lease");
+  CHECK_FAILS(rk_limiter_extend(c, BAD_UTF8, &lease), RK_INVALID_UTF8, "key");
+  CHECK_FAILS(rk_limiter_reset(NULL, "k"), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_reset(l, BAD_UTF8), RK_INVALID_UTF8, "key");
+  CHECK_FAILS(rk_limiter_reset(l, long_key), RK_INVALID_ARGUMENT, "key");
+
+  /* None of it touched the state. */
+  CHECK_U64(peek1(l, "k").remaining, 10);
+  CHECK_U64(peek1(c, "k").remaining, 1);
+  /* A key of exactly 1 KiB is fine, and so is any UTF-8. */
+  long_key[1024] = '\0';
+  CHECK(check1(l, long_key, 1).allowed);
+  CHECK_U64(check1(l, "\xc3\xa9t\xc3\xa9 \xe2\x9c\x93 {tag} \"q\" *", 4).remaining, 6);
+  rk_limiter_free(l);
+  rk_limiter_free(c);
+  rk_backend_free(b);
+}
+
+/* ---------------------------------------------------------------- errors and panics */
+
+static void test_status_names_and_version(const fixture *f) {
+  (void)f;
+  CHECK(strcmp(rk_status_name(RK_OK), "RK_OK") == 0);
+  CHECK(strcmp(rk_status_name(RK_OVER_LIMIT), "RK_OVER_LIMIT") == 0);
+  CHECK(strcmp(rk_status_name(RK_PANIC), "RK_PANIC") == 0);
+  CHECK(strcmp(rk_status_name(RK_UNKNOWN_ERROR), "RK_UNKNOWN_ERROR") == 0);
+  CHECK(strcmp(rk_status_name(12345), "RK_UNKNOWN_ERROR") == 0);
+  const char *version = rk_version();
+  CHECK(version != NULL && version[0] >= '0' && version[0] <= '9' && strchr(version, '.'));
+}
+
+static void test_last_error_message(const fixture *f) {
+  (void)f;
+  rk_backend *b = NULL;
+  CHECK_OK(rk_backend_new_memory(&b));
+  rk_limiter *l = NULL;
+  size_t n = 12345;
+  char buf[8];
+  /* After a success the message is empty. */
+  CHECK_OK(rk_last_error_message(buf, sizeof buf, &n));
+  CHECK_U64(n, 0);
+  CHECK(buf[0] == '\0');
+
+  CHECK_STATUS(rk_limiter_new_bucket(b, "n", 0, 1, &l), RK_INVALID_ARGUMENT);
+  /* Measure, then read in full; the message names the parameter. */
+  size_t full = 0;
+  CHECK_OK(rk_last_error_message(NULL, 0, &full));
+  CHECK(full > 10);
+  char *message = malloc(full + 1);
+  CHECK_OK(rk_last_error_message(message, full + 1, &n));
+  CHECK_U64(n, full);
+  CHECK_U64(strlen(message), full);
+  CHECK(strstr(message, "`limit`") != NULL);
+  /* Truncated like snprintf: len - 1 bytes and a NUL, *out_n the full length. */
+  CHECK_OK(rk_last_error_message(buf, sizeof buf, &n));
+  CHECK_U64(n, full);
+  CHECK_U64(strlen(buf), sizeof buf - 1);
+  CHECK(strncmp(buf, message, sizeof buf - 1) == 0);
+  CHECK_OK(rk_last_error_message(buf, 1, &n));
+  CHECK(buf[0] == '\0');
+  /* Its own bad arguments keep the message. */
+  CHECK_STATUS(rk_last_error_message(buf, sizeof buf, NULL), RK_NULL_PARAMETER);
+  CHECK_STATUS(rk_last_error_message(NULL, 5, &n), RK_NULL_PARAMETER);
+  CHECK_OK(rk_last_error_message(NULL, 0, &n));
+  CHECK_U64(n, full);
+  free(message);
+
+  /* Truncation never splits a UTF-8 character: the key is echoed in no message, so use a name. */
+  CHECK_STATUS(rk_limiter_new_bucket(b, "\xc3\xa9\xc3\xa9\xc3\xa9", 1, 1, &l), RK_INVALID_ARGUMENT);
+  char big[512];
+  CHECK_OK(rk_last_error_message(big, sizeof big, &n));
+  const char *e = strstr(big, "\xc3\xa9");
+  if (CHECK(e != NULL)) {
+    size_t cut = (size_t)(e - big) + 2; /* a buffer ending inside the first 'é' */
+    char small[512];
+    CHECK_OK(rk_last_error_message(small, cut, &n));
+    CHECK_U64(strlen(small), cut - 2);
+  }
+  /* A success clears it; the message is per thread. */
+  CHECK_OK(rk_limiter_new_bucket(b, "n", 1, 1, &l));
+  CHECK_OK(rk_last_error_message(NULL, 0, &n));
+  CHECK_U64(n, 0);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+static void *fail_on_thread(void *arg) {
+  (void)arg;
+  rk_limiter *l = NULL;
+  rk_limiter_new_unlimited(NULL);
+  size_t n = 0;
+  rk_last_error_message(NULL, 0, &n);
+  (void)l;
+  return (void *)(uintptr_t)n;
+}
+
+static void test_last_error_is_per_thread(const fixture *f) {
+  (void)f;
+  rk_limiter *l = NULL;
+  CHECK_OK(rk_limiter_new_unlimited(&l));
+  void *n_on_thread = NULL;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fail_on_thread, NULL) == 0);
+  pthread_join(t, &n_on_thread);
+  CHECK((uintptr_t)n_on_thread > 0);
+  size_t n = 99;
+  CHECK_OK(rk_last_error_message(NULL, 0, &n));
+  CHECK_U64(n, 0);
+  rk_limiter_free(l);
+}
+
+/* A panic inside the library comes back as RK_PANIC, writes nothing, and leaves the handles
+ * usable. */
+static void test_panics_become_rk_panic(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_bucket(b, "c-panic", 5, CENTURY, &l), l, "bucket");
+  CHECK_FAILS(rk_test_panic(), RK_PANIC, "panic");
+
+  rk_decision d, untouched;
+  memset(&d, 0xab, sizeof d);
+  memcpy(&untouched, &d, sizeof d);
+  rk_test_panic_next_call();
+  CHECK_FAILS(rk_limiter_check(l, "k", 1, &d), RK_PANIC, "rk_test_panic_next_call");
+  CHECK(memcmp(&d, &untouched, sizeof d) == 0);
+  CHECK_U64(check1(l, "k", 1).remaining, 4); /* the panicking call consumed nothing */
+
+  rk_backend *other = SENTINEL;
+  rk_test_panic_next_call();
+  CHECK_STATUS(rk_backend_new_memory(&other), RK_PANIC);
+  CHECK(other == SENTINEL);
+  rk_test_panic_next_call();
+  const char *name = rk_status_name(RK_OK); /* returns no status: a harmless value */
+  CHECK(name != NULL && name[0] == '\0');
+  rk_test_panic_next_call();
+  rk_limiter_free(l); /* the panic happens before the free: the handle is still valid */
+  CHECK_U64(check1(l, "k", 1).remaining, 3);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+/* ---------------------------------------------------------------- Redis failure policies */
+
+/* A TCP listener that accepts connections (in the kernel's backlog) but never answers: the
+ * worst kind of dead Redis. */
+static int silent_listener(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 64) != 0 ||
+      getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+static void test_failure_policies(const fixture *f) {
+  (void)f;
+  int port = 0;
+  int fd = silent_listener(&port);
+  if (!CHECK(fd >= 0)) return;
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  rk_backend *closed = NULL, *open = NULL, *fallback = NULL;
+  CHECK_OK(rk_backend_new_redis(url, "dead", RK_FAIL_CLOSED, 0, 0.1, &closed));
+  CHECK_OK(rk_backend_new_redis(url, "dead", RK_FAIL_OPEN, 0, 0.1, &open));
+  CHECK_OK(rk_backend_new_redis(url, "dead", RK_FALLBACK, 2, 0.1, &fallback));
+  rk_limiter *l = NULL;
+  rk_decision d = {0};
+
+  must(rk_limiter_new_bucket(closed, "c-dead", 4, CENTURY, &l), l, "bucket");
+  rk_status s = rk_limiter_check(l, "k", 1, &d);
+  CHECK(s == RK_TIMEOUT || s == RK_BACKEND_UNAVAILABLE);
+  CHECK(strlen(last_error()) > 0);
+  rk_limiter_free(l);
+
+  must(rk_limiter_new_bucket(open, "c-dead", 4, CENTURY, &l), l, "bucket");
+  for (int i = 0; i < 6; i++) CHECK(check1(l, "k", 1).allowed);
+  rk_limiter_free(l);
+
+  /* The in-memory fallback takes over with 4 / 2 = 2. */
+  must(rk_limiter_new_bucket(fallback, "c-dead", 4, CENTURY, &l), l, "bucket");
+  CHECK(check1(l, "k", 1).allowed);
+  CHECK(check1(l, "k", 1).allowed);
+  CHECK(!check1(l, "k", 1).allowed);
+  rk_limiter_free(l);
+
+  rk_backend_free(closed);
+  rk_backend_free(open);
+  rk_backend_free(fallback);
+  close(fd);
+}
+
+/* ---------------------------------------------------------------- runner */
+
+typedef struct {
+  const char *name;
+  void (*run)(const fixture *);
+  bool per_backend; /* run on every backend, or once */
+} test_case;
+
+static const test_case TESTS[] = {
+    {"status names and version", test_status_names_and_version, false},
+    {"last error message", test_last_error_message, false},
+    {"last error is per thread", test_last_error_is_per_thread, false},
+    {"backend arguments", test_backend_arguments, false},
+    {"unlimited", test_unlimited, false},
+    {"failure policies on a silent Redis", test_failure_policies, false},
+    {"panics become RK_PANIC", test_panics_become_rk_panic, false},
+    {"limiter arguments", test_limiter_arguments, true},
+    {"call arguments", test_call_arguments, true},
+    {"bucket", test_bucket, true},
+    {"window and windows", test_window, true},
+    {"sliding window", test_sliding_window, true},
+    {"token bucket", test_token_bucket, true},
+    {"leaky", test_leaky, true},
+    {"points", test_points, true},
+    {"concurrent", test_concurrent, true},
+    {"acquire woken by release", test_acquire_woken_by_release, true},
+    {"acquire waits for refill", test_acquire_waits_for_refill, true},
+    {"16 threads share one bucket", test_threads_share_one_bucket, true},
+    {"16 threads share one concurrent limit", test_threads_share_one_semaphore, true},
+};
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  snprintf(g_prefix, sizeof g_prefix, "rkc%ld", (long)getpid());
+  fixture fixtures[3];
+  int n_fixtures = 0, skipped = 0;
+  fixtures[n_fixtures++] = (fixture){"memory", MEMORY, NULL};
+  const char *redis = getenv("RK_TEST_REDIS_URL");
+  const char *cluster = getenv("RK_TEST_REDIS_CLUSTER_URL");
+  if (redis && *redis) {
+    fixtures[n_fixtures++] = (fixture){"redis", REDIS, redis};
+  } else {
+    printf("RK_TEST_REDIS_URL is not set: Redis tests skipped\n");
+  }
+  if (cluster && *cluster) {
+    fixtures[n_fixtures++] = (fixture){"cluster", CLUSTER, cluster};
+  } else {
+    printf("RK_TEST_REDIS_CLUSTER_URL is not set: Redis Cluster tests skipped\n");
+  }
+  printf("libratekeeper %s\n", rk_version());
+
+  int passed = 0, failed = 0;
+  for (size_t i = 0; i < sizeof TESTS / sizeof TESTS[0]; i++) {
+    const test_case *t = &TESTS[i];
+    for (int j = 0; j < (t->per_backend ? 3 : 1); j++) {
+      if (t->per_backend && j >= n_fixtures) {
+        skipped++;
+        continue;
+      }
+      const fixture *f = &fixtures[j];
+      g_context = t->per_backend ? f->label : "-";
+      g_check_failures = 0;
+      t->run(f);
+      if (g_check_failures == 0) {
+        passed++;
+        printf("  ok   %s%s%s\n", t->name, t->per_backend ? " / " : "",
+               t->per_backend ? f->label : "");
+      } else {
+        failed++;
+        printf("  FAIL %s%s%s (%d checks failed)\n", t->name, t->per_backend ? " / " : "",
+               t->per_backend ? f->label : "", g_check_failures);
+      }
+    }
+  }
+  if (skipped) {
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  } else {
+    printf("%d passed, %d failed\n", passed, failed);
+  }
+  return failed == 0 ? 0 : 1;
+}
