@@ -1,25 +1,56 @@
 //! The one process-wide async runtime, and a `block_on` that is safe from any thread.
+//!
+//! Fork-safe: a child process (gunicorn `--preload`, celery prefork) inherits the parent's
+//! runtime object but none of its threads, so [`runtime()`] notices the new pid and builds a
+//! fresh runtime for the child. The inherited one is leaked, never dropped: dropping it would
+//! wait for worker threads that do not exist in the child.
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
+use parking_lot::Mutex;
 use tokio::runtime::Runtime;
 
-static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+/// The runtime of the process whose pid is in [`RUNTIME_PID`] (null before first use).
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+static RUNTIME_PID: AtomicU32 = AtomicU32::new(0);
+static BUILDING: Mutex<()> = Mutex::new(());
 
-/// The process-wide tokio runtime every backend connection and binding runs on.
+/// The process-wide tokio runtime every backend connection and binding runs on; a forked child
+/// gets its own on first use.
 pub fn runtime() -> &'static Runtime {
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
+    let pid = std::process::id();
+    if RUNTIME_PID.load(Ordering::Acquire) == pid {
+        // SAFETY: the pointer was stored (after the runtime was built) before the pid, and a
+        // runtime is never freed, so it is valid for 'static.
+        return unsafe { &*RUNTIME.load(Ordering::Acquire) };
+    }
+    let _building = BUILDING.lock();
+    if RUNTIME_PID.load(Ordering::Acquire) != pid {
+        let fresh = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4)))
             .thread_name("ratekeeper")
             .enable_all()
             .build()
-            .expect("failed to start the ratekeeper runtime")
-    })
+            .expect("failed to start the ratekeeper runtime");
+        // Leaked on purpose: see the module documentation (a parent's runtime lives as long as
+        // the process anyway).
+        RUNTIME.store(Box::into_raw(Box::new(fresh)), Ordering::Release);
+        RUNTIME_PID.store(pid, Ordering::Release);
+    }
+    // SAFETY: as above.
+    unsafe { &*RUNTIME.load(Ordering::Acquire) }
+}
+
+/// The pid of the current process, and whether it differs from `known` (a fork happened since
+/// `known` was recorded); used by state that must not cross a fork, like connections.
+pub(crate) fn forked_since(known: u32) -> (u32, bool) {
+    let pid = std::process::id();
+    (pid, pid != known)
 }
 
 struct ThreadWaker(Thread);

@@ -1,12 +1,17 @@
 //! The same conformance vectors on a real Redis server, a 3-master Redis Cluster and a TLS
 //! server, with the manual clock's time sent to the scripts. Each case gets its own key prefix.
+//! Calls get a generous deadline: these tests are about answers, not time (redis_failures.rs
+//! holds the deadlines), and a TLS handshake on a loaded machine can take longer than 200 ms.
 
 mod support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use ratekeeper::{Backend, RedisConfig, TlsConfig};
 use support::{RedisCluster, RedisServer};
+
+const DEADLINE: Duration = Duration::from_secs(5);
 
 fn prefix() -> String {
     static CASE: AtomicU32 = AtomicU32::new(0);
@@ -17,7 +22,8 @@ fn prefix() -> String {
 fn conformance_vectors_on_redis() {
     let server = RedisServer::start();
     support::vectors::run_conformance("redis", &|clock| {
-        Backend::redis_with(RedisConfig::new(server.url()).prefix(prefix()).clock(clock)).expect("a Redis backend")
+        Backend::redis_with(RedisConfig::new(server.url()).prefix(prefix()).deadline(DEADLINE).clock(clock))
+            .expect("a Redis backend")
     });
 }
 
@@ -25,7 +31,7 @@ fn conformance_vectors_on_redis() {
 fn conformance_vectors_on_redis_cluster() {
     let cluster = RedisCluster::start();
     support::vectors::run_conformance("redis cluster", &|clock| {
-        Backend::redis_with(RedisConfig::cluster(cluster.seeds()).prefix(prefix()).clock(clock))
+        Backend::redis_with(RedisConfig::cluster(cluster.seeds()).prefix(prefix()).deadline(DEADLINE).clock(clock))
             .expect("a cluster backend")
     });
 }
@@ -35,8 +41,11 @@ fn conformance_vectors_on_redis_over_tls() {
     let server = RedisServer::start_tls();
     let ca = server.tls.as_ref().unwrap().ca_pem();
     support::vectors::run_conformance("redis over TLS", &|clock| {
-        let config =
-            RedisConfig::new(server.url()).tls(TlsConfig::with_ca_pem(ca.clone())).prefix(prefix()).clock(clock);
+        let config = RedisConfig::new(server.url())
+            .tls(TlsConfig::with_ca_pem(ca.clone()))
+            .prefix(prefix())
+            .deadline(DEADLINE)
+            .clock(clock);
         Backend::redis_with(config).expect("a TLS backend")
     });
 }

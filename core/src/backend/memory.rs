@@ -385,27 +385,27 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
             e.decision.decided_at_micros = now;
             let wake = (!e.decision.allowed).then(|| Wake::Local(notify.clone()));
             *changed = e.changed;
-            Ok(Outcome { decision: e.decision, wake, reclaimed: st.reclaimed - reclaimed_before })
+            Ok(Outcome { decision: e.decision, wake, reclaimed: st.reclaimed - reclaimed_before, lease_overdue: false })
         }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Release { lease_id }) => {
-            match c.release(&mut concurrent.0, lease_id) {
-                Released::Freed => {
+            match c.release(&mut concurrent.0, now, lease_id) {
+                Released::Freed { overdue } => {
                     concurrent.1.notify_one();
                     let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
                     e.decision.decided_at_micros = now;
                     *changed = true;
-                    Ok(Outcome::of(e.decision))
+                    Ok(Outcome { lease_overdue: overdue, ..Outcome::of(e.decision) })
                 }
                 Released::Lost => Err(Error::lease_lost()),
             }
         }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Extend { lease_id }) => {
             match c.extend(&mut concurrent.0, now, lease_id) {
-                Released::Freed => {
+                Released::Freed { overdue } => {
                     let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
                     e.decision.decided_at_micros = now;
                     *changed = true;
-                    Ok(Outcome::of(e.decision))
+                    Ok(Outcome { lease_overdue: overdue, ..Outcome::of(e.decision) })
                 }
                 Released::Lost => Err(Error::lease_lost()),
             }

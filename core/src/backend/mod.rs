@@ -45,12 +45,14 @@ pub(crate) struct Outcome {
     pub wake: Option<Wake>,
     /// Overdue leases this call reclaimed (concurrent limiters).
     pub reclaimed: u64,
+    /// For a release or extension: the lease had outlived its lock_timeout (an overage).
+    pub lease_overdue: bool,
 }
 
 impl Outcome {
     /// An outcome that carries only a decision.
     pub(crate) fn of(decision: Decision) -> Outcome {
-        Outcome { decision, wake: None, reclaimed: 0 }
+        Outcome { decision, wake: None, reclaimed: 0, lease_overdue: false }
     }
 }
 

@@ -32,8 +32,9 @@ pub(crate) struct ConcurrentState {
 /// What `release` (or `extend`) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// The lease was held (and is now free, or renewed).
-    Freed,
+    /// The lease was held (and is now free, or renewed); `overdue` when its lock_timeout (as
+    /// last extended) had already passed: the holder ran too long, though nobody reclaimed it.
+    Freed { overdue: bool },
     /// The lease is unknown: reclaimed by another caller, or its state expired.
     Lost,
 }
@@ -68,19 +69,20 @@ impl Concurrent {
     pub(crate) fn extend(&self, state: &mut ConcurrentState, now: u64, id: u128) -> Released {
         match state.holders.iter_mut().find(|h| h.id == id) {
             Some(holder) => {
+                let overdue = holder.expires_at <= now;
                 holder.expires_at = now + self.lock_us;
-                Released::Freed
+                Released::Freed { overdue }
             }
             None => Released::Lost,
         }
     }
 
     /// Frees lease `id` if it is still held.
-    pub(crate) fn release(&self, state: &mut ConcurrentState, id: u128) -> Released {
+    pub(crate) fn release(&self, state: &mut ConcurrentState, now: u64, id: u128) -> Released {
         match state.holders.iter().position(|h| h.id == id) {
             Some(index) => {
-                state.holders.swap_remove(index);
-                Released::Freed
+                let holder = state.holders.swap_remove(index);
+                Released::Freed { overdue: holder.expires_at <= now }
             }
             None => Released::Lost,
         }

@@ -36,13 +36,13 @@ impl Limiter {
 
     /// Records a release: the hold time, and an overage when the lease outlived lock_timeout.
     fn released(&self, lease: &Lease, result: Result<Outcome>) -> Result<()> {
-        let Algorithm::Concurrent(c) = &self.inner.algorithm else { return result.map(|_| ()) };
+        let Algorithm::Concurrent(_) = &self.inner.algorithm else { return result.map(|_| ()) };
         let m = &self.inner.metrics;
         match result {
             Ok(outcome) => {
                 let held = outcome.decision.decided_at_micros.saturating_sub(lease.granted_at_micros);
                 m.add(Counter::HeldMicros, held);
-                if held > c.lock_us {
+                if outcome.lease_overdue {
                     m.add(Counter::Overages, 1);
                 }
                 Ok(())

@@ -8,8 +8,8 @@
 -- ARGV[4]  lock_timeout (µs)
 -- ARGV[5]  lease id (check, release, extend)
 -- check/peek return {allowed, limit, remaining, retry_after_us, reset_after_us, now_us,
--- fencing_token, reclaimed}; release and extend return {1, now_us} if the lease was held,
--- {0, now_us} if it was lost.
+-- fencing_token, reclaimed}; release and extend return {1, now_us, overdue} if the lease was
+-- held (overdue = 1 when its lock_timeout, as last extended, had passed), {0, now_us} if lost.
 
 local function now_us()
   if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
@@ -36,21 +36,24 @@ end
 
 if op == 'extend' then
   -- Renew for another lock_timeout from now, only if still held (not reclaimed).
-  if redis.call('ZSCORE', holders, ARGV[5]) then
+  local expiry = redis.call('ZSCORE', holders, ARGV[5])
+  if expiry then
     redis.call('ZADD', holders, 'XX', fmt(now + lock), ARGV[5])
     touch(holders, latest_expiry())
     touch(token_key, latest_expiry())
-    return {1, now}
+    return {1, now, tonumber(expiry) <= now and 1 or 0}
   end
   return {0, now}
 end
 
 if op == 'release' then
-  if redis.call('ZREM', holders, ARGV[5]) == 1 then
+  local expiry = redis.call('ZSCORE', holders, ARGV[5])
+  if expiry then
+    redis.call('ZREM', holders, ARGV[5])
     redis.call('LPUSH', wake_key, '1')
     redis.call('LTRIM', wake_key, 0, limit - 1)
     touch(wake_key, now + lock)
-    return {1, now}
+    return {1, now, tonumber(expiry) <= now and 1 or 0}
   end
   return {0, now}
 end

@@ -1,8 +1,8 @@
 -- Counters over sub-buckets (Carlson's sliding window); also the fixed-window `bucket` limiter.
 -- Mirrors core/src/limiter/sliding.rs.
--- KEYS[1]  a HASH holding, per limit `<d>:<p>` (duration and precision in microseconds):
---            `<d>:<p>:t` total of the counted blocks, `<d>:<p>:o` oldest block that may be
---            non-empty, `<d>:<p>:n` newest block written, `<d>:<p>:<block id>` a block's count
+-- KEYS[1]  a HASH with one field per non-empty block of each limit: `<d>:<p>:<block id>` (duration
+--          and precision in microseconds) = the block's count. Reading it whole costs
+--          O(non-empty blocks), never O(duration/precision).
 -- ARGV[1]  'check' | 'peek'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  cost
@@ -25,40 +25,48 @@ local asked = commit and cost or 1
 local n = tonumber(ARGV[4])
 local fmt = function(x) return string.format('%d', x) end
 
-local limits = {}
-local allowed = true
+local limits, by_prefix = {}, {}
 for i = 1, n do
   local base = 4 + (i - 1) * 4
   local l = {
     limit = tonumber(ARGV[base + 1]), duration = tonumber(ARGV[base + 2]),
     precision = tonumber(ARGV[base + 3]), blocks = tonumber(ARGV[base + 4]),
+    ids = {}, counts = {}, total = 0,
   }
   l.prefix = fmt(l.duration) .. ':' .. fmt(l.precision) .. ':'
   l.current = math.floor(now / l.precision)
-  local first_counted = l.current - l.blocks + 1
-  -- Drop the blocks that stopped counting; non-empty blocks all lie in [o, o + blocks - 1].
-  local o = tonumber(redis.call('HGET', key, l.prefix .. 'o') or first_counted)
-  l.total = tonumber(redis.call('HGET', key, l.prefix .. 't') or '0')
-  if o < first_counted then
-    local dropped, fields = 0, {}
-    for b = o, math.min(first_counted - 1, o + l.blocks - 1) do
-      local count = redis.call('HGET', key, l.prefix .. fmt(b))
-      if count then
-        dropped = dropped + tonumber(count)
-        fields[#fields + 1] = l.prefix .. fmt(b)
-      end
+  l.first_counted = l.current - l.blocks + 1
+  limits[i] = l
+  by_prefix[l.prefix] = l
+end
+
+-- Sort the stored blocks into their limits; drop those that stopped counting.
+local stale = {}
+local fields = redis.call('HGETALL', key)
+for f = 1, #fields, 2 do
+  local field = fields[f]
+  local split = string.find(field, ':[^:]*$')
+  local l = split and by_prefix[string.sub(field, 1, split)]
+  if l then
+    local id = tonumber(string.sub(field, split + 1))
+    if id < l.first_counted then
+      stale[#stale + 1] = field
+    else
+      local count = tonumber(fields[f + 1])
+      l.ids[#l.ids + 1] = id
+      l.counts[id] = count
+      l.total = l.total + count
     end
-    if #fields > 0 then redis.call('HDEL', key, unpack(fields)) end
-    l.total = l.total - dropped
-    o = first_counted
-    redis.call('HSET', key, l.prefix .. 'o', fmt(o), l.prefix .. 't', fmt(l.total))
   end
-  l.oldest = o
-  l.newest = tonumber(redis.call('HGET', key, l.prefix .. 'n') or '-1')
+end
+if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+
+local allowed = true
+for i = 1, n do
+  local l = limits[i]
   -- Cost 0 is always admitted, even above a limit (a same-named limiter may be larger).
   -- (Compared by subtraction: `total + asked` may pass 2^53, where doubles round.)
   if asked > 0 and asked > l.limit - l.total then allowed = false end
-  limits[i] = l
 end
 
 local record = allowed and commit and cost > 0
@@ -69,30 +77,29 @@ for i = 1, n do
   local l = limits[i]
   if record then
     redis.call('HINCRBY', key, l.prefix .. fmt(l.current), fmt(cost))
+    if not l.counts[l.current] then l.ids[#l.ids + 1] = l.current end
+    l.counts[l.current] = (l.counts[l.current] or 0) + cost
     l.total = l.total + cost
-    l.newest = l.current
-    redis.call('HSET', key, l.prefix .. 't', fmt(l.total), l.prefix .. 'n', fmt(l.current), l.prefix .. 'o', fmt(l.oldest))
   end
+  table.sort(l.ids)
   local over = asked - (l.limit - l.total)
   local l_retry = 0
   if not allowed and over > 0 then
     -- The oldest blocks leave first: find the one whose departure frees enough.
     local freed = 0
-    for b = l.oldest, l.current do
-      local count = redis.call('HGET', key, l.prefix .. fmt(b))
-      if count then
-        freed = freed + tonumber(count)
-        if freed >= over then
-          l_retry = (b + l.blocks) * l.precision - now
-          break
-        end
+    for _, id in ipairs(l.ids) do
+      freed = freed + l.counts[id]
+      if freed >= over then
+        l_retry = (id + l.blocks) * l.precision - now
+        break
       end
     end
   end
   local l_reset = 0
-  if l.total > 0 then
-    l_reset = (l.newest + l.blocks) * l.precision - now
-    expire_at = math.max(expire_at, (l.newest + l.blocks) * l.precision)
+  if #l.ids > 0 then
+    local newest_end = (l.ids[#l.ids] + l.blocks) * l.precision
+    l_reset = newest_end - now
+    expire_at = math.max(expire_at, newest_end)
   end
   local remaining = math.max(l.limit - l.total, 0)
   if best_remaining == nil or remaining < best_remaining then

@@ -230,6 +230,32 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// A standalone server on a given `port` (for example one a backend was pointed at while
+    /// nothing listened there).
+    pub fn start_on_port(port: u16) -> RedisServer {
+        let dir = scratch_dir("standalone-on-port");
+        let args: Vec<String> = [
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+            "--port",
+            &port.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut server = RedisServer { port, dir, child: None, args, tls: None };
+        server.launch();
+        server
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         if let Some(child) = &self.child {
@@ -265,6 +291,57 @@ impl RedisCluster {
 
     pub fn seeds(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// Measures how late this machine wakes a sleeping OS thread (CPU starvation from other
+/// processes), so that latency bounds can tell the library's delays from the machine's. A thread
+/// sleeps 2 ms at a time and records how late each wake-up was, until dropped.
+pub struct SchedulingNoise {
+    samples: std::sync::Arc<std::sync::Mutex<Vec<(Instant, Duration)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SchedulingNoise {
+    pub fn start() -> SchedulingNoise {
+        let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, st) = (samples.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                let target = Instant::now() + Duration::from_millis(2);
+                std::thread::sleep(Duration::from_millis(2));
+                let woke = Instant::now();
+                s.lock().unwrap().push((woke, woke.saturating_duration_since(target)));
+            }
+        });
+        SchedulingNoise { samples, stop, thread: Some(thread) }
+    }
+
+    /// The worst wake-up delay observed between `from` and `to` (plus one sample after `to`,
+    /// which covers a delay that was still going on at `to`).
+    pub fn worst_between(&self, from: Instant, to: Instant) -> Duration {
+        let samples = self.samples.lock().unwrap();
+        let mut worst = Duration::ZERO;
+        for &(woke, late) in samples.iter() {
+            if woke >= from {
+                worst = worst.max(late);
+                if woke > to {
+                    break;
+                }
+            }
+        }
+        worst
+    }
+}
+
+impl Drop for SchedulingNoise {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

@@ -2,8 +2,12 @@
 //! in the process, established in the background so that no caller's deadline can cancel it,
 //! replaced when it breaks, and a pool of dedicated connections for blocking commands (a BLPOP
 //! on the shared connection would stall every other call).
+//!
+//! Calls made while others are in flight on a standalone server are written together: see
+//! [`Connections::query`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -12,11 +16,19 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 use super::config::{RedisConfig, TlsConfig};
 use crate::error::{Error, Result};
-use crate::runtime::runtime;
+use crate::runtime::{forked_since, runtime};
+
+/// How often the shared standalone connection is pinged, so that a server restart while the
+/// process is idle is noticed before the next call rather than by it (a multiplexed connection
+/// never reconnects on its own, and replaying a call whose connection broke could count it twice).
+const WATCHDOG_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Dedicated connections kept for reuse: one per waiter blocked at once, up to this many.
+const MAX_POOLED_DEDICATED: usize = 1024;
 
 /// After a failed connect, calls fail fast for this long before the next attempt, so a dead
 /// server costs callers nothing while recovery is still noticed within a fraction of a second.
@@ -77,7 +89,29 @@ pub(crate) struct Connections {
     connect_timeout: Duration,
     slot: Mutex<Slot>,
     ready: Notify,
+    /// The process the connections belong to: a forked child must not use its parent's.
+    pid: AtomicU32,
     blocking_pool: Mutex<Vec<Conn>>,
+    /// Calls sent on the shared connection (or queued for it) and not yet answered.
+    in_flight: AtomicUsize,
+    /// Calls waiting to be written together by the next [`flush`].
+    queue: Mutex<Vec<Queued>>,
+}
+
+/// A call waiting in [`Connections::queue`].
+struct Queued {
+    cmd: Cmd,
+    until: tokio::time::Instant,
+    reply: oneshot::Sender<redis::RedisResult<Value>>,
+}
+
+/// Counts a call in [`Connections::in_flight`] until it completes or is dropped.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Identity of a connection set: equal configurations share one.
@@ -88,6 +122,74 @@ struct SetKey {
     ca: Option<Vec<u8>>,
     client_cert: Option<(Vec<u8>, Vec<u8>)>,
     connect_timeout: Duration,
+}
+
+/// Writes every queued call as one pipeline and hands each caller its own reply.
+async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
+    // Let the tasks that are ready to run (typically the callers just answered, making their
+    // next call) queue theirs first.
+    tokio::task::yield_now().await;
+    let queued = std::mem::take(&mut *connections.queue.lock());
+    drop(connections);
+    let mut pipe = Pipeline::with_capacity(queued.len());
+    let mut replies = Vec::with_capacity(queued.len());
+    let mut until = None;
+    for call in queued {
+        // A caller that gave up (deadline, cancellation) is not sent, as the multiplexed
+        // connection does for its own requests.
+        if !call.reply.is_closed() {
+            pipe.add_command(call.cmd);
+            replies.push(call.reply);
+            until = until.max(Some(call.until));
+        }
+    }
+    let Some(until) = until else { return };
+    // Bounded by the latest caller deadline: by then every caller has stopped waiting.
+    let Ok(result) = tokio::time::timeout_at(until, conn.send_packed_commands(&pipe, 0, replies.len())).await else {
+        return;
+    };
+    match result {
+        Ok(values) if values.len() == replies.len() => {
+            for (reply, value) in replies.into_iter().zip(values) {
+                let _ = reply.send(Ok(value));
+            }
+        }
+        Ok(_) => {
+            for reply in replies {
+                let _ = reply.send(Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "a batch of calls got an unexpected number of replies",
+                ))));
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Pings the shared connection of `generation` until it is replaced or the set is dropped, and
+/// drops it from the set as soon as it is found broken.
+async fn watch(connections: Weak<Connections>, mut conn: Conn, generation: u64) {
+    loop {
+        tokio::time::sleep(WATCHDOG_INTERVAL).await;
+        let Some(set) = connections.upgrade() else { return };
+        if set.slot.lock().generation != generation {
+            return;
+        }
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(WATCHDOG_INTERVAL * 4, ping.query_async::<()>(&mut conn)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() => {
+                set.invalidate(generation);
+                return;
+            }
+            // A slow or hung server: calls time out within their deadlines on their own.
+            _ => {}
+        }
+    }
 }
 
 fn registry() -> &'static Mutex<HashMap<SetKey, Weak<Connections>>> {
@@ -162,18 +264,23 @@ impl Connections {
             connect_timeout: config.connect_timeout,
             slot: Mutex::new(Slot::default()),
             ready: Notify::new(),
+            pid: AtomicU32::new(std::process::id()),
             blocking_pool: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            queue: Mutex::new(Vec::new()),
         })
     }
 
-    /// Opens a new connection. `for_blocking` connections have no response timeout: their
-    /// commands (BLPOP) block on purpose, bounded by the caller.
-    async fn open(&self, for_blocking: bool) -> redis::RedisResult<Conn> {
+    /// Opens a new connection. Neither kind has a response timeout: every call on the shared
+    /// connection is bounded by its own deadline (a response timeout would add a second timer to
+    /// every call), and the commands of dedicated connections (BLPOP) block on purpose, bounded
+    /// by the caller.
+    async fn open(&self) -> redis::RedisResult<Conn> {
         match &self.client {
             Client::Single(client) => {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.connect_timeout))
-                    .set_response_timeout(if for_blocking { None } else { Some(Duration::from_secs(24 * 3600)) });
+                    .set_response_timeout(None);
                 Ok(Conn::Single(client.get_multiplexed_async_connection_with_config(&config).await?))
             }
             Client::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
@@ -183,6 +290,11 @@ impl Connections {
     /// The shared connection and its generation; starts a background connect when there is
     /// none. Callers bound the wait with their own deadline.
     pub(crate) async fn shared(self: &Arc<Self>) -> Result<(Conn, u64)> {
+        // Fast path (every call while connected): one uncontended lock and a clone, without
+        // registering for the `ready` notification.
+        if let Some(found) = self.current() {
+            return Ok(found);
+        }
         loop {
             let notified = self.ready.notified();
             tokio::pin!(notified);
@@ -207,8 +319,54 @@ impl Connections {
         }
     }
 
+    /// Sends `cmd` on `conn` (a clone of the shared connection) and returns its reply, unparsed.
+    ///
+    /// A call made while no other is in flight is written at once. Calls made while others are
+    /// in flight on a standalone server are queued, and a task spawned by the first of them
+    /// writes every call queued by then as one pipeline, after the tasks that are ready to run
+    /// have run: many concurrent calls then cost the client and the server one write and one
+    /// read instead of one each (the multiplexed connection alone would write each call
+    /// separately, since tokio polls its driver right after each sender). Each call keeps its own
+    /// reply, error and deadline; nothing is ever sent twice. Cluster connections route every
+    /// call on their own and are never batched here.
+    pub(crate) async fn query(
+        self: &Arc<Self>,
+        conn: &mut Conn,
+        cmd: &Cmd,
+        until: tokio::time::Instant,
+    ) -> redis::RedisResult<Value> {
+        let _in_flight = InFlight(&self.in_flight);
+        let busy = self.in_flight.fetch_add(1, Ordering::Relaxed) > 0;
+        let Conn::Single(single) = conn else {
+            return conn.req_packed_command(cmd).await;
+        };
+        if !busy {
+            return single.send_packed_command(cmd).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        let first = {
+            let mut queue = self.queue.lock();
+            queue.push(Queued { cmd: cmd.clone(), until, reply });
+            queue.len() == 1
+        };
+        if first {
+            runtime().spawn(flush(self.clone(), single.clone()));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(redis::RedisError::from((redis::ErrorKind::Io, "the batched call was dropped before its reply")))
+        })
+    }
+
+    /// The shared connection and its generation, if connected.
+    #[inline]
+    pub(crate) fn current(&self) -> Option<(Conn, u64)> {
+        self.leave_parent_behind();
+        let slot = self.slot.lock();
+        slot.conn.as_ref().map(|conn| (conn.clone(), slot.generation))
+    }
+
     async fn connect(self: Arc<Self>) {
-        let result = match tokio::time::timeout(self.connect_timeout, self.open(false)).await {
+        let result = match tokio::time::timeout(self.connect_timeout, self.open()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("connect timed out after {:?}", self.connect_timeout)),
@@ -218,14 +376,39 @@ impl Connections {
             slot.connecting = false;
             match result {
                 Ok(conn) => {
-                    slot.conn = Some(conn);
                     slot.generation += 1;
                     slot.last_failure = None;
+                    if let Conn::Single(_) = conn {
+                        runtime().spawn(watch(Arc::downgrade(&self), conn.clone(), slot.generation));
+                    }
+                    slot.conn = Some(conn);
                 }
                 Err(message) => slot.last_failure = Some((Instant::now(), message)),
             }
         }
         self.ready.notify_waiters();
+    }
+
+    /// In a forked child, forgets the parent's connections (they belong to the parent's runtime
+    /// threads, which the child does not have, and share its sockets) without closing anything,
+    /// so the child connects afresh; the parent's keep working.
+    fn leave_parent_behind(&self) {
+        let (pid, forked) = forked_since(self.pid.load(Ordering::Relaxed));
+        if !forked {
+            return;
+        }
+        let mut slot = self.slot.lock();
+        if self.pid.load(Ordering::Relaxed) == pid {
+            return; // another thread of the child got here first
+        }
+        std::mem::forget(slot.conn.take());
+        slot.generation += 1;
+        slot.connecting = false;
+        slot.last_failure = None;
+        std::mem::forget(std::mem::take(&mut *self.blocking_pool.lock()));
+        std::mem::forget(std::mem::take(&mut *self.queue.lock()));
+        self.in_flight.store(0, Ordering::Relaxed);
+        self.pid.store(pid, Ordering::Relaxed);
     }
 
     /// Drops the shared connection of `generation` after a failure that may have broken it; the
@@ -240,16 +423,17 @@ impl Connections {
     /// A dedicated connection for a blocking command; give it back with [`Self::give_back`]
     /// once its command has completed (a connection whose command was cancelled is dropped).
     pub(crate) async fn dedicated(&self) -> Result<Conn> {
+        self.leave_parent_behind();
         if let Some(conn) = self.blocking_pool.lock().pop() {
             return Ok(conn);
         }
-        self.open(true).await.map_err(|e| unavailable(format!("cannot connect to Redis: {e}")))
+        self.open().await.map_err(|e| unavailable(format!("cannot connect to Redis: {e}")))
     }
 
     /// Returns a dedicated connection to the pool.
     pub(crate) fn give_back(&self, conn: Conn) {
         let mut pool = self.blocking_pool.lock();
-        if pool.len() < 64 {
+        if pool.len() < MAX_POOLED_DEDICATED {
             pool.push(conn);
         }
     }

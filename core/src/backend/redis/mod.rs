@@ -26,6 +26,30 @@ use crate::metrics::{from_values, LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
 use crate::runtime::runtime;
 
+/// The longest a concurrent waiter blocks before re-checking on its own: 1.5 s plus up to 1 s of
+/// jitter, so waiters that started together do not re-check together. Releases wake waiters at
+/// once; this only bounds how long a freed slot can go unnoticed when the waiter a release woke
+/// dies before re-checking (a crashed or frozen process).
+fn max_block() -> Duration {
+    use std::hash::BuildHasher;
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let jitter = foldhash::fast::RandomState::default().hash_one(SEQUENCE.fetch_add(1, Ordering::Relaxed)) % 1_000;
+    Duration::from_millis(1_500 + jitter)
+}
+
+/// What a blocked wait for a release ended with.
+enum Popped {
+    /// A release's wake-up.
+    WakeUp,
+    /// The timeout.
+    Nothing,
+    /// The connection failed (Redis down): the waiter should re-check.
+    Broken,
+}
+
+/// How long a waiter pauses before re-checking when its blocking connection fails.
+const BROKEN_WAIT_PAUSE: Duration = Duration::from_millis(50);
+
 /// How often a process adds its concurrent limiters' metric counts to Redis.
 const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -110,6 +134,11 @@ impl RedisBackend {
         scripts::run(&self.connections, self.deadline, script, keys, args).await
     }
 
+    /// Runs a command built with [`LuaScript::evalsha`].
+    async fn run_cmd(&self, script: &LuaScript, evalsha: redis::Cmd) -> Result<Vec<i64>> {
+        scripts::run_cmd(&self.connections, self.deadline, script, evalsha).await
+    }
+
     /// Runs `op` for (`kind`, `name`, `key`), applying the failure policy when Redis fails.
     /// `fallback` is the limiter's scaled algorithm and namespace in [`Self::fallback`].
     pub(crate) async fn execute(
@@ -176,16 +205,19 @@ impl RedisBackend {
                     Op::Adjust { estimate, actual } => (estimate, actual),
                     _ => (0, 0),
                 };
-                let args =
-                    [verb(op).into(), now, arg(g.emission_us), arg(g.tau_us), arg(g.capacity), arg(first), arg(second)];
-                plain(self.run(&scripts::GCRA, &[keys.key("s")], &args).await?)
+                // Written straight into the command (no per-argument `String`s): the hot path.
+                let mut cmd = scripts::GCRA.evalsha(1);
+                cmd.arg(keys.key("s")).arg(verb(op)).arg(now).arg(g.emission_us).arg(g.tau_us).arg(g.capacity);
+                cmd.arg(first).arg(second);
+                plain(self.run_cmd(&scripts::GCRA, cmd).await?)
             }
             (Algorithm::Sliding(s), Op::Check { .. } | Op::Peek) => {
-                let mut args = vec![verb(op).into(), now, arg(cost_of(op)), arg(s.limits.len() as u64)];
+                let mut cmd = scripts::SLIDING.evalsha(1);
+                cmd.arg(keys.key("h")).arg(verb(op)).arg(now).arg(cost_of(op)).arg(s.limits.len());
                 for l in s.limits.iter() {
-                    args.extend([arg(l.limit), arg(l.duration_us), arg(l.precision_us), arg(l.blocks)]);
+                    cmd.arg(l.limit).arg(l.duration_us).arg(l.precision_us).arg(l.blocks);
                 }
-                plain(self.run(&scripts::SLIDING, &[keys.key("h")], &args).await?)
+                plain(self.run_cmd(&scripts::SLIDING, cmd).await?)
             }
             (Algorithm::Log(l), Op::Check { .. } | Op::Peek) => {
                 let mut args =
@@ -208,7 +240,7 @@ impl RedisBackend {
                     let mut d = decision(true, c.limit, 0, 0, 0);
                     d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;
                     return match reply.first() {
-                        Some(1) => Ok(Outcome::of(d)),
+                        Some(1) => Ok(Outcome { lease_overdue: reply.get(2) == Some(&1), ..Outcome::of(d) }),
                         _ => Err(Error::lease_lost()),
                     };
                 }
@@ -226,7 +258,7 @@ impl RedisBackend {
                     Some(Wake::Redis { backend: self.clone(), list_key: wake_key })
                 };
                 let reclaimed = reply.get(7).copied().unwrap_or(0).max(0) as u64;
-                Ok(Outcome { decision: d, wake, reclaimed })
+                Ok(Outcome { decision: d, wake, reclaimed, lease_overdue: false })
             }
             (algorithm, op) => Err(Error::invalid("operation", format!("{op:?} does not apply to {algorithm:?}"))),
         }
@@ -294,6 +326,8 @@ impl RedisBackend {
         }
         let key = self.metrics_key(kind, name);
         let mut pipe = redis::pipe();
+        // MULTI/EXEC: the increments never land without the expiry.
+        pipe.atomic();
         for (field, delta) in FIELDS.iter().zip(deltas) {
             if delta > 0 {
                 pipe.hincr(&key, *field, delta).ignore();
@@ -312,19 +346,64 @@ impl RedisBackend {
         Ok(from_values(FIELDS.map(|f| values.get(f).copied().unwrap_or(0))))
     }
 
-    /// Blocks (on a dedicated connection) until a release pushes to `list_key` or `timeout` passes.
-    pub(crate) async fn wait_for_release(&self, list_key: &str, timeout: Duration) {
-        let Ok(mut conn) = self.connections.dedicated().await else {
-            // Redis is unreachable: the caller's next check applies the failure policy.
-            tokio::time::sleep(timeout.min(self.deadline)).await;
-            return;
-        };
+    /// Returns when a release pushes a wake-up to `list_key` (one waiter per release), or after
+    /// `timeout` (at most [`max_block`]).
+    ///
+    /// The BLPOP runs on a dedicated connection in a task of its own, so a waiter that stops
+    /// waiting (its own timer fired, its future was dropped) cannot lose a wake-up it was handed:
+    /// the task passes it on to the next waiter. The waiter's own timer is exact; Redis checks
+    /// BLPOP timeouts only about ten times a second.
+    pub(crate) async fn wait_for_release(self: &Arc<Self>, list_key: &str, timeout: Duration) {
+        let timeout = timeout.min(max_block());
+        let (woken, wake) = tokio::sync::oneshot::channel::<()>();
+        let (this, key) = (self.clone(), list_key.to_owned());
+        runtime().spawn(async move {
+            match this.pop_wake(&key, timeout).await {
+                Popped::WakeUp => {
+                    if woken.send(()).is_err() {
+                        // Best effort: if Redis is gone too, waiters re-check within max_block().
+                        let _ = this.push_wake(&key).await;
+                    }
+                }
+                // Let the waiter re-check now: its check applies the failure policy. The pause
+                // keeps a waiter whose dedicated connections fail (but whose calls do not) from
+                // spinning.
+                Popped::Broken => {
+                    tokio::time::sleep(BROKEN_WAIT_PAUSE).await;
+                    let _ = woken.send(());
+                }
+                Popped::Nothing => {}
+            }
+        });
+        let _ = tokio::time::timeout(timeout, wake).await;
+    }
+
+    /// BLPOP on a dedicated connection.
+    async fn pop_wake(&self, key: &str, timeout: Duration) -> Popped {
+        let Ok(mut conn) = self.connections.dedicated().await else { return Popped::Broken };
         let seconds = timeout.as_secs_f64().max(0.001);
-        let blpop = redis::cmd("BLPOP").arg(list_key).arg(format!("{seconds:.3}")).to_owned();
-        let bound = timeout + self.deadline;
-        if let Ok(Ok(_)) = tokio::time::timeout(bound, blpop.query_async::<redis::Value>(&mut conn)).await {
-            self.connections.give_back(conn);
+        let blpop = redis::cmd("BLPOP").arg(key).arg(format!("{seconds:.3}")).to_owned();
+        match tokio::time::timeout(timeout + self.deadline, blpop.query_async::<Option<(String, String)>>(&mut conn))
+            .await
+        {
+            Ok(Ok(popped)) => {
+                self.connections.give_back(conn);
+                if popped.is_some() {
+                    Popped::WakeUp
+                } else {
+                    Popped::Nothing
+                }
+            }
+            Ok(Err(_)) => Popped::Broken,
+            Err(_elapsed) => Popped::Nothing,
         }
+    }
+
+    /// Hands a wake-up its waiter no longer wants to the next waiter.
+    async fn push_wake(&self, key: &str) -> Result<()> {
+        let mut pipe = redis::pipe();
+        pipe.lpush(key, "1").ignore().ltrim(key, 0, 1023).ignore().pexpire(key, 60_000).ignore();
+        self.query::<()>(&pipe, "a wake-up hand-off").await
     }
 }
 

@@ -3,7 +3,7 @@
 //! not run (NOSCRIPT, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN), never after a
 //! lost reply: replaying a check could count it twice.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind};
@@ -52,6 +52,29 @@ fn script_command(verb: &str, first: &[u8], keys: &[String], args: &[String]) ->
     cmd
 }
 
+impl LuaScript {
+    /// `EVALSHA <sha1> <keys>`, sized for a short call: append the `keys` keys, then ARGV, with
+    /// [`Cmd::arg`] (numbers are written in decimal without an intermediate `String`).
+    pub(crate) fn evalsha(&self, keys: usize) -> Cmd {
+        let mut cmd = Cmd::with_capacity(16, 160);
+        cmd.arg("EVALSHA").arg(self.sha1.as_bytes()).arg(keys);
+        cmd
+    }
+
+    /// The EVAL equivalent of `evalsha` (same keys and arguments), for a server that does not
+    /// have the script cached.
+    fn eval_of(&self, evalsha: &Cmd) -> Cmd {
+        let mut cmd = Cmd::with_capacity(16, self.body.len() + 160);
+        cmd.arg("EVAL").arg(self.body.as_bytes());
+        for arg in evalsha.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
+    }
+}
+
 /// True for answers after which the script certainly did not run.
 fn did_not_run(e: &RedisError) -> bool {
     matches!(
@@ -74,21 +97,34 @@ fn breaks_connection(e: &RedisError) -> bool {
 
 /// Runs `script` with `keys` and `args`, returning its array of integers, within `deadline`.
 pub(crate) async fn run(
-    connections: &std::sync::Arc<Connections>,
+    connections: &Arc<Connections>,
     deadline: Duration,
     script: &LuaScript,
     keys: &[String],
     args: &[String],
 ) -> Result<Vec<i64>> {
+    run_cmd(connections, deadline, script, script_command("EVALSHA", script.sha1.as_bytes(), keys, args)).await
+}
+
+/// Runs `evalsha` (built with [`LuaScript::evalsha`]), returning the script's array of integers,
+/// within `deadline`.
+pub(crate) async fn run_cmd(
+    connections: &Arc<Connections>,
+    deadline: Duration,
+    script: &LuaScript,
+    evalsha: Cmd,
+) -> Result<Vec<i64>> {
     let until = Instant::now() + deadline;
     let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
-    let (mut conn, generation) =
-        tokio::time::timeout_at(until, connections.shared()).await.map_err(|_| timed_out("connecting"))??;
-    let evalsha = script_command("EVALSHA", script.sha1.as_bytes(), keys, args);
+    // While connected (nearly always) the connection is at hand: no timer is armed for it.
+    let (mut conn, generation) = match connections.current() {
+        Some(found) => found,
+        None => tokio::time::timeout_at(until, connections.shared()).await.map_err(|_| timed_out("connecting"))??,
+    };
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let reply = match tokio::time::timeout_at(until, call(&mut conn, &evalsha, script, keys, args)).await {
+        let reply = match tokio::time::timeout_at(until, call(connections, &mut conn, &evalsha, script, until)).await {
             Ok(reply) => reply,
             Err(_) => {
                 connections.invalidate(generation);
@@ -116,17 +152,22 @@ pub(crate) async fn run(
 }
 
 async fn call(
+    connections: &Arc<Connections>,
     conn: &mut Conn,
     evalsha: &Cmd,
     script: &LuaScript,
-    keys: &[String],
-    args: &[String],
+    until: Instant,
 ) -> redis::RedisResult<Vec<i64>> {
-    match evalsha.query_async(conn).await {
+    match connections.query(conn, evalsha, until).await.and_then(parse) {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             // The script cache was flushed (or this is a new server): EVAL runs and re-caches it.
-            script_command("EVAL", script.body.as_bytes(), keys, args).query_async(conn).await
+            script.eval_of(evalsha).query_async(conn).await
         }
         other => other,
     }
+}
+
+/// A script's reply as an array of integers, or the error it carries.
+fn parse(value: redis::Value) -> redis::RedisResult<Vec<i64>> {
+    Ok(redis::from_redis_value(value.extract_error()?)?)
 }
