@@ -1,0 +1,299 @@
+"""Python benchmark: ratekeeper against the peer `limits` on the same Redis, in one run.
+
+    python -m venv /tmp/rk-bench && /tmp/rk-bench/bin/pip install ./py -r bench/python/requirements.txt
+    /tmp/rk-bench/bin/python bench/python/bench.py            # ~1 minute
+    /tmp/rk-bench/bin/python bench/python/bench.py --quick    # ~20 s
+
+(`pip install ./py` builds the extension in release.) Starts its own redis-server on a free
+loopback port (never 6379, no persistence) and stops it by pid. Each scenario runs in rounds that
+interleave the clients so that machine noise hits them alike; medians are printed, with ratios.
+Not a test: nothing is asserted.
+
+Scenarios:
+- sync sequential, one call at a time on one key: ratekeeper `bucket` (fixed window) and
+  `token_bucket` `check`, limits `FixedWindowRateLimiter.hit` and `MovingWindowRateLimiter.hit`
+  (redis-py), and `redis-benchmark -c 1` running the exact EVALSHA ratekeeper sends (captured
+  with MONITOR) — the floor of any client.
+- asyncio, 64 tasks each looping on its own key: ratekeeper `acheck` vs limits.aio
+  `FixedWindowRateLimiter.hit` (coredis, limits' default, and redis-py asyncio).
+- memory backend, sequential: ratekeeper `check` vs limits' MemoryStorage fixed window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+import limits
+import limits.aio.storage
+import limits.aio.strategies
+import limits.storage
+import limits.strategies
+
+import ratekeeper
+
+QUICK = "--quick" in sys.argv
+ROUNDS = 3 if QUICK else 5
+ROUND_SECONDS = 1.0 if QUICK else 2.0
+TASKS = 64
+BIG = 10**9  # limits high enough that every call is admitted: we measure the call, not refusals
+
+
+# ----------------------------------------------------------------------------------- the server
+
+
+def free_port() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port != 6379:
+            return port
+
+
+class Server:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="rk-bench-redis-")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        self.url = f"redis://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        os.kill(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------- measuring
+
+
+def timed_sync(call: Callable[[], object], seconds: float) -> float:
+    """Calls per second of `call` in a loop for about `seconds`."""
+    n, start = 0, time.perf_counter()
+    deadline = start + seconds
+    while True:
+        for _ in range(200):
+            call()
+        n += 200
+        now = time.perf_counter()
+        if now >= deadline:
+            return n / (now - start)
+
+
+def timed_async(setup: Callable[[], Callable[[int], Callable[[], Awaitable[object]]]], seconds: float) -> float:
+    """Calls per second of TASKS tasks each awaiting its call in a loop, for about `seconds`.
+    `setup` runs inside the round's event loop (asyncio clients bind to the loop they start in)
+    and returns the maker of each task's call."""
+
+    async def main() -> float:
+        make_call = setup()
+        stop = False
+        counts = [0] * TASKS
+
+        async def worker(i: int) -> None:
+            call = make_call(i)
+            while not stop:
+                await call()
+                counts[i] += 1
+
+        tasks = [asyncio.ensure_future(worker(i)) for i in range(TASKS)]
+        await asyncio.sleep(0.2)  # warm up (connections, scripts)
+        before, start = sum(counts), time.perf_counter()
+        await asyncio.sleep(seconds)
+        done, elapsed = sum(counts) - before, time.perf_counter() - start
+        stop = True
+        await asyncio.gather(*tasks)
+        return done / elapsed
+
+    return asyncio.run(main())
+
+
+def redis_benchmark(port: int, command: list[str], seconds: float, rate_hint: float) -> float:
+    n = max(2000, int(rate_hint * seconds))
+    out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", "1", "-n", str(n), "--csv", *command],
+                         capture_output=True, text=True, timeout=120).stdout
+    rows = [line for line in out.splitlines() if line and not line.startswith('"test"')]
+    return float(rows[-1].split(",")[1].strip('"'))
+
+
+def captured_evalsha(server: Server, do_call: Callable[[], object]) -> list[str]:
+    """The EVALSHA command ratekeeper sends for `do_call`, captured with MONITOR."""
+    monitor = subprocess.Popen(["redis-cli", "-p", str(server.port), "MONITOR"], stdout=subprocess.PIPE, text=True)
+    assert monitor.stdout is not None
+    monitor.stdout.readline()  # OK
+    do_call()
+    line = ""
+    while "EVALSHA" not in line.upper():
+        line = monitor.stdout.readline()
+    monitor.kill()
+    monitor.wait()
+    # 1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "sha" "1" "key" ...
+    return [bytes(a, "utf-8").decode("unicode_escape") for a in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
+
+
+class Row:
+    def __init__(self, scenario: str, client: str) -> None:
+        self.scenario, self.client, self.samples = scenario, client, []  # type: ignore[var-annotated]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+
+def run_rounds(rows: list[tuple[Row, Callable[[], float]]]) -> None:
+    for _ in range(ROUNDS):
+        for row, measure in rows:
+            row.samples.append(measure())
+
+
+# ----------------------------------------------------------------------------------- scenarios
+
+
+def main() -> None:
+    if shutil.which("redis-server") is None or shutil.which("redis-benchmark") is None:
+        sys.exit("redis-server and redis-benchmark are required (apt-get install redis-server redis-tools)")
+    server = Server()
+    try:
+        report = scenarios(server)
+    finally:
+        server.stop()
+    print_table(report)
+
+
+def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
+    rk = ratekeeper.Backend.redis(server.url, deadline=5.0, connect_timeout=5.0)
+    rk_bucket = rk.bucket("bench-bucket", BIG, 60)
+    rk_tb = rk.token_bucket("bench-tb", 1_000_000, BIG)
+    rk_bucket.check("k"), rk_tb.check("k")
+
+    sync_storage = limits.storage.storage_from_string(server.url)
+    fixed = limits.strategies.FixedWindowRateLimiter(sync_storage)
+    moving = limits.strategies.MovingWindowRateLimiter(sync_storage)
+    item = limits.RateLimitItemPerMinute(BIG)
+    small_item = limits.RateLimitItemPerMinute(1_000_000)  # the moving window keeps one entry per hit
+    fixed.hit(item, "k"), moving.hit(small_item, "warm")
+
+    evalsha_tb = captured_evalsha(server, lambda: rk_tb.check("k"))
+    evalsha_bucket = captured_evalsha(server, lambda: rk_bucket.check("k"))
+
+    sync_rows = [
+        (Row("sync", "redis-benchmark -c 1, token bucket EVALSHA"),
+         lambda: redis_benchmark(server.port, evalsha_tb, ROUND_SECONDS, 20_000)),
+        (Row("sync", "ratekeeper token_bucket.check"), lambda: timed_sync(lambda: rk_tb.check("k"), ROUND_SECONDS)),
+        (Row("sync", "redis-benchmark -c 1, bucket EVALSHA"),
+         lambda: redis_benchmark(server.port, evalsha_bucket, ROUND_SECONDS, 20_000)),
+        (Row("sync", "ratekeeper bucket.check"), lambda: timed_sync(lambda: rk_bucket.check("k"), ROUND_SECONDS)),
+        (Row("sync", "limits FixedWindow.hit (redis-py)"), lambda: timed_sync(lambda: fixed.hit(item, "k"), ROUND_SECONDS)),
+        (Row("sync", "limits MovingWindow.hit (redis-py)"),
+         lambda: timed_sync(lambda: moving.hit(small_item, "k"), ROUND_SECONDS / 2)),
+    ]
+    print(f"sync sequential on Redis ({ROUNDS} rounds of {ROUND_SECONDS} s)...", flush=True)
+    run_rounds(sync_rows)  # type: ignore[arg-type]
+
+
+    def rk_async(i: int) -> Callable[[], Awaitable[object]]:
+        key = f"task-{i}"
+        return lambda: rk_tb.acheck(key)
+
+    def rk_async_bucket(i: int) -> Callable[[], Awaitable[object]]:
+        key = f"task-{i}"
+        return lambda: rk_bucket.acheck(key)
+
+    def limits_async(implementation: str) -> Callable[[], Callable[[int], Callable[[], Awaitable[object]]]]:
+        def setup() -> Callable[[int], Callable[[], Awaitable[object]]]:
+            storage = limits.aio.storage.RedisStorage("async+" + server.url, implementation=implementation)
+            strategy = limits.aio.strategies.FixedWindowRateLimiter(storage)
+
+            def make(i: int) -> Callable[[], Awaitable[object]]:
+                key = f"task-{i}"
+                return lambda: strategy.hit(item, key)
+            return make
+        return setup
+
+    aio_rows = [
+        (Row("asyncio", "ratekeeper token_bucket.acheck"), lambda: timed_async(lambda: rk_async, ROUND_SECONDS)),
+        (Row("asyncio", "ratekeeper bucket.acheck"), lambda: timed_async(lambda: rk_async_bucket, ROUND_SECONDS)),
+        (Row("asyncio", "limits.aio FixedWindow.hit (coredis)"), lambda: timed_async(limits_async("coredis"), ROUND_SECONDS)),
+        (Row("asyncio", "limits.aio FixedWindow.hit (redis-py)"), lambda: timed_async(limits_async("redispy"), ROUND_SECONDS)),
+    ]
+    print(f"asyncio, {TASKS} tasks on Redis...", flush=True)
+    run_rounds(aio_rows)  # type: ignore[arg-type]
+
+    mem = ratekeeper.Backend()
+    mem_bucket = mem.bucket("bench", BIG, 60)
+    mem_tb = mem.token_bucket("bench", 1_000_000, BIG)
+    mem_fixed = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
+
+    def rk_mem_async() -> float:
+        async def main() -> float:
+            n, start = 0, time.perf_counter()
+            while time.perf_counter() - start < ROUND_SECONDS:
+                for _ in range(200):
+                    await mem_tb.acheck("k")
+                n += 200
+            return n / (time.perf_counter() - start)
+        return asyncio.run(main())
+
+    mem_rows = [
+        (Row("memory", "ratekeeper token_bucket.check"), lambda: timed_sync(lambda: mem_tb.check("k"), ROUND_SECONDS)),
+        (Row("memory", "ratekeeper bucket.check"), lambda: timed_sync(lambda: mem_bucket.check("k"), ROUND_SECONDS)),
+        (Row("memory", "ratekeeper token_bucket.acheck (awaited)"), rk_mem_async),
+        (Row("memory", "limits FixedWindow.hit (MemoryStorage)"), lambda: timed_sync(lambda: mem_fixed.hit(item, "k"), ROUND_SECONDS)),
+    ]
+    print("memory backend, sequential...", flush=True)
+    run_rounds(mem_rows)  # type: ignore[arg-type]
+
+    return [
+        ("sync sequential, Redis (one call at a time)", [r for r, _ in sync_rows], "limits FixedWindow.hit (redis-py)"),
+        (f"asyncio, {TASKS} tasks, Redis", [r for r, _ in aio_rows], "limits.aio FixedWindow.hit (coredis)"),
+        ("memory backend, sequential", [r for r, _ in mem_rows], "limits FixedWindow.hit (MemoryStorage)"),
+    ]
+
+
+def print_table(report: list[tuple[str, list[Row], str]]) -> None:
+    print()
+    print(f"ratekeeper {ratekeeper.__version__} vs limits {limits.__version__}; medians of {ROUNDS} rounds;"
+          f" python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print()
+    print("| scenario | client | checks/s | vs limits |")
+    print("|---|---|---:|---:|")
+    for scenario, rows, baseline_name in report:
+        baseline = next(r for r in rows if r.client == baseline_name).median
+        for row in rows:
+            print(f"| {scenario} | {row.client} | {row.median:,.0f} | {row.median / baseline:.2f}x |")
+    sync_rows = report[0][1]
+    raw = {r.client: r.median for r in sync_rows}
+    print()
+    for kind, raw_name, rk_name in [
+        ("token bucket", "redis-benchmark -c 1, token bucket EVALSHA", "ratekeeper token_bucket.check"),
+        ("bucket", "redis-benchmark -c 1, bucket EVALSHA", "ratekeeper bucket.check"),
+    ]:
+        print(f"sync {kind}: ratekeeper at {raw[rk_name] / raw[raw_name]:.0%} of raw redis-benchmark -c 1 "
+              f"(target >= 90%)")
+    print("command: " + " ".join(shlex.quote(a) for a in sys.argv))
+
+
+if __name__ == "__main__":
+    main()

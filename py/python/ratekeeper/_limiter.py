@@ -1,0 +1,65 @@
+"""``ratekeeper.Limiter``: the native limiter plus ``within_limit``."""
+
+from __future__ import annotations
+
+from typing import Literal, overload
+
+from . import _ratekeeper
+from ._within import WithinLimit, WithinLimitOrSkip
+from .errors import InvalidArgument
+
+__all__ = ["Limiter"]
+
+
+class Limiter(_ratekeeper.Limiter):
+    """A rate limiter bound to a backend; build one with a :class:`Backend` method. Safe to
+    share between threads, tasks and event loops.
+
+    Every call takes an optional ``key`` (a user id, an IP...), so one limiter serves many
+    identities. ``check``/``peek``/``acquire``/``reset``/``release``/``extend``/``points_used``
+    block (releasing the GIL on Redis); their ``a``-prefixed forms return asyncio futures."""
+
+    __slots__ = ()
+
+    @overload
+    def within_limit(
+        self,
+        key: str | None = None,
+        cost: int = 1,
+        *,
+        policy: Literal["raise"] = "raise",
+        wait_timeout: float | None = None,
+    ) -> WithinLimit: ...
+    @overload
+    def within_limit(
+        self,
+        key: str | None = None,
+        cost: int = 1,
+        *,
+        policy: Literal["ignore"],
+        wait_timeout: float | None = None,
+    ) -> WithinLimitOrSkip: ...
+    def within_limit(
+        self,
+        key: str | None = None,
+        cost: int = 1,
+        *,
+        policy: Literal["raise", "ignore"] = "raise",
+        wait_timeout: float | None = None,
+    ) -> WithinLimit | WithinLimitOrSkip:
+        """Acquire (waiting up to ``wait_timeout`` seconds, default the limiter's), run the
+        block, release any lease — as ``with``, ``async with`` or a decorator::
+
+            with erp.within_limit("tenant-3") as permit: ...
+            async with erp.within_limit("tenant-3"): ...
+
+            @erp.within_limit("tenant-3")
+            def sync_job() -> None: ...
+
+        ``policy="raise"`` (default) raises :class:`OverLimit` when the limit cannot be had in
+        time; ``policy="ignore"`` skips the block instead (see :class:`WithinLimitOrSkip`)."""
+        if policy == "raise":
+            return WithinLimit(self, key, cost, policy, wait_timeout)
+        if policy == "ignore":
+            return WithinLimitOrSkip(self, key, cost, policy, wait_timeout)
+        raise InvalidArgument(f'invalid argument `policy`: must be "raise" or "ignore", got {policy!r}', "policy")

@@ -1,0 +1,583 @@
+"""
+Native core of ratekeeper; import `ratekeeper` instead.
+"""
+
+from asyncio import Future
+from collections.abc import Sequence
+from os import PathLike
+from ratekeeper._limiter import Limiter as Limiter2
+from typing import Final, Literal, final
+from typing_extensions import disjoint_base
+
+__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "Limiter", "ManualClock", "Metrics", "UtilizationConfig", "UtilizationShedder", "unlimited"]
+
+CORE_VERSION: Final[str]
+"""
+The version of the ratekeeper core this module was built from.
+"""
+
+@final
+class Backend:
+    """
+    A place where limiter state lives, shared by every limiter built from it.
+
+    `Backend()` is a new in-process memory backend (the embedded default); `Backend.redis(url)`
+    and `Backend.cluster(seeds)` share limits between every process pointing at the same Redis.
+    """
+    def __new__(cls, /) -> Backend:
+        """
+        A new in-process memory backend with default settings.
+        """
+    def __repr__(self, /) -> str: ...
+    def bucket(self, /, name: str, limit: int, interval: float | str) -> Limiter2:
+        """
+        `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
+        `"day"`), windows aligned to multiples of `interval` since the epoch.
+        """
+    @staticmethod
+    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None) -> Backend:
+        """
+        A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
+        redirections are followed. Takes the same options as `Backend.redis`.
+        """
+    def concurrent(self, /, name: str, limit: int, lock_timeout: float = ..., wait_timeout: float | None = None) -> Limiter2:
+        """
+        At most `limit` holders at once: `acquire` returns a decision whose `lease` must be
+        released. A lease older than `lock_timeout` seconds may be reclaimed by a waiter;
+        `wait_timeout` is how long `acquire` and `within_limit` wait by default. `limit=1` is a
+        distributed mutex.
+        """
+    @property
+    def kind(self, /) -> str:
+        """
+        `"memory"`, `"redis"` or `"cluster"`.
+        """
+    def leaky(self, /, name: str, size: int, drain: float) -> Limiter2:
+        """
+        A burst of `size`, then one call per `drain / size` seconds; after `drain` seconds idle
+        the full burst is back.
+        """
+    @staticmethod
+    def memory(*, max_keys: int | None = None, clock: ManualClock | None = None) -> Backend:
+        """
+        A new in-process memory backend holding at most `max_keys` keys (when full, expired
+        state is dropped first and new keys are refused with `BackendUnavailable` rather than
+        resetting live ones). `clock`: a `ManualClock` for tests.
+        """
+    def memory_len(self, /) -> int | None:
+        """
+        Keys held by a memory backend (expired ones included until swept); None for Redis.
+        """
+    def points(self, /, name: str, capacity: int, refill: float) -> Limiter2:
+        """
+        A leaky bucket of `capacity` points refilled completely in `refill` seconds: a call
+        gives an estimate as its cost, and `points_used(estimate, actual)` charges or refunds
+        the difference.
+        """
+    @staticmethod
+    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None) -> Backend:
+        """
+        A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…`
+        (TLS). Nothing connects until the first call; backends for the same URL share one
+        connection set in this process.
+
+        - `prefix`: namespace of every key (default `rk`).
+        - `failure_policy`: what a call does when Redis cannot answer within `deadline`:
+          `"fail_closed"` (default: raise `BackendUnavailable` or `Timeout`), `"fail_open"`
+          (allow), `"fallback"` (an in-memory limiter with `1/fallback_divisor` of the limit).
+        - `deadline`: seconds every call may take, answered or not (default 0.2).
+        - `connect_timeout`: seconds to establish a connection (default 1).
+        - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
+          `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
+        - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
+        """
+    def sliding_window(self, /, name: str, limits: Sequence[tuple[float, int] | tuple[float, int, float]]) -> Limiter2:
+        """
+        Several `(duration, limit[, precision])` limits over sub-buckets of `precision` seconds
+        (none: a plain fixed window), checked atomically; only admitted calls count.
+        """
+    def stats(self, /) -> BackendStats:
+        """
+        What the failure policy has done so far (all zero for memory backends).
+        """
+    def token_bucket(self, /, name: str, rate: float, capacity: int) -> Limiter2:
+        """
+        Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens.
+        """
+    def unlimited(self, /, name: str | None = None) -> Limiter2:
+        """
+        A limiter that always allows and touches no backend (`ratekeeper.unlimited()` is the
+        same without a name).
+        """
+    def window(self, /, name: str, limit: int, interval: float | str) -> Limiter2:
+        """
+        Exact sliding window: never more than `limit` admissions in any span of `interval`
+        (seconds or a name, as for `bucket`).
+        """
+    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]]) -> Limiter2:
+        """
+        Several exact sliding windows checked and recorded together, e.g.
+        `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
+        """
+
+@final
+class BackendStats:
+    """
+    Counts of what a Redis backend's failure policy has done.
+    """
+    def __repr__(self, /) -> str: ...
+    @property
+    def failed(self, /) -> int:
+        """
+        Calls that failed because Redis failed, under `failure_policy="fail_closed"`.
+        """
+    @property
+    def failed_open(self, /) -> int:
+        """
+        Calls allowed because Redis failed, under `failure_policy="fail_open"`.
+        """
+    @property
+    def fell_back(self, /) -> int:
+        """
+        Calls answered by the in-memory fallback, under `failure_policy="fallback"`.
+        """
+
+@final
+class Decision:
+    """
+    The outcome of `check`, `peek` or `acquire`.
+
+    Durations are exact (to the microsecond) floats of seconds, never negative. A refused call
+    consumed nothing. `bool(decision)` is `decision.allowed`.
+    """
+    def __bool__(self, /) -> bool: ...
+    def __repr__(self, /) -> str: ...
+    @property
+    def allowed(self, /) -> bool:
+        """
+        Whether the call was admitted (for `peek`: whether a call of cost 1 would be).
+        """
+    @property
+    def decided_at(self, /) -> float:
+        """
+        When the decision was made, in seconds since the epoch, by the deciding clock (the Redis
+        server's for Redis backends); 0.0 for unlimited limiters.
+        """
+    @property
+    def decided_at_us(self, /) -> int:
+        """
+        `decided_at` in whole microseconds since the epoch (exact).
+        """
+    def headers(self, /) -> dict[str, str]:
+        """
+        HTTP rate-limit headers: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
+        (seconds until full, rounded up) and, when refused, `Retry-After` (rounded up).
+        """
+    @property
+    def lease(self, /) -> Lease | None:
+        """
+        The lease a concurrent limiter granted (release it when done), else None.
+        """
+    @property
+    def limit(self, /) -> int:
+        """
+        The limit that binds: for multi-limit limiters, the one with the least remaining.
+        """
+    @property
+    def limits(self, /) -> list[LimitStatus] | None:
+        """
+        One status per configured limit, for multi-limit limiters (`windows`, `sliding_window`).
+        """
+    @property
+    def remaining(self, /) -> int:
+        """
+        What is left of `limit` after this call.
+        """
+    @property
+    def reset_after(self, /) -> float:
+        """
+        Seconds until the limiter is back to full for this key.
+        """
+    @property
+    def reset_after_us(self, /) -> int:
+        """
+        `reset_after` in whole microseconds (exact).
+        """
+    @property
+    def retry_after(self, /) -> float:
+        """
+        Seconds until the same call could succeed; 0.0 when allowed.
+        """
+    @property
+    def retry_after_us(self, /) -> int:
+        """
+        `retry_after` in whole microseconds (exact).
+        """
+
+@final
+class FleetShedder:
+    """
+    Fleet usage load shedder: at most `limit` non-critical requests in flight across every
+    process sharing `backend`; critical requests bypass it. A request still in flight after
+    `lock_timeout` seconds (a crashed worker) gives its slot back.
+    """
+    def __new__(cls, /, backend: Backend, name: str, limit: int, lock_timeout: float = ...) -> FleetShedder: ...
+    def aenter(self, /, critical: bool = False) -> Future[Lease | None]:
+        """
+        asyncio form of `enter`.
+        """
+    def aleave(self, /, ticket: Lease | None) -> Future[None]:
+        """
+        asyncio form of `leave`.
+        """
+    def enter(self, /, critical: bool = False) -> Lease | None:
+        """
+        Admits a request: critical requests always pass and hold nothing (None); others take a
+        slot (a `Lease`, to give back with `leave`) or raise `Shed`.
+        """
+    def leave(self, /, ticket: Lease | None) -> None:
+        """
+        Gives back the slot `enter` returned (None: nothing to give back).
+        """
+
+@final
+class Lease:
+    """
+    A slot held in a concurrent limiter: give it back with `limiter.release(lease)`.
+
+    It remembers the key it was granted for. Rebuild one from its parts (for example in another
+    process) with `Lease(id, fencing_token, granted_at_us, key)`.
+    """
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __new__(cls, /, id: int, fencing_token: int, granted_at_us: int, key: str | None = None) -> Lease: ...
+    def __repr__(self, /) -> str: ...
+    @property
+    def fencing_token(self, /) -> int:
+        """
+        Strictly increases with every grant of the same limiter and key: a guarded resource can
+        refuse writes carrying a token lower than one it has already seen. Zero for a lease
+        granted while failing open, which guards nothing.
+        """
+    @property
+    def granted_at_us(self, /) -> int:
+        """
+        When it was granted, in microseconds since the epoch, by the deciding clock.
+        """
+    @property
+    def id(self, /) -> int:
+        """
+        Unique id of this grant (a 128-bit integer).
+        """
+    @property
+    def key(self, /) -> str | None:
+        """
+        The key it was granted for (None: the limiter's shared key).
+        """
+
+@final
+class LimitStatus:
+    """
+    The state of one limit of a multi-limit limiter.
+    """
+    def __repr__(self, /) -> str: ...
+    @property
+    def limit(self, /) -> int:
+        """
+        The limit's size.
+        """
+    @property
+    def remaining(self, /) -> int:
+        """
+        What is left of it.
+        """
+    @property
+    def reset_after(self, /) -> float:
+        """
+        Seconds until this limit is back to full.
+        """
+    @property
+    def reset_after_us(self, /) -> int:
+        """
+        `reset_after` in whole microseconds.
+        """
+    @property
+    def retry_after(self, /) -> float:
+        """
+        0.0 if this limit admits the call; otherwise seconds until it would.
+        """
+    @property
+    def retry_after_us(self, /) -> int:
+        """
+        `retry_after` in whole microseconds.
+        """
+    @property
+    def window(self, /) -> float:
+        """
+        The span this limit covers, in seconds.
+        """
+    @property
+    def window_us(self, /) -> int:
+        """
+        The span in whole microseconds.
+        """
+
+@disjoint_base
+class Limiter:
+    """
+    A rate limiter bound to a backend; build one with a `Backend` method. Safe to share between
+    threads, tasks and event loops.
+
+    Every call takes an optional `key` (any string up to 1 KiB: a user id, an IP), so one
+    limiter serves many identities. Methods prefixed with `a` are the asyncio forms: they return
+    an `asyncio.Future` and never block the event loop.
+    """
+    def __repr__(self, /) -> str: ...
+    def _validate(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> None:
+        """
+        Validates the arguments of a call without making it (`within_limit` uses it to fail
+        early, naming the bad argument).
+        """
+    def aacquire(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> Future[Decision]:
+        """
+        asyncio form of `acquire`: waits without blocking the event loop.
+        """
+    def acheck(self, /, key: str | None = None, cost: int = ...) -> Future[Decision]:
+        """
+        asyncio form of `check`.
+        """
+    def acquire(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> Decision:
+        """
+        Consumes `cost`, waiting up to `wait_timeout` seconds (default: the limiter's) for the
+        limit to allow it — sleeping exactly until the decision can change, or until a release
+        wakes it. Raises `OverLimit` (with `retry_after`) when it cannot succeed in time.
+        """
+    def aextend(self, /, lease: Lease, key: str | None = None) -> Future[None]:
+        """
+        asyncio form of `extend`.
+        """
+    def afleet_metrics(self, /) -> Future[Metrics]:
+        """
+        asyncio form of `fleet_metrics`.
+        """
+    def apeek(self, /, key: str | None = None) -> Future[Decision]:
+        """
+        asyncio form of `peek`.
+        """
+    def apoints_used(self, /, estimate: int, actual: int, key: str | None = None) -> Future[Decision]:
+        """
+        asyncio form of `points_used`.
+        """
+    def arelease(self, /, lease: Lease, key: str | None = None) -> Future[None]:
+        """
+        asyncio form of `release`.
+        """
+    def areset(self, /, key: str | None = None) -> Future[None]:
+        """
+        asyncio form of `reset`.
+        """
+    def check(self, /, key: str | None = None, cost: int = ...) -> Decision:
+        """
+        Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
+        nothing and returns `allowed=False` with the exact `retry_after`. On a concurrent limiter
+        an admitted call holds a lease (`decision.lease`) that must be released.
+        """
+    def extend(self, /, lease: Lease, key: str | None = None) -> None:
+        """
+        Renews a concurrent lease for another `lock_timeout` from now. Raises `LeaseLost` if it
+        was already reclaimed.
+        """
+    def fleet_metrics(self, /) -> Metrics:
+        """
+        The metrics of every process sharing this limiter (on Redis, this process's pending
+        counts are flushed first); on memory, the same as `metrics()`.
+        """
+    @property
+    def kind(self, /) -> str:
+        """
+        The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
+        `leaky`, `points` or `unlimited`.
+        """
+    def metrics(self, /) -> Metrics:
+        """
+        This process's metrics for this limiter (concurrent limiters; zeros for others).
+        """
+    @property
+    def name(self, /) -> str:
+        """
+        The limiter's name.
+        """
+    def peek(self, /, key: str | None = None) -> Decision:
+        """
+        What a call of cost 1 would get, consuming nothing.
+        """
+    def points_used(self, /, estimate: int, actual: int, key: str | None = None) -> Decision:
+        """
+        Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
+        the difference is charged or refunded. Returns the state after the correction.
+        """
+    def release(self, /, lease: Lease, key: str | None = None) -> None:
+        """
+        Frees a lease of a concurrent limiter (for the key it was granted for, unless `key` is
+        given). Raises `LeaseLost` if it had been reclaimed (it outlived `lock_timeout`) or the
+        limiter was reset.
+        """
+    def reset(self, /, key: str | None = None) -> None:
+        """
+        Forgets the state of `key` (waiters on a concurrent limiter re-check).
+        """
+    @property
+    def wait_timeout(self, /) -> float:
+        """
+        The default time `acquire` and `within_limit` wait, in seconds.
+        """
+    def with_wait_timeout(self, /, wait_timeout: float) -> Limiter2:
+        """
+        The same limiter with another default wait timeout (seconds; 0: never wait).
+        """
+
+@final
+class ManualClock:
+    """
+    A clock that only moves when told to; waiters wake when it passes their deadline. Pass it to
+    `Backend.memory(clock=...)` or `Backend.redis(url, clock=...)` (the Redis scripts then take
+    time from it instead of the server's `TIME`), or to `UtilizationShedder`.
+    """
+    def __new__(cls, /, start_us: int | None = None) -> ManualClock:
+        """
+        A manual clock reading `start_us` microseconds since the epoch (default: now).
+        """
+    def __repr__(self, /) -> str: ...
+    def advance(self, /, seconds: float) -> None:
+        """
+        Moves the clock forward by `seconds` (truncated to whole microseconds).
+        """
+    def advance_us(self, /, micros: int) -> None:
+        """
+        Moves the clock forward by `micros` microseconds.
+        """
+    @property
+    def now(self, /) -> float:
+        """
+        The clock's reading in seconds since the epoch.
+        """
+    @property
+    def now_us(self, /) -> int:
+        """
+        The clock's reading in microseconds since the epoch.
+        """
+    def set_us(self, /, micros: int) -> None:
+        """
+        Sets the clock to `micros` microseconds since the epoch (it may move backwards).
+        """
+
+@final
+class Metrics:
+    """
+    A concurrent limiter's metrics (Sidekiq's set); times in seconds.
+    """
+    def __repr__(self, /) -> str: ...
+    @property
+    def held(self, /) -> int:
+        """
+        Leases granted (blocks run).
+        """
+    @property
+    def held_time(self, /) -> float:
+        """
+        Total time leases were held, measured at release.
+        """
+    @property
+    def immediate(self, /) -> int:
+        """
+        Leases granted without waiting.
+        """
+    @property
+    def overages(self, /) -> int:
+        """
+        Leases released after their lock_timeout (holders that ran too long).
+        """
+    @property
+    def reclaimed(self, /) -> int:
+        """
+        Overdue leases reclaimed for a new caller.
+        """
+    @property
+    def wait_time(self, /) -> float:
+        """
+        Total time spent waiting by the leases granted after waiting.
+        """
+    @property
+    def waited(self, /) -> int:
+        """
+        Leases granted after waiting.
+        """
+
+@final
+class UtilizationConfig:
+    """
+    Thresholds of a `UtilizationShedder`; the defaults are Stripe's.
+    """
+    def __new__(cls, /, *, end_of_good: float | None = None, start_of_bad: float | None = None, seconds_before_shedding: float | None = None, seconds_to_shed_all: float | None = None, levels: int | None = None) -> UtilizationConfig: ...
+    def __repr__(self, /) -> str: ...
+    @property
+    def end_of_good(self, /) -> float:
+        """
+        Below this utilization, shedding decreases (default 0.7).
+        """
+    @property
+    def levels(self, /) -> int:
+        """
+        Levels of non-critical priority (default 3): priority 0 is critical and never shed,
+        `levels` is the least important and goes first.
+        """
+    @property
+    def seconds_before_shedding(self, /) -> float:
+        """
+        Seconds of full pressure before anything is shed (default 28).
+        """
+    @property
+    def seconds_to_shed_all(self, /) -> float:
+        """
+        Seconds of full pressure from the first drop until all non-critical traffic is shed
+        (default 120).
+        """
+    @property
+    def start_of_bad(self, /) -> float:
+        """
+        Above this utilization, shedding increases (default 0.8); in between nothing changes.
+        """
+
+@final
+class UtilizationShedder:
+    """
+    Worker utilization load shedder, in-process: feed it a utilization signal with `observe`
+    (0 = idle, 1 = every worker busy) and `check(priority)` each request. The share dropped
+    moves slowly: nothing changes between `end_of_good` and `start_of_bad`; under full pressure
+    shedding starts after ~28 s, least important traffic first, and reaches all non-critical
+    traffic ~120 s later; it recovers as slowly.
+    """
+    def __new__(cls, /, config: UtilizationConfig | None = None, *, clock: ManualClock | None = None) -> UtilizationShedder: ...
+    def check(self, /, priority: int) -> None:
+        """
+        Admits a request of `priority` (0 = critical, never shed … `levels` = least important)
+        or raises `Shed`.
+        """
+    def drop_chance(self, /, priority: int) -> float:
+        """
+        The chance that a request of `priority` is dropped now (0 for priority 0, critical).
+        """
+    def observe(self, /, utilization: float) -> None:
+        """
+        Records the current utilization (0..1) and advances the shedding amount to now.
+        """
+    def shedding(self, /) -> float:
+        """
+        The share of non-critical traffic being shed now, 0..1.
+        """
+
+def unlimited() -> Limiter2:
+    """
+    A limiter that always allows and touches no backend (admins, tests).
+    """

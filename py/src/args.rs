@@ -1,0 +1,295 @@
+//! Argument conversion. Every number goes through `ratekeeper::params`, so the validation and
+//! its messages are the core's, and every bad argument (wrong type included) raises
+//! `InvalidArgument` naming the parameter as Python spells it.
+//!
+//! Each kind of argument is a type implementing `FromPyObject` (with its type hint for the
+//! generated stubs), parameterised by a marker type that carries the parameter's name.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use pyo3::inspect::PyStaticExpr;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
+use pyo3::{type_hint_identifier, type_hint_union, Borrowed};
+use ratekeeper::params::{
+    cost_from_f64, count_from_f64, duration_from_secs, interval_from_name, timeout_from_secs, validate_cost,
+    validate_count,
+};
+use ratekeeper::Error;
+
+use crate::errors::to_py_err;
+
+/// A parameter name, as a type.
+pub(crate) trait Param {
+    const NAME: &'static str;
+}
+
+macro_rules! params {
+    ($($ty:ident = $name:literal),* $(,)?) => {
+        $(
+            #[doc = concat!("The `", $name, "` parameter.")]
+            pub(crate) struct $ty;
+            impl Param for $ty {
+                const NAME: &'static str = $name;
+            }
+        )*
+    };
+}
+
+params! {
+    PCost = "cost", PEstimate = "estimate", PActual = "actual", PLimit = "limit", PCapacity = "capacity",
+    PSize = "size", PLockTimeout = "lock_timeout", PWaitTimeout = "wait_timeout",
+    PDrain = "drain", PRefill = "refill", PRate = "rate", PDuration = "duration", PPrecision = "precision",
+    PDeadline = "deadline", PConnectTimeout = "connect_timeout", PMaxKeys = "max_keys",
+    PDivisor = "fallback_divisor", PSeconds = "seconds", PMicros = "micros", PStartUs = "start_us",
+    PUtilization = "utilization", PPriority = "priority", PEndOfGood = "end_of_good",
+    PStartOfBad = "start_of_bad", PBeforeShedding = "seconds_before_shedding", PToShedAll = "seconds_to_shed_all",
+    PLevels = "levels", PName = "name", PKey = "key", PUrl = "url", PPrefix = "prefix",
+    PFailurePolicy = "failure_policy", PId = "id", PFencingToken = "fencing_token", PGrantedAtUs = "granted_at_us",
+}
+
+pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {
+    to_py_err(py, Error::invalid(parameter, message))
+}
+
+fn type_name(obj: Borrowed<'_, '_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// A Python number: an exact integer (any size, sign kept) or a float.
+enum Number {
+    Int(i128),
+    /// An integer beyond i128: only its sign and rough size matter (it is out of every range).
+    Huge(f64),
+    Float(f64),
+}
+
+fn number(obj: Borrowed<'_, '_, PyAny>, parameter: &'static str) -> PyResult<Number> {
+    let py = obj.py();
+    if obj.is_instance_of::<PyBool>() {
+        return Err(invalid(py, parameter, "must be a number, got a bool".into()));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        return Ok(match obj.extract::<i128>() {
+            Ok(v) => Number::Int(v),
+            Err(_) => Number::Huge(obj.extract::<f64>().unwrap_or(f64::INFINITY)),
+        });
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return Ok(Number::Float(f.value()));
+    }
+    // Other numeric types: anything with __index__ (numpy integers), then __float__ (Decimal,
+    // Fraction, numpy floats). Strings have neither.
+    if let Ok(v) = obj.extract::<i128>() {
+        return Ok(Number::Int(v));
+    }
+    match obj.extract::<f64>() {
+        Ok(v) => Ok(Number::Float(v)),
+        Err(_) => Err(invalid(py, parameter, format!("must be a number, got {}", type_name(obj)))),
+    }
+}
+
+fn number_as_f64(n: &Number) -> f64 {
+    match *n {
+        Number::Int(v) => v as f64,
+        Number::Huge(v) | Number::Float(v) => v,
+    }
+}
+
+/// A whole number of at least `min` (0 for costs, 1 for counts), up to 2^53, validated by the core.
+fn whole(obj: Borrowed<'_, '_, PyAny>, parameter: &'static str, min: u64) -> PyResult<u64> {
+    let py = obj.py();
+    let n = number(obj, parameter)?;
+    let result = match n {
+        // Exact integers: never through a float, so 2^53 + 1 is refused rather than rounded.
+        Number::Int(v) if v >= 0 && v <= u64::MAX as i128 => {
+            if min == 0 {
+                validate_cost(parameter, v as u64)
+            } else {
+                validate_count(parameter, v as u64)
+            }
+        }
+        ref other => {
+            let f = number_as_f64(other);
+            if min == 0 {
+                cost_from_f64(parameter, f)
+            } else {
+                count_from_f64(parameter, f)
+            }
+        }
+    };
+    result.map_err(|e| to_py_err(py, e))
+}
+
+fn seconds(obj: Borrowed<'_, '_, PyAny>, parameter: &'static str) -> PyResult<f64> {
+    Ok(number_as_f64(&number(obj, parameter)?))
+}
+
+// ------------------------------------------------------------------------------------ types
+
+const INT: PyStaticExpr = type_hint_identifier!("builtins", "int");
+const FLOAT: PyStaticExpr = type_hint_identifier!("builtins", "float");
+const STR: PyStaticExpr = type_hint_identifier!("builtins", "str");
+
+/// A cost (`cost`, `estimate`, `actual`): a whole number in 0..=2^53.
+pub(crate) struct Cost<P>(pub u64, PhantomData<P>);
+
+impl<P> Cost<P> {
+    pub(crate) const ONE: Self = Cost(1, PhantomData);
+}
+
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Cost<P> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = INT;
+
+    #[inline]
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        // Fast path: a small non-negative int.
+        if obj.is_exact_instance_of::<PyInt>() {
+            if let Ok(v) = obj.extract::<u64>() {
+                if let Ok(v) = validate_cost(P::NAME, v) {
+                    return Ok(Cost(v, PhantomData));
+                }
+            }
+        }
+        Ok(Cost(whole(obj, P::NAME, 0)?, PhantomData))
+    }
+}
+
+/// A limit, capacity or size: a whole number in 1..=2^53.
+pub(crate) struct Count<P>(pub u64, PhantomData<P>);
+
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Count<P> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = INT;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Count(whole(obj, P::NAME, 1)?, PhantomData))
+    }
+}
+
+/// A positive duration in seconds (int or float), exact to the microsecond.
+pub(crate) struct Seconds<P>(pub Duration, PhantomData<P>);
+
+impl<P> Seconds<P> {
+    pub(crate) const fn new(d: Duration) -> Self {
+        Seconds(d, PhantomData)
+    }
+}
+
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Seconds<P> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = FLOAT;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let s = seconds(obj, P::NAME)?;
+        duration_from_secs(P::NAME, s).map(Seconds::new).map_err(|e| to_py_err(obj.py(), e))
+    }
+}
+
+/// A non-negative timeout in seconds; zero means "do not wait".
+pub(crate) struct Timeout<P>(pub Duration, PhantomData<P>);
+
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Timeout<P> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = FLOAT;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let s = seconds(obj, P::NAME)?;
+        timeout_from_secs(P::NAME, s).map(|d| Timeout(d, PhantomData)).map_err(|e| to_py_err(obj.py(), e))
+    }
+}
+
+/// A bucket or window interval: seconds, or `"second"`, `"minute"`, `"hour"`, `"day"`.
+pub(crate) struct Interval(pub Duration);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Interval {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_union!(FLOAT, STR);
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let py = obj.py();
+        if let Ok(s) = obj.cast::<PyString>() {
+            let name = s.to_str()?;
+            return interval_from_name("interval", name).map(Interval).map_err(|e| to_py_err(py, e));
+        }
+        let s = seconds(obj, "interval")?;
+        duration_from_secs("interval", s).map(Interval).map_err(|e| to_py_err(py, e))
+    }
+}
+
+/// A plain float (rates, utilization, thresholds), validated by the core where it is used.
+pub(crate) struct Float<P>(pub f64, PhantomData<P>);
+
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Float<P> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = FLOAT;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Float(seconds(obj, P::NAME)?, PhantomData))
+    }
+}
+
+/// A non-negative integer (microseconds, lease parts, priorities), exact.
+pub(crate) struct UInt<P>(pub u128, PhantomData<P>);
+
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for UInt<P> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = INT;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let py = obj.py();
+        if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+            return Err(invalid(py, P::NAME, format!("must be an int, got {}", type_name(obj))));
+        }
+        match obj.extract::<u128>() {
+            Ok(v) => Ok(UInt(v, PhantomData)),
+            Err(_) => Err(invalid(py, P::NAME, "must be a non-negative integer that fits in 128 bits".into())),
+        }
+    }
+}
+
+/// A string argument, borrowed from the Python `str` (keys, names, URLs).
+pub(crate) struct Text<'a, P>(pub &'a str, PhantomData<P>);
+
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Text<'a, P> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = STR;
+
+    #[inline]
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if obj.is_instance_of::<PyString>() {
+            Ok(Text(<&'a str as FromPyObject<'a, 'py>>::extract(obj)?, PhantomData))
+        } else {
+            Err(invalid(obj.py(), P::NAME, format!("must be a str, got {}", type_name(obj))))
+        }
+    }
+}
+
+/// The optional `key` of every call: `None` is the limiter's single shared key.
+pub(crate) type Key<'a> = Option<Text<'a, PKey>>;
+
+#[inline]
+pub(crate) fn key<'a>(k: &Key<'a>) -> Option<&'a str> {
+    k.as_ref().map(|t| t.0)
+}
+
+/// `failure_policy`: `"fail_closed"`, `"fail_open"` or `"fallback"`.
+pub(crate) struct PolicyName<'a>(pub &'a str);
+
+const LITERAL: PyStaticExpr = type_hint_identifier!("typing", "Literal");
+
+impl<'a, 'py> FromPyObject<'a, 'py> for PolicyName<'a> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = pyo3::type_hint_subscript!(
+        LITERAL,
+        PyStaticExpr::Constant { value: pyo3::inspect::PyStaticConstant::Str("fail_closed") },
+        PyStaticExpr::Constant { value: pyo3::inspect::PyStaticConstant::Str("fail_open") },
+        PyStaticExpr::Constant { value: pyo3::inspect::PyStaticConstant::Str("fallback") }
+    );
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(PolicyName(Text::<'a, PFailurePolicy>::extract(obj)?.0))
+    }
+}

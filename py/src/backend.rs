@@ -1,0 +1,504 @@
+//! `Backend`: where limiter state lives (memory, Redis, Redis Cluster), and the constructors of
+//! every limiter.
+
+use std::time::Duration;
+
+use pyo3::inspect::PyStaticExpr;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union, Borrowed};
+use ratekeeper::{FailurePolicy, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
+
+use crate::args::{
+    invalid, Count, Float, Interval, PCapacity, PConnectTimeout, PDeadline, PDivisor, PDrain, PLimit, PLockTimeout,
+    PMaxKeys, PName, PPrefix, PRate, PRefill, PSize, PUrl, PWaitTimeout, PolicyName, Seconds, Text, Timeout,
+};
+use crate::clock::ClockArg;
+use crate::errors::guard;
+use crate::limiter::{Limiter, PyLimiter};
+
+/// A place where limiter state lives, shared by every limiter built from it.
+///
+/// `Backend()` is a new in-process memory backend (the embedded default); `Backend.redis(url)`
+/// and `Backend.cluster(seeds)` share limits between every process pointing at the same Redis.
+#[pyclass(frozen, module = "ratekeeper._ratekeeper")]
+pub struct Backend {
+    pub(crate) inner: ratekeeper::Backend,
+    pub(crate) kind: &'static str,
+}
+
+/// Counts of what a Redis backend's failure policy has done.
+#[pyclass(frozen, get_all, module = "ratekeeper._ratekeeper")]
+pub struct BackendStats {
+    /// Calls allowed because Redis failed, under `failure_policy="fail_open"`.
+    failed_open: u64,
+    /// Calls answered by the in-memory fallback, under `failure_policy="fallback"`.
+    fell_back: u64,
+    /// Calls that failed because Redis failed, under `failure_policy="fail_closed"`.
+    failed: u64,
+}
+
+#[pymethods]
+impl BackendStats {
+    fn __repr__(&self) -> String {
+        format!("BackendStats(failed_open={}, fell_back={}, failed={})", self.failed_open, self.fell_back, self.failed)
+    }
+}
+
+const INT: PyStaticExpr = type_hint_identifier!("builtins", "int");
+const FLOAT: PyStaticExpr = type_hint_identifier!("builtins", "float");
+const STR: PyStaticExpr = type_hint_identifier!("builtins", "str");
+const SEQUENCE: PyStaticExpr = type_hint_identifier!("collections.abc", "Sequence");
+const TUPLE: PyStaticExpr = type_hint_identifier!("builtins", "tuple");
+
+fn items<'py>(obj: Borrowed<'_, 'py, PyAny>, parameter: &'static str) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let py = obj.py();
+    if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
+        return Err(invalid(py, parameter, "must be a sequence, not a string".into()));
+    }
+    let iter = obj.try_iter().map_err(|_| invalid(py, parameter, "must be a sequence".into()))?;
+    iter.collect()
+}
+
+/// Redis Cluster seed URLs.
+pub(crate) struct Seeds(Vec<String>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Seeds {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_subscript!(SEQUENCE, STR);
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let mut seeds = Vec::new();
+        for item in items(obj, "seeds")? {
+            seeds.push(
+                item.extract::<Text<'_, PUrl>>()
+                    .map(|t| t.0.to_owned())
+                    .map_err(|_| invalid(obj.py(), "seeds", "every seed must be a str (redis://host:port)".into()))?,
+            );
+        }
+        if seeds.is_empty() {
+            return Err(invalid(obj.py(), "seeds", "at least one seed node is required".into()));
+        }
+        Ok(Seeds(seeds))
+    }
+}
+
+/// `windows(name, [(limit, interval), ...])`.
+pub(crate) struct Windows(Vec<WindowLimit>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Windows {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr =
+        type_hint_subscript!(SEQUENCE, type_hint_subscript!(TUPLE, INT, type_hint_union!(FLOAT, STR)));
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let py = obj.py();
+        let mut windows = Vec::new();
+        for item in items(obj, "windows")? {
+            let parts = items(item.as_borrowed(), "windows")?;
+            let [limit, interval] = parts.as_slice() else {
+                return Err(invalid(py, "windows", "each window must be a (limit, interval) pair".into()));
+            };
+            let limit = limit.extract::<Count<PLimit>>()?.0;
+            let interval = interval.extract::<Interval>()?.0;
+            windows.push(WindowLimit { limit, interval });
+        }
+        Ok(Windows(windows))
+    }
+}
+
+/// `sliding_window(name, [(duration, limit), (duration, limit, precision), ...])`.
+pub(crate) struct SlidingLimits(Vec<SlidingLimit>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for SlidingLimits {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_subscript!(
+        SEQUENCE,
+        type_hint_union!(type_hint_subscript!(TUPLE, FLOAT, INT), type_hint_subscript!(TUPLE, FLOAT, INT, FLOAT))
+    );
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let py = obj.py();
+        let mut limits = Vec::new();
+        for item in items(obj, "limits")? {
+            let parts = items(item.as_borrowed(), "limits")?;
+            if !(2..=3).contains(&parts.len()) {
+                return Err(invalid(
+                    py,
+                    "limits",
+                    "each limit must be (duration, limit) or (duration, limit, precision)".into(),
+                ));
+            }
+            let duration = parts[0].extract::<Seconds<crate::args::PDuration>>()?.0;
+            let limit = parts[1].extract::<Count<PLimit>>()?.0;
+            let precision = match parts.get(2) {
+                Some(p) if !p.is_none() => Some(p.extract::<Seconds<crate::args::PPrecision>>()?.0),
+                _ => None,
+            };
+            limits.push(SlidingLimit { duration, limit, precision });
+        }
+        Ok(SlidingLimits(limits))
+    }
+}
+
+/// PEM text (`str` or `bytes`).
+pub(crate) struct Pem(Vec<u8>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Pem {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_union!(STR, type_hint_identifier!("builtins", "bytes"));
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(s) = obj.cast::<PyString>() {
+            return Ok(Pem(s.to_str()?.as_bytes().to_vec()));
+        }
+        if let Ok(b) = obj.cast::<PyBytes>() {
+            return Ok(Pem(b.as_bytes().to_vec()));
+        }
+        Err(invalid(obj.py(), "tls_ca_data", "must be PEM text (str or bytes)".into()))
+    }
+}
+
+/// A file path (`str` or `os.PathLike`).
+pub(crate) struct Path(std::path::PathBuf);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Path {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr =
+        type_hint_union!(STR, type_hint_subscript!(type_hint_identifier!("os", "PathLike"), STR));
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        obj.extract::<std::path::PathBuf>()
+            .map(Path)
+            .map_err(|_| invalid(obj.py(), "path", "must be a str or os.PathLike".into()))
+    }
+}
+
+fn read_file(py: Python<'_>, path: &Path, parameter: &'static str) -> PyResult<Vec<u8>> {
+    std::fs::read(&path.0).map_err(|e| invalid(py, parameter, format!("cannot read {}: {e}", path.0.display())))
+}
+
+/// Everything `Backend.redis` and `Backend.cluster` accept besides the URLs.
+#[allow(clippy::too_many_arguments)]
+fn redis_config(
+    py: Python<'_>,
+    mut config: RedisConfig,
+    prefix: Option<Text<'_, PPrefix>>,
+    failure_policy: Option<PolicyName<'_>>,
+    fallback_divisor: Option<Count<PDivisor>>,
+    deadline: Option<Seconds<PDeadline>>,
+    connect_timeout: Option<Seconds<PConnectTimeout>>,
+    tls_ca_file: Option<Path>,
+    tls_ca_data: Option<Pem>,
+    tls_cert_file: Option<Path>,
+    tls_key_file: Option<Path>,
+    clock: Option<ClockArg>,
+) -> PyResult<RedisConfig> {
+    if let Some(p) = prefix {
+        config = config.prefix(p.0);
+    }
+    let policy = match (failure_policy.as_ref().map(|p| p.0), fallback_divisor) {
+        (None | Some("fail_closed"), None) => FailurePolicy::FailClosed,
+        (Some("fail_open"), None) => FailurePolicy::FailOpen,
+        (Some("fallback"), divisor) => {
+            let divisor = divisor.map_or(1, |d| d.0);
+            let divisor = u32::try_from(divisor)
+                .map_err(|_| invalid(py, "fallback_divisor", format!("must be at most {}, got {divisor}", u32::MAX)))?;
+            FailurePolicy::Fallback { divisor }
+        }
+        (None | Some("fail_closed" | "fail_open"), Some(_)) => {
+            return Err(invalid(py, "fallback_divisor", "applies only to failure_policy=\"fallback\"".into()))
+        }
+        (Some(other), _) => {
+            return Err(invalid(
+                py,
+                "failure_policy",
+                format!("must be \"fail_closed\", \"fail_open\" or \"fallback\", got {other:?}"),
+            ))
+        }
+    };
+    config = config.failure_policy(policy);
+    if let Some(d) = deadline {
+        config = config.deadline(d.0);
+    }
+    if let Some(t) = connect_timeout {
+        config = config.connect_timeout(t.0);
+    }
+    let ca = match (tls_ca_file, tls_ca_data) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(py, "tls_ca_data", "give tls_ca_file or tls_ca_data, not both".into()))
+        }
+        (Some(path), None) => Some(read_file(py, &path, "tls_ca_file")?),
+        (None, Some(pem)) => Some(pem.0),
+        (None, None) => None,
+    };
+    let client = match (tls_cert_file, tls_key_file) {
+        (Some(cert), Some(key)) => Some((read_file(py, &cert, "tls_cert_file")?, read_file(py, &key, "tls_key_file")?)),
+        (None, None) => None,
+        (Some(_), None) => return Err(invalid(py, "tls_key_file", "is required with tls_cert_file".into())),
+        (None, Some(_)) => return Err(invalid(py, "tls_cert_file", "is required with tls_key_file".into())),
+    };
+    if ca.is_some() || client.is_some() {
+        let mut tls = TlsConfig::default();
+        tls.ca_cert_pem = ca;
+        tls.client_cert_and_key_pem = client;
+        config = config.tls(tls);
+    }
+    if let Some(c) = clock {
+        config = config.clock(c.0);
+    }
+    Ok(config)
+}
+
+impl Backend {
+    fn wrap<'py>(&self, py: Python<'py>, limiter: PyResult<ratekeeper::Limiter>) -> PyResult<PyLimiter<'py>> {
+        Limiter::wrap(py, limiter?, self.kind != "memory")
+    }
+}
+
+#[pymethods]
+impl Backend {
+    /// A new in-process memory backend with default settings.
+    #[new]
+    fn py_new() -> Self {
+        Backend { inner: ratekeeper::Backend::memory(), kind: "memory" }
+    }
+
+    /// A new in-process memory backend holding at most `max_keys` keys (when full, expired
+    /// state is dropped first and new keys are refused with `BackendUnavailable` rather than
+    /// resetting live ones). `clock`: a `ManualClock` for tests.
+    #[staticmethod]
+    #[pyo3(signature = (*, max_keys = None, clock = None))]
+    fn memory(py: Python<'_>, max_keys: Option<Count<PMaxKeys>>, clock: Option<ClockArg>) -> PyResult<Self> {
+        let mut config = MemoryConfig::default();
+        if let Some(n) = max_keys {
+            let n = usize::try_from(n.0).map_err(|_| invalid(py, "max_keys", "too large".into()))?;
+            config = config.max_keys(n);
+        }
+        if let Some(c) = clock {
+            config = config.clock(c.0);
+        }
+        let inner = guard(py, || ratekeeper::Backend::memory_with(config))?;
+        Ok(Backend { inner, kind: "memory" })
+    }
+
+    /// A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…`
+    /// (TLS). Nothing connects until the first call; backends for the same URL share one
+    /// connection set in this process.
+    ///
+    /// - `prefix`: namespace of every key (default `rk`).
+    /// - `failure_policy`: what a call does when Redis cannot answer within `deadline`:
+    ///   `"fail_closed"` (default: raise `BackendUnavailable` or `Timeout`), `"fail_open"`
+    ///   (allow), `"fallback"` (an in-memory limiter with `1/fallback_divisor` of the limit).
+    /// - `deadline`: seconds every call may take, answered or not (default 0.2).
+    /// - `connect_timeout`: seconds to establish a connection (default 1).
+    /// - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
+    ///   `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
+    /// - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
+    #[staticmethod]
+    #[pyo3(signature = (url, *, prefix = None, failure_policy = None, fallback_divisor = None, deadline = None,
+        connect_timeout = None, tls_ca_file = None, tls_ca_data = None, tls_cert_file = None, tls_key_file = None,
+        clock = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn redis(
+        py: Python<'_>,
+        url: Text<'_, PUrl>,
+        prefix: Option<Text<'_, PPrefix>>,
+        failure_policy: Option<PolicyName<'_>>,
+        fallback_divisor: Option<Count<PDivisor>>,
+        deadline: Option<Seconds<PDeadline>>,
+        connect_timeout: Option<Seconds<PConnectTimeout>>,
+        tls_ca_file: Option<Path>,
+        tls_ca_data: Option<Pem>,
+        tls_cert_file: Option<Path>,
+        tls_key_file: Option<Path>,
+        clock: Option<ClockArg>,
+    ) -> PyResult<Self> {
+        let config = redis_config(
+            py,
+            RedisConfig::new(url.0),
+            prefix,
+            failure_policy,
+            fallback_divisor,
+            deadline,
+            connect_timeout,
+            tls_ca_file,
+            tls_ca_data,
+            tls_cert_file,
+            tls_key_file,
+            clock,
+        )?;
+        let inner = guard(py, || ratekeeper::Backend::redis_with(config))?;
+        Ok(Backend { inner, kind: "redis" })
+    }
+
+    /// A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
+    /// redirections are followed. Takes the same options as `Backend.redis`.
+    #[staticmethod]
+    #[pyo3(signature = (seeds, *, prefix = None, failure_policy = None, fallback_divisor = None, deadline = None,
+        connect_timeout = None, tls_ca_file = None, tls_ca_data = None, tls_cert_file = None, tls_key_file = None,
+        clock = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn cluster(
+        py: Python<'_>,
+        seeds: Seeds,
+        prefix: Option<Text<'_, PPrefix>>,
+        failure_policy: Option<PolicyName<'_>>,
+        fallback_divisor: Option<Count<PDivisor>>,
+        deadline: Option<Seconds<PDeadline>>,
+        connect_timeout: Option<Seconds<PConnectTimeout>>,
+        tls_ca_file: Option<Path>,
+        tls_ca_data: Option<Pem>,
+        tls_cert_file: Option<Path>,
+        tls_key_file: Option<Path>,
+        clock: Option<ClockArg>,
+    ) -> PyResult<Self> {
+        let config = redis_config(
+            py,
+            RedisConfig::cluster(seeds.0),
+            prefix,
+            failure_policy,
+            fallback_divisor,
+            deadline,
+            connect_timeout,
+            tls_ca_file,
+            tls_ca_data,
+            tls_cert_file,
+            tls_key_file,
+            clock,
+        )?;
+        let inner = guard(py, || ratekeeper::Backend::redis_with(config))?;
+        Ok(Backend { inner, kind: "cluster" })
+    }
+
+    /// `"memory"`, `"redis"` or `"cluster"`.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// What the failure policy has done so far (all zero for memory backends).
+    fn stats(&self) -> BackendStats {
+        let s = self.inner.stats();
+        BackendStats { failed_open: s.failed_open, fell_back: s.fell_back, failed: s.failed }
+    }
+
+    /// Keys held by a memory backend (expired ones included until swept); None for Redis.
+    fn memory_len(&self) -> Option<usize> {
+        self.inner.memory_len()
+    }
+
+    /// At most `limit` holders at once: `acquire` returns a decision whose `lease` must be
+    /// released. A lease older than `lock_timeout` seconds may be reclaimed by a waiter;
+    /// `wait_timeout` is how long `acquire` and `within_limit` wait by default. `limit=1` is a
+    /// distributed mutex.
+    #[pyo3(signature = (name, limit, lock_timeout = Seconds::new(Duration::from_secs(30)), wait_timeout = None))]
+    fn concurrent<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        limit: Count<PLimit>,
+        lock_timeout: Seconds<PLockTimeout>,
+        wait_timeout: Option<Timeout<PWaitTimeout>>,
+    ) -> PyResult<PyLimiter<'py>> {
+        let limiter = guard(py, || {
+            let l = self.inner.concurrent(name.0, limit.0, lock_timeout.0)?;
+            match wait_timeout {
+                Some(w) => l.with_wait_timeout(w.0),
+                None => Ok(l),
+            }
+        });
+        self.wrap(py, limiter)
+    }
+
+    /// `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
+    /// `"day"`), windows aligned to multiples of `interval` since the epoch.
+    fn bucket<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        limit: Count<PLimit>,
+        interval: Interval,
+    ) -> PyResult<PyLimiter<'py>> {
+        self.wrap(py, guard(py, || self.inner.bucket(name.0, limit.0, interval.0)))
+    }
+
+    /// Exact sliding window: never more than `limit` admissions in any span of `interval`
+    /// (seconds or a name, as for `bucket`).
+    fn window<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        limit: Count<PLimit>,
+        interval: Interval,
+    ) -> PyResult<PyLimiter<'py>> {
+        self.wrap(py, guard(py, || self.inner.window(name.0, limit.0, interval.0)))
+    }
+
+    /// Several exact sliding windows checked and recorded together, e.g.
+    /// `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
+    fn windows<'py>(&self, py: Python<'py>, name: Text<'_, PName>, windows: Windows) -> PyResult<PyLimiter<'py>> {
+        self.wrap(py, guard(py, || self.inner.windows(name.0, &windows.0)))
+    }
+
+    /// Several `(duration, limit[, precision])` limits over sub-buckets of `precision` seconds
+    /// (none: a plain fixed window), checked atomically; only admitted calls count.
+    fn sliding_window<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        limits: SlidingLimits,
+    ) -> PyResult<PyLimiter<'py>> {
+        self.wrap(py, guard(py, || self.inner.sliding_window(name.0, &limits.0)))
+    }
+
+    /// Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens.
+    fn token_bucket<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        rate: Float<PRate>,
+        capacity: Count<PCapacity>,
+    ) -> PyResult<PyLimiter<'py>> {
+        self.wrap(py, guard(py, || self.inner.token_bucket(name.0, rate.0, capacity.0)))
+    }
+
+    /// A burst of `size`, then one call per `drain / size` seconds; after `drain` seconds idle
+    /// the full burst is back.
+    fn leaky<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        size: Count<PSize>,
+        drain: Seconds<PDrain>,
+    ) -> PyResult<PyLimiter<'py>> {
+        self.wrap(py, guard(py, || self.inner.leaky(name.0, size.0, drain.0)))
+    }
+
+    /// A leaky bucket of `capacity` points refilled completely in `refill` seconds: a call
+    /// gives an estimate as its cost, and `points_used(estimate, actual)` charges or refunds
+    /// the difference.
+    fn points<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        capacity: Count<PCapacity>,
+        refill: Seconds<PRefill>,
+    ) -> PyResult<PyLimiter<'py>> {
+        self.wrap(py, guard(py, || self.inner.points(name.0, capacity.0, refill.0)))
+    }
+
+    /// A limiter that always allows and touches no backend (`ratekeeper.unlimited()` is the
+    /// same without a name).
+    #[pyo3(signature = (name = None))]
+    fn unlimited<'py>(&self, py: Python<'py>, name: Option<Text<'_, PName>>) -> PyResult<PyLimiter<'py>> {
+        match name {
+            Some(name) => self.wrap(py, guard(py, || self.inner.limiter(name.0, LimiterSpec::Unlimited))),
+            None => Limiter::wrap(py, ratekeeper::Limiter::unlimited(), false),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Backend(kind={:?})", self.kind)
+    }
+}

@@ -1,0 +1,387 @@
+//! `Limiter`: every call style of the core's limiter, sync and asyncio.
+//!
+//! Sync calls on Redis release the GIL around the blocking call; on the memory backend a check
+//! takes about 100 ns, less than releasing and retaking the GIL, so it runs with the GIL held
+//! (only `acquire`, which may wait, releases it there too).
+
+use pyo3::inspect::PyStaticExpr;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
+
+use crate::aio::{self, Payload};
+use crate::args::{Cost, Key, PActual, PCost, PEstimate, PWaitTimeout, Timeout};
+use crate::decision::{Decision, Lease, Metrics};
+use crate::errors::{guard, guard_detached};
+
+/// A rate limiter bound to a backend; build one with a `Backend` method. Safe to share between
+/// threads, tasks and event loops.
+///
+/// Every call takes an optional `key` (any string up to 1 KiB: a user id, an IP), so one
+/// limiter serves many identities. Methods prefixed with `a` are the asyncio forms: they return
+/// an `asyncio.Future` and never block the event loop.
+#[pyclass(frozen, subclass, module = "ratekeeper._ratekeeper")]
+pub struct Limiter {
+    pub(crate) inner: ratekeeper::Limiter,
+    /// Calls go to Redis (release the GIL, run on the runtime).
+    pub(crate) remote: bool,
+}
+
+/// The Python subclass `ratekeeper.Limiter` (adds `within_limit`), whose instances the
+/// constructors return.
+static PY_CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+impl Limiter {
+    /// Wraps a core limiter in an instance of `ratekeeper.Limiter`.
+    pub(crate) fn wrap(py: Python<'_>, inner: ratekeeper::Limiter, remote: bool) -> PyResult<PyLimiter<'_>> {
+        let class = PY_CLASS.import(py, "ratekeeper._limiter", "Limiter")?;
+        let obj = Bound::new(py, Limiter { inner, remote })?;
+        // `ratekeeper.Limiter` only adds methods (`__slots__ = ()`), so the layouts are the same.
+        obj.setattr(pyo3::intern!(py, "__class__"), class)?;
+        Ok(PyLimiter(obj))
+    }
+}
+
+/// An instance of `ratekeeper.Limiter` (typed as such in the stubs).
+pub struct PyLimiter<'py>(pub Bound<'py, Limiter>);
+
+impl<'py> IntoPyObject<'py> for PyLimiter<'py> {
+    type Target = Limiter;
+    type Output = Bound<'py, Limiter>;
+    type Error = std::convert::Infallible;
+    const OUTPUT_TYPE: PyStaticExpr = type_hint_identifier!("ratekeeper._limiter", "Limiter");
+
+    fn into_pyobject(self, _py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(self.0)
+    }
+}
+
+/// The type a future resolves to, for the stubs.
+pub trait Hint {
+    const HINT: PyStaticExpr;
+}
+
+impl Hint for Decision {
+    const HINT: PyStaticExpr = <Decision as pyo3::PyTypeInfo>::TYPE_HINT;
+}
+
+impl Hint for Metrics {
+    const HINT: PyStaticExpr = <Metrics as pyo3::PyTypeInfo>::TYPE_HINT;
+}
+
+impl Hint for Option<Lease> {
+    const HINT: PyStaticExpr = type_hint_union!(<Lease as pyo3::PyTypeInfo>::TYPE_HINT, NONE);
+}
+
+impl Hint for () {
+    const HINT: PyStaticExpr = NONE;
+}
+
+const NONE: PyStaticExpr = PyStaticExpr::Constant { value: pyo3::inspect::PyStaticConstant::None };
+
+/// An `asyncio.Future[T]` (typed as such in the stubs).
+pub struct Fut<'py, T>(pub Bound<'py, PyAny>, std::marker::PhantomData<T>);
+
+impl<'py, T> Fut<'py, T> {
+    pub(crate) fn new(b: Bound<'py, PyAny>) -> Self {
+        Fut(b, std::marker::PhantomData)
+    }
+}
+
+impl<'py, T: Hint> IntoPyObject<'py> for Fut<'py, T> {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = std::convert::Infallible;
+    const OUTPUT_TYPE: PyStaticExpr = type_hint_subscript!(type_hint_identifier!("asyncio", "Future"), T::HINT);
+
+    fn into_pyobject(self, _py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(self.0)
+    }
+}
+
+/// The limiter, if it grants leases (see [`Payload::Decision`]).
+fn concurrent(limiter: ratekeeper::Limiter) -> Option<ratekeeper::Limiter> {
+    (limiter.kind() == ratekeeper::Kind::Concurrent).then_some(limiter)
+}
+
+fn owned(k: Option<&str>) -> Option<String> {
+    k.map(str::to_owned)
+}
+
+fn lease_key<'a>(lease: &'a Lease, key: &Key<'a>) -> Option<&'a str> {
+    crate::args::key(key).or(lease.key.as_deref())
+}
+
+#[pymethods]
+impl Limiter {
+    /// The limiter's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
+    /// `leaky`, `points` or `unlimited`.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.inner.kind().as_str()
+    }
+
+    /// The default time `acquire` and `within_limit` wait, in seconds.
+    #[getter]
+    fn wait_timeout(&self) -> f64 {
+        self.inner.wait_timeout().as_secs_f64()
+    }
+
+    /// The same limiter with another default wait timeout (seconds; 0: never wait).
+    fn with_wait_timeout<'py>(slf: &Bound<'py, Self>, wait_timeout: Timeout<PWaitTimeout>) -> PyResult<PyLimiter<'py>> {
+        let py = slf.py();
+        let this = slf.get();
+        let inner = guard(py, || this.inner.with_wait_timeout(wait_timeout.0))?;
+        Limiter::wrap(py, inner, this.remote)
+    }
+
+    /// Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
+    /// nothing and returns `allowed=False` with the exact `retry_after`. On a concurrent limiter
+    /// an admitted call holds a lease (`decision.lease`) that must be released.
+    #[pyo3(signature = (key = None, cost = Cost::ONE))]
+    fn check(&self, py: Python<'_>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Decision> {
+        let k = crate::args::key(&key);
+        let d = if self.remote {
+            guard_detached(py, || self.inner.check_blocking(k, cost.0))?
+        } else {
+            guard(py, || self.inner.check_blocking(k, cost.0))?
+        };
+        Ok(Decision::new(d, k))
+    }
+
+    /// What a call of cost 1 would get, consuming nothing.
+    #[pyo3(signature = (key = None))]
+    fn peek(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Decision> {
+        let k = crate::args::key(&key);
+        let d = if self.remote {
+            guard_detached(py, || self.inner.peek_blocking(k))?
+        } else {
+            guard(py, || self.inner.peek_blocking(k))?
+        };
+        Ok(Decision::new(d, k))
+    }
+
+    /// Consumes `cost`, waiting up to `wait_timeout` seconds (default: the limiter's) for the
+    /// limit to allow it — sleeping exactly until the decision can change, or until a release
+    /// wakes it. Raises `OverLimit` (with `retry_after`) when it cannot succeed in time.
+    #[pyo3(signature = (key = None, cost = Cost::ONE, wait_timeout = None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: Key<'_>,
+        cost: Cost<PCost>,
+        wait_timeout: Option<Timeout<PWaitTimeout>>,
+    ) -> PyResult<Decision> {
+        let k = crate::args::key(&key);
+        let wait = wait_timeout.map(|w| w.0);
+        let d = guard_detached(py, || self.inner.acquire_blocking(k, cost.0, wait))?;
+        Ok(Decision::new(d, k))
+    }
+
+    /// Forgets the state of `key` (waiters on a concurrent limiter re-check).
+    #[pyo3(signature = (key = None))]
+    fn reset(&self, py: Python<'_>, key: Key<'_>) -> PyResult<()> {
+        let k = crate::args::key(&key);
+        if self.remote {
+            guard_detached(py, || self.inner.reset_blocking(k))
+        } else {
+            guard(py, || self.inner.reset_blocking(k))
+        }
+    }
+
+    /// Frees a lease of a concurrent limiter (for the key it was granted for, unless `key` is
+    /// given). Raises `LeaseLost` if it had been reclaimed (it outlived `lock_timeout`) or the
+    /// limiter was reset.
+    #[pyo3(signature = (lease, key = None))]
+    fn release(&self, py: Python<'_>, lease: PyRef<'_, Lease>, key: Key<'_>) -> PyResult<()> {
+        let k = lease_key(&lease, &key);
+        let l = lease.inner;
+        if self.remote {
+            guard_detached(py, || self.inner.release_blocking(k, &l))
+        } else {
+            guard(py, || self.inner.release_blocking(k, &l))
+        }
+    }
+
+    /// Renews a concurrent lease for another `lock_timeout` from now. Raises `LeaseLost` if it
+    /// was already reclaimed.
+    #[pyo3(signature = (lease, key = None))]
+    fn extend(&self, py: Python<'_>, lease: PyRef<'_, Lease>, key: Key<'_>) -> PyResult<()> {
+        let k = lease_key(&lease, &key);
+        let l = lease.inner;
+        if self.remote {
+            guard_detached(py, || self.inner.extend_blocking(k, &l))
+        } else {
+            guard(py, || self.inner.extend_blocking(k, &l))
+        }
+    }
+
+    /// Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
+    /// the difference is charged or refunded. Returns the state after the correction.
+    #[pyo3(signature = (estimate, actual, key = None))]
+    fn points_used(
+        &self,
+        py: Python<'_>,
+        estimate: Cost<PEstimate>,
+        actual: Cost<PActual>,
+        key: Key<'_>,
+    ) -> PyResult<Decision> {
+        let k = crate::args::key(&key);
+        let d = if self.remote {
+            guard_detached(py, || self.inner.points_used_blocking(k, estimate.0, actual.0))?
+        } else {
+            guard(py, || self.inner.points_used_blocking(k, estimate.0, actual.0))?
+        };
+        Ok(Decision::new(d, k))
+    }
+
+    /// This process's metrics for this limiter (concurrent limiters; zeros for others).
+    fn metrics(&self) -> Metrics {
+        Metrics { inner: self.inner.metrics() }
+    }
+
+    /// The metrics of every process sharing this limiter (on Redis, this process's pending
+    /// counts are flushed first); on memory, the same as `metrics()`.
+    fn fleet_metrics(&self, py: Python<'_>) -> PyResult<Metrics> {
+        let m = if self.remote {
+            guard_detached(py, || self.inner.fleet_metrics_blocking())?
+        } else {
+            guard(py, || self.inner.fleet_metrics_blocking())?
+        };
+        Ok(Metrics { inner: m })
+    }
+
+    /// Validates the arguments of a call without making it (`within_limit` uses it to fail
+    /// early, naming the bad argument).
+    #[pyo3(signature = (key = None, cost = Cost::ONE, wait_timeout = None))]
+    fn _validate(&self, key: Key<'_>, cost: Cost<PCost>, wait_timeout: Option<Timeout<PWaitTimeout>>) {
+        let _ = (key, cost, wait_timeout);
+    }
+
+    // ------------------------------------------------------------------------------- asyncio
+
+    /// asyncio form of `check`.
+    #[pyo3(signature = (key = None, cost = Cost::ONE))]
+    fn acheck<'py>(&self, py: Python<'py>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Fut<'py, Decision>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        let cost = cost.0;
+        aio::run(py, self.remote, false, async move {
+            let d = limiter.check(k.as_deref(), cost).await?;
+            Ok(Payload::Decision(d, k, concurrent(limiter)))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `peek`.
+    #[pyo3(signature = (key = None))]
+    fn apeek<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Fut<'py, Decision>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        aio::run(py, self.remote, false, async move {
+            let d = limiter.peek(k.as_deref()).await?;
+            Ok(Payload::Decision(d, k, None))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `acquire`: waits without blocking the event loop.
+    #[pyo3(signature = (key = None, cost = Cost::ONE, wait_timeout = None))]
+    fn aacquire<'py>(
+        &self,
+        py: Python<'py>,
+        key: Key<'_>,
+        cost: Cost<PCost>,
+        wait_timeout: Option<Timeout<PWaitTimeout>>,
+    ) -> PyResult<Fut<'py, Decision>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        let (cost, wait) = (cost.0, wait_timeout.map(|w| w.0));
+        aio::run(py, self.remote, true, async move {
+            let d = limiter.acquire(k.as_deref(), cost, wait).await?;
+            Ok(Payload::Decision(d, k, concurrent(limiter)))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `reset`.
+    #[pyo3(signature = (key = None))]
+    fn areset<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Fut<'py, ()>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        aio::run(py, self.remote, false, async move {
+            limiter.reset(k.as_deref()).await?;
+            Ok(Payload::None)
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `release`.
+    #[pyo3(signature = (lease, key = None))]
+    fn arelease<'py>(&self, py: Python<'py>, lease: PyRef<'py, Lease>, key: Key<'_>) -> PyResult<Fut<'py, ()>> {
+        let limiter = self.inner.clone();
+        let k = owned(lease_key(&lease, &key));
+        let l = lease.inner;
+        aio::run(py, self.remote, false, async move {
+            limiter.release(k.as_deref(), &l).await?;
+            Ok(Payload::None)
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `extend`.
+    #[pyo3(signature = (lease, key = None))]
+    fn aextend<'py>(&self, py: Python<'py>, lease: PyRef<'py, Lease>, key: Key<'_>) -> PyResult<Fut<'py, ()>> {
+        let limiter = self.inner.clone();
+        let k = owned(lease_key(&lease, &key));
+        let l = lease.inner;
+        aio::run(py, self.remote, false, async move {
+            limiter.extend(k.as_deref(), &l).await?;
+            Ok(Payload::None)
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `points_used`.
+    #[pyo3(signature = (estimate, actual, key = None))]
+    fn apoints_used<'py>(
+        &self,
+        py: Python<'py>,
+        estimate: Cost<PEstimate>,
+        actual: Cost<PActual>,
+        key: Key<'_>,
+    ) -> PyResult<Fut<'py, Decision>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        let (estimate, actual) = (estimate.0, actual.0);
+        aio::run(py, self.remote, false, async move {
+            let d = limiter.points_used(k.as_deref(), estimate, actual).await?;
+            Ok(Payload::Decision(d, k, None))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `fleet_metrics`.
+    fn afleet_metrics<'py>(&self, py: Python<'py>) -> PyResult<Fut<'py, Metrics>> {
+        let limiter = self.inner.clone();
+        aio::run(py, self.remote, false, async move { Ok(Payload::Metrics(limiter.fleet_metrics().await?)) })
+            .map(Fut::new)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Limiter(kind={:?}, name={:?})", self.inner.kind().as_str(), self.inner.name())
+    }
+}
+
+/// A limiter that always allows and touches no backend (admins, tests).
+#[pyfunction]
+pub fn unlimited(py: Python<'_>) -> PyResult<PyLimiter<'_>> {
+    Limiter::wrap(py, ratekeeper::Limiter::unlimited(), false)
+}

@@ -1,0 +1,301 @@
+"""The Python API over every backend, each test run with the sync methods and their asyncio
+forms (mirrored through the ``calls`` fixture)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import pickle
+from typing import Any
+
+import pytest
+
+import ratekeeper
+from ratekeeper import Decision
+
+from .conftest import Calls, MakeBackend
+
+T0 = 1_700_000_000_000_000  # a manual clock's start, in microseconds
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_check_peek_reset(make_backend: MakeBackend, calls: Calls) -> None:
+    async def body() -> None:
+        clock = ratekeeper.ManualClock(T0)
+        tb = make_backend(clock=clock).token_bucket("api", 10, 5)
+        d: Any = await calls(tb.check, "user-1", 2)
+        assert isinstance(d, Decision)
+        assert (d.allowed, d.limit, d.remaining, d.retry_after, d.reset_after) == (True, 5, 3, 0.0, 0.2)
+        assert d.decided_at_us == T0 and d.decided_at == T0 / 1e6 and d.lease is None and d.limits is None
+        assert bool(d)
+        d = await calls(tb.check, "user-1", 4)  # refused: consumes nothing
+        assert not d.allowed and d.remaining == 3 and math.isclose(d.retry_after, 0.1) and not d
+        d = await calls(tb.peek, "user-1")
+        assert d.allowed and d.remaining == 3
+        assert (await calls(tb.peek, "user-2")).remaining == 5  # keys are independent
+        assert await calls(tb.reset, "user-1") is None
+        assert (await calls(tb.peek, "user-1")).remaining == 5
+        clock.advance(0.05)
+        assert (await calls(tb.check)).decided_at_us == T0 + 50_000  # no key: the shared key
+
+    run(body())
+
+
+def test_headers() -> None:
+    clock = ratekeeper.ManualClock(T0)
+    w = ratekeeper.Backend.memory(clock=clock).window("w", 2, 10)
+    w.check()
+    clock.advance(0.25)
+    d = w.check()
+    assert d.headers() == {"RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "10"}
+    clock.advance(0.5)
+    refused = w.check()
+    assert refused.retry_after == pytest.approx(9.25)
+    assert refused.headers() == {
+        "RateLimit-Limit": "2",
+        "RateLimit-Remaining": "0",
+        "RateLimit-Reset": "10",  # 9.5 s, rounded up
+        "Retry-After": "10",  # 9.25 s, rounded up
+    }
+
+
+def test_multi_window_limits(make_backend: MakeBackend, calls: Calls) -> None:
+    async def body() -> None:
+        clock = ratekeeper.ManualClock(T0)
+        w = make_backend(clock=clock).windows("two", [(2, 1), (3, "minute")])
+        for _ in range(2):
+            assert (await calls(w.check)).allowed
+        d: Any = await calls(w.check)
+        assert not d.allowed and d.limits is not None
+        assert [(s.window, s.limit, s.remaining) for s in d.limits] == [(1.0, 2, 0), (60.0, 3, 1)]
+        clock.advance(1)
+        d = await calls(w.check)
+        assert d.allowed and d.limit == 3 and d.remaining == 0  # the binding limit is the 60 s one
+        s = ratekeeper.Backend.memory(clock=clock).sliding_window("s", [(10, 5, 1), (60, 20)])
+        assert [x.limit for x in s.check().limits or []] == [5, 20]
+
+    run(body())
+
+
+def test_concurrent_leases(make_backend: MakeBackend, calls: Calls) -> None:
+    async def body() -> None:
+        clock = ratekeeper.ManualClock(T0)
+        erp = make_backend(clock=clock).concurrent("erp", 2, lock_timeout=30, wait_timeout=0)
+        a: Any = await calls(erp.acquire, "tenant")
+        b: Any = await calls(erp.check, "tenant")
+        assert a.lease is not None and b.lease is not None
+        assert b.lease.fencing_token > a.lease.fencing_token and a.lease.key == "tenant"
+        with pytest.raises(ratekeeper.OverLimit) as over:
+            await calls(erp.acquire, "tenant")
+        assert over.value.retry_after == pytest.approx(30)
+        assert await calls(erp.extend, a.lease) is None
+        assert await calls(erp.release, a.lease) is None  # the key comes from the lease
+        with pytest.raises(ratekeeper.LeaseLost):
+            await calls(erp.release, a.lease)
+        # A lease rebuilt from its parts (as another process would) releases too.
+        rebuilt = ratekeeper.Lease(b.lease.id, b.lease.fencing_token, b.lease.granted_at_us, "tenant")
+        assert rebuilt == b.lease and hash(rebuilt) == hash(b.lease)
+        await calls(erp.release, rebuilt)
+        m: Any = await calls(erp.fleet_metrics)
+        assert m.held == 2 and m.immediate == 2 and erp.metrics().held == 2
+
+    run(body())
+
+
+def test_points_used(make_backend: MakeBackend, calls: Calls) -> None:
+    async def body() -> None:
+        clock = ratekeeper.ManualClock(T0)
+        gql = make_backend(clock=clock).points("shopify", 1000, 20)
+        assert (await calls(gql.check, "shop", 200)).remaining == 800
+        d: Any = await calls(gql.points_used, 200, 50, "shop")  # refunds 150
+        assert d.remaining == 950
+
+    run(body())
+
+
+def test_unlimited(calls: Calls) -> None:
+    async def body() -> None:
+        for lim in (ratekeeper.unlimited(), ratekeeper.Backend().unlimited("admin")):
+            d: Any = await calls(lim.check, "x", 10**15)
+            assert d.allowed and d.limit == 2**53 and d.remaining == 2**53 and d.decided_at == 0.0
+
+    run(body())
+
+
+def test_limiter_properties() -> None:
+    b = ratekeeper.Backend()
+    c = b.concurrent("erp", 3, wait_timeout=2.5)
+    assert (c.name, c.kind, c.wait_timeout) == ("erp", "concurrent", 2.5)
+    assert isinstance(c, ratekeeper.Limiter) and c.with_wait_timeout(0).wait_timeout == 0.0
+    assert b.bucket("b", 5, "hour").kind == "bucket" and b.kind == "memory"
+    assert repr(b.leaky("l", 10, 60)) == 'Limiter(kind="leaky", name="l")'
+    assert b.memory_len() == 0 and b.stats().failed == 0
+
+
+def test_within_limit_sync() -> None:
+    clock = ratekeeper.ManualClock(T0)
+    erp = ratekeeper.Backend.memory(clock=clock).concurrent("erp", 1, wait_timeout=0)
+    with erp.within_limit("t") as permit:
+        assert permit.allowed and permit.decision is not None and permit.decision.lease is not None
+        with pytest.raises(ratekeeper.OverLimit):
+            with erp.within_limit("t"):
+                pass
+        with erp.within_limit("t", policy="ignore") as skipped:
+            assert not skipped and skipped.decision is None
+    assert erp.peek("t").remaining == 1  # released
+
+    ran = []
+
+    @erp.within_limit("t")
+    def job(x: int) -> int:
+        ran.append(x)
+        assert erp.peek("t").remaining == 0
+        return x * 2
+
+    assert job(21) == 42 and ran == [21] and job.__name__ == "job"
+
+    @erp.within_limit("t", policy="ignore")
+    def optional() -> str:
+        return "ran"
+
+    with erp.within_limit("t"):
+        assert optional() is None  # skipped: the slot is taken
+    assert optional() == "ran"
+
+    # The lease is released when the block raises.
+    with pytest.raises(ZeroDivisionError):
+        with erp.within_limit("t"):
+            1 / 0
+    assert erp.peek("t").remaining == 1
+
+
+def test_within_limit_points_permit() -> None:
+    clock = ratekeeper.ManualClock(T0)
+    gql = ratekeeper.Backend.memory(clock=clock).points("gql", 100, 10)
+    with gql.within_limit("shop", 40) as permit:
+        assert permit.points_used(10).remaining == 90
+
+
+def test_within_limit_async() -> None:
+    async def body() -> None:
+        erp = ratekeeper.Backend().concurrent("erp", 1, wait_timeout=0)
+        async with erp.within_limit("t") as permit:
+            assert permit.allowed
+            async with erp.within_limit("t", policy="ignore") as skipped:
+                assert not skipped.allowed
+            with pytest.raises(ratekeeper.OverLimit):
+                async with erp.within_limit("t"):
+                    pass
+        assert (await erp.apeek("t")).remaining == 1
+
+        @erp.within_limit("t")
+        async def job(x: int) -> int:
+            await asyncio.sleep(0)
+            assert (await erp.apeek("t")).remaining == 0
+            return x + 1
+
+        assert await job(1) == 2
+
+        @erp.within_limit("t", policy="ignore")
+        async def optional() -> int:
+            return 7
+
+        async with erp.within_limit("t"):
+            assert await optional() is None
+        assert await optional() == 7
+
+        gql = ratekeeper.Backend().points("gql", 100, 10)
+        async with gql.within_limit("s", 30) as p:
+            assert (await p.apoints_used(5)).remaining == 95
+
+    run(body())
+
+
+def test_acquire_waits_for_a_release(make_backend: MakeBackend, calls: Calls) -> None:
+    """A waiter is woken by a release (not by polling, and not by the lock timeout)."""
+
+    async def body() -> None:
+        erp = make_backend().concurrent("mutex", 1, lock_timeout=60)
+        held: Any = await calls(erp.acquire)
+
+        async def release_soon() -> None:
+            await asyncio.sleep(0.2)
+            await erp.arelease(held.lease)
+
+        if calls.mode == "async":
+            releaser = asyncio.ensure_future(release_soon())
+            d: Any = await erp.aacquire(None, 1, 10)
+            await releaser
+        else:
+            import threading
+
+            t = threading.Timer(0.2, erp.release, (held.lease,))
+            t.start()
+            d = erp.acquire(None, 1, 10)
+            t.join()
+        assert d.allowed and d.lease.fencing_token > held.lease.fencing_token
+        assert erp.metrics().waited == 1
+
+    run(body())
+
+
+def test_shedders(make_backend: MakeBackend, calls: Calls) -> None:
+    async def body() -> None:
+        fleet = ratekeeper.FleetShedder(make_backend(), "fleet", 1)
+        ticket: Any = await calls(fleet.enter)
+        assert ticket is not None
+        assert await calls(fleet.enter, True) is None  # critical traffic bypasses
+        with pytest.raises(ratekeeper.Shed):
+            await calls(fleet.enter)
+        await calls(fleet.leave, ticket)
+        await calls(fleet.leave, None)
+        assert await calls(fleet.enter) is not None
+
+    run(body())
+
+
+def test_utilization_shedder() -> None:
+    clock = ratekeeper.ManualClock(T0)
+    config = ratekeeper.UtilizationConfig(seconds_before_shedding=2, seconds_to_shed_all=6, levels=3)
+    shed = ratekeeper.UtilizationShedder(config, clock=clock)
+    assert config.levels == 3 and config.end_of_good == 0.7
+    for _ in range(30):
+        shed.observe(1.0)
+        clock.advance(1)
+    assert shed.shedding() == 1.0 and shed.drop_chance(3) == 1.0 and shed.drop_chance(0) == 0.0
+    shed.check(0)  # critical traffic is never shed
+    with pytest.raises(ratekeeper.Shed):
+        shed.check(3)
+
+
+def test_exceptions_pickle() -> None:
+    over = ratekeeper.OverLimit("over limit", 1.5)
+    again = pickle.loads(pickle.dumps(over))
+    assert isinstance(again, ratekeeper.OverLimit) and again.retry_after == 1.5 and str(again) == "over limit"
+    bad = pickle.loads(pickle.dumps(ratekeeper.InvalidArgument("bad cost", "cost")))
+    assert bad.parameter == "cost" and isinstance(bad, ValueError)
+    for cls in (ratekeeper.Shed, ratekeeper.LeaseLost, ratekeeper.BackendUnavailable, ratekeeper.Timeout):
+        assert issubclass(cls, ratekeeper.RatekeeperError)
+
+
+def test_failure_policies_on_a_dead_redis(calls: Calls) -> None:
+    from .conftest import free_port
+
+    dead = f"redis://127.0.0.1:{free_port()}"
+
+    async def body() -> None:
+        closed = ratekeeper.Backend.redis(dead, deadline=0.05, connect_timeout=0.05)
+        with pytest.raises((ratekeeper.BackendUnavailable, ratekeeper.Timeout)):
+            await calls(closed.bucket("b", 5, 1).check)
+        assert closed.stats().failed == 1
+        opened = ratekeeper.Backend.redis(dead, failure_policy="fail_open", deadline=0.05)
+        assert (await calls(opened.bucket("b", 5, 1).check)).allowed and opened.stats().failed_open == 1
+        fallback = ratekeeper.Backend.redis(dead, failure_policy="fallback", fallback_divisor=5, deadline=0.05)
+        lim = fallback.bucket("b", 10, 60)
+        results = [(await calls(lim.check)).allowed for _ in range(3)]
+        assert results == [True, True, False] and fallback.stats().fell_back == 3  # 10 / 5 = 2
+
+    run(body())
