@@ -1,6 +1,37 @@
-//! Placeholder until the binding issue fills it: the crate links the core so the workspace builds.
+//! Node bindings for ratekeeper (the `ratekeeper` npm package). No limiter logic lives here:
+//! arguments are converted (with the core's validation), calls go to the core, and results and
+//! errors come back as JavaScript values.
+//!
+//! - [`runtime`]: the core's runtime runs every call (and is registered with napi in `init`).
+//! - [`bridge`]: results reach JavaScript during the call, or batched through one thread-safe
+//!   function per environment; index.js makes the Promises.
+//! - [`error`]: the one conversion of core errors into `Error` objects with a stable `code`.
+//! - [`args`]: reading JavaScript arguments; [`decision`]: the results.
+//! - [`backend`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
+#![deny(clippy::all)]
 
-/// The core library version this binding is built against.
+mod args;
+mod backend;
+mod bridge;
+mod clock;
+mod decision;
+mod error;
+mod limiter;
+mod runtime;
+mod shedder;
+
+use napi_derive::napi;
+
+#[napi_derive::module_init]
+fn init() {
+    // The core runtime's threads outlive any one Node environment (worker_threads), so the
+    // addon image must never be unloaded under them.
+    napi::bindgen_prelude::retain_current_module_for_unload_safety();
+    napi::bindgen_prelude::register_async_runtime(runtime::CoreRuntime);
+}
+
+/// The version of the ratekeeper core this addon is built from.
+#[napi]
 pub fn core_version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }

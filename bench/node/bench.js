@@ -1,0 +1,156 @@
+#!/usr/bin/env node
+// ratekeeper (Node, release build) side by side with rate-limiter-flexible + ioredis (pinned in
+// package.json) on the same redis-server, in one run. Not a test: it prints a table of checks/s
+// and ratios. Each scenario runs ROUNDS times per library, alternating, for SECONDS each; the
+// median round counts.
+//
+//   cd bench/node && npm install && node bench.js        (builds node/ in release first)
+//
+// Scenarios (every check is admitted: limits are far above the load):
+//   redis sequential     one check at a time (await each)
+//   redis 64 concurrent  64 loops awaiting their own checks (pipelined on one connection)
+//   memory               RateLimiterMemory vs the memory backend (Promise, and checkSync)
+// ratekeeper's token bucket (GCRA, one Lua script per check) is compared with RLF's default
+// fixed window (one Lua script per check); the fixed-window `bucket` runs too, for reference.
+'use strict';
+
+const { execFileSync, spawn } = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+
+const SECONDS = Number(process.env.BENCH_SECONDS || 2);
+const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
+const KEYS = 1000;
+const root = path.resolve(__dirname, '..', '..');
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => (port === 6379 ? freePort().then(resolve) : resolve(port)));
+    });
+  });
+}
+
+async function startRedis() {
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratekeeper-bench-node-'));
+  const bin = fs.existsSync('/usr/bin/redis-server') ? '/usr/bin/redis-server' : 'redis-server';
+  const child = spawn(bin, ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no'], {
+    cwd: dir,
+    stdio: 'ignore',
+  });
+  for (let i = 0; i < 200; i++) {
+    const up = await new Promise((resolve) => {
+      const s = net.connect(port, '127.0.0.1');
+      s.once('connect', () => (s.destroy(), resolve(true)));
+      s.once('error', () => resolve(false));
+    });
+    if (up) break;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  const stop = () => {
+    try {
+      process.kill(child.pid, 'SIGKILL');
+    } catch {}
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  process.on('exit', stop);
+  return { port, url: `redis://127.0.0.1:${port}`, stop };
+}
+
+/** Checks per second of `check(i)` run by `concurrency` loops for SECONDS. */
+async function measure(check, concurrency) {
+  let done = 0;
+  const end = process.hrtime.bigint() + BigInt(Math.round(SECONDS * 1e9));
+  const start = process.hrtime.bigint();
+  async function loop() {
+    while (process.hrtime.bigint() < end) {
+      // Batches of 64 between clock reads keep the clock off the hot path.
+      for (let i = 0; i < 64; i++) await check(done++ % KEYS);
+    }
+  }
+  await Promise.all(Array.from({ length: concurrency }, loop));
+  return done / (Number(process.hrtime.bigint() - start) / 1e9);
+}
+
+function measureSync(check) {
+  let done = 0;
+  const start = process.hrtime.bigint();
+  const end = start + BigInt(Math.round(SECONDS * 1e9));
+  while (process.hrtime.bigint() < end) {
+    for (let i = 0; i < 1024; i++) check(done++ % KEYS);
+  }
+  return done / (Number(process.hrtime.bigint() - start) / 1e9);
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const fmt = (n) => (n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : `${Math.round(n / 100) / 10}k`);
+
+async function main() {
+  console.log('building node/ in release …');
+  execFileSync(process.execPath, [path.join(root, 'node', 'scripts', 'build.js')], { stdio: 'inherit' });
+  const rk = require(path.join(root, 'node'));
+  const Redis = require('ioredis');
+  const { RateLimiterRedis, RateLimiterMemory } = require('rate-limiter-flexible');
+  const rlfVersion = require('rate-limiter-flexible/package.json').version;
+  const ioredisVersion = require('ioredis/package.json').version;
+
+  const redis = await startRedis();
+  const ioredis = new Redis({ host: '127.0.0.1', port: redis.port, enableOfflineQueue: true, lazyConnect: false });
+  await ioredis.ping();
+  const backend = rk.Backend.redis(redis.url, { deadlineMs: 5000 });
+  const keys = Array.from({ length: KEYS }, (_, i) => `user-${i}`);
+
+  const rkToken = backend.tokenBucket('bench', 1e6, 1e9);
+  const rkBucket = backend.bucket('bench', 1e12, 1000);
+  const rlfRedis = new RateLimiterRedis({ storeClient: ioredis, points: 1e12, duration: 1, keyPrefix: 'rlf' });
+  const rkMemory = rk.Backend.memory().tokenBucket('bench', 1e6, 1e9);
+  const rlfMemory = new RateLimiterMemory({ points: 1e12, duration: 1 });
+  await rkToken.check('warm-up');
+  await rkBucket.check('warm-up');
+  await rlfRedis.consume('warm-up');
+
+  const scenarios = [
+    ['redis, sequential', 1, (i) => rkToken.check(keys[i]), (i) => rlfRedis.consume(keys[i])],
+    ['redis, 64 concurrent', 64, (i) => rkToken.check(keys[i]), (i) => rlfRedis.consume(keys[i])],
+    ['redis, sequential (ratekeeper fixed-window bucket)', 1, (i) => rkBucket.check(keys[i]), (i) => rlfRedis.consume(keys[i])],
+    ['redis, 64 concurrent (ratekeeper fixed-window bucket)', 64, (i) => rkBucket.check(keys[i]), (i) => rlfRedis.consume(keys[i])],
+    ['memory, sequential (await check)', 1, (i) => rkMemory.check(keys[i]), (i) => rlfMemory.consume(keys[i])],
+  ];
+  console.log(`node ${process.version}, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  console.log(`rate-limiter-flexible ${rlfVersion} + ioredis ${ioredisVersion}; ${ROUNDS} rounds of ${SECONDS}s each, median\n`);
+  const rows = [];
+  for (const [name, concurrency, ours, theirs] of scenarios) {
+    const a = [];
+    const b = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      a.push(await measure(ours, concurrency));
+      b.push(await measure(theirs, concurrency));
+    }
+    rows.push([name, median(a), median(b)]);
+    console.log(`${name}: ratekeeper ${fmt(median(a))}/s, rate-limiter-flexible ${fmt(median(b))}/s`);
+  }
+  const syncRounds = [];
+  for (let round = 0; round < ROUNDS; round++) syncRounds.push(measureSync((i) => rkMemory.checkSync(keys[i])));
+  rows.push(['memory, checkSync (no Promise)', median(syncRounds), rows[rows.length - 1][2]]);
+
+  console.log(`\nload average after: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
+  console.log('| scenario | ratekeeper checks/s | rate-limiter-flexible checks/s | ratio |');
+  console.log('|---|---:|---:|---:|');
+  for (const [name, ours, theirs] of rows) {
+    console.log(`| ${name} | ${fmt(ours)} | ${fmt(theirs)} | ${(ours / theirs).toFixed(2)} |`);
+  }
+  await ioredis.quit();
+  redis.stop();
+  process.exit(0);
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});

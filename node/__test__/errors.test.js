@@ -1,0 +1,152 @@
+'use strict';
+// Errors: bad arguments are ERR_INVALID_ARGUMENT naming the parameter (its JavaScript name),
+// thrown by constructors and synchronous calls, rejected by Promise-returning calls; every
+// other kind keeps its stable code; a dead Redis is ERR_BACKEND_UNAVAILABLE / ERR_TIMEOUT
+// within the deadline, or allowed / answered by the fallback under the other failure policies.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Backend, Limiter, ManualClock, FleetShedder, UtilizationShedder } = require('..');
+const { freePort } = require('./support/redis.js');
+
+const backend = Backend.memory();
+const bucket = backend.bucket('b', 5, 1000);
+const mutex = backend.concurrent('m', 1);
+
+/** [description, thunk, parameter]: every thunk must throw or reject with ERR_INVALID_ARGUMENT. */
+const cases = [
+  ['name with a space', () => backend.bucket('a b', 1, 1000), 'name'],
+  ['empty name', () => backend.bucket('', 1, 1000), 'name'],
+  ['name not a string', () => backend.bucket(42, 1, 1000), 'name'],
+  ['missing name', () => backend.tokenBucket(), 'name'],
+  ['limit 0', () => backend.bucket('b', 0, 1000), 'limit'],
+  ['limit 1.5', () => backend.window('b', 1.5, 1000), 'limit'],
+  ['limit NaN', () => backend.bucket('b', NaN, 1000), 'limit'],
+  ['limit above 2^53', () => backend.bucket('b', 2 ** 53 + 2, 1000), 'limit'],
+  ['limit a string', () => backend.bucket('b', 'ten', 1000), 'limit'],
+  ['interval name', () => backend.bucket('b', 1, 'fortnight'), 'intervalMs'],
+  ['interval 0', () => backend.window('b', 1, 0), 'intervalMs'],
+  ['interval Infinity', () => backend.bucket('b', 1, Infinity), 'intervalMs'],
+  ['lockTimeoutMs negative', () => backend.concurrent('c', 1, { lockTimeoutMs: -1 }), 'lockTimeoutMs'],
+  ['waitTimeoutMs negative', () => backend.concurrent('c', 1, { waitTimeoutMs: -5 }), 'waitTimeoutMs'],
+  ['waitTimeoutMs a string', () => backend.bucket('b', 1, 1000, { waitTimeoutMs: 'soon' }), 'waitTimeoutMs'],
+  ['options not an object', () => backend.bucket('b', 1, 1000, 7), 'options'],
+  ['no windows', () => backend.windows('w', []), 'windows'],
+  ['window without interval', () => backend.windows('w', [{ limit: 1 }]), 'intervalMs'],
+  ['no sliding limits', () => backend.slidingWindow('s', []), 'limits'],
+  ['sliding tuple too long', () => backend.slidingWindow('s', [[1000, 1, 1, 1]]), 'limits'],
+  ['precision too fine', () => backend.slidingWindow('s', [{ durationMs: 10000, limit: 1, precisionMs: 0.001 }]), 'precisionMs'],
+  ['durationMs 0', () => backend.slidingWindow('s', [[0, 1]]), 'durationMs'],
+  ['rate 0', () => backend.tokenBucket('t', 0, 1), 'rate'],
+  ['rate above 1e6', () => backend.tokenBucket('t', 2e6, 1), 'rate'],
+  ['capacity 0', () => backend.tokenBucket('t', 1, 0), 'capacity'],
+  ['size 0', () => backend.leaky('l', 0, 1000), 'size'],
+  ['drainMs NaN', () => backend.leaky('l', 1, NaN), 'drainMs'],
+  ['refillMs negative', () => backend.points('p', 10, -1), 'refillMs'],
+  ['unlimited bad name', () => backend.unlimited('no!'), 'name'],
+  ['check key not a string', () => bucket.check(5), 'key'],
+  ['check key above 1 KiB', () => bucket.check('k'.repeat(1025)), 'key'],
+  ['check cost 1.5', () => bucket.check('k', 1.5), 'cost'],
+  ['check cost negative', () => bucket.check('k', -1), 'cost'],
+  ['check cost above capacity', () => bucket.check('k', 6), 'cost'],
+  ['checkSync cost a string', () => bucket.checkSync('k', '1'), 'cost'],
+  ['peek key an object', () => bucket.peek({}), 'key'],
+  ['concurrent cost 2', () => mutex.check('k', 2), 'cost'],
+  ['acquire waitTimeoutMs NaN', () => bucket.acquire('k', { waitTimeoutMs: NaN }), 'waitTimeoutMs'],
+  ['acquire cost a boolean', () => bucket.acquire('k', { cost: true }), 'cost'],
+  ['withWaitTimeout negative', () => bucket.withWaitTimeout(-1), 'waitTimeoutMs'],
+  ['release without a lease', () => mutex.release(), 'lease'],
+  ['release a malformed lease', () => mutex.release({ id: 'xyz' }), 'lease'],
+  ['release on a bucket', () => bucket.release({ id: '1', fencingToken: 1, grantedAtUs: 1 }), 'lease'],
+  ['pointsUsed on a bucket', () => bucket.pointsUsed('k', 1, 1), 'actual'],
+  ['pointsUsed actual missing', () => backend.points('p', 10, 1000).pointsUsed('k', 1), 'actual'],
+  ['pointsUsed estimate above capacity', () => backend.points('p', 10, 1000).pointsUsed('k', 11, 1), 'estimate'],
+  ['memory maxKeys 0', () => Backend.memory({ maxKeys: 0 }), 'maxKeys'],
+  ['memory clock not a ManualClock', () => Backend.memory({ clock: {} }), 'clock'],
+  ['redis url scheme', () => Backend.redis('http://127.0.0.1:1'), 'url'],
+  ['redis url missing', () => Backend.redis(), 'url'],
+  ['redis prefix with a colon', () => Backend.redis('redis://127.0.0.1:1', { prefix: 'a:b' }), 'prefix'],
+  ['failure policy unknown', () => Backend.redis('redis://127.0.0.1:1', { failurePolicy: 'maybe' }), 'failurePolicy'],
+  ['fallback divisor 0', () => Backend.redis('redis://127.0.0.1:1', { failurePolicy: { fallback: 0 } }), 'divisor'],
+  ['deadlineMs 0', () => Backend.redis('redis://127.0.0.1:1', { deadlineMs: 0 }), 'deadlineMs'],
+  ['connectTimeoutMs negative', () => Backend.redis('redis://127.0.0.1:1', { connectTimeoutMs: -1 }), 'connectTimeoutMs'],
+  ['tls cert without key', () => Backend.redis('rediss://127.0.0.1:1', { tls: { cert: 'x' } }), 'tls'],
+  ['cluster seeds not an array', () => Backend.cluster('redis://127.0.0.1:1'), 'url'],
+  ['manual clock start a string', () => new ManualClock('now'), 'startUs'],
+  ['manual clock advance negative', () => new ManualClock(0).advance(-1), 'ms'],
+  ['fleet shedder without a backend', () => new FleetShedder({}, 'f', 1), 'backend'],
+  ['fleet shedder limit 0', () => new FleetShedder(backend, 'f', 0), 'limit'],
+  ['fleet enter critical a string', () => new FleetShedder(backend, 'f', 1).enter('yes'), 'critical'],
+  ['utilization endOfGood above 1', () => new UtilizationShedder({ endOfGood: 2 }), 'endOfGood'],
+  ['utilization levels 0', () => new UtilizationShedder({ levels: 0 }), 'levels'],
+  ['utilization priority too high', () => new UtilizationShedder().check(9), 'priority'],
+];
+
+for (const [description, thunk, parameter] of cases) {
+  test(`bad argument: ${description} -> ${parameter}`, async () => {
+    let error;
+    try {
+      const result = thunk();
+      assert.ok(result instanceof Promise, 'a synchronous call with a bad argument must throw');
+      await result;
+    } catch (e) {
+      error = e;
+    }
+    assert.ok(error instanceof Error, `expected an Error, got ${error}`);
+    assert.equal(error.code, 'ERR_INVALID_ARGUMENT', error.message);
+    assert.equal(error.parameter, parameter, error.message);
+    assert.ok(error.message.includes(`\`${parameter}\``), `the message names the parameter: ${error.message}`);
+  });
+}
+
+test('Promise-returning calls reject instead of throwing', () => {
+  const p = bucket.check(5);
+  assert.ok(p instanceof Promise);
+  return assert.rejects(p, { code: 'ERR_INVALID_ARGUMENT' });
+});
+
+test('over limit carries retryAfterMs; lease lost and shed keep their codes', async () => {
+  const clock = new ManualClock(1_700_000_000_000_000);
+  const limiter = Backend.memory({ clock }).bucket('o', 1, 1000).withWaitTimeout(0);
+  await limiter.check();
+  const over = await limiter.acquire().catch((e) => e);
+  assert.equal(over.code, 'ERR_OVER_LIMIT');
+  assert.equal(over.retryAfterMs, 1000);
+  assert.match(over.message, /over limit/);
+  const c = Backend.memory().concurrent('lost', 1);
+  const d = await c.check();
+  await c.reset();
+  const lost = await c.release(d.lease).catch((e) => e);
+  assert.equal(lost.code, 'ERR_LEASE_LOST');
+  assert.match(lost.message, /lease lost/);
+  const shed = new UtilizationShedder({ clock, beforeSheddingMs: 1, toShedAllMs: 1 });
+  for (let i = 0; i < 5; i++) {
+    shed.observe(1);
+    clock.advance(10);
+  }
+  assert.equal(shed.dropChance(1), 1);
+  assert.throws(() => shed.check(1), (e) => e.code === 'ERR_SHED' && /shed/.test(e.message));
+});
+
+test('a dead Redis: fail_closed errors within the deadline, fail_open allows, fallback answers', async () => {
+  const dead = `redis://127.0.0.1:${await freePort()}`;
+  const closed = Backend.redis(dead, { deadlineMs: 100, connectTimeoutMs: 100 });
+  const started = Date.now();
+  const error = await closed.tokenBucket('t', 10, 10).check('k').catch((e) => e);
+  assert.ok(['ERR_BACKEND_UNAVAILABLE', 'ERR_TIMEOUT'].includes(error.code), error.message);
+  assert.ok(Date.now() - started < 5000, 'settles close to the deadline, never hangs');
+  assert.equal(closed.stats().failed, 1);
+
+  const open = Backend.redis(dead, { deadlineMs: 100, failurePolicy: 'fail_open' });
+  const allowed = await open.tokenBucket('t', 10, 10).check('k');
+  assert.equal(allowed.allowed, true);
+  assert.equal(open.stats().failedOpen, 1);
+
+  const fallback = Backend.redis(dead, { deadlineMs: 100, failurePolicy: { fallback: 2 } });
+  const limiter = fallback.bucket('f', 4, 60000);
+  const decisions = [];
+  for (let i = 0; i < 3; i++) decisions.push(await limiter.check('k'));
+  assert.deepEqual(decisions.map((d) => d.allowed), [true, true, false], 'the fallback holds limit / 2');
+  assert.equal(decisions[0].limit, 2);
+  assert.equal(fallback.stats().fellBack, 3);
+});

@@ -1,0 +1,79 @@
+'use strict';
+// Redis specifics through Node: key prefixes, leases and waiters on Redis and on a Redis
+// Cluster, fleet metrics summed across backends, and TLS with a CA made by openssl.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+const { Backend } = require('..');
+const { RedisServer, RedisCluster } = require('./support/redis.js');
+
+const options = { deadlineMs: 5000, connectTimeoutMs: 5000 };
+
+test('redis: prefix, leases, a waiter woken by a release, fleet metrics', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const backend = Backend.redis(server.url, { ...options, prefix: 'myapp' });
+  const api = backend.tokenBucket('api', 10, 2);
+  assert.equal((await api.check('user-1')).remaining, 1);
+  const keys = server.cli('--scan');
+  assert.ok(keys.length > 0 && keys.split('\n').every((k) => k.startsWith('myapp:')), keys);
+  assert.ok(Number(server.cli('TTL', keys.split('\n')[0])) > 0, 'every key has a TTL');
+
+  const mutex = backend.concurrent('mutex', 1, { waitTimeoutMs: 60000 });
+  const first = await mutex.acquire('doc');
+  const waiting = mutex.acquire('doc');
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  await mutex.release(first.lease);
+  const second = await waiting;
+  assert.ok(second.lease.fencingToken > first.lease.fencingToken);
+  await assert.rejects(mutex.release(first.lease), { code: 'ERR_LEASE_LOST' });
+  await mutex.release(second.lease);
+
+  // Another backend on the same server (as another process would be) adds to the fleet's sum.
+  const other = Backend.redis(server.url, { ...options, prefix: 'myapp' }).concurrent('mutex', 1);
+  const third = await other.acquire('doc');
+  await other.release(third.lease);
+  assert.equal(mutex.metrics().held, 2, 'this process\'s own counts');
+  assert.ok((await mutex.fleetMetrics()).held >= 2, 'its counts are flushed before the sum is read');
+  const fleet = await other.fleetMetrics();
+  assert.equal(fleet.held, 3);
+  assert.equal(fleet.waited, 1);
+});
+
+test('redis cluster: checks and leases over three masters', async (t) => {
+  const cluster = await RedisCluster.start();
+  t.after(() => cluster.destroy());
+  const backend = Backend.cluster(cluster.seeds, options);
+  const api = backend.window('api', 3, 1000);
+  for (let i = 0; i < 30; i++) assert.equal((await api.check(`user-${i}`)).allowed, true);
+  const mutex = backend.concurrent('mutex', 1);
+  const lease = (await mutex.check('k')).lease;
+  assert.equal((await mutex.check('k')).allowed, false);
+  await mutex.release(lease);
+  const populated = cluster.nodes.filter((n) => Number(n.cli('DBSIZE')) > 0).length;
+  assert.ok(populated >= 2, `keys spread over the slots (${populated} of 3 masters hold keys)`);
+});
+
+test('redis over TLS with a CA', async (t) => {
+  const dir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'ratekeeper-node-tls-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const openssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  openssl('genrsa', '-out', 'ca.key', '2048');
+  openssl('req', '-x509', '-new', '-nodes', '-key', 'ca.key', '-sha256', '-days', '2', '-subj', '/CN=ratekeeper node test CA', '-out', 'ca.crt');
+  openssl('genrsa', '-out', 'server.key', '2048');
+  openssl('req', '-new', '-key', 'server.key', '-subj', '/CN=127.0.0.1', '-out', 'server.csr');
+  fs.writeFileSync(path.join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  openssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-sha256', '-extfile', 'san.ext', '-out', 'server.crt');
+  const server = await RedisServer.startTls(dir);
+  t.after(() => server.destroy());
+  const url = `rediss://127.0.0.1:${server.port}`;
+  const ca = fs.readFileSync(path.join(dir, 'ca.crt'));
+  const secure = Backend.redis(url, { ...options, tls: { ca } }).tokenBucket('tls', 10, 10);
+  assert.equal((await secure.check('k')).remaining, 9);
+  const untrusted = Backend.redis(url, { deadlineMs: 500, connectTimeoutMs: 300 }).tokenBucket('tls', 10, 10);
+  const error = await untrusted.check('k').catch((e) => e);
+  assert.ok(['ERR_BACKEND_UNAVAILABLE', 'ERR_TIMEOUT'].includes(error.code), `an unknown CA is refused: ${error.message}`);
+});

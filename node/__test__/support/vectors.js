@@ -1,0 +1,262 @@
+'use strict';
+// Runs the language-neutral conformance vectors (tests/vectors/*.json at the repository root)
+// through the Node API, the way core/tests/support/vectors.rs runs them through Rust: each case
+// gets a fresh backend whose ManualClock starts at `start_us`; durations (seconds in the
+// vectors) are given in milliseconds, the unit of the Node API; errors are compared by `code`
+// and by the JavaScript name of the parameter.
+
+const fs = require('node:fs');
+const path = require('node:path');
+const { ManualClock, Limiter } = require('../..');
+
+const VECTORS_DIR = path.resolve(__dirname, '..', '..', '..', 'tests', 'vectors');
+const KINDS = ['concurrent', 'bucket', 'window', 'sliding_window', 'token_bucket', 'leaky', 'points', 'unlimited'];
+const MIN_PER_KIND = 15;
+const MIN_TOTAL = 120;
+
+/** The error code of each core error kind. */
+const CODES = {
+  over_limit: 'ERR_OVER_LIMIT',
+  shed: 'ERR_SHED',
+  lease_lost: 'ERR_LEASE_LOST',
+  invalid_argument: 'ERR_INVALID_ARGUMENT',
+  backend_unavailable: 'ERR_BACKEND_UNAVAILABLE',
+  timeout: 'ERR_TIMEOUT',
+};
+
+/** The documented JavaScript name of each core parameter name (durations are milliseconds). */
+const JS_PARAMETERS = {
+  lock_timeout: 'lockTimeoutMs',
+  wait_timeout: 'waitTimeoutMs',
+  interval: 'intervalMs',
+  drain: 'drainMs',
+  refill: 'refillMs',
+  duration: 'durationMs',
+  precision: 'precisionMs',
+};
+const jsParameter = (name) => JS_PARAMETERS[name] ?? name;
+
+/** A JSON number, or "NaN" / "Infinity" / "-Infinity". */
+function number(value) {
+  if (typeof value === 'number') return value;
+  if (value === 'NaN') return NaN;
+  if (value === 'Infinity') return Infinity;
+  if (value === '-Infinity') return -Infinity;
+  throw new Error(`malformed vector: expected a number, got ${JSON.stringify(value)}`);
+}
+
+const ms = (seconds) => number(seconds) * 1000;
+
+function interval(value) {
+  return typeof value === 'string' && !['NaN', 'Infinity', '-Infinity'].includes(value) ? value : ms(value);
+}
+
+function buildLimiter(backend, spec) {
+  const { kind, name } = spec;
+  switch (kind) {
+    case 'concurrent':
+      return backend.concurrent(name, number(spec.limit), { lockTimeoutMs: ms(spec.lock_timeout) });
+    case 'bucket':
+      return backend.bucket(name, number(spec.limit), interval(spec.interval));
+    case 'window':
+      if (spec.windows) {
+        return backend.windows(name, spec.windows.map((w) => ({ limit: number(w.limit), intervalMs: interval(w.interval) })));
+      }
+      return backend.window(name, number(spec.limit), interval(spec.interval));
+    case 'sliding_window':
+      return backend.slidingWindow(name, spec.limits.map((l) => {
+        const limit = { durationMs: ms(l[0]), limit: number(l[1]) };
+        if (l.length > 2) limit.precisionMs = ms(l[2]);
+        return limit;
+      }));
+    case 'token_bucket':
+      return backend.tokenBucket(name, number(spec.rate), number(spec.capacity));
+    case 'leaky':
+      return backend.leaky(name, number(spec.size), ms(spec.drain));
+    case 'points':
+      return backend.points(name, number(spec.capacity), ms(spec.refill));
+    case 'unlimited':
+      return name == null ? Limiter.unlimited() : backend.unlimited(name);
+    default:
+      throw new Error(`malformed vector: unknown limiter kind ${kind}`);
+  }
+}
+
+const us = (milliseconds) => Math.round(milliseconds * 1000);
+
+function decisionJson(d) {
+  const v = {
+    allowed: d.allowed,
+    limit: d.limit,
+    remaining: d.remaining,
+    retry_after_us: us(d.retryAfterMs),
+    reset_after_us: us(d.resetAfterMs),
+  };
+  if (d.limits) {
+    v.limits = d.limits.map((l) => ({
+      window_us: us(l.windowMs),
+      limit: l.limit,
+      remaining: l.remaining,
+      retry_after_us: us(l.retryAfterMs),
+      reset_after_us: us(l.resetAfterMs),
+    }));
+  }
+  if (d.lease) v.fencing_token = d.lease.fencingToken;
+  return v;
+}
+
+function normaliseExpect(expect) {
+  const v = {
+    allowed: expect.allowed,
+    limit: expect.limit,
+    remaining: expect.remaining,
+    retry_after_us: expect.retry_after_us,
+    reset_after_us: expect.reset_after_us,
+  };
+  if (expect.limits) {
+    v.limits = expect.limits.map((l) => ({
+      window_us: l.window_us,
+      limit: l.limit,
+      remaining: l.remaining,
+      retry_after_us: l.retry_after_us,
+      reset_after_us: l.reset_after_us,
+    }));
+  }
+  if ('fencing_token' in expect) v.fencing_token = expect.fencing_token;
+  return v;
+}
+
+function errorMatches(expected, error) {
+  if (!error || error.code !== CODES[expected.kind]) return false;
+  if (expected.kind === 'invalid_argument' && !('parameter' in expected)) {
+    throw new Error('malformed vector: an invalid_argument expectation must name its `parameter`');
+  }
+  return !('parameter' in expected) || error.parameter === jsParameter(expected.parameter);
+}
+
+const describeError = (e) => (e && e.code ? `${e.code}${e.parameter ? ` (${e.parameter})` : ''}: ${e.message}` : String(e));
+
+function keyOf(step) {
+  const key = step.key;
+  if (key == null) return undefined;
+  if (typeof key === 'string') return key;
+  return key.repeat.repeat(key.times);
+}
+
+async function outcomeOf(promise) {
+  try {
+    return { value: await promise };
+  } catch (error) {
+    return { error };
+  }
+}
+
+/** Runs one case; returns its failure messages. */
+async function runCase(c, makeBackend) {
+  const failures = [];
+  const clock = new ManualClock(c.start_us);
+  const backend = makeBackend(clock);
+  const limiters = new Map();
+  let buildError = null;
+  for (const [id, spec] of Object.entries(c.limiters)) {
+    try {
+      limiters.set(id, buildLimiter(backend, spec));
+    } catch (error) {
+      buildError ??= { id, error };
+    }
+  }
+  if (c.limiter_error) {
+    if (!buildError) failures.push(`expected limiter error ${JSON.stringify(c.limiter_error)}, but every limiter was built`);
+    else if (!errorMatches(c.limiter_error, buildError.error)) {
+      failures.push(`building ${buildError.id}: expected error ${JSON.stringify(c.limiter_error)}, got ${describeError(buildError.error)}`);
+    }
+    return failures;
+  }
+  if (buildError) return [`building ${buildError.id}: unexpected error ${describeError(buildError.error)}`];
+
+  const leases = new Map();
+  for (const [index, step] of c.steps.entries()) {
+    if (step.op === 'advance') {
+      clock.advanceUs(step.us);
+      continue;
+    }
+    const limiter = limiters.get(step.limiter);
+    if (!limiter) throw new Error(`malformed vector: step ${index}: unknown limiter ${step.limiter}`);
+    const key = keyOf(step);
+    let outcome;
+    switch (step.op) {
+      case 'check':
+        outcome = await outcomeOf(limiter.check(key, 'cost' in step ? number(step.cost) : undefined));
+        break;
+      case 'peek':
+        outcome = await outcomeOf(limiter.peek(key));
+        break;
+      case 'reset':
+        outcome = await outcomeOf(limiter.reset(key));
+        break;
+      case 'points_used':
+        outcome = await outcomeOf(limiter.pointsUsed(key, number(step.estimate), number(step.actual)));
+        break;
+      case 'release': {
+        const lease = leases.get(step.lease);
+        if (!lease) throw new Error(`malformed vector: step ${index}: no lease saved as ${step.lease}`);
+        outcome = await outcomeOf(limiter.release({ ...lease, key }));
+        break;
+      }
+      default:
+        throw new Error(`malformed vector: step ${index}: unknown op ${step.op}`);
+    }
+    const fail = (message) => failures.push(`step ${index} (${step.op} on ${step.limiter}): ${message}`);
+    if (step.error) {
+      if (!('error' in outcome)) fail(`expected error ${JSON.stringify(step.error)}, got success ${JSON.stringify(outcome.value)}`);
+      else if (!errorMatches(step.error, outcome.error)) fail(`expected error ${JSON.stringify(step.error)}, got ${describeError(outcome.error)}`);
+      continue;
+    }
+    if ('error' in outcome) {
+      fail(`expected success, got ${describeError(outcome.error)}`);
+      continue;
+    }
+    if (!step.expect) continue;
+    const d = outcome.value;
+    const expected = normaliseExpect(step.expect);
+    const actual = decisionJson(d);
+    const wantsLease = step.op === 'check' && limiter.kind === 'concurrent' && d.allowed;
+    if (Boolean(d.lease) !== wantsLease) fail(`lease present: ${Boolean(d.lease)}, expected ${wantsLease}`);
+    if (!('fencing_token' in expected) || step.op !== 'check') delete actual.fencing_token;
+    if (JSON.stringify(actual) !== JSON.stringify(expected)) {
+      fail(`expected ${JSON.stringify(expected)}\n         actual   ${JSON.stringify(actual)}`);
+    }
+    if (step.save_lease) {
+      if (d.lease) leases.set(step.save_lease, d.lease);
+      else fail(`expected a lease to save as ${step.save_lease}, got none`);
+    }
+  }
+  return failures;
+}
+
+/**
+ * Runs every vector against backends from `makeBackend(clock)`; returns the summary and the
+ * failures (file / case / message), and throws on malformed vectors.
+ */
+async function runConformance(makeBackend) {
+  const files = fs.readdirSync(VECTORS_DIR).filter((f) => f.endsWith('.json')).sort();
+  const perKind = Object.fromEntries(KINDS.map((k) => [k, 0]));
+  const failures = [];
+  let total = 0;
+  for (const file of files) {
+    const doc = JSON.parse(fs.readFileSync(path.join(VECTORS_DIR, file), 'utf8'));
+    for (const c of doc.cases) {
+      total += 1;
+      for (const kind of new Set(Object.values(c.limiters).map((l) => l.kind))) perKind[kind] += 1;
+      for (const message of await runCase(c, makeBackend)) failures.push(`${file} / ${c.name} / ${message}`);
+    }
+  }
+  const problems = [...failures];
+  if (total < MIN_TOTAL) problems.push(`only ${total} vector cases; at least ${MIN_TOTAL} are required`);
+  for (const [kind, n] of Object.entries(perKind)) {
+    if (n < MIN_PER_KIND) problems.push(`only ${n} cases exercise ${kind}; at least ${MIN_PER_KIND} are required`);
+  }
+  return { total, perKind, problems };
+}
+
+module.exports = { runConformance, jsParameter };

@@ -1,0 +1,97 @@
+// Compiled (never run) by types.test.js with `tsc --strict --noEmit`: the typings describe the
+// API as written in the README, and reject misuse (`@ts-expect-error` lines must be errors).
+import {
+  Backend,
+  Limiter,
+  ManualClock,
+  FleetShedder,
+  UtilizationShedder,
+  SKIPPED,
+  codes,
+  isRatekeeperError,
+  rateLimitHeaders,
+  setRateLimitHeaders,
+  httpStatus,
+  type Decision,
+  type Lease,
+  type Permit,
+  type RatekeeperError,
+} from '../../index';
+
+async function main(): Promise<void> {
+  const clock = new ManualClock(1_700_000_000_000_000);
+  const memory: Backend = Backend.memory({ maxKeys: 1000, clock });
+  const redis = Backend.redis('redis://127.0.0.1:6380', {
+    prefix: 'app',
+    failurePolicy: { fallback: 4 },
+    deadlineMs: 100,
+    tls: { ca: 'PEM' },
+  });
+  Backend.cluster(['redis://127.0.0.1:7000'], { failurePolicy: 'fail_open' });
+  const api: Limiter = redis.tokenBucket('api', 10, 20);
+  const d: Decision = await api.check('user-42');
+  const allowed: boolean = d.allowed;
+  const retry: number = d.retryAfterMs + d.resetAfterMs + d.limit + d.remaining + d.decidedAtUs;
+  const sync: Decision = memory.bucket('b', 5, 'minute').checkSync(null, 2);
+  const erp = memory.concurrent('erp', 50, { lockTimeoutMs: 30_000, waitTimeoutMs: 5000 });
+  const granted = await erp.acquire('tenant-3', { waitTimeoutMs: 1000, signal: AbortSignal.timeout(100) });
+  const lease: Lease | undefined = granted.lease;
+  if (lease) {
+    const token: number = lease.fencingToken;
+    const id: string = lease.id;
+    await erp.extend(lease);
+    await erp.release(lease);
+    void token;
+    void id;
+  }
+  const result: number = await erp.withinLimit(async (permit: Permit) => permit.decision.remaining);
+  const maybe: string | typeof SKIPPED = await erp.withinLimit(() => 'done', { policy: 'ignore', key: 'k' });
+  const points = memory.points('shopify', 1000, 20_000);
+  await points.withinLimit(async (permit) => permit.pointsUsed(50), { key: 'shop', cost: 200 });
+  const after: Decision = await points.pointsUsed('shop', 200, 50);
+  memory.windows('w', [{ limit: 25, intervalMs: 5000 }, { limit: 300, intervalMs: 60_000 }]);
+  memory.slidingWindow('s', [{ durationMs: 1000, limit: 10, precisionMs: 100 }, [60_000, 100]]);
+  memory.leaky('l', 10, 1000);
+  memory.window('win', 10, 1000);
+  Limiter.unlimited();
+  const metrics = erp.metrics();
+  const fleet = await erp.fleetMetrics();
+  const held: number = metrics.held + fleet.waitTimeMs;
+  await api.reset('user-42');
+  await api.peek();
+  const shedder = new FleetShedder(redis, 'fleet', 200);
+  const ticket: Lease | null = await shedder.enter(false);
+  await shedder.leave(ticket);
+  await shedder.run(async () => 1, { critical: true });
+  const utilization = new UtilizationShedder({ endOfGood: 0.7, clock });
+  utilization.observe(0.9);
+  utilization.check(2);
+  const chance: number = utilization.dropChance(3) + utilization.shedding();
+  clock.advance(100);
+  clock.advanceUs(1);
+  const now: number = clock.nowUs;
+  const headers: Record<string, string> = rateLimitHeaders(d);
+  const status: 429 | 503 | undefined = httpStatus(d);
+  setRateLimitHeaders({ setHeader: () => undefined }, d);
+  try {
+    await api.acquire();
+  } catch (error) {
+    if (isRatekeeperError(error) && error.code === codes.OVER_LIMIT) {
+      const ms: number | undefined = error.retryAfterMs;
+      void ms;
+    }
+    const e = error as RatekeeperError;
+    void e.parameter;
+  }
+  // @ts-expect-error limits are numbers
+  memory.bucket('b', '5', 1000);
+  // @ts-expect-error unknown named interval
+  memory.bucket('b', 5, 'week');
+  // @ts-expect-error failure policies are named
+  Backend.redis('redis://x', { failurePolicy: 'sometimes' });
+  // @ts-expect-error a decision is not a lease
+  await erp.release(d);
+  void [allowed, retry, sync, result, maybe, after, held, chance, now, headers, status, memory.stats().failedOpen];
+}
+
+void main;

@@ -1,0 +1,109 @@
+// Types of the `ratekeeper` package. The classes and result shapes are generated from the Rust
+// sources (native.d.ts, regenerated and checked by scripts/test-node); this file adds what
+// index.js and http.js define in JavaScript.
+
+import type { Decision } from './native';
+
+export * from './native';
+
+/** What `withinLimit` resolves with when `policy: 'ignore'` skipped the block. */
+export declare const SKIPPED: unique symbol;
+
+/** What `withinLimit` hands the block. */
+export interface Permit {
+  /** The decision that admitted the block. */
+  readonly decision: Decision;
+  /**
+   * Reports the block's actual cost; the difference from the estimate (`cost`) is charged or
+   * refunded (points, token bucket and leaky limiters).
+   */
+  pointsUsed(actual: number): Promise<Decision>;
+}
+
+/** Options of `limiter.withinLimit()`. */
+export interface WithinLimitOptions {
+  /** The identity to limit (default: the limiter's shared key). */
+  key?: string | null;
+  /** Units to take (default 1); for points limiters, the estimate. */
+  cost?: number;
+  /**
+   * When the limit cannot be had within the wait: `'raise'` (default) rejects with
+   * `ERR_OVER_LIMIT`; `'ignore'` skips the block and resolves with `SKIPPED`.
+   */
+  policy?: 'raise' | 'ignore';
+  /** How long to wait at most (default: the limiter's `waitTimeoutMs`). */
+  waitTimeoutMs?: number;
+  /** Aborts the wait (`AbortError`, `code: 'ABORT_ERR'`). */
+  signal?: AbortSignal;
+}
+
+declare module './native' {
+  interface Limiter {
+    /**
+     * Acquires (waiting up to the wait timeout), runs `fn`, then releases the lease (concurrent
+     * limiters), even when `fn` throws. Resolves with what `fn` returns.
+     */
+    withinLimit<T>(fn: (permit: Permit) => T | PromiseLike<T>, options?: WithinLimitOptions & { policy?: 'raise' }): Promise<T>;
+    withinLimit<T>(fn: (permit: Permit) => T | PromiseLike<T>, options: WithinLimitOptions & { policy: 'ignore' }): Promise<T | typeof SKIPPED>;
+  }
+  interface FleetShedder {
+    /** `enter`, run `fn`, `leave` (even when `fn` throws). Rejects with `ERR_SHED` when shed. */
+    run<T>(fn: () => T | PromiseLike<T>, options?: { critical?: boolean }): Promise<T>;
+  }
+}
+
+/** The stable `code` of every error ratekeeper throws or rejects with. */
+export type ErrorCode =
+  | 'ERR_OVER_LIMIT'
+  | 'ERR_SHED'
+  | 'ERR_LEASE_LOST'
+  | 'ERR_INVALID_ARGUMENT'
+  | 'ERR_BACKEND_UNAVAILABLE'
+  | 'ERR_TIMEOUT'
+  | 'ERR_RATEKEEPER'
+  | 'ERR_INTERNAL';
+
+/** Every error code, by name. */
+export declare const codes: Readonly<{
+  OVER_LIMIT: 'ERR_OVER_LIMIT';
+  SHED: 'ERR_SHED';
+  LEASE_LOST: 'ERR_LEASE_LOST';
+  INVALID_ARGUMENT: 'ERR_INVALID_ARGUMENT';
+  BACKEND_UNAVAILABLE: 'ERR_BACKEND_UNAVAILABLE';
+  TIMEOUT: 'ERR_TIMEOUT';
+  RATEKEEPER: 'ERR_RATEKEEPER';
+  INTERNAL: 'ERR_INTERNAL';
+}>;
+
+/** An error from ratekeeper: an `Error` with a stable `code`. */
+export interface RatekeeperError extends Error {
+  code: ErrorCode;
+  /** `ERR_OVER_LIMIT`: milliseconds until the refused call could succeed. */
+  retryAfterMs?: number;
+  /** `ERR_INVALID_ARGUMENT`: the offending parameter's (JavaScript) name. */
+  parameter?: string;
+}
+
+/** Whether `error` came from ratekeeper. */
+export declare function isRatekeeperError(error: unknown): error is RatekeeperError;
+
+/** Milliseconds as whole seconds, rounded up. */
+export declare function ceilSeconds(ms: number): number;
+
+/**
+ * The response headers for a decision: `RateLimit-Limit`, `RateLimit-Remaining`,
+ * `RateLimit-Reset` (seconds, rounded up) and, when refused, `Retry-After` (seconds, rounded up).
+ */
+export declare function rateLimitHeaders(decision: Decision): Record<string, string>;
+
+/** `Retry-After` for an `ERR_OVER_LIMIT` error (`{}` for any other error). */
+export declare function retryAfterHeaders(error: unknown): Record<string, string>;
+
+/** 429 for a refused decision or `ERR_OVER_LIMIT`, 503 for `ERR_SHED`, otherwise `undefined`. */
+export declare function httpStatus(decisionOrError: Decision | unknown): 429 | 503 | undefined;
+
+/** Sets the headers of `rateLimitHeaders(decision)` on a Node/Express response. */
+export declare function setRateLimitHeaders(
+  response: { setHeader(name: string, value: string): unknown },
+  decision: Decision,
+): void;

@@ -1,0 +1,287 @@
+'use strict';
+// ratekeeper for Node: the native addon (Rust core, napi-rs) plus the few helpers that need
+// JavaScript: AbortSignal support for `acquire`, `withinLimit` (which runs your callback),
+// `FleetShedder#run`, and the HTTP header helpers in http.js.
+
+let native;
+try {
+  native = require('./ratekeeper.node'); // built by scripts/build.js (the install script)
+} catch (error) {
+  if (error && error.code === 'MODULE_NOT_FOUND') {
+    throw new Error(
+      `ratekeeper: the native addon is not built. Run \`npm run build\` in ${__dirname} (it needs Rust: ` +
+        'cargo), or allow the package\'s install script (npm 11: `npm install-scripts approve ratekeeper` ' +
+        'then `npm rebuild ratekeeper`).',
+      { cause: error },
+    );
+  }
+  throw error;
+}
+const http = require('./http.js');
+
+const { Limiter, FleetShedder, newCanceller, cancel } = native;
+
+/** What `withinLimit` resolves with when `policy: 'ignore'` skipped the block. */
+const SKIPPED = Symbol.for('ratekeeper.skipped');
+
+/** Every `code` a ratekeeper error carries. */
+const codes = Object.freeze({
+  OVER_LIMIT: 'ERR_OVER_LIMIT',
+  SHED: 'ERR_SHED',
+  LEASE_LOST: 'ERR_LEASE_LOST',
+  INVALID_ARGUMENT: 'ERR_INVALID_ARGUMENT',
+  BACKEND_UNAVAILABLE: 'ERR_BACKEND_UNAVAILABLE',
+  TIMEOUT: 'ERR_TIMEOUT',
+  RATEKEEPER: 'ERR_RATEKEEPER',
+  INTERNAL: 'ERR_INTERNAL',
+});
+const knownCodes = new Set(Object.values(codes));
+
+/** Whether `error` came from ratekeeper (an `Error` with one of `codes`). */
+function isRatekeeperError(error) {
+  return error instanceof Error && knownCodes.has(error.code);
+}
+
+/** An invalid-argument error of the JavaScript layer, shaped like the core's. */
+function invalidArgument(parameter, message) {
+  const error = new Error(`invalid argument \`${parameter}\`: ${message}`);
+  error.code = codes.INVALID_ARGUMENT;
+  error.parameter = parameter;
+  return error;
+}
+
+/** The rejection of an aborted wait, as Node's own APIs make it. */
+function abortError(signal) {
+  const error = new Error('The operation was aborted', { cause: signal.reason });
+  error.name = 'AbortError';
+  error.code = 'ABORT_ERR';
+  return error;
+}
+
+function isAbortSignal(signal) {
+  return (
+    signal !== null &&
+    typeof signal === 'object' &&
+    typeof signal.aborted === 'boolean' &&
+    typeof signal.addEventListener === 'function' &&
+    typeof signal.removeEventListener === 'function'
+  );
+}
+
+// ---- results (see node/src/bridge.rs): a native call returns `undefined` (a plain decision in
+// `syncOut`), `null` (nothing), an object (the result), or a number (the id of a call still
+// running, settled later by `onSettled` from the `records` buffer).
+
+const RECORD = 8;
+const CAPACITY = 512;
+const records = new Float64Array(RECORD * CAPACITY);
+const syncOut = new Float64Array(6);
+const running = new Map();
+
+function onSettled(count, values) {
+  let v = 0;
+  for (let i = 0; i < count; i++) {
+    const o = i * RECORD;
+    const id = records[o];
+    const kind = records[o + 1];
+    const settle = running.get(id);
+    running.delete(id);
+    if (settle === undefined) continue;
+    if (kind === 0) {
+      settle.resolve({
+        allowed: records[o + 2] === 1,
+        limit: records[o + 3],
+        remaining: records[o + 4],
+        retryAfterMs: records[o + 5],
+        resetAfterMs: records[o + 6],
+        decidedAtUs: records[o + 7],
+      });
+    } else if (kind === 1) settle.resolve(value(values[v++]));
+    else if (kind === 2) settle.reject(values[v++]);
+    else settle.resolve(undefined);
+  }
+}
+
+native.initBridge(onSettled, records, syncOut);
+
+function syncDecision() {
+  return {
+    allowed: syncOut[0] === 1,
+    limit: syncOut[1],
+    remaining: syncOut[2],
+    retryAfterMs: syncOut[3],
+    resetAfterMs: syncOut[4],
+    decidedAtUs: syncOut[5],
+  };
+}
+
+/** The public value of a synchronous native result. */
+function value(result) {
+  if (result === undefined) return syncDecision();
+  if (result === null) return undefined;
+  if (result === false) return null; // a critical request's fleet ticket
+  return result;
+}
+
+/** A Promise of a native result. */
+function promised(result) {
+  if (typeof result === 'number') {
+    return new Promise((resolve, reject) => running.set(result, { resolve, reject }));
+  }
+  return Promise.resolve(value(result));
+}
+
+/** Wraps a native method that returns a result into one that returns a Promise. */
+function async0(method) {
+  return function () {
+    try {
+      return promised(method.call(this));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  };
+}
+function async1(method) {
+  return function (a) {
+    try {
+      return promised(method.call(this, a));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  };
+}
+function async2(method) {
+  return function (a, b) {
+    try {
+      return promised(method.call(this, a, b));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  };
+}
+function async3(method) {
+  return function (a, b, c) {
+    try {
+      return promised(method.call(this, a, b, c));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  };
+}
+function sync2(method) {
+  return function (a, b) {
+    return value(method.call(this, a, b));
+  };
+}
+
+const L = Limiter.prototype;
+const nativeAcquire = L.acquire;
+
+function acquire(key, options) {
+  const signal = options == null ? undefined : options.signal;
+  let result;
+  if (signal == null) {
+    try {
+      result = nativeAcquire.call(this, key, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return promised(result);
+  }
+  if (!isAbortSignal(signal)) {
+    return Promise.reject(invalidArgument('signal', 'must be an AbortSignal'));
+  }
+  if (signal.aborted) return Promise.reject(abortError(signal));
+  const canceller = newCanceller();
+  try {
+    result = nativeAcquire.call(this, key, options, canceller);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  if (typeof result !== 'number') return promised(result);
+  const onAbort = () => cancel(canceller);
+  signal.addEventListener('abort', onAbort, { once: true });
+  return promised(result).then(
+    (decision) => {
+      signal.removeEventListener('abort', onAbort);
+      return decision;
+    },
+    (error) => {
+      signal.removeEventListener('abort', onAbort);
+      throw signal.aborted ? abortError(signal) : error;
+    },
+  );
+}
+
+async function withinLimit(fn, options) {
+  if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
+  const { key, cost, policy = 'raise', waitTimeoutMs, signal } = options ?? {};
+  if (policy !== 'raise' && policy !== 'ignore') {
+    throw invalidArgument('policy', `must be 'raise' or 'ignore', got ${String(policy)}`);
+  }
+  let decision;
+  try {
+    decision = await this.acquire(key, { cost, waitTimeoutMs, signal });
+  } catch (error) {
+    if (policy === 'ignore' && error && error.code === codes.OVER_LIMIT) return SKIPPED;
+    throw error;
+  }
+  const estimate = cost ?? 1;
+  const permit = Object.freeze({
+    decision,
+    pointsUsed: (actual) => this.pointsUsed(key, estimate, actual),
+  });
+  let result;
+  try {
+    result = await fn(permit);
+  } catch (error) {
+    // The block's error wins over a failed release (e.g. a lease reclaimed meanwhile).
+    if (decision.lease) await this.release(decision.lease).catch(() => {});
+    throw error;
+  }
+  if (decision.lease) await this.release(decision.lease);
+  return result;
+}
+
+async function run(fn, options) {
+  if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
+  const ticket = await this.enter(Boolean(options && options.critical));
+  try {
+    return await fn();
+  } finally {
+    await this.leave(ticket);
+  }
+}
+
+const F = FleetShedder.prototype;
+for (const [target, name, method] of [
+  [L, 'check', async2(L.check)],
+  [L, 'checkSync', sync2(L.checkSync)],
+  [L, 'peek', async1(L.peek)],
+  [L, 'peekSync', sync2(L.peekSync)],
+  [L, 'acquire', acquire],
+  [L, 'reset', async1(L.reset)],
+  [L, 'release', async1(L.release)],
+  [L, 'extend', async1(L.extend)],
+  [L, 'pointsUsed', async3(L.pointsUsed)],
+  [L, 'fleetMetrics', async0(L.fleetMetrics)],
+  [L, 'withinLimit', withinLimit],
+  [F, 'enter', async1(F.enter)],
+  [F, 'leave', async1(F.leave)],
+  [F, 'run', run],
+]) {
+  Object.defineProperty(target, name, { value: method, writable: true, configurable: true, enumerable: false });
+}
+
+module.exports = {
+  Backend: native.Backend,
+  Limiter,
+  ManualClock: native.ManualClock,
+  FleetShedder,
+  UtilizationShedder: native.UtilizationShedder,
+  coreVersion: native.coreVersion,
+  SKIPPED,
+  codes,
+  isRatekeeperError,
+  ...http,
+};

@@ -1,0 +1,287 @@
+//! Reading JavaScript arguments. Arguments arrive as raw values so that a value of the wrong
+//! type is an `ERR_INVALID_ARGUMENT` naming the parameter, like an out-of-range one; ranges and
+//! units are checked by the core's converters (`ratekeeper::params`), so the rules and messages
+//! are the same in every language. Parameter names are the core's (snake_case); the error
+//! conversion shows them under their JavaScript names (`crate::error::js_parameter`).
+
+use std::ptr;
+use std::time::Duration;
+
+use napi::bindgen_prelude::{validate_type_tag, External, FromNapiRef, TypeTag};
+use napi::{sys, JsValue, Unknown};
+use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, timeout_from_secs};
+use ratekeeper::Error;
+
+use crate::runtime::CoreResult;
+
+/// A JavaScript value with its environment.
+#[derive(Clone, Copy)]
+pub struct Js {
+    pub env: sys::napi_env,
+    pub value: sys::napi_value,
+}
+
+impl Js {
+    pub fn of(value: &Unknown<'_>) -> Js {
+        let v = value.value();
+        Js { env: v.env, value: v.value }
+    }
+
+    /// `None` for a missing argument (napi passes `undefined` and `null` as `None`).
+    pub fn opt(value: &Option<Unknown<'_>>) -> Option<Js> {
+        value.as_ref().map(Js::of)
+    }
+
+    fn type_of(self) -> sys::napi_valuetype {
+        let mut t = sys::ValueType::napi_undefined;
+        unsafe { sys::napi_typeof(self.env, self.value, &mut t) };
+        t
+    }
+
+    fn is_nullish(self) -> bool {
+        matches!(self.type_of(), sys::ValueType::napi_undefined | sys::ValueType::napi_null)
+    }
+
+    /// A short description of the value's type, for messages.
+    fn describe(self) -> &'static str {
+        match self.type_of() {
+            sys::ValueType::napi_undefined => "undefined",
+            sys::ValueType::napi_null => "null",
+            sys::ValueType::napi_boolean => "a boolean",
+            sys::ValueType::napi_number => "a number",
+            sys::ValueType::napi_string => "a string",
+            sys::ValueType::napi_symbol => "a symbol",
+            sys::ValueType::napi_object if self.is_array() => "an array",
+            sys::ValueType::napi_object => "an object",
+            sys::ValueType::napi_function => "a function",
+            sys::ValueType::napi_bigint => "a bigint",
+            _ => "an external value",
+        }
+    }
+
+    fn is_array(self) -> bool {
+        let mut result = false;
+        unsafe { sys::napi_is_array(self.env, self.value, &mut result) };
+        result
+    }
+
+    fn wrong(self, parameter: &'static str, expected: &str) -> Error {
+        Error::invalid(parameter, format!("must be {expected}, got {}", self.describe()))
+    }
+
+    /// The value as a number (BigInts are accepted and converted).
+    pub fn number(self, parameter: &'static str) -> CoreResult<f64> {
+        let mut n = 0.0;
+        match self.type_of() {
+            sys::ValueType::napi_number => {
+                unsafe { sys::napi_get_value_double(self.env, self.value, &mut n) };
+                Ok(n)
+            }
+            sys::ValueType::napi_bigint => {
+                let (mut v, mut lossless) = (0i64, false);
+                unsafe { sys::napi_get_value_bigint_int64(self.env, self.value, &mut v, &mut lossless) };
+                Ok(if lossless { v as f64 } else { f64::INFINITY })
+            }
+            _ => Err(self.wrong(parameter, "a number")),
+        }
+    }
+
+    pub fn boolean(self, parameter: &'static str) -> CoreResult<bool> {
+        if self.type_of() != sys::ValueType::napi_boolean {
+            return Err(self.wrong(parameter, "a boolean"));
+        }
+        let mut b = false;
+        unsafe { sys::napi_get_value_bool(self.env, self.value, &mut b) };
+        Ok(b)
+    }
+
+    /// The value as a string (UTF-8; lone surrogates become U+FFFD).
+    pub fn string(self, parameter: &'static str) -> CoreResult<String> {
+        if self.type_of() != sys::ValueType::napi_string {
+            return Err(self.wrong(parameter, "a string"));
+        }
+        let mut len = 0usize;
+        unsafe { sys::napi_get_value_string_utf8(self.env, self.value, ptr::null_mut(), 0, &mut len) };
+        let mut buf = vec![0u8; len + 1];
+        let mut written = 0usize;
+        unsafe {
+            sys::napi_get_value_string_utf8(self.env, self.value, buf.as_mut_ptr().cast(), buf.len(), &mut written)
+        };
+        buf.truncate(written);
+        Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    }
+
+    /// Bytes from a string or a Buffer / Uint8Array (PEM material).
+    pub fn bytes(self, parameter: &'static str) -> CoreResult<Vec<u8>> {
+        if self.type_of() == sys::ValueType::napi_string {
+            return Ok(self.string(parameter)?.into_bytes());
+        }
+        let mut is_typed = false;
+        unsafe { sys::napi_is_typedarray(self.env, self.value, &mut is_typed) };
+        if is_typed {
+            let (mut kind, mut len, mut data) = (sys::TypedarrayType::uint8_array, 0usize, ptr::null_mut());
+            let (mut buffer, mut offset) = (ptr::null_mut(), 0usize);
+            unsafe {
+                sys::napi_get_typedarray_info(
+                    self.env,
+                    self.value,
+                    &mut kind,
+                    &mut len,
+                    &mut data,
+                    &mut buffer,
+                    &mut offset,
+                )
+            };
+            if kind == sys::TypedarrayType::uint8_array && (len == 0 || !data.is_null()) {
+                return Ok(if len == 0 {
+                    Vec::new()
+                } else {
+                    unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }.to_vec()
+                });
+            }
+        }
+        Err(self.wrong(parameter, "a string or a Buffer"))
+    }
+
+    /// The value as an object (arrays included), or an error naming `parameter`.
+    pub fn object(self, parameter: &'static str) -> CoreResult<Js> {
+        match self.type_of() {
+            sys::ValueType::napi_object => Ok(self),
+            _ => Err(self.wrong(parameter, "an object")),
+        }
+    }
+
+    /// The elements of an array.
+    pub fn array(self, parameter: &'static str) -> CoreResult<Vec<Js>> {
+        if !self.is_array() {
+            return Err(self.wrong(parameter, "an array"));
+        }
+        let mut len = 0u32;
+        unsafe { sys::napi_get_array_length(self.env, self.value, &mut len) };
+        Ok((0..len)
+            .map(|i| {
+                let mut value = ptr::null_mut();
+                unsafe { sys::napi_get_element(self.env, self.value, i, &mut value) };
+                Js { env: self.env, value }
+            })
+            .collect())
+    }
+
+    /// A property, `None` when it is `undefined` or `null`.
+    pub fn get(self, name: &std::ffi::CStr) -> Option<Js> {
+        let mut value = ptr::null_mut();
+        let status = unsafe { sys::napi_get_named_property(self.env, self.value, name.as_ptr(), &mut value) };
+        let v = Js { env: self.env, value };
+        (status == sys::Status::napi_ok && !value.is_null() && !v.is_nullish()).then_some(v)
+    }
+
+    /// The value as an instance of the `#[napi]` class `T`, checked by the class's type tag.
+    /// Borrowed only for the current call (to clone what it holds): napi-rs's generated
+    /// `FromNapiRef` would refuse, as it only lends instances during argument conversion.
+    pub fn instance<T: TypeTag + 'static>(self, parameter: &'static str, class: &str) -> CoreResult<&'static T> {
+        let wrong = || Error::invalid(parameter, format!("must be a {class}, got {}", self.describe()));
+        if self.type_of() != sys::ValueType::napi_object {
+            return Err(wrong());
+        }
+        // SAFETY: the tag check guarantees the wrapped pointer is a `T` boxed by napi-rs, alive
+        // as long as the object, which the caller's arguments keep alive during this call.
+        unsafe {
+            validate_type_tag(self.env, self.value, &T::type_tag(), class).map_err(|_| wrong())?;
+            let mut data = ptr::null_mut();
+            let status = sys::napi_unwrap(self.env, self.value, &mut data);
+            if status != sys::Status::napi_ok || data.is_null() {
+                return Err(wrong());
+            }
+            Ok(&*(data as *const T))
+        }
+    }
+
+    /// The value as a napi `External<T>` made by this addon.
+    pub fn external<T: 'static>(self, parameter: &'static str) -> CoreResult<&'static External<T>> {
+        // SAFETY: `from_napi_ref` checks that the value is an `External<T>` of this addon.
+        unsafe { External::<T>::from_napi_ref(self.env, self.value) }
+            .map_err(|_| Error::invalid(parameter, format!("is not a valid value, got {}", self.describe())))
+    }
+}
+
+/// Runs `f` with an optional key read without allocating (the hot path of in-process checks):
+/// a string, or `undefined`/`null` for the limiter's single shared key.
+#[inline]
+pub fn with_key<T>(value: &Option<Unknown<'_>>, f: impl FnOnce(Option<&str>) -> CoreResult<T>) -> CoreResult<T> {
+    const CAPACITY: usize = 2048;
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; CAPACITY]);
+    }
+    let Some(v) = Js::opt(value) else { return f(None) };
+    if v.type_of() != sys::ValueType::napi_string {
+        return Err(v.wrong("key", "a string"));
+    }
+    let mut f = Some(f);
+    let fast = BUFFER.with(|buffer| {
+        // Re-entrant use (a key read inside `f`) falls back to the allocating path.
+        let mut buffer = buffer.try_borrow_mut().ok()?;
+        let mut written = 0usize;
+        unsafe { sys::napi_get_value_string_utf8(v.env, v.value, buffer.as_mut_ptr().cast(), CAPACITY, &mut written) };
+        if written >= CAPACITY - 4 {
+            return None; // maybe cut short: keys this long are refused by the core anyway
+        }
+        let key = std::str::from_utf8(&buffer[..written]).ok()?;
+        Some(f.take()?(Some(key)))
+    });
+    match (fast, f) {
+        (Some(result), _) => result,
+        (None, Some(f)) => {
+            let key = v.string("key")?;
+            f(Some(&key))
+        }
+        (None, None) => unreachable!("`f` runs at most once"),
+    }
+}
+
+/// An optional key: a string, or `undefined`/`null` for the limiter's single shared key.
+#[inline]
+pub fn key(value: &Option<Unknown<'_>>) -> CoreResult<Option<String>> {
+    match Js::opt(value) {
+        None => Ok(None),
+        Some(v) => v.string("key").map(Some),
+    }
+}
+
+/// An optional cost (default `default`): a whole number in 0..=2^53.
+#[inline]
+pub fn cost(value: Option<Js>, parameter: &'static str, default: u64) -> CoreResult<u64> {
+    match value {
+        None => Ok(default),
+        Some(v) => cost_from_f64(parameter, v.number(parameter)?),
+    }
+}
+
+/// A limit, capacity or size: a whole number in 1..=2^53.
+pub fn count(value: Option<Js>, parameter: &'static str) -> CoreResult<u64> {
+    count_from_f64(parameter, required(value, parameter)?.number(parameter)?)
+}
+
+/// A duration in milliseconds.
+pub fn millis(value: Option<Js>, parameter: &'static str) -> CoreResult<Duration> {
+    duration_from_millis(parameter, required(value, parameter)?.number(parameter)?)
+}
+
+/// An optional duration in milliseconds.
+pub fn opt_millis(value: Option<Js>, parameter: &'static str) -> CoreResult<Option<Duration>> {
+    value.map(|v| duration_from_millis(parameter, v.number(parameter)?)).transpose()
+}
+
+/// An optional timeout in milliseconds; 0 means "do not wait".
+pub fn opt_timeout(value: Option<Js>, parameter: &'static str) -> CoreResult<Option<Duration>> {
+    value.map(|v| timeout_from_secs(parameter, v.number(parameter)? / 1e3)).transpose()
+}
+
+/// A required argument.
+pub fn required(value: Option<Js>, parameter: &'static str) -> CoreResult<Js> {
+    value.ok_or_else(|| Error::invalid(parameter, "is required"))
+}
+
+/// An optional options object.
+pub fn options(value: &Option<Unknown<'_>>) -> CoreResult<Option<Js>> {
+    Js::opt(value).map(|v| v.object("options")).transpose()
+}

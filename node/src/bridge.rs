@@ -1,0 +1,387 @@
+//! How results reach JavaScript, fast.
+//!
+//! A call that needs no I/O (memory backend, `unlimited`, argument errors) is answered during
+//! the call itself. A call that needs Redis runs on the core's runtime and its result comes back
+//! through one long-lived thread-safe function per Node environment: finished calls queue up,
+//! the first one of a batch wakes the JavaScript thread, and one drain settles the whole batch.
+//! There is no thread-safe function, uv handle or Promise made in Rust per call.
+//!
+//! What a native call returns (index.js turns it into the public value, a Promise or not):
+//! - `undefined`: a plain decision, written to the environment's `syncOut` Float64Array;
+//! - a number: the id of a call still running (index.js keeps its Promise's settle functions);
+//! - `null`: done, nothing to return;
+//! - an object: the result itself (a decision with a lease or per-limit details, metrics, …),
+//!   or `false` for the `null` of a critical request's fleet ticket;
+//! - or it throws (index.js turns that into a rejection for Promise-returning methods).
+//!
+//! A drain writes one record per finished call to the `records` Float64Array and calls
+//! `onSettled(count, values)`: record = `[id, kind, allowed, limit, remaining, retryAfterMs,
+//! resetAfterMs, decidedAtUs]`, kind 0 = a plain decision in the record, 1 = resolve with the
+//! next of `values`, 2 = reject with the next of `values`, 3 = resolve with `undefined`.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::ptr;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use napi::bindgen_prelude::ToNapiValue;
+use napi::{sys, Env, JsValue, Unknown};
+use napi_derive::napi;
+
+use crate::decision::{Decision, Lease, Metrics};
+use crate::error::{convert_error, js_error_value, panic_error_value};
+
+/// Fields of a record in `records`.
+pub const RECORD: usize = 8;
+/// Fields of `syncOut`.
+pub const SYNC_OUT: usize = 6;
+
+/// What a call produced, before conversion to JavaScript (on the JavaScript thread).
+pub enum Payload {
+    Decision(ratekeeper::Decision, Option<String>),
+    Unit,
+    Metrics(ratekeeper::Metrics),
+    Ticket(Option<ratekeeper::Lease>),
+}
+
+pub type Outcome = Result<Payload, ratekeeper::Error>;
+
+struct Completion {
+    id: f64,
+    outcome: Result<Outcome, Box<dyn Any + Send>>,
+}
+
+/// The part of an environment's bridge that runtime threads touch.
+struct Shared {
+    /// Finished calls not yet drained, and the environment's thread-safe function (null once
+    /// the environment is gone: Node frees it then, so it is only called under this lock).
+    queue: Mutex<(Vec<Completion>, usize)>,
+}
+
+impl Shared {
+    fn complete(&self, completion: Completion) {
+        let mut guard = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let (queue, tsfn) = &mut *guard;
+        if *tsfn == 0 {
+            return; // the environment is gone; nobody waits for this any more
+        }
+        queue.push(completion);
+        if queue.len() == 1 {
+            // The first of a batch wakes the JavaScript thread; the drain takes the whole queue.
+            unsafe {
+                sys::napi_call_threadsafe_function(
+                    *tsfn as sys::napi_threadsafe_function,
+                    ptr::null_mut(),
+                    sys::ThreadsafeFunctionCallMode::nonblocking,
+                )
+            };
+        }
+    }
+}
+
+/// One environment's bridge (each Node environment has its own JavaScript thread).
+struct EnvState {
+    env: sys::napi_env,
+    shared: Arc<Shared>,
+    tsfn: sys::napi_threadsafe_function,
+    records: *mut f64,
+    capacity: usize,
+    sync_out: *mut f64,
+    /// Calls spawned and not yet drained: while any are, the thread-safe function keeps the
+    /// event loop alive.
+    running: usize,
+    next_id: f64,
+    /// Keeps the two typed arrays alive.
+    _buffers: [sys::napi_ref; 2],
+}
+
+thread_local! {
+    static STATE: RefCell<Option<EnvState>> = const { RefCell::new(None) };
+}
+
+fn typed_array_data(env: sys::napi_env, value: sys::napi_value) -> napi::Result<(*mut f64, usize)> {
+    let (mut kind, mut len, mut data) = (sys::TypedarrayType::float64_array, 0usize, ptr::null_mut());
+    let (mut buffer, mut offset) = (ptr::null_mut(), 0usize);
+    napi::check_status!(unsafe {
+        sys::napi_get_typedarray_info(env, value, &mut kind, &mut len, &mut data, &mut buffer, &mut offset)
+    })?;
+    if kind != sys::TypedarrayType::float64_array || data.is_null() {
+        return Err(napi::Error::from_reason("expected a Float64Array"));
+    }
+    Ok((data.cast(), len))
+}
+
+/// Internal (index.js, once per environment): the drain callback and the two result buffers.
+#[napi(skip_typescript)]
+pub fn init_bridge(env: Env, on_settled: Unknown<'_>, records: Unknown<'_>, sync_out: Unknown<'_>) -> napi::Result<()> {
+    let raw = env.raw();
+    let (records_ptr, records_len) = typed_array_data(raw, records.value().value)?;
+    let (sync_ptr, sync_len) = typed_array_data(raw, sync_out.value().value)?;
+    if records_len < RECORD || sync_len < SYNC_OUT {
+        return Err(napi::Error::from_reason("result buffers too small"));
+    }
+    let shared = Arc::new(Shared { queue: Mutex::new((Vec::new(), 0)) });
+    let mut name = ptr::null_mut();
+    napi::check_status!(unsafe { sys::napi_create_string_utf8(raw, c"ratekeeper".as_ptr(), 10, &mut name) })?;
+    let mut tsfn = ptr::null_mut();
+    let context = Arc::into_raw(shared.clone()) as *mut std::ffi::c_void;
+    napi::check_status!(unsafe {
+        sys::napi_create_threadsafe_function(
+            raw,
+            on_settled.value().value,
+            ptr::null_mut(),
+            name,
+            0,
+            1,
+            context,
+            Some(finalize),
+            context,
+            Some(drain),
+            &mut tsfn,
+        )
+    })?;
+    // Idle until a call is running.
+    unsafe { sys::napi_unref_threadsafe_function(raw, tsfn) };
+    shared.queue.lock().unwrap_or_else(|e| e.into_inner()).1 = tsfn as usize;
+    let mut refs = [ptr::null_mut(); 2];
+    unsafe {
+        sys::napi_create_reference(raw, records.value().value, 1, &mut refs[0]);
+        sys::napi_create_reference(raw, sync_out.value().value, 1, &mut refs[1]);
+        sys::napi_add_env_cleanup_hook(raw, Some(env_cleanup), ptr::null_mut());
+    }
+    STATE.with(|s| {
+        *s.borrow_mut() = Some(EnvState {
+            env: raw,
+            shared,
+            tsfn,
+            records: records_ptr,
+            capacity: records_len / RECORD,
+            sync_out: sync_ptr,
+            running: 0,
+            next_id: 1.0,
+            _buffers: refs,
+        })
+    });
+    Ok(())
+}
+
+/// The environment is going away: forget its bridge (its thread-safe function is finalized by
+/// Node right after, see `finalize`).
+unsafe extern "C" fn env_cleanup(_: *mut std::ffi::c_void) {
+    let state = STATE.with(|s| s.borrow_mut().take());
+    if let Some(state) = state {
+        state.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).1 = 0;
+    }
+}
+
+/// The thread-safe function is finalized: no call may reach it any more.
+unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
+    let shared = unsafe { Arc::from_raw(data as *const Shared) };
+    let mut guard = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+    guard.1 = 0;
+    guard.0.clear();
+}
+
+/// Writes a plain decision (no lease, no per-limit details) to `out`.
+fn write_decision(out: *mut f64, d: &ratekeeper::Decision) {
+    let fields = [
+        if d.allowed { 1.0 } else { 0.0 },
+        d.limit as f64,
+        d.remaining as f64,
+        d.retry_after.as_micros() as f64 / 1e3,
+        d.reset_after.as_micros() as f64 / 1e3,
+        d.decided_at_micros as f64,
+    ];
+    unsafe { ptr::copy_nonoverlapping(fields.as_ptr(), out, SYNC_OUT) };
+}
+
+fn is_plain(d: &ratekeeper::Decision) -> bool {
+    d.lease.is_none() && d.limits.is_none()
+}
+
+/// A payload as a JavaScript value (the slow path: an object made through N-API).
+fn payload_value(env: sys::napi_env, payload: Payload) -> napi::Result<sys::napi_value> {
+    unsafe {
+        match payload {
+            Payload::Decision(d, key) => Decision::to_napi_value(env, Decision::new(d, key.as_deref())),
+            Payload::Unit => <()>::to_napi_value(env, ()),
+            Payload::Metrics(m) => Metrics::to_napi_value(env, m.into()),
+            // `false` stands for "no ticket" (`null` means "nothing to return"): index.js
+            // turns it into `null`.
+            Payload::Ticket(None) => bool::to_napi_value(env, false),
+            Payload::Ticket(Some(lease)) => Lease::to_napi_value(env, Lease::new(lease, None)),
+        }
+    }
+}
+
+/// The return value of a call answered at once (see the module documentation).
+pub fn reply(env: &Env, outcome: Outcome) -> napi::Result<ReplyValue> {
+    let raw = env.raw();
+    match outcome {
+        Err(e) => Err(convert_error(env, e)),
+        Ok(Payload::Decision(d, _)) if is_plain(&d) => {
+            STATE.with(|s| match &*s.borrow() {
+                Some(state) => {
+                    write_decision(state.sync_out, &d);
+                    Ok(())
+                }
+                None => Err(napi::Error::from_reason("ratekeeper: index.js did not initialise the addon")),
+            })?;
+            let mut undefined = ptr::null_mut();
+            unsafe { sys::napi_get_undefined(raw, &mut undefined) };
+            Ok(ReplyValue(undefined))
+        }
+        Ok(Payload::Unit) => {
+            let mut null = ptr::null_mut();
+            unsafe { sys::napi_get_null(raw, &mut null) };
+            Ok(ReplyValue(null))
+        }
+        Ok(payload) => Ok(ReplyValue(payload_value(raw, payload)?)),
+    }
+}
+
+/// Runs `future` and returns what the call returns: polled once here when `inline` (calls that
+/// never do I/O finish now), otherwise (or if it must wait) run on the core's runtime and
+/// settled through the drain; then the return value is the call's id.
+pub fn run<F>(env: &Env, inline: bool, future: F) -> napi::Result<ReplyValue>
+where
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    let mut future = Box::pin(future);
+    if inline {
+        let first = {
+            let _context = ratekeeper::runtime().enter();
+            let mut cx = Context::from_waker(Waker::noop());
+            catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx)))
+        };
+        match first {
+            Ok(Poll::Ready(outcome)) => return reply(env, outcome),
+            Ok(Poll::Pending) => {}
+            Err(panic) => {
+                let value = panic_error_value(env.raw(), panic);
+                return Err(napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) }));
+            }
+        }
+    }
+    let id = STATE.with(|s| -> napi::Result<f64> {
+        let mut state = s.borrow_mut();
+        let state = state
+            .as_mut()
+            .ok_or_else(|| napi::Error::from_reason("ratekeeper: index.js did not initialise the addon"))?;
+        let id = state.next_id;
+        state.next_id += 1.0;
+        if state.running == 0 {
+            unsafe { sys::napi_ref_threadsafe_function(state.env, state.tsfn) };
+        }
+        state.running += 1;
+        let shared = state.shared.clone();
+        ratekeeper::runtime().spawn(async move {
+            let outcome = CatchPanic(future).await;
+            shared.complete(Completion { id, outcome });
+        });
+        Ok(id)
+    })?;
+    let mut value = ptr::null_mut();
+    unsafe { sys::napi_create_double(env.raw(), id, &mut value) };
+    Ok(ReplyValue(value))
+}
+
+/// The thread-safe function's callback, on the JavaScript thread: settles every finished call.
+unsafe extern "C" fn drain(
+    env: sys::napi_env,
+    callback: sys::napi_value,
+    context: *mut std::ffi::c_void,
+    _: *mut std::ffi::c_void,
+) {
+    if env.is_null() || context.is_null() {
+        return; // the environment is shutting down
+    }
+    let shared = unsafe { &*(context as *const Shared) };
+    let completions = std::mem::take(&mut shared.queue.lock().unwrap_or_else(|e| e.into_inner()).0);
+    if completions.is_empty() {
+        return;
+    }
+    let Some((records, capacity)) = STATE.with(|s| s.borrow().as_ref().map(|st| (st.records, st.capacity))) else {
+        return;
+    };
+    let settled = completions.len();
+    let mut completions = completions.into_iter().peekable();
+    while completions.peek().is_some() {
+        let mut values = ptr::null_mut();
+        unsafe { sys::napi_create_array(env, &mut values) };
+        let mut count = 0usize;
+        let mut value_count = 0u32;
+        while count < capacity {
+            let Some(Completion { id, outcome }) = completions.next() else { break };
+            let record = unsafe { records.add(count * RECORD) };
+            let (kind, value) = match outcome {
+                Ok(Ok(Payload::Decision(d, _))) if is_plain(&d) => {
+                    write_decision(unsafe { record.add(2) }, &d);
+                    (0.0, None)
+                }
+                Ok(Ok(Payload::Unit)) => (3.0, None),
+                Ok(Ok(payload)) => match payload_value(env, payload) {
+                    Ok(v) => (1.0, Some(v)),
+                    Err(e) => (2.0, Some(unsafe { ToNapiValue::to_napi_value(env, e) }.unwrap_or(ptr::null_mut()))),
+                },
+                Ok(Err(e)) => (2.0, Some(js_error_value(env, &e))),
+                Err(panic) => (2.0, Some(panic_error_value(env, panic))),
+            };
+            unsafe {
+                *record = id;
+                *record.add(1) = kind;
+            }
+            if let Some(v) = value {
+                unsafe { sys::napi_set_element(env, values, value_count, v) };
+                value_count += 1;
+            }
+            count += 1;
+        }
+        let (mut count_value, mut undefined, mut result) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        unsafe {
+            sys::napi_create_double(env, count as f64, &mut count_value);
+            sys::napi_get_undefined(env, &mut undefined);
+            let args = [count_value, values];
+            // An exception thrown by the callback (a bug in index.js) surfaces as uncaught.
+            sys::napi_call_function(env, undefined, callback, 2, args.as_ptr(), &mut result);
+        }
+    }
+    STATE.with(|s| {
+        if let Some(state) = s.borrow_mut().as_mut() {
+            state.running = state.running.saturating_sub(settled);
+            if state.running == 0 {
+                unsafe { sys::napi_unref_threadsafe_function(env, state.tsfn) };
+            }
+        }
+    });
+}
+
+/// A JavaScript value returned as is.
+pub struct ReplyValue(pub sys::napi_value);
+
+impl ToNapiValue for ReplyValue {
+    unsafe fn to_napi_value(_env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        Ok(val.0)
+    }
+}
+
+/// A future whose panic becomes an `Err` carrying it (a bug; it must not unwind into the
+/// runtime, and the call must still settle).
+struct CatchPanic<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The results JavaScript receives: decisions, leases, metrics, backend statistics. Durations
+//! are milliseconds (fractional: exact to the microsecond), instants are microseconds since the
+//! epoch (exact in a JavaScript number until the year 2255).
+
+use napi_derive::napi;
+
+use crate::args::Js;
+use crate::runtime::CoreResult;
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_micros() as f64 / 1e3
+}
+
+/// The outcome of a `check`, `peek` or `acquire`. A refused call consumed nothing.
+#[napi(object, object_from_js = false)]
+pub struct Decision {
+    /// Whether the call was admitted (for `peek`: whether a call of cost 1 would be).
+    pub allowed: bool,
+    /// The limit that binds: for multi-limit limiters, the one with the least remaining
+    /// (2^53 for `unlimited`).
+    pub limit: f64,
+    /// What is left of `limit` after this call (for refused calls and `peek`: what is left now).
+    pub remaining: f64,
+    /// 0 when allowed; otherwise the milliseconds until the same call could succeed.
+    pub retry_after_ms: f64,
+    /// Milliseconds until the limiter is back to full for this key.
+    pub reset_after_ms: f64,
+    /// When the decision was made, in microseconds since the epoch, by the deciding clock: the
+    /// Redis server's for Redis backends (so decisions of different processes compare), the
+    /// backend's clock for memory, 0 for `unlimited`.
+    pub decided_at_us: f64,
+    /// The lease granted by a concurrent limiter: give it back with `limiter.release(lease)`.
+    pub lease: Option<Lease>,
+    /// One entry per limit, in configuration order, for multi-limit limiters (`windows`,
+    /// `slidingWindow` with several limits).
+    pub limits: Option<Vec<LimitStatus>>,
+}
+
+/// The state of one limit of a multi-limit limiter.
+#[napi(object, object_from_js = false)]
+pub struct LimitStatus {
+    /// The span this limit covers, in milliseconds.
+    pub window_ms: f64,
+    /// The limit's size.
+    pub limit: f64,
+    /// What is left of it.
+    pub remaining: f64,
+    /// 0 if this limit admits the call; otherwise the milliseconds until it would.
+    pub retry_after_ms: f64,
+    /// Milliseconds until this limit is back to full.
+    pub reset_after_ms: f64,
+}
+
+/// A slot held in a concurrent limiter.
+#[napi(object, object_from_js = false)]
+pub struct Lease {
+    /// Unique id of this grant: 32 hexadecimal digits (a 128-bit number).
+    pub id: String,
+    /// Strictly increases with every grant of the same limiter and key: a resource guarded by the
+    /// limiter can refuse writes carrying a token lower than one it has seen. 0 for a lease
+    /// granted while failing open (Redis unreachable), which guards nothing.
+    pub fencing_token: f64,
+    /// When it was granted, in microseconds since the epoch, by the deciding clock.
+    pub granted_at_us: f64,
+    /// The key it was granted for (absent for the limiter's shared key).
+    pub key: Option<String>,
+}
+
+impl Lease {
+    /// The JavaScript form of a core lease granted for `key`.
+    pub fn new(l: ratekeeper::Lease, key: Option<&str>) -> Lease {
+        Lease {
+            id: format!("{:032x}", l.id),
+            fencing_token: l.fencing_token as f64,
+            granted_at_us: l.granted_at_micros as f64,
+            key: key.map(str::to_owned),
+        }
+    }
+}
+
+impl Decision {
+    /// The JavaScript form of a core decision made for `key`.
+    pub fn new(d: ratekeeper::Decision, key: Option<&str>) -> Decision {
+        Decision {
+            allowed: d.allowed,
+            limit: d.limit as f64,
+            remaining: d.remaining as f64,
+            retry_after_ms: ms(d.retry_after),
+            reset_after_ms: ms(d.reset_after),
+            decided_at_us: d.decided_at_micros as f64,
+            lease: d.lease.map(|l| Lease::new(l, key)),
+            limits: d.limits.map(|limits| {
+                limits
+                    .iter()
+                    .map(|l| LimitStatus {
+                        window_ms: ms(l.window),
+                        limit: l.limit as f64,
+                        remaining: l.remaining as f64,
+                        retry_after_ms: ms(l.retry_after),
+                        reset_after_ms: ms(l.reset_after),
+                    })
+                    .collect()
+            }),
+        }
+    }
+}
+
+/// Reads a lease given back by JavaScript: `(key, core lease)`.
+pub fn lease_from_js(value: Option<Js>) -> CoreResult<(Option<String>, ratekeeper::Lease)> {
+    let bad = |why: &str| ratekeeper::Error::invalid("lease", format!("must be a lease from a decision: {why}"));
+    let obj = crate::args::required(value, "lease")?.object("lease")?;
+    let id = obj.get(c"id").ok_or_else(|| bad("no `id`"))?.string("lease")?;
+    let id = u128::from_str_radix(&id, 16).map_err(|_| bad("`id` is not 32 hexadecimal digits"))?;
+    let whole = |name: &std::ffi::CStr| -> CoreResult<u64> {
+        let n = obj.get(name).map(|v| v.number("lease")).transpose()?.unwrap_or(0.0);
+        if !(n.is_finite() && n >= 0.0 && n.fract() == 0.0) {
+            return Err(bad("`fencingToken` and `grantedAtUs` must be whole numbers"));
+        }
+        Ok(n as u64)
+    };
+    let fencing_token = whole(c"fencingToken")?;
+    let granted_at = whole(c"grantedAtUs")?;
+    let key = obj.get(c"key").map(|k| k.string("key")).transpose()?;
+    Ok((key, ratekeeper::Lease::from_parts(id, fencing_token, granted_at)))
+}
+
+/// A concurrent limiter's metrics (this process's, or with `fleetMetrics()` every process's).
+#[napi(object, object_from_js = false)]
+pub struct Metrics {
+    /// Leases granted (blocks run).
+    pub held: f64,
+    /// Total time leases were held, measured at release (milliseconds).
+    pub held_time_ms: f64,
+    /// Leases granted without waiting.
+    pub immediate: f64,
+    /// Leases granted after waiting.
+    pub waited: f64,
+    /// Total time spent waiting by the leases granted after waiting (milliseconds).
+    pub wait_time_ms: f64,
+    /// Leases released after their lock timeout (including those already reclaimed).
+    pub overages: f64,
+    /// Overdue leases reclaimed for a new caller.
+    pub reclaimed: f64,
+}
+
+impl From<ratekeeper::Metrics> for Metrics {
+    fn from(m: ratekeeper::Metrics) -> Self {
+        Metrics {
+            held: m.held as f64,
+            held_time_ms: ms(m.held_time),
+            immediate: m.immediate as f64,
+            waited: m.waited as f64,
+            wait_time_ms: ms(m.wait_time),
+            overages: m.overages as f64,
+            reclaimed: m.reclaimed as f64,
+        }
+    }
+}
+
+/// What a Redis backend's failure policy has done so far (all 0 for memory backends).
+#[napi(object, object_from_js = false)]
+pub struct BackendStats {
+    /// Calls allowed because Redis failed under `failurePolicy: 'fail_open'`.
+    pub failed_open: f64,
+    /// Calls answered by the in-memory fallback under `failurePolicy: { fallback: n }`.
+    pub fell_back: f64,
+    /// Calls that failed because Redis failed under `failurePolicy: 'fail_closed'`.
+    pub failed: f64,
+}
+
+impl From<ratekeeper::BackendStats> for BackendStats {
+    fn from(s: ratekeeper::BackendStats) -> Self {
+        BackendStats { failed_open: s.failed_open as f64, fell_back: s.fell_back as f64, failed: s.failed as f64 }
+    }
+}

@@ -1,0 +1,148 @@
+//! The one conversion of core errors into JavaScript: an `Error` with a stable `code`, the cause
+//! in its message, and the details as properties.
+//!
+//! | core error | `code` | extra properties |
+//! |---|---|---|
+//! | `OverLimit` | `ERR_OVER_LIMIT` | `retryAfterMs` |
+//! | `Shed` | `ERR_SHED` | |
+//! | `LeaseLost` | `ERR_LEASE_LOST` | |
+//! | `InvalidArgument` | `ERR_INVALID_ARGUMENT` | `parameter` (the JavaScript name) |
+//! | `BackendUnavailable` | `ERR_BACKEND_UNAVAILABLE` | |
+//! | `Timeout` | `ERR_TIMEOUT` | |
+//! | a kind added later | `ERR_RATEKEEPER` | |
+//! | a panic inside the addon (a bug) | `ERR_INTERNAL` | |
+
+use std::ffi::CStr;
+use std::ptr;
+
+use napi::{sys, Env, Unknown};
+use ratekeeper::{Error, ErrorKind};
+
+/// The JavaScript name of a parameter the core names in snake_case: durations are milliseconds
+/// in JavaScript, so their names end in `Ms`. Names not listed are the same in both.
+pub fn js_parameter(core: &str) -> &str {
+    match core {
+        "lock_timeout" => "lockTimeoutMs",
+        "wait_timeout" => "waitTimeoutMs",
+        "interval" => "intervalMs",
+        "drain" => "drainMs",
+        "refill" => "refillMs",
+        "duration" => "durationMs",
+        "precision" => "precisionMs",
+        "deadline" => "deadlineMs",
+        "connect_timeout" => "connectTimeoutMs",
+        "max_keys" => "maxKeys",
+        "end_of_good" => "endOfGood",
+        "start_of_bad" => "startOfBad",
+        "seconds_before_shedding" => "beforeSheddingMs",
+        "seconds_to_shed_all" => "toShedAllMs",
+        other => other,
+    }
+}
+
+/// The stable `code` of a core error.
+pub fn code(error: &Error) -> &'static CStr {
+    match error.kind() {
+        ErrorKind::OverLimit => c"ERR_OVER_LIMIT",
+        ErrorKind::Shed => c"ERR_SHED",
+        ErrorKind::LeaseLost => c"ERR_LEASE_LOST",
+        ErrorKind::InvalidArgument => c"ERR_INVALID_ARGUMENT",
+        ErrorKind::BackendUnavailable => c"ERR_BACKEND_UNAVAILABLE",
+        ErrorKind::Timeout => c"ERR_TIMEOUT",
+        _ => c"ERR_RATEKEEPER",
+    }
+}
+
+/// The message: the core's, with the parameter under its JavaScript name.
+fn message(error: &Error) -> String {
+    match error {
+        Error::InvalidArgument { parameter, message } => {
+            format!("invalid argument `{}`: {message}", js_parameter(parameter))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn string(env: sys::napi_env, s: &str) -> sys::napi_value {
+    let mut value = ptr::null_mut();
+    unsafe { sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value) };
+    value
+}
+
+/// Converts a core error into a JavaScript `Error` object: the one place every kind is mapped.
+/// Returns null only if the environment can no longer create objects (it is shutting down).
+pub fn js_error_value(env: sys::napi_env, error: &Error) -> sys::napi_value {
+    let mut code_value = ptr::null_mut();
+    let code = code(error).to_bytes();
+    unsafe { sys::napi_create_string_utf8(env, code.as_ptr().cast(), code.len() as isize, &mut code_value) };
+    let mut object = ptr::null_mut();
+    unsafe { sys::napi_create_error(env, code_value, string(env, &message(error)), &mut object) };
+    if object.is_null() {
+        return object;
+    }
+    match error {
+        Error::OverLimit { retry_after } => {
+            let mut ms = ptr::null_mut();
+            unsafe {
+                sys::napi_create_double(env, retry_after.as_micros() as f64 / 1e3, &mut ms);
+                sys::napi_set_named_property(env, object, c"retryAfterMs".as_ptr(), ms);
+            }
+        }
+        Error::InvalidArgument { parameter, .. } => unsafe {
+            sys::napi_set_named_property(env, object, c"parameter".as_ptr(), string(env, js_parameter(parameter)));
+        },
+        _ => {}
+    }
+    object
+}
+
+/// A core error as a napi error that throws (or rejects with) exactly the object above.
+pub fn convert_error(env: &Env, error: Error) -> napi::Error {
+    let value = js_error_value(env.raw(), &error);
+    if value.is_null() {
+        return napi::Error::new(napi::Status::GenericFailure, message(&error));
+    }
+    napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) })
+}
+
+/// `?` for core results inside `#[napi]` functions: `core(env, result)?`.
+pub fn core<T>(env: &Env, result: Result<T, Error>) -> napi::Result<T> {
+    result.map_err(|e| convert_error(env, e))
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("ratekeeper panicked (a bug, please report it): {what}")
+}
+
+/// The `Error` (code `ERR_INTERNAL`) a caught panic becomes: a bug in ratekeeper, which never
+/// unwinds into Node.
+pub fn panic_error_value(env: sys::napi_env, panic: Box<dyn std::any::Any + Send>) -> sys::napi_value {
+    let mut object = ptr::null_mut();
+    let code = c"ERR_INTERNAL".to_bytes();
+    let mut code_value = ptr::null_mut();
+    unsafe {
+        sys::napi_create_string_utf8(env, code.as_ptr().cast(), code.len() as isize, &mut code_value);
+        sys::napi_create_error(env, code_value, string(env, &panic_message(&*panic)), &mut object);
+    }
+    object
+}
+
+/// Runs the body of a synchronous export, turning a panic into a thrown `ERR_INTERNAL` error.
+pub fn guard<T>(env: &Env, body: impl FnOnce() -> napi::Result<T>) -> napi::Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(result) => result,
+        Err(panic) => {
+            let value = panic_error_value(env.raw(), panic);
+            if value.is_null() {
+                return Err(napi::Error::new(napi::Status::GenericFailure, "ratekeeper panicked"));
+            }
+            Err(napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) }))
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! `Limiter`: every call style of the core's limiter, as Promises (and synchronous forms of the
+//! calls that never wait on a memory backend).
+
+use std::sync::Arc;
+
+use napi::bindgen_prelude::External;
+use napi::{Env, Unknown};
+use napi_derive::napi;
+use ratekeeper::Error;
+use tokio::sync::watch;
+
+use crate::args::{self, cost, opt_timeout, Js};
+use crate::bridge::{reply, run, Payload, ReplyValue};
+use crate::decision::{lease_from_js, Metrics};
+use crate::error::{core, guard};
+
+/// Options of `limiter.acquire()`.
+#[napi(object, object_from_js = false, object_to_js = false)]
+#[allow(dead_code)] // only its TypeScript declaration is used
+pub struct AcquireOptions {
+    /// Units to take (default 1; concurrent limiters take exactly 1).
+    pub cost: Option<f64>,
+    /// How long to wait at most (default: the limiter's `waitTimeoutMs`; 0: do not wait).
+    pub wait_timeout_ms: Option<f64>,
+    /// Aborts the wait: the Promise then rejects with an `AbortError` (`code: 'ABORT_ERR'`).
+    #[napi(ts_type = "AbortSignal")]
+    pub signal: Option<()>,
+}
+
+/// A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
+/// optional `key` (any string up to 1 KiB, e.g. a user id): one limiter serves many identities.
+#[napi]
+pub struct Limiter {
+    pub(crate) inner: ratekeeper::Limiter,
+    /// No I/O: a memory backend, or `unlimited`. Its calls are answered during the call.
+    local: bool,
+}
+
+impl Limiter {
+    /// A check answered during the call (blocking on Redis), the key read without allocating.
+    fn check_now(&self, env: &Env, key: &Option<Unknown<'_>>, cost: u64) -> napi::Result<ReplyValue> {
+        let outcome = args::with_key(key, |key| {
+            let decision = self.inner.check_blocking(key, cost)?;
+            // The key travels with a lease only.
+            let key = decision.lease.as_ref().and(key).map(str::to_owned);
+            Ok(Payload::Decision(decision, key))
+        });
+        reply(env, outcome)
+    }
+
+    /// Wraps a core limiter; `local` when its backend is in-process.
+    pub fn new(inner: ratekeeper::Limiter, local: bool) -> Self {
+        let local = local || inner.kind() == ratekeeper::Kind::Unlimited;
+        Limiter { inner, local }
+    }
+}
+
+/// Lets `index.js` abort a waiting `acquire` from an `AbortSignal`.
+pub struct Canceller(Arc<watch::Sender<bool>>);
+
+/// Internal (`index.js`): a canceller for one `acquire`.
+#[napi(skip_typescript)]
+pub fn new_canceller() -> External<Canceller> {
+    External::new(Canceller(Arc::new(watch::Sender::new(false))))
+}
+
+/// Internal (`index.js`): aborts the `acquire` holding `canceller`.
+#[napi(skip_typescript)]
+pub fn cancel(canceller: &External<Canceller>) {
+    canceller.0.send_replace(true);
+}
+
+#[napi]
+impl Limiter {
+    /// A limiter that always allows and touches no backend (admins, tests); `limit` and
+    /// `remaining` are 2^53.
+    #[napi(factory)]
+    pub fn unlimited() -> Limiter {
+        Limiter::new(ratekeeper::Limiter::unlimited(), true)
+    }
+
+    /// The limiter's name.
+    #[napi(getter)]
+    pub fn name(&self) -> String {
+        self.inner.name().to_owned()
+    }
+
+    /// The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
+    /// `leaky`, `points` or `unlimited`.
+    #[napi(getter)]
+    pub fn kind(&self) -> &'static str {
+        self.inner.kind().as_str()
+    }
+
+    /// How long `acquire` and `withinLimit` wait by default, in milliseconds.
+    #[napi(getter)]
+    pub fn wait_timeout_ms(&self) -> f64 {
+        self.inner.wait_timeout().as_micros() as f64 / 1e3
+    }
+
+    /// The same limiter (same state) with another default wait timeout (0: never wait).
+    #[napi(ts_args_type = "waitTimeoutMs: number")]
+    pub fn with_wait_timeout(&self, env: Env, wait_timeout_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let wait =
+                    opt_timeout(Some(args::required(Js::opt(&wait_timeout_ms), "wait_timeout")?), "wait_timeout")?;
+                Ok(Limiter::new(self.inner.with_wait_timeout(wait.unwrap_or_default())?, self.local))
+            };
+            core(&env, build())
+        })
+    }
+
+    /// Takes `cost` (default 1) for `key` if the limit allows, never waiting. A refused call
+    /// consumes nothing and resolves with `allowed: false` and the exact `retryAfterMs`. On a
+    /// concurrent limiter an admitted call holds `decision.lease`: release it.
+    #[napi(ts_args_type = "key?: string | null, cost?: number", ts_return_type = "Promise<Decision>")]
+    pub fn check(&self, env: Env, key: Option<Unknown<'_>>, cost: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let cost = core(&env, args::cost(Js::opt(&cost), "cost", 1))?;
+            if self.local {
+                return self.check_now(&env, &key, cost);
+            }
+            let key = core(&env, args::key(&key))?;
+            let limiter = self.inner.clone();
+            run(&env, false, async move { Ok(Payload::Decision(limiter.check(key.as_deref(), cost).await?, key)) })
+        })
+    }
+
+    /// `check` without a Promise: for memory backends and `unlimited` (on Redis it blocks the
+    /// thread for the round trip).
+    #[napi(ts_args_type = "key?: string | null, cost?: number", ts_return_type = "Decision")]
+    pub fn check_sync(
+        &self,
+        env: Env,
+        key: Option<Unknown<'_>>,
+        cost: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let cost = core(&env, args::cost(Js::opt(&cost), "cost", 1))?;
+            self.check_now(&env, &key, cost)
+        })
+    }
+
+    /// What a call of cost 1 would get now, consuming nothing.
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Promise<Decision>")]
+    pub fn peek(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let key = core(&env, args::key(&key))?;
+            if self.local {
+                return reply(&env, self.inner.peek_blocking(key.as_deref()).map(|d| Payload::Decision(d, key)));
+            }
+            let limiter = self.inner.clone();
+            run(&env, false, async move { Ok(Payload::Decision(limiter.peek(key.as_deref()).await?, key)) })
+        })
+    }
+
+    /// `peek` without a Promise (see `checkSync`).
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Decision")]
+    pub fn peek_sync(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let key = core(&env, args::key(&key))?;
+            reply(&env, self.inner.peek_blocking(key.as_deref()).map(|d| Payload::Decision(d, key)))
+        })
+    }
+
+    /// Takes `cost`, waiting up to `waitTimeoutMs` (default: the limiter's) for the limit to
+    /// allow it: sleeping exactly until the decision can change, or until a release wakes it,
+    /// never polling. Rejects with `ERR_OVER_LIMIT` (and its `retryAfterMs`) at once when the
+    /// wait could not succeed in time.
+    #[napi(ts_args_type = "key?: string | null, options?: AcquireOptions", ts_return_type = "Promise<Decision>")]
+    pub fn acquire(
+        &self,
+        env: Env,
+        key: Option<Unknown<'_>>,
+        options: Option<Unknown<'_>>,
+        canceller: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let parse = || {
+                let key = args::key(&key)?;
+                let options = args::options(&options)?;
+                let cost = cost(options.and_then(|o| o.get(c"cost")), "cost", 1)?;
+                let wait = opt_timeout(options.and_then(|o| o.get(c"waitTimeoutMs")), "wait_timeout")?;
+                let cancel = match Js::opt(&canceller) {
+                    Some(c) => Some(c.external::<Canceller>("canceller")?.0.subscribe()),
+                    None => None,
+                };
+                Ok((key, cost, wait, cancel))
+            };
+            let (key, cost, wait, cancel) = core(&env, parse())?;
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move {
+                let acquired = limiter.acquire(key.as_deref(), cost, wait);
+                let decision = match cancel {
+                    None => acquired.await?,
+                    Some(mut cancelled) => tokio::select! {
+                        decision = acquired => decision?,
+                        _ = cancelled.wait_for(|c| *c) => {
+                            return Err(Error::Timeout { message: "the wait was aborted".into() })
+                        }
+                    },
+                };
+                Ok(Payload::Decision(decision, key))
+            })
+        })
+    }
+
+    /// Forgets all state of `key` (waiters on a concurrent limiter wake to re-check).
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Promise<void>")]
+    pub fn reset(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let key = core(&env, args::key(&key))?;
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move { limiter.reset(key.as_deref()).await.map(|()| Payload::Unit) })
+        })
+    }
+
+    /// Gives back a lease of a concurrent limiter (its key travels in the lease). Rejects with
+    /// `ERR_LEASE_LOST` when it had been reclaimed (it outlived `lockTimeoutMs`) or reset.
+    #[napi(ts_args_type = "lease: Lease", ts_return_type = "Promise<void>")]
+    pub fn release(&self, env: Env, lease: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let (key, lease) = core(&env, lease_from_js(Js::opt(&lease)))?;
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move { limiter.release(key.as_deref(), &lease).await.map(|()| Payload::Unit) })
+        })
+    }
+
+    /// Renews a lease for another `lockTimeoutMs` from now, so a long task keeps its slot.
+    /// Rejects with `ERR_LEASE_LOST` if it was already reclaimed.
+    #[napi(ts_args_type = "lease: Lease", ts_return_type = "Promise<void>")]
+    pub fn extend(&self, env: Env, lease: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let (key, lease) = core(&env, lease_from_js(Js::opt(&lease)))?;
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move { limiter.extend(key.as_deref(), &lease).await.map(|()| Payload::Unit) })
+        })
+    }
+
+    /// Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
+    /// the difference is charged or refunded. Resolves with the state after the correction.
+    #[napi(
+        ts_args_type = "key: string | null | undefined, estimate: number, actual: number",
+        ts_return_type = "Promise<Decision>"
+    )]
+    pub fn points_used(
+        &self,
+        env: Env,
+        key: Option<Unknown<'_>>,
+        estimate: Option<Unknown<'_>>,
+        actual: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let parse = || {
+                let estimate = args::required(Js::opt(&estimate), "estimate")?;
+                let actual = args::required(Js::opt(&actual), "actual")?;
+                Ok((args::key(&key)?, cost(Some(estimate), "estimate", 0)?, cost(Some(actual), "actual", 0)?))
+            };
+            let (key, estimate, actual) = core(&env, parse())?;
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move {
+                Ok(Payload::Decision(limiter.points_used(key.as_deref(), estimate, actual).await?, key))
+            })
+        })
+    }
+
+    /// This process's metrics for this limiter (concurrent limiters; zero for others).
+    #[napi]
+    pub fn metrics(&self) -> Metrics {
+        self.inner.metrics().into()
+    }
+
+    /// The metrics of every process sharing this limiter (on Redis: this process's pending
+    /// counts are flushed first, then the sum is read back; on memory: `metrics()`).
+    #[napi(ts_return_type = "Promise<Metrics>")]
+    pub fn fleet_metrics(&self, env: Env) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move { Ok(Payload::Metrics(limiter.fleet_metrics().await?)) })
+        })
+    }
+}
