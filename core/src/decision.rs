@@ -67,6 +67,23 @@ impl Lease {
 }
 
 impl Decision {
+    /// The standard rate-limit response headers: `RateLimit-Limit`, `RateLimit-Remaining`,
+    /// `RateLimit-Reset` (seconds until full) and, when refused, `Retry-After` (seconds until the
+    /// call could succeed). Times are whole seconds rounded up, so a client that honours them
+    /// never retries too early. Every binding formats headers from this one rule.
+    pub fn http_headers(&self) -> Vec<(&'static str, u64)> {
+        let ceil_secs = |d: Duration| d.as_micros().div_ceil(1_000_000) as u64;
+        let mut headers = vec![
+            ("RateLimit-Limit", self.limit),
+            ("RateLimit-Remaining", self.remaining),
+            ("RateLimit-Reset", ceil_secs(self.reset_after)),
+        ];
+        if !self.allowed {
+            headers.push(("Retry-After", ceil_secs(self.retry_after)));
+        }
+        headers
+    }
+
     /// A decision that always allows: used by the unlimited limiter. Its limit and remaining are
     /// 2^53, the largest integer every binding's numbers hold exactly (and the largest cost).
     pub(crate) fn unlimited() -> Self {

@@ -249,3 +249,20 @@ fn concurrent_waiter_gives_up_with_over_limit_at_its_wait_timeout() {
         assert_eq!(err.retry_after(), Some(Duration::from_secs(28)));
     });
 }
+
+#[test]
+fn http_headers_round_up_and_name_retry_after_only_when_refused() {
+    let (backend, clock) = manual(10);
+    let limiter = backend.token_bucket("headers", 1.0, 2).unwrap();
+    let allowed = limiter.check_blocking(None, 1).unwrap();
+    assert_eq!(
+        allowed.http_headers(),
+        vec![("RateLimit-Limit", 2), ("RateLimit-Remaining", 1), ("RateLimit-Reset", 1)]
+    );
+    limiter.check_blocking(None, 1).unwrap();
+    clock.advance_micros(1); // 0.999999 s until a token: still 1 whole second
+    let refused = limiter.check_blocking(None, 1).unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(refused.http_headers().last(), Some(&("Retry-After", 1)));
+    assert_eq!(refused.http_headers()[2], ("RateLimit-Reset", 2)); // 1.999999 s until full
+}

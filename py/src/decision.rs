@@ -22,11 +22,6 @@ fn micros(d: Duration) -> u64 {
     d.as_micros() as u64
 }
 
-/// Whole seconds, rounded up (HTTP headers never promise a retry earlier than it can succeed).
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_micros().div_ceil(1_000_000) as u64
-}
-
 /// The outcome of `check`, `peek` or `acquire`.
 ///
 /// Durations are exact (to the microsecond) floats of seconds, never negative. A refused call
@@ -118,16 +113,8 @@ impl Decision {
     /// HTTP rate-limit headers: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
     /// (seconds until full, rounded up) and, when refused, `Retry-After` (rounded up).
     fn headers(&self) -> BTreeMap<&'static str, String> {
-        // A BTreeMap's order happens to be the usual one: RateLimit-*, then Retry-After.
-        let d = &self.inner;
-        let mut headers = BTreeMap::new();
-        headers.insert("RateLimit-Limit", d.limit.to_string());
-        headers.insert("RateLimit-Remaining", d.remaining.to_string());
-        headers.insert("RateLimit-Reset", ceil_secs(d.reset_after).to_string());
-        if !d.allowed {
-            headers.insert("Retry-After", ceil_secs(d.retry_after).to_string());
-        }
-        headers
+        // The core's rule; a BTreeMap's order happens to be the usual one: RateLimit-*, then Retry-After.
+        self.inner.http_headers().into_iter().map(|(name, value)| (name, value.to_string())).collect()
     }
 
     fn __bool__(&self) -> bool {
