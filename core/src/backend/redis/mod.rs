@@ -87,11 +87,6 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
-/// Formats numbers for ARGV: decimal integers, never floats.
-fn arg(value: u64) -> String {
-    value.to_string()
-}
-
 impl RedisBackend {
     pub(crate) fn new(config: RedisConfig) -> Result<Self> {
         validate_prefix(&config.prefix)?;
@@ -127,11 +122,7 @@ impl RedisBackend {
     }
 
     fn now_arg(&self) -> String {
-        self.manual_clock.as_ref().map(|c| arg(c.now_micros())).unwrap_or_default()
-    }
-
-    async fn run(&self, script: &LuaScript, keys: &[String], args: &[String]) -> Result<Vec<i64>> {
-        scripts::run(&self.connections, self.deadline, script, keys, args).await
+        self.manual_clock.as_ref().map(|c| c.now_micros().to_string()).unwrap_or_default()
     }
 
     /// Runs a command built with [`LuaScript::evalsha`].
@@ -220,12 +211,13 @@ impl RedisBackend {
                 plain(self.run_cmd(&scripts::SLIDING, cmd).await?)
             }
             (Algorithm::Log(l), Op::Check { .. } | Op::Peek) => {
-                let mut args =
-                    vec![verb(op).into(), now, arg(cost_of(op)), arg(l.longest_us), arg(l.windows.len() as u64)];
+                let mut cmd = scripts::LOG.evalsha(2);
+                cmd.arg(keys.key("z")).arg(keys.key("d")).arg(verb(op)).arg(now).arg(cost_of(op));
+                cmd.arg(l.longest_us).arg(l.windows.len());
                 for &(limit, interval) in l.windows.iter() {
-                    args.extend([arg(limit), arg(interval)]);
+                    cmd.arg(limit).arg(interval);
                 }
-                plain(self.run(&scripts::LOG, &[keys.key("z"), keys.key("d")], &args).await?)
+                plain(self.run_cmd(&scripts::LOG, cmd).await?)
             }
             (Algorithm::Concurrent(c), Op::Check { .. } | Op::Peek | Op::Release { .. } | Op::Extend { .. }) => {
                 let lease_id = match op {
@@ -233,9 +225,10 @@ impl RedisBackend {
                     _ => 0,
                 };
                 let wake_key = keys.key("w");
-                let all = [keys.key("h"), keys.key("t"), wake_key.clone()];
-                let args = [verb(op).into(), now, arg(c.limit), arg(c.lock_us), format!("{lease_id:032x}")];
-                let reply = self.run(&scripts::CONCURRENT, &all, &args).await?;
+                let mut cmd = scripts::CONCURRENT.evalsha(3);
+                cmd.arg(keys.key("h")).arg(keys.key("t")).arg(&wake_key);
+                cmd.arg(verb(op)).arg(now).arg(c.limit).arg(c.lock_us).arg(format!("{lease_id:032x}"));
+                let reply = self.run_cmd(&scripts::CONCURRENT, cmd).await?;
                 if let Op::Release { .. } | Op::Extend { .. } = op {
                     let mut d = decision(true, c.limit, 0, 0, 0);
                     d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;

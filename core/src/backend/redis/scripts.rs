@@ -46,12 +46,6 @@ pub fn sources() -> Vec<(&'static str, &'static str)> {
 /// How many times an answer proving the script did not run is retried within the deadline.
 const MAX_ATTEMPTS: u32 = 6;
 
-fn script_command(verb: &str, first: &[u8], keys: &[String], args: &[String]) -> Cmd {
-    let mut cmd = redis::cmd(verb);
-    cmd.arg(first).arg(keys.len()).arg(keys).arg(args);
-    cmd
-}
-
 impl LuaScript {
     /// `EVALSHA <sha1> <keys>`, sized for a short call: append the `keys` keys, then ARGV, with
     /// [`Cmd::arg`] (numbers are written in decimal without an intermediate `String`).
@@ -93,17 +87,6 @@ fn did_not_run(e: &RedisError) -> bool {
 /// True for failures that may have broken the connection.
 fn breaks_connection(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
-}
-
-/// Runs `script` with `keys` and `args`, returning its array of integers, within `deadline`.
-pub(crate) async fn run(
-    connections: &Arc<Connections>,
-    deadline: Duration,
-    script: &LuaScript,
-    keys: &[String],
-    args: &[String],
-) -> Result<Vec<i64>> {
-    run_cmd(connections, deadline, script, script_command("EVALSHA", script.sha1.as_bytes(), keys, args)).await
 }
 
 /// Runs `evalsha` (built with [`LuaScript::evalsha`]), returning the script's array of integers,
