@@ -25,13 +25,13 @@
 //!   with `-r 100000`, so keys have the same length and the key space the same size.
 //!
 //! Scenarios (rows marked "target" are the acceptance criteria: ratio >= 0.90):
-//! - sequential (target): one call at a time, a `ratekeeper::runtime().block_on` loop of
-//!   `check(...).await`, vs `redis-benchmark -c 1`. Informational rows on the token bucket: a
-//!   `check_blocking` loop; the same loop spawned onto the runtime as one task; redis-rs'
-//!   synchronous `Connection` (the calling thread does its own I/O, as redis-benchmark does: no
-//!   runtime at all); and, as the floor of ratekeeper's architecture (one multiplexed connection
-//!   driven by the runtime's worker threads), redis-rs' own `MultiplexedConnection` sending the
-//!   same EVALSHA from a `block_on` loop under a `tokio::time::timeout` (no ratekeeper at all).
+//! - sequential (target): one call at a time, a `check_blocking` loop (the calling thread drives
+//!   its own connection, as redis-benchmark does), vs `redis-benchmark -c 1`. Informational rows
+//!   on the token bucket: a `ratekeeper::runtime().block_on` loop of `check(...).await` (each call
+//!   handed to the runtime's workers and back); the same loop spawned onto the runtime as one
+//!   task; redis-rs' synchronous `Connection` (no runtime, no ratekeeper); and redis-rs' own
+//!   `MultiplexedConnection` sending the same EVALSHA from a `block_on` loop under a
+//!   `tokio::time::timeout` (no ratekeeper at all: the floor of the async path's design).
 //! - 64 in flight (target): 64 tasks on the runtime, each looping `check(...).await`, sharing the
 //!   one multiplexed connection, vs `redis-benchmark -c 1 -P 16`. Informational: the same with
 //!   raw redis-rs, and `redis-benchmark -c 64` alone.
@@ -957,18 +957,18 @@ fn main() {
         let c1 = "-c 1".to_owned();
         let p16 = format!("-c 1 -P {PIPELINE}");
 
-        let (r, b) = bench.compare(&command, (1, 1), rounds, |d| sequential(&rk, next_offset(), d));
+        let (r, b) = bench.compare(&command, (1, 1), rounds, |d| blocking(&rk, next_offset(), d));
         rows.push(Row {
-            scenario: format!("{label}: sequential, `runtime().block_on` loop of `check().await`"),
+            scenario: format!("{label}: sequential, `check_blocking` loop"),
             client: Some(r),
             benchmark: b,
             benchmark_label: c1.clone(),
             target: true,
         });
         if *informational {
-            let (r, b) = bench.compare(&command, (1, 1), info, |d| blocking(&rk, next_offset(), d));
+            let (r, b) = bench.compare(&command, (1, 1), info, |d| sequential(&rk, next_offset(), d));
             rows.push(Row {
-                scenario: format!("{label}: sequential, `check_blocking` loop"),
+                scenario: format!("{label}: sequential, `runtime().block_on` loop of `check().await`"),
                 client: Some(r),
                 benchmark: b,
                 benchmark_label: c1.clone(),

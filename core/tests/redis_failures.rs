@@ -4,6 +4,9 @@
 //! Every test runs against a real `redis-server` (SIGKILL, SIGSTOP/SIGCONT, restart on the same
 //! port). The tests of this file run one at a time (see [`serial`]) so that the latency bounds
 //! they assert are not disturbed by each other on a 2-core machine.
+//!
+//! The outage tests run twice: with async calls (the shared multiplexed connection, driven by the
+//! runtime) and with blocking calls (each thread's own direct connection).
 
 mod support;
 
@@ -33,6 +36,31 @@ fn serial() -> MutexGuard<'static, ()> {
 
 fn block<F: Future>(future: F) -> F::Output {
     runtime().block_on(future)
+}
+
+/// Which API the outage calls use.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Style {
+    Async,
+    Blocking,
+}
+
+const STYLES: [Style; 2] = [Style::Async, Style::Blocking];
+
+impl Style {
+    fn check(self, limiter: &Limiter, key: &str) -> Result<Decision> {
+        match self {
+            Style::Async => block(limiter.check(Some(key), 1)),
+            Style::Blocking => limiter.check_blocking(Some(key), 1),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Style::Async => "async",
+            Style::Blocking => "blocking",
+        }
+    }
 }
 
 fn total(stats: BackendStats) -> u64 {
@@ -76,29 +104,55 @@ struct Call {
 }
 
 /// Makes sequential checks for at least `span` (and at least `min_calls`), then a burst of
-/// `burst` concurrent checks, timing each call.
-fn calls_during_outage(limiter: &Limiter, key: &str, span: Duration, min_calls: usize, burst: usize) -> Vec<Call> {
+/// `burst` concurrent checks (tasks, or threads for blocking calls), timing each call.
+fn calls_during_outage(
+    style: Style,
+    limiter: &Limiter,
+    key: &str,
+    span: Duration,
+    min_calls: usize,
+    burst: usize,
+) -> Vec<Call> {
     let mut calls = Vec::new();
     let start = Instant::now();
     while start.elapsed() < span || calls.len() < min_calls {
         let began = Instant::now();
-        let result = block(limiter.check(Some(key), 1));
+        let result = style.check(limiter, key);
         calls.push(Call { result, began, took: began.elapsed() });
         std::thread::sleep(Duration::from_millis(2));
     }
-    let tasks: Vec<_> = (0..burst)
-        .map(|_| {
-            let limiter = limiter.clone();
-            let key = key.to_owned();
-            runtime().spawn(async move {
-                let began = Instant::now();
-                let result = limiter.check(Some(&key), 1).await;
-                Call { result, began, took: began.elapsed() }
-            })
-        })
-        .collect();
-    for task in tasks {
-        calls.push(block(task).expect("a check task"));
+    let timed = move |limiter: Limiter, key: String| {
+        let began = Instant::now();
+        let result = style.check(&limiter, &key);
+        Call { result, began, took: began.elapsed() }
+    };
+    match style {
+        Style::Async => {
+            let tasks: Vec<_> = (0..burst)
+                .map(|_| {
+                    let (limiter, key) = (limiter.clone(), key.to_owned());
+                    runtime().spawn(async move {
+                        let began = Instant::now();
+                        let result = limiter.check(Some(&key), 1).await;
+                        Call { result, began, took: began.elapsed() }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                calls.push(block(task).expect("a check task"));
+            }
+        }
+        Style::Blocking => {
+            let threads: Vec<_> = (0..burst)
+                .map(|_| {
+                    let (limiter, key) = (limiter.clone(), key.to_owned());
+                    std::thread::spawn(move || timed(limiter, key))
+                })
+                .collect();
+            for thread in threads {
+                calls.push(thread.join().expect("a check thread"));
+            }
+        }
     }
     calls
 }
@@ -179,11 +233,11 @@ fn delta(after: BackendStats, before: BackendStats) -> BackendStats {
 
 /// Polls until a check on `key` is answered by Redis itself: it succeeds and no policy counter
 /// moves. Returns how long that took (from the call of this function) and the decision.
-fn await_recovery(backend: &Backend, limiter: &Limiter, key: &str, what: &str) -> (Duration, Decision) {
+fn await_recovery(style: Style, backend: &Backend, limiter: &Limiter, key: &str, what: &str) -> (Duration, Decision) {
     let start = Instant::now();
     loop {
         let before = total(backend.stats());
-        let result = block(limiter.check(Some(key), 1));
+        let result = style.check(limiter, key);
         if let Ok(decision) = result {
             if total(backend.stats()) == before {
                 return (start.elapsed(), decision);
@@ -197,6 +251,7 @@ fn await_recovery(backend: &Backend, limiter: &Limiter, key: &str, what: &str) -
 /// After recovery: a few more checks, all answered by Redis (counters frozen, remaining counting
 /// down from a fresh state), and visible with redis-cli.
 fn assert_served_by_redis(
+    style: Style,
     backend: &Backend,
     limiter: &Limiter,
     server: &RedisServer,
@@ -212,7 +267,7 @@ fn assert_served_by_redis(
     assert_eq!(admissions_in_redis(server, prefix, key), 1, "{what}: redis-cli sees the admission");
     let frozen = backend.stats();
     for i in 2..=4 {
-        let d = block(limiter.check(Some(key), 1)).expect("Redis answers");
+        let d = style.check(limiter, key).expect("Redis answers");
         assert_eq!(d.remaining, LIMIT - i, "{what}: counted by Redis");
     }
     assert_eq!(backend.stats(), frozen, "{what}: the policy counters stopped increasing");
@@ -220,16 +275,22 @@ fn assert_served_by_redis(
 }
 
 fn killed_mid_run(policy: FailurePolicy) {
+    for style in STYLES {
+        killed_mid_run_with(policy, style);
+    }
+}
+
+fn killed_mid_run_with(policy: FailurePolicy, style: Style) {
     let _serial = serial();
-    let name = policy_name(policy);
-    let prefix = format!("kill-{name}");
+    let name = &format!("{}, {}", policy_name(policy), style.name());
+    let prefix = format!("kill-{}-{}", policy_name(policy), style.name());
     let mut server = RedisServer::start();
     let backend = backend(&server.url(), &prefix, policy);
     let limiter = backend.window("api", LIMIT, Duration::from_secs(60)).unwrap();
 
     // Healthy: Redis counts.
     for i in 1..=3 {
-        let d = block(limiter.check(Some("user"), 1)).expect("Redis is up");
+        let d = style.check(&limiter, "user").expect("Redis is up");
         assert_eq!(d.remaining, LIMIT - i);
     }
     assert_eq!(admissions_in_redis(&server, &prefix, "user"), 3);
@@ -238,7 +299,7 @@ fn killed_mid_run(policy: FailurePolicy) {
     let noise = SchedulingNoise::start();
     server.kill();
     let before = backend.stats();
-    let calls = calls_during_outage(&limiter, "user", Duration::from_millis(400), 20, 32);
+    let calls = calls_during_outage(style, &limiter, "user", Duration::from_millis(400), 20, 32);
     let stats = delta(backend.stats(), before);
     let max = max_took(&calls);
     println!("[{name}] killed: {} calls, max call time {max:?}, stats {stats:?}", calls.len());
@@ -247,10 +308,10 @@ fn killed_mid_run(policy: FailurePolicy) {
     println!("[{name}] killed: beyond deadline + {SLACK:?} only by machine scheduling delay: {excused:?}");
 
     server.restart();
-    let (recovery, first) = await_recovery(&backend, &limiter, "user", name);
+    let (recovery, first) = await_recovery(style, &backend, &limiter, "user", name);
     println!("[{name}] recovered {recovery:?} after the restarted server accepted connections");
     assert!(recovery < RECOVERY, "{name}: recovery took {recovery:?}");
-    assert_served_by_redis(&backend, &limiter, &server, &prefix, "user", &first, name);
+    assert_served_by_redis(style, &backend, &limiter, &server, &prefix, "user", &first, name);
 }
 
 #[test]
@@ -269,20 +330,26 @@ fn killed_redis_fallback_admits_limit_over_divisor_then_recovers() {
 }
 
 fn hung(policy: FailurePolicy) {
+    for style in STYLES {
+        hung_with(policy, style);
+    }
+}
+
+fn hung_with(policy: FailurePolicy, style: Style) {
     let _serial = serial();
-    let name = policy_name(policy);
-    let prefix = format!("hang-{name}");
+    let name = &format!("{}, {}", policy_name(policy), style.name());
+    let prefix = format!("hang-{}-{}", policy_name(policy), style.name());
     let server = RedisServer::start();
     let backend = backend(&server.url(), &prefix, policy);
     let limiter = backend.window("api", LIMIT, Duration::from_secs(60)).unwrap();
-    assert!(block(limiter.check(Some("user"), 1)).expect("Redis is up").allowed);
+    assert!(style.check(&limiter, "user").expect("Redis is up").allowed);
 
     let noise = SchedulingNoise::start();
     server.pause();
     let before = backend.stats();
     // Long enough to cover a reconnect attempt that hangs for the whole connect timeout (1 s)
     // and the back-off after it.
-    let calls = calls_during_outage(&limiter, "user", Duration::from_millis(1300), 5, 16);
+    let calls = calls_during_outage(style, &limiter, "user", Duration::from_millis(1300), 5, 16);
     let stats = delta(backend.stats(), before);
     let max = max_took(&calls);
     let timeouts = calls.iter().filter(|c| matches!(&c.result, Err(e) if e.kind() == ErrorKind::Timeout)).count();
@@ -310,14 +377,17 @@ fn hung(policy: FailurePolicy) {
 
     server.resume();
     let resumed = Instant::now();
-    let (_, first) = await_recovery(&backend, &limiter, "user", name);
+    let (_, first) = await_recovery(style, &backend, &limiter, "user", name);
     let recovery = resumed.elapsed();
     println!("[{name}] recovered {recovery:?} after SIGCONT");
     assert!(recovery < RECOVERY, "{name}: recovery took {recovery:?}");
     assert!(first.allowed && first.limit == LIMIT && first.decided_at_micros > 0, "{name}: {first:?}");
-    // 1 admission before the hang, this one, and any script sent before the hang that Redis ran
-    // on SIGCONT although its caller had timed out.
-    println!("[{name}] after SIGCONT Redis holds {} admissions", admissions_in_redis(&server, &prefix, "user"));
+    // 1 admission before the hang, this one, and the script of the first call of the hang, sent
+    // on a connection that was open then, which Redis ran on SIGCONT although its caller had
+    // timed out. No other: a new connection proves the server answers before it sends a script.
+    let admissions = admissions_in_redis(&server, &prefix, "user");
+    println!("[{name}] after SIGCONT Redis holds {admissions} admissions");
+    assert!(admissions <= 3, "{name}: calls that timed out on the hung server were run later: {admissions}");
     let frozen = backend.stats();
     for _ in 0..3 {
         block(limiter.peek(Some("user"))).expect("Redis answers");
@@ -337,6 +407,12 @@ fn hung_redis_fail_open_allows_within_the_deadline_then_recovers() {
 
 #[test]
 fn backend_built_while_redis_is_down_fails_fast_then_connects() {
+    for style in STYLES {
+        built_while_down(style);
+    }
+}
+
+fn built_while_down(style: Style) {
     let _serial = serial();
     let port = support::free_port();
     let url = format!("redis://127.0.0.1:{port}");
@@ -345,7 +421,7 @@ fn backend_built_while_redis_is_down_fails_fast_then_connects() {
     let setups: Vec<(FailurePolicy, String, Backend, Limiter)> = policies
         .iter()
         .map(|&policy| {
-            let prefix = format!("down-{}", policy_name(policy));
+            let prefix = format!("down-{}-{}", policy_name(policy), style.name());
             let backend = backend(&url, &prefix, policy);
             let limiter = backend.window("api", LIMIT, Duration::from_secs(60)).expect("limiters build offline too");
             (policy, prefix, backend, limiter)
@@ -355,9 +431,9 @@ fn backend_built_while_redis_is_down_fails_fast_then_connects() {
     let fast = DEFAULT_DEADLINE / 4;
     let noise = SchedulingNoise::start();
     for (policy, _, backend, limiter) in &setups {
-        let name = policy_name(*policy);
+        let name = &format!("{}, {}", policy_name(*policy), style.name());
         let before = backend.stats();
-        let calls = calls_during_outage(limiter, "user", Duration::from_millis(250), 20, 16);
+        let calls = calls_during_outage(style, limiter, "user", Duration::from_millis(250), 20, 16);
         let stats = delta(backend.stats(), before);
         let max = max_took(&calls);
         println!("[{name}] never up: {} calls, max call time {max:?}", calls.len());
@@ -373,12 +449,12 @@ fn backend_built_while_redis_is_down_fails_fast_then_connects() {
     let server = RedisServer::start_on_port(port);
     let up = Instant::now();
     for (policy, prefix, backend, limiter) in &setups {
-        let name = policy_name(*policy);
-        let (_, first) = await_recovery(backend, limiter, "user", name);
+        let name = &format!("{}, {}", policy_name(*policy), style.name());
+        let (_, first) = await_recovery(style, backend, limiter, "user", name);
         let recovery = up.elapsed();
         println!("[{name}] connected {recovery:?} after the server started accepting connections");
         assert!(recovery < RECOVERY, "{name}: took {recovery:?} to connect");
-        assert_served_by_redis(backend, limiter, &server, prefix, "user", &first, name);
+        assert_served_by_redis(style, backend, limiter, &server, prefix, "user", &first, name);
     }
 }
 
@@ -530,38 +606,41 @@ fn first_calls_after_an_idle_restart_are_served_by_redis_fail_open() {
 }
 
 fn idle_restart(policy: FailurePolicy) {
+    for style in STYLES {
+        idle_restart_with(policy, style);
+    }
+}
+
+fn idle_restart_with(policy: FailurePolicy, style: Style) {
     let _serial = serial();
     let mut server = RedisServer::start();
-    let name = policy_name(policy);
-    let prefix = format!("idle-{name}");
+    let name = &format!("{}, {}", policy_name(policy), style.name());
+    let prefix = format!("idle-{}-{}", policy_name(policy), style.name());
     let backend = backend(&server.url(), &prefix, policy);
     let limiter = backend.window("api", LIMIT, Duration::from_secs(60)).unwrap();
-    assert!(block(limiter.check(Some("user"), 1)).expect("Redis is up").allowed);
+    // Every connection the burst below will use exists before the restart: the blocking calls
+    // leave one direct connection per thread in the pool.
+    let warm = calls_during_outage(style, &limiter, "warm", Duration::ZERO, 1, 8);
+    assert!(warm.iter().all(|c| c.result.as_ref().is_ok_and(|d| d.allowed)), "{name}: Redis is up");
 
     server.restart();
     // Well past the recovery bound, with no call in between.
     std::thread::sleep(RECOVERY + Duration::from_millis(100));
     let before = backend.stats();
     // The first calls: a burst, as a busy service would make them.
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let limiter = limiter.clone();
-            runtime().spawn(async move { limiter.check(Some("user"), 1).await })
-        })
-        .collect();
-    let results: Vec<_> = tasks.into_iter().map(|t| block(t).unwrap()).collect();
+    let calls = calls_during_outage(style, &limiter, "user", Duration::ZERO, 0, 8);
     let after = backend.stats();
-    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    let failed: Vec<_> = calls.iter().filter_map(|c| c.result.as_ref().err()).collect();
     println!(
         "[{name}] {RECOVERY:?} after an idle restart, {} of {} first calls not served by Redis \
          (stats {after:?}), e.g. {:?}",
         total(after) - total(before),
-        results.len(),
+        calls.len(),
         failed.first()
     );
     assert!(failed.is_empty(), "{name}: Redis has been back for {RECOVERY:?}, yet calls failed: {failed:?}");
     assert_eq!(after, before, "{name}: every first call after an idle restart must be served by Redis");
-    assert_eq!(admissions_in_redis(&server, &prefix, "user"), results.len() as u64);
+    assert_eq!(admissions_in_redis(&server, &prefix, "user"), calls.len() as u64);
 }
 
 /// Fencing tokens keep increasing when Redis loses its data (restart without persistence): a
@@ -574,7 +653,7 @@ fn fencing_tokens_increase_across_a_redis_restart() {
     let mutex = backend.concurrent("mutex", 1, Duration::from_secs(30)).unwrap();
     let before = block(mutex.check(Some("res"), 1)).unwrap().lease.expect("a lease");
     server.restart();
-    let (_, after) = await_recovery(&backend, &mutex, "res", "fence");
+    let (_, after) = await_recovery(Style::Async, &backend, &mutex, "res", "fence");
     let after = after.lease.expect("the restarted Redis lost the old lease and grants a new one");
     assert!(after.fencing_token > before.fencing_token, "{after:?} must outrank {before:?}");
 }

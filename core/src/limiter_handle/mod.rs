@@ -178,7 +178,17 @@ impl Limiter {
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
-            Target::Redis { .. } => block_on(self.run(key, op)),
+            Target::Redis { backend, fallback } => match &*backend.inner {
+                BackendInner::Redis(redis) => redis.execute_blocking(
+                    self.kind(),
+                    &self.inner.name,
+                    key,
+                    &self.inner.algorithm,
+                    fallback.as_ref(),
+                    op,
+                ),
+                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
+            },
             _ => self.run_local(key, op),
         }
     }

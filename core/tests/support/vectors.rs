@@ -284,6 +284,51 @@ fn key_of(step: &Map<String, Value>) -> Result<Option<String>, Malformed> {
     }
 }
 
+/// Which form of the API the steps call: the blocking methods, or the async ones awaited.
+#[derive(Clone, Copy, Debug)]
+#[allow(dead_code)] // each test binary uses the styles it needs
+pub enum CallStyle {
+    Blocking,
+    Async,
+}
+
+impl CallStyle {
+    fn check(self, limiter: &Limiter, key: Option<&str>, cost: u64) -> Result<Decision, Error> {
+        match self {
+            CallStyle::Blocking => limiter.check_blocking(key, cost),
+            CallStyle::Async => ratekeeper::block_on(limiter.check(key, cost)),
+        }
+    }
+
+    fn peek(self, limiter: &Limiter, key: Option<&str>) -> Result<Decision, Error> {
+        match self {
+            CallStyle::Blocking => limiter.peek_blocking(key),
+            CallStyle::Async => ratekeeper::block_on(limiter.peek(key)),
+        }
+    }
+
+    fn reset(self, limiter: &Limiter, key: Option<&str>) -> Result<(), Error> {
+        match self {
+            CallStyle::Blocking => limiter.reset_blocking(key),
+            CallStyle::Async => ratekeeper::block_on(limiter.reset(key)),
+        }
+    }
+
+    fn points_used(self, limiter: &Limiter, key: Option<&str>, estimate: u64, actual: u64) -> Result<Decision, Error> {
+        match self {
+            CallStyle::Blocking => limiter.points_used_blocking(key, estimate, actual),
+            CallStyle::Async => ratekeeper::block_on(limiter.points_used(key, estimate, actual)),
+        }
+    }
+
+    fn release(self, limiter: &Limiter, key: Option<&str>, lease: &Lease) -> Result<(), Error> {
+        match self {
+            CallStyle::Blocking => limiter.release_blocking(key, lease),
+            CallStyle::Async => ratekeeper::block_on(limiter.release(key, lease)),
+        }
+    }
+}
+
 /// What one step did: a decision (check, peek, points_used), nothing (reset, release), or an error.
 enum Outcome {
     Decision(Decision),
@@ -292,14 +337,19 @@ enum Outcome {
 }
 
 /// Runs one case; returns the failures of its steps (or one for a malformed case).
-fn run_case(file: &str, case: &Value, make_backend: MakeBackend) -> (String, Vec<String>, Vec<Failure>) {
+fn run_case(
+    file: &str,
+    case: &Value,
+    style: CallStyle,
+    make_backend: MakeBackend,
+) -> (String, Vec<String>, Vec<Failure>) {
     let name = case.get("name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
     let mut kinds = Vec::new();
     let mut failures = Vec::new();
     let fail =
         |step: Option<usize>, message: String| Failure { file: file.to_string(), case: name.clone(), step, message };
     if let Err(message) =
-        run_case_inner(case, make_backend, &mut kinds, &mut |step, message| failures.push(fail(step, message)))
+        run_case_inner(case, style, make_backend, &mut kinds, &mut |step, message| failures.push(fail(step, message)))
     {
         failures.push(fail(None, format!("malformed vector: {message}")));
     }
@@ -308,6 +358,7 @@ fn run_case(file: &str, case: &Value, make_backend: MakeBackend) -> (String, Vec
 
 fn run_case_inner(
     case: &Value,
+    style: CallStyle,
     make_backend: MakeBackend,
     kinds: &mut Vec<String>,
     report: &mut dyn FnMut(Option<usize>, String),
@@ -387,16 +438,16 @@ fn run_case_inner(
                     None => Ok(1),
                     Some(v) => cost_from_f64("cost", number(v).map_err(|e| format!("step {index}: {e}"))?),
                 };
-                match cost.and_then(|cost| limiter.check_blocking(key, cost)) {
+                match cost.and_then(|cost| style.check(limiter, key, cost)) {
                     Ok(d) => Outcome::Decision(d),
                     Err(e) => Outcome::Failed(e),
                 }
             }
-            "peek" => match limiter.peek_blocking(key) {
+            "peek" => match style.peek(limiter, key) {
                 Ok(d) => Outcome::Decision(d),
                 Err(e) => Outcome::Failed(e),
             },
-            "reset" => match limiter.reset_blocking(key) {
+            "reset" => match style.reset(limiter, key) {
                 Ok(()) => Outcome::Done,
                 Err(e) => Outcome::Failed(e),
             },
@@ -405,7 +456,7 @@ fn run_case_inner(
                 let actual = number(field(step, "actual")?).map_err(|e| format!("step {index}: {e}"))?;
                 let result = cost_from_f64("estimate", estimate)
                     .and_then(|estimate| Ok((estimate, cost_from_f64("actual", actual)?)))
-                    .and_then(|(estimate, actual)| limiter.points_used_blocking(key, estimate, actual));
+                    .and_then(|(estimate, actual)| style.points_used(limiter, key, estimate, actual));
                 match result {
                     Ok(d) => Outcome::Decision(d),
                     Err(e) => Outcome::Failed(e),
@@ -417,7 +468,7 @@ fn run_case_inner(
                 let (lease, _) = leases
                     .get(lease_name)
                     .ok_or_else(|| format!("step {index}: no lease saved as {lease_name:?} (did its check fail?)"))?;
-                match limiter.release_blocking(key, lease) {
+                match style.release(limiter, key, lease) {
                     Ok(()) => Outcome::Done,
                     Err(e) => Outcome::Failed(e),
                 }
@@ -480,9 +531,9 @@ fn run_case_inner(
 /// Builds a fresh backend for one case, driven by the case's manual clock.
 pub type MakeBackend<'a> = &'a dyn Fn(Arc<ManualClock>) -> Backend;
 
-/// Runs every vector against backends from `make_backend`, reporting every failure, and asserts
-/// the totals. `label` names the backend in the summary line.
-pub fn run_conformance(label: &str, make_backend: MakeBackend) {
+/// Runs every vector against backends from `make_backend`, calling the API in `style`,
+/// reporting every failure, and asserts the totals. `label` names the backend in the summary.
+pub fn run_conformance(label: &str, style: CallStyle, make_backend: MakeBackend) {
     let dir = vectors_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
@@ -530,7 +581,7 @@ pub fn run_conformance(label: &str, make_backend: MakeBackend) {
             continue;
         };
         for case in cases {
-            let (name, kinds, case_failures) = run_case(&file, case, make_backend);
+            let (name, kinds, case_failures) = run_case(&file, case, style, make_backend);
             total += 1;
             if !seen.insert((file.clone(), name.clone())) {
                 failures.push(Failure {
@@ -556,7 +607,11 @@ pub fn run_conformance(label: &str, make_backend: MakeBackend) {
         failed_cases.insert((f.file.clone(), f.case.clone()));
     }
     let kinds_line: Vec<String> = per_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    println!("vectors on {label}: {total} cases, {} failed ({})", failed_cases.len(), kinds_line.join(", "));
+    println!(
+        "vectors on {label} ({style:?} calls): {total} cases, {} failed ({})",
+        failed_cases.len(),
+        kinds_line.join(", ")
+    );
 
     let mut problems = Vec::new();
     if !failures.is_empty() {

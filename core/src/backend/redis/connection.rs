@@ -19,6 +19,7 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, 
 use tokio::sync::{oneshot, Notify};
 
 use super::config::{RedisConfig, TlsConfig};
+use super::direct::{DirectConnection, DirectTarget};
 use crate::error::{Error, Result};
 use crate::runtime::{forked_since, runtime};
 
@@ -29,6 +30,9 @@ const WATCHDOG_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Dedicated connections kept for reuse: one per waiter blocked at once, up to this many.
 const MAX_POOLED_DEDICATED: usize = 1024;
+
+/// Direct connections kept for reuse: one per thread making blocking calls at once, up to this.
+const MAX_POOLED_DIRECT: usize = 256;
 
 /// After a failed connect, calls fail fast for this long before the next attempt, so a dead
 /// server costs callers nothing while recovery is still noticed within a fraction of a second.
@@ -96,6 +100,11 @@ pub(crate) struct Connections {
     in_flight: AtomicUsize,
     /// Calls waiting to be written together by the next [`flush`].
     queue: Mutex<Vec<Queued>>,
+    /// Where blocking calls connect on their own thread; `None` sends them through the runtime.
+    direct_target: Option<DirectTarget>,
+    direct_pool: Mutex<Vec<DirectConnection>>,
+    /// The last failed direct connect: calls fail fast for [`RECONNECT_BACKOFF`] after it.
+    direct_failure: Mutex<Option<(Instant, String)>>,
 }
 
 /// A call waiting in [`Connections::queue`].
@@ -268,6 +277,9 @@ impl Connections {
             blocking_pool: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             queue: Mutex::new(Vec::new()),
+            direct_target: DirectTarget::for_config(config),
+            direct_pool: Mutex::new(Vec::new()),
+            direct_failure: Mutex::new(None),
         })
     }
 
@@ -407,6 +419,9 @@ impl Connections {
         slot.last_failure = None;
         std::mem::forget(std::mem::take(&mut *self.blocking_pool.lock()));
         std::mem::forget(std::mem::take(&mut *self.queue.lock()));
+        // Not closed: a TLS close would write to the socket the parent still uses.
+        std::mem::forget(std::mem::take(&mut *self.direct_pool.lock()));
+        *self.direct_failure.lock() = None;
         self.in_flight.store(0, Ordering::Relaxed);
         self.pid.store(pid, Ordering::Relaxed);
     }
@@ -434,6 +449,48 @@ impl Connections {
     pub(crate) fn give_back(&self, conn: Conn) {
         let mut pool = self.blocking_pool.lock();
         if pool.len() < MAX_POOLED_DEDICATED {
+            pool.push(conn);
+        }
+    }
+
+    /// A connection for the calling thread to drive itself (see [`super::direct`]), connected
+    /// by `until`; `None` where blocking calls go through the runtime instead (a cluster). Give
+    /// it back with [`Self::give_back_direct`] after a call that left it in a clean state.
+    pub(crate) fn direct(&self, until: Instant) -> Result<Option<DirectConnection>> {
+        let Some(target) = &self.direct_target else { return Ok(None) };
+        self.leave_parent_behind();
+        loop {
+            let Some(mut conn) = self.direct_pool.lock().pop() else { break };
+            if conn.is_usable() {
+                return Ok(Some(conn));
+            }
+        }
+        if let Some((at, message)) = &*self.direct_failure.lock() {
+            if at.elapsed() < RECONNECT_BACKOFF {
+                return Err(unavailable(format!("cannot connect to Redis: {message}")));
+            }
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        match target.connect(left.min(self.connect_timeout)) {
+            Ok(conn) => {
+                *self.direct_failure.lock() = None;
+                Ok(Some(conn))
+            }
+            Err(e) => {
+                *self.direct_failure.lock() = Some((Instant::now(), e.to_string()));
+                if e.is_timeout() && left <= self.connect_timeout {
+                    Err(Error::Timeout { message: format!("Redis did not answer connecting within {left:?}") })
+                } else {
+                    Err(unavailable(format!("cannot connect to Redis: {e}")))
+                }
+            }
+        }
+    }
+
+    /// Returns a direct connection to the pool.
+    pub(crate) fn give_back_direct(&self, conn: DirectConnection) {
+        let mut pool = self.direct_pool.lock();
+        if pool.len() < MAX_POOLED_DIRECT {
             pool.push(conn);
         }
     }

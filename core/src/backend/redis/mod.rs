@@ -4,6 +4,7 @@
 
 pub(crate) mod config;
 pub(crate) mod connection;
+pub(crate) mod direct;
 pub(crate) mod keys;
 pub(crate) mod scripts;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 use config::{FailurePolicy, RedisConfig};
 use connection::Connections;
 use keys::{validate_prefix, KeyBuilder};
+use redis::Cmd;
 use scripts::LuaScript;
 
 use super::memory::{MemoryBackend, MemoryConfig};
@@ -66,6 +68,14 @@ pub(crate) struct PolicyCounters {
     pub failed_open: AtomicU64,
     pub fell_back: AtomicU64,
     pub failed: AtomicU64,
+}
+
+/// One script call, ready to send.
+struct ScriptCall {
+    script: &'static LuaScript,
+    cmd: Cmd,
+    /// The list a refused concurrent caller waits on.
+    wake_key: Option<String>,
 }
 
 /// See the module documentation.
@@ -125,11 +135,6 @@ impl RedisBackend {
         self.manual_clock.as_ref().map(|c| c.now_micros().to_string()).unwrap_or_default()
     }
 
-    /// Runs a command built with [`LuaScript::evalsha`].
-    async fn run_cmd(&self, script: &LuaScript, evalsha: redis::Cmd) -> Result<Vec<i64>> {
-        scripts::run_cmd(&self.connections, self.deadline, script, evalsha).await
-    }
-
     /// Runs `op` for (`kind`, `name`, `key`), applying the failure policy when Redis fails.
     /// `fallback` is the limiter's scaled algorithm and namespace in [`Self::fallback`].
     pub(crate) async fn execute(
@@ -141,12 +146,61 @@ impl RedisBackend {
         fallback: Option<&(Algorithm, u32)>,
         op: Op,
     ) -> Result<Outcome> {
-        if let (Op::Release { lease_id }, Some((algorithm, namespace))) = (op, fallback) {
-            if lease_id & FALLBACK_LEASE_BIT != 0 {
-                return self.fallback.execute(*namespace, key, algorithm, op);
-            }
+        if let Some(released) = self.fallback_release(key, fallback, op) {
+            return released;
         }
-        let error = match self.remote(kind, name, key, algorithm, op).await {
+        let remote = match self.prepare(kind, name, key, algorithm, op) {
+            Ok(call) => {
+                let reply = scripts::run_cmd(&self.connections, self.deadline, call.script, call.cmd).await;
+                reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply))
+            }
+            Err(e) => Err(e),
+        };
+        self.apply_policy(remote, key, algorithm, fallback, op)
+    }
+
+    /// The blocking form of [`Self::execute`]: the calling thread does the I/O itself where it
+    /// can (see [`direct`]).
+    pub(crate) fn execute_blocking(
+        self: &Arc<Self>,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        algorithm: &Algorithm,
+        fallback: Option<&(Algorithm, u32)>,
+        op: Op,
+    ) -> Result<Outcome> {
+        if let Some(released) = self.fallback_release(key, fallback, op) {
+            return released;
+        }
+        let remote = self.prepare(kind, name, key, algorithm, op).and_then(|call| {
+            let reply = scripts::run_cmd_blocking(&self.connections, self.deadline, call.script, call.cmd)?;
+            self.finish(algorithm, op, call.wake_key, reply)
+        });
+        self.apply_policy(remote, key, algorithm, fallback, op)
+    }
+
+    /// A lease granted by the fallback limiter goes back to it, even if Redis has recovered.
+    fn fallback_release(&self, key: &str, fallback: Option<&(Algorithm, u32)>, op: Op) -> Option<Result<Outcome>> {
+        match (op, fallback) {
+            (Op::Release { lease_id }, Some((algorithm, namespace))) if lease_id & FALLBACK_LEASE_BIT != 0 => {
+                Some(self.fallback.execute(*namespace, key, algorithm, op))
+            }
+            _ => None,
+        }
+    }
+
+    /// What a call returns given what Redis did: the failure policy applies to an unreachable
+    /// or late Redis, never to other errors.
+    fn apply_policy(
+        &self,
+        remote: Result<Outcome>,
+        key: &str,
+        algorithm: &Algorithm,
+        fallback: Option<&(Algorithm, u32)>,
+        op: Op,
+    ) -> Result<Outcome> {
+        let error = match remote {
             Ok(outcome) => return Ok(outcome),
             Err(e @ (Error::BackendUnavailable { .. } | Error::Timeout { .. })) => e,
             Err(e) => return Err(e),
@@ -171,14 +225,8 @@ impl RedisBackend {
         }
     }
 
-    async fn remote(
-        self: &Arc<Self>,
-        kind: Kind,
-        name: &str,
-        key: &str,
-        algorithm: &Algorithm,
-        op: Op,
-    ) -> Result<Outcome> {
+    /// The script call that performs `op`.
+    fn prepare(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm, op: Op) -> Result<ScriptCall> {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let now = self.now_arg();
         let verb = |op: Op| match op {
@@ -188,7 +236,7 @@ impl RedisBackend {
             Op::Release { .. } => "release",
             Op::Extend { .. } => "extend",
         };
-        let plain = |reply: Vec<i64>| Ok(Outcome::of(decision_from(&reply)));
+        let call = |script: &'static LuaScript, cmd: Cmd| Ok(ScriptCall { script, cmd, wake_key: None });
         match (algorithm, op) {
             (Algorithm::Gcra(g), Op::Check { .. } | Op::Peek | Op::Adjust { .. }) => {
                 let (first, second) = match op {
@@ -200,7 +248,7 @@ impl RedisBackend {
                 let mut cmd = scripts::GCRA.evalsha(1);
                 cmd.arg(keys.key("s")).arg(verb(op)).arg(now).arg(g.emission_us).arg(g.tau_us).arg(g.capacity);
                 cmd.arg(first).arg(second);
-                plain(self.run_cmd(&scripts::GCRA, cmd).await?)
+                call(&scripts::GCRA, cmd)
             }
             (Algorithm::Sliding(s), Op::Check { .. } | Op::Peek) => {
                 let mut cmd = scripts::SLIDING.evalsha(1);
@@ -208,7 +256,7 @@ impl RedisBackend {
                 for l in s.limits.iter() {
                     cmd.arg(l.limit).arg(l.duration_us).arg(l.precision_us).arg(l.blocks);
                 }
-                plain(self.run_cmd(&scripts::SLIDING, cmd).await?)
+                call(&scripts::SLIDING, cmd)
             }
             (Algorithm::Log(l), Op::Check { .. } | Op::Peek) => {
                 let mut cmd = scripts::LOG.evalsha(2);
@@ -217,7 +265,7 @@ impl RedisBackend {
                 for &(limit, interval) in l.windows.iter() {
                     cmd.arg(limit).arg(interval);
                 }
-                plain(self.run_cmd(&scripts::LOG, cmd).await?)
+                call(&scripts::LOG, cmd)
             }
             (Algorithm::Concurrent(c), Op::Check { .. } | Op::Peek | Op::Release { .. } | Op::Extend { .. }) => {
                 let lease_id = match op {
@@ -228,33 +276,44 @@ impl RedisBackend {
                 let mut cmd = scripts::CONCURRENT.evalsha(3);
                 cmd.arg(keys.key("h")).arg(keys.key("t")).arg(&wake_key);
                 cmd.arg(verb(op)).arg(now).arg(c.limit).arg(c.lock_us).arg(format!("{lease_id:032x}"));
-                let reply = self.run_cmd(&scripts::CONCURRENT, cmd).await?;
-                if let Op::Release { .. } | Op::Extend { .. } = op {
-                    let mut d = decision(true, c.limit, 0, 0, 0);
-                    d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;
-                    return match reply.first() {
-                        Some(1) => Ok(Outcome { lease_overdue: reply.get(2) == Some(&1), ..Outcome::of(d) }),
-                        _ => Err(Error::lease_lost()),
-                    };
-                }
-                let mut d = decision_from(&reply);
-                let wake = if d.allowed {
-                    if let Op::Check { .. } = op {
-                        d.lease = Some(Lease {
-                            id: lease_id,
-                            fencing_token: reply.get(6).copied().unwrap_or(0) as u64,
-                            granted_at_micros: d.decided_at_micros,
-                        });
-                    }
-                    None
-                } else {
-                    Some(Wake::Redis { backend: self.clone(), list_key: wake_key })
-                };
-                let reclaimed = reply.get(7).copied().unwrap_or(0).max(0) as u64;
-                Ok(Outcome { decision: d, wake, reclaimed, lease_overdue: false })
+                Ok(ScriptCall { script: &scripts::CONCURRENT, cmd, wake_key: Some(wake_key) })
             }
             (algorithm, op) => Err(Error::invalid("operation", format!("{op:?} does not apply to {algorithm:?}"))),
         }
+    }
+
+    /// The outcome of `op` from its script's `reply`.
+    fn finish(
+        self: &Arc<Self>,
+        algorithm: &Algorithm,
+        op: Op,
+        wake_key: Option<String>,
+        reply: Vec<i64>,
+    ) -> Result<Outcome> {
+        let Algorithm::Concurrent(c) = algorithm else { return Ok(Outcome::of(decision_from(&reply))) };
+        if let Op::Release { .. } | Op::Extend { .. } = op {
+            let mut d = decision(true, c.limit, 0, 0, 0);
+            d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;
+            return match reply.first() {
+                Some(1) => Ok(Outcome { lease_overdue: reply.get(2) == Some(&1), ..Outcome::of(d) }),
+                _ => Err(Error::lease_lost()),
+            };
+        }
+        let mut d = decision_from(&reply);
+        let wake = if d.allowed {
+            if let Op::Check { lease_id, .. } = op {
+                d.lease = Some(Lease {
+                    id: lease_id,
+                    fencing_token: reply.get(6).copied().unwrap_or(0) as u64,
+                    granted_at_micros: d.decided_at_micros,
+                });
+            }
+            None
+        } else {
+            wake_key.map(|list_key| Wake::Redis { backend: self.clone(), list_key })
+        };
+        let reclaimed = reply.get(7).copied().unwrap_or(0).max(0) as u64;
+        Ok(Outcome { decision: d, wake, reclaimed, lease_overdue: false })
     }
 
     /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.

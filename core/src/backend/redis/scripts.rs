@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::connection::{Conn, Connections};
 use crate::error::{Error, Result};
+use crate::runtime::block_on;
 
 /// A Lua script: its body, and the SHA1 that EVALSHA names it by.
 pub(crate) struct LuaScript {
@@ -117,8 +118,7 @@ pub(crate) async fn run_cmd(
         match reply {
             Ok(values) => return Ok(values),
             Err(e) if did_not_run(&e) && attempt < MAX_ATTEMPTS => {
-                // The cluster client is refreshing its slot map; give it a moment.
-                let pause = Instant::now() + Duration::from_millis(5 << attempt.min(4));
+                let pause = Instant::now() + retry_pause(attempt);
                 tokio::time::sleep_until(pause.min(until)).await;
                 if Instant::now() >= until {
                     return Err(timed_out("(cluster redirects)"));
@@ -127,6 +127,61 @@ pub(crate) async fn run_cmd(
             Err(e) => {
                 if breaks_connection(&e) {
                     connections.invalidate(generation);
+                }
+                return Err(Error::BackendUnavailable { message: format!("Redis: {e}") });
+            }
+        }
+    }
+}
+
+/// How long to wait before retrying after answer number `attempt` proved the script did not
+/// run: the cluster client may be refreshing its slot map, a server may be loading its data.
+fn retry_pause(attempt: u32) -> Duration {
+    Duration::from_millis(5 << attempt.min(4))
+}
+
+/// The blocking form of [`run_cmd`]: on a standalone server the calling thread sends the call on
+/// a direct connection of its own (see [`super::direct`]); on a cluster it waits for the
+/// runtime to run [`run_cmd`].
+pub(crate) fn run_cmd_blocking(
+    connections: &Arc<Connections>,
+    deadline: Duration,
+    script: &LuaScript,
+    evalsha: Cmd,
+) -> Result<Vec<i64>> {
+    let until = std::time::Instant::now() + deadline;
+    let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
+    let Some(mut conn) = connections.direct(until)? else {
+        return block_on(run_cmd(connections, deadline, script, evalsha));
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let reply = match conn.request(&evalsha, until).and_then(parse) {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                conn.request(&script.eval_of(&evalsha), until).and_then(parse)
+            }
+            other => other,
+        };
+        match reply {
+            Ok(values) => {
+                connections.give_back_direct(conn);
+                return Ok(values);
+            }
+            Err(e) if did_not_run(&e) && attempt < MAX_ATTEMPTS => {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                std::thread::sleep(retry_pause(attempt).min(left));
+                if std::time::Instant::now() >= until {
+                    connections.give_back_direct(conn);
+                    return Err(timed_out("(server busy)"));
+                }
+            }
+            // The connection is dropped: its reply may still arrive.
+            Err(e) if e.is_timeout() => return Err(timed_out("the script")),
+            Err(e) => {
+                // Only a server's error reply leaves the connection between replies.
+                if let ErrorKind::Server(_) = e.kind() {
+                    connections.give_back_direct(conn);
                 }
                 return Err(Error::BackendUnavailable { message: format!("Redis: {e}") });
             }

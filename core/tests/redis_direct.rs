@@ -1,0 +1,94 @@
+//! Blocking calls on a standalone server (plain and TLS) go over connections the calling threads
+//! drive themselves: one per thread calling at the same time, reused from call to call, never
+//! the runtime's shared connection.
+
+mod support;
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use ratekeeper::{Backend, RedisConfig, TlsConfig};
+use support::RedisServer;
+
+const THREADS: usize = 4;
+const CALLS: u64 = 200;
+
+/// The server's client connections other than redis-cli's own, as CLIENT LIST lines.
+fn library_clients(server: &RedisServer) -> Vec<String> {
+    server.cli(&["CLIENT", "LIST"]).lines().filter(|l| !l.contains("cmd=client")).map(str::to_owned).collect()
+}
+
+fn connections_received(server: &RedisServer) -> u64 {
+    let info = server.cli(&["INFO", "stats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO stats has total_connections_received:\n{info}"))
+}
+
+fn blocking_calls_drive_their_own_connections(server: &RedisServer, backend: Backend) {
+    let limiter = backend.token_bucket("direct", 1.0, 1_000_000).unwrap();
+
+    // One blocking call, then long enough for the runtime's watchdog to have pinged a shared
+    // connection twice, had there been one: the only connection's last command is the script
+    // (EVAL, since a new server has no script cached).
+    assert!(limiter.check_blocking(Some("first"), 1).unwrap().allowed);
+    std::thread::sleep(Duration::from_millis(600));
+    let clients = library_clients(server);
+    assert_eq!(clients.len(), 1, "one connection after one blocking call: {clients:#?}");
+    assert!(
+        clients[0].contains("cmd=eval ") || clients[0].contains("cmd=evalsha "),
+        "the blocking call's own connection, not the shared one: {clients:?}"
+    );
+
+    // Threads calling at the same time each take a connection; all of them are kept for reuse.
+    let before = connections_received(server);
+    let mut round = 0;
+    let most = loop {
+        round += 1;
+        let start = Arc::new(Barrier::new(THREADS));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (limiter, start) = (limiter.clone(), start.clone());
+                std::thread::spawn(move || {
+                    let key = format!("round{round}-thread{t}");
+                    start.wait();
+                    for i in 1..=CALLS {
+                        let d = limiter.check_blocking(Some(&key), 1).expect("Redis answers");
+                        assert_eq!(d.remaining, 1_000_000 - i, "{key}: Redis counted every call once");
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().expect("a calling thread"));
+        let open = library_clients(server).len();
+        if open >= 2 || round == 20 {
+            break open;
+        }
+    };
+    assert!(most >= 2, "{THREADS} threads calling at once must not share one connection ({round} rounds)");
+    let opened = connections_received(server) - before;
+    // redis-cli's own connections: one per round (CLIENT LIST) and the last INFO.
+    let by_cli = round as u64 + 1;
+    assert!(
+        opened - by_cli <= THREADS as u64,
+        "connections are reused: {} opened for {} calls by {THREADS} threads",
+        opened - by_cli,
+        round as u64 * CALLS * THREADS as u64
+    );
+}
+
+#[test]
+fn blocking_calls_drive_their_own_connections_on_redis() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    blocking_calls_drive_their_own_connections(&server, backend);
+}
+
+#[test]
+fn blocking_calls_drive_their_own_connections_over_tls() {
+    let server = RedisServer::start_tls();
+    let ca = server.tls.as_ref().unwrap().ca_pem();
+    let config = RedisConfig::new(server.url()).tls(TlsConfig::with_ca_pem(ca)).deadline(Duration::from_secs(5));
+    blocking_calls_drive_their_own_connections(&server, Backend::redis_with(config).unwrap());
+}
