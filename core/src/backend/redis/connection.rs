@@ -20,6 +20,7 @@ use tokio::sync::{oneshot, Notify};
 
 use super::config::{RedisConfig, TlsConfig};
 use super::direct::{DirectConnection, DirectTarget};
+use super::scripts;
 use crate::error::{Error, Result};
 use crate::runtime::{forked_since, runtime};
 
@@ -133,49 +134,93 @@ struct SetKey {
     connect_timeout: Duration,
 }
 
-/// Writes every queued call as one pipeline and hands each caller its own reply.
+/// Writes every queued call as one pipeline and hands each caller its own reply. Calls of the
+/// same script travel as batches (see [`scripts::batch`]): one script invocation for many calls.
 async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
     // Let the tasks that are ready to run (typically the callers just answered, making their
     // next call) queue theirs first.
     tokio::task::yield_now().await;
     let queued = std::mem::take(&mut *connections.queue.lock());
     drop(connections);
-    let mut pipe = Pipeline::with_capacity(queued.len());
-    let mut replies = Vec::with_capacity(queued.len());
-    let mut until = None;
-    for call in queued {
-        // A caller that gave up (deadline, cancellation) is not sent, as the multiplexed
-        // connection does for its own requests.
-        if !call.reply.is_closed() {
-            pipe.add_command(call.cmd);
-            replies.push(call.reply);
-            until = until.max(Some(call.until));
+    // A caller that gave up (deadline, cancellation) is not sent, as the multiplexed
+    // connection does for its own requests.
+    let live: Vec<Queued> = queued.into_iter().filter(|call| !call.reply.is_closed()).collect();
+    let Some(until) = live.iter().map(|call| call.until).max() else { return };
+    // Each pipeline entry answers the callers listed for it: one, or a batch in call order.
+    let mut entries: Vec<Vec<oneshot::Sender<redis::RedisResult<Value>>>> = Vec::new();
+    let mut pipe = Pipeline::with_capacity(live.len());
+    let mut by_script: Vec<(Vec<u8>, Vec<Queued>)> = Vec::new();
+    for call in live {
+        let sha = script_of(&call.cmd);
+        let batchable =
+            |(s, group): &&mut (Vec<u8>, Vec<Queued>)| !sha.is_empty() && *s == sha && group.len() < scripts::MAX_BATCH;
+        match by_script.iter_mut().find(batchable) {
+            Some((_, group)) => group.push(call),
+            None => by_script.push((sha, vec![call])),
         }
     }
-    let Some(until) = until else { return };
+    for (_, group) in by_script {
+        if group.len() == 1 {
+            let call = group.into_iter().next().expect("one call");
+            pipe.add_command(call.cmd);
+            entries.push(vec![call.reply]);
+        } else {
+            pipe.add_command(scripts::batch(&group.iter().map(|call| &call.cmd).collect::<Vec<_>>()));
+            entries.push(group.into_iter().map(|call| call.reply).collect());
+        }
+    }
     // Bounded by the latest caller deadline: by then every caller has stopped waiting.
-    let Ok(result) = tokio::time::timeout_at(until, conn.send_packed_commands(&pipe, 0, replies.len())).await else {
+    let Ok(result) = tokio::time::timeout_at(until, conn.send_packed_commands(&pipe, 0, entries.len())).await else {
         return;
     };
+    let broken = |message: &'static str| Err(redis::RedisError::from((redis::ErrorKind::Parse, message)));
     match result {
-        Ok(values) if values.len() == replies.len() => {
-            for (reply, value) in replies.into_iter().zip(values) {
-                let _ = reply.send(Ok(value));
+        Ok(values) if values.len() == entries.len() => {
+            for (callers, value) in entries.into_iter().zip(values) {
+                if callers.len() == 1 {
+                    callers.into_iter().for_each(|reply| drop(reply.send(Ok(value.clone()))));
+                    continue;
+                }
+                match value {
+                    Value::Array(replies) if replies.len() == callers.len() => {
+                        for (reply, value) in callers.into_iter().zip(replies) {
+                            let _ = reply.send(Ok(value));
+                        }
+                    }
+                    // The batch did not run (NOSCRIPT, LOADING, …): each caller sees why, and
+                    // retries or falls back to EVAL on its own.
+                    Value::ServerError(_) => {
+                        for reply in callers {
+                            let _ = reply.send(Ok(value.clone()));
+                        }
+                    }
+                    _ => {
+                        for reply in callers {
+                            let _ = reply.send(broken("a batch of calls got an unexpected reply"));
+                        }
+                    }
+                }
             }
         }
         Ok(_) => {
-            for reply in replies {
-                let _ = reply.send(Err(redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "a batch of calls got an unexpected number of replies",
-                ))));
+            for reply in entries.into_iter().flatten() {
+                let _ = reply.send(broken("a pipeline of calls got an unexpected number of replies"));
             }
         }
         Err(e) => {
-            for reply in replies {
+            for reply in entries.into_iter().flatten() {
                 let _ = reply.send(Err(e.clone()));
             }
         }
+    }
+}
+
+/// The SHA1 an EVALSHA names (empty for any other command, which is never batched).
+fn script_of(cmd: &Cmd) -> Vec<u8> {
+    let mut args = cmd.args_iter();
+    match (args.next(), args.next()) {
+        (Some(redis::Arg::Simple(b"EVALSHA")), Some(redis::Arg::Simple(sha))) => sha.to_vec(),
+        _ => Vec::new(),
     }
 }
 

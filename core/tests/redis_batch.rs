@@ -1,0 +1,101 @@
+//! Concurrent async calls on a standalone server travel as batches: one script invocation
+//! answering many calls. Each call of a batch is decided as if alone (in order, each seeing the
+//! writes of the calls before it), and each call's error is its own.
+
+mod support;
+
+use std::time::Duration;
+
+use ratekeeper::{runtime, Backend, ErrorKind, RedisConfig};
+use support::RedisServer;
+
+const TASKS: usize = 64;
+
+fn commandstat(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs `TASKS` concurrent checks of `limiter` on the keys `key_of(task)`, returning the results
+/// in task order.
+fn concurrent_checks(
+    limiter: &ratekeeper::Limiter,
+    key_of: impl Fn(usize) -> String,
+) -> Vec<ratekeeper::Result<ratekeeper::Decision>> {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (limiter, key) = (limiter.clone(), key_of(t));
+            runtime().spawn(async move { limiter.check(Some(&key), 1).await })
+        })
+        .collect();
+    tasks.into_iter().map(|t| ratekeeper::block_on(t).expect("a check task")).collect()
+}
+
+#[test]
+fn concurrent_calls_share_script_invocations_and_each_is_decided_in_turn() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    // 40 of the 64 concurrent checks on one key fit: each must see the ones before it.
+    let limiter = backend.token_bucket("batched", 0.001, 40).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    let mut rounds = 0;
+    let mut checks = 0;
+    loop {
+        rounds += 1;
+        let key = format!("shared-{rounds}");
+        let results = concurrent_checks(&limiter, |_| key.clone());
+        checks += TASKS as u64;
+        let decisions: Vec<_> = results.into_iter().map(|r| r.expect("Redis answers")).collect();
+        let allowed = decisions.iter().filter(|d| d.allowed).count();
+        assert_eq!(allowed, 40, "exactly the capacity is admitted, batched or not");
+        let mut remaining: Vec<u64> = decisions.iter().filter(|d| d.allowed).map(|d| d.remaining).collect();
+        remaining.sort_unstable();
+        assert_eq!(remaining, (0..40).collect::<Vec<_>>(), "every admitted call saw every admission before it");
+        let invocations = commandstat(&server, "evalsha");
+        if invocations < checks || rounds == 10 {
+            assert!(
+                invocations < checks,
+                "{checks} concurrent checks were sent as {invocations} script invocations: never batched"
+            );
+            break;
+        }
+    }
+}
+
+#[test]
+fn a_failing_call_in_a_batch_fails_alone() {
+    let server = RedisServer::start();
+    let backend =
+        Backend::redis_with(RedisConfig::new(server.url()).prefix("iso").deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.token_bucket("isolated", 1.0, 1_000).unwrap();
+    assert!(limiter.check_blocking(Some("poisoned"), 1).unwrap().allowed);
+    // The key's state replaced by a value of the wrong type: the script fails on it.
+    let state = server.cli(&["--scan", "--pattern", "iso:*:poisoned"]);
+    assert_eq!(state.lines().count(), 1, "one state key: {state:?}");
+    server.cli(&["DEL", state.trim()]);
+    server.cli(&["HSET", state.trim(), "field", "1"]);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    for round in 0..10 {
+        let results = concurrent_checks(&limiter, |t| if t == 7 { "poisoned".into() } else { format!("r{round}-{t}") });
+        for (t, result) in results.iter().enumerate() {
+            match (t, result) {
+                (7, Err(e)) => assert_eq!(e.kind(), ErrorKind::BackendUnavailable, "{e}"),
+                (7, Ok(d)) => panic!("a check on a key of the wrong type succeeded: {d:?}"),
+                (_, Ok(d)) => assert!(d.allowed && d.remaining == 999, "task {t}: {d:?}"),
+                (_, Err(e)) => panic!("task {t} failed with the poisoned call: {e}"),
+            }
+        }
+        if commandstat(&server, "evalsha") < TASKS as u64 * (round + 1) {
+            return; // the poisoned call shared a batch with others at least once
+        }
+    }
+    panic!("the concurrent checks were never batched");
+}
