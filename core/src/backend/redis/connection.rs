@@ -149,11 +149,12 @@ async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
     // Each pipeline entry answers the callers listed for it: one, or a batch in call order.
     let mut entries: Vec<Vec<oneshot::Sender<redis::RedisResult<Value>>>> = Vec::new();
     let mut pipe = Pipeline::with_capacity(live.len());
-    let mut by_script: Vec<(Vec<u8>, Vec<Queued>)> = Vec::new();
+    let mut by_script: Vec<(Option<ScriptId>, Vec<Queued>)> = Vec::new();
     for call in live {
         let sha = script_of(&call.cmd);
-        let batchable =
-            |(s, group): &&mut (Vec<u8>, Vec<Queued>)| !sha.is_empty() && *s == sha && group.len() < scripts::MAX_BATCH;
+        let batchable = |(s, group): &&mut (Option<ScriptId>, Vec<Queued>)| {
+            sha.is_some() && *s == sha && group.len() < scripts::MAX_BATCH
+        };
         match by_script.iter_mut().find(batchable) {
             Some((_, group)) => group.push(call),
             None => by_script.push((sha, vec![call])),
@@ -177,13 +178,14 @@ async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
     match result {
         Ok(values) if values.len() == entries.len() => {
             for (callers, value) in entries.into_iter().zip(values) {
+                let mut callers = callers.into_iter();
                 if callers.len() == 1 {
-                    callers.into_iter().for_each(|reply| drop(reply.send(Ok(value.clone()))));
+                    let _ = callers.next().expect("one caller").send(Ok(value));
                     continue;
                 }
                 match value {
                     Value::Array(replies) if replies.len() == callers.len() => {
-                        for (reply, value) in callers.into_iter().zip(replies) {
+                        for (reply, value) in callers.zip(replies) {
                             let _ = reply.send(Ok(value));
                         }
                     }
@@ -215,12 +217,15 @@ async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
     }
 }
 
-/// The SHA1 an EVALSHA names (empty for any other command, which is never batched).
-fn script_of(cmd: &Cmd) -> Vec<u8> {
+/// A script's SHA1 in hex, as EVALSHA names it.
+type ScriptId = [u8; 40];
+
+/// The script an EVALSHA names (`None` for any other command, which is never batched).
+fn script_of(cmd: &Cmd) -> Option<ScriptId> {
     let mut args = cmd.args_iter();
     match (args.next(), args.next()) {
-        (Some(redis::Arg::Simple(b"EVALSHA")), Some(redis::Arg::Simple(sha))) => sha.to_vec(),
-        _ => Vec::new(),
+        (Some(redis::Arg::Simple(b"EVALSHA")), Some(redis::Arg::Simple(sha))) => sha.try_into().ok(),
+        _ => None,
     }
 }
 
