@@ -18,6 +18,7 @@
 mod backend;
 mod clock;
 mod decision;
+pub mod driven;
 mod error;
 mod limiter;
 mod limiter_handle;

@@ -97,6 +97,9 @@ struct EnvState {
     next_id: f64,
     /// Keeps the two typed arrays alive.
     _buffers: [sys::napi_ref; 2],
+    /// `onSettled`, for settling from a libuv callback (see [`settle_from_loop`]).
+    on_settled: sys::napi_ref,
+    async_context: sys::napi_async_context,
 }
 
 thread_local! {
@@ -148,9 +151,13 @@ pub fn init_bridge(env: Env, on_settled: Unknown<'_>, records: Unknown<'_>, sync
     unsafe { sys::napi_unref_threadsafe_function(raw, tsfn) };
     shared.queue.lock().unwrap_or_else(|e| e.into_inner()).1 = tsfn as usize;
     let mut refs = [ptr::null_mut(); 2];
+    let (mut on_settled_ref, mut async_context, mut resource) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
     unsafe {
         sys::napi_create_reference(raw, records.value().value, 1, &mut refs[0]);
         sys::napi_create_reference(raw, sync_out.value().value, 1, &mut refs[1]);
+        sys::napi_create_reference(raw, on_settled.value().value, 1, &mut on_settled_ref);
+        sys::napi_create_object(raw, &mut resource);
+        napi::check_status!(sys::napi_async_init(raw, resource, name, &mut async_context))?;
         sys::napi_add_env_cleanup_hook(raw, Some(env_cleanup), ptr::null_mut());
     }
     STATE.with(|s| {
@@ -164,6 +171,8 @@ pub fn init_bridge(env: Env, on_settled: Unknown<'_>, records: Unknown<'_>, sync
             running: 0,
             next_id: 1.0,
             _buffers: refs,
+            on_settled: on_settled_ref,
+            async_context,
         })
     });
     Ok(())
@@ -172,6 +181,7 @@ pub fn init_bridge(env: Env, on_settled: Unknown<'_>, records: Unknown<'_>, sync
 /// The environment is going away: forget its bridge (its thread-safe function is finalized by
 /// Node right after, see `finalize`).
 unsafe extern "C" fn env_cleanup(_: *mut std::ffi::c_void) {
+    crate::driven::close_all();
     let state = STATE.with(|s| s.borrow_mut().take());
     if let Some(state) = state {
         state.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).1 = 0;
@@ -267,13 +277,40 @@ where
             }
         }
     }
-    let id = STATE.with(|s| -> napi::Result<f64> {
+    let id = next_id()?;
+    spawn(id, future);
+    id_value(env.raw(), id)
+}
+
+/// A new call id (see the module documentation).
+pub fn next_id() -> napi::Result<f64> {
+    STATE.with(|s| {
         let mut state = s.borrow_mut();
         let state = state
             .as_mut()
             .ok_or_else(|| napi::Error::from_reason("ratekeeper: index.js did not initialise the addon"))?;
         let id = state.next_id;
         state.next_id += 1.0;
+        Ok(id)
+    })
+}
+
+/// A call id as the value a native call returns.
+pub fn id_value(env: sys::napi_env, id: f64) -> napi::Result<ReplyValue> {
+    let mut value = ptr::null_mut();
+    napi::check_status!(unsafe { sys::napi_create_double(env, id, &mut value) })?;
+    Ok(ReplyValue(value))
+}
+
+/// Runs call `id` on the core's runtime; the drain settles it.
+pub fn spawn<F>(id: f64, future: F)
+where
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    let future = Box::pin(future);
+    STATE.with(|s| {
+        let mut state = s.borrow_mut();
+        let Some(state) = state.as_mut() else { return };
         if state.running == 0 {
             unsafe { sys::napi_ref_threadsafe_function(state.env, state.tsfn) };
         }
@@ -283,11 +320,7 @@ where
             let outcome = CatchPanic(future).await;
             shared.complete(Completion { id, outcome });
         });
-        Ok(id)
-    })?;
-    let mut value = ptr::null_mut();
-    unsafe { sys::napi_create_double(env.raw(), id, &mut value) };
-    Ok(ReplyValue(value))
+    });
 }
 
 /// The thread-safe function's callback, on the JavaScript thread: settles every finished call.
@@ -305,18 +338,44 @@ unsafe extern "C" fn drain(
     if completions.is_empty() {
         return;
     }
+    let settled = completions.len();
+    settle(env, completions.into_iter().map(|c| (c.id, c.outcome)), |args| {
+        let mut result = ptr::null_mut();
+        let mut undefined = ptr::null_mut();
+        unsafe {
+            sys::napi_get_undefined(env, &mut undefined);
+            // An exception thrown by the callback (a bug in index.js) surfaces as uncaught.
+            sys::napi_call_function(env, undefined, callback, 2, args.as_ptr(), &mut result);
+        }
+    });
+    STATE.with(|s| {
+        if let Some(state) = s.borrow_mut().as_mut() {
+            state.running = state.running.saturating_sub(settled);
+            if state.running == 0 {
+                unsafe { sys::napi_unref_threadsafe_function(env, state.tsfn) };
+            }
+        }
+    });
+}
+
+/// Writes finished calls as records and hands them to `deliver([count, values])` (once per
+/// `records`' capacity): on the JavaScript thread, inside a handle scope.
+fn settle(
+    env: sys::napi_env,
+    finished: impl Iterator<Item = (f64, Result<Outcome, Box<dyn Any + Send>>)>,
+    deliver: impl Fn([sys::napi_value; 2]),
+) {
     let Some((records, capacity)) = STATE.with(|s| s.borrow().as_ref().map(|st| (st.records, st.capacity))) else {
         return;
     };
-    let settled = completions.len();
-    let mut completions = completions.into_iter().peekable();
-    while completions.peek().is_some() {
+    let mut finished = finished.peekable();
+    while finished.peek().is_some() {
         let mut values = ptr::null_mut();
         unsafe { sys::napi_create_array(env, &mut values) };
         let mut count = 0usize;
         let mut value_count = 0u32;
         while count < capacity {
-            let Some(Completion { id, outcome }) = completions.next() else { break };
+            let Some((id, outcome)) = finished.next() else { break };
             let record = unsafe { records.add(count * RECORD) };
             let (kind, value) = match outcome {
                 Ok(Ok(Payload::Decision(d, _))) if is_plain(&d) => {
@@ -341,23 +400,44 @@ unsafe extern "C" fn drain(
             }
             count += 1;
         }
-        let (mut count_value, mut undefined, mut result) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
-        unsafe {
-            sys::napi_create_double(env, count as f64, &mut count_value);
-            sys::napi_get_undefined(env, &mut undefined);
-            let args = [count_value, values];
-            // An exception thrown by the callback (a bug in index.js) surfaces as uncaught.
-            sys::napi_call_function(env, undefined, callback, 2, args.as_ptr(), &mut result);
-        }
+        let mut count_value = ptr::null_mut();
+        unsafe { sys::napi_create_double(env, count as f64, &mut count_value) };
+        deliver([count_value, values]);
     }
-    STATE.with(|s| {
-        if let Some(state) = s.borrow_mut().as_mut() {
-            state.running = state.running.saturating_sub(settled);
-            if state.running == 0 {
-                unsafe { sys::napi_unref_threadsafe_function(env, state.tsfn) };
-            }
+}
+
+/// Settles `finished` calls from a libuv callback (no JavaScript on the stack): in a handle
+/// scope, through `napi_make_callback`, so the Promise continuations (microtasks) run right
+/// after, as they do after any I/O callback.
+pub fn settle_from_loop(finished: Vec<(f64, Outcome)>) {
+    let Some((env, on_settled, async_context)) =
+        STATE.with(|s| s.borrow().as_ref().map(|st| (st.env, st.on_settled, st.async_context)))
+    else {
+        return;
+    };
+    if finished.is_empty() {
+        return;
+    }
+    unsafe {
+        let mut scope = ptr::null_mut();
+        if sys::napi_open_handle_scope(env, &mut scope) != sys::Status::napi_ok {
+            return;
         }
-    });
+        let (mut callback, mut global) = (ptr::null_mut(), ptr::null_mut());
+        sys::napi_get_reference_value(env, on_settled, &mut callback);
+        sys::napi_get_global(env, &mut global);
+        settle(env, finished.into_iter().map(|(id, outcome)| (id, Ok(outcome))), |args| {
+            let mut result = ptr::null_mut();
+            let status = sys::napi_make_callback(env, async_context, global, callback, 2, args.as_ptr(), &mut result);
+            if status == sys::Status::napi_pending_exception {
+                // A bug in index.js: report it as uncaught, as Node does for its own callbacks.
+                let mut error = ptr::null_mut();
+                sys::napi_get_and_clear_last_exception(env, &mut error);
+                sys::napi_fatal_exception(env, error);
+            }
+        });
+        sys::napi_close_handle_scope(env, scope);
+    }
 }
 
 /// A JavaScript value returned as is.

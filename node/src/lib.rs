@@ -5,6 +5,7 @@
 //! - [`runtime`]: the core's runtime runs every call (and is registered with napi in `init`).
 //! - [`bridge`]: results reach JavaScript during the call, or batched through one thread-safe
 //!   function per environment; index.js makes the Promises.
+//! - [`driven`]: Redis calls on a connection the JavaScript thread polls itself (libuv).
 //! - [`error`]: the one conversion of core errors into `Error` objects with a stable `code`.
 //! - [`args`]: reading JavaScript arguments; [`decision`]: the results.
 //! - [`backend`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
@@ -15,6 +16,7 @@ mod backend;
 mod bridge;
 mod clock;
 mod decision;
+mod driven;
 mod error;
 mod limiter;
 mod runtime;

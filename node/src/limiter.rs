@@ -6,6 +6,7 @@ use std::sync::Arc;
 use napi::bindgen_prelude::External;
 use napi::{Env, Unknown};
 use napi_derive::napi;
+use ratekeeper::driven::Driven;
 use ratekeeper::Error;
 use tokio::sync::watch;
 
@@ -46,6 +47,16 @@ impl Limiter {
             Ok(Payload::Decision(decision, key))
         });
         reply(env, outcome)
+    }
+
+    /// Sends a driven call on the JavaScript thread's own connection (see [`crate::driven`]);
+    /// `None` when the call is not driven (it then runs on the runtime).
+    fn drive(&self, env: &Env, driven: ratekeeper::Result<Driven>) -> napi::Result<Option<ReplyValue>> {
+        match core(env, driven)? {
+            Driven::Send(call) => crate::driven::submit(env, call).map(Some),
+            Driven::Done(decision) => reply(env, Ok(Payload::Decision(decision, None))).map(Some),
+            Driven::Unsupported => Ok(None),
+        }
     }
 
     /// Wraps a core limiter; `local` when its backend is in-process.
@@ -121,6 +132,9 @@ impl Limiter {
             if self.local {
                 return self.check_now(&env, &key, cost);
             }
+            if let Some(sent) = self.drive(&env, args::with_key(&key, |k| self.inner.drive_check(k, cost)))? {
+                return Ok(sent);
+            }
             let key = core(&env, args::key(&key))?;
             let limiter = self.inner.clone();
             run(&env, false, async move { Ok(Payload::Decision(limiter.check(key.as_deref(), cost).await?, key)) })
@@ -149,6 +163,9 @@ impl Limiter {
             let key = core(&env, args::key(&key))?;
             if self.local {
                 return reply(&env, self.inner.peek_blocking(key.as_deref()).map(|d| Payload::Decision(d, key)));
+            }
+            if let Some(sent) = self.drive(&env, self.inner.drive_peek(key.as_deref()))? {
+                return Ok(sent);
             }
             let limiter = self.inner.clone();
             run(&env, false, async move { Ok(Payload::Decision(limiter.peek(key.as_deref()).await?, key)) })

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::backend::redis::RedisBackend;
 use crate::backend::{Backend, BackendInner, Op, Outcome};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
@@ -18,6 +19,9 @@ mod lease;
 mod waiting;
 
 pub use waiting::{Permit, Policy, DEFAULT_WAIT_TIMEOUT};
+
+/// A limiter's Redis backend, and its fallback limiter (scaled algorithm, namespace).
+pub(crate) type RedisTarget<'a> = (&'a Arc<RedisBackend>, Option<&'a (Algorithm, u32)>);
 
 /// A rate limiter bound to a backend. Cheap to clone, safe to share between threads and tasks.
 #[derive(Clone, Debug)]
@@ -152,6 +156,23 @@ impl Limiter {
         self.inner.wait_timeout
     }
 
+    /// The limiter's algorithm.
+    pub(crate) fn algorithm(&self) -> &Algorithm {
+        &self.inner.algorithm
+    }
+
+    /// The Redis backend and the fallback limiter (its scaled algorithm and namespace), when
+    /// the limiter lives on Redis.
+    pub(crate) fn redis_target(&self) -> Option<RedisTarget<'_>> {
+        match &self.inner.target {
+            Target::Redis { backend, fallback } => match &*backend.inner {
+                BackendInner::Redis(redis) => Some((redis, fallback.as_ref())),
+                BackendInner::Memory(_) => None,
+            },
+            _ => None,
+        }
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         match &self.inner.target {
             Target::Memory { backend, .. } | Target::Redis { backend, .. } => backend.clock(),
@@ -160,7 +181,7 @@ impl Limiter {
     }
 
     /// Runs one operation.
-    async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
+    pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
             Target::Redis { backend, fallback } => match &*backend.inner {
                 BackendInner::Redis(redis) => {
@@ -196,7 +217,7 @@ impl Limiter {
     /// Runs one operation on an in-process target: never waits, so it is the hot path of both
     /// the async and the blocking forms.
     #[inline]
-    fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
+    pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
             Target::Memory { backend, namespace } => match &*backend.inner {
                 BackendInner::Memory(memory) => memory.execute(*namespace, key, &self.inner.algorithm, op),
@@ -207,7 +228,7 @@ impl Limiter {
     }
 
     #[inline]
-    fn check_op<'k>(&self, key: Option<&'k str>, cost: u64) -> Result<(&'k str, Op)> {
+    pub(crate) fn check_op<'k>(&self, key: Option<&'k str>, cost: u64) -> Result<(&'k str, Op)> {
         let key = validate_key(key)?;
         validate_cost("cost", cost)?;
         self.inner.algorithm.validate_cost(cost)?;
@@ -274,7 +295,10 @@ impl Limiter {
                 }
                 BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
             },
-            _ => Ok(self.reset_local(key)),
+            _ => {
+                self.reset_local(key);
+                Ok(())
+            }
         }
     }
 
@@ -282,7 +306,10 @@ impl Limiter {
     pub fn reset_blocking(&self, key: Option<&str>) -> Result<()> {
         match &self.inner.target {
             Target::Redis { .. } => block_on(self.reset(key)),
-            _ => Ok(self.reset_local(validate_key(key)?)),
+            _ => {
+                self.reset_local(validate_key(key)?);
+                Ok(())
+            }
         }
     }
 

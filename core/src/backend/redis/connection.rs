@@ -74,6 +74,8 @@ impl ConnectionLike for Conn {
     }
 }
 
+// One per connection set, for the life of the process: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Client {
     Single(redis::Client),
     Cluster(ClusterClient),
@@ -535,6 +537,19 @@ impl Connections {
                 }
             }
         }
+    }
+
+    /// True when [`Self::connect_driven`] can connect: a plain standalone server.
+    pub(crate) fn drivable(&self) -> bool {
+        self.direct_target.as_ref().is_some_and(DirectTarget::is_plain)
+    }
+
+    /// A new connection, handshaken, for a caller that drives it itself (see
+    /// [`crate::driven`]); `None` unless [`Self::drivable`].
+    pub(crate) fn connect_driven(&self) -> Option<Result<std::net::TcpStream>> {
+        let target = self.direct_target.as_ref().filter(|t| t.is_plain())?;
+        let connected = target.connect(self.connect_timeout).and_then(DirectConnection::into_plain);
+        Some(connected.map_err(|e| unavailable(format!("cannot connect to Redis: {e}"))))
     }
 
     /// Returns a direct connection to the pool.

@@ -77,6 +77,11 @@ impl DirectTarget {
         Some(DirectTarget { host, port, tls, handshake })
     }
 
+    /// True for a server reached without TLS.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.tls.is_none()
+    }
+
     /// Connects and runs the handshake, all within `timeout`.
     pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<DirectConnection> {
         let until = Instant::now() + timeout;
@@ -210,6 +215,19 @@ impl DirectConnection {
         let reply = self.parser.parse_value(reader);
         self.last_used = Instant::now();
         reply
+    }
+
+    /// The plain socket, without timeouts, for a caller that drives it itself; an error over
+    /// TLS (see [`DirectTarget::is_plain`]).
+    pub(crate) fn into_plain(self) -> RedisResult<TcpStream> {
+        match self.stream {
+            Stream::Plain(tcp) => {
+                tcp.set_read_timeout(None)?;
+                tcp.set_write_timeout(None)?;
+                Ok(tcp)
+            }
+            Stream::Tls(_) => Err(io::Error::new(io::ErrorKind::Unsupported, "a TLS connection").into()),
+        }
     }
 
     /// False when the server has closed the connection (or sent something unasked) since its

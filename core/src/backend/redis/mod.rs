@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use config::{FailurePolicy, RedisConfig};
-use connection::Connections;
+pub(crate) use connection::Connections;
 use keys::{validate_prefix, KeyBuilder};
 use redis::Cmd;
 use scripts::LuaScript;
@@ -71,9 +71,9 @@ pub(crate) struct PolicyCounters {
 }
 
 /// One script call, ready to send.
-struct ScriptCall {
-    script: &'static LuaScript,
-    cmd: Cmd,
+pub(crate) struct ScriptCall {
+    pub(crate) script: &'static LuaScript,
+    pub(crate) cmd: Cmd,
     /// The list a refused concurrent caller waits on.
     wake_key: Option<String>,
 }
@@ -121,6 +121,16 @@ impl RedisBackend {
             fallback: MemoryBackend::new(MemoryConfig::default().clock(fallback_clock))?,
             counters: PolicyCounters::default(),
         })
+    }
+
+    /// The connection set: equal configurations share one (and so one driven connection).
+    pub(crate) fn connections(&self) -> &Arc<Connections> {
+        &self.connections
+    }
+
+    /// The per-call deadline.
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
     }
 
     /// The failure policy's divisor, when it is [`FailurePolicy::Fallback`].
@@ -192,7 +202,7 @@ impl RedisBackend {
 
     /// What a call returns given what Redis did: the failure policy applies to an unreachable
     /// or late Redis, never to other errors.
-    fn apply_policy(
+    pub(crate) fn apply_policy(
         &self,
         remote: Result<Outcome>,
         key: &str,
@@ -226,7 +236,14 @@ impl RedisBackend {
     }
 
     /// The script call that performs `op`.
-    fn prepare(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm, op: Op) -> Result<ScriptCall> {
+    pub(crate) fn prepare(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        algorithm: &Algorithm,
+        op: Op,
+    ) -> Result<ScriptCall> {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let now = self.now_arg();
         let verb = |op: Op| match op {
@@ -283,7 +300,7 @@ impl RedisBackend {
     }
 
     /// The outcome of `op` from its script's `reply`.
-    fn finish(
+    pub(crate) fn finish(
         self: &Arc<Self>,
         algorithm: &Algorithm,
         op: Op,

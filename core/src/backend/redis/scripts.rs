@@ -6,7 +6,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind};
+use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::connection::{Conn, Connections};
@@ -278,6 +278,26 @@ async fn call(
             script.eval_of(evalsha).query_async(conn).await
         }
         other => other,
+    }
+}
+
+/// What a script's reply says, for a caller that reads replies itself (see [`crate::driven`]).
+pub(crate) enum ScriptReply {
+    /// The script ran and answered.
+    Values(Vec<i64>),
+    /// The script certainly did not run (not cached, a redirect, the server loading): the
+    /// call can run again.
+    DidNotRun,
+    /// Anything else.
+    Failed(Error),
+}
+
+/// Reads one call's reply `value` (a batch's reply holds one per call).
+pub(crate) fn interpret(value: Value) -> ScriptReply {
+    match parse(value) {
+        Ok(values) => ScriptReply::Values(values),
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || did_not_run(&e) => ScriptReply::DidNotRun,
+        Err(e) => ScriptReply::Failed(Error::BackendUnavailable { message: format!("Redis: {e}") }),
     }
 }
 

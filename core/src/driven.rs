@@ -1,0 +1,347 @@
+//! Calls a caller sends on a connection it drives itself: for an event loop (Node's libuv) that
+//! polls a socket on its own thread instead of handing every call to the runtime and back.
+//!
+//! The core stays in charge of everything but the socket: [`Limiter::drive_check`] builds the
+//! command, a [`Pipeline`] batches queued calls (the same batched script invocations as the
+//! runtime's connection), frames the replies and turns each into a decision, applying the
+//! failure policy to a connection that failed or a deadline that passed. The caller writes
+//! [`Pipeline::write_queued`]'s bytes, feeds what it reads to [`Pipeline::read`], and calls
+//! [`Pipeline::fail_all`] when the socket fails or [`Pipeline::next_deadline`] passes.
+//!
+//! Only plain standalone servers are driven ([`Driven::Unsupported`] elsewhere: a cluster
+//! routes by slot, TLS needs its own state machine), and only `check` and `peek` of the rate
+//! limiters (a concurrent limiter's lease bookkeeping stays on the runtime).
+
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Instant;
+
+use redis::{Cmd, Value};
+
+use crate::backend::redis::scripts::{self, interpret, LuaScript, ScriptReply, MAX_BATCH};
+use crate::backend::redis::{Connections, RedisBackend};
+use crate::backend::Op;
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::limiter::Algorithm;
+use crate::limiter_handle::Limiter;
+use crate::params::validate_key;
+
+/// What [`Limiter::drive_check`] and [`Limiter::drive_peek`] give.
+pub enum Driven {
+    /// Answered already: the limiter needs no I/O (memory backend, `unlimited`).
+    Done(Decision),
+    /// To send on a connection to [`DrivenCall::endpoint`], through a [`Pipeline`].
+    Send(DrivenCall),
+    /// This call is not driven (a cluster, TLS, a concurrent limiter): use the async call.
+    Unsupported,
+}
+
+/// A call ready to travel on a driven connection. If it cannot (no connection yet), [`Self::run`]
+/// runs it on the runtime instead, exactly like the async call.
+pub struct DrivenCall {
+    limiter: Limiter,
+    backend: Arc<RedisBackend>,
+    key: Box<str>,
+    op: Op,
+    script: &'static LuaScript,
+    cmd: Cmd,
+}
+
+impl Limiter {
+    /// [`Limiter::check`] as a [`Driven`] call. Arguments are validated here: a bad one is an
+    /// error now, before anything is sent.
+    pub fn drive_check(&self, key: Option<&str>, cost: u64) -> Result<Driven> {
+        let (key, op) = self.check_op(key, cost)?;
+        self.drive(key, op)
+    }
+
+    /// [`Limiter::peek`] as a [`Driven`] call.
+    pub fn drive_peek(&self, key: Option<&str>) -> Result<Driven> {
+        self.drive(validate_key(key)?, Op::Peek)
+    }
+
+    fn drive(&self, key: &str, op: Op) -> Result<Driven> {
+        let Some((backend, _)) = self.redis_target() else {
+            return Ok(Driven::Done(self.run_local(key, op)?.decision));
+        };
+        if matches!(self.algorithm(), Algorithm::Concurrent(_)) || !backend.connections().drivable() {
+            return Ok(Driven::Unsupported);
+        }
+        let call = backend.prepare(self.kind(), self.name(), key, self.algorithm(), op)?;
+        Ok(Driven::Send(DrivenCall {
+            limiter: self.clone(),
+            backend: backend.clone(),
+            key: key.into(),
+            op,
+            script: call.script,
+            cmd: call.cmd,
+        }))
+    }
+}
+
+impl DrivenCall {
+    /// Where the call goes: one driven connection serves every call of one endpoint (backends
+    /// configured alike share their endpoint).
+    pub fn endpoint(&self) -> DrivenEndpoint {
+        DrivenEndpoint(self.backend.connections().clone())
+    }
+
+    /// Runs the call on the runtime, as the async `check` / `peek` would.
+    pub async fn run(self) -> Result<Decision> {
+        Ok(self.limiter.run(&self.key, self.op).await?.decision)
+    }
+
+    /// How the call ends given its reply `value`: rerun when the reply proves the script did
+    /// not run (e.g. the server's script cache was flushed).
+    fn finish(self, value: Value) -> Finished {
+        let remote = match interpret(value) {
+            ScriptReply::Values(values) => self.backend.finish(self.limiter.algorithm(), self.op, None, values),
+            ScriptReply::DidNotRun => return Finished::Rerun(self),
+            ScriptReply::Failed(e) => Err(e),
+        };
+        Finished::Done(self.settle(remote))
+    }
+
+    /// What the call returns given what Redis did (the failure policy applies).
+    fn settle(&self, remote: Result<crate::backend::Outcome>) -> Result<Decision> {
+        let fallback = self.limiter.redis_target().and_then(|(_, fallback)| fallback);
+        let outcome = self.backend.apply_policy(remote, &self.key, self.limiter.algorithm(), fallback, self.op)?;
+        Ok(outcome.decision)
+    }
+}
+
+/// The server behind driven calls (see [`DrivenCall::endpoint`]).
+#[derive(Clone)]
+pub struct DrivenEndpoint(Arc<Connections>);
+
+impl DrivenEndpoint {
+    /// Identifies the endpoint among others (stable while any of its calls or endpoints live).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// A new connection to the endpoint, handshaken (AUTH, SELECT, PING), in blocking mode:
+    /// blocks for up to the connect timeout, so call it off the event loop.
+    pub fn connect(&self) -> Result<TcpStream> {
+        self.0.connect_driven().unwrap_or_else(|| Err(Error::invalid("backend", "this backend is not driven")))
+    }
+}
+
+impl<T> Default for Pipeline<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// How a driven call ended.
+pub enum Finished {
+    /// Its result (the failure policy already applied).
+    Done(Result<Decision>),
+    /// The server proved it did not run the call: [`DrivenCall::run`] it on the runtime.
+    Rerun(DrivenCall),
+}
+
+/// Calls sent together: one command, so one reply. `deadline`: the earliest of theirs.
+struct Sent<T> {
+    calls: Vec<(T, DrivenCall)>,
+    /// More than one call: the reply is an array with one reply per call.
+    batched: bool,
+    deadline: Instant,
+}
+
+/// Queued calls of one script, to be sent as one command.
+struct Group<T> {
+    script: &'static LuaScript,
+    calls: Vec<(T, DrivenCall)>,
+    deadline: Instant,
+}
+
+/// The calls of one driven connection, sans I/O: queued, then sent (in order), then answered.
+/// `T` is the caller's token for a call (e.g. the id its Promise waits on).
+pub struct Pipeline<T> {
+    queued: Vec<(T, DrivenCall, Instant)>,
+    sent: VecDeque<Sent<T>>,
+    /// Bytes read and not yet a whole reply.
+    input: Vec<u8>,
+}
+
+impl<T> Pipeline<T> {
+    /// An empty pipeline.
+    pub fn new() -> Self {
+        Pipeline { queued: Vec::new(), sent: VecDeque::new(), input: Vec::new() }
+    }
+
+    /// Queues `call` (its backend's deadline starts now); [`Self::write_queued`] sends it.
+    pub fn push(&mut self, token: T, call: DrivenCall) {
+        let deadline = Instant::now() + call.backend.deadline();
+        self.queued.push((token, call, deadline));
+    }
+
+    /// True when calls are queued and not yet written.
+    pub fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
+    /// True when calls were written and are not yet answered.
+    pub fn awaiting_replies(&self) -> bool {
+        !self.sent.is_empty()
+    }
+
+    /// Appends every queued call to `out`: calls of one script travel as one batched script
+    /// invocation (up to the batch limit), like the runtime connection's.
+    pub fn write_queued(&mut self, out: &mut Vec<u8>) {
+        let mut groups: Vec<Group<T>> = Vec::new();
+        for (token, call, deadline) in self.queued.drain(..) {
+            let open = groups.iter().position(|g| std::ptr::eq(g.script, call.script) && g.calls.len() < MAX_BATCH);
+            let group = match open {
+                Some(i) => &mut groups[i],
+                None => {
+                    groups.push(Group { script: call.script, calls: Vec::new(), deadline });
+                    groups.last_mut().expect("just pushed")
+                }
+            };
+            group.deadline = group.deadline.min(deadline);
+            group.calls.push((token, call));
+        }
+        for Group { calls, deadline, .. } in groups {
+            let batched = calls.len() > 1;
+            if batched {
+                let cmds: Vec<&Cmd> = calls.iter().map(|(_, c)| &c.cmd).collect();
+                scripts::batch(&cmds).write_packed_command(out);
+            } else {
+                calls[0].1.cmd.write_packed_command(out);
+            }
+            self.sent.push_back(Sent { calls, batched, deadline });
+        }
+    }
+
+    /// Takes `bytes` read from the connection and appends each call they answer to `done`. An
+    /// error means the stream is not RESP (the caller should drop the connection and
+    /// [`Self::fail_all`]).
+    pub fn read(&mut self, bytes: &[u8], done: &mut Vec<(T, Finished)>) -> Result<()> {
+        self.input.extend_from_slice(bytes);
+        let mut start = 0;
+        while let Some(len) = frame_len(&self.input[start..]).map_err(protocol_error)? {
+            let value =
+                redis::parse_redis_value(&self.input[start..start + len]).map_err(|e| protocol_error(e.to_string()))?;
+            start += len;
+            let Some(sent) = self.sent.pop_front() else {
+                return Err(protocol_error("a reply nobody asked for".into()));
+            };
+            answer(sent, value, done);
+        }
+        self.input.drain(..start);
+        Ok(())
+    }
+
+    /// When the oldest unanswered call's deadline passes, if any is waiting.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let sent = self.sent.iter().map(|s| s.deadline).min();
+        let queued = self.queued.iter().map(|(_, _, d)| *d).min();
+        sent.into_iter().chain(queued).min()
+    }
+
+    /// Ends every call with `error` (a `Timeout`: the deadline passed; `BackendUnavailable`: the
+    /// connection failed), through the failure policy. The connection must be dropped with
+    /// it: replies may still be on their way.
+    pub fn fail_all(&mut self, error: &Error, done: &mut Vec<(T, Finished)>) {
+        self.input.clear();
+        let sent = self.sent.drain(..).flat_map(|s| s.calls);
+        let queued = self.queued.drain(..).map(|(token, call, _)| (token, call));
+        for (token, call) in sent.chain(queued) {
+            let result = call.settle(Err(error.clone()));
+            done.push((token, Finished::Done(result)));
+        }
+    }
+}
+
+/// Ends the calls of `sent` from their command's reply.
+fn answer<T>(sent: Sent<T>, value: Value, done: &mut Vec<(T, Finished)>) {
+    match value {
+        Value::Array(replies) if sent.batched && replies.len() == sent.calls.len() => {
+            for ((token, call), reply) in sent.calls.into_iter().zip(replies) {
+                done.push((token, call.finish(reply)));
+            }
+        }
+        // One call, or an error answering the whole batch (each call gets it).
+        value => {
+            let single = !sent.batched;
+            for (token, call) in sent.calls {
+                let reply = if single { value.clone() } else { batch_error(&value) };
+                done.push((token, call.finish(reply)));
+            }
+        }
+    }
+}
+
+/// What each call of a batch gets when the batch's reply is not one reply per call: the
+/// server's error as is (NOSCRIPT reruns them), anything else as a malformed reply.
+fn batch_error(value: &Value) -> Value {
+    match value {
+        Value::ServerError(_) => value.clone(),
+        _ => Value::SimpleString("unexpected batch reply".into()),
+    }
+}
+
+fn protocol_error(message: String) -> Error {
+    Error::BackendUnavailable { message: format!("Redis: protocol error: {message}") }
+}
+
+/// The length of the first whole RESP2/RESP3 value in `buf`: `Ok(None)` while incomplete.
+fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, String> {
+    let mut pos = 0usize;
+    // Values still to read: nested aggregates add their elements.
+    let mut pending = 1u64;
+    while pending > 0 {
+        let Some(kind) = buf.get(pos).copied() else { return Ok(None) };
+        let Some(line) = buf[pos..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        let header = &buf[pos + 1..pos + line];
+        pos += line + 2;
+        pending -= 1;
+        let length = || -> std::result::Result<i64, String> {
+            std::str::from_utf8(header)
+                .ok()
+                .and_then(|h| h.parse().ok())
+                .ok_or_else(|| format!("bad length {:?}", String::from_utf8_lossy(header)))
+        };
+        match kind {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
+            b'$' | b'=' | b'!' => {
+                let n = length()?;
+                if n >= 0 {
+                    pos += n as usize + 2;
+                    if pos > buf.len() {
+                        return Ok(None);
+                    }
+                }
+            }
+            b'*' | b'~' | b'>' => pending += length()?.max(0) as u64,
+            b'%' => pending += 2 * length()?.max(0) as u64,
+            // An attribute map comes before the value it describes.
+            b'|' => pending += 2 * length()?.max(0) as u64 + 1,
+            other => return Err(format!("unexpected type byte {other:#04x}")),
+        }
+    }
+    Ok(Some(pos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::frame_len;
+
+    #[test]
+    fn frames_whole_values_only() {
+        let reply = b"*2\r\n*3\r\n:1\r\n$3\r\nabc\r\n$-1\r\n-ERR x\r\n+OK\r\n";
+        let first = reply.len() - 5;
+        assert_eq!(frame_len(reply), Ok(Some(first)));
+        for cut in 0..first {
+            assert_eq!(frame_len(&reply[..cut]), Ok(None), "cut at {cut}");
+        }
+        assert_eq!(frame_len(b"%1\r\n+a\r\n:1\r\n"), Ok(Some(12)));
+        assert_eq!(frame_len(b"*-1\r\n"), Ok(Some(5)));
+        assert!(frame_len(b"?x\r\n").is_err());
+        assert!(frame_len(b"$x\r\n").is_err());
+    }
+}

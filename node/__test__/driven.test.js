@@ -1,0 +1,69 @@
+'use strict';
+// Redis calls driven on the JavaScript thread (node/src/driven.rs): the connection is used,
+// batches answer every call in order, a flushed script cache, a killed, a hung and a restarted
+// server all end each call as the failure policy says, and the connection is replaced.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Backend } = require('..');
+const native = require('../ratekeeper.node');
+const { RedisServer, waitUntil } = require('./support/redis');
+
+/** Checks until one is answered on the driven connection (the first calls run on the runtime
+ * while it connects). */
+async function driven(limiter, key) {
+  await waitUntil('a driven connection', 10_000, async () => {
+    await limiter.check(key, 0);
+    return native.drivenConnections() > 0;
+  });
+}
+
+test('driven connection: used, batches in order, flushed script cache, kill, hang, restart', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const backend = Backend.redis(server.url, { deadlineMs: 300, connectTimeoutMs: 300, prefix: 'driven' });
+  const bucket = backend.tokenBucket('api', 1, 100);
+  await driven(bucket, 'warmup');
+
+  // 250 concurrent checks on one key (more than one batch): exactly the capacity is admitted,
+  // and each call's remaining count is distinct (every reply went to its own call).
+  const decisions = await Promise.all(Array.from({ length: 250 }, () => bucket.check('k')));
+  const allowed = decisions.filter((d) => d.allowed);
+  assert.equal(allowed.length, 100);
+  assert.deepEqual(new Set(allowed.map((d) => d.remaining)).size, 100);
+  assert.ok(decisions.filter((d) => !d.allowed).every((d) => d.retryAfterMs > 0));
+  const peeked = await bucket.peek('k');
+  assert.equal(peeked.remaining, 0);
+  assert.ok(native.drivenConnections() > 0, 'the calls went over the driven connection');
+
+  // A flushed script cache: the calls run again on the runtime (EVAL reloads the script).
+  server.cli('SCRIPT', 'FLUSH');
+  const afterFlush = await Promise.all(Array.from({ length: 5 }, (_, i) => bucket.check(`flush${i}`)));
+  assert.ok(afterFlush.every((d) => d.allowed && d.remaining === 99));
+
+  // A hung server: calls end with ERR_TIMEOUT close to the deadline, not later.
+  process.kill(server.pid, 'SIGSTOP');
+  try {
+    const started = Date.now();
+    const hung = await Promise.allSettled(Array.from({ length: 10 }, () => bucket.check('hung')));
+    assert.ok(hung.every((r) => r.status === 'rejected' && r.reason.code === 'ERR_TIMEOUT'), JSON.stringify(hung));
+    assert.ok(Date.now() - started < 2_000, `settled after ${Date.now() - started} ms`);
+  } finally {
+    process.kill(server.pid, 'SIGCONT');
+  }
+  await driven(bucket, 'resumed');
+
+  // fail_open on a killed server allows; after a restart on the same port calls are answered
+  // by Redis again, over a new driven connection.
+  const open = Backend.redis(server.url, { deadlineMs: 300, connectTimeoutMs: 300, failurePolicy: 'fail_open' });
+  const openBucket = open.tokenBucket('open', 1, 5);
+  await driven(openBucket, 'warmup');
+  await server.stop();
+  const whileDown = await Promise.all(Array.from({ length: 10 }, () => openBucket.check('down')));
+  assert.ok(whileDown.every((d) => d.allowed && d.remaining === 5), 'fail_open answers with full capacity');
+  await server.launch();
+  await waitUntil('answers from the restarted server', 10_000, async () => (await openBucket.check('up')).remaining < 5);
+  await driven(openBucket, 'restarted');
+  const counted = await Promise.all(Array.from({ length: 3 }, () => openBucket.check('after')));
+  assert.deepEqual(counted.map((d) => d.remaining).sort(), [2, 3, 4]);
+});

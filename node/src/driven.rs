@@ -1,0 +1,421 @@
+//! Redis calls driven on the JavaScript thread, the way ioredis does its I/O: no hand-off to a
+//! runtime thread and back.
+//!
+//! Each environment keeps one connection per Redis endpoint (a plain standalone server; see
+//! `ratekeeper::driven`), polled by libuv. A `check` or `peek` is written at once when nothing
+//! is awaiting a reply, otherwise it waits for the next reply to arrive and travels with the
+//! others queued meanwhile, as one batched script invocation. Replies are read and settled in
+//! the poll callback; Promise continuations run right after (microtasks), and the calls they
+//! make are sent on the way out of the same callback.
+//!
+//! The connection is made (and handshaken) on a runtime thread, never here; until it is ready,
+//! or after it failed, calls run on the runtime as before. A call the server proves it did not
+//! run (its script cache was flushed) runs again on the runtime, which reloads the script.
+//! Deadlines are a libuv timer set to the oldest waiting call's; when it passes, every call
+//! waiting on the connection fails with `Timeout` through the failure policy, and the connection
+//! is replaced.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use napi::{sys, Env};
+use ratekeeper::driven::{DrivenCall, DrivenEndpoint, Finished, Pipeline};
+use ratekeeper::Error;
+
+use crate::bridge::{self, Outcome, Payload, ReplyValue};
+
+/// libuv, as exported by the Node binary (the subset used here; see uv.h).
+mod uv {
+    use std::ffi::{c_int, c_void};
+
+    pub const POLL: c_int = 8;
+    pub const TIMER: c_int = 13;
+    pub const READABLE: c_int = 1;
+    pub const WRITABLE: c_int = 2;
+
+    pub type PollCallback = unsafe extern "C" fn(handle: *mut c_void, status: c_int, events: c_int);
+    pub type TimerCallback = unsafe extern "C" fn(handle: *mut c_void);
+    pub type CloseCallback = unsafe extern "C" fn(handle: *mut c_void);
+
+    unsafe extern "C" {
+        pub fn uv_handle_size(kind: c_int) -> usize;
+        pub fn uv_poll_init_socket(event_loop: *mut c_void, handle: *mut c_void, socket: c_int) -> c_int;
+        pub fn uv_poll_start(handle: *mut c_void, events: c_int, callback: PollCallback) -> c_int;
+        pub fn uv_poll_stop(handle: *mut c_void) -> c_int;
+        pub fn uv_timer_init(event_loop: *mut c_void, handle: *mut c_void) -> c_int;
+        pub fn uv_timer_start(handle: *mut c_void, callback: TimerCallback, timeout_ms: u64, repeat: u64) -> c_int;
+        pub fn uv_timer_stop(handle: *mut c_void) -> c_int;
+        pub fn uv_close(handle: *mut c_void, callback: CloseCallback);
+        pub fn uv_ref(handle: *mut c_void);
+        pub fn uv_unref(handle: *mut c_void);
+    }
+}
+
+/// How long after a failed connect the next one starts (calls run on the runtime meanwhile).
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// One endpoint's connection in this environment.
+struct Connection {
+    endpoint: DrivenEndpoint,
+    state: State,
+}
+
+enum State {
+    /// Being made on a runtime thread; the result lands here.
+    Connecting(Arc<Mutex<Option<ratekeeper::Result<TcpStream>>>>),
+    Live(Box<Live>),
+    /// No connection; the next call after `retry_at` starts one.
+    Down {
+        retry_at: Instant,
+    },
+}
+
+/// A connection polled by libuv.
+struct Live {
+    stream: TcpStream,
+    poll: Handle,
+    timer: Handle,
+    pipeline: Pipeline<f64>,
+    /// Bytes to write, from `written` on.
+    out: Vec<u8>,
+    written: usize,
+    /// The events polled for now.
+    events: c_int,
+    /// The poll handle keeps the event loop alive (calls are waiting).
+    referenced: bool,
+    /// When the timer fires, if it is armed.
+    timer_at: Option<Instant>,
+    /// A write failed: the poll callback tears the connection down.
+    broken: Option<String>,
+}
+
+thread_local! {
+    /// This thread's environment's connections, by endpoint id.
+    static CONNECTIONS: RefCell<HashMap<usize, Connection>> = RefCell::new(HashMap::new());
+}
+
+/// Sends `call` on this environment's connection to its endpoint and returns the call id; while
+/// that connection is not ready, runs the call on the runtime.
+pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
+    let id = bridge::next_id()?;
+    let endpoint = call.endpoint();
+    let not_sent = CONNECTIONS.with(|connections| {
+        let mut connections = connections.borrow_mut();
+        let connection = connections
+            .entry(endpoint.id())
+            .or_insert_with(|| Connection { endpoint, state: State::Down { retry_at: Instant::now() } });
+        connection.make_ready(env);
+        let State::Live(live) = &mut connection.state else { return Some(call) };
+        let idle = !live.pipeline.awaiting_replies();
+        live.pipeline.push(id, call);
+        // With replies awaited, the call waits for the next one (see the module documentation).
+        if idle {
+            live.write_queued();
+        }
+        live.update_handles();
+        None
+    });
+    if let Some(call) = not_sent {
+        bridge::spawn(id, run_on_runtime(call));
+    }
+    bridge::id_value(env.raw(), id)
+}
+
+async fn run_on_runtime(call: DrivenCall) -> Outcome {
+    Ok(Payload::Decision(call.run().await?, None))
+}
+
+/// Closes every connection (the environment is going away; nobody waits for the calls).
+pub fn close_all() {
+    let connections = CONNECTIONS.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    for (_, connection) in connections {
+        if let State::Live(live) = connection.state {
+            live.close();
+        }
+    }
+}
+
+impl Connection {
+    /// Moves towards a live connection: takes a finished connect, or starts one.
+    fn make_ready(&mut self, env: &Env) {
+        match &self.state {
+            State::Live(_) => {}
+            State::Connecting(slot) => {
+                let Some(connected) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
+                let key = self.key();
+                self.state = match connected.map_err(|e| e.to_string()).and_then(|s| Live::start(env, s, key)) {
+                    Ok(live) => State::Live(live),
+                    Err(_) => State::Down { retry_at: Instant::now() + RECONNECT_BACKOFF },
+                };
+            }
+            State::Down { retry_at } if Instant::now() >= *retry_at => {
+                let slot = Arc::new(Mutex::new(None));
+                let (endpoint, landing) = (self.endpoint.clone(), slot.clone());
+                ratekeeper::runtime().spawn_blocking(move || {
+                    let connected = endpoint.connect();
+                    *landing.lock().unwrap_or_else(|e| e.into_inner()) = Some(connected);
+                });
+                self.state = State::Connecting(slot);
+            }
+            State::Down { .. } => {}
+        }
+    }
+
+    fn key(&self) -> usize {
+        self.endpoint.id()
+    }
+}
+
+/// A libuv handle's memory (sized by libuv), freed by its close callback.
+struct Handle(*mut c_void);
+
+/// Bytes for any handle used here, in 8-byte words.
+fn handle_words() -> usize {
+    static WORDS: OnceLock<usize> = OnceLock::new();
+    *WORDS.get_or_init(|| {
+        let bytes = unsafe { uv::uv_handle_size(uv::POLL).max(uv::uv_handle_size(uv::TIMER)) };
+        bytes.div_ceil(8)
+    })
+}
+
+impl Handle {
+    /// Zeroed memory for a handle whose `data` (its first field) is `key`.
+    fn new(key: usize) -> Handle {
+        let memory: Box<[u64]> = vec![0u64; handle_words()].into_boxed_slice();
+        let handle = Box::into_raw(memory) as *mut u64 as *mut c_void;
+        unsafe { *(handle as *mut usize) = key };
+        Handle(handle)
+    }
+
+    /// Closes the handle; its memory is freed once libuv is done with it.
+    fn close(self) {
+        unsafe extern "C" fn free(handle: *mut c_void) {
+            let words = std::ptr::slice_from_raw_parts_mut(handle as *mut u64, handle_words());
+            drop(unsafe { Box::from_raw(words) });
+        }
+        unsafe { uv::uv_close(self.0, free) };
+    }
+}
+
+/// The connection key a handle was made for.
+fn key_of(handle: *mut c_void) -> usize {
+    unsafe { *(handle as *const usize) }
+}
+
+impl Live {
+    fn start(env: &Env, stream: TcpStream, key: usize) -> Result<Box<Live>, String> {
+        stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let mut event_loop = std::ptr::null_mut();
+        let status = unsafe { sys::napi_get_uv_event_loop(env.raw(), &mut event_loop) };
+        if status != sys::Status::napi_ok || event_loop.is_null() {
+            return Err("no event loop".into());
+        }
+        let event_loop = event_loop as *mut c_void;
+        let (poll, timer) = (Handle::new(key), Handle::new(key));
+        unsafe {
+            if uv::uv_poll_init_socket(event_loop, poll.0, stream.as_raw_fd()) != 0 {
+                // Never initialised: its memory is ours to free (the timer's too).
+                for h in [poll, timer] {
+                    drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(h.0 as *mut u64, handle_words())));
+                }
+                return Err("uv_poll_init_socket failed".into());
+            }
+            uv::uv_timer_init(event_loop, timer.0);
+            uv::uv_unref(timer.0);
+            uv::uv_unref(poll.0);
+        }
+        let mut live = Box::new(Live {
+            stream,
+            poll,
+            timer,
+            pipeline: Pipeline::new(),
+            out: Vec::with_capacity(4096),
+            written: 0,
+            events: 0,
+            referenced: false,
+            timer_at: None,
+            broken: None,
+        });
+        live.update_handles();
+        Ok(live)
+    }
+
+    /// Writes the queued calls (what the socket does not take now waits for it to be writable).
+    fn write_queued(&mut self) {
+        if self.pipeline.has_queued() {
+            self.pipeline.write_queued(&mut self.out);
+        }
+        self.write_out();
+    }
+
+    fn write_out(&mut self) {
+        while self.written < self.out.len() && self.broken.is_none() {
+            match self.stream.write(&self.out[self.written..]) {
+                Ok(0) => self.broken = Some("Redis closed the connection".into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => self.broken = Some(format!("Redis: {e}")),
+            }
+        }
+        if self.written == self.out.len() {
+            self.out.clear();
+            self.written = 0;
+        }
+    }
+
+    /// Polls for what is needed, keeps the loop alive while calls wait, and arms the timer
+    /// for the oldest waiting call's deadline.
+    fn update_handles(&mut self) {
+        let mut events = uv::READABLE;
+        if !self.out.is_empty() || self.broken.is_some() {
+            events |= uv::WRITABLE;
+        }
+        if events != self.events {
+            unsafe { uv::uv_poll_start(self.poll.0, events, on_poll) };
+            self.events = events;
+        }
+        let waiting = self.pipeline.has_queued() || self.pipeline.awaiting_replies();
+        if waiting != self.referenced {
+            unsafe {
+                if waiting {
+                    uv::uv_ref(self.poll.0)
+                } else {
+                    uv::uv_unref(self.poll.0)
+                }
+            };
+            self.referenced = waiting;
+        }
+        // The timer only ever needs to fire earlier: when it fires it re-arms for what is left.
+        if let Some(deadline) = self.pipeline.next_deadline() {
+            if self.timer_at.is_none_or(|at| deadline < at) {
+                let ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64 + 1;
+                unsafe { uv::uv_timer_start(self.timer.0, on_timer, ms, 0) };
+                self.timer_at = Some(deadline);
+            }
+        }
+    }
+
+    /// Reads what has arrived into the pipeline.
+    fn read_available(&mut self, done: &mut Vec<(f64, Finished)>) {
+        let mut buffer = [0u8; 16 * 1024];
+        loop {
+            match self.stream.read(&mut buffer) {
+                Ok(0) => {
+                    self.broken = Some("Redis closed the connection".into());
+                    return;
+                }
+                Ok(n) => {
+                    if let Err(e) = self.pipeline.read(&buffer[..n], done) {
+                        self.broken = Some(e.to_string());
+                        return;
+                    }
+                    if n < buffer.len() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.broken = Some(format!("Redis: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn close(self) {
+        unsafe {
+            uv::uv_poll_stop(self.poll.0);
+            uv::uv_timer_stop(self.timer.0);
+        }
+        self.poll.close();
+        self.timer.close();
+        // The socket closes here, after libuv stopped polling it.
+    }
+}
+
+/// Runs `f` on the live connection `key`, then, if it broke, fails its calls and drops it.
+/// Returns the calls that ended, to be settled with no borrow held (settling runs JavaScript,
+/// which may submit calls).
+fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -> Vec<(f64, Finished)> {
+    let mut done = Vec::new();
+    CONNECTIONS.with(|connections| {
+        let mut connections = connections.borrow_mut();
+        let Some(connection) = connections.get_mut(&key) else { return };
+        let State::Live(live) = &mut connection.state else { return };
+        f(live, &mut done);
+        if let Some(message) = live.broken.take() {
+            live.pipeline.fail_all(&Error::BackendUnavailable { message }, &mut done);
+            let State::Live(live) = std::mem::replace(&mut connection.state, State::Down { retry_at: Instant::now() })
+            else {
+                unreachable!()
+            };
+            live.close();
+        } else {
+            live.update_handles();
+        }
+    });
+    done
+}
+
+/// Settles ended calls; calls to run again go to the runtime.
+fn settle(done: Vec<(f64, Finished)>) {
+    let mut settled = Vec::with_capacity(done.len());
+    for (id, finished) in done {
+        match finished {
+            Finished::Done(result) => settled.push((id, result.map(|d| Payload::Decision(d, None)))),
+            Finished::Rerun(call) => bridge::spawn(id, run_on_runtime(call)),
+        }
+    }
+    bridge::settle_from_loop(settled);
+}
+
+unsafe extern "C" fn on_poll(handle: *mut c_void, status: c_int, events: c_int) {
+    let key = key_of(handle);
+    let done = with_live(key, |live, done| {
+        if status < 0 {
+            live.broken = Some(format!("Redis: connection error (libuv status {status})"));
+            return;
+        }
+        if events & uv::WRITABLE != 0 {
+            live.write_out();
+        }
+        if events & uv::READABLE != 0 {
+            live.read_available(done);
+        }
+    });
+    settle(done);
+    // The calls made by the continuations just run (or queued while waiting) go out now.
+    let more = with_live(key, |live, _| live.write_queued());
+    settle(more);
+}
+
+unsafe extern "C" fn on_timer(handle: *mut c_void) {
+    let done = with_live(key_of(handle), |live, done| {
+        live.timer_at = None;
+        let Some(deadline) = live.pipeline.next_deadline() else { return };
+        if Instant::now() >= deadline {
+            // Replies may still come: the connection goes, and its calls with it.
+            live.pipeline.fail_all(&timed_out(), done);
+            live.broken = Some(String::new());
+        }
+    });
+    settle(done);
+}
+
+fn timed_out() -> Error {
+    Error::Timeout { message: "Redis did not answer within the deadline".into() }
+}
+
+/// Internal (tests): how many driven connections this environment has live.
+#[napi_derive::napi(skip_typescript)]
+pub fn driven_connections() -> u32 {
+    CONNECTIONS.with(|c| c.borrow().values().filter(|c| matches!(c.state, State::Live(_))).count() as u32)
+}
