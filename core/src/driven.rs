@@ -194,8 +194,7 @@ impl<T> Pipeline<T> {
     pub fn write_queued(&mut self, out: &mut Vec<u8>) {
         let mut groups: Vec<Group<T>> = Vec::new();
         for (token, call, deadline) in self.queued.drain(..) {
-            let open = groups.iter().position(|g| std::ptr::eq(g.script, call.script) && g.calls.len() < MAX_BATCH);
-            let group = match open {
+            let group = match groups.iter().position(|g| std::ptr::eq(g.script, call.script)) {
                 Some(i) => &mut groups[i],
                 None => {
                     groups.push(Group { script: call.script, calls: Vec::new(), deadline });
@@ -206,14 +205,19 @@ impl<T> Pipeline<T> {
             group.calls.push((token, call));
         }
         for Group { calls, deadline, .. } in groups {
-            let batched = calls.len() > 1;
-            if batched {
-                let cmds: Vec<&Cmd> = calls.iter().map(|(_, c)| &c.cmd).collect();
-                scripts::batch(&cmds).write_packed_command(out);
-            } else {
-                calls[0].1.cmd.write_packed_command(out);
+            let mut calls = calls.into_iter().peekable();
+            let size = batch_size(calls.len());
+            while calls.peek().is_some() {
+                let batch: Vec<(T, DrivenCall)> = calls.by_ref().take(size).collect();
+                let batched = batch.len() > 1;
+                if batched {
+                    let cmds: Vec<&Cmd> = batch.iter().map(|(_, c)| &c.cmd).collect();
+                    scripts::batch(&cmds).write_packed_command(out);
+                } else {
+                    batch[0].1.cmd.write_packed_command(out);
+                }
+                self.sent.push_back(Sent { calls: batch, batched, deadline });
             }
-            self.sent.push_back(Sent { calls, batched, deadline });
         }
     }
 
@@ -255,6 +259,12 @@ impl<T> Pipeline<T> {
             done.push((token, Finished::Done(result)));
         }
     }
+}
+
+/// How many calls each batch of `queued` calls of one script carries: as few batches as the
+/// batch limit allows, evenly filled.
+fn batch_size(queued: usize) -> usize {
+    queued.div_ceil(queued.div_ceil(MAX_BATCH).max(1)).max(1)
 }
 
 /// Ends the calls of `sent` from their command's reply.

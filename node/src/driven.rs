@@ -5,8 +5,10 @@
 //! `ratekeeper::driven`), polled by libuv. A `check` or `peek` is written at once when nothing
 //! is awaiting a reply, otherwise it waits for the next reply to arrive and travels with the
 //! others queued meanwhile, as one batched script invocation. Replies are read and settled in
-//! the poll callback; Promise continuations run right after (microtasks), and the calls they
-//! make are sent on the way out of the same callback.
+//! the poll callback, a group at a time; Promise continuations run right after each group
+//! (microtasks), and the calls they make are written before the next group settles, so Redis
+//! works on them meanwhile (without that, 64 concurrent callers ping-pong: Redis idles while
+//! JavaScript settles, and the other way round).
 //!
 //! The connection is made (and handshaken) on a runtime thread, never here; until it is ready,
 //! or after it failed, calls run on the runtime as before. A call the server proves it did not
@@ -15,7 +17,7 @@
 //! waiting on the connection fails with `Timeout` through the failure policy, and the connection
 //! is replaced.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::io::{self, Read, Write};
@@ -114,8 +116,9 @@ pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
         let State::Live(live) = &mut connection.state else { return Some(call) };
         let idle = !live.pipeline.awaiting_replies();
         live.pipeline.push(id, call);
-        // With replies awaited, the call waits for the next one (see the module documentation).
-        if idle {
+        // With replies awaited, the call waits for the next one (see the module documentation);
+        // while replies are settled, for the end of their group.
+        if idle && !SETTLING.get() {
             live.write_queued();
         }
         live.update_handles();
@@ -377,6 +380,15 @@ fn settle(done: Vec<(f64, Finished)>) {
     bridge::settle_from_loop(settled);
 }
 
+/// Replies are settled this many at a time; the calls their continuations make are written
+/// after each group, so the server works on them while the next group settles.
+const SETTLE_GROUP: usize = 16;
+
+thread_local! {
+    /// True while replies are being settled: calls made then are written after their group.
+    static SETTLING: Cell<bool> = const { Cell::new(false) };
+}
+
 unsafe extern "C" fn on_poll(handle: *mut c_void, status: c_int, events: c_int) {
     let key = key_of(handle);
     let done = with_live(key, |live, done| {
@@ -391,10 +403,15 @@ unsafe extern "C" fn on_poll(handle: *mut c_void, status: c_int, events: c_int) 
             live.read_available(done);
         }
     });
-    settle(done);
-    // The calls made by the continuations just run (or queued while waiting) go out now.
-    let more = with_live(key, |live, _| live.write_queued());
-    settle(more);
+    let mut done = done.into_iter().peekable();
+    while done.peek().is_some() {
+        SETTLING.set(true);
+        settle(done.by_ref().take(SETTLE_GROUP).collect());
+        SETTLING.set(false);
+        // The calls made by the continuations just run (or queued while waiting) go out now.
+        let failed = with_live(key, |live, _| live.write_queued());
+        settle(failed);
+    }
 }
 
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
