@@ -51,6 +51,7 @@ test(`addon in the main thread and ${WORKERS} workers, terminated and re-created
       assert.equal(reply.error, undefined, reply.error);
       assert.equal(reply.defined.length, 6, `exports in a worker: ${reply.defined}`);
       assert.equal(reply.allowed, true);
+      assert.equal(reply.driven, 1, 'the worker drives its own Redis connection');
     }
     maxThreads = Math.max(maxThreads, threads());
     // The main thread keeps working while workers come and go.

@@ -181,7 +181,6 @@ pub fn init_bridge(env: Env, on_settled: Unknown<'_>, records: Unknown<'_>, sync
 /// The environment is going away: forget its bridge (its thread-safe function is finalized by
 /// Node right after, see `finalize`).
 unsafe extern "C" fn env_cleanup(_: *mut std::ffi::c_void) {
-    crate::driven::close_all();
     let state = STATE.with(|s| s.borrow_mut().take());
     if let Some(state) = state {
         state.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).1 = 0;

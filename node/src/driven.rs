@@ -134,12 +134,56 @@ async fn run_on_runtime(call: DrivenCall) -> Outcome {
     Ok(Payload::Decision(call.run().await?, None))
 }
 
-/// Closes every connection (the environment is going away; nobody waits for the calls).
-pub fn close_all() {
+/// Closes every connection; returns how many libuv handles are closing.
+fn close_all() -> usize {
     let connections = CONNECTIONS.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let mut closing = 0;
     for (_, connection) in connections {
         if let State::Live(live) = connection.state {
-            live.close();
+            live.close(true);
+            closing += 2;
+        }
+    }
+    closing
+}
+
+thread_local! {
+    /// This environment's teardown hook: registered with the first connection.
+    static TEARDOWN_HOOK: Cell<bool> = const { Cell::new(false) };
+    /// Set once the environment is going away: the hook to remove when the last handle closed.
+    static TEARDOWN: Cell<Option<(sys::napi_async_cleanup_hook_handle, usize)>> = const { Cell::new(None) };
+}
+
+/// Makes the environment's teardown wait for the connections' handles to close: a worker's
+/// event loop must have no handle left when it is closed.
+fn watch_teardown(env: &Env) {
+    if TEARDOWN_HOOK.get() {
+        return;
+    }
+    let mut handle = std::ptr::null_mut();
+    let status =
+        unsafe { sys::napi_add_async_cleanup_hook(env.raw(), Some(on_teardown), std::ptr::null_mut(), &mut handle) };
+    TEARDOWN_HOOK.set(status == sys::Status::napi_ok);
+}
+
+unsafe extern "C" fn on_teardown(hook: sys::napi_async_cleanup_hook_handle, _: *mut c_void) {
+    TEARDOWN_HOOK.set(false);
+    match close_all() {
+        0 => unsafe {
+            sys::napi_remove_async_cleanup_hook(hook);
+        },
+        closing => TEARDOWN.set(Some((hook, closing))),
+    }
+}
+
+/// A handle closed by the teardown: the last one lets the environment go.
+fn closed_during_teardown() {
+    if let Some((hook, closing)) = TEARDOWN.get() {
+        if closing <= 1 {
+            TEARDOWN.set(None);
+            unsafe { sys::napi_remove_async_cleanup_hook(hook) };
+        } else {
+            TEARDOWN.set(Some((hook, closing - 1)));
         }
     }
 }
@@ -152,6 +196,7 @@ impl Connection {
             State::Connecting(slot) => {
                 let Some(connected) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
                 let key = self.key();
+                watch_teardown(env);
                 self.state = match connected.map_err(|e| e.to_string()).and_then(|s| Live::start(env, s, key)) {
                     Ok(live) => State::Live(live),
                     Err(_) => State::Down { retry_at: Instant::now() + RECONNECT_BACKOFF },
@@ -196,13 +241,21 @@ impl Handle {
         Handle(handle)
     }
 
-    /// Closes the handle; its memory is freed once libuv is done with it.
-    fn close(self) {
-        unsafe extern "C" fn free(handle: *mut c_void) {
+    /// Closes the handle; its memory is freed once libuv is done with it (and, at `teardown`,
+    /// the environment is told when the last handle is).
+    fn close(self, teardown: bool) {
+        unsafe fn free(handle: *mut c_void) {
             let words = std::ptr::slice_from_raw_parts_mut(handle as *mut u64, handle_words());
             drop(unsafe { Box::from_raw(words) });
         }
-        unsafe { uv::uv_close(self.0, free) };
+        unsafe extern "C" fn closed(handle: *mut c_void) {
+            unsafe { free(handle) };
+        }
+        unsafe extern "C" fn closed_at_teardown(handle: *mut c_void) {
+            unsafe { free(handle) };
+            closed_during_teardown();
+        }
+        unsafe { uv::uv_close(self.0, if teardown { closed_at_teardown } else { closed }) };
     }
 }
 
@@ -333,13 +386,13 @@ impl Live {
         }
     }
 
-    fn close(self) {
+    fn close(self, teardown: bool) {
         unsafe {
             uv::uv_poll_stop(self.poll.0);
             uv::uv_timer_stop(self.timer.0);
         }
-        self.poll.close();
-        self.timer.close();
+        self.poll.close(teardown);
+        self.timer.close(teardown);
         // The socket closes here, after libuv stopped polling it.
     }
 }
@@ -360,7 +413,7 @@ fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -
             else {
                 unreachable!()
             };
-            live.close();
+            live.close(false);
         } else {
             live.update_handles();
         }

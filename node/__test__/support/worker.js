@@ -13,6 +13,13 @@ const rk = require('../..');
   const promised = await limiter.check('k');
   const redis = rk.Backend.redis(workerData.url, { deadlineMs: 5000 });
   const remote = await redis.tokenBucket('w', 1000, 1000).check(`worker-${workerData.index}`);
+  // Until this thread's own driven connection is live (node/src/driven.rs): terminate() must
+  // close it with the rest.
+  const native = require('../../ratekeeper.node');
+  for (let i = 0; i < 500 && native.drivenConnections() === 0; i++) {
+    await redis.tokenBucket('w', 1000, 1000).check('connect');
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
   // In flight when the worker is terminated: a memory wait, and Redis calls.
   const mutex = backend.concurrent('m', 1);
   await mutex.acquire();
@@ -20,5 +27,6 @@ const rk = require('../..');
   const shared = redis.concurrent(`held-${workerData.round}`, 1, { waitTimeoutMs: 1500 });
   shared.acquire('k').catch(() => {});
   for (let i = 0; i < 20; i++) redis.tokenBucket('w', 1000, 1000).check('x').catch(() => {});
-  parentPort.postMessage({ defined, allowed: sync.allowed && promised.allowed && remote.allowed });
+  const driven = native.drivenConnections();
+  parentPort.postMessage({ defined, driven, allowed: sync.allowed && promised.allowed && remote.allowed });
 })().catch((error) => parentPort.postMessage({ error: String(error && error.stack) }));
