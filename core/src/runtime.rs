@@ -23,7 +23,7 @@ static BUILDING: Mutex<()> = Mutex::new(());
 /// The process-wide tokio runtime every backend connection and binding runs on; a forked child
 /// gets its own on first use.
 pub fn runtime() -> &'static Runtime {
-    let pid = std::process::id();
+    let pid = current_pid();
     if RUNTIME_PID.load(Ordering::Acquire) == pid {
         // SAFETY: the pointer was stored (after the runtime was built) before the pid, and a
         // runtime is never freed, so it is valid for 'static.
@@ -49,8 +49,35 @@ pub fn runtime() -> &'static Runtime {
 /// The pid of the current process, and whether it differs from `known` (a fork happened since
 /// `known` was recorded); used by state that must not cross a fork, like connections.
 pub(crate) fn forked_since(known: u32) -> (u32, bool) {
-    let pid = std::process::id();
+    let pid = current_pid();
     (pid, pid != known)
+}
+
+/// The pid of the current process, without a system call per use (glibc no longer caches
+/// `getpid`, and every Redis call checks it): cached, and forgotten in a forked child by an
+/// `atfork` handler, which runs before `fork()` returns there.
+fn current_pid() -> u32 {
+    static PID: AtomicU32 = AtomicU32::new(0);
+    let cached = PID.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    #[cfg(unix)]
+    {
+        static HANDLER: std::sync::Once = std::sync::Once::new();
+        extern "C" fn forget_pid() {
+            PID.store(0, Ordering::Relaxed);
+        }
+        // Registered before the first pid is cached, so no fork can leave a stale one behind.
+        HANDLER.call_once(|| unsafe {
+            libc::pthread_atfork(None, None, Some(forget_pid));
+        });
+        let pid = std::process::id();
+        PID.store(pid, Ordering::Relaxed);
+        pid
+    }
+    #[cfg(not(unix))]
+    std::process::id()
 }
 
 struct ThreadWaker(Thread);
