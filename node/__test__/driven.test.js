@@ -36,6 +36,21 @@ test('driven connection: used, batches in order, flushed script cache, kill, han
   assert.equal(peeked.remaining, 0);
   assert.ok(native.drivenConnections() > 0, 'the calls went over the driven connection');
 
+  // A call made while another connection's replies settle (a continuation) is written at once:
+  // it does not wait for a reply that connection is not expecting.
+  const other = await RedisServer.start();
+  t.after(() => other.destroy());
+  const otherBucket = Backend.redis(other.url, { deadlineMs: 300, connectTimeoutMs: 300 }).tokenBucket('api', 1, 100);
+  await driven(otherBucket, 'warmup');
+  await waitUntil('two driven connections', 10_000, async () => {
+    await otherBucket.check('warmup', 0);
+    return native.drivenConnections() === 2;
+  });
+  const chained = await Promise.all(
+    Array.from({ length: 20 }, (_, i) => bucket.check(`chain${i}`).then(() => otherBucket.check(`chain${i}`))),
+  );
+  assert.ok(chained.every((d) => d.allowed && d.remaining === 99), JSON.stringify(chained[0]));
+
   // A flushed script cache: the calls run again on the runtime (EVAL reloads the script).
   server.cli('SCRIPT', 'FLUSH');
   const afterFlush = await Promise.all(Array.from({ length: 5 }, (_, i) => bucket.check(`flush${i}`)));

@@ -107,10 +107,11 @@ thread_local! {
 pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
     let id = bridge::next_id()?;
     let endpoint = call.endpoint();
+    let key = endpoint.id();
     let not_sent = CONNECTIONS.with(|connections| {
         let mut connections = connections.borrow_mut();
         let connection = connections
-            .entry(endpoint.id())
+            .entry(key)
             .or_insert_with(|| Connection { endpoint, state: State::Down { retry_at: Instant::now() } });
         connection.make_ready(env);
         let State::Live(live) = &mut connection.state else { return Some(call) };
@@ -118,7 +119,7 @@ pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
         live.pipeline.push(id, call);
         // With replies awaited, the call waits for the next one (see the module documentation);
         // while replies are settled, for the end of their group.
-        if idle && !SETTLING.get() {
+        if idle && SETTLING.get() != key {
             live.write_queued();
         }
         live.update_handles();
@@ -438,8 +439,9 @@ fn settle(done: Vec<(f64, Finished)>) {
 const SETTLE_GROUP: usize = 16;
 
 thread_local! {
-    /// True while replies are being settled: calls made then are written after their group.
-    static SETTLING: Cell<bool> = const { Cell::new(false) };
+    /// The connection whose replies are being settled (0: none): calls made on it then are
+    /// written after their group; calls on other connections are written at once.
+    static SETTLING: Cell<usize> = const { Cell::new(0) };
 }
 
 unsafe extern "C" fn on_poll(handle: *mut c_void, status: c_int, events: c_int) {
@@ -458,9 +460,9 @@ unsafe extern "C" fn on_poll(handle: *mut c_void, status: c_int, events: c_int) 
     });
     let mut done = done.into_iter().peekable();
     while done.peek().is_some() {
-        SETTLING.set(true);
+        SETTLING.set(key);
         settle(done.by_ref().take(SETTLE_GROUP).collect());
-        SETTLING.set(false);
+        SETTLING.set(0);
         // The calls made by the continuations just run (or queued while waiting) go out now.
         let failed = with_live(key, |live, _| live.write_queued());
         settle(failed);
