@@ -4,10 +4,12 @@
 // RateLimit-Reset) and RFC 9110's Retry-After; times are whole seconds, rounded up, so a client
 // that waits as told is never early.
 
+// The rules live in the core (`Decision::http_headers`, `http_seconds`); these are wrappers.
+const native = require('./ratekeeper.node');
+
 /** Milliseconds as whole seconds, rounded up (exact to the microsecond first). */
 function ceilSeconds(ms) {
-  const us = Math.round(ms * 1000);
-  return us <= 0 ? 0 : Math.ceil(us / 1e6);
+  return native.httpSeconds(Number(ms));
 }
 
 /**
@@ -15,12 +17,15 @@ function ceilSeconds(ms) {
  * `RateLimit-Reset` (seconds until the limit is full again) and, when refused, `Retry-After`.
  */
 function rateLimitHeaders(decision) {
-  const headers = {
-    'RateLimit-Limit': String(decision.limit),
-    'RateLimit-Remaining': String(decision.remaining),
-    'RateLimit-Reset': String(ceilSeconds(decision.resetAfterMs)),
-  };
-  if (!decision.allowed) headers['Retry-After'] = String(ceilSeconds(decision.retryAfterMs));
+  const pairs = native.httpHeaders(
+    Boolean(decision.allowed),
+    Number(decision.limit),
+    Number(decision.remaining),
+    Number(decision.retryAfterMs),
+    Number(decision.resetAfterMs),
+  );
+  const headers = {};
+  for (let i = 0; i < pairs.length; i += 2) headers[pairs[i]] = pairs[i + 1];
   return headers;
 }
 

@@ -66,20 +66,41 @@ impl Lease {
     }
 }
 
+/// A duration as HTTP headers give it: whole seconds, rounded up (to the microsecond first), so
+/// a client that waits as told is never early. The rule of [`Decision::http_headers`], for
+/// bindings that format a `Retry-After` from an error's `retry_after` too.
+pub fn http_seconds(duration: Duration) -> u64 {
+    duration.as_micros().div_ceil(1_000_000) as u64
+}
+
 impl Decision {
+    /// A decision from its plain parts: for a binding that holds decisions as plain values (a
+    /// JavaScript object) and applies the core's rules to them, such as [`Self::http_headers`].
+    pub fn from_parts(allowed: bool, limit: u64, remaining: u64, retry_after: Duration, reset_after: Duration) -> Self {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+            lease: None,
+            decided_at_micros: 0,
+            limits: None,
+        }
+    }
+
     /// The standard rate-limit response headers: `RateLimit-Limit`, `RateLimit-Remaining`,
     /// `RateLimit-Reset` (seconds until full) and, when refused, `Retry-After` (seconds until the
     /// call could succeed). Times are whole seconds rounded up, so a client that honours them
     /// never retries too early. Every binding formats headers from this one rule.
     pub fn http_headers(&self) -> Vec<(&'static str, u64)> {
-        let ceil_secs = |d: Duration| d.as_micros().div_ceil(1_000_000) as u64;
         let mut headers = vec![
             ("RateLimit-Limit", self.limit),
             ("RateLimit-Remaining", self.remaining),
-            ("RateLimit-Reset", ceil_secs(self.reset_after)),
+            ("RateLimit-Reset", http_seconds(self.reset_after)),
         ];
         if !self.allowed {
-            headers.push(("Retry-After", ceil_secs(self.retry_after)));
+            headers.push(("Retry-After", http_seconds(self.retry_after)));
         }
         headers
     }

@@ -32,7 +32,7 @@ pub use backend::{
     DEFAULT_DEADLINE, DEFAULT_PREFIX,
 };
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
-pub use decision::{Decision, Lease, LimitStatus};
+pub use decision::{http_seconds, Decision, Lease, LimitStatus};
 pub use error::{Error, ErrorKind, Result};
 pub use limiter::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
 pub use limiter_handle::{Limiter, Permit, Policy, DEFAULT_WAIT_TIMEOUT};

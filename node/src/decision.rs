@@ -173,3 +173,36 @@ impl From<ratekeeper::BackendStats> for BackendStats {
         BackendStats { failed_open: s.failed_open as f64, fell_back: s.fell_back as f64, failed: s.failed as f64 }
     }
 }
+
+/// Milliseconds (as a decision or error holds them) as a duration: exact to the microsecond;
+/// negative or not a number is zero.
+fn duration_of_ms(ms: f64) -> std::time::Duration {
+    std::time::Duration::from_micros((ms * 1e3).round().max(0.0) as u64)
+}
+
+/// Internal (http.js): milliseconds as HTTP headers give them, by the core's rule (whole
+/// seconds, rounded up).
+#[napi(skip_typescript)]
+pub fn http_seconds(ms: f64) -> f64 {
+    ratekeeper::http_seconds(duration_of_ms(ms)) as f64
+}
+
+/// Internal (http.js): the core's rate-limit headers for a decision given as its plain values,
+/// in order, as `[name, value, name, value, …]`.
+#[napi(skip_typescript)]
+pub fn http_headers(
+    allowed: bool,
+    limit: f64,
+    remaining: f64,
+    retry_after_ms: f64,
+    reset_after_ms: f64,
+) -> Vec<String> {
+    let decision = ratekeeper::Decision::from_parts(
+        allowed,
+        limit.max(0.0) as u64,
+        remaining.max(0.0) as u64,
+        duration_of_ms(retry_after_ms),
+        duration_of_ms(reset_after_ms),
+    );
+    decision.http_headers().into_iter().flat_map(|(name, value)| [name.to_owned(), value.to_string()]).collect()
+}
