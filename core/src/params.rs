@@ -86,22 +86,13 @@ fn whole_from_f64(parameter: &'static str, value: f64, min: u64) -> Result<u64> 
 /// Converts a duration in seconds (Python floats, vectors): finite, positive, at least one
 /// microsecond once rounded to the nearest microsecond, at most [`MAX_DURATION`].
 pub fn duration_from_secs(parameter: &'static str, seconds: f64) -> Result<Duration> {
-    if !seconds.is_finite() {
-        return Err(Error::invalid(parameter, format!("must be a finite number of seconds, got {seconds}")));
-    }
-    if seconds <= 0.0 {
-        return Err(Error::invalid(parameter, format!("must be positive, got {seconds}")));
-    }
-    if seconds > MAX_DURATION.as_secs_f64() {
-        return Err(Error::invalid(parameter, format!("must be at most 100 years, got {seconds}s")));
-    }
-    let micros = (seconds * 1e6).round() as u64;
-    validate_duration(parameter, Duration::from_micros(micros))
+    duration_in(parameter, seconds, &SECONDS)
 }
 
-/// Converts a duration in milliseconds (JavaScript), with the rules of [`duration_from_secs`].
+/// Converts a duration in milliseconds (JavaScript), with the rules of [`duration_from_secs`];
+/// errors speak in milliseconds.
 pub fn duration_from_millis(parameter: &'static str, millis: f64) -> Result<Duration> {
-    duration_from_secs(parameter, millis / 1e3)
+    duration_in(parameter, millis, &MILLISECONDS)
 }
 
 /// Converts a non-negative timeout in seconds; zero means "do not wait".
@@ -110,6 +101,39 @@ pub fn timeout_from_secs(parameter: &'static str, seconds: f64) -> Result<Durati
         return Ok(Duration::ZERO);
     }
     duration_from_secs(parameter, seconds)
+}
+
+/// [`timeout_from_secs`] in milliseconds (JavaScript).
+pub fn timeout_from_millis(parameter: &'static str, millis: f64) -> Result<Duration> {
+    if millis == 0.0 {
+        return Ok(Duration::ZERO);
+    }
+    duration_from_millis(parameter, millis)
+}
+
+/// The unit a binding's durations are written in, for conversions and their messages.
+struct Unit {
+    name: &'static str,
+    symbol: &'static str,
+    micros: f64,
+}
+
+const SECONDS: Unit = Unit { name: "seconds", symbol: "s", micros: 1e6 };
+const MILLISECONDS: Unit = Unit { name: "milliseconds", symbol: "ms", micros: 1e3 };
+
+/// The one duration rule: finite, positive, at most [`MAX_DURATION`], to the microsecond.
+fn duration_in(parameter: &'static str, value: f64, unit: &Unit) -> Result<Duration> {
+    if !value.is_finite() {
+        return Err(Error::invalid(parameter, format!("must be a finite number of {}, got {value}", unit.name)));
+    }
+    if value <= 0.0 {
+        return Err(Error::invalid(parameter, format!("must be positive, got {value}")));
+    }
+    if value * unit.micros > MAX_DURATION.as_micros() as f64 {
+        return Err(Error::invalid(parameter, format!("must be at most 100 years, got {value:e}{}", unit.symbol)));
+    }
+    let micros = (value * unit.micros).round() as u64;
+    validate_duration(parameter, Duration::from_micros(micros))
 }
 
 /// Checks a duration: at least one microsecond, at most [`MAX_DURATION`].

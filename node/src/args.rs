@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::{validate_type_tag, External, FromNapiRef, TypeTag};
 use napi::{sys, JsValue, Unknown};
-use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, timeout_from_secs};
+use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, timeout_from_millis};
 use ratekeeper::Error;
 
 use crate::runtime::CoreResult;
@@ -273,7 +273,7 @@ pub fn opt_millis(value: Option<Js>, parameter: &'static str) -> CoreResult<Opti
 
 /// An optional timeout in milliseconds; 0 means "do not wait".
 pub fn opt_timeout(value: Option<Js>, parameter: &'static str) -> CoreResult<Option<Duration>> {
-    value.map(|v| timeout_from_secs(parameter, v.number(parameter)? / 1e3)).transpose()
+    value.map(|v| timeout_from_millis(parameter, v.number(parameter)?)).transpose()
 }
 
 /// A required argument.
