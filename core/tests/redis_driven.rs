@@ -1,0 +1,159 @@
+//! Driven calls (`ratekeeper::driven`): a caller that drives its own socket gets the command
+//! bytes from a `Pipeline`, feeds it what it reads, and gets each call's decision, exactly as
+//! the async call would decide it; a flushed script cache asks for a rerun; a failed connection
+//! goes through the failure policy. The socket here is a plain blocking `TcpStream`.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use ratekeeper::driven::{Driven, DrivenCall, Finished, Pipeline};
+use ratekeeper::{block_on, Backend, Error, ErrorKind, FailurePolicy, Limiter, RedisConfig};
+use support::{RedisCluster, RedisServer};
+
+fn driven(limiter: &Limiter, key: &str, cost: u64) -> DrivenCall {
+    match limiter.drive_check(Some(key), cost).expect("valid arguments") {
+        Driven::Send(call) => call,
+        Driven::Done(_) => panic!("a Redis limiter answered without Redis"),
+        Driven::Unsupported => panic!("a standalone plain server is driven"),
+    }
+}
+
+/// Writes the queued calls and reads until `expected` calls ended.
+fn exchange(stream: &mut TcpStream, pipeline: &mut Pipeline<usize>, expected: usize) -> Vec<(usize, Finished)> {
+    let mut out = Vec::new();
+    pipeline.write_queued(&mut out);
+    stream.write_all(&out).unwrap();
+    let mut done = Vec::new();
+    let mut buffer = [0u8; 512]; // small: replies arrive split across reads
+    while done.len() < expected {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "the server closed the connection");
+        pipeline.read(&buffer[..n], &mut done).unwrap();
+    }
+    assert!(!pipeline.awaiting_replies());
+    done
+}
+
+#[test]
+fn driven_calls_are_decided_like_async_calls_in_order_and_in_batches() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.token_bucket("driven", 0.001, 10).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let first = driven(&limiter, "k", 1);
+    let mut stream = first.endpoint().connect().unwrap();
+    let mut pipeline = Pipeline::new();
+    pipeline.push(0, first);
+    for token in 1..15 {
+        pipeline.push(token, driven(&limiter, "k", 1));
+    }
+    pipeline.push(
+        15,
+        match limiter.drive_peek(Some("k")).unwrap() {
+            Driven::Send(call) => call,
+            _ => panic!("peek is driven"),
+        },
+    );
+    assert!(pipeline.next_deadline().is_some());
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let done = exchange(&mut stream, &mut pipeline, 16);
+    let stats = server.cli(&["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_evalsha:calls=1,"), "16 calls of one script, one invocation:\n{stats}");
+
+    let decisions: Vec<_> = done
+        .into_iter()
+        .map(|(token, finished)| match finished {
+            Finished::Done(result) => (token, result.expect("Redis answers")),
+            Finished::Rerun(_) => panic!("the script is cached"),
+        })
+        .collect();
+    assert_eq!(decisions.iter().map(|(t, _)| *t).collect::<Vec<_>>(), (0..16).collect::<Vec<_>>(), "in order");
+    for (token, d) in &decisions[..10] {
+        assert!(d.allowed && d.remaining == 9 - *token as u64, "call {token}: {d:?}");
+    }
+    for (token, d) in &decisions[10..15] {
+        assert!(!d.allowed && d.retry_after > Duration::ZERO, "call {token}: {d:?}");
+    }
+    assert!(!decisions[15].1.allowed && decisions[15].1.remaining == 0, "the peek sees the bucket empty");
+    // The async call agrees: the state the driven calls left is the server's.
+    assert!(!block_on(limiter.check(Some("k"), 1)).unwrap().allowed);
+}
+
+#[test]
+fn a_flushed_script_cache_asks_for_a_rerun_on_the_runtime() {
+    let server = RedisServer::start();
+    let backend = Backend::redis(&server.url()).unwrap();
+    let limiter = backend.token_bucket("flushed", 1.0, 5).unwrap();
+    assert!(limiter.check_blocking(Some("warm"), 1).unwrap().allowed);
+    server.cli(&["SCRIPT", "FLUSH"]);
+    let call = driven(&limiter, "k", 2);
+    let mut stream = call.endpoint().connect().unwrap();
+    let mut pipeline = Pipeline::new();
+    pipeline.push((), call);
+    pipeline.push((), driven(&limiter, "k", 2)); // a batch: NOSCRIPT answers both
+    let mut out = Vec::new();
+    pipeline.write_queued(&mut out);
+    stream.write_all(&out).unwrap();
+    let mut done = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while done.len() < 2 {
+        let n = stream.read(&mut buffer).unwrap();
+        pipeline.read(&buffer[..n], &mut done).unwrap();
+    }
+    let mut remaining = Vec::new();
+    for (_, finished) in done {
+        let Finished::Rerun(call) = finished else { panic!("NOSCRIPT proves the script did not run") };
+        remaining.push(block_on(call.run()).unwrap().remaining);
+    }
+    remaining.sort_unstable();
+    assert_eq!(remaining, [1, 3], "each rerun counted once");
+}
+
+#[test]
+fn a_failed_connection_goes_through_the_failure_policy() {
+    let server = RedisServer::start();
+    let config = |policy| RedisConfig::new(server.url()).failure_policy(policy);
+    let closed = Backend::redis_with(config(FailurePolicy::FailClosed)).unwrap().token_bucket("f", 1.0, 5).unwrap();
+    let open = Backend::redis_with(config(FailurePolicy::FailOpen)).unwrap().token_bucket("f", 1.0, 5).unwrap();
+    let mut pipeline = Pipeline::new();
+    pipeline.push("closed", driven(&closed, "k", 1));
+    pipeline.push("open", driven(&open, "k", 1));
+    let mut done = Vec::new();
+    let timeout = Error::Timeout { message: "the test's deadline".into() };
+    pipeline.fail_all(&timeout, &mut done);
+    assert!(pipeline.next_deadline().is_none() && !pipeline.has_queued());
+    let results: Vec<_> = done
+        .into_iter()
+        .map(|(token, f)| match f {
+            Finished::Done(result) => (token, result),
+            Finished::Rerun(_) => panic!("a failure is not a rerun"),
+        })
+        .collect();
+    assert_eq!(results[0].0, "closed");
+    assert_eq!(results[0].1.as_ref().unwrap_err().kind(), ErrorKind::Timeout);
+    let opened = results[1].1.as_ref().unwrap();
+    assert!(opened.allowed && opened.remaining == 5, "fail_open allows with full capacity: {opened:?}");
+}
+
+#[test]
+fn what_is_not_driven_says_so_and_bad_arguments_fail_first() {
+    let memory = Backend::memory().token_bucket("m", 1.0, 5).unwrap();
+    assert!(matches!(memory.drive_check(Some("k"), 1).unwrap(), Driven::Done(d) if d.allowed && d.remaining == 4));
+
+    let server = RedisServer::start();
+    let redis = Backend::redis(&server.url()).unwrap();
+    let lease = redis.concurrent("c", 1, Duration::from_secs(5)).unwrap();
+    assert!(matches!(lease.drive_check(Some("k"), 1).unwrap(), Driven::Unsupported));
+    let bucket = redis.token_bucket("b", 1.0, 5).unwrap();
+    let error = bucket.drive_check(Some("k"), 6).err().expect("a cost above the capacity");
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    assert!(bucket.drive_check(Some(&"x".repeat(2000)), 1).is_err(), "an over-long key");
+    assert_eq!(server.cli(&["DBSIZE"]), "0", "nothing was written");
+
+    let cluster = RedisCluster::start();
+    let clustered = Backend::redis_cluster(cluster.seeds()).unwrap().token_bucket("b", 1.0, 5).unwrap();
+    assert!(matches!(clustered.drive_check(Some("k"), 1).unwrap(), Driven::Unsupported));
+}
