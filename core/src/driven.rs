@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use redis::{Cmd, Value};
 
+use crate::backend::redis::resp::{frame_len, parse_frame};
 use crate::backend::redis::scripts::{self, interpret, LuaScript, ScriptReply, MAX_BATCH};
 use crate::backend::redis::{Connections, RedisBackend};
 use crate::backend::Op;
@@ -228,8 +229,7 @@ impl<T> Pipeline<T> {
         self.input.extend_from_slice(bytes);
         let mut start = 0;
         while let Some(len) = frame_len(&self.input[start..]).map_err(protocol_error)? {
-            let value =
-                redis::parse_redis_value(&self.input[start..start + len]).map_err(|e| protocol_error(e.to_string()))?;
+            let value = parse_frame(&self.input[start..start + len]).map_err(|e| protocol_error(e.to_string()))?;
             start += len;
             let Some(sent) = self.sent.pop_front() else {
                 return Err(protocol_error("a reply nobody asked for".into()));
@@ -297,61 +297,4 @@ fn batch_error(value: &Value) -> Value {
 
 fn protocol_error(message: String) -> Error {
     Error::BackendUnavailable { message: format!("Redis: protocol error: {message}") }
-}
-
-/// The length of the first whole RESP2/RESP3 value in `buf`: `Ok(None)` while incomplete.
-fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, String> {
-    let mut pos = 0usize;
-    // Values still to read: nested aggregates add their elements.
-    let mut pending = 1u64;
-    while pending > 0 {
-        let Some(kind) = buf.get(pos).copied() else { return Ok(None) };
-        let Some(line) = buf[pos..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
-        let header = &buf[pos + 1..pos + line];
-        pos += line + 2;
-        pending -= 1;
-        let length = || -> std::result::Result<i64, String> {
-            std::str::from_utf8(header)
-                .ok()
-                .and_then(|h| h.parse().ok())
-                .ok_or_else(|| format!("bad length {:?}", String::from_utf8_lossy(header)))
-        };
-        match kind {
-            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
-            b'$' | b'=' | b'!' => {
-                let n = length()?;
-                if n >= 0 {
-                    pos += n as usize + 2;
-                    if pos > buf.len() {
-                        return Ok(None);
-                    }
-                }
-            }
-            b'*' | b'~' | b'>' => pending += length()?.max(0) as u64,
-            b'%' => pending += 2 * length()?.max(0) as u64,
-            // An attribute map comes before the value it describes.
-            b'|' => pending += 2 * length()?.max(0) as u64 + 1,
-            other => return Err(format!("unexpected type byte {other:#04x}")),
-        }
-    }
-    Ok(Some(pos))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::frame_len;
-
-    #[test]
-    fn frames_whole_values_only() {
-        let reply = b"*2\r\n*3\r\n:1\r\n$3\r\nabc\r\n$-1\r\n-ERR x\r\n+OK\r\n";
-        let first = reply.len() - 5;
-        assert_eq!(frame_len(reply), Ok(Some(first)));
-        for cut in 0..first {
-            assert_eq!(frame_len(&reply[..cut]), Ok(None), "cut at {cut}");
-        }
-        assert_eq!(frame_len(b"%1\r\n+a\r\n:1\r\n"), Ok(Some(12)));
-        assert_eq!(frame_len(b"*-1\r\n"), Ok(Some(5)));
-        assert!(frame_len(b"?x\r\n").is_err());
-        assert!(frame_len(b"$x\r\n").is_err());
-    }
 }

@@ -17,7 +17,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, ConnectionAddr, Parser, RedisResult, Value};
+use redis::{Cmd, ConnectionAddr, RedisResult, Value};
+
+use super::resp::{frame_len, parse_frame};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
@@ -115,7 +117,8 @@ impl DirectTarget {
         };
         let mut conn = DirectConnection {
             stream,
-            parser: Parser::new(),
+            input: vec![0; READ_BUFFER],
+            filled: 0,
             out: Vec::with_capacity(256),
             read_timeout: None,
             write_timeout: None,
@@ -175,8 +178,9 @@ impl Stream {
 /// One connection, used by one thread at a time.
 pub(crate) struct DirectConnection {
     stream: Stream,
-    /// Keeps bytes read past a reply (none, with one request at a time) between calls.
-    parser: Parser,
+    /// Bytes read and not yet a whole reply (`input[..filled]`); zeroed once, reused.
+    input: Vec<u8>,
+    filled: usize,
     /// The packed command, reused from call to call.
     out: Vec<u8>,
     read_timeout: Option<Duration>,
@@ -211,10 +215,31 @@ impl DirectConnection {
                 tls.flush()?;
             }
         }
-        let reader = DeadlineReader { conn_stream: &mut self.stream, timeout: &mut self.read_timeout, until };
-        let reply = self.parser.parse_value(reader);
+        let reply = self.read_reply(until);
         self.last_used = Instant::now();
         reply
+    }
+
+    /// Reads one whole reply (one request at a time: nothing is left over after it).
+    fn read_reply(&mut self, until: Instant) -> RedisResult<Value> {
+        let mut reader = DeadlineReader { conn_stream: &mut self.stream, timeout: &mut self.read_timeout, until };
+        loop {
+            let framed = frame_len(&self.input[..self.filled])
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("Redis protocol error: {e}")))?;
+            if let Some(len) = framed {
+                let reply = parse_frame(&self.input[..len]);
+                self.input.copy_within(len..self.filled, 0);
+                self.filled -= len;
+                return reply;
+            }
+            if self.filled == self.input.len() {
+                self.input.resize(self.input.len() * 2, 0);
+            }
+            match reader.read(&mut self.input[self.filled..])? {
+                0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+                n => self.filled += n,
+            }
+        }
     }
 
     /// The plain socket, without timeouts, for a caller that drives it itself; an error over
@@ -320,6 +345,9 @@ fn drain_tls_housekeeping(tls: &mut rustls::StreamOwned<rustls::ClientConnection
     }
     tls.sock.set_nonblocking(false).is_ok() && clean
 }
+
+/// The read buffer of a direct connection (it grows for longer replies).
+const READ_BUFFER: usize = 4096;
 
 /// Reads the reply, keeping every read within the call's deadline.
 struct DeadlineReader<'a> {
