@@ -7,7 +7,8 @@
 //   cd bench/node && npm install && node bench.js        (builds node/ in release first)
 //
 // Scenarios (every check is admitted: limits are far above the load):
-//   redis sequential     one check at a time (await each)
+//   redis sequential     one check at a time (await each); and, for reference, redis-benchmark
+//                        -c 1 running the very EVALSHA ratekeeper sends (captured with MONITOR)
 //   redis 64 concurrent  64 loops awaiting their own checks (pipelined on one connection)
 //   memory               RateLimiterMemory vs the memory backend (Promise, and checkSync)
 // ratekeeper's token bucket (GCRA, one Lua script per check) is compared with RLF's default
@@ -88,6 +89,30 @@ function measureSync(check) {
   return done / (Number(process.hrtime.bigint() - start) / 1e9);
 }
 
+/** The EVALSHA `call()` sends, captured with MONITOR, as redis-benchmark arguments. */
+async function capturedCommand(port, call) {
+  const cli = fs.existsSync('/usr/bin/redis-cli') ? '/usr/bin/redis-cli' : 'redis-cli';
+  const monitor = spawn(cli, ['-p', String(port), 'monitor'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  let output = '';
+  monitor.stdout.on('data', (chunk) => (output += chunk));
+  while (!output.includes('OK')) await new Promise((r) => setTimeout(r, 10));
+  await call();
+  while (!/"EVALSHA"/i.test(output)) await new Promise((r) => setTimeout(r, 10));
+  monitor.kill('SIGKILL');
+  const line = output.split('\n').find((l) => /"EVALSHA"/i.test(l));
+  // 1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "sha" "1" "key" ...
+  return [...line.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1].replace(/\\(.)/g, '$1'));
+}
+
+/** redis-benchmark with one connection running `command` for about SECONDS: commands/s. */
+function redisBenchmark(port, command, expectedRate) {
+  const count = String(Math.max(2000, Math.round(expectedRate * SECONDS)));
+  const out = execFileSync('redis-benchmark', ['-p', String(port), '-c', '1', '-n', count, '-q', ...command], {
+    encoding: 'utf8',
+  });
+  return Number([...out.matchAll(/([\d.]+) requests per second/g)].pop()[1]);
+}
+
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const fmt = (n) => (n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : `${Math.round(n / 100) / 10}k`);
 
@@ -125,15 +150,23 @@ async function main() {
   console.log(`node ${process.version}, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
   console.log(`rate-limiter-flexible ${rlfVersion} + ioredis ${ioredisVersion}; ${ROUNDS} rounds of ${SECONDS}s each, median\n`);
   const rows = [];
+  const evalsha = await capturedCommand(redis.port, () => rkToken.check('captured'));
   for (const [name, concurrency, ours, theirs] of scenarios) {
     const a = [];
     const b = [];
+    const raw = [];
     for (let round = 0; round < ROUNDS; round++) {
       a.push(await measure(ours, concurrency));
       b.push(await measure(theirs, concurrency));
+      // The floor of any client: redis-benchmark running the token bucket's very EVALSHA.
+      if (name === 'redis, sequential') raw.push(redisBenchmark(redis.port, evalsha, a[a.length - 1]));
     }
     rows.push([name, median(a), median(b)]);
     console.log(`${name}: ratekeeper ${fmt(median(a))}/s, rate-limiter-flexible ${fmt(median(b))}/s`);
+    if (raw.length > 0) {
+      rows.push(['reference: redis-benchmark -c 1, the same EVALSHA (no client is faster)', median(raw), median(b)]);
+      console.log(`  redis-benchmark -c 1 with the same EVALSHA: ${fmt(median(raw))}/s`);
+    }
   }
   const syncRounds = [];
   for (let round = 0; round < ROUNDS; round++) syncRounds.push(measureSync((i) => rkMemory.checkSync(keys[i])));

@@ -95,6 +95,8 @@ struct Live {
     timer_at: Option<Instant>,
     /// A write failed: the poll callback tears the connection down.
     broken: Option<String>,
+    /// Where replies are read to (zeroed once, not per read).
+    read_buffer: Box<[u8]>,
 }
 
 thread_local! {
@@ -298,6 +300,7 @@ impl Live {
             referenced: false,
             timer_at: None,
             broken: None,
+            read_buffer: vec![0; 16 * 1024].into_boxed_slice(),
         });
         live.update_handles();
         Ok(live)
@@ -361,19 +364,18 @@ impl Live {
 
     /// Reads what has arrived into the pipeline.
     fn read_available(&mut self, done: &mut Vec<(f64, Finished)>) {
-        let mut buffer = [0u8; 16 * 1024];
         loop {
-            match self.stream.read(&mut buffer) {
+            match self.stream.read(&mut self.read_buffer) {
                 Ok(0) => {
                     self.broken = Some("Redis closed the connection".into());
                     return;
                 }
                 Ok(n) => {
-                    if let Err(e) = self.pipeline.read(&buffer[..n], done) {
+                    if let Err(e) = self.pipeline.read(&self.read_buffer[..n], done) {
                         self.broken = Some(e.to_string());
                         return;
                     }
-                    if n < buffer.len() {
+                    if n < self.read_buffer.len() {
                         return;
                     }
                 }
