@@ -174,10 +174,12 @@ impl<T> Pipeline<T> {
         Pipeline { queued: Vec::new(), sent: VecDeque::new(), input: Vec::new() }
     }
 
-    /// Queues `call` (its backend's deadline starts now); [`Self::write_queued`] sends it.
-    pub fn push(&mut self, token: T, call: DrivenCall) {
+    /// Queues `call` (its backend's deadline starts now) and returns its deadline;
+    /// [`Self::write_queued`] sends it.
+    pub fn push(&mut self, token: T, call: DrivenCall) -> Instant {
         let deadline = Instant::now() + call.backend.deadline();
         self.queued.push((token, call, deadline));
+        deadline
     }
 
     /// True when calls are queued and not yet written.

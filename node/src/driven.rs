@@ -118,7 +118,8 @@ pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
         connection.make_ready(env);
         let State::Live(live) = &mut connection.state else { return Some(call) };
         let idle = !live.pipeline.awaiting_replies();
-        live.pipeline.push(id, call);
+        let deadline = live.pipeline.push(id, call);
+        live.arm_timer(deadline);
         // With replies awaited, the call waits for the next one (see the module documentation);
         // while replies are settled, for the end of their group.
         if idle && SETTLING.get() != key {
@@ -352,13 +353,21 @@ impl Live {
             };
             self.referenced = waiting;
         }
-        // The timer only ever needs to fire earlier: when it fires it re-arms for what is left.
-        if let Some(deadline) = self.pipeline.next_deadline() {
-            if self.timer_at.is_none_or(|at| deadline < at) {
-                let ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64 + 1;
-                unsafe { uv::uv_timer_start(self.timer.0, on_timer, ms, 0) };
-                self.timer_at = Some(deadline);
+        // An armed timer fires no later than the oldest call's deadline (calls only end, or
+        // arm it earlier as they come); when it fires, it re-arms for what is left.
+        if self.timer_at.is_none() {
+            if let Some(deadline) = self.pipeline.next_deadline() {
+                self.arm_timer(deadline);
             }
+        }
+    }
+
+    /// Makes the timer fire by `deadline`.
+    fn arm_timer(&mut self, deadline: Instant) {
+        if self.timer_at.is_none_or(|at| deadline < at) {
+            let ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64 + 1;
+            unsafe { uv::uv_timer_start(self.timer.0, on_timer, ms, 0) };
+            self.timer_at = Some(deadline);
         }
     }
 
@@ -412,11 +421,11 @@ fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -
         f(live, &mut done);
         if let Some(message) = live.broken.take() {
             live.pipeline.fail_all(&Error::BackendUnavailable { message }, &mut done);
-            let State::Live(live) = std::mem::replace(&mut connection.state, State::Down { retry_at: Instant::now() })
-            else {
-                unreachable!()
-            };
-            live.close(false);
+            if let State::Live(live) =
+                std::mem::replace(&mut connection.state, State::Down { retry_at: Instant::now() })
+            {
+                live.close(false);
+            }
         } else {
             live.update_handles();
         }
@@ -447,7 +456,16 @@ thread_local! {
 }
 
 unsafe extern "C" fn on_poll(handle: *mut c_void, status: c_int, events: c_int) {
-    let key = key_of(handle);
+    without_unwinding(|| poll_ready(key_of(handle), status, events));
+}
+
+/// Runs a libuv callback's body: a panic (a bug) must not unwind into libuv, which would abort
+/// the process; the calls of that moment may then stay unsettled until their deadline.
+fn without_unwinding(body: impl FnOnce()) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+}
+
+fn poll_ready(key: usize, status: c_int, events: c_int) {
     let done = with_live(key, |live, done| {
         if status < 0 {
             live.broken = Some(format!("Redis: connection error (libuv status {status})"));
@@ -472,7 +490,11 @@ unsafe extern "C" fn on_poll(handle: *mut c_void, status: c_int, events: c_int) 
 }
 
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
-    let done = with_live(key_of(handle), |live, done| {
+    without_unwinding(|| timer_fired(key_of(handle)));
+}
+
+fn timer_fired(key: usize) {
+    let done = with_live(key, |live, done| {
         live.timer_at = None;
         let Some(deadline) = live.pipeline.next_deadline() else { return };
         if Instant::now() >= deadline {
