@@ -366,7 +366,7 @@ impl RedisBackend {
         tokio::time::timeout_at(until, pipe.query_async::<T>(&mut conn))
             .await
             .map_err(|_| timed_out())?
-            .map_err(|e| Error::BackendUnavailable { message: format!("Redis: {e}") })
+            .map_err(|e| scripts::redis_failure(&e))
     }
 
     fn metrics_key(&self, kind: Kind, name: &str) -> String {

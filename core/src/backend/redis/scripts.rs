@@ -161,6 +161,11 @@ fn did_not_run(e: &RedisError) -> bool {
     )
 }
 
+/// A failure Redis reported, or of the connection to it, as the error a call returns.
+pub(crate) fn redis_failure(e: &RedisError) -> Error {
+    Error::BackendUnavailable { message: format!("Redis: {e}") }
+}
+
 /// True for failures that may have broken the connection.
 fn breaks_connection(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
@@ -204,7 +209,7 @@ pub(crate) async fn run_cmd(
                 if breaks_connection(&e) {
                     connections.invalidate(generation);
                 }
-                return Err(Error::BackendUnavailable { message: format!("Redis: {e}") });
+                return Err(redis_failure(&e));
             }
         }
     }
@@ -259,7 +264,7 @@ pub(crate) fn run_cmd_blocking(
                 if let ErrorKind::Server(_) = e.kind() {
                     connections.give_back_direct(conn);
                 }
-                return Err(Error::BackendUnavailable { message: format!("Redis: {e}") });
+                return Err(redis_failure(&e));
             }
         }
     }
@@ -297,7 +302,7 @@ pub(crate) fn interpret(value: Value) -> ScriptReply {
     match parse(value) {
         Ok(values) => ScriptReply::Values(values),
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) || did_not_run(&e) => ScriptReply::DidNotRun,
-        Err(e) => ScriptReply::Failed(Error::BackendUnavailable { message: format!("Redis: {e}") }),
+        Err(e) => ScriptReply::Failed(redis_failure(&e)),
     }
 }
 
