@@ -361,14 +361,8 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
         Ok(Outcome::of(e.decision))
     };
     match (algorithm, state, op) {
-        (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. }) => plain(g.evaluate(tat, now, cost, true)),
-        (Algorithm::Gcra(g), State::Gcra(tat), Op::Peek) => plain(g.evaluate(tat, now, 1, false)),
-        (Algorithm::Gcra(g), State::Gcra(tat), Op::Adjust { estimate, actual }) => {
-            let adjusted = g.adjust(tat, now, estimate, actual);
-            let mut view = *tat;
-            let outcome = plain(g.evaluate(&mut view, now, 1, false));
-            *changed = adjusted;
-            outcome
+        (Algorithm::Gcra(g), State::Gcra(tat), op @ (Op::Check { .. } | Op::Peek | Op::Adjust { .. })) => {
+            plain(g.run(tat, now, op))
         }
         (Algorithm::Sliding(s), State::Sliding(st), Op::Check { cost, .. }) => plain(s.evaluate(st, now, cost, true)),
         (Algorithm::Sliding(s), State::Sliding(st), Op::Peek) => plain(s.evaluate(st, now, 1, false)),

@@ -6,6 +6,7 @@
 //! of cost `c` at `now` is admitted iff `max(tat, now) + c*T - now <= tau`.
 
 use super::{decision, Evaluation};
+use crate::backend::Op;
 
 /// GCRA parameters in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +42,23 @@ impl Gcra {
         *tat = now + after;
         let remaining = (self.tau_us - after) / self.emission_us;
         Evaluation { decision: decision(true, self.capacity, remaining, 0, after), changed: true }
+    }
+
+    /// Runs `op` (a check, a peek, or an adjustment followed by a peek) on `tat` at `now`: the one
+    /// dispatch from operations to this engine. The memory backend runs it on its state; the
+    /// Redis backend replays it on the state its script read (the script made the same write).
+    /// Release and extend do not apply to GCRA (the caller refuses them) and read as a peek.
+    #[inline]
+    pub(crate) fn run(&self, tat: &mut GcraState, now: u64, op: Op) -> Evaluation {
+        match op {
+            Op::Check { cost, .. } => self.evaluate(tat, now, cost, true),
+            Op::Adjust { estimate, actual } => {
+                let changed = self.adjust(tat, now, estimate, actual);
+                let mut view = *tat;
+                Evaluation { changed, ..self.evaluate(&mut view, now, 1, false) }
+            }
+            Op::Peek | Op::Release { .. } | Op::Extend { .. } => self.evaluate(tat, now, 1, false),
+        }
     }
 
     /// Corrects a charge of `estimate` to `actual` (points limiter): the difference is charged

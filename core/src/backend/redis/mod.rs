@@ -24,6 +24,7 @@ use super::{Op, Outcome, Wake};
 use crate::clock::Clock;
 use crate::decision::{Decision, Lease, LimitStatus};
 use crate::error::{Error, Result};
+use crate::limiter::gcra::Gcra;
 use crate::limiter::{decision, Algorithm, Kind};
 use crate::metrics::{from_values, LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
@@ -264,8 +265,7 @@ impl RedisBackend {
                 };
                 // Written straight into the command (no per-argument `String`s): the hot path.
                 let mut cmd = scripts::GCRA.evalsha(1);
-                cmd.arg(keys.key("s")).arg(verb(op)).arg(now).arg(g.emission_us).arg(g.tau_us).arg(g.capacity);
-                cmd.arg(first).arg(second);
+                cmd.arg(keys.key("s")).arg(verb(op)).arg(now).arg(g.emission_us).arg(g.tau_us).arg(first).arg(second);
                 call(&scripts::GCRA, cmd)
             }
             (Algorithm::Sliding(s), Op::Check { .. } | Op::Peek) => {
@@ -308,7 +308,11 @@ impl RedisBackend {
         wake_key: Option<String>,
         reply: Vec<i64>,
     ) -> Result<Outcome> {
-        let Algorithm::Concurrent(c) = algorithm else { return Ok(Outcome::of(decision_from(&reply))) };
+        let c = match algorithm {
+            Algorithm::Concurrent(c) => c,
+            Algorithm::Gcra(g) => return gcra_outcome(g, op, &reply),
+            _ => return Ok(Outcome::of(decision_from(&reply))),
+        };
         if let Op::Release { .. } | Op::Extend { .. } = op {
             let mut d = decision(true, c.limit, 0, 0, 0);
             d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;
@@ -487,6 +491,19 @@ fn cost_of(op: Op) -> u64 {
 /// Decodes a script's reply: {allowed, limit, remaining, retry_us, reset_us, now_us, details…}.
 /// Multi-limit replies append five numbers per limit (sliding and log scripts only; the
 /// concurrent script's trailing numbers are its token and reclaim count, read by its caller).
+/// The outcome of GCRA operation `op` from its script's reply `{tat, now}`: the state the script
+/// read and its instant. The script applied the rule's write; the decision is the rule's own
+/// (see `gcra.lua`), replayed here on what the script read.
+fn gcra_outcome(g: &Gcra, op: Op, reply: &[i64]) -> Result<Outcome> {
+    let &[tat, now] = reply else {
+        return Err(Error::BackendUnavailable { message: format!("Redis: unexpected GCRA reply {reply:?}") });
+    };
+    let (mut tat, now) = (tat.max(0) as u64, now.max(0) as u64);
+    let mut decision = g.run(&mut tat, now, op).decision;
+    decision.decided_at_micros = now;
+    Ok(Outcome::of(decision))
+}
+
 fn decision_from(reply: &[i64]) -> Decision {
     let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
     let mut d = decision(at(0) == 1, at(1), at(2), at(3), at(4));
