@@ -5,8 +5,9 @@
 //! command, a [`Pipeline`] batches queued calls (the same batched script invocations as the
 //! runtime's connection), frames the replies and turns each into a decision, applying the
 //! failure policy to a connection that failed or a deadline that passed. The caller writes
-//! [`Pipeline::write_queued`]'s bytes, feeds what it reads to [`Pipeline::read`], and calls
-//! [`Pipeline::fail_all`] when the socket fails or [`Pipeline::next_deadline`] passes.
+//! [`Pipeline::write_queued`]'s bytes, feeds what it reads to [`Pipeline::read`], calls
+//! [`Pipeline::expire`] when [`Pipeline::next_deadline`] passes (each call keeps its own
+//! deadline), and [`Pipeline::fail_all`] when the socket fails.
 //!
 //! Only plain standalone servers are driven ([`Driven::Unsupported`] elsewhere: a cluster
 //! routes by slot, TLS needs its own state machine), and only `check` and `peek` of the rate
@@ -140,29 +141,37 @@ impl<T> Default for Pipeline<T> {
 pub enum Finished {
     /// Its result (the failure policy already applied).
     Done(Result<Decision>),
-    /// The server proved it did not run the call: [`DrivenCall::run`] it on the runtime.
+    /// The call certainly did not run (the server proved it, or it was never written):
+    /// [`DrivenCall::run`] it on the runtime.
     Rerun(DrivenCall),
 }
 
-/// Calls sent together: one command, so one reply. `deadline`: the earliest of theirs.
+/// A call not yet answered, with the caller's token and the instant its deadline passes.
+struct Waiting<T> {
+    token: T,
+    call: DrivenCall,
+    deadline: Instant,
+}
+
+/// Calls sent together: one command, so one reply.
 struct Sent<T> {
-    calls: Vec<(T, DrivenCall)>,
+    /// A slot is emptied when its call's deadline passes first: the reply is then read and
+    /// dropped.
+    calls: Vec<Option<Waiting<T>>>,
     /// More than one call: the reply is an array with one reply per call.
     batched: bool,
-    deadline: Instant,
 }
 
 /// Queued calls of one script, to be sent as one command.
 struct Group<T> {
     script: &'static LuaScript,
-    calls: Vec<(T, DrivenCall)>,
-    deadline: Instant,
+    calls: Vec<Waiting<T>>,
 }
 
 /// The calls of one driven connection, sans I/O: queued, then sent (in order), then answered.
 /// `T` is the caller's token for a call (e.g. the id its Promise waits on).
 pub struct Pipeline<T> {
-    queued: Vec<(T, DrivenCall, Instant)>,
+    queued: Vec<Waiting<T>>,
     sent: VecDeque<Sent<T>>,
     /// Bytes read and not yet a whole reply.
     input: Vec<u8>,
@@ -178,7 +187,7 @@ impl<T> Pipeline<T> {
     /// [`Self::write_queued`] sends it.
     pub fn push(&mut self, token: T, call: DrivenCall) -> Instant {
         let deadline = Instant::now() + call.backend.deadline();
-        self.queued.push((token, call, deadline));
+        self.queued.push(Waiting { token, call, deadline });
         deadline
     }
 
@@ -187,7 +196,13 @@ impl<T> Pipeline<T> {
         !self.queued.is_empty()
     }
 
-    /// True when calls were written and are not yet answered.
+    /// True when calls are waiting to be answered (queued or sent, their deadlines not passed).
+    pub fn has_waiting_calls(&self) -> bool {
+        !self.queued.is_empty() || self.sent.iter().any(|s| s.calls.iter().any(Option::is_some))
+    }
+
+    /// True when commands were written and are not yet answered (including those of calls whose
+    /// deadline passed: their replies are still due).
     pub fn awaiting_replies(&self) -> bool {
         !self.sent.is_empty()
     }
@@ -196,30 +211,29 @@ impl<T> Pipeline<T> {
     /// invocation (up to the batch limit), like the runtime connection's.
     pub fn write_queued(&mut self, out: &mut Vec<u8>) {
         let mut groups: Vec<Group<T>> = Vec::new();
-        for (token, call, deadline) in self.queued.drain(..) {
-            let group = match groups.iter().position(|g| std::ptr::eq(g.script, call.script)) {
+        for waiting in self.queued.drain(..) {
+            let group = match groups.iter().position(|g| std::ptr::eq(g.script, waiting.call.script)) {
                 Some(i) => &mut groups[i],
                 None => {
-                    groups.push(Group { script: call.script, calls: Vec::new(), deadline });
+                    groups.push(Group { script: waiting.call.script, calls: Vec::new() });
                     groups.last_mut().expect("just pushed")
                 }
             };
-            group.deadline = group.deadline.min(deadline);
-            group.calls.push((token, call));
+            group.calls.push(waiting);
         }
-        for Group { calls, deadline, .. } in groups {
+        for Group { calls, .. } in groups {
             let mut calls = calls.into_iter().peekable();
             let size = batch_size(calls.len());
             while calls.peek().is_some() {
-                let batch: Vec<(T, DrivenCall)> = calls.by_ref().take(size).collect();
+                let batch: Vec<Waiting<T>> = calls.by_ref().take(size).collect();
                 let batched = batch.len() > 1;
                 if batched {
-                    let cmds: Vec<&Cmd> = batch.iter().map(|(_, c)| &c.cmd).collect();
+                    let cmds: Vec<&Cmd> = batch.iter().map(|w| &w.call.cmd).collect();
                     scripts::batch(&cmds).write_packed_command(out);
                 } else {
-                    batch[0].1.cmd.write_packed_command(out);
+                    batch[0].call.cmd.write_packed_command(out);
                 }
-                self.sent.push_back(Sent { calls: batch, batched, deadline });
+                self.sent.push_back(Sent { calls: batch.into_iter().map(Some).collect(), batched });
             }
         }
     }
@@ -242,21 +256,48 @@ impl<T> Pipeline<T> {
         Ok(())
     }
 
-    /// When the oldest unanswered call's deadline passes, if any is waiting.
+    /// The earliest deadline of the calls still waiting (sent or queued), if any.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let sent = self.sent.iter().map(|s| s.deadline).min();
-        let queued = self.queued.iter().map(|(_, _, d)| *d).min();
-        sent.into_iter().chain(queued).min()
+        let sent = self.sent.iter().flat_map(|s| s.calls.iter().flatten());
+        sent.chain(&self.queued).map(|w| w.deadline).min()
     }
 
-    /// Ends every call with `error` (a `Timeout`: the deadline passed; `BackendUnavailable`: the
-    /// connection failed), through the failure policy. The connection must be dropped with
-    /// it: replies may still be on their way.
+    /// Ends every call whose deadline is `now` or earlier with `Timeout`, through the failure
+    /// policy; calls with later deadlines keep waiting. Returns whether any call ended: the
+    /// server or the connection may then be stuck (see [`Self::take_queued`]).
+    pub fn expire(&mut self, now: Instant, done: &mut Vec<(T, Finished)>) -> bool {
+        let mut expired = Vec::new();
+        for slot in self.sent.iter_mut().flat_map(|s| s.calls.iter_mut()) {
+            if slot.as_ref().is_some_and(|w| w.deadline <= now) {
+                expired.extend(slot.take());
+            }
+        }
+        let (late, waiting) = std::mem::take(&mut self.queued).into_iter().partition(|w| w.deadline <= now);
+        self.queued = waiting;
+        expired.extend::<Vec<_>>(late);
+        let any = !expired.is_empty();
+        for Waiting { token, call, .. } in expired {
+            let timed_out = Error::Timeout {
+                message: format!("Redis did not answer within the deadline ({:?})", call.backend.deadline()),
+            };
+            let result = call.settle(Err(timed_out));
+            done.push((token, Finished::Done(result)));
+        }
+        any
+    }
+
+    /// Takes the calls queued and not yet written (to send them another way, e.g. on the
+    /// runtime while this connection is drained).
+    pub fn take_queued(&mut self) -> Vec<(T, DrivenCall)> {
+        self.queued.drain(..).map(|w| (w.token, w.call)).collect()
+    }
+
+    /// Ends every call with `error` (the connection failed), through the failure policy. The
+    /// connection must be dropped with it: replies may still be on their way.
     pub fn fail_all(&mut self, error: &Error, done: &mut Vec<(T, Finished)>) {
         self.input.clear();
-        let sent = self.sent.drain(..).flat_map(|s| s.calls);
-        let queued = self.queued.drain(..).map(|(token, call, _)| (token, call));
-        for (token, call) in sent.chain(queued) {
+        let sent = self.sent.drain(..).flat_map(|s| s.calls.into_iter().flatten());
+        for Waiting { token, call, .. } in sent.chain(self.queued.drain(..)) {
             let result = call.settle(Err(error.clone()));
             done.push((token, Finished::Done(result)));
         }
@@ -273,14 +314,16 @@ fn batch_size(queued: usize) -> usize {
 fn answer<T>(sent: Sent<T>, value: Value, done: &mut Vec<(T, Finished)>) {
     match value {
         Value::Array(replies) if sent.batched && replies.len() == sent.calls.len() => {
-            for ((token, call), reply) in sent.calls.into_iter().zip(replies) {
-                done.push((token, call.finish(reply)));
+            for (waiting, reply) in sent.calls.into_iter().zip(replies) {
+                if let Some(Waiting { token, call, .. }) = waiting {
+                    done.push((token, call.finish(reply)));
+                }
             }
         }
         // One call, or an error answering the whole batch (each call gets it).
         value => {
             let single = !sent.batched;
-            for (token, call) in sent.calls {
+            for Waiting { token, call, .. } in sent.calls.into_iter().flatten() {
                 let reply = if single { value.clone() } else { batch_error(&value) };
                 done.push((token, call.finish(reply)));
             }

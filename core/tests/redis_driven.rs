@@ -157,3 +157,45 @@ fn what_is_not_driven_says_so_and_bad_arguments_fail_first() {
     let clustered = Backend::redis_cluster(cluster.seeds()).unwrap().token_bucket("b", 1.0, 5).unwrap();
     assert!(matches!(clustered.drive_check(Some("k"), 1).unwrap(), Driven::Unsupported));
 }
+
+#[test]
+fn each_call_keeps_its_own_deadline_and_a_late_reply_is_dropped() {
+    let server = RedisServer::start();
+    let with_deadline = |ms| {
+        let config = RedisConfig::new(server.url()).deadline(Duration::from_millis(ms));
+        Backend::redis_with(config).unwrap().token_bucket("deadlines", 0.001, 5).unwrap()
+    };
+    let (short, long) = (with_deadline(100), with_deadline(5000));
+    assert!(long.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let first = driven(&long, "k", 1);
+    let mut stream = first.endpoint().connect().unwrap();
+    let mut pipeline = Pipeline::new();
+    pipeline.push("long", first);
+    pipeline.push("short", driven(&short, "k", 1)); // the same script: one batch
+    let mut out = Vec::new();
+    pipeline.write_queued(&mut out);
+    stream.write_all(&out).unwrap();
+
+    // The short deadline passes before the reply is read: only that call ends.
+    let mut done = Vec::new();
+    assert!(pipeline.expire(std::time::Instant::now() + Duration::from_millis(150), &mut done));
+    assert_eq!(done.len(), 1);
+    let (token, Finished::Done(result)) = done.pop().unwrap() else { panic!("a timeout is not a rerun") };
+    assert_eq!((token, result.unwrap_err().kind()), ("short", ErrorKind::Timeout));
+    assert!(pipeline.has_waiting_calls() && pipeline.next_deadline().is_some());
+
+    // The batch's reply answers the long call; the short call's share is dropped.
+    let mut buffer = [0u8; 4096];
+    while pipeline.awaiting_replies() {
+        let n = stream.read(&mut buffer).unwrap();
+        pipeline.read(&buffer[..n], &mut done).unwrap();
+    }
+    assert_eq!(done.len(), 1);
+    let (token, Finished::Done(result)) = done.pop().unwrap() else { panic!("the script is cached") };
+    let decision = result.expect("answered within the long deadline");
+    assert_eq!(token, "long");
+    assert!(decision.allowed && decision.remaining == 4, "{decision:?}");
+    assert!(!pipeline.has_waiting_calls() && pipeline.next_deadline().is_none());
+    let after = long.check_blocking(Some("k"), 1).unwrap();
+    assert_eq!(after.remaining, 2, "the timed-out call ran on the server too (its reply came late)");
+}

@@ -82,3 +82,35 @@ test('driven connection: used, batches in order, flushed script cache, kill, han
   const counted = await Promise.all(Array.from({ length: 3 }, () => openBucket.check('after')));
   assert.deepEqual(counted.map((d) => d.remaining).sort(), [2, 3, 4]);
 });
+
+test('driven connection: each call keeps its own deadline; a timed-out connection drains', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const options = (deadlineMs) => ({ deadlineMs, connectTimeoutMs: 300, prefix: 'deadlines' });
+  const short = Backend.redis(server.url, options(150)).tokenBucket('api', 0.001, 10);
+  const long = Backend.redis(server.url, options(5_000)).tokenBucket('api', 0.001, 10);
+  await driven(long, 'warmup');
+  await driven(short, 'warmup');
+  assert.equal(native.drivenConnections(), 1, 'backends alike but for the deadline share the connection');
+
+  process.kill(server.pid, 'SIGSTOP');
+  let longCall;
+  try {
+    const started = Date.now();
+    longCall = long.check('k');
+    const shortCall = short.check('k');
+    await assert.rejects(shortCall, (e) => e.code === 'ERR_TIMEOUT');
+    assert.ok(Date.now() - started < 1_000, `the short call ended after ${Date.now() - started} ms`);
+    // Well past the short deadline: the long call is still waiting for its reply.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+  } finally {
+    process.kill(server.pid, 'SIGCONT');
+  }
+  const decision = await longCall;
+  assert.ok(decision.allowed && decision.remaining === 9, JSON.stringify(decision));
+  // The short call ran on the server too (its reply came late and was dropped).
+  assert.equal((await long.peek('k')).remaining, 8);
+  // The drained connection was replaced: calls are driven again.
+  await driven(long, 'after');
+  assert.equal(native.drivenConnections(), 1);
+});

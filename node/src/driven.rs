@@ -13,9 +13,11 @@
 //! The connection is made (and handshaken) on a runtime thread, never here; until it is ready,
 //! or after it failed, calls run on the runtime as before. A call the server proves it did not
 //! run (its script cache was flushed) runs again on the runtime, which reloads the script.
-//! Deadlines are a libuv timer set to the oldest waiting call's; when it passes, every call
-//! waiting on the connection fails with `Timeout` through the failure policy, and the connection
-//! is replaced.
+//! Deadlines are a libuv timer set to the earliest waiting call's. Each call ends at its own
+//! deadline (with `Timeout`, through the failure policy); its reply, if it comes, is dropped. A
+//! connection with a call that timed out may be stuck, so it is drained: the calls already on it
+//! keep their own deadlines, new calls run on the runtime, and once it has no call left it is
+//! replaced by a new connection.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -97,6 +99,9 @@ struct Live {
     broken: Option<String>,
     /// Where replies are read to (zeroed once, not per read).
     read_buffer: Box<[u8]>,
+    /// A call timed out: no new call is sent here, and the connection is replaced once the
+    /// calls on it have ended.
+    draining: bool,
 }
 
 thread_local! {
@@ -117,6 +122,9 @@ pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
             .or_insert_with(|| Connection { endpoint, state: State::Down { retry_at: Instant::now() } });
         connection.make_ready(env);
         let State::Live(live) = &mut connection.state else { return Some(call) };
+        if live.draining {
+            return Some(call);
+        }
         let idle = !live.pipeline.awaiting_replies();
         let deadline = live.pipeline.push(id, call);
         live.arm_timer(deadline);
@@ -302,6 +310,7 @@ impl Live {
             timer_at: None,
             broken: None,
             read_buffer: vec![0; 16 * 1024].into_boxed_slice(),
+            draining: false,
         });
         live.update_handles();
         Ok(live)
@@ -419,6 +428,9 @@ fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -
         let Some(connection) = connections.get_mut(&key) else { return };
         let State::Live(live) = &mut connection.state else { return };
         f(live, &mut done);
+        if live.draining && !live.pipeline.has_waiting_calls() && live.broken.is_none() {
+            live.broken = Some("drained".into()); // no call is left to fail
+        }
         if let Some(message) = live.broken.take() {
             live.pipeline.fail_all(&Error::BackendUnavailable { message }, &mut done);
             if let State::Live(live) =
@@ -433,7 +445,7 @@ fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -
     done
 }
 
-/// Settles ended calls; calls to run again go to the runtime.
+/// Settles ended calls; calls to run again (or to send another way) go to the runtime.
 fn settle(done: Vec<(f64, Finished)>) {
     let mut settled = Vec::with_capacity(done.len());
     for (id, finished) in done {
@@ -496,18 +508,16 @@ unsafe extern "C" fn on_timer(handle: *mut c_void) {
 fn timer_fired(key: usize) {
     let done = with_live(key, |live, done| {
         live.timer_at = None;
-        let Some(deadline) = live.pipeline.next_deadline() else { return };
-        if Instant::now() >= deadline {
-            // Replies may still come: the connection goes, and its calls with it.
-            live.pipeline.fail_all(&timed_out(), done);
-            live.broken = Some(String::new());
+        if live.pipeline.expire(Instant::now(), done) {
+            // The server or the connection may be stuck: drain it (see the module
+            // documentation). Calls not yet written go to the runtime.
+            live.draining = true;
+            for (id, call) in live.pipeline.take_queued() {
+                done.push((id, Finished::Rerun(call)));
+            }
         }
     });
     settle(done);
-}
-
-fn timed_out() -> Error {
-    Error::Timeout { message: "Redis did not answer within the deadline".into() }
 }
 
 /// Internal (tests): how many driven connections this environment has live.
