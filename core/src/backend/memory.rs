@@ -364,8 +364,7 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
         (Algorithm::Gcra(g), State::Gcra(tat), op @ (Op::Check { .. } | Op::Peek | Op::Adjust { .. })) => {
             plain(g.run(tat, now, op))
         }
-        (Algorithm::Sliding(s), State::Sliding(st), Op::Check { cost, .. }) => plain(s.evaluate(st, now, cost, true)),
-        (Algorithm::Sliding(s), State::Sliding(st), Op::Peek) => plain(s.evaluate(st, now, 1, false)),
+        (Algorithm::Sliding(s), State::Sliding(st), op @ (Op::Check { .. } | Op::Peek)) => plain(s.run(st, now, op)),
         (Algorithm::Log(l), State::Log(st), Op::Check { cost, .. }) => plain(l.evaluate(st, now, cost, true)),
         (Algorithm::Log(l), State::Log(st), Op::Peek) => plain(l.evaluate(st, now, 1, false)),
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), op @ (Op::Check { .. } | Op::Peek)) => {

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 
 use super::{Combine, Evaluation};
+use crate::backend::Op;
 
 /// One limit, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,15 @@ pub(crate) struct Sliding {
 pub(crate) struct Counter {
     blocks: VecDeque<(u64, u64)>,
     total: u64,
+}
+
+impl Counter {
+    /// A counter of `blocks` (`(block id, count)` in any order).
+    pub(crate) fn from_blocks(mut blocks: Vec<(u64, u64)>) -> Counter {
+        blocks.sort_unstable();
+        let total = blocks.iter().map(|&(_, count)| count).sum();
+        Counter { blocks: blocks.into(), total }
+    }
 }
 
 /// Per-key state: one counter per limit, in configuration order.
@@ -79,6 +89,18 @@ impl Sliding {
     /// The smallest limit: a cost above it can never be admitted.
     pub(crate) fn smallest_limit(&self) -> u64 {
         self.limits.iter().map(|l| l.limit).min().unwrap_or(0)
+    }
+
+    /// Runs `op` (a check or a peek) on `state` at `now`: the one dispatch from operations to this
+    /// engine. The memory backend runs it on its state; the Redis backend replays it on the
+    /// counts its script read (the script made the same write). Other operations do not apply
+    /// (the caller refuses them) and read as a peek.
+    #[inline]
+    pub(crate) fn run(&self, state: &mut SlidingState, now: u64, op: Op) -> Evaluation {
+        match op {
+            Op::Check { cost, .. } => self.evaluate(state, now, cost, true),
+            _ => self.evaluate(state, now, 1, false),
+        }
     }
 
     /// Evaluates a call of `cost` (a peek when `commit` is false, which asks about cost 1).

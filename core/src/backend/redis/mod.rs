@@ -25,6 +25,7 @@ use crate::clock::Clock;
 use crate::decision::{Decision, Lease, LimitStatus};
 use crate::error::{Error, Result};
 use crate::limiter::gcra::Gcra;
+use crate::limiter::sliding::{Counter, Sliding};
 use crate::limiter::{decision, Algorithm, Kind};
 use crate::metrics::{from_values, LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
@@ -311,6 +312,7 @@ impl RedisBackend {
         let c = match algorithm {
             Algorithm::Concurrent(c) => c,
             Algorithm::Gcra(g) => return gcra_outcome(g, op, &reply),
+            Algorithm::Sliding(s) => return sliding_outcome(s, op, &reply),
             _ => return Ok(Outcome::of(decision_from(&reply))),
         };
         if let Op::Release { .. } | Op::Extend { .. } = op {
@@ -500,6 +502,28 @@ fn gcra_outcome(g: &Gcra, op: Op, reply: &[i64]) -> Result<Outcome> {
     };
     let (mut tat, now) = (tat.max(0) as u64, now.max(0) as u64);
     let mut decision = g.run(&mut tat, now, op).decision;
+    decision.decided_at_micros = now;
+    Ok(Outcome::of(decision))
+}
+
+/// The outcome of sliding-window operation `op` from its script's reply: the instant, then per
+/// limit the counting blocks it read (see `sliding.lua`). The script applied the rule's write;
+/// the decision is the rule's own, replayed here on what the script read.
+fn sliding_outcome(s: &Sliding, op: Op, reply: &[i64]) -> Result<Outcome> {
+    let malformed =
+        || Error::BackendUnavailable { message: format!("Redis: unexpected sliding-window reply {reply:?}") };
+    let mut values = reply.iter().map(|&v| v.max(0) as u64);
+    let now = values.next().ok_or_else(malformed)?;
+    let mut state = Vec::with_capacity(s.limits.len());
+    for _ in s.limits.iter() {
+        let blocks = values.next().ok_or_else(malformed)?;
+        let pairs: Vec<(u64, u64)> = (0..blocks).map_while(|_| Some((values.next()?, values.next()?))).collect();
+        if pairs.len() as u64 != blocks {
+            return Err(malformed());
+        }
+        state.push(Counter::from_blocks(pairs));
+    }
+    let mut decision = s.run(&mut state, now, op).decision;
     decision.decided_at_micros = now;
     Ok(Outcome::of(decision))
 }
