@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use ratekeeper::{runtime, Backend, ErrorKind, RedisConfig};
+use ratekeeper::{runtime, Backend, ErrorKind, RedisConfig, SlidingLimit};
 use support::RedisServer;
 
 const TASKS: usize = 64;
@@ -27,9 +27,18 @@ fn concurrent_checks(
     limiter: &ratekeeper::Limiter,
     key_of: impl Fn(usize) -> String,
 ) -> Vec<ratekeeper::Result<ratekeeper::Decision>> {
+    concurrent_checks_of(|_| limiter, key_of)
+}
+
+/// Runs `TASKS` concurrent checks, task `t` of `limiter_of(t)` on key `key_of(t)`, returning the
+/// results in task order.
+fn concurrent_checks_of<'a>(
+    limiter_of: impl Fn(usize) -> &'a ratekeeper::Limiter,
+    key_of: impl Fn(usize) -> String,
+) -> Vec<ratekeeper::Result<ratekeeper::Decision>> {
     let tasks: Vec<_> = (0..TASKS)
         .map(|t| {
-            let (limiter, key) = (limiter.clone(), key_of(t));
+            let (limiter, key) = (limiter_of(t).clone(), key_of(t));
             runtime().spawn(async move { limiter.check(Some(&key), 1).await })
         })
         .collect();
@@ -95,6 +104,37 @@ fn a_failing_call_in_a_batch_fails_alone() {
         }
         if commandstat(&server, "evalsha") < TASKS as u64 * (round + 1) {
             return; // the poisoned call shared a batch with others at least once
+        }
+    }
+    panic!("the concurrent checks were never batched");
+}
+
+#[test]
+fn calls_of_one_script_with_different_shapes_share_a_batch() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    // One script (sliding windows), two argument shapes: one limit and two limits.
+    let bucket = backend.bucket("one-limit", 20, Duration::from_secs(3600)).unwrap();
+    let minute = |limit, precision| SlidingLimit { duration: Duration::from_secs(60), limit, precision };
+    let two = [minute(25, Some(Duration::from_secs(1))), minute(1_000, None)];
+    let sliding = backend.sliding_window("two-limits", &two).unwrap();
+    assert!(bucket.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    let mut checks = 0;
+    for round in 0..10 {
+        let results =
+            concurrent_checks_of(|t| if t % 2 == 0 { &bucket } else { &sliding }, |t| format!("{}-{round}", t % 2));
+        checks += TASKS as u64;
+        for (parity, limit) in [(0, 20u64), (1, 25)] {
+            let decisions: Vec<_> =
+                results.iter().skip(parity).step_by(2).map(|r| r.as_ref().expect("Redis answers")).collect();
+            let mut remaining: Vec<u64> = decisions.iter().filter(|d| d.allowed).map(|d| d.remaining).collect();
+            remaining.sort_unstable();
+            assert_eq!(remaining, (0..limit).collect::<Vec<_>>(), "shape {parity}: each call decided in turn");
+        }
+        if commandstat(&server, "evalsha") < checks {
+            return; // the two shapes shared a batch at least once
         }
     }
     panic!("the concurrent checks were never batched");

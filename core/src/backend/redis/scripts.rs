@@ -24,7 +24,9 @@ pub(crate) struct LuaScript {
 /// Every engine's script runs inside this wrapper, which makes it callable two ways:
 /// - one call: `EVALSHA sha <n> keys… args…`, exactly as the `.lua` file documents;
 /// - a batch of calls (see [`batch`]): `EVALSHA sha <all keys> keys… 'batch' <n> (<keys_i>
-///   <args_i>)… args…`, answered with one reply per call. The calls run one after the other,
+///   <args_i>)… args…`, or `… 'batch-same' <n> <keys> <args> args…` when every call has the
+///   same number of keys and of arguments (the usual case: one shape written once costs the
+///   server less), answered with one reply per call. The calls run one after the other,
 ///   each exactly as if alone (each reads the server's TIME itself, so every decision keeps its
 ///   own instant), and each call's error is its own: the others are still answered.
 ///
@@ -35,14 +37,17 @@ const BATCH_WRAPPER: &str = r#"
 local function run(KEYS, ARGV)
 __BODY__
 end
-if ARGV[1] ~= 'batch' then return run(KEYS, ARGV) end
+local same = ARGV[1] == 'batch-same'
+if ARGV[1] ~= 'batch' and not same then return run(KEYS, ARGV) end
 local n = tonumber(ARGV[2])
 local replies = {}
-local k, a = 1, 2 * n + 3
+local key_count, arg_count = tonumber(ARGV[3]), tonumber(ARGV[4])
+local k, a = 1, same and 5 or 2 * n + 3
 for i = 1, n do
+  if not same then key_count, arg_count = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i]) end
   local keys, args = {}, {}
-  for j = 1, tonumber(ARGV[1 + 2 * i]) do keys[j] = KEYS[k]; k = k + 1 end
-  for j = 1, tonumber(ARGV[2 + 2 * i]) do args[j] = ARGV[a]; a = a + 1 end
+  for j = 1, key_count do keys[j] = KEYS[k]; k = k + 1 end
+  for j = 1, arg_count do args[j] = ARGV[a]; a = a + 1 end
   local ok, reply = pcall(run, keys, args)
   if ok then
     replies[i] = reply
@@ -110,9 +115,13 @@ pub(crate) fn batch(calls: &[&Cmd]) -> Cmd {
     for key in keys {
         cmd.arg(key);
     }
-    cmd.arg("batch").arg(shape.len());
-    for (key_count, arg_count) in shape {
-        cmd.arg(key_count).arg(arg_count);
+    if shape.first().is_some_and(|first| shape.iter().all(|s| s == first)) {
+        cmd.arg("batch-same").arg(shape.len()).arg(shape[0].0).arg(shape[0].1);
+    } else {
+        cmd.arg("batch").arg(shape.len());
+        for (key_count, arg_count) in shape {
+            cmd.arg(key_count).arg(arg_count);
+        }
     }
     for arg in args {
         cmd.arg(arg);
