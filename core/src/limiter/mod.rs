@@ -1,5 +1,7 @@
 //! The limiter catalogue: each algorithm written once as a pure function of
-//! (parameters, state, now) so the memory backend runs it directly and the Redis scripts mirror it.
+//! (parameters, state, now). The memory backend runs it on its state; on Redis, the GCRA and
+//! sliding-window scripts apply its write and return the state they read, and the decision is
+//! this function replayed on that state (the exact sliding window's script mirrors its rule).
 //!
 //! Four engines serve every public limiter:
 //! - [`gcra`]: token bucket, leaky bucket and points (one GCRA engine, O(1) state);
