@@ -9,6 +9,10 @@
 // Scenarios (every check is admitted: limits are far above the load):
 //   redis sequential     one check at a time (await each); and, for reference, redis-benchmark
 //                        -c 1 running the very EVALSHA ratekeeper sends (captured with MONITOR)
+//   redis sequential, one CPU   the same with this process and redis-server pinned to CPU 0
+//                        (taskset; informational): on this VM most of a loopback round trip
+//                        is one CPU waking the other, which every client pays alike; on one
+//                        CPU the round trip is the two processes' own work
 //   redis 64 concurrent  64 loops awaiting their own checks (pipelined on one connection)
 //   memory               RateLimiterMemory vs the memory backend (Promise, and checkSync)
 // ratekeeper's token bucket (GCRA, one Lua script per check) is compared with RLF's default
@@ -61,7 +65,7 @@ async function startRedis() {
     fs.rmSync(dir, { recursive: true, force: true });
   };
   process.on('exit', stop);
-  return { port, url: `redis://127.0.0.1:${port}`, stop };
+  return { port, pid: child.pid, url: `redis://127.0.0.1:${port}`, stop };
 }
 
 /** Checks per second of `check(i)` run by `concurrency` loops for SECONDS. */
@@ -104,13 +108,29 @@ async function capturedCommand(port, call) {
   return [...line.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1].replace(/\\(.)/g, '$1'));
 }
 
-/** redis-benchmark with one connection running `command` for about SECONDS: commands/s. */
-function redisBenchmark(port, command, expectedRate) {
+/** redis-benchmark with one connection running `command` for about SECONDS (on CPU 0 when
+ * `pinned`): commands/s. */
+function redisBenchmark(port, command, expectedRate, pinned) {
   const count = String(Math.max(2000, Math.round(expectedRate * SECONDS)));
-  const out = execFileSync('redis-benchmark', ['-p', String(port), '-c', '1', '-n', count, '-q', ...command], {
+  const args = ['-p', String(port), '-c', '1', '-n', count, '-q', ...command];
+  const out = execFileSync(pinned ? 'taskset' : 'redis-benchmark', pinned ? ['-c', '0', 'redis-benchmark', ...args] : args, {
     encoding: 'utf8',
   });
   return Number([...out.matchAll(/([\d.]+) requests per second/g)].pop()[1]);
+}
+
+/** Pins every thread of `pids` to `cpus` (a taskset list such as `0` or `0-1`). */
+function pin(pids, cpus) {
+  for (const pid of pids) execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' });
+}
+
+function hasTaskset() {
+  try {
+    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -141,7 +161,9 @@ async function main() {
   await rlfRedis.consume('warm-up');
 
   const scenarios = [
-    ['redis, sequential', 1, (i) => rkToken.check(keys[i]), (i) => rlfRedis.consume(keys[i])],
+    // [name, concurrency, ours, theirs, { floor: also run redis-benchmark, pinned: on CPU 0 }]
+    ['redis, sequential', 1, (i) => rkToken.check(keys[i]), (i) => rlfRedis.consume(keys[i]), { floor: true }],
+    ['redis, sequential, one CPU', 1, (i) => rkToken.check(keys[i]), (i) => rlfRedis.consume(keys[i]), { floor: true, pinned: true }],
     ['redis, 64 concurrent', 64, (i) => rkToken.check(keys[i]), (i) => rlfRedis.consume(keys[i])],
     ['redis, sequential (ratekeeper fixed-window bucket)', 1, (i) => rkBucket.check(keys[i]), (i) => rlfRedis.consume(keys[i])],
     ['redis, 64 concurrent (ratekeeper fixed-window bucket)', 64, (i) => rkBucket.check(keys[i]), (i) => rlfRedis.consume(keys[i])],
@@ -151,21 +173,29 @@ async function main() {
   console.log(`rate-limiter-flexible ${rlfVersion} + ioredis ${ioredisVersion}; ${ROUNDS} rounds of ${SECONDS}s each, median\n`);
   const rows = [];
   const evalsha = await capturedCommand(redis.port, () => rkToken.check('captured'));
-  for (const [name, concurrency, ours, theirs] of scenarios) {
+  const allCpus = `0-${os.cpus().length - 1}`;
+  for (const [name, concurrency, ours, theirs, { floor, pinned } = {}] of scenarios) {
+    if (pinned && !hasTaskset()) {
+      console.log(`${name}: skipped (no taskset)`);
+      continue;
+    }
     const a = [];
     const b = [];
     const raw = [];
     for (let round = 0; round < ROUNDS; round++) {
+      if (pinned) pin([process.pid, redis.pid], '0');
       a.push(await measure(ours, concurrency));
       b.push(await measure(theirs, concurrency));
       // The floor of any client: redis-benchmark running the token bucket's very EVALSHA.
-      if (name === 'redis, sequential') raw.push(redisBenchmark(redis.port, evalsha, a[a.length - 1]));
+      if (floor) raw.push(redisBenchmark(redis.port, evalsha, a[a.length - 1], pinned));
+      if (pinned) pin([process.pid, redis.pid], allCpus);
     }
     rows.push([name, median(a), median(b)]);
     console.log(`${name}: ratekeeper ${fmt(median(a))}/s, rate-limiter-flexible ${fmt(median(b))}/s`);
     if (raw.length > 0) {
-      rows.push(['reference: redis-benchmark -c 1, the same EVALSHA (no client is faster)', median(raw), median(b)]);
-      console.log(`  redis-benchmark -c 1 with the same EVALSHA: ${fmt(median(raw))}/s`);
+      const where = pinned ? ', one CPU' : '';
+      rows.push([`reference: redis-benchmark -c 1${where}, the same EVALSHA (no client is faster)`, median(raw), median(b)]);
+      console.log(`  redis-benchmark -c 1${where} with the same EVALSHA: ${fmt(median(raw))}/s`);
     }
   }
   const syncRounds = [];
