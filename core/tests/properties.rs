@@ -119,9 +119,12 @@ impl Model for MeterModel {
 // Counting models: the full admission history, counted by brute force; retry_after found by
 // trying every instant at which some admission stops counting.
 
+/// One limit of a counting model: (limit, counts(admission_instant, now) -> bool,
+/// expiry(admission_instant) -> instant).
+type ModelLimit = (u64, Box<dyn Fn(u64, u64) -> bool>, Box<dyn Fn(u64) -> u64>);
+
 struct HistoryModel {
-    /// (limit, counts(admission_instant, now) -> bool, expiry(admission_instant) -> instant)
-    limits: Vec<(u64, Box<dyn Fn(u64, u64) -> bool>, Box<dyn Fn(u64) -> u64>)>,
+    limits: Vec<ModelLimit>,
     admitted: Vec<(u64, u64)>,
 }
 
@@ -149,7 +152,7 @@ impl Model for HistoryModel {
         for i in 0..n {
             let limit = self.limits[i].0;
             let remaining = limit - self.count(i, now).min(limit);
-            if best.is_none_or(|(r, _)| remaining < r) {
+            if best.is_none() || best.is_some_and(|(r, _)| remaining < r) {
                 best = Some((remaining, limit));
             }
             let expiry = &self.limits[i].2;
@@ -168,21 +171,17 @@ impl Model for HistoryModel {
     }
 }
 
-fn exact_window(limit: u64, interval: u64) -> (u64, Box<dyn Fn(u64, u64) -> bool>, Box<dyn Fn(u64) -> u64>) {
+fn exact_window(limit: u64, interval: u64) -> ModelLimit {
     (limit, Box::new(move |t, now| now < t + interval), Box::new(move |t| t + interval))
 }
 
-fn blocks_window(
-    limit: u64,
-    duration: u64,
-    precision: u64,
-) -> (u64, Box<dyn Fn(u64, u64) -> bool>, Box<dyn Fn(u64) -> u64>) {
+fn blocks_window(limit: u64, duration: u64, precision: u64) -> ModelLimit {
     let p = precision.min(duration);
     let blocks = duration.div_ceil(p);
     (limit, Box::new(move |t, now| now / p < t / p + blocks), Box::new(move |t| (t / p + blocks) * p))
 }
 
-fn history(limits: Vec<(u64, Box<dyn Fn(u64, u64) -> bool>, Box<dyn Fn(u64) -> u64>)>) -> HistoryModel {
+fn history(limits: Vec<ModelLimit>) -> HistoryModel {
     HistoryModel { limits, admitted: Vec::new() }
 }
 
@@ -216,7 +215,7 @@ proptest! {
         let emission_us = (drain_us + size / 2) / size;
         for limiter in [backend.leaky("lk", size, Duration::from_micros(drain_us)).unwrap(), backend.points("pt", size, Duration::from_micros(drain_us)).unwrap()] {
             let mk = || MeterModel { emission_us, capacity: size, level: 0, at: clock.now_micros() };
-            let seq: Vec<Step> = seq.iter().cloned().map(|s| Step { cost: s.cost.min(size), ..s }).collect();
+            let seq: Vec<Step> = seq.iter().map(|s| Step { cost: s.cost.min(size), ..s.clone() }).collect();
             // The second limiter's models start where the first run left the clock.
             run(&limiter, &clock, &mut [mk(), mk()], &seq)?;
         }

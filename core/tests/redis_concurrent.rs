@@ -559,10 +559,10 @@ impl Monitor {
                     let _ = ready_tx.send(());
                 } else if line.contains(MONITOR_END) {
                     let _ = end_tx.send(());
-                } else if line.contains("[0 lua] \"ZADD\"") || line.contains("[0 lua] \"ZREM") {
-                    if line.contains(&needle) {
-                        kept.push(line);
-                    }
+                } else if (line.contains("[0 lua] \"ZADD\"") || line.contains("[0 lua] \"ZREM"))
+                    && line.contains(&needle)
+                {
+                    kept.push(line);
                 }
             }
             kept

@@ -250,6 +250,7 @@ fn await_recovery(style: Style, backend: &Backend, limiter: &Limiter, key: &str,
 
 /// After recovery: a few more checks, all answered by Redis (counters frozen, remaining counting
 /// down from a fresh state), and visible with redis-cli.
+#[allow(clippy::too_many_arguments)] // a test helper: each argument is one part of the scenario
 fn assert_served_by_redis(
     style: Style,
     backend: &Backend,
