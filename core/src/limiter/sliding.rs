@@ -37,7 +37,7 @@ impl Counter {
     /// A counter of `blocks` (`(block id, count)` in any order).
     pub(crate) fn from_blocks(mut blocks: Vec<(u64, u64)>) -> Counter {
         blocks.sort_unstable();
-        let total = blocks.iter().map(|&(_, count)| count).sum();
+        let total = blocks.iter().fold(0u64, |total, &(_, count)| total.saturating_add(count));
         Counter { blocks: blocks.into(), total }
     }
 }

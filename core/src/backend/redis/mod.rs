@@ -490,9 +490,6 @@ fn cost_of(op: Op) -> u64 {
     }
 }
 
-/// Decodes a script's reply: {allowed, limit, remaining, retry_us, reset_us, now_us, details…}.
-/// Multi-limit replies append five numbers per limit (sliding and log scripts only; the
-/// concurrent script's trailing numbers are its token and reclaim count, read by its caller).
 /// The outcome of GCRA operation `op` from its script's reply `{tat, now}`: the state the script
 /// read and its instant. The script applied the rule's write; the decision is the rule's own
 /// (see `gcra.lua`), replayed here on what the script read.
@@ -528,6 +525,10 @@ fn sliding_outcome(s: &Sliding, op: Op, reply: &[i64]) -> Result<Outcome> {
     Ok(Outcome::of(decision))
 }
 
+/// Decodes the reply of a script that decides itself (the exact sliding window's, the concurrent
+/// limiter's): {allowed, limit, remaining, retry_us, reset_us, now_us, details…}. Multi-limit
+/// replies append five numbers per limit (the log script only; the concurrent script's trailing
+/// numbers are its token and reclaim count, read by its caller).
 fn decision_from(reply: &[i64]) -> Decision {
     let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
     let mut d = decision(at(0) == 1, at(1), at(2), at(3), at(4));
