@@ -47,6 +47,9 @@ pub struct DrivenCall {
     backend: Arc<RedisBackend>,
     key: Box<str>,
     op: Op,
+    /// Set when the call is queued on a [`Pipeline`]: the call keeps it if it runs on the
+    /// runtime after all (see [`Self::run`]).
+    deadline: Option<Instant>,
     script: &'static LuaScript,
     cmd: Cmd,
 }
@@ -77,6 +80,7 @@ impl Limiter {
             backend: backend.clone(),
             key: key.into(),
             op,
+            deadline: None,
             script: call.script,
             cmd: call.cmd,
         }))
@@ -90,9 +94,19 @@ impl DrivenCall {
         DrivenEndpoint(self.backend.connections().clone())
     }
 
-    /// Runs the call on the runtime, as the async `check` / `peek` would.
+    /// Runs the call on the runtime, as the async `check` / `peek` would; a call that was queued
+    /// on a [`Pipeline`] still ends by the deadline it got there (with `Timeout`, through the
+    /// failure policy).
     pub async fn run(self) -> Result<Decision> {
-        Ok(self.limiter.run(&self.key, self.op).await?.decision)
+        let Some(deadline) = self.deadline else { return Ok(self.limiter.run(&self.key, self.op).await?.decision) };
+        match tokio::time::timeout_at(deadline.into(), self.limiter.run(&self.key, self.op)).await {
+            Ok(outcome) => Ok(outcome?.decision),
+            Err(_) => self.settle(Err(self.timed_out())),
+        }
+    }
+
+    fn timed_out(&self) -> Error {
+        Error::Timeout { message: format!("Redis did not answer within the deadline ({:?})", self.backend.deadline()) }
     }
 
     /// How the call ends given its reply `value`: rerun when the reply proves the script did
@@ -146,11 +160,17 @@ pub enum Finished {
     Rerun(DrivenCall),
 }
 
-/// A call not yet answered, with the caller's token and the instant its deadline passes.
+/// A call not yet answered, with the caller's token.
 struct Waiting<T> {
     token: T,
     call: DrivenCall,
-    deadline: Instant,
+}
+
+impl<T> Waiting<T> {
+    /// When the call's deadline passes (set by [`Pipeline::push`]).
+    fn deadline(&self) -> Instant {
+        self.call.deadline.unwrap_or_else(Instant::now)
+    }
 }
 
 /// Calls sent together: one command, so one reply.
@@ -185,9 +205,10 @@ impl<T> Pipeline<T> {
 
     /// Queues `call` (its backend's deadline starts now) and returns its deadline;
     /// [`Self::write_queued`] sends it.
-    pub fn push(&mut self, token: T, call: DrivenCall) -> Instant {
+    pub fn push(&mut self, token: T, mut call: DrivenCall) -> Instant {
         let deadline = Instant::now() + call.backend.deadline();
-        self.queued.push(Waiting { token, call, deadline });
+        call.deadline = Some(deadline);
+        self.queued.push(Waiting { token, call });
         deadline
     }
 
@@ -259,7 +280,7 @@ impl<T> Pipeline<T> {
     /// The earliest deadline of the calls still waiting (sent or queued), if any.
     pub fn next_deadline(&self) -> Option<Instant> {
         let sent = self.sent.iter().flat_map(|s| s.calls.iter().flatten());
-        sent.chain(&self.queued).map(|w| w.deadline).min()
+        sent.chain(&self.queued).map(Waiting::deadline).min()
     }
 
     /// Ends every call whose deadline is `now` or earlier with `Timeout`, through the failure
@@ -268,19 +289,16 @@ impl<T> Pipeline<T> {
     pub fn expire(&mut self, now: Instant, done: &mut Vec<(T, Finished)>) -> bool {
         let mut expired = Vec::new();
         for slot in self.sent.iter_mut().flat_map(|s| s.calls.iter_mut()) {
-            if slot.as_ref().is_some_and(|w| w.deadline <= now) {
+            if slot.as_ref().is_some_and(|w| w.deadline() <= now) {
                 expired.extend(slot.take());
             }
         }
-        let (late, waiting) = std::mem::take(&mut self.queued).into_iter().partition(|w| w.deadline <= now);
+        let (late, waiting) = std::mem::take(&mut self.queued).into_iter().partition(|w| w.deadline() <= now);
         self.queued = waiting;
         expired.extend::<Vec<_>>(late);
         let any = !expired.is_empty();
         for Waiting { token, call, .. } in expired {
-            let timed_out = Error::Timeout {
-                message: format!("Redis did not answer within the deadline ({:?})", call.backend.deadline()),
-            };
-            let result = call.settle(Err(timed_out));
+            let result = call.settle(Err(call.timed_out()));
             done.push((token, Finished::Done(result)));
         }
         any

@@ -199,3 +199,25 @@ fn each_call_keeps_its_own_deadline_and_a_late_reply_is_dropped() {
     let after = long.check_blocking(Some("k"), 1).unwrap();
     assert_eq!(after.remaining, 2, "the timed-out call ran on the server too (its reply came late)");
 }
+
+#[test]
+fn a_queued_call_run_on_the_runtime_keeps_its_deadline() {
+    let server = RedisServer::start();
+    let config = RedisConfig::new(server.url()).deadline(Duration::from_millis(200));
+    let limiter = Backend::redis_with(config).unwrap().token_bucket("kept", 1.0, 5).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the server answers");
+    let mut pipeline = Pipeline::new();
+    pipeline.push("queued", driven(&limiter, "k", 1));
+    std::thread::sleep(Duration::from_millis(250)); // its deadline passes while it is queued
+    let mut taken = pipeline.take_queued();
+    assert_eq!(taken.len(), 1);
+    assert!(!pipeline.has_waiting_calls());
+    let (token, call) = taken.pop().unwrap();
+    let started = std::time::Instant::now();
+    let result = block_on(call.run());
+    assert_eq!(token, "queued");
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Timeout, "no fresh deadline on the runtime");
+    assert!(started.elapsed() < Duration::from_millis(150), "ended at once: {:?}", started.elapsed());
+    // A call that was never queued gets the backend's deadline as usual.
+    assert!(block_on(driven(&limiter, "k", 1).run()).unwrap().allowed);
+}
