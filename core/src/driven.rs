@@ -106,7 +106,7 @@ impl DrivenCall {
     }
 
     fn timed_out(&self) -> Error {
-        Error::Timeout { message: format!("Redis did not answer within the deadline ({:?})", self.backend.deadline()) }
+        Error::Timeout { message: format!("Redis did not answer within {:?}", self.backend.deadline()) }
     }
 
     /// How the call ends given its reply `value`: rerun when the reply proves the script did
@@ -297,7 +297,7 @@ impl<T> Pipeline<T> {
         self.queued = waiting;
         expired.extend::<Vec<_>>(late);
         let any = !expired.is_empty();
-        for Waiting { token, call, .. } in expired {
+        for Waiting { token, call } in expired {
             let result = call.settle(Err(call.timed_out()));
             done.push((token, Finished::Done(result)));
         }
@@ -315,7 +315,7 @@ impl<T> Pipeline<T> {
     pub fn fail_all(&mut self, error: &Error, done: &mut Vec<(T, Finished)>) {
         self.input.clear();
         let sent = self.sent.drain(..).flat_map(|s| s.calls.into_iter().flatten());
-        for Waiting { token, call, .. } in sent.chain(self.queued.drain(..)) {
+        for Waiting { token, call } in sent.chain(self.queued.drain(..)) {
             let result = call.settle(Err(error.clone()));
             done.push((token, Finished::Done(result)));
         }
@@ -333,7 +333,7 @@ fn answer<T>(sent: Sent<T>, value: Value, done: &mut Vec<(T, Finished)>) {
     match value {
         Value::Array(replies) if sent.batched && replies.len() == sent.calls.len() => {
             for (waiting, reply) in sent.calls.into_iter().zip(replies) {
-                if let Some(Waiting { token, call, .. }) = waiting {
+                if let Some(Waiting { token, call }) = waiting {
                     done.push((token, call.finish(reply)));
                 }
             }
@@ -341,7 +341,7 @@ fn answer<T>(sent: Sent<T>, value: Value, done: &mut Vec<(T, Finished)>) {
         // One call, or an error answering the whole batch (each call gets it).
         value => {
             let single = !sent.batched;
-            for Waiting { token, call, .. } in sent.calls.into_iter().flatten() {
+            for Waiting { token, call } in sent.calls.into_iter().flatten() {
                 let reply = if single { value.clone() } else { batch_error(&value) };
                 done.push((token, call.finish(reply)));
             }
