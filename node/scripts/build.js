@@ -28,6 +28,16 @@ const profileDir = release ? 'release' : 'debug';
 const crate = 'ratekeeper-node';
 const forceVar = `NAPI_FORCE_BUILD_${crate.toUpperCase().replace(/-/g, '_')}`;
 
+/** Says plainly, without a stack, that Rust is missing (the fix is an install, not a bug). */
+function noCargo() {
+  console.error(
+    'ratekeeper: building the native addon from source needs Rust, and `cargo` is not on PATH. ' +
+      'Install Rust (https://rustup.rs, then open a new shell) and run the install again, or ' +
+      'install the published package, which ships a prebuilt addon for linux-x64-gnu.',
+  );
+  process.exit(1);
+}
+
 function cargo(args, env = {}) {
   const result = spawnSync('cargo', args, {
     cwd: packageDir,
@@ -35,19 +45,23 @@ function cargo(args, env = {}) {
     env: { ...process.env, ...env },
   });
   if (result.error) {
-    if (result.error.code === 'ENOENT') {
-      console.error('ratekeeper: building the native addon needs Rust (cargo): https://rustup.rs');
-    }
+    if (result.error.code === 'ENOENT') noCargo();
     throw result.error;
   }
   if (result.status !== 0) process.exit(result.status ?? 1);
 }
 
 function targetDir() {
-  const out = execFileSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], {
-    cwd: packageDir,
-    maxBuffer: 64 * 1024 * 1024,
-  });
+  let out;
+  try {
+    out = execFileSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], {
+      cwd: packageDir,
+      maxBuffer: 64 * 1024 * 1024,
+    });
+  } catch (error) {
+    if (error.code === 'ENOENT') noCargo();
+    throw error;
+  }
   return JSON.parse(out).target_directory;
 }
 
