@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::Semaphore;
 
 pub use self::redis::config::{FailurePolicy, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE};
 pub use self::redis::keys::DEFAULT_PREFIX;
@@ -58,8 +58,9 @@ impl Outcome {
 
 /// How a refused concurrent caller waits for a release (one waiter woken per freed slot).
 pub(crate) enum Wake {
-    /// The memory backend's notifier.
-    Local(Arc<Notify>),
+    /// The memory backend's wake-ups: a release adds a permit, a waiter takes one (a reset
+    /// closes the semaphore, waking every waiter).
+    Local(Arc<Semaphore>),
     /// A Redis list that releases push to, popped with BLPOP on a dedicated connection.
     Redis { backend: Arc<RedisBackend>, list_key: String },
 }
@@ -68,9 +69,14 @@ impl Wake {
     /// Returns when a release may have freed a slot, or after `timeout` by `clock`.
     pub(crate) async fn wait(&self, clock: &dyn Clock, timeout: Duration) {
         match self {
-            Wake::Local(notify) => {
+            Wake::Local(wake_ups) => {
                 tokio::select! {
-                    _ = notify.notified() => {}
+                    taken = wake_ups.acquire() => {
+                        // The wake-up is used up; Err: the key was reset.
+                        if let Ok(permit) = taken {
+                            permit.forget();
+                        }
+                    }
                     _ = clock.sleep(timeout) => {}
                 }
             }
