@@ -1145,3 +1145,95 @@ fn cluster_wakes_one_waiter_per_release_and_fails_over_limit_at_the_wait_timeout
         .unwrap();
     over_limit_at_the_wait_timeout(&full, &mut probes, Duration::from_secs(2), false);
 }
+
+// ------------------------------------------------------------------------------------------
+// 8. A lease granted to a call that gave up is released (issue #13, item 3).
+// ------------------------------------------------------------------------------------------
+
+/// Long enough that a leaked lease cannot be mistaken for a released one within these tests.
+const LONG_LOCK: Duration = Duration::from_secs(60);
+
+/// `CLIENT PAUSE <ms> WRITE`: scripts (and BLPOP) wait, INFO still answers.
+fn pause_writes(probe: &mut redis::Connection, ms: u64) {
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(ms).arg("WRITE").query(probe).expect("CLIENT PAUSE");
+}
+
+/// A second caller (its own backend, a 2 s deadline) asking for the limit-1 mutex `name`.
+fn patient(server: &RedisServer, prefix: &str, name: &str) -> Limiter {
+    backend(&server.url(), prefix).concurrent(name, 1, LONG_LOCK).unwrap()
+}
+
+/// Starts the second caller's `acquire` (5 s of waiting, far below the 60 s a leaked lease would
+/// hold the mutex for).
+fn second_acquire(limiter: &Limiter) -> tokio::task::JoinHandle<Result<Decision>> {
+    let limiter = limiter.clone();
+    runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
+}
+
+/// The second caller must get the mutex that the call which gave up had asked for first.
+fn second_caller_gets_the_mutex(limiter: &Limiter, second: tokio::task::JoinHandle<Result<Decision>>) {
+    let decision = block(second).unwrap().expect("the lease of the call that gave up was released");
+    block(limiter.release(Some(KEY), &decision.lease.unwrap())).unwrap();
+}
+
+#[test]
+fn a_lease_granted_after_its_call_timed_out_is_released() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let prefix = unique_prefix("c8");
+    let quick =
+        Backend::redis_with(RedisConfig::new(server.url()).prefix(&prefix).deadline(Duration::from_millis(100)))
+            .unwrap();
+    let mut probe = raw(&server);
+
+    // Async (`acquire`: Rust, Python, Node, C's acquire), under `CLIENT PAUSE 400`, with the
+    // second caller's check in flight on the same shared connection (which so stays open and
+    // runs the timed-out check once the pause ends).
+    let limiter = quick.concurrent("async", 1, LONG_LOCK).unwrap();
+    let second = patient(&server, &prefix, "async");
+    block(limiter.peek(Some(KEY))).unwrap(); // connected: the check below is sent, then waits
+    pause_writes(&mut probe, 400);
+    let first = {
+        let limiter = limiter.clone();
+        runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
+    };
+    wait_blocked(std::slice::from_mut(&mut probe), 1, Duration::from_secs(5));
+    let waiting = second_acquire(&second);
+    let err = block(first).unwrap().expect_err("the paused server cannot answer within 100 ms");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    second_caller_gets_the_mutex(&second, waiting);
+
+    // Blocking (`check_blocking`: the calling thread's own connection, dropped at the timeout),
+    // on a hung server (SIGSTOP): once resumed, the server still runs the check it had received.
+    let limiter = quick.concurrent("blocking", 1, LONG_LOCK).unwrap();
+    let second = patient(&server, &prefix, "blocking");
+    limiter.peek_blocking(Some(KEY)).unwrap();
+    server.pause();
+    let err = limiter.check_blocking(Some(KEY), 1).expect_err("the hung server cannot answer within 100 ms");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let waiting = second_acquire(&second);
+    server.resume();
+    second_caller_gets_the_mutex(&second, waiting);
+}
+
+#[test]
+fn a_lease_granted_to_a_dropped_acquire_is_released() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let prefix = unique_prefix("c8d");
+    let limiter = backend(&server.url(), &prefix).concurrent("dropped", 1, LONG_LOCK).unwrap();
+    block(limiter.peek(Some(KEY))).unwrap();
+    let mut probe = raw(&server);
+    pause_writes(&mut probe, 10_000);
+    let call = {
+        let limiter = limiter.clone();
+        runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
+    };
+    // The check is on the server, postponed by the pause: drop the call's future now.
+    wait_blocked(std::slice::from_mut(&mut probe), 1, Duration::from_secs(5));
+    call.abort();
+    assert!(block(call).unwrap_err().is_cancelled());
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut probe).unwrap();
+    let second = patient(&server, &prefix, "dropped");
+    second_caller_gets_the_mutex(&second, second_acquire(&second));
+}

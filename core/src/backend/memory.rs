@@ -393,6 +393,17 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
                 Released::Lost => Err(Error::lease_lost()),
             }
         }
+        // In process, a check cannot be left half done: a lease abandoned here was never
+        // granted, or its caller got it (nothing to do either way), unless it is still held.
+        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Abandon { lease_id }) => {
+            if let Released::Freed { .. } = c.release(&mut concurrent.0, now, lease_id) {
+                wake_one(&concurrent.1, c.limit);
+                *changed = true;
+            }
+            let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
+            e.decision.decided_at_micros = now;
+            Ok(Outcome::of(e.decision))
+        }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Extend { lease_id }) => {
             match c.extend(&mut concurrent.0, now, lease_id) {
                 Released::Freed { overdue } => {

@@ -36,6 +36,9 @@ pub(crate) enum Op {
     Release { lease_id: u128 },
     /// Renew a concurrent lease for another `lock_timeout`.
     Extend { lease_id: u128 },
+    /// Give up a concurrent lease a check asked for but never handed to its caller: free it if
+    /// it was granted, make sure it never is otherwise. Idempotent.
+    Abandon { lease_id: u128 },
 }
 
 /// What an operation on one key produced.

@@ -9,7 +9,7 @@ pub(crate) mod keys;
 pub(crate) mod resp;
 pub(crate) mod scripts;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use super::{Op, Outcome, Wake};
 use crate::clock::Clock;
 use crate::decision::{Decision, Lease, LimitStatus};
 use crate::error::{Error, Result};
+use crate::limiter::concurrent::Concurrent;
 use crate::limiter::gcra::Gcra;
 use crate::limiter::sliding::{Counter, Sliding};
 use crate::limiter::{decision, Algorithm, Kind};
@@ -64,6 +65,58 @@ const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 /// Lease ids granted by the fallback memory limiter carry this bit, so their release goes back
 /// to it even if Redis has recovered in between.
 pub(crate) const FALLBACK_LEASE_BIT: u128 = 1 << 127;
+
+/// The first pause before an abandon (see [`RedisBackend::abandon_later`]) is sent again; it
+/// doubles up to [`ABANDON_RETRY_MAX`].
+const ABANDON_RETRY_FIRST: Duration = Duration::from_millis(50);
+const ABANDON_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Abandons the lease a concurrent check asked for (see `concurrent.lua`) when the call ends
+/// without handing it to its caller: dropped in flight (a cancelled task, a dropped future, an
+/// aborted Node call) or failed after the check was sent (a timeout, a lost reply), when the
+/// script may still run, or have run, and grant it. [`Self::disarm`] once the call has an
+/// answer: the caller then has the lease, or none was granted.
+struct AbandonOnDrop<'a> {
+    backend: &'a Arc<RedisBackend>,
+    kind: Kind,
+    name: &'a str,
+    key: &'a str,
+    /// The limiter and the lease id of a concurrent check; `None`: nothing to abandon.
+    lease: Option<(Concurrent, u128)>,
+    /// Set once the check is handed to a connection: before that it cannot have run.
+    sent: AtomicBool,
+}
+
+impl<'a> AbandonOnDrop<'a> {
+    fn new(
+        backend: &'a Arc<RedisBackend>,
+        kind: Kind,
+        name: &'a str,
+        key: &'a str,
+        algorithm: &Algorithm,
+        op: Op,
+    ) -> Self {
+        let lease = match (algorithm, op) {
+            (Algorithm::Concurrent(c), Op::Check { lease_id, .. }) => Some((*c, lease_id)),
+            _ => None,
+        };
+        AbandonOnDrop { backend, kind, name, key, lease, sent: AtomicBool::new(false) }
+    }
+
+    fn disarm(&mut self) {
+        self.lease = None;
+    }
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some((c, lease_id)) = self.lease {
+            if *self.sent.get_mut() {
+                self.backend.abandon_later(self.kind, self.name, self.key, c, lease_id);
+            }
+        }
+    }
+}
 
 /// Counters of what the failure policy did.
 #[derive(Debug, Default)]
@@ -164,8 +217,14 @@ impl RedisBackend {
         }
         let remote = match self.prepare(kind, name, key, algorithm, op) {
             Ok(call) => {
-                let reply = scripts::run_cmd(&self.connections, self.deadline, call.script, call.cmd).await;
-                reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply))
+                let mut abandon = AbandonOnDrop::new(self, kind, name, key, algorithm, op);
+                let reply =
+                    scripts::run_cmd(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent).await;
+                let outcome = reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply));
+                if outcome.is_ok() {
+                    abandon.disarm();
+                }
+                outcome
             }
             Err(e) => Err(e),
         };
@@ -187,8 +246,14 @@ impl RedisBackend {
             return released;
         }
         let remote = self.prepare(kind, name, key, algorithm, op).and_then(|call| {
-            let reply = scripts::run_cmd_blocking(&self.connections, self.deadline, call.script, call.cmd)?;
-            self.finish(algorithm, op, call.wake_key, reply)
+            let mut abandon = AbandonOnDrop::new(self, kind, name, key, algorithm, op);
+            let reply =
+                scripts::run_cmd_blocking(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent);
+            let outcome = reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply));
+            if outcome.is_ok() {
+                abandon.disarm();
+            }
+            outcome
         });
         self.apply_policy(remote, key, algorithm, fallback, op)
     }
@@ -255,6 +320,7 @@ impl RedisBackend {
             Op::Adjust { .. } => "adjust",
             Op::Release { .. } => "release",
             Op::Extend { .. } => "extend",
+            Op::Abandon { .. } => "abandon",
         };
         let call = |script: &'static LuaScript, cmd: Cmd| Ok(ScriptCall { script, cmd, wake_key: None });
         match (algorithm, op) {
@@ -286,14 +352,20 @@ impl RedisBackend {
                 }
                 call(&scripts::LOG, cmd)
             }
-            (Algorithm::Concurrent(c), Op::Check { .. } | Op::Peek | Op::Release { .. } | Op::Extend { .. }) => {
+            (
+                Algorithm::Concurrent(c),
+                Op::Check { .. } | Op::Peek | Op::Release { .. } | Op::Extend { .. } | Op::Abandon { .. },
+            ) => {
                 let lease_id = match op {
-                    Op::Check { lease_id, .. } | Op::Release { lease_id } | Op::Extend { lease_id } => lease_id,
+                    Op::Check { lease_id, .. }
+                    | Op::Release { lease_id }
+                    | Op::Extend { lease_id }
+                    | Op::Abandon { lease_id } => lease_id,
                     _ => 0,
                 };
                 let wake_key = keys.key("w");
-                let mut cmd = scripts::CONCURRENT.evalsha(3);
-                cmd.arg(keys.key("h")).arg(keys.key("t")).arg(&wake_key);
+                let mut cmd = scripts::CONCURRENT.evalsha(4);
+                cmd.arg(keys.key("h")).arg(keys.key("t")).arg(&wake_key).arg(keys.key("x"));
                 cmd.arg(verb(op)).arg(now).arg(c.limit).arg(c.lock_us).arg(format!("{lease_id:032x}"));
                 Ok(ScriptCall { script: &scripts::CONCURRENT, cmd, wake_key: Some(wake_key) })
             }
@@ -315,6 +387,10 @@ impl RedisBackend {
             Algorithm::Sliding(s) => return sliding_outcome(s, op, &reply),
             _ => return Ok(Outcome::of(decision_from(&reply))),
         };
+        if let Op::Abandon { .. } = op {
+            // Freed, or remembered so that the check it belongs to grants nothing: done either way.
+            return Ok(Outcome::of(decision(true, c.limit, 0, 0, 0)));
+        }
         if let Op::Release { .. } | Op::Extend { .. } = op {
             let mut d = decision(true, c.limit, 0, 0, 0);
             d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;
@@ -340,6 +416,32 @@ impl RedisBackend {
         Ok(Outcome { decision: d, wake, reclaimed, lease_overdue: false })
     }
 
+    /// Abandons lease `lease_id` of a concurrent limiter in the background, never blocking the
+    /// caller: sent again (it is idempotent) until Redis answers, for at most `lock_timeout`,
+    /// after which the lease, if granted, may be reclaimed anyway.
+    fn abandon_later(self: &Arc<Self>, kind: Kind, name: &str, key: &str, c: Concurrent, lease_id: u128) {
+        let Ok(call) = self.prepare(kind, name, key, &Algorithm::Concurrent(c), Op::Abandon { lease_id }) else {
+            return;
+        };
+        let backend = Arc::downgrade(self);
+        let give_up_at = tokio::time::Instant::now() + Duration::from_micros(c.lock_us);
+        runtime().spawn(async move {
+            let mut pause = ABANDON_RETRY_FIRST;
+            loop {
+                let Some(this) = backend.upgrade() else { return };
+                let sent = AtomicBool::new(false);
+                let answered =
+                    scripts::run_cmd(&this.connections, this.deadline, call.script, call.cmd.clone(), &sent).await;
+                drop(this);
+                if answered.is_ok() || tokio::time::Instant::now() + pause >= give_up_at {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(ABANDON_RETRY_MAX);
+            }
+        });
+    }
+
     /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
     pub(crate) async fn reset(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm) -> Result<()> {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
@@ -347,7 +449,7 @@ impl RedisBackend {
             Algorithm::Gcra(_) => &["s"],
             Algorithm::Sliding(_) => &["h"],
             Algorithm::Log(_) => &["z", "d"],
-            Algorithm::Concurrent(_) => &["h", "t"],
+            Algorithm::Concurrent(_) => &["h", "t", "x"],
             Algorithm::Unlimited => &[],
         };
         let mut pipe = redis::pipe();
