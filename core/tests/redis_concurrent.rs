@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ratekeeper::{runtime, Backend, Decision, ErrorKind, Lease, Limiter, RedisConfig, Result};
+use ratekeeper::{runtime, Backend, Decision, ErrorKind, FailurePolicy, Lease, Limiter, RedisConfig, Result};
 use support::{RedisCluster, RedisServer};
 
 /// The key every test uses (one identity, maximal contention).
@@ -1236,4 +1236,97 @@ fn a_lease_granted_to_a_dropped_acquire_is_released() {
     let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut probe).unwrap();
     let second = patient(&server, &prefix, "dropped");
     second_caller_gets_the_mutex(&second, second_acquire(&second));
+}
+
+// ------------------------------------------------------------------------------------------
+// 9. Concurrent limiters and the failure policies (issue #13, item 9).
+// ------------------------------------------------------------------------------------------
+
+fn policy_backend(url: &str, prefix: &str, policy: FailurePolicy) -> Backend {
+    let config = RedisConfig::new(url).prefix(prefix).deadline(Duration::from_millis(300)).failure_policy(policy);
+    Backend::redis_with(config).unwrap()
+}
+
+/// Waits until the restarted server answers this process's connections to `url` again (through
+/// a fail-closed backend: calls that fall back would not tell).
+fn wait_for_redis(url: &str) {
+    let probe = policy_backend(url, "probe", FailurePolicy::FailClosed).token_bucket("probe", 1.0, 1).unwrap();
+    let start = Instant::now();
+    while block(probe.peek(None)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "Redis did not come back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn concurrent_limiters_fail_closed_under_fallback_and_fail_open_by_default() {
+    let _serial = serial();
+    let mut server = RedisServer::start();
+    let prefix = unique_prefix("c9");
+    let backends = [
+        ("fallback", policy_backend(&server.url(), &prefix, FailurePolicy::Fallback { divisor: 1 })),
+        ("fail_open", policy_backend(&server.url(), &prefix, FailurePolicy::FailOpen)),
+    ];
+    for (_, backend) in &backends {
+        block(backend.concurrent("mutex", 1, LONG_LOCK).unwrap().peek(Some(KEY))).unwrap();
+    }
+    server.kill();
+    for (policy, backend) in &backends {
+        let mutex = backend.concurrent("mutex", 1, LONG_LOCK).unwrap();
+        assert!(!mutex.allows_fallback(), "{policy}: concurrent limiters do not fall back unless they opt in");
+        for blocking in [false, true] {
+            let granted = match blocking {
+                false => block(mutex.acquire(Some(KEY), 1, Some(Duration::from_millis(500)))),
+                true => mutex.check_blocking(Some(KEY), 1),
+            };
+            let err = granted.expect_err("a concurrent limiter fails closed while Redis is down");
+            assert!(
+                matches!(err.kind(), ErrorKind::BackendUnavailable | ErrorKind::Timeout),
+                "{policy} (blocking: {blocking}): {err}"
+            );
+        }
+        assert!(block(mutex.peek(Some(KEY))).is_err(), "{policy}: peek fails closed too");
+        // Rate limiters on the same backend still follow its policy.
+        let rate = backend.token_bucket("rate", 10.0, 10).unwrap();
+        assert!(rate.allows_fallback());
+        assert!(block(rate.check(Some(KEY), 1)).unwrap().allowed, "{policy}: rate limiters follow the policy");
+        assert!(backend.stats().failed >= 3, "{policy}: {:?}", backend.stats());
+    }
+}
+
+#[test]
+fn an_opted_in_concurrent_limiter_falls_back_and_its_lease_extends_and_releases_after_recovery() {
+    let _serial = serial();
+    let mut server = RedisServer::start();
+    let prefix = unique_prefix("c9o");
+    let backend = policy_backend(&server.url(), &prefix, FailurePolicy::Fallback { divisor: 1 });
+    let mutex = backend.concurrent("mutex", 1, LONG_LOCK).unwrap().with_allow_fallback(true).unwrap();
+    assert!(mutex.allows_fallback());
+    let open = policy_backend(&server.url(), &prefix, FailurePolicy::FailOpen)
+        .concurrent("open", 1, LONG_LOCK)
+        .unwrap()
+        .with_allow_fallback(true)
+        .unwrap();
+    block(mutex.peek(Some(KEY))).unwrap();
+    let held = block(mutex.acquire(Some(KEY), 1, None)).unwrap().lease.unwrap();
+    server.kill();
+    // The in-process fallback mutex takes over: one holder in this process (its fencing tokens
+    // increase in this process only), whatever Redis held.
+    let lease = block(mutex.acquire(Some(KEY), 1, Some(Duration::from_millis(500)))).unwrap().lease.unwrap();
+    assert!(lease.fencing_token > 0);
+    assert!(!block(mutex.check(Some(KEY), 1)).unwrap().allowed, "the fallback mutex has one holder");
+    assert!(backend.stats().fell_back >= 2, "{:?}", backend.stats());
+    // Failing open grants a lease that guards nothing (fencing token 0).
+    let opened = block(open.acquire(Some(KEY), 1, None)).unwrap().lease.unwrap();
+    assert_eq!(opened.fencing_token, 0);
+    block(open.release(Some(KEY), &opened)).unwrap();
+
+    server.restart();
+    wait_for_redis(&server.url());
+    // The fallback lease is the fallback's: extended and released there, even with Redis back.
+    block(mutex.extend(Some(KEY), &lease)).expect("a fallback lease extends after Redis recovered");
+    block(mutex.release(Some(KEY), &lease)).expect("a fallback lease is released after Redis recovered");
+    // Redis restarted empty: the lease it held before the outage is gone.
+    let lost = block(mutex.release(Some(KEY), &held)).unwrap_err();
+    assert_eq!(lost.kind(), ErrorKind::LeaseLost);
 }

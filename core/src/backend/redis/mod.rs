@@ -118,6 +118,18 @@ impl Drop for AbandonOnDrop<'_> {
     }
 }
 
+/// How one limiter applies its backend's failure policy.
+#[derive(Debug, Clone)]
+pub(crate) struct Failover {
+    /// The backend's policy, or [`FailurePolicy::FailClosed`] for a limiter that does not allow
+    /// falling back (concurrent limiters, unless they opt in: an in-process fallback is not a
+    /// fleet-wide limit, and a lease granted open guards nothing).
+    pub policy: FailurePolicy,
+    /// Under [`FailurePolicy::Fallback`]: the limiter scaled by the divisor, and its namespace in
+    /// [`RedisBackend::fallback`].
+    pub fallback: Option<(Algorithm, u32)>,
+}
+
 /// Counters of what the failure policy did.
 #[derive(Debug, Default)]
 pub(crate) struct PolicyCounters {
@@ -189,12 +201,25 @@ impl RedisBackend {
         self.deadline
     }
 
-    /// The failure policy's divisor, when it is [`FailurePolicy::Fallback`].
-    pub(crate) fn fallback_divisor(&self) -> Option<u32> {
-        match self.policy {
-            FailurePolicy::Fallback { divisor } => Some(divisor),
-            _ => None,
+    /// How a limiter built from `spec` applies this backend's failure policy; `allow_fallback`
+    /// false makes it fail closed whatever the policy.
+    pub(crate) fn failover(
+        &self,
+        kind: Kind,
+        name: &str,
+        spec: &crate::limiter::LimiterSpec,
+        allow_fallback: bool,
+    ) -> Result<Failover> {
+        if !allow_fallback {
+            return Ok(Failover { policy: FailurePolicy::FailClosed, fallback: None });
         }
+        let fallback = match self.policy {
+            FailurePolicy::Fallback { divisor } => {
+                Some((spec.scaled(divisor).compile()?, self.fallback.namespace(kind, name)))
+            }
+            _ => None,
+        };
+        Ok(Failover { policy: self.policy, fallback })
     }
 
     fn now_arg(&self) -> String {
@@ -209,10 +234,10 @@ impl RedisBackend {
         name: &str,
         key: &str,
         algorithm: &Algorithm,
-        fallback: Option<&(Algorithm, u32)>,
+        failover: &Failover,
         op: Op,
     ) -> Result<Outcome> {
-        if let Some(released) = self.fallback_release(key, fallback, op) {
+        if let Some(released) = self.fallback_release(key, failover, op) {
             return released;
         }
         let remote = match self.prepare(kind, name, key, algorithm, op) {
@@ -228,7 +253,7 @@ impl RedisBackend {
             }
             Err(e) => Err(e),
         };
-        self.apply_policy(remote, key, algorithm, fallback, op)
+        self.apply_policy(remote, key, algorithm, failover, op)
     }
 
     /// The blocking form of [`Self::execute`]: the calling thread does the I/O itself where it
@@ -239,10 +264,10 @@ impl RedisBackend {
         name: &str,
         key: &str,
         algorithm: &Algorithm,
-        fallback: Option<&(Algorithm, u32)>,
+        failover: &Failover,
         op: Op,
     ) -> Result<Outcome> {
-        if let Some(released) = self.fallback_release(key, fallback, op) {
+        if let Some(released) = self.fallback_release(key, failover, op) {
             return released;
         }
         let remote = self.prepare(kind, name, key, algorithm, op).and_then(|call| {
@@ -255,13 +280,16 @@ impl RedisBackend {
             }
             outcome
         });
-        self.apply_policy(remote, key, algorithm, fallback, op)
+        self.apply_policy(remote, key, algorithm, failover, op)
     }
 
-    /// A lease granted by the fallback limiter goes back to it, even if Redis has recovered.
-    fn fallback_release(&self, key: &str, fallback: Option<&(Algorithm, u32)>, op: Op) -> Option<Result<Outcome>> {
-        match (op, fallback) {
-            (Op::Release { lease_id }, Some((algorithm, namespace))) if lease_id & FALLBACK_LEASE_BIT != 0 => {
+    /// A lease granted by the fallback limiter is released and extended there, even once Redis
+    /// has recovered: Redis never held it.
+    fn fallback_release(&self, key: &str, failover: &Failover, op: Op) -> Option<Result<Outcome>> {
+        match (op, &failover.fallback) {
+            (Op::Release { lease_id } | Op::Extend { lease_id }, Some((algorithm, namespace)))
+                if lease_id & FALLBACK_LEASE_BIT != 0 =>
+            {
                 Some(self.fallback.execute(*namespace, key, algorithm, op))
             }
             _ => None,
@@ -275,7 +303,7 @@ impl RedisBackend {
         remote: Result<Outcome>,
         key: &str,
         algorithm: &Algorithm,
-        fallback: Option<&(Algorithm, u32)>,
+        failover: &Failover,
         op: Op,
     ) -> Result<Outcome> {
         let error = match remote {
@@ -283,7 +311,7 @@ impl RedisBackend {
             Err(e @ (Error::BackendUnavailable { .. } | Error::Timeout { .. })) => e,
             Err(e) => return Err(e),
         };
-        match (self.policy, fallback) {
+        match (failover.policy, &failover.fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
                 Ok(Outcome::of(open_decision(algorithm, op)))
