@@ -1330,3 +1330,38 @@ fn an_opted_in_concurrent_limiter_falls_back_and_its_lease_extends_and_releases_
     let lost = block(mutex.release(Some(KEY), &held)).unwrap_err();
     assert_eq!(lost.kind(), ErrorKind::LeaseLost);
 }
+
+/// The script's `abandon`, whichever order the server sees it in: after the check, it frees the
+/// granted lease (and wakes a waiter); before it (a check held in a hung server or a slow
+/// network), the check grants nothing. Other leases are never touched.
+#[test]
+fn an_abandon_frees_its_own_lease_whether_it_comes_after_or_before_the_check() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let mut conn = raw(&server);
+    let body = ratekeeper::lua_sources().into_iter().find(|(name, _)| *name == "concurrent").unwrap().1;
+    let keys = ["t:h", "t:t", "t:w", "t:x"];
+    let mut run = |op: &str, id: &str| -> Vec<i64> {
+        redis::cmd("EVAL")
+            .arg(body)
+            .arg(4)
+            .arg(&keys)
+            .arg(op)
+            .arg("")
+            .arg(1)
+            .arg(60_000_000)
+            .arg(id)
+            .query(&mut conn)
+            .unwrap()
+    };
+    assert_eq!(run("abandon", "early")[0], 0, "nothing to free yet");
+    assert_eq!(run("check", "early")[0], 0, "the abandoned check grants nothing");
+    assert_eq!(run("check", "other")[0], 1, "the slot is still free for another caller");
+    assert_eq!(run("abandon", "late")[0], 0, "an id that was never granted frees nothing");
+    assert_eq!(run("check", "third")[0], 0, "the other caller still holds the mutex");
+    assert_eq!(run("abandon", "other")[0], 1, "abandoning a granted lease frees it");
+    assert_eq!(run("abandon", "other")[0], 0, "abandoning twice is a no-op");
+    assert_eq!(run("check", "third")[0], 1);
+    let woken: i64 = redis::cmd("LLEN").arg("t:w").query(&mut conn).unwrap();
+    assert_eq!(woken, 1, "the freed slot woke one waiter");
+}
