@@ -542,6 +542,24 @@ enum rk_status rk_limiter_new_points(const struct rk_backend *backend,
 enum rk_status rk_limiter_new_unlimited(struct rk_limiter **limiter_out);
 
 /**
+ * \brief Creates a copy of `limiter` (same state) to which the backend's failure policy
+ * applies (`allow` true) or not (`allow` false: it fails closed while Redis is unreachable).
+ *
+ * Every limiter allows it by default except concurrent limiters: under #RK_FAIL_OPEN or
+ * #RK_FALLBACK they fail closed unless they opt in with this call. Opted in, `fail_open` grants
+ * leases that guard nothing (fencing token 0) and `fallback` an in-process limiter (a limit per
+ * process, its fencing tokens increasing within the process only).
+ *
+ * \param limiter The limiter to copy.
+ * \param allow Whether the backend's `fail_open` / `fallback` policy applies to the copy.
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_limiter_with_allow_fallback(const struct rk_limiter *limiter,
+                                              bool allow,
+                                              struct rk_limiter **limiter_out);
+
+/**
  * \brief Frees a limiter. NULL is ignored.
  *
  * Call it once per limiter, when no other thread is using this handle. Leases it granted are

@@ -97,6 +97,12 @@ export declare class Limiter {
    * `leaky`, `points` or `unlimited`.
    */
   get kind(): string
+  /**
+   * Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
+   * every limiter but concurrent ones, which fail closed unless built with
+   * `allowFallback: true`.
+   */
+  get allowsFallback(): boolean
   /** How long `acquire` and `withinLimit` wait by default, in milliseconds. */
   get waitTimeoutMs(): number
   /** The same limiter (same state) with another default wait timeout (0: never wait). */
@@ -213,6 +219,13 @@ export interface ConcurrentOptions {
   lockTimeoutMs?: number
   /** How long `acquire` and `withinLimit` wait for a slot by default (default 5000 ms). */
   waitTimeoutMs?: number
+  /**
+   * While Redis is unreachable a concurrent limiter fails closed, whatever the backend's
+   * failure policy, unless this is true: then `fail_open` grants leases that guard nothing
+   * (fencing token 0) and `fallback` an in-process limiter (a limit per process, its fencing
+   * tokens increasing within the process only). Default false.
+   */
+  allowFallback?: boolean
 }
 
 /** The version of the ratekeeper core this addon is built from. */

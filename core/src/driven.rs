@@ -122,8 +122,8 @@ impl DrivenCall {
 
     /// What the call returns given what Redis did (the failure policy applies).
     fn settle(&self, remote: Result<crate::backend::Outcome>) -> Result<Decision> {
-        let fallback = self.limiter.redis_target().and_then(|(_, fallback)| fallback);
-        let outcome = self.backend.apply_policy(remote, &self.key, self.limiter.algorithm(), fallback, self.op)?;
+        let Some((_, failover)) = self.limiter.redis_target() else { return Ok(remote?.decision) };
+        let outcome = self.backend.apply_policy(remote, &self.key, self.limiter.algorithm(), failover, self.op)?;
         Ok(outcome.decision)
     }
 }

@@ -33,7 +33,10 @@ impl FleetShedder {
     /// A shedder named `name` allowing `limit` non-critical requests in flight at once; a request
     /// that is still in flight after `lock_timeout` (a crashed worker) gives its slot back.
     pub fn new(backend: &Backend, name: &str, limit: u64, lock_timeout: Duration) -> Result<Self> {
-        Ok(FleetShedder { slots: backend.concurrent(name, limit, lock_timeout)?.with_wait_timeout(Duration::ZERO)? })
+        // Its slots are capacity, not mutual exclusion: the backend's failure policy applies as
+        // to rate limiters (a per-process share while Redis is down beats shedding everything).
+        let slots = backend.concurrent(name, limit, lock_timeout)?.with_wait_timeout(Duration::ZERO)?;
+        Ok(FleetShedder { slots: slots.with_allow_fallback(true)? })
     }
 
     /// Admits a request: critical requests always pass and hold nothing; others take a slot or

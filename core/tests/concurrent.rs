@@ -94,3 +94,86 @@ fn metrics_are_shared_by_copies_and_absent_for_other_kinds() {
     bucket.check_blocking(None, 1).unwrap();
     assert_eq!(bucket.metrics(), ratekeeper::Metrics::default());
 }
+
+/// A manual clock that holds each opted-in waiter thread at its fourth reading, which
+/// `acquire_blocking` on a memory limiter takes right after its refused re-check and before it
+/// registers for a release's wake-up: so the test decides that both releases happen while both
+/// waiters stand between their check and their registration.
+#[derive(Debug)]
+struct GateClock {
+    inner: ManualClock,
+    /// (threads held at the gate, gate open)
+    state: Arc<(std::sync::Mutex<(usize, bool)>, std::sync::Condvar)>,
+}
+
+thread_local! {
+    /// Readings taken by this thread, when it opted in to the gate.
+    static READINGS: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+impl ratekeeper::Clock for GateClock {
+    fn now_micros(&self) -> u64 {
+        let readings = READINGS.with(|r| {
+            let n = r.get().map(|n| n + 1);
+            r.set(n);
+            n
+        });
+        if readings == Some(4) {
+            let (lock, cond) = &*self.state;
+            let mut state = lock.lock().unwrap();
+            state.0 += 1;
+            cond.notify_all();
+            while !state.1 {
+                state = cond.wait(state).unwrap();
+            }
+        }
+        self.inner.now_micros()
+    }
+
+    fn sleep(&self, duration: Duration) -> ratekeeper::Sleep {
+        self.inner.sleep(duration)
+    }
+
+    fn is_manual(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn two_releases_before_two_waiters_register_wake_both() {
+    use std::sync::mpsc;
+    let state = Arc::new((std::sync::Mutex::new((0, false)), std::sync::Condvar::new()));
+    let clock = GateClock { inner: ManualClock::new(START), state: state.clone() };
+    let backend = Backend::memory_with(MemoryConfig::default().clock(Arc::new(clock))).unwrap();
+    let limiter = backend.concurrent("gate", 2, Duration::from_secs(60)).unwrap();
+    let held: Vec<_> = (0..2).map(|_| limiter.check_blocking(None, 1).unwrap().lease.unwrap()).collect();
+    let (done, outcomes) = mpsc::channel();
+    for _ in 0..2 {
+        let (limiter, done) = (limiter.clone(), done.clone());
+        std::thread::spawn(move || {
+            READINGS.with(|r| r.set(Some(0)));
+            let _ = done.send(limiter.acquire_blocking(None, 1, Some(Duration::from_secs(10))));
+        });
+    }
+    let (lock, cond) = &*state;
+    {
+        let mut s = lock.lock().unwrap();
+        while s.0 < 2 {
+            s = cond.wait(s).unwrap();
+        }
+    }
+    // Both waiters were refused and have not registered yet: both slots are freed now.
+    for lease in &held {
+        limiter.release_blocking(None, lease).unwrap();
+    }
+    lock.lock().unwrap().1 = true;
+    cond.notify_all();
+    // The manual clock never moves: a waiter that missed its wake-up would wait forever (this
+    // bound is only how long the test waits to say so).
+    for n in 1..=2 {
+        let outcome = outcomes
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("waiter {n} of 2 was never woken: two releases woke only {}", n - 1));
+        assert!(outcome.unwrap().allowed);
+    }
+}

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ratekeeper::{runtime, Backend, Decision, ErrorKind, Lease, Limiter, RedisConfig, Result};
+use ratekeeper::{runtime, Backend, Decision, ErrorKind, FailurePolicy, Lease, Limiter, RedisConfig, Result};
 use support::{RedisCluster, RedisServer};
 
 /// The key every test uses (one identity, maximal contention).
@@ -1144,4 +1144,224 @@ fn cluster_wakes_one_waiter_per_release_and_fails_over_limit_at_the_wait_timeout
         .with_wait_timeout(Duration::from_secs(2))
         .unwrap();
     over_limit_at_the_wait_timeout(&full, &mut probes, Duration::from_secs(2), false);
+}
+
+// ------------------------------------------------------------------------------------------
+// 8. A lease granted to a call that gave up is released (issue #13, item 3).
+// ------------------------------------------------------------------------------------------
+
+/// Long enough that a leaked lease cannot be mistaken for a released one within these tests.
+const LONG_LOCK: Duration = Duration::from_secs(60);
+
+/// `CLIENT PAUSE <ms> WRITE`: scripts (and BLPOP) wait, INFO still answers.
+fn pause_writes(probe: &mut redis::Connection, ms: u64) {
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(ms).arg("WRITE").query(probe).expect("CLIENT PAUSE");
+}
+
+/// A second caller (its own backend, a 2 s deadline) asking for the limit-1 mutex `name`.
+fn patient(server: &RedisServer, prefix: &str, name: &str) -> Limiter {
+    backend(&server.url(), prefix).concurrent(name, 1, LONG_LOCK).unwrap()
+}
+
+/// Starts the second caller's `acquire` (5 s of waiting, far below the 60 s a leaked lease would
+/// hold the mutex for).
+fn second_acquire(limiter: &Limiter) -> tokio::task::JoinHandle<Result<Decision>> {
+    let limiter = limiter.clone();
+    runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
+}
+
+/// The second caller must get the mutex that the call which gave up had asked for first.
+fn second_caller_gets_the_mutex(limiter: &Limiter, second: tokio::task::JoinHandle<Result<Decision>>) {
+    let decision = block(second).unwrap().expect("the lease of the call that gave up was released");
+    block(limiter.release(Some(KEY), &decision.lease.unwrap())).unwrap();
+}
+
+#[test]
+fn a_lease_granted_after_its_call_timed_out_is_released() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let prefix = unique_prefix("c8");
+    let quick =
+        Backend::redis_with(RedisConfig::new(server.url()).prefix(&prefix).deadline(Duration::from_millis(100)))
+            .unwrap();
+    let mut probe = raw(&server);
+
+    // Async (`acquire`: Rust, Python, Node, C's acquire), under `CLIENT PAUSE 400`, with the
+    // second caller's check in flight on the same shared connection (which so stays open and
+    // runs the timed-out check once the pause ends).
+    let limiter = quick.concurrent("async", 1, LONG_LOCK).unwrap();
+    let second = patient(&server, &prefix, "async");
+    block(limiter.peek(Some(KEY))).unwrap(); // connected: the check below is sent, then waits
+    pause_writes(&mut probe, 400);
+    let first = {
+        let limiter = limiter.clone();
+        runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
+    };
+    wait_blocked(std::slice::from_mut(&mut probe), 1, Duration::from_secs(5));
+    let waiting = second_acquire(&second);
+    let err = block(first).unwrap().expect_err("the paused server cannot answer within 100 ms");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    second_caller_gets_the_mutex(&second, waiting);
+
+    // Blocking (`check_blocking`: the calling thread's own connection, dropped at the timeout),
+    // on a hung server (SIGSTOP): once resumed, the server still runs the check it had received.
+    let limiter = quick.concurrent("blocking", 1, LONG_LOCK).unwrap();
+    let second = patient(&server, &prefix, "blocking");
+    limiter.peek_blocking(Some(KEY)).unwrap();
+    server.pause();
+    let err = limiter.check_blocking(Some(KEY), 1).expect_err("the hung server cannot answer within 100 ms");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let waiting = second_acquire(&second);
+    server.resume();
+    second_caller_gets_the_mutex(&second, waiting);
+}
+
+#[test]
+fn a_lease_granted_to_a_dropped_acquire_is_released() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let prefix = unique_prefix("c8d");
+    let limiter = backend(&server.url(), &prefix).concurrent("dropped", 1, LONG_LOCK).unwrap();
+    block(limiter.peek(Some(KEY))).unwrap();
+    let mut probe = raw(&server);
+    pause_writes(&mut probe, 10_000);
+    let call = {
+        let limiter = limiter.clone();
+        runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
+    };
+    // The check is on the server, postponed by the pause: drop the call's future now.
+    wait_blocked(std::slice::from_mut(&mut probe), 1, Duration::from_secs(5));
+    call.abort();
+    assert!(block(call).unwrap_err().is_cancelled());
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut probe).unwrap();
+    let second = patient(&server, &prefix, "dropped");
+    second_caller_gets_the_mutex(&second, second_acquire(&second));
+}
+
+// ------------------------------------------------------------------------------------------
+// 9. Concurrent limiters and the failure policies (issue #13, item 9).
+// ------------------------------------------------------------------------------------------
+
+fn policy_backend(url: &str, prefix: &str, policy: FailurePolicy) -> Backend {
+    let config = RedisConfig::new(url).prefix(prefix).deadline(Duration::from_millis(300)).failure_policy(policy);
+    Backend::redis_with(config).unwrap()
+}
+
+/// Waits until the restarted server answers this process's connections to `url` again (through
+/// a fail-closed backend: calls that fall back would not tell).
+fn wait_for_redis(url: &str) {
+    let probe = policy_backend(url, "probe", FailurePolicy::FailClosed).token_bucket("probe", 1.0, 1).unwrap();
+    let start = Instant::now();
+    while block(probe.peek(None)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "Redis did not come back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn concurrent_limiters_fail_closed_under_fallback_and_fail_open_by_default() {
+    let _serial = serial();
+    let mut server = RedisServer::start();
+    let prefix = unique_prefix("c9");
+    let backends = [
+        ("fallback", policy_backend(&server.url(), &prefix, FailurePolicy::Fallback { divisor: 1 })),
+        ("fail_open", policy_backend(&server.url(), &prefix, FailurePolicy::FailOpen)),
+    ];
+    for (_, backend) in &backends {
+        block(backend.concurrent("mutex", 1, LONG_LOCK).unwrap().peek(Some(KEY))).unwrap();
+    }
+    server.kill();
+    for (policy, backend) in &backends {
+        let mutex = backend.concurrent("mutex", 1, LONG_LOCK).unwrap();
+        assert!(!mutex.allows_fallback(), "{policy}: concurrent limiters do not fall back unless they opt in");
+        for blocking in [false, true] {
+            let granted = match blocking {
+                false => block(mutex.acquire(Some(KEY), 1, Some(Duration::from_millis(500)))),
+                true => mutex.check_blocking(Some(KEY), 1),
+            };
+            let err = granted.expect_err("a concurrent limiter fails closed while Redis is down");
+            assert!(
+                matches!(err.kind(), ErrorKind::BackendUnavailable | ErrorKind::Timeout),
+                "{policy} (blocking: {blocking}): {err}"
+            );
+        }
+        assert!(block(mutex.peek(Some(KEY))).is_err(), "{policy}: peek fails closed too");
+        // Rate limiters on the same backend still follow its policy.
+        let rate = backend.token_bucket("rate", 10.0, 10).unwrap();
+        assert!(rate.allows_fallback());
+        assert!(block(rate.check(Some(KEY), 1)).unwrap().allowed, "{policy}: rate limiters follow the policy");
+        assert!(backend.stats().failed >= 3, "{policy}: {:?}", backend.stats());
+    }
+}
+
+#[test]
+fn an_opted_in_concurrent_limiter_falls_back_and_its_lease_extends_and_releases_after_recovery() {
+    let _serial = serial();
+    let mut server = RedisServer::start();
+    let prefix = unique_prefix("c9o");
+    let backend = policy_backend(&server.url(), &prefix, FailurePolicy::Fallback { divisor: 1 });
+    let mutex = backend.concurrent("mutex", 1, LONG_LOCK).unwrap().with_allow_fallback(true).unwrap();
+    assert!(mutex.allows_fallback());
+    let open = policy_backend(&server.url(), &prefix, FailurePolicy::FailOpen)
+        .concurrent("open", 1, LONG_LOCK)
+        .unwrap()
+        .with_allow_fallback(true)
+        .unwrap();
+    block(mutex.peek(Some(KEY))).unwrap();
+    let held = block(mutex.acquire(Some(KEY), 1, None)).unwrap().lease.unwrap();
+    server.kill();
+    // The in-process fallback mutex takes over: one holder in this process (its fencing tokens
+    // increase in this process only), whatever Redis held.
+    let lease = block(mutex.acquire(Some(KEY), 1, Some(Duration::from_millis(500)))).unwrap().lease.unwrap();
+    assert!(lease.fencing_token > 0);
+    assert!(!block(mutex.check(Some(KEY), 1)).unwrap().allowed, "the fallback mutex has one holder");
+    assert!(backend.stats().fell_back >= 2, "{:?}", backend.stats());
+    // Failing open grants a lease that guards nothing (fencing token 0).
+    let opened = block(open.acquire(Some(KEY), 1, None)).unwrap().lease.unwrap();
+    assert_eq!(opened.fencing_token, 0);
+    block(open.release(Some(KEY), &opened)).unwrap();
+
+    server.restart();
+    wait_for_redis(&server.url());
+    // The fallback lease is the fallback's: extended and released there, even with Redis back.
+    block(mutex.extend(Some(KEY), &lease)).expect("a fallback lease extends after Redis recovered");
+    block(mutex.release(Some(KEY), &lease)).expect("a fallback lease is released after Redis recovered");
+    // Redis restarted empty: the lease it held before the outage is gone.
+    let lost = block(mutex.release(Some(KEY), &held)).unwrap_err();
+    assert_eq!(lost.kind(), ErrorKind::LeaseLost);
+}
+
+/// The script's `abandon`, whichever order the server sees it in: after the check, it frees the
+/// granted lease (and wakes a waiter); before it (a check held in a hung server or a slow
+/// network), the check grants nothing. Other leases are never touched.
+#[test]
+fn an_abandon_frees_its_own_lease_whether_it_comes_after_or_before_the_check() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let mut conn = raw(&server);
+    let body = ratekeeper::lua_sources().into_iter().find(|(name, _)| *name == "concurrent").unwrap().1;
+    let keys = ["t:h", "t:t", "t:w", "t:x"];
+    let mut run = |op: &str, id: &str| -> Vec<i64> {
+        redis::cmd("EVAL")
+            .arg(body)
+            .arg(4)
+            .arg(&keys)
+            .arg(op)
+            .arg("")
+            .arg(1)
+            .arg(60_000_000)
+            .arg(id)
+            .query(&mut conn)
+            .unwrap()
+    };
+    assert_eq!(run("abandon", "early")[0], 0, "nothing to free yet");
+    assert_eq!(run("check", "early")[0], 0, "the abandoned check grants nothing");
+    assert_eq!(run("check", "other")[0], 1, "the slot is still free for another caller");
+    assert_eq!(run("abandon", "late")[0], 0, "an id that was never granted frees nothing");
+    assert_eq!(run("check", "third")[0], 0, "the other caller still holds the mutex");
+    assert_eq!(run("abandon", "other")[0], 1, "abandoning a granted lease frees it");
+    assert_eq!(run("abandon", "other")[0], 0, "abandoning twice is a no-op");
+    assert_eq!(run("check", "third")[0], 1);
+    let woken: i64 = redis::cmd("LLEN").arg("t:w").query(&mut conn).unwrap();
+    assert_eq!(woken, 1, "the freed slot woke one waiter");
 }

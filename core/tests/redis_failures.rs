@@ -660,7 +660,8 @@ fn fencing_tokens_increase_across_a_redis_restart() {
 }
 
 /// A waiter blocked in BLPOP when Redis dies does not sit out its wait timeout: it learns at
-/// once and answers per policy (fail_closed: an error; fail_open: admitted).
+/// once and answers per policy (fail_closed: an error; fail_open: admitted, the mutex having
+/// opted in to its backend's policy with `with_allow_fallback`).
 #[test]
 fn blocked_waiter_answers_per_policy_when_redis_dies() {
     let _serial = serial();
@@ -668,7 +669,7 @@ fn blocked_waiter_answers_per_policy_when_redis_dies() {
         let name = policy_name(policy);
         let mut server = RedisServer::start();
         let backend = backend(&server.url(), &format!("dying-{name}"), policy);
-        let mutex = backend.concurrent("mutex", 1, Duration::from_secs(30)).unwrap();
+        let mutex = backend.concurrent("mutex", 1, Duration::from_secs(30)).unwrap().with_allow_fallback(true).unwrap();
         let _holder = block(mutex.check(Some("res"), 1)).unwrap().lease.expect("a lease");
         let waiter = spawn_waiter(&mutex, "res");
         wait_blocked_clients(&server, 1);

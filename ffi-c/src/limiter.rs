@@ -309,6 +309,32 @@ pub extern "C" fn rk_limiter_new_unlimited(limiter_out: *mut *mut rk_limiter) ->
     }
 }
 
+/// \brief Creates a copy of `limiter` (same state) to which the backend's failure policy
+/// applies (`allow` true) or not (`allow` false: it fails closed while Redis is unreachable).
+///
+/// Every limiter allows it by default except concurrent limiters: under #RK_FAIL_OPEN or
+/// #RK_FALLBACK they fail closed unless they opt in with this call. Opted in, `fail_open` grants
+/// leases that guard nothing (fencing token 0) and `fallback` an in-process limiter (a limit per
+/// process, its fencing tokens increasing within the process only).
+///
+/// \param limiter The limiter to copy.
+/// \param allow Whether the backend's `fail_open` / `fallback` policy applies to the copy.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK or #RK_NULL_PARAMETER.
+#[no_mangle]
+pub extern "C" fn rk_limiter_with_allow_fallback(
+    limiter: *const rk_limiter,
+    allow: bool,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        let out = Out::new("limiter_out", limiter_out)?;
+        let limiter = &arg_ref("limiter", limiter)?.inner;
+        publish(out, limiter.with_allow_fallback(allow)?);
+        Ok(())
+    }
+}
+
 /// \brief Frees a limiter. NULL is ignored.
 ///
 /// Call it once per limiter, when no other thread is using this handle. Leases it granted are

@@ -68,6 +68,7 @@ const cases = [
   ['redis prefix with a colon', () => Backend.redis('redis://127.0.0.1:1', { prefix: 'a:b' }), 'prefix'],
   ['failure policy unknown', () => Backend.redis('redis://127.0.0.1:1', { failurePolicy: 'maybe' }), 'failurePolicy'],
   ['fallback divisor 0', () => Backend.redis('redis://127.0.0.1:1', { failurePolicy: { fallback: 0 } }), 'divisor'],
+  ['allowFallback not a boolean', () => backend.concurrent('m', 1, { allowFallback: 1 }), 'allowFallback'],
   ['deadlineMs 0', () => Backend.redis('redis://127.0.0.1:1', { deadlineMs: 0 }), 'deadlineMs'],
   ['connectTimeoutMs negative', () => Backend.redis('redis://127.0.0.1:1', { connectTimeoutMs: -1 }), 'connectTimeoutMs'],
   ['tls cert without key', () => Backend.redis('rediss://127.0.0.1:1', { tls: { cert: 'x' } }), 'tls'],
@@ -149,4 +150,28 @@ test('a dead Redis: fail_closed errors within the deadline, fail_open allows, fa
   assert.deepEqual(decisions.map((d) => d.allowed), [true, true, false], 'the fallback holds limit / 2');
   assert.equal(decisions[0].limit, 2);
   assert.equal(fallback.stats().fellBack, 3);
+});
+
+test('a dead Redis: concurrent limiters fail closed under fail_open and fallback unless they allow fallback', async () => {
+  const dead = `redis://127.0.0.1:${await freePort()}`;
+  for (const failurePolicy of ['fail_open', { fallback: 1 }]) {
+    const backend = Backend.redis(dead, { deadlineMs: 100, connectTimeoutMs: 100, failurePolicy });
+    const mutex = backend.concurrent('m', 1, { lockTimeoutMs: 60000 });
+    assert.equal(mutex.allowsFallback, false);
+    assert.equal(backend.bucket('b', 4, 60000).allowsFallback, true);
+    const error = await mutex.check('k').catch((e) => e);
+    assert.ok(['ERR_BACKEND_UNAVAILABLE', 'ERR_TIMEOUT'].includes(error.code), error.message);
+    assert.equal(backend.stats().failed, 1);
+    const opted = backend.concurrent('m', 1, { lockTimeoutMs: 60000, allowFallback: true });
+    assert.equal(opted.allowsFallback, true);
+    const granted = await opted.check('k');
+    assert.equal(granted.allowed, true);
+    // fail_open: a lease that guards nothing; fallback: this process's own mutex.
+    assert.equal(granted.lease.fencingToken === 0, failurePolicy === 'fail_open');
+    if (failurePolicy !== 'fail_open') {
+      assert.equal((await opted.check('k')).allowed, false);
+      await opted.extend(granted.lease);
+    }
+    await opted.release(granted.lease);
+  }
 });

@@ -77,3 +77,29 @@ test('redis over TLS with a CA', async (t) => {
   const error = await untrusted.check('k').catch((e) => e);
   assert.ok(['ERR_BACKEND_UNAVAILABLE', 'ERR_TIMEOUT'].includes(error.code), `an unknown CA is refused: ${error.message}`);
 });
+
+test('redis: an acquire aborted while its check waits on the server leaves no lease behind', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const mutex = Backend.redis(server.url, { ...options, prefix: 'aborted' }).concurrent('mutex', 1, {
+    lockTimeoutMs: 60000,
+  });
+  await mutex.peek('doc'); // connected: the check below is sent, then held by the pause
+  server.cli('CLIENT', 'PAUSE', '10000', 'WRITE');
+  try {
+    const controller = new AbortController();
+    const call = mutex.acquire('doc', { signal: controller.signal, waitTimeoutMs: 5000 });
+    for (let i = 0; !server.cli('INFO', 'clients').includes('blocked_clients:1'); i++) {
+      assert.ok(i < 1000, 'the check never reached the paused server');
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    controller.abort();
+    await assert.rejects(call, { code: 'ABORT_ERR' });
+  } finally {
+    server.cli('CLIENT', 'UNPAUSE');
+  }
+  // The check the server ran after the abort granted a lease nobody holds: it was given back, so
+  // the mutex is free now, not after lockTimeoutMs (60 s).
+  const second = await mutex.acquire('doc', { waitTimeoutMs: 5000 });
+  await mutex.release(second.lease);
+});

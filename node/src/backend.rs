@@ -85,6 +85,11 @@ pub struct ConcurrentOptions {
     pub lock_timeout_ms: Option<f64>,
     /// How long `acquire` and `withinLimit` wait for a slot by default (default 5000 ms).
     pub wait_timeout_ms: Option<f64>,
+    /// While Redis is unreachable a concurrent limiter fails closed, whatever the backend's
+    /// failure policy, unless this is true: then `fail_open` grants leases that guard nothing
+    /// (fencing token 0) and `fallback` an in-process limiter (a limit per process, its fencing
+    /// tokens increasing within the process only). Default false.
+    pub allow_fallback: Option<bool>,
 }
 
 /// One window of `backend.windows()`: at most `limit` admissions in any span of `intervalMs`.
@@ -292,7 +297,12 @@ impl Backend {
                 let limit = count(Js::opt(&limit), "limit")?;
                 let lock = opt_millis(options.and_then(|o| o.get(c"lockTimeoutMs")), "lock_timeout")?
                     .unwrap_or(DEFAULT_LOCK_TIMEOUT);
-                with_options(self.inner.concurrent(&name, limit, lock)?, options, self.is_local())
+                let allow_fallback = match options.and_then(|o| o.get(c"allowFallback")) {
+                    Some(flag) => flag.boolean("allow_fallback")?,
+                    None => false,
+                };
+                let limiter = self.inner.concurrent(&name, limit, lock)?.with_allow_fallback(allow_fallback)?;
+                with_options(limiter, options, self.is_local())
             };
             core(&env, build())
         })

@@ -36,6 +36,7 @@ pub fn js_parameter(core: &str) -> &str {
         "start_of_bad" => "startOfBad",
         "seconds_before_shedding" => "beforeSheddingMs",
         "seconds_to_shed_all" => "toShedAllMs",
+        "allow_fallback" => "allowFallback",
         other => other,
     }
 }

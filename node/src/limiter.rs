@@ -103,6 +103,14 @@ impl Limiter {
         self.inner.kind().as_str()
     }
 
+    /// Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
+    /// every limiter but concurrent ones, which fail closed unless built with
+    /// `allowFallback: true`.
+    #[napi(getter)]
+    pub fn allows_fallback(&self) -> bool {
+        self.inner.allows_fallback()
+    }
+
     /// How long `acquire` and `withinLimit` wait by default, in milliseconds.
     #[napi(getter)]
     pub fn wait_timeout_ms(&self) -> f64 {

@@ -47,6 +47,7 @@ params! {
     PStartOfBad = "start_of_bad", PBeforeShedding = "seconds_before_shedding", PToShedAll = "seconds_to_shed_all",
     PLevels = "levels", PName = "name", PKey = "key", PUrl = "url", PPrefix = "prefix",
     PFailurePolicy = "failure_policy", PId = "id", PFencingToken = "fencing_token", PGrantedAtUs = "granted_at_us",
+    PAllowFallback = "allow_fallback",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {
@@ -131,6 +132,7 @@ fn seconds(obj: Borrowed<'_, '_, PyAny>, parameter: &'static str) -> PyResult<f6
 const INT: PyStaticExpr = type_hint_identifier!("builtins", "int");
 const FLOAT: PyStaticExpr = type_hint_identifier!("builtins", "float");
 const STR: PyStaticExpr = type_hint_identifier!("builtins", "str");
+const BOOL: PyStaticExpr = type_hint_identifier!("builtins", "bool");
 
 /// A cost (`cost`, `estimate`, `actual`): a whole number in 0..=2^53.
 pub(crate) struct Cost<P>(pub u64, PhantomData<P>);
@@ -247,6 +249,27 @@ impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for UInt<P> {
             Ok(v) => Ok(UInt(v, PhantomData)),
             Err(_) => Err(invalid(py, P::NAME, "must be a non-negative integer that fits in 128 bits".into())),
         }
+    }
+}
+
+/// A flag: a `bool` (not any truthy value: a misplaced argument is refused, not read as true).
+pub(crate) struct Flag<P>(pub bool, PhantomData<P>);
+
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Flag<P> {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = BOOL;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        match obj.cast::<PyBool>() {
+            Ok(b) => Ok(Flag(b.is_true(), PhantomData)),
+            Err(_) => Err(invalid(obj.py(), P::NAME, format!("must be a bool, got {}", type_name(obj)))),
+        }
+    }
+}
+
+impl<P> Flag<P> {
+    pub(crate) const fn new(value: bool) -> Self {
+        Flag(value, PhantomData)
     }
 }
 

@@ -10,8 +10,9 @@ use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union, Borrowed}
 use ratekeeper::{FailurePolicy, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
 
 use crate::args::{
-    invalid, Count, Float, Interval, PCapacity, PConnectTimeout, PDeadline, PDivisor, PDrain, PLimit, PLockTimeout,
-    PMaxKeys, PName, PPrefix, PRate, PRefill, PSize, PUrl, PWaitTimeout, PolicyName, Seconds, Text, Timeout,
+    invalid, Count, Flag, Float, Interval, PAllowFallback, PCapacity, PConnectTimeout, PDeadline, PDivisor, PDrain,
+    PLimit, PLockTimeout, PMaxKeys, PName, PPrefix, PRate, PRefill, PSize, PUrl, PWaitTimeout, PolicyName, Seconds,
+    Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::errors::guard;
@@ -392,7 +393,15 @@ impl Backend {
     /// released. A lease older than `lock_timeout` seconds may be reclaimed by a waiter;
     /// `wait_timeout` is how long `acquire` and `within_limit` wait by default. `limit=1` is a
     /// distributed mutex.
-    #[pyo3(signature = (name, limit, lock_timeout = Seconds::new(Duration::from_secs(30)), wait_timeout = None))]
+    ///
+    /// While Redis is unreachable a concurrent limiter fails closed, whatever the backend's
+    /// failure policy, unless `allow_fallback=True`: then `fail_open` grants leases that guard
+    /// nothing (fencing token 0) and `fallback` an in-process limiter (a limit per process, its
+    /// fencing tokens increasing within the process only).
+    #[pyo3(signature = (
+        name, limit, lock_timeout = Seconds::new(Duration::from_secs(30)), wait_timeout = None, *,
+        allow_fallback = Flag::new(false)
+    ))]
     fn concurrent<'py>(
         &self,
         py: Python<'py>,
@@ -400,9 +409,10 @@ impl Backend {
         limit: Count<PLimit>,
         lock_timeout: Seconds<PLockTimeout>,
         wait_timeout: Option<Timeout<PWaitTimeout>>,
+        allow_fallback: Flag<PAllowFallback>,
     ) -> PyResult<PyLimiter<'py>> {
         let limiter = guard(py, || {
-            let l = self.inner.concurrent(name.0, limit.0, lock_timeout.0)?;
+            let l = self.inner.concurrent(name.0, limit.0, lock_timeout.0)?.with_allow_fallback(allow_fallback.0)?;
             match wait_timeout {
                 Some(w) => l.with_wait_timeout(w.0),
                 None => Ok(l),

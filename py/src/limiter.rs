@@ -134,6 +134,14 @@ impl Limiter {
         self.inner.wait_timeout().as_secs_f64()
     }
 
+    /// Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
+    /// every limiter but concurrent ones, which fail closed unless built with
+    /// `allow_fallback=True`.
+    #[getter]
+    fn allows_fallback(&self) -> bool {
+        self.inner.allows_fallback()
+    }
+
     /// The same limiter with another default wait timeout (seconds; 0: never wait).
     fn with_wait_timeout<'py>(slf: &Bound<'py, Self>, wait_timeout: Timeout<PWaitTimeout>) -> PyResult<PyLimiter<'py>> {
         let py = slf.py();

@@ -299,3 +299,32 @@ def test_failure_policies_on_a_dead_redis(calls: Calls) -> None:
         assert results == [True, True, False] and fallback.stats().fell_back == 3  # 10 / 5 = 2
 
     run(body())
+
+
+def test_concurrent_limiters_fail_closed_on_a_dead_redis_unless_they_allow_fallback(calls: Calls) -> None:
+    """A per-process fallback mutex is not a fleet-wide one, and a lease granted open guards
+    nothing: concurrent limiters fail closed under every policy unless they opt in."""
+    from .conftest import free_port
+
+    dead = f"redis://127.0.0.1:{free_port()}"
+
+    async def body() -> None:
+        for policy in ("fail_open", "fallback"):
+            backend = ratekeeper.Backend.redis(dead, failure_policy=policy, deadline=0.05, connect_timeout=0.05)
+            mutex = backend.concurrent("m", 1, lock_timeout=60)
+            assert not mutex.allows_fallback and backend.bucket("b", 5, 1).allows_fallback
+            with pytest.raises((ratekeeper.BackendUnavailable, ratekeeper.Timeout)):
+                await calls(mutex.check)
+            assert backend.stats().failed == 1, policy
+            opted = backend.concurrent("m", 1, lock_timeout=60, allow_fallback=True)
+            assert opted.allows_fallback
+            granted = await calls(opted.check)
+            assert granted.allowed and granted.lease is not None, policy
+            # fail_open: a lease that guards nothing; fallback: this process's own mutex.
+            assert (granted.lease.fencing_token == 0) == (policy == "fail_open"), granted.lease
+            if policy == "fallback":
+                assert not (await calls(opted.check)).allowed
+                await calls(opted.extend, granted.lease)
+            await calls(opted.release, granted.lease)
+
+    run(body())

@@ -13,7 +13,7 @@ import pytest
 
 import ratekeeper
 
-from .conftest import MakeBackend
+from .conftest import REDIS_OPTIONS, MakeBackend, RedisServer, unique_prefix
 
 
 async def ticking_while(awaitable: Any) -> tuple[Any, int, float]:
@@ -88,6 +88,37 @@ def test_cancelled_calls_are_left_alone(make_backend: MakeBackend) -> None:
         assert held.lease is not None
         await mutex.arelease(held.lease)
         assert (await mutex.apeek()).remaining == 1
+
+    asyncio.run(body())
+
+
+def test_a_cancelled_aacquire_gives_back_the_lease_its_check_got_later(redis_server: RedisServer) -> None:
+    """An ``aacquire`` cancelled while its check waits on the server (held back by ``CLIENT
+    PAUSE``) does not leave the lease that check grants once the server resumes: the mutex is
+    free for the next caller at once, not after ``lock_timeout`` (60 s)."""
+
+    async def body() -> None:
+        backend = ratekeeper.Backend.redis(redis_server.url, **{**REDIS_OPTIONS, "prefix": unique_prefix()})
+        mutex = backend.concurrent("paused", 1, lock_timeout=60)
+        await mutex.apeek()  # connected: the check below is sent, then held by the pause
+        redis_server.cli("CLIENT", "PAUSE", "10000", "WRITE")
+        try:
+            call = asyncio.ensure_future(mutex.aacquire(None, 1, 5))
+            for _ in range(1000):
+                if "blocked_clients:1" in redis_server.cli("INFO", "clients"):
+                    break
+                await asyncio.sleep(0.005)
+            else:
+                raise AssertionError("the check never reached the paused server")
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await asyncio.sleep(0.1)  # the cancellation has reached the call's Rust future
+        finally:
+            redis_server.cli("CLIENT", "UNPAUSE")
+        second = await mutex.aacquire(None, 1, 5)
+        assert second.lease is not None
+        await mutex.arelease(second.lease)
 
     asyncio.run(body())
 

@@ -74,6 +74,7 @@ CASES: list[tuple[str, Callable[[], Any]]] = [
     ("failure_policy", lambda: ratekeeper.Backend.redis("redis://127.0.0.1:1", failure_policy="maybe")),  # type: ignore[arg-type]
     ("fallback_divisor", lambda: ratekeeper.Backend.redis("redis://127.0.0.1:1", failure_policy="fallback", fallback_divisor=0)),
     ("fallback_divisor", lambda: ratekeeper.Backend.redis("redis://127.0.0.1:1", fallback_divisor=2)),
+    ("allow_fallback", lambda: ratekeeper.Backend.memory().concurrent("m", 1, allow_fallback=1)),  # type: ignore[arg-type]
     ("deadline", lambda: ratekeeper.Backend.redis("redis://127.0.0.1:1", deadline=0)),
     ("connect_timeout", lambda: ratekeeper.Backend.redis("redis://127.0.0.1:1", connect_timeout=-1)),
     ("tls_ca_file", lambda: ratekeeper.Backend.redis("rediss://127.0.0.1:1", tls_ca_file="/nonexistent/ca.pem")),

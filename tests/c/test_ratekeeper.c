@@ -839,6 +839,24 @@ static void test_failure_policies(const fixture *f) {
   CHECK(!check1(l, "k", 1).allowed);
   rk_limiter_free(l);
 
+  /* Concurrent limiters fail closed under fail_open and fallback unless they opt in: a
+   * per-process mutex is not a fleet-wide one, and a lease granted open guards nothing. */
+  rk_backend *lenient[2] = {open, fallback};
+  for (int i = 0; i < 2; i++) {
+    rk_limiter *opted = NULL;
+    must(rk_limiter_new_concurrent(lenient[i], "c-dead-mutex", 1, 60, 0, &l), l, "concurrent");
+    s = rk_limiter_check(l, "k", 1, &d);
+    CHECK(s == RK_TIMEOUT || s == RK_BACKEND_UNAVAILABLE);
+    CHECK_OK(rk_limiter_with_allow_fallback(l, true, &opted));
+    rk_decision granted = check1(opted, "k", 1);
+    CHECK(granted.allowed && granted.has_lease);
+    CHECK((granted.lease.fencing_token == 0) == (i == 0)); /* fail_open: token 0 */
+    CHECK_OK(rk_limiter_release(opted, "k", &granted.lease));
+    rk_limiter_free(opted);
+    rk_limiter_free(l);
+  }
+  CHECK_FAILS(rk_limiter_with_allow_fallback(NULL, true, &l), RK_NULL_PARAMETER, "limiter");
+
   rk_backend_free(closed);
   rk_backend_free(open);
   rk_backend_free(fallback);

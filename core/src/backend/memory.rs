@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
-use tokio::sync::Notify;
+use tokio::sync::Semaphore;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
@@ -70,8 +70,8 @@ enum State {
     Gcra(u64),
     Sliding(SlidingState),
     Log(Box<LogState>),
-    /// The notifier wakes one waiter per freed slot.
-    Concurrent(Box<(ConcurrentState, Arc<Notify>)>),
+    /// The semaphore holds one wake-up per freed slot (see [`Wake::Local`]).
+    Concurrent(Box<(ConcurrentState, Arc<Semaphore>)>),
 }
 
 impl State {
@@ -81,7 +81,7 @@ impl State {
             Algorithm::Sliding(_) => State::Sliding(Vec::new()),
             Algorithm::Log(_) => State::Log(Box::default()),
             Algorithm::Concurrent(_) | Algorithm::Unlimited => {
-                State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Notify::new()))))
+                State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Semaphore::new(0)))))
             }
         }
     }
@@ -325,7 +325,8 @@ impl MemoryBackend {
             let (slot, _) = entry.remove();
             self.len.fetch_sub(1, Ordering::Relaxed);
             if let State::Concurrent(concurrent) = slot.state {
-                concurrent.1.notify_waiters();
+                // Every waiter wakes and re-checks against the fresh state.
+                concurrent.1.close();
             }
         }
     }
@@ -368,7 +369,7 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
         (Algorithm::Log(l), State::Log(st), Op::Check { cost, .. }) => plain(l.evaluate(st, now, cost, true)),
         (Algorithm::Log(l), State::Log(st), Op::Peek) => plain(l.evaluate(st, now, 1, false)),
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), op @ (Op::Check { .. } | Op::Peek)) => {
-            let (st, notify) = &mut **concurrent;
+            let (st, wake_ups) = &mut **concurrent;
             let (lease_id, commit) = match op {
                 Op::Check { lease_id, .. } => (lease_id, true),
                 _ => (0, false),
@@ -376,14 +377,14 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
             let reclaimed_before = st.reclaimed;
             let mut e = c.evaluate(st, now, lease_id, commit);
             e.decision.decided_at_micros = now;
-            let wake = (!e.decision.allowed).then(|| Wake::Local(notify.clone()));
+            let wake = (!e.decision.allowed).then(|| Wake::Local(wake_ups.clone()));
             *changed = e.changed;
             Ok(Outcome { decision: e.decision, wake, reclaimed: st.reclaimed - reclaimed_before, lease_overdue: false })
         }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Release { lease_id }) => {
             match c.release(&mut concurrent.0, now, lease_id) {
                 Released::Freed { overdue } => {
-                    concurrent.1.notify_one();
+                    wake_one(&concurrent.1, c.limit);
                     let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
                     e.decision.decided_at_micros = now;
                     *changed = true;
@@ -391,6 +392,17 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
                 }
                 Released::Lost => Err(Error::lease_lost()),
             }
+        }
+        // In process, a check cannot be left half done: a lease abandoned here was never
+        // granted, or its caller got it (nothing to do either way), unless it is still held.
+        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Abandon { lease_id }) => {
+            if let Released::Freed { .. } = c.release(&mut concurrent.0, now, lease_id) {
+                wake_one(&concurrent.1, c.limit);
+                *changed = true;
+            }
+            let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
+            e.decision.decided_at_micros = now;
+            Ok(Outcome::of(e.decision))
         }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Extend { lease_id }) => {
             match c.extend(&mut concurrent.0, now, lease_id) {
@@ -404,6 +416,18 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
             }
         }
         (algorithm, _, op) => Err(mismatch(algorithm, op)),
+    }
+}
+
+/// Leaves one wake-up for a waiter of a key whose slot was freed. A wake-up is kept until a
+/// waiter takes it, so a release that comes before its waiter registers is not lost (two
+/// releases wake two waiters however they interleave); at most `limit` are kept, like the Redis
+/// backend's wake-up list, so releases nobody waited for cost a later waiter at most `limit`
+/// spurious re-checks.
+fn wake_one(wake_ups: &Semaphore, limit: u64) {
+    // Called under the shard lock: the count cannot grow between the test and the add.
+    if (wake_ups.available_permits() as u64) < limit.min(1024) {
+        wake_ups.add_permits(1);
     }
 }
 

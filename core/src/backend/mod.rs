@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::Semaphore;
 
 pub use self::redis::config::{FailurePolicy, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE};
 pub use self::redis::keys::DEFAULT_PREFIX;
@@ -36,6 +36,9 @@ pub(crate) enum Op {
     Release { lease_id: u128 },
     /// Renew a concurrent lease for another `lock_timeout`.
     Extend { lease_id: u128 },
+    /// Give up a concurrent lease a check asked for but never handed to its caller: free it if
+    /// it was granted, make sure it never is otherwise. Idempotent.
+    Abandon { lease_id: u128 },
 }
 
 /// What an operation on one key produced.
@@ -58,8 +61,9 @@ impl Outcome {
 
 /// How a refused concurrent caller waits for a release (one waiter woken per freed slot).
 pub(crate) enum Wake {
-    /// The memory backend's notifier.
-    Local(Arc<Notify>),
+    /// The memory backend's wake-ups: a release adds a permit, a waiter takes one (a reset
+    /// closes the semaphore, waking every waiter).
+    Local(Arc<Semaphore>),
     /// A Redis list that releases push to, popped with BLPOP on a dedicated connection.
     Redis { backend: Arc<RedisBackend>, list_key: String },
 }
@@ -68,9 +72,14 @@ impl Wake {
     /// Returns when a release may have freed a slot, or after `timeout` by `clock`.
     pub(crate) async fn wait(&self, clock: &dyn Clock, timeout: Duration) {
         match self {
-            Wake::Local(notify) => {
+            Wake::Local(wake_ups) => {
                 tokio::select! {
-                    _ = notify.notified() => {}
+                    taken = wake_ups.acquire() => {
+                        // The wake-up is used up; Err: the key was reset.
+                        if let Ok(permit) = taken {
+                            permit.forget();
+                        }
+                    }
                     _ = clock.sleep(timeout) => {}
                 }
             }

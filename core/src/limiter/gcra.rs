@@ -57,7 +57,7 @@ impl Gcra {
                 let mut view = *tat;
                 Evaluation { changed, ..self.evaluate(&mut view, now, 1, false) }
             }
-            Op::Peek | Op::Release { .. } | Op::Extend { .. } => self.evaluate(tat, now, 1, false),
+            Op::Peek | Op::Release { .. } | Op::Extend { .. } | Op::Abandon { .. } => self.evaluate(tat, now, 1, false),
         }
     }
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{Failover, RedisBackend};
 use crate::backend::{Backend, BackendInner, Op, Outcome};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
@@ -20,8 +20,8 @@ mod waiting;
 
 pub use waiting::{Permit, Policy, DEFAULT_WAIT_TIMEOUT};
 
-/// A limiter's Redis backend, and its fallback limiter (scaled algorithm, namespace).
-pub(crate) type RedisTarget<'a> = (&'a Arc<RedisBackend>, Option<&'a (Algorithm, u32)>);
+/// A limiter's Redis backend, and how the limiter applies its failure policy.
+pub(crate) type RedisTarget<'a> = (&'a Arc<RedisBackend>, &'a Failover);
 
 /// A rate limiter bound to a backend. Cheap to clone, safe to share between threads and tasks.
 #[derive(Clone, Debug)]
@@ -36,6 +36,9 @@ struct Inner {
     algorithm: Algorithm,
     target: Target,
     wait_timeout: Duration,
+    /// Whether the backend's `fail_open` / `fallback` policy applies (see
+    /// [`Limiter::with_allow_fallback`]).
+    allow_fallback: bool,
     /// Shared by the copies `with_wait_timeout` makes (concurrent limiters only record any).
     metrics: Arc<LimiterMetrics>,
 }
@@ -46,10 +49,10 @@ enum Target {
         backend: Backend,
         namespace: u32,
     },
-    /// `fallback`: the limiter scaled for the fallback failure policy, and its namespace there.
+    /// `failover`: how the limiter applies the backend's failure policy.
     Redis {
         backend: Backend,
-        fallback: Option<(Algorithm, u32)>,
+        failover: Failover,
     },
     Nowhere,
 }
@@ -76,6 +79,7 @@ impl Limiter {
                 algorithm: Algorithm::Unlimited,
                 target: Target::Nowhere,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
+                allow_fallback: true,
                 metrics: Arc::default(),
             }),
         }
@@ -83,20 +87,16 @@ impl Limiter {
 
     pub(crate) fn build(backend: &Backend, name: &str, spec: LimiterSpec) -> Result<Limiter> {
         let algorithm = spec.compile()?;
+        // Concurrent limiters fail closed unless they opt in (see `with_allow_fallback`).
+        let allow_fallback = !matches!(algorithm, Algorithm::Concurrent(_));
         let target = match (&algorithm, &*backend.inner) {
             (Algorithm::Unlimited, _) => Target::Nowhere,
             (_, BackendInner::Memory(memory)) => {
                 Target::Memory { backend: backend.clone(), namespace: memory.namespace(spec.kind(), name) }
             }
             (_, BackendInner::Redis(redis)) => {
-                let fallback = match redis.fallback_divisor() {
-                    Some(divisor) => {
-                        let scaled = spec.scaled(divisor).compile()?;
-                        Some((scaled, redis.fallback.namespace(spec.kind(), name)))
-                    }
-                    None => None,
-                };
-                Target::Redis { backend: backend.clone(), fallback }
+                let failover = redis.failover(spec.kind(), name, &spec, allow_fallback)?;
+                Target::Redis { backend: backend.clone(), failover }
             }
         };
         let metrics = Arc::<LimiterMetrics>::default();
@@ -112,6 +112,7 @@ impl Limiter {
                 algorithm,
                 target,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
+                allow_fallback,
                 metrics,
             }),
         })
@@ -131,9 +132,49 @@ impl Limiter {
                 algorithm: inner.algorithm.clone(),
                 target: inner.target.clone(),
                 wait_timeout,
+                allow_fallback: inner.allow_fallback,
                 metrics: inner.metrics.clone(),
             }),
         })
+    }
+
+    /// The same limiter (same state) with the backend's `fail_open` / `fallback` failure policy
+    /// applying to it (`true`) or not (`false`: it fails closed while Redis is unreachable).
+    ///
+    /// Every limiter allows it by default except concurrent limiters: a process's in-memory
+    /// fallback is a limit per process (a mutex held in N processes at once), its fencing tokens
+    /// only increase within the process, and a lease granted open has fencing token 0. A
+    /// concurrent limiter that opts in gets exactly that while Redis is down; its fallback leases
+    /// are released and extended by the fallback, even after Redis has recovered.
+    pub fn with_allow_fallback(&self, allow: bool) -> Result<Limiter> {
+        let inner = &self.inner;
+        let target = match &inner.target {
+            Target::Redis { backend, .. } => match &*backend.inner {
+                BackendInner::Redis(redis) => Target::Redis {
+                    backend: backend.clone(),
+                    failover: redis.failover(inner.spec.kind(), &inner.name, &inner.spec, allow)?,
+                },
+                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
+            },
+            other => other.clone(),
+        };
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                name: inner.name.clone(),
+                spec: inner.spec.clone(),
+                algorithm: inner.algorithm.clone(),
+                target,
+                wait_timeout: inner.wait_timeout,
+                allow_fallback: allow,
+                metrics: inner.metrics.clone(),
+            }),
+        })
+    }
+
+    /// Whether the backend's `fail_open` / `fallback` policy applies to this limiter (see
+    /// [`Limiter::with_allow_fallback`]).
+    pub fn allows_fallback(&self) -> bool {
+        self.inner.allow_fallback
     }
 
     /// The limiter's name.
@@ -165,8 +206,8 @@ impl Limiter {
     /// the limiter lives on Redis.
     pub(crate) fn redis_target(&self) -> Option<RedisTarget<'_>> {
         match &self.inner.target {
-            Target::Redis { backend, fallback } => match &*backend.inner {
-                BackendInner::Redis(redis) => Some((redis, fallback.as_ref())),
+            Target::Redis { backend, failover } => match &*backend.inner {
+                BackendInner::Redis(redis) => Some((redis, failover)),
                 BackendInner::Memory(_) => None,
             },
             _ => None,
@@ -183,11 +224,9 @@ impl Limiter {
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
-            Target::Redis { backend, fallback } => match &*backend.inner {
+            Target::Redis { backend, failover } => match &*backend.inner {
                 BackendInner::Redis(redis) => {
-                    redis
-                        .execute(self.kind(), &self.inner.name, key, &self.inner.algorithm, fallback.as_ref(), op)
-                        .await
+                    redis.execute(self.kind(), &self.inner.name, key, &self.inner.algorithm, failover, op).await
                 }
                 BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
             },
@@ -199,15 +238,10 @@ impl Limiter {
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
-            Target::Redis { backend, fallback } => match &*backend.inner {
-                BackendInner::Redis(redis) => redis.execute_blocking(
-                    self.kind(),
-                    &self.inner.name,
-                    key,
-                    &self.inner.algorithm,
-                    fallback.as_ref(),
-                    op,
-                ),
+            Target::Redis { backend, failover } => match &*backend.inner {
+                BackendInner::Redis(redis) => {
+                    redis.execute_blocking(self.kind(), &self.inner.name, key, &self.inner.algorithm, failover, op)
+                }
                 BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
             },
             _ => self.run_local(key, op),

@@ -2,14 +2,22 @@
 -- KEYS[1]  a ZSET of holders: member = lease id (hex), score = instant its lease_timeout ends
 -- KEYS[2]  the last fencing token granted (string)
 -- KEYS[3]  a LIST a release pushes to, so that exactly one blocked waiter (BLPOP) wakes
--- ARGV[1]  'check' | 'peek' | 'release' | 'extend'
+-- KEYS[4]  a ZSET of abandoned lease ids: member = lease id, score = instant it may be forgotten
+-- ARGV[1]  'check' | 'peek' | 'release' | 'extend' | 'abandon'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  limit
 -- ARGV[4]  lock_timeout (µs)
--- ARGV[5]  lease id (check, release, extend)
+-- ARGV[5]  lease id (check, release, extend, abandon)
 -- check/peek return {allowed, limit, remaining, retry_after_us, reset_after_us, now_us,
--- fencing_token, reclaimed}; release and extend return {1, now_us, overdue} if the lease was
--- held (overdue = 1 when its lock_timeout, as last extended, had passed), {0, now_us} if lost.
+-- fencing_token, reclaimed}; release, extend and abandon return {1, now_us, overdue} if the
+-- lease was held (overdue = 1 when its lock_timeout, as last extended, had passed), {0, now_us}
+-- if not.
+--
+-- 'abandon' is sent by a client whose check call gave up without handing the lease to its
+-- caller (a timeout, a lost reply, a cancelled call): it frees the lease if the check granted
+-- it, and otherwise remembers the id for lock_timeout, so that the check, should it still
+-- arrive (held in a hung server or a slow network), grants nothing. Lease ids are unique: this
+-- never frees another caller's slot.
 
 local function now_us()
   if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
@@ -17,7 +25,7 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local holders, token_key, wake_key = KEYS[1], KEYS[2], KEYS[3]
+local holders, token_key, wake_key, abandoned = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op = ARGV[1]
 local now = now_us()
 local limit = tonumber(ARGV[3])
@@ -46,7 +54,7 @@ if op == 'extend' then
   return {0, now}
 end
 
-if op == 'release' then
+if op == 'release' or op == 'abandon' then
   local expiry = redis.call('ZSCORE', holders, ARGV[5])
   if expiry then
     redis.call('ZREM', holders, ARGV[5])
@@ -55,7 +63,17 @@ if op == 'release' then
     touch(wake_key, now + lock)
     return {1, now, tonumber(expiry) <= now and 1 or 0}
   end
+  if op == 'abandon' then
+    redis.call('ZREMRANGEBYSCORE', abandoned, '-inf', fmt(now))
+    redis.call('ZADD', abandoned, fmt(now + lock), ARGV[5])
+    touch(abandoned, now + lock)
+  end
   return {0, now}
+end
+
+if op == 'check' and redis.call('ZREM', abandoned, ARGV[5]) == 1 then
+  -- Its caller gave up and abandoned this lease before the check got here: grant nothing.
+  return {0, limit, 0, 0, 0, now, 0, 0}
 end
 
 local held = redis.call('ZCARD', holders)

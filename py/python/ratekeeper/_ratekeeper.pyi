@@ -40,12 +40,17 @@ class Backend:
         A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
         redirections are followed. Takes the same options as `Backend.redis`.
         """
-    def concurrent(self, /, name: str, limit: int, lock_timeout: float = ..., wait_timeout: float | None = None) -> Limiter2:
+    def concurrent(self, /, name: str, limit: int, lock_timeout: float = ..., wait_timeout: float | None = None, *, allow_fallback: bool = ...) -> Limiter2:
         """
         At most `limit` holders at once: `acquire` returns a decision whose `lease` must be
         released. A lease older than `lock_timeout` seconds may be reclaimed by a waiter;
         `wait_timeout` is how long `acquire` and `within_limit` wait by default. `limit=1` is a
         distributed mutex.
+
+        While Redis is unreachable a concurrent limiter fails closed, whatever the backend's
+        failure policy, unless `allow_fallback=True`: then `fail_open` grants leases that guard
+        nothing (fencing token 0) and `fallback` an in-process limiter (a limit per process, its
+        fencing tokens increasing within the process only).
         """
     @property
     def kind(self, /) -> str:
@@ -360,6 +365,13 @@ class Limiter:
     def afleet_metrics(self, /) -> Future[Metrics]:
         """
         asyncio form of `fleet_metrics`.
+        """
+    @property
+    def allows_fallback(self, /) -> bool:
+        """
+        Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
+        every limiter but concurrent ones, which fail closed unless built with
+        `allow_fallback=True`.
         """
     def apeek(self, /, key: str | None = None) -> Future[Decision]:
         """

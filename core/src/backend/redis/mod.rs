@@ -9,7 +9,7 @@ pub(crate) mod keys;
 pub(crate) mod resp;
 pub(crate) mod scripts;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use super::{Op, Outcome, Wake};
 use crate::clock::Clock;
 use crate::decision::{Decision, Lease, LimitStatus};
 use crate::error::{Error, Result};
+use crate::limiter::concurrent::Concurrent;
 use crate::limiter::gcra::Gcra;
 use crate::limiter::sliding::{Counter, Sliding};
 use crate::limiter::{decision, Algorithm, Kind};
@@ -64,6 +65,70 @@ const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 /// Lease ids granted by the fallback memory limiter carry this bit, so their release goes back
 /// to it even if Redis has recovered in between.
 pub(crate) const FALLBACK_LEASE_BIT: u128 = 1 << 127;
+
+/// The first pause before an abandon (see [`RedisBackend::abandon_later`]) is sent again; it
+/// doubles up to [`ABANDON_RETRY_MAX`].
+const ABANDON_RETRY_FIRST: Duration = Duration::from_millis(50);
+const ABANDON_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Abandons the lease a concurrent check asked for (see `concurrent.lua`) when the call ends
+/// without handing it to its caller: dropped in flight (a cancelled task, a dropped future, an
+/// aborted Node call) or failed after the check was sent (a timeout, a lost reply), when the
+/// script may still run, or have run, and grant it. [`Self::disarm`] once the call has an
+/// answer: the caller then has the lease, or none was granted.
+struct AbandonOnDrop<'a> {
+    backend: &'a Arc<RedisBackend>,
+    kind: Kind,
+    name: &'a str,
+    key: &'a str,
+    /// The limiter and the lease id of a concurrent check; `None`: nothing to abandon.
+    lease: Option<(Concurrent, u128)>,
+    /// Set once the check is handed to a connection: before that it cannot have run.
+    sent: AtomicBool,
+}
+
+impl<'a> AbandonOnDrop<'a> {
+    fn new(
+        backend: &'a Arc<RedisBackend>,
+        kind: Kind,
+        name: &'a str,
+        key: &'a str,
+        algorithm: &Algorithm,
+        op: Op,
+    ) -> Self {
+        let lease = match (algorithm, op) {
+            (Algorithm::Concurrent(c), Op::Check { lease_id, .. }) => Some((*c, lease_id)),
+            _ => None,
+        };
+        AbandonOnDrop { backend, kind, name, key, lease, sent: AtomicBool::new(false) }
+    }
+
+    fn disarm(&mut self) {
+        self.lease = None;
+    }
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some((c, lease_id)) = self.lease {
+            if *self.sent.get_mut() {
+                self.backend.abandon_later(self.kind, self.name, self.key, c, lease_id);
+            }
+        }
+    }
+}
+
+/// How one limiter applies its backend's failure policy.
+#[derive(Debug, Clone)]
+pub(crate) struct Failover {
+    /// The backend's policy, or [`FailurePolicy::FailClosed`] for a limiter that does not allow
+    /// falling back (concurrent limiters, unless they opt in: an in-process fallback is not a
+    /// fleet-wide limit, and a lease granted open guards nothing).
+    pub policy: FailurePolicy,
+    /// Under [`FailurePolicy::Fallback`]: the limiter scaled by the divisor, and its namespace in
+    /// [`RedisBackend::fallback`].
+    pub fallback: Option<(Algorithm, u32)>,
+}
 
 /// Counters of what the failure policy did.
 #[derive(Debug, Default)]
@@ -136,12 +201,25 @@ impl RedisBackend {
         self.deadline
     }
 
-    /// The failure policy's divisor, when it is [`FailurePolicy::Fallback`].
-    pub(crate) fn fallback_divisor(&self) -> Option<u32> {
-        match self.policy {
-            FailurePolicy::Fallback { divisor } => Some(divisor),
-            _ => None,
+    /// How a limiter built from `spec` applies this backend's failure policy; `allow_fallback`
+    /// false makes it fail closed whatever the policy.
+    pub(crate) fn failover(
+        &self,
+        kind: Kind,
+        name: &str,
+        spec: &crate::limiter::LimiterSpec,
+        allow_fallback: bool,
+    ) -> Result<Failover> {
+        if !allow_fallback {
+            return Ok(Failover { policy: FailurePolicy::FailClosed, fallback: None });
         }
+        let fallback = match self.policy {
+            FailurePolicy::Fallback { divisor } => {
+                Some((spec.scaled(divisor).compile()?, self.fallback.namespace(kind, name)))
+            }
+            _ => None,
+        };
+        Ok(Failover { policy: self.policy, fallback })
     }
 
     fn now_arg(&self) -> String {
@@ -156,20 +234,26 @@ impl RedisBackend {
         name: &str,
         key: &str,
         algorithm: &Algorithm,
-        fallback: Option<&(Algorithm, u32)>,
+        failover: &Failover,
         op: Op,
     ) -> Result<Outcome> {
-        if let Some(released) = self.fallback_release(key, fallback, op) {
+        if let Some(released) = self.fallback_release(key, failover, op) {
             return released;
         }
         let remote = match self.prepare(kind, name, key, algorithm, op) {
             Ok(call) => {
-                let reply = scripts::run_cmd(&self.connections, self.deadline, call.script, call.cmd).await;
-                reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply))
+                let mut abandon = AbandonOnDrop::new(self, kind, name, key, algorithm, op);
+                let reply =
+                    scripts::run_cmd(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent).await;
+                let outcome = reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply));
+                if outcome.is_ok() {
+                    abandon.disarm();
+                }
+                outcome
             }
             Err(e) => Err(e),
         };
-        self.apply_policy(remote, key, algorithm, fallback, op)
+        self.apply_policy(remote, key, algorithm, failover, op)
     }
 
     /// The blocking form of [`Self::execute`]: the calling thread does the I/O itself where it
@@ -180,23 +264,32 @@ impl RedisBackend {
         name: &str,
         key: &str,
         algorithm: &Algorithm,
-        fallback: Option<&(Algorithm, u32)>,
+        failover: &Failover,
         op: Op,
     ) -> Result<Outcome> {
-        if let Some(released) = self.fallback_release(key, fallback, op) {
+        if let Some(released) = self.fallback_release(key, failover, op) {
             return released;
         }
         let remote = self.prepare(kind, name, key, algorithm, op).and_then(|call| {
-            let reply = scripts::run_cmd_blocking(&self.connections, self.deadline, call.script, call.cmd)?;
-            self.finish(algorithm, op, call.wake_key, reply)
+            let mut abandon = AbandonOnDrop::new(self, kind, name, key, algorithm, op);
+            let reply =
+                scripts::run_cmd_blocking(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent);
+            let outcome = reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply));
+            if outcome.is_ok() {
+                abandon.disarm();
+            }
+            outcome
         });
-        self.apply_policy(remote, key, algorithm, fallback, op)
+        self.apply_policy(remote, key, algorithm, failover, op)
     }
 
-    /// A lease granted by the fallback limiter goes back to it, even if Redis has recovered.
-    fn fallback_release(&self, key: &str, fallback: Option<&(Algorithm, u32)>, op: Op) -> Option<Result<Outcome>> {
-        match (op, fallback) {
-            (Op::Release { lease_id }, Some((algorithm, namespace))) if lease_id & FALLBACK_LEASE_BIT != 0 => {
+    /// A lease granted by the fallback limiter is released and extended there, even once Redis
+    /// has recovered: Redis never held it.
+    fn fallback_release(&self, key: &str, failover: &Failover, op: Op) -> Option<Result<Outcome>> {
+        match (op, &failover.fallback) {
+            (Op::Release { lease_id } | Op::Extend { lease_id }, Some((algorithm, namespace)))
+                if lease_id & FALLBACK_LEASE_BIT != 0 =>
+            {
                 Some(self.fallback.execute(*namespace, key, algorithm, op))
             }
             _ => None,
@@ -210,7 +303,7 @@ impl RedisBackend {
         remote: Result<Outcome>,
         key: &str,
         algorithm: &Algorithm,
-        fallback: Option<&(Algorithm, u32)>,
+        failover: &Failover,
         op: Op,
     ) -> Result<Outcome> {
         let error = match remote {
@@ -218,7 +311,7 @@ impl RedisBackend {
             Err(e @ (Error::BackendUnavailable { .. } | Error::Timeout { .. })) => e,
             Err(e) => return Err(e),
         };
-        match (self.policy, fallback) {
+        match (failover.policy, &failover.fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
                 Ok(Outcome::of(open_decision(algorithm, op)))
@@ -255,6 +348,7 @@ impl RedisBackend {
             Op::Adjust { .. } => "adjust",
             Op::Release { .. } => "release",
             Op::Extend { .. } => "extend",
+            Op::Abandon { .. } => "abandon",
         };
         let call = |script: &'static LuaScript, cmd: Cmd| Ok(ScriptCall { script, cmd, wake_key: None });
         match (algorithm, op) {
@@ -286,14 +380,20 @@ impl RedisBackend {
                 }
                 call(&scripts::LOG, cmd)
             }
-            (Algorithm::Concurrent(c), Op::Check { .. } | Op::Peek | Op::Release { .. } | Op::Extend { .. }) => {
+            (
+                Algorithm::Concurrent(c),
+                Op::Check { .. } | Op::Peek | Op::Release { .. } | Op::Extend { .. } | Op::Abandon { .. },
+            ) => {
                 let lease_id = match op {
-                    Op::Check { lease_id, .. } | Op::Release { lease_id } | Op::Extend { lease_id } => lease_id,
+                    Op::Check { lease_id, .. }
+                    | Op::Release { lease_id }
+                    | Op::Extend { lease_id }
+                    | Op::Abandon { lease_id } => lease_id,
                     _ => 0,
                 };
                 let wake_key = keys.key("w");
-                let mut cmd = scripts::CONCURRENT.evalsha(3);
-                cmd.arg(keys.key("h")).arg(keys.key("t")).arg(&wake_key);
+                let mut cmd = scripts::CONCURRENT.evalsha(4);
+                cmd.arg(keys.key("h")).arg(keys.key("t")).arg(&wake_key).arg(keys.key("x"));
                 cmd.arg(verb(op)).arg(now).arg(c.limit).arg(c.lock_us).arg(format!("{lease_id:032x}"));
                 Ok(ScriptCall { script: &scripts::CONCURRENT, cmd, wake_key: Some(wake_key) })
             }
@@ -315,6 +415,10 @@ impl RedisBackend {
             Algorithm::Sliding(s) => return sliding_outcome(s, op, &reply),
             _ => return Ok(Outcome::of(decision_from(&reply))),
         };
+        if let Op::Abandon { .. } = op {
+            // Freed, or remembered so that the check it belongs to grants nothing: done either way.
+            return Ok(Outcome::of(decision(true, c.limit, 0, 0, 0)));
+        }
         if let Op::Release { .. } | Op::Extend { .. } = op {
             let mut d = decision(true, c.limit, 0, 0, 0);
             d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;
@@ -340,6 +444,32 @@ impl RedisBackend {
         Ok(Outcome { decision: d, wake, reclaimed, lease_overdue: false })
     }
 
+    /// Abandons lease `lease_id` of a concurrent limiter in the background, never blocking the
+    /// caller: sent again (it is idempotent) until Redis answers, for at most `lock_timeout`,
+    /// after which the lease, if granted, may be reclaimed anyway.
+    fn abandon_later(self: &Arc<Self>, kind: Kind, name: &str, key: &str, c: Concurrent, lease_id: u128) {
+        let Ok(call) = self.prepare(kind, name, key, &Algorithm::Concurrent(c), Op::Abandon { lease_id }) else {
+            return;
+        };
+        let backend = Arc::downgrade(self);
+        let give_up_at = tokio::time::Instant::now() + Duration::from_micros(c.lock_us);
+        runtime().spawn(async move {
+            let mut pause = ABANDON_RETRY_FIRST;
+            loop {
+                let Some(this) = backend.upgrade() else { return };
+                let sent = AtomicBool::new(false);
+                let answered =
+                    scripts::run_cmd(&this.connections, this.deadline, call.script, call.cmd.clone(), &sent).await;
+                drop(this);
+                if answered.is_ok() || tokio::time::Instant::now() + pause >= give_up_at {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(ABANDON_RETRY_MAX);
+            }
+        });
+    }
+
     /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
     pub(crate) async fn reset(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm) -> Result<()> {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
@@ -347,7 +477,7 @@ impl RedisBackend {
             Algorithm::Gcra(_) => &["s"],
             Algorithm::Sliding(_) => &["h"],
             Algorithm::Log(_) => &["z", "d"],
-            Algorithm::Concurrent(_) => &["h", "t"],
+            Algorithm::Concurrent(_) => &["h", "t", "x"],
             Algorithm::Unlimited => &[],
         };
         let mut pipe = redis::pipe();

@@ -3,6 +3,7 @@
 //! not run (NOSCRIPT, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN), never after a
 //! lost reply: replaying a check could count it twice.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -181,12 +182,14 @@ fn breaks_connection(e: &RedisError) -> bool {
 }
 
 /// Runs `evalsha` (built with [`LuaScript::evalsha`]), returning the script's array of integers,
-/// within `deadline`.
+/// within `deadline`. `sent` is set once the call is handed to a connection: before that, a
+/// failed or abandoned call certainly did not run.
 pub(crate) async fn run_cmd(
     connections: &Arc<Connections>,
     deadline: Duration,
     script: &LuaScript,
     evalsha: Cmd,
+    sent: &AtomicBool,
 ) -> Result<Vec<i64>> {
     let until = Instant::now() + deadline;
     let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
@@ -195,6 +198,7 @@ pub(crate) async fn run_cmd(
         Some(found) => found,
         None => tokio::time::timeout_at(until, connections.shared()).await.map_err(|_| timed_out("connecting"))??,
     };
+    sent.store(true, Ordering::Relaxed);
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -238,12 +242,14 @@ pub(crate) fn run_cmd_blocking(
     deadline: Duration,
     script: &LuaScript,
     evalsha: Cmd,
+    sent: &AtomicBool,
 ) -> Result<Vec<i64>> {
     let until = std::time::Instant::now() + deadline;
     let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
     let Some(mut conn) = connections.direct(until)? else {
-        return block_on(run_cmd(connections, deadline, script, evalsha));
+        return block_on(run_cmd(connections, deadline, script, evalsha, sent));
     };
+    sent.store(true, Ordering::Relaxed);
     let mut attempt = 0;
     loop {
         attempt += 1;
