@@ -92,6 +92,12 @@ impl Error {
         Error::InvalidArgument { parameter, message: message.into() }
     }
 
+    /// The [`Error::Timeout`] of a Redis call that got no answer within `deadline`: one message
+    /// whatever the call was waiting for (a connection, its reply) and whichever path it took.
+    pub(crate) fn redis_timeout(deadline: Duration) -> Self {
+        Error::Timeout { message: format!("Redis did not answer within {deadline:?}") }
+    }
+
     /// The [`Error::LeaseLost`] of a lease that is no longer held.
     pub(crate) fn lease_lost() -> Self {
         Error::LeaseLost {

@@ -84,9 +84,8 @@ impl DirectTarget {
         self.tls.is_none()
     }
 
-    /// Connects and runs the handshake, all within `timeout`.
-    pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<DirectConnection> {
-        let until = Instant::now() + timeout;
+    /// Connects and runs the handshake, all by `until`.
+    pub(crate) fn connect(&self, until: Instant) -> RedisResult<DirectConnection> {
         let mut last_error = None;
         let mut stream = None;
         for address in (self.host.as_str(), self.port).to_socket_addrs()? {

@@ -359,14 +359,13 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (c.lock_us / 1000).max(1) as i64).ignore();
         }
-        self.query(&pipe, "the reset").await
+        self.query(&pipe).await
     }
 
     /// Runs a pipeline (not a script) within the deadline.
-    async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline, what: &str) -> Result<T> {
+    async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         let until = tokio::time::Instant::now() + self.deadline;
-        let timed_out =
-            || Error::Timeout { message: format!("Redis did not answer {what} within {:?}", self.deadline) };
+        let timed_out = || Error::redis_timeout(self.deadline);
         let (mut conn, _) =
             tokio::time::timeout_at(until, self.connections.shared()).await.map_err(|_| timed_out())??;
         tokio::time::timeout_at(until, pipe.query_async::<T>(&mut conn))
@@ -410,7 +409,7 @@ impl RedisBackend {
             }
         }
         pipe.pexpire(&key, METRICS_TTL.as_millis() as i64).ignore();
-        self.query::<()>(&pipe, "the metrics flush").await.inspect_err(|_| metrics.unflushed.restore(deltas))
+        self.query::<()>(&pipe).await.inspect_err(|_| metrics.unflushed.restore(deltas))
     }
 
     /// Flushes this process's pending counts, then reads the aggregate of every process.
@@ -418,7 +417,7 @@ impl RedisBackend {
         self.flush_metrics(kind, name, metrics).await?;
         let mut pipe = redis::pipe();
         pipe.hgetall(self.metrics_key(kind, name));
-        let (values,): (std::collections::HashMap<String, u64>,) = self.query(&pipe, "the metrics read").await?;
+        let (values,): (std::collections::HashMap<String, u64>,) = self.query(&pipe).await?;
         Ok(from_values(FIELDS.map(|f| values.get(f).copied().unwrap_or(0))))
     }
 
@@ -479,7 +478,7 @@ impl RedisBackend {
     async fn push_wake(&self, key: &str) -> Result<()> {
         let mut pipe = redis::pipe();
         pipe.lpush(key, "1").ignore().ltrim(key, 0, 1023).ignore().pexpire(key, 60_000).ignore();
-        self.query::<()>(&pipe, "a wake-up hand-off").await
+        self.query::<()>(&pipe).await
     }
 }
 

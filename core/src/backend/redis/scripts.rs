@@ -175,6 +175,13 @@ pub(crate) fn redis_failure(e: &RedisError) -> Error {
     Error::BackendUnavailable { message: format!("Redis: {e}") }
 }
 
+/// True when `e` says Redis did not answer in time: a socket timeout (`WouldBlock` on Unix,
+/// `TimedOut` elsewhere), or the cluster client's failed initial connections, which keep only
+/// the text of their cause.
+pub(crate) fn is_timeout(e: &RedisError) -> bool {
+    e.is_timeout() || (e.kind() == ErrorKind::Io && e.detail().is_some_and(|d| d.ends_with("timed out")))
+}
+
 /// True for failures that may have broken the connection.
 fn breaks_connection(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
@@ -189,11 +196,11 @@ pub(crate) async fn run_cmd(
     evalsha: Cmd,
 ) -> Result<Vec<i64>> {
     let until = Instant::now() + deadline;
-    let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
+    let timed_out = || Error::redis_timeout(deadline);
     // While connected (nearly always) the connection is at hand: no timer is armed for it.
     let (mut conn, generation) = match connections.current() {
         Some(found) => found,
-        None => tokio::time::timeout_at(until, connections.shared()).await.map_err(|_| timed_out("connecting"))??,
+        None => tokio::time::timeout_at(until, connections.shared()).await.map_err(|_| timed_out())??,
     };
     let mut attempt = 0;
     loop {
@@ -202,7 +209,7 @@ pub(crate) async fn run_cmd(
             Ok(reply) => reply,
             Err(_) => {
                 connections.invalidate(generation);
-                return Err(timed_out("the script"));
+                return Err(timed_out());
             }
         };
         match reply {
@@ -211,7 +218,7 @@ pub(crate) async fn run_cmd(
                 let pause = Instant::now() + retry_pause(attempt);
                 tokio::time::sleep_until(pause.min(until)).await;
                 if Instant::now() >= until {
-                    return Err(timed_out("(cluster redirects)"));
+                    return Err(timed_out());
                 }
             }
             Err(e) => {
@@ -240,8 +247,8 @@ pub(crate) fn run_cmd_blocking(
     evalsha: Cmd,
 ) -> Result<Vec<i64>> {
     let until = std::time::Instant::now() + deadline;
-    let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
-    let Some(mut conn) = connections.direct(until)? else {
+    let timed_out = || Error::redis_timeout(deadline);
+    let Some(mut conn) = connections.direct(until, deadline)? else {
         return block_on(run_cmd(connections, deadline, script, evalsha));
     };
     let mut attempt = 0;
@@ -263,11 +270,11 @@ pub(crate) fn run_cmd_blocking(
                 std::thread::sleep(retry_pause(attempt).min(left));
                 if std::time::Instant::now() >= until {
                     connections.give_back_direct(conn);
-                    return Err(timed_out("(server busy)"));
+                    return Err(timed_out());
                 }
             }
             // The connection is dropped: its reply may still arrive.
-            Err(e) if e.is_timeout() => return Err(timed_out("the script")),
+            Err(e) if is_timeout(&e) => return Err(timed_out()),
             Err(e) => {
                 // Only a server's error reply leaves the connection between replies.
                 if let ErrorKind::Server(_) = e.kind() {
