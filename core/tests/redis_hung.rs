@@ -130,3 +130,15 @@ fn stopped_redis_times_out_at_the_deadline_on_an_open_connection() {
     }
     server.resume();
 }
+
+/// A host name (not an IP literal) is looked up on the resolver's helper thread and the
+/// blocking call connects through it (the deadline-bounded lookup itself is unit-tested in
+/// `backend::redis::resolve`).
+#[test]
+fn a_host_name_is_resolved_for_blocking_calls() {
+    let server = RedisServer::start();
+    let url = server.url().replace("127.0.0.1", "localhost");
+    assert!(url.contains("localhost"), "{url}");
+    let limiter = limiter(RedisConfig::new(url).prefix("by-name"), Duration::from_secs(2));
+    assert!(limiter.check_blocking(Some("k"), 1).expect("Redis answers").allowed);
+}

@@ -6,6 +6,7 @@ pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod direct;
 pub(crate) mod keys;
+pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
 
