@@ -676,6 +676,7 @@ static void test_status_names_and_version(const fixture *f) {
   CHECK(strcmp(rk_status_name(RK_OVER_LIMIT), "RK_OVER_LIMIT") == 0);
   CHECK(strcmp(rk_status_name(RK_PANIC), "RK_PANIC") == 0);
   CHECK(strcmp(rk_status_name(RK_UNKNOWN_ERROR), "RK_UNKNOWN_ERROR") == 0);
+  CHECK(strcmp(rk_status_name(RK_BACKEND_REJECTED), "RK_BACKEND_REJECTED") == 0);
   CHECK(strcmp(rk_status_name(12345), "RK_UNKNOWN_ERROR") == 0);
   const char *version = rk_version();
   CHECK(version != NULL && version[0] >= '0' && version[0] <= '9' && strchr(version, '.'));
@@ -884,6 +885,29 @@ static void test_hung_redis_times_out_at_the_deadline(const fixture *f) {
   close(fd);
 }
 
+/* A wrong password is Redis refusing the call, not an outage: RK_BACKEND_REJECTED even under
+ * RK_FAIL_OPEN and RK_FALLBACK (which would otherwise admit everything, silently). */
+static void test_wrong_password_is_rejected(const fixture *f) {
+  if (f->kind != REDIS) return;
+  const char *host = strstr(f->url, "://");
+  if (!CHECK(host != NULL)) return;
+  char url[256];
+  snprintf(url, sizeof url, "redis://nobody:wrong@%s", host + 3);
+  const uint32_t policies[] = {RK_FAIL_OPEN, RK_FALLBACK};
+  for (int i = 0; i < 2; i++) {
+    rk_backend *b = NULL;
+    CHECK_OK(rk_backend_new_redis(url, g_prefix, policies[i], policies[i] == RK_FALLBACK ? 2 : 0, 1.0, &b));
+    if (!b) continue;
+    rk_limiter *l = NULL;
+    must(rk_limiter_new_bucket(b, "c-wrongpass", 4, CENTURY, &l), l, "bucket");
+    rk_decision d = {0};
+    CHECK(rk_limiter_check(l, "k", 1, &d) == RK_BACKEND_REJECTED);
+    CHECK(strstr(last_error(), "WRONGPASS") != NULL);
+    rk_limiter_free(l);
+    rk_backend_free(b);
+  }
+}
+
 /* ---------------------------------------------------------------- runner */
 
 typedef struct {
@@ -904,6 +928,7 @@ static const test_case TESTS[] = {
     {"limiter arguments", test_limiter_arguments, true},
     {"call arguments", test_call_arguments, true},
     {"bucket", test_bucket, true},
+    {"a wrong password is RK_BACKEND_REJECTED", test_wrong_password_is_rejected, true},
     {"window and windows", test_window, true},
     {"sliding window", test_sliding_window, true},
     {"token bucket", test_token_bucket, true},

@@ -90,7 +90,7 @@ struct Slot {
     /// The last failed connect, unless it timed out: calls fail fast for [`RECONNECT_BACKOFF`]
     /// after a refusal, but a server that accepts and does not answer makes every call wait for
     /// it until its own deadline, as a connected hung server does (one outcome: `Timeout`).
-    last_failure: Option<(Instant, String)>,
+    last_failure: Option<(Instant, Error)>,
 }
 
 /// The connection set of one URL set.
@@ -110,7 +110,7 @@ pub(crate) struct Connections {
     direct_target: Option<DirectTarget>,
     direct_pool: Mutex<Vec<DirectConnection>>,
     /// The last failed direct connect: calls fail fast for [`RECONNECT_BACKOFF`] after it.
-    direct_failure: Mutex<Option<(Instant, String)>>,
+    direct_failure: Mutex<Option<(Instant, Error)>>,
 }
 
 /// A call waiting in [`Connections::queue`].
@@ -265,6 +265,16 @@ fn unavailable(message: impl Into<String>) -> Error {
     Error::BackendUnavailable { message: message.into() }
 }
 
+/// A failed connect as the error its calls return: a refusal of the handshake (a wrong
+/// password, a user without permission) is the server's answer, reported as itself; anything
+/// else means Redis cannot be reached.
+fn connect_failure(e: &redis::RedisError) -> Error {
+    match scripts::redis_failure(e) {
+        rejected @ Error::BackendRejected { .. } => rejected,
+        _ => unavailable(format!("cannot connect to Redis: {e}")),
+    }
+}
+
 fn certificates(tls: &TlsConfig) -> TlsCertificates {
     TlsCertificates {
         client_tls: tls
@@ -371,9 +381,9 @@ impl Connections {
                 if let Some(conn) = &slot.conn {
                     return Ok((conn.clone(), slot.generation));
                 }
-                if let Some((at, message)) = &slot.last_failure {
+                if let Some((at, error)) = &slot.last_failure {
                     if at.elapsed() < RECONNECT_BACKOFF {
-                        return Err(unavailable(format!("cannot connect to Redis: {message}")));
+                        return Err(error.clone());
                     }
                 }
                 if !slot.connecting {
@@ -437,7 +447,7 @@ impl Connections {
         let result = match tokio::time::timeout(self.connect_timeout, self.open()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) if scripts::is_timeout(&e) => Err(None),
-            Ok(Err(e)) => Err(Some(e.to_string())),
+            Ok(Err(e)) => Err(Some(connect_failure(&e))),
             Err(_) => Err(None),
         };
         {
@@ -527,9 +537,9 @@ impl Connections {
                 return Ok(Some(conn));
             }
         }
-        if let Some((at, message)) = &*self.direct_failure.lock() {
+        if let Some((at, error)) = &*self.direct_failure.lock() {
             if at.elapsed() < RECONNECT_BACKOFF {
-                return Err(unavailable(format!("cannot connect to Redis: {message}")));
+                return Err(error.clone());
             }
         }
         match target.connect(until) {
@@ -540,8 +550,9 @@ impl Connections {
             // No back-off after a timeout: see [`Slot::last_failure`].
             Err(e) if scripts::is_timeout(&e) => Err(Error::redis_timeout(deadline)),
             Err(e) => {
-                *self.direct_failure.lock() = Some((Instant::now(), e.to_string()));
-                Err(unavailable(format!("cannot connect to Redis: {e}")))
+                let error = connect_failure(&e);
+                *self.direct_failure.lock() = Some((Instant::now(), error.clone()));
+                Err(error)
             }
         }
     }
@@ -556,7 +567,7 @@ impl Connections {
     pub(crate) fn connect_driven(&self) -> Option<Result<std::net::TcpStream>> {
         let target = self.direct_target.as_ref().filter(|t| t.is_plain())?;
         let connected = target.connect(Instant::now() + self.connect_timeout).and_then(DirectConnection::into_plain);
-        Some(connected.map_err(|e| unavailable(format!("cannot connect to Redis: {e}"))))
+        Some(connected.map_err(|e| connect_failure(&e)))
     }
 
     /// Returns a direct connection to the pool.

@@ -72,6 +72,7 @@ pub(crate) struct PolicyCounters {
     pub failed_open: AtomicU64,
     pub fell_back: AtomicU64,
     pub failed: AtomicU64,
+    pub rejected: AtomicU64,
 }
 
 /// One script call, ready to send.
@@ -205,7 +206,7 @@ impl RedisBackend {
     }
 
     /// What a call returns given what Redis did: the failure policy applies to an unreachable
-    /// or late Redis, never to other errors.
+    /// or late Redis, never to other errors (a refusal by Redis is counted, and returned).
     pub(crate) fn apply_policy(
         &self,
         remote: Result<Outcome>,
@@ -217,6 +218,10 @@ impl RedisBackend {
         let error = match remote {
             Ok(outcome) => return Ok(outcome),
             Err(e @ (Error::BackendUnavailable { .. } | Error::Timeout { .. })) => e,
+            Err(e @ Error::BackendRejected { .. }) => {
+                self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
             Err(e) => return Err(e),
         };
         match (self.policy, fallback) {

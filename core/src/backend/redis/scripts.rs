@@ -170,9 +170,58 @@ fn did_not_run(e: &RedisError) -> bool {
     )
 }
 
-/// A failure Redis reported, or of the connection to it, as the error a call returns.
+/// A failure Redis reported, or of the connection to it, as the error a call returns: a
+/// refusal ([`rejection_code`]) is [`Error::BackendRejected`], anything else an outage.
 pub(crate) fn redis_failure(e: &RedisError) -> Error {
-    Error::BackendUnavailable { message: format!("Redis: {e}") }
+    match rejection_code(e) {
+        Some(code) => Error::BackendRejected { code: code.to_owned(), message: format!("Redis: {e}") },
+        None => Error::BackendUnavailable { message: format!("Redis: {e}") },
+    }
+}
+
+/// The code of an error reply by which Redis refuses a call for a reason that lasts until an
+/// operator acts (permissions, credentials, memory, a script error); `None` for a failure of
+/// the connection or an answer of a server that is between states (loading, failing over,
+/// resharding, busy with a slow script), which the failure policy covers.
+fn rejection_code(e: &RedisError) -> Option<&str> {
+    match e.kind() {
+        ErrorKind::AuthenticationFailed => Some(e.code().unwrap_or("WRONGPASS")),
+        ErrorKind::Server(
+            ServerErrorKind::ReadOnly
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::NoScript,
+        ) => None,
+        ErrorKind::Server(kind) => Some(e.code().unwrap_or(kind_code(kind))),
+        // Codes the client does not name: BUSY (a script runs too long) and NOREPLICAS (too few
+        // replicas answer) pass; OOM, WRONGPASS, NOAUTH, WRONGTYPE, MISCONF... are refusals.
+        ErrorKind::Extension => match e.code() {
+            Some("BUSY" | "NOREPLICAS" | "UNBLOCKED") | None => None,
+            Some(code) => Some(code),
+        },
+        _ => None,
+    }
+}
+
+/// The reply code of a server error kind the client names.
+fn kind_code(kind: ServerErrorKind) -> &'static str {
+    match kind {
+        ServerErrorKind::NoPerm => "NOPERM",
+        ServerErrorKind::ExecAbort => "EXECABORT",
+        ServerErrorKind::CrossSlot => "CROSSSLOT",
+        _ => "ERR",
+    }
+}
+
+/// True for READONLY: the server was demoted to replica (a failover). The connection is
+/// dropped so the next call reconnects: where the address leads to the new primary (a DNS
+/// name, a proxy, a cluster's slot map), that is what makes calls work again.
+pub(crate) fn demoted(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 /// True when `e` says Redis did not answer in time: a socket timeout (`WouldBlock` on Unix,
@@ -222,7 +271,7 @@ pub(crate) async fn run_cmd(
                 }
             }
             Err(e) => {
-                if breaks_connection(&e) {
+                if breaks_connection(&e) || demoted(&e) {
                     connections.invalidate(generation);
                 }
                 return Err(redis_failure(&e));
@@ -276,8 +325,9 @@ pub(crate) fn run_cmd_blocking(
             // The connection is dropped: its reply may still arrive.
             Err(e) if is_timeout(&e) => return Err(timed_out()),
             Err(e) => {
-                // Only a server's error reply leaves the connection between replies.
-                if let ErrorKind::Server(_) = e.kind() {
+                // Only a server's error reply leaves the connection between replies; one from a
+                // demoted server is dropped, so that the next call reconnects.
+                if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) && !demoted(&e) {
                     connections.give_back_direct(conn);
                 }
                 return Err(redis_failure(&e));
