@@ -62,6 +62,13 @@ const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a limiter's aggregated metrics outlive their last update (Sidekiq's metadata TTL).
 const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
+/// How long Redis remembers a writer's last applied flush: far longer than a flush whose reply
+/// was lost can wait to be resent (the next flush that reaches Redis resends it).
+const METRICS_SEQ_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Applies one flush of metric counts once (see `metrics.lua`).
+const METRICS_SCRIPT: &str = include_str!("../../scripts/metrics.lua");
+
 /// Lease ids granted by the fallback memory limiter carry this bit, so their release goes back
 /// to it even if Redis has recovered in between.
 pub(crate) const FALLBACK_LEASE_BIT: u128 = 1 << 127;
@@ -400,22 +407,28 @@ impl RedisBackend {
         });
     }
 
+    /// Sends `metrics`' unacknowledged batch, then (if any) the counts made since, each applied
+    /// by Redis once (see [`LimiterMetrics`]); a failed send keeps its batch for the next flush.
     async fn flush_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<()> {
-        let deltas = metrics.unflushed.take();
-        if deltas.iter().all(|d| *d == 0) {
-            return Ok(());
-        }
-        let key = self.metrics_key(kind, name);
-        let mut pipe = redis::pipe();
-        // MULTI/EXEC: the increments never land without the expiry.
-        pipe.atomic();
-        for (field, delta) in FIELDS.iter().zip(deltas) {
-            if delta > 0 {
-                pipe.hincr(&key, *field, delta).ignore();
+        // At most two batches: the unacknowledged one, then the counts made while it was out.
+        for _ in 0..2 {
+            let Some(batch) = metrics.next_batch() else { return Ok(()) };
+            let keys = KeyBuilder::new(&self.prefix, kind, name, "");
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(METRICS_SCRIPT).arg(2).arg(keys.key("metrics"));
+            eval.arg(format!("{}:{}", keys.key("metrics-seq"), metrics.writer()));
+            eval.arg(batch.seq).arg(METRICS_TTL.as_millis() as u64).arg(METRICS_SEQ_TTL.as_millis() as u64);
+            for (field, delta) in FIELDS.iter().zip(batch.deltas) {
+                if delta > 0 {
+                    eval.arg(*field).arg(delta);
+                }
             }
+            let mut pipe = redis::pipe();
+            pipe.add_command(eval).ignore();
+            self.query::<()>(&pipe).await?;
+            metrics.acknowledge(batch.seq);
         }
-        pipe.pexpire(&key, METRICS_TTL.as_millis() as i64).ignore();
-        self.query::<()>(&pipe).await.inspect_err(|_| metrics.unflushed.restore(deltas))
+        Ok(())
     }
 
     /// Flushes this process's pending counts, then reads the aggregate of every process.
