@@ -6,6 +6,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use tokio::time::Instant;
 
@@ -343,10 +344,47 @@ async fn call(
     script: &LuaScript,
     until: Instant,
 ) -> redis::RedisResult<Vec<i64>> {
-    match connections.query(conn, evalsha, until).await.and_then(parse) {
+    let reply = match connections.query(conn, evalsha, until).await.and_then(parse) {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             // The script cache was flushed (or this is a new server): EVAL runs and re-caches it.
             script.eval_of(evalsha).query_async(conn).await
+        }
+        other => other,
+    };
+    match (reply, conn) {
+        (Err(e), Conn::Cluster(cluster)) if e.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
+            follow_ask(cluster, &e, evalsha, script).await
+        }
+        (reply, _) => reply,
+    }
+}
+
+/// Runs the call on the node an ASK redirect names (a slot being migrated, whose keys have
+/// left the node that owns it): `ASKING` then the script, on that node. The cluster client,
+/// built with no retries so that it never replays a call whose reply was lost, does not follow
+/// redirects itself; an ASK proves the script did not run, so sending it on is safe.
+async fn follow_ask(
+    cluster: &mut redis::cluster_async::ClusterConnection,
+    ask: &RedisError,
+    evalsha: &Cmd,
+    script: &LuaScript,
+) -> redis::RedisResult<Vec<i64>> {
+    let Some((host, port)) = ask.redirect_node().and_then(|(addr, _)| addr.rsplit_once(':')) else {
+        return Err(ask.clone());
+    };
+    let Ok(port) = port.parse::<u16>() else { return Err(ask.clone()) };
+    let route = SingleNodeRoutingInfo::ByAddress { host: host.to_owned(), port };
+    let asking = |cmd: Cmd| {
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").add_command(cmd);
+        pipe
+    };
+    let mut replies = cluster.route_pipeline(asking(evalsha.clone()), 1, 1, route.clone()).await?;
+    match parse(replies.pop().unwrap_or(Value::Nil)) {
+        // The importing node has never run this script: EVAL runs and caches it there.
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            let mut replies = cluster.route_pipeline(asking(script.eval_of(evalsha)), 1, 1, route).await?;
+            parse(replies.pop().unwrap_or(Value::Nil))
         }
         other => other,
     }
