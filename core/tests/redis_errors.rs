@@ -42,7 +42,7 @@ fn assert_rejected(url: impl Fn() -> String, prefix: &str, code: &str) {
                 let result = check(&limiter, blocking);
                 println!("[{what}] {result:?}");
                 let error = result.expect_err("a refusal is never admitted by the failure policy");
-                assert_eq!(error.kind().as_str(), "backend_rejected", "{what}: {error}");
+                assert_eq!(error.kind(), ErrorKind::BackendRejected, "{what}: {error}");
                 assert!(error.to_string().contains(code), "{what}: {error}");
             }
             let stats = backend.stats();
