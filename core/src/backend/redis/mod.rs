@@ -416,7 +416,8 @@ impl RedisBackend {
             let keys = KeyBuilder::new(&self.prefix, kind, name, "");
             let mut eval = redis::cmd("EVAL");
             eval.arg(METRICS_SCRIPT).arg(2).arg(keys.key("metrics"));
-            eval.arg(format!("{}:{}", keys.key("metrics-seq"), metrics.writer()));
+            // `…:metrics-seq:<writer>`: the metrics hash's hash tag, so one slot on a cluster.
+            eval.arg(format!("{}{}", keys.key("metrics-seq"), metrics.writer()));
             eval.arg(batch.seq).arg(METRICS_TTL.as_millis() as u64).arg(METRICS_SEQ_TTL.as_millis() as u64);
             for (field, delta) in FIELDS.iter().zip(batch.deltas) {
                 if delta > 0 {
