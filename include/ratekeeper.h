@@ -116,6 +116,13 @@ typedef enum rk_status {
    * An error of a kind this version of the C API does not know yet.
    */
   RK_UNKNOWN_ERROR = 10,
+  /**
+   * Redis answered, refusing the call for a reason an operator must fix: an ACL without the
+   * permission (NOPERM), a wrong password (WRONGPASS), memory full under `noeviction` (OOM),
+   * a script error. Never turned into an admission by #RK_FAIL_OPEN or #RK_FALLBACK; the
+   * message names the Redis error code.
+   */
+  RK_BACKEND_REJECTED = 11,
 } rk_status;
 
 /**

@@ -60,6 +60,7 @@ export type ErrorCode =
   | 'ERR_INVALID_ARGUMENT'
   | 'ERR_BACKEND_UNAVAILABLE'
   | 'ERR_TIMEOUT'
+  | 'ERR_BACKEND_REJECTED'
   | 'ERR_RATEKEEPER'
   | 'ERR_INTERNAL';
 
@@ -71,6 +72,7 @@ export declare const codes: Readonly<{
   INVALID_ARGUMENT: 'ERR_INVALID_ARGUMENT';
   BACKEND_UNAVAILABLE: 'ERR_BACKEND_UNAVAILABLE';
   TIMEOUT: 'ERR_TIMEOUT';
+  BACKEND_REJECTED: 'ERR_BACKEND_REJECTED';
   RATEKEEPER: 'ERR_RATEKEEPER';
   INTERNAL: 'ERR_INTERNAL';
 }>;
@@ -82,6 +84,8 @@ export interface RatekeeperError extends Error {
   retryAfterMs?: number;
   /** `ERR_INVALID_ARGUMENT`: the offending parameter's (JavaScript) name. */
   parameter?: string;
+  /** `ERR_BACKEND_REJECTED`: the Redis error code (`NOPERM`, `WRONGPASS`, `OOM`, ...). */
+  redisCode?: string;
 }
 
 /** Whether `error` came from ratekeeper. */

@@ -211,6 +211,11 @@ export interface BackendStats {
   fellBack: number
   /** Calls that failed because Redis failed under `failurePolicy: 'fail_closed'`. */
   failed: number
+  /**
+   * Calls Redis refused (`ERR_BACKEND_REJECTED`: a missing permission, a wrong password,
+   * memory full, a script error), under any policy: none was admitted.
+   */
+  rejected: number
 }
 
 /** Options of `backend.concurrent()`. */

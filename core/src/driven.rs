@@ -106,7 +106,7 @@ impl DrivenCall {
     }
 
     fn timed_out(&self) -> Error {
-        Error::Timeout { message: format!("Redis did not answer within {:?}", self.backend.deadline()) }
+        Error::redis_timeout(self.backend.deadline())
     }
 
     /// How the call ends given its reply `value`: rerun when the reply proves the script did

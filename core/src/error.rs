@@ -52,6 +52,18 @@ pub enum Error {
         /// What timed out.
         message: String,
     },
+    /// Redis answered, refusing the call for a reason an operator must fix: an ACL without the
+    /// permission (`NOPERM`), a wrong password (`WRONGPASS`), memory full under `noeviction`
+    /// (`OOM`), a script error (`WRONGTYPE`, `ERR`). Never covered by the failure policy: failing
+    /// open on it would admit every call, silently, until someone looks. Counted in
+    /// [`crate::BackendStats::rejected`].
+    #[error("backend rejected the call ({code}): {message}")]
+    BackendRejected {
+        /// The Redis error code (`NOPERM`, `WRONGPASS`, `OOM`, `WRONGTYPE`, `ERR`, ...).
+        code: String,
+        /// Redis's message.
+        message: String,
+    },
 }
 
 /// The kind of an [`Error`], without its payload; stable names for bindings and vectors.
@@ -70,6 +82,8 @@ pub enum ErrorKind {
     BackendUnavailable,
     /// See [`Error::Timeout`].
     Timeout,
+    /// See [`Error::BackendRejected`].
+    BackendRejected,
 }
 
 impl ErrorKind {
@@ -82,6 +96,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => "invalid_argument",
             ErrorKind::BackendUnavailable => "backend_unavailable",
             ErrorKind::Timeout => "timeout",
+            ErrorKind::BackendRejected => "backend_rejected",
         }
     }
 }
@@ -90,6 +105,12 @@ impl Error {
     /// Builds an [`Error::InvalidArgument`] naming `parameter`.
     pub fn invalid(parameter: &'static str, message: impl Into<String>) -> Self {
         Error::InvalidArgument { parameter, message: message.into() }
+    }
+
+    /// The [`Error::Timeout`] of a Redis call that got no answer within `deadline`: one message
+    /// whatever the call was waiting for (a connection, its reply) and whichever path it took.
+    pub(crate) fn redis_timeout(deadline: Duration) -> Self {
+        Error::Timeout { message: format!("Redis did not answer within {deadline:?}") }
     }
 
     /// The [`Error::LeaseLost`] of a lease that is no longer held.
@@ -110,6 +131,7 @@ impl Error {
             Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             Error::BackendUnavailable { .. } => ErrorKind::BackendUnavailable,
             Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::BackendRejected { .. } => ErrorKind::BackendRejected,
         }
     }
 

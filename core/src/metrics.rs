@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
 /// A snapshot of a concurrent limiter's metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -60,23 +62,77 @@ impl Counters {
     pub(crate) fn take(&self) -> [u64; 7] {
         std::array::from_fn(|i| self.0[i].swap(0, Ordering::Relaxed))
     }
+}
 
-    /// Puts back deltas whose flush failed.
-    pub(crate) fn restore(&self, deltas: [u64; 7]) {
-        for (i, d) in deltas.into_iter().enumerate() {
-            self.0[i].fetch_add(d, Ordering::Relaxed);
+/// One flush of counts to Redis: its sequence number (per [`LimiterMetrics::writer`], from 1)
+/// and its deltas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Batch {
+    pub(crate) seq: u64,
+    pub(crate) deltas: [u64; 7],
+}
+
+/// A limiter's metrics: the in-process totals, and the deltas not yet flushed to Redis.
+///
+/// Flushes are idempotent: the deltas taken for a flush become a [`Batch`] with the next
+/// sequence number, and that same batch is sent again until one of its sends is acknowledged
+/// (Redis applies each writer's sequence number once), so a flush whose reply was lost is
+/// neither lost nor counted twice. Counts made meanwhile wait for the next batch.
+#[derive(Debug)]
+pub(crate) struct LimiterMetrics {
+    pub(crate) local: Counters,
+    unflushed: Counters,
+    /// Identifies this limiter object's flushes among every writer of the same limiter (the
+    /// process id is added when sending, so a forked child is a writer of its own).
+    writer: u64,
+    last_seq: AtomicU64,
+    /// The batch sent and not yet acknowledged.
+    pending: Mutex<Option<Batch>>,
+}
+
+impl Default for LimiterMetrics {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        static OBJECTS: AtomicU64 = AtomicU64::new(0);
+        let seed = (std::process::id(), OBJECTS.fetch_add(1, Ordering::Relaxed), std::time::SystemTime::now());
+        LimiterMetrics {
+            local: Counters::default(),
+            unflushed: Counters::default(),
+            writer: foldhash::fast::RandomState::default().hash_one(seed),
+            last_seq: AtomicU64::new(0),
+            pending: Mutex::new(None),
         }
     }
 }
 
-/// A limiter's metrics: the in-process totals, and the deltas not yet flushed to Redis.
-#[derive(Debug, Default)]
-pub(crate) struct LimiterMetrics {
-    pub(crate) local: Counters,
-    pub(crate) unflushed: Counters,
-}
-
 impl LimiterMetrics {
+    /// The writer id of this limiter object in this process.
+    pub(crate) fn writer(&self) -> String {
+        format!("{:016x}-{}", self.writer, std::process::id())
+    }
+
+    /// The batch to send: the unacknowledged one if any, else the counts made since the last
+    /// batch as a new one; `None` when there is nothing to send.
+    pub(crate) fn next_batch(&self) -> Option<Batch> {
+        let mut pending = self.pending.lock();
+        if pending.is_none() {
+            let deltas = self.unflushed.take();
+            if deltas.iter().all(|d| *d == 0) {
+                return None;
+            }
+            *pending = Some(Batch { seq: self.last_seq.fetch_add(1, Ordering::Relaxed) + 1, deltas });
+        }
+        *pending
+    }
+
+    /// Redis applied (now or before) the batch numbered `seq`.
+    pub(crate) fn acknowledge(&self, seq: u64) {
+        let mut pending = self.pending.lock();
+        if pending.is_some_and(|b| b.seq == seq) {
+            *pending = None;
+        }
+    }
+
     pub(crate) fn add(&self, counter: Counter, n: u64) {
         self.local.add(counter, n);
         self.unflushed.add(counter, n);

@@ -96,7 +96,7 @@ fn a_failing_call_in_a_batch_fails_alone() {
         let results = concurrent_checks(&limiter, |t| if t == 7 { "poisoned".into() } else { format!("r{round}-{t}") });
         for (t, result) in results.iter().enumerate() {
             match (t, result) {
-                (7, Err(e)) => assert_eq!(e.kind(), ErrorKind::BackendUnavailable, "{e}"),
+                (7, Err(e)) => assert_eq!(e.kind(), ErrorKind::BackendRejected, "{e}"),
                 (7, Ok(d)) => panic!("a check on a key of the wrong type succeeded: {d:?}"),
                 (_, Ok(d)) => assert!(d.allowed && d.remaining == 999, "task {t}: {d:?}"),
                 (_, Err(e)) => panic!("task {t} failed with the poisoned call: {e}"),

@@ -943,6 +943,9 @@ fn a_wake_up_delivered_to_a_waiter_that_dies_still_frees_the_slot_for_the_others
 fn over_limit_at_the_wait_timeout(limiter: &Limiter, probes: &mut [redis::Connection], wait: Duration, explicit: bool) {
     let lock = Duration::from_secs(30);
     let holder = block(limiter.check(Some(KEY), 1)).unwrap().lease.expect("the holder");
+    // The holder's metric counts are flushed now: a flush is a script call too (metrics.lua),
+    // and none is due during the wait (a refused check counts nothing).
+    block(limiter.fleet_metrics()).unwrap();
     let scripts_before: u64 = script_calls(probes);
     let started_us = server_time_us(&mut probes[0]);
     let started = Instant::now();
@@ -1137,6 +1140,9 @@ fn cluster_wakes_one_waiter_per_release_and_fails_over_limit_at_the_wait_timeout
     let latencies = one_release_wakes_one_waiter(&wake, &mut probes, 30, 8);
     let p99 = report_wakes("cluster, 30 waiters", &latencies);
     assert!(p99 < Duration::from_millis(50), "p99 wake latency {p99:?}");
+    // Its metric counts flushed and its flushes stopped: a flush is a script call too.
+    block(wake.fleet_metrics()).unwrap();
+    drop(wake);
 
     let full = backend
         .concurrent("full", 1, Duration::from_secs(30))

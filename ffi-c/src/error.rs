@@ -42,6 +42,11 @@ pub enum rk_status {
     RK_PANIC = 9,
     /// An error of a kind this version of the C API does not know yet.
     RK_UNKNOWN_ERROR = 10,
+    /// Redis answered, refusing the call for a reason an operator must fix: an ACL without the
+    /// permission (NOPERM), a wrong password (WRONGPASS), memory full under `noeviction` (OOM),
+    /// a script error. Never turned into an admission by #RK_FAIL_OPEN or #RK_FALLBACK; the
+    /// message names the Redis error code.
+    RK_BACKEND_REJECTED = 11,
 }
 
 /// Why an entry point failed: its status and the message for `rk_last_error_message`.
@@ -69,6 +74,7 @@ pub(crate) fn status_of(error: &Error) -> rk_status {
         ErrorKind::InvalidArgument => rk_status::RK_INVALID_ARGUMENT,
         ErrorKind::BackendUnavailable => rk_status::RK_BACKEND_UNAVAILABLE,
         ErrorKind::Timeout => rk_status::RK_TIMEOUT,
+        ErrorKind::BackendRejected => rk_status::RK_BACKEND_REJECTED,
         _ => rk_status::RK_UNKNOWN_ERROR,
     }
 }
@@ -170,6 +176,8 @@ pub extern "C" fn rk_status_name(status: u32) -> *const c_char {
             7 => b"RK_BACKEND_UNAVAILABLE\0",
             8 => b"RK_TIMEOUT\0",
             9 => b"RK_PANIC\0",
+            10 => b"RK_UNKNOWN_ERROR\0",
+            11 => b"RK_BACKEND_REJECTED\0",
             _ => b"RK_UNKNOWN_ERROR\0",
         };
         name.as_ptr().cast()

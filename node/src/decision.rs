@@ -166,11 +166,19 @@ pub struct BackendStats {
     pub fell_back: f64,
     /// Calls that failed because Redis failed under `failurePolicy: 'fail_closed'`.
     pub failed: f64,
+    /// Calls Redis refused (`ERR_BACKEND_REJECTED`: a missing permission, a wrong password,
+    /// memory full, a script error), under any policy: none was admitted.
+    pub rejected: f64,
 }
 
 impl From<ratekeeper::BackendStats> for BackendStats {
     fn from(s: ratekeeper::BackendStats) -> Self {
-        BackendStats { failed_open: s.failed_open as f64, fell_back: s.fell_back as f64, failed: s.failed as f64 }
+        BackendStats {
+            failed_open: s.failed_open as f64,
+            fell_back: s.fell_back as f64,
+            failed: s.failed as f64,
+            rejected: s.rejected as f64,
+        }
     }
 }
 

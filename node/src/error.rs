@@ -9,6 +9,7 @@
 //! | `InvalidArgument` | `ERR_INVALID_ARGUMENT` | `parameter` (the JavaScript name) |
 //! | `BackendUnavailable` | `ERR_BACKEND_UNAVAILABLE` | |
 //! | `Timeout` | `ERR_TIMEOUT` | |
+//! | `BackendRejected` | `ERR_BACKEND_REJECTED` | `redisCode` (`NOPERM`, `WRONGPASS`, `OOM`, ...) |
 //! | a kind added later | `ERR_RATEKEEPER` | |
 //! | a panic inside the addon (a bug) | `ERR_INTERNAL` | |
 
@@ -50,6 +51,7 @@ pub fn code(error: &Error) -> &'static CStr {
         ErrorKind::InvalidArgument => c"ERR_INVALID_ARGUMENT",
         ErrorKind::BackendUnavailable => c"ERR_BACKEND_UNAVAILABLE",
         ErrorKind::Timeout => c"ERR_TIMEOUT",
+        ErrorKind::BackendRejected => c"ERR_BACKEND_REJECTED",
         _ => c"ERR_RATEKEEPER",
     }
 }
@@ -91,6 +93,9 @@ pub fn js_error_value(env: sys::napi_env, error: &Error) -> sys::napi_value {
         }
         Error::InvalidArgument { parameter, .. } => unsafe {
             sys::napi_set_named_property(env, object, c"parameter".as_ptr(), string(env, js_parameter(parameter)));
+        },
+        Error::BackendRejected { code, .. } => unsafe {
+            sys::napi_set_named_property(env, object, c"redisCode".as_ptr(), string(env, code));
         },
         _ => {}
     }

@@ -37,12 +37,18 @@ pub struct BackendStats {
     fell_back: u64,
     /// Calls that failed because Redis failed, under `failure_policy="fail_closed"`.
     failed: u64,
+    /// Calls Redis refused (`BackendRejected`: a missing permission, a wrong password, memory
+    /// full, a script error), under any policy: none was admitted.
+    rejected: u64,
 }
 
 #[pymethods]
 impl BackendStats {
     fn __repr__(&self) -> String {
-        format!("BackendStats(failed_open={}, fell_back={}, failed={})", self.failed_open, self.fell_back, self.failed)
+        format!(
+            "BackendStats(failed_open={}, fell_back={}, failed={}, rejected={})",
+            self.failed_open, self.fell_back, self.failed, self.rejected
+        )
     }
 }
 
@@ -381,7 +387,7 @@ impl Backend {
     /// What the failure policy has done so far (all zero for memory backends).
     fn stats(&self) -> BackendStats {
         let s = self.inner.stats();
-        BackendStats { failed_open: s.failed_open, fell_back: s.fell_back, failed: s.failed }
+        BackendStats { failed_open: s.failed_open, fell_back: s.fell_back, failed: s.failed, rejected: s.rejected }
     }
 
     /// Keys held by a memory backend (expired ones included until swept); None for Redis.

@@ -19,6 +19,7 @@ struct Classes {
     invalid_argument: Py<PyType>,
     backend_unavailable: Py<PyType>,
     timeout: Py<PyType>,
+    backend_rejected: Py<PyType>,
 }
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
@@ -35,6 +36,7 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
             invalid_argument: class("InvalidArgument")?,
             backend_unavailable: class("BackendUnavailable")?,
             timeout: class("Timeout")?,
+            backend_rejected: class("BackendRejected")?,
         })
     })
 }
@@ -58,6 +60,7 @@ fn build(py: Python<'_>, error: &Error) -> PyResult<PyErr> {
         Error::LeaseLost { .. } => c.lease_lost.bind(py).call1((message,))?,
         Error::BackendUnavailable { .. } => c.backend_unavailable.bind(py).call1((message,))?,
         Error::Timeout { .. } => c.timeout.bind(py).call1((message,))?,
+        Error::BackendRejected { code, .. } => c.backend_rejected.bind(py).call1((message, code.as_str()))?,
         _ => c.base.bind(py).call1((message,))?,
     };
     Ok(PyErr::from_value(instance))

@@ -676,6 +676,7 @@ static void test_status_names_and_version(const fixture *f) {
   CHECK(strcmp(rk_status_name(RK_OVER_LIMIT), "RK_OVER_LIMIT") == 0);
   CHECK(strcmp(rk_status_name(RK_PANIC), "RK_PANIC") == 0);
   CHECK(strcmp(rk_status_name(RK_UNKNOWN_ERROR), "RK_UNKNOWN_ERROR") == 0);
+  CHECK(strcmp(rk_status_name(RK_BACKEND_REJECTED), "RK_BACKEND_REJECTED") == 0);
   CHECK(strcmp(rk_status_name(12345), "RK_UNKNOWN_ERROR") == 0);
   const char *version = rk_version();
   CHECK(version != NULL && version[0] >= '0' && version[0] <= '9' && strchr(version, '.'));
@@ -824,7 +825,7 @@ static void test_failure_policies(const fixture *f) {
 
   must(rk_limiter_new_bucket(closed, "c-dead", 4, CENTURY, &l), l, "bucket");
   rk_status s = rk_limiter_check(l, "k", 1, &d);
-  CHECK(s == RK_TIMEOUT || s == RK_BACKEND_UNAVAILABLE);
+  CHECK(s == RK_TIMEOUT);
   CHECK(strlen(last_error()) > 0);
   rk_limiter_free(l);
 
@@ -863,6 +864,68 @@ static void test_failure_policies(const fixture *f) {
   close(fd);
 }
 
+static double monotonic_secs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A silent server ends every call with RK_TIMEOUT at its deadline (not at the 1 s connect
+ * timeout before it, not much after), with one message, on a standalone server and a cluster. */
+static void test_hung_redis_times_out_at_the_deadline(const fixture *f) {
+  (void)f;
+  int port = 0;
+  int fd = silent_listener(&port);
+  if (!CHECK(fd >= 0)) return;
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  const char *seeds[] = {url};
+  rk_backend *backends[2] = {NULL, NULL};
+  CHECK_OK(rk_backend_new_redis(url, "hung", RK_FAIL_CLOSED, 0, 2.0, &backends[0]));
+  CHECK_OK(rk_backend_new_redis_cluster(seeds, 1, "hung", RK_FAIL_CLOSED, 0, 2.0, &backends[1]));
+  for (int i = 0; i < 2; i++) {
+    if (!backends[i]) continue;
+    rk_limiter *l = NULL;
+    must(rk_limiter_new_bucket(backends[i], "c-hung", 4, CENTURY, &l), l, "bucket");
+    for (int round = 0; round < 2; round++) {
+      rk_decision d = {0};
+      double began = monotonic_secs();
+      rk_status s = rk_limiter_check(l, "k", 1, &d);
+      double took = monotonic_secs() - began;
+      CHECK(s == RK_TIMEOUT);
+      CHECK(took >= 2.0);
+      CHECK(took < 3.0);
+      CHECK(strcmp(last_error(), "timed out: Redis did not answer within 2s") == 0);
+    }
+    rk_limiter_free(l);
+    rk_backend_free(backends[i]);
+  }
+  close(fd);
+}
+
+/* A wrong password is Redis refusing the call, not an outage: RK_BACKEND_REJECTED even under
+ * RK_FAIL_OPEN and RK_FALLBACK (which would otherwise admit everything, silently). */
+static void test_wrong_password_is_rejected(const fixture *f) {
+  if (f->kind != REDIS) return;
+  const char *host = strstr(f->url, "://");
+  if (!CHECK(host != NULL)) return;
+  char url[256];
+  snprintf(url, sizeof url, "redis://nobody:wrong@%s", host + 3);
+  const uint32_t policies[] = {RK_FAIL_OPEN, RK_FALLBACK};
+  for (int i = 0; i < 2; i++) {
+    rk_backend *b = NULL;
+    CHECK_OK(rk_backend_new_redis(url, g_prefix, policies[i], policies[i] == RK_FALLBACK ? 2 : 0, 1.0, &b));
+    if (!b) continue;
+    rk_limiter *l = NULL;
+    must(rk_limiter_new_bucket(b, "c-wrongpass", 4, CENTURY, &l), l, "bucket");
+    rk_decision d = {0};
+    CHECK(rk_limiter_check(l, "k", 1, &d) == RK_BACKEND_REJECTED);
+    CHECK(strstr(last_error(), "WRONGPASS") != NULL);
+    rk_limiter_free(l);
+    rk_backend_free(b);
+  }
+}
+
 /* ---------------------------------------------------------------- runner */
 
 typedef struct {
@@ -878,10 +941,12 @@ static const test_case TESTS[] = {
     {"backend arguments", test_backend_arguments, false},
     {"unlimited", test_unlimited, false},
     {"failure policies on a silent Redis", test_failure_policies, false},
+    {"a hung Redis times out at the deadline", test_hung_redis_times_out_at_the_deadline, false},
     {"panics become RK_PANIC", test_panics_become_rk_panic, false},
     {"limiter arguments", test_limiter_arguments, true},
     {"call arguments", test_call_arguments, true},
     {"bucket", test_bucket, true},
+    {"a wrong password is RK_BACKEND_REJECTED", test_wrong_password_is_rejected, true},
     {"window and windows", test_window, true},
     {"sliding window", test_sliding_window, true},
     {"token bucket", test_token_bucket, true},

@@ -98,6 +98,9 @@ pub struct BackendStats {
     pub fell_back: u64,
     /// Calls that failed because Redis failed under [`FailurePolicy::FailClosed`].
     pub failed: u64,
+    /// Calls Redis refused ([`crate::Error::BackendRejected`]: a missing permission, a wrong
+    /// password, memory full, a script error), under any policy: none of them was admitted.
+    pub rejected: u64,
 }
 
 /// A place where limiter state lives, shared by every limiter built from it. Cheap to clone.
@@ -170,6 +173,7 @@ impl Backend {
                 failed_open: r.counters.failed_open.load(Ordering::Relaxed),
                 fell_back: r.counters.fell_back.load(Ordering::Relaxed),
                 failed: r.counters.failed.load(Ordering::Relaxed),
+                rejected: r.counters.rejected.load(Ordering::Relaxed),
             },
         }
     }

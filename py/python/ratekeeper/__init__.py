@@ -27,6 +27,7 @@ from ._ratekeeper import (
 )
 from ._within import Permit, WithinLimit, WithinLimitOrSkip
 from .errors import (
+    BackendRejected,
     BackendUnavailable,
     InvalidArgument,
     LeaseLost,
@@ -40,6 +41,7 @@ __version__ = CORE_VERSION
 
 __all__ = [
     "Backend",
+    "BackendRejected",
     "BackendStats",
     "BackendUnavailable",
     "Decision",

@@ -146,6 +146,12 @@ class BackendStats:
         """
         Calls answered by the in-memory fallback, under `failure_policy="fallback"`.
         """
+    @property
+    def rejected(self, /) -> int:
+        """
+        Calls Redis refused (`BackendRejected`: a missing permission, a wrong password, memory
+        full, a script error), under any policy: none was admitted.
+        """
 
 @final
 class Decision:

@@ -13,6 +13,7 @@ __all__ = [
     "InvalidArgument",
     "BackendUnavailable",
     "Timeout",
+    "BackendRejected",
 ]
 
 
@@ -67,3 +68,22 @@ class BackendUnavailable(RatekeeperError):
 
 class Timeout(RatekeeperError):
     """A backend call did not finish within its deadline."""
+
+
+class BackendRejected(RatekeeperError):
+    """Redis answered, refusing the call for a reason an operator must fix: an ACL without the
+    permission (``NOPERM``), a wrong password (``WRONGPASS``), memory full under ``noeviction``
+    (``OOM``), a script error (``WRONGTYPE``, ``ERR``). Never turned into an admission by
+    ``fail_open`` or ``fallback``; counted in ``Backend.stats().rejected``.
+
+    ``code`` is the Redis error code.
+    """
+
+    code: str
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[type[BackendRejected], tuple[str, str]]:
+        return (type(self), (str(self), self.code))

@@ -87,7 +87,10 @@ struct Slot {
     /// Bumped at every new connection, so a failure reported on an old one does not drop a new one.
     generation: u64,
     connecting: bool,
-    last_failure: Option<(Instant, String)>,
+    /// The last failed connect, unless it timed out: calls fail fast for [`RECONNECT_BACKOFF`]
+    /// after a refusal, but a server that accepts and does not answer makes every call wait for
+    /// it until its own deadline, as a connected hung server does (one outcome: `Timeout`).
+    last_failure: Option<(Instant, Error)>,
 }
 
 /// The connection set of one URL set.
@@ -107,7 +110,7 @@ pub(crate) struct Connections {
     direct_target: Option<DirectTarget>,
     direct_pool: Mutex<Vec<DirectConnection>>,
     /// The last failed direct connect: calls fail fast for [`RECONNECT_BACKOFF`] after it.
-    direct_failure: Mutex<Option<(Instant, String)>>,
+    direct_failure: Mutex<Option<(Instant, Error)>>,
 }
 
 /// A call waiting in [`Connections::queue`].
@@ -262,6 +265,16 @@ fn unavailable(message: impl Into<String>) -> Error {
     Error::BackendUnavailable { message: message.into() }
 }
 
+/// A failed connect as the error its calls return: a refusal of the handshake (a wrong
+/// password, a user without permission) is the server's answer, reported as itself; anything
+/// else means Redis cannot be reached.
+fn connect_failure(e: &redis::RedisError) -> Error {
+    match scripts::redis_failure(e) {
+        rejected @ Error::BackendRejected { .. } => rejected,
+        _ => unavailable(format!("cannot connect to Redis: {e}")),
+    }
+}
+
 fn certificates(tls: &TlsConfig) -> TlsCertificates {
     TlsCertificates {
         client_tls: tls
@@ -368,9 +381,9 @@ impl Connections {
                 if let Some(conn) = &slot.conn {
                     return Ok((conn.clone(), slot.generation));
                 }
-                if let Some((at, message)) = &slot.last_failure {
+                if let Some((at, error)) = &slot.last_failure {
                     if at.elapsed() < RECONNECT_BACKOFF {
-                        return Err(unavailable(format!("cannot connect to Redis: {message}")));
+                        return Err(error.clone());
                     }
                 }
                 if !slot.connecting {
@@ -430,10 +443,12 @@ impl Connections {
     }
 
     async fn connect(self: Arc<Self>) {
+        // `None`: the attempt timed out (see [`Slot::last_failure`]).
         let result = match tokio::time::timeout(self.connect_timeout, self.open()).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("connect timed out after {:?}", self.connect_timeout)),
+            Ok(Err(e)) if scripts::is_timeout(&e) => Err(None),
+            Ok(Err(e)) => Err(Some(connect_failure(&e))),
+            Err(_) => Err(None),
         };
         {
             let mut slot = self.slot.lock();
@@ -447,7 +462,7 @@ impl Connections {
                     }
                     slot.conn = Some(conn);
                 }
-                Err(message) => slot.last_failure = Some((Instant::now(), message)),
+                Err(message) => slot.last_failure = message.map(|m| (Instant::now(), m)),
             }
         }
         self.ready.notify_waiters();
@@ -506,9 +521,14 @@ impl Connections {
     }
 
     /// A connection for the calling thread to drive itself (see [`super::direct`]), connected
-    /// by `until`; `None` where blocking calls go through the runtime instead (a cluster). Give
-    /// it back with [`Self::give_back_direct`] after a call that left it in a clean state.
-    pub(crate) fn direct(&self, until: Instant) -> Result<Option<DirectConnection>> {
+    /// by `until` (the end of the call's `deadline`); `None` where blocking calls go through the
+    /// runtime instead (a cluster). Give it back with [`Self::give_back_direct`] after a call
+    /// that left it in a clean state.
+    ///
+    /// The connect has the rest of the call's deadline, not the connect timeout (which bounds
+    /// background connects, that no caller waits for): a server that accepts and does not
+    /// answer then ends the call with `Timeout` at its deadline, as it does once connected.
+    pub(crate) fn direct(&self, until: Instant, deadline: Duration) -> Result<Option<DirectConnection>> {
         let Some(target) = &self.direct_target else { return Ok(None) };
         self.leave_parent_behind();
         loop {
@@ -517,24 +537,22 @@ impl Connections {
                 return Ok(Some(conn));
             }
         }
-        if let Some((at, message)) = &*self.direct_failure.lock() {
+        if let Some((at, error)) = &*self.direct_failure.lock() {
             if at.elapsed() < RECONNECT_BACKOFF {
-                return Err(unavailable(format!("cannot connect to Redis: {message}")));
+                return Err(error.clone());
             }
         }
-        let left = until.saturating_duration_since(Instant::now());
-        match target.connect(left.min(self.connect_timeout)) {
+        match target.connect(until) {
             Ok(conn) => {
                 *self.direct_failure.lock() = None;
                 Ok(Some(conn))
             }
+            // No back-off after a timeout: see [`Slot::last_failure`].
+            Err(e) if scripts::is_timeout(&e) => Err(Error::redis_timeout(deadline)),
             Err(e) => {
-                *self.direct_failure.lock() = Some((Instant::now(), e.to_string()));
-                if e.is_timeout() && left <= self.connect_timeout {
-                    Err(Error::Timeout { message: format!("Redis did not answer connecting within {left:?}") })
-                } else {
-                    Err(unavailable(format!("cannot connect to Redis: {e}")))
-                }
+                let error = connect_failure(&e);
+                *self.direct_failure.lock() = Some((Instant::now(), error.clone()));
+                Err(error)
             }
         }
     }
@@ -548,8 +566,8 @@ impl Connections {
     /// [`crate::driven`]); `None` unless [`Self::drivable`].
     pub(crate) fn connect_driven(&self) -> Option<Result<std::net::TcpStream>> {
         let target = self.direct_target.as_ref().filter(|t| t.is_plain())?;
-        let connected = target.connect(self.connect_timeout).and_then(DirectConnection::into_plain);
-        Some(connected.map_err(|e| unavailable(format!("cannot connect to Redis: {e}"))))
+        let connected = target.connect(Instant::now() + self.connect_timeout).and_then(DirectConnection::into_plain);
+        Some(connected.map_err(|e| connect_failure(&e)))
     }
 
     /// Returns a direct connection to the pool.

@@ -13,7 +13,7 @@
 //! under it is never replayed: it might have run).
 
 use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use super::config::{RedisConfig, TlsConfig};
+use super::resolve::Resolver;
 
 /// A connection idle for less than this is used without the liveness peek: a server restart
 /// takes far longer, and a tight loop of calls then costs no extra system call.
@@ -35,8 +36,8 @@ const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
 
 /// Where and how direct connections connect: a standalone server, plain or TLS.
 pub(crate) struct DirectTarget {
-    host: String,
-    port: u16,
+    /// The server's host name, looked up within each connect's deadline.
+    resolver: Resolver,
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     /// AUTH and SELECT if needed, then PING: sent once per new connection, before any script.
     handshake: Vec<Cmd>,
@@ -76,7 +77,7 @@ impl DirectTarget {
         // trip first, every call that times out on it would open a connection and leave its
         // script queued there, to be run (and counted) when the server resumes.
         handshake.push(redis::cmd("PING"));
-        Some(DirectTarget { host, port, tls, handshake })
+        Some(DirectTarget { resolver: Resolver::new(host, port), tls, handshake })
     }
 
     /// True for a server reached without TLS.
@@ -84,12 +85,11 @@ impl DirectTarget {
         self.tls.is_none()
     }
 
-    /// Connects and runs the handshake, all within `timeout`.
-    pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<DirectConnection> {
-        let until = Instant::now() + timeout;
+    /// Connects and runs the handshake, all by `until`.
+    pub(crate) fn connect(&self, until: Instant) -> RedisResult<DirectConnection> {
         let mut last_error = None;
         let mut stream = None;
-        for address in (self.host.as_str(), self.port).to_socket_addrs()? {
+        for address in self.resolver.resolve(until)? {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;

@@ -6,6 +6,7 @@ pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod direct;
 pub(crate) mod keys;
+pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
 
@@ -61,6 +62,13 @@ const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a limiter's aggregated metrics outlive their last update (Sidekiq's metadata TTL).
 const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// How long Redis remembers a writer's last applied flush: far longer than a flush whose reply
+/// was lost can wait to be resent (the next flush that reaches Redis resends it).
+const METRICS_SEQ_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Applies one flush of metric counts once (see `metrics.lua`).
+const METRICS_SCRIPT: &str = include_str!("../../scripts/metrics.lua");
 
 /// Lease ids granted by the fallback memory limiter carry this bit, so their release goes back
 /// to it even if Redis has recovered in between.
@@ -136,6 +144,7 @@ pub(crate) struct PolicyCounters {
     pub failed_open: AtomicU64,
     pub fell_back: AtomicU64,
     pub failed: AtomicU64,
+    pub rejected: AtomicU64,
 }
 
 /// One script call, ready to send.
@@ -297,7 +306,7 @@ impl RedisBackend {
     }
 
     /// What a call returns given what Redis did: the failure policy applies to an unreachable
-    /// or late Redis, never to other errors.
+    /// or late Redis, never to other errors (a refusal by Redis is counted, and returned).
     pub(crate) fn apply_policy(
         &self,
         remote: Result<Outcome>,
@@ -309,6 +318,10 @@ impl RedisBackend {
         let error = match remote {
             Ok(outcome) => return Ok(outcome),
             Err(e @ (Error::BackendUnavailable { .. } | Error::Timeout { .. })) => e,
+            Err(e @ Error::BackendRejected { .. }) => {
+                self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
             Err(e) => return Err(e),
         };
         match (failover.policy, &failover.fallback) {
@@ -489,14 +502,13 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (c.lock_us / 1000).max(1) as i64).ignore();
         }
-        self.query(&pipe, "the reset").await
+        self.query(&pipe).await
     }
 
     /// Runs a pipeline (not a script) within the deadline.
-    async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline, what: &str) -> Result<T> {
+    async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         let until = tokio::time::Instant::now() + self.deadline;
-        let timed_out =
-            || Error::Timeout { message: format!("Redis did not answer {what} within {:?}", self.deadline) };
+        let timed_out = || Error::redis_timeout(self.deadline);
         let (mut conn, _) =
             tokio::time::timeout_at(until, self.connections.shared()).await.map_err(|_| timed_out())??;
         tokio::time::timeout_at(until, pipe.query_async::<T>(&mut conn))
@@ -525,22 +537,29 @@ impl RedisBackend {
         });
     }
 
+    /// Sends `metrics`' unacknowledged batch, then (if any) the counts made since, each applied
+    /// by Redis once (see [`LimiterMetrics`]); a failed send keeps its batch for the next flush.
     async fn flush_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<()> {
-        let deltas = metrics.unflushed.take();
-        if deltas.iter().all(|d| *d == 0) {
-            return Ok(());
-        }
-        let key = self.metrics_key(kind, name);
-        let mut pipe = redis::pipe();
-        // MULTI/EXEC: the increments never land without the expiry.
-        pipe.atomic();
-        for (field, delta) in FIELDS.iter().zip(deltas) {
-            if delta > 0 {
-                pipe.hincr(&key, *field, delta).ignore();
+        // At most two batches: the unacknowledged one, then the counts made while it was out.
+        for _ in 0..2 {
+            let Some(batch) = metrics.next_batch() else { return Ok(()) };
+            let keys = KeyBuilder::new(&self.prefix, kind, name, "");
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(METRICS_SCRIPT).arg(2).arg(keys.key("metrics"));
+            // `…:metrics-seq:<writer>`: the metrics hash's hash tag, so one slot on a cluster.
+            eval.arg(format!("{}{}", keys.key("metrics-seq"), metrics.writer()));
+            eval.arg(batch.seq).arg(METRICS_TTL.as_millis() as u64).arg(METRICS_SEQ_TTL.as_millis() as u64);
+            for (field, delta) in FIELDS.iter().zip(batch.deltas) {
+                if delta > 0 {
+                    eval.arg(*field).arg(delta);
+                }
             }
+            let mut pipe = redis::pipe();
+            pipe.add_command(eval).ignore();
+            self.query::<()>(&pipe).await?;
+            metrics.acknowledge(batch.seq);
         }
-        pipe.pexpire(&key, METRICS_TTL.as_millis() as i64).ignore();
-        self.query::<()>(&pipe, "the metrics flush").await.inspect_err(|_| metrics.unflushed.restore(deltas))
+        Ok(())
     }
 
     /// Flushes this process's pending counts, then reads the aggregate of every process.
@@ -548,7 +567,7 @@ impl RedisBackend {
         self.flush_metrics(kind, name, metrics).await?;
         let mut pipe = redis::pipe();
         pipe.hgetall(self.metrics_key(kind, name));
-        let (values,): (std::collections::HashMap<String, u64>,) = self.query(&pipe, "the metrics read").await?;
+        let (values,): (std::collections::HashMap<String, u64>,) = self.query(&pipe).await?;
         Ok(from_values(FIELDS.map(|f| values.get(f).copied().unwrap_or(0))))
     }
 
@@ -609,7 +628,7 @@ impl RedisBackend {
     async fn push_wake(&self, key: &str) -> Result<()> {
         let mut pipe = redis::pipe();
         pipe.lpush(key, "1").ignore().ltrim(key, 0, 1023).ignore().pexpire(key, 60_000).ignore();
-        self.query::<()>(&pipe, "a wake-up hand-off").await
+        self.query::<()>(&pipe).await
     }
 }
 

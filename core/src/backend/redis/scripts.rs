@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use tokio::time::Instant;
 
@@ -171,9 +172,65 @@ fn did_not_run(e: &RedisError) -> bool {
     )
 }
 
-/// A failure Redis reported, or of the connection to it, as the error a call returns.
+/// A failure Redis reported, or of the connection to it, as the error a call returns: a
+/// refusal ([`rejection_code`]) is [`Error::BackendRejected`], anything else an outage.
 pub(crate) fn redis_failure(e: &RedisError) -> Error {
-    Error::BackendUnavailable { message: format!("Redis: {e}") }
+    match rejection_code(e) {
+        Some(code) => Error::BackendRejected { code: code.to_owned(), message: format!("Redis: {e}") },
+        None => Error::BackendUnavailable { message: format!("Redis: {e}") },
+    }
+}
+
+/// The code of an error reply by which Redis refuses a call for a reason that lasts until an
+/// operator acts (permissions, credentials, memory, a script error); `None` for a failure of
+/// the connection or an answer of a server that is between states (loading, failing over,
+/// resharding, busy with a slow script), which the failure policy covers.
+fn rejection_code(e: &RedisError) -> Option<&str> {
+    match e.kind() {
+        ErrorKind::AuthenticationFailed => Some(e.code().unwrap_or("WRONGPASS")),
+        ErrorKind::Server(
+            ServerErrorKind::ReadOnly
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::NoScript,
+        ) => None,
+        ErrorKind::Server(kind) => Some(e.code().unwrap_or(kind_code(kind))),
+        // Codes the client does not name: BUSY (a script runs too long) and NOREPLICAS (too few
+        // replicas answer) pass; OOM, WRONGPASS, NOAUTH, WRONGTYPE, MISCONF... are refusals.
+        ErrorKind::Extension => match e.code() {
+            Some("BUSY" | "NOREPLICAS" | "UNBLOCKED") | None => None,
+            Some(code) => Some(code),
+        },
+        _ => None,
+    }
+}
+
+/// The reply code of a server error kind the client names.
+fn kind_code(kind: ServerErrorKind) -> &'static str {
+    match kind {
+        ServerErrorKind::NoPerm => "NOPERM",
+        ServerErrorKind::ExecAbort => "EXECABORT",
+        ServerErrorKind::CrossSlot => "CROSSSLOT",
+        _ => "ERR",
+    }
+}
+
+/// True for READONLY: the server was demoted to replica (a failover). The connection is
+/// dropped so the next call reconnects: where the address leads to the new primary (a DNS
+/// name, a proxy, a cluster's slot map), that is what makes calls work again.
+pub(crate) fn demoted(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+}
+
+/// True when `e` says Redis did not answer in time: a socket timeout (`WouldBlock` on Unix,
+/// `TimedOut` elsewhere), or the cluster client's failed initial connections, which keep only
+/// the text of their cause.
+pub(crate) fn is_timeout(e: &RedisError) -> bool {
+    e.is_timeout() || (e.kind() == ErrorKind::Io && e.detail().is_some_and(|d| d.ends_with("timed out")))
 }
 
 /// True for failures that may have broken the connection.
@@ -192,11 +249,11 @@ pub(crate) async fn run_cmd(
     sent: &AtomicBool,
 ) -> Result<Vec<i64>> {
     let until = Instant::now() + deadline;
-    let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
+    let timed_out = || Error::redis_timeout(deadline);
     // While connected (nearly always) the connection is at hand: no timer is armed for it.
     let (mut conn, generation) = match connections.current() {
         Some(found) => found,
-        None => tokio::time::timeout_at(until, connections.shared()).await.map_err(|_| timed_out("connecting"))??,
+        None => tokio::time::timeout_at(until, connections.shared()).await.map_err(|_| timed_out())??,
     };
     sent.store(true, Ordering::Relaxed);
     let mut attempt = 0;
@@ -206,7 +263,7 @@ pub(crate) async fn run_cmd(
             Ok(reply) => reply,
             Err(_) => {
                 connections.invalidate(generation);
-                return Err(timed_out("the script"));
+                return Err(timed_out());
             }
         };
         match reply {
@@ -215,11 +272,11 @@ pub(crate) async fn run_cmd(
                 let pause = Instant::now() + retry_pause(attempt);
                 tokio::time::sleep_until(pause.min(until)).await;
                 if Instant::now() >= until {
-                    return Err(timed_out("(cluster redirects)"));
+                    return Err(timed_out());
                 }
             }
             Err(e) => {
-                if breaks_connection(&e) {
+                if breaks_connection(&e) || demoted(&e) {
                     connections.invalidate(generation);
                 }
                 return Err(redis_failure(&e));
@@ -245,8 +302,8 @@ pub(crate) fn run_cmd_blocking(
     sent: &AtomicBool,
 ) -> Result<Vec<i64>> {
     let until = std::time::Instant::now() + deadline;
-    let timed_out = |what: &str| Error::Timeout { message: format!("Redis did not answer {what} within {deadline:?}") };
-    let Some(mut conn) = connections.direct(until)? else {
+    let timed_out = || Error::redis_timeout(deadline);
+    let Some(mut conn) = connections.direct(until, deadline)? else {
         return block_on(run_cmd(connections, deadline, script, evalsha, sent));
     };
     sent.store(true, Ordering::Relaxed);
@@ -269,14 +326,15 @@ pub(crate) fn run_cmd_blocking(
                 std::thread::sleep(retry_pause(attempt).min(left));
                 if std::time::Instant::now() >= until {
                     connections.give_back_direct(conn);
-                    return Err(timed_out("(server busy)"));
+                    return Err(timed_out());
                 }
             }
             // The connection is dropped: its reply may still arrive.
-            Err(e) if e.is_timeout() => return Err(timed_out("the script")),
+            Err(e) if is_timeout(&e) => return Err(timed_out()),
             Err(e) => {
-                // Only a server's error reply leaves the connection between replies.
-                if let ErrorKind::Server(_) = e.kind() {
+                // Only a server's error reply leaves the connection between replies; one from a
+                // demoted server is dropped, so that the next call reconnects.
+                if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) && !demoted(&e) {
                     connections.give_back_direct(conn);
                 }
                 return Err(redis_failure(&e));
@@ -292,10 +350,47 @@ async fn call(
     script: &LuaScript,
     until: Instant,
 ) -> redis::RedisResult<Vec<i64>> {
-    match connections.query(conn, evalsha, until).await.and_then(parse) {
+    let reply = match connections.query(conn, evalsha, until).await.and_then(parse) {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             // The script cache was flushed (or this is a new server): EVAL runs and re-caches it.
             script.eval_of(evalsha).query_async(conn).await
+        }
+        other => other,
+    };
+    match (reply, conn) {
+        (Err(e), Conn::Cluster(cluster)) if e.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
+            follow_ask(cluster, &e, evalsha, script).await
+        }
+        (reply, _) => reply,
+    }
+}
+
+/// Runs the call on the node an ASK redirect names (a slot being migrated, whose keys have
+/// left the node that owns it): `ASKING` then the script, on that node. The cluster client,
+/// built with no retries so that it never replays a call whose reply was lost, does not follow
+/// redirects itself; an ASK proves the script did not run, so sending it on is safe.
+async fn follow_ask(
+    cluster: &mut redis::cluster_async::ClusterConnection,
+    ask: &RedisError,
+    evalsha: &Cmd,
+    script: &LuaScript,
+) -> redis::RedisResult<Vec<i64>> {
+    let Some((host, port)) = ask.redirect_node().and_then(|(addr, _)| addr.rsplit_once(':')) else {
+        return Err(ask.clone());
+    };
+    let Ok(port) = port.parse::<u16>() else { return Err(ask.clone()) };
+    let route = SingleNodeRoutingInfo::ByAddress { host: host.to_owned(), port };
+    let asking = |cmd: Cmd| {
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").add_command(cmd);
+        pipe
+    };
+    let mut replies = cluster.route_pipeline(asking(evalsha.clone()), 1, 1, route.clone()).await?;
+    match parse(replies.pop().unwrap_or(Value::Nil)) {
+        // The importing node has never run this script: EVAL runs and caches it there.
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            let mut replies = cluster.route_pipeline(asking(script.eval_of(evalsha)), 1, 1, route).await?;
+            parse(replies.pop().unwrap_or(Value::Nil))
         }
         other => other,
     }
