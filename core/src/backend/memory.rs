@@ -181,6 +181,8 @@ pub(crate) struct MemoryBackend {
     hasher: foldhash::fast::RandomState,
     namespaces: Mutex<HashMap<(Kind, Box<str>), u32>>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Slots examined by sweeps so far: what the sweeps cost (read by tests).
+    swept_slots: AtomicUsize,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -206,12 +208,19 @@ impl MemoryBackend {
             hasher: foldhash::fast::RandomState::default(),
             namespaces: Mutex::new(HashMap::new()),
             clock: config.clock,
+            swept_slots: AtomicUsize::new(0),
         })
     }
 
     /// Keys currently held (expired ones included until swept).
     pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
+    }
+
+    /// Slots examined by sweeps since the backend was made.
+    #[cfg(test)]
+    pub(crate) fn swept_slots(&self) -> usize {
+        self.swept_slots.load(Ordering::Relaxed)
     }
 
     /// The namespace id of a (kind, name) pair, the same for every limiter built with it.
@@ -310,6 +319,7 @@ impl MemoryBackend {
             self.len.fetch_add(1, Ordering::Relaxed);
             shard.inserts_since_sweep += 1;
             if shard.inserts_since_sweep > shard.held_after_sweep.max(64) {
+                self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
                 let removed = shard.sweep(now);
                 self.len.fetch_sub(removed, Ordering::Relaxed);
             }
@@ -333,7 +343,9 @@ impl MemoryBackend {
     /// Drops expired state in every shard, one shard lock at a time.
     pub(crate) fn sweep_all(&self, now: u64) {
         for shard in self.shards.iter() {
-            let removed = shard.0.lock().sweep(now);
+            let mut shard = shard.0.lock();
+            self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
+            let removed = shard.sweep(now);
             self.len.fetch_sub(removed, Ordering::Relaxed);
         }
     }
@@ -416,8 +428,76 @@ fn mismatch(algorithm: &Algorithm, op: Op) -> Error {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
-    use crate::{Backend, ManualClock, MemoryConfig};
+    use crate::backend::BackendInner;
+    use crate::{Backend, ErrorKind, ManualClock, MemoryConfig};
+
+    fn swept_slots(backend: &Backend) -> usize {
+        match &*backend.inner {
+            BackendInner::Memory(m) => m.swept_slots(),
+            BackendInner::Redis(_) => unreachable!(),
+        }
+    }
+
+    /// A backend full of live keys refuses each new key without re-examining every slot: the
+    /// work per refused key is bounded, not proportional to `max_keys`.
+    #[test]
+    fn a_full_backend_refuses_new_keys_without_sweeping_everything() {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let config = MemoryConfig::default().max_keys(4_000).shards(8).clock(Arc::new(clock.clone()));
+        let backend = Backend::memory_with(config).unwrap();
+        let limiter = backend.token_bucket("live", 1.0 / 3600.0, 10).unwrap();
+        for i in 0..4_000 {
+            limiter.check_blocking(Some(&format!("live-{i}")), 1).unwrap();
+        }
+        assert_eq!(backend.memory_len(), Some(4_000));
+        let before = swept_slots(&backend);
+        for i in 0..1_000 {
+            clock.advance(Duration::from_millis(1));
+            let err = limiter.check_blocking(Some(&format!("new-{i}")), 1).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::BackendUnavailable, "{err}");
+        }
+        let visited = swept_slots(&backend) - before;
+        // At most one pass over the table in all (a bound can be stale once), not one per key.
+        assert!(visited <= 4_000, "1,000 refused keys examined {visited} slots");
+        // Live state was kept.
+        assert_eq!(limiter.peek_blocking(Some("live-0")).unwrap().remaining, 9);
+    }
+
+    /// Expired state is still dropped first when the backend is full: as many new keys are
+    /// admitted as keys expired, wherever they are, then new keys are refused again; a key whose
+    /// expiry moved later (a stale lower bound) is not dropped.
+    #[test]
+    fn a_full_backend_still_reclaims_every_expired_key() {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let config = MemoryConfig::default().max_keys(1_000).shards(8).clock(Arc::new(clock.clone()));
+        let backend = Backend::memory_with(config).unwrap();
+        let long = backend.token_bucket("long", 1.0 / 3600.0, 10).unwrap();
+        let short = backend.token_bucket("short", 1.0, 10).unwrap(); // 1 s of state per call
+        for i in 0..900 {
+            long.check_blocking(Some(&format!("long-{i}")), 1).unwrap();
+        }
+        for i in 0..100 {
+            short.check_blocking(Some(&format!("short-{i}")), 1).unwrap();
+        }
+        // Ten short keys get 8.5 s more state after the others were inserted.
+        clock.advance(Duration::from_millis(500));
+        for i in 0..10 {
+            short.check_blocking(Some(&format!("short-{i}")), 10 - 1).unwrap();
+        }
+        assert!(long.check_blocking(Some("refused"), 1).unwrap_err().kind() == ErrorKind::BackendUnavailable);
+        clock.advance(Duration::from_secs(2)); // 90 short keys expired, 10 still live
+        for i in 0..90 {
+            long.check_blocking(Some(&format!("new-{i}")), 1).unwrap_or_else(|e| panic!("new-{i}: {e}"));
+        }
+        let err = long.check_blocking(Some("one-too-many"), 1).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::BackendUnavailable, "{err}");
+        for i in 0..10 {
+            assert_eq!(short.peek_blocking(Some(&format!("short-{i}"))).unwrap().remaining, 2, "short-{i} kept");
+        }
+        assert_eq!(long.peek_blocking(Some("long-0")).unwrap().remaining, 9);
+    }
 
     /// Keys around the inline/heap boundary, with NUL bytes, prefixes of each other and
     /// multi-byte characters, stay distinct per limiter and are found again after the tables
