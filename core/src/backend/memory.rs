@@ -4,8 +4,11 @@
 //! path hashes `(namespace, key)` once, locks one shard and touches one table slot (one cache
 //! line: keys up to 22 bytes and the GCRA state live in the slot itself), allocating only when a
 //! key is seen for the first time. Each slot records the instant after which its
-//! state equals an empty one; such slots are swept incrementally as keys are inserted, and all at
-//! once before a full backend refuses a new key (live state is never dropped to make room).
+//! state equals an empty one; such slots are swept incrementally as keys are inserted. A full
+//! backend drops expired state before it refuses a new key (live state is never dropped to make
+//! room), but sweeps only shards that can hold some: each shard keeps a lower bound of its
+//! slots' expiry instants, so a backend full of live keys refuses a new key after one look per
+//! shard instead of a pass over every slot.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -148,20 +151,37 @@ struct Slot {
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
-#[derive(Default)]
 struct Shard {
     table: HashTable<Slot>,
     inserts_since_sweep: usize,
     /// Slots left by the last sweep. The next sweep comes after at least as many inserts (and
     /// at least 64), so sweeping costs O(1) per insert.
     held_after_sweep: usize,
+    /// No slot of this shard expires before this instant: exact after a sweep, lowered whenever
+    /// a slot's expiry is set below it (raising an expiry leaves it a valid lower bound). While
+    /// it is in the future, sweeping the shard cannot free anything.
+    earliest_expiry: u64,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard { table: HashTable::new(), inserts_since_sweep: 0, held_after_sweep: 0, earliest_expiry: u64::MAX }
+    }
 }
 
 impl Shard {
     /// Drops every slot whose state has expired; returns how many.
     fn sweep(&mut self, now: u64) -> usize {
         let before = self.table.len();
-        self.table.retain(|slot| slot.expires_at > now);
+        let mut earliest = u64::MAX;
+        self.table.retain(|slot| {
+            let live = slot.expires_at > now;
+            if live {
+                earliest = earliest.min(slot.expires_at);
+            }
+            live
+        });
+        self.earliest_expiry = earliest;
         self.inserts_since_sweep = 0;
         self.held_after_sweep = self.table.len();
         before - self.table.len()
@@ -252,10 +272,12 @@ impl MemoryBackend {
     pub(crate) fn execute(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
         let now = self.clock.now_micros();
         let hash = self.hash(namespace, key.as_bytes());
-        let mut shard = self.shard(hash).lock();
+        let mut guard = self.shard(hash).lock();
+        let shard = &mut *guard;
         if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
             // The commonest call, a GCRA check (token bucket, leaky, points), is `apply`'s first
-            // arm written out, so that its decision goes straight into the return slot.
+            // arm written out, so that its decision goes straight into the return slot. An
+            // admitted check only moves the expiry later, so the shard's lower bound holds.
             if let (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. }) = (algorithm, &mut slot.state, op) {
                 let mut e = g.evaluate(tat, now, cost, true);
                 if e.changed {
@@ -264,8 +286,9 @@ impl MemoryBackend {
                 e.decision.decided_at_micros = now;
                 return Ok(Outcome::of(e.decision));
             }
-            return update(slot, algorithm, now, op);
+            return update(slot, &mut shard.earliest_expiry, algorithm, now, op);
         }
+        let shard = guard;
         self.insert(shard, now, hash, namespace, key, algorithm, op)
     }
 
@@ -287,8 +310,9 @@ impl MemoryBackend {
         loop {
             if swept {
                 // The shard was unlocked while sweeping: another caller may have added the key.
+                let shard = &mut *shard;
                 if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
-                    return update(slot, algorithm, now, op);
+                    return update(slot, &mut shard.earliest_expiry, algorithm, now, op);
                 }
             }
             let mut state = State::fresh(algorithm);
@@ -309,12 +333,13 @@ impl MemoryBackend {
                     });
                 }
                 drop(shard);
-                self.sweep_all(now);
+                self.reclaim(now);
                 swept = true;
                 shard = self.shard(hash).lock();
                 continue;
             }
             let slot = Slot { key: StoredKey::new(key.as_bytes()), expires_at, state, namespace };
+            shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
             shard.table.insert_unique(hash, slot, |s| self.hash(s.namespace, s.key.as_bytes()));
             self.len.fetch_add(1, Ordering::Relaxed);
             shard.inserts_since_sweep += 1;
@@ -340,24 +365,31 @@ impl MemoryBackend {
         }
     }
 
-    /// Drops expired state in every shard, one shard lock at a time.
-    pub(crate) fn sweep_all(&self, now: u64) {
+    /// Makes room in a full backend: sweeps the shards that can hold expired state (their lower
+    /// bound has passed), one shard lock at a time. A sweep makes its shard's bound exact, so a
+    /// shard whose slots are all live is not swept again before one of them can expire: a
+    /// backend full of live keys costs one look per shard per refused key.
+    fn reclaim(&self, now: u64) {
         for shard in self.shards.iter() {
             let mut shard = shard.0.lock();
-            self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
-            let removed = shard.sweep(now);
-            self.len.fetch_sub(removed, Ordering::Relaxed);
+            if shard.earliest_expiry <= now {
+                self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
+                let removed = shard.sweep(now);
+                self.len.fetch_sub(removed, Ordering::Relaxed);
+            }
         }
     }
 }
 
-/// Runs `op` on a stored slot and keeps its expiry up to date.
+/// Runs `op` on a stored slot and keeps its expiry, and its shard's lower bound of expiries
+/// (`earliest_expiry`), up to date: a refund or a release can move an expiry earlier.
 #[inline(never)]
-fn update(slot: &mut Slot, algorithm: &Algorithm, now: u64, op: Op) -> Result<Outcome> {
+fn update(slot: &mut Slot, earliest_expiry: &mut u64, algorithm: &Algorithm, now: u64, op: Op) -> Result<Outcome> {
     let mut changed = false;
     let outcome = apply(algorithm, &mut slot.state, now, op, &mut changed);
     if changed {
         slot.expires_at = slot.state.expires_at(algorithm);
+        *earliest_expiry = (*earliest_expiry).min(slot.expires_at);
     }
     outcome
 }
