@@ -106,6 +106,8 @@ fn overcharges_are_debt(backend: &Backend, clock: &ManualClock) {
     // A refund reported twice through one permit refunds once.
     points
         .within_limit_blocking(Some("r"), 4, ratekeeper::Policy::Raise, |permit| {
+            // A report refused as invalid writes nothing and leaves the permit's report to make.
+            assert_eq!(permit.points_used_blocking(1 << 60).unwrap_err().parameter(), Some("actual"));
             assert_eq!(permit.points_used_blocking(1).unwrap().remaining, 9);
             assert!(permit.points_used_blocking(1).is_err());
         })

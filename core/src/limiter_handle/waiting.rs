@@ -48,15 +48,20 @@ impl Permit {
     /// family (points, token bucket, leaky). A permit's cost is reported once: a second report
     /// fails with [`crate::Error::InvalidArgument`] naming `actual` and changes nothing (so a
     /// retried report never refunds or charges twice).
+    ///
+    /// A report refused as invalid (nothing was written) may be made again; one that failed
+    /// otherwise (the backend's answer was lost: it may have been applied) may not.
     pub async fn points_used(&self, actual: u64) -> Result<Decision> {
         self.claim_report()?;
-        self.limiter.points_used(self.key.as_deref(), self.estimate, actual).await
+        let result = self.limiter.points_used(self.key.as_deref(), self.estimate, actual).await;
+        self.settle_report(result)
     }
 
     /// Blocking form of [`Permit::points_used`].
     pub fn points_used_blocking(&self, actual: u64) -> Result<Decision> {
         self.claim_report()?;
-        self.limiter.points_used_blocking(self.key.as_deref(), self.estimate, actual)
+        let result = self.limiter.points_used_blocking(self.key.as_deref(), self.estimate, actual);
+        self.settle_report(result)
     }
 
     /// Marks the permit's cost as reported, or fails if it already was.
@@ -65,6 +70,14 @@ impl Permit {
             return Err(Error::invalid("actual", "points_used was already reported for this permit"));
         }
         Ok(())
+    }
+
+    /// Gives the report back when it was refused before anything was written.
+    fn settle_report(&self, result: Result<Decision>) -> Result<Decision> {
+        if let Err(Error::InvalidArgument { .. }) = &result {
+            self.reported.store(false, Ordering::Release);
+        }
+        result
     }
 }
 
