@@ -99,13 +99,13 @@ impl Gcra {
     /// state written under another spec may run further ahead).
     #[inline]
     fn used(&self, tat: GcraState, now: u64) -> u64 {
-        (tat.saturating_sub(now * NS_PER_US) / self.tick_ns).min(self.max_ahead)
+        (tat.saturating_sub(now.saturating_mul(NS_PER_US)) / self.tick_ns).min(self.max_ahead)
     }
 
     /// `ticks` as microseconds, rounded up: a caller that waits `retry_after` is admitted.
     #[inline]
     fn micros(&self, ticks: u64) -> u64 {
-        (ticks * self.tick_ns).div_ceil(NS_PER_US)
+        (u128::from(ticks) * u128::from(self.tick_ns)).div_ceil(u128::from(NS_PER_US)) as u64
     }
 
     /// Evaluates a call of `cost` (or a peek when `commit` is false, which asks about cost 1).
@@ -126,7 +126,7 @@ impl Gcra {
             let d = decision(true, self.capacity, available, 0, self.micros(used));
             return Evaluation { decision: d, changed: false };
         }
-        *tat = now * NS_PER_US + after * self.tick_ns;
+        *tat = now.saturating_mul(NS_PER_US).saturating_add(after * self.tick_ns);
         let remaining = (self.tau - after) / self.emission;
         Evaluation { decision: decision(true, self.capacity, remaining, 0, self.micros(after)), changed: true }
     }
@@ -162,7 +162,7 @@ impl Gcra {
         if new_used == used {
             return false;
         }
-        *tat = now * NS_PER_US + new_used * self.tick_ns;
+        *tat = now.saturating_mul(NS_PER_US).saturating_add(new_used * self.tick_ns);
         true
     }
 
