@@ -682,7 +682,8 @@ enum rk_status rk_limiter_reset(const struct rk_limiter *limiter,
  * \param limiter The limiter.
  * \param key The identity, or NULL for the limiter's single shared key.
  * \param estimate The cost the call was admitted with (at most the capacity).
- * \param actual What it really cost (at most the capacity).
+ * \param actual What it really cost (up to 2^53; beyond the capacity the excess is charged as
+ *        debt, at most 16 capacities ahead of now).
  * \param decision_out Receives the state after the correction.
  * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT (also for other
  *         limiter kinds), #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.

@@ -14,8 +14,10 @@ export interface Permit {
   /** The decision that admitted the block. */
   readonly decision: Decision;
   /**
-   * Reports the block's actual cost; the difference from the estimate (`cost`) is charged or
-   * refunded (points, token bucket and leaky limiters).
+   * Reports the block's actual cost; the difference from the estimate (`cost`) is charged
+   * (above the capacity: as debt, at most 16 capacities ahead) or refunded (points, token bucket
+   * and leaky limiters). A permit reports once: a second report rejects with
+   * `ERR_INVALID_ARGUMENT` naming `actual` and changes nothing.
    */
   pointsUsed(actual: number): Promise<Decision>;
 }

@@ -252,9 +252,22 @@ async function withinLimit(fn, options) {
     throw error;
   }
   const estimate = cost ?? 1;
+  // A permit reports its cost once. The report is claimed before the call, so one whose answer
+  // was lost (it may have been applied) is never made twice; one refused as invalid (nothing
+  // was written) may be made again.
+  let reported = false;
   const permit = Object.freeze({
     decision,
-    pointsUsed: (actual) => this.pointsUsed(key, estimate, actual),
+    pointsUsed: (actual) => {
+      if (reported) {
+        return Promise.reject(invalidArgument('actual', 'pointsUsed was already reported for this permit'));
+      }
+      reported = true;
+      return this.pointsUsed(key, estimate, actual).catch((error) => {
+        if (error && error.code === codes.INVALID_ARGUMENT) reported = false;
+        throw error;
+      });
+    },
   });
   let result;
   try {

@@ -143,7 +143,10 @@ export declare class Limiter {
   extend(lease: Lease): Promise<void>
   /**
    * Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
-   * the difference is charged or refunded. Resolves with the state after the correction.
+   * the difference is charged or refunded. An `actual` above the capacity is charged as debt
+   * the bucket waits out, at most 16 capacities ahead of now. Each call applies its own
+   * difference (a `withinLimit` permit reports once). Resolves with the state after the
+   * correction.
    */
   pointsUsed(key: string | null | undefined, estimate: number, actual: number): Promise<Decision>
   /** This process's metrics for this limiter (concurrent limiters; zero for others). */

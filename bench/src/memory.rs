@@ -8,6 +8,11 @@
 //!
 //! `--round-robin` walks the 100k keys in order instead of in a fixed pseudo-random order.
 //!
+//! `--full-backend` runs only the full-backend scenario instead: a default memory backend
+//! (max_keys 1,000,000) filled with live keys (a token bucket refilling one token per hour, so
+//! nothing expires during the run), then 10,000 new keys, each refused because the backend is
+//! full; it prints the refusals per second (ratekeeper alone: governor has no bound to hit).
+//!
 //! What is compared (the same work on both sides):
 //! - ratekeeper: `Backend::memory()` (default config: 64 shards, max_keys 1,000,000, system
 //!   clock), `backend.token_bucket("bench", RATE, BURST)`, `limiter.check_blocking(Some(key), 1)`:
@@ -223,6 +228,42 @@ fn millions(rate: f64) -> String {
     format!("{:.2}M", rate / 1e6)
 }
 
+/// Keys a full backend is asked to take in the `--full-backend` scenario.
+const NEW_KEYS: usize = 10_000;
+
+/// `--full-backend`: new keys against a memory backend full of live keys.
+fn full_backend() {
+    let backend = Backend::memory();
+    let limiter = backend.token_bucket("full", 1.0 / 3600.0, 10).expect("valid token bucket");
+    let started = Instant::now();
+    let mut held = 0;
+    loop {
+        match limiter.check_blocking(Some(&format!("live-{held}")), 1) {
+            Ok(_) => held += 1,
+            Err(e) if e.kind() == ratekeeper::ErrorKind::BackendUnavailable => break,
+            Err(e) => panic!("filling failed: {e}"),
+        }
+    }
+    eprintln!("bench-memory: filled with {held} live keys in {:.2}s", started.elapsed().as_secs_f64());
+    let keys: Vec<String> = (0..NEW_KEYS).map(|i| format!("new-{i}")).collect();
+    let started = Instant::now();
+    let mut refused = 0;
+    for key in &keys {
+        if let Err(e) = black_box(limiter.check_blocking(Some(key), 1)) {
+            assert_eq!(e.kind(), ratekeeper::ErrorKind::BackendUnavailable, "{e}");
+            refused += 1;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(refused, NEW_KEYS, "every new key is refused by a full backend");
+    println!();
+    println!("| scenario | ratekeeper ops/s |");
+    println!("|---|---:|");
+    println!("| {NEW_KEYS} new keys, full backend ({held} live keys) | {:.0} |", NEW_KEYS as f64 / elapsed);
+    println!();
+    println!("{NEW_KEYS} new keys refused in {elapsed:.3}s");
+}
+
 fn main() {
     let mut quick = false;
     let mut round_robin = false;
@@ -230,8 +271,9 @@ fn main() {
         match arg.as_str() {
             "--quick" => quick = true,
             "--round-robin" => round_robin = true,
+            "--full-backend" => return full_backend(),
             _ => {
-                eprintln!("unknown argument {arg:?}; usage: bench-memory [--quick] [--round-robin]");
+                eprintln!("unknown argument {arg:?}; usage: bench-memory [--quick] [--round-robin] [--full-backend]");
                 std::process::exit(2);
             }
         }

@@ -81,10 +81,11 @@ fn run<M: Model>(
 }
 
 // ---------------------------------------------------------------------------------------------
-// GCRA as a leaky-bucket meter: `level` microseconds of work queued, draining one per µs.
+// GCRA as a leaky-bucket meter: `level` nanoseconds of work queued, draining 1000 per µs; the
+// time per unit kept to the nanosecond, durations reported rounded up to the microsecond.
 
 struct MeterModel {
-    emission_us: u64,
+    emission_ns: u64,
     capacity: u64,
     level: u64,
     at: u64,
@@ -92,12 +93,12 @@ struct MeterModel {
 
 impl Model for MeterModel {
     fn decide(&mut self, now: u64, cost: u64, commit: bool) -> Expected {
-        let tau = self.capacity * self.emission_us;
-        let level = self.level.saturating_sub(now.saturating_sub(self.at));
+        let tau = self.capacity * self.emission_ns;
+        let level = self.level.saturating_sub(now.saturating_sub(self.at) * 1000);
         let asked = if commit { cost } else { 1 };
-        let fits = level + asked * self.emission_us <= tau;
+        let fits = level + asked * self.emission_ns <= tau;
         let (level_after, remaining_level) = if fits && commit {
-            (level + cost * self.emission_us, level + cost * self.emission_us)
+            (level + cost * self.emission_ns, level + cost * self.emission_ns)
         } else {
             (level, level)
         };
@@ -108,9 +109,9 @@ impl Model for MeterModel {
         Expected {
             allowed: fits,
             limit: self.capacity,
-            remaining: (tau - remaining_level.min(tau)) / self.emission_us,
-            retry_after_us: if fits { 0 } else { level + asked * self.emission_us - tau },
-            reset_after_us: remaining_level,
+            remaining: (tau - remaining_level.min(tau)) / self.emission_ns,
+            retry_after_us: if fits { 0 } else { (level + asked * self.emission_ns - tau).div_ceil(1000) },
+            reset_after_us: remaining_level.div_ceil(1000),
         }
     }
 }
@@ -202,8 +203,8 @@ proptest! {
     fn token_bucket_matches_meter_model(rate in 1u32..50, capacity in 1u64..8, seq in steps(400_000, 8)) {
         let (backend, clock) = setup();
         let limiter = backend.token_bucket("tb", rate as f64, capacity).unwrap();
-        let emission_us = (1e6 / rate as f64).round() as u64;
-        let mk = || MeterModel { emission_us, capacity, level: 0, at: START };
+        let emission_ns = (1e9 / rate as f64).round() as u64;
+        let mk = || MeterModel { emission_ns, capacity, level: 0, at: START };
         let seq: Vec<Step> = seq.into_iter().map(|s| Step { cost: s.cost.min(capacity), ..s }).collect();
         run(&limiter, &clock, &mut [mk(), mk()], &seq)?;
     }
@@ -212,9 +213,9 @@ proptest! {
     fn leaky_and_points_match_meter_model(size in 1u64..10, drain_ms in 1u64..2_000, seq in steps(300_000, 10)) {
         let (backend, clock) = setup();
         let drain_us = drain_ms * 1000;
-        let emission_us = (drain_us + size / 2) / size;
+        let emission_ns = (drain_us * 1000 + size / 2) / size;
         for limiter in [backend.leaky("lk", size, Duration::from_micros(drain_us)).unwrap(), backend.points("pt", size, Duration::from_micros(drain_us)).unwrap()] {
-            let mk = || MeterModel { emission_us, capacity: size, level: 0, at: clock.now_micros() };
+            let mk = || MeterModel { emission_ns, capacity: size, level: 0, at: clock.now_micros() };
             let seq: Vec<Step> = seq.iter().map(|s| Step { cost: s.cost.min(size), ..s.clone() }).collect();
             // The second limiter's models start where the first run left the clock.
             run(&limiter, &clock, &mut [mk(), mk()], &seq)?;

@@ -61,6 +61,18 @@ const cases = [
   ['pointsUsed on a bucket', () => bucket.pointsUsed('k', 1, 1), 'actual'],
   ['pointsUsed actual missing', () => backend.points('p', 10, 1000).pointsUsed('k', 1), 'actual'],
   ['pointsUsed estimate above capacity', () => backend.points('p', 10, 1000).pointsUsed('k', 11, 1), 'estimate'],
+  // Strings that are not Unicode scalar values (lone surrogates) are refused, never turned into
+  // U+FFFD (which would make two different keys share state).
+  ['check key with a lone high surrogate', () => bucket.check('user-\uD800'), 'key'],
+  ['checkSync key with a lone low surrogate', () => bucket.checkSync('\uDC00'), 'key'],
+  ['peek key with a lone surrogate', () => bucket.peek('a\uD83Db'), 'key'],
+  ['peekSync key with a lone surrogate', () => bucket.peekSync('\uD800'), 'key'],
+  ['acquire key with a lone surrogate', () => bucket.acquire('\uD800'), 'key'],
+  ['reset key with a lone surrogate', () => bucket.reset('\uD800'), 'key'],
+  ['pointsUsed key with a lone surrogate', () => backend.points('p', 10, 1000).pointsUsed('\uD800', 1, 1), 'key'],
+  ['withinLimit key with a lone surrogate', () => bucket.withinLimit(() => 1, { key: '\uD800' }), 'key'],
+  ['release a lease whose key has a lone surrogate', () => mutex.release({ id: '1', fencingToken: 1, grantedAtUs: 1, key: '\uD800' }), 'key'],
+  ['name with a lone surrogate', () => backend.bucket('b\uD800', 1, 1000), 'name'],
   ['memory maxKeys 0', () => Backend.memory({ maxKeys: 0 }), 'maxKeys'],
   ['memory clock not a ManualClock', () => Backend.memory({ clock: {} }), 'clock'],
   ['redis url scheme', () => Backend.redis('http://127.0.0.1:1'), 'url'],
@@ -99,6 +111,30 @@ for (const [description, thunk, parameter] of cases) {
     assert.ok(error.message.includes(`\`${parameter}\``), `the message names the parameter: ${error.message}`);
   });
 }
+
+test('a key with a lone surrogate never shares state with its U+FFFD twin', async () => {
+  const limiter = Backend.memory().tokenBucket('t', 1, 1);
+  assert.equal(limiter.checkSync('x\uFFFD').allowed, true);
+  assert.throws(() => limiter.checkSync('x\uD800'), { code: 'ERR_INVALID_ARGUMENT', parameter: 'key' });
+  await assert.rejects(limiter.check('x\uD800'), { code: 'ERR_INVALID_ARGUMENT', parameter: 'key' });
+  assert.equal(limiter.peekSync('x\uFFFD').remaining, 0);
+  // A well-formed pair is one character, and a key like any other.
+  assert.equal(limiter.checkSync('x\uD83D\uDE00').allowed, true);
+});
+
+test('a permit reports pointsUsed once; an actual above capacity is charged as debt', async () => {
+  const points = Backend.memory().points('p', 10, 10_000);
+  await points.withinLimit(
+    async (permit) => {
+      assert.equal((await permit.pointsUsed(1)).remaining, 9);
+      await assert.rejects(permit.pointsUsed(1), { code: 'ERR_INVALID_ARGUMENT', parameter: 'actual' });
+    },
+    { key: 'k', cost: 4 },
+  );
+  assert.equal((await points.peek('k')).remaining, 9, 'refunded once');
+  const charged = await points.pointsUsed('k', 1, 25); // above capacity: debt, not refused
+  assert.equal(charged.allowed, false);
+});
 
 test('Promise-returning calls reject instead of throwing', () => {
   const p = bucket.check(5);

@@ -95,7 +95,9 @@ impl Js {
         Ok(b)
     }
 
-    /// The value as a string (UTF-8; lone surrogates become U+FFFD).
+    /// The value as a string. A string that is not well-formed UTF-16 (a lone surrogate, which
+    /// napi would turn into U+FFFD, so that two different keys would share state) is refused
+    /// naming `parameter`.
     pub fn string(self, parameter: &'static str) -> CoreResult<String> {
         if self.type_of() != sys::ValueType::napi_string {
             return Err(self.wrong(parameter, "a string"));
@@ -108,7 +110,35 @@ impl Js {
             sys::napi_get_value_string_utf8(self.env, self.value, buf.as_mut_ptr().cast(), buf.len(), &mut written)
         };
         buf.truncate(written);
-        Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+        let text = String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        self.well_formed(parameter, &text)?;
+        Ok(text)
+    }
+
+    /// Fails, naming `parameter`, when this string holds a lone surrogate. `utf8` is the string
+    /// as napi converted it: only one holding U+FFFD can come from a lone surrogate, so the
+    /// UTF-16 is read (and allocated) only then.
+    pub fn well_formed(self, parameter: &'static str, utf8: &str) -> CoreResult<()> {
+        if !utf8.contains('\u{FFFD}') {
+            return Ok(());
+        }
+        let mut len = 0usize;
+        unsafe { sys::napi_get_value_string_utf16(self.env, self.value, ptr::null_mut(), 0, &mut len) };
+        let mut units = vec![0u16; len + 1];
+        let mut written = 0usize;
+        unsafe {
+            sys::napi_get_value_string_utf16(self.env, self.value, units.as_mut_ptr(), units.len(), &mut written)
+        };
+        if let Some(Err(lone)) = char::decode_utf16(units[..written].iter().copied()).find(Result::is_err) {
+            return Err(Error::invalid(
+                parameter,
+                format!(
+                    "must be a well-formed Unicode string; found a lone surrogate U+{:04X}",
+                    lone.unpaired_surrogate()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Bytes from a string or a Buffer / Uint8Array (PEM material).
@@ -226,6 +256,9 @@ pub fn with_key<T>(value: &Option<Unknown<'_>>, f: impl FnOnce(Option<&str>) -> 
             return None; // maybe cut short: keys this long are refused by the core anyway
         }
         let key = std::str::from_utf8(&buffer[..written]).ok()?;
+        if let Err(e) = v.well_formed("key", key) {
+            return Some(Err(e));
+        }
         Some(f.take()?(Some(key)))
     });
     match (fast, f) {

@@ -264,7 +264,10 @@ impl Limiter {
     }
 
     /// Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
-    /// the difference is charged or refunded. Resolves with the state after the correction.
+    /// the difference is charged or refunded. An `actual` above the capacity is charged as debt
+    /// the bucket waits out, at most 16 capacities ahead of now. Each call applies its own
+    /// difference (a `withinLimit` permit reports once). Resolves with the state after the
+    /// correction.
     #[napi(
         ts_args_type = "key: string | null | undefined, estimate: number, actual: number",
         ts_return_type = "Promise<Decision>"

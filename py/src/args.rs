@@ -273,7 +273,9 @@ impl<P> Flag<P> {
     }
 }
 
-/// A string argument, borrowed from the Python `str` (keys, names, URLs).
+/// A string argument, borrowed from the Python `str` (keys, names, URLs). A `str` that is not
+/// a sequence of Unicode scalar values (it holds a lone surrogate, e.g. `"\ud800"`, which UTF-8
+/// cannot encode) is an `InvalidArgument` naming the parameter, not a `UnicodeEncodeError`.
 pub(crate) struct Text<'a, P>(pub &'a str, PhantomData<P>);
 
 impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Text<'a, P> {
@@ -283,7 +285,14 @@ impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Text<'a, P> {
     #[inline]
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         if obj.is_instance_of::<PyString>() {
-            Ok(Text(<&'a str as FromPyObject<'a, 'py>>::extract(obj)?, PhantomData))
+            match <&'a str as FromPyObject<'a, 'py>>::extract(obj) {
+                Ok(text) => Ok(Text(text, PhantomData)),
+                Err(_) => Err(invalid(
+                    obj.py(),
+                    P::NAME,
+                    "must be a well-formed Unicode string; found a lone surrogate (U+D800..U+DFFF)".into(),
+                )),
+            }
         } else {
             Err(invalid(obj.py(), P::NAME, format!("must be a str, got {}", type_name(obj))))
         }

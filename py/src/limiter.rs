@@ -232,7 +232,9 @@ impl Limiter {
     }
 
     /// Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
-    /// the difference is charged or refunded. Returns the state after the correction.
+    /// the difference is charged or refunded. An `actual` above the capacity is charged as debt
+    /// the bucket waits out, at most 16 capacities ahead of now. Each call applies its own
+    /// difference (a `within_limit` permit reports once). Returns the state after the correction.
     #[pyo3(signature = (estimate, actual, key = None))]
     fn points_used(
         &self,

@@ -59,9 +59,18 @@ CASES: list[tuple[str, Callable[[], Any]]] = [
     ("cost", lambda: TB.check("k", 6)),  # above the capacity: could never be admitted
     ("cost", lambda: TB.check("k", "1")),  # type: ignore[arg-type]
     ("key", lambda: TB.peek(b"bytes")),  # type: ignore[arg-type]
+    # Strings that are not Unicode scalar values (lone surrogates) are refused, never mangled.
+    ("key", lambda: TB.check("user-\ud800")),
+    ("key", lambda: TB.peek("\udc00")),
+    ("key", lambda: TB.acquire("a\ud83d", 1)),
+    ("key", lambda: TB.reset("\ud800")),
+    ("key", lambda: TB.points_used(1, 1, "\ud800")),
+    ("key", lambda: TB.within_limit("\ud800")),
+    ("key", lambda: ERP.release(LEASE, "\ud800")),
+    ("name", lambda: B.bucket("b\ud800", 1, 1)),
     ("wait_timeout", lambda: TB.acquire("k", 1, -0.5)),
     ("estimate", lambda: TB.points_used(-1, 1)),
-    ("actual", lambda: TB.points_used(1, 100)),
+    ("actual", lambda: TB.points_used(1, 2**53 + 1)),  # above capacity is charged; above 2^53 is refused
     ("lease", lambda: TB.release(LEASE)),
     ("policy", lambda: TB.within_limit(policy="sometimes")),  # type: ignore[call-overload]
     ("cost", lambda: TB.within_limit("k", -2)),
@@ -118,6 +127,9 @@ def test_async_forms_validate_too() -> None:
         with pytest.raises(InvalidArgument) as raised:
             await ERP.aacquire("k", 1, -1)
         assert raised.value.parameter == "wait_timeout"
+        with pytest.raises(InvalidArgument) as raised:
+            await TB.acheck("\ud800")
+        assert raised.value.parameter == "key"
 
     asyncio.run(body())
 
@@ -127,3 +139,26 @@ def test_bad_input_writes_nothing() -> None:
     with pytest.raises(InvalidArgument):
         tb.check("k", 4)
     assert tb.peek("k").remaining == 3
+
+
+def test_lone_surrogates_never_share_state_with_a_replacement_character() -> None:
+    tb = ratekeeper.Backend().token_bucket("t", 1, 1)
+    assert tb.check("x\ufffd").allowed
+    with pytest.raises(InvalidArgument):
+        tb.check("x\ud800")
+    assert tb.peek("x\ufffd").remaining == 0
+
+
+def test_a_permit_reports_points_used_once() -> None:
+    points = ratekeeper.Backend().points("p", 10, 10)
+    with points.within_limit("k", 4) as permit:
+        with pytest.raises(InvalidArgument):
+            permit.points_used(-1)  # refused before anything was written: the report is still due
+        assert permit.points_used(1).remaining == 9
+        with pytest.raises(InvalidArgument) as raised:
+            permit.points_used(1)
+        assert raised.value.parameter == "actual"
+    assert points.peek("k").remaining == 9  # refunded once
+    with points.within_limit("k", 2) as permit:
+        d = permit.points_used(25)  # above capacity: charged as debt, not refused
+        assert not d.allowed and d.retry_after == pytest.approx(17.0, abs=0.5)  # 26 points owed: a call of 1 waits 17 s

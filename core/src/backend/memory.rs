@@ -4,8 +4,11 @@
 //! path hashes `(namespace, key)` once, locks one shard and touches one table slot (one cache
 //! line: keys up to 22 bytes and the GCRA state live in the slot itself), allocating only when a
 //! key is seen for the first time. Each slot records the instant after which its
-//! state equals an empty one; such slots are swept incrementally as keys are inserted, and all at
-//! once before a full backend refuses a new key (live state is never dropped to make room).
+//! state equals an empty one; such slots are swept incrementally as keys are inserted. A full
+//! backend drops expired state before it refuses a new key (live state is never dropped to make
+//! room), but sweeps only shards that can hold some: each shard keeps a lower bound of its
+//! slots' expiry instants, so a backend full of live keys refuses a new key after one look per
+//! shard instead of a pass over every slot.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -148,20 +151,37 @@ struct Slot {
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
-#[derive(Default)]
 struct Shard {
     table: HashTable<Slot>,
     inserts_since_sweep: usize,
     /// Slots left by the last sweep. The next sweep comes after at least as many inserts (and
     /// at least 64), so sweeping costs O(1) per insert.
     held_after_sweep: usize,
+    /// No slot of this shard expires before this instant: exact after a sweep, lowered whenever
+    /// a slot's expiry is set below it (raising an expiry leaves it a valid lower bound). While
+    /// it is in the future, sweeping the shard cannot free anything.
+    earliest_expiry: u64,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard { table: HashTable::new(), inserts_since_sweep: 0, held_after_sweep: 0, earliest_expiry: u64::MAX }
+    }
 }
 
 impl Shard {
     /// Drops every slot whose state has expired; returns how many.
     fn sweep(&mut self, now: u64) -> usize {
         let before = self.table.len();
-        self.table.retain(|slot| slot.expires_at > now);
+        let mut earliest = u64::MAX;
+        self.table.retain(|slot| {
+            let live = slot.expires_at > now;
+            if live {
+                earliest = earliest.min(slot.expires_at);
+            }
+            live
+        });
+        self.earliest_expiry = earliest;
         self.inserts_since_sweep = 0;
         self.held_after_sweep = self.table.len();
         before - self.table.len()
@@ -181,6 +201,8 @@ pub(crate) struct MemoryBackend {
     hasher: foldhash::fast::RandomState,
     namespaces: Mutex<HashMap<(Kind, Box<str>), u32>>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Slots examined by sweeps so far: what the sweeps cost (read by tests).
+    swept_slots: AtomicUsize,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -206,12 +228,19 @@ impl MemoryBackend {
             hasher: foldhash::fast::RandomState::default(),
             namespaces: Mutex::new(HashMap::new()),
             clock: config.clock,
+            swept_slots: AtomicUsize::new(0),
         })
     }
 
     /// Keys currently held (expired ones included until swept).
     pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
+    }
+
+    /// Slots examined by sweeps since the backend was made.
+    #[cfg(test)]
+    pub(crate) fn swept_slots(&self) -> usize {
+        self.swept_slots.load(Ordering::Relaxed)
     }
 
     /// The namespace id of a (kind, name) pair, the same for every limiter built with it.
@@ -243,10 +272,12 @@ impl MemoryBackend {
     pub(crate) fn execute(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
         let now = self.clock.now_micros();
         let hash = self.hash(namespace, key.as_bytes());
-        let mut shard = self.shard(hash).lock();
+        let mut guard = self.shard(hash).lock();
+        let shard = &mut *guard;
         if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
             // The commonest call, a GCRA check (token bucket, leaky, points), is `apply`'s first
-            // arm written out, so that its decision goes straight into the return slot.
+            // arm written out, so that its decision goes straight into the return slot. An
+            // admitted check only moves the expiry later, so the shard's lower bound holds.
             if let (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. }) = (algorithm, &mut slot.state, op) {
                 let mut e = g.evaluate(tat, now, cost, true);
                 if e.changed {
@@ -255,8 +286,9 @@ impl MemoryBackend {
                 e.decision.decided_at_micros = now;
                 return Ok(Outcome::of(e.decision));
             }
-            return update(slot, algorithm, now, op);
+            return update(slot, &mut shard.earliest_expiry, algorithm, now, op);
         }
+        let shard = guard;
         self.insert(shard, now, hash, namespace, key, algorithm, op)
     }
 
@@ -278,8 +310,9 @@ impl MemoryBackend {
         loop {
             if swept {
                 // The shard was unlocked while sweeping: another caller may have added the key.
+                let shard = &mut *shard;
                 if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
-                    return update(slot, algorithm, now, op);
+                    return update(slot, &mut shard.earliest_expiry, algorithm, now, op);
                 }
             }
             let mut state = State::fresh(algorithm);
@@ -300,16 +333,18 @@ impl MemoryBackend {
                     });
                 }
                 drop(shard);
-                self.sweep_all(now);
+                self.reclaim(now);
                 swept = true;
                 shard = self.shard(hash).lock();
                 continue;
             }
             let slot = Slot { key: StoredKey::new(key.as_bytes()), expires_at, state, namespace };
+            shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
             shard.table.insert_unique(hash, slot, |s| self.hash(s.namespace, s.key.as_bytes()));
             self.len.fetch_add(1, Ordering::Relaxed);
             shard.inserts_since_sweep += 1;
             if shard.inserts_since_sweep > shard.held_after_sweep.max(64) {
+                self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
                 let removed = shard.sweep(now);
                 self.len.fetch_sub(removed, Ordering::Relaxed);
             }
@@ -331,22 +366,31 @@ impl MemoryBackend {
         }
     }
 
-    /// Drops expired state in every shard, one shard lock at a time.
-    pub(crate) fn sweep_all(&self, now: u64) {
+    /// Makes room in a full backend: sweeps the shards that can hold expired state (their lower
+    /// bound has passed), one shard lock at a time. A sweep makes its shard's bound exact, so a
+    /// shard whose slots are all live is not swept again before one of them can expire: a
+    /// backend full of live keys costs one look per shard per refused key.
+    fn reclaim(&self, now: u64) {
         for shard in self.shards.iter() {
-            let removed = shard.0.lock().sweep(now);
-            self.len.fetch_sub(removed, Ordering::Relaxed);
+            let mut shard = shard.0.lock();
+            if shard.earliest_expiry <= now {
+                self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
+                let removed = shard.sweep(now);
+                self.len.fetch_sub(removed, Ordering::Relaxed);
+            }
         }
     }
 }
 
-/// Runs `op` on a stored slot and keeps its expiry up to date.
+/// Runs `op` on a stored slot and keeps its expiry, and its shard's lower bound of expiries
+/// (`earliest_expiry`), up to date: a refund or a release can move an expiry earlier.
 #[inline(never)]
-fn update(slot: &mut Slot, algorithm: &Algorithm, now: u64, op: Op) -> Result<Outcome> {
+fn update(slot: &mut Slot, earliest_expiry: &mut u64, algorithm: &Algorithm, now: u64, op: Op) -> Result<Outcome> {
     let mut changed = false;
     let outcome = apply(algorithm, &mut slot.state, now, op, &mut changed);
     if changed {
         slot.expires_at = slot.state.expires_at(algorithm);
+        *earliest_expiry = (*earliest_expiry).min(slot.expires_at);
     }
     outcome
 }
@@ -440,8 +484,76 @@ fn mismatch(algorithm: &Algorithm, op: Op) -> Error {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
-    use crate::{Backend, ManualClock, MemoryConfig};
+    use crate::backend::BackendInner;
+    use crate::{Backend, ErrorKind, ManualClock, MemoryConfig};
+
+    fn swept_slots(backend: &Backend) -> usize {
+        match &*backend.inner {
+            BackendInner::Memory(m) => m.swept_slots(),
+            BackendInner::Redis(_) => unreachable!(),
+        }
+    }
+
+    /// A backend full of live keys refuses each new key without re-examining every slot: the
+    /// work per refused key is bounded, not proportional to `max_keys`.
+    #[test]
+    fn a_full_backend_refuses_new_keys_without_sweeping_everything() {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let config = MemoryConfig::default().max_keys(4_000).shards(8).clock(Arc::new(clock.clone()));
+        let backend = Backend::memory_with(config).unwrap();
+        let limiter = backend.token_bucket("live", 1.0 / 3600.0, 10).unwrap();
+        for i in 0..4_000 {
+            limiter.check_blocking(Some(&format!("live-{i}")), 1).unwrap();
+        }
+        assert_eq!(backend.memory_len(), Some(4_000));
+        let before = swept_slots(&backend);
+        for i in 0..1_000 {
+            clock.advance(Duration::from_millis(1));
+            let err = limiter.check_blocking(Some(&format!("new-{i}")), 1).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::BackendUnavailable, "{err}");
+        }
+        let visited = swept_slots(&backend) - before;
+        // At most one pass over the table in all (a bound can be stale once), not one per key.
+        assert!(visited <= 4_000, "1,000 refused keys examined {visited} slots");
+        // Live state was kept.
+        assert_eq!(limiter.peek_blocking(Some("live-0")).unwrap().remaining, 9);
+    }
+
+    /// Expired state is still dropped first when the backend is full: as many new keys are
+    /// admitted as keys expired, wherever they are, then new keys are refused again; a key whose
+    /// expiry moved later (a stale lower bound) is not dropped.
+    #[test]
+    fn a_full_backend_still_reclaims_every_expired_key() {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let config = MemoryConfig::default().max_keys(1_000).shards(8).clock(Arc::new(clock.clone()));
+        let backend = Backend::memory_with(config).unwrap();
+        let long = backend.token_bucket("long", 1.0 / 3600.0, 10).unwrap();
+        let short = backend.token_bucket("short", 1.0, 10).unwrap(); // 1 s of state per call
+        for i in 0..900 {
+            long.check_blocking(Some(&format!("long-{i}")), 1).unwrap();
+        }
+        for i in 0..100 {
+            short.check_blocking(Some(&format!("short-{i}")), 1).unwrap();
+        }
+        // Ten short keys get 8.5 s more state after the others were inserted.
+        clock.advance(Duration::from_millis(500));
+        for i in 0..10 {
+            short.check_blocking(Some(&format!("short-{i}")), 10 - 1).unwrap();
+        }
+        assert!(long.check_blocking(Some("refused"), 1).unwrap_err().kind() == ErrorKind::BackendUnavailable);
+        clock.advance(Duration::from_secs(2)); // 90 short keys expired, 10 still live
+        for i in 0..90 {
+            long.check_blocking(Some(&format!("new-{i}")), 1).unwrap_or_else(|e| panic!("new-{i}: {e}"));
+        }
+        let err = long.check_blocking(Some("one-too-many"), 1).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::BackendUnavailable, "{err}");
+        for i in 0..10 {
+            assert_eq!(short.peek_blocking(Some(&format!("short-{i}"))).unwrap().remaining, 2, "short-{i} kept");
+        }
+        assert_eq!(long.peek_blocking(Some("long-0")).unwrap().remaining, 9);
+    }
 
     /// Keys around the inline/heap boundary, with NUL bytes, prefixes of each other and
     /// multi-byte characters, stay distinct per limiter and are found again after the tables

@@ -4,44 +4,131 @@
 //!
 //! With emission interval `T` (time to earn one unit) and tolerance `tau = capacity * T`, a call
 //! of cost `c` at `now` is admitted iff `max(tat, now) + c*T - now <= tau`.
+//!
+//! Time per unit is rarely a whole number of microseconds (`rate = 700000` earns a token every
+//! 1.428… µs), so the engine counts in *ticks* finer than a microsecond: 1 ns when the limiter's
+//! horizon allows it, else 10, 100 or 1000 ns, chosen per limiter (see [`Gcra::compile`]) so
+//! that every figure of a decision stays below 2^53 ticks, exact in a Lua double, and `T` is
+//! within 0.1% of the exact time per unit (a limiter that cannot be is refused). The state is
+//! kept in nanoseconds whatever the tick, so a limiter whose spec changes keeps its state.
 
 use super::{decision, Evaluation};
 use crate::backend::Op;
+use crate::error::{Error, Result};
+use crate::params::{micros, MAX_COUNT, MAX_DURATION};
 
-/// GCRA parameters in microseconds.
+/// How far ahead of now the TAT may run, in capacities: a charge reported through
+/// `points_used` beyond capacity is debt the bucket waits out, up to 15 capacities beyond empty
+/// (and never more than 100 years); anything beyond that is forgiven.
+pub const MAX_AHEAD_CAPACITIES: u64 = 16;
+
+/// The largest relative error accepted between the time per unit a limiter asks for and the
+/// one it gets (0.1%).
+const MAX_ROUNDING_ERROR: f64 = 0.001;
+
+const NS_PER_US: u64 = 1000;
+
+/// GCRA parameters in ticks of `tick_ns` nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gcra {
-    /// Time to earn back one unit.
-    pub emission_us: u64,
-    /// `capacity * emission_us`: how far ahead of `now` the TAT may run.
-    pub tau_us: u64,
+    /// Nanoseconds per tick: 1, 10, 100 or 1000 (a divisor of a microsecond).
+    pub tick_ns: u64,
+    /// Time to earn back one unit, in ticks.
+    pub emission: u64,
+    /// `capacity * emission`: how far ahead of `now` an admitted call may push the TAT.
+    pub tau: u64,
+    /// How far ahead of `now` the TAT may run at all, in ticks: `tau` plus the largest debt
+    /// `points_used` may charge (see [`MAX_AHEAD_CAPACITIES`]).
+    pub max_ahead: u64,
     /// The burst size, reported as the decision's `limit`.
     pub capacity: u64,
 }
 
-/// Per-key state: the theoretical arrival time; 0 (or any past instant) is a full bucket.
+/// Per-key state: the theoretical arrival time in nanoseconds since the epoch; 0 (or any past
+/// instant) is a full bucket.
 pub(crate) type GcraState = u64;
 
 impl Gcra {
+    /// Builds the engine for `capacity` units earned back at `units_per_us(ticks_per_us)`: the
+    /// exact time per unit in ticks, given the ticks per microsecond. Chooses the finest tick
+    /// whose horizon (`max_ahead`) fits 2^53 ticks; refuses, naming `period_name`, a time per
+    /// unit under a microsecond (faster than 1,000,000 per second) or one that no tick
+    /// represents within 0.1%, and, naming `capacity_name`, a horizon beyond 2^53 microseconds.
+    pub(crate) fn compile(
+        capacity_name: &'static str,
+        capacity: u64,
+        period_name: &'static str,
+        exact_emission: impl Fn(u64) -> f64,
+    ) -> Result<Gcra> {
+        if exact_emission(1) < 1.0 {
+            return Err(Error::invalid(
+                period_name,
+                "gives less than one microsecond per unit; the finest rate is 1,000,000 per second",
+            ));
+        }
+        let horizon_us = micros(MAX_DURATION);
+        for ticks_per_us in [1000, 100, 10, 1] {
+            let exact = exact_emission(ticks_per_us);
+            let emission = exact.round();
+            if emission > MAX_COUNT as f64 {
+                continue;
+            }
+            let emission = emission as u64;
+            let Some(tau) = capacity.checked_mul(emission).filter(|tau| *tau <= MAX_COUNT) else { continue };
+            let max_ahead = tau.max((tau.saturating_mul(MAX_AHEAD_CAPACITIES)).min(horizon_us * ticks_per_us));
+            if max_ahead > MAX_COUNT {
+                continue;
+            }
+            if (emission as f64 - exact).abs() > MAX_ROUNDING_ERROR * exact {
+                return Err(Error::invalid(
+                    period_name,
+                    format!(
+                        "gives {:.4} µs per unit, which cannot be kept within 0.1% for a capacity of {capacity} \
+                         (capacity × time per unit must stay under 2^53 ticks of {} ns)",
+                        exact / ticks_per_us as f64,
+                        NS_PER_US / ticks_per_us
+                    ),
+                ));
+            }
+            return Ok(Gcra { tick_ns: NS_PER_US / ticks_per_us, emission, tau, max_ahead, capacity });
+        }
+        Err(Error::invalid(capacity_name, "times the time per unit exceeds 2^53 microseconds"))
+    }
+
+    /// Ticks from `now` (microseconds) to `tat`, 0 when `tat` is past, at most `max_ahead` (a
+    /// state written under another spec may run further ahead).
+    #[inline]
+    fn used(&self, tat: GcraState, now: u64) -> u64 {
+        (tat.saturating_sub(now.saturating_mul(NS_PER_US)) / self.tick_ns).min(self.max_ahead)
+    }
+
+    /// `ticks` as microseconds, rounded up: a caller that waits `retry_after` is admitted.
+    #[inline]
+    fn micros(&self, ticks: u64) -> u64 {
+        (u128::from(ticks) * u128::from(self.tick_ns)).div_ceil(u128::from(NS_PER_US)) as u64
+    }
+
     /// Evaluates a call of `cost` (or a peek when `commit` is false, which asks about cost 1).
+    #[inline]
     pub(crate) fn evaluate(&self, tat: &mut GcraState, now: u64, cost: u64, commit: bool) -> Evaluation {
-        let used = tat.saturating_sub(now);
+        let used = self.used(*tat, now);
         let asked = if commit { cost } else { 1 };
-        let after = used + asked * self.emission_us;
+        let after = used + asked * self.emission;
         // Cost 0 is always admitted (it records nothing), even when an overcharge reported through
         // `points_used` has pushed `used` beyond `tau`.
-        let allowed = after <= self.tau_us || asked == 0;
-        let available = self.tau_us.saturating_sub(used) / self.emission_us;
+        let allowed = after <= self.tau || asked == 0;
+        let available = self.tau.saturating_sub(used) / self.emission;
         if !allowed {
-            let d = decision(false, self.capacity, available, after - self.tau_us, used);
+            let d = decision(false, self.capacity, available, self.micros(after - self.tau), self.micros(used));
             return Evaluation { decision: d, changed: false };
         }
         if !commit || cost == 0 {
-            return Evaluation { decision: decision(true, self.capacity, available, 0, used), changed: false };
+            let d = decision(true, self.capacity, available, 0, self.micros(used));
+            return Evaluation { decision: d, changed: false };
         }
-        *tat = now + after;
-        let remaining = (self.tau_us - after) / self.emission_us;
-        Evaluation { decision: decision(true, self.capacity, remaining, 0, after), changed: true }
+        *tat = now.saturating_mul(NS_PER_US).saturating_add(after * self.tick_ns);
+        let remaining = (self.tau - after) / self.emission;
+        Evaluation { decision: decision(true, self.capacity, remaining, 0, self.micros(after)), changed: true }
     }
 
     /// Runs `op` (a check, a peek, or an adjustment followed by a peek) on `tat` at `now`: the one
@@ -61,22 +148,26 @@ impl Gcra {
         }
     }
 
-    /// Corrects a charge of `estimate` to `actual` (points limiter): the difference is charged
-    /// (possibly beyond capacity, which then has to be waited out) or refunded (never beyond full).
+    /// Corrects a charge of `estimate` to `actual` (points limiter): the difference is charged,
+    /// possibly beyond capacity (debt the bucket waits out, up to `max_ahead`), or refunded
+    /// (never beyond full).
     pub(crate) fn adjust(&self, tat: &mut GcraState, now: u64, estimate: u64, actual: u64) -> bool {
-        let base = (*tat).max(now);
-        let new_tat = if actual >= estimate {
-            base + (actual - estimate) * self.emission_us
+        let used = self.used(*tat, now);
+        let new_used = if actual >= estimate {
+            let extra = u128::from(actual - estimate) * u128::from(self.emission);
+            (u128::from(used) + extra).min(u128::from(self.max_ahead.max(used))) as u64
         } else {
-            base.saturating_sub((estimate - actual) * self.emission_us).max(now)
+            used.saturating_sub((estimate - actual) * self.emission)
         };
-        let changed = new_tat != *tat && !(new_tat <= now && *tat <= now);
-        *tat = new_tat;
-        changed
+        if new_used == used {
+            return false;
+        }
+        *tat = now.saturating_mul(NS_PER_US).saturating_add(new_used * self.tick_ns);
+        true
     }
 
-    /// The instant after which this state is indistinguishable from a full bucket.
+    /// The instant (microseconds) after which this state is indistinguishable from a full bucket.
     pub(crate) fn expires_at(&self, tat: &GcraState) -> u64 {
-        *tat
+        tat.div_ceil(NS_PER_US)
     }
 }

@@ -10,7 +10,7 @@
 //! - [`concurrent`]: leases with fencing tokens.
 
 pub(crate) mod concurrent;
-pub(crate) mod gcra;
+pub mod gcra;
 pub(crate) mod log;
 pub(crate) mod sliding;
 pub(crate) mod spec;

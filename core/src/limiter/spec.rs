@@ -8,7 +8,7 @@ use super::log::Log;
 use super::sliding::{Sliding, SlidingParams};
 use super::Algorithm;
 use crate::error::{Error, Result};
-use crate::params::{micros, validate_count, validate_duration, MAX_COUNT};
+use crate::params::{micros, validate_count, validate_duration};
 
 /// The most sub-buckets one sliding-window limit may have (memory is O(duration/precision)).
 pub const MAX_BLOCKS: u64 = 100_000;
@@ -234,39 +234,28 @@ impl LimiterSpec {
                         format!("must be a finite number above 0 and at most 1000000 per second, got {rate}"),
                     ));
                 }
-                gcra("capacity", *capacity, (1e6 / rate).round() as u64, "rate")?
+                let capacity = validate_count("capacity", *capacity)?;
+                let rate = *rate;
+                Algorithm::Gcra(Gcra::compile("capacity", capacity, "rate", |ticks_per_us| {
+                    1e6 * ticks_per_us as f64 / rate
+                })?)
             }
             LimiterSpec::Leaky { size, drain } => {
                 let size = validate_count("size", *size)?;
                 let drain_us = micros(validate_duration("drain", *drain)?);
-                gcra("size", size, rounded_div(drain_us, size), "drain")?
+                Algorithm::Gcra(Gcra::compile("size", size, "drain", per_unit(drain_us, size))?)
             }
             LimiterSpec::Points { capacity, refill } => {
                 let capacity = validate_count("capacity", *capacity)?;
                 let refill_us = micros(validate_duration("refill", *refill)?);
-                gcra("capacity", capacity, rounded_div(refill_us, capacity), "refill")?
+                Algorithm::Gcra(Gcra::compile("capacity", capacity, "refill", per_unit(refill_us, capacity))?)
             }
             LimiterSpec::Unlimited => Algorithm::Unlimited,
         })
     }
 }
 
-fn rounded_div(numerator: u64, denominator: u64) -> u64 {
-    (numerator + denominator / 2) / denominator
-}
-
-/// A GCRA engine from a capacity and the time to earn one unit, both validated.
-fn gcra(capacity_name: &'static str, capacity: u64, emission_us: u64, period_name: &'static str) -> Result<Algorithm> {
-    let capacity = validate_count(capacity_name, capacity)?;
-    if emission_us == 0 {
-        return Err(Error::invalid(
-            period_name,
-            "gives less than one microsecond per unit; the finest rate is 1,000,000 per second",
-        ));
-    }
-    let tau_us = capacity
-        .checked_mul(emission_us)
-        .filter(|tau| *tau <= MAX_COUNT)
-        .ok_or_else(|| Error::invalid(capacity_name, "times the time per unit exceeds 2^53 microseconds"))?;
-    Ok(Algorithm::Gcra(Gcra { emission_us, tau_us, capacity }))
+/// The exact time per unit of `units` earned in `period_us`, in ticks of `1/ticks_per_us` µs.
+fn per_unit(period_us: u64, units: u64) -> impl Fn(u64) -> f64 {
+    move |ticks_per_us| (period_us as f64 * ticks_per_us as f64) / units as f64
 }

@@ -115,6 +115,10 @@ impl Limiter {
 
     /// Corrects a charge of `estimate` to `actual` for the GCRA family (points, token bucket,
     /// leaky): the difference is charged or refunded. Returns the state after the correction.
+    /// `actual` may exceed the capacity: the excess is debt the bucket waits out, at most
+    /// [`crate::MAX_AHEAD_CAPACITIES`] capacities ahead of now (never more than 100 years);
+    /// a refund never fills the bucket beyond full. Each call applies its own difference: to
+    /// report a block's cost once, use [`Permit::points_used`](crate::Permit::points_used).
     pub async fn points_used(&self, key: Option<&str>, estimate: u64, actual: u64) -> Result<Decision> {
         match self.adjust_op(key, estimate, actual)? {
             Some((key, op)) => Ok(self.run(key, op).await?.decision),
@@ -137,10 +141,15 @@ impl Limiter {
         validate_cost("actual", actual)?;
         match &self.inner.algorithm {
             Algorithm::Gcra(g) => {
-                for (name, value) in [("estimate", estimate), ("actual", actual)] {
-                    if value > g.capacity {
-                        return Err(Error::invalid(name, format!("{value} exceeds the capacity of {}", g.capacity)));
-                    }
+                // The estimate is what a call was charged, so it fits the capacity. The actual
+                // cost is what the block used, whatever it was: beyond capacity it is charged as
+                // debt (up to `gcra::MAX_AHEAD_CAPACITIES` capacities ahead), not refused after
+                // the fact.
+                if estimate > g.capacity {
+                    return Err(Error::invalid(
+                        "estimate",
+                        format!("{estimate} exceeds the capacity of {}", g.capacity),
+                    ));
                 }
                 Ok(Some((key, Op::Adjust { estimate, actual })))
             }

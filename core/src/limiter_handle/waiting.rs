@@ -2,6 +2,7 @@
 //! release wakes it) and `within_limit`.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{Limiter, Target};
@@ -32,6 +33,8 @@ pub struct Permit {
     key: Option<String>,
     estimate: u64,
     decision: Decision,
+    /// Set by the first `points_used`: a block's cost is reported once.
+    reported: AtomicBool,
 }
 
 impl Permit {
@@ -40,15 +43,41 @@ impl Permit {
         &self.decision
     }
 
-    /// Reports the actual cost of the block; the difference from the estimate is charged or
-    /// refunded. Only for the GCRA family (points, token bucket, leaky).
+    /// Reports the actual cost of the block; the difference from the estimate is charged (beyond
+    /// capacity as bounded debt, see [`Limiter::points_used`]) or refunded. Only for the GCRA
+    /// family (points, token bucket, leaky). A permit's cost is reported once: a second report
+    /// fails with [`crate::Error::InvalidArgument`] naming `actual` and changes nothing (so a
+    /// retried report never refunds or charges twice).
+    ///
+    /// A report refused as invalid (nothing was written) may be made again; one that failed
+    /// otherwise (the backend's answer was lost: it may have been applied) may not.
     pub async fn points_used(&self, actual: u64) -> Result<Decision> {
-        self.limiter.points_used(self.key.as_deref(), self.estimate, actual).await
+        self.claim_report()?;
+        let result = self.limiter.points_used(self.key.as_deref(), self.estimate, actual).await;
+        self.settle_report(result)
     }
 
     /// Blocking form of [`Permit::points_used`].
     pub fn points_used_blocking(&self, actual: u64) -> Result<Decision> {
-        self.limiter.points_used_blocking(self.key.as_deref(), self.estimate, actual)
+        self.claim_report()?;
+        let result = self.limiter.points_used_blocking(self.key.as_deref(), self.estimate, actual);
+        self.settle_report(result)
+    }
+
+    /// Marks the permit's cost as reported, or fails if it already was.
+    fn claim_report(&self) -> Result<()> {
+        if self.reported.swap(true, Ordering::AcqRel) {
+            return Err(Error::invalid("actual", "points_used was already reported for this permit"));
+        }
+        Ok(())
+    }
+
+    /// Gives the report back when it was refused before anything was written.
+    fn settle_report(&self, result: Result<Decision>) -> Result<Decision> {
+        if let Err(Error::InvalidArgument { .. }) = &result {
+            self.reported.store(false, Ordering::Release);
+        }
+        result
     }
 }
 
@@ -158,6 +187,12 @@ impl Limiter {
     }
 
     fn permit(&self, key: Option<&str>, estimate: u64, decision: Decision) -> Permit {
-        Permit { limiter: self.clone(), key: key.map(str::to_owned), estimate, decision }
+        Permit {
+            limiter: self.clone(),
+            key: key.map(str::to_owned),
+            estimate,
+            decision,
+            reported: AtomicBool::new(false),
+        }
     }
 }

@@ -433,7 +433,9 @@ class Limiter:
     def points_used(self, /, estimate: int, actual: int, key: str | None = None) -> Decision:
         """
         Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
-        the difference is charged or refunded. Returns the state after the correction.
+        the difference is charged or refunded. An `actual` above the capacity is charged as debt
+        the bucket waits out, at most 16 capacities ahead of now. Each call applies its own
+        difference (a `within_limit` permit reports once). Returns the state after the correction.
         """
     def release(self, /, lease: Lease, key: str | None = None) -> None:
         """

@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
-from .errors import OverLimit
+from .errors import InvalidArgument, OverLimit
 
 if TYPE_CHECKING:
     from ._ratekeeper import Decision, Limiter
@@ -23,7 +23,7 @@ class Permit:
     """What a ``within_limit`` block gets: whether it was admitted, the decision, and (for
     points, token bucket and leaky limiters) the means to report the actual cost."""
 
-    __slots__ = ("_limiter", "_key", "_cost", "decision")
+    __slots__ = ("_limiter", "_key", "_cost", "_reported", "decision")
 
     decision: Decision | None
     """The decision that admitted the block; None when ``policy="ignore"`` skipped it."""
@@ -32,6 +32,7 @@ class Permit:
         self._limiter = limiter
         self._key = key
         self._cost = cost
+        self._reported = False
         self.decision = decision
 
     @property
@@ -44,12 +45,33 @@ class Permit:
 
     def points_used(self, actual: int) -> Decision:
         """Reports the block's actual cost; the difference from the estimate (the ``cost``
-        given to ``within_limit``) is charged or refunded."""
-        return self._limiter.points_used(self._cost, actual, self._key)
+        given to ``within_limit``) is charged (above the capacity: as debt, at most 16
+        capacities ahead) or refunded. A permit reports once: a second report raises
+        ``InvalidArgument`` naming ``actual`` and changes nothing."""
+        self._claim_report()
+        try:
+            return self._limiter.points_used(self._cost, actual, self._key)
+        except InvalidArgument:
+            self._reported = False  # refused before anything was written: may be reported again
+            raise
 
     async def apoints_used(self, actual: int) -> Decision:
         """asyncio form of :meth:`points_used`."""
-        return await self._limiter.apoints_used(self._cost, actual, self._key)
+        self._claim_report()
+        try:
+            return await self._limiter.apoints_used(self._cost, actual, self._key)
+        except InvalidArgument:
+            self._reported = False
+            raise
+
+    def _claim_report(self) -> None:
+        # Claimed before the call: a report whose answer was lost (it may have been applied) is
+        # not made twice.
+        if self._reported:
+            raise InvalidArgument(
+                "invalid argument `actual`: points_used was already reported for this permit", "actual"
+            )
+        self._reported = True
 
     def __repr__(self) -> str:
         return f"Permit(allowed={self.allowed}, decision={self.decision!r})"

@@ -373,7 +373,14 @@ impl RedisBackend {
                 };
                 // Written straight into the command (no per-argument `String`s): the hot path.
                 let mut cmd = scripts::GCRA.evalsha(1);
-                cmd.arg(keys.key("s")).arg(verb(op)).arg(now).arg(g.emission_us).arg(g.tau_us).arg(first).arg(second);
+                cmd.arg(keys.key("s"))
+                    .arg(verb(op))
+                    .arg(now)
+                    .arg(g.tick_ns)
+                    .arg(g.emission)
+                    .arg(g.tau)
+                    .arg(g.max_ahead);
+                cmd.arg(first).arg(second);
                 call(&scripts::GCRA, cmd)
             }
             (Algorithm::Sliding(s), Op::Check { .. } | Op::Peek) => {
@@ -639,14 +646,16 @@ fn cost_of(op: Op) -> u64 {
     }
 }
 
-/// The outcome of GCRA operation `op` from its script's reply `{tat, now}`: the state the script
-/// read and its instant. The script applied the rule's write; the decision is the rule's own
-/// (see `gcra.lua`), replayed here on what the script read.
+/// The outcome of GCRA operation `op` from its script's reply `{tat_us, tat_ns, now}`: the state
+/// the script read (microseconds, and nanoseconds within the microsecond) and its instant. The
+/// script applied the rule's write; the decision is the rule's own (see `gcra.lua`), replayed
+/// here on what the script read.
 fn gcra_outcome(g: &Gcra, op: Op, reply: &[i64]) -> Result<Outcome> {
-    let &[tat, now] = reply else {
+    let &[tat_us, tat_ns, now] = reply else {
         return Err(Error::BackendUnavailable { message: format!("Redis: unexpected GCRA reply {reply:?}") });
     };
-    let (mut tat, now) = (tat.max(0) as u64, now.max(0) as u64);
+    let mut tat = (tat_us.max(0) as u64).saturating_mul(1000).saturating_add(tat_ns.clamp(0, 999) as u64);
+    let now = now.max(0) as u64;
     let mut decision = g.run(&mut tat, now, op).decision;
     decision.decided_at_micros = now;
     Ok(Outcome::of(decision))
