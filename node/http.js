@@ -5,7 +5,7 @@
 // that waits as told is never early.
 
 // The rules live in the core (`Decision::http_headers`, `http_seconds`); these are wrappers.
-const native = require('./ratekeeper.node');
+const native = require('./addon.js');
 
 /** Milliseconds as whole seconds, rounded up (exact to the microsecond first). */
 function ceilSeconds(ms) {

@@ -3,44 +3,7 @@
 // JavaScript: AbortSignal support for `acquire`, `withinLimit` (which runs your callback),
 // `FleetShedder#run`, and the HTTP header helpers in http.js.
 
-/** The npm package holding the prebuilt addon for this machine, e.g. `@ratekeeper/linux-x64-gnu`. */
-function platformPackage() {
-  let abi = '';
-  if (process.platform === 'linux') {
-    // glibc reports its version in the process report; musl does not.
-    abi = process.report?.getReport?.().header?.glibcVersionRuntime ? '-gnu' : '-musl';
-  }
-  return `@ratekeeper/${process.platform}-${process.arch}${abi}`;
-}
-
-/**
- * The native addon: a build from source beside this file (`npm install ./node` or `npm run
- * build` in the repository), else the prebuilt addon of this platform's package (what
- * `npm install ratekeeper` installs).
- */
-function loadNative() {
-  try {
-    return require('./ratekeeper.node');
-  } catch (error) {
-    if (!error || error.code !== 'MODULE_NOT_FOUND') throw error;
-  }
-  const prebuilt = platformPackage();
-  try {
-    return require(prebuilt);
-  } catch (error) {
-    if (!error || error.code !== 'MODULE_NOT_FOUND') throw error;
-    throw new Error(
-      `ratekeeper: no native addon for this machine: neither ${__dirname}/ratekeeper.node (a ` +
-        `build from source) nor the prebuilt package ${prebuilt} is installed. Prebuilt addons ` +
-        'exist for linux-x64-gnu; elsewhere build from the source repository with ' +
-        '`npm install ./node` (needs Rust: https://rustup.rs), or run `npm run build` in the ' +
-        'package folder of a source checkout.',
-      { cause: error },
-    );
-  }
-}
-
-const native = loadNative();
+const native = require('./addon.js');
 const http = require('./http.js');
 
 const { Limiter, FleetShedder, newCanceller, cancel } = native;
