@@ -122,7 +122,8 @@ fn a_reply_does_not_grow_with_the_sub_buckets() {
 /// one's counts survive the shorter one's calls, and each decides with its own limits.
 fn sliding_configurations_keep_each_others_counts(backend: &Backend, clock: &ManualClock) {
     let short = backend.sliding_window("shared", &[sliding(Duration::from_secs(60), 100, SECOND)]).unwrap();
-    let long = backend.sliding_window("shared", &[sliding(Duration::from_secs(3600), 100, Duration::from_secs(60))]).unwrap();
+    let long =
+        backend.sliding_window("shared", &[sliding(Duration::from_secs(3600), 100, Duration::from_secs(60))]).unwrap();
     let before = backend.stats().config_mismatches;
     for _ in 0..5 {
         assert!(long.check_blocking(Some("k"), 1).unwrap().allowed);
@@ -150,7 +151,11 @@ fn sliding_configurations_of_one_name_keep_each_others_counts_on_redis() {
     let clock = Arc::new(ManualClock::new(START));
     let backend = redis(&server, &clock);
     sliding_configurations_keep_each_others_counts(&backend, &clock);
-    // The shorter window's writes never shorten the TTL the longer window's counts need.
+    // The shorter window's writes (the last one opens a sub-bucket) never shorten the TTL the
+    // longer window's counts need.
+    clock.advance(Duration::from_secs(30));
+    let short = backend.sliding_window("shared", &[sliding(Duration::from_secs(60), 100, SECOND)]).unwrap();
+    assert!(short.check_blocking(Some("k"), 1).unwrap().allowed);
     let keys = keys_with_ttl(&server, "shared");
     assert!(!keys.is_empty());
     for (key, ttl) in keys {

@@ -1234,9 +1234,9 @@ fn every_key_has_a_ttl_and_idle_state_expires() {
     assert!(left.is_empty(), "keys left 3.3 s after the last call:\n{}", left.join("\n"));
 }
 
-/// The roles of per-identity limiter state: GCRA `s`, counters `h`, log `z` and `d`, concurrent
-/// holders `h`, token `t` and wake list `w`.
-const STATE_ROLES: [&str; 6] = ["s", "h", "z", "d", "t", "w"];
+/// The roles of per-identity limiter state: GCRA `s`, counters `h` and `b`, log `z`, `d` and
+/// `l`, concurrent holders `h`, token `t` and wake list `w`.
+const STATE_ROLES: [&str; 8] = ["s", "h", "b", "z", "d", "l", "t", "w"];
 
 /// The role of `<prefix>:{<tag>}:<kind>:<name>:<role>:<key>`.
 fn role_of(key: &str) -> &str {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -68,7 +68,7 @@ impl MemoryConfig {
 /// the O(1) GCRA state and the sliding counters live inline, the larger states are boxed.
 enum State {
     Gcra(u64),
-    Sliding(SlidingState),
+    Sliding(Box<SlidingState>),
     Log(Box<LogState>),
     /// The notifier wakes one waiter per freed slot.
     Concurrent(Box<(ConcurrentState, Arc<Notify>)>),
@@ -78,7 +78,7 @@ impl State {
     fn fresh(algorithm: &Algorithm) -> State {
         match algorithm {
             Algorithm::Gcra(_) => State::Gcra(0),
-            Algorithm::Sliding(_) => State::Sliding(Vec::new()),
+            Algorithm::Sliding(_) => State::Sliding(Box::default()),
             Algorithm::Log(_) => State::Log(Box::default()),
             Algorithm::Concurrent(_) | Algorithm::Unlimited => {
                 State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Notify::new()))))
@@ -181,6 +181,8 @@ pub(crate) struct MemoryBackend {
     hasher: foldhash::fast::RandomState,
     namespaces: Mutex<HashMap<(Kind, Box<str>), u32>>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Calls that found state last recorded by another configuration of the same name.
+    pub(crate) config_mismatches: AtomicU64,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -206,6 +208,7 @@ impl MemoryBackend {
             hasher: foldhash::fast::RandomState::default(),
             namespaces: Mutex::new(HashMap::new()),
             clock: config.clock,
+            config_mismatches: AtomicU64::new(0),
         })
     }
 
@@ -255,9 +258,20 @@ impl MemoryBackend {
                 e.decision.decided_at_micros = now;
                 return Ok(Outcome::of(e.decision));
             }
-            return update(slot, algorithm, now, op);
+            let outcome = update(slot, algorithm, now, op);
+            drop(shard);
+            return self.noted(outcome);
         }
         self.insert(shard, now, hash, namespace, key, algorithm, op)
+    }
+
+    /// Counts a call that found another configuration's state.
+    #[inline]
+    fn noted(&self, outcome: Result<Outcome>) -> Result<Outcome> {
+        if let Ok(Outcome { config_mismatch: true, .. }) = outcome {
+            self.config_mismatches.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
     }
 
     /// The rest of [`MemoryBackend::execute`] for a key that was not found in its locked shard.
@@ -279,7 +293,7 @@ impl MemoryBackend {
             if swept {
                 // The shard was unlocked while sweeping: another caller may have added the key.
                 if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
-                    return update(slot, algorithm, now, op);
+                    return self.noted(update(slot, algorithm, now, op));
                 }
             }
             let mut state = State::fresh(algorithm);
@@ -364,9 +378,15 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
         (Algorithm::Gcra(g), State::Gcra(tat), op @ (Op::Check { .. } | Op::Peek | Op::Adjust { .. })) => {
             plain(g.run(tat, now, op))
         }
-        (Algorithm::Sliding(s), State::Sliding(st), op @ (Op::Check { .. } | Op::Peek)) => plain(s.run(st, now, op)),
-        (Algorithm::Log(l), State::Log(st), Op::Check { cost, .. }) => plain(l.evaluate(st, now, cost, true)),
-        (Algorithm::Log(l), State::Log(st), Op::Peek) => plain(l.evaluate(st, now, 1, false)),
+        (Algorithm::Sliding(s), State::Sliding(st), op @ (Op::Check { .. } | Op::Peek)) => {
+            let (e, mismatch) = s.run(st, now, op);
+            plain(e).map(|o| Outcome { config_mismatch: mismatch, ..o })
+        }
+        (Algorithm::Log(l), State::Log(st), op @ (Op::Check { .. } | Op::Peek)) => {
+            let (cost, commit) = if let Op::Check { cost, .. } = op { (cost, true) } else { (1, false) };
+            let (e, mismatch) = l.run(st, now, cost, commit);
+            plain(e).map(|o| Outcome { config_mismatch: mismatch, ..o })
+        }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), op @ (Op::Check { .. } | Op::Peek)) => {
             let (st, notify) = &mut **concurrent;
             let (lease_id, commit) = match op {
@@ -378,7 +398,7 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
             e.decision.decided_at_micros = now;
             let wake = (!e.decision.allowed).then(|| Wake::Local(notify.clone()));
             *changed = e.changed;
-            Ok(Outcome { decision: e.decision, wake, reclaimed: st.reclaimed - reclaimed_before, lease_overdue: false })
+            Ok(Outcome { wake, reclaimed: st.reclaimed - reclaimed_before, ..Outcome::of(e.decision) })
         }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Release { lease_id }) => {
             match c.release(&mut concurrent.0, now, lease_id) {
