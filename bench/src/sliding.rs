@@ -13,6 +13,9 @@
 //! - `refused`: the limit is exactly `blocks`, so after the fill every check is refused (the
 //!   retry_after search), at one instant.
 //!
+//! Then two rows for fixed windows (`bucket`): checks within one window, and checks that each
+//! open a new window.
+//!
 //! The benchmark starts its own `redis-server` on a free loopback port (never 6379, no
 //! persistence) and stops it by pid at the end.
 
@@ -121,5 +124,24 @@ fn main() {
             assert_eq!(calls, checks, "one EVALSHA per check");
             println!("| {blocks} | {scenario} | {checks} | {usec:.2} |");
         }
+    }
+    // Fixed windows (the `bucket` limiter, one block): every check in one window, then every
+    // check in a new one.
+    for (interval, scenario) in [(3_600u64, "bucket, same window"), (1, "bucket, new window each call")] {
+        let clock = Arc::new(ManualClock::new(1_800_000_000_000_000));
+        let config = RedisConfig::new(server.url()).deadline(Duration::from_secs(10)).clock(clock.clone());
+        let backend = Backend::redis_with(config).expect("a Redis backend");
+        let limiter = backend
+            .bucket(&format!("bench-bucket-{interval}"), 1 << 40, Duration::from_secs(interval))
+            .expect("a bucket");
+        redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut conn).expect("CONFIG RESETSTAT");
+        for _ in 0..checks {
+            assert!(limiter.check_blocking(Some("k"), 1).expect("check").allowed);
+            if interval == 1 {
+                clock.advance(Duration::from_secs(1));
+            }
+        }
+        let (usec, _) = evalsha_stats(&mut conn);
+        println!("| 1 | {scenario} | {checks} | {usec:.2} |");
     }
 }

@@ -61,10 +61,16 @@ for i = 1, n do
   local current = math.floor(now / precision)
   local p = (i - 1) .. ':' .. ARGV[base + 2] .. ':' .. ARGV[base + 3] .. ':'
   limits[i] = {
-    limit = tonumber(ARGV[base + 1]), precision = precision, blocks = blocks, p = p,
+    limit = tonumber(ARGV[base + 1]), precision = precision, blocks = blocks, p = p, at = #fields,
     current = current, first = current - blocks + 1, total = 0, newest = -1, freeing = -1,
   }
-  for _, f in ipairs({'c', 'n', 'f', 'l', 'g'}) do fields[#fields + 1] = p .. f end
+  fields[#fields + 1] = p .. 'c'
+  fields[#fields + 1] = p .. 'n'
+  if blocks > 1 then
+    fields[#fields + 1] = p .. 'f'
+    fields[#fields + 1] = p .. 'l'
+    fields[#fields + 1] = p .. 'g'
+  end
 end
 local got = redis.call('HMGET', h, unpack(fields))
 local cfg = got[1]
@@ -72,7 +78,7 @@ local mismatch = (cfg and cfg ~= ARGV[4]) and 1 or 0
 
 for i = 1, n do
   local l = limits[i]
-  local o = 1 + (i - 1) * 5
+  local o = l.at
   local c, newest = tonumber(got[o + 1]), tonumber(got[o + 2])
   l.c, l.n = c, newest
   if l.blocks == 1 then
