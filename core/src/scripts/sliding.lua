@@ -174,7 +174,8 @@ if allowed and commit and cost > 0 then
       -- Added before the old member goes, so that the key never empties (and keeps its TTL).
       redis.call('ZADD', z, 0, p .. pad(block) .. ':' .. fmt(after))
       if block == l.newest then
-        redis.call('ZREM', z, p .. pad(block) .. ':' .. fmt(c))
+        -- (Nothing to remove only if the ZSET went away on its own, e.g. evicted: a new key.)
+        if redis.call('ZREM', z, p .. pad(block) .. ':' .. fmt(c)) == 0 then new_z = true end
         redis.call('HSET', h, p .. 'c', fmt(after))
       else
         local sets = {p .. 'c', fmt(after), p .. 'n', fmt(block)}
