@@ -62,7 +62,7 @@ fn node_keys(node: &RedisServer, prefix: &str) -> Vec<String> {
 }
 
 /// The keys that hold limiter state (the other key a limiter may have is its `metrics` hash).
-const STATE_ROLES: &[&str] = &["s", "h", "t", "w", "z", "d"];
+const STATE_ROLES: &[&str] = &["s", "h", "b", "t", "w", "z", "d", "l"];
 
 /// `<prefix>:{<16 hex>}:<kind>:<name>:<role>:<key>` → (kind, name, role, key), checking the tag.
 fn parse_key<'k>(prefix: &str, redis_key: &'k str) -> (&'k str, &'k str, &'k str, &'k str) {

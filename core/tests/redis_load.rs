@@ -1083,8 +1083,10 @@ fn script_flush_storm_neither_fails_nor_miscounts() {
     let fields: Vec<&str> = fields.lines().collect();
     let hash: BTreeMap<&str, &str> = fields.chunks(2).map(|c| (c[0], c[1])).collect();
     let last_admitted = windows[&last].iter().filter(|d| d.1).count() as u64;
-    let field = format!("{interval_us}:{interval_us}:{last}");
-    let stored: u64 = hash.get(field.as_str()).map_or(0, |v| v.parse().unwrap());
+    // A fixed window's fields (see sliding.lua): `<limit index>:<d>:<p>:n` its block id, `…:c` its count.
+    let field = |f: &str| hash.get(format!("0:{interval_us}:{interval_us}:{f}").as_str()).map(|v| v.to_string());
+    assert_eq!(field("n"), Some(last.to_string()), "the stored block is the last window: {hash:?}");
+    let stored: u64 = field("c").map_or(0, |v| v.parse().unwrap());
     assert_eq!(
         stored, last_admitted,
         "Redis counts {stored} in the last window, the decisions {last_admitted}: {hash:?}"
@@ -1234,9 +1236,9 @@ fn every_key_has_a_ttl_and_idle_state_expires() {
     assert!(left.is_empty(), "keys left 3.3 s after the last call:\n{}", left.join("\n"));
 }
 
-/// The roles of per-identity limiter state: GCRA `s`, counters `h`, log `z` and `d`, concurrent
-/// holders `h`, token `t` and wake list `w`.
-const STATE_ROLES: [&str; 6] = ["s", "h", "z", "d", "t", "w"];
+/// The roles of per-identity limiter state: GCRA `s`, counters `h` and `b`, log `z`, `d` and
+/// `l`, concurrent holders `h`, token `t` and wake list `w`.
+const STATE_ROLES: [&str; 8] = ["s", "h", "b", "z", "d", "l", "t", "w"];
 
 /// The role of `<prefix>:{<tag>}:<kind>:<name>:<role>:<key>`.
 fn role_of(key: &str) -> &str {

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -71,7 +71,7 @@ impl MemoryConfig {
 /// the O(1) GCRA state and the sliding counters live inline, the larger states are boxed.
 enum State {
     Gcra(u64),
-    Sliding(SlidingState),
+    Sliding(Box<SlidingState>),
     Log(Box<LogState>),
     /// The semaphore holds one wake-up per freed slot (see [`Wake::Local`]).
     Concurrent(Box<(ConcurrentState, Arc<Semaphore>)>),
@@ -81,7 +81,7 @@ impl State {
     fn fresh(algorithm: &Algorithm) -> State {
         match algorithm {
             Algorithm::Gcra(_) => State::Gcra(0),
-            Algorithm::Sliding(_) => State::Sliding(Vec::new()),
+            Algorithm::Sliding(_) => State::Sliding(Box::default()),
             Algorithm::Log(_) => State::Log(Box::default()),
             Algorithm::Concurrent(_) | Algorithm::Unlimited => {
                 State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Semaphore::new(0)))))
@@ -203,6 +203,8 @@ pub(crate) struct MemoryBackend {
     pub(crate) clock: Arc<dyn Clock>,
     /// Slots examined by sweeps so far: what the sweeps cost (read by tests).
     swept_slots: AtomicUsize,
+    /// Calls that found state last recorded by another configuration of the same name.
+    pub(crate) config_mismatches: AtomicU64,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -229,6 +231,7 @@ impl MemoryBackend {
             namespaces: Mutex::new(HashMap::new()),
             clock: config.clock,
             swept_slots: AtomicUsize::new(0),
+            config_mismatches: AtomicU64::new(0),
         })
     }
 
@@ -286,10 +289,21 @@ impl MemoryBackend {
                 e.decision.decided_at_micros = now;
                 return Ok(Outcome::of(e.decision));
             }
-            return update(slot, &mut shard.earliest_expiry, algorithm, now, op);
+            let outcome = update(slot, &mut shard.earliest_expiry, algorithm, now, op);
+            drop(guard);
+            return self.noted(outcome);
         }
         let shard = guard;
         self.insert(shard, now, hash, namespace, key, algorithm, op)
+    }
+
+    /// Counts a call that found another configuration's state.
+    #[inline]
+    fn noted(&self, outcome: Result<Outcome>) -> Result<Outcome> {
+        if let Ok(Outcome { config_mismatch: true, .. }) = outcome {
+            self.config_mismatches.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
     }
 
     /// The rest of [`MemoryBackend::execute`] for a key that was not found in its locked shard.
@@ -312,7 +326,7 @@ impl MemoryBackend {
                 // The shard was unlocked while sweeping: another caller may have added the key.
                 let shard = &mut *shard;
                 if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
-                    return update(slot, &mut shard.earliest_expiry, algorithm, now, op);
+                    return self.noted(update(slot, &mut shard.earliest_expiry, algorithm, now, op));
                 }
             }
             let mut state = State::fresh(algorithm);
@@ -409,9 +423,15 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
         (Algorithm::Gcra(g), State::Gcra(tat), op @ (Op::Check { .. } | Op::Peek | Op::Adjust { .. })) => {
             plain(g.run(tat, now, op))
         }
-        (Algorithm::Sliding(s), State::Sliding(st), op @ (Op::Check { .. } | Op::Peek)) => plain(s.run(st, now, op)),
-        (Algorithm::Log(l), State::Log(st), Op::Check { cost, .. }) => plain(l.evaluate(st, now, cost, true)),
-        (Algorithm::Log(l), State::Log(st), Op::Peek) => plain(l.evaluate(st, now, 1, false)),
+        (Algorithm::Sliding(s), State::Sliding(st), op @ (Op::Check { .. } | Op::Peek)) => {
+            let (e, mismatch) = s.run(st, now, op);
+            plain(e).map(|o| Outcome { config_mismatch: mismatch, ..o })
+        }
+        (Algorithm::Log(l), State::Log(st), op @ (Op::Check { .. } | Op::Peek)) => {
+            let (cost, commit) = if let Op::Check { cost, .. } = op { (cost, true) } else { (1, false) };
+            let (e, mismatch) = l.run(st, now, cost, commit);
+            plain(e).map(|o| Outcome { config_mismatch: mismatch, ..o })
+        }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), op @ (Op::Check { .. } | Op::Peek)) => {
             let (st, wake_ups) = &mut **concurrent;
             let (lease_id, commit) = match op {
@@ -423,7 +443,7 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
             e.decision.decided_at_micros = now;
             let wake = (!e.decision.allowed).then(|| Wake::Local(wake_ups.clone()));
             *changed = e.changed;
-            Ok(Outcome { decision: e.decision, wake, reclaimed: st.reclaimed - reclaimed_before, lease_overdue: false })
+            Ok(Outcome { wake, reclaimed: st.reclaimed - reclaimed_before, ..Outcome::of(e.decision) })
         }
         (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Release { lease_id }) => {
             match c.release(&mut concurrent.0, now, lease_id) {

@@ -50,12 +50,15 @@ pub(crate) struct Outcome {
     pub reclaimed: u64,
     /// For a release or extension: the lease had outlived its lock_timeout (an overage).
     pub lease_overdue: bool,
+    /// The state was last recorded by another configuration of the same name (counted in
+    /// [`BackendStats::config_mismatches`]).
+    pub config_mismatch: bool,
 }
 
 impl Outcome {
     /// An outcome that carries only a decision.
     pub(crate) fn of(decision: Decision) -> Outcome {
-        Outcome { decision, wake: None, reclaimed: 0, lease_overdue: false }
+        Outcome { decision, wake: None, reclaimed: 0, lease_overdue: false, config_mismatch: false }
     }
 }
 
@@ -101,6 +104,11 @@ pub struct BackendStats {
     /// Calls Redis refused ([`crate::Error::BackendRejected`]: a missing permission, a wrong
     /// password, memory full, a script error), under any policy: none of them was admitted.
     pub rejected: u64,
+    /// Calls of a counting limiter (bucket, window, sliding window) that found the key's state
+    /// last recorded by another configuration of the same name and kind, e.g. during a rolling
+    /// deploy that changes a limit. Each call decides with its own configuration and never
+    /// deletes what another configuration still counts.
+    pub config_mismatches: u64,
 }
 
 /// A place where limiter state lives, shared by every limiter built from it. Cheap to clone.
@@ -168,12 +176,17 @@ impl Backend {
     /// What the failure policy has done (all zero for the memory backend).
     pub fn stats(&self) -> BackendStats {
         match &*self.inner {
-            BackendInner::Memory(_) => BackendStats::default(),
+            BackendInner::Memory(m) => BackendStats {
+                config_mismatches: m.config_mismatches.load(Ordering::Relaxed),
+                ..BackendStats::default()
+            },
             BackendInner::Redis(r) => BackendStats {
                 failed_open: r.counters.failed_open.load(Ordering::Relaxed),
                 fell_back: r.counters.fell_back.load(Ordering::Relaxed),
                 failed: r.counters.failed.load(Ordering::Relaxed),
                 rejected: r.counters.rejected.load(Ordering::Relaxed),
+                config_mismatches: r.counters.config_mismatches.load(Ordering::Relaxed)
+                    + r.fallback.config_mismatches.load(Ordering::Relaxed),
             },
         }
     }

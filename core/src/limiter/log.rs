@@ -4,6 +4,10 @@
 //!
 //! State is the log of admissions within the longest window, as `(instant, cumulative cost)`,
 //! so the count inside any window is one subtraction after a binary search.
+//!
+//! Limiters of one name share the log whatever their windows (an admission means the same to
+//! each); each decides with its own windows, and entries are kept for the longest interval any
+//! configuration has used on the key, so a shorter window never deletes what a longer one counts.
 
 use std::collections::VecDeque;
 
@@ -14,8 +18,11 @@ use super::{Combine, Evaluation};
 pub(crate) struct Log {
     /// `(limit, interval_us)` in configuration order.
     pub windows: Box<[(u64, u64)]>,
-    /// The longest interval: entries older than it are dropped.
+    /// The longest interval: entries older than it (and than any other configuration's longest
+    /// seen on the key) are dropped.
     pub longest_us: u64,
+    /// Identifies this configuration among others of the same name (see [`super::fingerprint`]).
+    pub fingerprint: u64,
 }
 
 /// Per-key state. Cumulative sums wrap; differences of them are exact counts.
@@ -25,6 +32,10 @@ pub(crate) struct LogState {
     entries: VecDeque<(u64, u64)>,
     /// Cumulative cost of everything already dropped.
     dropped_cum: u64,
+    /// The longest interval of any configuration that used this state.
+    longest_seen: u64,
+    /// The fingerprint of the configuration that recorded last (0: none yet).
+    fingerprint: u64,
 }
 
 impl LogState {
@@ -52,11 +63,23 @@ impl Log {
         self.windows.iter().map(|w| w.0).min().unwrap_or(0)
     }
 
+    /// Runs a check of `cost` (or a peek when `commit` is false) on the memory `state`; also
+    /// says whether another configuration of the name had recorded last.
+    pub(crate) fn run(&self, state: &mut LogState, now: u64, cost: u64, commit: bool) -> (Evaluation, bool) {
+        let mismatch = state.fingerprint != 0 && state.fingerprint != self.fingerprint;
+        let e = self.evaluate(state, now, cost, commit);
+        if commit && e.changed {
+            state.fingerprint = self.fingerprint;
+        }
+        (e, mismatch)
+    }
+
     /// Evaluates a call of `cost` (a peek when `commit` is false, which asks about cost 1).
     pub(crate) fn evaluate(&self, state: &mut LogState, now: u64, cost: u64, commit: bool) -> Evaluation {
         let mut trimmed = false;
+        state.longest_seen = state.longest_seen.max(self.longest_us);
         while let Some(&(t, cum)) = state.entries.front() {
-            if t + self.longest_us > now {
+            if t + state.longest_seen > now {
                 break;
             }
             state.dropped_cum = cum;
@@ -101,6 +124,6 @@ impl Log {
 
     /// The instant after which this state is indistinguishable from an empty log.
     pub(crate) fn expires_at(&self, state: &LogState) -> u64 {
-        state.entries.back().map_or(0, |e| e.0 + self.longest_us)
+        state.entries.back().map_or(0, |e| e.0 + self.longest_us.max(state.longest_seen))
     }
 }

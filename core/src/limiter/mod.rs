@@ -71,6 +71,21 @@ impl Algorithm {
     }
 }
 
+/// Identifies a configuration of a counting limiter among others of the same name (FNV-1a over
+/// its parameters; never 0, which stands for "none" in stored state). Stable across processes
+/// and versions, so that every process of a fleet computes the same one.
+pub(crate) fn fingerprint(values: impl IntoIterator<Item = u64>) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for value in values {
+        for byte in value.to_le_bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    // At most 2^53 - 1, so that a Lua script reads and writes it exactly as a number.
+    (hash & ((1 << 53) - 1)).max(1)
+}
+
 /// What an engine returns: the decision, and whether the state it was given changed.
 #[derive(Debug)]
 pub(crate) struct Evaluation {

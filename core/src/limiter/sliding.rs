@@ -5,6 +5,16 @@
 //!
 //! Time is cut into blocks of `precision`; a limit covers the `blocks = ceil(duration/precision)`
 //! most recent blocks, so block `b` stops counting at instant `(b + blocks) * precision`.
+//!
+//! The rule ([`Sliding::decide`]) reads each limit's counts through [`Counts`]: the units in the
+//! window, the newest counting block, and the block by whose end a given number of units has
+//! left. The memory backend answers from its [`Counter`]s; the Redis script keeps running totals
+//! and returns those three figures (see `sliding.lua`), so no call's work or reply grows with
+//! the number of blocks.
+//!
+//! Counts belong to a limit's [`LimitId`] (position, duration, precision): two limits of one
+//! limiter never share counts, and limiters of one name with other configurations (a rolling
+//! deploy) neither read nor delete each other's.
 
 use std::collections::VecDeque;
 
@@ -24,26 +34,133 @@ pub(crate) struct SlidingParams {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Sliding {
     pub limits: Box<[SlidingParams]>,
+    /// Identifies this configuration among others of the same name (see [`super::fingerprint`]).
+    pub fingerprint: u64,
 }
 
-/// Per-limit counts: `(block id, count)` oldest first, and their sum.
-#[derive(Debug, Clone, Default)]
+/// What owns a limit's counts: its position in the limiter, its duration and its precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LimitId {
+    index: usize,
+    duration_us: u64,
+    precision_us: u64,
+    blocks: u64,
+}
+
+/// What the rule reads of one limit's counts at `now`, once the blocks that stopped counting are
+/// out of them.
+pub(crate) trait Counts {
+    /// Units counting in the window.
+    fn total(&self) -> u64;
+    /// The newest non-empty block still counting.
+    fn newest(&self) -> Option<u64>;
+    /// The oldest counting block by whose end `over` (1..=total) units have left the window.
+    fn freeing(&self, over: u64) -> Option<u64>;
+    /// Records `cost` units in `block` (the newest block or a newer one).
+    fn record(&mut self, block: u64, cost: u64);
+}
+
+/// One limit's counts in memory: the cumulative count at the end of each non-empty block, so
+/// that the count in the window and the block that frees `over` units are a subtraction and a
+/// binary search. Cumulative counts wrap; differences of them are exact.
+#[derive(Debug, Clone)]
 pub(crate) struct Counter {
+    id: LimitId,
+    /// `(block id, cumulative count at its end)`, oldest first.
     blocks: VecDeque<(u64, u64)>,
-    total: u64,
+    /// The cumulative count of the blocks already dropped.
+    floor: u64,
 }
 
 impl Counter {
-    /// A counter of `blocks` (`(block id, count)` in any order).
-    pub(crate) fn from_blocks(mut blocks: Vec<(u64, u64)>) -> Counter {
-        blocks.sort_unstable();
-        let total = blocks.iter().fold(0u64, |total, &(_, count)| total.saturating_add(count));
-        Counter { blocks: blocks.into(), total }
+    fn new(id: LimitId) -> Counter {
+        Counter { id, blocks: VecDeque::new(), floor: 0 }
+    }
+
+    fn cum(&self) -> u64 {
+        self.blocks.back().map_or(self.floor, |b| b.1)
+    }
+
+    /// Drops the blocks that no longer count at `now`; true if any did.
+    fn trim(&mut self, now: u64) -> bool {
+        let first = (now / self.id.precision_us + 1).saturating_sub(self.id.blocks);
+        let before = self.blocks.len();
+        while let Some(&(block, cum)) = self.blocks.front() {
+            if block >= first {
+                break;
+            }
+            self.floor = cum;
+            self.blocks.pop_front();
+        }
+        self.blocks.len() != before
+    }
+
+    /// The instant after which this counter is empty.
+    fn expires_at(&self) -> u64 {
+        self.blocks.back().map_or(0, |&(b, _)| (b + self.id.blocks) * self.id.precision_us)
     }
 }
 
-/// Per-key state: one counter per limit, in configuration order.
-pub(crate) type SlidingState = Vec<Counter>;
+impl Counts for Counter {
+    fn total(&self) -> u64 {
+        self.cum().wrapping_sub(self.floor)
+    }
+
+    fn newest(&self) -> Option<u64> {
+        self.blocks.back().map(|b| b.0)
+    }
+
+    fn freeing(&self, over: u64) -> Option<u64> {
+        let k = self.blocks.partition_point(|&(_, cum)| cum.wrapping_sub(self.floor) < over);
+        self.blocks.get(k).map(|b| b.0)
+    }
+
+    fn record(&mut self, block: u64, cost: u64) {
+        let cum = self.cum().wrapping_add(cost);
+        match self.blocks.back_mut() {
+            Some(last) if last.0 == block => last.1 = cum,
+            _ => self.blocks.push_back((block, cum)),
+        }
+    }
+}
+
+/// What a Redis script read of one limit (see `sliding.lua`): the count, the newest counting
+/// block, and the block that frees the units a refused call lacks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Snapshot {
+    pub total: u64,
+    pub newest: Option<u64>,
+    pub freeing: Option<u64>,
+}
+
+impl Counts for Snapshot {
+    fn total(&self) -> u64 {
+        self.total
+    }
+
+    fn newest(&self) -> Option<u64> {
+        self.newest
+    }
+
+    /// The script found it for the very `over` the rule asks about: it applies the same rule.
+    fn freeing(&self, _over: u64) -> Option<u64> {
+        self.freeing
+    }
+
+    fn record(&mut self, block: u64, cost: u64) {
+        self.total += cost;
+        self.newest = Some(block);
+    }
+}
+
+/// Per-key state in memory: the counters of every configuration that used the key; those of the
+/// configuration being evaluated come first, in its order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SlidingState {
+    counters: Vec<Counter>,
+    /// The fingerprint of the configuration that recorded last (0: none yet).
+    fingerprint: u64,
+}
 
 impl SlidingParams {
     fn block_id(&self, now: u64) -> u64 {
@@ -54,98 +171,102 @@ impl SlidingParams {
     fn expiry_of(&self, block: u64) -> u64 {
         (block + self.blocks) * self.precision_us
     }
-
-    /// Drops the blocks that no longer count at `now`.
-    fn trim(&self, counter: &mut Counter, now: u64) {
-        let current = self.block_id(now);
-        while let Some(&(block, count)) = counter.blocks.front() {
-            if block + self.blocks > current {
-                break;
-            }
-            counter.total -= count;
-            counter.blocks.pop_front();
-        }
-    }
-
-    /// Time until `needed` units have left the window.
-    fn retry_us(&self, counter: &Counter, now: u64, needed: u64) -> u64 {
-        let mut freed = 0;
-        for &(block, count) in &counter.blocks {
-            freed += count;
-            if freed >= needed {
-                return self.expiry_of(block) - now;
-            }
-        }
-        // Unreachable while cost <= limit: everything leaves with the newest block.
-        counter.blocks.back().map_or(0, |&(b, _)| self.expiry_of(b) - now)
-    }
-
-    fn reset_us(&self, counter: &Counter, now: u64) -> u64 {
-        counter.blocks.back().map_or(0, |&(b, _)| self.expiry_of(b) - now)
-    }
 }
 
 impl Sliding {
+    /// The engine for `limits`, with its configuration's fingerprint.
+    pub(crate) fn new(limits: Vec<SlidingParams>) -> Sliding {
+        let fingerprint =
+            super::fingerprint(limits.iter().flat_map(|l| [l.limit, l.duration_us, l.precision_us, l.blocks]));
+        Sliding { limits: limits.into_boxed_slice(), fingerprint }
+    }
+
     /// The smallest limit: a cost above it can never be admitted.
     pub(crate) fn smallest_limit(&self) -> u64 {
         self.limits.iter().map(|l| l.limit).min().unwrap_or(0)
     }
 
-    /// Runs `op` (a check or a peek) on `state` at `now`: the one dispatch from operations to this
-    /// engine. The memory backend runs it on its state; the Redis backend replays it on the
-    /// counts its script read (the script made the same write). Other operations do not apply
-    /// (the caller refuses them) and read as a peek.
-    #[inline]
-    pub(crate) fn run(&self, state: &mut SlidingState, now: u64, op: Op) -> Evaluation {
-        match op {
-            Op::Check { cost, .. } => self.evaluate(state, now, cost, true),
-            _ => self.evaluate(state, now, 1, false),
-        }
+    fn id(&self, index: usize) -> LimitId {
+        let l = &self.limits[index];
+        LimitId { index, duration_us: l.duration_us, precision_us: l.precision_us, blocks: l.blocks }
     }
 
-    /// Evaluates a call of `cost` (a peek when `commit` is false, which asks about cost 1).
-    pub(crate) fn evaluate(&self, state: &mut SlidingState, now: u64, cost: u64, commit: bool) -> Evaluation {
-        if state.len() != self.limits.len() {
-            // New key, or the limiter was redefined with other limits: start afresh.
-            *state = vec![Counter::default(); self.limits.len()];
-        }
-        let asked = if commit { cost } else { 1 };
+    /// Runs `op` (a check or a peek) on the memory `state` at `now`: the one dispatch from
+    /// operations to this engine for the memory backend. Other operations do not apply (the
+    /// caller refuses them) and read as a peek. Also says whether another configuration of the
+    /// name had recorded last.
+    pub(crate) fn run(&self, state: &mut SlidingState, now: u64, op: Op) -> (Evaluation, bool) {
         let mut trimmed = false;
-        let mut allowed = true;
-        for (params, counter) in self.limits.iter().zip(state.iter_mut()) {
-            let before = counter.blocks.len();
-            params.trim(counter, now);
-            trimmed |= counter.blocks.len() != before;
-            // Cost 0 is always admitted, even if the count is above this limit (a limiter of the
-            // same name with a larger limit may have filled the shared counters).
-            allowed &= asked == 0 || counter.total + asked <= params.limit;
+        // This configuration's counters first, in its order; others are kept (and trimmed, and
+        // forgotten once empty), never read.
+        for index in 0..self.limits.len() {
+            let id = self.id(index);
+            match state.counters[index..].iter().position(|c| c.id == id) {
+                Some(0) => {}
+                Some(at) => state.counters.swap(index, index + at),
+                None => {
+                    state.counters.push(Counter::new(id));
+                    let last = state.counters.len() - 1;
+                    state.counters.swap(index, last);
+                }
+            }
         }
+        for counter in state.counters.iter_mut() {
+            trimmed |= counter.trim(now);
+        }
+        let n = self.limits.len();
+        if state.counters.len() > n {
+            let before = state.counters.len();
+            let mut index = 0;
+            state.counters.retain(|c| {
+                index += 1;
+                index <= n || !c.blocks.is_empty()
+            });
+            trimmed |= state.counters.len() != before;
+        }
+        let mismatch = state.fingerprint != 0 && state.fingerprint != self.fingerprint;
+        let e = self.decide(&mut state.counters[..n], now, op);
+        if e.changed && matches!(op, Op::Check { .. }) {
+            state.fingerprint = self.fingerprint;
+        }
+        (Evaluation { changed: e.changed || trimmed, ..e }, mismatch)
+    }
+
+    /// The rule: decides `op` (a check or a peek, which asks about cost 1) at `now` on each
+    /// limit's counts (in configuration order), and records an admitted check in them.
+    pub(crate) fn decide<C: Counts>(&self, counts: &mut [C], now: u64, op: Op) -> Evaluation {
+        let (cost, commit) = match op {
+            Op::Check { cost, .. } => (cost, true),
+            _ => (1, false),
+        };
+        let asked = if commit { cost } else { 1 };
+        // Cost 0 is always admitted, even if the count is above this limit (a limiter of the
+        // same name with a larger limit may have filled the shared counters).
+        let allowed = asked == 0
+            || self.limits.iter().zip(counts.iter()).all(|(p, c)| c.total().saturating_add(asked) <= p.limit);
         let record = allowed && commit && cost > 0;
         let mut combine = Combine::new(self.limits.len() > 1, self.limits.len());
-        for (params, counter) in self.limits.iter().zip(state.iter_mut()) {
+        for (params, counter) in self.limits.iter().zip(counts.iter_mut()) {
             if record {
-                let block = params.block_id(now);
-                match counter.blocks.back_mut() {
-                    Some((b, count)) if *b == block => *count += cost,
-                    _ => counter.blocks.push_back((block, cost)),
-                }
-                counter.total += cost;
+                // A clock that went back records into the newest block: counts never move back.
+                let block = params.block_id(now).max(counter.newest().unwrap_or(0));
+                counter.record(block, cost);
             }
-            let over = (counter.total + asked).saturating_sub(params.limit);
-            let retry = if allowed || over == 0 { 0 } else { params.retry_us(counter, now, over) };
-            let remaining = params.limit.saturating_sub(counter.total);
-            combine.push(params.duration_us, params.limit, remaining, retry, params.reset_us(counter, now));
+            let total = counter.total();
+            let over = total.saturating_add(asked).saturating_sub(params.limit);
+            let retry = match (allowed, over) {
+                (true, _) | (_, 0) => 0,
+                _ => counter.freeing(over).map_or(0, |b| params.expiry_of(b).saturating_sub(now)),
+            };
+            let reset = counter.newest().map_or(0, |b| params.expiry_of(b).saturating_sub(now));
+            combine.push(params.duration_us, params.limit, params.limit.saturating_sub(total), retry, reset);
         }
-        Evaluation { decision: combine.finish(allowed), changed: record || trimmed }
+        Evaluation { decision: combine.finish(allowed), changed: record }
     }
 
-    /// The instant after which this state is indistinguishable from an empty one.
+    /// The instant after which this state is indistinguishable from an empty one (for every
+    /// configuration that used it).
     pub(crate) fn expires_at(&self, state: &SlidingState) -> u64 {
-        self.limits
-            .iter()
-            .zip(state.iter())
-            .filter_map(|(p, c)| c.blocks.back().map(|&(b, _)| p.expiry_of(b)))
-            .max()
-            .unwrap_or(0)
+        state.counters.iter().map(Counter::expires_at).max().unwrap_or(0)
     }
 }

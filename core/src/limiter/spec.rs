@@ -6,7 +6,7 @@ use super::concurrent::Concurrent;
 use super::gcra::Gcra;
 use super::log::Log;
 use super::sliding::{Sliding, SlidingParams};
-use super::Algorithm;
+use super::{fingerprint, Algorithm};
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
 
@@ -179,14 +179,12 @@ impl LimiterSpec {
             LimiterSpec::Bucket { limit, interval } => {
                 let limit = validate_count("limit", *limit)?;
                 let interval_us = micros(validate_duration("interval", *interval)?);
-                Algorithm::Sliding(Sliding {
-                    limits: Box::new([SlidingParams {
-                        limit,
-                        duration_us: interval_us,
-                        precision_us: interval_us,
-                        blocks: 1,
-                    }]),
-                })
+                Algorithm::Sliding(Sliding::new(vec![SlidingParams {
+                    limit,
+                    duration_us: interval_us,
+                    precision_us: interval_us,
+                    blocks: 1,
+                }]))
             }
             LimiterSpec::Window { windows } => {
                 if windows.is_empty() {
@@ -198,7 +196,8 @@ impl LimiterSpec {
                         .push((validate_count("limit", w.limit)?, micros(validate_duration("interval", w.interval)?)));
                 }
                 let longest_us = compiled.iter().map(|w| w.1).max().unwrap_or(0);
-                Algorithm::Log(Log { windows: compiled.into_boxed_slice(), longest_us })
+                let fingerprint = fingerprint(compiled.iter().flat_map(|&(limit, interval)| [limit, interval]));
+                Algorithm::Log(Log { windows: compiled.into_boxed_slice(), longest_us, fingerprint })
             }
             LimiterSpec::SlidingWindow { limits } => {
                 if limits.is_empty() {
@@ -225,7 +224,7 @@ impl LimiterSpec {
                         blocks,
                     });
                 }
-                Algorithm::Sliding(Sliding { limits: compiled.into_boxed_slice() })
+                Algorithm::Sliding(Sliding::new(compiled))
             }
             LimiterSpec::TokenBucket { rate, capacity } => {
                 if !rate.is_finite() || *rate <= 0.0 || *rate > 1e6 {

@@ -3,13 +3,19 @@
 --          to and including it, zero-padded to 16 digits so that members with equal scores sort
 --          in admission order; cumulative sums make any window's count one subtraction
 -- KEYS[2]  the cumulative cost of the admissions already dropped (string)
+-- KEYS[3]  `<longest>:<fingerprint>` (string): the longest interval of any configuration that
+--          used the log, and the fingerprint of the one that recorded last. Limiters of one name
+--          share the log whatever their windows; entries are kept for that longest interval, so
+--          a shorter window never deletes what a longer one counts, and keys' TTLs cover it.
 -- ARGV[1]  'check' | 'peek'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  cost
--- ARGV[4]  longest interval (µs)
--- ARGV[5]  number of windows, then for each: limit, interval_us
--- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, now_us} and, for several
--- windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window appended.
+-- ARGV[4]  longest interval (µs) of this configuration
+-- ARGV[5]  this configuration's fingerprint
+-- ARGV[6]  number of windows, then for each: limit, interval_us
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, now_us, mismatch} and, for
+-- several windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window
+-- appended; mismatch is 1 when another configuration recorded last.
 
 local function now_us()
   if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
@@ -17,13 +23,16 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local log, dropped_key = KEYS[1], KEYS[2]
+local log, dropped_key, seen_key = KEYS[1], KEYS[2], KEYS[3]
 local commit = ARGV[1] == 'check'
 local now = now_us()
 local cost = tonumber(ARGV[3])
 local asked = commit and cost or 1
-local longest = tonumber(ARGV[4])
-local n = tonumber(ARGV[5])
+local n = tonumber(ARGV[6])
+local fingerprint = ARGV[5]
+local seen_longest, seen_cfg = string.match(redis.call('GET', seen_key) or '', '^(%d+):(%d+)$')
+local mismatch = (seen_cfg and seen_cfg ~= fingerprint) and 1 or 0
+local longest = math.max(tonumber(ARGV[4]), tonumber(seen_longest or '0'))
 local fmt = function(x) return string.format('%d', x) end
 local member = function(cum) return string.format('%016d', cum) end
 local MAX_CUM = 9007199254740992 -- 2^53: beyond it doubles lose units
@@ -72,7 +81,7 @@ end
 
 local allowed = true
 for i = 1, n do
-  local limit, interval = tonumber(ARGV[4 + 2 * i]), tonumber(ARGV[5 + 2 * i])
+  local limit, interval = tonumber(ARGV[5 + 2 * i]), tonumber(ARGV[6 + 2 * i])
   -- Cost 0 is always admitted, even above a limit (a same-named limiter may be larger).
   -- (Compared by subtraction: `count + asked` may pass 2^53, where doubles round.)
   if asked > 0 and asked > limit - window_count(interval) then allowed = false end
@@ -87,6 +96,7 @@ if record or trimmed then
   local ttl = fmt(math.ceil(longest / 1000) + 1000)
   redis.call('PEXPIRE', log, ttl)
   redis.call('SET', dropped_key, fmt(dropped), 'PX', ttl)
+  redis.call('SET', seen_key, fmt(longest) .. ':' .. ((record or not seen_cfg) and fingerprint or seen_cfg), 'PX', ttl)
 end
 
 local newest = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
@@ -94,7 +104,7 @@ local newest_at = newest[2] and tonumber(newest[2])
 local best_remaining, best_limit, retry, reset = nil, 0, 0, 0
 local details = {}
 for i = 1, n do
-  local limit, interval = tonumber(ARGV[4 + 2 * i]), tonumber(ARGV[5 + 2 * i])
+  local limit, interval = tonumber(ARGV[5 + 2 * i]), tonumber(ARGV[6 + 2 * i])
   local count, before = window_count(interval)
   local over = asked - (limit - count)
   local w_retry = 0
@@ -123,6 +133,6 @@ for i = 1, n do
   end
 end
 
-local reply = {allowed and 1 or 0, best_limit, best_remaining, allowed and 0 or retry, reset, now}
+local reply = {allowed and 1 or 0, best_limit, best_remaining, allowed and 0 or retry, reset, now, mismatch}
 for _, v in ipairs(details) do reply[#reply + 1] = v end
 return reply

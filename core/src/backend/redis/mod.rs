@@ -27,7 +27,7 @@ use crate::decision::{Decision, Lease, LimitStatus};
 use crate::error::{Error, Result};
 use crate::limiter::concurrent::Concurrent;
 use crate::limiter::gcra::Gcra;
-use crate::limiter::sliding::{Counter, Sliding};
+use crate::limiter::sliding::{Sliding, Snapshot};
 use crate::limiter::{decision, Algorithm, Kind};
 use crate::metrics::{from_values, LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
@@ -145,6 +145,7 @@ pub(crate) struct PolicyCounters {
     pub fell_back: AtomicU64,
     pub failed: AtomicU64,
     pub rejected: AtomicU64,
+    pub config_mismatches: AtomicU64,
 }
 
 /// One script call, ready to send.
@@ -316,7 +317,12 @@ impl RedisBackend {
         op: Op,
     ) -> Result<Outcome> {
         let error = match remote {
-            Ok(outcome) => return Ok(outcome),
+            Ok(outcome) => {
+                if outcome.config_mismatch {
+                    self.counters.config_mismatches.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(outcome);
+            }
             Err(e @ (Error::BackendUnavailable { .. } | Error::Timeout { .. })) => e,
             Err(e @ Error::BackendRejected { .. }) => {
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -384,17 +390,18 @@ impl RedisBackend {
                 call(&scripts::GCRA, cmd)
             }
             (Algorithm::Sliding(s), Op::Check { .. } | Op::Peek) => {
-                let mut cmd = scripts::SLIDING.evalsha(1);
-                cmd.arg(keys.key("h")).arg(verb(op)).arg(now).arg(cost_of(op)).arg(s.limits.len());
+                let mut cmd = scripts::SLIDING.evalsha(2);
+                cmd.arg(keys.key("h")).arg(keys.key("b")).arg(verb(op)).arg(now).arg(cost_of(op));
+                cmd.arg(s.fingerprint).arg(s.limits.len());
                 for l in s.limits.iter() {
                     cmd.arg(l.limit).arg(l.duration_us).arg(l.precision_us).arg(l.blocks);
                 }
                 call(&scripts::SLIDING, cmd)
             }
             (Algorithm::Log(l), Op::Check { .. } | Op::Peek) => {
-                let mut cmd = scripts::LOG.evalsha(2);
-                cmd.arg(keys.key("z")).arg(keys.key("d")).arg(verb(op)).arg(now).arg(cost_of(op));
-                cmd.arg(l.longest_us).arg(l.windows.len());
+                let mut cmd = scripts::LOG.evalsha(3);
+                cmd.arg(keys.key("z")).arg(keys.key("d")).arg(keys.key("l"));
+                cmd.arg(verb(op)).arg(now).arg(cost_of(op)).arg(l.longest_us).arg(l.fingerprint).arg(l.windows.len());
                 for &(limit, interval) in l.windows.iter() {
                     cmd.arg(limit).arg(interval);
                 }
@@ -433,7 +440,11 @@ impl RedisBackend {
             Algorithm::Concurrent(c) => c,
             Algorithm::Gcra(g) => return gcra_outcome(g, op, &reply),
             Algorithm::Sliding(s) => return sliding_outcome(s, op, &reply),
-            _ => return Ok(Outcome::of(decision_from(&reply))),
+            Algorithm::Log(_) => {
+                let d = decision_from(&reply, Some(7));
+                return Ok(Outcome { config_mismatch: reply.get(6) == Some(&1), ..Outcome::of(d) });
+            }
+            _ => return Ok(Outcome::of(decision_from(&reply, None))),
         };
         if let Op::Abandon { .. } = op {
             // Freed, or remembered so that the check it belongs to grants nothing: done either way.
@@ -447,7 +458,7 @@ impl RedisBackend {
                 _ => Err(Error::lease_lost()),
             };
         }
-        let mut d = decision_from(&reply);
+        let mut d = decision_from(&reply, None);
         let wake = if d.allowed {
             if let Op::Check { lease_id, .. } = op {
                 d.lease = Some(Lease {
@@ -461,7 +472,7 @@ impl RedisBackend {
             wake_key.map(|list_key| Wake::Redis { backend: self.clone(), list_key })
         };
         let reclaimed = reply.get(7).copied().unwrap_or(0).max(0) as u64;
-        Ok(Outcome { decision: d, wake, reclaimed, lease_overdue: false })
+        Ok(Outcome { decision: d, wake, reclaimed, lease_overdue: false, config_mismatch: false })
     }
 
     /// Abandons lease `lease_id` of a concurrent limiter in the background, never blocking the
@@ -495,8 +506,8 @@ impl RedisBackend {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let roles: &[&str] = match algorithm {
             Algorithm::Gcra(_) => &["s"],
-            Algorithm::Sliding(_) => &["h"],
-            Algorithm::Log(_) => &["z", "d"],
+            Algorithm::Sliding(_) => &["h", "b"],
+            Algorithm::Log(_) => &["z", "d", "l"],
             Algorithm::Concurrent(_) => &["h", "t", "x"],
             Algorithm::Unlimited => &[],
         };
@@ -661,38 +672,37 @@ fn gcra_outcome(g: &Gcra, op: Op, reply: &[i64]) -> Result<Outcome> {
     Ok(Outcome::of(decision))
 }
 
-/// The outcome of sliding-window operation `op` from its script's reply: the instant, then per
-/// limit the counting blocks it read (see `sliding.lua`). The script applied the rule's write;
-/// the decision is the rule's own, replayed here on what the script read.
+/// The outcome of sliding-window operation `op` from its script's reply: the instant, whether
+/// another configuration recorded last, then per limit what the rule reads (see `sliding.lua`).
+/// The script applied the rule's write; the decision is the rule's own, replayed here.
 fn sliding_outcome(s: &Sliding, op: Op, reply: &[i64]) -> Result<Outcome> {
     let malformed =
         || Error::BackendUnavailable { message: format!("Redis: unexpected sliding-window reply {reply:?}") };
-    let mut values = reply.iter().map(|&v| v.max(0) as u64);
-    let now = values.next().ok_or_else(malformed)?;
-    let mut state = Vec::with_capacity(s.limits.len());
-    for _ in s.limits.iter() {
-        let blocks = values.next().ok_or_else(malformed)?;
-        let pairs: Vec<(u64, u64)> = (0..blocks).map_while(|_| Some((values.next()?, values.next()?))).collect();
-        if pairs.len() as u64 != blocks {
-            return Err(malformed());
-        }
-        state.push(Counter::from_blocks(pairs));
+    let [now, mismatch, limits @ ..] = reply else { return Err(malformed()) };
+    if limits.len() != 3 * s.limits.len() {
+        return Err(malformed());
     }
-    let mut decision = s.run(&mut state, now, op).decision;
+    let block = |v: i64| u64::try_from(v).ok();
+    let mut counts: Vec<Snapshot> = limits
+        .chunks_exact(3)
+        .map(|c| Snapshot { total: c[0].max(0) as u64, newest: block(c[1]), freeing: block(c[2]) })
+        .collect();
+    let now = (*now).max(0) as u64;
+    let mut decision = s.decide(&mut counts, now, op).decision;
     decision.decided_at_micros = now;
-    Ok(Outcome::of(decision))
+    Ok(Outcome { config_mismatch: *mismatch == 1, ..Outcome::of(decision) })
 }
 
 /// Decodes the reply of a script that decides itself (the exact sliding window's, the concurrent
-/// limiter's): {allowed, limit, remaining, retry_us, reset_us, now_us, details…}. Multi-limit
-/// replies append five numbers per limit (the log script only; the concurrent script's trailing
-/// numbers are its token and reclaim count, read by its caller).
-fn decision_from(reply: &[i64]) -> Decision {
+/// limiter's): {allowed, limit, remaining, retry_us, reset_us, now_us, …}. Multi-limit replies
+/// (the log script's) have five numbers per limit from `details_from` on; the concurrent
+/// script's trailing numbers are its token and reclaim count, read by its caller.
+fn decision_from(reply: &[i64], details_from: Option<usize>) -> Decision {
     let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
     let mut d = decision(at(0) == 1, at(1), at(2), at(3), at(4));
     d.decided_at_micros = at(5);
-    if reply.len() > 8 {
-        let details: Vec<LimitStatus> = reply[6..]
+    if let Some(details) = details_from.and_then(|from| reply.get(from..)).filter(|d| !d.is_empty()) {
+        let details: Vec<LimitStatus> = details
             .chunks_exact(5)
             .map(|c| LimitStatus {
                 window: Duration::from_micros(c[0] as u64),

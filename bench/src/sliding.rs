@@ -1,0 +1,147 @@
+//! `bench-sliding`: the Redis server's own time per sliding-window call (`INFO commandstats`,
+//! `usec_per_call` of EVALSHA) with 60 and 3,600 non-empty sub-buckets per key.
+//!
+//! ```text
+//! cargo run --release -p ratekeeper-bench --bin bench-sliding            # 2,000 checks per row
+//! cargo run --release -p ratekeeper-bench --bin bench-sliding -- 10000   # N checks per row
+//! ```
+//!
+//! Each row uses one key of `sliding_window(name, [(blocks s, limit, precision 1 s)])` on a manual
+//! clock: first `blocks` checks one second apart fill every sub-bucket, then the statistics are
+//! reset and N checks are measured:
+//! - `steady`: admitted checks one second apart (each opens a sub-bucket and one goes stale);
+//! - `refused`: the limit is exactly `blocks`, so after the fill every check is refused (the
+//!   retry_after search), at one instant.
+//!
+//! Then two rows for fixed windows (`bucket`): checks within one window, and checks that each
+//! open a new window.
+//!
+//! The benchmark starts its own `redis-server` on a free loopback port (never 6379, no
+//! persistence) and stops it by pid at the end.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratekeeper::{Backend, ManualClock, RedisConfig, SlidingLimit};
+
+/// A redis-server of our own on a free loopback port, stopped by pid when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = loop {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+            let port = listener.local_addr().expect("local address").port();
+            if port != 6379 {
+                break port;
+            }
+        };
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (is it installed?)");
+        let server = Server { child, port };
+        let start = Instant::now();
+        while server.connection().is_err() {
+            assert!(start.elapsed() < Duration::from_secs(10), "redis-server did not start on port {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        let mut conn = redis::Client::open(self.url())?.get_connection()?;
+        redis::cmd("PING").query::<String>(&mut conn)?;
+        Ok(conn)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// `usec_per_call` and `calls` of EVALSHA since the last `CONFIG RESETSTAT`.
+fn evalsha_stats(conn: &mut redis::Connection) -> (f64, u64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).expect("INFO commandstats");
+    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).expect("EVALSHA ran");
+    let field = |name: &str| {
+        line.split([':', ',']).find_map(|kv| kv.strip_prefix(name)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    (field("usec_per_call="), field("calls=") as u64)
+}
+
+fn main() {
+    let checks: u64 = std::env::args().nth(1).map(|n| n.parse().expect("N checks")).unwrap_or(2_000);
+    let server = Server::start();
+    let mut conn = server.connection().expect("connect");
+    println!("| sub-buckets | scenario | checks | server µs per call (EVALSHA) |");
+    println!("|---:|---|---:|---:|");
+    for blocks in [60u64, 3_600] {
+        for scenario in ["steady", "refused"] {
+            let clock = Arc::new(ManualClock::new(1_800_000_000_000_000));
+            let config = RedisConfig::new(server.url()).deadline(Duration::from_secs(10)).clock(clock.clone());
+            let backend = Backend::redis_with(config).expect("a Redis backend");
+            let limit = if scenario == "refused" { blocks } else { 1 << 40 };
+            let limiter = backend
+                .sliding_window(
+                    &format!("bench-{blocks}-{scenario}"),
+                    &[SlidingLimit {
+                        duration: Duration::from_secs(blocks),
+                        limit,
+                        precision: Some(Duration::from_secs(1)),
+                    }],
+                )
+                .expect("a sliding window");
+            for i in 0..blocks {
+                if i > 0 {
+                    clock.advance(Duration::from_secs(1));
+                }
+                assert!(limiter.check_blocking(Some("k"), 1).expect("fill").allowed);
+            }
+            redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut conn).expect("CONFIG RESETSTAT");
+            for _ in 0..checks {
+                let d = limiter.check_blocking(Some("k"), 1).expect("check");
+                assert_eq!(d.allowed, scenario == "steady", "{scenario}: {d:?}");
+                if scenario == "steady" {
+                    clock.advance(Duration::from_secs(1));
+                }
+            }
+            let (usec, calls) = evalsha_stats(&mut conn);
+            assert_eq!(calls, checks, "one EVALSHA per check");
+            println!("| {blocks} | {scenario} | {checks} | {usec:.2} |");
+        }
+    }
+    // Fixed windows (the `bucket` limiter, one block): every check in one window, then every
+    // check in a new one.
+    for (interval, scenario) in [(3_600u64, "bucket, same window"), (1, "bucket, new window each call")] {
+        let clock = Arc::new(ManualClock::new(1_800_000_000_000_000));
+        let config = RedisConfig::new(server.url()).deadline(Duration::from_secs(10)).clock(clock.clone());
+        let backend = Backend::redis_with(config).expect("a Redis backend");
+        let limiter = backend
+            .bucket(&format!("bench-bucket-{interval}"), 1 << 40, Duration::from_secs(interval))
+            .expect("a bucket");
+        redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut conn).expect("CONFIG RESETSTAT");
+        for _ in 0..checks {
+            assert!(limiter.check_blocking(Some("k"), 1).expect("check").allowed);
+            if interval == 1 {
+                clock.advance(Duration::from_secs(1));
+            }
+        }
+        let (usec, _) = evalsha_stats(&mut conn);
+        println!("| 1 | {scenario} | {checks} | {usec:.2} |");
+    }
+}
