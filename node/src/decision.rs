@@ -169,6 +169,9 @@ pub struct BackendStats {
     /// Calls Redis refused (`ERR_BACKEND_REJECTED`: a missing permission, a wrong password,
     /// memory full, a script error), under any policy: none was admitted.
     pub rejected: f64,
+    /// Calls of a counting limiter that found the key's state last recorded by another
+    /// configuration of the same name (e.g. a rolling deploy changing a limit).
+    pub config_mismatches: f64,
 }
 
 impl From<ratekeeper::BackendStats> for BackendStats {
@@ -178,6 +181,7 @@ impl From<ratekeeper::BackendStats> for BackendStats {
             fell_back: s.fell_back as f64,
             failed: s.failed as f64,
             rejected: s.rejected as f64,
+            config_mismatches: s.config_mismatches as f64,
         }
     }
 }

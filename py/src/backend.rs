@@ -40,14 +40,17 @@ pub struct BackendStats {
     /// Calls Redis refused (`BackendRejected`: a missing permission, a wrong password, memory
     /// full, a script error), under any policy: none was admitted.
     rejected: u64,
+    /// Calls of a counting limiter that found the key's state last recorded by another
+    /// configuration of the same name (e.g. a rolling deploy changing a limit).
+    config_mismatches: u64,
 }
 
 #[pymethods]
 impl BackendStats {
     fn __repr__(&self) -> String {
         format!(
-            "BackendStats(failed_open={}, fell_back={}, failed={}, rejected={})",
-            self.failed_open, self.fell_back, self.failed, self.rejected
+            "BackendStats(failed_open={}, fell_back={}, failed={}, rejected={}, config_mismatches={})",
+            self.failed_open, self.fell_back, self.failed, self.rejected, self.config_mismatches
         )
     }
 }
@@ -387,7 +390,13 @@ impl Backend {
     /// What the failure policy has done so far (all zero for memory backends).
     fn stats(&self) -> BackendStats {
         let s = self.inner.stats();
-        BackendStats { failed_open: s.failed_open, fell_back: s.fell_back, failed: s.failed, rejected: s.rejected }
+        BackendStats {
+            failed_open: s.failed_open,
+            fell_back: s.fell_back,
+            failed: s.failed,
+            rejected: s.rejected,
+            config_mismatches: s.config_mismatches,
+        }
     }
 
     /// Keys held by a memory backend (expired ones included until swept); None for Redis.
