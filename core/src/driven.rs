@@ -195,12 +195,22 @@ pub struct Pipeline<T> {
     sent: VecDeque<Sent<T>>,
     /// Bytes read and not yet a whole reply.
     input: Vec<u8>,
+    /// A reply said READONLY (see [`Self::demoted`]).
+    demoted: bool,
 }
 
 impl<T> Pipeline<T> {
     /// An empty pipeline.
     pub fn new() -> Self {
-        Pipeline { queued: Vec::new(), sent: VecDeque::new(), input: Vec::new() }
+        Pipeline { queued: Vec::new(), sent: VecDeque::new(), input: Vec::new(), demoted: false }
+    }
+
+    /// True once a reply said READONLY: the server was demoted to replica in a failover. Its
+    /// calls got the failure policy; no new call should be written here: the caller drains this
+    /// connection and connects again, which reaches the new primary wherever the address leads
+    /// there (a DNS name, a proxy).
+    pub fn demoted(&self) -> bool {
+        self.demoted
     }
 
     /// Queues `call` (its backend's deadline starts now) and returns its deadline;
@@ -271,6 +281,7 @@ impl<T> Pipeline<T> {
             let Some(sent) = self.sent.pop_front() else {
                 return Err(protocol_error("a reply nobody asked for".into()));
             };
+            self.demoted |= says_readonly(&value);
             answer(sent, value, done);
         }
         self.input.drain(..start);
@@ -346,6 +357,15 @@ fn answer<T>(sent: Sent<T>, value: Value, done: &mut Vec<(T, Finished)>) {
                 done.push((token, call.finish(reply)));
             }
         }
+    }
+}
+
+/// Whether `value`, a reply to one call or to a batch, is (or holds) a READONLY error.
+fn says_readonly(value: &Value) -> bool {
+    let readonly = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "READONLY");
+    match value {
+        Value::Array(replies) => replies.iter().any(readonly),
+        value => readonly(value),
     }
 }
 

@@ -221,3 +221,36 @@ fn a_queued_call_run_on_the_runtime_keeps_its_deadline() {
     // A call that was never queued gets the backend's deadline as usual.
     assert!(block_on(driven(&limiter, "k", 1).run()).unwrap().allowed);
 }
+
+#[test]
+fn a_readonly_reply_marks_the_connection_demoted() {
+    // A failover demoted the server: its connection must be replaced (Node drains it), not
+    // kept sending calls a replica refuses.
+    let primary = RedisServer::start();
+    let other = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(primary.url()).deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.token_bucket("demoted", 1.0, 10).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let first = driven(&limiter, "k", 1);
+    let mut stream = first.endpoint().connect().unwrap();
+    let mut pipeline = Pipeline::new();
+    pipeline.push(0, first);
+    let done = exchange(&mut stream, &mut pipeline, 1);
+    assert!(matches!(&done[0].1, Finished::Done(Ok(d)) if d.allowed), "a primary answers");
+    assert!(!pipeline.demoted(), "a primary's reply does not demote");
+
+    primary.cli(&["REPLICAOF", "127.0.0.1", &other.port.to_string()]);
+    for token in 1..4 {
+        pipeline.push(token, driven(&limiter, "k", 1));
+    }
+    let done = exchange(&mut stream, &mut pipeline, 3);
+    for (token, finished) in &done {
+        match finished {
+            Finished::Done(Err(e)) => assert_eq!(e.kind(), ErrorKind::BackendUnavailable, "call {token}: {e}"),
+            Finished::Done(Ok(d)) => panic!("call {token} of a replica was decided: {d:?}"),
+            Finished::Rerun(_) => panic!("call {token} of a replica asked for a rerun"),
+        }
+    }
+    assert!(pipeline.demoted(), "a READONLY reply (here in a batch) says the connection is demoted");
+    primary.cli(&["REPLICAOF", "NO", "ONE"]);
+}

@@ -393,6 +393,14 @@ impl Live {
                         self.broken = Some(e.to_string());
                         return;
                     }
+                    if self.pipeline.demoted() && !self.draining {
+                        // The server is a replica now (a failover): drain this connection like a
+                        // stuck one, so that a new connection is made once it is empty.
+                        self.draining = true;
+                        for (id, call) in self.pipeline.take_queued() {
+                            done.push((id, Finished::Rerun(call)));
+                        }
+                    }
                     if n < self.read_buffer.len() {
                         return;
                     }

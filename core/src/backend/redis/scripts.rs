@@ -131,8 +131,14 @@ pub(crate) fn batch(calls: &[&Cmd]) -> Cmd {
     cmd
 }
 
-/// How many times an answer proving the script did not run is retried within the deadline.
-const MAX_ATTEMPTS: u32 = 6;
+/// Whether answer `e` is retried (after a pause, within the deadline): answers proving the
+/// script did not run are, however many came before. While a slot migrates the answers change
+/// from node to node until it settles: ASK (followed at once), TRYAGAIN (the importing node
+/// has only some of a script's keys, which move one by one), then MOVED once the slot is
+/// reassigned; the deadline bounds them all.
+fn retry_again(e: &RedisError) -> bool {
+    did_not_run(e)
+}
 
 impl LuaScript {
     /// `EVALSHA <sha1> <keys>`, sized for a short call: append the `keys` keys, then ARGV, with
@@ -268,7 +274,7 @@ pub(crate) async fn run_cmd(
         };
         match reply {
             Ok(values) => return Ok(values),
-            Err(e) if did_not_run(&e) && attempt < MAX_ATTEMPTS => {
+            Err(e) if retry_again(&e) => {
                 let pause = Instant::now() + retry_pause(attempt);
                 tokio::time::sleep_until(pause.min(until)).await;
                 if Instant::now() >= until {
@@ -321,7 +327,7 @@ pub(crate) fn run_cmd_blocking(
                 connections.give_back_direct(conn);
                 return Ok(values);
             }
-            Err(e) if did_not_run(&e) && attempt < MAX_ATTEMPTS => {
+            Err(e) if retry_again(&e) => {
                 let left = until.saturating_duration_since(std::time::Instant::now());
                 std::thread::sleep(retry_pause(attempt).min(left));
                 if std::time::Instant::now() >= until {
