@@ -219,6 +219,11 @@ export interface BackendStats {
    * memory full, a script error), under any policy: none was admitted.
    */
   rejected: number
+  /**
+   * Calls of a counting limiter that found the key's state last recorded by another
+   * configuration of the same name (e.g. a rolling deploy changing a limit).
+   */
+  configMismatches: number
 }
 
 /** Options of `backend.concurrent()`. */

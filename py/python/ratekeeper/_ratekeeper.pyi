@@ -132,6 +132,12 @@ class BackendStats:
     """
     def __repr__(self, /) -> str: ...
     @property
+    def config_mismatches(self, /) -> int:
+        """
+        Calls of a counting limiter that found the key's state last recorded by another
+        configuration of the same name (e.g. a rolling deploy changing a limit).
+        """
+    @property
     def failed(self, /) -> int:
         """
         Calls that failed because Redis failed, under `failure_policy="fail_closed"`.
