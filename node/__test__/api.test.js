@@ -206,7 +206,7 @@ test('utilization shedder follows the manual clock', () => {
 
 test('backend statistics and memory keys', async () => {
   const backend = Backend.memory({ maxKeys: 2 });
-  assert.deepEqual(backend.stats(), { failedOpen: 0, fellBack: 0, failed: 0 });
+  assert.deepEqual(backend.stats(), { failedOpen: 0, fellBack: 0, failed: 0, rejected: 0, configMismatches: 0 });
   const limiter = backend.bucket('b', 1, 60000);
   await limiter.check('a');
   await limiter.check('b');
