@@ -602,19 +602,21 @@ fn capture(port: u16, limiter: &Limiter, probe: &str, shas: &HashMap<String, &'s
     };
     drop(monitor);
     let text: Vec<String> = args.iter().map(|a| String::from_utf8(a.clone()).expect("ASCII arguments")).collect();
-    assert_eq!(text[2], "1", "one key expected: {text:?}");
     let script = *shas.get(&text[1]).unwrap_or_else(|| panic!("unknown script sha {}", text[1]));
-    let key = &text[3];
-    // `<prefix>:{<16 hex>}:<kind>:<name>:<role>:<probe>`
-    let open = key.find('{').expect("hash tag");
-    let close = key.find('}').expect("hash tag");
-    assert_eq!(close - open - 1, 16, "a 16-hex-digit tag: {key}");
-    let stem = key.strip_suffix(probe).expect("the key ends with the user key");
-    let pattern = format!("{}{{0000__rand_int__}}{}user-__rand_int__", &key[..open], &stem[close + 1..]);
-    // With `__rand_int__` as 12 digits, keys are exactly as long as ratekeeper's.
-    assert_eq!(pattern.replace("__rand_int__", "000000000000").len(), key.len(), "{pattern} vs {key}");
-    let mut bench = vec!["EVALSHA".to_owned(), text[1].clone(), "1".to_owned(), pattern];
-    bench.extend(text[4..].iter().cloned());
+    let key_count: usize = text[2].parse().expect("the number of keys");
+    let mut bench = vec!["EVALSHA".to_owned(), text[1].clone(), text[2].clone()];
+    for key in &text[3..3 + key_count] {
+        // `<prefix>:{<16 hex>}:<kind>:<name>:<role>:<probe>`
+        let open = key.find('{').expect("hash tag");
+        let close = key.find('}').expect("hash tag");
+        assert_eq!(close - open - 1, 16, "a 16-hex-digit tag: {key}");
+        let stem = key.strip_suffix(probe).expect("the key ends with the user key");
+        let pattern = format!("{}{{0000__rand_int__}}{}user-__rand_int__", &key[..open], &stem[close + 1..]);
+        // With `__rand_int__` as 12 digits, keys are exactly as long as ratekeeper's.
+        assert_eq!(pattern.replace("__rand_int__", "000000000000").len(), key.len(), "{pattern} vs {key}");
+        bench.push(pattern);
+    }
+    bench.extend(text[3 + key_count..].iter().cloned());
     BenchCommand { script, args: bench }
 }
 
