@@ -196,7 +196,8 @@ if allowed and commit and cost > 0 then
   -- this name may need the keys longer.
   if new_h or new_z then
     local ttl = math.ceil((expire_at - now) / 1000) + 1000
-    if redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, fmt(ttl)) end
+    -- A hash with no `cfg` was empty: it has no expiry to compare with.
+    if not cfg or redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, fmt(ttl)) end
     if new_z and redis.call('PTTL', z) < ttl then redis.call('PEXPIRE', z, fmt(ttl)) end
   end
 end
