@@ -207,7 +207,19 @@ const ATTR: &str = "_ratekeeper_bridge";
 fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     let get = GET_RUNNING_LOOP
         .get_or_try_init(py, || -> PyResult<_> { Ok(py.import("asyncio")?.getattr("get_running_loop")?.unbind()) })?;
-    get.bind(py).call0()
+    // asyncio's own "no running event loop" does not say what to do, and the natural first try,
+    // `asyncio.run(limiter.acheck())`, lands here: the message shows the form that works.
+    get.bind(py).call0().map_err(|e| {
+        if e.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py) {
+            pyo3::exceptions::PyRuntimeError::new_err(
+                "an `a…` method (acheck, aacquire, …) needs a running event loop: it returns an asyncio \
+                 future, so call it in a coroutine, e.g. `async def main(): d = await limiter.acheck(key)` \
+                 then `asyncio.run(main())`",
+            )
+        } else {
+            e
+        }
+    })
 }
 
 fn weak_bridges(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {

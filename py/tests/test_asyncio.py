@@ -169,5 +169,9 @@ def test_loops_one_after_another(make_backend: MakeBackend) -> None:
 
 
 def test_async_call_needs_a_running_loop() -> None:
-    with pytest.raises(RuntimeError):
+    # `asyncio.run(limiter.acheck())` is the natural first try (issue 15): the message shows the
+    # form that works.
+    with pytest.raises(RuntimeError, match=r"needs a running event loop.*await .*asyncio\.run\(main\(\)\)"):
         ratekeeper.Backend().bucket("b", 1, 1).acheck()
+    with pytest.raises(RuntimeError, match=r"needs a running event loop"):
+        ratekeeper.Backend().concurrent("c", 1, lock_timeout=1).aacquire()
