@@ -211,3 +211,15 @@ test('a dead Redis: concurrent limiters fail closed under fail_open and fallback
     await opted.release(granted.lease);
   }
 });
+
+test('a bad interval name says the number is milliseconds (issue 15: it said seconds)', () => {
+  for (const make of [(i) => backend.bucket('b', 1, i), (i) => backend.window('b', 1, i)]) {
+    assert.throws(() => make('fortnight'), (error) => {
+      assert.equal(error.code, 'ERR_INVALID_ARGUMENT');
+      assert.equal(error.parameter, 'intervalMs');
+      assert.match(error.message, /'second', 'minute', 'hour', 'day' or a number of milliseconds/);
+      assert.doesNotMatch(error.message, /number of seconds/);
+      return true;
+    });
+  }
+});

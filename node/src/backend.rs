@@ -204,7 +204,14 @@ fn redis_backend(mut config: RedisConfig, options: Option<Js>) -> CoreResult<rat
 fn interval(value: Option<Js>) -> CoreResult<Duration> {
     let v = args::required(value, "interval")?;
     match v.string("interval") {
-        Ok(name) => interval_from_name("interval", &name),
+        // The core's message offers "a number of seconds" (Python's and C's unit); here a
+        // number is milliseconds.
+        Ok(name) => interval_from_name("interval", &name).map_err(|_| {
+            Error::invalid(
+                "interval",
+                format!("must be 'second', 'minute', 'hour', 'day' or a number of milliseconds, got {name:?}"),
+            )
+        }),
         Err(_) => millis(Some(v), "interval"),
     }
 }
