@@ -185,6 +185,21 @@ test "within_limit holds a concurrent lease for the block and releases it" do
   assert_equal :ran, mutex.within_limit { :ran }, "the block's value"
 end
 
+$erp_calls = 0
+def call_erp
+  $erp_calls += 1
+end
+
+test "the README's within_limit runs as shown" do
+  ENV["REDIS_URL"] ||= ENV.fetch("RK_TEST_REDIS_URL")
+  # example-start: readme
+  erp = Ratekeeper::Backend.redis(ENV["REDIS_URL"], prefix: "app").concurrent("erp", 50)
+  erp.within_limit(policy: :raise) { call_erp }   # :ignore skips the block when over the limit
+  # example-end: readme
+  assert_equal 1, $erp_calls, "blocks run"
+  assert_equal 50, erp.peek[:remaining], "slots after the block"
+end
+
 test "errors carry the status and the core's message" do
   backend.bucket("not a name", 1, 1.0)
   raise "no error raised"
