@@ -1,5 +1,5 @@
 //! The README's concurrent-limiter example: leases, fencing tokens, metrics.
-//! `cargo run -p ratekeeper --example leases` (Redis at `REDIS_URL`, default 127.0.0.1:6379).
+//! `cargo run -p ratekeeper --example leases`.
 use std::time::Duration;
 
 use ratekeeper::Backend;

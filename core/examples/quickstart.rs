@@ -1,5 +1,4 @@
-//! The README's Rust quickstart: `cargo run -p ratekeeper --example quickstart`
-//! (Redis at `REDIS_URL`, default `redis://127.0.0.1:6379`).
+//! The README's Rust quickstart: `cargo run -p ratekeeper --example quickstart`.
 use std::time::Duration;
 
 use ratekeeper::{Backend, Policy};

@@ -1,5 +1,5 @@
 //! The README's load-shedding example (Stripe's fleet usage and worker utilization shedders).
-//! `cargo run -p ratekeeper --example shedders` (Redis at `REDIS_URL`, default 127.0.0.1:6379).
+//! `cargo run -p ratekeeper --example shedders`.
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -3,7 +3,8 @@ import os
 
 import ratekeeper
 
-backend = ratekeeper.Backend.redis(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"))  # or ratekeeper.Backend() (memory)
+url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+backend = ratekeeper.Backend.redis(url)  # or ratekeeper.Backend() (memory)
 api = backend.token_bucket("stripe", rate=10, capacity=20)  # 10/s, bursts of 20
 d = api.check("user-42")  # never waits; a refusal consumes nothing
 print("allowed:", d.allowed, "remaining:", d.remaining)
