@@ -96,6 +96,7 @@ static uint64_t pick_count(void) {
 #define MAX_LIMITERS 24
 
 static rk_backend *g_backends[MAX_BACKENDS];
+static rk_manual_clock *g_clock;
 static size_t g_n_backends;
 static rk_limiter *g_limiters[MAX_LIMITERS];
 static size_t g_n_limiters;
@@ -166,7 +167,7 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
 static void one_call(void) {
   rk_limiter *out = NULL;
   rk_decision decision;
-  switch (below(17)) {
+  switch (below(18)) {
   case 0:
     BUILD(rk_limiter_new_concurrent(pick_backend(), pick_string(), pick_count(), pick_double(),
                                           pick_double(), &out), "rk_limiter_new_concurrent");
@@ -244,6 +245,14 @@ static void one_call(void) {
                                   below(8) ? &decision : NULL),
            "rk_limiter_points_used");
     break;
+  case 17: {
+    /* The manual clock, NULL or real, moved by any amount (saturating far in the future). */
+    uint64_t now = 0;
+    const rk_manual_clock *clock = below(6) ? g_clock : NULL;
+    verify(rk_manual_clock_advance(clock, below(2) ? below(2000000) : pick_count()), "rk_manual_clock_advance");
+    verify(rk_manual_clock_now_us(clock, below(6) ? &now : NULL), "rk_manual_clock_now_us");
+    break;
+  }
   case 16: {
     /* The error accessors with small, NULL and odd buffers. */
     char small[8];
@@ -296,6 +305,13 @@ int main(void) {
 
   CHECK_OK(rk_backend_new_memory(&g_backends[g_n_backends++]));
   CHECK_OK(rk_backend_new_memory_with(64, &g_backends[g_n_backends++]));
+  /* A backend on the manual clock is built and freed but not used for calls: a waiting call
+   * on it would wait for an advance that this single thread never makes. */
+  CHECK_OK(rk_manual_clock_new(1700000000000000ULL, &g_clock));
+  rk_backend *manual = NULL;
+  if (CHECK_OK(rk_backend_new_memory_with_clock(g_clock, &manual))) rk_backend_free(manual);
+  verify(rk_backend_new_memory_with_clock(NULL, &manual), "rk_backend_new_memory_with_clock");
+  verify(rk_manual_clock_new(0, NULL), "rk_manual_clock_new");
   if (redis_url && *redis_url) {
     char prefix[32];
     snprintf(prefix, sizeof prefix, "rkfuzz%ld", (long)getpid());
@@ -315,6 +331,8 @@ int main(void) {
 
   for (size_t i = 0; i < g_n_limiters; i++) rk_limiter_free(g_limiters[i]);
   for (size_t i = 0; i < g_n_backends; i++) rk_backend_free(g_backends[i]);
+  rk_manual_clock_free(g_clock);
+  rk_manual_clock_free(NULL);
   rk_limiter_free(NULL);
   rk_backend_free(NULL);
 
