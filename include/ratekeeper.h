@@ -168,6 +168,16 @@ typedef struct rk_backend rk_backend;
 typedef struct rk_limiter rk_limiter;
 
 /**
+ * \brief A clock that only moves when `rk_manual_clock_advance` is called.
+ *
+ * Opaque. Made by `rk_manual_clock_new`, freed with `rk_manual_clock_free`; a memory backend
+ * built on it with `rk_backend_new_memory_with_clock` keeps what it needs alive, so the clock
+ * may be freed first. Thread-safe. Waiting calls (`rk_limiter_acquire`) wake when the clock is
+ * advanced past their deadline.
+ */
+typedef struct rk_manual_clock rk_manual_clock;
+
+/**
  * \brief One window of a multi-window limiter (`rk_limiter_new_windows`).
  */
 typedef struct rk_window_limit {
@@ -391,6 +401,55 @@ enum rk_status rk_backend_new_redis_cluster(const char *const *seeds,
  * \param backend A backend from an `rk_backend_new_*` function, or NULL.
  */
 void rk_backend_free(struct rk_backend *backend);
+
+/**
+ * \brief Creates a manual clock reading `start_us` microseconds since the Unix epoch.
+ *
+ * \param start_us The clock's first reading.
+ * \param clock_out Receives the new clock; free it with `rk_manual_clock_free`.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_manual_clock_new(uint64_t start_us,
+                                   struct rk_manual_clock **clock_out);
+
+/**
+ * \brief Moves a manual clock forward by `us` microseconds.
+ *
+ * \param clock The clock.
+ * \param us How far to move it.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_manual_clock_advance(const struct rk_manual_clock *clock,
+                                       uint64_t us);
+
+/**
+ * \brief Reads a manual clock.
+ *
+ * \param clock The clock.
+ * \param now_us_out Receives its reading, in microseconds since the Unix epoch.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_manual_clock_now_us(const struct rk_manual_clock *clock,
+                                      uint64_t *now_us_out);
+
+/**
+ * \brief Frees a manual clock. NULL is ignored.
+ *
+ * Backends built on it keep working (they hold what they need).
+ *
+ * \param clock A clock from `rk_manual_clock_new`, or NULL.
+ */
+void rk_manual_clock_free(struct rk_manual_clock *clock);
+
+/**
+ * \brief Creates an in-process memory backend whose limiters read time from a manual clock.
+ *
+ * \param clock The clock.
+ * \param backend_out Receives the new backend; free it with `rk_backend_free`.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_backend_new_memory_with_clock(const struct rk_manual_clock *clock,
+                                                struct rk_backend **backend_out);
 
 /**
  * \brief Creates a concurrent limiter: at most `limit` holders at once (`limit` 1 is a

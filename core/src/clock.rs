@@ -52,16 +52,23 @@ impl Clock for SystemClock {
     }
 }
 
+/// The latest instant a [`ManualClock`] reads: 2^53 µs after the epoch (the year 2255), the
+/// largest instant a Redis script holds exactly as a number. Engines add durations of up to 100
+/// years to the clock's reading, which must not overflow.
+pub const MAX_INSTANT_MICROS: u64 = 1 << 53;
+
 /// A clock that only moves when told to; sleepers wake when it is advanced past their deadline.
+/// Its readings stop at [`MAX_INSTANT_MICROS`].
 #[derive(Clone)]
 pub struct ManualClock {
     now: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl ManualClock {
-    /// A manual clock reading `start_micros` microseconds since the epoch.
+    /// A manual clock reading `start_micros` microseconds since the epoch (at most
+    /// [`MAX_INSTANT_MICROS`]).
     pub fn new(start_micros: u64) -> Self {
-        ManualClock { now: Arc::new(tokio::sync::watch::Sender::new(start_micros)) }
+        ManualClock { now: Arc::new(tokio::sync::watch::Sender::new(start_micros.min(MAX_INSTANT_MICROS))) }
     }
 
     /// Moves the clock forward by `duration` (truncated to whole microseconds).
@@ -71,12 +78,12 @@ impl ManualClock {
 
     /// Moves the clock forward by `micros` microseconds.
     pub fn advance_micros(&self, micros: u64) {
-        self.now.send_modify(|now| *now = now.saturating_add(micros));
+        self.now.send_modify(|now| *now = now.saturating_add(micros).min(MAX_INSTANT_MICROS));
     }
 
     /// Sets the clock to an absolute time (it may move backwards: tests of clock skew use that).
     pub fn set_micros(&self, micros: u64) {
-        self.now.send_replace(micros);
+        self.now.send_replace(micros.min(MAX_INSTANT_MICROS));
     }
 }
 

@@ -31,7 +31,7 @@ pub use backend::{
     lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEADLINE, DEFAULT_PREFIX,
 };
-pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
 pub use decision::{http_seconds, Decision, Lease, LimitStatus};
 pub use error::{Error, ErrorKind, Result};
 pub use limiter::gcra::MAX_AHEAD_CAPACITIES;

@@ -177,3 +177,27 @@ fn two_releases_before_two_waiters_register_wake_both() {
         assert!(outcome.unwrap().allowed);
     }
 }
+
+/// Found by the C fuzz driver: a limiter refusing while an overdue holder was still stored
+/// (full counting live holders only, so nothing was reclaimed) computed `retry_after` from the
+/// overdue holder's expiry, before now: an overflow (a panic in debug builds). It takes a
+/// lower limit than the one the holders were granted under — a deploy (or, later, a live
+/// override) that lowers a limit.
+#[test]
+fn a_refusal_next_to_an_overdue_holder_waits_for_the_earliest_live_one() {
+    let (backend, clock) = setup();
+    let before = backend.concurrent("lowered", 3, Duration::from_secs(1)).unwrap();
+    before.check_blocking(None, 1).unwrap().lease.unwrap();
+    clock.advance(Duration::from_millis(600));
+    before.check_blocking(None, 1).unwrap().lease.unwrap();
+    clock.advance(Duration::from_millis(100));
+    before.check_blocking(None, 1).unwrap().lease.unwrap();
+    clock.advance(Duration::from_millis(500)); // the first holder is overdue, still stored
+    let after = backend.concurrent("lowered", 2, Duration::from_secs(1)).unwrap();
+    let refused = after.check_blocking(None, 1).unwrap();
+    assert!(!refused.allowed);
+    // The second holder (granted 600 ms ago, lock_timeout 1 s) frees the first slot.
+    assert_eq!(refused.retry_after, Duration::from_millis(400));
+    let peeked = after.peek_blocking(None).unwrap();
+    assert_eq!((peeked.allowed, peeked.retry_after), (false, Duration::from_millis(400)));
+}

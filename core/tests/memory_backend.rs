@@ -266,3 +266,38 @@ fn http_headers_round_up_and_name_retry_after_only_when_refused() {
     assert_eq!(refused.http_headers().last(), Some(&("Retry-After", 1)));
     assert_eq!(refused.http_headers()[2], ("RateLimit-Reset", 2)); // 1.999999 s until full
 }
+
+/// Found by the C fuzz driver: a manual clock moved near the end of u64 microseconds made
+/// every engine overflow (`now + interval`), a panic in debug builds. Clock readings now stop
+/// at 2^53 µs (the year 2255, the largest instant a Lua script holds exactly).
+#[test]
+fn a_manual_clock_at_the_end_of_time_saturates_instead_of_overflowing() {
+    for start in [u64::MAX - 5, 1 << 60] {
+        let clock = ManualClock::new(start);
+        let backend = Backend::memory_with(MemoryConfig::default().clock(Arc::new(clock.clone()))).unwrap();
+        clock.advance_micros(u64::MAX);
+        let limiters = [
+            backend.window("w", 2, Duration::from_secs(60)).unwrap(),
+            backend.bucket("b", 2, Duration::from_secs(60)).unwrap(),
+            backend.concurrent("c", 2, Duration::from_secs(60)).unwrap(),
+            backend.token_bucket("t", 1.0, 2).unwrap(),
+            backend
+                .sliding_window(
+                    "s",
+                    &[ratekeeper::SlidingLimit {
+                        duration: Duration::from_secs(60),
+                        limit: 2,
+                        precision: Some(Duration::from_secs(1)),
+                    }],
+                )
+                .unwrap(),
+        ];
+        for limiter in &limiters {
+            for _ in 0..3 {
+                limiter.check_blocking(Some("k"), 1).unwrap();
+            }
+            assert!(!limiter.peek_blocking(Some("k")).unwrap().allowed, "{:?}", limiter.kind());
+        }
+        assert_eq!(clock.now_micros(), 1 << 53);
+    }
+}

@@ -1371,3 +1371,27 @@ fn an_abandon_frees_its_own_lease_whether_it_comes_after_or_before_the_check() {
     let woken: i64 = redis::cmd("LLEN").arg("t:w").query(&mut conn).unwrap();
     assert_eq!(woken, 1, "the freed slot woke one waiter");
 }
+
+/// The Redis side of `a_refusal_next_to_an_overdue_holder_waits_for_the_earliest_live_one`
+/// (core/tests/concurrent.rs): with an overdue holder still stored and the live ones filling a
+/// lowered limit, the script answered a negative `retry_after` (from the overdue holder).
+#[test]
+fn a_refusal_next_to_an_overdue_holder_waits_for_the_earliest_live_one() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let prefix = unique_prefix("c8");
+    let lock = Duration::from_millis(400);
+    let before = backend(&server.url(), &prefix).concurrent("lowered", 3, lock).unwrap();
+    let first = block(before.check(Some(KEY), 1)).unwrap().lease.expect("first holder");
+    std::thread::sleep(Duration::from_millis(200));
+    let second = block(before.check(Some(KEY), 1)).unwrap().lease.expect("second holder");
+    block(before.check(Some(KEY), 1)).unwrap().lease.expect("third holder");
+    std::thread::sleep(Duration::from_millis(250)); // the first is overdue, still stored
+    let after = backend(&server.url(), &prefix).concurrent("lowered", 2, lock).unwrap();
+    let refused = block(after.check(Some(KEY), 1)).unwrap();
+    assert!(!refused.allowed, "{refused:?}");
+    // By the server's clock: the second holder's expiry, less the refusal's instant.
+    let second_expires = second.granted_at_micros + lock.as_micros() as u64;
+    assert!(first.granted_at_micros + (lock.as_micros() as u64) < refused.decided_at_micros);
+    assert_eq!(refused.retry_after, Duration::from_micros(second_expires - refused.decided_at_micros), "{refused:?}");
+}

@@ -70,7 +70,7 @@ fn redis_backend(
     Ok(Backend::redis_with(config)?)
 }
 
-fn publish(out: Out<*mut rk_backend>, inner: Backend) {
+pub(crate) fn publish(out: Out<*mut rk_backend>, inner: Backend) {
     out.write(Box::into_raw(Box::new(rk_backend { inner })));
 }
 

@@ -21,11 +21,13 @@
 // contract each pointer must meet is documented on the function.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-// cbindgen writes the header in the order of these modules (errors, backends, limiters, calls,
+// cbindgen writes the header in the order of these modules (errors, backends, clocks, limiters, calls,
 // test hooks); the blank lines keep rustfmt from sorting them.
 pub mod error;
 
 pub mod backend;
+
+pub mod clock;
 
 pub mod limiter;
 

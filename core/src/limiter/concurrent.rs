@@ -53,7 +53,7 @@ impl Concurrent {
         }
         let allowed = live < self.limit;
         if !allowed || !commit {
-            let retry = if allowed { 0 } else { self.earliest_expiry(state) - now };
+            let retry = if allowed { 0 } else { self.retry_us(state, now, live) };
             let d = decision(allowed, self.limit, self.limit - live.min(self.limit), retry, self.reset_us(state, now));
             return Evaluation { decision: d, changed };
         }
@@ -88,8 +88,17 @@ impl Concurrent {
         }
     }
 
-    fn earliest_expiry(&self, state: &ConcurrentState) -> u64 {
-        state.holders.iter().map(|h| h.expires_at).min().unwrap_or(0)
+    /// For a refused call: the time until the live holders drop below the limit, when the
+    /// `live - limit + 1`-th earliest live lease expires. Overdue holders still stored (full
+    /// with live ones, nothing was reclaimed) do not count: their expiry has passed.
+    fn retry_us(&self, state: &ConcurrentState, now: u64, live: u64) -> u64 {
+        let mut expiries: Vec<u64> = state.holders.iter().map(|h| h.expires_at).filter(|&e| e > now).collect();
+        if expiries.is_empty() {
+            return 0; // not refused: a refusal means `live >= limit >= 1`
+        }
+        let index = (live.saturating_sub(self.limit) as usize).min(expiries.len() - 1);
+        let (_, expiry, _) = expiries.select_nth_unstable(index);
+        *expiry - now
     }
 
     fn reset_us(&self, state: &ConcurrentState, now: u64) -> u64 {

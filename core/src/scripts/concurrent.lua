@@ -88,7 +88,10 @@ local function reset_after() return math.max(latest_expiry() - now, 0) end
 if not allowed or op ~= 'check' then
   local retry = 0
   if not allowed then
-    retry = tonumber(redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2]) - now
+    -- When the live holders drop below the limit: overdue holders still stored (full with
+    -- live ones, nothing was reclaimed) have expired already and do not count.
+    local freeing = redis.call('ZRANGEBYSCORE', holders, '(' .. fmt(now), '+inf', 'WITHSCORES', 'LIMIT', live - limit, 1)
+    retry = tonumber(freeing[2]) - now
   end
   return {allowed and 1 or 0, limit, limit - math.min(live, limit), retry, reset_after(), now, 0, reclaimed}
 end

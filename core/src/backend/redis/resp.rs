@@ -4,6 +4,11 @@
 
 use redis::{RedisResult, Value};
 
+/// The largest length a reply header may announce: Redis' own ceiling for a bulk string
+/// (`proto-max-bulk-len` is at most 512 MB) and far above any aggregate a script returns. A
+/// larger one is a corrupt or hostile reply, refused rather than waited for.
+const MAX_LENGTH: u64 = 1 << 32;
+
 /// The length of the first whole RESP2/RESP3 value in `buf`: `Ok(None)` while incomplete.
 pub(crate) fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, String> {
     let mut pos = 0usize;
@@ -15,28 +20,35 @@ pub(crate) fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, String
         let header = &buf[pos + 1..pos + line];
         pos += line + 2;
         pending -= 1;
-        let length = || -> std::result::Result<i64, String> {
-            std::str::from_utf8(header)
-                .ok()
-                .and_then(|h| h.parse().ok())
-                .ok_or_else(|| format!("bad length {:?}", String::from_utf8_lossy(header)))
+        // The announced length: `None` for a null (-1).
+        let length = || -> std::result::Result<Option<u64>, String> {
+            let bad = || format!("bad length {:?}", String::from_utf8_lossy(header));
+            match std::str::from_utf8(header).ok().and_then(|h| h.parse::<i64>().ok()).ok_or_else(bad)? {
+                -1 => Ok(None),
+                n @ 0.. if n as u64 <= MAX_LENGTH => Ok(Some(n as u64)),
+                _ => Err(bad()),
+            }
         };
         match kind {
             b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
             b'$' | b'=' | b'!' => {
-                let n = length()?;
-                if n >= 0 {
+                if let Some(n) = length()? {
+                    // No overflow: n is at most MAX_LENGTH and pos at most buf.len().
                     pos += n as usize + 2;
                     if pos > buf.len() {
                         return Ok(None);
                     }
                 }
             }
-            b'*' | b'~' | b'>' => pending += length()?.max(0) as u64,
-            b'%' => pending += 2 * length()?.max(0) as u64,
+            b'*' | b'~' | b'>' => pending += length()?.unwrap_or(0),
+            b'%' => pending += 2 * length()?.unwrap_or(0),
             // An attribute map comes before the value it describes.
-            b'|' => pending += 2 * length()?.max(0) as u64 + 1,
+            b'|' => pending += 2 * length()?.unwrap_or(0) + 1,
             other => return Err(format!("unexpected type byte {other:#04x}")),
+        }
+        // Keeps the count far from overflowing: no real reply nests this many values.
+        if pending > MAX_LENGTH * 4 {
+            return Err(format!("{pending} nested values announced"));
         }
     }
     Ok(Some(pos))
@@ -84,6 +96,12 @@ mod tests {
         assert_eq!(frame_len(b"*-1\r\n"), Ok(Some(5)));
         assert!(frame_len(b"?x\r\n").is_err());
         assert!(frame_len(b"$x\r\n").is_err());
+        // Found by the fuzz tests below: these lengths overflowed the count (a panic in debug
+        // builds, a misframed reply in release ones).
+        assert!(frame_len(b"*9223372036854775807\r\n").is_err());
+        assert!(frame_len(b"|9223372036854775807\r\n").is_err());
+        assert!(frame_len(b"$-2\r\n").is_err());
+        assert_eq!(frame_len(b"$-1\r\n"), Ok(Some(5)));
     }
 
     #[test]
@@ -98,5 +116,111 @@ mod tests {
         let nested = parse_frame(b"*2\r\n*1\r\n:1\r\n-ERR x\r\n").unwrap();
         assert!(matches!(&nested, Value::Array(v) if v.len() == 2), "{nested:?}");
         assert!(matches!(parse_frame(b"+OK\r\n").unwrap(), Value::Okay | Value::SimpleString(_)));
+    }
+}
+
+/// Hostile and random input for the reply reader: it reads bytes from the network, so no input
+/// may panic it, and every valid reply must frame exactly.
+#[cfg(test)]
+mod fuzz {
+    use super::{frame_len, parse_frame};
+    use proptest::prelude::*;
+
+    /// A RESP2/RESP3 value, serialized.
+    fn value() -> impl Strategy<Value = Vec<u8>> {
+        let leaf = prop_oneof![
+            any::<i64>().prop_map(|i| format!(":{i}\r\n").into_bytes()),
+            "[a-zA-Z0-9 ]{0,12}".prop_map(|s| format!("+{s}\r\n").into_bytes()),
+            "[A-Z]{1,8} [a-z ]{0,12}".prop_map(|s| format!("-{s}\r\n").into_bytes()),
+            proptest::collection::vec(any::<u8>(), 0..24).prop_map(|b| {
+                let mut out = format!("${}\r\n", b.len()).into_bytes();
+                out.extend_from_slice(&b);
+                out.extend_from_slice(b"\r\n");
+                out
+            }),
+            Just(b"$-1\r\n".to_vec()),
+            Just(b"_\r\n".to_vec()),
+            Just(b"#t\r\n".to_vec()),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| format!(",{f}\r\n").into_bytes()),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            (prop_oneof![Just('*'), Just('~'), Just('>'), Just('%')], proptest::collection::vec(inner, 0..6)).prop_map(
+                |(kind, items)| {
+                    let (header, items) = if kind == '%' {
+                        let pairs = items.len() / 2;
+                        (pairs, items[..pairs * 2].to_vec())
+                    } else {
+                        (items.len(), items)
+                    };
+                    let mut out = format!("{kind}{header}\r\n").into_bytes();
+                    items.iter().for_each(|item| out.extend_from_slice(item));
+                    out
+                },
+            )
+        })
+    }
+
+    /// Bytes that look like RESP headers with extreme lengths, mixed with random bytes.
+    fn hostile() -> impl Strategy<Value = Vec<u8>> {
+        let header = (
+            prop_oneof![
+                Just(b'*'),
+                Just(b'$'),
+                Just(b'%'),
+                Just(b'|'),
+                Just(b'~'),
+                Just(b'='),
+                Just(b'!'),
+                any::<u8>()
+            ],
+            prop_oneof![
+                Just(i64::MAX),
+                Just(i64::MIN),
+                Just(i64::MAX / 2),
+                Just(u32::MAX as i64),
+                Just(-1),
+                Just(-2),
+                any::<i64>()
+            ],
+        )
+            .prop_map(|(kind, n)| {
+                let mut out = vec![kind];
+                out.extend_from_slice(format!("{n}\r\n").as_bytes());
+                out
+            });
+        proptest::collection::vec(prop_oneof![header, proptest::collection::vec(any::<u8>(), 0..8)], 1..8)
+            .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        // PROPTEST_CASES=1000000 for a long run (see the README).
+        #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000), ..ProptestConfig::default() })]
+
+        #[test]
+        fn valid_replies_frame_exactly_and_prefixes_wait(reply in value(), trailing in proptest::collection::vec(any::<u8>(), 0..8)) {
+            let mut buf = reply.clone();
+            buf.extend_from_slice(&trailing);
+            prop_assert_eq!(frame_len(&buf), Ok(Some(reply.len())));
+            for cut in 0..reply.len() {
+                prop_assert_eq!(frame_len(&reply[..cut]), Ok(None));
+            }
+            let _ = parse_frame(&reply);
+        }
+
+        #[test]
+        fn hostile_bytes_never_panic(buf in hostile()) {
+            if let Ok(Some(len)) = frame_len(&buf) {
+                prop_assert!(len <= buf.len());
+                let _ = parse_frame(&buf[..len]);
+            }
+        }
+
+        #[test]
+        fn random_bytes_never_panic(buf in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(Some(len)) = frame_len(&buf) {
+                prop_assert!(len <= buf.len());
+                let _ = parse_frame(&buf[..len]);
+            }
+        }
     }
 }
