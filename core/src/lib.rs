@@ -18,7 +18,6 @@
 mod backend;
 mod clock;
 mod decision;
-pub mod driven;
 mod error;
 mod limiter;
 mod limiter_handle;
@@ -27,6 +26,7 @@ pub mod params;
 mod runtime;
 mod shedder;
 
+pub use backend::redis::driven;
 pub use backend::{
     lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEADLINE, DEFAULT_PREFIX,

@@ -12,8 +12,13 @@
 //! within 0.1% of the exact time per unit (a limiter that cannot be is refused). The state is
 //! kept in nanoseconds whatever the tick, so a limiter whose spec changes keeps its state.
 
-use super::{decision, Evaluation};
-use crate::backend::Op;
+use std::sync::LazyLock;
+
+use redis::Cmd;
+
+use super::decision;
+use super::engine::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
+use super::script::LuaScript;
 use crate::error::{Error, Result};
 use crate::params::{micros, MAX_COUNT, MAX_DURATION};
 
@@ -165,9 +170,84 @@ impl Gcra {
         *tat = now.saturating_mul(NS_PER_US).saturating_add(new_used * self.tick_ns);
         true
     }
+}
 
-    /// The instant (microseconds) after which this state is indistinguishable from a full bucket.
-    pub(crate) fn expires_at(&self, tat: &GcraState) -> u64 {
+/// `gcra.lua`: applies the rule's write and returns the state it read.
+pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("gcra", include_str!("gcra.lua")));
+
+/// What `gcra.lua` returns: the state it read (whole microseconds, and nanoseconds within the
+/// microsecond) and the instant it read it at.
+struct Reply {
+    tat_us: i64,
+    tat_ns: i64,
+    now: i64,
+}
+
+impl Reply {
+    fn read(reply: &[i64]) -> Result<Reply> {
+        match *reply {
+            [tat_us, tat_ns, now] => Ok(Reply { tat_us, tat_ns, now }),
+            _ => Err(malformed("GCRA", reply)),
+        }
+    }
+}
+
+impl Engine for Gcra {
+    type State = GcraState;
+
+    #[inline]
+    fn apply(&self, tat: &mut GcraState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
+        match op {
+            Op::Check { .. } | Op::Peek | Op::Adjust { .. } => {
+                let mut e = self.run(tat, now, op);
+                *changed = e.changed;
+                e.decision.decided_at_micros = now;
+                Ok(Outcome::of(e.decision))
+            }
+            _ => Err(not_applicable(op, self)),
+        }
+    }
+
+    /// The instant at which the bucket is full again.
+    #[inline]
+    fn expires_at(&self, tat: &GcraState) -> u64 {
         tat.div_ceil(NS_PER_US)
+    }
+
+    fn script(&self) -> Option<&'static LuaScript> {
+        Some(&SCRIPT)
+    }
+
+    fn keys(&self, _op: Op) -> &'static [&'static str] {
+        &["s"]
+    }
+
+    fn state_keys(&self) -> &'static [&'static str] {
+        &["s"]
+    }
+
+    /// `tick_ns emission tau max_ahead first second`: a check's cost (and 0), an adjustment's
+    /// estimate and actual, or 0 0 for a peek.
+    fn encode(&self, op: Op, cmd: &mut Cmd) -> Result<()> {
+        let (first, second) = match op {
+            Op::Check { cost, .. } => (cost, 0),
+            Op::Adjust { estimate, actual } => (estimate, actual),
+            Op::Peek => (0, 0),
+            _ => return Err(not_applicable(op, self)),
+        };
+        // Written straight into the command (no per-argument `String`s): the hot path.
+        cmd.arg(self.tick_ns).arg(self.emission).arg(self.tau).arg(self.max_ahead).arg(first).arg(second);
+        Ok(())
+    }
+
+    /// The script applied the rule's write; the decision is the rule's own (see `gcra.lua`),
+    /// replayed here on the state the script read.
+    fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
+        let r = Reply::read(reply)?;
+        let mut tat = (r.tat_us.max(0) as u64).saturating_mul(1000).saturating_add(r.tat_ns.clamp(0, 999) as u64);
+        let now = r.now.max(0) as u64;
+        let mut decision = self.run(&mut tat, now, op).decision;
+        decision.decided_at_micros = now;
+        Ok(Outcome::of(decision))
     }
 }
