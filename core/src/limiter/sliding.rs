@@ -320,8 +320,14 @@ impl Engine for Sliding {
         Some(&SCRIPT)
     }
 
+    /// The hash (`h`), and the sorted set of sub-buckets (`b`) only when some limit has them:
+    /// a fixed window is a counter in the hash.
     fn keys(&self, _op: Op) -> &'static [&'static str] {
-        &["h", "b"]
+        if self.limits.iter().all(|l| l.blocks == 1) {
+            &["h"]
+        } else {
+            &["h", "b"]
+        }
     }
 
     fn state_keys(&self) -> &'static [&'static str] {

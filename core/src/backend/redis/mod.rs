@@ -580,3 +580,42 @@ impl ReleaseWaiter for RedisBackend {
         Box::pin(async move { self.wait_for_wake_up(list_key, timeout).await })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::limiter::{LimiterSpec, SlidingLimit};
+
+    /// The keys a call passes (KEYS), as their roles' suffixes.
+    fn keys_of(spec: LimiterSpec) -> Vec<String> {
+        let backend = RedisBackend::new(RedisConfig::new("redis://127.0.0.1:1")).unwrap();
+        let algorithm = spec.compile().unwrap();
+        let call = backend.prepare(spec.kind(), "n", "k", &algorithm, Op::Check { cost: 1, lease_id: 0 }).unwrap();
+        let args: Vec<Vec<u8>> = call
+            .cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .collect();
+        let count: usize = std::str::from_utf8(&args[2]).unwrap().parse().unwrap();
+        args[3..3 + count].iter().map(|k| String::from_utf8_lossy(k).rsplit(':').nth(1).unwrap().to_owned()).collect()
+    }
+
+    /// A fixed window (one block per limit) is a counter in the hash alone: its call does not
+    /// pass the sorted set that only sub-buckets use.
+    #[test]
+    fn fixed_windows_pass_only_the_hash() {
+        let second = Duration::from_secs(1);
+        assert_eq!(keys_of(LimiterSpec::Bucket { limit: 5, interval: second }), ["h"]);
+        let fixed = |duration| SlidingLimit { duration, limit: 5, precision: None };
+        let two_fixed = LimiterSpec::SlidingWindow { limits: vec![fixed(second), fixed(60 * second)] };
+        assert_eq!(keys_of(two_fixed), ["h"]);
+        let sub_buckets = SlidingLimit { duration: 60 * second, limit: 5, precision: Some(second) };
+        let mixed = LimiterSpec::SlidingWindow { limits: vec![fixed(second), sub_buckets] };
+        assert_eq!(keys_of(mixed), ["h", "b"]);
+    }
+}
