@@ -9,6 +9,7 @@
 //! - [`log`]: the exact sliding window (single and multi-window);
 //! - [`concurrent`]: leases with fencing tokens.
 
+pub(crate) mod calendar_period;
 pub(crate) mod concurrent;
 pub mod gcra;
 pub(crate) mod log;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use crate::decision::{Decision, LimitStatus};
 use crate::error::{Error, Result};
 
+pub use calendar_period::CalendarPeriod;
 pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
 
 /// A compiled limiter: integer microseconds, ready to evaluate.
