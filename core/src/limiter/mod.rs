@@ -13,6 +13,7 @@
 //!
 //! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
 
+pub(crate) mod calendar_period;
 pub(crate) mod concurrent;
 pub(crate) mod engine;
 pub mod gcra;
@@ -28,6 +29,7 @@ use redis::Cmd;
 
 use crate::decision::{Decision, LimitStatus};
 use crate::error::{Error, Result};
+pub use calendar_period::CalendarPeriod;
 pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Wake, WakeList};
 use script::LuaScript;
 pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
