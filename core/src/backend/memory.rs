@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
+use crate::limiter::calendar::CalendarState;
 use crate::limiter::concurrent::ConcurrentState;
 use crate::limiter::log::LogState;
 use crate::limiter::sliding::SlidingState;
@@ -73,6 +74,7 @@ enum State {
     Log(Box<LogState>),
     /// The semaphore holds one wake-up per freed slot (see [`crate::limiter::Wake::Local`]).
     Concurrent(Box<(ConcurrentState, Arc<Semaphore>)>),
+    Calendar(CalendarState),
 }
 
 impl State {
@@ -81,6 +83,7 @@ impl State {
             Algorithm::Gcra(_) => State::Gcra(0),
             Algorithm::Sliding(_) => State::Sliding(Box::default()),
             Algorithm::Log(_) => State::Log(Box::default()),
+            Algorithm::Calendar(_) => State::Calendar(CalendarState::default()),
             Algorithm::Concurrent(_) | Algorithm::Unlimited => {
                 State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Semaphore::new(0)))))
             }
@@ -94,6 +97,7 @@ impl State {
             (Algorithm::Sliding(s), State::Sliding(state)) => s.expires_at(state),
             (Algorithm::Log(l), State::Log(state)) => l.expires_at(state),
             (Algorithm::Concurrent(c), State::Concurrent(state)) => c.expires_at(state),
+            (Algorithm::Calendar(c), State::Calendar(state)) => c.expires_at(state),
             _ => 0,
         }
     }
@@ -416,6 +420,7 @@ fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &m
         (Algorithm::Sliding(s), State::Sliding(st)) => s.apply(st, now, op, changed),
         (Algorithm::Log(l), State::Log(st)) => l.apply(st, now, op, changed),
         (Algorithm::Concurrent(c), State::Concurrent(st)) => c.apply(st, now, op, changed),
+        (Algorithm::Calendar(c), State::Calendar(st)) => c.apply(st, now, op, changed),
         (algorithm, _) => Err(mismatch(algorithm, op)),
     }
 }

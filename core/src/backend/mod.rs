@@ -18,7 +18,7 @@ pub use memory::MemoryConfig;
 
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::limiter::{LimiterSpec, SlidingLimit, WindowLimit};
+use crate::limiter::{CalendarPeriod, LimiterSpec, SlidingLimit, WindowLimit};
 use crate::limiter_handle::Limiter;
 use crate::params::validate_name;
 
@@ -166,5 +166,18 @@ impl Backend {
     /// `capacity` points refilled completely in `refill`; correct estimates with `points_used`.
     pub fn points(&self, name: &str, capacity: u64, refill: Duration) -> Result<Limiter> {
         self.limiter(name, LimiterSpec::Points { capacity, refill })
+    }
+
+    /// `limit` per calendar `period` in IANA time zone `tz`; monthly periods start on day
+    /// `anchor` (1-31, clamped to the month's last day; default 1).
+    pub fn calendar(
+        &self,
+        name: &str,
+        limit: u64,
+        period: CalendarPeriod,
+        tz: &str,
+        anchor: Option<u8>,
+    ) -> Result<Limiter> {
+        self.limiter(name, LimiterSpec::Calendar { limit, period, tz: tz.to_owned(), anchor })
     }
 }

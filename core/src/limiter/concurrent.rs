@@ -219,7 +219,7 @@ impl Engine for Concurrent {
     }
 
     /// `limit lock_us lease_id` (the lease id in 32 hex digits).
-    fn encode(&self, op: Op, cmd: &mut Cmd) -> Result<()> {
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         let lease_id = match op {
             Op::Check { lease_id, .. }
             | Op::Release { lease_id }

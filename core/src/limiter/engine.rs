@@ -156,8 +156,9 @@ pub(crate) trait Engine {
     fn state_keys(&self) -> &'static [&'static str];
 
     /// Appends the arguments of `op` after the verb and the instant; refuses an operation that
-    /// does not apply to this engine.
-    fn encode(&self, op: Op, cmd: &mut Cmd) -> Result<()>;
+    /// does not apply to this engine. `now` is the instant sent with the call (a manual
+    /// clock's); `None`: the script reads the server's TIME.
+    fn encode(&self, op: Op, now: Option<u64>, cmd: &mut Cmd) -> Result<()>;
 
     /// The outcome of `op` from its script's reply.
     fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome>;

@@ -228,7 +228,7 @@ impl Engine for Gcra {
 
     /// `tick_ns emission tau max_ahead first second`: a check's cost (and 0), an adjustment's
     /// estimate and actual, or 0 0 for a peek.
-    fn encode(&self, op: Op, cmd: &mut Cmd) -> Result<()> {
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         let (first, second) = match op {
             Op::Check { cost, .. } => (cost, 0),
             Op::Adjust { estimate, actual } => (estimate, actual),

@@ -196,7 +196,7 @@ impl Engine for Log {
     }
 
     /// `cost longest_us fingerprint n (limit interval_us)…`
-    fn encode(&self, op: Op, cmd: &mut Cmd) -> Result<()> {
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         if !matches!(op, Op::Check { .. } | Op::Peek) {
             return Err(not_applicable(op, self));
         }

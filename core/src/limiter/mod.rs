@@ -9,10 +9,12 @@
 //! - [`sliding`]: fixed buckets and Carlson's sliding windows with sub-buckets;
 //! - [`log`]: the exact sliding window (single and multi-window);
 //! - [`concurrent`]: leases with fencing tokens;
+//! - [`calendar`]: quotas per calendar day, week, month or year in a time zone;
 //! - [`unlimited`]: always allows.
 //!
 //! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
 
+pub(crate) mod calendar;
 pub(crate) mod calendar_period;
 pub(crate) mod concurrent;
 pub(crate) mod engine;
@@ -41,6 +43,7 @@ pub(crate) enum Algorithm {
     Sliding(sliding::Sliding),
     Log(log::Log),
     Concurrent(concurrent::Concurrent),
+    Calendar(calendar::Calendar),
     Unlimited,
 }
 
@@ -53,6 +56,7 @@ macro_rules! with_engine {
             Algorithm::Sliding($e) => $body,
             Algorithm::Log($e) => $body,
             Algorithm::Concurrent($e) => $body,
+            Algorithm::Calendar($e) => $body,
             Algorithm::Unlimited => {
                 let $e = &unlimited::Unlimited;
                 $body
@@ -80,8 +84,8 @@ impl Algorithm {
 
     /// See [`Engine::encode`].
     #[inline]
-    pub(crate) fn encode(&self, op: Op, cmd: &mut Cmd) -> Result<()> {
-        with_engine!(self, e => e.encode(op, cmd))
+    pub(crate) fn encode(&self, op: Op, now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
+        with_engine!(self, e => e.encode(op, now, cmd))
     }
 
     /// See [`Engine::decode`].
@@ -103,6 +107,7 @@ impl Algorithm {
             Algorithm::Sliding(s) => s.smallest_limit(),
             Algorithm::Log(l) => l.smallest_limit(),
             Algorithm::Concurrent(c) => c.limit,
+            Algorithm::Calendar(c) => c.limit,
             Algorithm::Unlimited => crate::params::MAX_COUNT,
         }
     }

@@ -88,8 +88,14 @@ impl LuaScript {
 }
 
 /// Every engine's script, for tools and benchmarks.
-fn all() -> [&'static LazyLock<LuaScript>; 4] {
-    [&super::gcra::SCRIPT, &super::sliding::SCRIPT, &super::log::SCRIPT, &super::concurrent::SCRIPT]
+fn all() -> [&'static LazyLock<LuaScript>; 5] {
+    [
+        &super::gcra::SCRIPT,
+        &super::sliding::SCRIPT,
+        &super::log::SCRIPT,
+        &super::concurrent::SCRIPT,
+        &super::calendar::SCRIPT,
+    ]
 }
 
 /// Every script as (name, text as loaded into Redis), for tools and benchmarks.

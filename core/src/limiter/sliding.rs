@@ -335,7 +335,7 @@ impl Engine for Sliding {
     }
 
     /// `cost fingerprint n (limit duration_us precision_us blocks)…`
-    fn encode(&self, op: Op, cmd: &mut Cmd) -> Result<()> {
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         if !matches!(op, Op::Check { .. } | Op::Peek) {
             return Err(not_applicable(op, self));
         }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::calendar::Calendar;
+use super::calendar_period::{CalendarClock, CalendarPeriod};
 use super::concurrent::Concurrent;
 use super::gcra::Gcra;
 use super::log::Log;
@@ -83,6 +85,18 @@ pub enum LimiterSpec {
         /// Time for an empty bucket to refill completely.
         refill: Duration,
     },
+    /// At most `limit` per calendar period in time zone `tz` (see [`CalendarPeriod`]).
+    Calendar {
+        /// Units per period.
+        limit: u64,
+        /// Day, ISO week (from Monday), month or year.
+        period: CalendarPeriod,
+        /// An IANA time zone name, e.g. `"Europe/Berlin"` or `"UTC"`.
+        tz: String,
+        /// Monthly periods only: the day of the month they start on (1-31, clamped to the
+        /// month's last day; default 1).
+        anchor: Option<u8>,
+    },
     /// Always allows; touches no backend.
     Unlimited,
 }
@@ -106,6 +120,8 @@ pub enum Kind {
     Leaky,
     /// [`LimiterSpec::Points`].
     Points,
+    /// [`LimiterSpec::Calendar`].
+    Calendar,
     /// [`LimiterSpec::Unlimited`].
     Unlimited,
 }
@@ -121,6 +137,7 @@ impl Kind {
             Kind::TokenBucket => "token_bucket",
             Kind::Leaky => "leaky",
             Kind::Points => "points",
+            Kind::Calendar => "calendar",
             Kind::Unlimited => "unlimited",
         }
     }
@@ -137,6 +154,7 @@ impl LimiterSpec {
             LimiterSpec::TokenBucket { .. } => Kind::TokenBucket,
             LimiterSpec::Leaky { .. } => Kind::Leaky,
             LimiterSpec::Points { .. } => Kind::Points,
+            LimiterSpec::Calendar { .. } => Kind::Calendar,
             LimiterSpec::Unlimited => Kind::Unlimited,
         }
     }
@@ -164,6 +182,9 @@ impl LimiterSpec {
             LimiterSpec::Leaky { size, drain } => LimiterSpec::Leaky { size: part(*size), drain: *drain },
             LimiterSpec::Points { capacity, refill } => {
                 LimiterSpec::Points { capacity: part(*capacity), refill: *refill }
+            }
+            LimiterSpec::Calendar { limit, period, tz, anchor } => {
+                LimiterSpec::Calendar { limit: part(*limit), period: *period, tz: tz.clone(), anchor: *anchor }
             }
             LimiterSpec::Unlimited => LimiterSpec::Unlimited,
         }
@@ -249,6 +270,10 @@ impl LimiterSpec {
                 let refill_us = micros(validate_duration("refill", *refill)?);
                 Algorithm::Gcra(Gcra::compile("capacity", capacity, "refill", per_unit(refill_us, capacity))?)
             }
+            LimiterSpec::Calendar { limit, period, tz, anchor } => Algorithm::Calendar(Calendar {
+                limit: validate_count("limit", *limit)?,
+                clock: CalendarClock::new(*period, tz, *anchor)?,
+            }),
             LimiterSpec::Unlimited => Algorithm::Unlimited,
         })
     }

@@ -34,7 +34,7 @@ impl Engine for Unlimited {
         &[]
     }
 
-    fn encode(&self, op: Op, _cmd: &mut Cmd) -> Result<()> {
+    fn encode(&self, op: Op, _now: Option<u64>, _cmd: &mut Cmd) -> Result<()> {
         Err(not_applicable(op, self))
     }
 

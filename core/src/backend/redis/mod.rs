@@ -362,11 +362,12 @@ impl RedisBackend {
             cmd.arg(keys.key(role));
         }
         cmd.arg(op.verb());
-        match &self.manual_clock {
-            Some(clock) => cmd.arg(clock.now_micros()),
+        let now = self.manual_clock.as_ref().map(|clock| clock.now_micros());
+        match now {
+            Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        algorithm.encode(op, &mut cmd)?;
+        algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
         Ok(ScriptCall { script, cmd, wake_key })
     }
