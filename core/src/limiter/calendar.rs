@@ -13,13 +13,14 @@ use std::sync::LazyLock;
 
 use redis::Cmd;
 
-use super::calendar_period::CalendarClock;
+use super::calendar_period::{CalendarClock, CalendarPeriod};
 use super::decision;
 use super::engine::{malformed, not_applicable, Engine, Op, Outcome};
 use super::script::LuaScript;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::Result;
+use crate::params::validate_count;
 
 /// A compiled calendar quota.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +37,11 @@ pub(crate) struct CalendarState {
 }
 
 impl Calendar {
+    /// Compiles `calendar(limit, period, tz, anchor)`, naming a bad parameter.
+    pub(crate) fn compile(limit: u64, period: CalendarPeriod, tz: &str, anchor: Option<u8>) -> Result<Calendar> {
+        Ok(Calendar { limit: validate_count("limit", limit)?, clock: CalendarClock::new(period, tz, anchor)? })
+    }
+
     /// The rule: decides `op` (a check or a peek, which asks about cost 1) at `now`, given
     /// `count` units recorded in the period ending at `end_us` (which contains `now`). Returns
     /// the decision and, for an admitted check, the count to record.
@@ -90,6 +96,7 @@ impl Reply {
 impl Engine for Calendar {
     type State = CalendarState;
 
+    #[inline]
     fn apply(&self, state: &mut CalendarState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
         if !matches!(op, Op::Check { .. } | Op::Peek) {
             return Err(not_applicable(op, self));

@@ -12,7 +12,10 @@ use super::decision;
 use super::engine::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome, Wake, WakeList};
 use super::script::LuaScript;
 use crate::decision::Lease;
+use std::time::Duration;
+
 use crate::error::{Error, Result};
+use crate::params::{micros, validate_count, validate_duration};
 
 /// Parameters in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +51,14 @@ pub(crate) enum Released {
 }
 
 impl Concurrent {
+    /// Compiles `concurrent(limit, lock_timeout)`, naming a bad parameter.
+    pub(crate) fn compile(limit: u64, lock_timeout: Duration) -> Result<Concurrent> {
+        Ok(Concurrent {
+            limit: validate_count("limit", limit)?,
+            lock_us: micros(validate_duration("lock_timeout", lock_timeout)?),
+        })
+    }
+
     /// Tries to grant lease `id` (or, when `commit` is false, tells whether one would be granted).
     pub(crate) fn evaluate(&self, state: &mut ConcurrentState, now: u64, id: u128, commit: bool) -> Evaluation {
         let live = state.holders.iter().filter(|h| h.expires_at > now).count() as u64;
@@ -156,6 +167,7 @@ impl Engine for Concurrent {
     /// The holders, and the wake-ups of waiters (see [`Wake::Local`]).
     type State = (ConcurrentState, Arc<Semaphore>);
 
+    #[inline]
     fn apply(&self, state: &mut Self::State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
         let (st, wake_ups) = state;
         match op {

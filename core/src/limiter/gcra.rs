@@ -20,7 +20,9 @@ use super::decision;
 use super::engine::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::script::LuaScript;
 use crate::error::{Error, Result};
-use crate::params::{micros, MAX_COUNT, MAX_DURATION};
+use std::time::Duration;
+
+use crate::params::{micros, validate_count, validate_duration, MAX_COUNT, MAX_DURATION};
 
 /// How far ahead of now the TAT may run, in capacities: a charge reported through
 /// `points_used` beyond capacity is debt the bucket waits out, up to 15 capacities beyond empty
@@ -54,6 +56,32 @@ pub(crate) struct Gcra {
 pub(crate) type GcraState = u64;
 
 impl Gcra {
+    /// Compiles `token_bucket(rate, capacity)`: `rate` tokens per second (at most 1,000,000).
+    pub(crate) fn token_bucket(rate: f64, capacity: u64) -> Result<Gcra> {
+        if !rate.is_finite() || rate <= 0.0 || rate > 1e6 {
+            return Err(Error::invalid(
+                "rate",
+                format!("must be a finite number above 0 and at most 1000000 per second, got {rate}"),
+            ));
+        }
+        let capacity = validate_count("capacity", capacity)?;
+        Gcra::compile("capacity", capacity, "rate", |ticks_per_us| 1e6 * ticks_per_us as f64 / rate)
+    }
+
+    /// Compiles `leaky(size, drain)`: a full bucket drains in `drain`.
+    pub(crate) fn leaky(size: u64, drain: Duration) -> Result<Gcra> {
+        let size = validate_count("size", size)?;
+        let drain_us = micros(validate_duration("drain", drain)?);
+        Gcra::compile("size", size, "drain", per_unit(drain_us, size))
+    }
+
+    /// Compiles `points(capacity, refill)`: an empty bucket refills in `refill`.
+    pub(crate) fn points(capacity: u64, refill: Duration) -> Result<Gcra> {
+        let capacity = validate_count("capacity", capacity)?;
+        let refill_us = micros(validate_duration("refill", refill)?);
+        Gcra::compile("capacity", capacity, "refill", per_unit(refill_us, capacity))
+    }
+
     /// Builds the engine for `capacity` units earned back at `units_per_us(ticks_per_us)`: the
     /// exact time per unit in ticks, given the ticks per microsecond. Chooses the finest tick
     /// whose horizon (`max_ahead`) fits 2^53 ticks; refuses, naming `period_name`, a time per
@@ -170,6 +198,11 @@ impl Gcra {
         *tat = now.saturating_mul(NS_PER_US).saturating_add(new_used * self.tick_ns);
         true
     }
+}
+
+/// The exact time per unit of `units` earned in `period_us`, in ticks of `1/ticks_per_us` µs.
+fn per_unit(period_us: u64, units: u64) -> impl Fn(u64) -> f64 {
+    move |ticks_per_us| (period_us as f64 * ticks_per_us as f64) / units as f64
 }
 
 /// `gcra.lua`: applies the rule's write and returns the state it read.

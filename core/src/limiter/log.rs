@@ -19,7 +19,9 @@ use super::engine::{malformed, not_applicable, DecisionReply, Engine, Evaluation
 use super::script::LuaScript;
 use super::Combine;
 use crate::decision::LimitStatus;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::limiter::WindowLimit;
+use crate::params::{micros, validate_count, validate_duration};
 
 /// The windows of one limiter, in microseconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +68,20 @@ impl LogState {
 }
 
 impl Log {
+    /// Compiles `window` / `windows`, naming a bad parameter.
+    pub(crate) fn compile(windows: &[WindowLimit]) -> Result<Log> {
+        if windows.is_empty() {
+            return Err(Error::invalid("windows", "at least one window is required"));
+        }
+        let mut compiled = Vec::with_capacity(windows.len());
+        for w in windows {
+            compiled.push((validate_count("limit", w.limit)?, micros(validate_duration("interval", w.interval)?)));
+        }
+        let longest_us = compiled.iter().map(|w| w.1).max().unwrap_or(0);
+        let fingerprint = super::fingerprint(compiled.iter().flat_map(|&(limit, interval)| [limit, interval]));
+        Ok(Log { windows: compiled.into_boxed_slice(), longest_us, fingerprint })
+    }
+
     /// The smallest limit: a cost above it can never be admitted.
     pub(crate) fn smallest_limit(&self) -> u64 {
         self.windows.iter().map(|w| w.0).min().unwrap_or(0)
@@ -167,6 +183,7 @@ impl Reply {
 impl Engine for Log {
     type State = LogState;
 
+    #[inline]
     fn apply(&self, state: &mut LogState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
         let commit = match op {
             Op::Check { .. } => true,

@@ -24,7 +24,14 @@ use redis::Cmd;
 use super::engine::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::script::LuaScript;
 use super::Combine;
-use crate::error::Result;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::limiter::SlidingLimit;
+use crate::params::{micros, validate_count, validate_duration};
+
+/// The most sub-buckets one sliding-window limit may have (memory is O(duration/precision)).
+pub const MAX_BLOCKS: u64 = 100_000;
 
 /// One limit, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +186,42 @@ impl SlidingParams {
 }
 
 impl Sliding {
+    /// Compiles `bucket(limit, interval)`: one fixed window aligned to the epoch.
+    pub(crate) fn bucket(limit: u64, interval: Duration) -> Result<Sliding> {
+        let limit = validate_count("limit", limit)?;
+        let interval_us = micros(validate_duration("interval", interval)?);
+        Ok(Sliding::new(vec![SlidingParams { limit, duration_us: interval_us, precision_us: interval_us, blocks: 1 }]))
+    }
+
+    /// Compiles `sliding_window(limits)`, naming a bad parameter.
+    pub(crate) fn compile(limits: &[SlidingLimit]) -> Result<Sliding> {
+        if limits.is_empty() {
+            return Err(Error::invalid("limits", "at least one limit is required"));
+        }
+        let mut compiled = Vec::with_capacity(limits.len());
+        for l in limits {
+            let duration_us = micros(validate_duration("duration", l.duration)?);
+            let precision_us = match l.precision {
+                Some(p) => micros(validate_duration("precision", p)?).min(duration_us),
+                None => duration_us,
+            };
+            let blocks = duration_us.div_ceil(precision_us);
+            if blocks > MAX_BLOCKS {
+                return Err(Error::invalid(
+                    "precision",
+                    format!("duration/precision must be at most {MAX_BLOCKS} sub-buckets, got {blocks}"),
+                ));
+            }
+            compiled.push(SlidingParams {
+                limit: validate_count("limit", l.limit)?,
+                duration_us,
+                precision_us,
+                blocks,
+            });
+        }
+        Ok(Sliding::new(compiled))
+    }
+
     /// The engine for `limits`, with its configuration's fingerprint.
     pub(crate) fn new(limits: Vec<SlidingParams>) -> Sliding {
         let fingerprint =
@@ -300,6 +343,7 @@ impl Reply {
 impl Engine for Sliding {
     type State = SlidingState;
 
+    #[inline]
     fn apply(&self, state: &mut SlidingState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
         if !matches!(op, Op::Check { .. } | Op::Peek) {
             return Err(not_applicable(op, self));
