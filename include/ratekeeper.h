@@ -600,6 +600,28 @@ enum rk_status rk_limiter_new_points(const struct rk_backend *backend,
                                      struct rk_limiter **limiter_out);
 
 /**
+ * \brief Creates a calendar quota: at most `limit` per calendar day, ISO week (from Monday),
+ * month or year in an IANA time zone (DST-aware: a day may last 23 or 25 hours).
+ *
+ * \param backend The backend that holds the state.
+ * \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+ * \param limit Units per period (1..=2^53).
+ * \param period `"day"`, `"week"`, `"month"` or `"year"`.
+ * \param tz An IANA time zone name such as `"Europe/Berlin"`; NULL is `"UTC"`.
+ * \param anchor Monthly periods start on this day (1-31, clamped to the month's last day);
+ * 0 is the default (1). Other periods take 0 only.
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+ */
+enum rk_status rk_limiter_new_calendar(const struct rk_backend *backend,
+                                       const char *name,
+                                       uint64_t limit,
+                                       const char *period,
+                                       const char *tz,
+                                       uint32_t anchor,
+                                       struct rk_limiter **limiter_out);
+
+/**
  * \brief Creates a limiter that always allows and touches no backend (admins, tests).
  *
  * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.

@@ -58,6 +58,11 @@ export declare class Backend {
    */
   points(name: string, capacity: number, refillMs: number, options?: LimiterOptions): Limiter
   /**
+   * `limit` per calendar `period` (`'day'`, `'week'` from Monday, `'month'`, `'year'`) in the
+   * IANA time zone `tz` (default UTC); months start on day `anchor`.
+   */
+  calendar(name: string, limit: number, period: 'day' | 'week' | 'month' | 'year', options?: CalendarOptions): Limiter
+  /**
    * A limiter that always allows and touches no backend (admins, tests); `limit` and
    * `remaining` are 2^53. Without a name it is `Limiter.unlimited()`.
    */
@@ -224,6 +229,19 @@ export interface BackendStats {
    * configuration of the same name (e.g. a rolling deploy changing a limit).
    */
   configMismatches: number
+}
+
+/** Options of `backend.calendar()`. */
+export interface CalendarOptions {
+  /** The IANA time zone the calendar follows, e.g. `"Europe/Berlin"` (default `"UTC"`). */
+  tz?: string
+  /**
+   * Monthly periods start on this day of the month (1-31, clamped to the month's last day;
+   * default 1).
+   */
+  anchor?: number
+  /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
+  waitTimeoutMs?: number
 }
 
 /** Options of `backend.concurrent()`. */

@@ -18,7 +18,6 @@
 mod backend;
 mod clock;
 mod decision;
-pub mod driven;
 mod error;
 mod limiter;
 mod limiter_handle;
@@ -27,6 +26,7 @@ pub mod params;
 mod runtime;
 mod shedder;
 
+pub use backend::redis::driven;
 pub use backend::{
     lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEADLINE, DEFAULT_PREFIX,
@@ -35,7 +35,7 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
 pub use decision::{http_seconds, Decision, Lease, LimitStatus};
 pub use error::{Error, ErrorKind, Result};
 pub use limiter::gcra::MAX_AHEAD_CAPACITIES;
-pub use limiter::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
+pub use limiter::{CalendarPeriod, Kind, LimiterSpec, SlidingLimit, WindowLimit};
 pub use limiter_handle::{Limiter, Permit, Policy, DEFAULT_WAIT_TIMEOUT};
 pub use metrics::Metrics;
 pub use runtime::{block_on, runtime};

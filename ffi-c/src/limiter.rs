@@ -7,9 +7,9 @@
 use std::os::raw::c_char;
 
 use ratekeeper::params::{duration_from_secs, timeout_from_secs};
-use ratekeeper::{Backend, Limiter, LimiterSpec, SlidingLimit, WindowLimit};
+use ratekeeper::{Backend, CalendarPeriod, Limiter, LimiterSpec, SlidingLimit, WindowLimit};
 
-use crate::args::{arg_ref, arg_slice, arg_str, Out};
+use crate::args::{arg_opt_str, arg_ref, arg_slice, arg_str, Out};
 use crate::backend::rk_backend;
 use crate::error::{rk_status, Failure};
 use crate::panic::{ffi_boundary, ffi_status};
@@ -292,6 +292,38 @@ pub extern "C" fn rk_limiter_new_points(
     ffi_status! {
         build(backend, name, limiter_out, || {
             Ok(LimiterSpec::Points { capacity, refill: duration_from_secs("refill", refill_secs)? })
+        })
+    }
+}
+
+/// \brief Creates a calendar quota: at most `limit` per calendar day, ISO week (from Monday),
+/// month or year in an IANA time zone (DST-aware: a day may last 23 or 25 hours).
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param limit Units per period (1..=2^53).
+/// \param period `"day"`, `"week"`, `"month"` or `"year"`.
+/// \param tz An IANA time zone name such as `"Europe/Berlin"`; NULL is `"UTC"`.
+/// \param anchor Monthly periods start on this day (1-31, clamped to the month's last day);
+/// 0 is the default (1). Other periods take 0 only.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_calendar(
+    backend: *const rk_backend,
+    name: *const c_char,
+    limit: u64,
+    period: *const c_char,
+    tz: *const c_char,
+    anchor: u32,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        build(backend, name, limiter_out, || {
+            let period = CalendarPeriod::parse(arg_str("period", period)?)?;
+            let tz = arg_opt_str("tz", tz)?.unwrap_or("UTC").to_owned();
+            let anchor = (anchor != 0).then(|| anchor.min(255) as u8);
+            Ok(LimiterSpec::Calendar { limit, period, tz, anchor })
         })
     }
 }

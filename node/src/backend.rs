@@ -7,7 +7,9 @@ use std::time::Duration;
 use napi::{Env, Unknown};
 use napi_derive::napi;
 use ratekeeper::params::{count_from_f64, interval_from_name};
-use ratekeeper::{Error, FailurePolicy, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
+use ratekeeper::{
+    CalendarPeriod, Error, FailurePolicy, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit,
+};
 
 use crate::args::{self, count, millis, opt_millis, opt_timeout, Js};
 use crate::clock::ManualClock;
@@ -90,6 +92,19 @@ pub struct ConcurrentOptions {
     /// (fencing token 0) and `fallback` an in-process limiter (a limit per process, its fencing
     /// tokens increasing within the process only). Default false.
     pub allow_fallback: Option<bool>,
+}
+
+/// Options of `backend.calendar()`.
+#[napi(object, object_from_js = false, object_to_js = false)]
+#[allow(dead_code)] // only its TypeScript declaration is used
+pub struct CalendarOptions {
+    /// The IANA time zone the calendar follows, e.g. `"Europe/Berlin"` (default `"UTC"`).
+    pub tz: Option<String>,
+    /// Monthly periods start on this day of the month (1-31, clamped to the month's last day;
+    /// default 1).
+    pub anchor: Option<f64>,
+    /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
+    pub wait_timeout_ms: Option<f64>,
 }
 
 /// One window of `backend.windows()`: at most `limit` admissions in any span of `intervalMs`.
@@ -502,6 +517,37 @@ impl Backend {
                     refill: millis(Js::opt(&refill_ms), "refill")?,
                 };
                 with_options(self.inner.limiter(&name, spec)?, args::options(&options)?, self.is_local())
+            };
+            core(&env, build())
+        })
+    }
+
+    /// `limit` per calendar `period` (`'day'`, `'week'` from Monday, `'month'`, `'year'`) in the
+    /// IANA time zone `tz` (default UTC); months start on day `anchor`.
+    #[napi(
+        ts_args_type = "name: string, limit: number, period: 'day' | 'week' | 'month' | 'year', options?: CalendarOptions"
+    )]
+    pub fn calendar(
+        &self,
+        env: Env,
+        name: Option<Unknown<'_>>,
+        limit: Option<Unknown<'_>>,
+        period: Option<Unknown<'_>>,
+        options: Option<Unknown<'_>>,
+    ) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let options = args::options(&options)?;
+                let name = self::name(&name)?;
+                let limit = count(Js::opt(&limit), "limit")?;
+                let period = CalendarPeriod::parse(&args::required(Js::opt(&period), "period")?.string("period")?)?;
+                let tz = options.and_then(|o| o.get(c"tz")).map(|tz| tz.string("tz")).transpose()?;
+                let anchor = match options.and_then(|o| o.get(c"anchor")) {
+                    Some(a) => Some(count_from_f64("anchor", a.number("anchor")?)?.min(255) as u8),
+                    None => None,
+                };
+                let limiter = self.inner.calendar(&name, limit, period, tz.as_deref().unwrap_or("UTC"), anchor)?;
+                with_options(limiter, options, self.is_local())
             };
             core(&env, build())
         })

@@ -47,7 +47,7 @@ params! {
     PStartOfBad = "start_of_bad", PBeforeShedding = "seconds_before_shedding", PToShedAll = "seconds_to_shed_all",
     PLevels = "levels", PName = "name", PKey = "key", PUrl = "url", PPrefix = "prefix",
     PFailurePolicy = "failure_policy", PId = "id", PFencingToken = "fencing_token", PGrantedAtUs = "granted_at_us",
-    PAllowFallback = "allow_fallback",
+    PAllowFallback = "allow_fallback", PPeriod = "period", PTz = "tz", PAnchor = "anchor",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {

@@ -7,12 +7,14 @@ use pyo3::inspect::PyStaticExpr;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union, Borrowed};
-use ratekeeper::{FailurePolicy, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
+use ratekeeper::{
+    CalendarPeriod, FailurePolicy, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit,
+};
 
 use crate::args::{
-    invalid, Count, Flag, Float, Interval, PAllowFallback, PCapacity, PConnectTimeout, PDeadline, PDivisor, PDrain,
-    PLimit, PLockTimeout, PMaxKeys, PName, PPrefix, PRate, PRefill, PSize, PUrl, PWaitTimeout, PolicyName, Seconds,
-    Text, Timeout,
+    invalid, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PConnectTimeout, PDeadline, PDivisor,
+    PDrain, PLimit, PLockTimeout, PMaxKeys, PName, PPeriod, PPrefix, PRate, PRefill, PSize, PTz, PUrl, PWaitTimeout,
+    PolicyName, Seconds, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::errors::guard;
@@ -511,6 +513,23 @@ impl Backend {
         refill: Seconds<PRefill>,
     ) -> PyResult<PyLimiter<'py>> {
         self.wrap(py, guard(py, || self.inner.points(name.0, capacity.0, refill.0)))
+    }
+
+    /// `limit` per calendar `period` (`"day"`, `"week"` from Monday, `"month"`, `"year"`) in IANA
+    /// time zone `tz` (default UTC); months start on day `anchor` (1-31, clamped to the month's
+    /// last day; default 1).
+    #[pyo3(signature = (name, limit, period, tz = None, anchor = None))]
+    fn calendar<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        limit: Count<PLimit>,
+        period: Text<'_, PPeriod>,
+        tz: Option<Text<'_, PTz>>,
+        anchor: Option<Count<PAnchor>>,
+    ) -> PyResult<PyLimiter<'py>> {
+        let (tz, anchor) = (tz.map_or("UTC", |tz| tz.0), anchor.map(|a| a.0.min(255) as u8));
+        self.wrap(py, guard(py, || self.inner.calendar(name.0, limit.0, CalendarPeriod::parse(period.0)?, tz, anchor)))
     }
 
     /// A limiter that always allows and touches no backend (`ratekeeper.unlimited()` is the

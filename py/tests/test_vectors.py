@@ -21,7 +21,7 @@ from ratekeeper import Limiter
 
 from .conftest import VECTORS, MakeBackend
 
-KINDS = ["concurrent", "bucket", "window", "sliding_window", "token_bucket", "leaky", "points", "unlimited"]
+KINDS = ["concurrent", "bucket", "window", "sliding_window", "token_bucket", "leaky", "points", "calendar", "unlimited"]
 MIN_PER_KIND = 15
 MIN_TOTAL = 120
 
@@ -76,6 +76,8 @@ def build_limiter(backend: ratekeeper.Backend, spec: dict[str, Any]) -> Limiter:
         return backend.leaky(name, number(spec["size"]), number(spec["drain"]))
     if kind == "points":
         return backend.points(name, number(spec["capacity"]), number(spec["refill"]))
+    if kind == "calendar":
+        return backend.calendar(name, number(spec["limit"]), spec["period"], spec["tz"], spec.get("anchor"))
     if kind == "unlimited":
         return backend.unlimited(name) if name is not None else ratekeeper.unlimited()
     raise Malformed(f"unknown limiter kind {kind!r}")

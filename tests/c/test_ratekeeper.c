@@ -231,6 +231,33 @@ static void test_points(const fixture *f) {
   rk_backend_free(b);
 }
 
+static void test_calendar(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_calendar(b, "c-calendar", 2, "year", "Europe/Berlin", 0, &l), l, "calendar");
+  CHECK_U64(check1(l, "q", 1).remaining, 1);
+  CHECK_U64(check1(l, "q", 1).remaining, 0);
+  rk_decision refused = check1(l, "q", 1);
+  CHECK(!refused.allowed);
+  /* Refused until the next new year in Berlin, the same instant as the reset. */
+  CHECK(refused.retry_after_us > 0);
+  CHECK_U64(refused.retry_after_us, refused.reset_after_us);
+  rk_limiter_free(l);
+  /* NULL tz is UTC; anchors apply to months. */
+  must(rk_limiter_new_calendar(b, "c-calendar-m", 1, "month", NULL, 31, &l), l, "calendar month");
+  CHECK_U64(check1(l, "q", 1).remaining, 0);
+  rk_limiter_free(l);
+  l = SENTINEL;
+  CHECK_FAILS(rk_limiter_new_calendar(b, "n", 1, "day", "Mars/Olympus_Mons", 0, &l), RK_INVALID_ARGUMENT, "tz");
+  CHECK_FAILS(rk_limiter_new_calendar(b, "n", 1, "fortnight", NULL, 0, &l), RK_INVALID_ARGUMENT, "period");
+  CHECK_FAILS(rk_limiter_new_calendar(b, "n", 1, NULL, NULL, 0, &l), RK_NULL_PARAMETER, "period");
+  CHECK_FAILS(rk_limiter_new_calendar(b, "n", 1, "month", NULL, 32, &l), RK_INVALID_ARGUMENT, "anchor");
+  CHECK_FAILS(rk_limiter_new_calendar(b, "n", 1, "day", NULL, 5, &l), RK_INVALID_ARGUMENT, "anchor");
+  CHECK_FAILS(rk_limiter_new_calendar(b, "n", 0, "day", NULL, 0, &l), RK_INVALID_ARGUMENT, "limit");
+  CHECK(l == SENTINEL);
+  rk_backend_free(b);
+}
+
 static void test_concurrent(const fixture *f) {
   rk_backend *b = new_backend(f);
   rk_limiter *l = NULL;
@@ -952,6 +979,7 @@ static const test_case TESTS[] = {
     {"token bucket", test_token_bucket, true},
     {"leaky", test_leaky, true},
     {"points", test_points, true},
+    {"calendar", test_calendar, true},
     {"concurrent", test_concurrent, true},
     {"acquire woken by release", test_acquire_woken_by_release, true},
     {"acquire waits for refill", test_acquire_waits_for_refill, true},

@@ -21,12 +21,11 @@ use tokio::sync::Semaphore;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
-use crate::limiter::concurrent::{ConcurrentState, Released};
+use crate::limiter::calendar::CalendarState;
+use crate::limiter::concurrent::ConcurrentState;
 use crate::limiter::log::LogState;
 use crate::limiter::sliding::SlidingState;
-use crate::limiter::{Algorithm, Evaluation, Kind};
-
-use super::{Op, Outcome, Wake};
+use crate::limiter::{Algorithm, Engine, Kind, Op, Outcome};
 
 /// Configuration of a memory backend.
 #[derive(Debug, Clone)]
@@ -73,8 +72,9 @@ enum State {
     Gcra(u64),
     Sliding(Box<SlidingState>),
     Log(Box<LogState>),
-    /// The semaphore holds one wake-up per freed slot (see [`Wake::Local`]).
+    /// The semaphore holds one wake-up per freed slot (see [`crate::limiter::Wake::Local`]).
     Concurrent(Box<(ConcurrentState, Arc<Semaphore>)>),
+    Calendar(CalendarState),
 }
 
 impl State {
@@ -83,6 +83,7 @@ impl State {
             Algorithm::Gcra(_) => State::Gcra(0),
             Algorithm::Sliding(_) => State::Sliding(Box::default()),
             Algorithm::Log(_) => State::Log(Box::default()),
+            Algorithm::Calendar(_) => State::Calendar(CalendarState::default()),
             Algorithm::Concurrent(_) | Algorithm::Unlimited => {
                 State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Semaphore::new(0)))))
             }
@@ -95,7 +96,8 @@ impl State {
             (Algorithm::Gcra(g), State::Gcra(tat)) => g.expires_at(tat),
             (Algorithm::Sliding(s), State::Sliding(state)) => s.expires_at(state),
             (Algorithm::Log(l), State::Log(state)) => l.expires_at(state),
-            (Algorithm::Concurrent(c), State::Concurrent(state)) => c.expires_at(&state.0),
+            (Algorithm::Concurrent(c), State::Concurrent(state)) => c.expires_at(state),
+            (Algorithm::Calendar(c), State::Calendar(state)) => c.expires_at(state),
             _ => 0,
         }
     }
@@ -409,89 +411,17 @@ fn update(slot: &mut Slot, earliest_expiry: &mut u64, algorithm: &Algorithm, now
     outcome
 }
 
-/// Runs one operation of one engine on one state; the one dispatch from operations to engines.
-/// Sets `changed` when the state was modified. (The outcome is returned on its own, not paired
-/// with `changed`, so that the hot path can build it in the caller's return slot.)
+/// Runs one operation of one engine on the state it keeps in memory. Sets `changed` when the
+/// state was modified.
 #[inline]
 fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
-    let mut plain = |mut e: Evaluation| {
-        *changed = e.changed;
-        e.decision.decided_at_micros = now;
-        Ok(Outcome::of(e.decision))
-    };
-    match (algorithm, state, op) {
-        (Algorithm::Gcra(g), State::Gcra(tat), op @ (Op::Check { .. } | Op::Peek | Op::Adjust { .. })) => {
-            plain(g.run(tat, now, op))
-        }
-        (Algorithm::Sliding(s), State::Sliding(st), op @ (Op::Check { .. } | Op::Peek)) => {
-            let (e, mismatch) = s.run(st, now, op);
-            plain(e).map(|o| Outcome { config_mismatch: mismatch, ..o })
-        }
-        (Algorithm::Log(l), State::Log(st), op @ (Op::Check { .. } | Op::Peek)) => {
-            let (cost, commit) = if let Op::Check { cost, .. } = op { (cost, true) } else { (1, false) };
-            let (e, mismatch) = l.run(st, now, cost, commit);
-            plain(e).map(|o| Outcome { config_mismatch: mismatch, ..o })
-        }
-        (Algorithm::Concurrent(c), State::Concurrent(concurrent), op @ (Op::Check { .. } | Op::Peek)) => {
-            let (st, wake_ups) = &mut **concurrent;
-            let (lease_id, commit) = match op {
-                Op::Check { lease_id, .. } => (lease_id, true),
-                _ => (0, false),
-            };
-            let reclaimed_before = st.reclaimed;
-            let mut e = c.evaluate(st, now, lease_id, commit);
-            e.decision.decided_at_micros = now;
-            let wake = (!e.decision.allowed).then(|| Wake::Local(wake_ups.clone()));
-            *changed = e.changed;
-            Ok(Outcome { wake, reclaimed: st.reclaimed - reclaimed_before, ..Outcome::of(e.decision) })
-        }
-        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Release { lease_id }) => {
-            match c.release(&mut concurrent.0, now, lease_id) {
-                Released::Freed { overdue } => {
-                    wake_one(&concurrent.1, c.limit);
-                    let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
-                    e.decision.decided_at_micros = now;
-                    *changed = true;
-                    Ok(Outcome { lease_overdue: overdue, ..Outcome::of(e.decision) })
-                }
-                Released::Lost => Err(Error::lease_lost()),
-            }
-        }
-        // In process, a check cannot be left half done: a lease abandoned here was never
-        // granted, or its caller got it (nothing to do either way), unless it is still held.
-        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Abandon { lease_id }) => {
-            if let Released::Freed { .. } = c.release(&mut concurrent.0, now, lease_id) {
-                wake_one(&concurrent.1, c.limit);
-                *changed = true;
-            }
-            let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
-            e.decision.decided_at_micros = now;
-            Ok(Outcome::of(e.decision))
-        }
-        (Algorithm::Concurrent(c), State::Concurrent(concurrent), Op::Extend { lease_id }) => {
-            match c.extend(&mut concurrent.0, now, lease_id) {
-                Released::Freed { overdue } => {
-                    let mut e = c.evaluate(&mut concurrent.0, now, 0, false);
-                    e.decision.decided_at_micros = now;
-                    *changed = true;
-                    Ok(Outcome { lease_overdue: overdue, ..Outcome::of(e.decision) })
-                }
-                Released::Lost => Err(Error::lease_lost()),
-            }
-        }
-        (algorithm, _, op) => Err(mismatch(algorithm, op)),
-    }
-}
-
-/// Leaves one wake-up for a waiter of a key whose slot was freed. A wake-up is kept until a
-/// waiter takes it, so a release that comes before its waiter registers is not lost (two
-/// releases wake two waiters however they interleave); at most `limit` are kept, like the Redis
-/// backend's wake-up list, so releases nobody waited for cost a later waiter at most `limit`
-/// spurious re-checks.
-fn wake_one(wake_ups: &Semaphore, limit: u64) {
-    // Called under the shard lock: the count cannot grow between the test and the add.
-    if (wake_ups.available_permits() as u64) < limit.min(1024) {
-        wake_ups.add_permits(1);
+    match (algorithm, state) {
+        (Algorithm::Gcra(g), State::Gcra(tat)) => g.apply(tat, now, op, changed),
+        (Algorithm::Sliding(s), State::Sliding(st)) => s.apply(st, now, op, changed),
+        (Algorithm::Log(l), State::Log(st)) => l.apply(st, now, op, changed),
+        (Algorithm::Concurrent(c), State::Concurrent(st)) => c.apply(st, now, op, changed),
+        (Algorithm::Calendar(c), State::Calendar(st)) => c.apply(st, now, op, changed),
+        (algorithm, _) => Err(mismatch(algorithm, op)),
     }
 }
 
@@ -512,7 +442,7 @@ mod tests {
     fn swept_slots(backend: &Backend) -> usize {
         match &*backend.inner {
             BackendInner::Memory(m) => m.swept_slots(),
-            BackendInner::Redis(_) => unreachable!(),
+            BackendInner::Redis(_) => panic!("a memory backend"),
         }
     }
 

@@ -3,93 +3,24 @@
 pub(crate) mod memory;
 pub(crate) mod redis;
 
+/// The Redis backend types a limiter holds.
+pub(crate) use self::redis::{Failover, RedisBackend};
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
 pub use self::redis::config::{FailurePolicy, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE};
 pub use self::redis::keys::DEFAULT_PREFIX;
-pub use self::redis::scripts::sources as lua_sources;
-use self::redis::RedisBackend;
-use memory::MemoryBackend;
+pub use crate::limiter::script::sources as lua_sources;
+pub(crate) use memory::MemoryBackend;
 pub use memory::MemoryConfig;
 
 use crate::clock::Clock;
-use crate::decision::Decision;
 use crate::error::Result;
-use crate::limiter::{LimiterSpec, SlidingLimit, WindowLimit};
+use crate::limiter::{CalendarPeriod, LimiterSpec, SlidingLimit, WindowLimit};
 use crate::limiter_handle::Limiter;
 use crate::params::validate_name;
-
-/// An operation on one key.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Op {
-    /// Consume `cost` (for concurrent limiters: grant lease `lease_id`).
-    Check { cost: u64, lease_id: u128 },
-    /// Report without consuming.
-    Peek,
-    /// Correct a GCRA charge from `estimate` to `actual`.
-    Adjust { estimate: u64, actual: u64 },
-    /// Free a concurrent lease.
-    Release { lease_id: u128 },
-    /// Renew a concurrent lease for another `lock_timeout`.
-    Extend { lease_id: u128 },
-    /// Give up a concurrent lease a check asked for but never handed to its caller: free it if
-    /// it was granted, make sure it never is otherwise. Idempotent.
-    Abandon { lease_id: u128 },
-}
-
-/// What an operation on one key produced.
-pub(crate) struct Outcome {
-    pub decision: Decision,
-    /// Set when a concurrent limiter refused: how to wait for a slot to be released.
-    pub wake: Option<Wake>,
-    /// Overdue leases this call reclaimed (concurrent limiters).
-    pub reclaimed: u64,
-    /// For a release or extension: the lease had outlived its lock_timeout (an overage).
-    pub lease_overdue: bool,
-    /// The state was last recorded by another configuration of the same name (counted in
-    /// [`BackendStats::config_mismatches`]).
-    pub config_mismatch: bool,
-}
-
-impl Outcome {
-    /// An outcome that carries only a decision.
-    pub(crate) fn of(decision: Decision) -> Outcome {
-        Outcome { decision, wake: None, reclaimed: 0, lease_overdue: false, config_mismatch: false }
-    }
-}
-
-/// How a refused concurrent caller waits for a release (one waiter woken per freed slot).
-pub(crate) enum Wake {
-    /// The memory backend's wake-ups: a release adds a permit, a waiter takes one (a reset
-    /// closes the semaphore, waking every waiter).
-    Local(Arc<Semaphore>),
-    /// A Redis list that releases push to, popped with BLPOP on a dedicated connection.
-    Redis { backend: Arc<RedisBackend>, list_key: String },
-}
-
-impl Wake {
-    /// Returns when a release may have freed a slot, or after `timeout` by `clock`.
-    pub(crate) async fn wait(&self, clock: &dyn Clock, timeout: Duration) {
-        match self {
-            Wake::Local(wake_ups) => {
-                tokio::select! {
-                    taken = wake_ups.acquire() => {
-                        // The wake-up is used up; Err: the key was reset.
-                        if let Ok(permit) = taken {
-                            permit.forget();
-                        }
-                    }
-                    _ = clock.sleep(timeout) => {}
-                }
-            }
-            Wake::Redis { backend, list_key } => backend.wait_for_release(list_key, timeout).await,
-        }
-    }
-}
 
 /// What a Redis backend's failure policy has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -119,7 +50,7 @@ pub struct Backend {
 
 #[derive(Debug)]
 pub(crate) enum BackendInner {
-    Memory(MemoryBackend),
+    Memory(Arc<MemoryBackend>),
     Redis(Arc<RedisBackend>),
 }
 
@@ -137,7 +68,7 @@ impl Backend {
 
     /// A new in-process memory backend.
     pub fn memory_with(config: MemoryConfig) -> Result<Backend> {
-        Ok(Backend { inner: Arc::new(BackendInner::Memory(MemoryBackend::new(config)?)) })
+        Ok(Backend { inner: Arc::new(BackendInner::Memory(Arc::new(MemoryBackend::new(config)?))) })
     }
 
     /// A standalone Redis server, `redis://[user:password@]host:port[/db]` or `rediss://…`, with
@@ -235,5 +166,18 @@ impl Backend {
     /// `capacity` points refilled completely in `refill`; correct estimates with `points_used`.
     pub fn points(&self, name: &str, capacity: u64, refill: Duration) -> Result<Limiter> {
         self.limiter(name, LimiterSpec::Points { capacity, refill })
+    }
+
+    /// `limit` per calendar `period` in IANA time zone `tz`; monthly periods start on day
+    /// `anchor` (1-31, clamped to the month's last day; default 1).
+    pub fn calendar(
+        &self,
+        name: &str,
+        limit: u64,
+        period: CalendarPeriod,
+        tz: &str,
+        anchor: Option<u8>,
+    ) -> Result<Limiter> {
+        self.limiter(name, LimiterSpec::Calendar { limit, period, tz: tz.to_owned(), anchor })
     }
 }

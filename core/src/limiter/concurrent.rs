@@ -3,8 +3,19 @@
 //! token `max(previous + 1, now)`: strictly increasing per key, even across idle expiry of the
 //! state (as long as the clock does not go backwards).
 
-use super::{decision, Evaluation};
+use std::sync::{Arc, LazyLock};
+
+use redis::Cmd;
+use tokio::sync::Semaphore;
+
+use super::decision;
+use super::engine::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome, Wake, WakeList};
+use super::script::LuaScript;
 use crate::decision::Lease;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::params::{micros, validate_count, validate_duration};
 
 /// Parameters in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +51,14 @@ pub(crate) enum Released {
 }
 
 impl Concurrent {
+    /// Compiles `concurrent(limit, lock_timeout)`, naming a bad parameter.
+    pub(crate) fn compile(limit: u64, lock_timeout: Duration) -> Result<Concurrent> {
+        Ok(Concurrent {
+            limit: validate_count("limit", limit)?,
+            lock_us: micros(validate_duration("lock_timeout", lock_timeout)?),
+        })
+    }
+
     /// Tries to grant lease `id` (or, when `commit` is false, tells whether one would be granted).
     pub(crate) fn evaluate(&self, state: &mut ConcurrentState, now: u64, id: u128, commit: bool) -> Evaluation {
         let live = state.holders.iter().filter(|h| h.expires_at > now).count() as u64;
@@ -102,11 +121,172 @@ impl Concurrent {
     }
 
     fn reset_us(&self, state: &ConcurrentState, now: u64) -> u64 {
-        self.expires_at(state).saturating_sub(now)
+        state.holders.iter().map(|h| h.expires_at).max().unwrap_or(0).saturating_sub(now)
+    }
+}
+
+/// `concurrent.lua`: the same rule on a hash of holders.
+pub(crate) static SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("concurrent", include_str!("concurrent.lua")));
+
+/// What `concurrent.lua` returns for a release or an extension: whether the lease was held,
+/// the instant, and whether it had outlived its lock_timeout.
+struct LeaseReply {
+    held: bool,
+    now: u64,
+    overdue: bool,
+}
+
+/// What `concurrent.lua` returns for a check or a peek: the decision, the fencing token of a
+/// grant and how many overdue leases the call reclaimed.
+struct CheckReply {
+    decision: DecisionReply,
+    token: u64,
+    reclaimed: u64,
+}
+
+impl Concurrent {
+    /// The outcome of a release or an extension in memory.
+    fn renewed(&self, state: &mut ConcurrentState, now: u64, released: Released) -> Result<Outcome> {
+        match released {
+            Released::Freed { overdue } => {
+                let mut e = self.evaluate(state, now, 0, false);
+                e.decision.decided_at_micros = now;
+                Ok(Outcome { lease_overdue: overdue, ..Outcome::of(e.decision) })
+            }
+            Released::Lost => Err(Error::lease_lost()),
+        }
+    }
+}
+
+/// Leaves one wake-up for a waiter of a key whose slot was freed. A wake-up is kept until a
+/// waiter takes it, so a release that comes before its waiter registers is not lost (two
+/// releases wake two waiters however they interleave); at most `limit` are kept, like the Redis
+/// wake-up list, so releases nobody waited for cost a later waiter at most `limit` spurious
+/// re-checks.
+fn wake_one(wake_ups: &Semaphore, limit: u64) {
+    // Called under the memory backend's shard lock: the count cannot grow between the test and
+    // the add.
+    if (wake_ups.available_permits() as u64) < limit.min(1024) {
+        wake_ups.add_permits(1);
+    }
+}
+
+impl Engine for Concurrent {
+    /// The holders, and the wake-ups of waiters (see [`Wake::Local`]).
+    type State = (ConcurrentState, Arc<Semaphore>);
+
+    #[inline]
+    fn apply(&self, state: &mut Self::State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
+        let (st, wake_ups) = state;
+        match op {
+            Op::Check { .. } | Op::Peek => {
+                let (lease_id, commit) = match op {
+                    Op::Check { lease_id, .. } => (lease_id, true),
+                    _ => (0, false),
+                };
+                let reclaimed_before = st.reclaimed;
+                let mut e = self.evaluate(st, now, lease_id, commit);
+                e.decision.decided_at_micros = now;
+                let wake = (!e.decision.allowed).then(|| Wake::Local(wake_ups.clone()));
+                *changed = e.changed;
+                Ok(Outcome { wake, reclaimed: st.reclaimed - reclaimed_before, ..Outcome::of(e.decision) })
+            }
+            Op::Release { lease_id } => {
+                let released = self.release(st, now, lease_id);
+                if let Released::Freed { .. } = released {
+                    wake_one(wake_ups, self.limit);
+                    *changed = true;
+                }
+                self.renewed(st, now, released)
+            }
+            // In process, a check cannot be left half done: a lease abandoned here was never
+            // granted, or its caller got it (nothing to do either way), unless it is still held.
+            Op::Abandon { lease_id } => {
+                if let Released::Freed { .. } = self.release(st, now, lease_id) {
+                    wake_one(wake_ups, self.limit);
+                    *changed = true;
+                }
+                let mut e = self.evaluate(st, now, 0, false);
+                e.decision.decided_at_micros = now;
+                Ok(Outcome::of(e.decision))
+            }
+            Op::Extend { lease_id } => {
+                let released = self.extend(st, now, lease_id);
+                if let Released::Freed { .. } = released {
+                    *changed = true;
+                }
+                self.renewed(st, now, released)
+            }
+            Op::Adjust { .. } => Err(not_applicable(op, self)),
+        }
     }
 
-    /// The instant after which every holder is overdue (the state may then be forgotten).
-    pub(crate) fn expires_at(&self, state: &ConcurrentState) -> u64 {
-        state.holders.iter().map(|h| h.expires_at).max().unwrap_or(0)
+    fn expires_at(&self, state: &Self::State) -> u64 {
+        state.0.holders.iter().map(|h| h.expires_at).max().unwrap_or(0)
+    }
+
+    fn script(&self) -> Option<&'static LuaScript> {
+        Some(&SCRIPT)
+    }
+
+    /// Holders (`h`), fencing token (`t`), wake-up list (`w`), abandoned leases (`x`).
+    fn keys(&self, _op: Op) -> &'static [&'static str] {
+        &["h", "t", "w", "x"]
+    }
+
+    fn state_keys(&self) -> &'static [&'static str] {
+        &["h", "t", "x"]
+    }
+
+    /// `limit lock_us lease_id` (the lease id in 32 hex digits).
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
+        let lease_id = match op {
+            Op::Check { lease_id, .. }
+            | Op::Release { lease_id }
+            | Op::Extend { lease_id }
+            | Op::Abandon { lease_id } => lease_id,
+            Op::Peek => 0,
+            Op::Adjust { .. } => return Err(not_applicable(op, self)),
+        };
+        cmd.arg(self.limit).arg(self.lock_us).arg(format!("{lease_id:032x}"));
+        Ok(())
+    }
+
+    fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
+        match op {
+            // Freed, or remembered so that the check it belongs to grants nothing: done either way.
+            Op::Abandon { .. } => Ok(Outcome::of(decision(true, self.limit, 0, 0, 0))),
+            Op::Release { .. } | Op::Extend { .. } => {
+                let r = match *reply {
+                    [held, now, overdue] => {
+                        LeaseReply { held: held == 1, now: now.max(0) as u64, overdue: overdue == 1 }
+                    }
+                    [_, now] => LeaseReply { held: false, now: now.max(0) as u64, overdue: false },
+                    _ => return Err(malformed("concurrent", reply)),
+                };
+                if !r.held {
+                    return Err(Error::lease_lost());
+                }
+                let mut d = decision(true, self.limit, 0, 0, 0);
+                d.decided_at_micros = r.now;
+                Ok(Outcome { lease_overdue: r.overdue, ..Outcome::of(d) })
+            }
+            _ => {
+                let (decision, rest) = DecisionReply::read("concurrent", reply)?;
+                let &[token, reclaimed] = rest else { return Err(malformed("concurrent", reply)) };
+                let r = CheckReply { decision, token: token.max(0) as u64, reclaimed: reclaimed.max(0) as u64 };
+                let mut d = r.decision.decision();
+                if let (true, Op::Check { lease_id, .. }) = (d.allowed, op) {
+                    d.lease =
+                        Some(Lease { id: lease_id, fencing_token: r.token, granted_at_micros: d.decided_at_micros });
+                }
+                Ok(Outcome { reclaimed: r.reclaimed, ..Outcome::of(d) })
+            }
+        }
+    }
+
+    fn wake_list(&self) -> Option<WakeList> {
+        Some(WakeList { role: "w", slots: self.limit, ttl_us: self.lock_us })
     }
 }

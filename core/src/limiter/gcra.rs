@@ -12,10 +12,17 @@
 //! within 0.1% of the exact time per unit (a limiter that cannot be is refused). The state is
 //! kept in nanoseconds whatever the tick, so a limiter whose spec changes keeps its state.
 
-use super::{decision, Evaluation};
-use crate::backend::Op;
+use std::sync::LazyLock;
+
+use redis::Cmd;
+
+use super::decision;
+use super::engine::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
+use super::script::LuaScript;
 use crate::error::{Error, Result};
-use crate::params::{micros, MAX_COUNT, MAX_DURATION};
+use std::time::Duration;
+
+use crate::params::{micros, validate_count, validate_duration, MAX_COUNT, MAX_DURATION};
 
 /// How far ahead of now the TAT may run, in capacities: a charge reported through
 /// `points_used` beyond capacity is debt the bucket waits out, up to 15 capacities beyond empty
@@ -49,6 +56,32 @@ pub(crate) struct Gcra {
 pub(crate) type GcraState = u64;
 
 impl Gcra {
+    /// Compiles `token_bucket(rate, capacity)`: `rate` tokens per second (at most 1,000,000).
+    pub(crate) fn token_bucket(rate: f64, capacity: u64) -> Result<Gcra> {
+        if !rate.is_finite() || rate <= 0.0 || rate > 1e6 {
+            return Err(Error::invalid(
+                "rate",
+                format!("must be a finite number above 0 and at most 1000000 per second, got {rate}"),
+            ));
+        }
+        let capacity = validate_count("capacity", capacity)?;
+        Gcra::compile("capacity", capacity, "rate", |ticks_per_us| 1e6 * ticks_per_us as f64 / rate)
+    }
+
+    /// Compiles `leaky(size, drain)`: a full bucket drains in `drain`.
+    pub(crate) fn leaky(size: u64, drain: Duration) -> Result<Gcra> {
+        let size = validate_count("size", size)?;
+        let drain_us = micros(validate_duration("drain", drain)?);
+        Gcra::compile("size", size, "drain", per_unit(drain_us, size))
+    }
+
+    /// Compiles `points(capacity, refill)`: an empty bucket refills in `refill`.
+    pub(crate) fn points(capacity: u64, refill: Duration) -> Result<Gcra> {
+        let capacity = validate_count("capacity", capacity)?;
+        let refill_us = micros(validate_duration("refill", refill)?);
+        Gcra::compile("capacity", capacity, "refill", per_unit(refill_us, capacity))
+    }
+
     /// Builds the engine for `capacity` units earned back at `units_per_us(ticks_per_us)`: the
     /// exact time per unit in ticks, given the ticks per microsecond. Chooses the finest tick
     /// whose horizon (`max_ahead`) fits 2^53 ticks; refuses, naming `period_name`, a time per
@@ -165,9 +198,89 @@ impl Gcra {
         *tat = now.saturating_mul(NS_PER_US).saturating_add(new_used * self.tick_ns);
         true
     }
+}
 
-    /// The instant (microseconds) after which this state is indistinguishable from a full bucket.
-    pub(crate) fn expires_at(&self, tat: &GcraState) -> u64 {
+/// The exact time per unit of `units` earned in `period_us`, in ticks of `1/ticks_per_us` µs.
+fn per_unit(period_us: u64, units: u64) -> impl Fn(u64) -> f64 {
+    move |ticks_per_us| (period_us as f64 * ticks_per_us as f64) / units as f64
+}
+
+/// `gcra.lua`: applies the rule's write and returns the state it read.
+pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("gcra", include_str!("gcra.lua")));
+
+/// What `gcra.lua` returns: the state it read (whole microseconds, and nanoseconds within the
+/// microsecond) and the instant it read it at.
+struct Reply {
+    tat_us: i64,
+    tat_ns: i64,
+    now: i64,
+}
+
+impl Reply {
+    fn read(reply: &[i64]) -> Result<Reply> {
+        match *reply {
+            [tat_us, tat_ns, now] => Ok(Reply { tat_us, tat_ns, now }),
+            _ => Err(malformed("GCRA", reply)),
+        }
+    }
+}
+
+impl Engine for Gcra {
+    type State = GcraState;
+
+    #[inline]
+    fn apply(&self, tat: &mut GcraState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
+        match op {
+            Op::Check { .. } | Op::Peek | Op::Adjust { .. } => {
+                let mut e = self.run(tat, now, op);
+                *changed = e.changed;
+                e.decision.decided_at_micros = now;
+                Ok(Outcome::of(e.decision))
+            }
+            _ => Err(not_applicable(op, self)),
+        }
+    }
+
+    /// The instant at which the bucket is full again.
+    #[inline]
+    fn expires_at(&self, tat: &GcraState) -> u64 {
         tat.div_ceil(NS_PER_US)
+    }
+
+    fn script(&self) -> Option<&'static LuaScript> {
+        Some(&SCRIPT)
+    }
+
+    fn keys(&self, _op: Op) -> &'static [&'static str] {
+        &["s"]
+    }
+
+    fn state_keys(&self) -> &'static [&'static str] {
+        &["s"]
+    }
+
+    /// `tick_ns emission tau max_ahead first second`: a check's cost (and 0), an adjustment's
+    /// estimate and actual, or 0 0 for a peek.
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
+        let (first, second) = match op {
+            Op::Check { cost, .. } => (cost, 0),
+            Op::Adjust { estimate, actual } => (estimate, actual),
+            Op::Peek => (0, 0),
+            _ => return Err(not_applicable(op, self)),
+        };
+        // Written straight into the command (no per-argument `String`s): the hot path.
+        cmd.arg(self.tick_ns).arg(self.emission).arg(self.tau).arg(self.max_ahead).arg(first).arg(second);
+        Ok(())
+    }
+
+    /// The script applied the rule's write; the decision is the rule's own (see `gcra.lua`),
+    /// replayed here on the state the script read.
+    fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
+        let r = Reply::read(reply)?;
+        let mut tat = (r.tat_us.max(0) as u64).saturating_mul(1000).saturating_add(r.tat_ns.clamp(0, 999) as u64);
+        let now = r.now.max(0) as u64;
+        let mut decision = self.run(&mut tat, now, op).decision;
+        decision.decided_at_micros = now;
+        Ok(Outcome::of(decision))
     }
 }

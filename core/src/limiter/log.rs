@@ -10,8 +10,18 @@
 //! configuration has used on the key, so a shorter window never deletes what a longer one counts.
 
 use std::collections::VecDeque;
+use std::sync::LazyLock;
+use std::time::Duration;
 
-use super::{Combine, Evaluation};
+use redis::Cmd;
+
+use super::engine::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome};
+use super::script::LuaScript;
+use super::Combine;
+use crate::decision::LimitStatus;
+use crate::error::{Error, Result};
+use crate::limiter::WindowLimit;
+use crate::params::{micros, validate_count, validate_duration};
 
 /// The windows of one limiter, in microseconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +68,20 @@ impl LogState {
 }
 
 impl Log {
+    /// Compiles `window` / `windows`, naming a bad parameter.
+    pub(crate) fn compile(windows: &[WindowLimit]) -> Result<Log> {
+        if windows.is_empty() {
+            return Err(Error::invalid("windows", "at least one window is required"));
+        }
+        let mut compiled = Vec::with_capacity(windows.len());
+        for w in windows {
+            compiled.push((validate_count("limit", w.limit)?, micros(validate_duration("interval", w.interval)?)));
+        }
+        let longest_us = compiled.iter().map(|w| w.1).max().unwrap_or(0);
+        let fingerprint = super::fingerprint(compiled.iter().flat_map(|&(limit, interval)| [limit, interval]));
+        Ok(Log { windows: compiled.into_boxed_slice(), longest_us, fingerprint })
+    }
+
     /// The smallest limit: a cost above it can never be admitted.
     pub(crate) fn smallest_limit(&self) -> u64 {
         self.windows.iter().map(|w| w.0).min().unwrap_or(0)
@@ -121,9 +145,91 @@ impl Log {
         }
         Evaluation { decision: combine.finish(allowed), changed: record || trimmed }
     }
+}
 
-    /// The instant after which this state is indistinguishable from an empty log.
-    pub(crate) fn expires_at(&self, state: &LogState) -> u64 {
+/// `log.lua`: mirrors [`Log::evaluate`] on a sorted set of admissions.
+pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("log", include_str!("log.lua")));
+
+/// What `log.lua` returns: the decision, whether another configuration recorded last, and (for
+/// several windows) each window's figures.
+struct Reply {
+    decision: DecisionReply,
+    mismatch: bool,
+    windows: Vec<LimitStatus>,
+}
+
+impl Reply {
+    fn read(reply: &[i64]) -> Result<Reply> {
+        let (decision, rest) = DecisionReply::read("window", reply)?;
+        let [mismatch, windows @ ..] = rest else { return Err(malformed("window", reply)) };
+        if windows.len() % 5 != 0 {
+            return Err(malformed("window", reply));
+        }
+        let us = |v: i64| Duration::from_micros(v.max(0) as u64);
+        let windows = windows
+            .chunks_exact(5)
+            .map(|w| LimitStatus {
+                window: us(w[0]),
+                limit: w[1].max(0) as u64,
+                remaining: w[2].max(0) as u64,
+                retry_after: us(w[3]),
+                reset_after: us(w[4]),
+            })
+            .collect();
+        Ok(Reply { decision, mismatch: *mismatch == 1, windows })
+    }
+}
+
+impl Engine for Log {
+    type State = LogState;
+
+    #[inline]
+    fn apply(&self, state: &mut LogState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
+        let commit = match op {
+            Op::Check { .. } => true,
+            Op::Peek => false,
+            _ => return Err(not_applicable(op, self)),
+        };
+        let (mut e, mismatch) = self.run(state, now, op.cost(), commit);
+        *changed = e.changed;
+        e.decision.decided_at_micros = now;
+        Ok(Outcome { config_mismatch: mismatch, ..Outcome::of(e.decision) })
+    }
+
+    fn expires_at(&self, state: &LogState) -> u64 {
         state.entries.back().map_or(0, |e| e.0 + self.longest_us.max(state.longest_seen))
+    }
+
+    fn script(&self) -> Option<&'static LuaScript> {
+        Some(&SCRIPT)
+    }
+
+    fn keys(&self, _op: Op) -> &'static [&'static str] {
+        &["z", "d", "l"]
+    }
+
+    fn state_keys(&self) -> &'static [&'static str] {
+        &["z", "d", "l"]
+    }
+
+    /// `cost longest_us fingerprint n (limit interval_us)…`
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
+        if !matches!(op, Op::Check { .. } | Op::Peek) {
+            return Err(not_applicable(op, self));
+        }
+        cmd.arg(op.cost()).arg(self.longest_us).arg(self.fingerprint).arg(self.windows.len());
+        for &(limit, interval) in self.windows.iter() {
+            cmd.arg(limit).arg(interval);
+        }
+        Ok(())
+    }
+
+    fn decode(&self, _op: Op, reply: &[i64]) -> Result<Outcome> {
+        let r = Reply::read(reply)?;
+        let mut d = r.decision.decision();
+        if !r.windows.is_empty() {
+            d.limits = Some(r.windows.into_boxed_slice());
+        }
+        Ok(Outcome { config_mismatch: r.mismatch, ..Outcome::of(d) })
     }
 }

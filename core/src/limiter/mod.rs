@@ -3,23 +3,37 @@
 //! sliding-window scripts apply its write and return the state they read, and the decision is
 //! this function replayed on that state (the exact sliding window's script mirrors its rule).
 //!
-//! Four engines serve every public limiter:
+//! Each engine is one file (with its Lua script beside it) implementing [`Engine`]: its rule
+//! in memory, its Redis call and the reading of its reply, and the names of its keys.
 //! - [`gcra`]: token bucket, leaky bucket and points (one GCRA engine, O(1) state);
 //! - [`sliding`]: fixed buckets and Carlson's sliding windows with sub-buckets;
 //! - [`log`]: the exact sliding window (single and multi-window);
-//! - [`concurrent`]: leases with fencing tokens.
+//! - [`concurrent`]: leases with fencing tokens;
+//! - [`calendar`]: quotas per calendar day, week, month or year in a time zone;
+//! - [`unlimited`]: always allows.
+//!
+//! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
 
+pub(crate) mod calendar;
+pub(crate) mod calendar_period;
 pub(crate) mod concurrent;
+pub(crate) mod engine;
 pub mod gcra;
 pub(crate) mod log;
+pub(crate) mod script;
 pub(crate) mod sliding;
 pub(crate) mod spec;
+pub(crate) mod unlimited;
 
 use std::time::Duration;
 
+use redis::Cmd;
+
 use crate::decision::{Decision, LimitStatus};
 use crate::error::{Error, Result};
-
+pub use calendar_period::CalendarPeriod;
+pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Wake, WakeList};
+use script::LuaScript;
 pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
 
 /// A compiled limiter: integer microseconds, ready to evaluate.
@@ -29,7 +43,60 @@ pub(crate) enum Algorithm {
     Sliding(sliding::Sliding),
     Log(log::Log),
     Concurrent(concurrent::Concurrent),
+    Calendar(calendar::Calendar),
     Unlimited,
+}
+
+/// Runs `$body` with `$e` bound to the engine of `$algorithm`: the one dispatch from a
+/// compiled limiter to its engine.
+macro_rules! with_engine {
+    ($algorithm:expr, $e:ident => $body:expr) => {
+        match $algorithm {
+            Algorithm::Gcra($e) => $body,
+            Algorithm::Sliding($e) => $body,
+            Algorithm::Log($e) => $body,
+            Algorithm::Concurrent($e) => $body,
+            Algorithm::Calendar($e) => $body,
+            Algorithm::Unlimited => {
+                let $e = &unlimited::Unlimited;
+                $body
+            }
+        }
+    };
+}
+
+/// The Redis side of [`Engine`], for whichever engine the limiter compiled to.
+impl Algorithm {
+    /// See [`Engine::script`].
+    pub(crate) fn script(&self) -> Option<&'static LuaScript> {
+        with_engine!(self, e => e.script())
+    }
+
+    /// See [`Engine::keys`].
+    pub(crate) fn keys(&self, op: Op) -> &'static [&'static str] {
+        with_engine!(self, e => e.keys(op))
+    }
+
+    /// See [`Engine::state_keys`].
+    pub(crate) fn state_keys(&self) -> &'static [&'static str] {
+        with_engine!(self, e => e.state_keys())
+    }
+
+    /// See [`Engine::encode`].
+    #[inline]
+    pub(crate) fn encode(&self, op: Op, now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
+        with_engine!(self, e => e.encode(op, now, cmd))
+    }
+
+    /// See [`Engine::decode`].
+    pub(crate) fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
+        with_engine!(self, e => e.decode(op, reply))
+    }
+
+    /// See [`Engine::wake_list`].
+    pub(crate) fn wake_list(&self) -> Option<WakeList> {
+        with_engine!(self, e => e.wake_list())
+    }
 }
 
 impl Algorithm {
@@ -40,6 +107,7 @@ impl Algorithm {
             Algorithm::Sliding(s) => s.smallest_limit(),
             Algorithm::Log(l) => l.smallest_limit(),
             Algorithm::Concurrent(c) => c.limit,
+            Algorithm::Calendar(c) => c.limit,
             Algorithm::Unlimited => crate::params::MAX_COUNT,
         }
     }
@@ -84,13 +152,6 @@ pub(crate) fn fingerprint(values: impl IntoIterator<Item = u64>) -> u64 {
     }
     // At most 2^53 - 1, so that a Lua script reads and writes it exactly as a number.
     (hash & ((1 << 53) - 1)).max(1)
-}
-
-/// What an engine returns: the decision, and whether the state it was given changed.
-#[derive(Debug)]
-pub(crate) struct Evaluation {
-    pub decision: Decision,
-    pub changed: bool,
 }
 
 /// A single-limit decision from microsecond figures.

@@ -17,9 +17,21 @@
 //! deploy) neither read nor delete each other's.
 
 use std::collections::VecDeque;
+use std::sync::LazyLock;
 
-use super::{Combine, Evaluation};
-use crate::backend::Op;
+use redis::Cmd;
+
+use super::engine::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
+use super::script::LuaScript;
+use super::Combine;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::limiter::SlidingLimit;
+use crate::params::{micros, validate_count, validate_duration};
+
+/// The most sub-buckets one sliding-window limit may have (memory is O(duration/precision)).
+pub const MAX_BLOCKS: u64 = 100_000;
 
 /// One limit, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +186,42 @@ impl SlidingParams {
 }
 
 impl Sliding {
+    /// Compiles `bucket(limit, interval)`: one fixed window aligned to the epoch.
+    pub(crate) fn bucket(limit: u64, interval: Duration) -> Result<Sliding> {
+        let limit = validate_count("limit", limit)?;
+        let interval_us = micros(validate_duration("interval", interval)?);
+        Ok(Sliding::new(vec![SlidingParams { limit, duration_us: interval_us, precision_us: interval_us, blocks: 1 }]))
+    }
+
+    /// Compiles `sliding_window(limits)`, naming a bad parameter.
+    pub(crate) fn compile(limits: &[SlidingLimit]) -> Result<Sliding> {
+        if limits.is_empty() {
+            return Err(Error::invalid("limits", "at least one limit is required"));
+        }
+        let mut compiled = Vec::with_capacity(limits.len());
+        for l in limits {
+            let duration_us = micros(validate_duration("duration", l.duration)?);
+            let precision_us = match l.precision {
+                Some(p) => micros(validate_duration("precision", p)?).min(duration_us),
+                None => duration_us,
+            };
+            let blocks = duration_us.div_ceil(precision_us);
+            if blocks > MAX_BLOCKS {
+                return Err(Error::invalid(
+                    "precision",
+                    format!("duration/precision must be at most {MAX_BLOCKS} sub-buckets, got {blocks}"),
+                ));
+            }
+            compiled.push(SlidingParams {
+                limit: validate_count("limit", l.limit)?,
+                duration_us,
+                precision_us,
+                blocks,
+            });
+        }
+        Ok(Sliding::new(compiled))
+    }
+
     /// The engine for `limits`, with its configuration's fingerprint.
     pub(crate) fn new(limits: Vec<SlidingParams>) -> Sliding {
         let fingerprint =
@@ -263,10 +311,91 @@ impl Sliding {
         }
         Evaluation { decision: combine.finish(allowed), changed: record }
     }
+}
+
+/// `sliding.lua`: applies the rule's write on running totals and returns what the rule reads.
+pub(crate) static SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("sliding", include_str!("sliding.lua")));
+
+/// What `sliding.lua` returns: the instant, whether another configuration recorded last, and
+/// per limit what the rule reads.
+struct Reply {
+    now: u64,
+    mismatch: bool,
+    limits: Vec<Snapshot>,
+}
+
+impl Reply {
+    fn read(reply: &[i64], limits: usize) -> Result<Reply> {
+        let [now, mismatch, per_limit @ ..] = reply else { return Err(malformed("sliding-window", reply)) };
+        if per_limit.len() != 3 * limits {
+            return Err(malformed("sliding-window", reply));
+        }
+        let block = |v: i64| u64::try_from(v).ok();
+        let limits = per_limit
+            .chunks_exact(3)
+            .map(|c| Snapshot { total: c[0].max(0) as u64, newest: block(c[1]), freeing: block(c[2]) })
+            .collect();
+        Ok(Reply { now: (*now).max(0) as u64, mismatch: *mismatch == 1, limits })
+    }
+}
+
+impl Engine for Sliding {
+    type State = SlidingState;
+
+    #[inline]
+    fn apply(&self, state: &mut SlidingState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
+        if !matches!(op, Op::Check { .. } | Op::Peek) {
+            return Err(not_applicable(op, self));
+        }
+        let (mut e, mismatch) = self.run(state, now, op);
+        *changed = e.changed;
+        e.decision.decided_at_micros = now;
+        Ok(Outcome { config_mismatch: mismatch, ..Outcome::of(e.decision) })
+    }
 
     /// The instant after which this state is indistinguishable from an empty one (for every
     /// configuration that used it).
-    pub(crate) fn expires_at(&self, state: &SlidingState) -> u64 {
+    fn expires_at(&self, state: &SlidingState) -> u64 {
         state.counters.iter().map(Counter::expires_at).max().unwrap_or(0)
+    }
+
+    fn script(&self) -> Option<&'static LuaScript> {
+        Some(&SCRIPT)
+    }
+
+    /// The hash (`h`), and the sorted set of sub-buckets (`b`) only when some limit has them:
+    /// a fixed window is a counter in the hash.
+    fn keys(&self, _op: Op) -> &'static [&'static str] {
+        if self.limits.iter().all(|l| l.blocks == 1) {
+            &["h"]
+        } else {
+            &["h", "b"]
+        }
+    }
+
+    fn state_keys(&self) -> &'static [&'static str] {
+        &["h", "b"]
+    }
+
+    /// `cost fingerprint n (limit duration_us precision_us blocks)…`
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
+        if !matches!(op, Op::Check { .. } | Op::Peek) {
+            return Err(not_applicable(op, self));
+        }
+        cmd.arg(op.cost()).arg(self.fingerprint).arg(self.limits.len());
+        for l in self.limits.iter() {
+            cmd.arg(l.limit).arg(l.duration_us).arg(l.precision_us).arg(l.blocks);
+        }
+        Ok(())
+    }
+
+    /// The script applied the rule's write; the decision is the rule's own, replayed here on
+    /// what the script read.
+    fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
+        let mut r = Reply::read(reply, self.limits.len())?;
+        let mut decision = self.decide(&mut r.limits, r.now, op).decision;
+        decision.decided_at_micros = r.now;
+        Ok(Outcome { config_mismatch: r.mismatch, ..Outcome::of(decision) })
     }
 }

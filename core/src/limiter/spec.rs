@@ -2,16 +2,14 @@
 
 use std::time::Duration;
 
+use super::calendar::Calendar;
+use super::calendar_period::CalendarPeriod;
 use super::concurrent::Concurrent;
 use super::gcra::Gcra;
 use super::log::Log;
-use super::sliding::{Sliding, SlidingParams};
-use super::{fingerprint, Algorithm};
-use crate::error::{Error, Result};
-use crate::params::{micros, validate_count, validate_duration};
-
-/// The most sub-buckets one sliding-window limit may have (memory is O(duration/precision)).
-pub const MAX_BLOCKS: u64 = 100_000;
+use super::sliding::Sliding;
+use super::Algorithm;
+use crate::error::Result;
 
 /// One window of a `window` limiter: at most `limit` admissions in any span of `interval`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +81,18 @@ pub enum LimiterSpec {
         /// Time for an empty bucket to refill completely.
         refill: Duration,
     },
+    /// At most `limit` per calendar period in time zone `tz` (see [`CalendarPeriod`]).
+    Calendar {
+        /// Units per period.
+        limit: u64,
+        /// Day, ISO week (from Monday), month or year.
+        period: CalendarPeriod,
+        /// An IANA time zone name, e.g. `"Europe/Berlin"` or `"UTC"`.
+        tz: String,
+        /// Monthly periods only: the day of the month they start on (1-31, clamped to the
+        /// month's last day; default 1).
+        anchor: Option<u8>,
+    },
     /// Always allows; touches no backend.
     Unlimited,
 }
@@ -106,6 +116,8 @@ pub enum Kind {
     Leaky,
     /// [`LimiterSpec::Points`].
     Points,
+    /// [`LimiterSpec::Calendar`].
+    Calendar,
     /// [`LimiterSpec::Unlimited`].
     Unlimited,
 }
@@ -121,6 +133,7 @@ impl Kind {
             Kind::TokenBucket => "token_bucket",
             Kind::Leaky => "leaky",
             Kind::Points => "points",
+            Kind::Calendar => "calendar",
             Kind::Unlimited => "unlimited",
         }
     }
@@ -137,6 +150,7 @@ impl LimiterSpec {
             LimiterSpec::TokenBucket { .. } => Kind::TokenBucket,
             LimiterSpec::Leaky { .. } => Kind::Leaky,
             LimiterSpec::Points { .. } => Kind::Points,
+            LimiterSpec::Calendar { .. } => Kind::Calendar,
             LimiterSpec::Unlimited => Kind::Unlimited,
         }
     }
@@ -165,96 +179,30 @@ impl LimiterSpec {
             LimiterSpec::Points { capacity, refill } => {
                 LimiterSpec::Points { capacity: part(*capacity), refill: *refill }
             }
+            LimiterSpec::Calendar { limit, period, tz, anchor } => {
+                LimiterSpec::Calendar { limit: part(*limit), period: *period, tz: tz.clone(), anchor: *anchor }
+            }
             LimiterSpec::Unlimited => LimiterSpec::Unlimited,
         }
     }
 
-    /// Validates every parameter (naming the bad one) and compiles to integer microseconds.
+    /// Validates every parameter (naming the bad one) and compiles to the engine's integer
+    /// microseconds (each engine compiles its own parameters).
     pub(crate) fn compile(&self) -> Result<Algorithm> {
         Ok(match self {
-            LimiterSpec::Concurrent { limit, lock_timeout } => Algorithm::Concurrent(Concurrent {
-                limit: validate_count("limit", *limit)?,
-                lock_us: micros(validate_duration("lock_timeout", *lock_timeout)?),
-            }),
-            LimiterSpec::Bucket { limit, interval } => {
-                let limit = validate_count("limit", *limit)?;
-                let interval_us = micros(validate_duration("interval", *interval)?);
-                Algorithm::Sliding(Sliding::new(vec![SlidingParams {
-                    limit,
-                    duration_us: interval_us,
-                    precision_us: interval_us,
-                    blocks: 1,
-                }]))
+            LimiterSpec::Concurrent { limit, lock_timeout } => {
+                Algorithm::Concurrent(Concurrent::compile(*limit, *lock_timeout)?)
             }
-            LimiterSpec::Window { windows } => {
-                if windows.is_empty() {
-                    return Err(Error::invalid("windows", "at least one window is required"));
-                }
-                let mut compiled = Vec::with_capacity(windows.len());
-                for w in windows {
-                    compiled
-                        .push((validate_count("limit", w.limit)?, micros(validate_duration("interval", w.interval)?)));
-                }
-                let longest_us = compiled.iter().map(|w| w.1).max().unwrap_or(0);
-                let fingerprint = fingerprint(compiled.iter().flat_map(|&(limit, interval)| [limit, interval]));
-                Algorithm::Log(Log { windows: compiled.into_boxed_slice(), longest_us, fingerprint })
-            }
-            LimiterSpec::SlidingWindow { limits } => {
-                if limits.is_empty() {
-                    return Err(Error::invalid("limits", "at least one limit is required"));
-                }
-                let mut compiled = Vec::with_capacity(limits.len());
-                for l in limits {
-                    let duration_us = micros(validate_duration("duration", l.duration)?);
-                    let precision_us = match l.precision {
-                        Some(p) => micros(validate_duration("precision", p)?).min(duration_us),
-                        None => duration_us,
-                    };
-                    let blocks = duration_us.div_ceil(precision_us);
-                    if blocks > MAX_BLOCKS {
-                        return Err(Error::invalid(
-                            "precision",
-                            format!("duration/precision must be at most {MAX_BLOCKS} sub-buckets, got {blocks}"),
-                        ));
-                    }
-                    compiled.push(SlidingParams {
-                        limit: validate_count("limit", l.limit)?,
-                        duration_us,
-                        precision_us,
-                        blocks,
-                    });
-                }
-                Algorithm::Sliding(Sliding::new(compiled))
-            }
-            LimiterSpec::TokenBucket { rate, capacity } => {
-                if !rate.is_finite() || *rate <= 0.0 || *rate > 1e6 {
-                    return Err(Error::invalid(
-                        "rate",
-                        format!("must be a finite number above 0 and at most 1000000 per second, got {rate}"),
-                    ));
-                }
-                let capacity = validate_count("capacity", *capacity)?;
-                let rate = *rate;
-                Algorithm::Gcra(Gcra::compile("capacity", capacity, "rate", |ticks_per_us| {
-                    1e6 * ticks_per_us as f64 / rate
-                })?)
-            }
-            LimiterSpec::Leaky { size, drain } => {
-                let size = validate_count("size", *size)?;
-                let drain_us = micros(validate_duration("drain", *drain)?);
-                Algorithm::Gcra(Gcra::compile("size", size, "drain", per_unit(drain_us, size))?)
-            }
-            LimiterSpec::Points { capacity, refill } => {
-                let capacity = validate_count("capacity", *capacity)?;
-                let refill_us = micros(validate_duration("refill", *refill)?);
-                Algorithm::Gcra(Gcra::compile("capacity", capacity, "refill", per_unit(refill_us, capacity))?)
+            LimiterSpec::Bucket { limit, interval } => Algorithm::Sliding(Sliding::bucket(*limit, *interval)?),
+            LimiterSpec::Window { windows } => Algorithm::Log(Log::compile(windows)?),
+            LimiterSpec::SlidingWindow { limits } => Algorithm::Sliding(Sliding::compile(limits)?),
+            LimiterSpec::TokenBucket { rate, capacity } => Algorithm::Gcra(Gcra::token_bucket(*rate, *capacity)?),
+            LimiterSpec::Leaky { size, drain } => Algorithm::Gcra(Gcra::leaky(*size, *drain)?),
+            LimiterSpec::Points { capacity, refill } => Algorithm::Gcra(Gcra::points(*capacity, *refill)?),
+            LimiterSpec::Calendar { limit, period, tz, anchor } => {
+                Algorithm::Calendar(Calendar::compile(*limit, *period, tz, *anchor)?)
             }
             LimiterSpec::Unlimited => Algorithm::Unlimited,
         })
     }
-}
-
-/// The exact time per unit of `units` earned in `period_us`, in ticks of `1/ticks_per_us` µs.
-fn per_unit(period_us: u64, units: u64) -> impl Fn(u64) -> f64 {
-    move |ticks_per_us| (period_us as f64 * ticks_per_us as f64) / units as f64
 }

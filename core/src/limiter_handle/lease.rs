@@ -2,10 +2,9 @@
 //! family (`points_used`).
 
 use super::{Limiter, Target};
-use crate::backend::{BackendInner, Op, Outcome};
 use crate::decision::{Decision, Lease};
 use crate::error::{Error, Result};
-use crate::limiter::Algorithm;
+use crate::limiter::{Algorithm, Op, Outcome};
 use crate::metrics::{Counter, Metrics};
 use crate::params::{validate_cost, validate_key};
 use crate::runtime::block_on;
@@ -83,12 +82,9 @@ impl Limiter {
     /// [`Limiter::metrics`].
     pub async fn fleet_metrics(&self) -> Result<Metrics> {
         match &self.inner.target {
-            Target::Redis { backend, .. } => match &*backend.inner {
-                BackendInner::Redis(redis) => {
-                    redis.fleet_metrics(self.kind(), &self.inner.name, &self.inner.metrics).await
-                }
-                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
-            },
+            Target::Redis { backend, .. } => {
+                backend.fleet_metrics(self.kind(), &self.inner.name, &self.inner.metrics).await
+            }
             _ => Ok(self.metrics()),
         }
     }

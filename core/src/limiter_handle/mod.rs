@@ -5,12 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::backend::redis::{Failover, RedisBackend};
-use crate::backend::{Backend, BackendInner, Op, Outcome};
+use crate::backend::{Backend, BackendInner, Failover, MemoryBackend, RedisBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::Result;
-use crate::limiter::{Algorithm, Kind, LimiterSpec};
+use crate::limiter::{Algorithm, Kind, LimiterSpec, Op, Outcome};
 use crate::metrics::{Counter, LimiterMetrics};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
@@ -43,17 +42,14 @@ struct Inner {
     metrics: Arc<LimiterMetrics>,
 }
 
+/// Where a limiter's state lives: a typed handle on its backend.
 #[derive(Debug, Clone)]
 enum Target {
-    Memory {
-        backend: Backend,
-        namespace: u32,
-    },
+    /// `namespace`: the limiter's (kind, name) in the memory backend.
+    Memory { backend: Arc<MemoryBackend>, namespace: u32 },
     /// `failover`: how the limiter applies the backend's failure policy.
-    Redis {
-        backend: Backend,
-        failover: Failover,
-    },
+    Redis { backend: Arc<RedisBackend>, failover: Failover },
+    /// `unlimited`: no state anywhere.
     Nowhere,
 }
 
@@ -92,18 +88,16 @@ impl Limiter {
         let target = match (&algorithm, &*backend.inner) {
             (Algorithm::Unlimited, _) => Target::Nowhere,
             (_, BackendInner::Memory(memory)) => {
-                Target::Memory { backend: backend.clone(), namespace: memory.namespace(spec.kind(), name) }
+                Target::Memory { backend: memory.clone(), namespace: memory.namespace(spec.kind(), name) }
             }
             (_, BackendInner::Redis(redis)) => {
                 let failover = redis.failover(spec.kind(), name, &spec, allow_fallback)?;
-                Target::Redis { backend: backend.clone(), failover }
+                Target::Redis { backend: redis.clone(), failover }
             }
         };
         let metrics = Arc::<LimiterMetrics>::default();
         if let (Target::Redis { backend, .. }, Algorithm::Concurrent(_)) = (&target, &algorithm) {
-            if let BackendInner::Redis(redis) = &*backend.inner {
-                redis.spawn_metrics_flush(spec.kind(), name, &metrics);
-            }
+            backend.spawn_metrics_flush(spec.kind(), name, &metrics);
         }
         Ok(Limiter {
             inner: Arc::new(Inner {
@@ -149,12 +143,9 @@ impl Limiter {
     pub fn with_allow_fallback(&self, allow: bool) -> Result<Limiter> {
         let inner = &self.inner;
         let target = match &inner.target {
-            Target::Redis { backend, .. } => match &*backend.inner {
-                BackendInner::Redis(redis) => Target::Redis {
-                    backend: backend.clone(),
-                    failover: redis.failover(inner.spec.kind(), &inner.name, &inner.spec, allow)?,
-                },
-                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
+            Target::Redis { backend, .. } => Target::Redis {
+                backend: backend.clone(),
+                failover: backend.failover(inner.spec.kind(), &inner.name, &inner.spec, allow)?,
             },
             other => other.clone(),
         };
@@ -206,17 +197,15 @@ impl Limiter {
     /// the limiter lives on Redis.
     pub(crate) fn redis_target(&self) -> Option<RedisTarget<'_>> {
         match &self.inner.target {
-            Target::Redis { backend, failover } => match &*backend.inner {
-                BackendInner::Redis(redis) => Some((redis, failover)),
-                BackendInner::Memory(_) => None,
-            },
+            Target::Redis { backend, failover } => Some((backend, failover)),
             _ => None,
         }
     }
 
     fn clock(&self) -> Arc<dyn Clock> {
         match &self.inner.target {
-            Target::Memory { backend, .. } | Target::Redis { backend, .. } => backend.clock(),
+            Target::Memory { backend, .. } => backend.clock.clone(),
+            Target::Redis { backend, .. } => backend.fallback.clock.clone(),
             Target::Nowhere => Arc::new(SystemClock),
         }
     }
@@ -224,12 +213,9 @@ impl Limiter {
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
-            Target::Redis { backend, failover } => match &*backend.inner {
-                BackendInner::Redis(redis) => {
-                    redis.execute(self.kind(), &self.inner.name, key, &self.inner.algorithm, failover, op).await
-                }
-                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
-            },
+            Target::Redis { backend, failover } => {
+                backend.execute(self.kind(), &self.inner.name, key, &self.inner.algorithm, failover, op).await
+            }
             _ => self.run_local(key, op),
         }
     }
@@ -238,12 +224,9 @@ impl Limiter {
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
-            Target::Redis { backend, failover } => match &*backend.inner {
-                BackendInner::Redis(redis) => {
-                    redis.execute_blocking(self.kind(), &self.inner.name, key, &self.inner.algorithm, failover, op)
-                }
-                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
-            },
+            Target::Redis { backend, failover } => {
+                backend.execute_blocking(self.kind(), &self.inner.name, key, &self.inner.algorithm, failover, op)
+            }
             _ => self.run_local(key, op),
         }
     }
@@ -253,10 +236,7 @@ impl Limiter {
     #[inline]
     pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
-            Target::Memory { backend, namespace } => match &*backend.inner {
-                BackendInner::Memory(memory) => memory.execute(*namespace, key, &self.inner.algorithm, op),
-                BackendInner::Redis(_) => unreachable!("a memory target holds a memory backend"),
-            },
+            Target::Memory { backend, namespace } => backend.execute(*namespace, key, &self.inner.algorithm, op),
             _ => Ok(Outcome::of(Decision::unlimited())),
         }
     }
@@ -323,12 +303,9 @@ impl Limiter {
     pub async fn reset(&self, key: Option<&str>) -> Result<()> {
         let key = validate_key(key)?;
         match &self.inner.target {
-            Target::Redis { backend, .. } => match &*backend.inner {
-                BackendInner::Redis(redis) => {
-                    redis.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm).await
-                }
-                BackendInner::Memory(_) => unreachable!("a Redis target holds a Redis backend"),
-            },
+            Target::Redis { backend, .. } => {
+                backend.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm).await
+            }
             _ => {
                 self.reset_local(key);
                 Ok(())
@@ -349,9 +326,7 @@ impl Limiter {
 
     fn reset_local(&self, key: &str) {
         if let Target::Memory { backend, namespace } = &self.inner.target {
-            if let BackendInner::Memory(memory) = &*backend.inner {
-                memory.reset(*namespace, key);
-            }
+            backend.reset(*namespace, key);
         }
     }
 }

@@ -12,12 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_secs, interval_from_name};
-use ratekeeper::{Backend, Decision, Error, Lease, Limiter, LimiterSpec, ManualClock, SlidingLimit, WindowLimit};
+use ratekeeper::{
+    Backend, CalendarPeriod, Decision, Error, Lease, Limiter, LimiterSpec, ManualClock, SlidingLimit, WindowLimit,
+};
 use serde_json::{json, Map, Value};
 
 /// Every limiter kind; each must be exercised by at least [`MIN_PER_KIND`] cases.
-const KINDS: [&str; 8] =
-    ["concurrent", "bucket", "window", "sliding_window", "token_bucket", "leaky", "points", "unlimited"];
+const KINDS: [&str; 9] =
+    ["concurrent", "bucket", "window", "sliding_window", "token_bucket", "leaky", "points", "calendar", "unlimited"];
 const MIN_PER_KIND: usize = 15;
 const MIN_TOTAL: usize = 120;
 
@@ -148,6 +150,18 @@ fn build_limiter(backend: &Backend, spec: &Value) -> Result<Built, Malformed> {
             let capacity = core!(count("capacity", field(obj, "capacity")?));
             let refill = core!(duration("refill", field(obj, "refill")?));
             backend.points(name_req()?, capacity, refill)
+        }
+        "calendar" => {
+            let limit = core!(count("limit", field(obj, "limit")?));
+            let period = field(obj, "period")?.as_str().ok_or("`period` must be a string")?;
+            let period = core!(Ok::<_, Malformed>(CalendarPeriod::parse(period)));
+            let tz = field(obj, "tz")?.as_str().ok_or("`tz` must be a string")?;
+            // An anchor beyond a byte is as invalid as 32: the core names it.
+            let anchor = match obj.get("anchor") {
+                None | Some(Value::Null) => None,
+                Some(a) => Some(a.as_u64().ok_or("`anchor` must be a non-negative integer")?.min(255) as u8),
+            };
+            backend.calendar(name_req()?, limit, period, tz, anchor)
         }
         "unlimited" => match name {
             Some(name) => backend.limiter(name, LimiterSpec::Unlimited),

@@ -10,7 +10,7 @@ const path = require('node:path');
 const { ManualClock, Limiter } = require('../..');
 
 const VECTORS_DIR = path.resolve(__dirname, '..', '..', '..', 'tests', 'vectors');
-const KINDS = ['concurrent', 'bucket', 'window', 'sliding_window', 'token_bucket', 'leaky', 'points', 'unlimited'];
+const KINDS = ['concurrent', 'bucket', 'window', 'sliding_window', 'token_bucket', 'leaky', 'points', 'calendar', 'unlimited'];
 const MIN_PER_KIND = 15;
 const MIN_TOTAL = 120;
 
@@ -75,6 +75,8 @@ function buildLimiter(backend, spec) {
       return backend.leaky(name, number(spec.size), ms(spec.drain));
     case 'points':
       return backend.points(name, number(spec.capacity), ms(spec.refill));
+    case 'calendar':
+      return backend.calendar(name, number(spec.limit), spec.period, { tz: spec.tz, anchor: spec.anchor });
     case 'unlimited':
       return name == null ? Limiter.unlimited() : backend.unlimited(name);
     default:

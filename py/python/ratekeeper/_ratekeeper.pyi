@@ -34,6 +34,12 @@ class Backend:
         `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
         `"day"`), windows aligned to multiples of `interval` since the epoch.
         """
+    def calendar(self, /, name: str, limit: int, period: str, tz: str | None = None, anchor: int | None = None) -> Limiter2:
+        """
+        `limit` per calendar `period` (`"day"`, `"week"` from Monday, `"month"`, `"year"`) in IANA
+        time zone `tz` (default UTC); months start on day `anchor` (1-31, clamped to the month's
+        last day; default 1).
+        """
     @staticmethod
     def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None) -> Backend:
         """

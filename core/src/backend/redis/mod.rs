@@ -5,6 +5,7 @@
 pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod direct;
+pub mod driven;
 pub(crate) mod keys;
 pub(crate) mod resolve;
 pub(crate) mod resp;
@@ -18,17 +19,14 @@ use config::{FailurePolicy, RedisConfig};
 pub(crate) use connection::Connections;
 use keys::{validate_prefix, KeyBuilder};
 use redis::Cmd;
-use scripts::LuaScript;
 
 use super::memory::{MemoryBackend, MemoryConfig};
-use super::{Op, Outcome, Wake};
 use crate::clock::Clock;
-use crate::decision::{Decision, Lease, LimitStatus};
+use crate::decision::{Decision, Lease};
 use crate::error::{Error, Result};
 use crate::limiter::concurrent::Concurrent;
-use crate::limiter::gcra::Gcra;
-use crate::limiter::sliding::{Sliding, Snapshot};
-use crate::limiter::{decision, Algorithm, Kind};
+use crate::limiter::script::LuaScript;
+use crate::limiter::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Wake};
 use crate::metrics::{from_values, LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
 use crate::runtime::runtime;
@@ -232,10 +230,6 @@ impl RedisBackend {
         Ok(Failover { policy: self.policy, fallback })
     }
 
-    fn now_arg(&self) -> String {
-        self.manual_clock.as_ref().map(|c| c.now_micros().to_string()).unwrap_or_default()
-    }
-
     /// Runs `op` for (`kind`, `name`, `key`), applying the failure policy when Redis fails.
     /// `fallback` is the limiter's scaled algorithm and namespace in [`Self::fallback`].
     pub(crate) async fn execute(
@@ -350,7 +344,8 @@ impl RedisBackend {
         }
     }
 
-    /// The script call that performs `op`.
+    /// The script call that performs `op`: the engine's script, its keys by role, then the
+    /// verb, the instant (empty: the server's TIME) and the engine's arguments.
     pub(crate) fn prepare(
         &self,
         kind: Kind,
@@ -359,76 +354,26 @@ impl RedisBackend {
         algorithm: &Algorithm,
         op: Op,
     ) -> Result<ScriptCall> {
+        let Some(script) = algorithm.script() else { return Err(not_applicable(algorithm, op)) };
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
-        let now = self.now_arg();
-        let verb = |op: Op| match op {
-            Op::Check { .. } => "check",
-            Op::Peek => "peek",
-            Op::Adjust { .. } => "adjust",
-            Op::Release { .. } => "release",
-            Op::Extend { .. } => "extend",
-            Op::Abandon { .. } => "abandon",
-        };
-        let call = |script: &'static LuaScript, cmd: Cmd| Ok(ScriptCall { script, cmd, wake_key: None });
-        match (algorithm, op) {
-            (Algorithm::Gcra(g), Op::Check { .. } | Op::Peek | Op::Adjust { .. }) => {
-                let (first, second) = match op {
-                    Op::Check { cost, .. } => (cost, 0),
-                    Op::Adjust { estimate, actual } => (estimate, actual),
-                    _ => (0, 0),
-                };
-                // Written straight into the command (no per-argument `String`s): the hot path.
-                let mut cmd = scripts::GCRA.evalsha(1);
-                cmd.arg(keys.key("s"))
-                    .arg(verb(op))
-                    .arg(now)
-                    .arg(g.tick_ns)
-                    .arg(g.emission)
-                    .arg(g.tau)
-                    .arg(g.max_ahead);
-                cmd.arg(first).arg(second);
-                call(&scripts::GCRA, cmd)
-            }
-            (Algorithm::Sliding(s), Op::Check { .. } | Op::Peek) => {
-                let mut cmd = scripts::SLIDING.evalsha(2);
-                cmd.arg(keys.key("h")).arg(keys.key("b")).arg(verb(op)).arg(now).arg(cost_of(op));
-                cmd.arg(s.fingerprint).arg(s.limits.len());
-                for l in s.limits.iter() {
-                    cmd.arg(l.limit).arg(l.duration_us).arg(l.precision_us).arg(l.blocks);
-                }
-                call(&scripts::SLIDING, cmd)
-            }
-            (Algorithm::Log(l), Op::Check { .. } | Op::Peek) => {
-                let mut cmd = scripts::LOG.evalsha(3);
-                cmd.arg(keys.key("z")).arg(keys.key("d")).arg(keys.key("l"));
-                cmd.arg(verb(op)).arg(now).arg(cost_of(op)).arg(l.longest_us).arg(l.fingerprint).arg(l.windows.len());
-                for &(limit, interval) in l.windows.iter() {
-                    cmd.arg(limit).arg(interval);
-                }
-                call(&scripts::LOG, cmd)
-            }
-            (
-                Algorithm::Concurrent(c),
-                Op::Check { .. } | Op::Peek | Op::Release { .. } | Op::Extend { .. } | Op::Abandon { .. },
-            ) => {
-                let lease_id = match op {
-                    Op::Check { lease_id, .. }
-                    | Op::Release { lease_id }
-                    | Op::Extend { lease_id }
-                    | Op::Abandon { lease_id } => lease_id,
-                    _ => 0,
-                };
-                let wake_key = keys.key("w");
-                let mut cmd = scripts::CONCURRENT.evalsha(4);
-                cmd.arg(keys.key("h")).arg(keys.key("t")).arg(&wake_key).arg(keys.key("x"));
-                cmd.arg(verb(op)).arg(now).arg(c.limit).arg(c.lock_us).arg(format!("{lease_id:032x}"));
-                Ok(ScriptCall { script: &scripts::CONCURRENT, cmd, wake_key: Some(wake_key) })
-            }
-            (algorithm, op) => Err(Error::invalid("operation", format!("{op:?} does not apply to {algorithm:?}"))),
+        let roles = algorithm.keys(op);
+        let mut cmd = script.evalsha(roles.len());
+        for role in roles {
+            cmd.arg(keys.key(role));
         }
+        cmd.arg(op.verb());
+        let now = self.manual_clock.as_ref().map(|clock| clock.now_micros());
+        match now {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        algorithm.encode(op, now, &mut cmd)?;
+        let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
+        Ok(ScriptCall { script, cmd, wake_key })
     }
 
-    /// The outcome of `op` from its script's `reply`.
+    /// The outcome of `op` from its script's `reply`: the engine's reading of it, and for a
+    /// refused caller of an engine with a wake-up list, how to wait on it.
     pub(crate) fn finish(
         self: &Arc<Self>,
         algorithm: &Algorithm,
@@ -436,43 +381,11 @@ impl RedisBackend {
         wake_key: Option<String>,
         reply: Vec<i64>,
     ) -> Result<Outcome> {
-        let c = match algorithm {
-            Algorithm::Concurrent(c) => c,
-            Algorithm::Gcra(g) => return gcra_outcome(g, op, &reply),
-            Algorithm::Sliding(s) => return sliding_outcome(s, op, &reply),
-            Algorithm::Log(_) => {
-                let d = decision_from(&reply, Some(7));
-                return Ok(Outcome { config_mismatch: reply.get(6) == Some(&1), ..Outcome::of(d) });
-            }
-            _ => return Ok(Outcome::of(decision_from(&reply, None))),
-        };
-        if let Op::Abandon { .. } = op {
-            // Freed, or remembered so that the check it belongs to grants nothing: done either way.
-            return Ok(Outcome::of(decision(true, c.limit, 0, 0, 0)));
+        let mut outcome = algorithm.decode(op, &reply)?;
+        if let (Op::Check { .. } | Op::Peek, false, Some(list_key)) = (op, outcome.decision.allowed, wake_key) {
+            outcome.wake = Some(Wake::Remote { waiter: self.clone(), list_key });
         }
-        if let Op::Release { .. } | Op::Extend { .. } = op {
-            let mut d = decision(true, c.limit, 0, 0, 0);
-            d.decided_at_micros = reply.get(1).copied().unwrap_or(0).max(0) as u64;
-            return match reply.first() {
-                Some(1) => Ok(Outcome { lease_overdue: reply.get(2) == Some(&1), ..Outcome::of(d) }),
-                _ => Err(Error::lease_lost()),
-            };
-        }
-        let mut d = decision_from(&reply, None);
-        let wake = if d.allowed {
-            if let Op::Check { lease_id, .. } = op {
-                d.lease = Some(Lease {
-                    id: lease_id,
-                    fencing_token: reply.get(6).copied().unwrap_or(0) as u64,
-                    granted_at_micros: d.decided_at_micros,
-                });
-            }
-            None
-        } else {
-            wake_key.map(|list_key| Wake::Redis { backend: self.clone(), list_key })
-        };
-        let reclaimed = reply.get(7).copied().unwrap_or(0).max(0) as u64;
-        Ok(Outcome { decision: d, wake, reclaimed, lease_overdue: false, config_mismatch: false })
+        Ok(outcome)
     }
 
     /// Abandons lease `lease_id` of a concurrent limiter in the background, never blocking the
@@ -504,21 +417,14 @@ impl RedisBackend {
     /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
     pub(crate) async fn reset(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm) -> Result<()> {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
-        let roles: &[&str] = match algorithm {
-            Algorithm::Gcra(_) => &["s"],
-            Algorithm::Sliding(_) => &["h", "b"],
-            Algorithm::Log(_) => &["z", "d", "l"],
-            Algorithm::Concurrent(_) => &["h", "t", "x"],
-            Algorithm::Unlimited => &[],
-        };
         let mut pipe = redis::pipe();
-        pipe.del(roles.iter().map(|r| keys.key(r)).collect::<Vec<_>>()).ignore();
-        if let Algorithm::Concurrent(c) = algorithm {
-            let wake = keys.key("w");
-            for _ in 0..c.limit.min(1024) {
+        pipe.del(algorithm.state_keys().iter().map(|r| keys.key(r)).collect::<Vec<_>>()).ignore();
+        if let Some(list) = algorithm.wake_list() {
+            let wake = keys.key(list.role);
+            for _ in 0..list.slots.min(1024) {
                 pipe.lpush(&wake, "1").ignore();
             }
-            pipe.pexpire(&wake, (c.lock_us / 1000).max(1) as i64).ignore();
+            pipe.pexpire(&wake, (list.ttl_us / 1000).max(1) as i64).ignore();
         }
         self.query(&pipe).await
     }
@@ -596,7 +502,7 @@ impl RedisBackend {
     /// waiting (its own timer fired, its future was dropped) cannot lose a wake-up it was handed:
     /// the task passes it on to the next waiter. The waiter's own timer is exact; Redis checks
     /// BLPOP timeouts only about ten times a second.
-    pub(crate) async fn wait_for_release(self: &Arc<Self>, list_key: &str, timeout: Duration) {
+    async fn wait_for_wake_up(self: &Arc<Self>, list_key: &str, timeout: Duration) {
         let timeout = timeout.min(max_block());
         let (woken, wake) = tokio::sync::oneshot::channel::<()>();
         let (this, key) = (self.clone(), list_key.to_owned());
@@ -650,73 +556,6 @@ impl RedisBackend {
     }
 }
 
-fn cost_of(op: Op) -> u64 {
-    match op {
-        Op::Check { cost, .. } => cost,
-        _ => 1,
-    }
-}
-
-/// The outcome of GCRA operation `op` from its script's reply `{tat_us, tat_ns, now}`: the state
-/// the script read (microseconds, and nanoseconds within the microsecond) and its instant. The
-/// script applied the rule's write; the decision is the rule's own (see `gcra.lua`), replayed
-/// here on what the script read.
-fn gcra_outcome(g: &Gcra, op: Op, reply: &[i64]) -> Result<Outcome> {
-    let &[tat_us, tat_ns, now] = reply else {
-        return Err(Error::BackendUnavailable { message: format!("Redis: unexpected GCRA reply {reply:?}") });
-    };
-    let mut tat = (tat_us.max(0) as u64).saturating_mul(1000).saturating_add(tat_ns.clamp(0, 999) as u64);
-    let now = now.max(0) as u64;
-    let mut decision = g.run(&mut tat, now, op).decision;
-    decision.decided_at_micros = now;
-    Ok(Outcome::of(decision))
-}
-
-/// The outcome of sliding-window operation `op` from its script's reply: the instant, whether
-/// another configuration recorded last, then per limit what the rule reads (see `sliding.lua`).
-/// The script applied the rule's write; the decision is the rule's own, replayed here.
-fn sliding_outcome(s: &Sliding, op: Op, reply: &[i64]) -> Result<Outcome> {
-    let malformed =
-        || Error::BackendUnavailable { message: format!("Redis: unexpected sliding-window reply {reply:?}") };
-    let [now, mismatch, limits @ ..] = reply else { return Err(malformed()) };
-    if limits.len() != 3 * s.limits.len() {
-        return Err(malformed());
-    }
-    let block = |v: i64| u64::try_from(v).ok();
-    let mut counts: Vec<Snapshot> = limits
-        .chunks_exact(3)
-        .map(|c| Snapshot { total: c[0].max(0) as u64, newest: block(c[1]), freeing: block(c[2]) })
-        .collect();
-    let now = (*now).max(0) as u64;
-    let mut decision = s.decide(&mut counts, now, op).decision;
-    decision.decided_at_micros = now;
-    Ok(Outcome { config_mismatch: *mismatch == 1, ..Outcome::of(decision) })
-}
-
-/// Decodes the reply of a script that decides itself (the exact sliding window's, the concurrent
-/// limiter's): {allowed, limit, remaining, retry_us, reset_us, now_us, …}. Multi-limit replies
-/// (the log script's) have five numbers per limit from `details_from` on; the concurrent
-/// script's trailing numbers are its token and reclaim count, read by its caller.
-fn decision_from(reply: &[i64], details_from: Option<usize>) -> Decision {
-    let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
-    let mut d = decision(at(0) == 1, at(1), at(2), at(3), at(4));
-    d.decided_at_micros = at(5);
-    if let Some(details) = details_from.and_then(|from| reply.get(from..)).filter(|d| !d.is_empty()) {
-        let details: Vec<LimitStatus> = details
-            .chunks_exact(5)
-            .map(|c| LimitStatus {
-                window: Duration::from_micros(c[0] as u64),
-                limit: c[1] as u64,
-                remaining: c[2] as u64,
-                retry_after: Duration::from_micros(c[3] as u64),
-                reset_after: Duration::from_micros(c[4] as u64),
-            })
-            .collect();
-        d.limits = Some(details.into_boxed_slice());
-    }
-    d
-}
-
 /// What a call gets when failing open: allowed, with the limiter's full capacity. A concurrent
 /// lease granted this way has fencing token 0 and its release is a no-op.
 fn open_decision(algorithm: &Algorithm, op: Op) -> Decision {
@@ -726,4 +565,58 @@ fn open_decision(algorithm: &Algorithm, op: Op) -> Decision {
         d.lease = Some(Lease { id: lease_id, fencing_token: 0, granted_at_micros: 0 });
     }
     d
+}
+
+#[cold]
+fn not_applicable(algorithm: &Algorithm, op: Op) -> Error {
+    Error::invalid("operation", format!("{op:?} does not apply to {algorithm:?}"))
+}
+
+impl ReleaseWaiter for RedisBackend {
+    fn wait_for_release<'a>(
+        self: Arc<Self>,
+        list_key: &'a str,
+        timeout: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move { self.wait_for_wake_up(list_key, timeout).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::limiter::{LimiterSpec, SlidingLimit};
+
+    /// The keys a call passes (KEYS), as their roles' suffixes.
+    fn keys_of(spec: LimiterSpec) -> Vec<String> {
+        let backend = RedisBackend::new(RedisConfig::new("redis://127.0.0.1:1")).unwrap();
+        let algorithm = spec.compile().unwrap();
+        let call = backend.prepare(spec.kind(), "n", "k", &algorithm, Op::Check { cost: 1, lease_id: 0 }).unwrap();
+        let args: Vec<Vec<u8>> = call
+            .cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .collect();
+        let count: usize = std::str::from_utf8(&args[2]).unwrap().parse().unwrap();
+        args[3..3 + count].iter().map(|k| String::from_utf8_lossy(k).rsplit(':').nth(1).unwrap().to_owned()).collect()
+    }
+
+    /// A fixed window (one block per limit) is a counter in the hash alone: its call does not
+    /// pass the sorted set that only sub-buckets use.
+    #[test]
+    fn fixed_windows_pass_only_the_hash() {
+        let second = Duration::from_secs(1);
+        assert_eq!(keys_of(LimiterSpec::Bucket { limit: 5, interval: second }), ["h"]);
+        let fixed = |duration| SlidingLimit { duration, limit: 5, precision: None };
+        let two_fixed = LimiterSpec::SlidingWindow { limits: vec![fixed(second), fixed(60 * second)] };
+        assert_eq!(keys_of(two_fixed), ["h"]);
+        let sub_buckets = SlidingLimit { duration: 60 * second, limit: 5, precision: Some(second) };
+        let mixed = LimiterSpec::SlidingWindow { limits: vec![fixed(second), sub_buckets] };
+        assert_eq!(keys_of(mixed), ["h", "b"]);
+    }
 }

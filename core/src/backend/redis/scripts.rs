@@ -1,92 +1,20 @@
-//! The Lua scripts, one per engine, and how a call runs one: EVALSHA; on NOSCRIPT, EVAL of the
+//! How a call runs an engine's Lua script (see [`crate::limiter::script`]): EVALSHA; on NOSCRIPT, EVAL of the
 //! body (which also caches it again). A call is retried only on answers proving the script did
 //! not run (NOSCRIPT, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN), never after a
 //! lost reply: replaying a check could count it twice.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster_routing::SingleNodeRoutingInfo;
-use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::connection::{Conn, Connections};
 use crate::error::{Error, Result};
+use crate::limiter::script::LuaScript;
 use crate::runtime::block_on;
-
-/// A Lua script: its text (an engine's `.lua` file inside [`BATCH_WRAPPER`]), and the SHA1 that
-/// EVALSHA names it by.
-pub(crate) struct LuaScript {
-    name: &'static str,
-    body: String,
-    sha1: String,
-}
-
-/// Every engine's script runs inside this wrapper, which makes it callable two ways:
-/// - one call: `EVALSHA sha <n> keys… args…`, exactly as the `.lua` file documents;
-/// - a batch of calls (see [`batch`]): `EVALSHA sha <all keys> keys… 'batch' <n> (<keys_i>
-///   <args_i>)… args…`, or `… 'batch-same' <n> <keys> <args> args…` when every call has the
-///   same number of keys and of arguments (the usual case: one shape written once costs the
-///   server less), answered with one reply per call. The calls run one after the other,
-///   each exactly as if alone (each reads the server's TIME itself, so every decision keeps its
-///   own instant), and each call's error is its own: the others are still answered.
-///
-/// A batch costs the server one script invocation, one command parse and one reply write
-/// instead of one per call: about 20-35% of a GCRA call's server time (measured with
-/// redis-benchmark on Redis 7.0; the calls' own reads and writes are the rest).
-const BATCH_WRAPPER: &str = r#"
-local function run(KEYS, ARGV)
-__BODY__
-end
-local same = ARGV[1] == 'batch-same'
-if ARGV[1] ~= 'batch' and not same then return run(KEYS, ARGV) end
-local n = tonumber(ARGV[2])
-local replies = {}
-local key_count, arg_count = tonumber(ARGV[3]), tonumber(ARGV[4])
-local k, a = 1, same and 5 or 2 * n + 3
-for i = 1, n do
-  if not same then key_count, arg_count = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i]) end
-  local keys, args = {}, {}
-  for j = 1, key_count do keys[j] = KEYS[k]; k = k + 1 end
-  for j = 1, arg_count do args[j] = ARGV[a]; a = a + 1 end
-  local ok, reply = pcall(run, keys, args)
-  if ok then
-    replies[i] = reply
-  elseif type(reply) == 'table' and reply.err then
-    replies[i] = reply
-  else
-    replies[i] = redis.error_reply(tostring(reply))
-  end
-end
-return replies
-"#;
-
-impl LuaScript {
-    fn new(name: &'static str, engine: &'static str) -> Self {
-        let body = BATCH_WRAPPER.replacen("__BODY__", engine, 1);
-        let sha1 = Script::new(&body).get_hash().to_owned();
-        LuaScript { name, body, sha1 }
-    }
-}
-
-/// GCRA: token bucket, leaky bucket, points.
-pub(crate) static GCRA: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new("gcra", include_str!("../../scripts/gcra.lua")));
-/// Sub-bucket counters: bucket, sliding window.
-pub(crate) static SLIDING: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new("sliding", include_str!("../../scripts/sliding.lua")));
-/// The exact sliding window log.
-pub(crate) static LOG: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new("log", include_str!("../../scripts/log.lua")));
-/// Concurrent leases.
-pub(crate) static CONCURRENT: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new("concurrent", include_str!("../../scripts/concurrent.lua")));
-
-/// Every script as (name, text as loaded into Redis), for tools and benchmarks.
-pub fn sources() -> Vec<(&'static str, &'static str)> {
-    [&*GCRA, &*SLIDING, &*LOG, &*CONCURRENT].iter().map(|s| (s.name, s.body.as_str())).collect()
-}
 
 /// The most calls one batch carries: a batch holds the server for all of them (a few µs each).
 pub(crate) const MAX_BATCH: usize = 128;
@@ -138,29 +66,6 @@ pub(crate) fn batch(calls: &[&Cmd]) -> Cmd {
 /// reassigned; the deadline bounds them all.
 fn retry_again(e: &RedisError) -> bool {
     did_not_run(e)
-}
-
-impl LuaScript {
-    /// `EVALSHA <sha1> <keys>`, sized for a short call: append the `keys` keys, then ARGV, with
-    /// [`Cmd::arg`] (numbers are written in decimal without an intermediate `String`).
-    pub(crate) fn evalsha(&self, keys: usize) -> Cmd {
-        let mut cmd = Cmd::with_capacity(16, 160);
-        cmd.arg("EVALSHA").arg(self.sha1.as_bytes()).arg(keys);
-        cmd
-    }
-
-    /// The EVAL equivalent of `evalsha` (same keys and arguments), for a server that does not
-    /// have the script cached.
-    fn eval_of(&self, evalsha: &Cmd) -> Cmd {
-        let mut cmd = Cmd::with_capacity(16, self.body.len() + 160);
-        cmd.arg("EVAL").arg(self.body.as_bytes());
-        for arg in evalsha.args_iter().skip(2) {
-            if let redis::Arg::Simple(bytes) = arg {
-                cmd.arg(bytes);
-            }
-        }
-        cmd
-    }
 }
 
 /// True for answers after which the script certainly did not run.

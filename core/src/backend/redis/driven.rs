@@ -20,13 +20,13 @@ use std::time::Instant;
 
 use redis::{Cmd, Value};
 
-use crate::backend::redis::resp::{frame_len, parse_frame};
-use crate::backend::redis::scripts::{self, interpret, LuaScript, ScriptReply, MAX_BATCH};
-use crate::backend::redis::{Connections, RedisBackend};
-use crate::backend::Op;
+use super::resp::{frame_len, parse_frame};
+use super::scripts::{self, interpret, ScriptReply, MAX_BATCH};
+use super::{Connections, RedisBackend};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
-use crate::limiter::Algorithm;
+use crate::limiter::script::LuaScript;
+use crate::limiter::{Algorithm, Op, Outcome};
 use crate::limiter_handle::Limiter;
 use crate::params::validate_key;
 
@@ -121,7 +121,7 @@ impl DrivenCall {
     }
 
     /// What the call returns given what Redis did (the failure policy applies).
-    fn settle(&self, remote: Result<crate::backend::Outcome>) -> Result<Decision> {
+    fn settle(&self, remote: Result<Outcome>) -> Result<Decision> {
         let Some((_, failover)) = self.limiter.redis_target() else { return Ok(remote?.decision) };
         let outcome = self.backend.apply_policy(remote, &self.key, self.limiter.algorithm(), failover, self.op)?;
         Ok(outcome.decision)

@@ -14,7 +14,8 @@
 --          block that counts (members below it are leftovers of a window that went idle),
 --          `<prefix>g` set while such leftovers may remain. `cfg`: the fingerprint of the
 --          configuration that last recorded.
--- KEYS[2]  a ZSET (limits of several blocks), all scores 0, one member per non-empty block:
+-- KEYS[2]  (passed only when some limit has several blocks: fixed windows need the hash alone)
+--          a ZSET, all scores 0, one member per non-empty block:
 --          `<prefix><block id, 16 digits>:<cumulative count at the end of the block>`. Members
 --          sort by block and the cumulative counts grow with them, so the count in a window is C
 --          minus the newest stale member's, and the block that frees `over` units is found by a
@@ -157,6 +158,9 @@ end
 
 if allowed and commit and cost > 0 then
   local expire_at, new_h, new_z = 0, false, false
+  -- The configuration's fingerprint, when it changes, goes with a fixed window's new block (one
+  -- HSET), else on its own after the loop.
+  local cfg_pending = mismatch == 1 or not cfg
   for i = 1, n do
     local l = limits[i]
     -- A clock that went back records into the newest block: counts never move back in time.
@@ -165,7 +169,12 @@ if allowed and commit and cost > 0 then
       if block == l.n then
         redis.call('HINCRBY', h, l.p .. 'c', ARGV[3])
       else
-        redis.call('HSET', h, l.p .. 'n', fmt(block), l.p .. 'c', ARGV[3])
+        if cfg_pending then
+          redis.call('HSET', h, l.p .. 'n', fmt(block), l.p .. 'c', ARGV[3], 'cfg', ARGV[4])
+          cfg_pending = false
+        else
+          redis.call('HSET', h, l.p .. 'n', fmt(block), l.p .. 'c', ARGV[3])
+        end
         new_h = true
       end
     else
@@ -190,7 +199,7 @@ if allowed and commit and cost > 0 then
     local ends = (block + l.blocks) * l.precision
     if ends > expire_at then expire_at = ends end
   end
-  if mismatch == 1 or not cfg then redis.call('HSET', h, 'cfg', ARGV[4]) end
+  if cfg_pending then redis.call('HSET', h, 'cfg', ARGV[4]) end
   -- The keys expire one second (of slack: see gcra.lua) after their newest block stops counting.
   -- The expiry only moves when a block is new, and only ever later: another configuration of
   -- this name may need the keys longer.

@@ -1,0 +1,230 @@
+//! What every engine provides, and the vocabulary shared by engines and backends: the
+//! operations ([`Op`]), what an operation produced ([`Outcome`]) and how a refused concurrent
+//! caller waits ([`Wake`]).
+//!
+//! An engine is one algorithm written once: it applies an operation to its in-memory state, and
+//! it describes the same operation as a Redis script call (script, keys by role, arguments) and
+//! reads that script's reply into named fields. Backends run engines through [`Engine`] and
+//! know nothing of any engine's parameters or replies; engines know nothing of backends.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Cmd;
+use tokio::sync::Semaphore;
+
+use super::script::LuaScript;
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+
+/// An operation on one key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    /// Consume `cost` (for concurrent limiters: grant lease `lease_id`).
+    Check { cost: u64, lease_id: u128 },
+    /// Report without consuming.
+    Peek,
+    /// Correct a GCRA charge from `estimate` to `actual`.
+    Adjust { estimate: u64, actual: u64 },
+    /// Free a concurrent lease.
+    Release { lease_id: u128 },
+    /// Renew a concurrent lease for another `lock_timeout`.
+    Extend { lease_id: u128 },
+    /// Give up a concurrent lease a check asked for but never handed to its caller: free it if
+    /// it was granted, make sure it never is otherwise. Idempotent.
+    Abandon { lease_id: u128 },
+}
+
+impl Op {
+    /// The verb a script reads as its first argument.
+    pub(crate) fn verb(self) -> &'static str {
+        match self {
+            Op::Check { .. } => "check",
+            Op::Peek => "peek",
+            Op::Adjust { .. } => "adjust",
+            Op::Release { .. } => "release",
+            Op::Extend { .. } => "extend",
+            Op::Abandon { .. } => "abandon",
+        }
+    }
+
+    /// The cost a check asks for; 1 for anything else (what a peek reports on).
+    pub(crate) fn cost(self) -> u64 {
+        match self {
+            Op::Check { cost, .. } => cost,
+            _ => 1,
+        }
+    }
+}
+
+/// What an engine returns: the decision, and whether the state it was given changed.
+#[derive(Debug)]
+pub(crate) struct Evaluation {
+    pub decision: Decision,
+    pub changed: bool,
+}
+
+/// What an operation on one key produced.
+pub(crate) struct Outcome {
+    pub decision: Decision,
+    /// Set when a concurrent limiter refused: how to wait for a slot to be released.
+    pub wake: Option<Wake>,
+    /// Overdue leases this call reclaimed (concurrent limiters).
+    pub reclaimed: u64,
+    /// For a release or extension: the lease had outlived its lock_timeout (an overage).
+    pub lease_overdue: bool,
+    /// The state was last recorded by another configuration of the same name (counted in
+    /// [`crate::BackendStats::config_mismatches`]).
+    pub config_mismatch: bool,
+}
+
+impl Outcome {
+    /// An outcome that carries only a decision.
+    pub(crate) fn of(decision: Decision) -> Outcome {
+        Outcome { decision, wake: None, reclaimed: 0, lease_overdue: false, config_mismatch: false }
+    }
+}
+
+/// Waits for a release pushed to a list: what a remote backend offers a refused concurrent
+/// caller (the narrow view of it this module needs).
+pub(crate) trait ReleaseWaiter: Send + Sync {
+    /// Returns when a release may have freed a slot, or after `timeout`.
+    fn wait_for_release<'a>(
+        self: Arc<Self>,
+        list_key: &'a str,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+}
+
+/// How a refused concurrent caller waits for a release (one waiter woken per freed slot).
+pub(crate) enum Wake {
+    /// The memory backend's wake-ups: a release adds a permit, a waiter takes one (a reset
+    /// closes the semaphore, waking every waiter).
+    Local(Arc<Semaphore>),
+    /// A list that releases push to (on Redis: popped with BLPOP on a dedicated connection).
+    Remote { waiter: Arc<dyn ReleaseWaiter>, list_key: String },
+}
+
+impl Wake {
+    /// Returns when a release may have freed a slot, or after `timeout` by `clock`.
+    pub(crate) async fn wait(&self, clock: &dyn Clock, timeout: Duration) {
+        match self {
+            Wake::Local(wake_ups) => {
+                tokio::select! {
+                    taken = wake_ups.acquire() => {
+                        // The wake-up is used up; Err: the key was reset.
+                        if let Ok(permit) = taken {
+                            permit.forget();
+                        }
+                    }
+                    _ = clock.sleep(timeout) => {}
+                }
+            }
+            Wake::Remote { waiter, list_key } => waiter.clone().wait_for_release(list_key, timeout).await,
+        }
+    }
+}
+
+/// One engine: its in-memory rule and its Redis call.
+///
+/// In memory, [`Engine::apply`] runs an operation on a key's [`Engine::State`]. On Redis, a call
+/// is [`Engine::script`] with the keys named by [`Engine::keys`] (in KEYS order, as roles that
+/// the backend turns into full key names), then ARGV `verb`, `now` (empty: the server's TIME)
+/// and what [`Engine::encode`] appends; [`Engine::decode`] reads the reply.
+pub(crate) trait Engine {
+    /// Per-key state in memory.
+    type State;
+
+    /// Runs `op` on `state` at `now` (µs); sets `changed` when the state was modified. (The
+    /// outcome is returned on its own, not paired with `changed`, so that the hot path can build
+    /// it in the caller's return slot.)
+    fn apply(&self, state: &mut Self::State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome>;
+
+    /// The instant (µs) after which `state` equals an empty one.
+    fn expires_at(&self, state: &Self::State) -> u64;
+
+    /// The script every call of this engine runs; `None` for an engine that needs no backend.
+    fn script(&self) -> Option<&'static LuaScript>;
+
+    /// The roles of the keys a call of `op` passes, in KEYS order.
+    fn keys(&self, op: Op) -> &'static [&'static str];
+
+    /// The roles of every key holding this engine's state, which a reset deletes.
+    fn state_keys(&self) -> &'static [&'static str];
+
+    /// Appends the arguments of `op` after the verb and the instant; refuses an operation that
+    /// does not apply to this engine. `now` is the instant sent with the call (a manual
+    /// clock's); `None`: the script reads the server's TIME.
+    fn encode(&self, op: Op, now: Option<u64>, cmd: &mut Cmd) -> Result<()>;
+
+    /// The outcome of `op` from its script's reply.
+    fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome>;
+
+    /// The list a refused caller waits on for a release, if the engine has one.
+    fn wake_list(&self) -> Option<WakeList> {
+        None
+    }
+}
+
+/// A list that releases push wake-ups to (concurrent limiters).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WakeList {
+    /// The role of the list's key.
+    pub role: &'static str,
+    /// The most wake-ups worth keeping: one per slot (a reset pushes that many).
+    pub slots: u64,
+    /// How long pushed wake-ups are kept (µs).
+    pub ttl_us: u64,
+}
+
+/// The first six numbers of a script that decides itself (the exact sliding window's, the
+/// concurrent limiter's): `{allowed, limit, remaining, retry_us, reset_us, now_us, …}`.
+pub(crate) struct DecisionReply {
+    pub allowed: bool,
+    pub limit: u64,
+    pub remaining: u64,
+    pub retry_us: u64,
+    pub reset_us: u64,
+    pub now: u64,
+}
+
+impl DecisionReply {
+    /// Reads the six numbers; returns the rest of the reply with them.
+    pub(crate) fn read<'r>(engine: &str, reply: &'r [i64]) -> Result<(DecisionReply, &'r [i64])> {
+        let [allowed, limit, remaining, retry_us, reset_us, now, rest @ ..] = reply else {
+            return Err(malformed(engine, reply));
+        };
+        let n = |v: &i64| (*v).max(0) as u64;
+        let r = DecisionReply {
+            allowed: *allowed == 1,
+            limit: n(limit),
+            remaining: n(remaining),
+            retry_us: n(retry_us),
+            reset_us: n(reset_us),
+            now: n(now),
+        };
+        Ok((r, rest))
+    }
+
+    /// The decision these figures make.
+    pub(crate) fn decision(&self) -> Decision {
+        let mut d = super::decision(self.allowed, self.limit, self.remaining, self.retry_us, self.reset_us);
+        d.decided_at_micros = self.now;
+        d
+    }
+}
+
+/// The error of an operation that does not apply to an engine (a release on a token bucket).
+#[cold]
+pub(crate) fn not_applicable(op: Op, engine: &dyn std::fmt::Debug) -> Error {
+    Error::invalid("operation", format!("{op:?} does not apply to {engine:?}"))
+}
+
+/// The error of a script reply that does not have the shape its engine documents.
+#[cold]
+pub(crate) fn malformed(engine: &str, reply: &[i64]) -> Error {
+    Error::BackendUnavailable { message: format!("Redis: unexpected {engine} reply {reply:?}") }
+}
