@@ -167,7 +167,7 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
 static void one_call(void) {
   rk_limiter *out = NULL;
   rk_decision decision;
-  switch (below(18)) {
+  switch (below(19)) {
   case 0:
     BUILD(rk_limiter_new_concurrent(pick_backend(), pick_string(), pick_count(), pick_double(),
                                           pick_double(), &out), "rk_limiter_new_concurrent");
@@ -245,6 +245,16 @@ static void one_call(void) {
                                   below(8) ? &decision : NULL),
            "rk_limiter_points_used");
     break;
+  case 18: {
+    static const char *const periods[] = {"day", "week", "month", "year"};
+    static const char *const zones[] = {"UTC", "Europe/Berlin", "America/New_York", "Mars/Olympus"};
+    BUILD(rk_limiter_new_calendar(pick_backend(), pick_string(), pick_count(),
+                                  below(4) ? periods[below(4)] : pick_string(),
+                                  below(4) ? zones[below(4)] : pick_string(),
+                                  below(2) ? (uint32_t)below(33) : (uint32_t)next(), &out),
+          "rk_limiter_new_calendar");
+    break;
+  }
   case 17: {
     /* The manual clock, NULL or real, moved by any amount (saturating far in the future). */
     uint64_t now = 0;

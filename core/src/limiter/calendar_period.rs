@@ -98,21 +98,6 @@ impl CalendarClock {
         Ok(CalendarClock { period, tz: zone, tz_name: tz.to_owned(), anchor })
     }
 
-    /// The period.
-    pub(crate) fn period(&self) -> CalendarPeriod {
-        self.period
-    }
-
-    /// The time zone's name, as given.
-    pub(crate) fn tz_name(&self) -> &str {
-        &self.tz_name
-    }
-
-    /// The anchor day of monthly periods (1 for the others).
-    pub(crate) fn anchor(&self) -> u8 {
-        self.anchor as u8
-    }
-
     /// The period containing `now_us` (microseconds since the Unix epoch).
     pub(crate) fn bounds(&self, now_us: u64) -> Result<PeriodBounds> {
         let now = i64::try_from(now_us).ok().and_then(|us| Timestamp::from_microsecond(us).ok()).ok_or_else(|| {
