@@ -5,7 +5,7 @@
 #
 # What C cannot express is skipped and counted, never guessed: a non-whole or NaN count (C
 # takes uint64_t) or one of 2^64 or more, a name or key with a NUL inside, `precision` 0 given explicitly (C's 0
-# means "none"). A negative count is passed as C's conversion to uint64_t would. Decisions are
+# means "none"), a calendar `anchor` of 0 (C's 0 means the default). A negative count is passed as C's conversion to uint64_t would. Decisions are
 # compared on the fields rk_decision has (not the per-limit `limits` details).
 #
 # Run by scripts/test-c with RK_LIB (path to libratekeeper.so) and RK_VECTORS (the vectors'
@@ -49,6 +49,7 @@ module C
   attach_function :rk_limiter_new_token_bucket, [:pointer, :pointer, :double, :uint64, :pointer], :int
   attach_function :rk_limiter_new_leaky, [:pointer, :pointer, :uint64, :double, :pointer], :int
   attach_function :rk_limiter_new_points, [:pointer, :pointer, :uint64, :double, :pointer], :int
+  attach_function :rk_limiter_new_calendar, [:pointer, :pointer, :uint64, :pointer, :pointer, :uint32, :pointer], :int
   attach_function :rk_limiter_new_unlimited, [:pointer], :int
   attach_function :rk_limiter_free, [:pointer], :void
   attach_function :rk_limiter_check, [:pointer, :pointer, :uint64, Decision.by_ref], :int
@@ -170,6 +171,11 @@ def build(backend, spec)
       C.rk_limiter_new_token_bucket(backend, name, seconds(spec["rate"]), count(spec["capacity"]), out)
     when "leaky" then C.rk_limiter_new_leaky(backend, name, count(spec["size"]), seconds(spec["drain"]), out)
     when "points" then C.rk_limiter_new_points(backend, name, count(spec["capacity"]), seconds(spec["refill"]), out)
+    when "calendar"
+      anchor = spec["anchor"]
+      raise Inexpressible, "anchor 0 (C's 0 means the default)" if anchor == 0
+      raise Inexpressible, "anchor #{anchor}" unless anchor.nil? || (anchor.is_a?(Integer) && anchor.between?(0, 2**32 - 1))
+      C.rk_limiter_new_calendar(backend, name, count(spec["limit"]), cstr(spec["period"]), cstr(spec["tz"]), anchor || 0, out)
     when "unlimited" then C.rk_limiter_new_unlimited(out)
     else raise Malformed, "unknown limiter kind #{spec['kind'].inspect}"
     end
