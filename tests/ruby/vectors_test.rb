@@ -4,8 +4,9 @@
 # py/tests/test_vectors.py.
 #
 # What C cannot express is skipped and counted, never guessed: a non-whole or NaN count (C
-# takes uint64_t) or one of 2^64 or more, a name or key with a NUL inside, `precision` 0 given explicitly (C's 0
-# means "none"), a calendar `anchor` of 0 (C's 0 means the default). A negative count is passed as C's conversion to uint64_t would. Decisions are
+# takes uint64_t) or one of 2^64 or more, a name or key with a NUL inside, `precision` 0 given
+# explicitly (C's 0 means "none"), a calendar `anchor` of 0 (C's 0 means the default). A
+# negative count is passed as C's conversion to uint64_t would make it. Decisions are
 # compared on the fields rk_decision has (not the per-limit `limits` details).
 #
 # Run by scripts/test-c with RK_LIB (path to libratekeeper.so) and RK_VECTORS (the vectors'
