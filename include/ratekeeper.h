@@ -622,6 +622,44 @@ enum rk_status rk_limiter_new_calendar(const struct rk_backend *backend,
                                        struct rk_limiter **limiter_out);
 
 /**
+ * \brief Creates a limiter from its spec as data: JSON text, durations in seconds, the same in
+ * every language, e.g. `{"kind":"token_bucket","rate":10,"capacity":20}` (see the README's
+ * "Specs as data"). A `wait_timeout` field sets the default wait of `rk_limiter_acquire`.
+ *
+ * \param backend The backend that holds the state.
+ * \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+ * \param json The spec, NUL-terminated UTF-8.
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT (the message
+ *         names the bad field by its path, e.g. `windows[1]`).
+ */
+enum rk_status rk_limiter_new_from_json(const struct rk_backend *backend,
+                                        const char *name,
+                                        const char *json,
+                                        struct rk_limiter **limiter_out);
+
+/**
+ * \brief Copies a limiter's spec, as canonical JSON, into `buf`.
+ *
+ * The canonical form is the same in every language: keys in a fixed order, every field of the
+ * kind filled in, whole numbers without a fraction, durations in seconds.
+ *
+ * Like `snprintf` (and `rk_last_error_message`): writes at most `len - 1` bytes followed by a
+ * NUL, and stores the full length (excluding the NUL) in `*out_n`, so a call with `buf = NULL`
+ * and `len = 0` measures it.
+ *
+ * \param limiter The limiter.
+ * \param buf Where to write the JSON; may be NULL only when `len` is 0.
+ * \param len The size of `buf` in bytes.
+ * \param out_n Receives the full length of the JSON in bytes, excluding the NUL.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_limiter_spec_json(const struct rk_limiter *limiter,
+                                    char *buf,
+                                    size_t len,
+                                    size_t *out_n);
+
+/**
  * \brief Creates a limiter that always allows and touches no backend (admins, tests).
  *
  * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.

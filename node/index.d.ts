@@ -39,8 +39,33 @@ export interface WithinLimitOptions {
   signal?: AbortSignal;
 }
 
+/** A limiter spec as data: the same JSON in every language, durations in seconds. */
+export type LimiterSpec =
+  | { kind: 'token_bucket'; rate: number; capacity: number; wait_timeout?: number }
+  | { kind: 'bucket' | 'window'; limit: number; interval: number; wait_timeout?: number }
+  | { kind: 'windows'; windows: Array<[limit: number, interval: number]>; wait_timeout?: number }
+  | {
+      kind: 'sliding_window';
+      limits: Array<[duration: number, limit: number] | [duration: number, limit: number, precision: number | null]>;
+      wait_timeout?: number;
+    }
+  | { kind: 'concurrent'; limit: number; lock_timeout?: number; wait_timeout?: number }
+  | { kind: 'leaky'; size: number; drain: number; wait_timeout?: number }
+  | { kind: 'points'; capacity: number; refill: number; wait_timeout?: number }
+  | { kind: 'calendar'; limit: number; period: 'day' | 'week' | 'month' | 'year'; tz?: string; anchor?: number; wait_timeout?: number }
+  | { kind: 'unlimited'; wait_timeout?: number };
+
 declare module './native' {
+  interface Backend {
+    /**
+     * Builds a limiter from its spec as data (an object, or its JSON text). A bad field throws
+     * `ERR_INVALID_ARGUMENT` whose `parameter` is the field's path (`rate`, `windows[1]`).
+     */
+    limiter(name: string, spec: LimiterSpec | string): Limiter;
+  }
   interface Limiter {
+    /** The limiter's spec as data, in the canonical form every language reads back. */
+    readonly spec: LimiterSpec;
     /**
      * Acquires (waiting up to the wait timeout), runs `fn`, then releases the lease (concurrent
      * limiters), even when `fn` throws. Resolves with what `fn` returns.

@@ -274,6 +274,25 @@ for (const [target, name, method] of [
   Object.defineProperty(target, name, { value: method, writable: true, configurable: true, enumerable: false });
 }
 
+// Specs as data: `backend.limiter(name, spec)` takes the spec as an object or as JSON text
+// (durations in seconds, as in every language); `limiter.spec` reads it back as an object.
+const B = native.Backend.prototype;
+function limiter(name, spec) {
+  if (typeof spec === 'string') return this.limiterFromJson(name, spec);
+  if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
+    throw invalidArgument('spec', 'must be an object or a JSON string');
+  }
+  return this.limiterFromJson(name, JSON.stringify(spec));
+}
+Object.defineProperty(B, 'limiter', { value: limiter, writable: true, configurable: true, enumerable: false });
+Object.defineProperty(L, 'spec', {
+  get() {
+    return JSON.parse(this.specJson);
+  },
+  configurable: true,
+  enumerable: false,
+});
+
 module.exports = {
   Backend: native.Backend,
   Limiter,

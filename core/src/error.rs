@@ -1,5 +1,6 @@
 //! The one error taxonomy shared by every limiter, backend and language binding.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// Result type of every fallible ratekeeper call.
@@ -35,8 +36,9 @@ pub enum Error {
     /// A parameter is out of range or malformed; nothing was written.
     #[error("invalid argument `{parameter}`: {message}")]
     InvalidArgument {
-        /// The parameter's name as the caller spelled it (`cost`, `name`, `interval`, ...).
-        parameter: &'static str,
+        /// The parameter's name as the caller spelled it (`cost`, `name`, `interval`, ...), or
+        /// the path of a field in a JSON spec (`windows[1]`, `lock_timeout`).
+        parameter: Cow<'static, str>,
         /// What is wrong with it.
         message: String,
     },
@@ -104,7 +106,12 @@ impl ErrorKind {
 impl Error {
     /// Builds an [`Error::InvalidArgument`] naming `parameter`.
     pub fn invalid(parameter: &'static str, message: impl Into<String>) -> Self {
-        Error::InvalidArgument { parameter, message: message.into() }
+        Error::InvalidArgument { parameter: Cow::Borrowed(parameter), message: message.into() }
+    }
+
+    /// Builds an [`Error::InvalidArgument`] naming a field of a spec document by its path.
+    pub fn invalid_field(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidArgument { parameter: Cow::Owned(path.into()), message: message.into() }
     }
 
     /// The [`Error::Timeout`] of a Redis call that got no answer within `deadline`: one message
@@ -149,7 +156,7 @@ impl Error {
     }
 
     /// The offending parameter, for [`Error::InvalidArgument`].
-    pub fn parameter(&self) -> Option<&'static str> {
+    pub fn parameter(&self) -> Option<&str> {
         match self {
             Error::InvalidArgument { parameter, .. } => Some(parameter),
             _ => None,

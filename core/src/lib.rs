@@ -35,7 +35,7 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
 pub use decision::{http_seconds, Decision, Lease, LimitStatus};
 pub use error::{Error, ErrorKind, Result};
 pub use limiter::gcra::MAX_AHEAD_CAPACITIES;
-pub use limiter::{CalendarPeriod, Kind, LimiterSpec, SlidingLimit, WindowLimit};
+pub use limiter::{CalendarPeriod, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit, DEFAULT_LOCK_TIMEOUT};
 pub use limiter_handle::{Limiter, Permit, Policy, DEFAULT_WAIT_TIMEOUT};
 pub use metrics::Metrics;
 pub use runtime::{block_on, runtime};

@@ -328,6 +328,77 @@ pub extern "C" fn rk_limiter_new_calendar(
     }
 }
 
+/// \brief Creates a limiter from its spec as data: JSON text, durations in seconds, the same in
+/// every language, e.g. `{"kind":"token_bucket","rate":10,"capacity":20}` (see the README's
+/// "Specs as data"). A `wait_timeout` field sets the default wait of `rk_limiter_acquire`.
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param json The spec, NUL-terminated UTF-8.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT (the message
+///         names the bad field by its path, e.g. `windows[1]`).
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_from_json(
+    backend: *const rk_backend,
+    name: *const c_char,
+    json: *const c_char,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        let out = Out::new("limiter_out", limiter_out)?;
+        let backend = arg_ref("backend", backend)?;
+        let name = arg_str("name", name)?;
+        let json = arg_str("json", json)?;
+        publish(out, backend.inner.limiter_from_json(name, json)?);
+        Ok(())
+    }
+}
+
+/// \brief Copies a limiter's spec, as canonical JSON, into `buf`.
+///
+/// The canonical form is the same in every language: keys in a fixed order, every field of the
+/// kind filled in, whole numbers without a fraction, durations in seconds.
+///
+/// Like `snprintf` (and `rk_last_error_message`): writes at most `len - 1` bytes followed by a
+/// NUL, and stores the full length (excluding the NUL) in `*out_n`, so a call with `buf = NULL`
+/// and `len = 0` measures it.
+///
+/// \param limiter The limiter.
+/// \param buf Where to write the JSON; may be NULL only when `len` is 0.
+/// \param len The size of `buf` in bytes.
+/// \param out_n Receives the full length of the JSON in bytes, excluding the NUL.
+/// \return #RK_OK or #RK_NULL_PARAMETER.
+#[no_mangle]
+pub extern "C" fn rk_limiter_spec_json(
+    limiter: *const rk_limiter,
+    buf: *mut c_char,
+    len: usize,
+    out_n: *mut usize,
+) -> rk_status {
+    ffi_status! {
+        let limiter = arg_ref("limiter", limiter)?;
+        let out_n = Out::new("out_n", out_n)?;
+        if buf.is_null() && len > 0 {
+            return Err(Failure::null("buf"));
+        }
+        let json = limiter.inner.spec_json();
+        if len > 0 {
+            let mut n = json.len().min(len - 1);
+            while !json.is_char_boundary(n) {
+                n -= 1;
+            }
+            // SAFETY: the caller guarantees `buf` points to `len` writable bytes, and n < len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(json.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+        }
+        out_n.write(json.len());
+        Ok(())
+    }
+}
+
 /// \brief Creates a limiter that always allows and touches no backend (admins, tests).
 ///
 /// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.

@@ -553,6 +553,25 @@ impl Backend {
         })
     }
 
+    /// A limiter built from its spec as canonical-or-not JSON text (durations in seconds, as in
+    /// every language). `backend.limiter(name, spec)` takes an object or this text.
+    #[napi(ts_args_type = "name: string, specJson: string")]
+    pub fn limiter_from_json(
+        &self,
+        env: Env,
+        name: Option<Unknown<'_>>,
+        spec_json: Option<Unknown<'_>>,
+    ) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let name = self::name(&name)?;
+                let json = args::required(Js::opt(&spec_json), "spec")?.string("spec")?;
+                Ok(Limiter::new(self.inner.limiter_from_json(&name, &json)?, self.is_local()))
+            };
+            core(&env, build())
+        })
+    }
+
     /// A limiter that always allows and touches no backend (admins, tests); `limit` and
     /// `remaining` are 2^53. Without a name it is `Limiter.unlimited()`.
     #[napi(ts_args_type = "name?: string")]

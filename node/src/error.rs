@@ -13,6 +13,7 @@
 //! | a kind added later | `ERR_RATEKEEPER` | |
 //! | a panic inside the addon (a bug) | `ERR_INTERNAL` | |
 
+use std::borrow::Cow;
 use std::ffi::CStr;
 use std::ptr;
 
@@ -42,6 +43,15 @@ pub fn js_parameter(core: &str) -> &str {
     }
 }
 
+/// The name a parameter has in JavaScript: a core parameter under its Node spelling, a field of
+/// a JSON spec (an owned path such as `windows[1]` or `lock_timeout`) as the spec spells it.
+fn js_name(parameter: &Cow<'static, str>) -> &str {
+    match parameter {
+        Cow::Borrowed(core) => js_parameter(core),
+        Cow::Owned(path) => path,
+    }
+}
+
 /// The stable `code` of a core error.
 pub fn code(error: &Error) -> &'static CStr {
     match error.kind() {
@@ -60,7 +70,7 @@ pub fn code(error: &Error) -> &'static CStr {
 fn message(error: &Error) -> String {
     match error {
         Error::InvalidArgument { parameter, message } => {
-            format!("invalid argument `{}`: {message}", js_parameter(parameter))
+            format!("invalid argument `{}`: {message}", js_name(parameter))
         }
         other => other.to_string(),
     }
@@ -92,7 +102,7 @@ pub fn js_error_value(env: sys::napi_env, error: &Error) -> sys::napi_value {
             }
         }
         Error::InvalidArgument { parameter, .. } => unsafe {
-            sys::napi_set_named_property(env, object, c"parameter".as_ptr(), string(env, js_parameter(parameter)));
+            sys::napi_set_named_property(env, object, c"parameter".as_ptr(), string(env, js_name(parameter)));
         },
         Error::BackendRejected { code, .. } => unsafe {
             sys::napi_set_named_property(env, object, c"redisCode".as_ptr(), string(env, code));

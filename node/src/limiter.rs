@@ -98,6 +98,13 @@ impl Limiter {
 
     /// The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
     /// `leaky`, `points` or `unlimited`.
+    /// The limiter's spec as canonical JSON text (durations in seconds); `limiter.spec` is the
+    /// same parsed into an object.
+    #[napi(getter)]
+    pub fn spec_json(&self) -> String {
+        self.inner.spec_json()
+    }
+
     #[napi(getter)]
     pub fn kind(&self) -> &'static str {
         self.inner.kind().as_str()

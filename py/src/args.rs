@@ -325,3 +325,35 @@ impl<'a, 'py> FromPyObject<'a, 'py> for PolicyName<'a> {
         Ok(PolicyName(Text::<'a, PFailurePolicy>::extract(obj)?.0))
     }
 }
+
+/// A limiter spec: its JSON text, or a mapping (a `dict`) serialized to JSON here.
+pub(crate) struct SpecArg(pub String);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for SpecArg {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_union!(
+        STR,
+        pyo3::type_hint_subscript!(
+            type_hint_identifier!("collections.abc", "Mapping"),
+            STR,
+            type_hint_identifier!("typing", "Any")
+        )
+    );
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let py = obj.py();
+        if let Ok(text) = obj.cast::<PyString>() {
+            return Ok(SpecArg(text.to_str()?.to_owned()));
+        }
+        let dumps = py.import("json")?.getattr("dumps")?;
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("allow_nan", false)?;
+        match dumps.call((obj,), Some(&kwargs)).and_then(|s| s.extract::<String>()) {
+            Ok(json) if obj.is_instance_of::<pyo3::types::PyDict>() || obj.hasattr("keys")? => Ok(SpecArg(json)),
+            Ok(_) => {
+                Err(invalid(py, "spec", format!("must be a dict or a JSON string, got {}", obj.get_type().name()?)))
+            }
+            Err(e) => Err(invalid(py, "spec", format!("cannot be written as JSON: {e}"))),
+        }
+    }
+}

@@ -14,7 +14,7 @@ use ratekeeper::{
 use crate::args::{
     invalid, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PConnectTimeout, PDeadline, PDivisor,
     PDrain, PLimit, PLockTimeout, PMaxKeys, PName, PPeriod, PPrefix, PRate, PRefill, PSize, PTz, PUrl, PWaitTimeout,
-    PolicyName, Seconds, Text, Timeout,
+    PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::errors::guard;
@@ -530,6 +530,13 @@ impl Backend {
     ) -> PyResult<PyLimiter<'py>> {
         let (tz, anchor) = (tz.map_or("UTC", |tz| tz.0), anchor.map(|a| a.0.min(255) as u8));
         self.wrap(py, guard(py, || self.inner.calendar(name.0, limit.0, CalendarPeriod::parse(period.0)?, tz, anchor)))
+    }
+
+    /// A limiter built from its spec as data: a dict or a JSON string, durations in seconds,
+    /// e.g. `{"kind": "token_bucket", "rate": 10, "capacity": 20}` (see the README's "Specs as
+    /// data"). A bad field raises `InvalidArgument` naming its path (`rate`, `windows[1]`).
+    fn limiter<'py>(&self, py: Python<'py>, name: Text<'_, PName>, spec: SpecArg) -> PyResult<PyLimiter<'py>> {
+        self.wrap(py, guard(py, || self.inner.limiter_from_json(name.0, &spec.0)))
     }
 
     /// A limiter that always allows and touches no backend (`ratekeeper.unlimited()` is the

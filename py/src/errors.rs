@@ -55,7 +55,7 @@ fn build(py: Python<'_>, error: &Error) -> PyResult<PyErr> {
     let message = error.to_string();
     let instance = match error {
         Error::OverLimit { retry_after } => c.over_limit.bind(py).call1((message, retry_after.as_secs_f64()))?,
-        Error::InvalidArgument { parameter, .. } => c.invalid_argument.bind(py).call1((message, *parameter))?,
+        Error::InvalidArgument { parameter, .. } => c.invalid_argument.bind(py).call1((message, parameter.as_ref()))?,
         Error::Shed { .. } => c.shed.bind(py).call1((message,))?,
         Error::LeaseLost { .. } => c.lease_lost.bind(py).call1((message,))?,
         Error::BackendUnavailable { .. } => c.backend_unavailable.bind(py).call1((message,))?,

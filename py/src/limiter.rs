@@ -7,7 +7,7 @@
 use pyo3::inspect::PyStaticExpr;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyType};
 use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 
 use crate::aio::{self, Payload};
@@ -129,6 +129,20 @@ impl Limiter {
     }
 
     /// The default time `acquire` and `within_limit` wait, in seconds.
+    /// The limiter's spec as data (a dict in the canonical JSON form, durations in seconds):
+    /// `backend.limiter(name, limiter.spec)` builds the same limiter in any language.
+    #[getter]
+    fn spec<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let loads = py.import("json")?.getattr("loads")?;
+        Ok(loads.call1((self.inner.spec_json(),))?.cast_into::<PyDict>()?)
+    }
+
+    /// The limiter's spec as canonical JSON text (what every language reads back alike).
+    #[getter]
+    fn spec_json(&self) -> String {
+        self.inner.spec_json()
+    }
+
     #[getter]
     fn wait_timeout(&self) -> f64 {
         self.inner.wait_timeout().as_secs_f64()

@@ -167,7 +167,7 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
 static void one_call(void) {
   rk_limiter *out = NULL;
   rk_decision decision;
-  switch (below(19)) {
+  switch (below(21)) {
   case 0:
     BUILD(rk_limiter_new_concurrent(pick_backend(), pick_string(), pick_count(), pick_double(),
                                           pick_double(), &out), "rk_limiter_new_concurrent");
@@ -253,6 +253,33 @@ static void one_call(void) {
                                   below(4) ? zones[below(4)] : pick_string(),
                                   below(2) ? (uint32_t)below(33) : (uint32_t)next(), &out),
           "rk_limiter_new_calendar");
+    break;
+  }
+  case 19: {
+    static const char *const specs[] = {
+        "{\"kind\":\"token_bucket\",\"rate\":10,\"capacity\":20}",
+        "{\"kind\":\"windows\",\"windows\":[[25,5],[300,60]]}",
+        "{\"kind\":\"sliding_window\",\"limits\":[[60,100,1],[1,10,0.1]]}",
+        "{\"kind\":\"concurrent\",\"limit\":2,\"lock_timeout\":30,\"wait_timeout\":0}",
+        "{\"kind\":\"calendar\",\"limit\":1000,\"period\":\"month\",\"tz\":\"Europe/Berlin\",\"anchor\":15}",
+        "{\"kind\":\"windows\",\"windows\":[[25,5],[1e308,-1]]}",
+        "{\"kind\":\"sliding_window\",\"limits\":[[1e-9,1,1e-12]]}",
+        "{\"kind\":\"points\",\"capacity\":9007199254740993,\"refill\":1}",
+        "{\"kind\":\"leaky\",\"size\":[],\"drain\":{}}",
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+        "{\"kind\":\"unlimited\",\"wait_timeout\":1e300}",
+        "{}",
+    };
+    BUILD(rk_limiter_new_from_json(pick_backend(), pick_string(), below(4) ? specs[below(12)] : pick_string(), &out),
+          "rk_limiter_new_from_json");
+    break;
+  }
+  case 20: {
+    char buf[48];
+    size_t n = 0;
+    size_t len = below(sizeof buf + 1);
+    verify(rk_limiter_spec_json(pick_limiter(), below(4) ? buf : NULL, len, below(6) ? &n : NULL),
+           "rk_limiter_spec_json");
     break;
   }
   case 17: {

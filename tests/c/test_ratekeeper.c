@@ -258,6 +258,44 @@ static void test_calendar(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* Specs as data: a limiter built from JSON reads its canonical spec back, shares state with
+ * the same limiter built by its named constructor, and bad fields are named by their path. */
+static void test_spec_json(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *named = NULL, *l = NULL;
+  must(rk_limiter_new_token_bucket(b, "c-spec", 10.0, 3, &named), named, "token bucket");
+  must(rk_limiter_new_from_json(b, "c-spec", "{\"capacity\": 3, \"rate\": 10.0, \"kind\": \"token_bucket\"}", &l),
+       l, "from json");
+  char buf[128];
+  size_t n = 0;
+  CHECK_OK(rk_limiter_spec_json(l, buf, sizeof buf, &n));
+  CHECK(strcmp(buf, "{\"kind\":\"token_bucket\",\"rate\":10,\"capacity\":3}") == 0);
+  CHECK_U64(n, strlen(buf));
+  /* The same limiter: what one takes, the other sees. */
+  CHECK_U64(check1(named, "k", 2).remaining, 1);
+  CHECK_U64(check1(l, "k", 1).remaining, 0);
+  /* Measuring, and a buffer too small: cut and NUL-terminated, full length reported. */
+  CHECK_OK(rk_limiter_spec_json(named, NULL, 0, &n));
+  CHECK_U64(n, strlen(buf));
+  char small[6];
+  CHECK_OK(rk_limiter_spec_json(named, small, sizeof small, &n));
+  CHECK(strcmp(small, "{\"kin") == 0);
+  CHECK_FAILS(rk_limiter_spec_json(named, NULL, 4, &n), RK_NULL_PARAMETER, "buf");
+  CHECK_FAILS(rk_limiter_spec_json(named, buf, sizeof buf, NULL), RK_NULL_PARAMETER, "out_n");
+  rk_limiter_free(l);
+  rk_limiter_free(named);
+  l = SENTINEL;
+  CHECK_FAILS(rk_limiter_new_from_json(b, "n", "{\"kind\":\"windows\",\"windows\":[[25,5],[0,60]]}", &l),
+              RK_INVALID_ARGUMENT, "`windows[1][0]`");
+  CHECK_FAILS(rk_limiter_new_from_json(b, "n", "{\"kind\":\"token_bucket\",\"rate\":1}", &l), RK_INVALID_ARGUMENT,
+              "`capacity`");
+  CHECK_FAILS(rk_limiter_new_from_json(b, "n", "{\"kind\":", &l), RK_INVALID_ARGUMENT, "`spec`");
+  CHECK_FAILS(rk_limiter_new_from_json(b, "n", NULL, &l), RK_NULL_PARAMETER, "json");
+  CHECK_FAILS(rk_limiter_new_from_json(b, "n", "{\"kind\":\"unlimited\",\"\xff\":1}", &l), RK_INVALID_UTF8, "json");
+  CHECK(l == SENTINEL);
+  rk_backend_free(b);
+}
+
 static void test_concurrent(const fixture *f) {
   rk_backend *b = new_backend(f);
   rk_limiter *l = NULL;
@@ -980,6 +1018,7 @@ static const test_case TESTS[] = {
     {"leaky", test_leaky, true},
     {"points", test_points, true},
     {"calendar", test_calendar, true},
+    {"spec_json", test_spec_json, true},
     {"concurrent", test_concurrent, true},
     {"acquire woken by release", test_acquire_woken_by_release, true},
     {"acquire waits for refill", test_acquire_waits_for_refill, true},

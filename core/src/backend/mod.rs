@@ -18,7 +18,7 @@ pub use memory::MemoryConfig;
 
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::limiter::{CalendarPeriod, LimiterSpec, SlidingLimit, WindowLimit};
+use crate::limiter::{CalendarPeriod, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit};
 use crate::limiter_handle::Limiter;
 use crate::params::validate_name;
 
@@ -126,6 +126,21 @@ impl Backend {
     pub fn limiter(&self, name: &str, spec: LimiterSpec) -> Result<Limiter> {
         validate_name(name)?;
         Limiter::build(self, name, spec)
+    }
+
+    /// Builds a limiter from a JSON spec (see [`LimiterConfig`]), applying the options it carries
+    /// (`wait_timeout`). A bad field is [`crate::Error::InvalidArgument`] naming its path.
+    pub fn limiter_from_json(&self, name: &str, json: &str) -> Result<Limiter> {
+        self.limiter_from_config(name, LimiterConfig::from_json(json)?)
+    }
+
+    /// Builds a limiter from a spec and its options.
+    pub fn limiter_from_config(&self, name: &str, config: LimiterConfig) -> Result<Limiter> {
+        let limiter = self.limiter(name, config.spec)?;
+        match config.wait_timeout {
+            Some(wait) => limiter.with_wait_timeout(wait),
+            None => Ok(limiter),
+        }
     }
 
     /// At most `limit` concurrent holders; leases older than `lock_timeout` may be reclaimed.

@@ -23,6 +23,7 @@ pub(crate) mod log;
 pub(crate) mod script;
 pub(crate) mod sliding;
 pub(crate) mod spec;
+pub(crate) mod spec_json;
 pub(crate) mod unlimited;
 
 use std::time::Duration;
@@ -35,6 +36,7 @@ pub use calendar_period::CalendarPeriod;
 pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Wake, WakeList};
 use script::LuaScript;
 pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
+pub use spec_json::{LimiterConfig, DEFAULT_LOCK_TIMEOUT};
 
 /// A compiled limiter: integer microseconds, ready to evaluate.
 #[derive(Debug, Clone, PartialEq)]

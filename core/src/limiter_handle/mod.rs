@@ -9,7 +9,7 @@ use crate::backend::{Backend, BackendInner, Failover, MemoryBackend, RedisBacken
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::Result;
-use crate::limiter::{Algorithm, Kind, LimiterSpec, Op, Outcome};
+use crate::limiter::{Algorithm, Kind, LimiterConfig, LimiterSpec, Op, Outcome};
 use crate::metrics::{Counter, LimiterMetrics};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
@@ -181,6 +181,17 @@ impl Limiter {
     /// The spec the limiter was built from.
     pub fn spec(&self) -> &LimiterSpec {
         &self.inner.spec
+    }
+
+    /// The spec and options the limiter was built with, as data.
+    pub fn config(&self) -> LimiterConfig {
+        LimiterConfig { spec: self.inner.spec.clone(), wait_timeout: Some(self.inner.wait_timeout) }
+    }
+
+    /// The canonical JSON spec of the limiter (see [`LimiterConfig`]): what every language
+    /// reads back, and what two limiters of one name are compared by.
+    pub fn spec_json(&self) -> String {
+        self.config().to_json()
     }
 
     /// The default wait timeout of `acquire`.

@@ -171,6 +171,18 @@ fn build_limiter(backend: &Backend, spec: &Value) -> Result<Built, Malformed> {
     })
 }
 
+/// The same limiter rebuilt from its canonical JSON spec, which must read back unchanged: every
+/// vector then runs on a limiter built from data (specs as data), not by the named constructor.
+fn through_json(backend: &Backend, limiter: Limiter) -> Limiter {
+    let json = limiter.spec_json();
+    let rebuilt = backend
+        .limiter_from_json(limiter.name(), &json)
+        .unwrap_or_else(|e| panic!("{json} does not build the limiter it was read from: {e}"));
+    assert_eq!(rebuilt.spec_json(), json, "a spec must read back as it was given");
+    assert_eq!(rebuilt.spec(), limiter.spec());
+    rebuilt
+}
+
 // ------------------------------------------------------------------------------------ results
 
 fn us(d: Duration) -> u64 {
@@ -403,7 +415,7 @@ fn run_case_inner(
     for (id, spec) in limiters {
         match build_limiter(&backend, spec)? {
             Ok(limiter) => {
-                built.insert(id.as_str(), limiter);
+                built.insert(id.as_str(), through_json(&backend, limiter));
             }
             Err(e) => {
                 build_error.get_or_insert((id.clone(), e));
