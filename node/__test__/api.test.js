@@ -274,3 +274,38 @@ test('isRatekeeperError and codes', async () => {
   assert.equal(rk.isRatekeeperError(error), true);
   assert.equal(rk.isRatekeeperError(new Error('other')), false);
 });
+
+test('specs as data: build from an object or JSON text, read back, bad fields named by path', () => {
+  const backend = rk.Backend.memory();
+  const named = [
+    backend.tokenBucket('tb', 10, 20),
+    backend.window('w', 100, 60_000),
+    backend.slidingWindow('sw', [[60_000, 100, 1_000], [1_000, 10, 100]]),
+    backend.concurrent('c', 10, { lockTimeoutMs: 30_000, waitTimeoutMs: 2_000 }),
+    backend.leaky('l', 4, 500),
+    backend.calendar('cal', 1000, 'month', { tz: 'Europe/Berlin', anchor: 15 }),
+  ];
+  for (const limiter of named) {
+    const fromObject = backend.limiter(limiter.name, limiter.spec);
+    const fromText = backend.limiter(limiter.name, limiter.specJson);
+    assert.deepEqual(fromObject.spec, limiter.spec);
+    assert.equal(fromText.specJson, limiter.specJson);
+  }
+  assert.deepEqual(named[3].spec, { kind: 'concurrent', limit: 10, lock_timeout: 30, wait_timeout: 2 });
+  assert.deepEqual(named[2].spec, { kind: 'sliding_window', limits: [[60, 100, 1], [1, 10, 0.1]] });
+  assert.equal(backend.limiter('c2', named[3].spec).waitTimeoutMs, 2000);
+  const a = backend.tokenBucket('shared', 1, 2);
+  const b = backend.limiter('shared', { kind: 'token_bucket', rate: 1, capacity: 2 });
+  assert.equal(a.checkSync().remaining, 1);
+  assert.equal(b.checkSync().remaining, 0);
+  for (const [spec, parameter] of [
+    [{ kind: 'windows', windows: [[25, 5], [0, 60]] }, 'windows[1][0]'],
+    [{ kind: 'concurrent', limit: 1, lock_timeout: 0 }, 'lock_timeout'],
+    [{ kind: 'token_bucket', rate: 1, capacity: 2, burst: 3 }, 'burst'],
+    ['{"kind": ', 'spec'],
+    [42, 'spec'],
+  ]) {
+    assert.throws(() => backend.limiter('bad', spec), (e) => e.code === 'ERR_INVALID_ARGUMENT' && e.parameter === parameter,
+      JSON.stringify(spec));
+  }
+});

@@ -45,7 +45,7 @@ pub fn js_parameter(core: &str) -> &str {
 
 /// The name a parameter has in JavaScript: a core parameter under its Node spelling, a field of
 /// a JSON spec (an owned path such as `windows[1]` or `lock_timeout`) as the spec spells it.
-fn js_name(parameter: &Cow<'static, str>) -> &str {
+fn js_name<'a>(parameter: &'a Cow<'static, str>) -> &'a str {
     match parameter {
         Cow::Borrowed(core) => js_parameter(core),
         Cow::Owned(path) => path,

@@ -57,6 +57,24 @@ impl<'py> IntoPyObject<'py> for PyLimiter<'py> {
     }
 }
 
+/// A spec as a dict (typed `dict[str, Any]` in the stubs).
+pub struct SpecDict<'py>(pub Bound<'py, PyDict>);
+
+impl<'py> IntoPyObject<'py> for SpecDict<'py> {
+    type Target = PyDict;
+    type Output = Bound<'py, PyDict>;
+    type Error = std::convert::Infallible;
+    const OUTPUT_TYPE: PyStaticExpr = type_hint_subscript!(
+        type_hint_identifier!("builtins", "dict"),
+        type_hint_identifier!("builtins", "str"),
+        type_hint_identifier!("typing", "Any")
+    );
+
+    fn into_pyobject(self, _py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(self.0)
+    }
+}
+
 /// The type a future resolves to, for the stubs.
 pub trait Hint {
     const HINT: PyStaticExpr;
@@ -128,13 +146,12 @@ impl Limiter {
         self.inner.kind().as_str()
     }
 
-    /// The default time `acquire` and `within_limit` wait, in seconds.
     /// The limiter's spec as data (a dict in the canonical JSON form, durations in seconds):
     /// `backend.limiter(name, limiter.spec)` builds the same limiter in any language.
     #[getter]
-    fn spec<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn spec<'py>(&self, py: Python<'py>) -> PyResult<SpecDict<'py>> {
         let loads = py.import("json")?.getattr("loads")?;
-        Ok(loads.call1((self.inner.spec_json(),))?.cast_into::<PyDict>()?)
+        Ok(SpecDict(loads.call1((self.inner.spec_json(),))?.cast_into::<PyDict>()?))
     }
 
     /// The limiter's spec as canonical JSON text (what every language reads back alike).
@@ -143,6 +160,7 @@ impl Limiter {
         self.inner.spec_json()
     }
 
+    /// The default time `acquire` and `within_limit` wait, in seconds.
     #[getter]
     fn wait_timeout(&self) -> f64 {
         self.inner.wait_timeout().as_secs_f64()

@@ -328,3 +328,47 @@ def test_concurrent_limiters_fail_closed_on_a_dead_redis_unless_they_allow_fallb
             await calls(opted.release, granted.lease)
 
     run(body())
+
+
+def test_specs_as_data_build_read_back_and_name_bad_fields() -> None:
+    backend = ratekeeper.Backend()
+    named = [
+        backend.token_bucket("tb", 10, 20),
+        backend.window("w", 100, 60),
+        backend.windows("ws", [(25, 5), (300, 60)]),
+        backend.sliding_window("sw", [(60, 100, 1), (1, 10, 0.1)]),
+        backend.concurrent("c", 10, lock_timeout=30, wait_timeout=2),
+        backend.bucket("b", 5, "minute"),
+        backend.leaky("l", 4, 0.5),
+        backend.points("p", 1000, 60),
+        backend.calendar("cal", 1000, "month", tz="Europe/Berlin", anchor=15),
+        backend.unlimited("u"),
+    ]
+    for limiter in named:
+        spec = limiter.spec
+        assert spec["kind"] in (limiter.kind, "windows"), spec
+        # From a dict and from JSON text: the same canonical spec, the same state.
+        from_dict = backend.limiter(limiter.name, spec)
+        from_text = backend.limiter(limiter.name, limiter.spec_json)
+        assert from_dict.spec == from_text.spec == spec
+        assert from_dict.spec_json == limiter.spec_json
+    assert backend.limiter("tb", {"kind": "token_bucket", "capacity": 20, "rate": 10.0}).spec_json == (
+        '{"kind":"token_bucket","rate":10,"capacity":20}'
+    )
+    assert named[4].spec == {"kind": "concurrent", "limit": 10, "lock_timeout": 30, "wait_timeout": 2}
+    assert backend.limiter("c2", named[4].spec).wait_timeout == 2
+    # State is shared with the named limiter of the same name.
+    a, b = backend.token_bucket("shared", 1, 2), backend.limiter("shared", {"kind": "token_bucket", "rate": 1, "capacity": 2})
+    assert a.check().remaining == 1 and b.check().remaining == 0
+    for spec, parameter in [
+        ({"kind": "windows", "windows": [[25, 5], [0, 60]]}, "windows[1][0]"),
+        ({"kind": "token_bucket", "rate": 1}, "capacity"),
+        ({"kind": "token_bucket", "rate": 1, "capacity": 2, "burst": 3}, "burst"),
+        ({"kind": "fountain"}, "kind"),
+        ('{"kind": ', "spec"),
+        ({"kind": "leaky", "size": 1, "drain": float("nan")}, "spec"),
+        ([1, 2], "spec"),
+    ]:
+        with pytest.raises(ratekeeper.InvalidArgument) as raised:
+            backend.limiter("bad", spec)  # type: ignore[arg-type]
+        assert raised.value.parameter == parameter, (spec, raised.value)

@@ -3,10 +3,10 @@ Native core of ratekeeper; import `ratekeeper` instead.
 """
 
 from asyncio import Future
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from os import PathLike
 from ratekeeper._limiter import Limiter as Limiter2
-from typing import Final, Literal, final
+from typing import Any, Final, Literal, final
 from typing_extensions import disjoint_base
 
 __all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "Limiter", "ManualClock", "Metrics", "UtilizationConfig", "UtilizationShedder", "unlimited"]
@@ -67,6 +67,12 @@ class Backend:
         """
         A burst of `size`, then one call per `drain / size` seconds; after `drain` seconds idle
         the full burst is back.
+        """
+    def limiter(self, /, name: str, spec: str | Mapping[str, Any]) -> Limiter2:
+        """
+        A limiter built from its spec as data: a dict or a JSON string, durations in seconds,
+        e.g. `{"kind": "token_bucket", "rate": 10, "capacity": 20}` (see the README's "Specs as
+        data"). A bad field raises `InvalidArgument` naming its path (`rate`, `windows[1]`).
         """
     @staticmethod
     def memory(*, max_keys: int | None = None, clock: ManualClock | None = None) -> Backend:
@@ -460,10 +466,19 @@ class Limiter:
         Forgets the state of `key` (waiters on a concurrent limiter re-check).
         """
     @property
-    def wait_timeout(self, /) -> float:
+    def spec(self, /) -> dict:
         """
         The default time `acquire` and `within_limit` wait, in seconds.
+        The limiter's spec as data (a dict in the canonical JSON form, durations in seconds):
+        `backend.limiter(name, limiter.spec)` builds the same limiter in any language.
         """
+    @property
+    def spec_json(self, /) -> str:
+        """
+        The limiter's spec as canonical JSON text (what every language reads back alike).
+        """
+    @property
+    def wait_timeout(self, /) -> float: ...
     def with_wait_timeout(self, /, wait_timeout: float) -> Limiter2:
         """
         The same limiter with another default wait timeout (seconds; 0: never wait).
