@@ -63,6 +63,11 @@ export declare class Backend {
    */
   calendar(name: string, limit: number, period: 'day' | 'week' | 'month' | 'year', options?: CalendarOptions): Limiter
   /**
+   * A limiter built from its spec as canonical-or-not JSON text (durations in seconds, as in
+   * every language). `backend.limiter(name, spec)` takes an object or this text.
+   */
+  limiterFromJson(name: string, specJson: string): Limiter
+  /**
    * A limiter that always allows and touches no backend (admins, tests); `limit` and
    * `remaining` are 2^53. Without a name it is `Limiter.unlimited()`.
    */
@@ -100,7 +105,10 @@ export declare class Limiter {
   /**
    * The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
    * `leaky`, `points` or `unlimited`.
+   * The limiter's spec as canonical JSON text (durations in seconds); `limiter.spec` is the
+   * same parsed into an object.
    */
+  get specJson(): string
   get kind(): string
   /**
    * Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for

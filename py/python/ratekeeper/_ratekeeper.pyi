@@ -466,9 +466,8 @@ class Limiter:
         Forgets the state of `key` (waiters on a concurrent limiter re-check).
         """
     @property
-    def spec(self, /) -> dict:
+    def spec(self, /) -> dict[str, Any]:
         """
-        The default time `acquire` and `within_limit` wait, in seconds.
         The limiter's spec as data (a dict in the canonical JSON form, durations in seconds):
         `backend.limiter(name, limiter.spec)` builds the same limiter in any language.
         """
@@ -478,7 +477,10 @@ class Limiter:
         The limiter's spec as canonical JSON text (what every language reads back alike).
         """
     @property
-    def wait_timeout(self, /) -> float: ...
+    def wait_timeout(self, /) -> float:
+        """
+        The default time `acquire` and `within_limit` wait, in seconds.
+        """
     def with_wait_timeout(self, /, wait_timeout: float) -> Limiter2:
         """
         The same limiter with another default wait timeout (seconds; 0: never wait).
