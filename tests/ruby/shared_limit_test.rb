@@ -5,6 +5,7 @@
 # Run by scripts/test-c with RK_LIB (path to libratekeeper.so), RK_TEST_REDIS_URL and
 # RK_SHARED_BUCKET_BIN (the Rust example). Prints "N passed, N failed"; exits 1 on failure.
 require "ffi"
+require_relative "rk_types"
 require "open3"
 
 module Ratekeeper
@@ -17,14 +18,8 @@ module Ratekeeper
     OK = 0
     OVER_LIMIT = 1
 
-    class Lease < FFI::Struct
-      layout :id_hi, :uint64, :id_lo, :uint64, :fencing_token, :uint64, :granted_at_us, :uint64
-    end
-
-    class Decision < FFI::Struct
-      layout :allowed, :bool, :limit, :uint64, :remaining, :uint64, :retry_after_us, :uint64,
-             :reset_after_us, :uint64, :decided_at_us, :uint64, :has_lease, :bool, :lease, Lease
-    end
+    Lease = RkTypes::Lease
+    Decision = RkTypes::Decision
 
     attach_function :rk_status_name, [:uint32], :string
     attach_function :rk_last_error_message, [:pointer, :size_t, :pointer], :int

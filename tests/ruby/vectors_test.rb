@@ -12,20 +12,15 @@
 # Run by scripts/test-c with RK_LIB (path to libratekeeper.so) and RK_VECTORS (the vectors'
 # directory). Prints "N passed, N failed"; exits 1 on any failure.
 require "ffi"
+require_relative "rk_types"
 require "json"
 
 module C
   extend FFI::Library
   ffi_lib ENV.fetch("RK_LIB")
 
-  class Lease < FFI::Struct
-    layout :id_hi, :uint64, :id_lo, :uint64, :fencing_token, :uint64, :granted_at_us, :uint64
-  end
-
-  class Decision < FFI::Struct
-    layout :allowed, :bool, :limit, :uint64, :remaining, :uint64, :retry_after_us, :uint64,
-           :reset_after_us, :uint64, :decided_at_us, :uint64, :has_lease, :bool, :lease, Lease
-  end
+  Lease = RkTypes::Lease
+  Decision = RkTypes::Decision
 
   class WindowLimit < FFI::Struct
     layout :limit, :uint64, :interval_secs, :double
