@@ -493,4 +493,97 @@ mod tests {
         assert_eq!(spec, LimiterSpec::Leaky { size: 4, drain: Duration::from_secs(2) });
         assert_eq!(spec.to_json(), r#"{"kind":"leaky","size":4,"drain":2}"#);
     }
+
+    /// Random documents built from the spec's own vocabulary (kinds, field names, numbers at
+    /// the edges, lists, nesting): parsing never panics, and whatever parses reads back to a
+    /// canonical form that parses to the same config (the canonical form is a fixed point).
+    mod fuzz {
+        use proptest::prelude::*;
+        use serde_json::{json, Value};
+
+        use super::LimiterConfig;
+
+        fn scalar() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(json!(0)),
+                Just(json!(1)),
+                Just(json!(-1)),
+                Just(json!(1.5)),
+                Just(json!(1e-7)),
+                Just(json!(9007199254740993u64)),
+                Just(json!(u64::MAX)),
+                Just(json!(1e308)),
+                Just(json!(null)),
+                Just(json!(true)),
+                Just(json!("")),
+                Just(json!("day")),
+                Just(json!("month")),
+                Just(json!("UTC")),
+                Just(json!("Europe/Berlin")),
+                (1u64..100).prop_map(|n| json!(n)),
+                (0.001f64..100.0).prop_map(|f| json!(f)),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            scalar().prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array), inner]
+            })
+        }
+
+        fn document() -> impl Strategy<Value = Value> {
+            let kinds = prop_oneof![
+                Just("concurrent"),
+                Just("bucket"),
+                Just("window"),
+                Just("windows"),
+                Just("sliding_window"),
+                Just("token_bucket"),
+                Just("leaky"),
+                Just("points"),
+                Just("calendar"),
+                Just("unlimited"),
+                Just("nope"),
+            ];
+            let field = prop_oneof![
+                Just("limit"),
+                Just("interval"),
+                Just("windows"),
+                Just("limits"),
+                Just("rate"),
+                Just("capacity"),
+                Just("size"),
+                Just("drain"),
+                Just("refill"),
+                Just("lock_timeout"),
+                Just("wait_timeout"),
+                Just("period"),
+                Just("tz"),
+                Just("anchor"),
+                Just("extra"),
+            ];
+            (kinds, proptest::collection::vec((field, value()), 0..6)).prop_map(|(kind, fields)| {
+                let mut object = serde_json::Map::new();
+                object.insert("kind".into(), json!(kind));
+                for (name, value) in fields {
+                    object.insert(name.into(), value);
+                }
+                Value::Object(object)
+            })
+        }
+
+        proptest! {
+            // PROPTEST_CASES=1000000 for a long run (see the README).
+            #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3_000), ..ProptestConfig::default() })]
+
+            #[test]
+            fn parsing_never_panics_and_canonical_forms_are_fixed_points(doc in document()) {
+                if let Ok(config) = LimiterConfig::from_value(&doc) {
+                    let canonical = config.to_json();
+                    let again = LimiterConfig::from_json(&canonical).expect("a canonical spec parses");
+                    prop_assert_eq!(again.to_json(), canonical);
+                }
+            }
+        }
+    }
 }
