@@ -132,13 +132,21 @@ impl Gcra {
     /// state written under another spec may run further ahead).
     #[inline]
     fn used(&self, tat: GcraState, now: u64) -> u64 {
-        (tat.saturating_sub(now.saturating_mul(NS_PER_US)) / self.tick_ns).min(self.max_ahead)
+        let ahead_ns = tat.saturating_sub(now.saturating_mul(NS_PER_US));
+        // Nanosecond ticks are the common case: skip the division (a slow instruction) for them.
+        let ticks = if self.tick_ns == 1 { ahead_ns } else { ahead_ns / self.tick_ns };
+        ticks.min(self.max_ahead)
     }
 
     /// `ticks` as microseconds, rounded up: a caller that waits `retry_after` is admitted.
     #[inline]
     fn micros(&self, ticks: u64) -> u64 {
-        (u128::from(ticks) * u128::from(self.tick_ns)).div_ceil(u128::from(NS_PER_US)) as u64
+        // In 64 bits whenever the product fits (every call short of extreme horizons): a 128-bit
+        // division is a library call, far slower than the constant division here.
+        match ticks.checked_mul(self.tick_ns) {
+            Some(ns) => ns.div_ceil(NS_PER_US),
+            None => (u128::from(ticks) * u128::from(self.tick_ns)).div_ceil(u128::from(NS_PER_US)) as u64,
+        }
     }
 
     /// Evaluates a call of `cost` (or a peek when `commit` is false, which asks about cost 1).
@@ -150,13 +158,13 @@ impl Gcra {
         // Cost 0 is always admitted (it records nothing), even when an overcharge reported through
         // `points_used` has pushed `used` beyond `tau`.
         let allowed = after <= self.tau || asked == 0;
-        let available = self.tau.saturating_sub(used) / self.emission;
+        let available = || self.tau.saturating_sub(used) / self.emission;
         if !allowed {
-            let d = decision(false, self.capacity, available, self.micros(after - self.tau), self.micros(used));
+            let d = decision(false, self.capacity, available(), self.micros(after - self.tau), self.micros(used));
             return Evaluation { decision: d, changed: false };
         }
         if !commit || cost == 0 {
-            let d = decision(true, self.capacity, available, 0, self.micros(used));
+            let d = decision(true, self.capacity, available(), 0, self.micros(used));
             return Evaluation { decision: d, changed: false };
         }
         *tat = now.saturating_mul(NS_PER_US).saturating_add(after * self.tick_ns);
