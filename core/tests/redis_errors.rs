@@ -138,3 +138,16 @@ fn readonly_applies_the_policy_and_reconnects() {
         }
     }
 }
+
+/// The test support's servers: a port another test's server took first (two tests picked the
+/// same free port at once) is detected — that server answers, ours could not bind — and another
+/// port is chosen. Before, the test went on talking to the other test's server and failed with
+/// "connection refused" once that one stopped (seen in a CI run of redis_load).
+#[test]
+fn a_server_whose_port_was_taken_moves_to_another() {
+    let first = RedisServer::start();
+    let second = RedisServer::start_trying_port(first.port);
+    assert_ne!(second.port, first.port);
+    let info = second.cli(&["INFO", "server"]);
+    assert!(info.lines().any(|l| l.trim() == format!("process_id:{}", second.pid())), "{info}");
+}

@@ -117,6 +117,19 @@ impl RedisServer {
         Self::spawn("standalone", Vec::new(), false)
     }
 
+    /// A standalone server that tries `port` first, as a test racing another for one free port
+    /// would (for the test of that race).
+    #[allow(dead_code)]
+    pub fn start_trying_port(port: u16) -> RedisServer {
+        let args = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--port", &port.to_string()]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut server = RedisServer { port, dir: scratch_dir("taken"), child: None, args, tls: None };
+        server.launch_on_free_port();
+        server
+    }
+
     /// A server that only speaks TLS, with certificates from a fresh CA.
     pub fn start_tls() -> RedisServer {
         Self::spawn("tls", Vec::new(), true)
@@ -162,11 +175,14 @@ impl RedisServer {
         }
         args.extend(extra);
         let mut server = RedisServer { port, dir, child: None, args, tls };
-        server.launch();
+        server.launch_on_free_port();
         server
     }
 
-    fn launch(&mut self) {
+    /// Starts the process on `self.port`; false when the port turned out to belong to another
+    /// server (two tests running at once picked the same free port, and ours could not bind it).
+    #[must_use]
+    fn launch(&mut self) -> bool {
         let log = std::fs::File::create(self.dir.join("redis.log")).unwrap();
         let child = Command::new(redis_server_binary())
             .args(&self.args)
@@ -178,9 +194,44 @@ impl RedisServer {
             .expect("start redis-server (the test command installs it)");
         self.child = Some(child);
         let port = self.port;
+        let mut exited = false;
         wait_until(&format!("redis-server on port {port}"), Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
+            exited = self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            exited || TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
+        // Something answers on the port: make sure it is this process, not another test's
+        // server that bound the same port first (ours then exits, failing to bind).
+        let ours = !exited
+            && match &self.tls {
+                None => {
+                    let info = self.cli(&["INFO", "server"]);
+                    info.lines().any(|l| l.trim() == format!("process_id:{}", self.pid()))
+                }
+                Some(_) => {
+                    std::thread::sleep(Duration::from_millis(200));
+                    self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+                }
+            };
+        if !ours {
+            self.kill();
+        }
+        ours
+    }
+
+    /// Starts the process on a free port, choosing another while a concurrent test takes it.
+    fn launch_on_free_port(&mut self) {
+        for _ in 0..20 {
+            if self.launch() {
+                return;
+            }
+            let port = free_port();
+            let old = self.port.to_string();
+            for arg in self.args.iter_mut().filter(|a| **a == old) {
+                *arg = port.to_string();
+            }
+            self.port = port;
+        }
+        panic!("could not start redis-server on a free port (see {:?})", self.dir.join("redis.log"));
     }
 
     pub fn pid(&self) -> u32 {
@@ -216,7 +267,7 @@ impl RedisServer {
     /// Starts the server again on the same port (empty, as no persistence is configured).
     pub fn restart(&mut self) {
         self.kill();
-        self.launch();
+        assert!(self.launch(), "redis-server could not take its port {} back", self.port);
     }
 
     /// SIGSTOP: the server hangs, connections stay open.
@@ -251,7 +302,7 @@ impl RedisServer {
         .map(|s| s.to_string())
         .collect();
         let mut server = RedisServer { port, dir, child: None, args, tls: None };
-        server.launch();
+        server.launch_on_free_port();
         server
     }
 }

@@ -78,7 +78,7 @@ class RedisServer {
     const args = ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no',
       '--protected-mode', 'no', ...extra];
     const server = new RedisServer(port, dir, args);
-    await server.launch();
+    await server.launchOnFreePort();
     return server;
   }
 
@@ -91,8 +91,36 @@ class RedisServer {
       '--tls-key-file', path.join(certs, 'server.key'), '--tls-ca-cert-file', path.join(certs, 'ca.crt'),
       '--tls-auth-clients', 'no'];
     const server = new RedisServer(port, dir, args);
-    await server.launch();
+    await server.launchOnFreePort();
     return server;
+  }
+
+  /**
+   * `launch`, moving to another free port while the chosen one turns out to belong to another
+   * server (test files run in parallel processes and may pick the same free port at once: ours
+   * then fails to bind while theirs answers).
+   */
+  async launchOnFreePort() {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      await this.launch();
+      if (this.owns(this.port)) return;
+      await this.stop();
+      const old = String(this.port);
+      this.port = await freePort();
+      this.args = this.args.map((a) => (a === old ? String(this.port) : a));
+    }
+    throw new Error(`could not start redis-server on a free port (see ${this.dir}/redis.log)`);
+  }
+
+  /** Whether the server answering on `port` is this process. */
+  owns(port) {
+    if (this.child === null || this.child.exitCode !== null) return false;
+    if (this.args.includes('--tls-port')) return true; // redis-cli would need TLS: trust the exit code
+    try {
+      return this.cli('INFO', 'server').split(/\r?\n/).some((l) => l.trim() === `process_id:${this.pid}`);
+    } catch {
+      return false;
+    }
   }
 
   async launch() {
