@@ -16,9 +16,14 @@ pub(crate) fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, String
     let mut pending = 1u64;
     while pending > 0 {
         let Some(kind) = buf.get(pos).copied() else { return Ok(None) };
-        let Some(line) = buf[pos..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
-        let header = &buf[pos + 1..pos + line];
-        pos += line + 2;
+        if !b"+-:_,#($=!*~>%|".contains(&kind) {
+            return Err(format!("unexpected type byte {kind:#04x}"));
+        }
+        // The header line starts after the type byte: a `\r\n` right at `pos` is a type byte
+        // of `\r`, refused above, not an empty line.
+        let Some(line) = buf[pos + 1..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        let header = &buf[pos + 1..pos + 1 + line];
+        pos += 1 + line + 2;
         pending -= 1;
         // The announced length: `None` for a null (-1).
         let length = || -> std::result::Result<Option<u64>, String> {
@@ -102,6 +107,11 @@ mod tests {
         assert!(frame_len(b"|9223372036854775807\r\n").is_err());
         assert!(frame_len(b"$-2\r\n").is_err());
         assert_eq!(frame_len(b"$-1\r\n"), Ok(Some(5)));
+        // Found by the fuzz tests below: a line end right where a type byte belongs sliced the
+        // buffer backwards (a panic in every build).
+        assert!(frame_len(b"\r\n").is_err());
+        assert!(frame_len(b"*1\r\n\r\n").is_err());
+        assert_eq!(frame_len(b"+\r\n"), Ok(Some(3)));
     }
 
     #[test]
