@@ -1,4 +1,6 @@
-//! Per-limiter metrics of concurrent limiters (Sidekiq's set): readable in-process, and for Redis
+//! Per-limiter metrics: every limiter's checks (allowed, refused, errors, failed open, fell back)
+//! and, on Redis, their client-side latency; concurrent limiters add Sidekiq's set (held, held
+//! time, immediate, waited, wait time, overages, reclaimed). Readable in-process, and for Redis
 //! backends aggregated across processes in one hash per limiter, flushed in batches once a second
 //! rather than written per call.
 
@@ -7,33 +9,126 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-/// A snapshot of a concurrent limiter's metrics.
+/// Upper bounds of the check-latency histogram's buckets (a last, unbounded bucket follows):
+/// from a loopback round trip to a call at its deadline.
+pub const LATENCY_BOUNDS: [Duration; 13] = [
+    Duration::from_micros(100),
+    Duration::from_micros(250),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_micros(2_500),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+];
+
+/// Buckets of the latency histogram: one per bound, then the unbounded one.
+const BUCKETS: usize = LATENCY_BOUNDS.len() + 1;
+
+/// A snapshot of a limiter's metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Metrics {
-    /// Leases granted (blocks run).
+    /// Checks the backend allowed (each attempt of a waiting `acquire` counts).
+    pub allowed: u64,
+    /// Checks the backend refused (over the limit, shed or paused).
+    pub refused: u64,
+    /// Checks that failed: Redis unreachable, late or refusing the call under `fail_closed`.
+    pub errors: u64,
+    /// Checks allowed because Redis failed under the `fail_open` policy.
+    pub failed_open: u64,
+    /// Checks the in-memory fallback answered because Redis failed under `fallback`.
+    pub fell_back: u64,
+    /// Client-side latency of checks that reached Redis: the count in each bucket of
+    /// [`LATENCY_BOUNDS`] (a duration falls in the first bucket whose bound it does not exceed),
+    /// then in the unbounded bucket. Zero for the memory backend, where a check takes well under
+    /// a microsecond and timing it would cost more than the check.
+    pub latency_buckets: [u64; BUCKETS],
+    /// The total of the latencies counted in [`Metrics::latency_buckets`].
+    pub latency_sum: Duration,
+    /// Concurrent limiters: leases granted (blocks run).
     pub held: u64,
-    /// Total time leases were held, measured at release.
+    /// Concurrent limiters: total time leases were held, measured at release.
     pub held_time: Duration,
-    /// Leases granted without waiting.
+    /// Concurrent limiters: leases granted without waiting.
     pub immediate: u64,
-    /// Leases granted after waiting.
+    /// Concurrent limiters: leases granted after waiting.
     pub waited: u64,
-    /// Total time spent waiting for the leases that were granted after waiting.
+    /// Concurrent limiters: total time spent waiting for the leases granted after waiting.
     pub wait_time: Duration,
-    /// Leases released after their lock_timeout (including those already reclaimed): holders
-    /// that ran too long.
+    /// Concurrent limiters: leases released after their lock_timeout (including those already
+    /// reclaimed): holders that ran too long.
     pub overages: u64,
-    /// Overdue leases reclaimed for a new caller: each may have let more than `limit` run at once.
+    /// Concurrent limiters: overdue leases reclaimed for a new caller; each may have let more
+    /// than `limit` run at once.
     pub reclaimed: u64,
 }
 
-/// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields).
-pub(crate) const FIELDS: [&str; 7] = ["held", "held_us", "immediate", "waited", "wait_us", "overages", "reclaimed"];
+impl Metrics {
+    /// Checks that reached a decision or an error: allowed, refused, errors, failed open and
+    /// fell back.
+    pub fn checks(&self) -> u64 {
+        self.allowed + self.refused + self.errors + self.failed_open + self.fell_back
+    }
 
-/// One counter per field; times in microseconds.
+    /// The number of latencies counted in [`Metrics::latency_buckets`].
+    pub fn latency_count(&self) -> u64 {
+        self.latency_buckets.iter().sum()
+    }
+
+    /// Adds `other`'s counts to these (several limiter objects or processes of one limiter).
+    pub fn add(&mut self, other: &Metrics) {
+        let (mut mine, theirs) = (to_values(self), to_values(other));
+        for (m, t) in mine.iter_mut().zip(theirs) {
+            *m += t;
+        }
+        *self = from_values(mine);
+    }
+}
+
+/// The number of counters.
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS;
+
+/// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
+/// microseconds.
+pub(crate) const FIELDS: [&str; COUNTERS] = [
+    "held",
+    "held_us",
+    "immediate",
+    "waited",
+    "wait_us",
+    "overages",
+    "reclaimed",
+    "allowed",
+    "refused",
+    "errors",
+    "failed_open",
+    "fell_back",
+    "latency_us",
+    "lat_le_100us",
+    "lat_le_250us",
+    "lat_le_500us",
+    "lat_le_1ms",
+    "lat_le_2500us",
+    "lat_le_5ms",
+    "lat_le_10ms",
+    "lat_le_25ms",
+    "lat_le_50ms",
+    "lat_le_100ms",
+    "lat_le_250ms",
+    "lat_le_500ms",
+    "lat_le_1s",
+    "lat_inf",
+];
+
+/// One counter per field.
 #[derive(Debug, Default)]
-pub(crate) struct Counters([AtomicU64; 7]);
+pub(crate) struct Counters([AtomicU64; COUNTERS]);
 
 /// Which counter.
 #[derive(Debug, Clone, Copy)]
@@ -45,22 +140,27 @@ pub(crate) enum Counter {
     WaitMicros = 4,
     Overages = 5,
     Reclaimed = 6,
+    Allowed = 7,
+    Refused = 8,
+    Errors = 9,
+    FailedOpen = 10,
+    FellBack = 11,
+    LatencyMicros = 12,
 }
 
+/// The slot of the first latency bucket.
+const FIRST_BUCKET: usize = 13;
+
 impl Counters {
-    pub(crate) fn add(&self, counter: Counter, n: u64) {
+    #[inline]
+    fn add_slot(&self, slot: usize, n: u64) {
         if n > 0 {
-            self.0[counter as usize].fetch_add(n, Ordering::Relaxed);
+            self.0[slot].fetch_add(n, Ordering::Relaxed);
         }
     }
 
-    fn load(&self) -> [u64; 7] {
+    fn load(&self) -> [u64; COUNTERS] {
         std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
-    }
-
-    /// Reads and zeroes every counter (the deltas to flush).
-    pub(crate) fn take(&self) -> [u64; 7] {
-        std::array::from_fn(|i| self.0[i].swap(0, Ordering::Relaxed))
     }
 }
 
@@ -69,25 +169,32 @@ impl Counters {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Batch {
     pub(crate) seq: u64,
-    pub(crate) deltas: [u64; 7],
+    pub(crate) deltas: [u64; COUNTERS],
 }
 
-/// A limiter's metrics: the in-process totals, and the deltas not yet flushed to Redis.
+/// What has been handed to flushes: the totals already in a batch, and the batch sent and not
+/// yet acknowledged.
+#[derive(Debug, Default)]
+struct Flushed {
+    totals: Option<[u64; COUNTERS]>,
+    pending: Option<Batch>,
+}
+
+/// A limiter's metrics: the in-process totals, and what of them was flushed to Redis.
 ///
-/// Flushes are idempotent: the deltas taken for a flush become a [`Batch`] with the next
+/// Flushes are idempotent: the counts made since the last batch become a [`Batch`] with the next
 /// sequence number, and that same batch is sent again until one of its sends is acknowledged
 /// (Redis applies each writer's sequence number once), so a flush whose reply was lost is
-/// neither lost nor counted twice. Counts made meanwhile wait for the next batch.
+/// neither lost nor counted twice. Counts made meanwhile wait for the next batch. A check
+/// touches only the totals (one relaxed addition), never the flush state.
 #[derive(Debug)]
 pub(crate) struct LimiterMetrics {
     pub(crate) local: Counters,
-    unflushed: Counters,
     /// Identifies this limiter object's flushes among every writer of the same limiter (the
     /// process id is added when sending, so a forked child is a writer of its own).
     writer: u64,
     last_seq: AtomicU64,
-    /// The batch sent and not yet acknowledged.
-    pending: Mutex<Option<Batch>>,
+    flushed: Mutex<Flushed>,
 }
 
 impl Default for LimiterMetrics {
@@ -97,10 +204,9 @@ impl Default for LimiterMetrics {
         let seed = (std::process::id(), OBJECTS.fetch_add(1, Ordering::Relaxed), std::time::SystemTime::now());
         LimiterMetrics {
             local: Counters::default(),
-            unflushed: Counters::default(),
             writer: foldhash::fast::RandomState::default().hash_one(seed),
             last_seq: AtomicU64::new(0),
-            pending: Mutex::new(None),
+            flushed: Mutex::new(Flushed::default()),
         }
     }
 }
@@ -114,28 +220,45 @@ impl LimiterMetrics {
     /// The batch to send: the unacknowledged one if any, else the counts made since the last
     /// batch as a new one; `None` when there is nothing to send.
     pub(crate) fn next_batch(&self) -> Option<Batch> {
-        let mut pending = self.pending.lock();
-        if pending.is_none() {
-            let deltas = self.unflushed.take();
+        let mut flushed = self.flushed.lock();
+        if flushed.pending.is_none() {
+            let now = self.local.load();
+            let before = flushed.totals.unwrap_or([0; COUNTERS]);
+            let deltas: [u64; COUNTERS] = std::array::from_fn(|i| now[i] - before[i]);
             if deltas.iter().all(|d| *d == 0) {
                 return None;
             }
-            *pending = Some(Batch { seq: self.last_seq.fetch_add(1, Ordering::Relaxed) + 1, deltas });
+            flushed.totals = Some(now);
+            flushed.pending = Some(Batch { seq: self.last_seq.fetch_add(1, Ordering::Relaxed) + 1, deltas });
         }
-        *pending
+        flushed.pending
     }
 
     /// Redis applied (now or before) the batch numbered `seq`.
     pub(crate) fn acknowledge(&self, seq: u64) {
-        let mut pending = self.pending.lock();
-        if pending.is_some_and(|b| b.seq == seq) {
-            *pending = None;
+        let mut flushed = self.flushed.lock();
+        if flushed.pending.is_some_and(|b| b.seq == seq) {
+            flushed.pending = None;
         }
     }
 
+    /// In a forked child: the counts inherited from the parent are the parent's to flush.
+    pub(crate) fn adopt_after_fork(&self) {
+        let mut flushed = self.flushed.lock();
+        flushed.totals = Some(self.local.load());
+        flushed.pending = None;
+    }
+
+    #[inline]
     pub(crate) fn add(&self, counter: Counter, n: u64) {
-        self.local.add(counter, n);
-        self.unflushed.add(counter, n);
+        self.local.add_slot(counter as usize, n);
+    }
+
+    /// Counts one check's client-side latency.
+    pub(crate) fn observe_latency(&self, latency: Duration) {
+        let bucket = LATENCY_BOUNDS.iter().position(|bound| latency <= *bound).unwrap_or(LATENCY_BOUNDS.len());
+        self.local.add_slot(FIRST_BUCKET + bucket, 1);
+        self.local.add_slot(Counter::LatencyMicros as usize, (latency.as_micros() as u64).max(1));
     }
 
     pub(crate) fn snapshot(&self) -> Metrics {
@@ -144,7 +267,7 @@ impl LimiterMetrics {
 }
 
 /// A snapshot from the counters' values (in [`FIELDS`] order).
-pub(crate) fn from_values(v: [u64; 7]) -> Metrics {
+pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
     Metrics {
         held: v[0],
         held_time: Duration::from_micros(v[1]),
@@ -153,5 +276,83 @@ pub(crate) fn from_values(v: [u64; 7]) -> Metrics {
         wait_time: Duration::from_micros(v[4]),
         overages: v[5],
         reclaimed: v[6],
+        allowed: v[7],
+        refused: v[8],
+        errors: v[9],
+        failed_open: v[10],
+        fell_back: v[11],
+        latency_sum: Duration::from_micros(v[12]),
+        latency_buckets: std::array::from_fn(|i| v[FIRST_BUCKET + i]),
+    }
+}
+
+/// The counters' values of a snapshot (in [`FIELDS`] order).
+fn to_values(m: &Metrics) -> [u64; COUNTERS] {
+    let mut v = [0; COUNTERS];
+    v[..FIRST_BUCKET].copy_from_slice(&[
+        m.held,
+        m.held_time.as_micros() as u64,
+        m.immediate,
+        m.waited,
+        m.wait_time.as_micros() as u64,
+        m.overages,
+        m.reclaimed,
+        m.allowed,
+        m.refused,
+        m.errors,
+        m.failed_open,
+        m.fell_back,
+        m.latency_sum.as_micros() as u64,
+    ]);
+    v[FIRST_BUCKET..].copy_from_slice(&m.latency_buckets);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latencies_fall_in_the_first_bucket_whose_bound_they_do_not_exceed() {
+        let m = LimiterMetrics::default();
+        m.observe_latency(Duration::from_micros(100));
+        m.observe_latency(Duration::from_micros(101));
+        m.observe_latency(Duration::from_secs(2));
+        let s = m.snapshot();
+        assert_eq!(s.latency_buckets[0], 1);
+        assert_eq!(s.latency_buckets[1], 1);
+        assert_eq!(s.latency_buckets[BUCKETS - 1], 1);
+        assert_eq!(s.latency_count(), 3);
+        assert_eq!(s.latency_sum, Duration::from_micros(2_000_201));
+    }
+
+    #[test]
+    fn a_batch_holds_the_counts_since_the_last_one_until_acknowledged() {
+        let m = LimiterMetrics::default();
+        m.add(Counter::Allowed, 2);
+        let first = m.next_batch().unwrap();
+        m.add(Counter::Allowed, 5);
+        assert_eq!(m.next_batch(), Some(first), "unacknowledged: sent again as it was");
+        m.acknowledge(first.seq);
+        let second = m.next_batch().unwrap();
+        assert_eq!((second.seq, second.deltas[Counter::Allowed as usize]), (first.seq + 1, 5));
+        m.acknowledge(second.seq);
+        assert_eq!(m.next_batch(), None);
+        assert_eq!(m.snapshot().allowed, 7);
+    }
+
+    #[test]
+    fn snapshots_round_trip_through_values_and_add() {
+        let m = LimiterMetrics::default();
+        for (i, c) in [Counter::Held, Counter::Refused, Counter::FellBack, Counter::WaitMicros].into_iter().enumerate()
+        {
+            m.add(c, i as u64 + 1);
+        }
+        m.observe_latency(Duration::from_millis(3));
+        let s = m.snapshot();
+        assert_eq!(from_values(to_values(&s)), s);
+        let mut twice = s;
+        twice.add(&s);
+        assert_eq!((twice.refused, twice.fell_back, twice.latency_count()), (4, 6, 2));
     }
 }

@@ -207,6 +207,8 @@ pub(crate) struct MemoryBackend {
     swept_slots: AtomicUsize,
     /// Calls that found state last recorded by another configuration of the same name.
     pub(crate) config_mismatches: AtomicU64,
+    /// Live overrides and the limiters built from this backend.
+    pub(crate) live: crate::live::Live,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -234,6 +236,7 @@ impl MemoryBackend {
             clock: config.clock,
             swept_slots: AtomicUsize::new(0),
             config_mismatches: AtomicU64::new(0),
+            live: crate::live::Live::new(None),
         })
     }
 

@@ -1,6 +1,7 @@
 //! Backends hold limiter state: the embedded memory backend (default), Redis and Redis Cluster.
 
 pub(crate) mod memory;
+mod operate;
 pub(crate) mod redis;
 
 /// The Redis backend types a limiter holds.

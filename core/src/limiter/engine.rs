@@ -79,12 +79,32 @@ pub(crate) struct Outcome {
     /// The state was last recorded by another configuration of the same name (counted in
     /// [`crate::BackendStats::config_mismatches`]).
     pub config_mismatch: bool,
+    /// Who decided: the backend, or the failure policy while Redis failed.
+    pub served: Served,
+}
+
+/// Who decided a call (see [`Outcome::served`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// The limiter's backend.
+    Backend,
+    /// The `fail_open` policy.
+    FailedOpen,
+    /// The in-memory fallback of the `fallback` policy.
+    FellBack,
 }
 
 impl Outcome {
     /// An outcome that carries only a decision.
     pub(crate) fn of(decision: Decision) -> Outcome {
-        Outcome { decision, wake: None, reclaimed: 0, lease_overdue: false, config_mismatch: false }
+        Outcome {
+            decision,
+            wake: None,
+            reclaimed: 0,
+            lease_overdue: false,
+            config_mismatch: false,
+            served: Served::Backend,
+        }
     }
 }
 

@@ -137,6 +137,23 @@ impl Kind {
             Kind::Unlimited => "unlimited",
         }
     }
+
+    /// The kind named by [`Kind::as_str`].
+    pub fn from_name(name: &str) -> Option<Kind> {
+        [
+            Kind::Concurrent,
+            Kind::Bucket,
+            Kind::Window,
+            Kind::SlidingWindow,
+            Kind::TokenBucket,
+            Kind::Leaky,
+            Kind::Points,
+            Kind::Calendar,
+            Kind::Unlimited,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+    }
 }
 
 impl LimiterSpec {

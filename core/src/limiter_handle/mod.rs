@@ -1,15 +1,18 @@
 //! [`Limiter`]: the object users hold, with every call style (`check`, `peek`, `acquire`,
 //! `within_limit`, `reset`, leases, `points_used`), async and blocking.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendInner, Failover, MemoryBackend, RedisBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
+use crate::error::Error;
 use crate::error::Result;
-use crate::limiter::{Algorithm, Kind, LimiterConfig, LimiterSpec, Op, Outcome};
+use crate::limiter::{Algorithm, Kind, LimiterConfig, LimiterSpec, Op, Outcome, Served};
+use crate::live::{Compiled, NameState};
 use crate::metrics::{Counter, LimiterMetrics};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
@@ -38,8 +41,10 @@ struct Inner {
     /// Whether the backend's `fail_open` / `fallback` policy applies (see
     /// [`Limiter::with_allow_fallback`]).
     allow_fallback: bool,
-    /// Shared by the copies `with_wait_timeout` makes (concurrent limiters only record any).
+    /// Shared by the copies `with_wait_timeout` makes.
     metrics: Arc<LimiterMetrics>,
+    /// The name's live overrides in this backend (`None`: unlimited).
+    live: Option<Arc<NameState>>,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -77,6 +82,7 @@ impl Limiter {
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 allow_fallback: true,
                 metrics: Arc::default(),
+                live: None,
             }),
         }
     }
@@ -96,9 +102,15 @@ impl Limiter {
             }
         };
         let metrics = Arc::<LimiterMetrics>::default();
-        if let (Target::Redis { backend, .. }, Algorithm::Concurrent(_)) = (&target, &algorithm) {
-            backend.spawn_metrics_flush(spec.kind(), name, &metrics);
-        }
+        let live = match &target {
+            Target::Memory { backend, .. } => Some(backend.live.join(name, &spec, &metrics)),
+            Target::Redis { backend, .. } => {
+                let state = backend.live.join(name, &spec, &metrics);
+                backend.ensure_live_task();
+                Some(state)
+            }
+            Target::Nowhere => None,
+        };
         Ok(Limiter {
             inner: Arc::new(Inner {
                 name: name.into(),
@@ -108,6 +120,7 @@ impl Limiter {
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 allow_fallback,
                 metrics,
+                live,
             }),
         })
     }
@@ -128,6 +141,7 @@ impl Limiter {
                 wait_timeout,
                 allow_fallback: inner.allow_fallback,
                 metrics: inner.metrics.clone(),
+                live: inner.live.clone(),
             }),
         })
     }
@@ -158,6 +172,7 @@ impl Limiter {
                 wait_timeout: inner.wait_timeout,
                 allow_fallback: allow,
                 metrics: inner.metrics.clone(),
+                live: inner.live.clone(),
             }),
         })
     }
@@ -221,11 +236,36 @@ impl Limiter {
         }
     }
 
+    /// The live override that applies to `key`, if any.
+    #[inline]
+    fn override_for(&self, key: &str) -> Option<Arc<Compiled>> {
+        self.inner.live.as_ref()?.lookup(self.kind(), key)
+    }
+
+    /// The failover of a call decided by `over`: the limiter's policy, with the override's
+    /// scaled limiter as the fallback.
+    fn failover_for<'a>(failover: &'a Failover, over: Option<&Compiled>) -> Cow<'a, Failover> {
+        match (over, &failover.fallback) {
+            (Some(over), Some((_, namespace))) => Cow::Owned(Failover {
+                policy: failover.policy,
+                fallback: over.fallback.clone().map(|algorithm| (algorithm, *namespace)),
+            }),
+            _ => Cow::Borrowed(failover),
+        }
+    }
+
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
             Target::Redis { backend, failover } => {
-                backend.execute(self.kind(), &self.inner.name, key, &self.inner.algorithm, failover, op).await
+                backend.ensure_live_task();
+                let over = self.override_for(key);
+                let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
+                let failover = Self::failover_for(failover, over.as_deref());
+                let started = Instant::now();
+                let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
+                self.record(op, &result, Some(started));
+                result
             }
             _ => self.run_local(key, op),
         }
@@ -236,7 +276,14 @@ impl Limiter {
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
             Target::Redis { backend, failover } => {
-                backend.execute_blocking(self.kind(), &self.inner.name, key, &self.inner.algorithm, failover, op)
+                backend.ensure_live_task();
+                let over = self.override_for(key);
+                let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
+                let failover = Self::failover_for(failover, over.as_deref());
+                let started = Instant::now();
+                let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
+                self.record(op, &result, Some(started));
+                result
             }
             _ => self.run_local(key, op),
         }
@@ -247,8 +294,41 @@ impl Limiter {
     #[inline]
     pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
-            Target::Memory { backend, namespace } => backend.execute(*namespace, key, &self.inner.algorithm, op),
+            Target::Memory { backend, namespace } => {
+                let result = match self.override_for(key) {
+                    None => backend.execute(*namespace, key, &self.inner.algorithm, op),
+                    Some(over) => backend.execute(*namespace, key, &over.algorithm, op),
+                };
+                self.record(op, &result, None);
+                result
+            }
             _ => Ok(Outcome::of(Decision::unlimited())),
+        }
+    }
+
+    /// Counts a check in the limiter's metrics, with its latency when it went to Redis.
+    #[inline]
+    fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>) {
+        if !matches!(op, Op::Check { .. }) {
+            return;
+        }
+        let m = &self.inner.metrics;
+        let counter = match result {
+            Ok(outcome) => match outcome.served {
+                Served::Backend if outcome.decision.allowed => Counter::Allowed,
+                Served::Backend => Counter::Refused,
+                Served::FailedOpen => Counter::FailedOpen,
+                Served::FellBack => Counter::FellBack,
+            },
+            Err(Error::BackendUnavailable { .. } | Error::Timeout { .. } | Error::BackendRejected { .. }) => {
+                Counter::Errors
+            }
+            // Bad input never reached a backend.
+            Err(_) => return,
+        };
+        m.add(counter, 1);
+        if let Some(started) = started {
+            m.observe_latency(started.elapsed());
         }
     }
 

@@ -7,11 +7,12 @@ pub(crate) mod connection;
 pub(crate) mod direct;
 pub mod driven;
 pub(crate) mod keys;
+pub(crate) mod live;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +27,9 @@ use crate::decision::{Decision, Lease};
 use crate::error::{Error, Result};
 use crate::limiter::concurrent::Concurrent;
 use crate::limiter::script::LuaScript;
-use crate::limiter::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Wake};
-use crate::metrics::{from_values, LimiterMetrics, Metrics, FIELDS};
+use crate::limiter::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
+use crate::live::Live;
+use crate::metrics::{LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
 use crate::runtime::runtime;
 
@@ -54,9 +56,6 @@ enum Popped {
 
 /// How long a waiter pauses before re-checking when its blocking connection fails.
 const BROKEN_WAIT_PAUSE: Duration = Duration::from_millis(50);
-
-/// How often a process adds its concurrent limiters' metric counts to Redis.
-const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a limiter's aggregated metrics outlive their last update (Sidekiq's metadata TTL).
 const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
@@ -165,6 +164,10 @@ pub(crate) struct RedisBackend {
     /// Where state lives while Redis is unreachable, under [`FailurePolicy::Fallback`].
     pub(crate) fallback: MemoryBackend,
     pub(crate) counters: PolicyCounters,
+    /// Live overrides and the limiters built from this backend.
+    pub(crate) live: Live,
+    /// The process whose background task (see [`live`]) serves this backend; 0: none yet.
+    live_task_pid: AtomicU32,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -196,6 +199,11 @@ impl RedisBackend {
             manual_clock,
             fallback: MemoryBackend::new(MemoryConfig::default().clock(fallback_clock))?,
             counters: PolicyCounters::default(),
+            live: Live::new(match config.failure_policy {
+                FailurePolicy::Fallback { divisor } => Some(divisor),
+                _ => None,
+            }),
+            live_task_pid: AtomicU32::new(0),
         })
     }
 
@@ -327,7 +335,7 @@ impl RedisBackend {
         match (failover.policy, &failover.fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
-                Ok(Outcome::of(open_decision(algorithm, op)))
+                Ok(Outcome { served: Served::FailedOpen, ..Outcome::of(open_decision(algorithm, op)) })
             }
             (FailurePolicy::Fallback { .. }, Some((algorithm, namespace))) => {
                 self.counters.fell_back.fetch_add(1, Ordering::Relaxed);
@@ -335,7 +343,8 @@ impl RedisBackend {
                     Op::Check { cost, lease_id } => Op::Check { cost, lease_id: lease_id | FALLBACK_LEASE_BIT },
                     other => other,
                 };
-                self.fallback.execute(*namespace, key, algorithm, op)
+                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
+                Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -445,25 +454,9 @@ impl RedisBackend {
         KeyBuilder::new(&self.prefix, kind, name, "").key("metrics")
     }
 
-    /// Adds `metrics`' counts to Redis once a second (one pipeline, only when something changed)
-    /// until the limiter or the backend is dropped.
-    pub(crate) fn spawn_metrics_flush(self: &Arc<Self>, kind: Kind, name: &str, metrics: &Arc<LimiterMetrics>) {
-        let (backend, metrics, name) = (Arc::downgrade(self), Arc::downgrade(metrics), name.to_owned());
-        runtime().spawn(async move {
-            let mut tick = tokio::time::interval(METRICS_FLUSH_INTERVAL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tick.tick().await;
-                let (Some(backend), Some(metrics)) = (backend.upgrade(), metrics.upgrade()) else { return };
-                // A failed flush keeps its counts for the next one.
-                let _ = backend.flush_metrics(kind, &name, &metrics).await;
-            }
-        });
-    }
-
     /// Sends `metrics`' unacknowledged batch, then (if any) the counts made since, each applied
     /// by Redis once (see [`LimiterMetrics`]); a failed send keeps its batch for the next flush.
-    async fn flush_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<()> {
+    pub(crate) async fn flush_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<()> {
         // At most two batches: the unacknowledged one, then the counts made while it was out.
         for _ in 0..2 {
             let Some(batch) = metrics.next_batch() else { return Ok(()) };
@@ -489,10 +482,7 @@ impl RedisBackend {
     /// Flushes this process's pending counts, then reads the aggregate of every process.
     pub(crate) async fn fleet_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<Metrics> {
         self.flush_metrics(kind, name, metrics).await?;
-        let mut pipe = redis::pipe();
-        pipe.hgetall(self.metrics_key(kind, name));
-        let (values,): (std::collections::HashMap<String, u64>,) = self.query(&pipe).await?;
-        Ok(from_values(FIELDS.map(|f| values.get(f).copied().unwrap_or(0))))
+        self.fleet_metrics_of(kind, name).await
     }
 
     /// Returns when a release pushes a wake-up to `list_key` (one waiter per release), or after

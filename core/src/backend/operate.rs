@@ -1,0 +1,202 @@
+//! Operating a backend: the registry of limiters, live limits, metrics flushes and the
+//! Prometheus exposition.
+
+use std::time::SystemTime;
+
+use super::{Backend, BackendInner};
+use crate::error::{Error, Result};
+use crate::limiter::{Kind, LimiterSpec};
+use crate::live::{client, LimiterInfo};
+use crate::metrics::Metrics;
+use crate::params::{validate_key, validate_name};
+use crate::prometheus::{render, Series};
+use crate::runtime::block_on;
+
+impl Backend {
+    /// Every limiter known to the backend, by name: on Redis, the registry (every limiter any
+    /// process in any language built in the last 90 days); on memory, this process's limiters.
+    /// Each comes with its overrides.
+    pub async fn limiters(&self) -> Result<Vec<LimiterInfo>> {
+        match &*self.inner {
+            BackendInner::Redis(redis) => {
+                // This process's own limiters are listed even before their first registration.
+                redis.flush_all(false).await?;
+                redis.registry().await
+            }
+            BackendInner::Memory(memory) => {
+                let live = &memory.live;
+                let mut out: Vec<LimiterInfo> = live
+                    .members()
+                    .into_iter()
+                    .map(|entry| {
+                        let (kind, spec, ..) = &entry.per_kind[0];
+                        LimiterInfo {
+                            name: entry.state.name().to_owned(),
+                            kind: kind.as_str().to_owned(),
+                            spec: spec.clone(),
+                            overrides: live.overrides_of(entry.state.name()),
+                            users: vec![client()],
+                            processes: 1,
+                            first_seen: entry.state.created(),
+                            last_seen: SystemTime::now(),
+                        }
+                    })
+                    .collect();
+                out.sort_by(|a, b| a.name.cmp(&b.name));
+                Ok(out)
+            }
+        }
+    }
+
+    /// Blocking form of [`Backend::limiters`].
+    pub fn limiters_blocking(&self) -> Result<Vec<LimiterInfo>> {
+        block_on(self.limiters())
+    }
+
+    /// Overrides the spec of limiter `name` (`key: None`) or of one of its keys, for every
+    /// process using the backend: on Redis each applies it within a fraction of a second (this
+    /// one at once), with no extra round trip per call. State carries over as it is (see the
+    /// README's "Live limits"). The override applies to limiters of its own kind only; on Redis,
+    /// one of another kind than the registered limiter is refused. Bad input is
+    /// [`Error::InvalidArgument`] before anything is written.
+    pub async fn set_limit(&self, name: &str, spec: &LimiterSpec, key: Option<&str>) -> Result<()> {
+        validate_name(name)?;
+        if let Some(key) = key {
+            validate_key(Some(key))?;
+        }
+        match &*self.inner {
+            BackendInner::Redis(redis) => {
+                redis.live.compile(spec)?;
+                redis.write_override(name, key, Some(spec)).await
+            }
+            BackendInner::Memory(memory) => {
+                memory.live.compile(spec)?;
+                if let Some(entry) = memory.live.members().into_iter().find(|e| e.state.name() == name) {
+                    let kind = entry.per_kind[0].0;
+                    if kind != spec.kind() {
+                        return Err(kind_mismatch(name, kind));
+                    }
+                }
+                memory.live.set_local(name, key, Some(spec));
+                Ok(())
+            }
+        }
+    }
+
+    /// Blocking form of [`Backend::set_limit`].
+    pub fn set_limit_blocking(&self, name: &str, spec: &LimiterSpec, key: Option<&str>) -> Result<()> {
+        block_on(self.set_limit(name, spec, key))
+    }
+
+    /// [`Backend::set_limit`] with a JSON spec; a bad field is named by its path.
+    pub async fn set_limit_json(&self, name: &str, spec: &str, key: Option<&str>) -> Result<()> {
+        let spec = LimiterSpec::from_json(spec)?;
+        self.set_limit(name, &spec, key).await
+    }
+
+    /// Blocking form of [`Backend::set_limit_json`].
+    pub fn set_limit_json_blocking(&self, name: &str, spec: &str, key: Option<&str>) -> Result<()> {
+        block_on(self.set_limit_json(name, spec, key))
+    }
+
+    /// Removes the override of `name` (`key: None`) or of one of its keys; limiters go back to
+    /// their own spec. Clearing an override that does not exist does nothing.
+    pub async fn clear_limit(&self, name: &str, key: Option<&str>) -> Result<()> {
+        validate_name(name)?;
+        if let Some(key) = key {
+            validate_key(Some(key))?;
+        }
+        match &*self.inner {
+            BackendInner::Redis(redis) => redis.write_override(name, key, None).await,
+            BackendInner::Memory(memory) => {
+                memory.live.set_local(name, key, None);
+                Ok(())
+            }
+        }
+    }
+
+    /// Blocking form of [`Backend::clear_limit`].
+    pub fn clear_limit_blocking(&self, name: &str, key: Option<&str>) -> Result<()> {
+        block_on(self.clear_limit(name, key))
+    }
+
+    /// Sends this process's pending metric counts and registrations to Redis now, rather than
+    /// within the next second (call it before a short-lived process exits). Nothing to do on
+    /// the memory backend.
+    pub async fn flush(&self) -> Result<()> {
+        match &*self.inner {
+            BackendInner::Redis(redis) => redis.flush_all(true).await,
+            BackendInner::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Blocking form of [`Backend::flush`].
+    pub fn flush_blocking(&self) -> Result<()> {
+        block_on(self.flush())
+    }
+
+    /// The metrics of every limiter, summed over this process's limiter objects per (name,
+    /// kind); with `fleet`, every process's (read from Redis after flushing this one's, for every
+    /// registered limiter; the same as this process's on memory).
+    pub async fn metrics(&self, fleet: bool) -> Result<Vec<(String, Kind, Metrics)>> {
+        let local = || -> Vec<(String, Kind, Metrics)> {
+            let members = match &*self.inner {
+                BackendInner::Redis(redis) => redis.live.members(),
+                BackendInner::Memory(memory) => memory.live.members(),
+            };
+            members
+                .into_iter()
+                .flat_map(|e| {
+                    let name = e.state.name().to_owned();
+                    e.per_kind.into_iter().map(move |(kind, _, metrics, _)| (name.clone(), kind, metrics))
+                })
+                .collect()
+        };
+        match &*self.inner {
+            BackendInner::Redis(redis) if fleet => {
+                redis.flush_all(false).await?;
+                let mut out = Vec::new();
+                for info in redis.registry().await? {
+                    let Some(kind) = Kind::from_name(&info.kind) else { continue };
+                    out.push((info.name.clone(), kind, redis.fleet_metrics_of(kind, &info.name).await?));
+                }
+                Ok(out)
+            }
+            _ => Ok(local()),
+        }
+    }
+
+    /// Blocking form of [`Backend::metrics`].
+    pub fn metrics_blocking(&self, fleet: bool) -> Result<Vec<(String, Kind, Metrics)>> {
+        block_on(self.metrics(fleet))
+    }
+
+    /// Every limiter's metrics in the Prometheus text exposition format (version 0.0.4):
+    /// `ratekeeper_checks_total{limiter,kind,outcome}`, the histogram
+    /// `ratekeeper_check_duration_seconds{limiter,kind}` and the concurrent limiters'
+    /// `ratekeeper_concurrent_*`. `fleet` as in [`Backend::metrics`].
+    pub async fn prometheus(&self, fleet: bool) -> Result<String> {
+        let series = self
+            .metrics(fleet)
+            .await?
+            .into_iter()
+            .map(|(name, kind, metrics)| Series {
+                name,
+                kind: kind.as_str(),
+                concurrent: kind == Kind::Concurrent,
+                metrics,
+            })
+            .collect();
+        Ok(render(series))
+    }
+
+    /// Blocking form of [`Backend::prometheus`].
+    pub fn prometheus_blocking(&self, fleet: bool) -> Result<String> {
+        block_on(self.prometheus(fleet))
+    }
+}
+
+#[cold]
+fn kind_mismatch(name: &str, kind: Kind) -> Error {
+    Error::invalid("spec", format!("limiter {name:?} is a {}: an override must keep its kind", kind.as_str()))
+}

@@ -1,0 +1,292 @@
+//! The registry and live limits in Redis, and the one background task per backend that keeps a
+//! process in step with them: it polls the override version (a `GET`, five times a second) and
+//! reads the overrides when it moved, flushes every limiter's metrics once a second, and
+//! registers the process's limiters once a minute each. Checks never wait for any of it.
+//!
+//! Every key lives under one hash tag, `<prefix>:{registry}:…`, so on a Cluster the registry is
+//! one slot, read and written by single-slot commands and scripts.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::Value;
+
+use super::RedisBackend;
+use crate::error::{Error, Result};
+use crate::limiter::{Kind, LimiterSpec};
+use crate::live::{client, LimiterInfo, OverrideTable};
+use crate::metrics::{from_values, Metrics, FIELDS};
+use crate::runtime::{forked_since, runtime};
+
+/// How often a process reads the override version: the bound on how late it applies a change.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Metrics flushes and registrations run every this many polls (once a second).
+const FLUSH_EVERY_POLLS: u32 = 5;
+
+/// How long the registry keeps a limiter after its last registration (Sidekiq's metadata TTL).
+pub(crate) const REGISTRY_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
+
+const OVERRIDE_SCRIPT: &str = include_str!("../../scripts/override.lua");
+const REGISTER_SCRIPT: &str = include_str!("../../scripts/register.lua");
+
+/// The registry's keys.
+struct RegistryKeys<'a>(&'a str);
+
+impl RegistryKeys<'_> {
+    fn key(&self, suffix: &str) -> String {
+        format!("{}:{{registry}}:{suffix}", self.0)
+    }
+    fn names(&self) -> String {
+        self.key("names")
+    }
+    fn overrides(&self) -> String {
+        self.key("overrides")
+    }
+    fn version(&self) -> String {
+        self.key("version")
+    }
+    fn limiter(&self, name: &str) -> String {
+        self.key(&format!("limiter:{name}"))
+    }
+}
+
+/// The overrides hash's field for `name` (whole limiter) or one `key` of it: names hold no `:`,
+/// so the first `:` splits them.
+fn override_field(name: &str, key: Option<&str>) -> String {
+    match key {
+        None => name.to_owned(),
+        Some(key) => format!("{name}:{key}"),
+    }
+}
+
+fn split_field(field: &str) -> (String, Option<String>) {
+    match field.split_once(':') {
+        Some((name, key)) => (name.to_owned(), Some(key.to_owned())),
+        None => (field.to_owned(), None),
+    }
+}
+
+fn millis_to_time(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+impl RedisBackend {
+    /// Starts this backend's background task if this process has none yet (the first limiter,
+    /// or the first call after a fork: a child inherits no task of its parent's runtime).
+    #[inline]
+    pub(crate) fn ensure_live_task(self: &Arc<Self>) {
+        let known = self.live_task_pid.load(Ordering::Relaxed);
+        let (pid, forked) = forked_since(known);
+        if forked {
+            self.start_live_task(known, pid);
+        }
+    }
+
+    #[cold]
+    fn start_live_task(self: &Arc<Self>, known: u32, pid: u32) {
+        if self.live_task_pid.compare_exchange(known, pid, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return;
+        }
+        if known != 0 {
+            // The parent flushes and registers what it counted before the fork.
+            for entry in self.live.members() {
+                for (.., objects) in &entry.per_kind {
+                    objects.iter().for_each(|m| m.adopt_after_fork());
+                }
+            }
+            self.live.registration_failed(
+                &self.live.members().iter().map(|m| m.state.name().to_owned()).collect::<Vec<_>>(),
+            );
+        }
+        let backend = Arc::downgrade(self);
+        runtime().spawn(async move {
+            let mut tick = tokio::time::interval(POLL_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut version: Option<i64> = None;
+            let mut polls = 0u32;
+            loop {
+                tick.tick().await;
+                let Some(this) = backend.upgrade() else { return };
+                if this.live_task_pid.load(Ordering::Relaxed) != pid {
+                    return;
+                }
+                // A failed round is retried on the next tick; nothing it read is applied half.
+                if let Ok(seen) = this.poll_overrides(version).await {
+                    version = Some(seen);
+                }
+                polls += 1;
+                if polls % FLUSH_EVERY_POLLS == 0 {
+                    let _ = this.flush_all(false).await;
+                }
+            }
+        });
+    }
+
+    /// Reads the override version and, when it is not `known`, the overrides; returns the
+    /// version read.
+    async fn poll_overrides(&self, known: Option<i64>) -> Result<i64> {
+        let keys = RegistryKeys(&self.prefix);
+        let mut pipe = redis::pipe();
+        pipe.get(keys.version());
+        let (version,): (Option<i64>,) = self.query(&pipe).await?;
+        let version = version.unwrap_or(0);
+        if known != Some(version) {
+            self.reload_overrides().await?;
+        }
+        Ok(version)
+    }
+
+    async fn reload_overrides(&self) -> Result<()> {
+        let mut pipe = redis::pipe();
+        pipe.hgetall(RegistryKeys(&self.prefix).overrides());
+        let (fields,): (HashMap<String, String>,) = self.query(&pipe).await?;
+        let mut table = OverrideTable::new();
+        for (field, spec) in fields {
+            let (name, key) = split_field(&field);
+            table.entry(name).or_default().insert(key, spec);
+        }
+        self.live.replace_table(table);
+        Ok(())
+    }
+
+    /// Flushes every limiter's metrics and sends due registrations (`force`: all of them).
+    pub(crate) async fn flush_all(&self, force: bool) -> Result<()> {
+        let mut first_error = None;
+        for entry in self.live.members() {
+            for (kind, _, _, objects) in &entry.per_kind {
+                for metrics in objects {
+                    if let Err(e) = self.flush_metrics(*kind, entry.state.name(), metrics).await {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        let due = self.live.due_registrations(force);
+        if !due.is_empty() {
+            if let Err(e) = self.register(&due).await {
+                self.live.registration_failed(&due.into_iter().map(|(name, ..)| name).collect::<Vec<_>>());
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn register(&self, due: &[(String, Kind, String)]) -> Result<()> {
+        let keys = RegistryKeys(&self.prefix);
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(REGISTER_SCRIPT).arg(1 + due.len()).arg(keys.names());
+        for (name, ..) in due {
+            eval.arg(keys.limiter(name));
+        }
+        let process = format!("{}:{}", gethostname::gethostname().to_string_lossy(), std::process::id());
+        eval.arg(REGISTRY_TTL.as_millis() as u64).arg(client()).arg(process);
+        for (name, kind, spec) in due {
+            eval.arg(name).arg(kind.as_str()).arg(spec);
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(eval).ignore();
+        self.query::<()>(&pipe).await
+    }
+
+    /// Writes an override (`Some(spec)`) or clears one, and applies it in this process at once.
+    pub(crate) async fn write_override(&self, name: &str, key: Option<&str>, spec: Option<&LimiterSpec>) -> Result<()> {
+        let keys = RegistryKeys(&self.prefix);
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(OVERRIDE_SCRIPT).arg(3).arg(keys.overrides()).arg(keys.version()).arg(keys.limiter(name));
+        match spec {
+            Some(spec) => eval.arg("set").arg(override_field(name, key)).arg(spec.to_json()).arg(spec.kind().as_str()),
+            None => eval.arg("clear").arg(override_field(name, key)).arg("").arg(""),
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(eval);
+        let (reply,): (Vec<Value>,) = self.query(&pipe).await?;
+        match reply.as_slice() {
+            [Value::Int(1), Value::Int(_)] => {
+                self.live.set_local(name, key, spec);
+                Ok(())
+            }
+            [Value::Int(0), Value::BulkString(kind)] => Err(Error::invalid(
+                "spec",
+                format!(
+                    "limiter {name:?} is registered as {}: an override must keep its kind",
+                    String::from_utf8_lossy(kind)
+                ),
+            )),
+            other => Err(Error::BackendRejected {
+                code: "ERR".into(),
+                message: format!("unexpected reply to an override: {other:?}"),
+            }),
+        }
+    }
+
+    /// Every limiter in the registry, with its overrides.
+    pub(crate) async fn registry(&self) -> Result<Vec<LimiterInfo>> {
+        let keys = RegistryKeys(&self.prefix);
+        let mut pipe = redis::pipe();
+        pipe.zrange(keys.names(), 0, -1).hgetall(keys.overrides());
+        let (names, overrides): (Vec<String>, HashMap<String, String>) = self.query(&pipe).await?;
+        let mut by_name: HashMap<String, Vec<(Option<String>, String)>> = HashMap::new();
+        for (field, spec) in overrides {
+            let (name, key) = split_field(&field);
+            by_name.entry(name).or_default().push((key, spec));
+        }
+        let mut pipe = redis::pipe();
+        for name in &names {
+            pipe.hgetall(keys.limiter(name));
+        }
+        let hashes: Vec<HashMap<String, String>> =
+            if names.is_empty() { Vec::new() } else { self.query(&pipe).await? };
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let mut out = Vec::new();
+        for (name, hash) in names.iter().zip(hashes) {
+            let Some(kind) = hash.get("kind") else { continue };
+            let seen = |field: &str| hash.get(field).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            let mut users: Vec<String> =
+                hash.keys().filter_map(|f| f.strip_prefix("user:")).map(str::to_owned).collect();
+            users.sort();
+            let processes = hash
+                .iter()
+                .filter(|(f, v)| f.starts_with("proc:") && v.parse::<u64>().is_ok_and(|at| at + 180_000 >= now_ms))
+                .count() as u64;
+            let mut overrides = by_name.remove(name).unwrap_or_default();
+            overrides.sort();
+            out.push(LimiterInfo {
+                name: name.clone(),
+                kind: kind.clone(),
+                spec: hash.get("spec").cloned().unwrap_or_default(),
+                overrides,
+                users,
+                processes,
+                first_seen: millis_to_time(seen("first_seen")),
+                last_seen: millis_to_time(seen("last_seen")),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The fleet's metrics of (`kind`, `name`): what every process flushed (this one's pending
+    /// counts are flushed by the caller first).
+    pub(crate) async fn fleet_metrics_of(&self, kind: Kind, name: &str) -> Result<Metrics> {
+        let mut pipe = redis::pipe();
+        pipe.hgetall(self.metrics_key(kind, name));
+        let (values,): (HashMap<String, u64>,) = self.query(&pipe).await?;
+        Ok(from_values(FIELDS.map(|f| values.get(f).copied().unwrap_or(0))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn override_fields_split_at_the_first_colon() {
+        for (name, key) in [("api", None), ("api", Some("tenant:7")), ("api", Some(""))] {
+            let field = override_field(name, key);
+            assert_eq!(split_field(&field), (name.to_owned(), key.map(str::to_owned)));
+        }
+    }
+}

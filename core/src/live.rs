@@ -1,0 +1,373 @@
+//! Live limits and the limiters a process knows: overrides of a limiter's spec, or of one key's,
+//! that every process applies without a redeploy; and, per backend, the limiters built from it
+//! (what the registry lists, whose metrics are flushed and rendered).
+//!
+//! An override replaces the spec a limiter decides with, never its state: it applies only to
+//! limiters of the override's kind, whose keys (and so whose state) it shares. The check path
+//! pays one relaxed atomic load while a name has no override.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::{Error, Result};
+use crate::limiter::{Algorithm, Kind, LimiterSpec};
+use crate::metrics::{LimiterMetrics, Metrics};
+
+/// Who uses a limiter, as the registry shows it: a language and its version, set by each
+/// binding when it loads (Rust by default), and this library's version.
+static CLIENT: OnceLock<String> = OnceLock::new();
+
+/// Names this process's language in the registry (`"python 3.11.7"`, `"node 20.20.2"`, `"c"`);
+/// bindings call it once when they load. Later calls are ignored. Rust programs need not call
+/// it: they register as `rust`.
+pub fn set_client_language(language: &str) {
+    let _ = CLIENT.set(format!("{} ratekeeper/{}", language.trim(), env!("CARGO_PKG_VERSION")));
+}
+
+/// The client description the registry stores: language, library version and host.
+pub(crate) fn client() -> String {
+    let language = CLIENT.get_or_init(|| format!("rust ratekeeper/{}", env!("CARGO_PKG_VERSION")));
+    format!("{language} on {}", gethostname::gethostname().to_string_lossy())
+}
+
+/// A limiter as the registry (or, on the memory backend, this process) knows it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LimiterInfo {
+    /// The limiter's name.
+    pub name: String,
+    /// Its kind, as in its spec (`"token_bucket"`, ...).
+    pub kind: String,
+    /// The canonical JSON spec it was built with (the last process to register it wins).
+    pub spec: String,
+    /// Live overrides: `(None, spec)` for the whole limiter, `(Some(key), spec)` for one key.
+    pub overrides: Vec<(Option<String>, String)>,
+    /// Who used it: language, library version and host, each once.
+    pub users: Vec<String>,
+    /// Processes that used it in the last three minutes.
+    pub processes: u64,
+    /// When it was first registered.
+    pub first_seen: SystemTime,
+    /// When a process last registered it (at most once a minute each).
+    pub last_seen: SystemTime,
+}
+
+/// An override, compiled for the backend it applies on.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    pub(crate) spec: LimiterSpec,
+    pub(crate) algorithm: Algorithm,
+    /// The algorithm scaled for the in-memory fallback, under the `fallback` policy.
+    pub(crate) fallback: Option<Algorithm>,
+}
+
+/// One name's overrides.
+#[derive(Debug, Default)]
+struct NameOverrides {
+    all: Option<Arc<Compiled>>,
+    keys: HashMap<String, Arc<Compiled>>,
+}
+
+/// One limiter object of a name (copies made by `with_wait_timeout` share it).
+#[derive(Debug)]
+struct Member {
+    kind: Kind,
+    spec_json: String,
+    metrics: Weak<LimiterMetrics>,
+}
+
+/// What a process knows of one limiter name: its overrides and its limiter objects.
+#[derive(Debug)]
+pub(crate) struct NameState {
+    name: String,
+    /// Whether any override exists for the name: the check path's only cost without one.
+    active: AtomicBool,
+    overrides: RwLock<NameOverrides>,
+    members: Mutex<Vec<Member>>,
+    /// When the registry last heard of this name from this process.
+    registered: Mutex<Option<Instant>>,
+    /// When this process built the name's first limiter.
+    created: SystemTime,
+}
+
+impl NameState {
+    /// The override that applies to `key` of a limiter of `kind`, if any.
+    #[inline]
+    pub(crate) fn lookup(&self, kind: Kind, key: &str) -> Option<Arc<Compiled>> {
+        if !self.active.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.lookup_slow(kind, key)
+    }
+
+    #[cold]
+    fn lookup_slow(&self, kind: Kind, key: &str) -> Option<Arc<Compiled>> {
+        let overrides = self.overrides.read();
+        let found = overrides.keys.get(key).or(overrides.all.as_ref())?;
+        (found.spec.kind() == kind).then(|| found.clone())
+    }
+
+    /// The name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// When this process built the name's first limiter.
+    pub(crate) fn created(&self) -> SystemTime {
+        self.created
+    }
+}
+
+/// The raw override table: name → (key or `None` for the whole limiter) → canonical spec JSON.
+pub(crate) type OverrideTable = HashMap<String, HashMap<Option<String>, String>>;
+
+/// A backend's live state (see the module documentation).
+pub(crate) struct Live {
+    names: Mutex<HashMap<String, Arc<NameState>>>,
+    table: Mutex<OverrideTable>,
+    /// The fallback policy's divisor, to compile overrides' fallback limiters.
+    fallback_divisor: Option<u32>,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live").field("names", &self.names.lock().len()).finish()
+    }
+}
+
+/// Registered limiters are renewed this often per process (the registry's TTL is 90 days).
+pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(60);
+
+impl Live {
+    pub(crate) fn new(fallback_divisor: Option<u32>) -> Live {
+        Live { names: Mutex::default(), table: Mutex::default(), fallback_divisor }
+    }
+
+    /// Records a new limiter object of `name`; returns the name's state, which carries its
+    /// overrides.
+    pub(crate) fn join(&self, name: &str, spec: &LimiterSpec, metrics: &Arc<LimiterMetrics>) -> Arc<NameState> {
+        let mut names = self.names.lock();
+        let state = names.entry(name.to_owned()).or_insert_with(|| {
+            let state = Arc::new(NameState {
+                name: name.to_owned(),
+                active: AtomicBool::new(false),
+                overrides: RwLock::default(),
+                members: Mutex::default(),
+                registered: Mutex::new(None),
+                created: SystemTime::now(),
+            });
+            if let Some(entries) = self.table.lock().get(name) {
+                self.install(&state, entries);
+            }
+            state
+        });
+        let mut members = state.members.lock();
+        members.retain(|m| m.metrics.strong_count() > 0);
+        members.push(Member { kind: spec.kind(), spec_json: spec.to_json(), metrics: Arc::downgrade(metrics) });
+        drop(members);
+        state.clone()
+    }
+
+    /// Validates and compiles an override.
+    pub(crate) fn compile(&self, spec: &LimiterSpec) -> Result<Compiled> {
+        if matches!(spec, LimiterSpec::Unlimited) {
+            return Err(Error::invalid(
+                "spec",
+                "an override cannot be unlimited: clear_limit the name, or raise its limit",
+            ));
+        }
+        let algorithm = spec.compile()?;
+        let fallback = match self.fallback_divisor {
+            Some(divisor) => Some(spec.scaled(divisor).compile()?),
+            None => None,
+        };
+        Ok(Compiled { spec: spec.clone(), algorithm, fallback })
+    }
+
+    /// Replaces the whole override table (as read from Redis); returns whether it changed.
+    pub(crate) fn replace_table(&self, table: OverrideTable) -> bool {
+        let mut current = self.table.lock();
+        if *current == table {
+            return false;
+        }
+        *current = table;
+        let names = self.names.lock();
+        let empty = HashMap::new();
+        for (name, state) in names.iter() {
+            self.install(state, current.get(name).unwrap_or(&empty));
+        }
+        true
+    }
+
+    /// Sets (`Some(spec)`) or clears one override in this process's table.
+    pub(crate) fn set_local(&self, name: &str, key: Option<&str>, spec: Option<&LimiterSpec>) {
+        let mut table = self.table.lock();
+        let entries = table.entry(name.to_owned()).or_default();
+        match spec {
+            Some(spec) => {
+                entries.insert(key.map(str::to_owned), spec.to_json());
+            }
+            None => {
+                entries.remove(&key.map(str::to_owned));
+            }
+        }
+        let entries = entries.clone();
+        if entries.is_empty() {
+            table.remove(name);
+        }
+        drop(table);
+        if let Some(state) = self.names.lock().get(name) {
+            self.install(state, &entries);
+        }
+    }
+
+    /// Compiles `entries` into `state`; an entry that does not compile (written by hand into
+    /// Redis) is skipped: the limiter keeps its own spec for it.
+    fn install(&self, state: &NameState, entries: &HashMap<Option<String>, String>) {
+        let mut overrides = NameOverrides::default();
+        for (key, json) in entries {
+            let Ok(compiled) = LimiterSpec::from_json(json).and_then(|spec| self.compile(&spec)) else { continue };
+            match key {
+                None => overrides.all = Some(Arc::new(compiled)),
+                Some(key) => {
+                    overrides.keys.insert(key.clone(), Arc::new(compiled));
+                }
+            }
+        }
+        let active = overrides.all.is_some() || !overrides.keys.is_empty();
+        *state.overrides.write() = overrides;
+        state.active.store(active, Ordering::Relaxed);
+    }
+
+    /// This process's overrides of `name`, as `(key, spec JSON)`, the whole-limiter one first.
+    pub(crate) fn overrides_of(&self, name: &str) -> Vec<(Option<String>, String)> {
+        let table = self.table.lock();
+        let mut entries: Vec<_> =
+            table.get(name).map(|e| e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+        entries.sort();
+        entries
+    }
+
+    /// Every name with a live limiter object: its (kind, spec JSON) and, per kind, the summed
+    /// metrics of its objects in this process.
+    pub(crate) fn members(&self) -> Vec<NameMembers> {
+        let names: Vec<Arc<NameState>> = self.names.lock().values().cloned().collect();
+        let mut out = Vec::new();
+        for state in names {
+            let mut members = state.members.lock();
+            members.retain(|m| m.metrics.strong_count() > 0);
+            if members.is_empty() {
+                continue;
+            }
+            let mut per_kind: Vec<(Kind, String, Metrics, Vec<Arc<LimiterMetrics>>)> = Vec::new();
+            for m in members.iter() {
+                let Some(metrics) = m.metrics.upgrade() else { continue };
+                match per_kind.iter_mut().find(|(k, ..)| *k == m.kind) {
+                    Some((_, _, sum, all)) => {
+                        sum.add(&metrics.snapshot());
+                        all.push(metrics);
+                    }
+                    None => per_kind.push((m.kind, m.spec_json.clone(), metrics.snapshot(), vec![metrics])),
+                }
+            }
+            drop(members);
+            out.push(NameMembers { state, per_kind });
+        }
+        out.sort_by(|a, b| a.state.name.cmp(&b.state.name));
+        out
+    }
+
+    /// Names whose registration is due (never sent, or sent over [`RENEW_EVERY`] ago), marked as
+    /// sent now; `force` takes every name.
+    pub(crate) fn due_registrations(&self, force: bool) -> Vec<(String, Kind, String)> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        for entry in self.members() {
+            let mut registered = entry.state.registered.lock();
+            if force || registered.is_none_or(|at| now.duration_since(at) >= RENEW_EVERY) {
+                *registered = Some(now);
+                let (kind, spec, ..) = &entry.per_kind[0];
+                due.push((entry.state.name.clone(), *kind, spec.clone()));
+            }
+        }
+        due
+    }
+
+    /// Forgets that `names` were registered, so the next round sends them again (their
+    /// registration failed).
+    pub(crate) fn registration_failed(&self, names: &[String]) {
+        let map = self.names.lock();
+        for name in names {
+            if let Some(state) = map.get(name) {
+                *state.registered.lock() = None;
+            }
+        }
+    }
+}
+
+/// One name's limiter objects in this process, per kind: (kind, spec JSON, summed metrics,
+/// each object's metrics).
+pub(crate) struct NameMembers {
+    pub(crate) state: Arc<NameState>,
+    pub(crate) per_kind: Vec<(Kind, String, Metrics, Vec<Arc<LimiterMetrics>>)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket(limit: u64) -> LimiterSpec {
+        LimiterSpec::TokenBucket { rate: 1.0, capacity: limit }
+    }
+
+    #[test]
+    fn an_override_applies_to_its_kind_and_a_key_override_wins() {
+        let live = Live::new(None);
+        let metrics = Arc::new(LimiterMetrics::default());
+        let state = live.join("api", &bucket(5), &metrics);
+        assert!(state.lookup(Kind::TokenBucket, "a").is_none());
+        live.set_local("api", None, Some(&bucket(50)));
+        live.set_local("api", Some("a"), Some(&bucket(500)));
+        let capacity = |key| match state.lookup(Kind::TokenBucket, key).map(|c| c.spec.clone()) {
+            Some(LimiterSpec::TokenBucket { capacity, .. }) => Some(capacity),
+            _ => None,
+        };
+        assert_eq!((capacity("a"), capacity("b")), (Some(500), Some(50)));
+        assert!(state.lookup(Kind::Leaky, "b").is_none(), "another kind keeps its own spec");
+        live.set_local("api", None, None);
+        assert_eq!((capacity("a"), capacity("b")), (Some(500), None));
+        live.set_local("api", Some("a"), None);
+        assert!(!state.active.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_name_built_after_its_override_was_read_gets_it() {
+        let live = Live::new(Some(2));
+        let mut table = OverrideTable::new();
+        table.entry("late".into()).or_default().insert(None, bucket(8).to_json());
+        assert!(live.replace_table(table.clone()));
+        assert!(!live.replace_table(table), "the same table changes nothing");
+        let metrics = Arc::new(LimiterMetrics::default());
+        let state = live.join("late", &bucket(1), &metrics);
+        let compiled = state.lookup(Kind::TokenBucket, "").unwrap();
+        assert_eq!(compiled.spec, bucket(8));
+        assert!(compiled.fallback.is_some());
+    }
+
+    #[test]
+    fn registrations_are_due_once_until_renewal() {
+        let live = Live::new(None);
+        let metrics = Arc::new(LimiterMetrics::default());
+        let _state = live.join("reg", &bucket(1), &metrics);
+        assert_eq!(live.due_registrations(false).len(), 1);
+        assert!(live.due_registrations(false).is_empty());
+        live.registration_failed(&["reg".to_owned()]);
+        assert_eq!(live.due_registrations(false).len(), 1);
+        drop(metrics);
+        assert!(live.due_registrations(true).is_empty(), "a name whose limiters are gone is not registered");
+    }
+}

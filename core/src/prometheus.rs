@@ -1,0 +1,176 @@
+//! Limiter metrics in the Prometheus text exposition format, encoded by `prometheus-client`
+//! from snapshots (a scrape reads counts; it never owns or resets them).
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::metrics::{Metrics, LATENCY_BOUNDS};
+
+/// One limiter's metrics as a scrape shows them.
+#[derive(Debug, Clone)]
+pub(crate) struct Series {
+    pub(crate) name: String,
+    pub(crate) kind: &'static str,
+    pub(crate) concurrent: bool,
+    pub(crate) metrics: Metrics,
+}
+
+#[derive(Debug)]
+struct Snapshot(Vec<Series>);
+
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+fn labels(s: &Series) -> Labels<'_> {
+    vec![("limiter", s.name.as_str()), ("kind", s.kind)]
+}
+
+/// Writes one counter family: a sample per (series, extra label value).
+fn counters<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    series: impl Iterator<Item = (Labels<'a>, f64)>,
+) -> std::fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    for (labels, value) in series {
+        family.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+    }
+    Ok(())
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let all = || self.0.iter();
+        counters(
+            &mut encoder,
+            "ratekeeper_checks",
+            "Checks by outcome: allowed or refused by the backend, errors, failed open or fell back while Redis failed.",
+            None,
+            all().flat_map(|s| {
+                let m = &s.metrics;
+                [
+                    ("allowed", m.allowed),
+                    ("refused", m.refused),
+                    ("error", m.errors),
+                    ("failed_open", m.failed_open),
+                    ("fell_back", m.fell_back),
+                ]
+                .into_iter()
+                .map(move |(outcome, n)| {
+                    let mut l = labels(s);
+                    l.push(("outcome", outcome));
+                    (l, n as f64)
+                })
+            }),
+        )?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "ratekeeper_check_duration",
+                "Client-side latency of checks that went to Redis.",
+                Some(&Unit::Seconds),
+                MetricType::Histogram,
+            )?;
+            for s in all().filter(|s| s.metrics.latency_count() > 0) {
+                let m = &s.metrics;
+                let bounds = LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64()).chain([f64::INFINITY]);
+                let buckets: Vec<(f64, u64)> = bounds.zip(m.latency_buckets).collect();
+                family.encode_family(&labels(s))?.encode_histogram::<NoLabelSet>(
+                    m.latency_sum.as_secs_f64(),
+                    m.latency_count(),
+                    &buckets,
+                    None,
+                )?;
+            }
+        }
+        let concurrent = || all().filter(|s| s.concurrent);
+        counters(
+            &mut encoder,
+            "ratekeeper_concurrent_held",
+            "Leases granted by concurrent limiters, by whether the caller waited.",
+            None,
+            concurrent().flat_map(|s| {
+                [("immediate", s.metrics.immediate), ("waited", s.metrics.waited)].into_iter().map(move |(how, n)| {
+                    let mut l = labels(s);
+                    l.push(("wait", how));
+                    (l, n as f64)
+                })
+            }),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_concurrent_held",
+            "Total time concurrent leases were held, measured at release.",
+            Some(&Unit::Seconds),
+            concurrent().map(|s| (labels(s), s.metrics.held_time.as_secs_f64())),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_concurrent_wait",
+            "Total time callers waited for the concurrent leases granted after waiting.",
+            Some(&Unit::Seconds),
+            concurrent().map(|s| (labels(s), s.metrics.wait_time.as_secs_f64())),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_concurrent_overages",
+            "Concurrent leases released after their lock_timeout.",
+            None,
+            concurrent().map(|s| (labels(s), s.metrics.overages as f64)),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_concurrent_reclaimed",
+            "Overdue concurrent leases reclaimed for a new caller.",
+            None,
+            concurrent().map(|s| (labels(s), s.metrics.reclaimed as f64)),
+        )
+    }
+}
+
+/// Renders `series` in the Prometheus text exposition format (version 0.0.4).
+pub(crate) fn render(mut series: Vec<Series>) -> String {
+    series.sort_by(|a, b| (&a.name, a.kind).cmp(&(&b.name, b.kind)));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshot(series)));
+    let mut out = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_histograms_with_limiter_labels() {
+        let mut m = Metrics { allowed: 3, refused: 2, ..Metrics::default() };
+        m.latency_buckets[0] = 2;
+        m.latency_buckets[13] = 1;
+        m.latency_sum = Duration::from_millis(1500);
+        let text = render(vec![Series { name: "api".into(), kind: "token_bucket", concurrent: false, metrics: m }]);
+        assert!(
+            text.contains(r#"ratekeeper_checks_total{limiter="api",kind="token_bucket",outcome="allowed"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"ratekeeper_check_duration_seconds_bucket{limiter="api",kind="token_bucket",le="0.0001"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ratekeeper_check_duration_seconds_bucket{limiter="api",kind="token_bucket",le="+Inf"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ratekeeper_check_duration_seconds_sum{limiter="api",kind="token_bucket"} 1.5"#),
+            "{text}"
+        );
+        assert!(!text.contains("ratekeeper_concurrent_overages_total{"), "no concurrent series: {text}");
+    }
+}
