@@ -82,7 +82,7 @@ fn waits_are_measured_and_one_release_serves_one_waiter() {
 }
 
 #[test]
-fn metrics_are_shared_by_copies_and_absent_for_other_kinds() {
+fn metrics_are_shared_by_copies_and_leases_are_counted_only_by_concurrent_limiters() {
     let (backend, _clock) = setup();
     let limiter = backend.concurrent("copies", 3, Duration::from_secs(30)).unwrap();
     let copy = limiter.with_wait_timeout(Duration::ZERO).unwrap();
@@ -92,7 +92,9 @@ fn metrics_are_shared_by_copies_and_absent_for_other_kinds() {
     assert_eq!(limiter.fleet_metrics_blocking().unwrap(), limiter.metrics());
     let bucket = backend.bucket("plain", 3, Duration::from_secs(1)).unwrap();
     bucket.check_blocking(None, 1).unwrap();
-    assert_eq!(bucket.metrics(), ratekeeper::Metrics::default());
+    let m = bucket.metrics();
+    assert_eq!((m.allowed, m.held, m.immediate), (1, 0, 0), "every limiter counts checks; only leases are concurrent");
+    assert_eq!(m.latency_count(), 0, "memory checks are not timed");
 }
 
 /// A manual clock that holds each opted-in waiter thread at its fourth reading, which

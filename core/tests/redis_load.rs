@@ -1077,7 +1077,7 @@ fn script_flush_storm_neither_fails_nor_miscounts() {
     assert!(saturated >= 3, "only {saturated} of {} windows reached the limit: the load was too light", windows.len());
 
     // What Redis holds for the last window equals what the decisions say was admitted in it.
-    let keys = server.cli(&["KEYS", &format!("{prefix}:*:bucket:storm:*")]);
+    let keys = server.cli(&["KEYS", &format!("{prefix}:*:bucket:storm:h:*")]);
     let key = keys.lines().next().expect("the bucket's hash exists");
     let fields = server.cli(&["HGETALL", key]);
     let fields: Vec<&str> = fields.lines().collect();

@@ -20,7 +20,7 @@ impl Backend {
         match &*self.inner {
             BackendInner::Redis(redis) => {
                 // This process's own limiters are listed even before their first registration.
-                redis.flush_all(false).await?;
+                redis.flush_all(false, None).await?;
                 redis.registry().await
             }
             BackendInner::Memory(memory) => {
@@ -125,7 +125,7 @@ impl Backend {
     /// the memory backend.
     pub async fn flush(&self) -> Result<()> {
         match &*self.inner {
-            BackendInner::Redis(redis) => redis.flush_all(true).await,
+            BackendInner::Redis(redis) => redis.flush_all(true, None).await,
             BackendInner::Memory(_) => Ok(()),
         }
     }
@@ -154,7 +154,7 @@ impl Backend {
         };
         match &*self.inner {
             BackendInner::Redis(redis) if fleet => {
-                redis.flush_all(false).await?;
+                redis.flush_all(false, None).await?;
                 let mut out = Vec::new();
                 for info in redis.registry().await? {
                     let Some(kind) = Kind::from_name(&info.kind) else { continue };

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
+use super::connection::Conn;
 use super::RedisBackend;
 use crate::error::{Error, Result};
 use crate::limiter::{Kind, LimiterSpec};
@@ -107,6 +108,8 @@ impl RedisBackend {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut version: Option<i64> = None;
             let mut polls = 0u32;
+            // The task's own connection: its reads never queue behind the limiters' calls.
+            let mut own = None;
             loop {
                 tick.tick().await;
                 let Some(this) = backend.upgrade() else { return };
@@ -114,12 +117,12 @@ impl RedisBackend {
                     return;
                 }
                 // A failed round is retried on the next tick; nothing it read is applied half.
-                if let Ok(seen) = this.poll_overrides(version).await {
+                if let Ok(seen) = this.poll_overrides(version, &mut own).await {
                     version = Some(seen);
                 }
                 polls += 1;
                 if polls % FLUSH_EVERY_POLLS == 0 {
-                    let _ = this.flush_all(false).await;
+                    let _ = this.flush_all(false, Some(&mut own)).await;
                 }
             }
         });
@@ -127,22 +130,22 @@ impl RedisBackend {
 
     /// Reads the override version and, when it is not `known`, the overrides; returns the
     /// version read.
-    async fn poll_overrides(&self, known: Option<i64>) -> Result<i64> {
+    async fn poll_overrides(&self, known: Option<i64>, own: &mut Option<Conn>) -> Result<i64> {
         let keys = RegistryKeys(&self.prefix);
         let mut pipe = redis::pipe();
         pipe.get(keys.version());
-        let (version,): (Option<i64>,) = self.query(&pipe).await?;
+        let (version,): (Option<i64>,) = self.query_via(Some(&mut *own), &pipe).await?;
         let version = version.unwrap_or(0);
         if known != Some(version) {
-            self.reload_overrides().await?;
+            self.reload_overrides(own).await?;
         }
         Ok(version)
     }
 
-    async fn reload_overrides(&self) -> Result<()> {
+    async fn reload_overrides(&self, own: &mut Option<Conn>) -> Result<()> {
         let mut pipe = redis::pipe();
         pipe.hgetall(RegistryKeys(&self.prefix).overrides());
-        let (fields,): (HashMap<String, String>,) = self.query(&pipe).await?;
+        let (fields,): (HashMap<String, String>,) = self.query_via(Some(own), &pipe).await?;
         let mut table = OverrideTable::new();
         for (field, spec) in fields {
             let (name, key) = split_field(&field);
@@ -152,13 +155,14 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// Flushes every limiter's metrics and sends due registrations (`force`: all of them).
-    pub(crate) async fn flush_all(&self, force: bool) -> Result<()> {
+    /// Flushes every limiter's metrics and sends due registrations (`force`: all of them), on
+    /// `own` connection or the shared one.
+    pub(crate) async fn flush_all(&self, force: bool, mut own: Option<&mut Option<Conn>>) -> Result<()> {
         let mut first_error = None;
         for entry in self.live.members() {
             for (kind, _, _, objects) in &entry.per_kind {
                 for metrics in objects {
-                    if let Err(e) = self.flush_metrics(*kind, entry.state.name(), metrics).await {
+                    if let Err(e) = self.flush_metrics(*kind, entry.state.name(), metrics, own.as_deref_mut()).await {
                         first_error.get_or_insert(e);
                     }
                 }
@@ -166,7 +170,7 @@ impl RedisBackend {
         }
         let due = self.live.due_registrations(force);
         if !due.is_empty() {
-            if let Err(e) = self.register(&due).await {
+            if let Err(e) = self.register(&due, own).await {
                 self.live.registration_failed(&due.into_iter().map(|(name, ..)| name).collect::<Vec<_>>());
                 first_error.get_or_insert(e);
             }
@@ -174,7 +178,7 @@ impl RedisBackend {
         first_error.map_or(Ok(()), Err)
     }
 
-    async fn register(&self, due: &[(String, Kind, String)]) -> Result<()> {
+    async fn register(&self, due: &[(String, Kind, String)], own: Option<&mut Option<Conn>>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut eval = redis::cmd("EVAL");
         eval.arg(REGISTER_SCRIPT).arg(1 + due.len()).arg(keys.names());
@@ -188,7 +192,7 @@ impl RedisBackend {
         }
         let mut pipe = redis::pipe();
         pipe.add_command(eval).ignore();
-        self.query::<()>(&pipe).await
+        self.query_via::<()>(own, &pipe).await
     }
 
     /// Writes an override (`Some(spec)`) or clears one, and applies it in this process at once.

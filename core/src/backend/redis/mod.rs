@@ -440,6 +440,39 @@ impl RedisBackend {
 
     /// Runs a pipeline (not a script) within the deadline.
     async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
+        self.query_via(None, pipe).await
+    }
+
+    /// Runs a pipeline within the deadline on `own` connection (opened, and named
+    /// `ratekeeper-live` so `CLIENT LIST` tells it apart, when it is `None`; dropped when it
+    /// fails), or on the shared one.
+    pub(crate) async fn query_via<T: redis::FromRedisValue>(
+        &self,
+        own: Option<&mut Option<connection::Conn>>,
+        pipe: &redis::Pipeline,
+    ) -> Result<T> {
+        let Some(own) = own else { return self.query_shared(pipe).await };
+        let until = tokio::time::Instant::now() + self.deadline;
+        let timed_out = || Error::redis_timeout(self.deadline);
+        if own.is_none() {
+            let mut conn =
+                tokio::time::timeout_at(until, self.connections.dedicated()).await.map_err(|_| timed_out())??;
+            let setname = redis::cmd("CLIENT").arg("SETNAME").arg("ratekeeper-live").to_owned();
+            // Naming is for operators only: a server or proxy that refuses it changes nothing.
+            let _ = tokio::time::timeout_at(until, setname.query_async::<()>(&mut conn)).await;
+            *own = Some(conn);
+        }
+        let conn = own.as_mut().expect("opened above");
+        let result = match tokio::time::timeout_at(until, pipe.query_async::<T>(conn)).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => Err(scripts::redis_failure(&e)),
+            Err(_) => Err(timed_out()),
+        };
+        *own = None;
+        result
+    }
+
+    async fn query_shared<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         let until = tokio::time::Instant::now() + self.deadline;
         let timed_out = || Error::redis_timeout(self.deadline);
         let (mut conn, _) =
@@ -456,7 +489,13 @@ impl RedisBackend {
 
     /// Sends `metrics`' unacknowledged batch, then (if any) the counts made since, each applied
     /// by Redis once (see [`LimiterMetrics`]); a failed send keeps its batch for the next flush.
-    pub(crate) async fn flush_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<()> {
+    pub(crate) async fn flush_metrics(
+        &self,
+        kind: Kind,
+        name: &str,
+        metrics: &LimiterMetrics,
+        mut own: Option<&mut Option<connection::Conn>>,
+    ) -> Result<()> {
         // At most two batches: the unacknowledged one, then the counts made while it was out.
         for _ in 0..2 {
             let Some(batch) = metrics.next_batch() else { return Ok(()) };
@@ -473,7 +512,7 @@ impl RedisBackend {
             }
             let mut pipe = redis::pipe();
             pipe.add_command(eval).ignore();
-            self.query::<()>(&pipe).await?;
+            self.query_via::<()>(own.as_deref_mut(), &pipe).await?;
             metrics.acknowledge(batch.seq);
         }
         Ok(())
@@ -481,7 +520,7 @@ impl RedisBackend {
 
     /// Flushes this process's pending counts, then reads the aggregate of every process.
     pub(crate) async fn fleet_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<Metrics> {
-        self.flush_metrics(kind, name, metrics).await?;
+        self.flush_metrics(kind, name, metrics, None).await?;
         self.fleet_metrics_of(kind, name).await
     }
 
