@@ -813,6 +813,88 @@ enum rk_status rk_limiter_points_used(const struct rk_limiter *limiter,
                                       uint64_t actual,
                                       struct rk_decision *decision_out);
 
+/**
+ * \brief Overrides the spec of limiter `name`, or of one of its keys, in every process using
+ * the backend.
+ *
+ * On Redis every process applies it within a fraction of a second (this one at once), with no
+ * extra round trip per call; the limiters keep their state. The override applies to limiters of
+ * its own kind only: on Redis, a spec of another kind than the registered limiter's is refused.
+ * Nothing is written when an argument is invalid.
+ *
+ * \param backend The backend.
+ * \param name The limiter's name.
+ * \param spec_json The spec, as for `rk_limiter_new_from_json` (durations in seconds).
+ * \param key One key of the limiter, or NULL for the whole limiter.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT (naming the bad
+ *         field), #RK_BACKEND_UNAVAILABLE, #RK_TIMEOUT or #RK_BACKEND_REJECTED.
+ */
+enum rk_status rk_backend_set_limit(const struct rk_backend *backend,
+                                    const char *name,
+                                    const char *spec_json,
+                                    const char *key);
+
+/**
+ * \brief Removes the override of limiter `name`, or of one of its keys (nothing if none).
+ *
+ * \param backend The backend.
+ * \param name The limiter's name.
+ * \param key One key of the limiter, or NULL for the whole limiter.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT,
+ *         #RK_BACKEND_UNAVAILABLE, #RK_TIMEOUT or #RK_BACKEND_REJECTED.
+ */
+enum rk_status rk_backend_clear_limit(const struct rk_backend *backend,
+                                      const char *name,
+                                      const char *key);
+
+/**
+ * \brief Sends this process's pending metric counts and limiter registrations to Redis now
+ * (they are sent once a second anyway): call it before a short-lived process exits.
+ *
+ * \param backend The backend.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE, #RK_TIMEOUT or
+ *         #RK_BACKEND_REJECTED.
+ */
+enum rk_status rk_backend_flush(const struct rk_backend *backend);
+
+/**
+ * \brief Every limiter the backend knows, as a JSON array.
+ *
+ * On Redis, the registry: every limiter any process in any language used in the last 90 days;
+ * on memory, this process's. Each element has `name`, `kind`, `spec` (an object),
+ * `overrides` (`[{"key": null | "...", "spec": {...}}]`), `users`, `processes`,
+ * `first_seen_ms` and `last_seen_ms` (Unix milliseconds).
+ *
+ * \param backend The backend.
+ * \param json_out Receives the JSON text; free it with `rk_string_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE, #RK_TIMEOUT or
+ *         #RK_BACKEND_REJECTED.
+ */
+enum rk_status rk_backend_limiters_json(const struct rk_backend *backend,
+                                        char **json_out);
+
+/**
+ * \brief Every limiter's metrics in the Prometheus text exposition format (version 0.0.4).
+ *
+ * \param backend The backend.
+ * \param fleet False for this process's metrics; true for every process's (read from Redis
+ *        after flushing this one's; the same as false on memory).
+ * \param text_out Receives the text; free it with `rk_string_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE, #RK_TIMEOUT or
+ *         #RK_BACKEND_REJECTED.
+ */
+enum rk_status rk_backend_prometheus(const struct rk_backend *backend,
+                                     bool fleet,
+                                     char **text_out);
+
+/**
+ * \brief Frees a string the library returned (`rk_backend_limiters_json`,
+ * `rk_backend_prometheus`). NULL is ignored.
+ *
+ * \param s The string, or NULL.
+ */
+void rk_string_free(char *s);
+
 #if defined(RK_TEST_HOOKS)
 /**
  * \brief TEST ONLY: panics inside the panic boundary, returning #RK_PANIC.

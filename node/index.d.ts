@@ -55,8 +55,63 @@ export type LimiterSpec =
   | { kind: 'calendar'; limit: number; period: 'day' | 'week' | 'month' | 'year'; tz?: string; anchor?: number; wait_timeout?: number }
   | { kind: 'unlimited'; wait_timeout?: number };
 
+/** A limiter as the registry (Redis) or this process (memory) knows it. */
+export interface LimiterInfo {
+  name: string;
+  kind: string;
+  /** The spec it was built with (the last process to register it wins). */
+  spec: LimiterSpec;
+  /** Live overrides: `key` null for the whole limiter. */
+  overrides: Array<{ key: string | null; spec: LimiterSpec }>;
+  /** Who used it: language, library version and host. */
+  users: string[];
+  /** Processes that used it in the last three minutes. */
+  processes: number;
+  firstSeenMs: number;
+  lastSeenMs: number;
+}
+
+/** A limiter's metrics: checks by outcome, their latency on Redis, and concurrent leases. */
+export interface LimiterMetrics {
+  allowed: number;
+  refused: number;
+  errors: number;
+  failedOpen: number;
+  fellBack: number;
+  latencyCount: number;
+  latencySumMs: number;
+  /** `[upper bound in ms (null: infinite), count]` per bucket, not cumulative. */
+  latencyBucketsMs: Array<[number | null, number]>;
+  held: number;
+  heldTimeMs: number;
+  immediate: number;
+  waited: number;
+  waitTimeMs: number;
+  overages: number;
+  reclaimed: number;
+}
+
 declare module './native' {
   interface Backend {
+    /**
+     * Every limiter the backend knows: on Redis the registry (any process, any language, last
+     * 90 days), on memory this process's; each with its live overrides.
+     */
+    limiters(): Promise<LimiterInfo[]>;
+    /**
+     * Overrides limiter `name`'s spec, or one `key`'s, in every process using this backend
+     * (each applies it within a fraction of a second, keeping its state). A bad field rejects
+     * with `ERR_INVALID_ARGUMENT` naming it, before anything is written.
+     */
+    setLimit(name: string, spec: LimiterSpec | string, key?: string | null): Promise<void>;
+    /** Removes the override of `name`, or of one `key` of it. */
+    clearLimit(name: string, key?: string | null): Promise<void>;
+    /** Sends this process's pending metric counts and registrations to Redis now. */
+    flush(): Promise<void>;
+    /** Every limiter's metrics: this process's, or with `fleet` every process's. */
+    metrics(options?: { fleet?: boolean }): Promise<Array<{ name: string; kind: string; metrics: LimiterMetrics }>>;
+    /** Every limiter's metrics in the Prometheus text exposition format. */
+    prometheus(options?: { fleet?: boolean }): Promise<string>;
     /**
      * Builds a limiter from its spec as data (an object, or its JSON text). A bad field throws
      * `ERR_INVALID_ARGUMENT` whose `parameter` is the field's path (`rate`, `windows[1]`).

@@ -285,6 +285,54 @@ function limiter(name, spec) {
   return this.limiterFromJson(name, JSON.stringify(spec));
 }
 Object.defineProperty(B, 'limiter', { value: limiter, writable: true, configurable: true, enumerable: false });
+
+// Operating it: the registry, live limits, metrics and the Prometheus exposition. Registry and
+// metrics results cross as JSON text and are parsed here.
+native.setClientLanguage(`node ${process.versions.node}`);
+function specText(spec) {
+  if (typeof spec === 'string') return spec;
+  if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
+    throw invalidArgument('spec', 'must be an object or a JSON string');
+  }
+  return JSON.stringify(spec);
+}
+/** Reads `{ fleet }`, refusing any other option. */
+function fleetOption(options) {
+  if (options == null) return false;
+  if (typeof options !== 'object') throw invalidArgument('options', 'must be an object');
+  for (const name of Object.keys(options)) {
+    if (name !== 'fleet') throw invalidArgument(name, `is not an option (known: fleet)`);
+  }
+  return Boolean(options.fleet);
+}
+const limitersJson = async0(B.limitersJson);
+const setLimitJson = async3(B.setLimitJson);
+const metricsJson = async1(B.metricsJson);
+const prometheusText = async1(B.prometheusText);
+for (const [name, method] of [
+  ['limiters', async function () {
+    return JSON.parse(await limitersJson.call(this));
+  }],
+  ['setLimit', function (name, spec, key) {
+    let json;
+    try {
+      json = specText(spec);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return setLimitJson.call(this, name, json, key);
+  }],
+  ['clearLimit', async2(B.clearLimit)],
+  ['flush', async0(B.flush)],
+  ['metrics', async function (options) {
+    return JSON.parse(await metricsJson.call(this, fleetOption(options)));
+  }],
+  ['prometheus', async function (options) {
+    return prometheusText.call(this, fleetOption(options));
+  }],
+]) {
+  Object.defineProperty(B, name, { value: method, writable: true, configurable: true, enumerable: false });
+}
 Object.defineProperty(L, 'spec', {
   get() {
     return JSON.parse(this.specJson);

@@ -72,6 +72,21 @@ export declare class Backend {
    * `remaining` are 2^53. Without a name it is `Limiter.unlimited()`.
    */
   unlimited(name?: string): Limiter
+  /** Every limiter the backend knows as JSON text (`backend.limiters()` parses it). */
+  limitersJson(): Promise<string>
+  /** Overrides `name`'s spec (JSON text), or one key's (`backend.setLimit` takes an object). */
+  setLimitJson(name: string, specJson: string, key?: string | null): Promise<void>
+  /** Removes the override of `name`, or of one key of it. */
+  clearLimit(name: string, key?: string | null): Promise<void>
+  /** Sends this process's pending metric counts and registrations to Redis now. */
+  flush(): Promise<void>
+  /** Every limiter's metrics as JSON text (`backend.metrics()` parses it). */
+  metricsJson(fleet?: boolean | undefined | null): Promise<string>
+  /**
+   * Every limiter's metrics in the Prometheus text exposition format (`fleet`: every
+   * process's, read from Redis).
+   */
+  prometheusText(fleet?: boolean | undefined | null): Promise<string>
 }
 
 /**
@@ -162,7 +177,10 @@ export declare class Limiter {
    * correction.
    */
   pointsUsed(key: string | null | undefined, estimate: number, actual: number): Promise<Decision>
-  /** This process's metrics for this limiter (concurrent limiters; zero for others). */
+  /**
+   * This process's metrics for this limiter: its checks by outcome (and their latency on
+   * Redis); concurrent limiters add their leases.
+   */
   metrics(): Metrics
   /**
    * The metrics of every process sharing this limiter (on Redis: this process's pending
@@ -355,8 +373,25 @@ export interface MemoryOptions {
   clock?: ManualClock
 }
 
-/** A concurrent limiter's metrics (this process's, or with `fleetMetrics()` every process's). */
+/**
+ * A limiter's metrics (this process's, or with `fleetMetrics()` every process's): its checks by
+ * outcome, their latency on Redis, and for concurrent limiters Sidekiq's set.
+ */
 export interface Metrics {
+  /** Checks the backend allowed (each attempt of a waiting `acquire` counts). */
+  allowed: number
+  /** Checks the backend refused. */
+  refused: number
+  /** Checks that failed because Redis failed or refused the call. */
+  errors: number
+  /** Checks allowed because Redis failed, under `failurePolicy: 'fail_open'`. */
+  failedOpen: number
+  /** Checks the in-memory fallback answered, under `failurePolicy: { fallback: n }`. */
+  fellBack: number
+  /** Checks that went to Redis and were timed (none on the memory backend). */
+  latencyCount: number
+  /** Their total client-side latency (milliseconds). */
+  latencySumMs: number
   /** Leases granted (blocks run). */
   held: number
   /** Total time leases were held, measured at release (milliseconds). */
@@ -396,6 +431,9 @@ export interface RedisOptions {
    */
   clock?: ManualClock
 }
+
+/** Names this process's language in the registry (index.js calls it with Node's version). */
+export declare function setClientLanguage(language: string): void
 
 /** One limit of `backend.slidingWindow()` (or the tuple `[durationMs, limit, precisionMs?]`). */
 export interface SlidingLimitOptions {

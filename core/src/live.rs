@@ -128,7 +128,9 @@ pub(crate) type OverrideTable = HashMap<String, HashMap<Option<String>, String>>
 /// A backend's live state (see the module documentation).
 pub(crate) struct Live {
     names: Mutex<HashMap<String, Arc<NameState>>>,
-    table: Mutex<OverrideTable>,
+    /// The override table and the version it is at (Redis's counter; 0 on memory): a table read
+    /// before this process's own latest write is older than what it holds, and is not applied.
+    table: Mutex<(OverrideTable, i64)>,
     /// The fallback policy's divisor, to compile overrides' fallback limiters.
     fallback_divisor: Option<u32>,
 }
@@ -160,7 +162,7 @@ impl Live {
                 registered: Mutex::new(None),
                 created: SystemTime::now(),
             });
-            if let Some(entries) = self.table.lock().get(name) {
+            if let Some(entries) = self.table.lock().0.get(name) {
                 self.install(&state, entries);
             }
             state
@@ -188,24 +190,28 @@ impl Live {
         Ok(Compiled { spec: spec.clone(), algorithm, fallback })
     }
 
-    /// Replaces the whole override table (as read from Redis); returns whether it changed.
-    pub(crate) fn replace_table(&self, table: OverrideTable) -> bool {
+    /// Replaces the whole override table with one read from Redis at `version`; returns whether
+    /// it changed anything. A table older than the one held is ignored.
+    pub(crate) fn replace_table(&self, table: OverrideTable, version: i64) -> bool {
         let mut current = self.table.lock();
-        if *current == table {
+        if version < current.1 || current.0 == table {
+            current.1 = current.1.max(version);
             return false;
         }
-        *current = table;
+        *current = (table, version);
         let names = self.names.lock();
         let empty = HashMap::new();
         for (name, state) in names.iter() {
-            self.install(state, current.get(name).unwrap_or(&empty));
+            self.install(state, current.0.get(name).unwrap_or(&empty));
         }
         true
     }
 
-    /// Sets (`Some(spec)`) or clears one override in this process's table.
-    pub(crate) fn set_local(&self, name: &str, key: Option<&str>, spec: Option<&LimiterSpec>) {
-        let mut table = self.table.lock();
+    /// Sets (`Some(spec)`) or clears one override in this process's table, as of `version`.
+    pub(crate) fn set_local(&self, name: &str, key: Option<&str>, spec: Option<&LimiterSpec>, version: i64) {
+        let mut guard = self.table.lock();
+        guard.1 = guard.1.max(version);
+        let table = &mut guard.0;
         let entries = table.entry(name.to_owned()).or_default();
         match spec {
             Some(spec) => {
@@ -219,7 +225,7 @@ impl Live {
         if entries.is_empty() {
             table.remove(name);
         }
-        drop(table);
+        drop(guard);
         if let Some(state) = self.names.lock().get(name) {
             self.install(state, &entries);
         }
@@ -247,7 +253,7 @@ impl Live {
     pub(crate) fn overrides_of(&self, name: &str) -> Vec<(Option<String>, String)> {
         let table = self.table.lock();
         let mut entries: Vec<_> =
-            table.get(name).map(|e| e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+            table.0.get(name).map(|e| e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
         entries.sort();
         entries
     }
@@ -330,17 +336,17 @@ mod tests {
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("api", &bucket(5), &metrics);
         assert!(state.lookup(Kind::TokenBucket, "a").is_none());
-        live.set_local("api", None, Some(&bucket(50)));
-        live.set_local("api", Some("a"), Some(&bucket(500)));
+        live.set_local("api", None, Some(&bucket(50)), 0);
+        live.set_local("api", Some("a"), Some(&bucket(500)), 0);
         let capacity = |key| match state.lookup(Kind::TokenBucket, key).map(|c| c.spec.clone()) {
             Some(LimiterSpec::TokenBucket { capacity, .. }) => Some(capacity),
             _ => None,
         };
         assert_eq!((capacity("a"), capacity("b")), (Some(500), Some(50)));
         assert!(state.lookup(Kind::Leaky, "b").is_none(), "another kind keeps its own spec");
-        live.set_local("api", None, None);
+        live.set_local("api", None, None, 0);
         assert_eq!((capacity("a"), capacity("b")), (Some(500), None));
-        live.set_local("api", Some("a"), None);
+        live.set_local("api", Some("a"), None, 0);
         assert!(!state.active.load(Ordering::Relaxed));
     }
 
@@ -349,13 +355,25 @@ mod tests {
         let live = Live::new(Some(2));
         let mut table = OverrideTable::new();
         table.entry("late".into()).or_default().insert(None, bucket(8).to_json());
-        assert!(live.replace_table(table.clone()));
-        assert!(!live.replace_table(table), "the same table changes nothing");
+        assert!(live.replace_table(table.clone(), 3));
+        assert!(!live.replace_table(table, 3), "the same table changes nothing");
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("late", &bucket(1), &metrics);
         let compiled = state.lookup(Kind::TokenBucket, "").unwrap();
         assert_eq!(compiled.spec, bucket(8));
         assert!(compiled.fallback.is_some());
+    }
+
+    #[test]
+    fn a_table_read_before_this_process_last_wrote_is_not_applied() {
+        let live = Live::new(None);
+        let metrics = Arc::new(LimiterMetrics::default());
+        let state = live.join("api", &bucket(1), &metrics);
+        live.set_local("api", Some("k"), Some(&bucket(9)), 5);
+        assert!(!live.replace_table(OverrideTable::new(), 4), "read at version 4, before the write at 5");
+        assert!(state.lookup(Kind::TokenBucket, "k").is_some());
+        assert!(live.replace_table(OverrideTable::new(), 6), "read after it: cleared elsewhere");
+        assert!(state.lookup(Kind::TokenBucket, "k").is_none());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! from snapshots (a scrape reads counts; it never owns or resets them).
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeCounterValue, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -26,13 +26,14 @@ fn labels(s: &Series) -> Labels<'_> {
     vec![("limiter", s.name.as_str()), ("kind", s.kind)]
 }
 
-/// Writes one counter family: a sample per (series, extra label value).
-fn counters<'a>(
+/// Writes one counter family: a sample per (series, extra label value); counts are `u64`,
+/// times `f64` seconds.
+fn counters<'a, V: EncodeCounterValue>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     unit: Option<&Unit>,
-    series: impl Iterator<Item = (Labels<'a>, f64)>,
+    series: impl Iterator<Item = (Labels<'a>, V)>,
 ) -> std::fmt::Result {
     let mut family = encoder.encode_descriptor(name, help, unit, MetricType::Counter)?;
     for (labels, value) in series {
@@ -62,7 +63,7 @@ impl Collector for Snapshot {
                 .map(move |(outcome, n)| {
                     let mut l = labels(s);
                     l.push(("outcome", outcome));
-                    (l, n as f64)
+                    (l, n)
                 })
             }),
         )?;
@@ -95,7 +96,7 @@ impl Collector for Snapshot {
                 [("immediate", s.metrics.immediate), ("waited", s.metrics.waited)].into_iter().map(move |(how, n)| {
                     let mut l = labels(s);
                     l.push(("wait", how));
-                    (l, n as f64)
+                    (l, n)
                 })
             }),
         )?;
@@ -118,14 +119,14 @@ impl Collector for Snapshot {
             "ratekeeper_concurrent_overages",
             "Concurrent leases released after their lock_timeout.",
             None,
-            concurrent().map(|s| (labels(s), s.metrics.overages as f64)),
+            concurrent().map(|s| (labels(s), s.metrics.overages)),
         )?;
         counters(
             &mut encoder,
             "ratekeeper_concurrent_reclaimed",
             "Overdue concurrent leases reclaimed for a new caller.",
             None,
-            concurrent().map(|s| (labels(s), s.metrics.reclaimed as f64)),
+            concurrent().map(|s| (labels(s), s.metrics.reclaimed)),
         )
     }
 }

@@ -181,3 +181,19 @@ fn failure_policies_are_counted_per_limiter() {
     assert_eq!((m[0].failed_open, m[1].errors, m[2].fell_back), (1, 1, 1));
     assert_eq!(m.iter().map(|m| m.checks()).sum::<u64>(), 3);
 }
+
+/// The process that sets overrides decides with them at once, even while its own poller reads
+/// the table between two of its writes (it used to apply that older table for up to a poll).
+#[test]
+fn the_setting_process_never_goes_back_to_an_older_table() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("own")).unwrap();
+    let api = backend.token_bucket("api", 0.001, 1).unwrap();
+    for round in 0..150u64 {
+        backend.set_limit_blocking("api", &token_bucket(100 + round), None).unwrap();
+        backend.set_limit_blocking("api", &token_bucket(1000 + round), Some("vip")).unwrap();
+        assert_eq!(api.peek_blocking(None).unwrap().limit, 100 + round, "round {round}");
+        assert_eq!(api.peek_blocking(Some("vip")).unwrap().limit, 1000 + round, "round {round}");
+        std::thread::sleep(Duration::from_millis(3));
+    }
+}

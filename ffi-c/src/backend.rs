@@ -53,6 +53,7 @@ fn failure_policy(policy: u32, divisor: u32) -> Result<FailurePolicy, Failure> {
 }
 
 /// Applies the options shared by both Redis constructors and builds the backend.
+/// A Redis backend; the registry lists this process's limiters as used from C.
 fn redis_backend(
     mut config: RedisConfig,
     prefix: *const c_char,
@@ -60,6 +61,7 @@ fn redis_backend(
     fallback_divisor: u32,
     deadline_secs: f64,
 ) -> Result<Backend, Failure> {
+    ratekeeper::set_client_language("c");
     if let Some(prefix) = arg_opt_str("prefix", prefix)? {
         config = config.prefix(prefix);
     }

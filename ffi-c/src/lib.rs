@@ -33,6 +33,8 @@ pub mod limiter;
 
 pub mod calls;
 
+pub mod operate;
+
 mod test_hooks;
 
 mod args;

@@ -38,7 +38,7 @@ impl Js {
         t
     }
 
-    fn is_nullish(self) -> bool {
+    pub fn is_nullish(self) -> bool {
         matches!(self.type_of(), sys::ValueType::napi_undefined | sys::ValueType::napi_null)
     }
 

@@ -46,6 +46,8 @@ pub enum Payload {
     Unit,
     Metrics(ratekeeper::Metrics),
     Ticket(Option<ratekeeper::Lease>),
+    /// Text: JSON for index.js to parse, or an exposition.
+    Text(String),
 }
 
 pub type Outcome = Result<Payload, ratekeeper::Error>;
@@ -223,6 +225,7 @@ fn payload_value(env: sys::napi_env, payload: Payload) -> napi::Result<sys::napi
             // turns it into `null`.
             Payload::Ticket(None) => bool::to_napi_value(env, false),
             Payload::Ticket(Some(lease)) => Lease::to_napi_value(env, Lease::new(lease, None)),
+            Payload::Text(text) => String::to_napi_value(env, text),
         }
     }
 }

@@ -124,9 +124,24 @@ pub fn lease_from_js(value: Option<Js>) -> CoreResult<(Option<String>, ratekeepe
     Ok((key, ratekeeper::Lease::from_parts(id, fencing_token, granted_at)))
 }
 
-/// A concurrent limiter's metrics (this process's, or with `fleetMetrics()` every process's).
+/// A limiter's metrics (this process's, or with `fleetMetrics()` every process's): its checks by
+/// outcome, their latency on Redis, and for concurrent limiters Sidekiq's set.
 #[napi(object, object_from_js = false)]
 pub struct Metrics {
+    /// Checks the backend allowed (each attempt of a waiting `acquire` counts).
+    pub allowed: f64,
+    /// Checks the backend refused.
+    pub refused: f64,
+    /// Checks that failed because Redis failed or refused the call.
+    pub errors: f64,
+    /// Checks allowed because Redis failed, under `failurePolicy: 'fail_open'`.
+    pub failed_open: f64,
+    /// Checks the in-memory fallback answered, under `failurePolicy: { fallback: n }`.
+    pub fell_back: f64,
+    /// Checks that went to Redis and were timed (none on the memory backend).
+    pub latency_count: f64,
+    /// Their total client-side latency (milliseconds).
+    pub latency_sum_ms: f64,
     /// Leases granted (blocks run).
     pub held: f64,
     /// Total time leases were held, measured at release (milliseconds).
@@ -146,6 +161,13 @@ pub struct Metrics {
 impl From<ratekeeper::Metrics> for Metrics {
     fn from(m: ratekeeper::Metrics) -> Self {
         Metrics {
+            allowed: m.allowed as f64,
+            refused: m.refused as f64,
+            errors: m.errors as f64,
+            failed_open: m.failed_open as f64,
+            fell_back: m.fell_back as f64,
+            latency_count: m.latency_count() as f64,
+            latency_sum_ms: ms(m.latency_sum),
             held: m.held as f64,
             held_time_ms: ms(m.held_time),
             immediate: m.immediate as f64,

@@ -19,6 +19,7 @@ mod decision;
 mod driven;
 mod error;
 mod limiter;
+mod operate;
 mod runtime;
 mod shedder;
 

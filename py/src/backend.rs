@@ -11,14 +11,17 @@ use ratekeeper::{
     CalendarPeriod, FailurePolicy, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit,
 };
 
+use crate::args::Key;
 use crate::args::{
     invalid, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PConnectTimeout, PDeadline, PDivisor,
     PDrain, PLimit, PLockTimeout, PMaxKeys, PName, PPeriod, PPrefix, PRate, PRefill, PSize, PTz, PUrl, PWaitTimeout,
     PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
-use crate::errors::guard;
+use crate::decision::Metrics;
+use crate::errors::{guard, guard_detached};
 use crate::limiter::{Limiter, PyLimiter};
+use crate::operate::{limiter_infos, metrics_list, LimiterInfo};
 
 /// A place where limiter state lives, shared by every limiter built from it.
 ///
@@ -206,6 +209,9 @@ fn redis_config(
     tls_key_file: Option<Path>,
     clock: Option<ClockArg>,
 ) -> PyResult<RedisConfig> {
+    // The registry (`limiters()`) names the language of the processes using a limiter.
+    let version = py.version_info();
+    ratekeeper::set_client_language(&format!("python {}.{}.{}", version.major, version.minor, version.patch));
     if let Some(p) = prefix {
         config = config.prefix(p.0);
     }
@@ -547,6 +553,50 @@ impl Backend {
             Some(name) => self.wrap(py, guard(py, || self.inner.limiter(name.0, LimiterSpec::Unlimited))),
             None => Limiter::wrap(py, ratekeeper::Limiter::unlimited(), false),
         }
+    }
+
+    /// Every limiter the backend knows, by name: on Redis the registry (any process, any
+    /// language, last 90 days), on memory this process's; each with its live overrides.
+    fn limiters(&self, py: Python<'_>) -> PyResult<Vec<LimiterInfo>> {
+        Ok(limiter_infos(guard_detached(py, || self.inner.limiters_blocking())?))
+    }
+
+    /// Overrides limiter `name`'s spec (a dict or JSON string, as for `limiter`), or one
+    /// `key`'s, in every process using this backend: each applies it within a fraction of a
+    /// second, keeping the state it has. Raises `InvalidArgument` naming a bad field before
+    /// anything is written.
+    #[pyo3(signature = (name, spec, key = None))]
+    fn set_limit(&self, py: Python<'_>, name: Text<'_, PName>, spec: SpecArg, key: Key<'_>) -> PyResult<()> {
+        let key = crate::args::key(&key);
+        guard_detached(py, || self.inner.set_limit_json_blocking(name.0, &spec.0, key))
+    }
+
+    /// Removes the override of `name`, or of one `key` of it (nothing if there is none).
+    #[pyo3(signature = (name, key = None))]
+    fn clear_limit(&self, py: Python<'_>, name: Text<'_, PName>, key: Key<'_>) -> PyResult<()> {
+        let key = crate::args::key(&key);
+        guard_detached(py, || self.inner.clear_limit_blocking(name.0, key))
+    }
+
+    /// Sends this process's pending metric counts and registrations to Redis now (they are
+    /// sent once a second anyway): call it before a short-lived process exits.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        guard_detached(py, || self.inner.flush_blocking())
+    }
+
+    /// Every limiter's metrics as `(name, kind, Metrics)`: this process's, or with `fleet`
+    /// every process's (read from Redis).
+    #[pyo3(signature = (*, fleet = false))]
+    fn metrics(&self, py: Python<'_>, fleet: bool) -> PyResult<Vec<(String, &'static str, Metrics)>> {
+        Ok(metrics_list(guard_detached(py, || self.inner.metrics_blocking(fleet))?))
+    }
+
+    /// Every limiter's metrics in the Prometheus text exposition format (this process's, or
+    /// with `fleet` every process's); `ratekeeper.prometheus.register` adds them to a
+    /// `prometheus_client` registry.
+    #[pyo3(signature = (*, fleet = false))]
+    fn prometheus(&self, py: Python<'_>, fleet: bool) -> PyResult<String> {
+        guard_detached(py, || self.inner.prometheus_blocking(fleet))
     }
 
     fn __repr__(&self) -> String {

@@ -282,7 +282,8 @@ impl LimitStatus {
     }
 }
 
-/// A concurrent limiter's metrics (Sidekiq's set); times in seconds.
+/// A limiter's metrics: its checks by outcome, their latency on Redis, and for concurrent
+/// limiters Sidekiq's set; times in seconds.
 #[pyclass(frozen, module = "ratekeeper._ratekeeper")]
 pub struct Metrics {
     pub(crate) inner: ratekeeper::Metrics,
@@ -290,6 +291,56 @@ pub struct Metrics {
 
 #[pymethods]
 impl Metrics {
+    /// Checks the backend allowed (each attempt of a waiting `acquire` counts).
+    #[getter]
+    fn allowed(&self) -> u64 {
+        self.inner.allowed
+    }
+
+    /// Checks the backend refused.
+    #[getter]
+    fn refused(&self) -> u64 {
+        self.inner.refused
+    }
+
+    /// Checks that failed because Redis failed or refused the call.
+    #[getter]
+    fn errors(&self) -> u64 {
+        self.inner.errors
+    }
+
+    /// Checks allowed because Redis failed, under `failure_policy="fail_open"`.
+    #[getter]
+    fn failed_open(&self) -> u64 {
+        self.inner.failed_open
+    }
+
+    /// Checks the in-memory fallback answered, under `failure_policy="fallback"`.
+    #[getter]
+    fn fell_back(&self) -> u64 {
+        self.inner.fell_back
+    }
+
+    /// Checks that went to Redis and were timed (none on the memory backend).
+    #[getter]
+    fn latency_count(&self) -> u64 {
+        self.inner.latency_count()
+    }
+
+    /// Their total client-side latency.
+    #[getter]
+    fn latency_sum(&self) -> f64 {
+        secs(self.inner.latency_sum)
+    }
+
+    /// The latency histogram: `(upper bound, count)` per bucket (not cumulative), the last
+    /// bound infinite.
+    #[getter]
+    fn latency_buckets(&self) -> Vec<(f64, u64)> {
+        let bounds = ratekeeper::LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64()).chain([f64::INFINITY]);
+        bounds.zip(self.inner.latency_buckets).collect()
+    }
+
     /// Leases granted (blocks run).
     #[getter]
     fn held(&self) -> u64 {
@@ -335,7 +386,13 @@ impl Metrics {
     fn __repr__(&self) -> String {
         let m = &self.inner;
         format!(
-            "Metrics(held={}, held_time={}, immediate={}, waited={}, wait_time={}, overages={}, reclaimed={})",
+            "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
+             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={})",
+            m.allowed,
+            m.refused,
+            m.errors,
+            m.failed_open,
+            m.fell_back,
             m.held,
             py_float(secs(m.held_time)),
             m.immediate,

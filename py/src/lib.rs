@@ -12,6 +12,7 @@ mod clock;
 mod decision;
 mod errors;
 mod limiter;
+mod operate;
 mod shedder;
 
 /// Native core of ratekeeper; import `ratekeeper` instead.
@@ -25,6 +26,8 @@ mod _ratekeeper {
     use super::decision::{Decision, Lease, LimitStatus, Metrics};
     #[pymodule_export]
     use super::limiter::{unlimited, Limiter};
+    #[pymodule_export]
+    use super::operate::LimiterInfo;
     #[pymodule_export]
     use super::shedder::{FleetShedder, UtilizationConfig, UtilizationShedder};
 

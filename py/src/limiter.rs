@@ -284,7 +284,8 @@ impl Limiter {
         Ok(Decision::new(d, k))
     }
 
-    /// This process's metrics for this limiter (concurrent limiters; zeros for others).
+    /// This process's metrics for this limiter: its checks by outcome (and their latency on
+    /// Redis); concurrent limiters add their leases.
     fn metrics(&self) -> Metrics {
         Metrics { inner: self.inner.metrics() }
     }

@@ -167,7 +167,7 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
 static void one_call(void) {
   rk_limiter *out = NULL;
   rk_decision decision;
-  switch (below(21)) {
+  switch (below(22)) {
   case 0:
     BUILD(rk_limiter_new_concurrent(pick_backend(), pick_string(), pick_count(), pick_double(),
                                           pick_double(), &out), "rk_limiter_new_concurrent");
@@ -280,6 +280,38 @@ static void one_call(void) {
     size_t len = below(sizeof buf + 1);
     verify(rk_limiter_spec_json(pick_limiter(), below(4) ? buf : NULL, len, below(6) ? &n : NULL),
            "rk_limiter_spec_json");
+    break;
+  }
+  case 21: {
+    /* Live limits, the registry and Prometheus: hostile names, specs and keys; owned strings. */
+    static const char *const specs[] = {
+        "{\"kind\":\"token_bucket\",\"rate\":10,\"capacity\":20}",
+        "{\"kind\":\"window\",\"limit\":5,\"interval\":60}",
+        "{\"kind\":\"unlimited\"}",
+        "{\"kind\":\"concurrent\",\"limit\":0}",
+    };
+    const rk_backend *backend = pick_backend();
+    const char *spec = below(4) ? specs[below(4)] : pick_string();
+    const char *key = below(2) ? NULL : pick_string();
+    char *out = NULL;
+    switch (below(5)) {
+    case 0:
+      verify(rk_backend_set_limit(backend, pick_string(), spec, key), "rk_backend_set_limit");
+      break;
+    case 1:
+      verify(rk_backend_clear_limit(backend, pick_string(), key), "rk_backend_clear_limit");
+      break;
+    case 2:
+      verify(rk_backend_flush(backend), "rk_backend_flush");
+      break;
+    case 3:
+      verify(rk_backend_limiters_json(backend, below(6) ? &out : NULL), "rk_backend_limiters_json");
+      break;
+    default:
+      verify(rk_backend_prometheus(backend, next() & 1, below(6) ? &out : NULL), "rk_backend_prometheus");
+      break;
+    }
+    rk_string_free(out);
     break;
   }
   case 17: {

@@ -296,6 +296,53 @@ static void test_spec_json(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* Live limits, the registry and Prometheus through the C ABI, on every backend: the override
+ * applies to this process at once and keeps the state; results are strings to rk_string_free. */
+static void test_live_limits(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_token_bucket(b, "c-live", 0.001, 2, &l), l, "token bucket");
+  CHECK_U64(check1(l, "k", 1).remaining, 1);
+  CHECK_OK(rk_backend_set_limit(b, "c-live", "{\"kind\":\"token_bucket\",\"rate\":0.001,\"capacity\":5}", NULL));
+  rk_decision d = check1(l, "k", 1);
+  CHECK(d.allowed);
+  CHECK_U64(d.limit, 5);
+  CHECK_U64(d.remaining, 3);
+  CHECK_OK(rk_backend_set_limit(b, "c-live", "{\"kind\":\"token_bucket\",\"rate\":0.001,\"capacity\":9}", "vip"));
+  rk_decision vip;
+  CHECK_OK(rk_limiter_peek(l, "vip", &vip));
+  CHECK_U64(vip.limit, 9);
+  CHECK_OK(rk_backend_flush(b));
+  char *json = NULL;
+  CHECK_OK(rk_backend_limiters_json(b, &json));
+  CHECK(json != NULL && strstr(json, "\"name\":\"c-live\"") != NULL);
+  CHECK(json != NULL && strstr(json, "\"key\":\"vip\"") != NULL);
+  rk_string_free(json);
+  char *text = NULL;
+  CHECK_OK(rk_backend_prometheus(b, false, &text));
+  CHECK(text != NULL && strstr(text, "ratekeeper_checks_total{limiter=\"c-live\",kind=\"token_bucket\",outcome=\"allowed\"} 2") != NULL);
+  rk_string_free(text);
+  CHECK_OK(rk_backend_clear_limit(b, "c-live", NULL));
+  CHECK_OK(rk_backend_clear_limit(b, "c-live", "vip"));
+  CHECK_OK(rk_limiter_peek(l, "k", &d));
+  CHECK_U64(d.limit, 2);
+  /* Bad input is refused before anything is written. */
+  CHECK_FAILS(rk_backend_set_limit(b, "c-live", "{\"kind\":\"token_bucket\",\"rate\":1}", NULL), RK_INVALID_ARGUMENT,
+              "`capacity`");
+  CHECK_FAILS(rk_backend_set_limit(b, "c-live", "{\"kind\":\"leaky\",\"size\":2,\"drain\":60}", NULL), RK_INVALID_ARGUMENT,
+              "`spec`");
+  CHECK_FAILS(rk_backend_set_limit(b, "bad name", "{\"kind\":\"token_bucket\",\"rate\":1,\"capacity\":1}", NULL),
+              RK_INVALID_ARGUMENT, "`name`");
+  CHECK_FAILS(rk_backend_set_limit(b, "c-live", NULL, NULL), RK_NULL_PARAMETER, "spec_json");
+  CHECK_FAILS(rk_backend_limiters_json(b, NULL), RK_NULL_PARAMETER, "json_out");
+  CHECK_FAILS(rk_backend_prometheus(NULL, false, &text), RK_NULL_PARAMETER, "backend");
+  CHECK_OK(rk_limiter_peek(l, "k", &d));
+  CHECK_U64(d.limit, 2);
+  rk_string_free(NULL);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 static void test_concurrent(const fixture *f) {
   rk_backend *b = new_backend(f);
   rk_limiter *l = NULL;
@@ -1019,6 +1066,7 @@ static const test_case TESTS[] = {
     {"points", test_points, true},
     {"calendar", test_calendar, true},
     {"spec_json", test_spec_json, true},
+    {"live_limits", test_live_limits, true},
     {"concurrent", test_concurrent, true},
     {"acquire woken by release", test_acquire_woken_by_release, true},
     {"acquire waits for refill", test_acquire_waits_for_refill, true},

@@ -77,7 +77,7 @@ impl Backend {
                         return Err(kind_mismatch(name, kind));
                     }
                 }
-                memory.live.set_local(name, key, Some(spec));
+                memory.live.set_local(name, key, Some(spec), 0);
                 Ok(())
             }
         }
@@ -109,7 +109,7 @@ impl Backend {
         match &*self.inner {
             BackendInner::Redis(redis) => redis.write_override(name, key, None).await,
             BackendInner::Memory(memory) => {
-                memory.live.set_local(name, key, None);
+                memory.live.set_local(name, key, None, 0);
                 Ok(())
             }
         }

@@ -72,7 +72,8 @@ impl Limiter {
         }
     }
 
-    /// This process's metrics for this limiter (concurrent limiters; zero for others).
+    /// This process's metrics for this limiter: its checks by outcome (and their latency on
+    /// Redis); concurrent limiters add their leases.
     pub fn metrics(&self) -> Metrics {
         self.inner.metrics.snapshot()
     }

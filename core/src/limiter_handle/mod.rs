@@ -238,13 +238,13 @@ impl Limiter {
 
     /// The live override that applies to `key`, if any.
     #[inline]
-    fn override_for(&self, key: &str) -> Option<Arc<Compiled>> {
+    pub(crate) fn override_for(&self, key: &str) -> Option<Arc<Compiled>> {
         self.inner.live.as_ref()?.lookup(self.kind(), key)
     }
 
     /// The failover of a call decided by `over`: the limiter's policy, with the override's
     /// scaled limiter as the fallback.
-    fn failover_for<'a>(failover: &'a Failover, over: Option<&Compiled>) -> Cow<'a, Failover> {
+    pub(crate) fn failover_for<'a>(failover: &'a Failover, over: Option<&Compiled>) -> Cow<'a, Failover> {
         match (over, &failover.fallback) {
             (Some(over), Some((_, namespace))) => Cow::Owned(Failover {
                 policy: failover.policy,
@@ -308,7 +308,7 @@ impl Limiter {
 
     /// Counts a check in the limiter's metrics, with its latency when it went to Redis.
     #[inline]
-    fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>) {
+    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>) {
         if !matches!(op, Op::Check { .. }) {
             return;
         }

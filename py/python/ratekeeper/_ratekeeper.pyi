@@ -9,7 +9,7 @@ from ratekeeper._limiter import Limiter as Limiter2
 from typing import Any, Final, Literal, final
 from typing_extensions import disjoint_base
 
-__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "Limiter", "ManualClock", "Metrics", "UtilizationConfig", "UtilizationShedder", "unlimited"]
+__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "Limiter", "LimiterInfo", "ManualClock", "Metrics", "UtilizationConfig", "UtilizationShedder", "unlimited"]
 
 CORE_VERSION: Final[str]
 """
@@ -40,6 +40,10 @@ class Backend:
         time zone `tz` (default UTC); months start on day `anchor` (1-31, clamped to the month's
         last day; default 1).
         """
+    def clear_limit(self, /, name: str, key: str | None = None) -> None:
+        """
+        Removes the override of `name`, or of one `key` of it (nothing if there is none).
+        """
     @staticmethod
     def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None) -> Backend:
         """
@@ -58,6 +62,11 @@ class Backend:
         nothing (fencing token 0) and `fallback` an in-process limiter (a limit per process, its
         fencing tokens increasing within the process only).
         """
+    def flush(self, /) -> None:
+        """
+        Sends this process's pending metric counts and registrations to Redis now (they are
+        sent once a second anyway): call it before a short-lived process exits.
+        """
     @property
     def kind(self, /) -> str:
         """
@@ -74,6 +83,11 @@ class Backend:
         e.g. `{"kind": "token_bucket", "rate": 10, "capacity": 20}` (see the README's "Specs as
         data"). A bad field raises `InvalidArgument` naming its path (`rate`, `windows[1]`).
         """
+    def limiters(self, /) -> list[LimiterInfo]:
+        """
+        Every limiter the backend knows, by name: on Redis the registry (any process, any
+        language, last 90 days), on memory this process's; each with its live overrides.
+        """
     @staticmethod
     def memory(*, max_keys: int | None = None, clock: ManualClock | None = None) -> Backend:
         """
@@ -85,11 +99,22 @@ class Backend:
         """
         Keys held by a memory backend (expired ones included until swept); None for Redis.
         """
+    def metrics(self, /, *, fleet: bool = False) -> list[tuple[str, str, Metrics]]:
+        """
+        Every limiter's metrics as `(name, kind, Metrics)`: this process's, or with `fleet`
+        every process's (read from Redis).
+        """
     def points(self, /, name: str, capacity: int, refill: float) -> Limiter2:
         """
         A leaky bucket of `capacity` points refilled completely in `refill` seconds: a call
         gives an estimate as its cost, and `points_used(estimate, actual)` charges or refunds
         the difference.
+        """
+    def prometheus(self, /, *, fleet: bool = False) -> str:
+        """
+        Every limiter's metrics in the Prometheus text exposition format (this process's, or
+        with `fleet` every process's); `ratekeeper.prometheus.register` adds them to a
+        `prometheus_client` registry.
         """
     @staticmethod
     def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None) -> Backend:
@@ -107,6 +132,13 @@ class Backend:
         - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
           `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
         - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
+        """
+    def set_limit(self, /, name: str, spec: str | Mapping[str, Any], key: str | None = None) -> None:
+        """
+        Overrides limiter `name`'s spec (a dict or JSON string, as for `limiter`), or one
+        `key`'s, in every process using this backend: each applies it within a fraction of a
+        second, keeping the state it has. Raises `InvalidArgument` naming a bad field before
+        anything is written.
         """
     def sliding_window(self, /, name: str, limits: Sequence[tuple[float, int] | tuple[float, int, float]]) -> Limiter2:
         """
@@ -437,7 +469,8 @@ class Limiter:
         """
     def metrics(self, /) -> Metrics:
         """
-        This process's metrics for this limiter (concurrent limiters; zeros for others).
+        This process's metrics for this limiter: its checks by outcome (and their latency on
+        Redis); concurrent limiters add their leases.
         """
     @property
     def name(self, /) -> str:
@@ -487,6 +520,53 @@ class Limiter:
         """
 
 @final
+class LimiterInfo:
+    """
+    A limiter as the registry (Redis) or this process (memory) knows it.
+    """
+    def __repr__(self, /) -> str: ...
+    @property
+    def first_seen(self, /) -> float:
+        """
+        When it was first registered (Unix time, seconds).
+        """
+    @property
+    def kind(self, /) -> str:
+        """
+        Its kind (`"token_bucket"`, `"window"`, ...).
+        """
+    @property
+    def last_seen(self, /) -> float:
+        """
+        When a process last registered it (Unix time, seconds; renewed once a minute).
+        """
+    @property
+    def name(self, /) -> str:
+        """
+        The limiter's name.
+        """
+    @property
+    def overrides(self, /) -> list[tuple[str | None, dict[str, Any]]]:
+        """
+        Live overrides as `(key, spec)` pairs: key `None` for the whole limiter.
+        """
+    @property
+    def processes(self, /) -> int:
+        """
+        Processes that used it in the last three minutes.
+        """
+    @property
+    def spec(self, /) -> dict[str, Any]:
+        """
+        The spec it was built with, as data (the last process to register it wins).
+        """
+    @property
+    def users(self, /) -> list[str]:
+        """
+        Who used it: language, library version and host, each once.
+        """
+
+@final
 class ManualClock:
     """
     A clock that only moves when told to; waiters wake when it passes their deadline. Pass it to
@@ -524,9 +604,30 @@ class ManualClock:
 @final
 class Metrics:
     """
-    A concurrent limiter's metrics (Sidekiq's set); times in seconds.
+    A limiter's metrics: its checks by outcome, their latency on Redis, and for concurrent
+    limiters Sidekiq's set; times in seconds.
     """
     def __repr__(self, /) -> str: ...
+    @property
+    def allowed(self, /) -> int:
+        """
+        Checks the backend allowed (each attempt of a waiting `acquire` counts).
+        """
+    @property
+    def errors(self, /) -> int:
+        """
+        Checks that failed because Redis failed or refused the call.
+        """
+    @property
+    def failed_open(self, /) -> int:
+        """
+        Checks allowed because Redis failed, under `failure_policy="fail_open"`.
+        """
+    @property
+    def fell_back(self, /) -> int:
+        """
+        Checks the in-memory fallback answered, under `failure_policy="fallback"`.
+        """
     @property
     def held(self, /) -> int:
         """
@@ -543,6 +644,22 @@ class Metrics:
         Leases granted without waiting.
         """
     @property
+    def latency_buckets(self, /) -> list[tuple[float, int]]:
+        """
+        The latency histogram: `(upper bound, count)` per bucket (not cumulative), the last
+        bound infinite.
+        """
+    @property
+    def latency_count(self, /) -> int:
+        """
+        Checks that went to Redis and were timed (none on the memory backend).
+        """
+    @property
+    def latency_sum(self, /) -> float:
+        """
+        Their total client-side latency.
+        """
+    @property
     def overages(self, /) -> int:
         """
         Leases released after their lock_timeout (holders that ran too long).
@@ -551,6 +668,11 @@ class Metrics:
     def reclaimed(self, /) -> int:
         """
         Overdue leases reclaimed for a new caller.
+        """
+    @property
+    def refused(self, /) -> int:
+        """
+        Checks the backend refused.
         """
     @property
     def wait_time(self, /) -> float:

@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::limiter::script::LuaScript;
 use crate::limiter::{Algorithm, Op, Outcome};
 use crate::limiter_handle::Limiter;
+use crate::live::Compiled;
 use crate::params::validate_key;
 
 /// What [`Limiter::drive_check`] and [`Limiter::drive_peek`] give.
@@ -52,6 +53,10 @@ pub struct DrivenCall {
     deadline: Option<Instant>,
     script: &'static LuaScript,
     cmd: Cmd,
+    /// The live override the call decides with, if any (see [`crate::Backend::set_limit`]).
+    over: Option<Arc<Compiled>>,
+    /// When the call was made, for the limiter's latency metrics.
+    started: std::time::Instant,
 }
 
 impl Limiter {
@@ -74,7 +79,10 @@ impl Limiter {
         if matches!(self.algorithm(), Algorithm::Concurrent(_)) || !backend.connections().drivable() {
             return Ok(Driven::Unsupported);
         }
-        let call = backend.prepare(self.kind(), self.name(), key, self.algorithm(), op)?;
+        backend.ensure_live_task();
+        let over = self.override_for(key);
+        let algorithm = over.as_ref().map_or(self.algorithm(), |o| &o.algorithm);
+        let call = backend.prepare(self.kind(), self.name(), key, algorithm, op)?;
         Ok(Driven::Send(DrivenCall {
             limiter: self.clone(),
             backend: backend.clone(),
@@ -83,6 +91,8 @@ impl Limiter {
             deadline: None,
             script: call.script,
             cmd: call.cmd,
+            over,
+            started: std::time::Instant::now(),
         }))
     }
 }
@@ -113,18 +123,26 @@ impl DrivenCall {
     /// not run (e.g. the server's script cache was flushed).
     fn finish(self, value: Value) -> Finished {
         let remote = match interpret(value) {
-            ScriptReply::Values(values) => self.backend.finish(self.limiter.algorithm(), self.op, None, values),
+            ScriptReply::Values(values) => self.backend.finish(self.algorithm(), self.op, None, values),
             ScriptReply::DidNotRun => return Finished::Rerun(self),
             ScriptReply::Failed(e) => Err(e),
         };
         Finished::Done(self.settle(remote))
     }
 
-    /// What the call returns given what Redis did (the failure policy applies).
+    /// The algorithm the call decides with: its override's, or its limiter's.
+    fn algorithm(&self) -> &Algorithm {
+        self.over.as_ref().map_or(self.limiter.algorithm(), |o| &o.algorithm)
+    }
+
+    /// What the call returns given what Redis did (the failure policy applies), counted in the
+    /// limiter's metrics.
     fn settle(&self, remote: Result<Outcome>) -> Result<Decision> {
         let Some((_, failover)) = self.limiter.redis_target() else { return Ok(remote?.decision) };
-        let outcome = self.backend.apply_policy(remote, &self.key, self.limiter.algorithm(), failover, self.op)?;
-        Ok(outcome.decision)
+        let failover = Limiter::failover_for(failover, self.over.as_deref());
+        let outcome = self.backend.apply_policy(remote, &self.key, self.algorithm(), &failover, self.op);
+        self.limiter.record(self.op, &outcome, Some(self.started));
+        Ok(outcome?.decision)
     }
 }
 

@@ -31,6 +31,9 @@ const FLUSH_EVERY_POLLS: u32 = 5;
 pub(crate) const REGISTRY_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
 const OVERRIDE_SCRIPT: &str = include_str!("../../scripts/override.lua");
+/// `{version, overrides}` read atomically.
+const READ_OVERRIDES_SCRIPT: &str =
+    "return {tonumber(redis.call('GET', KEYS[1]) or '0'), redis.call('HGETALL', KEYS[2])}";
 const REGISTER_SCRIPT: &str = include_str!("../../scripts/register.lua");
 
 /// The registry's keys.
@@ -136,23 +139,28 @@ impl RedisBackend {
         pipe.get(keys.version());
         let (version,): (Option<i64>,) = self.query_via(Some(&mut *own), &pipe).await?;
         let version = version.unwrap_or(0);
-        if known != Some(version) {
-            self.reload_overrides(own).await?;
+        if known == Some(version) {
+            return Ok(version);
         }
-        Ok(version)
+        self.reload_overrides(own).await
     }
 
-    async fn reload_overrides(&self, own: &mut Option<Conn>) -> Result<()> {
+    /// Reads the overrides and their version in one script (no write can fall between them),
+    /// applies them unless this process already holds a later version, and returns the version.
+    async fn reload_overrides(&self, own: &mut Option<Conn>) -> Result<i64> {
+        let keys = RegistryKeys(&self.prefix);
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(READ_OVERRIDES_SCRIPT).arg(2).arg(keys.version()).arg(keys.overrides());
         let mut pipe = redis::pipe();
-        pipe.hgetall(RegistryKeys(&self.prefix).overrides());
-        let (fields,): (HashMap<String, String>,) = self.query_via(Some(own), &pipe).await?;
+        pipe.add_command(eval);
+        let ((version, fields),): ((i64, Vec<String>),) = self.query_via(Some(own), &pipe).await?;
         let mut table = OverrideTable::new();
-        for (field, spec) in fields {
-            let (name, key) = split_field(&field);
-            table.entry(name).or_default().insert(key, spec);
+        for pair in fields.chunks_exact(2) {
+            let (name, key) = split_field(&pair[0]);
+            table.entry(name).or_default().insert(key, pair[1].clone());
         }
-        self.live.replace_table(table);
-        Ok(())
+        self.live.replace_table(table, version);
+        Ok(version)
     }
 
     /// Flushes every limiter's metrics and sends due registrations (`force`: all of them), on
@@ -208,8 +216,8 @@ impl RedisBackend {
         pipe.add_command(eval);
         let (reply,): (Vec<Value>,) = self.query(&pipe).await?;
         match reply.as_slice() {
-            [Value::Int(1), Value::Int(_)] => {
-                self.live.set_local(name, key, spec);
+            [Value::Int(1), Value::Int(version)] => {
+                self.live.set_local(name, key, spec, *version);
                 Ok(())
             }
             [Value::Int(0), Value::BulkString(kind)] => Err(Error::invalid(

@@ -1,0 +1,174 @@
+"""Live limits, the registry and metrics for every limiter, across processes and languages: a
+limit set from Python is applied by Node and C processes, the registry lists what all three
+built, fleet metrics sum four processes exactly, and the Prometheus exposition is read by
+prometheus_client's own parser. Real redis-server, real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import ratekeeper
+import ratekeeper.prometheus
+
+from .conftest import RedisServer, unique_prefix
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKERS = Path(__file__).parent / "workers"
+LIB_DIR = ROOT / "target" / "debug"
+
+
+@pytest.fixture(scope="module")
+def c_probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C probe, linked against the debug libratekeeper (built as scripts/test-c builds it)."""
+    subprocess.run(["cargo", "build", "--quiet", "--locked", "-p", "ratekeeper-ffi", "--features", "test-hooks",
+                    "--lib"], cwd=ROOT, check=True)
+    out = tmp_path_factory.mktemp("probe") / "live_probe"
+    subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Werror", "-o", str(out), str(WORKERS / "live_probe.c"),
+                    f"-I{ROOT / 'include'}", f"-L{LIB_DIR}", "-lratekeeper", f"-Wl,-rpath,{LIB_DIR}"], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def node_package() -> Path:
+    """The Node package with its debug addon (built as scripts/test-node builds it)."""
+    subprocess.run(["node", str(ROOT / "node" / "scripts" / "build.js"), "--debug"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+    return ROOT / "node"
+
+
+def test_overrides_on_memory_apply_at_once_and_bad_ones_name_the_field() -> None:
+    backend = ratekeeper.Backend()
+    api = backend.token_bucket("api", 0.001, 2)
+    assert api.check().allowed and api.check().allowed
+    assert not api.check().allowed
+    backend.set_limit("api", {"kind": "token_bucket", "rate": 0.001, "capacity": 4})
+    d = api.check()
+    assert (d.allowed, d.limit, d.remaining) == (True, 4, 1), "two used of four: the state carried over"
+    backend.set_limit("api", '{"kind":"token_bucket","rate":0.001,"capacity":9}', key="vip")
+    assert api.peek("vip").limit == 9
+    [info] = backend.limiters()
+    assert (info.name, info.kind, info.spec["capacity"]) == ("api", "token_bucket", 2)
+    assert sorted(info.overrides, key=lambda o: o[0] or "") == [
+        (None, {"kind": "token_bucket", "rate": 0.001, "capacity": 4}),
+        ("vip", {"kind": "token_bucket", "rate": 0.001, "capacity": 9}),
+    ]
+    backend.clear_limit("api")
+    assert api.peek().limit == 2
+    with pytest.raises(ratekeeper.InvalidArgument) as bad:
+        backend.set_limit("api", {"kind": "token_bucket", "rate": 1, "capacity": 0})
+    assert bad.value.parameter == "capacity"
+    with pytest.raises(ratekeeper.InvalidArgument) as other_kind:
+        backend.set_limit("api", {"kind": "leaky", "size": 3, "drain": 60})
+    assert other_kind.value.parameter == "spec"
+    with pytest.raises(ratekeeper.InvalidArgument) as bad_name:
+        backend.set_limit("no spaces", {"kind": "token_bucket", "rate": 1, "capacity": 1})
+    assert bad_name.value.parameter == "name"
+    m = api.metrics()
+    assert (m.allowed, m.refused, m.errors, m.latency_count) == (3, 1, 0, 0)
+
+
+def test_a_limit_set_from_python_reaches_node_and_c_and_the_registry_lists_all_three(
+        redis_server: RedisServer, c_probe: Path, node_package: Path) -> None:
+    prefix = unique_prefix()
+    spec = {"kind": "token_bucket", "rate": 1, "capacity": 5}
+    backend = ratekeeper.Backend.redis(redis_server.url, prefix=prefix)
+    api = backend.limiter("api", spec)
+    assert api.peek().limit == 5
+    spec_json, target = json.dumps(spec), "50"
+    probes = {
+        "c": subprocess.Popen([str(c_probe), redis_server.url, prefix, "api", spec_json, target],
+                              stdout=subprocess.PIPE, text=True),
+        "node": subprocess.Popen(["node", str(WORKERS / "live_probe.js"), str(node_package), redis_server.url,
+                                  prefix, "api", spec_json, target], stdout=subprocess.PIPE, text=True),
+    }
+    try:
+        for name, p in probes.items():
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready", name
+        set_at_ms = time.time() * 1000
+        backend.set_limit("api", {"kind": "token_bucket", "rate": 1, "capacity": 50})
+        assert api.peek().limit == 50, "the process that set it applies it at once"
+        seen = {name: float(p.communicate(timeout=60)[0].strip()) for name, p in probes.items()}
+    finally:
+        for p in probes.values():
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in probes.values())
+    lags = {name: at - set_at_ms for name, at in seen.items()}
+    # The lag is reported (README, "Live limits"), not asserted: processes poll the override
+    # version every 200 ms.
+    print(f"live limit applied after (ms): {lags}")
+    assert all(lag >= -50 for lag in lags.values()), f"applied before it was set? {lags}"
+
+    backend.flush()
+    [info] = [i for i in backend.limiters() if i.name == "api"]
+    users = " | ".join(info.users)
+    for language in ("python 3.", "node ", "c ratekeeper/"):
+        assert language in users, f"{language!r} not among the users: {info.users}"
+    assert info.processes == 3, info.users
+    assert info.overrides == [(None, {"kind": "token_bucket", "rate": 1, "capacity": 50})]
+    assert info.first_seen <= info.last_seen
+
+
+WORKER = textwrap.dedent("""
+    import json, sys, ratekeeper
+    url, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    backend = ratekeeper.Backend.redis(url, prefix=prefix)
+    jobs = backend.window("jobs", 10, 60)
+    for _ in range(n):
+        jobs.check()
+    backend.flush()
+    m = jobs.metrics()
+    print(json.dumps({"allowed": m.allowed, "refused": m.refused}))
+""")
+
+
+def checks_total(text: str, limiter: str, outcome: str) -> float:
+    """The value of ratekeeper_checks_total{limiter, outcome} as prometheus_client parses it."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (sample.name == "ratekeeper_checks_total" and sample.labels.get("limiter") == limiter
+                    and sample.labels.get("outcome") == outcome):
+                return sample.value
+    raise AssertionError(f"no ratekeeper_checks_total{{limiter={limiter!r}, outcome={outcome!r}}} in:\n{text}")
+
+
+def test_fleet_metrics_sum_four_processes_exactly_and_prometheus_parses_them(redis_server: RedisServer) -> None:
+    prefix, counts = unique_prefix(), [3, 4, 5, 6]
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, redis_server.url, prefix, str(n)],
+                              stdout=subprocess.PIPE, text=True) for n in counts]
+    reports: list[dict[str, Any]] = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(r["allowed"] for r in reports) == 10, reports
+    assert sum(r["refused"] for r in reports) == sum(counts) - 10, reports
+
+    backend = ratekeeper.Backend.redis(redis_server.url, prefix=prefix)
+    [(name, kind, fleet)] = backend.metrics(fleet=True)
+    assert (name, kind, fleet.allowed, fleet.refused) == ("jobs", "window", 10, sum(counts) - 10)
+    assert fleet.latency_count == sum(counts), "every check was timed"
+    assert sum(n for _, n in fleet.latency_buckets) == fleet.latency_count
+    assert backend.metrics() == [], "this process built no limiter"
+
+    text = backend.prometheus(fleet=True)
+    assert checks_total(text, "jobs", "allowed") == 10
+    assert checks_total(text, "jobs", "refused") == sum(counts) - 10
+    histogram = [f for f in text_string_to_metric_families(text) if f.name == "ratekeeper_check_duration_seconds"]
+    assert histogram and histogram[0].type == "histogram", text
+    count = [s.value for s in histogram[0].samples if s.name.endswith("_count")]
+    assert count == [sum(counts)], histogram[0].samples
+
+    registry = CollectorRegistry()
+    collector = ratekeeper.prometheus.register(backend, registry, fleet=True)
+    exposed = generate_latest(registry).decode()
+    assert checks_total(exposed, "jobs", "refused") == sum(counts) - 10
+    registry.unregister(collector)
+    assert "ratekeeper_checks" not in generate_latest(registry).decode()

@@ -1,0 +1,30 @@
+// A Node process for the live-limits test (py/tests/test_live.py): the same steps as
+// live_probe.c. Usage: node live_probe.js PACKAGE_DIR URL PREFIX NAME SPEC TARGET
+'use strict';
+
+const [packageDir, url, prefix, name, spec, target] = process.argv.slice(2);
+const { Backend } = require(packageDir);
+
+async function main() {
+  const backend = Backend.redis(url, { prefix, deadlineMs: 2000 });
+  const limiter = backend.limiter(name, spec);
+  await limiter.peek();
+  await backend.flush();
+  console.log('ready');
+  const giveUp = Date.now() + 20000;
+  for (;;) {
+    const d = await limiter.peek();
+    if (d.limit === Number(target)) break;
+    if (Date.now() > giveUp) throw new Error(`limit still ${d.limit}`);
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+  console.log(String(Date.now()));
+}
+
+main().then(
+  () => process.exit(0),
+  (error) => {
+    console.error(error);
+    process.exit(1);
+  },
+);
