@@ -25,6 +25,7 @@ mod metrics;
 pub mod params;
 mod runtime;
 mod shedder;
+pub mod upstream;
 
 pub use backend::redis::driven;
 pub use backend::{
