@@ -46,6 +46,10 @@ pub enum Payload {
     Unit,
     Metrics(ratekeeper::Metrics),
     Ticket(Option<ratekeeper::Lease>),
+    /// A pause in effect (`pause`, `observe`), as milliseconds; `None`: no pause applied. Only
+    /// ever settled through the drain (its calls are never answered inline, where a number
+    /// would read as a call id).
+    Pause(Option<std::time::Duration>),
 }
 
 pub type Outcome = Result<Payload, ratekeeper::Error>;
@@ -223,6 +227,9 @@ fn payload_value(env: sys::napi_env, payload: Payload) -> napi::Result<sys::napi
             // turns it into `null`.
             Payload::Ticket(None) => bool::to_napi_value(env, false),
             Payload::Ticket(Some(lease)) => Lease::to_napi_value(env, Lease::new(lease, None)),
+            // `false` stands for "no pause", as for tickets: index.js turns it into `null`.
+            Payload::Pause(None) => bool::to_napi_value(env, false),
+            Payload::Pause(Some(d)) => f64::to_napi_value(env, d.as_micros() as f64 / 1e3),
         }
     }
 }
