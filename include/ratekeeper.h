@@ -895,6 +895,57 @@ enum rk_status rk_backend_prometheus(const struct rk_backend *backend,
  */
 void rk_string_free(char *s);
 
+/**
+ * \brief Pauses `key` for `duration_secs`: until the pause ends, every check and peek of this
+ * limiter and key, in every process sharing the backend, is refused with `retry_after_us` =
+ * the remaining pause (consuming nothing), and `rk_limiter_acquire` waits it out.
+ *
+ * A longer pause extends the one in effect; a shorter one never shortens it. On Redis the
+ * pause is one key with a TTL equal to the pause, checked inside each call's script (no extra
+ * round trip). `rk_limiter_reset` forgets it.
+ *
+ * \param limiter The limiter.
+ * \param key The identity paused, or NULL for the limiter's single shared key.
+ * \param duration_secs The pause in seconds (fractions allowed; at least one microsecond, at
+ *        most 100 years; 0, negative and NaN are #RK_INVALID_ARGUMENT naming `duration`).
+ * \param in_effect_us_out Receives the pause in effect after the call, in microseconds (at
+ *        least `duration_secs`); may be NULL.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT,
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_pause(const struct rk_limiter *limiter,
+                                const char *key,
+                                double duration_secs,
+                                uint64_t *in_effect_us_out);
+
+/**
+ * \brief Reads an upstream response's status and headers and pauses `key` (see
+ * `rk_limiter_pause`) for as long as a 429 or 503 asks: `Retry-After` (seconds or HTTP-date),
+ * else `RateLimit-Reset` when `RateLimit-Remaining` is 0, else `X-RateLimit-Reset` (epoch or
+ * delta seconds).
+ *
+ * Header names are compared case-insensitively; malformed values are ignored (never an error).
+ * Names and values are read as UTF-8, invalid bytes replaced (HTTP/1.1 may carry Latin-1).
+ *
+ * \param limiter The limiter.
+ * \param key The identity to pause, or NULL for the limiter's single shared key.
+ * \param status The HTTP status code (100..=999, else #RK_INVALID_ARGUMENT naming `status`).
+ * \param header_names `headers_len` NUL-terminated header names (NULL when `headers_len` is 0).
+ * \param header_values `headers_len` NUL-terminated header values, in the same order.
+ * \param headers_len How many headers.
+ * \param pause_us_out Receives the pause in effect after the call in microseconds, or 0 when
+ *        the response asks for no pause (nothing is written to the backend then); may be NULL.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 (the key), #RK_INVALID_ARGUMENT,
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_observe(const struct rk_limiter *limiter,
+                                  const char *key,
+                                  uint32_t status,
+                                  const char *const *header_names,
+                                  const char *const *header_values,
+                                  size_t headers_len,
+                                  uint64_t *pause_us_out);
+
 #if defined(RK_TEST_HOOKS)
 /**
  * \brief TEST ONLY: panics inside the panic boundary, returning #RK_PANIC.

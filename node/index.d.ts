@@ -91,6 +91,17 @@ export interface LimiterMetrics {
   reclaimed: number;
 }
 
+/**
+ * Response headers as `observe` accepts them: a plain object (Node's `IncomingHttpHeaders`), a
+ * fetch `Headers` or a `Map` (anything with `forEach(value, name)`), a `Response`, or
+ * `[name, value]` pairs.
+ */
+export type ResponseHeaders =
+  | Record<string, string | readonly string[] | undefined>
+  | { forEach(callback: (value: string, name: string) => void): void }
+  | { status: number; headers: ResponseHeaders }
+  | ReadonlyArray<readonly [string, string]>;
+
 declare module './native' {
   interface Backend {
     /**
@@ -127,6 +138,16 @@ declare module './native' {
      */
     withinLimit<T>(fn: (permit: Permit) => T | PromiseLike<T>, options?: WithinLimitOptions & { policy?: 'raise' }): Promise<T>;
     withinLimit<T>(fn: (permit: Permit) => T | PromiseLike<T>, options: WithinLimitOptions & { policy: 'ignore' }): Promise<T | typeof SKIPPED>;
+    /**
+     * Reads an upstream response's `status` and `headers` and pauses `key` (see `pause`) for as
+     * long as a 429 or 503 asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset`
+     * when `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are
+     * case-insensitive; malformed values are ignored. Resolves with the pause in effect (ms),
+     * or `null` when the response asks for none.
+     */
+    observe(status: number, headers: ResponseHeaders, key?: string | null): Promise<number | null>;
+    /** `observe(response.status, response.headers, key)` for a fetch `Response` (or alike). */
+    observeResponse(response: { status: number; headers: ResponseHeaders }, key?: string | null): Promise<number | null>;
   }
   interface FleetShedder {
     /** `enter`, run `fn`, `leave` (even when `fn` throws). Rejects with `ERR_SHED` when shed. */

@@ -244,6 +244,56 @@ async function withinLimit(fn, options) {
   return result;
 }
 
+// Upstream feedback: `observe` accepts the headers of any HTTP client and hands the native call
+// `[name, value]` pairs (the parsing of their values is the core's).
+const nativeObservePairs = L.observePairs;
+
+/** Response headers as `[name, value]` pairs: a fetch `Response` (its headers), a `Headers`
+ * instance or a `Map` (anything with `forEach(value, name)`), an array of pairs, or a plain
+ * object such as Node's `IncomingHttpHeaders` (an array value gives one pair per element). */
+function headerPairs(headers) {
+  if (headers === null || typeof headers !== 'object') {
+    throw invalidArgument('headers', 'must be an object, a Headers, a Map, a Response or an array of [name, value] pairs');
+  }
+  if (Array.isArray(headers)) return headers;
+  if (isResponse(headers)) return headerPairs(headers.headers);
+  const pairs = [];
+  if (typeof headers.forEach === 'function') {
+    headers.forEach((value, name) => pairs.push([name, value]));
+    return pairs;
+  }
+  for (const [name, value] of Object.entries(headers)) {
+    if (Array.isArray(value)) for (const v of value) pairs.push([name, v]);
+    else if (value !== undefined) pairs.push([name, value]);
+  }
+  return pairs;
+}
+
+function isResponse(response) {
+  return (
+    response !== null &&
+    typeof response === 'object' &&
+    typeof response.status === 'number' &&
+    response.headers !== null &&
+    typeof response.headers === 'object'
+  );
+}
+
+function observe(status, headers, key) {
+  try {
+    return promised(nativeObservePairs.call(this, status, headerPairs(headers), key));
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+function observeResponse(response, key) {
+  if (!isResponse(response)) {
+    return Promise.reject(invalidArgument('response', 'must be a Response (with a numeric status and headers)'));
+  }
+  return observe.call(this, response.status, response.headers, key);
+}
+
 async function run(fn, options) {
   if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
   const ticket = await this.enter(Boolean(options && options.critical));
@@ -267,6 +317,9 @@ for (const [target, name, method] of [
   [L, 'pointsUsed', async3(L.pointsUsed)],
   [L, 'fleetMetrics', async0(L.fleetMetrics)],
   [L, 'withinLimit', withinLimit],
+  [L, 'pause', async2(L.pause)],
+  [L, 'observe', observe],
+  [L, 'observeResponse', observeResponse],
   [F, 'enter', async1(F.enter)],
   [F, 'leave', async1(F.leave)],
   [F, 'run', run],

@@ -178,6 +178,15 @@ export declare class Limiter {
    */
   pointsUsed(key: string | null | undefined, estimate: number, actual: number): Promise<Decision>
   /**
+   * Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
+   * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
+   * nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
+   * one never shortens it. Resolves with the pause in effect (ms). On Redis the check costs
+   * no extra round trip. A `durationMs` that is not a positive number rejects with
+   * `ERR_INVALID_ARGUMENT` naming `durationMs`.
+   */
+  pause(durationMs: number, key?: string | null): Promise<number>
+  /**
    * This process's metrics for this limiter: its checks by outcome (and their latency on
    * Redis); concurrent limiters add their leases.
    */

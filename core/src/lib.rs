@@ -27,6 +27,7 @@ pub mod params;
 mod prometheus;
 mod runtime;
 mod shedder;
+pub mod upstream;
 
 pub use backend::redis::driven;
 pub use backend::{

@@ -147,6 +147,19 @@ pub fn validate_duration(parameter: &'static str, duration: Duration) -> Result<
     Ok(duration)
 }
 
+/// Checks an HTTP status code given as a float (Python, JavaScript, C ints widened): a whole
+/// number in 100..=999, the range RFC 9110 gives status codes.
+pub fn status_from_f64(parameter: &'static str, status: f64) -> Result<u16> {
+    if status.is_finite() && status.fract() == 0.0 && (100.0..=999.0).contains(&status) {
+        Ok(status as u16)
+    } else {
+        Err(Error::invalid(
+            parameter,
+            format!("must be an HTTP status code (a whole number from 100 to 999), got {status}"),
+        ))
+    }
+}
+
 /// Parses a named interval (`second`, `minute`, `hour`, `day`), as Sidekiq's limiters accept.
 pub fn interval_from_name(parameter: &'static str, name: &str) -> Result<Duration> {
     let seconds = match name {

@@ -1350,10 +1350,13 @@ fn an_abandon_frees_its_own_lease_whether_it_comes_after_or_before_the_check() {
     let body = ratekeeper::lua_sources().into_iter().find(|(name, _)| *name == "concurrent").unwrap().1;
     let keys = ["t:h", "t:t", "t:w", "t:x"];
     let mut run = |op: &str, id: &str| -> Vec<i64> {
+        // A check passes the pause key last (see `PAUSE_PRELUDE`); other verbs do not.
+        let pause_key: &[&str] = if op == "check" { &["t:p"] } else { &[] };
         redis::cmd("EVAL")
             .arg(body)
-            .arg(4)
+            .arg(4 + pause_key.len())
             .arg(&keys)
+            .arg(pause_key)
             .arg(op)
             .arg("")
             .arg(1)

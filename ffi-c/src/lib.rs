@@ -22,7 +22,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 // cbindgen writes the header in the order of these modules (errors, backends, clocks, limiters, calls,
-// test hooks); the blank lines keep rustfmt from sorting them.
+// upstream feedback, test hooks); the blank lines keep rustfmt from sorting them.
 pub mod error;
 
 pub mod backend;
@@ -34,6 +34,8 @@ pub mod limiter;
 pub mod calls;
 
 pub mod operate;
+
+pub mod upstream;
 
 mod test_hooks;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::{validate_type_tag, External, FromNapiRef, TypeTag};
 use napi::{sys, JsValue, Unknown};
-use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, timeout_from_millis};
+use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, status_from_f64, timeout_from_millis};
 use ratekeeper::Error;
 
 use crate::runtime::CoreResult;
@@ -317,4 +317,22 @@ pub fn required(value: Option<Js>, parameter: &'static str) -> CoreResult<Js> {
 /// An optional options object.
 pub fn options(value: &Option<Unknown<'_>>) -> CoreResult<Option<Js>> {
     Js::opt(value).map(|v| v.object("options")).transpose()
+}
+
+/// An HTTP status code (a whole number from 100 to 999).
+pub fn status(value: Option<Js>) -> CoreResult<u16> {
+    status_from_f64("status", required(value, "status")?.number("status")?)
+}
+
+/// Response headers as `[name, value]` pairs (index.js turns objects, `Headers`, `Map`s and
+/// `Response`s into these); a pair that is not two strings is an error naming `headers`.
+pub fn header_pairs(value: Option<Js>) -> CoreResult<Vec<(String, String)>> {
+    let pairs = required(value, "headers")?.array("headers")?;
+    pairs
+        .into_iter()
+        .map(|pair| match pair.array("headers")?.as_slice() {
+            [name, value] => Ok((name.string("headers")?, value.string("headers")?)),
+            _ => Err(pair.wrong("headers", "a [name, value] pair")),
+        })
+        .collect()
 }

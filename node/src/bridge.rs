@@ -48,6 +48,10 @@ pub enum Payload {
     Ticket(Option<ratekeeper::Lease>),
     /// Text: JSON for index.js to parse, or an exposition.
     Text(String),
+    /// A pause in effect (`pause`, `observe`), as milliseconds; `None`: no pause applied. Only
+    /// ever settled through the drain (its calls are never answered inline, where a number
+    /// would read as a call id).
+    Pause(Option<std::time::Duration>),
 }
 
 pub type Outcome = Result<Payload, ratekeeper::Error>;
@@ -226,6 +230,9 @@ fn payload_value(env: sys::napi_env, payload: Payload) -> napi::Result<sys::napi
             Payload::Ticket(None) => bool::to_napi_value(env, false),
             Payload::Ticket(Some(lease)) => Lease::to_napi_value(env, Lease::new(lease, None)),
             Payload::Text(text) => String::to_napi_value(env, text),
+            // `false` stands for "no pause", as for tickets: index.js turns it into `null`.
+            Payload::Pause(None) => bool::to_napi_value(env, false),
+            Payload::Pause(Some(d)) => f64::to_napi_value(env, d.as_micros() as f64 / 1e3),
         }
     }
 }

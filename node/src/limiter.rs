@@ -300,6 +300,51 @@ impl Limiter {
         })
     }
 
+    /// Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
+    /// `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
+    /// nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
+    /// one never shortens it. Resolves with the pause in effect (ms). On Redis the check costs
+    /// no extra round trip. A `durationMs` that is not a positive number rejects with
+    /// `ERR_INVALID_ARGUMENT` naming `durationMs`.
+    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "Promise<number>")]
+    pub fn pause(
+        &self,
+        env: Env,
+        duration_ms: Option<Unknown<'_>>,
+        key: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let parse = || Ok((args::millis(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
+            let (duration, key) = core(&env, parse())?;
+            let limiter = self.inner.clone();
+            // Never inline: see `Payload::Pause`.
+            run(&env, false, async move { Ok(Payload::Pause(Some(limiter.pause(key.as_deref(), duration).await?))) })
+        })
+    }
+
+    /// `observe` with the headers as `[name, value]` pairs (index.js's `observe` and
+    /// `observeResponse` accept objects, `Headers`, `Map`s and `Response`s).
+    #[napi(skip_typescript)]
+    pub fn observe_pairs(
+        &self,
+        env: Env,
+        status: Option<Unknown<'_>>,
+        headers: Option<Unknown<'_>>,
+        key: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let parse =
+                || Ok((args::status(Js::opt(&status))?, args::header_pairs(Js::opt(&headers))?, args::key(&key)?));
+            let (status, headers, key) = core(&env, parse())?;
+            let limiter = self.inner.clone();
+            run(
+                &env,
+                false,
+                async move { Ok(Payload::Pause(limiter.observe(key.as_deref(), status, &headers).await?)) },
+            )
+        })
+    }
+
     /// This process's metrics for this limiter: its checks by outcome (and their latency on
     /// Redis); concurrent limiters add their leases.
     #[napi]

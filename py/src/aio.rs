@@ -42,6 +42,8 @@ pub(crate) enum Payload {
     Metrics(ratekeeper::Metrics),
     /// A fleet shedder's ticket, and the shedder (to give a cancelled call's slot back).
     Ticket(Option<ratekeeper::Lease>, ratekeeper::FleetShedder),
+    /// A pause in effect (`pause`, `observe`), in seconds; `None`: no pause applied.
+    Seconds(Option<std::time::Duration>),
 }
 
 impl Payload {
@@ -51,6 +53,7 @@ impl Payload {
             Payload::None => Ok(py.None().into_bound(py)),
             Payload::Metrics(m) => Metrics { inner: m }.into_bound_py_any(py),
             Payload::Ticket(t, _) => t.map(|inner| Lease { inner, key: None }).into_bound_py_any(py),
+            Payload::Seconds(d) => d.map(|d| d.as_secs_f64()).into_bound_py_any(py),
         }
     }
 }

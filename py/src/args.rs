@@ -13,8 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 use pyo3::{type_hint_identifier, type_hint_union, Borrowed};
 use ratekeeper::params::{
-    cost_from_f64, count_from_f64, duration_from_secs, interval_from_name, timeout_from_secs, validate_cost,
-    validate_count,
+    cost_from_f64, count_from_f64, duration_from_secs, interval_from_name, status_from_f64, timeout_from_secs,
+    validate_cost, validate_count,
 };
 use ratekeeper::Error;
 
@@ -355,5 +355,75 @@ impl<'a, 'py> FromPyObject<'a, 'py> for SpecArg {
             }
             Err(e) => Err(invalid(py, "spec", format!("cannot be written as JSON: {e}"))),
         }
+    }
+}
+
+/// An HTTP status code: a whole number in 100..=999.
+pub(crate) struct Status(pub u16);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Status {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = INT;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let n = number_as_f64(&number(obj, "status")?);
+        status_from_f64("status", n).map(Status).map_err(|e| to_py_err(obj.py(), e))
+    }
+}
+
+/// Response headers: a mapping (a `dict`, `requests`' and `httpx`' headers: anything with
+/// `items()`) or an iterable of `(name, value)` pairs. Names and values are `str` (or `bytes`,
+/// read as Latin-1 as HTTP/1.1 sends them); anything else is an `InvalidArgument` naming
+/// `headers`. Values are not judged here: the core ignores malformed ones.
+pub(crate) struct Headers(pub Vec<(String, String)>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Headers {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_union!(
+        pyo3::type_hint_subscript!(type_hint_identifier!("collections.abc", "Mapping"), STR, STR),
+        pyo3::type_hint_subscript!(
+            type_hint_identifier!("collections.abc", "Iterable"),
+            pyo3::type_hint_subscript!(type_hint_identifier!("builtins", "tuple"), STR, STR)
+        )
+    );
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let py = obj.py();
+        let bad = |what: String| invalid(py, "headers", what);
+        if obj.is_instance_of::<PyString>() {
+            return Err(bad("must be a mapping or an iterable of (name, value) pairs, got a str".into()));
+        }
+        let pairs = if obj.hasattr(pyo3::intern!(py, "items"))? {
+            obj.call_method0(pyo3::intern!(py, "items"))?
+        } else {
+            obj.to_owned().into_any()
+        };
+        let iter = pairs.try_iter().map_err(|_| {
+            bad(format!("must be a mapping or an iterable of (name, value) pairs, got {}", type_name(obj)))
+        })?;
+        let text = |item: &Bound<'py, PyAny>| -> PyResult<String> {
+            if let Ok(s) = item.cast::<PyString>() {
+                return Ok(s.to_string_lossy().into_owned());
+            }
+            if let Ok(b) = item.cast::<pyo3::types::PyBytes>() {
+                return Ok(b.as_bytes().iter().map(|&c| char::from(c)).collect());
+            }
+            Err(bad(format!("names and values must be str or bytes, got {}", type_name(item.as_borrowed()))))
+        };
+        let mut headers = Vec::new();
+        for pair in iter {
+            let pair = pair?;
+            let (name, value) = match pair.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>() {
+                Ok(p) => p,
+                Err(_) => {
+                    return Err(bad(format!(
+                        "each item must be a (name, value) pair, got {}",
+                        type_name(pair.as_borrowed())
+                    )))
+                }
+            };
+            headers.push((text(&name)?, text(&value)?));
+        }
+        Ok(Headers(headers))
     }
 }

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyType};
 use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 
 use crate::aio::{self, Payload};
-use crate::args::{Cost, Key, PActual, PCost, PEstimate, PWaitTimeout, Timeout};
+use crate::args::{Cost, Headers, Key, PActual, PCost, PDuration, PEstimate, PWaitTimeout, Seconds, Status, Timeout};
 use crate::decision::{Decision, Lease, Metrics};
 use crate::errors::{guard, guard_detached};
 
@@ -90,6 +90,14 @@ impl Hint for Metrics {
 
 impl Hint for Option<Lease> {
     const HINT: PyStaticExpr = type_hint_union!(<Lease as pyo3::PyTypeInfo>::TYPE_HINT, NONE);
+}
+
+impl Hint for f64 {
+    const HINT: PyStaticExpr = type_hint_identifier!("builtins", "float");
+}
+
+impl Hint for Option<f64> {
+    const HINT: PyStaticExpr = type_hint_union!(type_hint_identifier!("builtins", "float"), NONE);
 }
 
 impl Hint for () {
@@ -284,6 +292,40 @@ impl Limiter {
         Ok(Decision::new(d, k))
     }
 
+    /// Pauses `key` for `duration` seconds, in every process sharing the backend: until it
+    /// ends, `check` and `peek` are refused with `retry_after` = the remaining pause (consuming
+    /// nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
+    /// one never shortens it. Returns the pause in effect, in seconds. On Redis the check costs
+    /// no extra round trip. A `duration` that is not a positive number (0, negative, NaN) raises
+    /// `InvalidArgument` naming `duration`.
+    #[pyo3(signature = (duration, key = None))]
+    fn pause(&self, py: Python<'_>, duration: Seconds<PDuration>, key: Key<'_>) -> PyResult<f64> {
+        let k = crate::args::key(&key);
+        let d = if self.remote {
+            guard_detached(py, || self.inner.pause_blocking(k, duration.0))?
+        } else {
+            guard(py, || self.inner.pause_blocking(k, duration.0))?
+        };
+        Ok(d.as_secs_f64())
+    }
+
+    /// Reads an upstream response's `status` and `headers` (a mapping, e.g. `requests`' or
+    /// `httpx`' headers, or `(name, value)` pairs) and pauses `key` for as long as a 429 or 503
+    /// asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset` when
+    /// `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are case-insensitive;
+    /// malformed values are ignored. Returns the pause in effect in seconds, or `None` when the
+    /// response asks for none.
+    #[pyo3(signature = (status, headers, key = None))]
+    fn observe(&self, py: Python<'_>, status: Status, headers: Headers, key: Key<'_>) -> PyResult<Option<f64>> {
+        let k = crate::args::key(&key);
+        let d = if self.remote {
+            guard_detached(py, || self.inner.observe_blocking(k, status.0, &headers.0))?
+        } else {
+            guard(py, || self.inner.observe_blocking(k, status.0, &headers.0))?
+        };
+        Ok(d.map(|d| d.as_secs_f64()))
+    }
+
     /// This process's metrics for this limiter: its checks by outcome (and their latency on
     /// Redis); concurrent limiters add their leases.
     fn metrics(&self) -> Metrics {
@@ -407,6 +449,36 @@ impl Limiter {
         aio::run(py, self.remote, false, async move {
             let d = limiter.points_used(k.as_deref(), estimate, actual).await?;
             Ok(Payload::Decision(d, k, None))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `pause`.
+    #[pyo3(signature = (duration, key = None))]
+    fn apause<'py>(&self, py: Python<'py>, duration: Seconds<PDuration>, key: Key<'_>) -> PyResult<Fut<'py, f64>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        let duration = duration.0;
+        aio::run(py, self.remote, false, async move {
+            Ok(Payload::Seconds(Some(limiter.pause(k.as_deref(), duration).await?)))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `observe`.
+    #[pyo3(signature = (status, headers, key = None))]
+    fn aobserve<'py>(
+        &self,
+        py: Python<'py>,
+        status: Status,
+        headers: Headers,
+        key: Key<'_>,
+    ) -> PyResult<Fut<'py, Option<f64>>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        let status = status.0;
+        aio::run(py, self.remote, false, async move {
+            Ok(Payload::Seconds(limiter.observe(k.as_deref(), status, &headers.0).await?))
         })
         .map(Fut::new)
     }

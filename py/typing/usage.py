@@ -119,3 +119,22 @@ def errors_and_shedders(backend: Backend) -> None:
     chance: float = shedder.drop_chance(2)
     shedder.check(1)
     assert chance >= 0
+
+
+class _Response:
+    status_code: int = 429
+    headers: dict[str, str] = {"Retry-After": "3"}
+
+
+def upstream_feedback(limiter: Limiter) -> None:
+    in_effect: float = limiter.pause(3.0, "stripe")
+    asked: float | None = limiter.observe(429, {"Retry-After": "3"}, "stripe")
+    pairs: float | None = limiter.observe(503, [("Retry-After", "3")])
+    from_response: float | None = limiter.observe_response(_Response(), key="stripe")
+    assert in_effect and asked and pairs and from_response
+
+    async def use() -> None:
+        later: float = await limiter.apause(1)
+        seen: float | None = await limiter.aobserve(429, {"retry-after": "1"})
+        seen_response: float | None = await limiter.aobserve_response(_Response())
+        assert later and seen and seen_response

@@ -167,7 +167,7 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
 static void one_call(void) {
   rk_limiter *out = NULL;
   rk_decision decision;
-  switch (below(22)) {
+  switch (below(24)) {
   case 0:
     BUILD(rk_limiter_new_concurrent(pick_backend(), pick_string(), pick_count(), pick_double(),
                                           pick_double(), &out), "rk_limiter_new_concurrent");
@@ -245,6 +245,32 @@ static void one_call(void) {
                                   below(8) ? &decision : NULL),
            "rk_limiter_points_used");
     break;
+  case 21: {
+    /* Pauses are kept short (or invalid) so that they do not silence the rest of the run. */
+    uint64_t in_effect = 0;
+    double duration = below(2) ? pick_double() : 0.001;
+    if (isfinite(duration) && duration > 0.01) duration = 0.01;
+    verify(rk_limiter_pause(pick_limiter(), pick_string(), duration, below(4) ? &in_effect : NULL),
+           "rk_limiter_pause");
+    break;
+  }
+  case 22: {
+    static const char *const names[] = {"Retry-After", "retry-after", "RateLimit-Remaining", "RateLimit-Reset",
+                                        "X-RateLimit-Reset", "Content-Type"};
+    static const char *const values[] = {"0.001", "0", "-1", "Thu, 01 Jan 1970 00:00:00 GMT", "1e308", "", "soon"};
+    /* Every element is set (NULL ones included), so any length up to 4 reads only these. */
+    const char *n[4], *v[4];
+    for (size_t i = 0; i < 4; i++) {
+      n[i] = below(4) ? names[below(6)] : pick_string();
+      v[i] = below(4) ? values[below(7)] : pick_string();
+    }
+    uint64_t pause_us = 0;
+    verify(rk_limiter_observe(pick_limiter(), pick_string(), below(2) ? 429 : (uint32_t)next(),
+                              below(8) ? n : NULL, below(8) ? v : NULL, below(5),
+                              below(4) ? &pause_us : NULL),
+           "rk_limiter_observe");
+    break;
+  }
   case 18: {
     static const char *const periods[] = {"day", "week", "month", "year"};
     static const char *const zones[] = {"UTC", "Europe/Berlin", "America/New_York", "Mars/Olympus"};
@@ -282,7 +308,7 @@ static void one_call(void) {
            "rk_limiter_spec_json");
     break;
   }
-  case 21: {
+  case 23: {
     /* Live limits, the registry and Prometheus: hostile names, specs and keys; owned strings. */
     static const char *const specs[] = {
         "{\"kind\":\"token_bucket\",\"rate\":10,\"capacity\":20}",

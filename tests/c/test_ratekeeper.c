@@ -1046,6 +1046,91 @@ typedef struct {
   bool per_backend; /* run on every backend, or once */
 } test_case;
 
+static void test_pause_and_observe(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  /* One token per 1000 s: nothing refills while the test runs. */
+  must(rk_limiter_new_token_bucket(b, "c-pause", 0.001, 5, &l), l, "token_bucket");
+  CHECK(check1(l, "k", 1).allowed);
+  uint64_t in_effect = 0;
+  CHECK_OK(rk_limiter_pause(l, "k", 3600.0, &in_effect));
+  CHECK_U64(in_effect, 3600u * 1000000u);
+  for (int i = 0; i < 3; i++) {
+    rk_decision d = check1(l, "k", 1);
+    CHECK(!d.allowed);
+    CHECK(d.retry_after_us > 0 && d.retry_after_us <= 3600u * 1000000u);
+    CHECK_U64(d.remaining, 0);
+  }
+  CHECK(!peek1(l, "k").allowed);
+  CHECK(check1(l, "other", 1).allowed);
+  /* A shorter pause leaves the longer one in effect (NULL: the caller does not ask). */
+  CHECK_OK(rk_limiter_pause(l, "k", 2.0, &in_effect));
+  CHECK(in_effect > 2u * 1000000u);
+  CHECK_OK(rk_limiter_pause(l, "k", 2.0, NULL));
+  /* Bad durations are refused naming `duration`, before anything is written. */
+  CHECK_FAILS(rk_limiter_pause(l, "fresh", 0.0, &in_effect), RK_INVALID_ARGUMENT, "duration");
+  CHECK_FAILS(rk_limiter_pause(l, "fresh", -1.0, &in_effect), RK_INVALID_ARGUMENT, "duration");
+  CHECK_FAILS(rk_limiter_pause(l, "fresh", NAN, &in_effect), RK_INVALID_ARGUMENT, "duration");
+  CHECK_STATUS(rk_limiter_pause(NULL, "fresh", 1.0, &in_effect), RK_NULL_PARAMETER);
+  CHECK(check1(l, "fresh", 1).allowed);
+
+  /* observe: a 429 with Retry-After pauses for it; names are case-insensitive. */
+  const char *names[] = {"Content-Type", "retry-after"};
+  const char *values[] = {"text/plain", "30"};
+  uint64_t pause_us = 1;
+  CHECK_OK(rk_limiter_observe(l, "o", 429, names, values, 2, &pause_us));
+  CHECK_U64(pause_us, 30u * 1000000u);
+  rk_decision o = check1(l, "o", 1);
+  CHECK(!o.allowed && o.retry_after_us > 0 && o.retry_after_us <= 30u * 1000000u);
+  /* A 200, a 429 without a pause header, or a malformed value: no pause. */
+  CHECK_OK(rk_limiter_observe(l, "n", 200, names, values, 2, &pause_us));
+  CHECK_U64(pause_us, 0);
+  CHECK_OK(rk_limiter_observe(l, "n", 429, names, values, 1, &pause_us));
+  CHECK_U64(pause_us, 0);
+  const char *bad_values[] = {"text/plain", "soon"};
+  CHECK_OK(rk_limiter_observe(l, "n", 503, names, bad_values, 2, NULL));
+  CHECK(check1(l, "n", 1).allowed);
+  /* Bad arguments, named. */
+  CHECK_FAILS(rk_limiter_observe(l, "n", 42, names, values, 2, &pause_us), RK_INVALID_ARGUMENT, "status");
+  CHECK_FAILS(rk_limiter_observe(l, "n", 429, NULL, values, 2, &pause_us), RK_NULL_PARAMETER, "header_names");
+  const char *holes[] = {"Retry-After", NULL};
+  CHECK_FAILS(rk_limiter_observe(l, "n", 429, names, holes, 2, &pause_us), RK_NULL_PARAMETER, "header_values[1]");
+  CHECK_OK(rk_limiter_observe(l, "n", 429, NULL, NULL, 0, &pause_us));
+  CHECK(check1(l, "n", 1).allowed);
+
+  /* reset forgets the pause. */
+  CHECK_OK(rk_limiter_reset(l, "k"));
+  CHECK(check1(l, "k", 1).allowed);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
+/* The memory backend on a manual clock: the remaining pause is exact, and it ends exactly. */
+static void test_pause_ends_by_the_manual_clock(const fixture *f) {
+  (void)f;
+  rk_manual_clock *clock = NULL;
+  rk_backend *b = NULL;
+  rk_limiter *l = NULL;
+  CHECK_OK(rk_manual_clock_new(1700000000000000u, &clock));
+  CHECK_OK(rk_backend_new_memory_with_clock(clock, &b));
+  must(rk_limiter_new_token_bucket(b, "c-pause-clock", 0.001, 5, &l), l, "token_bucket");
+  CHECK_OK(rk_limiter_pause(l, NULL, 10.0, NULL));
+  CHECK_OK(rk_manual_clock_advance(clock, 4000000u));
+  CHECK_U64(check1(l, NULL, 1).retry_after_us, 6000000u);
+  uint64_t in_effect = 0;
+  CHECK_OK(rk_limiter_pause(l, NULL, 2.0, &in_effect));
+  CHECK_U64(in_effect, 6000000u);
+  CHECK_OK(rk_manual_clock_advance(clock, 5999999u));
+  CHECK_U64(check1(l, NULL, 1).retry_after_us, 1);
+  CHECK_OK(rk_manual_clock_advance(clock, 1));
+  rk_decision d = check1(l, NULL, 1);
+  CHECK(d.allowed);
+  CHECK_U64(d.remaining, 4); /* the paused refusals consumed nothing */
+  rk_limiter_free(l);
+  rk_backend_free(b);
+  rk_manual_clock_free(clock);
+}
+
 static const test_case TESTS[] = {
     {"status names and version", test_status_names_and_version, false},
     {"last error message", test_last_error_message, false},
@@ -1072,6 +1157,8 @@ static const test_case TESTS[] = {
     {"acquire waits for refill", test_acquire_waits_for_refill, true},
     {"16 threads share one bucket", test_threads_share_one_bucket, true},
     {"16 threads share one concurrent limit", test_threads_share_one_semaphore, true},
+    {"pause and observe", test_pause_and_observe, true},
+    {"a pause ends by the manual clock", test_pause_ends_by_the_manual_clock, false},
 };
 
 int main(void) {

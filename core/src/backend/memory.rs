@@ -25,7 +25,7 @@ use crate::limiter::calendar::CalendarState;
 use crate::limiter::concurrent::ConcurrentState;
 use crate::limiter::log::LogState;
 use crate::limiter::sliding::SlidingState;
-use crate::limiter::{Algorithm, Engine, Kind, Op, Outcome};
+use crate::limiter::{pause, Algorithm, Engine, Kind, Op, Outcome};
 
 /// Configuration of a memory backend.
 #[derive(Debug, Clone)]
@@ -209,6 +209,12 @@ pub(crate) struct MemoryBackend {
     pub(crate) config_mismatches: AtomicU64,
     /// Live overrides and the limiters built from this backend.
     pub(crate) live: crate::live::Live,
+    /// Pauses in effect (see `Limiter::pause`): per namespace, per key, the instant (µs) each
+    /// ends. Kept apart from the slots so that the 64-byte slot layout stays as it is.
+    pauses: Mutex<HashMap<u32, HashMap<Box<str>, u64>>>,
+    /// How many pauses `pauses` holds: while none, calls skip its lock (the hot path stays
+    /// lock-light; pauses are rare and short-lived).
+    pauses_held: AtomicUsize,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -237,6 +243,8 @@ impl MemoryBackend {
             swept_slots: AtomicUsize::new(0),
             config_mismatches: AtomicU64::new(0),
             live: crate::live::Live::new(None),
+            pauses: Mutex::new(HashMap::new()),
+            pauses_held: AtomicUsize::new(0),
         })
     }
 
@@ -279,6 +287,11 @@ impl MemoryBackend {
     #[inline(always)]
     pub(crate) fn execute(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
         let now = self.clock.now_micros();
+        if self.pauses_held.load(Ordering::Acquire) != 0 && pause::applies_to(op) {
+            if let Some(refused) = self.paused(namespace, key, now, algorithm) {
+                return Ok(refused);
+            }
+        }
         let hash = self.hash(namespace, key.as_bytes());
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
@@ -371,8 +384,53 @@ impl MemoryBackend {
         }
     }
 
-    /// Forgets the state of (`namespace`, `key`); waiters on a concurrent limiter are woken.
+    /// The refusal of a call on (`namespace`, `key`) while it is paused; drops a pause that
+    /// has ended.
+    #[cold]
+    #[inline(never)]
+    fn paused(&self, namespace: u32, key: &str, now: u64, algorithm: &Algorithm) -> Option<Outcome> {
+        let mut pauses = self.pauses.lock();
+        let keys = pauses.get_mut(&namespace)?;
+        let until = *keys.get(key)?;
+        if until > now {
+            return Some(pause::refusal(algorithm.capacity(), until - now, now));
+        }
+        keys.remove(key);
+        self.pauses_held.fetch_sub(1, Ordering::Release);
+        None
+    }
+
+    /// Pauses (`namespace`, `key`) for `duration` unless a longer pause is in effect; returns
+    /// the pause in effect. Ended pauses of the namespace are dropped on the way, so the map
+    /// holds no more than the pauses in effect plus those ended since the last one was set.
+    pub(crate) fn pause(&self, namespace: u32, key: &str, duration: std::time::Duration) -> std::time::Duration {
+        let now = self.clock.now_micros();
+        let wanted = now.saturating_add(crate::params::micros(duration).max(1));
+        let mut pauses = self.pauses.lock();
+        let keys = pauses.entry(namespace).or_default();
+        let before = keys.len();
+        keys.retain(|_, until| *until > now);
+        let until = keys.entry(key.into()).or_insert(0);
+        *until = (*until).max(wanted);
+        let in_effect = *until - now;
+        let after = keys.len();
+        if after >= before {
+            self.pauses_held.fetch_add(after - before, Ordering::Release);
+        } else {
+            self.pauses_held.fetch_sub(before - after, Ordering::Release);
+        }
+        std::time::Duration::from_micros(in_effect)
+    }
+
+    /// Forgets the state of (`namespace`, `key`), its pause included; waiters on a concurrent
+    /// limiter are woken.
     pub(crate) fn reset(&self, namespace: u32, key: &str) {
+        if self.pauses_held.load(Ordering::Acquire) != 0 {
+            let mut pauses = self.pauses.lock();
+            if pauses.get_mut(&namespace).and_then(|keys| keys.remove(key)).is_some() {
+                self.pauses_held.fetch_sub(1, Ordering::Release);
+            }
+        }
         let hash = self.hash(namespace, key.as_bytes());
         let mut shard = self.shard(hash).lock();
         if let Ok(entry) = shard.table.find_entry(hash, |s| s.is(namespace, key.as_bytes())) {

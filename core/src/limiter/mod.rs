@@ -20,6 +20,7 @@ pub(crate) mod concurrent;
 pub(crate) mod engine;
 pub mod gcra;
 pub(crate) mod log;
+pub(crate) mod pause;
 pub(crate) mod script;
 pub(crate) mod sliding;
 pub(crate) mod spec;

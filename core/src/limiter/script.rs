@@ -28,8 +28,12 @@ pub(crate) struct LuaScript {
 /// A batch costs the server one script invocation, one command parse and one reply write
 /// instead of one per call: about 20-35% of a GCRA call's server time (measured with
 /// redis-benchmark on Redis 7.0; the calls' own reads and writes are the rest).
+///
+/// Every call also passes through the pause check ([`PAUSE_PRELUDE`]), written once here for
+/// every engine.
 const BATCH_WRAPPER: &str = r#"
 local function run(KEYS, ARGV)
+__PAUSE__
 __BODY__
 end
 local same = ARGV[1] == 'batch-same'
@@ -55,10 +59,35 @@ end
 return replies
 "#;
 
+/// The pause check every engine's script starts with (see `Limiter::pause`). A check or peek
+/// passes one key more than its engine's own, last in KEYS: the pause key of the same identity
+/// (same hash tag, so the same Cluster slot). It is taken off KEYS before the engine's body
+/// runs, so engines index their keys exactly as their `.lua` files document. While the pause
+/// key holds an instant (µs) after now, the call is answered `{-1, remaining µs, now}` (no
+/// engine's reply starts with -1) and the engine's body does not run: a paused refusal reads
+/// and writes nothing else. Unpaused, the cost is one GET of a missing key; `now` (ARGV[2], or
+/// the server's TIME) is read only when a pause exists.
+const PAUSE_PRELUDE: &str = r#"
+if ARGV[1] == 'check' or ARGV[1] == 'peek' then
+  local paused_until = redis.call('GET', table.remove(KEYS))
+  if paused_until then
+    local now
+    if ARGV[2] ~= '' then
+      now = tonumber(ARGV[2])
+    else
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    paused_until = tonumber(paused_until)
+    if paused_until and paused_until > now then return {-1, paused_until - now, now} end
+  end
+end
+"#;
+
 impl LuaScript {
     /// The script `name` whose body is `engine` (an engine's `.lua` file).
     pub(crate) fn new(name: &'static str, engine: &'static str) -> Self {
-        let body = BATCH_WRAPPER.replacen("__BODY__", engine, 1);
+        let body = BATCH_WRAPPER.replacen("__PAUSE__", PAUSE_PRELUDE, 1).replacen("__BODY__", engine, 1);
         let sha1 = Script::new(&body).get_hash().to_owned();
         LuaScript { name, body, sha1 }
     }
@@ -88,8 +117,9 @@ impl LuaScript {
 }
 
 /// Every engine's script, for tools and benchmarks.
-fn all() -> [&'static LazyLock<LuaScript>; 5] {
+fn all() -> [&'static LazyLock<LuaScript>; 6] {
     [
+        &super::pause::SCRIPT,
         &super::gcra::SCRIPT,
         &super::sliding::SCRIPT,
         &super::log::SCRIPT,

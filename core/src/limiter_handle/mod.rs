@@ -18,6 +18,7 @@ use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 
 mod lease;
+mod pause;
 mod waiting;
 
 pub use waiting::{Permit, Policy, DEFAULT_WAIT_TIMEOUT};

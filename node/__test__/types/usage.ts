@@ -83,6 +83,17 @@ async function main(): Promise<void> {
     const e = error as RatekeeperError;
     void e.parameter;
   }
+  // Upstream feedback: a pause, and the headers of any client.
+  const pausedFor: number = await erp.pause(3000, 'stripe');
+  const fromObject: number | null = await erp.observe(429, { 'retry-after': '3' }, 'stripe');
+  const fromHeaders: number | null = await erp.observe(503, new Headers({ 'Retry-After': '3' }));
+  const fromPairs: number | null = await erp.observe(429, [['Retry-After', '3']]);
+  const fromResponse: number | null = await erp.observeResponse(new Response(null, { status: 429 }), 'stripe');
+  void [pausedFor, fromObject, fromHeaders, fromPairs, fromResponse];
+  // @ts-expect-error durations are milliseconds as numbers
+  await erp.pause('3s');
+  // @ts-expect-error a status is a number
+  await erp.observe('429', {});
   // @ts-expect-error limits are numbers
   memory.bucket('b', '5', 1000);
   // @ts-expect-error unknown named interval

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal, overload
+import asyncio
+
+from typing import Any, Literal, Protocol, overload
 
 from . import _ratekeeper
 from ._within import WithinLimit, WithinLimitOrSkip
 from .errors import InvalidArgument
 
-__all__ = ["Limiter"]
+__all__ = ["Limiter", "HttpResponse"]
+
+
+class HttpResponse(Protocol):
+    """What :meth:`Limiter.observe_response` reads of a response: ``requests.Response`` and
+    ``httpx.Response`` both fit (``status_code``, and ``headers`` with ``items()``)."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Any: ...
 
 
 class Limiter(_ratekeeper.Limiter):
@@ -63,3 +75,17 @@ class Limiter(_ratekeeper.Limiter):
         if policy == "ignore":
             return WithinLimitOrSkip(self, key, cost, policy, wait_timeout)
         raise InvalidArgument(f'invalid argument `policy`: must be "raise" or "ignore", got {policy!r}', "policy")
+
+    def observe_response(self, response: HttpResponse, key: str | None = None) -> float | None:
+        """:meth:`observe` on a ``requests`` or ``httpx`` response (anything with
+        ``status_code`` and ``headers``)::
+
+            response = session.get(url)
+            limiter.observe_response(response)  # a 429 with Retry-After: 3 pauses every process
+
+        Returns the pause in effect in seconds, or ``None`` when the response asks for none."""
+        return self.observe(response.status_code, response.headers, key)
+
+    def aobserve_response(self, response: HttpResponse, key: str | None = None) -> asyncio.Future[float | None]:
+        """asyncio form of :meth:`observe_response`."""
+        return self.aobserve(response.status_code, response.headers, key)

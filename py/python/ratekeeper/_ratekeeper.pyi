@@ -3,7 +3,7 @@ Native core of ratekeeper; import `ratekeeper` instead.
 """
 
 from asyncio import Future
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 from ratekeeper._limiter import Limiter as Limiter2
 from typing import Any, Final, Literal, final
@@ -429,6 +429,14 @@ class Limiter:
         every limiter but concurrent ones, which fail closed unless built with
         `allow_fallback=True`.
         """
+    def aobserve(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None) -> Future[float | None]:
+        """
+        asyncio form of `observe`.
+        """
+    def apause(self, /, duration: float, key: str | None = None) -> Future[float]:
+        """
+        asyncio form of `pause`.
+        """
     def apeek(self, /, key: str | None = None) -> Future[Decision]:
         """
         asyncio form of `peek`.
@@ -476,6 +484,24 @@ class Limiter:
     def name(self, /) -> str:
         """
         The limiter's name.
+        """
+    def observe(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None) -> float | None:
+        """
+        Reads an upstream response's `status` and `headers` (a mapping, e.g. `requests`' or
+        `httpx`' headers, or `(name, value)` pairs) and pauses `key` for as long as a 429 or 503
+        asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset` when
+        `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are case-insensitive;
+        malformed values are ignored. Returns the pause in effect in seconds, or `None` when the
+        response asks for none.
+        """
+    def pause(self, /, duration: float, key: str | None = None) -> float:
+        """
+        Pauses `key` for `duration` seconds, in every process sharing the backend: until it
+        ends, `check` and `peek` are refused with `retry_after` = the remaining pause (consuming
+        nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
+        one never shortens it. Returns the pause in effect, in seconds. On Redis the check costs
+        no extra round trip. A `duration` that is not a positive number (0, negative, NaN) raises
+        `InvalidArgument` naming `duration`.
         """
     def peek(self, /, key: str | None = None) -> Decision:
         """

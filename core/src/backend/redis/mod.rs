@@ -26,6 +26,7 @@ use crate::clock::Clock;
 use crate::decision::{Decision, Lease};
 use crate::error::{Error, Result};
 use crate::limiter::concurrent::Concurrent;
+use crate::limiter::pause;
 use crate::limiter::script::LuaScript;
 use crate::limiter::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
 use crate::live::Live;
@@ -366,9 +367,14 @@ impl RedisBackend {
         let Some(script) = algorithm.script() else { return Err(not_applicable(algorithm, op)) };
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let roles = algorithm.keys(op);
-        let mut cmd = script.evalsha(roles.len());
+        let paused = pause::applies_to(op);
+        let mut cmd = script.evalsha(roles.len() + usize::from(paused));
         for role in roles {
             cmd.arg(keys.key(role));
+        }
+        // Last in KEYS, where the script's pause check takes it from (see `PAUSE_PRELUDE`).
+        if paused {
+            cmd.arg(keys.key(pause::ROLE));
         }
         cmd.arg(op.verb());
         let now = self.manual_clock.as_ref().map(|clock| clock.now_micros());
@@ -390,6 +396,11 @@ impl RedisBackend {
         wake_key: Option<String>,
         reply: Vec<i64>,
     ) -> Result<Outcome> {
+        if pause::applies_to(op) {
+            if let Some(paused) = pause::refusal_in_reply(algorithm.capacity(), &reply) {
+                return Ok(paused);
+            }
+        }
         let mut outcome = algorithm.decode(op, &reply)?;
         if let (Op::Check { .. } | Op::Peek, false, Some(list_key)) = (op, outcome.decision.allowed, wake_key) {
             outcome.wake = Some(Wake::Remote { waiter: self.clone(), list_key });
@@ -427,7 +438,9 @@ impl RedisBackend {
     pub(crate) async fn reset(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm) -> Result<()> {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let mut pipe = redis::pipe();
-        pipe.del(algorithm.state_keys().iter().map(|r| keys.key(r)).collect::<Vec<_>>()).ignore();
+        // A reset forgets a pause too: it is state of the same identity.
+        let state = algorithm.state_keys().iter().chain([&pause::ROLE]);
+        pipe.del(state.map(|r| keys.key(r)).collect::<Vec<_>>()).ignore();
         if let Some(list) = algorithm.wake_list() {
             let wake = keys.key(list.role);
             for _ in 0..list.slots.min(1024) {
@@ -436,6 +449,34 @@ impl RedisBackend {
             pipe.pexpire(&wake, (list.ttl_us / 1000).max(1) as i64).ignore();
         }
         self.query(&pipe).await
+    }
+
+    /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect (see
+    /// `pause.lua`); returns the pause in effect. Under the `fallback` policy the fallback
+    /// limiter is paused too, so a pause holds while Redis is unreachable.
+    pub(crate) async fn pause(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        failover: &Failover,
+        duration: Duration,
+    ) -> Result<Duration> {
+        if let Some((_, namespace)) = &failover.fallback {
+            self.fallback.pause(*namespace, key, duration);
+        }
+        let script: &'static LuaScript = &crate::limiter::pause::SCRIPT;
+        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let mut cmd = script.evalsha(1);
+        cmd.arg(keys.key(pause::ROLE)).arg("pause");
+        match self.manual_clock.as_ref().map(|clock| clock.now_micros()) {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(crate::params::micros(duration).max(1));
+        let sent = AtomicBool::new(false);
+        let reply = scripts::run_cmd(&self.connections, self.deadline, script, cmd, &sent).await?;
+        pause::in_effect(&reply)
     }
 
     /// Runs a pipeline (not a script) within the deadline.
@@ -636,16 +677,16 @@ mod tests {
     }
 
     /// A fixed window (one block per limit) is a counter in the hash alone: its call does not
-    /// pass the sorted set that only sub-buckets use.
+    /// pass the sorted set that only sub-buckets use. (A check also passes the pause key, last.)
     #[test]
     fn fixed_windows_pass_only_the_hash() {
         let second = Duration::from_secs(1);
-        assert_eq!(keys_of(LimiterSpec::Bucket { limit: 5, interval: second }), ["h"]);
+        assert_eq!(keys_of(LimiterSpec::Bucket { limit: 5, interval: second }), ["h", "p"]);
         let fixed = |duration| SlidingLimit { duration, limit: 5, precision: None };
         let two_fixed = LimiterSpec::SlidingWindow { limits: vec![fixed(second), fixed(60 * second)] };
-        assert_eq!(keys_of(two_fixed), ["h"]);
+        assert_eq!(keys_of(two_fixed), ["h", "p"]);
         let sub_buckets = SlidingLimit { duration: 60 * second, limit: 5, precision: Some(second) };
         let mixed = LimiterSpec::SlidingWindow { limits: vec![fixed(second), sub_buckets] };
-        assert_eq!(keys_of(mixed), ["h", "b"]);
+        assert_eq!(keys_of(mixed), ["h", "b", "p"]);
     }
 }

@@ -1,0 +1,115 @@
+'use strict';
+// Upstream feedback through Node: `pause`, `observe` (plain objects, `Headers`, `Map`s, pairs,
+// fetch `Response`s) and `observeResponse`, on memory, Redis and a Redis Cluster, judged by a
+// ManualClock (never by sleeping).
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Backend, ManualClock } = require('..');
+const { RedisServer, RedisCluster } = require('./support/redis.js');
+
+const START_US = 1_700_000_000_000_000; // a whole second
+const options = { deadlineMs: 5000, connectTimeoutMs: 5000 };
+let prefixes = 0;
+const prefix = () => `node${process.pid}x${prefixes++}`;
+
+async function isPending(promise) {
+  const marker = Symbol('pending');
+  const first = await Promise.race([promise, new Promise((resolve) => setTimeout(resolve, 30, marker))]);
+  return first === marker;
+}
+
+/** What every backend must do, given a factory of backends on one manual clock. */
+async function pauseSemantics(makeBackend) {
+  const clock = new ManualClock(START_US);
+  const limiter = makeBackend(clock).tokenBucket('api', 0.01, 5); // 12 s refill 0.12 tokens
+  assert.equal((await limiter.check('k')).allowed, true);
+  assert.equal(await limiter.pause(10_000, 'k'), 10_000);
+  for (let i = 0; i < 3; i++) {
+    const d = await limiter.check('k');
+    assert.equal(d.allowed, false);
+    assert.equal(d.retryAfterMs, 10_000);
+    assert.equal(d.remaining, 0);
+  }
+  assert.equal((await limiter.peek('k')).retryAfterMs, 10_000);
+  assert.equal((await limiter.check('other')).allowed, true, 'other keys are not paused');
+  clock.advance(4000);
+  assert.equal(await limiter.pause(2500, 'k'), 6000, 'a shorter pause never shortens');
+  assert.equal(await limiter.pause(8000, 'k'), 8000, 'a longer one extends');
+  clock.advance(8000);
+  const back = await limiter.check('k');
+  assert.equal(back.allowed, true);
+  assert.equal(back.remaining, 3, 'the paused refusals consumed nothing');
+
+  // observe, with headers as every client gives them.
+  const api = makeBackend(clock).tokenBucket('upstream', 100, 100);
+  assert.equal(await api.observe(200, { 'retry-after': '30' }, 'a'), null);
+  assert.equal(await api.observe(429, { 'retry-after': 'soon' }, 'a'), null);
+  assert.equal((await api.check('a')).allowed, true);
+  const now = clock.nowUs / 1000;
+  const date = new Date(now + 20_000).toUTCString();
+  const forms = [
+    ['object', { 'Retry-After': '3' }, 3000],
+    ['Headers', new Headers({ 'retry-after': date }), 20_000],
+    ['Map', new Map([['RateLimit-Remaining', '0'], ['RateLimit-Reset', '7']]), 7000],
+    ['pairs', [['X-RateLimit-Reset', String(Math.floor(now / 1000) + 45)]], 45_000],
+    ['array values', { 'x-ratelimit-reset': ['60', '90'] }, 60_000],
+    ['Response', new Response(null, { status: 429, headers: { 'Retry-After': '4' } }), 4000],
+  ];
+  for (const [key, headers, wait] of forms) {
+    assert.equal(await api.observe(429, headers, key), wait, key);
+    assert.equal((await api.check(key)).retryAfterMs, wait, key);
+  }
+  const response = new Response('slow down', { status: 503, headers: { 'Retry-After': '5' } });
+  assert.equal(await api.observeResponse(response, 'fetched'), 5000);
+  assert.equal((await api.check('fetched')).retryAfterMs, 5000);
+  assert.equal(await api.observeResponse(new Response('ok'), 'fine'), null);
+
+  // acquire waits out the pause, by the manual clock.
+  const waiter = makeBackend(clock).tokenBucket('waiter', 100, 100);
+  await waiter.pause(5000);
+  await assert.rejects(waiter.acquire(null, { waitTimeoutMs: 1000 }), (e) => e.code === 'ERR_OVER_LIMIT' && e.retryAfterMs === 5000);
+  const waiting = waiter.acquire(null, { waitTimeoutMs: 10_000 });
+  assert.equal(await isPending(waiting), true);
+  clock.advanceUs(5_000_000 - 1);
+  assert.equal(await isPending(waiting), true, 'not one microsecond early');
+  clock.advanceUs(1);
+  assert.equal((await waiting).allowed, true);
+}
+
+test('pause and observe on memory', async () => {
+  await pauseSemantics((clock) => Backend.memory({ clock }));
+});
+
+test('pause and observe on Redis', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  await pauseSemantics((clock) => Backend.redis(server.url, { ...options, prefix: prefix(), clock }));
+});
+
+test('pause and observe on a Redis Cluster', async (t) => {
+  const cluster = await RedisCluster.start();
+  t.after(() => cluster.destroy());
+  await pauseSemantics((clock) => Backend.cluster(cluster.seeds, { ...options, prefix: prefix(), clock }));
+});
+
+test('bad arguments reject naming them, before anything is written', async () => {
+  const limiter = Backend.memory().tokenBucket('api', 100, 100);
+  for (const bad of [0, -1, NaN, Infinity, '3', null, undefined]) {
+    await assert.rejects(limiter.pause(bad, 'k'), (e) => e.code === 'ERR_INVALID_ARGUMENT' && e.parameter === 'durationMs', String(bad));
+  }
+  for (const [status, headers, parameter] of [
+    [99, {}, 'status'],
+    [1000, {}, 'status'],
+    [429.5, {}, 'status'],
+    ['429', {}, 'status'],
+    [429, 'Retry-After: 3', 'headers'],
+    [429, null, 'headers'],
+    [429, [['Retry-After']], 'headers'],
+    [429, { 'Retry-After': 3 }, 'headers'],
+  ]) {
+    await assert.rejects(limiter.observe(status, headers, 'k'), (e) => e.code === 'ERR_INVALID_ARGUMENT' && e.parameter === parameter, `${status} ${JSON.stringify(headers)}`);
+  }
+  await assert.rejects(limiter.observeResponse({ statusCode: 429 }), (e) => e.parameter === 'response');
+  assert.equal((await limiter.check('k')).allowed, true, 'nothing was paused');
+});
