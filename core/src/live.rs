@@ -28,10 +28,14 @@ pub fn set_client_language(language: &str) {
     let _ = CLIENT.set(format!("{} ratekeeper/{}", language.trim(), env!("CARGO_PKG_VERSION")));
 }
 
-/// The client description the registry stores: language, library version and host.
+/// The client description the registry stores: language, library version and host. Reading it
+/// does not fix the language: a binding that names it later still does.
 pub(crate) fn client() -> String {
-    let language = CLIENT.get_or_init(|| format!("rust ratekeeper/{}", env!("CARGO_PKG_VERSION")));
-    format!("{language} on {}", gethostname::gethostname().to_string_lossy())
+    let host = gethostname::gethostname();
+    match CLIENT.get() {
+        Some(language) => format!("{language} on {}", host.to_string_lossy()),
+        None => format!("rust ratekeeper/{} on {}", env!("CARGO_PKG_VERSION"), host.to_string_lossy()),
+    }
 }
 
 /// A limiter as the registry (or, on the memory backend, this process) knows it.

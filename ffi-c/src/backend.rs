@@ -53,7 +53,6 @@ fn failure_policy(policy: u32, divisor: u32) -> Result<FailurePolicy, Failure> {
 }
 
 /// Applies the options shared by both Redis constructors and builds the backend.
-/// A Redis backend; the registry lists this process's limiters as used from C.
 fn redis_backend(
     mut config: RedisConfig,
     prefix: *const c_char,
@@ -61,7 +60,6 @@ fn redis_backend(
     fallback_divisor: u32,
     deadline_secs: f64,
 ) -> Result<Backend, Failure> {
-    ratekeeper::set_client_language("c");
     if let Some(prefix) = arg_opt_str("prefix", prefix)? {
         config = config.prefix(prefix);
     }
@@ -72,7 +70,10 @@ fn redis_backend(
     Ok(Backend::redis_with(config)?)
 }
 
+/// Hands a new backend to the caller; the registry (`rk_backend_limiters_json`) lists this
+/// process's limiters as used from C.
 pub(crate) fn publish(out: Out<*mut rk_backend>, inner: Backend) {
+    ratekeeper::set_client_language("c");
     out.write(Box::into_raw(Box::new(rk_backend { inner })));
 }
 

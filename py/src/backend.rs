@@ -195,6 +195,12 @@ fn read_file(py: Python<'_>, path: &Path, parameter: &'static str) -> PyResult<V
 
 /// Everything `Backend.redis` and `Backend.cluster` accept besides the URLs.
 #[allow(clippy::too_many_arguments)]
+/// Names Python, with its version, as this process's language in the registry (`limiters()`).
+fn name_python(py: Python<'_>) {
+    let version = py.version_info();
+    ratekeeper::set_client_language(&format!("python {}.{}.{}", version.major, version.minor, version.patch));
+}
+
 fn redis_config(
     py: Python<'_>,
     mut config: RedisConfig,
@@ -209,9 +215,7 @@ fn redis_config(
     tls_key_file: Option<Path>,
     clock: Option<ClockArg>,
 ) -> PyResult<RedisConfig> {
-    // The registry (`limiters()`) names the language of the processes using a limiter.
-    let version = py.version_info();
-    ratekeeper::set_client_language(&format!("python {}.{}.{}", version.major, version.minor, version.patch));
+    name_python(py);
     if let Some(p) = prefix {
         config = config.prefix(p.0);
     }
@@ -278,7 +282,8 @@ impl Backend {
 impl Backend {
     /// A new in-process memory backend with default settings.
     #[new]
-    fn py_new() -> Self {
+    fn py_new(py: Python<'_>) -> Self {
+        name_python(py);
         Backend { inner: ratekeeper::Backend::memory(), kind: "memory" }
     }
 
@@ -288,6 +293,7 @@ impl Backend {
     #[staticmethod]
     #[pyo3(signature = (*, max_keys = None, clock = None))]
     fn memory(py: Python<'_>, max_keys: Option<Count<PMaxKeys>>, clock: Option<ClockArg>) -> PyResult<Self> {
+        name_python(py);
         let mut config = MemoryConfig::default();
         if let Some(n) = max_keys {
             let n = usize::try_from(n.0).map_err(|_| invalid(py, "max_keys", "too large".into()))?;
