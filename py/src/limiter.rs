@@ -21,7 +21,12 @@ use crate::errors::{guard, guard_detached};
 /// Every call takes an optional `key` (any string up to 1 KiB: a user id, an IP), so one
 /// limiter serves many identities. Methods prefixed with `a` are the asyncio forms: they return
 /// an `asyncio.Future` and never block the event loop.
-#[pyclass(frozen, subclass, module = "ratekeeper._ratekeeper")]
+///
+/// This is the native base of `ratekeeper.Limiter` (which adds `within_limit`); every
+/// constructor returns `ratekeeper.Limiter` instances.
+// Named `NativeLimiter` in Python: sharing the name `Limiter` with its subclass made the
+// generated stub import the subclass as `Limiter as Limiter2`.
+#[pyclass(frozen, subclass, name = "NativeLimiter", module = "ratekeeper._ratekeeper")]
 pub struct Limiter {
     pub(crate) inner: ratekeeper::Limiter,
     /// Calls go to Redis (release the GIL, run on the runtime).

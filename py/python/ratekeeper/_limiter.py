@@ -11,7 +11,7 @@ from .errors import InvalidArgument
 __all__ = ["Limiter"]
 
 
-class Limiter(_ratekeeper.Limiter):
+class Limiter(_ratekeeper.NativeLimiter):
     """A rate limiter bound to a backend; build one with a :class:`Backend` method. Safe to
     share between threads, tasks and event loops.
 

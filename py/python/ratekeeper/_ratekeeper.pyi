@@ -5,11 +5,11 @@ Native core of ratekeeper; import `ratekeeper` instead.
 from asyncio import Future
 from collections.abc import Mapping, Sequence
 from os import PathLike
-from ratekeeper._limiter import Limiter as Limiter2
+from ratekeeper._limiter import Limiter
 from typing import Any, Final, Literal, final
 from typing_extensions import disjoint_base
 
-__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "Limiter", "ManualClock", "Metrics", "UtilizationConfig", "UtilizationShedder", "unlimited"]
+__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "ManualClock", "Metrics", "NativeLimiter", "UtilizationConfig", "UtilizationShedder", "unlimited"]
 
 CORE_VERSION: Final[str]
 """
@@ -29,12 +29,12 @@ class Backend:
         A new in-process memory backend with default settings.
         """
     def __repr__(self, /) -> str: ...
-    def bucket(self, /, name: str, limit: int, interval: float | str) -> Limiter2:
+    def bucket(self, /, name: str, limit: int, interval: float | str) -> Limiter:
         """
         `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
         `"day"`), windows aligned to multiples of `interval` since the epoch.
         """
-    def calendar(self, /, name: str, limit: int, period: str, tz: str | None = None, anchor: int | None = None) -> Limiter2:
+    def calendar(self, /, name: str, limit: int, period: str, tz: str | None = None, anchor: int | None = None) -> Limiter:
         """
         `limit` per calendar `period` (`"day"`, `"week"` from Monday, `"month"`, `"year"`) in IANA
         time zone `tz` (default UTC); months start on day `anchor` (1-31, clamped to the month's
@@ -46,7 +46,7 @@ class Backend:
         A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
         redirections are followed. Takes the same options as `Backend.redis`.
         """
-    def concurrent(self, /, name: str, limit: int, lock_timeout: float = ..., wait_timeout: float | None = None, *, allow_fallback: bool = ...) -> Limiter2:
+    def concurrent(self, /, name: str, limit: int, lock_timeout: float = ..., wait_timeout: float | None = None, *, allow_fallback: bool = ...) -> Limiter:
         """
         At most `limit` holders at once: `acquire` returns a decision whose `lease` must be
         released. A lease older than `lock_timeout` seconds may be reclaimed by a waiter;
@@ -63,12 +63,12 @@ class Backend:
         """
         `"memory"`, `"redis"` or `"cluster"`.
         """
-    def leaky(self, /, name: str, size: int, drain: float) -> Limiter2:
+    def leaky(self, /, name: str, size: int, drain: float) -> Limiter:
         """
         A burst of `size`, then one call per `drain / size` seconds; after `drain` seconds idle
         the full burst is back.
         """
-    def limiter(self, /, name: str, spec: str | Mapping[str, Any]) -> Limiter2:
+    def limiter(self, /, name: str, spec: str | Mapping[str, Any]) -> Limiter:
         """
         A limiter built from its spec as data: a dict or a JSON string, durations in seconds,
         e.g. `{"kind": "token_bucket", "rate": 10, "capacity": 20}` (see the README's "Specs as
@@ -85,7 +85,7 @@ class Backend:
         """
         Keys held by a memory backend (expired ones included until swept); None for Redis.
         """
-    def points(self, /, name: str, capacity: int, refill: float) -> Limiter2:
+    def points(self, /, name: str, capacity: int, refill: float) -> Limiter:
         """
         A leaky bucket of `capacity` points refilled completely in `refill` seconds: a call
         gives an estimate as its cost, and `points_used(estimate, actual)` charges or refunds
@@ -108,7 +108,7 @@ class Backend:
           `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
         - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
         """
-    def sliding_window(self, /, name: str, limits: Sequence[tuple[float, int] | tuple[float, int, float]]) -> Limiter2:
+    def sliding_window(self, /, name: str, limits: Sequence[tuple[float, int] | tuple[float, int, float]]) -> Limiter:
         """
         Several `(duration, limit[, precision])` limits over sub-buckets of `precision` seconds
         (none: a plain fixed window), checked atomically; only admitted calls count.
@@ -117,21 +117,21 @@ class Backend:
         """
         What the failure policy has done so far (all zero for memory backends).
         """
-    def token_bucket(self, /, name: str, rate: float, capacity: int) -> Limiter2:
+    def token_bucket(self, /, name: str, rate: float, capacity: int) -> Limiter:
         """
         Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens.
         """
-    def unlimited(self, /, name: str | None = None) -> Limiter2:
+    def unlimited(self, /, name: str | None = None) -> Limiter:
         """
         A limiter that always allows and touches no backend (`ratekeeper.unlimited()` is the
         same without a name).
         """
-    def window(self, /, name: str, limit: int, interval: float | str) -> Limiter2:
+    def window(self, /, name: str, limit: int, interval: float | str) -> Limiter:
         """
         Exact sliding window: never more than `limit` admissions in any span of `interval`
         (seconds or a name, as for `bucket`).
         """
-    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]]) -> Limiter2:
+    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]]) -> Limiter:
         """
         Several exact sliding windows checked and recorded together, e.g.
         `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
@@ -352,8 +352,85 @@ class LimitStatus:
         The span in whole microseconds.
         """
 
+@final
+class ManualClock:
+    """
+    A clock that only moves when told to; waiters wake when it passes their deadline. Pass it to
+    `Backend.memory(clock=...)` or `Backend.redis(url, clock=...)` (the Redis scripts then take
+    time from it instead of the server's `TIME`), or to `UtilizationShedder`.
+    """
+    def __new__(cls, /, start_us: int | None = None) -> ManualClock:
+        """
+        A manual clock reading `start_us` microseconds since the epoch (default: now).
+        """
+    def __repr__(self, /) -> str: ...
+    def advance(self, /, seconds: float) -> None:
+        """
+        Moves the clock forward by `seconds` (truncated to whole microseconds).
+        """
+    def advance_us(self, /, micros: int) -> None:
+        """
+        Moves the clock forward by `micros` microseconds.
+        """
+    @property
+    def now(self, /) -> float:
+        """
+        The clock's reading in seconds since the epoch.
+        """
+    @property
+    def now_us(self, /) -> int:
+        """
+        The clock's reading in microseconds since the epoch.
+        """
+    def set_us(self, /, micros: int) -> None:
+        """
+        Sets the clock to `micros` microseconds since the epoch (it may move backwards).
+        """
+
+@final
+class Metrics:
+    """
+    A concurrent limiter's metrics (Sidekiq's set); times in seconds.
+    """
+    def __repr__(self, /) -> str: ...
+    @property
+    def held(self, /) -> int:
+        """
+        Leases granted (blocks run).
+        """
+    @property
+    def held_time(self, /) -> float:
+        """
+        Total time leases were held, measured at release.
+        """
+    @property
+    def immediate(self, /) -> int:
+        """
+        Leases granted without waiting.
+        """
+    @property
+    def overages(self, /) -> int:
+        """
+        Leases released after their lock_timeout (holders that ran too long).
+        """
+    @property
+    def reclaimed(self, /) -> int:
+        """
+        Overdue leases reclaimed for a new caller.
+        """
+    @property
+    def wait_time(self, /) -> float:
+        """
+        Total time spent waiting by the leases granted after waiting.
+        """
+    @property
+    def waited(self, /) -> int:
+        """
+        Leases granted after waiting.
+        """
+
 @disjoint_base
-class Limiter:
+class NativeLimiter:
     """
     A rate limiter bound to a backend; build one with a `Backend` method. Safe to share between
     threads, tasks and event loops.
@@ -361,6 +438,9 @@ class Limiter:
     Every call takes an optional `key` (any string up to 1 KiB: a user id, an IP), so one
     limiter serves many identities. Methods prefixed with `a` are the asyncio forms: they return
     an `asyncio.Future` and never block the event loop.
+
+    This is the native base of `ratekeeper.Limiter` (which adds `within_limit`); every
+    constructor returns `ratekeeper.Limiter` instances.
     """
     def __repr__(self, /) -> str: ...
     def _validate(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> None:
@@ -481,86 +561,9 @@ class Limiter:
         """
         The default time `acquire` and `within_limit` wait, in seconds.
         """
-    def with_wait_timeout(self, /, wait_timeout: float) -> Limiter2:
+    def with_wait_timeout(self, /, wait_timeout: float) -> Limiter:
         """
         The same limiter with another default wait timeout (seconds; 0: never wait).
-        """
-
-@final
-class ManualClock:
-    """
-    A clock that only moves when told to; waiters wake when it passes their deadline. Pass it to
-    `Backend.memory(clock=...)` or `Backend.redis(url, clock=...)` (the Redis scripts then take
-    time from it instead of the server's `TIME`), or to `UtilizationShedder`.
-    """
-    def __new__(cls, /, start_us: int | None = None) -> ManualClock:
-        """
-        A manual clock reading `start_us` microseconds since the epoch (default: now).
-        """
-    def __repr__(self, /) -> str: ...
-    def advance(self, /, seconds: float) -> None:
-        """
-        Moves the clock forward by `seconds` (truncated to whole microseconds).
-        """
-    def advance_us(self, /, micros: int) -> None:
-        """
-        Moves the clock forward by `micros` microseconds.
-        """
-    @property
-    def now(self, /) -> float:
-        """
-        The clock's reading in seconds since the epoch.
-        """
-    @property
-    def now_us(self, /) -> int:
-        """
-        The clock's reading in microseconds since the epoch.
-        """
-    def set_us(self, /, micros: int) -> None:
-        """
-        Sets the clock to `micros` microseconds since the epoch (it may move backwards).
-        """
-
-@final
-class Metrics:
-    """
-    A concurrent limiter's metrics (Sidekiq's set); times in seconds.
-    """
-    def __repr__(self, /) -> str: ...
-    @property
-    def held(self, /) -> int:
-        """
-        Leases granted (blocks run).
-        """
-    @property
-    def held_time(self, /) -> float:
-        """
-        Total time leases were held, measured at release.
-        """
-    @property
-    def immediate(self, /) -> int:
-        """
-        Leases granted without waiting.
-        """
-    @property
-    def overages(self, /) -> int:
-        """
-        Leases released after their lock_timeout (holders that ran too long).
-        """
-    @property
-    def reclaimed(self, /) -> int:
-        """
-        Overdue leases reclaimed for a new caller.
-        """
-    @property
-    def wait_time(self, /) -> float:
-        """
-        Total time spent waiting by the leases granted after waiting.
-        """
-    @property
-    def waited(self, /) -> int:
-        """
-        Leases granted after waiting.
         """
 
 @final
@@ -626,7 +629,7 @@ class UtilizationShedder:
         The share of non-critical traffic being shed now, 0..1.
         """
 
-def unlimited() -> Limiter2:
+def unlimited() -> Limiter:
     """
     A limiter that always allows and touches no backend (admins, tests).
     """
