@@ -1,8 +1,9 @@
 //! `Limiter`: every call style of the core's limiter, sync and asyncio.
 //!
 //! Sync calls on Redis release the GIL around the blocking call; on the memory backend a check
-//! takes about 100 ns, less than releasing and retaking the GIL, so it runs with the GIL held
-//! (only `acquire`, which may wait, releases it there too).
+//! costs less than releasing and retaking the GIL (README, Benchmarks: "Figures behind design
+//! choices"), so it runs with the GIL held (only `acquire`, which may wait, releases it there
+//! too).
 
 use pyo3::inspect::PyStaticExpr;
 use pyo3::prelude::*;
