@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, ErrorKind, FailurePolicy, Limiter, RedisConfig, SlidingLimit, WindowLimit};
-use support::{RedisCluster, RedisServer, Watchdog};
+use support::{RedisCluster, RedisServer, Watchdog, GIVE_UP};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -417,7 +417,7 @@ fn concurrent_waiter_on_the_cluster_is_woken_by_release() {
     // The waiter blocks in BLPOP on one of the masters.
     let start = Instant::now();
     while !cluster.nodes.iter().any(|n| n.cli(&["INFO", "clients"]).contains("blocked_clients:1")) {
-        assert!(start.elapsed() < Duration::from_secs(3), "no client blocked in BLPOP on any master");
+        assert!(start.elapsed() < GIVE_UP, "no client blocked in BLPOP on any master");
         std::thread::sleep(Duration::from_millis(10));
     }
     let start = Instant::now();

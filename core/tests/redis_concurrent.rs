@@ -38,7 +38,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, Decision, ErrorKind, FailurePolicy, Lease, Limiter, RedisConfig, Result};
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, GIVE_UP};
 
 /// The key every test uses (one identity, maximal contention).
 const KEY: &str = "res";
@@ -93,15 +93,16 @@ fn blocked_clients(conns: &mut [redis::Connection]) -> usize {
         .sum()
 }
 
-/// Waits until exactly `n` clients are blocked over `conns`; returns how long that took.
-fn wait_blocked(conns: &mut [redis::Connection], n: usize, timeout: Duration) -> Duration {
+/// Waits until exactly `n` clients are blocked over `conns` (giving up after [`GIVE_UP`]);
+/// returns how long that took.
+fn wait_blocked(conns: &mut [redis::Connection], n: usize) -> Duration {
     let start = Instant::now();
     loop {
         let blocked = blocked_clients(conns);
         if blocked == n {
             return start.elapsed();
         }
-        assert!(start.elapsed() < timeout, "expected {n} clients blocked in BLPOP, INFO says {blocked}");
+        assert!(start.elapsed() < GIVE_UP, "expected {n} clients blocked in BLPOP, INFO says {blocked}");
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -811,7 +812,7 @@ fn one_release_wakes_one_waiter(
             })
         })
         .collect();
-    let blocked_in = wait_blocked(probes, waiters, Duration::from_secs(10));
+    let blocked_in = wait_blocked(probes, waiters);
     println!("{waiters} waiters blocked in BLPOP after {blocked_in:?}");
     let mut latencies = Vec::new();
     let mut winners = HashSet::new();
@@ -828,7 +829,7 @@ fn one_release_wakes_one_waiter(
         assert!(winners.insert(winner), "waiter {winner} won twice");
         held = lease;
         // Exactly one: the others go back to (or never left) BLPOP and nobody else is granted.
-        wait_blocked(probes, waiters - round - 1, Duration::from_secs(2));
+        wait_blocked(probes, waiters - round - 1);
         if let Ok((other, result, _)) = rx.recv_timeout(Duration::from_millis(20)) {
             panic!("round {round}: waiter {other} was woken too ({:?}) by a single release", result.map(|d| d.allowed));
         }
@@ -887,7 +888,7 @@ fn a_wake_up_delivered_to_a_waiter_that_dies_still_frees_the_slot_for_the_others
         vec![("RKC_NAME", "handoff".to_owned()), ("RKC_LIMIT", "1".to_owned()), ("RKC_LOCK_MS", "30000".to_owned())]
     });
     workers.each("WAITING", Duration::from_secs(20));
-    wait_blocked(&mut probes, 1, Duration::from_secs(5));
+    wait_blocked(&mut probes, 1);
     // ...then one in this process, willing to wait long: without a remedy it would sit out all of it.
     let wait = Duration::from_secs(10);
     let waiter = {
@@ -897,13 +898,13 @@ fn a_wake_up_delivered_to_a_waiter_that_dies_still_frees_the_slot_for_the_others
             (result, Instant::now())
         })
     };
-    wait_blocked(&mut probes, 2, Duration::from_secs(5));
+    wait_blocked(&mut probes, 2);
 
     workers.stop(0);
     let released = Instant::now();
     block(limiter.release(Some(KEY), &holder)).expect("release");
     // Redis hands the wake-up to the stopped process (the reply waits in its socket)...
-    wait_blocked(&mut probes, 1, Duration::from_secs(2));
+    wait_blocked(&mut probes, 1);
     // ...which dies without ever reading it.
     workers.kill(0);
     std::thread::sleep(Duration::from_millis(300));
@@ -948,7 +949,7 @@ fn over_limit_at_the_wait_timeout(limiter: &Limiter, probes: &mut [redis::Connec
         let limiter = limiter.clone();
         runtime().spawn(async move { limiter.acquire(Some(KEY), 1, explicit.then_some(wait)).await })
     };
-    wait_blocked(probes, 1, Duration::from_secs(1));
+    wait_blocked(probes, 1);
     let error = block(waiter).unwrap().expect_err("no slot was free for the whole wait");
     let took = started.elapsed();
     let scripts = script_calls(probes) - scripts_before;
@@ -972,7 +973,7 @@ fn over_limit_at_the_wait_timeout(limiter: &Limiter, probes: &mut [redis::Connec
     assert!(scripts <= 3, "{scripts} script calls while waiting {wait:?}");
     // The waiter returns on its own exact timer; its BLPOP ends at Redis's (checked ~10 times a
     // second) moments later, and must not linger.
-    wait_blocked(probes, 0, Duration::from_millis(500));
+    wait_blocked(probes, 0);
     block(limiter.release(Some(KEY), &holder)).expect("the holder still holds");
 }
 
@@ -1199,7 +1200,7 @@ fn a_lease_granted_after_its_call_timed_out_is_released() {
         let limiter = limiter.clone();
         runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
     };
-    wait_blocked(std::slice::from_mut(&mut probe), 1, Duration::from_secs(5));
+    wait_blocked(std::slice::from_mut(&mut probe), 1);
     let waiting = second_acquire(&second);
     let err = block(first).unwrap().expect_err("the paused server cannot answer within 100 ms");
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
@@ -1232,7 +1233,7 @@ fn a_lease_granted_to_a_dropped_acquire_is_released() {
         runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
     };
     // The check is on the server, postponed by the pause: drop the call's future now.
-    wait_blocked(std::slice::from_mut(&mut probe), 1, Duration::from_secs(5));
+    wait_blocked(std::slice::from_mut(&mut probe), 1);
     call.abort();
     assert!(block(call).unwrap_err().is_cancelled());
     let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut probe).unwrap();
@@ -1255,7 +1256,7 @@ fn wait_for_redis(url: &str) {
     let probe = policy_backend(url, "probe", FailurePolicy::FailClosed).token_bucket("probe", 1.0, 1).unwrap();
     let start = Instant::now();
     while block(probe.peek(None)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(10), "Redis did not come back");
+        assert!(start.elapsed() < GIVE_UP, "Redis did not come back");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ratekeeper::{
     runtime, Backend, BackendStats, Decision, ErrorKind, FailurePolicy, Limiter, RedisConfig, Result, DEFAULT_DEADLINE,
 };
-use support::{signal_pid, RedisServer, Watchdog};
+use support::{signal_pid, RedisServer, Watchdog, GIVE_UP};
 
 /// When a watchdog ends an outage that the calls under test must not have waited for: long
 /// against the 200 ms deadline, so that a call still running then waited on the server instead.
@@ -237,7 +237,7 @@ fn await_recovery(style: Style, backend: &Backend, limiter: &Limiter, key: &str,
                 return (start.elapsed(), decision);
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "{what}: Redis never came back ({:?})", backend.stats());
+        assert!(start.elapsed() < GIVE_UP, "{what}: Redis never came back ({:?})", backend.stats());
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -475,7 +475,7 @@ fn wait_blocked_clients(server: &RedisServer, n: usize) -> Duration {
         if blocked == n {
             return start.elapsed();
         }
-        assert!(start.elapsed() < Duration::from_secs(3), "expected {n} blocked clients, INFO says:\n{info}");
+        assert!(start.elapsed() < GIVE_UP, "expected {n} blocked clients, INFO says:\n{info}");
         std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -33,6 +33,11 @@ fn scratch_dir(label: &str) -> PathBuf {
     dir
 }
 
+/// How long a polling wait (for a client to block, for a server to come back) runs before it
+/// fails the test rather than hang it. A give-up, not a performance bound: generous, so that a
+/// loaded machine never trips it; what the tests assert are the orderings around the wait.
+pub const GIVE_UP: Duration = Duration::from_secs(30);
+
 fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ready() {
