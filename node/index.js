@@ -38,6 +38,21 @@ function invalidArgument(parameter, message) {
   return error;
 }
 
+/**
+ * Refuses an options object holding a property not in `known`: a misspelt option would
+ * otherwise be ignored and its default used. The JavaScript layer's form of the native check
+ * (node/src/options.rs), with the same error.
+ */
+function refuseUnknownOptions(options, known) {
+  if (options == null) return;
+  if (typeof options !== 'object') {
+    throw invalidArgument('options', `must be an object, got ${Array.isArray(options) ? 'an array' : typeof options}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) throw invalidArgument(key, `is not an option; the options are ${known.join(', ')}`);
+  }
+}
+
 /** The rejection of an aborted wait, as Node's own APIs make it. */
 function abortError(signal) {
   const error = new Error('The operation was aborted', { cause: signal.reason });
@@ -201,8 +216,11 @@ function acquire(key, options) {
   );
 }
 
+const WITHIN_LIMIT_OPTIONS = ['key', 'cost', 'policy', 'waitTimeoutMs', 'signal'];
+
 async function withinLimit(fn, options) {
   if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
+  refuseUnknownOptions(options, WITHIN_LIMIT_OPTIONS);
   const { key, cost, policy = 'raise', waitTimeoutMs, signal } = options ?? {};
   if (policy !== 'raise' && policy !== 'ignore') {
     throw invalidArgument('policy', `must be 'raise' or 'ignore', got ${String(policy)}`);
@@ -296,6 +314,7 @@ function observeResponse(response, key) {
 
 async function run(fn, options) {
   if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
+  refuseUnknownOptions(options, ['critical']);
   const ticket = await this.enter(Boolean(options && options.critical));
   try {
     return await fn();

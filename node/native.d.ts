@@ -327,6 +327,12 @@ export interface Decision {
   limits?: Array<LimitStatus>
 }
 
+/** The `{ fallback: n }` form of `failurePolicy`. */
+export interface FallbackPolicy {
+  /** The in-process limiter takes over with 1/`fallback` of the limit. */
+  fallback: number
+}
+
 /** Options of `new FleetShedder()`. */
 export interface FleetShedderOptions {
   /** A request still in flight after this (a crashed worker) gives its slot back (default 30000). */
@@ -427,7 +433,7 @@ export interface RedisOptions {
    * `stats().failedOpen`), or `{ fallback: n }` (an in-process limiter with 1/n of the limit
    * takes over, counted in `stats().fellBack`).
    */
-  failurePolicy?: 'fail_closed' | 'fail_open' | { fallback: number }
+  failurePolicy?: 'fail_closed' | 'fail_open' | FallbackPolicy
   /** Every call settles within this many milliseconds, answered or not (default 200). */
   deadlineMs?: number
   /** Time allowed to establish a connection in the background (default 1000 ms). */

@@ -35,7 +35,8 @@ impl Clock for SystemClock {
     #[cfg(unix)]
     #[inline]
     fn now_micros(&self) -> u64 {
-        // clock_gettime directly: SystemTime's checked conversions cost ~10 ns on the hot path.
+        // clock_gettime directly: SystemTime's checked conversions are measurable on the hot path
+        // (README, Benchmarks: "Figures behind design choices").
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: clock_gettime only writes the timespec we pass, which lives on our stack.
         unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };

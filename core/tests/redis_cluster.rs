@@ -2,20 +2,18 @@
 //! from the identity, before any user text), no CROSSSLOT ever reaches a caller, keys with `{`,
 //! `}` and `:` never share state, and a dead master only fails the keys it owns.
 //!
-//! The tests of this file run one at a time (see [`serial`]): one of them is a load test and
-//! another asserts latency bounds, on a 2-core machine.
+//! The tests of this file run one at a time (see [`serial`]): one of them is a load test, on a
+//! 2-core machine. They assert orderings, never latencies.
 
 mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ratekeeper::{
-    runtime, Backend, ErrorKind, FailurePolicy, Limiter, RedisConfig, SlidingLimit, WindowLimit, DEFAULT_DEADLINE,
-};
-use support::{RedisCluster, RedisServer, SchedulingNoise};
+use ratekeeper::{runtime, Backend, ErrorKind, FailurePolicy, Limiter, RedisConfig, SlidingLimit, WindowLimit};
+use support::{RedisCluster, RedisServer, Watchdog, GIVE_UP};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -285,9 +283,16 @@ fn a_dead_master_fails_only_its_own_keys_within_the_deadline() {
     let dead_key = owners[2][0].clone();
     let live_keys = [owners[0][0].clone(), owners[1][0].clone()];
 
-    let noise = SchedulingNoise::start();
     cluster.nodes[2].kill();
     let killed = Instant::now();
+    // Something answers on the dead master's port again after 10 s (a plain server, holding none
+    // of the slots): a call that waited on the dead master rather than its deadline would end
+    // only then. Every call must end before (an ordering; the calls span about 4 s).
+    let (port, replacement) = (cluster.nodes[2].port, Arc::new(Mutex::new(None)));
+    let slot = replacement.clone();
+    let comeback = Watchdog::start(Duration::from_secs(10), move || {
+        *slot.lock().unwrap() = Some(RedisServer::start_on_port(port));
+    });
     let trace = std::env::var_os("RK_TRACE").is_some();
     let mut calls: Vec<Call> = Vec::new();
     // Sequential calls, alternating the dead master's key and the live ones, long enough to span
@@ -323,7 +328,6 @@ fn a_dead_master_fails_only_its_own_keys_within_the_deadline() {
     let opened = block(open_limiter.check(Some(&dead_key), 1)).expect("fail_open allows");
     let open_took = began.elapsed();
 
-    let bound = DEFAULT_DEADLINE + Duration::from_millis(20);
     let (dead, live): (Vec<&Call>, Vec<&Call>) = calls.iter().partition(|c| c.dead);
     let max = |calls: &[&Call]| calls.iter().map(|c| c.took).max().unwrap_or_default();
     let mut kinds = BTreeMap::new();
@@ -369,23 +373,18 @@ fn a_dead_master_fails_only_its_own_keys_within_the_deadline() {
         &live_failures[..live_failures.len().min(5)]
     );
     assert!(opened.allowed && open.stats().failed_open == 1, "fail_open allows and counts");
-    let mut excused = Duration::ZERO;
     let open_call = Call { dead: true, began, took: open_took, result: Ok(opened) };
     for call in calls.iter().chain([&open_call]) {
-        if call.took > bound {
-            std::thread::sleep(Duration::from_millis(5));
-            let noise = noise.worst_between(call.began, call.began + call.took);
-            assert!(
-                call.took <= bound + noise,
-                "a call (dead master: {}) took {:?} at {:?}: over {bound:?} (+ {noise:?} of machine scheduling delay)",
-                call.dead,
-                call.took,
-                call.began - killed
-            );
-            excused = excused.max(call.took - bound);
-        }
+        assert!(
+            !comeback.fired_by(call.began + call.took),
+            "a call (dead master: {}) begun {:?} after the kill ended only once its port answered again: {:?}",
+            call.dead,
+            call.began - killed,
+            call.result
+        );
     }
-    println!("dead master: beyond deadline + 20 ms only by machine scheduling delay: {excused:?}");
+    assert!(!comeback.stop(), "the calls outlasted the outage");
+    drop(replacement);
 }
 
 struct Call {
@@ -421,7 +420,7 @@ fn concurrent_waiter_on_the_cluster_is_woken_by_release() {
     // The waiter blocks in BLPOP on one of the masters.
     let start = Instant::now();
     while !cluster.nodes.iter().any(|n| n.cli(&["INFO", "clients"]).contains("blocked_clients:1")) {
-        assert!(start.elapsed() < Duration::from_secs(3), "no client blocked in BLPOP on any master");
+        assert!(start.elapsed() < GIVE_UP, "no client blocked in BLPOP on any master");
         std::thread::sleep(Duration::from_millis(10));
     }
     let start = Instant::now();
@@ -431,14 +430,20 @@ fn concurrent_waiter_on_the_cluster_is_woken_by_release() {
         }
     });
     let checks = start.elapsed();
-    assert!(!waiter.is_finished());
+    assert!(!waiter.is_finished(), "every check was answered while the waiter still blocked");
+    assert!(
+        cluster.nodes.iter().any(|n| n.cli(&["INFO", "clients"]).contains("blocked_clients:1")),
+        "the waiter is still in BLPOP"
+    );
     let released = Instant::now();
     block(mutex.release(Some("res"), &holder)).unwrap();
     let (result, woke) = block(waiter).unwrap();
     let wake = woke.duration_since(released);
     println!("cluster: 100 checks in {checks:?} while a waiter blocked; woken {wake:?} after the release");
+    // Orderings, not latencies: the checks were all answered while the waiter still blocked (the
+    // `is_finished` check above; stalled behind its BLPOP, they would have ended with it), and the
+    // waiter was granted, so woken by the release, inside its 5 s wait and 30 s before the
+    // holder's lease could be reclaimed.
     let lease = result.expect("the waiter gets the slot").lease.expect("a lease");
     assert!(lease.fencing_token > holder.fencing_token);
-    assert!(checks < Duration::from_secs(1), "checks stalled while a waiter blocked: {checks:?}");
-    assert!(wake < Duration::from_millis(200), "woken {wake:?} after the release");
 }

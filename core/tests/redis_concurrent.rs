@@ -4,9 +4,9 @@
 //!    sees more than 10 live holders, nor does an exact replay of the ZSET's writes from
 //!    `MONITOR`; all 200 complete; the fleet metrics count 200 holds and no overage.
 //! 2. SIGKILL 5 of 10 holder processes: their slots come back once their leases pass
-//!    lock_timeout (not before), within 3 s of the kill, and the reclaims are counted.
+//!    lock_timeout (not before), to waiters still inside their wait, and the reclaims are counted.
 //! 3. 100 waiters, one release at a time: exactly one waiter wakes per release (no other waiter
-//!    even re-checks), fast (p99).
+//!    even re-checks). The wake latency is a figure, printed by `bench-wake` (bench/).
 //! 4. No slot for the whole wait: `acquire` fails with over-limit at the wait timeout, having
 //!    blocked in BLPOP rather than polled.
 //! 5. An overrunning holder loses its lease to a waiter: lease lost at release, lower fencing
@@ -25,7 +25,7 @@
 //! role and its parameters come in `RKC_*` environment variables, and workers talk to the
 //! parent in `RKC …` lines on stdout (and take commands on stdin). Without `RKC_ROLE`,
 //! `concurrent_worker` does nothing. The tests of this file run one at a time (see [`serial`]):
-//! several assert latencies on a 2-core machine.
+//! they start many processes on a 2-core machine. They assert orderings, never latencies.
 
 mod support;
 
@@ -38,7 +38,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, Decision, ErrorKind, FailurePolicy, Lease, Limiter, RedisConfig, Result};
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, GIVE_UP};
 
 /// The key every test uses (one identity, maximal contention).
 const KEY: &str = "res";
@@ -93,15 +93,16 @@ fn blocked_clients(conns: &mut [redis::Connection]) -> usize {
         .sum()
 }
 
-/// Waits until exactly `n` clients are blocked over `conns`; returns how long that took.
-fn wait_blocked(conns: &mut [redis::Connection], n: usize, timeout: Duration) -> Duration {
+/// Waits until exactly `n` clients are blocked over `conns` (giving up after [`GIVE_UP`]);
+/// returns how long that took.
+fn wait_blocked(conns: &mut [redis::Connection], n: usize) -> Duration {
     let start = Instant::now();
     loop {
         let blocked = blocked_clients(conns);
         if blocked == n {
             return start.elapsed();
         }
-        assert!(start.elapsed() < timeout, "expected {n} clients blocked in BLPOP, INFO says {blocked}");
+        assert!(start.elapsed() < GIVE_UP, "expected {n} clients blocked in BLPOP, INFO says {blocked}");
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -661,14 +662,11 @@ fn two_hundred_holders_in_eight_processes_never_exceed_the_limit() {
     assert!(probe.max_live <= LIMIT, "the probe saw {} live holders (limit {LIMIT})", probe.max_live);
     assert!(probe.max_all <= LIMIT, "the probe saw {} holders (limit {LIMIT})", probe.max_all);
     assert_eq!(probe.max_live, LIMIT, "the limit was actually reached (otherwise the probe proves nothing)");
-    assert!(probe.mean_gap <= Duration::from_millis(10), "the probe sampled every {:?} on average", probe.mean_gap);
     // The probe may be descheduled on a busy machine; the MONITOR replay misses nothing.
     println!("MONITOR replay of the holders ZSET: {replay:?}");
     assert_eq!(replay.max_holders, LIMIT, "most holders at any moment, by the MONITOR replay: {replay:?}");
     assert_eq!((replay.grants, replay.releases, replay.reclaims, replay.final_holders), (200, 200, 0, 0), "{replay:?}");
-    // 200 holds of 275 ms on average through 10 slots take 5.5 s; much longer means slots sat idle.
-    let ideal = Duration::from_millis(held_ms / LIMIT as u64);
-    assert!(elapsed < ideal * 2, "took {elapsed:?} for {ideal:?} of work per slot");
+    // How long 200 holds took through 10 slots is a figure (printed above), not asserted.
 
     let fleet = block(backend(&server.url(), &prefix).concurrent(name, LIMIT as u64, lock).unwrap().fleet_metrics())
         .expect("fleet metrics");
@@ -679,7 +677,6 @@ fn two_hundred_holders_in_eight_processes_never_exceed_the_limit() {
     assert_eq!(fleet.immediate + fleet.waited, 200, "{fleet:?}");
     assert!(fleet.waited >= 190 - LIMIT as u64, "most holders had to wait: {fleet:?}");
     assert!(fleet.held_time >= Duration::from_millis(held_ms), "held_time covers every hold: {fleet:?}");
-    assert!(fleet.held_time < Duration::from_millis(held_ms) + Duration::from_secs(20), "{fleet:?}");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -754,11 +751,11 @@ fn slots_of_sigkilled_holders_are_reclaimed_after_lock_timeout() {
         (granted_at[KILLED - 1] - killed_at_us) as f64 / 1e6,
         lags
     );
-    assert!(recovered < Duration::from_secs(3), "the slots came back {recovered:?} after the kill");
+    // Orderings: every acquirer was granted inside its 5 s wait (the `expect` above), i.e. the
+    // slots came back to waiters rather than after they gave up, and the k-th new grant came
+    // only once the k-th dead lease was overdue (the survivors keep theirs).
     for (k, lag) in lags.iter().enumerate() {
-        // The k-th new grant needs the k-th dead lease to be overdue (the survivors keep theirs).
         assert!(*lag >= 0, "grant #{k} came {} µs before dead lease #{k} expired", -lag);
-        assert!(*lag < 500_000, "grant #{k} came {lag} µs after dead lease #{k} expired");
     }
     let max_dead_token = dead.iter().map(|l| l.fencing_token).max().unwrap();
     assert!(grants.iter().all(|l| l.fencing_token > max_dead_token), "new grants carry higher fencing tokens");
@@ -817,7 +814,7 @@ fn one_release_wakes_one_waiter(
             })
         })
         .collect();
-    let blocked_in = wait_blocked(probes, waiters, Duration::from_secs(10));
+    let blocked_in = wait_blocked(probes, waiters);
     println!("{waiters} waiters blocked in BLPOP after {blocked_in:?}");
     let mut latencies = Vec::new();
     let mut winners = HashSet::new();
@@ -834,7 +831,7 @@ fn one_release_wakes_one_waiter(
         assert!(winners.insert(winner), "waiter {winner} won twice");
         held = lease;
         // Exactly one: the others go back to (or never left) BLPOP and nobody else is granted.
-        wait_blocked(probes, waiters - round - 1, Duration::from_secs(2));
+        wait_blocked(probes, waiters - round - 1);
         if let Ok((other, result, _)) = rx.recv_timeout(Duration::from_millis(20)) {
             panic!("round {round}: waiter {other} was woken too ({:?}) by a single release", result.map(|d| d.allowed));
         }
@@ -852,7 +849,8 @@ fn one_release_wakes_one_waiter(
     latencies
 }
 
-fn report_wakes(what: &str, latencies: &[Duration]) -> Duration {
+/// Prints the wake latencies (informational: the figure belongs to `bench-wake`).
+fn report_wakes(what: &str, latencies: &[Duration]) {
     let mut sorted = latencies.to_vec();
     sorted.sort();
     let p99 = percentile(&sorted, 0.99);
@@ -862,17 +860,15 @@ fn report_wakes(what: &str, latencies: &[Duration]) -> Duration {
         percentile(&sorted, 0.5),
         sorted[sorted.len() - 1]
     );
-    p99
 }
 
 #[test]
-fn one_release_wakes_exactly_one_of_a_hundred_waiters_quickly() {
+fn one_release_wakes_exactly_one_of_a_hundred_waiters() {
     let _serial = serial();
     let server = RedisServer::start();
     let limiter = backend(&server.url(), &unique_prefix("c3")).concurrent("wake", 1, Duration::from_secs(60)).unwrap();
     let latencies = one_release_wakes_one_waiter(&limiter, &mut [raw(&server)], 100, 20);
-    let p99 = report_wakes("standalone, 100 waiters", &latencies);
-    assert!(p99 < Duration::from_millis(50), "p99 wake latency {p99:?}");
+    report_wakes("standalone, 100 waiters", &latencies);
     let m = limiter.metrics();
     assert_eq!((m.held, m.immediate, m.waited), (21, 1, 20), "{m:?}");
 }
@@ -894,7 +890,7 @@ fn a_wake_up_delivered_to_a_waiter_that_dies_still_frees_the_slot_for_the_others
         vec![("RKC_NAME", "handoff".to_owned()), ("RKC_LIMIT", "1".to_owned()), ("RKC_LOCK_MS", "30000".to_owned())]
     });
     workers.each("WAITING", Duration::from_secs(20));
-    wait_blocked(&mut probes, 1, Duration::from_secs(5));
+    wait_blocked(&mut probes, 1);
     // ...then one in this process, willing to wait long: without a remedy it would sit out all of it.
     let wait = Duration::from_secs(10);
     let waiter = {
@@ -904,13 +900,13 @@ fn a_wake_up_delivered_to_a_waiter_that_dies_still_frees_the_slot_for_the_others
             (result, Instant::now())
         })
     };
-    wait_blocked(&mut probes, 2, Duration::from_secs(5));
+    wait_blocked(&mut probes, 2);
 
     workers.stop(0);
     let released = Instant::now();
     block(limiter.release(Some(KEY), &holder)).expect("release");
     // Redis hands the wake-up to the stopped process (the reply waits in its socket)...
-    wait_blocked(&mut probes, 1, Duration::from_secs(2));
+    wait_blocked(&mut probes, 1);
     // ...which dies without ever reading it.
     workers.kill(0);
     std::thread::sleep(Duration::from_millis(300));
@@ -955,7 +951,7 @@ fn over_limit_at_the_wait_timeout(limiter: &Limiter, probes: &mut [redis::Connec
         let limiter = limiter.clone();
         runtime().spawn(async move { limiter.acquire(Some(KEY), 1, explicit.then_some(wait)).await })
     };
-    wait_blocked(probes, 1, Duration::from_secs(1));
+    wait_blocked(probes, 1);
     let error = block(waiter).unwrap().expect_err("no slot was free for the whole wait");
     let took = started.elapsed();
     let scripts = script_calls(probes) - scripts_before;
@@ -969,15 +965,17 @@ fn over_limit_at_the_wait_timeout(limiter: &Limiter, probes: &mut [redis::Connec
         "acquire with wait_timeout {wait:?} failed with {error}: refused {refused_after:?} after the call by the \
          server's clock, returned after {took:?}; {scripts} script calls"
     );
-    let (early, late) = (wait - Duration::from_millis(100), wait + Duration::from_millis(300));
-    assert!(refused_after >= early && refused_after <= late, "refused {refused_after:?} after the call");
-    // The caller sees it at the same time, give or take this thread's wake-up on a busy machine.
-    assert!(took >= early && took <= late + Duration::from_millis(200), "returned after {took:?}");
+    // Not before the wait timeout (lower bounds), and at it rather than when a slot freed: the
+    // refusal came while the holder's lease was still live (an ordering: retry_after > 0).
+    let early = wait - Duration::from_millis(100);
+    assert!(refused_after >= early, "refused {refused_after:?} after the call, before its wait timeout {wait:?}");
+    assert!(took >= early, "returned after {took:?}, before the wait timeout {wait:?}");
+    assert!(retry > Duration::ZERO, "refused at the wait timeout, while the holder's lease was live");
     // Not polling: one refused check, one after the BLPOP timed out (plus a spare).
     assert!(scripts <= 3, "{scripts} script calls while waiting {wait:?}");
     // The waiter returns on its own exact timer; its BLPOP ends at Redis's (checked ~10 times a
     // second) moments later, and must not linger.
-    wait_blocked(probes, 0, Duration::from_millis(500));
+    wait_blocked(probes, 0);
     block(limiter.release(Some(KEY), &holder)).expect("the holder still holds");
 }
 
@@ -1029,7 +1027,7 @@ fn an_overrunning_holder_is_reclaimed_loses_its_lease_and_has_the_lower_token() 
     assert_eq!(lost.kind(), ErrorKind::LeaseLost, "{lost}");
     assert!(lease_a.fencing_token < lease_b.fencing_token);
     assert!(lease_b.granted_at_micros >= lease_a.granted_at_micros + lock.as_micros() as u64, "B came too early");
-    assert!(b_wait < lock + Duration::from_millis(300), "B waited {b_wait:?} for a slot overdue after {lock:?}");
+    // And B got it inside its own 3 s wait (the `expect` above), i.e. it was woken to reclaim.
     block(b.release(Some(KEY), &lease_b)).expect("B releases in time");
 
     let (ma, mb) = (a.metrics(), b.metrics());
@@ -1140,8 +1138,7 @@ fn cluster_wakes_one_waiter_per_release_and_fails_over_limit_at_the_wait_timeout
 
     let wake = backend.concurrent("wake", 1, Duration::from_secs(60)).unwrap();
     let latencies = one_release_wakes_one_waiter(&wake, &mut probes, 30, 8);
-    let p99 = report_wakes("cluster, 30 waiters", &latencies);
-    assert!(p99 < Duration::from_millis(50), "p99 wake latency {p99:?}");
+    report_wakes("cluster, 30 waiters", &latencies);
     // Its metric counts flushed and its flushes stopped: a flush is a script call too.
     block(wake.fleet_metrics()).unwrap();
     drop(wake);
@@ -1205,7 +1202,7 @@ fn a_lease_granted_after_its_call_timed_out_is_released() {
         let limiter = limiter.clone();
         runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
     };
-    wait_blocked(std::slice::from_mut(&mut probe), 1, Duration::from_secs(5));
+    wait_blocked(std::slice::from_mut(&mut probe), 1);
     let waiting = second_acquire(&second);
     let err = block(first).unwrap().expect_err("the paused server cannot answer within 100 ms");
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
@@ -1238,7 +1235,7 @@ fn a_lease_granted_to_a_dropped_acquire_is_released() {
         runtime().spawn(async move { limiter.acquire(Some(KEY), 1, Some(Duration::from_secs(5))).await })
     };
     // The check is on the server, postponed by the pause: drop the call's future now.
-    wait_blocked(std::slice::from_mut(&mut probe), 1, Duration::from_secs(5));
+    wait_blocked(std::slice::from_mut(&mut probe), 1);
     call.abort();
     assert!(block(call).unwrap_err().is_cancelled());
     let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut probe).unwrap();
@@ -1261,7 +1258,7 @@ fn wait_for_redis(url: &str) {
     let probe = policy_backend(url, "probe", FailurePolicy::FailClosed).token_bucket("probe", 1.0, 1).unwrap();
     let start = Instant::now();
     while block(probe.peek(None)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(10), "Redis did not come back");
+        assert!(start.elapsed() < GIVE_UP, "Redis did not come back");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -213,11 +213,11 @@ fn a_queued_call_run_on_the_runtime_keeps_its_deadline() {
     assert_eq!(taken.len(), 1);
     assert!(!pipeline.has_waiting_calls());
     let (token, call) = taken.pop().unwrap();
-    let started = std::time::Instant::now();
     let result = block_on(call.run());
     assert_eq!(token, "queued");
+    // The server answers (the warm-up), so only the expired deadline can make this a Timeout: a
+    // fresh deadline on the runtime would have let it succeed. No latency bound is needed.
     assert_eq!(result.unwrap_err().kind(), ErrorKind::Timeout, "no fresh deadline on the runtime");
-    assert!(started.elapsed() < Duration::from_millis(150), "ended at once: {:?}", started.elapsed());
     // A call that was never queued gets the backend's deadline as usual.
     assert!(block_on(driven(&limiter, "k", 1).run()).unwrap().allowed);
 }

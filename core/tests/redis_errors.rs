@@ -13,7 +13,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, Decision, ErrorKind, FailurePolicy, Limiter, RedisConfig, Result};
-use support::RedisServer;
+use support::{RedisServer, GIVE_UP};
 
 const POLICIES: [FailurePolicy; 2] = [FailurePolicy::FailOpen, FailurePolicy::Fallback { divisor: 2 }];
 
@@ -133,7 +133,7 @@ fn readonly_applies_the_policy_and_reconnects() {
                 break;
             }
             assert!(
-                began.elapsed() < Duration::from_secs(3),
+                began.elapsed() < GIVE_UP,
                 "{what}: the connection that got READONLY is still in use: {still:?} of {before:?}, last {d:?}"
             );
             std::thread::sleep(Duration::from_millis(50));

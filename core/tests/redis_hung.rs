@@ -1,6 +1,7 @@
 //! A server that accepts connections and never answers (a hung process, a black-holing proxy):
 //! every way of calling ends with the same `Timeout`, at the call's deadline — not earlier
-//! (e.g. at the connect timeout) and not much later.
+//! (e.g. at the connect timeout), and by itself: before a watchdog ends the hang (closes the
+//! connections, or resumes the stopped server), which an ordering, not a latency, asserts.
 //!
 //! The "server" is a plain TCP listener that accepts and never writes: the most hung a server
 //! can be. Each test uses its own listener (its own port), so no connection is shared.
@@ -12,12 +13,12 @@ use std::time::{Duration, Instant};
 mod support;
 
 use ratekeeper::{runtime, Backend, Error, ErrorKind, Limiter, RedisConfig};
-use support::RedisServer;
+use support::{signal_pid, RedisServer, Watchdog};
 
 /// Accepts connections and holds them open without ever writing, until dropped.
 struct HungServer {
     port: u16,
-    _held: Arc<Mutex<Vec<TcpStream>>>,
+    held: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl HungServer {
@@ -31,11 +32,22 @@ impl HungServer {
                 keep.lock().unwrap().push(stream);
             }
         });
-        HungServer { port, _held: held }
+        HungServer { port, held }
     }
 
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Ends the hang of the connections held so far: they are closed, so a call still waiting on
+    /// one ends with a connection error.
+    fn closer(&self) -> impl FnOnce() + Send + 'static {
+        let held = self.held.clone();
+        move || {
+            for stream in held.lock().unwrap().drain(..) {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
     }
 }
 
@@ -45,21 +57,27 @@ fn limiter(config: RedisConfig, deadline: Duration) -> Limiter {
     backend.window("hung", 10, Duration::from_secs(60)).expect("a limiter")
 }
 
-/// Asserts that `call` ends with `Timeout` no earlier than `deadline` and before
-/// `deadline + 1 s`, and returns its message.
+/// Asserts that `call` ends with `Timeout` no earlier than `deadline`, and before `end_hang`
+/// (run by a watchdog at 4 deadlines + 2 s) ended the hang: had the call waited on the server
+/// instead of its deadline, it would have ended only after that, with another outcome. Returns
+/// the error's message.
 fn assert_times_out_at_deadline(
     what: &str,
     deadline: Duration,
+    end_hang: impl FnOnce() + Send + 'static,
     call: impl FnOnce() -> ratekeeper::Result<()>,
 ) -> String {
+    let watchdog = Watchdog::start(deadline * 4 + Duration::from_secs(2), end_hang);
     let began = Instant::now();
     let result = call();
-    let took = began.elapsed();
+    let ended = Instant::now();
+    let took = ended - began;
     println!("[{what}] {took:?}: {result:?}");
+    assert!(!watchdog.fired_by(ended), "{what}: ended only after the hang was ended: {result:?}");
+    assert!(!watchdog.stop(), "{what}: the call outlasted the hang");
     let error = result.expect_err("a hung server cannot admit");
     assert_eq!(error.kind(), ErrorKind::Timeout, "{what}: {error}");
     assert!(took >= deadline, "{what}: timed out after {took:?}, before its deadline {deadline:?}");
-    assert!(took < deadline + Duration::from_secs(1), "{what}: timed out after {took:?}, deadline {deadline:?}");
     error.to_string()
 }
 
@@ -75,7 +93,7 @@ fn every_call_times_out(what: &str, config: impl Fn(&HungServer) -> RedisConfig,
         let limiter = limiter(config(&server), deadline);
         for round in 0..2 {
             let name = format!("{what}, deadline {deadline:?}, call {round}");
-            let message = assert_times_out_at_deadline(&name, deadline, || {
+            let message = assert_times_out_at_deadline(&name, deadline, server.closer(), || {
                 if blocking {
                     limiter.check_blocking(Some("k"), 1).map(drop)
                 } else {
@@ -119,13 +137,19 @@ fn stopped_redis_times_out_at_the_deadline_on_an_open_connection() {
     server.pause();
     for blocking in [true, false] {
         let name = format!("stopped, blocking {blocking}");
-        let message = assert_times_out_at_deadline(&name, deadline, || {
-            if blocking {
-                limiter.check_blocking(Some("k"), 1).map(drop)
-            } else {
-                runtime().block_on(limiter.check(Some("k"), 1)).map(drop)
-            }
-        });
+        let pid = server.pid();
+        let message = assert_times_out_at_deadline(
+            &name,
+            deadline,
+            move || signal_pid(pid, "-CONT"),
+            || {
+                if blocking {
+                    limiter.check_blocking(Some("k"), 1).map(drop)
+                } else {
+                    runtime().block_on(limiter.check(Some("k"), 1)).map(drop)
+                }
+            },
+        );
         assert_eq!(message, expected_message(deadline), "{name}");
     }
     server.resume();

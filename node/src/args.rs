@@ -4,6 +4,7 @@
 //! are the same in every language. Parameter names are the core's (snake_case); the error
 //! conversion shows them under their JavaScript names (`crate::error::js_parameter`).
 
+use std::borrow::Cow;
 use std::ptr;
 use std::time::Duration;
 
@@ -84,6 +85,16 @@ impl Js {
             }
             _ => Err(self.wrong(parameter, "a number")),
         }
+    }
+
+    /// The value as a number, BigInts refused (what napi's own conversion accepts).
+    pub fn strict_number(self, parameter: &'static str) -> CoreResult<f64> {
+        if self.type_of() != sys::ValueType::napi_number {
+            return Err(self.wrong(parameter, "a number"));
+        }
+        let mut n = 0.0;
+        unsafe { sys::napi_get_value_double(self.env, self.value, &mut n) };
+        Ok(n)
     }
 
     pub fn boolean(self, parameter: &'static str) -> CoreResult<bool> {
@@ -205,6 +216,20 @@ impl Js {
         (status == sys::Status::napi_ok && !value.is_null() && !v.is_nullish()).then_some(v)
     }
 
+    /// The property named by the camelCase form of the Rust name `field`, `None` when it is
+    /// `undefined` or `null`.
+    pub fn property(self, field: &str) -> Option<Js> {
+        let name = camel(field);
+        let mut key = ptr::null_mut();
+        let mut value = ptr::null_mut();
+        let status = unsafe {
+            sys::napi_create_string_utf8(self.env, name.as_ptr().cast(), name.len() as isize, &mut key);
+            sys::napi_get_property(self.env, self.value, key, &mut value)
+        };
+        let v = Js { env: self.env, value };
+        (status == sys::Status::napi_ok && !value.is_null() && !v.is_nullish()).then_some(v)
+    }
+
     /// The value as an instance of the `#[napi]` class `T`, checked by the class's type tag.
     /// Borrowed only for the current call (to clone what it holds): napi-rs's generated
     /// `FromNapiRef` would refuse, as it only lends instances during argument conversion.
@@ -314,9 +339,25 @@ pub fn required(value: Option<Js>, parameter: &'static str) -> CoreResult<Js> {
     value.ok_or_else(|| Error::invalid(parameter, "is required"))
 }
 
-/// An optional options object.
-pub fn options(value: &Option<Unknown<'_>>) -> CoreResult<Option<Js>> {
-    Js::opt(value).map(|v| v.object("options")).transpose()
+/// The JavaScript (camelCase) spelling of a Rust (snake_case) name, as napi-derive spells
+/// fields: `wait_timeout_ms` is `waitTimeoutMs`.
+pub fn camel(snake: &str) -> Cow<'_, str> {
+    if !snake.contains('_') {
+        return Cow::Borrowed(snake);
+    }
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// An HTTP status code (a whole number from 100 to 999).

@@ -1,26 +1,22 @@
 //! `Backend`: where limiter state lives (memory, Redis, Redis Cluster), and the limiter
 //! constructors.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use napi::{Env, Unknown};
 use napi_derive::napi;
-use ratekeeper::params::{count_from_f64, interval_from_name};
-use ratekeeper::{
-    CalendarPeriod, Error, FailurePolicy, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit,
-};
+use ratekeeper::params::{count_from_f64, duration_from_millis, interval_from_name, timeout_from_millis};
+use ratekeeper::{CalendarPeriod, Error, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
 
-use crate::args::{self, count, millis, opt_millis, opt_timeout, Js};
-use crate::clock::ManualClock;
+use crate::args::{self, count, millis, opt_millis, Js};
 use crate::decision::BackendStats;
 use crate::error::{core, guard};
 use crate::limiter::Limiter;
+use crate::options::{self, options, ClockOption, Pem, Policy};
 use crate::runtime::CoreResult;
 
 /// Options of `Backend.memory()`.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
 pub struct MemoryOptions {
     /// The most keys held at once (default 1,000,000). When full, expired state is dropped
     /// first and new keys are refused (`ERR_BACKEND_UNAVAILABLE`) rather than resetting live ones.
@@ -29,27 +25,27 @@ pub struct MemoryOptions {
     pub shards: Option<f64>,
     /// A manual clock (tests); default: the system clock.
     #[napi(ts_type = "ManualClock")]
-    pub clock: Option<()>,
+    pub clock: Option<ClockOption>,
 }
+options!(MemoryOptions { max_keys, shards, clock });
 
 /// PEM material for `rediss://` URLs.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
 pub struct TlsOptions {
     /// The CA certificate(s) that signed the server's certificate (default: the system store).
     #[napi(ts_type = "string | Uint8Array")]
-    pub ca: Option<()>,
+    pub ca: Option<Pem>,
     /// A client certificate for mutual TLS (with `key`).
     #[napi(ts_type = "string | Uint8Array")]
-    pub cert: Option<()>,
+    pub cert: Option<Pem>,
     /// The client certificate's private key.
     #[napi(ts_type = "string | Uint8Array")]
-    pub key: Option<()>,
+    pub key: Option<Pem>,
 }
+options!(TlsOptions { ca, cert, key });
 
 /// Options of `Backend.redis()` and `Backend.cluster()`.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
 pub struct RedisOptions {
     /// Namespace of every key (default `rk`): 1 to 64 characters from `[A-Za-z0-9_.-]`.
     pub prefix: Option<String>,
@@ -57,8 +53,8 @@ pub struct RedisOptions {
     /// `ERR_BACKEND_UNAVAILABLE` or `ERR_TIMEOUT`), `'fail_open'` (allow, counted in
     /// `stats().failedOpen`), or `{ fallback: n }` (an in-process limiter with 1/n of the limit
     /// takes over, counted in `stats().fellBack`).
-    #[napi(ts_type = "'fail_closed' | 'fail_open' | { fallback: number }")]
-    pub failure_policy: Option<()>,
+    #[napi(ts_type = "'fail_closed' | 'fail_open' | FallbackPolicy")]
+    pub failure_policy: Option<Policy>,
     /// Every call settles within this many milliseconds, answered or not (default 200).
     pub deadline_ms: Option<f64>,
     /// Time allowed to establish a connection in the background (default 1000 ms).
@@ -68,20 +64,21 @@ pub struct RedisOptions {
     /// A manual clock (tests and vectors): its time is sent with every call instead of using the
     /// server's `TIME`.
     #[napi(ts_type = "ManualClock")]
-    pub clock: Option<()>,
+    pub clock: Option<ClockOption>,
 }
+options!(RedisOptions { prefix, failure_policy, deadline_ms, connect_timeout_ms, tls, clock });
 
 /// Options shared by every limiter constructor.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
 pub struct LimiterOptions {
     /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
     pub wait_timeout_ms: Option<f64>,
 }
+options!(LimiterOptions { wait_timeout_ms });
 
 /// Options of `backend.concurrent()`.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
+#[derive(Default)]
 pub struct ConcurrentOptions {
     /// A lease older than this may be reclaimed by a caller that needs its slot (default 30000).
     pub lock_timeout_ms: Option<f64>,
@@ -93,10 +90,11 @@ pub struct ConcurrentOptions {
     /// tokens increasing within the process only). Default false.
     pub allow_fallback: Option<bool>,
 }
+options!(ConcurrentOptions { lock_timeout_ms, wait_timeout_ms, allow_fallback });
 
 /// Options of `backend.calendar()`.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
+#[derive(Default)]
 pub struct CalendarOptions {
     /// The IANA time zone the calendar follows, e.g. `"Europe/Berlin"` (default `"UTC"`).
     pub tz: Option<String>,
@@ -106,20 +104,20 @@ pub struct CalendarOptions {
     /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
     pub wait_timeout_ms: Option<f64>,
 }
+options!(CalendarOptions { tz, anchor, wait_timeout_ms });
 
 /// One window of `backend.windows()`: at most `limit` admissions in any span of `intervalMs`.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
 pub struct WindowLimitOptions {
     /// Admissions allowed per span.
     pub limit: f64,
     /// The span, in milliseconds.
     pub interval_ms: f64,
 }
+options!(WindowLimitOptions { limit, interval_ms });
 
 /// One limit of `backend.slidingWindow()` (or the tuple `[durationMs, limit, precisionMs?]`).
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
 pub struct SlidingLimitOptions {
     /// The span the limit covers, in milliseconds.
     pub duration_ms: f64,
@@ -129,6 +127,7 @@ pub struct SlidingLimitOptions {
     /// the epoch.
     pub precision_ms: Option<f64>,
 }
+options!(SlidingLimitOptions { duration_ms, limit, precision_ms });
 
 /// Where limiter state lives; every limiter built from one backend shares it, and every backend
 /// for the same Redis URL in this process shares one connection set. `new Backend()` is an
@@ -138,78 +137,46 @@ pub struct Backend {
     pub(crate) inner: ratekeeper::Backend,
 }
 
-fn manual_clock(options: Option<Js>) -> CoreResult<Option<Arc<ratekeeper::ManualClock>>> {
-    match options.and_then(|o| o.get(c"clock")) {
-        None => Ok(None),
-        Some(v) => Ok(Some(v.instance::<ManualClock>("clock", "ManualClock")?.inner.clone())),
-    }
-}
-
-fn memory_backend(options: Option<Js>) -> CoreResult<ratekeeper::Backend> {
+fn memory_backend(options: Option<MemoryOptions>) -> CoreResult<ratekeeper::Backend> {
     let mut config = MemoryConfig::default();
-    if let Some(o) = options {
-        if let Some(v) = o.get(c"maxKeys") {
-            config = config.max_keys(count_from_f64("max_keys", v.number("max_keys")?)? as usize);
-        }
-        if let Some(v) = o.get(c"shards") {
-            config = config.shards(count_from_f64("shards", v.number("shards")?)? as usize);
-        }
+    let Some(o) = options else { return ratekeeper::Backend::memory_with(config) };
+    if let Some(n) = o.max_keys {
+        config = config.max_keys(count_from_f64("max_keys", n)? as usize);
     }
-    if let Some(clock) = manual_clock(options)? {
+    if let Some(n) = o.shards {
+        config = config.shards(count_from_f64("shards", n)? as usize);
+    }
+    if let Some(ClockOption(clock)) = o.clock {
         config = config.clock(clock);
     }
     ratekeeper::Backend::memory_with(config)
 }
 
-fn redis_backend(mut config: RedisConfig, options: Option<Js>) -> CoreResult<ratekeeper::Backend> {
+fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> CoreResult<ratekeeper::Backend> {
     let Some(o) = options else { return ratekeeper::Backend::redis_with(config) };
-    if let Some(v) = o.get(c"prefix") {
-        config = config.prefix(v.string("prefix")?);
+    if let Some(prefix) = o.prefix {
+        config = config.prefix(prefix);
     }
-    if let Some(v) = o.get(c"failurePolicy") {
-        let policy = if let Ok(name) = v.string("failure_policy") {
-            match name.as_str() {
-                "fail_closed" => FailurePolicy::FailClosed,
-                "fail_open" => FailurePolicy::FailOpen,
-                other => {
-                    return Err(Error::invalid(
-                        "failurePolicy",
-                        format!("must be 'fail_closed', 'fail_open' or {{ fallback: n }}, got {other:?}"),
-                    ))
-                }
-            }
-        } else {
-            let divisor = v.object("failurePolicy")?.get(c"fallback");
-            let divisor = args::required(divisor, "divisor")?.number("divisor")?;
-            // The core checks the divisor (at least 1); this only makes it a whole u32.
-            let divisor = if divisor.is_finite() && divisor.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&divisor)
-            {
-                divisor as u32
-            } else {
-                return Err(Error::invalid("divisor", format!("must be a whole number of at least 1, got {divisor}")));
-            };
-            FailurePolicy::Fallback { divisor }
-        };
+    if let Some(Policy(policy)) = o.failure_policy {
         config = config.failure_policy(policy);
     }
-    if let Some(d) = opt_millis(o.get(c"deadlineMs"), "deadline")? {
-        config = config.deadline(d);
+    if let Some(ms) = o.deadline_ms {
+        config = config.deadline(duration_from_millis("deadline", ms)?);
     }
-    if let Some(d) = opt_millis(o.get(c"connectTimeoutMs"), "connect_timeout")? {
-        config = config.connect_timeout(d);
+    if let Some(ms) = o.connect_timeout_ms {
+        config = config.connect_timeout(duration_from_millis("connect_timeout", ms)?);
     }
-    if let Some(tls) = o.get(c"tls") {
-        let tls = tls.object("tls")?;
+    if let Some(tls) = o.tls {
         let mut t = TlsConfig::default();
-        t.ca_cert_pem = tls.get(c"ca").map(|v| v.bytes("tls")).transpose()?;
-        match (tls.get(c"cert"), tls.get(c"key")) {
-            (Some(cert), Some(key)) => t.client_cert_and_key_pem = Some((cert.bytes("tls")?, key.bytes("tls")?)),
+        t.ca_cert_pem = tls.ca.map(|Pem(ca)| ca);
+        match (tls.cert, tls.key) {
+            (Some(Pem(cert)), Some(Pem(key))) => t.client_cert_and_key_pem = Some((cert, key)),
             (None, None) => {}
             _ => return Err(Error::invalid("tls", "`cert` and `key` go together")),
         }
         config = config.tls(t);
     }
-    if let Some(clock) = manual_clock(options)? {
+    if let Some(ClockOption(clock)) = o.clock {
         config = config.clock(clock);
     }
     ratekeeper::Backend::redis_with(config)
@@ -236,12 +203,18 @@ fn name(value: &Option<Unknown<'_>>) -> CoreResult<String> {
 }
 
 /// Applies the `waitTimeoutMs` option.
-fn with_options(limiter: ratekeeper::Limiter, options: Option<Js>, local: bool) -> CoreResult<Limiter> {
-    let limiter = match opt_timeout(options.and_then(|o| o.get(c"waitTimeoutMs")), "wait_timeout")? {
-        Some(wait) => limiter.with_wait_timeout(wait)?,
+fn with_wait_timeout(limiter: ratekeeper::Limiter, wait_timeout_ms: Option<f64>, local: bool) -> CoreResult<Limiter> {
+    let limiter = match wait_timeout_ms {
+        Some(ms) => limiter.with_wait_timeout(timeout_from_millis("wait_timeout", ms)?)?,
         None => limiter,
     };
     Ok(Limiter::new(limiter, local))
+}
+
+/// Applies a limiter constructor's `LimiterOptions`.
+fn with_options(limiter: ratekeeper::Limiter, options: &Option<Unknown<'_>>, local: bool) -> CoreResult<Limiter> {
+    let options = options::optional::<LimiterOptions>(options)?;
+    with_wait_timeout(limiter, options.and_then(|o| o.wait_timeout_ms), local)
 }
 
 impl Backend {
@@ -262,7 +235,7 @@ impl Backend {
     /// An in-process memory backend: per process, thread-safe, bounded.
     #[napi(factory, ts_args_type = "options?: MemoryOptions")]
     pub fn memory(env: Env, options: Option<Unknown<'_>>) -> napi::Result<Self> {
-        guard(&env, || Ok(Backend { inner: core(&env, args::options(&options).and_then(memory_backend))? }))
+        guard(&env, || Ok(Backend { inner: core(&env, options::optional(&options).and_then(memory_backend))? }))
     }
 
     /// A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS).
@@ -272,7 +245,7 @@ impl Backend {
         guard(&env, || {
             let result = args::required(Js::opt(&url), "url")
                 .and_then(|u| u.string("url"))
-                .and_then(|url| redis_backend(RedisConfig::new(url), args::options(&options)?));
+                .and_then(|url| redis_backend(RedisConfig::new(url), options::optional(&options)?));
             Ok(Backend { inner: core(&env, result)? })
         })
     }
@@ -284,7 +257,7 @@ impl Backend {
             let result = args::required(Js::opt(&seeds), "url")
                 .and_then(|s| s.array("url"))
                 .and_then(|list| list.into_iter().map(|s| s.string("url")).collect::<CoreResult<Vec<_>>>())
-                .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), args::options(&options)?));
+                .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), options::optional(&options)?));
             Ok(Backend { inner: core(&env, result)? })
         })
     }
@@ -314,17 +287,15 @@ impl Backend {
     ) -> napi::Result<Limiter> {
         guard(&env, || {
             let build = || {
-                let options = args::options(&options)?;
+                let o = options::optional::<ConcurrentOptions>(&options)?.unwrap_or_default();
                 let name = self::name(&name)?;
                 let limit = count(Js::opt(&limit), "limit")?;
-                let lock = opt_millis(options.and_then(|o| o.get(c"lockTimeoutMs")), "lock_timeout")?
-                    .unwrap_or(DEFAULT_LOCK_TIMEOUT);
-                let allow_fallback = match options.and_then(|o| o.get(c"allowFallback")) {
-                    Some(flag) => flag.boolean("allow_fallback")?,
-                    None => false,
-                };
-                let limiter = self.inner.concurrent(&name, limit, lock)?.with_allow_fallback(allow_fallback)?;
-                with_options(limiter, options, self.is_local())
+                let lock = o.lock_timeout_ms.map(|ms| duration_from_millis("lock_timeout", ms)).transpose()?;
+                let limiter = self
+                    .inner
+                    .concurrent(&name, limit, lock.unwrap_or(DEFAULT_LOCK_TIMEOUT))?
+                    .with_allow_fallback(o.allow_fallback.unwrap_or(false))?;
+                with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
             };
             core(&env, build())
         })
@@ -350,7 +321,7 @@ impl Backend {
                     limit: count(Js::opt(&limit), "limit")?,
                     interval: self::interval(Js::opt(&interval))?,
                 };
-                with_options(self.inner.limiter(&name, spec)?, args::options(&options)?, self.is_local())
+                with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
             };
             core(&env, build())
         })
@@ -376,7 +347,7 @@ impl Backend {
                     limit: count(Js::opt(&limit), "limit")?,
                     interval: self::interval(Js::opt(&interval))?,
                 };
-                with_options(self.inner.windows(&name, &[window])?, args::options(&options)?, self.is_local())
+                with_options(self.inner.windows(&name, &[window])?, &options, self.is_local())
             };
             core(&env, build())
         })
@@ -398,13 +369,13 @@ impl Backend {
                 let list = args::required(Js::opt(&windows), "windows")?.array("windows")?;
                 let mut parsed = Vec::with_capacity(list.len());
                 for w in list {
-                    let w = w.object("windows")?;
+                    let w: WindowLimitOptions = options::read(w, "windows")?;
                     parsed.push(WindowLimit {
-                        limit: count(w.get(c"limit"), "limit")?,
-                        interval: self::interval(w.get(c"intervalMs"))?,
+                        limit: count_from_f64("limit", w.limit)?,
+                        interval: duration_from_millis("interval", w.interval_ms)?,
                     });
                 }
-                with_options(self.inner.windows(&name, &parsed)?, args::options(&options)?, self.is_local())
+                with_options(self.inner.windows(&name, &parsed)?, &options, self.is_local())
             };
             core(&env, build())
         })
@@ -436,8 +407,16 @@ impl Backend {
                             return Err(Error::invalid("limits", "each limit is [durationMs, limit, precisionMs?]"))
                         }
                         Err(_) => {
-                            let o = l.object("limits")?;
-                            (o.get(c"durationMs"), o.get(c"limit"), o.get(c"precisionMs"))
+                            let o: SlidingLimitOptions = options::read(l, "limits")?;
+                            parsed.push(SlidingLimit {
+                                duration: duration_from_millis("duration", o.duration_ms)?,
+                                limit: count_from_f64("limit", o.limit)?,
+                                precision: o
+                                    .precision_ms
+                                    .map(|ms| duration_from_millis("precision", ms))
+                                    .transpose()?,
+                            });
+                            continue;
                         }
                     };
                     parsed.push(SlidingLimit {
@@ -446,7 +425,7 @@ impl Backend {
                         precision: opt_millis(precision, "precision")?,
                     });
                 }
-                with_options(self.inner.sliding_window(&name, &parsed)?, args::options(&options)?, self.is_local())
+                with_options(self.inner.sliding_window(&name, &parsed)?, &options, self.is_local())
             };
             core(&env, build())
         })
@@ -469,7 +448,7 @@ impl Backend {
                     rate: args::required(Js::opt(&rate), "rate")?.number("rate")?,
                     capacity: count(Js::opt(&capacity), "capacity")?,
                 };
-                with_options(self.inner.limiter(&name, spec)?, args::options(&options)?, self.is_local())
+                with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
             };
             core(&env, build())
         })
@@ -492,7 +471,7 @@ impl Backend {
                     size: count(Js::opt(&size), "size")?,
                     drain: millis(Js::opt(&drain_ms), "drain")?,
                 };
-                with_options(self.inner.limiter(&name, spec)?, args::options(&options)?, self.is_local())
+                with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
             };
             core(&env, build())
         })
@@ -516,7 +495,7 @@ impl Backend {
                     capacity: count(Js::opt(&capacity), "capacity")?,
                     refill: millis(Js::opt(&refill_ms), "refill")?,
                 };
-                with_options(self.inner.limiter(&name, spec)?, args::options(&options)?, self.is_local())
+                with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
             };
             core(&env, build())
         })
@@ -537,17 +516,13 @@ impl Backend {
     ) -> napi::Result<Limiter> {
         guard(&env, || {
             let build = || {
-                let options = args::options(&options)?;
+                let o = options::optional::<CalendarOptions>(&options)?.unwrap_or_default();
                 let name = self::name(&name)?;
                 let limit = count(Js::opt(&limit), "limit")?;
                 let period = CalendarPeriod::parse(&args::required(Js::opt(&period), "period")?.string("period")?)?;
-                let tz = options.and_then(|o| o.get(c"tz")).map(|tz| tz.string("tz")).transpose()?;
-                let anchor = match options.and_then(|o| o.get(c"anchor")) {
-                    Some(a) => Some(count_from_f64("anchor", a.number("anchor")?)?.min(255) as u8),
-                    None => None,
-                };
-                let limiter = self.inner.calendar(&name, limit, period, tz.as_deref().unwrap_or("UTC"), anchor)?;
-                with_options(limiter, options, self.is_local())
+                let anchor = o.anchor.map(|a| count_from_f64("anchor", a).map(|a| a.min(255) as u8)).transpose()?;
+                let limiter = self.inner.calendar(&name, limit, period, o.tz.as_deref().unwrap_or("UTC"), anchor)?;
+                with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
             };
             core(&env, build())
         })

@@ -21,9 +21,10 @@ use napi::{sys, Env, Unknown};
 use ratekeeper::{Error, ErrorKind};
 
 /// The JavaScript name of a parameter the core names in snake_case: durations are milliseconds
-/// in JavaScript, so their names end in `Ms`. Names not listed are the same in both.
-pub fn js_parameter(core: &str) -> &str {
-    match core {
+/// in JavaScript, so their names end in `Ms`. Names not listed are camelCased (`max_keys` is
+/// `maxKeys`), as napi-derive spells the fields of options objects.
+pub fn js_parameter(core: &str) -> Cow<'_, str> {
+    Cow::Borrowed(match core {
         "lock_timeout" => "lockTimeoutMs",
         "wait_timeout" => "waitTimeoutMs",
         "interval" => "intervalMs",
@@ -33,22 +34,19 @@ pub fn js_parameter(core: &str) -> &str {
         "precision" => "precisionMs",
         "deadline" => "deadlineMs",
         "connect_timeout" => "connectTimeoutMs",
-        "max_keys" => "maxKeys",
-        "end_of_good" => "endOfGood",
-        "start_of_bad" => "startOfBad",
         "seconds_before_shedding" => "beforeSheddingMs",
         "seconds_to_shed_all" => "toShedAllMs",
-        "allow_fallback" => "allowFallback",
-        other => other,
-    }
+        other => return crate::args::camel(other),
+    })
 }
 
 /// The name a parameter has in JavaScript: a core parameter under its Node spelling, a field of
 /// a JSON spec (an owned path such as `windows[1]` or `lock_timeout`) as the spec spells it.
-fn js_name<'a>(parameter: &'a Cow<'static, str>) -> &'a str {
+#[allow(clippy::ptr_arg)] // which variant it is matters: a core name or a spec path
+fn js_name<'a>(parameter: &'a Cow<'static, str>) -> Cow<'a, str> {
     match parameter {
         Cow::Borrowed(core) => js_parameter(core),
-        Cow::Owned(path) => path,
+        Cow::Owned(path) => Cow::Borrowed(path),
     }
 }
 
@@ -102,7 +100,7 @@ pub fn js_error_value(env: sys::napi_env, error: &Error) -> sys::napi_value {
             }
         }
         Error::InvalidArgument { parameter, .. } => unsafe {
-            sys::napi_set_named_property(env, object, c"parameter".as_ptr(), string(env, js_name(parameter)));
+            sys::napi_set_named_property(env, object, c"parameter".as_ptr(), string(env, &js_name(parameter)));
         },
         Error::BackendRejected { code, .. } => unsafe {
             sys::napi_set_named_property(env, object, c"redisCode".as_ptr(), string(env, code));

@@ -7,7 +7,8 @@
 //!   function per environment; index.js makes the Promises.
 //! - [`driven`]: Redis calls on a connection the JavaScript thread polls itself (libuv).
 //! - [`error`]: the one conversion of core errors into `Error` objects with a stable `code`.
-//! - [`args`]: reading JavaScript arguments; [`decision`]: the results.
+//! - [`args`]: reading JavaScript arguments; [`options`]: options objects (typed, unknown
+//!   keys refused); [`decision`]: the results.
 //! - [`backend`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
 #![deny(clippy::all)]
 
@@ -20,6 +21,7 @@ mod driven;
 mod error;
 mod limiter;
 mod operate;
+mod options;
 mod runtime;
 mod shedder;
 

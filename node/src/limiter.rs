@@ -7,6 +7,7 @@ use napi::bindgen_prelude::External;
 use napi::{Env, Unknown};
 use napi_derive::napi;
 use ratekeeper::driven::Driven;
+use ratekeeper::params::{cost_from_f64, timeout_from_millis};
 use ratekeeper::Error;
 use tokio::sync::watch;
 
@@ -14,10 +15,11 @@ use crate::args::{self, cost, opt_timeout, Js};
 use crate::bridge::{reply, run, Payload, ReplyValue};
 use crate::decision::{lease_from_js, Metrics};
 use crate::error::{core, guard};
+use crate::options::{self, options, Handled};
 
 /// Options of `limiter.acquire()`.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
+#[derive(Default)]
 pub struct AcquireOptions {
     /// Units to take (default 1; concurrent limiters take exactly 1).
     pub cost: Option<f64>,
@@ -25,8 +27,10 @@ pub struct AcquireOptions {
     pub wait_timeout_ms: Option<f64>,
     /// Aborts the wait: the Promise then rejects with an `AbortError` (`code: 'ABORT_ERR'`).
     #[napi(ts_type = "AbortSignal")]
-    pub signal: Option<()>,
+    #[allow(dead_code)] // index.js handles it; declared so that it is a known option
+    pub signal: Option<Handled>,
 }
+options!(AcquireOptions { cost, wait_timeout_ms, signal });
 
 /// A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
 /// optional `key` (any string up to 1 KiB, e.g. a user id): one limiter serves many identities.
@@ -211,9 +215,9 @@ impl Limiter {
         guard(&env, || {
             let parse = || {
                 let key = args::key(&key)?;
-                let options = args::options(&options)?;
-                let cost = cost(options.and_then(|o| o.get(c"cost")), "cost", 1)?;
-                let wait = opt_timeout(options.and_then(|o| o.get(c"waitTimeoutMs")), "wait_timeout")?;
+                let o = options::optional::<AcquireOptions>(&options)?.unwrap_or_default();
+                let cost = o.cost.map(|c| cost_from_f64("cost", c)).transpose()?.unwrap_or(1);
+                let wait = o.wait_timeout_ms.map(|ms| timeout_from_millis("wait_timeout", ms)).transpose()?;
                 let cancel = match Js::opt(&canceller) {
                     Some(c) => Some(c.external::<Canceller>("canceller")?.0.subscribe()),
                     None => None,

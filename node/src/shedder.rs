@@ -5,24 +5,25 @@ use std::sync::Arc;
 
 use napi::{Env, Unknown};
 use napi_derive::napi;
-use ratekeeper::params::cost_from_f64;
+use ratekeeper::params::{cost_from_f64, duration_from_millis};
 use ratekeeper::{Clock, UtilizationConfig};
 
-use crate::args::{self, count, opt_millis, Js};
+use crate::args::{self, count, Js};
 use crate::backend::{Backend, DEFAULT_LOCK_TIMEOUT};
 use crate::bridge::{run, Payload, ReplyValue};
-use crate::clock::ManualClock;
 use crate::decision::lease_from_js;
 use crate::error::{core, guard};
+use crate::options::{self, options, ClockOption};
 use crate::runtime::CoreResult;
 
 /// Options of `new FleetShedder()`.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
+#[derive(Default)]
 pub struct FleetShedderOptions {
     /// A request still in flight after this (a crashed worker) gives its slot back (default 30000).
     pub lock_timeout_ms: Option<f64>,
 }
+options!(FleetShedderOptions { lock_timeout_ms });
 
 /// Fleet usage load shedder: at most `limit` non-critical requests in flight across every
 /// process sharing the backend; critical requests bypass it.
@@ -49,9 +50,9 @@ impl FleetShedder {
                     args::required(Js::opt(&backend), "backend")?.instance::<Backend>("backend", "Backend")?;
                 let name = args::required(Js::opt(&name), "name")?.string("name")?;
                 let limit = count(Js::opt(&limit), "limit")?;
-                let options = args::options(&options)?;
-                let lock = opt_millis(options.and_then(|o| o.get(c"lockTimeoutMs")), "lock_timeout")?
-                    .unwrap_or(DEFAULT_LOCK_TIMEOUT);
+                let o = options::optional::<FleetShedderOptions>(&options)?.unwrap_or_default();
+                let lock = o.lock_timeout_ms.map(|ms| duration_from_millis("lock_timeout", ms)).transpose()?;
+                let lock = lock.unwrap_or(DEFAULT_LOCK_TIMEOUT);
                 Ok(FleetShedder {
                     inner: ratekeeper::FleetShedder::new(&backend.inner, &name, limit, lock)?,
                     local: backend.is_local(),
@@ -86,7 +87,6 @@ impl FleetShedder {
 
 /// Options of `new UtilizationShedder()`; the defaults are Stripe's.
 #[napi(object, object_from_js = false, object_to_js = false)]
-#[allow(dead_code)] // only its TypeScript declaration is used
 pub struct UtilizationOptions {
     /// Below this utilization, shedding decreases (default 0.7).
     pub end_of_good: Option<f64>,
@@ -102,8 +102,9 @@ pub struct UtilizationOptions {
     pub levels: Option<f64>,
     /// A manual clock (tests); default: the system clock.
     #[napi(ts_type = "ManualClock")]
-    pub clock: Option<()>,
+    pub clock: Option<ClockOption>,
 }
+options!(UtilizationOptions { end_of_good, start_of_bad, before_shedding_ms, to_shed_all_ms, levels, clock });
 
 /// Worker utilization load shedder (in-process): the caller reports a utilization signal
 /// (0 = idle, 1 = every worker busy) and the drop chance moves slowly with it.
@@ -112,8 +113,8 @@ pub struct UtilizationShedder {
     inner: Arc<ratekeeper::UtilizationShedder>,
 }
 
-fn small(value: Option<Js>, parameter: &'static str) -> CoreResult<u8> {
-    let n = cost_from_f64(parameter, args::required(value, parameter)?.number(parameter)?)?;
+fn small(value: f64, parameter: &'static str) -> CoreResult<u8> {
+    let n = cost_from_f64(parameter, value)?;
     // Out-of-range values stay out of range, for the core to refuse with its message.
     Ok(u8::try_from(n).unwrap_or(u8::MAX))
 }
@@ -127,24 +128,24 @@ impl UtilizationShedder {
             let build = || -> CoreResult<Self> {
                 let mut config = UtilizationConfig::default();
                 let mut clock: Arc<dyn Clock> = Arc::new(ratekeeper::SystemClock);
-                if let Some(o) = args::options(&options)? {
-                    if let Some(v) = o.get(c"endOfGood") {
-                        config.end_of_good = v.number("end_of_good")?;
+                if let Some(o) = options::optional::<UtilizationOptions>(&options)? {
+                    if let Some(v) = o.end_of_good {
+                        config.end_of_good = v;
                     }
-                    if let Some(v) = o.get(c"startOfBad") {
-                        config.start_of_bad = v.number("start_of_bad")?;
+                    if let Some(v) = o.start_of_bad {
+                        config.start_of_bad = v;
                     }
-                    if let Some(v) = o.get(c"beforeSheddingMs") {
-                        config.seconds_before_shedding = v.number("seconds_before_shedding")? / 1e3;
+                    if let Some(ms) = o.before_shedding_ms {
+                        config.seconds_before_shedding = ms / 1e3;
                     }
-                    if let Some(v) = o.get(c"toShedAllMs") {
-                        config.seconds_to_shed_all = v.number("seconds_to_shed_all")? / 1e3;
+                    if let Some(ms) = o.to_shed_all_ms {
+                        config.seconds_to_shed_all = ms / 1e3;
                     }
-                    if let Some(v) = o.get(c"levels") {
-                        config.levels = small(Some(v), "levels")?;
+                    if let Some(n) = o.levels {
+                        config.levels = small(n, "levels")?;
                     }
-                    if let Some(v) = o.get(c"clock") {
-                        clock = v.instance::<ManualClock>("clock", "ManualClock")?.inner.clone();
+                    if let Some(ClockOption(manual)) = o.clock {
+                        clock = manual;
                     }
                 }
                 Ok(UtilizationShedder { inner: Arc::new(ratekeeper::UtilizationShedder::new(config, clock)?) })
@@ -172,13 +173,29 @@ impl UtilizationShedder {
     /// The chance that a request of `priority` is dropped now (0 for priority 0, critical).
     #[napi(ts_args_type = "priority: number")]
     pub fn drop_chance(&self, env: Env, priority: Option<Unknown<'_>>) -> napi::Result<f64> {
-        guard(&env, || core(&env, small(Js::opt(&priority), "priority").and_then(|p| self.inner.drop_chance(p))))
+        guard(&env, || {
+            core(
+                &env,
+                args::required(Js::opt(&priority), "priority")
+                    .and_then(|p| p.number("priority"))
+                    .and_then(|p| small(p, "priority"))
+                    .and_then(|p| self.inner.drop_chance(p)),
+            )
+        })
     }
 
     /// Admits a request of `priority` (0 = critical … `levels` = least important), or throws
     /// `ERR_SHED` with the current drop chance.
     #[napi(ts_args_type = "priority: number")]
     pub fn check(&self, env: Env, priority: Option<Unknown<'_>>) -> napi::Result<()> {
-        guard(&env, || core(&env, small(Js::opt(&priority), "priority").and_then(|p| self.inner.check(p))))
+        guard(&env, || {
+            core(
+                &env,
+                args::required(Js::opt(&priority), "priority")
+                    .and_then(|p| p.number("priority"))
+                    .and_then(|p| small(p, "priority"))
+                    .and_then(|p| self.inner.check(p)),
+            )
+        })
     }
 }

@@ -1,8 +1,9 @@
 //! `Limiter`: every call style of the core's limiter, sync and asyncio.
 //!
 //! Sync calls on Redis release the GIL around the blocking call; on the memory backend a check
-//! takes about 100 ns, less than releasing and retaking the GIL, so it runs with the GIL held
-//! (only `acquire`, which may wait, releases it there too).
+//! costs less than releasing and retaking the GIL (README, Benchmarks: "Figures behind design
+//! choices"), so it runs with the GIL held (only `acquire`, which may wait, releases it there
+//! too).
 
 use pyo3::inspect::PyStaticExpr;
 use pyo3::prelude::*;
@@ -21,7 +22,12 @@ use crate::errors::{guard, guard_detached};
 /// Every call takes an optional `key` (any string up to 1 KiB: a user id, an IP), so one
 /// limiter serves many identities. Methods prefixed with `a` are the asyncio forms: they return
 /// an `asyncio.Future` and never block the event loop.
-#[pyclass(frozen, subclass, module = "ratekeeper._ratekeeper")]
+///
+/// This is the native base of `ratekeeper.Limiter` (which adds `within_limit`); every
+/// constructor returns `ratekeeper.Limiter` instances.
+// Named `NativeLimiter` in Python: sharing the name `Limiter` with its subclass made the
+// generated stub import the subclass as `Limiter as Limiter2`.
+#[pyclass(frozen, subclass, name = "NativeLimiter", module = "ratekeeper._ratekeeper")]
 pub struct Limiter {
     pub(crate) inner: ratekeeper::Limiter,
     /// Calls go to Redis (release the GIL, run on the runtime).

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import math
 import pickle
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,6 +125,28 @@ def test_unlimited(calls: Calls) -> None:
             assert d.allowed and d.limit == 2**53 and d.remaining == 2**53 and d.decided_at == 0.0
 
     run(body())
+
+
+def test_every_constructor_returns_the_public_limiter_class() -> None:
+    # The native class is `NativeLimiter`; users only ever see its subclass `ratekeeper.Limiter`
+    # (with `within_limit`), whose name the stub no longer has to alias (`Limiter as Limiter2`).
+    from ratekeeper import _ratekeeper
+
+    b = ratekeeper.Backend()
+    made = [
+        b.bucket("b", 1, 1),
+        b.limiter("s", {"kind": "token_bucket", "rate": 1, "capacity": 1}),
+        b.unlimited("u"),
+        ratekeeper.unlimited(),
+        b.concurrent("c", 1).with_wait_timeout(0),
+    ]
+    for limiter in made:
+        assert type(limiter) is ratekeeper.Limiter and isinstance(limiter, _ratekeeper.NativeLimiter)
+        assert callable(limiter.within_limit)
+    assert not hasattr(_ratekeeper, "Limiter")
+    stub = (Path(_ratekeeper.__file__).parent / "_ratekeeper.pyi").read_text(encoding="utf-8")
+    assert re.search(r"^from ratekeeper\._limiter import Limiter$", stub, re.M), "the stub imports Limiter plainly"
+    assert not re.search(r"import .* as ", stub), "the stub aliases no import"
 
 
 def test_limiter_properties() -> None:

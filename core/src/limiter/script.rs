@@ -26,8 +26,8 @@ pub(crate) struct LuaScript {
 ///   own instant), and each call's error is its own: the others are still answered.
 ///
 /// A batch costs the server one script invocation, one command parse and one reply write
-/// instead of one per call: about 20-35% of a GCRA call's server time (measured with
-/// redis-benchmark on Redis 7.0; the calls' own reads and writes are the rest).
+/// instead of one per call; what that saves is measured in the README (Benchmarks: "Figures
+/// behind design choices").
 ///
 /// Every call also passes through the pause check ([`PAUSE_PRELUDE`]), written once here for
 /// every engine.

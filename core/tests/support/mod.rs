@@ -33,6 +33,11 @@ fn scratch_dir(label: &str) -> PathBuf {
     dir
 }
 
+/// How long a polling wait (for a client to block, for a server to come back) runs before it
+/// fails the test rather than hang it. A give-up, not a performance bound: generous, so that a
+/// loaded machine never trips it; what the tests assert are the orderings around the wait.
+pub const GIVE_UP: Duration = Duration::from_secs(30);
+
 fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ready() {
@@ -402,4 +407,61 @@ fn redis_server_binary() -> &'static str {
     } else {
         "redis-server"
     }
+}
+
+/// A deferred event for ordering assertions: `action` runs `after` from now (unless the
+/// watchdog is stopped first), and the instant it ran is kept. A test asserts that something
+/// happened *before* it, e.g. "every call against a SIGSTOPped server ended before the watchdog
+/// resumed the server": had a call waited on the server instead of its deadline, it would have
+/// ended only once the server answered, after the resume. `after` is not a bound on anything
+/// measured; it only has to be long enough for the ordering to mean something.
+pub struct Watchdog {
+    fired: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    pub fn start(after: Duration, action: impl FnOnce() + Send + 'static) -> Watchdog {
+        let fired = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let record = fired.clone();
+        let thread = std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(after) {
+                action();
+                *record.lock().unwrap() = Some(Instant::now());
+            }
+        });
+        Watchdog { fired, stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// Whether the action had run by `at`.
+    pub fn fired_by(&self, at: Instant) -> bool {
+        self.fired.lock().unwrap().is_some_and(|fired| fired <= at)
+    }
+
+    /// Cancels the action if it has not run yet; returns whether it had.
+    pub fn stop(mut self) -> bool {
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let fired = self.fired.lock().unwrap().is_some();
+        fired
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Sends `sig` (`-CONT`, `-STOP`) to `pid`: for a [`Watchdog`] action, which cannot borrow the
+/// server.
+pub fn signal_pid(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
 }

@@ -189,4 +189,28 @@ class RedisCluster {
   }
 }
 
-module.exports = { RedisServer, RedisCluster, freePort, waitUntil };
+/**
+ * A deferred event for ordering assertions: `action` runs after `ms` unless stopped first. A test
+ * asserts that something happened before it (e.g. calls against a SIGSTOPped server settled
+ * before the watchdog resumed it). `ms` bounds nothing measured; it only has to be long enough
+ * for the ordering to mean something.
+ */
+function watchdog(ms, action) {
+  let fired = false;
+  const timer = setTimeout(() => {
+    fired = true;
+    action();
+  }, ms);
+  return {
+    get fired() {
+      return fired;
+    },
+    /** Cancels the action if it has not run; returns whether it had. */
+    stop() {
+      clearTimeout(timer);
+      return fired;
+    },
+  };
+}
+
+module.exports = { RedisServer, RedisCluster, freePort, waitUntil, watchdog };

@@ -23,7 +23,7 @@ class HttpResponse(Protocol):
     def headers(self) -> Any: ...
 
 
-class Limiter(_ratekeeper.Limiter):
+class Limiter(_ratekeeper.NativeLimiter):
     """A rate limiter bound to a backend; build one with a :class:`Backend` method. Safe to
     share between threads, tasks and event loops.
 

@@ -5,11 +5,11 @@ Native core of ratekeeper; import `ratekeeper` instead.
 from asyncio import Future
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
-from ratekeeper._limiter import Limiter as Limiter2
+from ratekeeper._limiter import Limiter
 from typing import Any, Final, Literal, final
 from typing_extensions import disjoint_base
 
-__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "Limiter", "LimiterInfo", "ManualClock", "Metrics", "UtilizationConfig", "UtilizationShedder", "unlimited"]
+__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "LimiterInfo", "ManualClock", "Metrics", "NativeLimiter", "UtilizationConfig", "UtilizationShedder", "unlimited"]
 
 CORE_VERSION: Final[str]
 """
@@ -29,12 +29,12 @@ class Backend:
         A new in-process memory backend with default settings.
         """
     def __repr__(self, /) -> str: ...
-    def bucket(self, /, name: str, limit: int, interval: float | str) -> Limiter2:
+    def bucket(self, /, name: str, limit: int, interval: float | str) -> Limiter:
         """
         `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
         `"day"`), windows aligned to multiples of `interval` since the epoch.
         """
-    def calendar(self, /, name: str, limit: int, period: str, tz: str | None = None, anchor: int | None = None) -> Limiter2:
+    def calendar(self, /, name: str, limit: int, period: str, tz: str | None = None, anchor: int | None = None) -> Limiter:
         """
         `limit` per calendar `period` (`"day"`, `"week"` from Monday, `"month"`, `"year"`) in IANA
         time zone `tz` (default UTC); months start on day `anchor` (1-31, clamped to the month's
@@ -50,7 +50,7 @@ class Backend:
         A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
         redirections are followed. Takes the same options as `Backend.redis`.
         """
-    def concurrent(self, /, name: str, limit: int, lock_timeout: float = ..., wait_timeout: float | None = None, *, allow_fallback: bool = ...) -> Limiter2:
+    def concurrent(self, /, name: str, limit: int, lock_timeout: float = ..., wait_timeout: float | None = None, *, allow_fallback: bool = ...) -> Limiter:
         """
         At most `limit` holders at once: `acquire` returns a decision whose `lease` must be
         released. A lease older than `lock_timeout` seconds may be reclaimed by a waiter;
@@ -72,12 +72,12 @@ class Backend:
         """
         `"memory"`, `"redis"` or `"cluster"`.
         """
-    def leaky(self, /, name: str, size: int, drain: float) -> Limiter2:
+    def leaky(self, /, name: str, size: int, drain: float) -> Limiter:
         """
         A burst of `size`, then one call per `drain / size` seconds; after `drain` seconds idle
         the full burst is back.
         """
-    def limiter(self, /, name: str, spec: str | Mapping[str, Any]) -> Limiter2:
+    def limiter(self, /, name: str, spec: str | Mapping[str, Any]) -> Limiter:
         """
         A limiter built from its spec as data: a dict or a JSON string, durations in seconds,
         e.g. `{"kind": "token_bucket", "rate": 10, "capacity": 20}` (see the README's "Specs as
@@ -104,7 +104,7 @@ class Backend:
         Every limiter's metrics as `(name, kind, Metrics)`: this process's, or with `fleet`
         every process's (read from Redis).
         """
-    def points(self, /, name: str, capacity: int, refill: float) -> Limiter2:
+    def points(self, /, name: str, capacity: int, refill: float) -> Limiter:
         """
         A leaky bucket of `capacity` points refilled completely in `refill` seconds: a call
         gives an estimate as its cost, and `points_used(estimate, actual)` charges or refunds
@@ -140,7 +140,7 @@ class Backend:
         second, keeping the state it has. Raises `InvalidArgument` naming a bad field before
         anything is written.
         """
-    def sliding_window(self, /, name: str, limits: Sequence[tuple[float, int] | tuple[float, int, float]]) -> Limiter2:
+    def sliding_window(self, /, name: str, limits: Sequence[tuple[float, int] | tuple[float, int, float]]) -> Limiter:
         """
         Several `(duration, limit[, precision])` limits over sub-buckets of `precision` seconds
         (none: a plain fixed window), checked atomically; only admitted calls count.
@@ -149,21 +149,21 @@ class Backend:
         """
         What the failure policy has done so far (all zero for memory backends).
         """
-    def token_bucket(self, /, name: str, rate: float, capacity: int) -> Limiter2:
+    def token_bucket(self, /, name: str, rate: float, capacity: int) -> Limiter:
         """
         Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens.
         """
-    def unlimited(self, /, name: str | None = None) -> Limiter2:
+    def unlimited(self, /, name: str | None = None) -> Limiter:
         """
         A limiter that always allows and touches no backend (`ratekeeper.unlimited()` is the
         same without a name).
         """
-    def window(self, /, name: str, limit: int, interval: float | str) -> Limiter2:
+    def window(self, /, name: str, limit: int, interval: float | str) -> Limiter:
         """
         Exact sliding window: never more than `limit` admissions in any span of `interval`
         (seconds or a name, as for `bucket`).
         """
-    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]]) -> Limiter2:
+    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]]) -> Limiter:
         """
         Several exact sliding windows checked and recorded together, e.g.
         `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
@@ -384,167 +384,6 @@ class LimitStatus:
         The span in whole microseconds.
         """
 
-@disjoint_base
-class Limiter:
-    """
-    A rate limiter bound to a backend; build one with a `Backend` method. Safe to share between
-    threads, tasks and event loops.
-
-    Every call takes an optional `key` (any string up to 1 KiB: a user id, an IP), so one
-    limiter serves many identities. Methods prefixed with `a` are the asyncio forms: they return
-    an `asyncio.Future` and never block the event loop.
-    """
-    def __repr__(self, /) -> str: ...
-    def _validate(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> None:
-        """
-        Validates the arguments of a call without making it (`within_limit` uses it to fail
-        early, naming the bad argument).
-        """
-    def aacquire(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> Future[Decision]:
-        """
-        asyncio form of `acquire`: waits without blocking the event loop.
-        """
-    def acheck(self, /, key: str | None = None, cost: int = ...) -> Future[Decision]:
-        """
-        asyncio form of `check`.
-        """
-    def acquire(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> Decision:
-        """
-        Consumes `cost`, waiting up to `wait_timeout` seconds (default: the limiter's) for the
-        limit to allow it — sleeping exactly until the decision can change, or until a release
-        wakes it. Raises `OverLimit` (with `retry_after`) when it cannot succeed in time.
-        """
-    def aextend(self, /, lease: Lease, key: str | None = None) -> Future[None]:
-        """
-        asyncio form of `extend`.
-        """
-    def afleet_metrics(self, /) -> Future[Metrics]:
-        """
-        asyncio form of `fleet_metrics`.
-        """
-    @property
-    def allows_fallback(self, /) -> bool:
-        """
-        Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
-        every limiter but concurrent ones, which fail closed unless built with
-        `allow_fallback=True`.
-        """
-    def aobserve(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None) -> Future[float | None]:
-        """
-        asyncio form of `observe`.
-        """
-    def apause(self, /, duration: float, key: str | None = None) -> Future[float]:
-        """
-        asyncio form of `pause`.
-        """
-    def apeek(self, /, key: str | None = None) -> Future[Decision]:
-        """
-        asyncio form of `peek`.
-        """
-    def apoints_used(self, /, estimate: int, actual: int, key: str | None = None) -> Future[Decision]:
-        """
-        asyncio form of `points_used`.
-        """
-    def arelease(self, /, lease: Lease, key: str | None = None) -> Future[None]:
-        """
-        asyncio form of `release`.
-        """
-    def areset(self, /, key: str | None = None) -> Future[None]:
-        """
-        asyncio form of `reset`.
-        """
-    def check(self, /, key: str | None = None, cost: int = ...) -> Decision:
-        """
-        Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
-        nothing and returns `allowed=False` with the exact `retry_after`. On a concurrent limiter
-        an admitted call holds a lease (`decision.lease`) that must be released.
-        """
-    def extend(self, /, lease: Lease, key: str | None = None) -> None:
-        """
-        Renews a concurrent lease for another `lock_timeout` from now. Raises `LeaseLost` if it
-        was already reclaimed.
-        """
-    def fleet_metrics(self, /) -> Metrics:
-        """
-        The metrics of every process sharing this limiter (on Redis, this process's pending
-        counts are flushed first); on memory, the same as `metrics()`.
-        """
-    @property
-    def kind(self, /) -> str:
-        """
-        The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
-        `leaky`, `points` or `unlimited`.
-        """
-    def metrics(self, /) -> Metrics:
-        """
-        This process's metrics for this limiter: its checks by outcome (and their latency on
-        Redis); concurrent limiters add their leases.
-        """
-    @property
-    def name(self, /) -> str:
-        """
-        The limiter's name.
-        """
-    def observe(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None) -> float | None:
-        """
-        Reads an upstream response's `status` and `headers` (a mapping, e.g. `requests`' or
-        `httpx`' headers, or `(name, value)` pairs) and pauses `key` for as long as a 429 or 503
-        asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset` when
-        `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are case-insensitive;
-        malformed values are ignored. Returns the pause in effect in seconds, or `None` when the
-        response asks for none.
-        """
-    def pause(self, /, duration: float, key: str | None = None) -> float:
-        """
-        Pauses `key` for `duration` seconds, in every process sharing the backend: until it
-        ends, `check` and `peek` are refused with `retry_after` = the remaining pause (consuming
-        nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
-        one never shortens it. Returns the pause in effect, in seconds. On Redis the check costs
-        no extra round trip. A `duration` that is not a positive number (0, negative, NaN) raises
-        `InvalidArgument` naming `duration`.
-        """
-    def peek(self, /, key: str | None = None) -> Decision:
-        """
-        What a call of cost 1 would get, consuming nothing.
-        """
-    def points_used(self, /, estimate: int, actual: int, key: str | None = None) -> Decision:
-        """
-        Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
-        the difference is charged or refunded. An `actual` above the capacity is charged as debt
-        the bucket waits out, at most 16 capacities ahead of now. Each call applies its own
-        difference (a `within_limit` permit reports once). Returns the state after the correction.
-        """
-    def release(self, /, lease: Lease, key: str | None = None) -> None:
-        """
-        Frees a lease of a concurrent limiter (for the key it was granted for, unless `key` is
-        given). Raises `LeaseLost` if it had been reclaimed (it outlived `lock_timeout`) or the
-        limiter was reset.
-        """
-    def reset(self, /, key: str | None = None) -> None:
-        """
-        Forgets the state of `key` (waiters on a concurrent limiter re-check).
-        """
-    @property
-    def spec(self, /) -> dict[str, Any]:
-        """
-        The limiter's spec as data (a dict in the canonical JSON form, durations in seconds):
-        `backend.limiter(name, limiter.spec)` builds the same limiter in any language.
-        """
-    @property
-    def spec_json(self, /) -> str:
-        """
-        The limiter's spec as canonical JSON text (what every language reads back alike).
-        """
-    @property
-    def wait_timeout(self, /) -> float:
-        """
-        The default time `acquire` and `within_limit` wait, in seconds.
-        """
-    def with_wait_timeout(self, /, wait_timeout: float) -> Limiter2:
-        """
-        The same limiter with another default wait timeout (seconds; 0: never wait).
-        """
-
 @final
 class LimiterInfo:
     """
@@ -711,6 +550,170 @@ class Metrics:
         Leases granted after waiting.
         """
 
+@disjoint_base
+class NativeLimiter:
+    """
+    A rate limiter bound to a backend; build one with a `Backend` method. Safe to share between
+    threads, tasks and event loops.
+
+    Every call takes an optional `key` (any string up to 1 KiB: a user id, an IP), so one
+    limiter serves many identities. Methods prefixed with `a` are the asyncio forms: they return
+    an `asyncio.Future` and never block the event loop.
+
+    This is the native base of `ratekeeper.Limiter` (which adds `within_limit`); every
+    constructor returns `ratekeeper.Limiter` instances.
+    """
+    def __repr__(self, /) -> str: ...
+    def _validate(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> None:
+        """
+        Validates the arguments of a call without making it (`within_limit` uses it to fail
+        early, naming the bad argument).
+        """
+    def aacquire(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> Future[Decision]:
+        """
+        asyncio form of `acquire`: waits without blocking the event loop.
+        """
+    def acheck(self, /, key: str | None = None, cost: int = ...) -> Future[Decision]:
+        """
+        asyncio form of `check`.
+        """
+    def acquire(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> Decision:
+        """
+        Consumes `cost`, waiting up to `wait_timeout` seconds (default: the limiter's) for the
+        limit to allow it — sleeping exactly until the decision can change, or until a release
+        wakes it. Raises `OverLimit` (with `retry_after`) when it cannot succeed in time.
+        """
+    def aextend(self, /, lease: Lease, key: str | None = None) -> Future[None]:
+        """
+        asyncio form of `extend`.
+        """
+    def afleet_metrics(self, /) -> Future[Metrics]:
+        """
+        asyncio form of `fleet_metrics`.
+        """
+    @property
+    def allows_fallback(self, /) -> bool:
+        """
+        Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
+        every limiter but concurrent ones, which fail closed unless built with
+        `allow_fallback=True`.
+        """
+    def aobserve(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None) -> Future[float | None]:
+        """
+        asyncio form of `observe`.
+        """
+    def apause(self, /, duration: float, key: str | None = None) -> Future[float]:
+        """
+        asyncio form of `pause`.
+        """
+    def apeek(self, /, key: str | None = None) -> Future[Decision]:
+        """
+        asyncio form of `peek`.
+        """
+    def apoints_used(self, /, estimate: int, actual: int, key: str | None = None) -> Future[Decision]:
+        """
+        asyncio form of `points_used`.
+        """
+    def arelease(self, /, lease: Lease, key: str | None = None) -> Future[None]:
+        """
+        asyncio form of `release`.
+        """
+    def areset(self, /, key: str | None = None) -> Future[None]:
+        """
+        asyncio form of `reset`.
+        """
+    def check(self, /, key: str | None = None, cost: int = ...) -> Decision:
+        """
+        Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
+        nothing and returns `allowed=False` with the exact `retry_after`. On a concurrent limiter
+        an admitted call holds a lease (`decision.lease`) that must be released.
+        """
+    def extend(self, /, lease: Lease, key: str | None = None) -> None:
+        """
+        Renews a concurrent lease for another `lock_timeout` from now. Raises `LeaseLost` if it
+        was already reclaimed.
+        """
+    def fleet_metrics(self, /) -> Metrics:
+        """
+        The metrics of every process sharing this limiter (on Redis, this process's pending
+        counts are flushed first); on memory, the same as `metrics()`.
+        """
+    @property
+    def kind(self, /) -> str:
+        """
+        The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
+        `leaky`, `points` or `unlimited`.
+        """
+    def metrics(self, /) -> Metrics:
+        """
+        This process's metrics for this limiter: its checks by outcome (and their latency on
+        Redis); concurrent limiters add their leases.
+        """
+    @property
+    def name(self, /) -> str:
+        """
+        The limiter's name.
+        """
+    def observe(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None) -> float | None:
+        """
+        Reads an upstream response's `status` and `headers` (a mapping, e.g. `requests`' or
+        `httpx`' headers, or `(name, value)` pairs) and pauses `key` for as long as a 429 or 503
+        asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset` when
+        `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are case-insensitive;
+        malformed values are ignored. Returns the pause in effect in seconds, or `None` when the
+        response asks for none.
+        """
+    def pause(self, /, duration: float, key: str | None = None) -> float:
+        """
+        Pauses `key` for `duration` seconds, in every process sharing the backend: until it
+        ends, `check` and `peek` are refused with `retry_after` = the remaining pause (consuming
+        nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
+        one never shortens it. Returns the pause in effect, in seconds. On Redis the check costs
+        no extra round trip. A `duration` that is not a positive number (0, negative, NaN) raises
+        `InvalidArgument` naming `duration`.
+        """
+    def peek(self, /, key: str | None = None) -> Decision:
+        """
+        What a call of cost 1 would get, consuming nothing.
+        """
+    def points_used(self, /, estimate: int, actual: int, key: str | None = None) -> Decision:
+        """
+        Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
+        the difference is charged or refunded. An `actual` above the capacity is charged as debt
+        the bucket waits out, at most 16 capacities ahead of now. Each call applies its own
+        difference (a `within_limit` permit reports once). Returns the state after the correction.
+        """
+    def release(self, /, lease: Lease, key: str | None = None) -> None:
+        """
+        Frees a lease of a concurrent limiter (for the key it was granted for, unless `key` is
+        given). Raises `LeaseLost` if it had been reclaimed (it outlived `lock_timeout`) or the
+        limiter was reset.
+        """
+    def reset(self, /, key: str | None = None) -> None:
+        """
+        Forgets the state of `key` (waiters on a concurrent limiter re-check).
+        """
+    @property
+    def spec(self, /) -> dict[str, Any]:
+        """
+        The limiter's spec as data (a dict in the canonical JSON form, durations in seconds):
+        `backend.limiter(name, limiter.spec)` builds the same limiter in any language.
+        """
+    @property
+    def spec_json(self, /) -> str:
+        """
+        The limiter's spec as canonical JSON text (what every language reads back alike).
+        """
+    @property
+    def wait_timeout(self, /) -> float:
+        """
+        The default time `acquire` and `within_limit` wait, in seconds.
+        """
+    def with_wait_timeout(self, /, wait_timeout: float) -> Limiter:
+        """
+        The same limiter with another default wait timeout (seconds; 0: never wait).
+        """
+
 @final
 class UtilizationConfig:
     """
@@ -774,7 +777,7 @@ class UtilizationShedder:
         The share of non-critical traffic being shed now, 0..1.
         """
 
-def unlimited() -> Limiter2:
+def unlimited() -> Limiter:
     """
     A limiter that always allows and touches no backend (admins, tests).
     """

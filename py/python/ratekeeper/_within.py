@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 from .errors import InvalidArgument, OverLimit
 
 if TYPE_CHECKING:
-    from ._ratekeeper import Decision, Limiter
+    from ._limiter import Limiter
+    from ._ratekeeper import Decision
 
 __all__ = ["Permit", "WithinLimit", "WithinLimitOrSkip"]
 
