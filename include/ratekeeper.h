@@ -874,6 +874,26 @@ enum rk_status rk_backend_limiters_json(const struct rk_backend *backend,
                                         char **json_out);
 
 /**
+ * \brief Every limiter's metrics, as a JSON array.
+ *
+ * Each element is `{"name", "kind", "metrics"}`; `metrics` has `allowed`, `refused`, `errors`,
+ * `failed_open`, `fell_back` (checks by outcome), `latency_count`, `latency_sum_us` and
+ * `latency_buckets_us` (`[[upper bound in µs or null for infinite, count], ...]`, not
+ * cumulative; checks that went to Redis), and for concurrent limiters `held`, `held_time_us`,
+ * `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`.
+ *
+ * \param backend The backend.
+ * \param fleet False for this process's metrics; true for every process's (read from Redis
+ *        after flushing this one's; the same as false on memory).
+ * \param json_out Receives the JSON text; free it with `rk_string_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE, #RK_TIMEOUT or
+ *         #RK_BACKEND_REJECTED.
+ */
+enum rk_status rk_backend_metrics_json(const struct rk_backend *backend,
+                                       bool fleet,
+                                       char **json_out);
+
+/**
  * \brief Every limiter's metrics in the Prometheus text exposition format (version 0.0.4).
  *
  * \param backend The backend.
@@ -889,7 +909,7 @@ enum rk_status rk_backend_prometheus(const struct rk_backend *backend,
 
 /**
  * \brief Frees a string the library returned (`rk_backend_limiters_json`,
- * `rk_backend_prometheus`). NULL is ignored.
+ * `rk_backend_metrics_json`, `rk_backend_prometheus`). NULL is ignored.
  *
  * \param s The string, or NULL.
  */

@@ -125,6 +125,64 @@ pub extern "C" fn rk_backend_limiters_json(backend: *const rk_backend, json_out:
     }
 }
 
+/// \brief Every limiter's metrics, as a JSON array.
+///
+/// Each element is `{"name", "kind", "metrics"}`; `metrics` has `allowed`, `refused`, `errors`,
+/// `failed_open`, `fell_back` (checks by outcome), `latency_count`, `latency_sum_us` and
+/// `latency_buckets_us` (`[[upper bound in µs or null for infinite, count], ...]`, not
+/// cumulative; checks that went to Redis), and for concurrent limiters `held`, `held_time_us`,
+/// `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`.
+///
+/// \param backend The backend.
+/// \param fleet False for this process's metrics; true for every process's (read from Redis
+///        after flushing this one's; the same as false on memory).
+/// \param json_out Receives the JSON text; free it with `rk_string_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE, #RK_TIMEOUT or
+///         #RK_BACKEND_REJECTED.
+#[no_mangle]
+pub extern "C" fn rk_backend_metrics_json(
+    backend: *const rk_backend,
+    fleet: bool,
+    json_out: *mut *mut c_char,
+) -> rk_status {
+    ffi_status! {
+        let out = Out::new("json_out", json_out)?;
+        let backend = arg_ref("backend", backend)?;
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        let items: Vec<serde_json::Value> = backend
+            .inner
+            .metrics_blocking(fleet)?
+            .into_iter()
+            .map(|(name, kind, m)| {
+                let bounds = ratekeeper::LATENCY_BOUNDS.iter().map(|b| serde_json::json!(us(*b))).chain([serde_json::Value::Null]);
+                let buckets: Vec<serde_json::Value> = bounds.zip(m.latency_buckets).map(|(le, n)| serde_json::json!([le, n])).collect();
+                serde_json::json!({
+                    "name": name,
+                    "kind": kind.as_str(),
+                    "metrics": {
+                        "allowed": m.allowed,
+                        "refused": m.refused,
+                        "errors": m.errors,
+                        "failed_open": m.failed_open,
+                        "fell_back": m.fell_back,
+                        "latency_count": m.latency_count(),
+                        "latency_sum_us": us(m.latency_sum),
+                        "latency_buckets_us": buckets,
+                        "held": m.held,
+                        "held_time_us": us(m.held_time),
+                        "immediate": m.immediate,
+                        "waited": m.waited,
+                        "wait_time_us": us(m.wait_time),
+                        "overages": m.overages,
+                        "reclaimed": m.reclaimed,
+                    },
+                })
+            })
+            .collect();
+        publish_string(out, serde_json::Value::Array(items).to_string())
+    }
+}
+
 /// \brief Every limiter's metrics in the Prometheus text exposition format (version 0.0.4).
 ///
 /// \param backend The backend.
@@ -147,7 +205,7 @@ pub extern "C" fn rk_backend_prometheus(
 }
 
 /// \brief Frees a string the library returned (`rk_backend_limiters_json`,
-/// `rk_backend_prometheus`). NULL is ignored.
+/// `rk_backend_metrics_json`, `rk_backend_prometheus`). NULL is ignored.
 ///
 /// \param s The string, or NULL.
 #[no_mangle]

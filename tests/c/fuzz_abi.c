@@ -320,7 +320,10 @@ static void one_call(void) {
     const char *spec = below(4) ? specs[below(4)] : pick_string();
     const char *key = below(2) ? NULL : pick_string();
     char *out = NULL;
-    switch (below(5)) {
+    switch (below(6)) {
+    case 5:
+      verify(rk_backend_metrics_json(backend, next() & 1, below(6) ? &out : NULL), "rk_backend_metrics_json");
+      break;
     case 0:
       verify(rk_backend_set_limit(backend, pick_string(), spec, key), "rk_backend_set_limit");
       break;

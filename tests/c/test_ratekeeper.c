@@ -319,6 +319,9 @@ static void test_live_limits(const fixture *f) {
   CHECK(json != NULL && strstr(json, "\"name\":\"c-live\"") != NULL);
   CHECK(json != NULL && strstr(json, "\"key\":\"vip\"") != NULL);
   rk_string_free(json);
+  CHECK_OK(rk_backend_metrics_json(b, false, &json));
+  CHECK(json != NULL && strstr(json, "\"allowed\":2") != NULL);
+  rk_string_free(json);
   char *text = NULL;
   CHECK_OK(rk_backend_prometheus(b, false, &text));
   CHECK(text != NULL && strstr(text, "ratekeeper_checks_total{limiter=\"c-live\",kind=\"token_bucket\",outcome=\"allowed\"} 2") != NULL);
