@@ -39,6 +39,10 @@ pub fn js_parameter(core: &str) -> &str {
         "seconds_before_shedding" => "beforeSheddingMs",
         "seconds_to_shed_all" => "toShedAllMs",
         "allow_fallback" => "allowFallback",
+        "base" => "baseMs",
+        "jitter" => "jitterMs",
+        "max_reschedules" => "maxReschedules",
+        "retry_after" => "retryAfterMs",
         other => other,
     }
 }

@@ -8,11 +8,12 @@
 //! - [`driven`]: Redis calls on a connection the JavaScript thread polls itself (libuv).
 //! - [`error`]: the one conversion of core errors into `Error` objects with a stable `code`.
 //! - [`args`]: reading JavaScript arguments; [`decision`]: the results.
-//! - [`backend`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
+//! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
 #![deny(clippy::all)]
 
 mod args;
 mod backend;
+mod backoff;
 mod bridge;
 mod clock;
 mod decision;
