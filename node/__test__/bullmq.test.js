@@ -1,0 +1,127 @@
+'use strict';
+// ratekeeper/bullmq with real BullMQ workers: 4 Node worker processes on a test-started Redis,
+// calling a real HTTP server (this process) that answers 429 beyond its limit. No mocks.
+//
+// Default shape: 200 jobs against 20 calls per 1 s window (about 10 s); RATEKEEPER_LONG_TESTS=1
+// runs the issue's shape, 200 jobs against 20 per 10 s (about 100 s).
+//
+// Which window does a call belong to? A real API counts by arrival, the limiter by admission
+// (Redis's clock). Arrival = admission + the time to send, so an API with the same windows would
+// still see a call admitted at the end of window k arrive in window k+1 (in production: the
+// margin left between the two limits). To make "never an excess" exact instead of a race, the
+// server files each call under its admission stamp (`X-Admitted-Us`, the admitting decision's
+// `decidedAtUs`), after checking the stamp is honest: not after the arrival (same host, same
+// clock) and at most 60 s old.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const http = require('node:http');
+const path = require('node:path');
+const { spawn } = require('node:child_process');
+const { Queue } = require('bullmq');
+const { RedisServer } = require('./support/redis.js');
+
+const LONG = process.env.RATEKEEPER_LONG_TESTS === '1';
+const JOBS = 200;
+const LIMIT = 20;
+const WINDOW_MS = LONG ? 10_000 : 1_000;
+const PROCESSES = 4;
+
+function upstream(limit, windowMs) {
+  const state = { byAdmission: new Map(), calls: [], excess: 0, badStamps: [] };
+  const windowUs = BigInt(windowMs * 1000);
+  const server = http.createServer((req, res) => {
+    const arrivalUs = BigInt(Date.now()) * 1000n;
+    const url = new URL(req.url, 'http://x');
+    const job = url.searchParams.get('job');
+    state.calls.push(job);
+    let status = 200;
+    const stamp = req.headers['x-admitted-us'];
+    const admittedUs = /^\d+$/.test(stamp ?? '') ? BigInt(stamp) : null;
+    // Date.now() has millisecond resolution: an admission in the same millisecond as the
+    // arrival may carry a stamp up to 999 µs past `arrivalUs`.
+    if (admittedUs === null || admittedUs > arrivalUs + 999n || admittedUs < arrivalUs - 60_000_000n) {
+      state.badStamps.push(`${job}: ${stamp} at ${arrivalUs}`);
+      status = 400;
+    } else {
+      const w = admittedUs / windowUs;
+      const n = (state.byAdmission.get(w) ?? 0) + 1;
+      state.byAdmission.set(w, n);
+      if (n > limit) {
+        state.excess += 1;
+        status = 429;
+      }
+    }
+    res.writeHead(status, { 'Content-Length': '0' });
+    res.end();
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, state, url: `http://127.0.0.1:${server.address().port}` })));
+}
+
+function startWorker(config) {
+  const child = spawn(process.execPath, [path.join(__dirname, 'support', 'bullmq-worker.js'), JSON.stringify(config)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const ready = new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (chunk) => {
+      out += chunk;
+      if (out.includes('ready')) resolve();
+    });
+    child.on('exit', (code) => reject(new Error(`worker exited with ${code} before it was ready`)));
+  });
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  return { child, ready, stop: () => (child.exitCode === null && child.kill('SIGTERM'), exited) };
+}
+
+async function settled(queue, total) {
+  // Polling the queue's counts is the test waiting for the outcome, not timing anything.
+  for (;;) {
+    const counts = await queue.getJobCounts('completed', 'failed');
+    if (counts.completed + counts.failed >= total) return counts;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+test(`${JOBS} jobs against ${LIMIT} per ${WINDOW_MS} ms over ${PROCESSES} BullMQ worker processes`, async (t) => {
+  const redis = await RedisServer.start();
+  const api = await upstream(LIMIT, WINDOW_MS);
+  const config = { port: redis.port, queue: 'rk-test', prefix: `bq${process.pid}`, upstream: api.url, limit: LIMIT, windowMs: WINDOW_MS, concurrency: 5 };
+  const workers = Array.from({ length: PROCESSES }, () => startWorker(config));
+  const queue = new Queue(config.queue, { connection: { host: '127.0.0.1', port: redis.port }, prefix: config.prefix });
+  // In this order: the workers and the queue before the Redis they use.
+  t.after(async () => {
+    await Promise.all(workers.map((w) => w.stop()));
+    await queue.close();
+    api.server.closeAllConnections();
+    api.server.close();
+    await redis.destroy();
+  });
+  await Promise.all(workers.map((w) => w.ready));
+
+  // attempts: 1 — a reschedule that spent an attempt would fail the job.
+  await queue.addBulk(Array.from({ length: JOBS }, (_, n) => ({ name: 'call', data: { n }, opts: { attempts: 1 } })));
+  const refusedJob = await queue.add('refused', {}, { attempts: 1 });
+  const counts = await settled(queue, JOBS + 1);
+
+  const done = (await queue.getCompleted(0, -1)).map((job) => job.returnvalue);
+  assert.equal(counts.completed, JOBS, `${counts.failed} failed`);
+  assert.deepEqual(done.map((d) => d.n).sort((a, b) => a - b), Array.from({ length: JOBS }, (_, n) => n));
+  assert.deepEqual(done.filter((d) => d.status !== 200), []);
+  assert.equal(api.state.excess, 0);
+  assert.deepEqual(api.state.badStamps, []);
+  assert.equal(api.state.calls.length, JOBS);
+  assert.ok(Math.max(...api.state.byAdmission.values()) <= LIMIT);
+  assert.ok(done.every((d) => d.attemptsMade === 0), 'a reschedule spent an attempt');
+  const total = done.reduce((n, d) => n + d.reschedules, 0);
+  assert.ok(total >= JOBS - LIMIT, `only ${total} reschedules`);
+  const pids = new Set(done.map((d) => d.pid));
+  assert.ok(pids.size >= 2, 'the jobs ran in one process');
+
+  // The job refused every time: 3 reschedules, then failed with the over-limit error.
+  const refused = await queue.getJob(refusedJob.id);
+  assert.equal(await refused.getState(), 'failed');
+  assert.match(refused.failedReason, /over limit/);
+  assert.equal(refused.data.ratekeeperReschedules, 3);
+  t.diagnostic(`${total} reschedules over ${pids.size} worker processes`);
+});
