@@ -20,6 +20,7 @@ const path = require('node:path');
 const { spawn } = require('node:child_process');
 const { Queue } = require('bullmq');
 const { RedisServer } = require('./support/redis.js');
+const { Backend } = require('..');
 
 const LONG = process.env.RATEKEEPER_LONG_TESTS === '1';
 const JOBS = 200;
@@ -98,6 +99,12 @@ test(`${JOBS} jobs against ${LIMIT} per ${WINDOW_MS} ms over ${PROCESSES} BullMQ
     await redis.destroy();
   });
   await Promise.all(workers.map((w) => w.ready));
+  // Take all of a fresh window's calls (not sent to the API) at its very start, so the first
+  // jobs are refused whatever the workers' speed (which this test does not assume). The buckets
+  // are aligned to the epoch; Redis runs on this host, so its TIME is this clock.
+  const filler = Backend.redis(redis.url, { prefix: config.prefix }).bucket('upstream', LIMIT, WINDOW_MS);
+  await new Promise((r) => setTimeout(r, WINDOW_MS - (Date.now() % WINDOW_MS)));
+  assert.equal((await filler.check(null, LIMIT)).allowed, true);
 
   // attempts: 1 — a reschedule that spent an attempt would fail the job.
   await queue.addBulk(Array.from({ length: JOBS }, (_, n) => ({ name: 'call', data: { n }, opts: { attempts: 1 } })));
@@ -114,7 +121,7 @@ test(`${JOBS} jobs against ${LIMIT} per ${WINDOW_MS} ms over ${PROCESSES} BullMQ
   assert.ok(Math.max(...api.state.byAdmission.values()) <= LIMIT);
   assert.ok(done.every((d) => d.attemptsMade === 0), 'a reschedule spent an attempt');
   const total = done.reduce((n, d) => n + d.reschedules, 0);
-  assert.ok(total >= JOBS - LIMIT, `only ${total} reschedules`);
+  assert.ok(total >= 1, 'no job was rescheduled');
   const pids = new Set(done.map((d) => d.pid));
   assert.ok(pids.size >= 2, 'the jobs ran in one process');
 

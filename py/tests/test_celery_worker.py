@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from .conftest import RedisServer
-from .upstream import Upstream
+from .upstream import Upstream, fill_next_window
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 LONG = os.environ.get("RATEKEEPER_LONG_TESTS") == "1"
@@ -68,6 +68,9 @@ def setup(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[Any, Upst
 
     worker = Worker(env, tmp_path / "worker.log")
     try:
+        deadline = time.monotonic() + HANG_GUARD
+        while not celery_app.app.control.ping(timeout=0.5):  # the worker is consuming
+            assert worker.proc.poll() is None and time.monotonic() < deadline, "the worker did not start"
         yield celery_app, upstream, prefix
     finally:
         worker.stop()
@@ -83,6 +86,7 @@ def runs(app: Any, prefix: str) -> list[tuple[str, str, int]]:
 
 def test_jobs_over_the_limit_are_rescheduled_never_sent_in_excess(setup: tuple[Any, Upstream, str]) -> None:
     app, upstream, prefix = setup
+    fill_next_window(app.api, LIMIT, WINDOW)
     results = [app.call_upstream.delay(job) for job in range(JOBS)]
     done = [r.get(timeout=HANG_GUARD) for r in results]
 
@@ -96,8 +100,9 @@ def test_jobs_over_the_limit_are_rescheduled_never_sent_in_excess(setup: tuple[A
     # any job whose reschedule counted as a retry).
     assert all(d["retries"] == 0 for d in done)
     total = sum(d["reschedules"] for d in done)
-    # JOBS jobs, LIMIT per window: at least JOBS - LIMIT of them waited at least once.
-    assert total >= JOBS - LIMIT
+    # The first window's calls were taken before the jobs were sent: the first jobs are
+    # refused whatever the workers' speed (which this test does not assume).
+    assert total >= 1
     # The count each run started with matches the final one: runs of a job = reschedules + 1.
     per_job = Counter(task_id for name, task_id, _ in runs(app, prefix) if name.endswith("call_upstream"))
     assert sorted(per_job.values()) == sorted(d["reschedules"] + 1 for d in done)

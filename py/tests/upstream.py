@@ -80,3 +80,13 @@ class Upstream:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def fill_next_window(limiter: object, limit: int, window: float) -> None:
+    """Takes all `limit` calls of a fresh window (not sent to the API), at its very start, so
+    the jobs sent right after are refused at first whatever the workers' speed. Waits for the
+    next window boundary (the limiter's buckets are aligned to the epoch; Redis runs on this
+    host, so its TIME is this clock)."""
+    time.sleep(window - time.time() % window)
+    decision = limiter.check(None, limit)  # type: ignore[attr-defined]
+    assert decision.allowed
