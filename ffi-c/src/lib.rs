@@ -22,7 +22,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 // cbindgen writes the header in the order of these modules (errors, backends, clocks, limiters, calls,
-// test hooks); the blank lines keep rustfmt from sorting them.
+// backoff, test hooks); the blank lines keep rustfmt from sorting them.
 pub mod error;
 
 pub mod backend;
@@ -32,6 +32,8 @@ pub mod clock;
 pub mod limiter;
 
 pub mod calls;
+
+pub mod backoff;
 
 mod test_hooks;
 
