@@ -132,3 +132,21 @@ test(`${JOBS} jobs against ${LIMIT} per ${WINDOW_MS} ms over ${PROCESSES} BullMQ
   assert.equal(refused.data.ratekeeperReschedules, 3);
   t.diagnostic(`${total} reschedules over ${pids.size} worker processes`);
 });
+
+test('limited() refuses bad arguments when the processor is made, naming them', () => {
+  const { limited } = require('../bullmq');
+  const { Backoff: B } = require('..');
+  const limiter = Backend.memory().bucket('b', 1, 1000);
+  const processor = async () => {};
+  const cases = [
+    [() => limited('stripe', processor), 'limiter'],
+    [() => limited(limiter, 'not a function'), 'processor'],
+    [() => limited(limiter, processor, null), 'options'],
+    [() => limited(limiter, processor, { key: 42 }), 'key'],
+    [() => limited(limiter, processor, { backoff: { maxReschedules: 3 } }), 'backoff'],
+  ];
+  for (const [make, parameter] of cases) {
+    assert.throws(make, { code: 'ERR_INVALID_ARGUMENT', parameter });
+  }
+  assert.equal(typeof limited(limiter, processor, { key: (job) => job.id, backoff: new B() }), 'function');
+});
