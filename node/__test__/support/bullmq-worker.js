@@ -9,7 +9,9 @@ const { limited, currentDecision, reschedules } = require('../../bullmq');
 
 const config = JSON.parse(process.argv[2]);
 const connection = { host: '127.0.0.1', port: config.port, maxRetriesPerRequest: null };
-const backend = Backend.redis(`redis://127.0.0.1:${config.port}`, { prefix: config.prefix });
+// A generous per-call deadline: the test machine may be loaded (the default, 200 ms, is for
+// production latency; a timed-out check would fail the job, as fail_closed should).
+const backend = Backend.redis(`redis://127.0.0.1:${config.port}`, { prefix: config.prefix, deadlineMs: 5000 });
 
 // Small steps, so the delay is the limiter's retryAfterMs; the jitter spreads refused jobs over
 // the next window.

@@ -33,7 +33,9 @@ app.conf.update(
 
 # Built in the worker's parent process, before the fork: the core rebuilds its runtime and
 # connections in each child (what this test also exercises).
-backend = ratekeeper.Backend.redis(URL, prefix=PREFIX)
+# A generous per-call deadline: the test machine may be loaded (the default, 200 ms, is for
+# production latency; a timed-out check would fail the job, as fail_closed should).
+backend = ratekeeper.Backend.redis(URL, prefix=PREFIX, deadline=5.0)
 api = backend.bucket("upstream", LIMIT, WINDOW)
 # Small steps so that reschedule_in is dominated by the limiter's retry_after; the jitter
 # spreads the refused jobs over the next window instead of all at its first microsecond.
