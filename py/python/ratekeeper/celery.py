@@ -24,7 +24,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from celery.exceptions import Retry
+try:
+    from celery.exceptions import Retry
+except ImportError as _missing:  # an optional extra: say which
+    raise ImportError(f"ratekeeper.celery needs celery: pip install 'ratekeeper[celery]' ({_missing})") from _missing
 
 from ._limiter import Limiter
 from ._ratekeeper import Backoff

@@ -31,7 +31,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from rq import Queue, Retry, get_current_job
+try:
+    from rq import Queue, Retry, get_current_job
+except ImportError as _missing:  # an optional extra: say which
+    raise ImportError(f"ratekeeper.rq needs rq: pip install 'ratekeeper[rq]' ({_missing})") from _missing
 
 from ._limiter import Limiter
 from ._ratekeeper import Backoff
