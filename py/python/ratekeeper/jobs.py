@@ -39,7 +39,7 @@ def current_decision() -> Decision | None:
     return _current.get()
 
 
-def resolve(value: Any, parameter: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def resolve(value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A key or cost: called with the job's arguments when it is a function."""
     return value(*args, **kwargs) if callable(value) else value
 
@@ -64,8 +64,8 @@ def run_limited(
 ) -> R:
     """Runs ``body`` if ``limiter`` admits the job now (a concurrent limiter: while holding a
     slot), or raises :class:`OverLimit` with the limiter's ``retry_after``."""
-    k = resolve(key, "key", args, kwargs)
-    c = resolve(cost, "cost", args, kwargs)
+    k = resolve(key, args, kwargs)
+    c = resolve(cost, args, kwargs)
     if limiter.kind == "concurrent":
         with limiter.within_limit(k, c) as permit:
             token = _current.set(permit.decision)
