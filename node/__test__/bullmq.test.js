@@ -152,3 +152,43 @@ test('limited() refuses bad arguments when the processor is made, naming them', 
   }
   assert.equal(typeof limited(limiter, processor, { key: (job) => job.id, backoff: new B() }), 'function');
 });
+
+test('a concurrent limiter is held for the whole processor, in a real BullMQ worker', async (t) => {
+  const { Worker } = require('bullmq');
+  const { limited, currentDecision, reschedules } = require('../bullmq');
+  const { Backoff: B } = require('..');
+  const redis = await RedisServer.start();
+  const connection = { host: '127.0.0.1', port: redis.port, maxRetriesPerRequest: null };
+  const prefix = `bqc${process.pid}`;
+  const backend = Backend.redis(redis.url, { prefix, deadlineMs: 5000 });
+  // One slot; a refused job is retried when the holder's lease could be reclaimed (1 s).
+  const erp = backend.concurrent('erp', 1, { lockTimeoutMs: 1000, waitTimeoutMs: 0 });
+  let running = 0;
+  let most = 0;
+  const processor = limited(
+    erp,
+    async (job) => {
+      running += 1;
+      most = Math.max(most, running);
+      const decision = currentDecision();
+      await new Promise((r) => setTimeout(r, 100));
+      running -= 1;
+      return { fencingToken: decision.lease.fencingToken, reschedules: reschedules(job) };
+    },
+    { backoff: new B({ baseMs: 10, jitterMs: 50, maxReschedules: 1000 }) },
+  );
+  const worker = new Worker('erp', processor, { connection, prefix, concurrency: 4 });
+  const queue = new Queue('erp', { connection, prefix });
+  t.after(async () => {
+    await worker.close(true);
+    await queue.close();
+    await redis.destroy();
+  });
+  await queue.addBulk(Array.from({ length: 4 }, (_, n) => ({ name: 'sync', data: { n }, opts: { attempts: 1 } })));
+  const counts = await settled(queue, 4);
+  assert.equal(counts.completed, 4);
+  assert.equal(most, 1); // never two bodies at once: the slot was held for the whole processor
+  const done = (await queue.getCompleted(0, -1)).map((job) => job.returnvalue);
+  assert.equal(new Set(done.map((d) => d.fencingToken)).size, 4); // four leases, four tokens
+  assert.equal((await erp.peek()).remaining, 1); // every lease released
+});
