@@ -158,6 +158,16 @@ typedef enum rk_failure_policy {
 typedef struct rk_backend rk_backend;
 
 /**
+ * \brief When to run an over-limit job again, and when to give up (Sidekiq's policy).
+ *
+ * Opaque. Made by `rk_backoff_new`, freed with `rk_backoff_free`. Thread-safe (the jitter's
+ * generator is behind a lock). Reschedule `n` (1 for the first, counted apart from the job's
+ * own retries) waits `max(retry_after, base * n)` plus a random `[0, jitter)`; after
+ * `max_reschedules` reschedules the job should fail with the over-limit error instead.
+ */
+typedef struct rk_backoff rk_backoff;
+
+/**
  * \brief A rate limiter bound to a backend.
  *
  * Opaque. Made by an `rk_limiter_new_*` function; freed with `rk_limiter_free`. Thread-safe:
@@ -965,6 +975,50 @@ enum rk_status rk_limiter_observe(const struct rk_limiter *limiter,
                                   const char *const *header_values,
                                   size_t headers_len,
                                   uint64_t *pause_us_out);
+
+/**
+ * \brief Creates a backoff policy. Sidekiq's default is `base` 300, `jitter` 300,
+ * `max_reschedules` 20 (`300 * n + rand(300)` seconds, about a day in all).
+ *
+ * \param base The step per reschedule, in seconds (0 allowed; at most 100 years).
+ * \param jitter The largest random spread added to each delay, in seconds (0 allowed).
+ * \param max_reschedules How many times a job is rescheduled before it fails.
+ * \param seed Seeds the jitter's generator (tests: the same delays on every run); 0 for a
+ *        random seed.
+ * \param backoff_out Receives the new policy; free it with `rk_backoff_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, or #RK_INVALID_ARGUMENT naming `base` or `jitter`.
+ */
+enum rk_status rk_backoff_new(double base,
+                              double jitter,
+                              uint32_t max_reschedules,
+                              uint64_t seed,
+                              struct rk_backoff **backoff_out);
+
+/**
+ * \brief How long to wait before running the job again for its reschedule `attempt`.
+ *
+ * \param backoff The policy.
+ * \param attempt The reschedule about to be made: 1 for the first.
+ * \param retry_after_us What the limiter asked for, in microseconds (an `rk_decision`'s
+ *        `retry_after_us`, taken as is so no conversion is needed): the delay is never shorter.
+ * \param reschedule_out Receives true when the job should be rescheduled, false when
+ *        `attempt > max_reschedules` (the job should fail with the over-limit error).
+ * \param delay_us_out Receives the delay in microseconds (0 when not rescheduling).
+ * \return #RK_OK, #RK_NULL_PARAMETER, or #RK_INVALID_ARGUMENT naming `attempt` (0) or
+ *         `retry_after` (over 100 years).
+ */
+enum rk_status rk_backoff_reschedule_in(const struct rk_backoff *backoff,
+                                        uint32_t attempt,
+                                        uint64_t retry_after_us,
+                                        bool *reschedule_out,
+                                        uint64_t *delay_us_out);
+
+/**
+ * \brief Frees a backoff policy. NULL is ignored.
+ *
+ * \param backoff A policy from `rk_backoff_new`, or NULL.
+ */
+void rk_backoff_free(struct rk_backoff *backoff);
 
 #if defined(RK_TEST_HOOKS)
 /**

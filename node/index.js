@@ -416,6 +416,7 @@ Object.defineProperty(L, 'spec', {
 module.exports = {
   Backend: native.Backend,
   Limiter,
+  Backoff: native.Backoff,
   ManualClock: native.ManualClock,
   FleetShedder,
   UtilizationShedder: native.UtilizationShedder,

@@ -7,6 +7,7 @@ const ratekeeper = require('./index.js');
 export const {
   Backend,
   Limiter,
+  Backoff,
   ManualClock,
   FleetShedder,
   UtilizationShedder,

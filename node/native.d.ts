@@ -90,6 +90,30 @@ export declare class Backend {
 }
 
 /**
+ * How long to wait before running an over-limit job again (Sidekiq's reschedule policy):
+ * reschedule `attempt` (1 for the first, counted apart from the job's own retries) waits
+ * `max(retryAfterMs, baseMs * attempt)` plus a random `[0, jitterMs)` milliseconds. After
+ * `maxReschedules` reschedules, `rescheduleIn` returns `null`: the job should fail with the
+ * over-limit error. Defaults: 300 000 ms, 300 000 ms, 20.
+ */
+export declare class Backoff {
+  /** Sidekiq's policy, or the one `options` describe. */
+  constructor(options?: BackoffOptions)
+  /** The step per reschedule, in milliseconds. */
+  get baseMs(): number
+  /** The largest random spread added to each delay, in milliseconds. */
+  get jitterMs(): number
+  /** How many times a job is rescheduled before it fails with the over-limit error. */
+  get maxReschedules(): number
+  /**
+   * Milliseconds to wait before running the job again for its reschedule `attempt`
+   * (1-based), when the limiter asked for `retryAfterMs` (the over-limit error's
+   * `retryAfterMs`, default 0); `null` once `attempt > maxReschedules` (the job should fail).
+   */
+  rescheduleIn(attempt: number, retryAfterMs?: number | null): number | null
+}
+
+/**
  * Fleet usage load shedder: at most `limit` non-critical requests in flight across every
  * process sharing the backend; critical requests bypass it.
  */
@@ -264,6 +288,30 @@ export interface BackendStats {
    * configuration of the same name (e.g. a rolling deploy changing a limit).
    */
   configMismatches: number
+}
+
+/** Options of `new Backoff()`; every field is optional. */
+export interface BackoffOptions {
+  /**
+   * The step per reschedule: attempt n waits at least `baseMs * n` (default 300 000, five
+   * minutes, as Sidekiq). May be 0.
+   */
+  baseMs?: number
+  /**
+   * Up to this many milliseconds are added at random to each delay, so jobs refused together
+   * do not all come back at once (default 300 000). May be 0.
+   */
+  jitterMs?: number
+  /** How many times a job is rescheduled before it fails with `ERR_OVER_LIMIT` (default 20). */
+  maxReschedules?: number
+  /**
+   * Replaces `baseMs * attempt`: a function of the attempt (1-based) returning milliseconds.
+   * The `retryAfterMs` floor and the jitter still apply (pass `jitterMs: 0` to use its result
+   * as is).
+   */
+  delay?: (attempt: number) => number
+  /** Seeds the jitter's generator, so a test sees the same delays on every run. */
+  seed?: number
 }
 
 /** Options of `backend.calendar()`. */

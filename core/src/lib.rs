@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod backoff;
 mod clock;
 mod decision;
 mod error;
@@ -34,6 +35,7 @@ pub use backend::{
     lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEADLINE, DEFAULT_PREFIX,
 };
+pub use backoff::{Backoff, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_JITTER, DEFAULT_MAX_RESCHEDULES};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
 pub use decision::{http_seconds, Decision, Lease, LimitStatus};
 pub use error::{Error, ErrorKind, Result};

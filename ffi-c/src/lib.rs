@@ -22,7 +22,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 // cbindgen writes the header in the order of these modules (errors, backends, clocks, limiters, calls,
-// upstream feedback, test hooks); the blank lines keep rustfmt from sorting them.
+// upstream feedback, backoff, test hooks); the blank lines keep rustfmt from sorting them.
 pub mod error;
 
 pub mod backend;
@@ -36,6 +36,8 @@ pub mod calls;
 pub mod operate;
 
 pub mod upstream;
+
+pub mod backoff;
 
 mod test_hooks;
 

@@ -192,6 +192,14 @@ impl Js {
         }
     }
 
+    /// The value as a function, or an error naming `parameter`.
+    pub fn function(self, parameter: &'static str) -> CoreResult<Js> {
+        match self.type_of() {
+            sys::ValueType::napi_function => Ok(self),
+            _ => Err(self.wrong(parameter, "a function")),
+        }
+    }
+
     /// The elements of an array.
     pub fn array(self, parameter: &'static str) -> CoreResult<Vec<Js>> {
         if !self.is_array() {

@@ -36,6 +36,11 @@ pub fn js_parameter(core: &str) -> Cow<'_, str> {
         "connect_timeout" => "connectTimeoutMs",
         "seconds_before_shedding" => "beforeSheddingMs",
         "seconds_to_shed_all" => "toShedAllMs",
+        "allow_fallback" => "allowFallback",
+        "base" => "baseMs",
+        "jitter" => "jitterMs",
+        "max_reschedules" => "maxReschedules",
+        "retry_after" => "retryAfterMs",
         other => return crate::args::camel(other),
     })
 }

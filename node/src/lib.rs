@@ -9,11 +9,12 @@
 //! - [`error`]: the one conversion of core errors into `Error` objects with a stable `code`.
 //! - [`args`]: reading JavaScript arguments; [`options`]: options objects (typed, unknown
 //!   keys refused); [`decision`]: the results.
-//! - [`backend`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
+//! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
 #![deny(clippy::all)]
 
 mod args;
 mod backend;
+mod backoff;
 mod bridge;
 mod clock;
 mod decision;

@@ -48,6 +48,8 @@ params! {
     PLevels = "levels", PName = "name", PKey = "key", PUrl = "url", PPrefix = "prefix",
     PFailurePolicy = "failure_policy", PId = "id", PFencingToken = "fencing_token", PGrantedAtUs = "granted_at_us",
     PAllowFallback = "allow_fallback", PPeriod = "period", PTz = "tz", PAnchor = "anchor",
+    PAttempt = "attempt", PBase = "base", PJitter = "jitter", PMaxReschedules = "max_reschedules",
+    PRetryAfter = "retry_after", PSeed = "seed", PDelay = "delay",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {

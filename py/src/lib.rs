@@ -8,6 +8,7 @@
 mod aio;
 mod args;
 mod backend;
+mod backoff;
 mod clock;
 mod decision;
 mod errors;
@@ -20,6 +21,8 @@ mod shedder;
 mod _ratekeeper {
     #[pymodule_export]
     use super::backend::{Backend, BackendStats};
+    #[pymodule_export]
+    use super::backoff::Backoff;
     #[pymodule_export]
     use super::clock::ManualClock;
     #[pymodule_export]

@@ -138,3 +138,15 @@ def upstream_feedback(limiter: Limiter) -> None:
         seen: float | None = await limiter.aobserve(429, {"retry-after": "1"})
         seen_response: float | None = await limiter.aobserve_response(_Response())
         assert later and seen and seen_response
+
+
+def workers(backend: Backend) -> None:
+    from ratekeeper import Backoff
+    from ratekeeper.jobs import current_decision
+
+    policy = Backoff(base=60, jitter=30, max_reschedules=5, delay=lambda attempt: 10.0 * attempt, seed=1)
+    delay: float | None = policy.reschedule_in(1, 2.5)
+    limit: int = policy.max_reschedules
+    decision: Decision | None = current_decision()
+    assert delay is None or delay >= 0 and limit >= 0 and decision is None
+    Backoff(delay=lambda attempt: "soon")  # type: ignore[arg-type, return-value]

@@ -167,7 +167,7 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
 static void one_call(void) {
   rk_limiter *out = NULL;
   rk_decision decision;
-  switch (below(24)) {
+  switch (below(25)) {
   case 0:
     BUILD(rk_limiter_new_concurrent(pick_backend(), pick_string(), pick_count(), pick_double(),
                                           pick_double(), &out), "rk_limiter_new_concurrent");
@@ -341,6 +341,20 @@ static void one_call(void) {
       break;
     }
     rk_string_free(out);
+  case 24: {
+    /* A backoff policy from hostile durations, asked about hostile attempts; freed again. */
+    rk_backoff *backoff = NULL;
+    rk_status s = rk_backoff_new(pick_double(), below(2) ? 0.0 : pick_double(), (uint32_t)next(), next(),
+                                 below(8) ? &backoff : NULL);
+    verify(s, "rk_backoff_new");
+    CHECK((s == RK_OK) == (backoff != NULL));
+    bool again = false;
+    uint64_t delay = 0;
+    verify(rk_backoff_reschedule_in(below(6) ? backoff : NULL, below(2) ? (uint32_t)below(3) : (uint32_t)next(),
+                                    below(2) ? below(2000000) : next(), below(8) ? &again : NULL,
+                                    below(8) ? &delay : NULL),
+           "rk_backoff_reschedule_in");
+    rk_backoff_free(backoff);
     break;
   }
   case 17: {

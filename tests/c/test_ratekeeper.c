@@ -786,6 +786,40 @@ static void test_call_arguments(const fixture *f) {
 
 /* ---------------------------------------------------------------- errors and panics */
 
+static void test_backoff(const fixture *f) {
+  (void)f;
+  rk_backoff *b = NULL;
+  bool again = false;
+  uint64_t delay = 0;
+  /* Sidekiq's default: reschedule n waits 300 n s plus [0, 300) s; 21 is past the last. */
+  CHECK_OK(rk_backoff_new(300, 300, 20, 7, &b));
+  for (uint32_t n = 1; n <= 20; n++) {
+    CHECK_OK(rk_backoff_reschedule_in(b, n, 0, &again, &delay));
+    CHECK(again && delay >= 300000000ull * n && delay < 300000000ull * (n + 1));
+  }
+  CHECK_OK(rk_backoff_reschedule_in(b, 21, 0, &again, &delay));
+  CHECK(!again);
+  CHECK_U64(delay, 0);
+  CHECK_FAILS(rk_backoff_reschedule_in(b, 0, 0, &again, &delay), RK_INVALID_ARGUMENT, "attempt");
+  CHECK_FAILS(rk_backoff_reschedule_in(b, 1, 0, NULL, &delay), RK_NULL_PARAMETER, "reschedule_out");
+  CHECK_FAILS(rk_backoff_reschedule_in(NULL, 1, 0, &again, &delay), RK_NULL_PARAMETER, "backoff");
+  rk_backoff_free(b);
+  /* retry_after is a floor; no jitter: exact. */
+  CHECK_OK(rk_backoff_new(1, 0, 3, 0, &b));
+  CHECK_OK(rk_backoff_reschedule_in(b, 2, 2500000, &again, &delay));
+  CHECK(again);
+  CHECK_U64(delay, 2500000);
+  CHECK_OK(rk_backoff_reschedule_in(b, 3, 10, &again, &delay));
+  CHECK_U64(delay, 3000000);
+  rk_backoff_free(b);
+  rk_backoff_free(NULL);
+  b = NULL;
+  CHECK_FAILS(rk_backoff_new(-1, 0, 3, 0, &b), RK_INVALID_ARGUMENT, "base");
+  CHECK_FAILS(rk_backoff_new(1, NAN, 3, 0, &b), RK_INVALID_ARGUMENT, "jitter");
+  CHECK_FAILS(rk_backoff_new(1, 1, 3, 0, NULL), RK_NULL_PARAMETER, "backoff_out");
+  CHECK(b == NULL);
+}
+
 static void test_status_names_and_version(const fixture *f) {
   (void)f;
   CHECK(strcmp(rk_status_name(RK_OK), "RK_OK") == 0);
@@ -1193,6 +1227,7 @@ static void test_pause_ends_by_the_manual_clock(const fixture *f) {
 
 static const test_case TESTS[] = {
     {"status names and version", test_status_names_and_version, false},
+    {"backoff", test_backoff, false},
     {"last error message", test_last_error_message, false},
     {"last error is per thread", test_last_error_is_per_thread, false},
     {"backend arguments", test_backend_arguments, false},

@@ -106,3 +106,27 @@ async function main(): Promise<void> {
 }
 
 void main;
+
+// Backoff and ratekeeper/bullmq.
+import { Backoff } from '../../index';
+import { limited, currentDecision, reschedules, RESCHEDULES } from '../../bullmq';
+import type { Job } from 'bullmq';
+
+const backoffPolicy = new Backoff({ baseMs: 1000, jitterMs: 0, maxReschedules: 5, delay: (n) => n * 10, seed: 1 });
+const nextRunMs: number | null = backoffPolicy.rescheduleIn(1, 250);
+// @ts-expect-error: the attempt is a number
+backoffPolicy.rescheduleIn('1');
+const processor = limited(
+  Backend.memory().tokenBucket('bq', 10, 10),
+  async (job: Job<{ n: number }>) => {
+    const d: Decision | undefined = currentDecision();
+    return { n: job.data.n, at: d?.decidedAtUs, reschedules: reschedules(job), field: RESCHEDULES };
+  },
+  { key: (job) => String(job.data.n), backoff: backoffPolicy },
+);
+const processed: Promise<{ n: number; at: number | undefined; reschedules: number; field: string }> = processor(
+  {} as Job<{ n: number }>,
+  'token',
+);
+void nextRunMs;
+void processed;

@@ -3,13 +3,13 @@ Native core of ratekeeper; import `ratekeeper` instead.
 """
 
 from asyncio import Future
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from ratekeeper._limiter import Limiter
 from typing import Any, Final, Literal, final
 from typing_extensions import disjoint_base
 
-__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Decision", "FleetShedder", "Lease", "LimitStatus", "LimiterInfo", "ManualClock", "Metrics", "NativeLimiter", "UtilizationConfig", "UtilizationShedder", "unlimited"]
+__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Backoff", "Decision", "FleetShedder", "Lease", "LimitStatus", "LimiterInfo", "ManualClock", "Metrics", "NativeLimiter", "UtilizationConfig", "UtilizationShedder", "unlimited"]
 
 CORE_VERSION: Final[str]
 """
@@ -201,6 +201,42 @@ class BackendStats:
         """
         Calls Redis refused (`BackendRejected`: a missing permission, a wrong password, memory
         full, a script error), under any policy: none was admitted.
+        """
+
+@final
+class Backoff:
+    """
+    How long to wait before running an over-limit job again (Sidekiq's reschedule policy):
+    reschedule `attempt` (1 for the first, counted apart from the job's own retries) waits
+    `max(retry_after, base * attempt) + uniform(0, jitter)` seconds. After `max_reschedules`
+    reschedules, `reschedule_in` returns None: the job should fail with `OverLimit`.
+
+    `delay`, a function `attempt -> seconds`, replaces `base * attempt` (the floor and the
+    jitter still apply; pass `jitter=0` to use its result as is). `seed` makes the jitter
+    reproducible (tests). Defaults: base 300 s, jitter 300 s, 20 reschedules.
+    """
+    def __new__(cls, /, *, base: float | None = None, jitter: float | None = None, max_reschedules: int | None = None, delay: Callable[[int], float] | None = None, seed: int | None = None) -> Backoff: ...
+    def __repr__(self, /) -> str: ...
+    @property
+    def base(self, /) -> float:
+        """
+        The step per reschedule, in seconds (unused when a `delay` function is given).
+        """
+    @property
+    def jitter(self, /) -> float:
+        """
+        The largest random spread added to each delay, in seconds.
+        """
+    @property
+    def max_reschedules(self, /) -> int:
+        """
+        How many times a job is rescheduled before it fails with `OverLimit`.
+        """
+    def reschedule_in(self, /, attempt: int, retry_after: float | None = None) -> float | None:
+        """
+        Seconds to wait before running the job again for its reschedule `attempt` (1-based),
+        when the limiter asked for `retry_after` seconds (`OverLimit.retry_after`); None once
+        `attempt > max_reschedules` (the job should fail with `OverLimit`).
         """
 
 @final

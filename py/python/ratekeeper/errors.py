@@ -30,8 +30,13 @@ class OverLimit(RatekeeperError):
     retry_after: float
 
     def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(message)
+        # Both in `args`: Celery's JSON result backend rebuilds an exception as
+        # `type(*args)`, so a task that failed with OverLimit comes back as one.
+        super().__init__(message, retry_after)
         self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
     def __reduce__(self) -> tuple[type[OverLimit], tuple[str, float]]:
         return (type(self), (str(self), self.retry_after))
