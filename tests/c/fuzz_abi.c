@@ -341,6 +341,8 @@ static void one_call(void) {
       break;
     }
     rk_string_free(out);
+    break;
+  }
   case 24: {
     /* A backoff policy from hostile durations, asked about hostile attempts; freed again. */
     rk_backoff *backoff = NULL;
