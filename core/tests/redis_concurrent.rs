@@ -1197,6 +1197,9 @@ fn a_lease_granted_after_its_call_timed_out_is_released() {
     let limiter = quick.concurrent("async", 1, LONG_LOCK).unwrap();
     let second = patient(&server, &prefix, "async");
     block(limiter.peek(Some(KEY))).unwrap(); // connected: the check below is sent, then waits
+    // Registered now, so the backend's background task has nothing to write (and be paused on)
+    // while the check below is the one client the pause holds.
+    quick.flush_blocking().unwrap();
     pause_writes(&mut probe, 400);
     let first = {
         let limiter = limiter.clone();
@@ -1226,8 +1229,11 @@ fn a_lease_granted_to_a_dropped_acquire_is_released() {
     let _serial = serial();
     let server = RedisServer::start();
     let prefix = unique_prefix("c8d");
-    let limiter = backend(&server.url(), &prefix).concurrent("dropped", 1, LONG_LOCK).unwrap();
+    let backend = backend(&server.url(), &prefix);
+    let limiter = backend.concurrent("dropped", 1, LONG_LOCK).unwrap();
     block(limiter.peek(Some(KEY))).unwrap();
+    // Registered now: the background task has nothing to write while the pause holds the check.
+    backend.flush_blocking().unwrap();
     let mut probe = raw(&server);
     pause_writes(&mut probe, 10_000);
     let call = {
