@@ -1196,9 +1196,10 @@ fn a_lease_granted_after_its_call_timed_out_is_released() {
     // runs the timed-out check once the pause ends).
     let limiter = quick.concurrent("async", 1, LONG_LOCK).unwrap();
     let second = patient(&server, &prefix, "async");
-    block(limiter.peek(Some(KEY))).unwrap(); // connected: the check below is sent, then waits
-    // Registered now, so the backend's background task has nothing to write (and be paused on)
-    // while the check below is the one client the pause holds.
+    // Connected, so the check below is sent, then waits; and registered, so the backend's
+    // background task has nothing to write (and be paused on) while that check is the one client
+    // the pause holds.
+    block(limiter.peek(Some(KEY))).unwrap();
     quick.flush_blocking().unwrap();
     pause_writes(&mut probe, 400);
     let first = {
