@@ -69,7 +69,7 @@ function renderList(data) {
         el("td", { class: "num" }, l.processes),
         el("td", {}, ago(data.now - l.last_seen)),
         el("td", { class: "num allowed" }, num(l.allowed)),
-        el("td", { class: "num refused" }, num(l.refused)),
+        el("td", { class: l.refused > 0 ? "num refused hot" : "num refused" }, num(l.refused)),
         el("td", { class: "num" }, rate("allowed")),
         el("td", { class: "num" }, rate("refused")),
       ),
