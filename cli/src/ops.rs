@@ -325,7 +325,7 @@ pub fn inspect_text(v: &InspectView) -> String {
 
 /// A duration in seconds given on the command line or in a request, checked.
 pub fn duration_arg(parameter: &'static str, secs: f64) -> Result<Duration, Failure> {
-    if !secs.is_finite() || secs < 0.0 || secs > 86_400.0 * 365.0 {
+    if !secs.is_finite() || !(0.0..=86_400.0 * 365.0).contains(&secs) {
         return Err(Error::invalid(parameter, format!("must be between 0 and one year of seconds, got {secs}")).into());
     }
     Ok(Duration::from_secs_f64(secs))

@@ -264,7 +264,7 @@ fn a_long_command_keeps_its_lease() {
     // A lease reclaimable after 1 s: without renewals the second run below would take it.
     let spec = ["--spec", r#"{"kind":"concurrent","limit":1,"lock_timeout":1}"#];
     let script = format!("touch {}; while [ ! -e {} ]; do sleep 0.02; done", held.display(), release.display());
-    let mut holder = spawn_run(&url, &spec, &script);
+    let holder = spawn_run(&url, &spec, &script);
     wait_until("the holder to start", HANG, || exists(&held));
     let mut args = vec!["--redis", url.as_str(), "run", "mutex", "--wait", "3"];
     args.extend(spec);

@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::process::{Child, Stdio};
 
 use serde_json::{json, Value};
-use support::{ratekeeper, run, RedisServer};
+use support::{ratekeeper, run, RedisCluster, RedisServer};
 
 /// A running `ratekeeper serve`, stopped (SIGTERM, by pid) when dropped.
 struct Server {
@@ -18,8 +18,13 @@ struct Server {
 
 impl Server {
     fn start(redis: &str, token: Option<&str>) -> Server {
+        Server::start_on(&["--redis", redis], token)
+    }
+
+    /// `ratekeeper BACKEND_ARGS serve` on a free loopback port.
+    fn start_on(backend: &[&str], token: Option<&str>) -> Server {
         let mut cmd = ratekeeper();
-        cmd.args(["--redis", redis, "serve", "--listen", "127.0.0.1:0"]);
+        cmd.args(backend).args(["serve", "--listen", "127.0.0.1:0"]);
         if let Some(token) = token {
             cmd.args(["--token", token]);
         }
@@ -166,4 +171,24 @@ fn writes_need_the_token() {
     let (status, _, body) = server.request("POST", "/api/limiters/api/override", &good, Some("{\"spek\":1}"));
     assert_eq!(status, 400, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["parameter"], "body");
+}
+
+#[test]
+fn serves_a_cluster() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seeds().join(",");
+    let (code, _, err) = run(&["--cluster", &seeds, "run", "job", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    let server = Server::start_on(&["--cluster", &seeds], Some("t"));
+    let list = server.get_json("/api/limiters");
+    assert_eq!(list["limiters"][0]["name"], "job");
+    assert_eq!(list["limiters"][0]["allowed"], 1);
+    let (status, _, body) = server.request("POST", "/api/limiters/job/reset", &[("Authorization", "Bearer t")], None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.get_json("/api/limiters/job")["remaining"], 1);
+    let (_, _, metrics) = server.request("GET", "/metrics", &[], None);
+    assert!(
+        metrics.contains(r#"ratekeeper_concurrent_held_total{limiter="job",kind="concurrent",wait="immediate"} 1"#),
+        "{metrics}"
+    );
 }
