@@ -23,8 +23,11 @@ pub struct Cli {
 /// The backend every subcommand talks to (global: accepted before or after the subcommand).
 #[derive(Debug, Args, Clone, Default)]
 pub struct BackendArgs {
-    /// Redis URL (`redis://`, `rediss://`, with user and password).
-    #[arg(long, global = true, value_name = "URL", env = "RATEKEEPER_REDIS_URL", conflicts_with = "cluster")]
+    /// Redis URL (`redis://`, `rediss://`, with user and password) [env: RATEKEEPER_REDIS_URL,
+    /// used when neither --redis nor --cluster is given].
+    // The variable is read by `ops::connect`, not by clap: clap would count it as `--redis`, and
+    // `--cluster` would then conflict with a variable set for another purpose.
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "cluster")]
     pub redis: Option<String>,
     /// Redis Cluster seed node URL; repeat it or give a comma-separated list.
     #[arg(long, global = true, value_name = "SEED", value_delimiter = ',')]
@@ -179,7 +182,7 @@ mod tests {
     }
 
     #[test]
-    fn redis_and_cluster_conflict() {
+    fn redis_and_cluster_conflict_only_when_both_are_given() {
         assert!(
             Cli::try_parse_from(["ratekeeper", "--redis", "redis://x", "--cluster", "redis://y", "limits"]).is_err()
         );

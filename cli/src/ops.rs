@@ -47,13 +47,20 @@ impl From<Error> for Failure {
     }
 }
 
-/// The backend the global options name: Redis (`--redis`), a Cluster (`--cluster`), or `None`
-/// when neither is given.
+/// The environment variable naming the Redis when no `--redis` or `--cluster` is given.
+pub const REDIS_URL_VAR: &str = "RATEKEEPER_REDIS_URL";
+
+/// The backend the global options name: Redis (`--redis`, else RATEKEEPER_REDIS_URL), a
+/// Cluster (`--cluster`), or `None` when none is given.
 pub fn connect(args: &BackendArgs) -> Result<Option<Backend>, Failure> {
+    let from_env = || std::env::var(REDIS_URL_VAR).ok().filter(|url| !url.is_empty());
     let mut config = match (&args.redis, args.cluster.is_empty()) {
         (Some(url), _) => RedisConfig::new(url.clone()),
         (None, false) => RedisConfig::cluster(args.cluster.clone()),
-        (None, true) => return Ok(None),
+        (None, true) => match from_env() {
+            Some(url) => RedisConfig::new(url),
+            None => return Ok(None),
+        },
     };
     if let Some(prefix) = &args.prefix {
         config.prefix = prefix.clone();

@@ -164,6 +164,20 @@ fn the_environment_names_the_redis() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = ratekeeper().env("RATEKEEPER_REDIS_URL", server.url()).arg("limits").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("concurrent"));
+    // A flag wins over the variable, without a conflict.
+    let dead = "redis://127.0.0.1:1";
+    let out =
+        ratekeeper().env("RATEKEEPER_REDIS_URL", dead).args(["--redis", &server.url(), "limits"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("concurrent"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = ratekeeper().env("RATEKEEPER_REDIS_URL", dead).args(["--cluster", dead, "limits"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "--cluster is used (and fails), not refused as a conflict");
+    // The demo stays on memory.
+    let out = ratekeeper()
+        .env("RATEKEEPER_REDIS_URL", dead)
+        .args(["demo", "--records", "50", "--capacity", "1000", "--cost", "10", "--window-ms", "100"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
