@@ -129,6 +129,9 @@ pub struct InspectView {
     pub retry_after: f64,
     /// Seconds until the key is back to full.
     pub reset_after: f64,
+    /// Concurrent limiters: leases held now and not yet past their lock_timeout (the limit
+    /// minus what remains; who holds them is not recorded in a form the CLI can read yet).
+    pub holders: Option<u64>,
 }
 
 fn json(spec: &str) -> Value {
@@ -213,6 +216,7 @@ pub async fn inspect(backend: &Backend, name: &str, key: Option<&str>) -> Result
         remaining: decision.remaining,
         retry_after: decision.retry_after.as_secs_f64(),
         reset_after: decision.reset_after.as_secs_f64(),
+        holders: (info.kind == "concurrent").then(|| decision.limit.saturating_sub(decision.remaining)),
     })
 }
 
@@ -324,7 +328,8 @@ pub fn inspect_text(v: &InspectView) -> String {
         ("retry after", seconds(v.retry_after)),
         ("reset after", seconds(v.reset_after)),
     ];
-    for (label, value) in lines {
+    let holders = v.holders.map(|h| ("holders", h.to_string()));
+    for (label, value) in lines.into_iter().chain(holders) {
         out.push_str(&format!("{label:<14}{value}\n"));
     }
     out

@@ -40,6 +40,9 @@ pub async fn run(backend: &Backend, args: &RunArgs) -> Result<u8, Failure> {
         Err(e) => return Err(e.into()),
     };
     let lease = decision.lease;
+    // Register the limiter now, so `limits` and the page list it while the command runs (the
+    // background task would within a second; a failure here changes nothing for the command).
+    let _ = backend.flush().await;
     let outcome = supervise(&limiter, key, lease.as_ref(), &args.command).await;
     if let Some(lease) = &lease {
         if let Err(e) = limiter.release(key, lease).await {

@@ -224,6 +224,8 @@ fn a_held_mutex_refuses_with_75_until_released() {
     assert_eq!(code, 75, "{err}");
     assert!(err.contains("\"mutex\" is over its limit") && err.contains("the command was not run"), "{err}");
     assert!(!ran.exists());
+    let inspected: Value = serde_json::from_str(&ok(&["--redis", &url, "inspect", "mutex", "--json"])).unwrap();
+    assert_eq!((inspected["holders"].as_u64(), inspected["remaining"].as_u64()), (Some(1), Some(0)));
     // Another key is another mutex.
     assert_eq!(run(&["--redis", &url, "run", "mutex", "--key", "other", "--", "true"]).0, 0);
 
@@ -231,6 +233,8 @@ fn a_held_mutex_refuses_with_75_until_released() {
     assert_eq!(holder.wait().unwrap().code(), Some(0));
     assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "touch", ran.to_str().unwrap()]).0, 0, "released");
     assert!(ran.exists());
+    let text = ok(&["--redis", &url, "inspect", "mutex"]);
+    assert!(text.ends_with("holders       0\n"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -111,6 +111,7 @@ async function renderDetail(name) {
     ["remaining", num(d.remaining)],
     ["retry after", `${d.retry_after.toFixed(3)} s`],
     ["reset after", `${d.reset_after.toFixed(3)} s`],
+    ...(d.holders === null ? [] : [["holders", num(d.holders)]]),
   ]);
 }
 
