@@ -297,18 +297,25 @@ fn a_long_command_keeps_its_lease() {
 }
 
 #[test]
-fn sigterm_reaches_the_command_and_the_lease_is_released() {
+fn sigterm_and_sigint_reach_the_command_and_the_lease_is_released() {
     let server = RedisServer::start();
     let url = server.url();
-    let dir = support::scratch_dir("term");
-    let held = dir.join("held");
-    let mut holder = spawn_run(&url, &[], &format!("touch {}; exec sleep 1000", held.display()));
-    wait_until("the holder to start", HANG, || exists(&held));
-    assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "true"]).0, 75);
-    let kill = std::process::Command::new("kill").args(["-TERM", &holder.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    // sleep dies of the SIGTERM it was passed: 128 + 15, as a shell reports it.
-    assert_eq!(holder.wait().unwrap().code(), Some(143));
-    assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "true"]).0, 0, "the lease was released");
-    let _ = std::fs::remove_dir_all(dir);
+    for (signal, code) in [("-TERM", 143), ("-INT", 130)] {
+        let dir = support::scratch_dir("signal");
+        let held = dir.join("held");
+        let mut holder = spawn_run(&url, &[], &format!("touch {}; exec sleep 120", held.display()));
+        wait_until("the holder to start", HANG, || exists(&held));
+        assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "true"]).0, 75);
+        let kill = std::process::Command::new("kill").args([signal, &holder.id().to_string()]).status().unwrap();
+        assert!(kill.success());
+        // sleep dies of the signal it was passed: 128 + its number, as a shell reports it.
+        let mut status = None;
+        wait_until("the command to end", HANG, || {
+            status = holder.try_wait().unwrap();
+            status.is_some()
+        });
+        assert_eq!(status.unwrap().code(), Some(code), "{signal}");
+        assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "true"]).0, 0, "{signal}: the lease was released");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
