@@ -3,7 +3,8 @@
 set -euo pipefail
 export RATEKEEPER_REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 
-# One nightly report at a time across every host; a second copy exits 75 (EX_TEMPFAIL).
+# One nightly report at a time across every host; a second copy waits up to 30 s, then exits
+# 75 (EX_TEMPFAIL) without running it.
 ratekeeper run nightly-report --wait 30 -- echo "report built"
 
 # 100 syncs per minute per tenant; tenant-7 pays for 1000.
