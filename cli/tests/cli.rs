@@ -194,16 +194,50 @@ fn reset_forgets_a_key() {
     assert_eq!(once("b"), 75, "only key a was reset");
 }
 
+/// A `ratekeeper run` in the background; a test that fails while it runs stops it (SIGTERM,
+/// which `run` passes to its command) rather than leaving it behind.
+struct Background(Option<std::process::Child>);
+
+impl Background {
+    fn id(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.0.as_mut().unwrap().wait()
+    }
+
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.0.as_mut().unwrap().try_wait()
+    }
+
+    fn wait_with_output(mut self) -> std::io::Result<std::process::Output> {
+        self.0.take().unwrap().wait_with_output()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            if let Ok(None) = child.try_wait() {
+                let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
 /// Starts `ratekeeper run mutex -- sh -c SCRIPT` in the background.
-fn spawn_run(url: &str, extra: &[&str], script: &str) -> std::process::Child {
-    ratekeeper()
+fn spawn_run(url: &str, extra: &[&str], script: &str) -> Background {
+    let child = ratekeeper()
         .args(["--redis", url, "run", "mutex"])
         .args(extra)
         .args(["--", "sh", "-c", script])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    Background(Some(child))
 }
 
 fn exists(path: &Path) -> bool {
