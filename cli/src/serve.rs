@@ -6,7 +6,10 @@
 //! site cannot make a logged-in browser send one (a cross-site request carrying it needs a CORS
 //! preflight, which this server never approves). Without `--token` the server is read-only.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -32,13 +35,58 @@ const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8"
 struct App {
     backend: Backend,
     token: Option<String>,
+    history: Arc<Mutex<History>>,
+}
+
+/// The span of the "last minute" counts.
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Fleet counts as `/api/limiters` saw them, oldest first: the registry keeps only totals, so
+/// the last minute's counts are the difference from the sample taken a minute ago. Samples are
+/// taken when the API is read (the page reads it every 2 s), so they cost nothing when nobody
+/// looks.
+#[derive(Default)]
+struct History {
+    samples: VecDeque<(Instant, HashMap<String, (u64, u64)>)>,
+}
+
+impl History {
+    /// The counts since the baseline sample (the newest one at least a minute old, else the
+    /// oldest) for every limiter, with the seconds they span; then records `views` as a sample.
+    fn last_minute(&mut self, now: Instant, views: &[ops::LimiterView]) -> HashMap<String, Value> {
+        while self.samples.len() > 1 && now.duration_since(self.samples[1].0) >= MINUTE {
+            self.samples.pop_front();
+        }
+        let mut out = HashMap::new();
+        if let Some((at, counts)) = self.samples.front() {
+            let seconds = now.duration_since(*at).as_secs_f64();
+            for v in views {
+                // A limiter absent from the baseline was registered since: all its counts are new.
+                let (allowed, refused) = counts.get(&v.name).copied().unwrap_or((0, 0));
+                out.insert(
+                    v.name.clone(),
+                    json!({
+                        "allowed": v.allowed.saturating_sub(allowed),
+                        "refused": v.refused.saturating_sub(refused),
+                        "seconds": seconds,
+                    }),
+                );
+            }
+        }
+        // Bounded even if many clients poll at once.
+        if self.samples.len() >= 1000 {
+            self.samples.remove(1);
+        }
+        self.samples.push_back((now, views.iter().map(|v| (v.name.clone(), (v.allowed, v.refused))).collect()));
+        out
+    }
 }
 
 /// Serves until SIGINT or SIGTERM. Prints the address it listens on (with the port the system
 /// chose for `:0`) on stdout.
 pub fn serve(backend: Backend, args: &ServeArgs) -> Result<(), Failure> {
     let token = args.token.clone().filter(|t| !t.is_empty());
-    let app = router(App { backend, token: token.clone() });
+    let app = router(App { backend, token: token.clone(), history: Arc::default() });
     ratekeeper::runtime().block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
@@ -153,9 +201,21 @@ async fn metrics(State(app): State<App>) -> ApiResult<Response> {
     Ok(([(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)], text).into_response())
 }
 
-/// `GET /api/limiters`: the registry with fleet counts, and the server's time for "ago".
+/// `GET /api/limiters`: the registry with fleet counts, each limiter's counts of the last
+/// minute (`last_minute`: `{allowed, refused, seconds}`, over fewer seconds while the server has
+/// been read for less than a minute; `null` on the first read), and the server's time for "ago".
 async fn list(State(app): State<App>) -> ApiResult<Json<Value>> {
-    let limiters = ops::limiters(&app.backend).await?;
+    let views = ops::limiters(&app.backend).await?;
+    let mut recent = app.history.lock().expect("history lock").last_minute(Instant::now(), &views);
+    let limiters: Vec<Value> = views
+        .into_iter()
+        .map(|v| {
+            let last_minute = recent.remove(&v.name).unwrap_or(Value::Null);
+            let mut value = serde_json::to_value(v).expect("views serialize");
+            value["last_minute"] = last_minute;
+            value
+        })
+        .collect();
     Ok(Json(json!({ "now": now(), "writable": app.token.is_some(), "limiters": limiters })))
 }
 
@@ -228,4 +288,41 @@ async fn reset(
 
 fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(name: &str, allowed: u64, refused: u64) -> ops::LimiterView {
+        ops::LimiterView {
+            name: name.into(),
+            kind: "window".into(),
+            spec: Value::Null,
+            overrides: vec![],
+            users: vec![],
+            processes: 1,
+            first_seen: 0.0,
+            last_seen: 0.0,
+            allowed,
+            refused,
+            errors: 0,
+        }
+    }
+
+    #[test]
+    fn last_minute_counts_are_differences_from_a_minute_ago() {
+        let mut history = History::default();
+        let t0 = Instant::now();
+        assert!(history.last_minute(t0, &[view("a", 10, 1)]).is_empty(), "no baseline on the first read");
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let recent = history.last_minute(at(30), &[view("a", 40, 2), view("b", 5, 0)]);
+        assert_eq!(recent["a"], json!({ "allowed": 30, "refused": 1, "seconds": 30.0 }));
+        assert_eq!(recent["b"], json!({ "allowed": 5, "refused": 0, "seconds": 30.0 }), "new since the baseline");
+        history.last_minute(at(61), &[view("a", 100, 2)]);
+        // At 95 s the baseline is the newest sample at least a minute old: the one at 30 s.
+        let recent = history.last_minute(at(95), &[view("a", 130, 9)]);
+        assert_eq!(recent["a"], json!({ "allowed": 90, "refused": 7, "seconds": 65.0 }));
+        assert_eq!(history.samples.front().unwrap().0, at(30));
+    }
 }

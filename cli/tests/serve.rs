@@ -98,16 +98,21 @@ fn reads_the_registry_metrics_and_the_page() {
 
     let list = server.get_json("/api/limiters");
     assert_eq!(list["writable"], false);
+    assert_eq!(list["limiters"][0]["last_minute"], Value::Null, "no baseline before the first read");
     let api = &list["limiters"][0];
     assert_eq!(
         (api["name"].as_str(), api["kind"].as_str(), api["allowed"].as_u64()),
         (Some("api"), Some("window"), Some(1))
     );
 
+    make_limiter(&redis.url());
+    let recent = &server.get_json("/api/limiters")["limiters"][0]["last_minute"];
+    assert_eq!((recent["allowed"].as_u64(), recent["refused"].as_u64()), (Some(1), Some(0)), "{recent}");
+
     let detail = server.get_json("/api/limiters/api?key=k");
     assert_eq!(
         (detail["limit"].as_u64(), detail["remaining"].as_u64(), detail["key"].as_str()),
-        (Some(5), Some(4), Some("k"))
+        (Some(5), Some(3), Some("k"))
     );
     let (status, _, body) = server.request("GET", "/api/limiters/nope", &[], None);
     assert_eq!(status, 404, "{body}");
@@ -118,7 +123,7 @@ fn reads_the_registry_metrics_and_the_page() {
     let (status, content_type, body) = server.request("GET", "/metrics", &[], None);
     assert_eq!(status, 200);
     assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
-    assert!(body.contains(r#"ratekeeper_checks_total{limiter="api",kind="window",outcome="allowed"} 1"#), "{body}");
+    assert!(body.contains(r#"ratekeeper_checks_total{limiter="api",kind="window",outcome="allowed"} 2"#), "{body}");
 
     let (status, content_type, page) = server.request("GET", "/", &[], None);
     assert_eq!((status, content_type.as_str()), (200, "text/html; charset=utf-8"));

@@ -101,6 +101,12 @@ try {
   // The token bucket of 5/s checked 50 times a second refuses most calls.
   await page.waitForFunction((sel) => Number(document.querySelector(sel).textContent.replace(/,/g, "")) > 0, `${row("py-uploads")} td.refused`);
 
+  // The last minute's counts (over fewer seconds while the page has run for less than one).
+  await page.waitForFunction(
+    (sel) => /^[1-9][\d,]* in \d+s$/.test(document.querySelector(sel).textContent),
+    `${row("c-reports")} td.allowed-minute`,
+  );
+
   if (process.env.RK_SCREENSHOT) {
     await page.screenshot({ path: process.env.RK_SCREENSHOT, fullPage: true });
   }

@@ -5,7 +5,6 @@
 
 const POLL_MS = 2000;
 const $ = (sel) => document.querySelector(sel);
-let previous = new Map(); // name -> {allowed, refused, at}: for the per-second rates
 let lastInspectKey = null;
 
 const tokenInput = $("#token");
@@ -48,16 +47,18 @@ function setStatus(text) {
   $("#status").textContent = text;
 }
 
+// "1,234" over the last minute; while the server has been read for less than a minute, the
+// span it covers is shown too ("812 in 24s").
+function lastMinute(l, field) {
+  if (!l.last_minute) return "–";
+  const n = num(l.last_minute[field]);
+  return l.last_minute.seconds >= 59.5 ? n : `${n} in ${Math.round(l.last_minute.seconds)}s`;
+}
+
 function renderList(data) {
   const tbody = $("#limiters tbody");
   tbody.replaceChildren();
-  const now = performance.now();
-  const next = new Map();
   for (const l of data.limiters) {
-    const before = previous.get(l.name);
-    const secs = before ? (now - before.at) / 1000 : 0;
-    const rate = (field) => (before && secs > 0 ? ((l[field] - before[field]) / secs).toFixed(1) : "–");
-    next.set(l.name, { allowed: l.allowed, refused: l.refused, at: now });
     const link = el("a", { href: `#/limiter/${encodeURIComponent(l.name)}` }, l.name);
     tbody.append(
       el("tr", { "data-name": l.name },
@@ -70,12 +71,11 @@ function renderList(data) {
         el("td", {}, ago(data.now - l.last_seen)),
         el("td", { class: "num allowed" }, num(l.allowed)),
         el("td", { class: l.refused > 0 ? "num refused hot" : "num refused" }, num(l.refused)),
-        el("td", { class: "num" }, rate("allowed")),
-        el("td", { class: "num" }, rate("refused")),
+        el("td", { class: "num allowed-minute" }, lastMinute(l, "allowed")),
+        el("td", { class: "num refused-minute" }, lastMinute(l, "refused")),
       ),
     );
   }
-  previous = next;
   $("#empty").hidden = data.limiters.length > 0;
 }
 
