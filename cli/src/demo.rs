@@ -39,6 +39,18 @@ impl Default for Config {
     }
 }
 
+impl From<&crate::cli::DemoArgs> for Config {
+    fn from(args: &crate::cli::DemoArgs) -> Config {
+        Config {
+            records: args.records,
+            workers: args.workers,
+            capacity: args.capacity,
+            cost: args.cost,
+            window: Duration::from_millis(args.window_ms),
+        }
+    }
+}
+
 impl Config {
     /// Rejects configurations that could never finish or that the limiter cannot represent.
     pub fn validate(&self) -> Result<(), String> {
@@ -110,8 +122,9 @@ impl RunStats {
     }
 }
 
-/// Runs the whole demo on the process-wide runtime, printing the table row by row.
-pub fn run(config: &Config) -> Result<(), Error> {
+/// Runs the whole demo on the process-wide runtime, printing the table row by row; the paced
+/// client's token bucket lives on `backend` (memory unless the user gave `--redis`).
+pub fn run(config: &Config, backend: &Backend) -> Result<(), Error> {
     let (rate, burst) = config.pacing();
     println!(
         "Simulated service: {} units per {} window, {} units per record = {} records per window.",
@@ -132,7 +145,7 @@ pub fn run(config: &Config) -> Result<(), Error> {
     ratekeeper::runtime().block_on(async {
         let naive = run_naive(config).await;
         println!("{}", table_row(&naive));
-        let paced = run_paced(config).await?;
+        let paced = run_paced(config, backend).await?;
         println!("{}", table_row(&paced));
         println!();
         println!(
@@ -299,13 +312,13 @@ pub async fn run_naive(config: &Config) -> RunStats {
     run_workers("naive", config, service.clone(), work).await.expect("the naive client cannot fail")
 }
 
-/// The paced client: all workers share one ratekeeper token bucket (memory backend) and take a
+/// The paced client: all workers share one ratekeeper token bucket (on `backend`) and take a
 /// token before each send. A send that is throttled anyway is retried after Retry-After, through
 /// the limiter again, as the pattern says the application must still handle throttling.
-pub async fn run_paced(config: &Config) -> Result<RunStats, Error> {
+pub async fn run_paced(config: &Config, backend: &Backend) -> Result<RunStats, Error> {
     let service = Arc::new(Service::new(config.capacity, config.window));
     let (rate, burst) = config.pacing();
-    let limiter: Limiter = Backend::memory().token_bucket("ingest", rate, burst)?;
+    let limiter: Limiter = backend.token_bucket("ingest", rate, burst)?;
     let cost = config.cost;
     // The longest a worker waits for a token before backing off; with many workers sharing
     // the rate a wait is a few milliseconds, so this only bounds pathological cases.
@@ -333,7 +346,11 @@ pub async fn run_paced(config: &Config) -> Result<RunStats, Error> {
             Ok(())
         }
     };
-    run_workers("ratekeeper", config, service.clone(), work).await
+    let stats = run_workers("ratekeeper", config, service.clone(), work).await?;
+    // On Redis, register the bucket and send its counts now, while the limiter lives: a short
+    // process would otherwise exit before the background task's next round.
+    backend.flush().await?;
+    Ok(stats)
 }
 
 fn table_header() -> String {
@@ -390,8 +407,8 @@ mod tests {
         let config =
             Config { records: 1_000, workers: 8, capacity: 2_000, cost: 10, window: Duration::from_millis(200) };
         config.validate().unwrap();
-        let (naive, paced) =
-            ratekeeper::runtime().block_on(async { (run_naive(&config).await, run_paced(&config).await.unwrap()) });
+        let (naive, paced) = ratekeeper::runtime()
+            .block_on(async { (run_naive(&config).await, run_paced(&config, &Backend::memory()).await.unwrap()) });
         for stats in [&naive, &paced] {
             assert_eq!(stats.written, config.records, "{stats:?}");
             assert_eq!(stats.sends, stats.written + stats.throttled, "{stats:?}");

@@ -1,30 +1,101 @@
-//! The `ratekeeper` command: `demo` (the README's first command); operator commands come later.
+//! The `ratekeeper` command: `demo` (the README's first command) and the operator's tools for
+//! the limiters of a fleet (`limits`, `inspect`, `set`, `unset`, `reset`, `run`, `serve`).
 
-mod args;
+mod cli;
 mod demo;
+mod ops;
+mod run;
+mod serve;
 
 use std::process::ExitCode;
+use std::time::SystemTime;
 
-use args::Command;
+use clap::{CommandFactory, Parser};
+use ratekeeper::{block_on, Backend};
+
+use cli::{Cli, Command};
+use ops::Failure;
 
 fn main() -> ExitCode {
-    let command = match args::parse(std::env::args().skip(1)) {
-        Ok(command) => command,
+    // clap prints usage errors and exits with 2, and --help/--version with 0.
+    let cli = Cli::parse();
+    // The registry names this process's language; the CLI's own limiters say what they are.
+    ratekeeper::set_client_language("ratekeeper-cli");
+    match execute(cli) {
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {}\n\nRun `{}` for usage.", e.message, e.help);
-            return ExitCode::from(2);
-        }
-    };
-    match command {
-        Command::Help => print!("{}", args::USAGE),
-        Command::Version => println!("ratekeeper {}", env!("CARGO_PKG_VERSION")),
-        Command::DemoHelp => print!("{}", args::DEMO_USAGE),
-        Command::Demo(config) => {
-            if let Err(e) = demo::run(&config) {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
-    ExitCode::SUCCESS
+}
+
+fn execute(cli: Cli) -> Result<u8, Failure> {
+    match &cli.command {
+        Command::Demo(args) => {
+            let config = demo::Config::from(args);
+            if let Err(message) = config.validate() {
+                Cli::command().error(clap::error::ErrorKind::ValueValidation, message).exit();
+            }
+            // The README's first command stays on memory unless a flag says otherwise: a
+            // RATEKEEPER_REDIS_URL set for the operator commands does not move it.
+            let explicit = cli.backend.redis.is_some() || !cli.backend.cluster.is_empty();
+            let backend = if explicit { ops::connect(&cli.backend)? } else { None };
+            let backend = backend.unwrap_or_else(Backend::memory);
+            demo::run(&config, &backend)?;
+        }
+        Command::Limits { json } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            let views = block_on(ops::limiters(&backend))?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&views).expect("views serialize"));
+            } else {
+                print!("{}", ops::table(&views, SystemTime::now()));
+            }
+        }
+        Command::Inspect { name, key, json } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            let view = block_on(ops::inspect(&backend, name, key.as_deref()))?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&view).expect("views serialize"));
+            } else {
+                print!("{}", ops::inspect_text(&view));
+            }
+        }
+        Command::Set { name, spec, key } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            backend.set_limit_json_blocking(name, spec, key.as_deref())?;
+            println!("{} now decides with {spec}", target(name, key.as_deref()));
+        }
+        Command::Unset { name, key } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            backend.clear_limit_blocking(name, key.as_deref())?;
+            println!("{} is back to its own spec", target(name, key.as_deref()));
+        }
+        Command::Reset { name, key } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            block_on(ops::reset(&backend, name, key.as_deref()))?;
+            println!("{} is reset", target(name, key.as_deref()));
+        }
+        Command::Run(args) => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            return block_on(run::run(&backend, args));
+        }
+        Command::Serve(args) => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            serve::serve(backend, args)?;
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "ratekeeper", &mut std::io::stdout());
+        }
+    }
+    Ok(0)
+}
+
+/// "limiter \"api\"" or "key \"tenant-7\" of limiter \"api\"", for confirmations.
+fn target(name: &str, key: Option<&str>) -> String {
+    match key {
+        Some(key) => format!("key {key:?} of limiter {name:?}"),
+        None => format!("limiter {name:?}"),
+    }
 }

@@ -135,6 +135,21 @@ impl Backend {
         block_on(self.flush())
     }
 
+    /// Reads the live overrides now rather than at the background task's next poll (within
+    /// 200 ms), so that the next decision of this process applies every override written before
+    /// the call: for short-lived processes such as the CLI's `inspect`. Nothing to do on memory.
+    pub async fn sync_limits(&self) -> Result<()> {
+        match &*self.inner {
+            BackendInner::Redis(redis) => redis.reload_overrides(None).await.map(|_| ()),
+            BackendInner::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Blocking form of [`Backend::sync_limits`].
+    pub fn sync_limits_blocking(&self) -> Result<()> {
+        block_on(self.sync_limits())
+    }
+
     /// The metrics of every limiter, summed over this process's limiter objects per (name,
     /// kind); with `fleet`, every process's (read from Redis after flushing this one's, for every
     /// registered limiter; the same as this process's on memory).

@@ -142,18 +142,19 @@ impl RedisBackend {
         if known == Some(version) {
             return Ok(version);
         }
-        self.reload_overrides(own).await
+        self.reload_overrides(Some(own)).await
     }
 
     /// Reads the overrides and their version in one script (no write can fall between them),
     /// applies them unless this process already holds a later version, and returns the version.
-    async fn reload_overrides(&self, own: &mut Option<Conn>) -> Result<i64> {
+    /// On `own` connection (the background task's) or, with `None`, the shared one.
+    pub(crate) async fn reload_overrides(&self, own: Option<&mut Option<Conn>>) -> Result<i64> {
         let keys = RegistryKeys(&self.prefix);
         let mut eval = redis::cmd("EVAL");
         eval.arg(READ_OVERRIDES_SCRIPT).arg(2).arg(keys.version()).arg(keys.overrides());
         let mut pipe = redis::pipe();
         pipe.add_command(eval);
-        let ((version, fields),): ((i64, Vec<String>),) = self.query_via(Some(own), &pipe).await?;
+        let ((version, fields),): ((i64, Vec<String>),) = self.query_via(own, &pipe).await?;
         let mut table = OverrideTable::new();
         for pair in fields.chunks_exact(2) {
             let (name, key) = split_field(&pair[0]);

@@ -1,0 +1,190 @@
+//! The command line, declared with clap's derive API: every subcommand and flag, their help
+//! texts and the rules clap enforces (values, conflicts, the environment variable).
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+use clap_complete::Shell;
+
+/// Distributed rate limiting: a demo, and the operator's tools for the limiters of a fleet.
+#[derive(Debug, Parser)]
+#[command(name = "ratekeeper", version, propagate_version = true, arg_required_else_help = true)]
+#[command(after_help = "Exit codes: 0 success (or the command's own code for `run`), 1 error, 2 bad usage, \
+                        75 over the limit (`run`).")]
+pub struct Cli {
+    /// Where the limiters live.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The backend every subcommand talks to (global: accepted before or after the subcommand).
+#[derive(Debug, Args, Clone, Default)]
+pub struct BackendArgs {
+    /// Redis URL (`redis://`, `rediss://`, with user and password) [env: RATEKEEPER_REDIS_URL,
+    /// used when neither --redis nor --cluster is given].
+    // The variable is read by `ops::connect`, not by clap: clap would count it as `--redis`, and
+    // `--cluster` would then conflict with a variable set for another purpose.
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "cluster")]
+    pub redis: Option<String>,
+    /// Redis Cluster seed node URL; repeat it or give a comma-separated list.
+    #[arg(long, global = true, value_name = "SEED", value_delimiter = ',')]
+    pub cluster: Vec<String>,
+    /// Key prefix (namespace) of the limiters [default: the library's, `ratekeeper`].
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ingest records into a simulated throttled service, naively and through a ratekeeper
+    /// limiter, and compare the traffic (the Azure rate limiting pattern). Memory backend unless
+    /// `--redis` is given.
+    Demo(DemoArgs),
+    /// List the registry: every limiter any process used, with its overrides and fleet counts.
+    Limits {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a limiter's state for one key (peek: consumes nothing), its spec and overrides.
+    Inspect {
+        /// The limiter's name.
+        name: String,
+        /// The key (a tenant, a user id); none for the limiter's own key.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Override a limiter's spec (or one key's) in every process, within a second.
+    Set {
+        /// The limiter's name.
+        name: String,
+        /// The new spec as JSON, e.g. '{"kind":"window","limit":200,"interval":60}'.
+        spec: String,
+        /// Override only this key (a tenant's plan).
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+    },
+    /// Remove an override: the limiter (or key) goes back to the spec in the code.
+    Unset {
+        /// The limiter's name.
+        name: String,
+        /// Remove the override of this key only.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+    },
+    /// Forget a limiter's state for one key (its counts, tokens or holders).
+    Reset {
+        /// The limiter's name (it must be in the registry: its spec says what to reset).
+        name: String,
+        /// The key; none for the limiter's own key.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+    },
+    /// Run a command under a fleet-wide limit: by default a mutex (a concurrent limiter of 1).
+    ///
+    /// Exits with the command's exit code, 75 when the limit stays reached for `--wait`
+    /// seconds, 1 when the backend fails. SIGINT and SIGTERM are passed to the command, and the
+    /// lease is released when it ends.
+    Run(RunArgs),
+    /// Serve the Limits page, a JSON API and Prometheus `/metrics` over HTTP.
+    Serve(ServeArgs),
+    /// Print a shell completion script (e.g. `ratekeeper completions bash > /etc/bash_completion.d/ratekeeper`).
+    Completions {
+        /// The shell.
+        shell: Shell,
+    },
+}
+
+/// `ratekeeper demo`'s options. The defaults are the numbers of the Azure story.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Records to ingest.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub records: u64,
+    /// Concurrent workers (tokio tasks).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub workers: usize,
+    /// Units the service accepts per window.
+    #[arg(long, value_name = "UNITS", default_value_t = 20_000)]
+    pub capacity: u64,
+    /// Units one record costs.
+    #[arg(long, value_name = "UNITS", default_value_t = 10)]
+    pub cost: u64,
+    /// Length of the service's throttling window, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub window_ms: u64,
+}
+
+/// `ratekeeper run`'s options.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The limiter's name.
+    pub name: String,
+    /// The key to take the slot of (e.g. one mutex per resource).
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Seconds to wait for the limit before giving up with exit code 75 (0: do not wait).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    pub wait: f64,
+    /// The limiter's spec as JSON [default: {"kind":"concurrent","limit":1,"lock_timeout":60}].
+    #[arg(long, value_name = "SPEC_JSON")]
+    pub spec: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `ratekeeper serve`'s options.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on; loopback by default, so nothing is exposed without a decision.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9090")]
+    pub listen: SocketAddr,
+    /// Bearer token that allows resets and overrides; without one the server is read-only.
+    #[arg(long, value_name = "TOKEN", env = "RATEKEEPER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn cluster_seeds_repeat_or_split_on_commas() {
+        let cli = Cli::try_parse_from(["ratekeeper", "--cluster", "redis://a:1,redis://b:2", "limits"]).unwrap();
+        assert_eq!(cli.backend.cluster, ["redis://a:1", "redis://b:2"]);
+        let cli = Cli::try_parse_from(["ratekeeper", "limits", "--cluster", "redis://a:1", "--cluster", "redis://b:2"])
+            .unwrap();
+        assert_eq!(cli.backend.cluster, ["redis://a:1", "redis://b:2"]);
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_double_dash() {
+        let cli =
+            Cli::try_parse_from(["ratekeeper", "run", "job", "--wait", "2.5", "--", "sh", "-c", "exit 3"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!("not run") };
+        assert_eq!((run.name.as_str(), run.wait), ("job", 2.5));
+        assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+        assert!(Cli::try_parse_from(["ratekeeper", "run", "job"]).is_err());
+    }
+
+    #[test]
+    fn redis_and_cluster_conflict_only_when_both_are_given() {
+        assert!(
+            Cli::try_parse_from(["ratekeeper", "--redis", "redis://x", "--cluster", "redis://y", "limits"]).is_err()
+        );
+    }
+}

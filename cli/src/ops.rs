@@ -1,0 +1,369 @@
+//! The operator's views of a backend, shared by the commands (`limits`, `inspect`, `reset`, ...)
+//! and the HTTP server: the registry with fleet counts, one key's state, and the failures they
+//! report.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ratekeeper::{Backend, Error, LimiterInfo, RedisConfig};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::BackendArgs;
+
+/// What an operator command can fail with; printed as `error: ...` with exit code 1.
+#[derive(Debug)]
+pub enum Failure {
+    /// The library refused or failed (bad spec, Redis down, ...); names the parameter when one
+    /// is at fault.
+    Ratekeeper(Error),
+    /// No Redis was given: the registry and overrides only exist on Redis.
+    NoBackend,
+    /// The registry has no limiter of this name.
+    UnknownLimiter(String),
+    /// Something outside the library failed (spawning the command, binding the port, ...).
+    Io(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Ratekeeper(e) => write!(f, "{e}"),
+            Failure::NoBackend => {
+                write!(f, "no Redis to operate on: give `--redis URL` or `--cluster SEED`, or set RATEKEEPER_REDIS_URL")
+            }
+            Failure::UnknownLimiter(name) => write!(
+                f,
+                "invalid argument `name`: no limiter {name:?} in the registry (`ratekeeper limits` lists them)"
+            ),
+            Failure::Io(message) => write!(f, "{message}"),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Ratekeeper(e)
+    }
+}
+
+/// The environment variable naming the Redis when no `--redis` or `--cluster` is given.
+pub const REDIS_URL_VAR: &str = "RATEKEEPER_REDIS_URL";
+
+/// The backend the global options name: Redis (`--redis`, else RATEKEEPER_REDIS_URL), a
+/// Cluster (`--cluster`), or `None` when none is given.
+pub fn connect(args: &BackendArgs) -> Result<Option<Backend>, Failure> {
+    let from_env = || std::env::var(REDIS_URL_VAR).ok().filter(|url| !url.is_empty());
+    let mut config = match (&args.redis, args.cluster.is_empty()) {
+        (Some(url), _) => RedisConfig::new(url.clone()),
+        (None, false) => RedisConfig::cluster(args.cluster.clone()),
+        (None, true) => match from_env() {
+            Some(url) => RedisConfig::new(url),
+            None => return Ok(None),
+        },
+    };
+    if let Some(prefix) = &args.prefix {
+        config.prefix = prefix.clone();
+    }
+    Ok(Some(Backend::redis_with(config)?))
+}
+
+/// [`connect`] for the commands that need Redis (the registry and overrides live there).
+pub fn connect_redis(args: &BackendArgs) -> Result<Backend, Failure> {
+    connect(args)?.ok_or(Failure::NoBackend)
+}
+
+/// One override of a limiter, as shown.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverrideView {
+    /// The key it applies to; `null` for the whole limiter.
+    pub key: Option<String>,
+    /// Its spec.
+    pub spec: Value,
+}
+
+/// One registered limiter, as `limits --json` and `/api/limiters` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimiterView {
+    /// The limiter's name.
+    pub name: String,
+    /// Its kind (`token_bucket`, `concurrent`, ...).
+    pub kind: String,
+    /// The spec it was built with (the last process to register it wins).
+    pub spec: Value,
+    /// Live overrides.
+    pub overrides: Vec<OverrideView>,
+    /// Who used it: language and version, library version, host.
+    pub users: Vec<String>,
+    /// Processes that used it in the last three minutes.
+    pub processes: u64,
+    /// First registration, in seconds since the Unix epoch.
+    pub first_seen: f64,
+    /// Last registration, in seconds since the Unix epoch.
+    pub last_seen: f64,
+    /// Checks allowed, summed over every process since the counts began (not a window).
+    pub allowed: u64,
+    /// Checks refused (over the limit, shed or paused), summed over every process.
+    pub refused: u64,
+    /// Checks that failed (Redis unreachable under `fail_closed`), summed over every process.
+    pub errors: u64,
+}
+
+/// One key's state, as `inspect --json` and `/api/limiters/{name}` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectView {
+    /// The limiter as the registry has it.
+    #[serde(flatten)]
+    pub limiter: LimiterView,
+    /// The key inspected; `null` for the limiter's own key.
+    pub key: Option<String>,
+    /// The spec that decides for this key: its override, the limiter's override, or its spec.
+    pub effective_spec: Value,
+    /// A peek (consumes nothing): would a call of cost 1 be allowed now?
+    pub allowed_now: bool,
+    /// The limit that binds.
+    pub limit: u64,
+    /// What is left of it.
+    pub remaining: u64,
+    /// Seconds until a refused call could succeed (0 when allowed).
+    pub retry_after: f64,
+    /// Seconds until the key is back to full.
+    pub reset_after: f64,
+    /// Concurrent limiters: leases held now and not yet past their lock_timeout (the limit
+    /// minus what remains; who holds them is not recorded in a form the CLI can read yet).
+    pub holders: Option<u64>,
+}
+
+fn json(spec: &str) -> Value {
+    // The registry holds canonical JSON written by the library; keep it as text if it is not.
+    serde_json::from_str(spec).unwrap_or_else(|_| Value::String(spec.to_owned()))
+}
+
+fn epoch_secs(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn view(info: &LimiterInfo, counts: Option<&(u64, u64, u64)>) -> LimiterView {
+    let &(allowed, refused, errors) = counts.unwrap_or(&(0, 0, 0));
+    LimiterView {
+        name: info.name.clone(),
+        kind: info.kind.clone(),
+        spec: json(&info.spec),
+        overrides: info
+            .overrides
+            .iter()
+            .map(|(key, spec)| OverrideView { key: key.clone(), spec: json(spec) })
+            .collect(),
+        users: info.users.clone(),
+        processes: info.processes,
+        first_seen: epoch_secs(info.first_seen),
+        last_seen: epoch_secs(info.last_seen),
+        allowed,
+        refused,
+        errors,
+    }
+}
+
+/// The registry with every limiter's fleet counts, by name.
+pub async fn limiters(backend: &Backend) -> Result<Vec<LimiterView>, Failure> {
+    let infos = backend.limiters().await?;
+    // Fleet totals per name (a name used with two kinds has two series: sum them).
+    let mut counts: HashMap<String, (u64, u64, u64)> = HashMap::new();
+    for (name, _kind, m) in backend.metrics(true).await? {
+        let c = counts.entry(name).or_default();
+        c.0 += m.allowed + m.failed_open + m.fell_back;
+        c.1 += m.refused;
+        c.2 += m.errors;
+    }
+    Ok(infos.iter().map(|info| view(info, counts.get(&info.name))).collect())
+}
+
+/// The registry's entry for `name`.
+async fn registered(backend: &Backend, name: &str) -> Result<LimiterInfo, Failure> {
+    ratekeeper::params::validate_name(name)?;
+    let infos = backend.limiters().await?;
+    infos.into_iter().find(|i| i.name == name).ok_or_else(|| Failure::UnknownLimiter(name.to_owned()))
+}
+
+/// A limiter built from the registry's spec, with every override written so far applied.
+async fn registered_limiter(backend: &Backend, name: &str) -> Result<(LimiterInfo, ratekeeper::Limiter), Failure> {
+    let info = registered(backend, name).await?;
+    let limiter = backend.limiter_from_json(name, &info.spec)?;
+    // A new process applies overrides at its background task's first poll; read them now so
+    // the peek below decides as every other process does.
+    backend.sync_limits().await?;
+    Ok((info, limiter))
+}
+
+/// Peeks at one key of a registered limiter.
+pub async fn inspect(backend: &Backend, name: &str, key: Option<&str>) -> Result<InspectView, Failure> {
+    let (info, limiter) = registered_limiter(backend, name).await?;
+    let decision = limiter.peek(key).await?;
+    let effective = info
+        .overrides
+        .iter()
+        .find(|(k, _)| k.is_some() && k.as_deref() == key)
+        .or_else(|| info.overrides.iter().find(|(k, _)| k.is_none()))
+        .map_or(info.spec.as_str(), |(_, spec)| spec.as_str());
+    let metrics = limiters(backend).await?.into_iter().find(|v| v.name == name);
+    let counts = metrics.map(|v| (v.allowed, v.refused, v.errors));
+    Ok(InspectView {
+        effective_spec: json(effective),
+        limiter: view(&info, counts.as_ref()),
+        key: key.map(str::to_owned),
+        allowed_now: decision.allowed,
+        limit: decision.limit,
+        remaining: decision.remaining,
+        retry_after: decision.retry_after.as_secs_f64(),
+        reset_after: decision.reset_after.as_secs_f64(),
+        holders: (info.kind == "concurrent").then(|| decision.limit.saturating_sub(decision.remaining)),
+    })
+}
+
+/// Forgets one key's state of a registered limiter.
+pub async fn reset(backend: &Backend, name: &str, key: Option<&str>) -> Result<(), Failure> {
+    let (_, limiter) = registered_limiter(backend, name).await?;
+    limiter.reset(key).await?;
+    Ok(())
+}
+
+/// "12s ago", "3m ago", "5h ago", "2d ago": how long ago `then` (seconds since the epoch) was.
+pub fn ago(then: f64, now: SystemTime) -> String {
+    let secs = (epoch_secs(now) - then).max(0.0) as u64;
+    match secs {
+        0..=59 => format!("{secs}s ago"),
+        60..=3599 => format!("{}m ago", secs / 60),
+        3600..=86_399 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+/// Compact JSON of a spec for tables.
+pub fn compact(spec: &Value) -> String {
+    match spec {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The `limits` table: one row per limiter, columns padded to their widest cell.
+pub fn table(views: &[LimiterView], now: SystemTime) -> String {
+    let header = ["NAME", "KIND", "SPEC", "OVERRIDES", "PROCESSES", "LAST SEEN", "ALLOWED", "REFUSED"];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for v in views {
+        let overrides = if v.overrides.is_empty() {
+            "-".to_owned()
+        } else {
+            v.overrides
+                .iter()
+                .map(|o| format!("{}={}", o.key.as_deref().unwrap_or("*"), compact(&o.spec)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        rows.push(vec![
+            v.name.clone(),
+            v.kind.clone(),
+            compact(&v.spec),
+            overrides,
+            v.processes.to_string(),
+            ago(v.last_seen, now),
+            v.allowed.to_string(),
+            v.refused.to_string(),
+        ]);
+    }
+    let widths: Vec<usize> =
+        (0..header.len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                // Numbers right-aligned, text left-aligned, as `ps` and `kubectl` do.
+                if c >= 6 || c == 4 {
+                    format!("{cell:>w$}", w = widths[c])
+                } else {
+                    format!("{cell:<w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Seconds for humans: "0", "1.5s", "59.999s".
+pub fn seconds(secs: f64) -> String {
+    if secs == 0.0 {
+        "0".to_owned()
+    } else {
+        format!("{}s", (secs * 1000.0).round() / 1000.0)
+    }
+}
+
+/// The text `inspect` prints.
+pub fn inspect_text(v: &InspectView) -> String {
+    let mut out = String::new();
+    let overrides = if v.limiter.overrides.is_empty() {
+        "-".to_owned()
+    } else {
+        v.limiter
+            .overrides
+            .iter()
+            .map(|o| format!("{}={}", o.key.as_deref().unwrap_or("*"), compact(&o.spec)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let lines = [
+        ("name", v.limiter.name.clone()),
+        ("key", v.key.clone().unwrap_or_else(|| "-".into())),
+        ("kind", v.limiter.kind.clone()),
+        ("spec", compact(&v.limiter.spec)),
+        ("overrides", overrides),
+        ("deciding spec", compact(&v.effective_spec)),
+        ("allowed", v.allowed_now.to_string()),
+        ("limit", v.limit.to_string()),
+        ("remaining", v.remaining.to_string()),
+        ("retry after", seconds(v.retry_after)),
+        ("reset after", seconds(v.reset_after)),
+    ];
+    let holders = v.holders.map(|h| ("holders", h.to_string()));
+    for (label, value) in lines.into_iter().chain(holders) {
+        out.push_str(&format!("{label:<14}{value}\n"));
+    }
+    out
+}
+
+/// A duration in seconds given on the command line or in a request, checked.
+pub fn duration_arg(parameter: &'static str, secs: f64) -> Result<Duration, Failure> {
+    if !secs.is_finite() || !(0.0..=86_400.0 * 365.0).contains(&secs) {
+        return Err(Error::invalid(parameter, format!("must be between 0 and one year of seconds, got {secs}")).into());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ago_is_relative_and_coarse() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(ago(1_000_000.0 - 12.4, now), "12s ago");
+        assert_eq!(ago(1_000_000.0 - 180.0, now), "3m ago");
+        assert_eq!(ago(1_000_000.0 - 7200.0, now), "2h ago");
+        assert_eq!(ago(1_000_000.0 - 3.0 * 86_400.0, now), "3d ago");
+        // A clock a little behind another host's never shows a negative age.
+        assert_eq!(ago(1_000_000.0 + 2.0, now), "0s ago");
+    }
+
+    #[test]
+    fn bad_durations_name_their_parameter() {
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let Err(Failure::Ratekeeper(e)) = duration_arg("wait", bad) else { panic!("{bad} accepted") };
+            assert_eq!(e.parameter(), Some("wait"));
+        }
+        assert_eq!(duration_arg("wait", 1.5).unwrap(), Duration::from_millis(1500));
+    }
+}

@@ -1,0 +1,328 @@
+//! `ratekeeper serve`: the Limits page, a JSON API and Prometheus `/metrics`, on the core's
+//! runtime.
+//!
+//! Reads are open to whoever reaches the address (loopback by default). Writes (reset, set and
+//! clear an override) need `Authorization: Bearer TOKEN`: a header, never a cookie, so another
+//! site cannot make a logged-in browser send one (a cross-site request carrying it needs a CORS
+//! preflight, which this server never approves). Without `--token` the server is read-only.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use ratekeeper::{Backend, Error, ErrorKind};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::cli::ServeArgs;
+use crate::ops::{self, Failure};
+
+/// The page and its assets, built into the binary: no CDN, works offline.
+const INDEX_HTML: &str = include_str!("web/index.html");
+const APP_JS: &str = include_str!("web/app.js");
+const STYLE_CSS: &str = include_str!("web/style.css");
+
+/// The Prometheus text format's content type (version 0.0.4).
+const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[derive(Clone)]
+struct App {
+    backend: Backend,
+    token: Option<String>,
+    history: Arc<Mutex<History>>,
+}
+
+/// The span of the "last minute" counts.
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Fleet counts as `/api/limiters` saw them, oldest first: the registry keeps only totals, so
+/// the last minute's counts are the difference from the sample taken a minute ago. Samples are
+/// taken when the API is read (the page reads it every 2 s), so they cost nothing when nobody
+/// looks.
+#[derive(Default)]
+struct History {
+    samples: VecDeque<(Instant, HashMap<String, (u64, u64)>)>,
+}
+
+impl History {
+    /// The counts since the baseline sample (the newest one at least a minute old, else the
+    /// oldest) for every limiter, with the seconds they span; then records `views` as a sample.
+    fn last_minute(&mut self, now: Instant, views: &[ops::LimiterView]) -> HashMap<String, Value> {
+        while self.samples.len() > 1 && now.duration_since(self.samples[1].0) >= MINUTE {
+            self.samples.pop_front();
+        }
+        let mut out = HashMap::new();
+        if let Some((at, counts)) = self.samples.front() {
+            let seconds = now.duration_since(*at).as_secs_f64();
+            for v in views {
+                // A limiter absent from the baseline was registered since: all its counts are new.
+                let (allowed, refused) = counts.get(&v.name).copied().unwrap_or((0, 0));
+                out.insert(
+                    v.name.clone(),
+                    json!({
+                        "allowed": v.allowed.saturating_sub(allowed),
+                        "refused": v.refused.saturating_sub(refused),
+                        "seconds": seconds,
+                    }),
+                );
+            }
+        }
+        // Bounded even if many clients poll at once.
+        if self.samples.len() >= 1000 {
+            self.samples.remove(1);
+        }
+        self.samples.push_back((now, views.iter().map(|v| (v.name.clone(), (v.allowed, v.refused))).collect()));
+        out
+    }
+}
+
+/// Serves until SIGINT or SIGTERM. Prints the address it listens on (with the port the system
+/// chose for `:0`) on stdout.
+pub fn serve(backend: Backend, args: &ServeArgs) -> Result<(), Failure> {
+    let token = args.token.clone().filter(|t| !t.is_empty());
+    let app = router(App { backend, token: token.clone(), history: Arc::default() });
+    ratekeeper::runtime().block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| Failure::Io(format!("cannot listen on {}: {e}", args.listen)))?;
+        let addr: SocketAddr = listener.local_addr().map_err(|e| Failure::Io(e.to_string()))?;
+        let mode = if token.is_some() { "writes need the token" } else { "read-only: no --token" };
+        println!("ratekeeper serve: listening on http://{addr}/ ({mode})");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown())
+            .await
+            .map_err(|e| Failure::Io(format!("serving: {e}")))
+    })
+}
+
+async fn shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn router(app: App) -> Router {
+    Router::new()
+        .route("/", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML) }))
+        .route("/app.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP_JS) }))
+        .route("/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE_CSS) }))
+        .route("/metrics", get(metrics))
+        .route("/api/limiters", get(list))
+        .route("/api/limiters/{name}", get(detail))
+        .route("/api/limiters/{name}/override", post(set_override).delete(clear_override))
+        .route("/api/limiters/{name}/reset", post(reset))
+        .with_state(app)
+}
+
+/// An error as the API answers it: a status and `{"error": {"kind", "parameter", "message"}}`.
+struct ApiError(StatusCode, &'static str, Option<String>, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let ApiError(status, kind, parameter, message) = self;
+        (status, Json(json!({ "error": { "kind": kind, "parameter": parameter, "message": message } }))).into_response()
+    }
+}
+
+impl From<Failure> for ApiError {
+    fn from(failure: Failure) -> ApiError {
+        let message = failure.to_string();
+        match failure {
+            Failure::Ratekeeper(e) => {
+                let status = match e.kind() {
+                    ErrorKind::InvalidArgument => StatusCode::BAD_REQUEST,
+                    ErrorKind::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+                    _ => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                ApiError(status, e.kind().as_str(), e.parameter().map(str::to_owned), message)
+            }
+            Failure::UnknownLimiter(_) => ApiError(StatusCode::NOT_FOUND, "not_found", Some("name".into()), message),
+            Failure::NoBackend | Failure::Io(_) => {
+                ApiError(StatusCode::INTERNAL_SERVER_ERROR, "internal", None, message)
+            }
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        Failure::Ratekeeper(e).into()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Checks the bearer token of a write; compares in constant time so the token cannot be guessed
+/// byte by byte from response times.
+fn authorize(app: &App, headers: &HeaderMap) -> ApiResult<()> {
+    let Some(expected) = &app.token else {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "read_only",
+            None,
+            "this server is read-only: start `ratekeeper serve` with `--token` to allow resets and overrides".into(),
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let same = given.len() == expected.len()
+        && given.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    if same {
+        Ok(())
+    } else {
+        Err(ApiError(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            Some("Authorization".into()),
+            "a reset or override needs the header `Authorization: Bearer TOKEN` with the server's token".into(),
+        ))
+    }
+}
+
+/// Fleet metrics in the Prometheus text format.
+async fn metrics(State(app): State<App>) -> ApiResult<Response> {
+    let text = app.backend.prometheus(true).await?;
+    Ok(([(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)], text).into_response())
+}
+
+/// `GET /api/limiters`: the registry with fleet counts, each limiter's counts of the last
+/// minute (`last_minute`: `{allowed, refused, seconds}`, over fewer seconds while the server has
+/// been read for less than a minute; `null` on the first read), and the server's time for "ago".
+async fn list(State(app): State<App>) -> ApiResult<Json<Value>> {
+    let views = ops::limiters(&app.backend).await?;
+    let mut recent = app.history.lock().expect("history lock").last_minute(Instant::now(), &views);
+    let limiters: Vec<Value> = views
+        .into_iter()
+        .map(|v| {
+            let last_minute = recent.remove(&v.name).unwrap_or(Value::Null);
+            let mut value = serde_json::to_value(v).expect("views serialize");
+            value["last_minute"] = last_minute;
+            value
+        })
+        .collect();
+    Ok(Json(json!({ "now": now(), "writable": app.token.is_some(), "limiters": limiters })))
+}
+
+/// The `key` of a request, in the query string or the JSON body.
+#[derive(Debug, Deserialize, Default)]
+struct KeyQuery {
+    key: Option<String>,
+}
+
+/// `GET /api/limiters/{name}?key=K`: inspect one key.
+async fn detail(State(app): State<App>, Path(name): Path<String>, Query(q): Query<KeyQuery>) -> ApiResult<Json<Value>> {
+    let key = q.key.filter(|k| !k.is_empty());
+    let view = ops::inspect(&app.backend, &name, key.as_deref()).await?;
+    let mut value = serde_json::to_value(view).expect("views serialize");
+    value["now"] = json!(now());
+    Ok(Json(value))
+}
+
+/// The body of `POST /api/limiters/{name}/override`.
+#[derive(Debug, Deserialize)]
+struct OverrideBody {
+    /// The spec, as a JSON object (or a string holding one).
+    spec: Value,
+    /// One key's override; none for the whole limiter.
+    #[serde(default)]
+    key: Option<String>,
+}
+
+async fn set_override(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Json<OverrideBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    authorize(&app, &headers)?;
+    let Json(body) =
+        body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "invalid_argument", Some("body".into()), e.body_text()))?;
+    let spec = match &body.spec {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let key = body.key.filter(|k| !k.is_empty());
+    app.backend.set_limit_json(&name, &spec, key.as_deref()).await?;
+    Ok(Json(json!({ "ok": true, "name": name, "key": key })))
+}
+
+async fn clear_override(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Query<KeyQuery>,
+) -> ApiResult<Json<Value>> {
+    authorize(&app, &headers)?;
+    let key = q.key.filter(|k| !k.is_empty());
+    app.backend.clear_limit(&name, key.as_deref()).await?;
+    Ok(Json(json!({ "ok": true, "name": name, "key": key })))
+}
+
+async fn reset(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Query<KeyQuery>,
+) -> ApiResult<Json<Value>> {
+    authorize(&app, &headers)?;
+    let key = q.key.filter(|k| !k.is_empty());
+    ops::reset(&app.backend, &name, key.as_deref()).await?;
+    Ok(Json(json!({ "ok": true, "name": name, "key": key })))
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(name: &str, allowed: u64, refused: u64) -> ops::LimiterView {
+        ops::LimiterView {
+            name: name.into(),
+            kind: "window".into(),
+            spec: Value::Null,
+            overrides: vec![],
+            users: vec![],
+            processes: 1,
+            first_seen: 0.0,
+            last_seen: 0.0,
+            allowed,
+            refused,
+            errors: 0,
+        }
+    }
+
+    #[test]
+    fn last_minute_counts_are_differences_from_a_minute_ago() {
+        let mut history = History::default();
+        let t0 = Instant::now();
+        assert!(history.last_minute(t0, &[view("a", 10, 1)]).is_empty(), "no baseline on the first read");
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let recent = history.last_minute(at(30), &[view("a", 40, 2), view("b", 5, 0)]);
+        assert_eq!(recent["a"], json!({ "allowed": 30, "refused": 1, "seconds": 30.0 }));
+        assert_eq!(recent["b"], json!({ "allowed": 5, "refused": 0, "seconds": 30.0 }), "new since the baseline");
+        history.last_minute(at(61), &[view("a", 100, 2)]);
+        // At 95 s the baseline is the newest sample at least a minute old: the one at 30 s.
+        let recent = history.last_minute(at(95), &[view("a", 130, 9)]);
+        assert_eq!(recent["a"], json!({ "allowed": 90, "refused": 7, "seconds": 65.0 }));
+        assert_eq!(history.samples.front().unwrap().0, at(30));
+    }
+}

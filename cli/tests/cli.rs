@@ -1,0 +1,355 @@
+//! The `ratekeeper` binary as an operator uses it, against a real redis-server and a 3-master
+//! Redis Cluster: output checked with the times masked, exit codes, and the mutex of `run`.
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{mask, ratekeeper, run, wait_until, RedisCluster, RedisServer};
+
+/// A generous hang guard for things that happen in milliseconds.
+const HANG: Duration = Duration::from_secs(60);
+
+fn ok(args: &[&str]) -> String {
+    let (code, out, err) = run(args);
+    assert_eq!(code, 0, "ratekeeper {args:?} failed: {err}");
+    out
+}
+
+#[test]
+fn usage_errors_exit_2_and_name_the_culprit() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for sub in ["demo", "limits", "inspect", "set", "unset", "reset", "run", "serve", "completions"] {
+        assert!(out.contains(sub), "--help does not list {sub}: {out}");
+    }
+    for sub in ["demo", "limits", "inspect", "set", "unset", "reset", "run", "serve", "completions"] {
+        let (code, out, _) = run(&[sub, "--help"]);
+        assert_eq!(code, 0, "{sub} --help");
+        assert!(out.contains("Usage: ratekeeper"), "{sub} --help: {out}");
+    }
+    let (code, _, err) = run(&["frobnicate"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unrecognized subcommand 'frobnicate'"), "{err}");
+    let (code, _, err) = run(&["limits", "--frob"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unexpected argument '--frob'"), "{err}");
+    let (code, _, err) = run(&["run", "job"]);
+    assert_eq!(code, 2, "run without a command");
+    assert!(err.contains("<COMMAND>"), "{err}");
+    let (code, _, err) = run(&["demo", "--workers", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("`--workers`"), "{err}");
+    let (code, _, err) = run(&["run", "job", "--wait", "ten", "--", "true"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'--wait <SECONDS>'"), "{err}");
+    // The registry lives in Redis: without one, say how to give it.
+    let (code, _, err) = run(&["limits"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--redis URL") && err.contains("RATEKEEPER_REDIS_URL"), "{err}");
+}
+
+#[test]
+fn completions_are_generated_for_every_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = ok(&["completions", shell]);
+        assert!(out.contains("inspect") && out.contains("--redis"), "{shell}: {out}");
+    }
+    assert_eq!(run(&["completions", "tcsh"]).0, 2);
+}
+
+#[test]
+fn demo_runs_on_memory_and_on_redis() {
+    let small = ["--records", "300", "--capacity", "2000", "--cost", "10", "--window-ms", "200"];
+    let server = RedisServer::start();
+    let url = server.url();
+    for backend in [vec![], vec!["--redis", url.as_str()]] {
+        let args: Vec<&str> = ["demo"].iter().copied().chain(small).chain(backend.iter().copied()).collect();
+        let out = ok(&args);
+        assert!(out.contains("run           records   requests sent   throttled   sends/record    elapsed"), "{out}");
+        assert!(out.lines().any(|l| l.starts_with("naive ")) && out.lines().any(|l| l.starts_with("ratekeeper ")));
+    }
+    // On Redis the demo's bucket is in the registry.
+    assert!(ok(&["--redis", &url, "limits"]).contains("ingest"));
+}
+
+/// `set`, `limits`, `inspect`, `unset` and errors, on one backend's command-line options.
+fn operate(backend: &[&str]) {
+    let with = |args: &[&str]| -> Vec<String> { backend.iter().chain(args).map(|s| s.to_string()).collect() };
+    let ok_with = |args: &[&str]| {
+        let args = with(args);
+        ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let fail_with = |args: &[&str]| {
+        let args = with(args);
+        let (code, _, err) = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(code, 1, "{args:?} should fail");
+        err
+    };
+    // A limiter in the registry: built by a run.
+    ok_with(&["run", "api", "--spec", r#"{"kind":"window","limit":5,"interval":60}"#, "--", "true"]);
+    let table = ok_with(&["limits"]);
+    assert_eq!(
+        mask(&table),
+        "NAME  KIND    SPEC                                       OVERRIDES  PROCESSES  LAST SEEN  ALLOWED  REFUSED\n\
+         api   window  {\"interval\":60,\"kind\":\"window\",\"limit\":5}  -                  1  Ns ago           1        0\n",
+        "{table}"
+    );
+
+    ok_with(&["set", "api", r#"{"kind":"window","limit":7,"interval":60}"#, "--key", "tenant-7"]);
+    let listed: Value = serde_json::from_str(&ok_with(&["limits", "--json"])).unwrap();
+    let api = &listed.as_array().unwrap()[0];
+    assert_eq!(api["name"], "api");
+    assert_eq!(api["overrides"][0]["key"], "tenant-7");
+    assert_eq!(api["overrides"][0]["spec"]["limit"], 7);
+    assert_eq!(api["allowed"], 1);
+
+    let inspected: Value = serde_json::from_str(&ok_with(&["inspect", "api", "--key", "tenant-7", "--json"])).unwrap();
+    assert_eq!((inspected["limit"].as_u64(), inspected["remaining"].as_u64()), (Some(7), Some(7)));
+    assert_eq!(inspected["effective_spec"]["limit"], 7);
+    let own: Value = serde_json::from_str(&ok_with(&["inspect", "api", "--json"])).unwrap();
+    assert_eq!((own["limit"].as_u64(), own["remaining"].as_u64()), (Some(5), Some(4)), "the run took one");
+    let text = ok_with(&["inspect", "api"]);
+    assert!(text.contains("remaining     4\n") && text.contains("kind          window\n"), "{text}");
+
+    ok_with(&["unset", "api", "--key", "tenant-7"]);
+    let listed: Value = serde_json::from_str(&ok_with(&["limits", "--json"])).unwrap();
+    assert_eq!(listed[0]["overrides"], serde_json::json!([]));
+
+    // Bad input: a typed error naming what is wrong, nothing written.
+    let err = fail_with(&["set", "api", r#"{"kind":"window","limit":0,"interval":60}"#]);
+    assert!(err.starts_with("error: invalid argument `limit`"), "{err}");
+    let err = fail_with(&["set", "api", "{not json"]);
+    assert!(err.starts_with("error: invalid argument `spec`"), "{err}");
+    let err = fail_with(&["set", "api", r#"{"kind":"concurrent","limit":1}"#]);
+    assert!(err.contains("an override must keep its kind"), "{err}");
+    let err = fail_with(&["set", "bad name!", r#"{"kind":"window","limit":1,"interval":60}"#]);
+    assert!(err.starts_with("error: invalid argument `name`"), "{err}");
+    let err = fail_with(&["inspect", "nope"]);
+    assert!(err.contains("no limiter \"nope\" in the registry"), "{err}");
+    let err = fail_with(&["reset", "nope"]);
+    assert!(err.contains("no limiter \"nope\" in the registry"), "{err}");
+    let listed: Value = serde_json::from_str(&ok_with(&["limits", "--json"])).unwrap();
+    assert_eq!(listed[0]["overrides"], serde_json::json!([]));
+
+    // Exit codes of run on this backend too.
+    let code = |args: &[&str]| {
+        let args = with(args);
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>()).0
+    };
+    assert_eq!(code(&["run", "job", "--", "true"]), 0);
+    assert_eq!(code(&["run", "job", "--", "sh", "-c", "exit 3"]), 3);
+    assert_eq!(code(&["run", "job", "--", "/nonexistent/command"]), 127);
+}
+
+#[test]
+fn operate_a_standalone_redis() {
+    let server = RedisServer::start();
+    operate(&["--redis", &server.url()]);
+}
+
+#[test]
+fn operate_a_cluster() {
+    let cluster = RedisCluster::start();
+    operate(&["--cluster", &cluster.seeds().join(",")]);
+}
+
+#[test]
+fn the_environment_names_the_redis() {
+    let server = RedisServer::start();
+    let out = ratekeeper().env("RATEKEEPER_REDIS_URL", server.url()).args(["run", "x", "--", "true"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = ratekeeper().env("RATEKEEPER_REDIS_URL", server.url()).arg("limits").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("concurrent"));
+    // A flag wins over the variable, without a conflict.
+    let dead = "redis://127.0.0.1:1";
+    let out =
+        ratekeeper().env("RATEKEEPER_REDIS_URL", dead).args(["--redis", &server.url(), "limits"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("concurrent"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = ratekeeper().env("RATEKEEPER_REDIS_URL", dead).args(["--cluster", dead, "limits"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "--cluster is used (and fails), not refused as a conflict");
+    // The demo stays on memory.
+    let out = ratekeeper()
+        .env("RATEKEEPER_REDIS_URL", dead)
+        .args(["demo", "--records", "50", "--capacity", "1000", "--cost", "10", "--window-ms", "100"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn reset_forgets_a_key() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let spec = r#"{"kind":"window","limit":1,"interval":3600}"#;
+    let once = |key: &str| run(&["--redis", &url, "run", "daily", "--spec", spec, "--key", key, "--", "true"]).0;
+    assert_eq!(once("a"), 0);
+    assert_eq!(once("a"), 75);
+    assert_eq!(once("b"), 0, "keys are separate");
+    ok(&["--redis", &url, "reset", "daily", "--key", "a"]);
+    assert_eq!(once("a"), 0);
+    assert_eq!(once("b"), 75, "only key a was reset");
+}
+
+/// A `ratekeeper run` in the background; a test that fails while it runs stops it (SIGTERM,
+/// which `run` passes to its command) rather than leaving it behind.
+struct Background(Option<std::process::Child>);
+
+impl Background {
+    fn id(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.0.as_mut().unwrap().wait()
+    }
+
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.0.as_mut().unwrap().try_wait()
+    }
+
+    fn wait_with_output(mut self) -> std::io::Result<std::process::Output> {
+        self.0.take().unwrap().wait_with_output()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            if let Ok(None) = child.try_wait() {
+                let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Starts `ratekeeper run mutex -- sh -c SCRIPT` in the background.
+fn spawn_run(url: &str, extra: &[&str], script: &str) -> Background {
+    let child = ratekeeper()
+        .args(["--redis", url, "run", "mutex"])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Background(Some(child))
+}
+
+fn exists(path: &Path) -> bool {
+    path.exists()
+}
+
+#[test]
+fn a_held_mutex_refuses_with_75_until_released() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = support::scratch_dir("held");
+    let (held, release, ran) = (dir.join("held"), dir.join("release"), dir.join("ran"));
+    let script = format!("touch {}; while [ ! -e {} ]; do sleep 0.02; done", held.display(), release.display());
+    let mut holder = spawn_run(&url, &[], &script);
+    wait_until("the holder to start", HANG, || exists(&held));
+
+    let (code, _, err) = run(&["--redis", &url, "run", "mutex", "--", "touch", ran.to_str().unwrap()]);
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains("\"mutex\" is over its limit") && err.contains("the command was not run"), "{err}");
+    assert!(!ran.exists());
+    let inspected: Value = serde_json::from_str(&ok(&["--redis", &url, "inspect", "mutex", "--json"])).unwrap();
+    assert_eq!((inspected["holders"].as_u64(), inspected["remaining"].as_u64()), (Some(1), Some(0)));
+    // Another key is another mutex.
+    assert_eq!(run(&["--redis", &url, "run", "mutex", "--key", "other", "--", "true"]).0, 0);
+
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(holder.wait().unwrap().code(), Some(0));
+    assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "touch", ran.to_str().unwrap()]).0, 0, "released");
+    assert!(ran.exists());
+    let text = ok(&["--redis", &url, "inspect", "mutex"]);
+    assert!(text.ends_with("holders       0\n"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn runs_of_one_mutex_never_overlap() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = support::scratch_dir("overlap");
+    let log = dir.join("log");
+    // Each command logs its start and end with a timestamp, with a pause between them that
+    // gives an overlapping run every chance to show.
+    let runs: Vec<_> = (0..4)
+        .map(|i| {
+            let script = format!(
+                "echo start {i} $(date +%s%N) >> {log}; sleep 0.2; echo end {i} $(date +%s%N) >> {log}",
+                log = log.display()
+            );
+            spawn_run(&url, &["--wait", "120"], &script)
+        })
+        .collect();
+    for mut r in runs {
+        let status = r.wait().unwrap();
+        assert!(status.success(), "a run failed: {status}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    let mut last_end: u128 = 0;
+    for pair in lines.chunks(2) {
+        // Each start is followed by its own end, and starts after the previous end.
+        assert_eq!((pair[0][0], pair[1][0], pair[0][1]), ("start", "end", pair[1][1]), "overlap:\n{text}");
+        let (start, end): (u128, u128) = (pair[0][2].parse().unwrap(), pair[1][2].parse().unwrap());
+        assert!(last_end <= start && start <= end, "overlap:\n{text}");
+        last_end = end;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_long_command_keeps_its_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = support::scratch_dir("long");
+    let (held, release) = (dir.join("held"), dir.join("release"));
+    // A lease reclaimable after 1 s: without renewals the second run below would take it.
+    let spec = ["--spec", r#"{"kind":"concurrent","limit":1,"lock_timeout":1}"#];
+    let script = format!("touch {}; while [ ! -e {} ]; do sleep 0.02; done", held.display(), release.display());
+    let holder = spawn_run(&url, &spec, &script);
+    wait_until("the holder to start", HANG, || exists(&held));
+    let mut args = vec!["--redis", url.as_str(), "run", "mutex", "--wait", "3"];
+    args.extend(spec);
+    args.extend(["--", "true"]);
+    let (code, _, err) = run(&args);
+    assert_eq!(code, 75, "the second run got the slot of a live holder: {err}");
+    std::fs::write(&release, "").unwrap();
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "no lease lost: {}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sigterm_and_sigint_reach_the_command_and_the_lease_is_released() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for (signal, code) in [("-TERM", 143), ("-INT", 130)] {
+        let dir = support::scratch_dir("signal");
+        let held = dir.join("held");
+        let mut holder = spawn_run(&url, &[], &format!("touch {}; exec sleep 120", held.display()));
+        wait_until("the holder to start", HANG, || exists(&held));
+        assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "true"]).0, 75);
+        let kill = std::process::Command::new("kill").args([signal, &holder.id().to_string()]).status().unwrap();
+        assert!(kill.success());
+        // sleep dies of the signal it was passed: 128 + its number, as a shell reports it.
+        let mut status = None;
+        wait_until("the command to end", HANG, || {
+            status = holder.try_wait().unwrap();
+            status.is_some()
+        });
+        assert_eq!(status.unwrap().code(), Some(code), "{signal}");
+        assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "true"]).0, 0, "{signal}: the lease was released");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,199 @@
+//! `ratekeeper serve` over real HTTP against a real redis-server: the JSON API, `/metrics`, the
+//! page and its assets, and the token that guards writes.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+
+use serde_json::{json, Value};
+use support::{ratekeeper, run, RedisCluster, RedisServer};
+
+/// A running `ratekeeper serve`, stopped (SIGTERM, by pid) when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(redis: &str, token: Option<&str>) -> Server {
+        Server::start_on(&["--redis", redis], token)
+    }
+
+    /// `ratekeeper BACKEND_ARGS serve` on a free loopback port.
+    fn start_on(backend: &[&str], token: Option<&str>) -> Server {
+        let mut cmd = ratekeeper();
+        cmd.args(backend).args(["serve", "--listen", "127.0.0.1:0"]);
+        if let Some(token) = token {
+            cmd.args(["--token", token]);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("start ratekeeper serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.split("http://").nth(1).and_then(|s| s.split('/').next()).unwrap_or_default().to_owned();
+        assert!(!addr.is_empty(), "no address in {line:?}");
+        Server { child, addr }
+    }
+
+    /// One HTTP/1.1 request; returns (status, content type, body).
+    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> (u16, String, String) {
+        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        for (name, value) in headers {
+            req.push_str(&format!("{name}: {value}\r\n"));
+        }
+        let body = body.unwrap_or("");
+        if !body.is_empty() {
+            req.push_str("Content-Type: application/json\r\n");
+        }
+        req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        stream.write_all(req.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let content_type = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
+            .unwrap_or_default();
+        (status, content_type, body.to_owned())
+    }
+
+    fn get_json(&self, path: &str) -> Value {
+        let (status, _, body) = self.request("GET", path, &[], None);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn make_limiter(redis: &str) {
+    let (code, _, err) = run(&[
+        "--redis",
+        redis,
+        "run",
+        "api",
+        "--spec",
+        r#"{"kind":"window","limit":5,"interval":60}"#,
+        "--key",
+        "k",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn reads_the_registry_metrics_and_the_page() {
+    let redis = RedisServer::start();
+    make_limiter(&redis.url());
+    let server = Server::start(&redis.url(), None);
+
+    let list = server.get_json("/api/limiters");
+    assert_eq!(list["writable"], false);
+    assert_eq!(list["limiters"][0]["last_minute"], Value::Null, "no baseline before the first read");
+    let api = &list["limiters"][0];
+    assert_eq!(
+        (api["name"].as_str(), api["kind"].as_str(), api["allowed"].as_u64()),
+        (Some("api"), Some("window"), Some(1))
+    );
+
+    make_limiter(&redis.url());
+    let recent = &server.get_json("/api/limiters")["limiters"][0]["last_minute"];
+    assert_eq!((recent["allowed"].as_u64(), recent["refused"].as_u64()), (Some(1), Some(0)), "{recent}");
+
+    let detail = server.get_json("/api/limiters/api?key=k");
+    assert_eq!(
+        (detail["limit"].as_u64(), detail["remaining"].as_u64(), detail["key"].as_str()),
+        (Some(5), Some(3), Some("k"))
+    );
+    let (status, _, body) = server.request("GET", "/api/limiters/nope", &[], None);
+    assert_eq!(status, 404, "{body}");
+    let (status, _, body) = server.request("GET", "/api/limiters/bad%20name", &[], None);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["parameter"], "name");
+
+    let (status, content_type, body) = server.request("GET", "/metrics", &[], None);
+    assert_eq!(status, 200);
+    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
+    assert!(body.contains(r#"ratekeeper_checks_total{limiter="api",kind="window",outcome="allowed"} 2"#), "{body}");
+
+    let (status, content_type, page) = server.request("GET", "/", &[], None);
+    assert_eq!((status, content_type.as_str()), (200, "text/html; charset=utf-8"));
+    // Everything the page loads is served here: no CDN.
+    assert!(!page.contains("https://") && !page.contains("http://"), "external asset in the page");
+    for asset in ["/app.js", "/style.css"] {
+        assert!(page.contains(asset));
+        assert_eq!(server.request("GET", asset, &[], None).0, 200, "{asset}");
+    }
+}
+
+#[test]
+fn writes_need_the_token() {
+    let redis = RedisServer::start();
+    make_limiter(&redis.url());
+    let read_only = Server::start(&redis.url(), None);
+    let (status, _, body) =
+        read_only.request("POST", "/api/limiters/api/reset?key=k", &[("Authorization", "Bearer x")], None);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read-only"));
+    drop(read_only);
+
+    let server = Server::start(&redis.url(), Some("s3cret"));
+    let spec = json!({ "spec": { "kind": "window", "limit": 9, "interval": 60 }, "key": "k" }).to_string();
+    let good = [("Authorization", "Bearer s3cret")];
+    for headers in [&[][..], &[("Authorization", "Bearer wrong")][..], &[("Cookie", "token=s3cret")][..]] {
+        assert_eq!(server.request("POST", "/api/limiters/api/override", headers, Some(&spec)).0, 401, "{headers:?}");
+        assert_eq!(server.request("DELETE", "/api/limiters/api/override?key=k", headers, None).0, 401);
+        assert_eq!(server.request("POST", "/api/limiters/api/reset?key=k", headers, None).0, 401);
+    }
+    assert_eq!(server.get_json("/api/limiters")["limiters"][0]["overrides"], json!([]), "nothing was written");
+    assert_eq!(server.get_json("/api/limiters/api?key=k")["remaining"], 4, "nothing was reset");
+
+    let (status, _, body) = server.request("POST", "/api/limiters/api/override", &good, Some(&spec));
+    assert_eq!(status, 200, "{body}");
+    let detail = server.get_json("/api/limiters/api?key=k");
+    assert_eq!((detail["limit"].as_u64(), detail["remaining"].as_u64()), (Some(9), Some(8)));
+    let (status, _, body) = server.request("POST", "/api/limiters/api/reset?key=k", &good, None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.get_json("/api/limiters/api?key=k")["remaining"], 9);
+    let (status, _, _) = server.request("DELETE", "/api/limiters/api/override?key=k", &good, None);
+    assert_eq!(status, 200);
+    assert_eq!(server.get_json("/api/limiters/api?key=k")["limit"], 5);
+
+    // Bad input: 400 naming the parameter.
+    let bad = json!({ "spec": { "kind": "window", "limit": 0, "interval": 60 } }).to_string();
+    let (status, _, body) = server.request("POST", "/api/limiters/api/override", &good, Some(&bad));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["parameter"], "limit");
+    let (status, _, body) = server.request("POST", "/api/limiters/api/override", &good, Some("{\"spek\":1}"));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["parameter"], "body");
+}
+
+#[test]
+fn serves_a_cluster() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seeds().join(",");
+    let (code, _, err) = run(&["--cluster", &seeds, "run", "job", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    let server = Server::start_on(&["--cluster", &seeds], Some("t"));
+    let list = server.get_json("/api/limiters");
+    assert_eq!(list["limiters"][0]["name"], "job");
+    assert_eq!(list["limiters"][0]["allowed"], 1);
+    let (status, _, body) = server.request("POST", "/api/limiters/job/reset", &[("Authorization", "Bearer t")], None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.get_json("/api/limiters/job")["remaining"], 1);
+    let (_, _, metrics) = server.request("GET", "/metrics", &[], None);
+    assert!(
+        metrics.contains(r#"ratekeeper_concurrent_held_total{limiter="job",kind="concurrent",wait="immediate"} 1"#),
+        "{metrics}"
+    );
+}

@@ -1,0 +1,164 @@
+// The Limits page in a real headless Chromium (Debian's /usr/bin/chromium, driven by
+// playwright-core): it lists the limiters a Python, a Node and a C process created, its numbers
+// move while they run, and reset and overrides work with the token and are refused without it.
+// scripts/test-web starts Redis, the three load processes and `ratekeeper serve`, then this.
+//
+// Env: RK_BASE_URL (the server), RK_TOKEN (its token), RK_SCREENSHOT (PNG to write),
+// RK_CHROMIUM (default /usr/bin/chromium).
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+
+import { chromium } from "playwright-core";
+
+const base = process.env.RK_BASE_URL;
+const token = process.env.RK_TOKEN;
+assert.ok(base && token, "RK_BASE_URL and RK_TOKEN are required (scripts/test-web sets them)");
+// A generous hang guard for things that take a poll or two (2 s each), never a timing check.
+const HANG = 60_000;
+
+const userDataDir = mkdtempSync(path.join(tmpdir(), "ratekeeper-chromium-"));
+const context = await chromium.launchPersistentContext(userDataDir, {
+  executablePath: process.env.RK_CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+  ],
+  viewport: { width: 1500, height: 420 },
+});
+const page = context.pages()[0] ?? (await context.newPage());
+page.setDefaultTimeout(HANG);
+const failedRequests = [];
+page.on("requestfailed", (r) => failedRequests.push(r.url()));
+page.on("pageerror", (e) => failedRequests.push(`page error: ${e.message}`));
+
+let step = "";
+const steps = [];
+function begin(name) {
+  step = name;
+  steps.push(name);
+  console.log(`web: ${name}`);
+}
+
+const row = (name) => `tr[data-name="${name}"]`;
+const cell = async (name, column) => (await page.locator(`${row(name)} td.${column}`).textContent()).trim();
+const count = (text) => Number(text.replace(/,/g, ""));
+// The value shown for `label` in one of the page's <dl> blocks.
+const dd = (list, label) =>
+  page.evaluate(
+    ([list, label]) => {
+      const dt = [...document.querySelectorAll(`${list} dt`)].find((d) => d.textContent === label);
+      return dt ? dt.nextElementSibling.textContent : null;
+    },
+    [list, label],
+  );
+const waitForDd = (list, label, expected) =>
+  page.waitForFunction(
+    ([list, label, expected]) => {
+      const dt = [...document.querySelectorAll(`${list} dt`)].find((d) => d.textContent === label);
+      return dt && dt.nextElementSibling.textContent === expected;
+    },
+    [list, label, expected],
+  );
+// Clicks a form's button and waits for the page to report the outcome (cleared first, so an
+// earlier identical message cannot satisfy the wait).
+async function act(selector, pattern) {
+  await page.evaluate(() => {
+    document.querySelector("#action-result").textContent = "";
+  });
+  await page.click(selector);
+  // Any outcome ends the wait; then it must be the expected one.
+  await page.waitForFunction(() => document.querySelector("#action-result").textContent !== "");
+  assert.match(await page.locator("#action-result").textContent(), pattern);
+}
+
+try {
+  begin("the page lists the limiters of a Python, a Node and a C process");
+  await page.goto(base);
+  const languages = { "py-uploads": /^python 3\./, "node-api": /^node \d+/, "c-reports": /^c ratekeeper\// };
+  for (const [name, language] of Object.entries(languages)) {
+    await page.waitForSelector(row(name));
+    const users = (await page.locator(`${row(name)} td`).nth(4).textContent()).split(", ");
+    assert.ok(users.some((u) => language.test(u)), `${name} users: ${users}`);
+  }
+  assert.equal((await page.locator(`${row("c-reports")} td`).nth(1).textContent()), "concurrent");
+
+  begin("the numbers move while the load runs");
+  for (const name of Object.keys(languages)) {
+    const before = count(await cell(name, "allowed"));
+    await page.waitForFunction(
+      ([sel, before]) => Number(document.querySelector(sel).textContent.replace(/,/g, "")) > before,
+      [`${row(name)} td.allowed`, before],
+    );
+  }
+  // The token bucket of 5/s checked 50 times a second refuses most calls.
+  await page.waitForFunction((sel) => Number(document.querySelector(sel).textContent.replace(/,/g, "")) > 0, `${row("py-uploads")} td.refused`);
+
+  // The last minute's counts (over fewer seconds while the page has run for less than one).
+  await page.waitForFunction(
+    (sel) => /^[1-9][\d,]* in \d+s$/.test(document.querySelector(sel).textContent),
+    `${row("c-reports")} td.allowed-minute`,
+  );
+
+  if (process.env.RK_SCREENSHOT) {
+    await page.screenshot({ path: process.env.RK_SCREENSHOT, fullPage: true });
+  }
+
+  begin("a limiter's detail inspects a key");
+  await page.click(`${row("node-api")} a`);
+  await page.waitForFunction(() => document.querySelector("#detail-name").textContent.startsWith("node-api"));
+  await page.fill("#inspect-form input[name=key]", "tenant-7");
+  await page.click("#inspect-form button");
+  await waitForDd("#inspect-result", "key", "tenant-7");
+  await waitForDd("#inspect-result", "remaining", "997");
+  assert.equal(await dd("#inspect-result", "limit"), "1,000");
+
+  begin("reset is refused without the token, and with a wrong one");
+  await page.fill("#token", "");
+  await page.fill("#reset-form input[name=key]", "tenant-7");
+  await act("#reset-form button", /^refused: a reset or override needs the header/);
+  await page.fill("#token", "not-the-token");
+  await act("#reset-form button", /^refused: a reset or override needs the header/);
+  await page.fill("#override-form input[name=key]", "tenant-7");
+  await page.fill("#override-form textarea", '{"kind":"window","limit":2000,"interval":3600}');
+  await act("#override-form button[value=set]", /^refused: a reset or override needs the header/);
+  // Two more polls: nothing changed.
+  await page.waitForTimeout(4500);
+  assert.equal(await dd("#inspect-result", "remaining"), "997");
+  assert.equal(await dd("#inspect-result", "limit"), "1,000");
+
+  begin("reset works with the token");
+  await page.fill("#token", token);
+  await act("#reset-form button", /^reset tenant-7$/);
+  await waitForDd("#inspect-result", "remaining", "1,000");
+
+  begin("an override works with the token, and clears");
+  await act("#override-form button[value=set]", /^override set$/);
+  await waitForDd("#inspect-result", "limit", "2,000");
+  await waitForDd("#inspect-result", "deciding spec", '{"interval":3600,"kind":"window","limit":2000}');
+  assert.match(await dd("#detail-info", "overrides"), /^tenant-7=/);
+  await act("#override-form button[value=clear]", /^override cleared$/);
+  await waitForDd("#inspect-result", "limit", "1,000");
+
+  begin("a bad spec is refused with the parameter named");
+  await page.fill("#override-form textarea", '{"kind":"window","limit":0,"interval":3600}');
+  await act("#override-form button[value=set]", /^refused: invalid argument `limit`/);
+
+  assert.deepEqual(failedRequests, [], "every request of the page succeeded (no CDN, no missing asset)");
+  console.log(`web: ok (${steps.length} steps)`);
+} catch (e) {
+  console.error(`web: FAILED at "${step}"`);
+  await page.screenshot({ path: path.join(tmpdir(), "ratekeeper-web-failure.png"), fullPage: true }).catch(() => {});
+  console.error(`web: screenshot of the failure: ${path.join(tmpdir(), "ratekeeper-web-failure.png")}`);
+  throw e;
+} finally {
+  await context.close();
+  rmSync(userDataDir, { recursive: true, force: true });
+}
