@@ -11,59 +11,22 @@
 //! `cargo run --release -p ratekeeper-bench --bin bench-live`
 
 use std::collections::HashMap;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ratekeeper::{Backend, LimiterSpec, RedisConfig};
+use ratekeeper_bench::server::Server;
 
-/// A redis-server of our own, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start() -> Server {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start redis-server (is it installed?)");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(10), "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Server { child, port }
+/// `(calls, usec)` per command from `INFO commandstats`.
+fn commandstats(server: &Server) -> HashMap<String, (u64, u64)> {
+    let mut out = HashMap::new();
+    for line in server.cli(&["INFO", "commandstats"]).lines() {
+        let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
+        let field = |f: &str| {
+            rest.split(',').find_map(|kv| kv.strip_prefix(f)?.strip_prefix('=')?.parse::<u64>().ok()).unwrap_or(0)
+        };
+        out.insert(name.to_owned(), (field("calls"), field("usec")));
     }
-
-    fn cli(&self, args: &[&str]) -> String {
-        let out =
-            Command::new("redis-cli").args(["-p", &self.port.to_string()]).args(args).output().expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// `(calls, usec)` per command from `INFO commandstats`.
-    fn commandstats(&self) -> HashMap<String, (u64, u64)> {
-        let mut out = HashMap::new();
-        for line in self.cli(&["INFO", "commandstats"]).lines() {
-            let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
-            let field = |f: &str| {
-                rest.split(',').find_map(|kv| kv.strip_prefix(f)?.strip_prefix('=')?.parse::<u64>().ok()).unwrap_or(0)
-            };
-            out.insert(name.to_owned(), (field("calls"), field("usec")));
-        }
-        out
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    out
 }
 
 fn bucket(capacity: u64) -> LimiterSpec {
@@ -71,7 +34,7 @@ fn bucket(capacity: u64) -> LimiterSpec {
 }
 
 fn lag(server: &Server) -> Vec<Duration> {
-    let url = format!("redis://127.0.0.1:{}", server.port);
+    let url = server.url();
     let ops = Backend::redis_with(RedisConfig::new(&url).prefix("lag")).unwrap();
     let worker = Backend::redis_with(RedisConfig::new(&url).prefix("lag")).unwrap();
     let limiter = worker.limiter("api", bucket(1)).unwrap();
@@ -94,9 +57,9 @@ fn lag(server: &Server) -> Vec<Duration> {
 
 /// `INFO commandstats` deltas of `commands` around `during`: (calls, usec).
 fn cost(server: &Server, commands: &[&str], during: impl FnOnce()) -> (u64, u64) {
-    let before = server.commandstats();
+    let before = commandstats(server);
     during();
-    let after = server.commandstats();
+    let after = commandstats(server);
     commands.iter().fold((0, 0), |(calls, usec), c| {
         let (b, a) = (before.get(*c).copied().unwrap_or_default(), after.get(*c).copied().unwrap_or_default());
         (calls + a.0 - b.0, usec + a.1 - b.1)
@@ -108,7 +71,7 @@ fn cost(server: &Server, commands: &[&str], during: impl FnOnce()) -> (u64, u64)
 /// script runs too, so the background task is measured while no check runs: its override
 /// polls (GET), override reads (HGETALL) and flushes and registrations (EVAL).
 fn load(server: &Server, prefix: &str, overridden: bool, for_how_long: Duration) -> (f64, f64, f64) {
-    let url = format!("redis://127.0.0.1:{}", server.port);
+    let url = server.url();
     let backend = Backend::redis_with(RedisConfig::new(&url).prefix(prefix)).unwrap();
     let limiter = backend.limiter("api", bucket(1_000_000_000)).unwrap();
     limiter.check_blocking(Some("warm"), 1).unwrap();

@@ -15,56 +15,10 @@
 //! The benchmark starts its own `redis-server` on a free loopback port (never 6379, no
 //! persistence) and stops it by pid at the end.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use ratekeeper_bench::server::Server;
 
 const ROUNDS: usize = 5;
 const PIPELINE: u64 = 500;
-
-/// A redis-server of our own on a free loopback port, stopped by pid when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start() -> Server {
-        let port = loop {
-            let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-            let port = listener.local_addr().expect("local address").port();
-            if port != 6379 {
-                break port;
-            }
-        };
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server (is it installed?)");
-        let server = Server { child, port };
-        let start = Instant::now();
-        while server.connection().is_err() {
-            assert!(start.elapsed() < Duration::from_secs(10), "redis-server did not start on port {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn connection(&self) -> redis::RedisResult<redis::Connection> {
-        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?.get_connection()?;
-        redis::cmd("PING").query::<String>(&mut conn)?;
-        Ok(conn)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
 
 /// The shipped GCRA script with its pause check cut out: the block from the pause check's first
 /// line to the first unindented `end` after it.

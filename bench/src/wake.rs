@@ -13,64 +13,16 @@
 //! stops it by pid at the end. Figures from a shared machine move with its load: compare runs
 //! made side by side, not with a fixed target.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, RedisConfig};
+use ratekeeper_bench::server::Server;
 
-/// A redis-server of our own on a free loopback port, stopped by pid when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Server {
-    fn start() -> Server {
-        let port = loop {
-            let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-            let port = listener.local_addr().expect("local address").port();
-            if port != 6379 {
-                break port;
-            }
-        };
-        let dir = std::env::temp_dir().join(format!("ratekeeper-bench-wake-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--dir", dir.to_str().expect("utf-8 temp dir")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server (is it installed?)");
-        let server = Server { child, port, dir };
-        // Started when it answers PING (redis-cli is installed with the server).
-        for _ in 0..500 {
-            let out = Command::new("redis-cli").args(["-p", &port.to_string(), "PING"]).output();
-            if out.is_ok_and(|o| o.stdout.starts_with(b"PONG")) {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not start on port {port}");
-    }
-
-    fn blocked_clients(&self) -> usize {
-        let out = Command::new("redis-cli").args(["-p", &self.port.to_string(), "INFO", "clients"]).output();
-        let text = String::from_utf8_lossy(&out.expect("redis-cli").stdout).into_owned();
-        text.lines().find_map(|l| l.strip_prefix("blocked_clients:")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// Clients blocked in BLPOP, as `INFO clients` counts them.
+fn blocked_clients(server: &Server) -> usize {
+    let text = server.cli(&["INFO", "clients"]);
+    text.lines().find_map(|l| l.strip_prefix("blocked_clients:")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -81,8 +33,7 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let (waiters, rounds) = if quick { (20, 40) } else { (100, 200) };
     let server = Server::start();
-    let backend = Backend::redis_with(RedisConfig::new(format!("redis://127.0.0.1:{}", server.port)).prefix("wake"))
-        .expect("a Redis backend");
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("wake")).expect("a Redis backend");
     let mutex = backend.concurrent("wake", 1, Duration::from_secs(600)).expect("a limiter");
     let other = backend.token_bucket("other", 1e6, 1_000_000).expect("a limiter");
     let rt = runtime();
@@ -96,7 +47,7 @@ fn main() {
             let _ = tx.send((result, Instant::now()));
         });
     }
-    while server.blocked_clients() < waiters.min(waiters + rounds) {
+    while blocked_clients(&server) < waiters.min(waiters + rounds) {
         std::thread::sleep(Duration::from_millis(10));
     }
 

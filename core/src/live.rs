@@ -298,7 +298,7 @@ impl Live {
         let mut due = Vec::new();
         for entry in self.members() {
             let mut registered = entry.state.registered.lock();
-            if force || registered.is_none_or(|at| now.duration_since(at) >= RENEW_EVERY) {
+            if force || registered.map_or(true, |at| now.duration_since(at) >= RENEW_EVERY) {
                 *registered = Some(now);
                 let (kind, spec, ..) = &entry.per_kind[0];
                 due.push((entry.state.name.clone(), *kind, spec.clone()));
