@@ -32,7 +32,7 @@ except ImportError as _missing:  # an optional extra: say which
 from ._limiter import Limiter
 from ._ratekeeper import Backoff
 from .errors import InvalidArgument, OverLimit
-from .jobs import CostFn, KeyFn, check_key, current_decision, run_limited
+from .jobs import CostFn, KeyFn, check_arguments, current_decision, run_limited
 
 __all__ = ["HEADER", "limited", "reschedules", "current_decision"]
 
@@ -85,16 +85,7 @@ def limited(
     ``self``). Rate limiters are checked without waiting; a concurrent limiter is held for the
     whole body (waiting up to its ``wait_timeout``). Inside the body,
     :func:`current_decision` is the decision that admitted it."""
-    if not isinstance(limiter, Limiter):
-        raise InvalidArgument(
-            f"invalid argument `limiter`: must be a ratekeeper Limiter, got {type(limiter).__name__}", "limiter"
-        )
-    check_key(key)
-    if backoff is not None and not isinstance(backoff, Backoff):
-        raise InvalidArgument(
-            f"invalid argument `backoff`: must be a ratekeeper.Backoff, got {type(backoff).__name__}", "backoff"
-        )
-    policy = backoff if backoff is not None else Backoff()
+    policy = check_arguments(limiter, key, backoff)
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)

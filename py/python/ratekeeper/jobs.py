@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from typing import Any, TypeVar, Union
 
 from ._limiter import Limiter
-from ._ratekeeper import Decision
+from ._ratekeeper import Backoff, Decision
 from .errors import InvalidArgument, OverLimit
 
 __all__ = ["KeyFn", "CostFn", "current_decision", "run_limited"]
@@ -52,6 +52,21 @@ def check_key(key: Any) -> None:
             f"invalid argument `key`: must be a str, None or a function of the job's arguments, got {type(key).__name__}",
             "key",
         )
+
+
+def check_arguments(limiter: Any, key: Any, backoff: Any) -> Backoff:
+    """Checks what a job decorator was given (the same for every job system) and returns the
+    backoff policy to use: ``backoff``, or Sidekiq's default."""
+    if not isinstance(limiter, Limiter):
+        raise InvalidArgument(
+            f"invalid argument `limiter`: must be a ratekeeper Limiter, got {type(limiter).__name__}", "limiter"
+        )
+    check_key(key)
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise InvalidArgument(
+            f"invalid argument `backoff`: must be a ratekeeper.Backoff, got {type(backoff).__name__}", "backoff"
+        )
+    return backoff if backoff is not None else Backoff()
 
 
 def run_limited(
