@@ -40,7 +40,10 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
 pub use decision::{http_seconds, Decision, Lease, LimitStatus};
 pub use error::{Error, ErrorKind, Result};
 pub use limiter::gcra::MAX_AHEAD_CAPACITIES;
-pub use limiter::{CalendarPeriod, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit, DEFAULT_LOCK_TIMEOUT};
+pub use limiter::{
+    CalendarPeriod, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit, DEFAULT_LEASE_TTL,
+    DEFAULT_LOCK_TIMEOUT,
+};
 pub use limiter_handle::{Limiter, Permit, Policy, DEFAULT_WAIT_TIMEOUT};
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};

@@ -23,6 +23,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::limiter::calendar::CalendarState;
 use crate::limiter::concurrent::ConcurrentState;
+use crate::limiter::leased::Leased;
 use crate::limiter::log::LogState;
 use crate::limiter::sliding::SlidingState;
 use crate::limiter::{pause, Algorithm, Engine, Kind, Op, Outcome};
@@ -80,7 +81,7 @@ enum State {
 impl State {
     fn fresh(algorithm: &Algorithm) -> State {
         match algorithm {
-            Algorithm::Gcra(_) => State::Gcra(0),
+            Algorithm::Gcra(_) | Algorithm::Leased(_) => State::Gcra(0),
             Algorithm::Sliding(_) => State::Sliding(Box::default()),
             Algorithm::Log(_) => State::Log(Box::default()),
             Algorithm::Calendar(_) => State::Calendar(CalendarState::default()),
@@ -94,6 +95,7 @@ impl State {
     fn expires_at(&self, algorithm: &Algorithm) -> u64 {
         match (algorithm, self) {
             (Algorithm::Gcra(g), State::Gcra(tat)) => g.expires_at(tat),
+            (Algorithm::Leased(l), State::Gcra(tat)) => l.expires_at(tat),
             (Algorithm::Sliding(s), State::Sliding(state)) => s.expires_at(state),
             (Algorithm::Log(l), State::Log(state)) => l.expires_at(state),
             (Algorithm::Concurrent(c), State::Concurrent(state)) => c.expires_at(state),
@@ -299,7 +301,12 @@ impl MemoryBackend {
             // The commonest call, a GCRA check (token bucket, leaky, points), is `apply`'s first
             // arm written out, so that its decision goes straight into the return slot. An
             // admitted check only moves the expiry later, so the shard's lower bound holds.
-            if let (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. }) = (algorithm, &mut slot.state, op) {
+            if let (
+                Algorithm::Gcra(g) | Algorithm::Leased(Leased { gcra: g, .. }),
+                State::Gcra(tat),
+                Op::Check { cost, .. },
+            ) = (algorithm, &mut slot.state, op)
+            {
                 let mut e = g.evaluate(tat, now, cost, true);
                 if e.changed {
                     slot.expires_at = g.expires_at(tat);
@@ -478,6 +485,7 @@ fn update(slot: &mut Slot, earliest_expiry: &mut u64, algorithm: &Algorithm, now
 fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
     match (algorithm, state) {
         (Algorithm::Gcra(g), State::Gcra(tat)) => g.apply(tat, now, op, changed),
+        (Algorithm::Leased(l), State::Gcra(tat)) => l.apply(tat, now, op, changed),
         (Algorithm::Sliding(s), State::Sliding(st)) => s.apply(st, now, op, changed),
         (Algorithm::Log(l), State::Log(st)) => l.apply(st, now, op, changed),
         (Algorithm::Concurrent(c), State::Concurrent(st)) => c.apply(st, now, op, changed),

@@ -174,6 +174,22 @@ impl Backend {
         self.limiter(name, LimiterSpec::TokenBucket { rate, capacity })
     }
 
+    /// A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens each
+    /// process takes from Redis in leases of up to `chunk` (`None`: capacity / 16, at least 1)
+    /// and spends in-process; unspent tokens go back at [`Limiter::close`] or the next lease,
+    /// or lapse `lease_ttl` after they were taken. The fleet never admits more than the bucket
+    /// allows; leasing ahead may under-use it. On the memory backend it is the token bucket.
+    pub fn leased(
+        &self,
+        name: &str,
+        rate: f64,
+        capacity: u64,
+        chunk: Option<u64>,
+        lease_ttl: Duration,
+    ) -> Result<Limiter> {
+        self.limiter(name, LimiterSpec::Leased { rate, capacity, chunk, lease_ttl })
+    }
+
     /// A burst of `size`, draining completely in `drain`.
     pub fn leaky(&self, name: &str, size: u64, drain: Duration) -> Result<Limiter> {
         self.limiter(name, LimiterSpec::Leaky { size, drain })

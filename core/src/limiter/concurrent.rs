@@ -218,7 +218,7 @@ impl Engine for Concurrent {
                 }
                 self.renewed(st, now, released)
             }
-            Op::Adjust { .. } => Err(not_applicable(op, self)),
+            Op::Adjust { .. } | Op::Take { .. } | Op::GiveBack { .. } => Err(not_applicable(op, self)),
         }
     }
 
@@ -247,7 +247,7 @@ impl Engine for Concurrent {
             | Op::Extend { lease_id }
             | Op::Abandon { lease_id } => lease_id,
             Op::Peek => 0,
-            Op::Adjust { .. } => return Err(not_applicable(op, self)),
+            Op::Adjust { .. } | Op::Take { .. } | Op::GiveBack { .. } => return Err(not_applicable(op, self)),
         };
         cmd.arg(self.limit).arg(self.lock_us).arg(format!("{lease_id:032x}"));
         Ok(())

@@ -36,6 +36,11 @@ pub(crate) enum Op {
     /// Give up a concurrent lease a check asked for but never handed to its caller: free it if
     /// it was granted, make sure it never is otherwise. Idempotent.
     Abandon { lease_id: u128 },
+    /// Leased token bucket: give back `back` unspent tokens of lease `back_id` (0: none), then
+    /// take `cost` tokens and up to `want` in all as lease `lease_id` (see `leased.lua`).
+    Take { cost: u64, want: u64, lease_id: u64, back_id: u64, back: u64 },
+    /// Leased token bucket: give back `tokens` unspent tokens of lease `lease_id`. Idempotent.
+    GiveBack { lease_id: u64, tokens: u64 },
 }
 
 impl Op {
@@ -48,13 +53,16 @@ impl Op {
             Op::Release { .. } => "release",
             Op::Extend { .. } => "extend",
             Op::Abandon { .. } => "abandon",
+            // A take is a check: the pause check of every script applies to it.
+            Op::Take { .. } => "check",
+            Op::GiveBack { .. } => "return",
         }
     }
 
     /// The cost a check asks for; 1 for anything else (what a peek reports on).
     pub(crate) fn cost(self) -> u64 {
         match self {
-            Op::Check { cost, .. } => cost,
+            Op::Check { cost, .. } | Op::Take { cost, .. } => cost,
             _ => 1,
         }
     }
@@ -81,6 +89,8 @@ pub(crate) struct Outcome {
     pub config_mismatch: bool,
     /// Who decided: the backend, or the failure policy while Redis failed.
     pub served: Served,
+    /// For a leased take: the tokens Redis granted to the lease (the cost included).
+    pub granted: u64,
 }
 
 /// Who decided a call (see [`Outcome::served`]).
@@ -104,6 +114,7 @@ impl Outcome {
             lease_overdue: false,
             config_mismatch: false,
             served: Served::Backend,
+            granted: 0,
         }
     }
 }

@@ -185,7 +185,10 @@ impl Gcra {
                 let mut view = *tat;
                 Evaluation { changed, ..self.evaluate(&mut view, now, 1, false) }
             }
-            Op::Peek | Op::Release { .. } | Op::Extend { .. } | Op::Abandon { .. } => self.evaluate(tat, now, 1, false),
+            Op::Peek | Op::Release { .. } | Op::Extend { .. } | Op::Abandon { .. } | Op::GiveBack { .. } => {
+                self.evaluate(tat, now, 1, false)
+            }
+            Op::Take { cost, .. } => self.evaluate(tat, now, cost, true),
         }
     }
 

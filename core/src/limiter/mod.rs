@@ -6,6 +6,7 @@
 //! Each engine is one file (with its Lua script beside it) implementing [`Engine`]: its rule
 //! in memory, its Redis call and the reading of its reply, and the names of its keys.
 //! - [`gcra`]: token bucket, leaky bucket and points (one GCRA engine, O(1) state);
+//! - [`leased`]: the token bucket spent from leases taken from Redis in chunks;
 //! - [`sliding`]: fixed buckets and Carlson's sliding windows with sub-buckets;
 //! - [`log`]: the exact sliding window (single and multi-window);
 //! - [`concurrent`]: leases with fencing tokens;
@@ -19,6 +20,7 @@ pub(crate) mod calendar_period;
 pub(crate) mod concurrent;
 pub(crate) mod engine;
 pub mod gcra;
+pub(crate) mod leased;
 pub(crate) mod log;
 pub(crate) mod pause;
 pub(crate) mod script;
@@ -35,6 +37,7 @@ use crate::decision::{Decision, LimitStatus};
 use crate::error::{Error, Result};
 pub use calendar_period::CalendarPeriod;
 pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Served, Wake, WakeList};
+pub use leased::DEFAULT_LEASE_TTL;
 use script::LuaScript;
 pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
 pub use spec_json::{LimiterConfig, DEFAULT_LOCK_TIMEOUT};
@@ -43,6 +46,7 @@ pub use spec_json::{LimiterConfig, DEFAULT_LOCK_TIMEOUT};
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Algorithm {
     Gcra(gcra::Gcra),
+    Leased(leased::Leased),
     Sliding(sliding::Sliding),
     Log(log::Log),
     Concurrent(concurrent::Concurrent),
@@ -56,6 +60,7 @@ macro_rules! with_engine {
     ($algorithm:expr, $e:ident => $body:expr) => {
         match $algorithm {
             Algorithm::Gcra($e) => $body,
+            Algorithm::Leased($e) => $body,
             Algorithm::Sliding($e) => $body,
             Algorithm::Log($e) => $body,
             Algorithm::Concurrent($e) => $body,
@@ -106,7 +111,7 @@ impl Algorithm {
     /// The most a single call may cost: the burst, the smallest limit, or the slot count.
     pub(crate) fn capacity(&self) -> u64 {
         match self {
-            Algorithm::Gcra(g) => g.capacity,
+            Algorithm::Gcra(g) | Algorithm::Leased(leased::Leased { gcra: g, .. }) => g.capacity,
             Algorithm::Sliding(s) => s.smallest_limit(),
             Algorithm::Log(l) => l.smallest_limit(),
             Algorithm::Concurrent(c) => c.limit,

@@ -26,7 +26,7 @@ pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(
 /// `points_used` corrections still apply (a lease held before the pause must be releasable).
 #[inline]
 pub(crate) fn applies_to(op: Op) -> bool {
-    matches!(op, Op::Check { .. } | Op::Peek)
+    matches!(op, Op::Check { .. } | Op::Take { .. } | Op::Peek)
 }
 
 /// The refusal of a paused call: nothing available until the pause ends `remaining_us` after

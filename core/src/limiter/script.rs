@@ -117,10 +117,11 @@ impl LuaScript {
 }
 
 /// Every engine's script, for tools and benchmarks.
-fn all() -> [&'static LazyLock<LuaScript>; 6] {
+fn all() -> [&'static LazyLock<LuaScript>; 7] {
     [
         &super::pause::SCRIPT,
         &super::gcra::SCRIPT,
+        &super::leased::SCRIPT,
         &super::sliding::SCRIPT,
         &super::log::SCRIPT,
         &super::concurrent::SCRIPT,

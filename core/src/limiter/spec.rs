@@ -6,6 +6,7 @@ use super::calendar::Calendar;
 use super::calendar_period::CalendarPeriod;
 use super::concurrent::Concurrent;
 use super::gcra::Gcra;
+use super::leased::Leased;
 use super::log::Log;
 use super::sliding::Sliding;
 use super::Algorithm;
@@ -67,6 +68,21 @@ pub enum LimiterSpec {
         /// Burst size.
         capacity: u64,
     },
+    /// A token bucket (`rate` per second up to `capacity`) whose tokens each process takes from
+    /// the backend in leases of up to `chunk` and spends in-process; a lease's unspent tokens go
+    /// back when the limiter is closed, or lapse after `lease_ttl`. The fleet never admits more
+    /// than the bucket allows; leasing ahead may under-use it. On the memory backend it is the
+    /// in-process token bucket.
+    Leased {
+        /// Tokens per second (at most 1,000,000).
+        rate: f64,
+        /// Burst size.
+        capacity: u64,
+        /// The most tokens one lease takes (`None`: capacity / 16, at least 1).
+        chunk: Option<u64>,
+        /// How long a process may spend a lease's tokens before they lapse.
+        lease_ttl: Duration,
+    },
     /// A burst of `size`, then one call per `drain / size`; full again after `drain` idle.
     Leaky {
         /// Burst size.
@@ -112,6 +128,8 @@ pub enum Kind {
     SlidingWindow,
     /// [`LimiterSpec::TokenBucket`].
     TokenBucket,
+    /// [`LimiterSpec::Leased`].
+    Leased,
     /// [`LimiterSpec::Leaky`].
     Leaky,
     /// [`LimiterSpec::Points`].
@@ -131,6 +149,7 @@ impl Kind {
             Kind::Window => "window",
             Kind::SlidingWindow => "sliding_window",
             Kind::TokenBucket => "token_bucket",
+            Kind::Leased => "leased",
             Kind::Leaky => "leaky",
             Kind::Points => "points",
             Kind::Calendar => "calendar",
@@ -146,6 +165,7 @@ impl Kind {
             Kind::Window,
             Kind::SlidingWindow,
             Kind::TokenBucket,
+            Kind::Leased,
             Kind::Leaky,
             Kind::Points,
             Kind::Calendar,
@@ -165,6 +185,7 @@ impl LimiterSpec {
             LimiterSpec::Window { .. } => Kind::Window,
             LimiterSpec::SlidingWindow { .. } => Kind::SlidingWindow,
             LimiterSpec::TokenBucket { .. } => Kind::TokenBucket,
+            LimiterSpec::Leased { .. } => Kind::Leased,
             LimiterSpec::Leaky { .. } => Kind::Leaky,
             LimiterSpec::Points { .. } => Kind::Points,
             LimiterSpec::Calendar { .. } => Kind::Calendar,
@@ -191,6 +212,12 @@ impl LimiterSpec {
             LimiterSpec::TokenBucket { rate, capacity } => {
                 LimiterSpec::TokenBucket { rate: rate / d as f64, capacity: part(*capacity) }
             }
+            LimiterSpec::Leased { rate, capacity, chunk, lease_ttl } => LimiterSpec::Leased {
+                rate: rate / d as f64,
+                capacity: part(*capacity),
+                chunk: chunk.map(|c| c.min(part(*capacity))),
+                lease_ttl: *lease_ttl,
+            },
             // Leaky and points keep their drain time: a smaller bucket drains at a slower rate.
             LimiterSpec::Leaky { size, drain } => LimiterSpec::Leaky { size: part(*size), drain: *drain },
             LimiterSpec::Points { capacity, refill } => {
@@ -214,6 +241,9 @@ impl LimiterSpec {
             LimiterSpec::Window { windows } => Algorithm::Log(Log::compile(windows)?),
             LimiterSpec::SlidingWindow { limits } => Algorithm::Sliding(Sliding::compile(limits)?),
             LimiterSpec::TokenBucket { rate, capacity } => Algorithm::Gcra(Gcra::token_bucket(*rate, *capacity)?),
+            LimiterSpec::Leased { rate, capacity, chunk, lease_ttl } => {
+                Algorithm::Leased(Leased::compile(*rate, *capacity, *chunk, *lease_ttl)?)
+            }
             LimiterSpec::Leaky { size, drain } => Algorithm::Gcra(Gcra::leaky(*size, *drain)?),
             LimiterSpec::Points { capacity, refill } => Algorithm::Gcra(Gcra::points(*capacity, *refill)?),
             LimiterSpec::Calendar { limit, period, tz, anchor } => {

@@ -3,6 +3,7 @@
 //!
 //! ```json
 //! {"kind":"token_bucket","rate":10,"capacity":20}
+//! {"kind":"leased","rate":1000,"capacity":2000,"chunk":100,"lease_ttl":1}
 //! {"kind":"windows","windows":[[25,5],[300,60]]}
 //! {"kind":"sliding_window","limits":[[60,100,1],[1,10,0.1]]}
 //! {"kind":"concurrent","limit":10,"lock_timeout":30,"wait_timeout":5}
@@ -21,6 +22,7 @@ use std::time::Duration;
 use serde_json::{Map, Number, Value};
 
 use super::calendar_period::CalendarPeriod;
+use super::leased::DEFAULT_LEASE_TTL;
 use super::spec::{LimiterSpec, SlidingLimit, WindowLimit};
 use crate::error::{Error, Result};
 use crate::limiter_handle::DEFAULT_WAIT_TIMEOUT;
@@ -67,6 +69,12 @@ impl LimiterConfig {
             "token_bucket" => {
                 LimiterSpec::TokenBucket { rate: fields.number("rate")?, capacity: fields.count("capacity")? }
             }
+            "leased" => LimiterSpec::Leased {
+                rate: fields.number("rate")?,
+                capacity: fields.count("capacity")?,
+                chunk: fields.optional_count("chunk")?,
+                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASE_TTL),
+            },
             "leaky" => LimiterSpec::Leaky { size: fields.count("size")?, drain: fields.seconds("drain")? },
             "points" => LimiterSpec::Points { capacity: fields.count("capacity")?, refill: fields.seconds("refill")? },
             "calendar" => LimiterSpec::Calendar {
@@ -81,8 +89,8 @@ impl LimiterConfig {
                 return Err(Error::invalid_field(
                     "kind",
                     format!(
-                        "must be one of concurrent, bucket, window, windows, sliding_window, token_bucket, leaky, \
-                         points, calendar, unlimited; got {other:?}"
+                        "must be one of concurrent, bucket, window, windows, sliding_window, token_bucket, leased, \
+                         leaky, points, calendar, unlimited; got {other:?}"
                     ),
                 ))
             }
@@ -155,6 +163,16 @@ impl LimiterConfig {
                 put("kind", "token_bucket".into());
                 put("rate", number(*rate));
                 put("capacity", (*capacity).into());
+            }
+            LimiterSpec::Leased { rate, capacity, chunk, lease_ttl } => {
+                put("kind", "leased".into());
+                put("rate", number(*rate));
+                put("capacity", (*capacity).into());
+                // Left out when not given: the default follows the capacity (see `leased`).
+                if let Some(chunk) = chunk {
+                    put("chunk", (*chunk).into());
+                }
+                put("lease_ttl", secs(*lease_ttl));
             }
             LimiterSpec::Leaky { size, drain } => {
                 put("kind", "leaky".into());
@@ -242,6 +260,10 @@ impl<'a> Fields<'a> {
 
     fn count(&mut self, key: &'static str) -> Result<u64> {
         as_count(self.required(key)?, key)
+    }
+
+    fn optional_count(&mut self, key: &'static str) -> Result<Option<u64>> {
+        self.get(key).map(|v| as_count(v, key)).transpose()
     }
 
     fn seconds(&mut self, key: &'static str) -> Result<Duration> {

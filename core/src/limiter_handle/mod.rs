@@ -18,6 +18,7 @@ use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 
 mod lease;
+mod leased;
 mod pause;
 mod waiting;
 
@@ -46,6 +47,8 @@ struct Inner {
     metrics: Arc<LimiterMetrics>,
     /// The name's live overrides in this backend (`None`: unlimited).
     live: Option<Arc<NameState>>,
+    /// A leased token bucket on Redis: this process's leases (shared by the copies).
+    pool: Option<Arc<leased::LeasePool>>,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -84,6 +87,7 @@ impl Limiter {
                 allow_fallback: true,
                 metrics: Arc::default(),
                 live: None,
+                pool: None,
             }),
         }
     }
@@ -112,6 +116,10 @@ impl Limiter {
             }
             Target::Nowhere => None,
         };
+        let pool = match &target {
+            Target::Redis { backend, .. } => leased::pool_for(&algorithm, backend),
+            _ => None,
+        };
         Ok(Limiter {
             inner: Arc::new(Inner {
                 name: name.into(),
@@ -122,6 +130,7 @@ impl Limiter {
                 allow_fallback,
                 metrics,
                 live,
+                pool,
             }),
         })
     }
@@ -143,6 +152,7 @@ impl Limiter {
                 allow_fallback: inner.allow_fallback,
                 metrics: inner.metrics.clone(),
                 live: inner.live.clone(),
+                pool: inner.pool.clone(),
             }),
         })
     }
@@ -174,6 +184,7 @@ impl Limiter {
                 allow_fallback: allow,
                 metrics: inner.metrics.clone(),
                 live: inner.live.clone(),
+                pool: inner.pool.clone(),
             }),
         })
     }
@@ -257,6 +268,9 @@ impl Limiter {
 
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
+        if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
+            return self.leased_check(pool, key, cost).await;
+        }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
                 backend.ensure_live_task();
@@ -275,6 +289,9 @@ impl Limiter {
     /// Runs one operation, blocking the calling thread on remote backends.
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
+        if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
+            return self.leased_check_blocking(pool, key, cost);
+        }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
                 backend.ensure_live_task();
@@ -396,7 +413,9 @@ impl Limiter {
         let key = validate_key(key)?;
         match &self.inner.target {
             Target::Redis { backend, .. } => {
-                backend.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm).await
+                backend.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm).await?;
+                self.forget_lease(key);
+                Ok(())
             }
             _ => {
                 self.reset_local(key);

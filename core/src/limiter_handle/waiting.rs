@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::{Limiter, Target};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
+use crate::limiter::Op;
 use crate::metrics::Counter;
 use crate::params::{micros, validate_duration};
 use crate::runtime::block_on;
@@ -127,6 +128,12 @@ impl Limiter {
     /// async task.
     pub fn acquire_blocking(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
         if let Target::Redis { .. } = self.inner.target {
+            // A leased limiter spends from its lease without the runtime when it can.
+            if let (Some(pool), Ok((key_ok, Op::Check { cost, .. }))) = (&self.inner.pool, self.check_op(key, cost)) {
+                if let Some(decision) = self.leased_spend(pool, key_ok, cost) {
+                    return Ok(decision);
+                }
+            }
             return block_on(self.acquire(key, cost, wait_timeout));
         }
         // In-process fast path: a call that need not wait involves no runtime.

@@ -1,0 +1,302 @@
+//! The in-process side of a leased token bucket on Redis: each key's tokens are taken from the
+//! shared bucket in leases (one round trip each, `leased.lua`) and spent here with one atomic
+//! subtraction.
+//!
+//! The rules that keep the fleet within the bucket:
+//! - a process spends only tokens Redis granted it, each at most once (an atomic counter);
+//! - unspent tokens are taken out of the counter (an atomic swap) before they are given back,
+//!   so none is both spent and given back; each give-back names its lease, whose entry Redis
+//!   deletes, so a give-back is applied at most once and never exceeds the grant;
+//! - a call whose reply is lost (Redis failing mid-call) is never replayed: a grant it may have
+//!   made, or tokens it may have given back, are simply not used here (under-use, never
+//!   over-use);
+//! - a lease's tokens may be spent until it lapses (`lease_ttl` after it was asked for), and
+//!   are given back at the next round trip or at [`Limiter::close`] while Redis still knows the
+//!   lease.
+//!
+//! How much a lease asks for adapts: it starts at `chunk`, halves when a lease lapsed with
+//! tokens unspent, and doubles back up to `chunk` when a lease was used up; Redis grants at most
+//! half of what the bucket holds (never less than the call's cost), so one process never
+//! takes everything.
+//!
+//! A refusal from Redis is remembered until its `retry_after`: until then calls of the same or
+//! a larger cost are refused here without a round trip (nothing but time admits them sooner,
+//! short of another process giving tokens back, which this only under-uses).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::backend::RedisBackend;
+use crate::clock::{Clock, SystemClock};
+use crate::decision::Decision;
+use crate::error::Result;
+use crate::limiter::leased::Leased;
+use crate::limiter::{decision, Algorithm, Op, Outcome, Served};
+use crate::metrics::Counter;
+
+use super::{Limiter, Target};
+
+/// The most keys whose leases a limiter keeps; beyond it, keys holding no tokens are dropped.
+const MAX_KEYS: usize = 10_000;
+
+/// The leases of one limiter in this process, by key.
+#[derive(Debug)]
+pub(crate) struct LeasePool {
+    /// The key `""` (no key), the commonest, without a map lookup.
+    unkeyed: Arc<Slot>,
+    keyed: RwLock<HashMap<Box<str>, Arc<Slot>>>,
+    /// The limiter's parameters.
+    leased: Leased,
+    clock: Arc<dyn Clock>,
+}
+
+/// One key's lease.
+#[derive(Debug)]
+struct Slot {
+    /// Tokens granted and not yet spent.
+    tokens: AtomicU64,
+    /// When the current lease lapses (µs, the backend's clock).
+    lapses_at: AtomicU64,
+    /// When the shared bucket was full again, as of the last grant (µs).
+    full_at: AtomicU64,
+    /// A refusal from Redis holds until this instant (µs) for calls of at least `refused_cost`.
+    refused_until: AtomicU64,
+    refused_cost: AtomicU64,
+    /// Serialises round trips: one at a time per key; others wait for it, then spend locally.
+    lease: tokio::sync::Mutex<LeaseState>,
+}
+
+#[derive(Debug)]
+struct LeaseState {
+    /// The lease the tokens belong to (0: none).
+    id: u64,
+    /// How many tokens the next lease asks for.
+    want: u64,
+}
+
+/// A process-unique lease id below 2^53 (exact in Lua): a random prefix mixed with the pid,
+/// and a counter.
+fn next_lease_id() -> u64 {
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(1);
+    use std::hash::BuildHasher;
+    let prefix = *PREFIX.get_or_init(|| {
+        foldhash::fast::RandomState::default().hash_one((std::process::id(), SystemClock.now_micros())) & 0x1f_ffff
+    });
+    (prefix << 32) | (COUNTER.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
+}
+
+impl Slot {
+    fn new(want: u64) -> Slot {
+        Slot {
+            tokens: AtomicU64::new(0),
+            lapses_at: AtomicU64::new(0),
+            full_at: AtomicU64::new(0),
+            refused_until: AtomicU64::new(0),
+            refused_cost: AtomicU64::new(u64::MAX),
+            lease: tokio::sync::Mutex::new(LeaseState { id: 0, want }),
+        }
+    }
+}
+
+impl LeasePool {
+    pub(crate) fn new(leased: Leased, clock: Arc<dyn Clock>) -> LeasePool {
+        LeasePool { unkeyed: Arc::new(Slot::new(leased.chunk)), keyed: RwLock::default(), leased, clock }
+    }
+
+    #[inline]
+    fn slot(&self, key: &str) -> Arc<Slot> {
+        if key.is_empty() {
+            return self.unkeyed.clone();
+        }
+        if let Some(slot) = self.keyed.read().unwrap_or_else(|e| e.into_inner()).get(key) {
+            return slot.clone();
+        }
+        let mut keyed = self.keyed.write().unwrap_or_else(|e| e.into_inner());
+        if keyed.len() >= MAX_KEYS {
+            keyed.retain(|_, slot| slot.tokens.load(Ordering::Relaxed) > 0);
+        }
+        keyed.entry(key.into()).or_insert_with(|| Arc::new(Slot::new(self.leased.chunk))).clone()
+    }
+
+    /// Every key's slot, for closing.
+    fn slots(&self) -> Vec<(Box<str>, Arc<Slot>)> {
+        let keyed = self.keyed.read().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<_> = keyed.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
+        all.push(("".into(), self.unkeyed.clone()));
+        all
+    }
+
+    /// Spends `cost` from `slot`'s lease, or answers from a remembered refusal; `None` when it
+    /// takes a round trip.
+    #[inline]
+    fn local(&self, slot: &Slot, cost: u64, now: u64) -> Option<Decision> {
+        if now < slot.lapses_at.load(Ordering::Acquire) {
+            let mut tokens = slot.tokens.load(Ordering::Relaxed);
+            while tokens >= cost {
+                match slot.tokens.compare_exchange_weak(tokens, tokens - cost, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => {
+                        let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now);
+                        let mut d = decision(true, self.leased.gcra.capacity, tokens - cost, 0, reset_us);
+                        d.decided_at_micros = now;
+                        return Some(d);
+                    }
+                    Err(now_held) => tokens = now_held,
+                }
+            }
+        }
+        let until = slot.refused_until.load(Ordering::Acquire);
+        if now < until && cost >= slot.refused_cost.load(Ordering::Relaxed) {
+            let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now).max(until - now);
+            let mut d = decision(false, self.leased.gcra.capacity, 0, until - now, reset_us);
+            d.decided_at_micros = now;
+            return Some(d);
+        }
+        None
+    }
+}
+
+impl Limiter {
+    /// A leased check: spent from this process's lease when it holds enough, else one round
+    /// trip that gives back what is left and takes a new lease.
+    pub(crate) async fn leased_check(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {
+        let slot = pool.slot(key);
+        if let Some(d) = self.leased_local(pool, &slot, cost) {
+            return Ok(Outcome::of(d));
+        }
+        let mut lease = slot.lease.lock().await;
+        // Another caller may have taken a lease while this one waited.
+        if let Some(d) = self.leased_local(pool, &slot, cost) {
+            return Ok(Outcome::of(d));
+        }
+        let Target::Redis { backend, failover } = &self.inner.target else {
+            // A lease pool is only built for a limiter on Redis.
+            return Ok(Outcome::of(Decision::unlimited()));
+        };
+        let now = pool.clock.now_micros();
+        let lapsed = now >= slot.lapses_at.load(Ordering::Acquire);
+        // Taken out before the call: from here they can only be given back, never spent.
+        let back = slot.tokens.swap(0, Ordering::AcqRel);
+        lease.want = match (back, lapsed) {
+            (0, _) => (lease.want * 2).min(pool.leased.chunk),
+            (_, true) => (lease.want / 2).max(1),
+            _ => lease.want,
+        };
+        let lease_id = next_lease_id();
+        let op =
+            Op::Take { cost, want: lease.want.max(cost), lease_id, back_id: if back > 0 { lease.id } else { 0 }, back };
+        lease.id = 0;
+        let over = self.override_for(key);
+        let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
+        let failover = Self::failover_for(failover, over.as_deref());
+        let started = Instant::now();
+        let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
+        self.record(Op::Check { cost, lease_id: 0 }, &result, Some(started));
+        let outcome = result?;
+        let d = &outcome.decision;
+        if outcome.served != Served::Backend {
+            // The failure policy decided this one call; no lease is held.
+            return Ok(outcome);
+        }
+        if d.allowed {
+            let lease_us = match algorithm {
+                Algorithm::Leased(l) => l.lease_us,
+                _ => pool.leased.lease_us,
+            };
+            lease.id = lease_id;
+            slot.full_at.store(now.saturating_add(micros(d.reset_after)), Ordering::Relaxed);
+            slot.tokens.store(outcome.granted.saturating_sub(cost), Ordering::Release);
+            slot.lapses_at.store(now.saturating_add(lease_us), Ordering::Release);
+            let mut outcome = outcome;
+            outcome.decision.remaining = outcome.granted.saturating_sub(cost);
+            return Ok(outcome);
+        }
+        slot.refused_cost.store(cost, Ordering::Relaxed);
+        slot.refused_until.store(now.saturating_add(micros(d.retry_after)), Ordering::Release);
+        Ok(outcome)
+    }
+
+    /// [`LeasePool::local`], counted in the limiter's metrics.
+    #[inline]
+    fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64) -> Option<Decision> {
+        let d = pool.local(slot, cost, pool.clock.now_micros())?;
+        self.inner.metrics.add(if d.allowed { Counter::Allowed } else { Counter::Refused }, 1);
+        Some(d)
+    }
+
+    /// An admitted spend from this process's lease of `key`, if it holds `cost` (no refusal:
+    /// a caller that may wait goes on to `acquire`).
+    #[inline]
+    pub(crate) fn leased_spend(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Decision> {
+        let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
+        let d = pool.local(&slot, cost, pool.clock.now_micros()).filter(|d| d.allowed)?;
+        self.inner.metrics.add(Counter::Allowed, 1);
+        Some(d)
+    }
+
+    /// The blocking form of [`Limiter::leased_check`]: a local spend involves no runtime.
+    #[inline]
+    pub(crate) fn leased_check_blocking(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {
+        if key.is_empty() {
+            if let Some(d) = self.leased_local(pool, &pool.unkeyed, cost) {
+                return Ok(Outcome::of(d));
+            }
+        }
+        crate::runtime::block_on(self.leased_check(pool, key, cost))
+    }
+
+    /// Gives every lease's unspent tokens back to the shared bucket (a leased limiter on Redis;
+    /// nothing to do for any other). Later calls take new leases. A give-back whose reply is
+    /// lost is not sent again: those tokens stay unused until Redis forgets the lease.
+    pub async fn close(&self) -> Result<()> {
+        let (Some(pool), Target::Redis { backend, failover }) = (&self.inner.pool, &self.inner.target) else {
+            return Ok(());
+        };
+        let mut first_error = None;
+        for (key, slot) in pool.slots() {
+            let mut lease = slot.lease.lock().await;
+            let back = slot.tokens.swap(0, Ordering::AcqRel);
+            let id = std::mem::take(&mut lease.id);
+            if back == 0 || id == 0 {
+                continue;
+            }
+            let op = Op::GiveBack { lease_id: id, tokens: back };
+            let algorithm = &self.inner.algorithm;
+            if let Err(e) = backend.execute(self.kind(), &self.inner.name, &key, algorithm, failover, op).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Blocking form of [`Limiter::close`].
+    pub fn close_blocking(&self) -> Result<()> {
+        if self.inner.pool.is_none() {
+            return Ok(());
+        }
+        crate::runtime::block_on(self.close())
+    }
+
+    /// Forgets `key`'s lease (after a reset deleted it in Redis).
+    pub(crate) fn forget_lease(&self, key: &str) {
+        if let Some(pool) = &self.inner.pool {
+            let slot = pool.slot(key);
+            slot.tokens.store(0, Ordering::Release);
+            slot.refused_until.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// The lease pool of a limiter built on `backend`, if it is a leased one.
+pub(crate) fn pool_for(algorithm: &Algorithm, backend: &RedisBackend) -> Option<Arc<LeasePool>> {
+    match algorithm {
+        Algorithm::Leased(leased) => Some(Arc::new(LeasePool::new(*leased, backend.fallback.clock.clone()))),
+        _ => None,
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    crate::params::micros(d)
+}

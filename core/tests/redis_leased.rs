@@ -1,0 +1,229 @@
+//! Leased token buckets on a real Redis server: exact accounting with a manual clock across
+//! several "processes" (backends with their own leases), exact give-backs applied once, lapsed
+//! leases, and Redis hanging mid-call (under-use, never over-use); on Redis Cluster too.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::{lua_sources, Backend, Clock, ErrorKind, Kind, Limiter, ManualClock, RedisConfig};
+use support::{RedisCluster, RedisServer};
+
+const START: u64 = 1_800_000_000_000_000;
+const TTL: Duration = Duration::from_secs(1);
+
+/// `n` processes' worth of backends on one server, sharing one manual clock.
+fn fleet(url: &str, n: usize, clock: &ManualClock) -> Vec<Backend> {
+    (0..n).map(|_| Backend::redis_with(RedisConfig::new(url).clock(Arc::new(clock.clone()))).unwrap()).collect()
+}
+
+/// Admitted calls of cost 1 until one is refused.
+fn spend_all(limiter: &Limiter) -> u64 {
+    let mut admitted = 0;
+    while limiter.check_blocking(None, 1).unwrap().allowed {
+        admitted += 1;
+    }
+    admitted
+}
+
+#[test]
+fn the_fleet_spends_exactly_the_bucket_and_gives_back_exactly_what_it_did_not_spend() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backends = fleet(&server.url(), 3, &clock);
+    let limiters: Vec<Limiter> = backends.iter().map(|b| b.leased("fleet", 10.0, 100, Some(8), TTL).unwrap()).collect();
+    assert_eq!(limiters[0].kind(), Kind::Leased);
+
+    // Each process takes one lease and spends one token of it.
+    for l in &limiters {
+        let d = l.check_blocking(None, 1).unwrap();
+        assert!(d.allowed);
+        assert_eq!((d.limit, d.remaining), (100, 7), "a lease of 8, one spent");
+    }
+    // The shared bucket lent out 3 leases of 8.
+    assert_eq!(limiters[0].peek_blocking(None).unwrap().remaining, 100 - 24);
+    // Closing gives back exactly the 7 unspent tokens of each lease, once.
+    for l in &limiters {
+        l.close_blocking().unwrap();
+        l.close_blocking().unwrap();
+    }
+    assert_eq!(limiters[0].peek_blocking(None).unwrap().remaining, 100 - 3);
+
+    // At a frozen instant the fleet admits exactly what is left, never more.
+    let total: u64 = limiters.iter().map(spend_all).sum();
+    assert_eq!(total, 97);
+    // Refusals are remembered until they can change: no round trip, same retry.
+    let refused = limiters[0].check_blocking(None, 1).unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(refused.retry_after, Duration::from_millis(100));
+    // Time refills the shared bucket at the rate: 1 s later, 10 more in all.
+    clock.advance(Duration::from_secs(1));
+    let total: u64 = limiters.iter().map(spend_all).sum();
+    assert_eq!(total, 10);
+}
+
+#[test]
+fn a_give_back_is_applied_once_and_never_beyond_the_grant() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backends = fleet(&server.url(), 2, &clock);
+    let limiter = backends[0].leased("once", 1.0, 50, Some(10), TTL).unwrap();
+    assert!(limiter.check_blocking(None, 1).unwrap().allowed);
+    assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 40);
+    // Another process spends 20 through plain single-token leases.
+    let other = backends[1].leased("once", 1.0, 50, Some(1), TTL).unwrap();
+    for _ in 0..20 {
+        assert!(other.check_blocking(None, 1).unwrap().allowed);
+    }
+    assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 20);
+
+    // The lease as Redis holds it: one entry, granted 10.
+    let keys = server.cli(&["--scan", "--pattern", "*leased:once:l:*"]);
+    let lease_key = keys.lines().next().expect("the lease hash").to_owned();
+    let state_key = lease_key.replace(":l:", ":s:");
+    let entries = server.cli(&["HGETALL", &lease_key]);
+    let mut lines = entries.lines();
+    let (id, held) = (lines.next().unwrap().to_owned(), lines.next().unwrap().to_owned());
+    assert!(held.starts_with("10:"), "{held}");
+
+    let (_, script) = lua_sources().into_iter().find(|(name, _)| *name == "leased").unwrap();
+    let now = (START + 1).to_string();
+    let give_back = |tokens: &str| {
+        let args = [
+            "EVAL",
+            script,
+            "2",
+            &state_key,
+            &lease_key,
+            "return",
+            &now, // keys, verb, now
+            "1",
+            "1000000000",
+            "50000000000",
+            "800000000000",
+            "50", // tick, T, tau, max_ahead, capacity
+            "0",
+            "0",
+            "0",
+            &id,
+            tokens,
+            "1000", // cost, want, new id, back id, back, lease ms
+        ];
+        server.cli(&args)
+    };
+    // Asking back more than the grant gives back the grant; a second give-back (a retry whose
+    // first reply was lost) gives back nothing.
+    give_back("25");
+    assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 30);
+    give_back("25");
+    assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 30);
+}
+
+#[test]
+fn a_lapsed_lease_is_not_spent_and_a_lease_that_sat_unused_shrinks() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backend = &fleet(&server.url(), 1, &clock)[0];
+    // A rate so slow that nothing refills during the test.
+    let limiter = backend.leased("lapse", 1.0 / 3600.0, 100, Some(16), TTL).unwrap();
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 15);
+    clock.advance(TTL);
+    // The 15 left lapsed here; the round trip gives them back and takes a lease half as big.
+    let d = limiter.check_blocking(None, 1).unwrap();
+    assert_eq!(d.remaining, 7, "a lease of 8 after one that sat unused");
+    assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 100 - 2 - 7);
+    // Used up, the next lease doubles back.
+    for _ in 0..7 {
+        assert!(limiter.check_blocking(None, 1).unwrap().allowed);
+    }
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 15);
+}
+
+#[test]
+fn a_grant_is_at_most_half_the_bucket_and_at_least_the_cost() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backends = fleet(&server.url(), 2, &clock);
+    let a = backends[0].leased("half", 1.0 / 3600.0, 20, Some(20), TTL).unwrap();
+    let b = backends[1].leased("half", 1.0 / 3600.0, 20, Some(20), TTL).unwrap();
+    assert_eq!(a.check_blocking(None, 1).unwrap().remaining, 9, "half of 20");
+    assert_eq!(b.check_blocking(None, 1).unwrap().remaining, 4, "half of 10");
+    assert_eq!(b.check_blocking(None, 4).unwrap().remaining, 0, "spent from the lease");
+    // A cost above half of what is left is still granted whole.
+    let d = b.check_blocking(None, 5).unwrap();
+    assert!(d.allowed);
+    assert_eq!(spend_all(&a) + spend_all(&b), 9);
+}
+
+#[test]
+fn redis_hanging_mid_call_under_uses_and_never_over_uses() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let config = |c: RedisConfig| c.clock(Arc::new(clock.clone())).deadline(Duration::from_millis(200));
+    let a = Backend::redis_with(config(RedisConfig::new(server.url()))).unwrap();
+    let b = Backend::redis_with(config(RedisConfig::new(server.url()))).unwrap();
+    let la = a.leased("hang", 1.0 / 3600.0, 40, Some(10), TTL).unwrap();
+    let lb = b.leased("hang", 1.0 / 3600.0, 40, Some(10), TTL).unwrap();
+    assert!(la.check_blocking(None, 1).unwrap().allowed);
+    // A round trip (give back 9, take 10) whose reply never comes: Redis applies it later.
+    server.pause();
+    let err = la.check_blocking(None, 10).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Timeout | ErrorKind::BackendUnavailable), "{err:?}");
+    server.resume();
+    // Whatever Redis did with it, the fleet admits at most the bucket: 40 in all.
+    let total = 1 + spend_all(&la) + spend_all(&lb);
+    assert!(total <= 40, "{total} admitted from a bucket of 40");
+    assert!(total >= 40 - 10 - 9, "{total}: only the lost call's tokens may go unused");
+}
+
+#[test]
+fn leased_runs_unchanged_on_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(START);
+    let backends: Vec<Backend> = (0..2)
+        .map(|_| Backend::redis_with(RedisConfig::cluster(cluster.seeds()).clock(Arc::new(clock.clone()))).unwrap())
+        .collect();
+    for key in ["a", "b", "user-42"] {
+        let ls: Vec<Limiter> = backends.iter().map(|b| b.leased("cl", 1.0, 30, Some(4), TTL).unwrap()).collect();
+        let total: u64 = ls
+            .iter()
+            .map(|l| {
+                let mut n = 0;
+                while l.check_blocking(Some(key), 1).unwrap().allowed {
+                    n += 1;
+                }
+                n
+            })
+            .sum();
+        assert_eq!(total, 30, "{key}");
+        for l in &ls {
+            l.close_blocking().unwrap();
+        }
+    }
+}
+
+#[test]
+fn on_memory_leased_is_the_token_bucket_and_specs_round_trip() {
+    let clock = ManualClock::new(START);
+    let memory = Backend::memory_with(ratekeeper::MemoryConfig::default().clock(Arc::new(clock.clone()))).unwrap();
+    let leased = memory.leased("m", 2.0, 5, None, TTL).unwrap();
+    assert_eq!(spend_all(&leased), 5);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(spend_all(&leased), 2);
+    assert_eq!(leased.spec_json(), r#"{"kind":"leased","rate":2,"capacity":5,"lease_ttl":1}"#);
+    let json = r#"{"kind":"leased","rate":2,"capacity":5,"chunk":3,"lease_ttl":0.5}"#;
+    assert_eq!(memory.limiter_from_json("m2", json).unwrap().spec_json(), json);
+    for (bad, parameter) in [
+        (r#"{"kind":"leased","rate":2,"capacity":5,"chunk":6}"#, "chunk"),
+        (r#"{"kind":"leased","rate":2,"capacity":5,"chunk":0}"#, "chunk"),
+        (r#"{"kind":"leased","rate":0,"capacity":5}"#, "rate"),
+        (r#"{"kind":"leased","rate":2,"capacity":5,"lease_ttl":-1}"#, "lease_ttl"),
+    ] {
+        let err = memory.limiter_from_json("bad", bad).unwrap_err();
+        assert_eq!(err.parameter(), Some(parameter), "{bad}: {err}");
+    }
+    let err = memory.leased("bad", 2.0, 5, Some(9), TTL).unwrap_err();
+    assert_eq!(err.parameter(), Some("chunk"));
+    let _ = clock.now_micros();
+}
