@@ -42,6 +42,7 @@ export interface WithinLimitOptions {
 /** A limiter spec as data: the same JSON in every language, durations in seconds. */
 export type LimiterSpec =
   | { kind: 'token_bucket'; rate: number; capacity: number; wait_timeout?: number }
+  | { kind: 'leased'; rate: number; capacity: number; chunk?: number; lease_ttl?: number; wait_timeout?: number }
   | { kind: 'bucket' | 'window'; limit: number; interval: number; wait_timeout?: number }
   | { kind: 'windows'; windows: Array<[limit: number, interval: number]>; wait_timeout?: number }
   | {

@@ -247,6 +247,43 @@ pub extern "C" fn rk_limiter_new_token_bucket(
     }
 }
 
+/// \brief Creates a leased token bucket: `rate` tokens per second up to `capacity`, shared by
+/// every process on the backend; this process takes tokens from Redis in leases of up to
+/// `chunk` and spends them in-process. Unspent tokens go back on `rk_limiter_close` or at the
+/// next lease, or lapse `lease_ttl_secs` after they were taken. The fleet never admits more than
+/// the bucket allows; leasing ahead may under-use it. On the memory backend: the token bucket.
+///
+/// \param backend The backend that holds the state.
+/// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+/// \param rate Tokens per second: finite, above 0, at most 1,000,000.
+/// \param capacity The burst size (1..=2^53).
+/// \param chunk The most tokens one lease takes (at most `capacity`); 0 for the default,
+///        capacity / 16 (at least 1).
+/// \param lease_ttl_secs How long a lease's tokens may be spent; 0 for the default (1 s).
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_new_leased(
+    backend: *const rk_backend,
+    name: *const c_char,
+    rate: f64,
+    capacity: u64,
+    chunk: u64,
+    lease_ttl_secs: f64,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        build(backend, name, limiter_out, || {
+            let lease_ttl = if lease_ttl_secs == 0.0 {
+                ratekeeper::DEFAULT_LEASE_TTL
+            } else {
+                ratekeeper::params::duration_from_secs("lease_ttl_secs", lease_ttl_secs)?
+            };
+            Ok(LimiterSpec::Leased { rate, capacity, chunk: (chunk != 0).then_some(chunk), lease_ttl })
+        })
+    }
+}
+
 /// \brief Creates a leaky bucket: a burst of `size`, then one call per `drain_secs / size`;
 /// after `drain_secs` idle the full burst is back (Sidekiq's leaky).
 ///

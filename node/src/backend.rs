@@ -106,6 +106,19 @@ pub struct CalendarOptions {
 }
 options!(CalendarOptions { tz, anchor, wait_timeout_ms });
 
+/// Options of `backend.leased()`.
+#[napi(object, object_from_js = false, object_to_js = false)]
+#[derive(Default)]
+pub struct LeasedOptions {
+    /// The most tokens one lease takes from Redis (default capacity / 16, at least 1).
+    pub chunk: Option<f64>,
+    /// How long this process may spend a lease's tokens before they lapse (default 1000).
+    pub lease_ttl_ms: Option<f64>,
+    /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
+    pub wait_timeout_ms: Option<f64>,
+}
+options!(LeasedOptions { chunk, lease_ttl_ms, wait_timeout_ms });
+
 /// One window of `backend.windows()`: at most `limit` admissions in any span of `intervalMs`.
 #[napi(object, object_from_js = false, object_to_js = false)]
 pub struct WindowLimitOptions {
@@ -449,6 +462,36 @@ impl Backend {
                     capacity: count(Js::opt(&capacity), "capacity")?,
                 };
                 with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
+            };
+            core(&env, build())
+        })
+    }
+
+    /// A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
+    /// this process takes from Redis in leases of up to `chunk` and spends in-process; unspent
+    /// tokens go back on `close()` or at the next lease, or lapse `leaseTtlMs` after they were
+    /// taken. The fleet never admits more than the bucket allows; leasing ahead may under-use
+    /// it. On the memory backend: the token bucket.
+    #[napi(ts_args_type = "name: string, rate: number, capacity: number, options?: LeasedOptions")]
+    pub fn leased(
+        &self,
+        env: Env,
+        name: Option<Unknown<'_>>,
+        rate: Option<Unknown<'_>>,
+        capacity: Option<Unknown<'_>>,
+        options: Option<Unknown<'_>>,
+    ) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let o = options::optional::<LeasedOptions>(&options)?.unwrap_or_default();
+                let name = self::name(&name)?;
+                let rate = args::required(Js::opt(&rate), "rate")?.number("rate")?;
+                let capacity = count(Js::opt(&capacity), "capacity")?;
+                let chunk = o.chunk.map(|c| count_from_f64("chunk", c)).transpose()?;
+                let ttl = o.lease_ttl_ms.map(|ms| duration_from_millis("lease_ttl", ms)).transpose()?;
+                let limiter =
+                    self.inner.leased(&name, rate, capacity, chunk, ttl.unwrap_or(ratekeeper::DEFAULT_LEASE_TTL))?;
+                with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
             };
             core(&env, build())
         })

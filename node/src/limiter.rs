@@ -175,6 +175,19 @@ impl Limiter {
         })
     }
 
+    /// Gives the unspent tokens of a leased limiter's leases back to the shared bucket (nothing
+    /// to do for other limiters); later calls take new leases.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close(&self, env: Env) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let limiter = self.inner.clone();
+            run(&env, false, async move {
+                limiter.close().await?;
+                Ok(Payload::None)
+            })
+        })
+    }
+
     /// What a call of cost 1 would get now, consuming nothing.
     #[napi(ts_args_type = "key?: string | null", ts_return_type = "Promise<Decision>")]
     pub fn peek(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {

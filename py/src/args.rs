@@ -39,7 +39,7 @@ macro_rules! params {
 
 params! {
     PCost = "cost", PEstimate = "estimate", PActual = "actual", PLimit = "limit", PCapacity = "capacity",
-    PSize = "size", PLockTimeout = "lock_timeout", PWaitTimeout = "wait_timeout",
+    PSize = "size", PChunk = "chunk", PLeaseTtl = "lease_ttl", PLockTimeout = "lock_timeout", PWaitTimeout = "wait_timeout",
     PDrain = "drain", PRefill = "refill", PRate = "rate", PDuration = "duration", PPrecision = "precision",
     PDeadline = "deadline", PConnectTimeout = "connect_timeout", PMaxKeys = "max_keys",
     PDivisor = "fallback_divisor", PSeconds = "seconds", PMicros = "micros", PStartUs = "start_us",

@@ -13,9 +13,9 @@ use ratekeeper::{
 
 use crate::args::Key;
 use crate::args::{
-    invalid, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PConnectTimeout, PDeadline, PDivisor,
-    PDrain, PLimit, PLockTimeout, PMaxKeys, PName, PPeriod, PPrefix, PRate, PRefill, PSize, PTz, PUrl, PWaitTimeout,
-    PolicyName, Seconds, SpecArg, Text, Timeout,
+    invalid, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout, PDeadline,
+    PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName, PPeriod, PPrefix, PRate, PRefill, PSize, PTz,
+    PUrl, PWaitTimeout, PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -500,6 +500,25 @@ impl Backend {
         capacity: Count<PCapacity>,
     ) -> PyResult<PyLimiter<'py>> {
         self.wrap(py, guard(py, || self.inner.token_bucket(name.0, rate.0, capacity.0)))
+    }
+
+    /// A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
+    /// this process takes from Redis in leases of up to `chunk` (default capacity / 16) and
+    /// spends in-process; unspent tokens go back on `close()` or at the next lease, or lapse
+    /// `lease_ttl` seconds after they were taken. The fleet never admits more than the bucket
+    /// allows; leasing ahead may under-use it. On the memory backend: the token bucket.
+    #[pyo3(signature = (name, rate, capacity, chunk = None, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASE_TTL)))]
+    fn leased<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        rate: Float<PRate>,
+        capacity: Count<PCapacity>,
+        chunk: Option<Count<PChunk>>,
+        lease_ttl: Seconds<PLeaseTtl>,
+    ) -> PyResult<PyLimiter<'py>> {
+        let chunk = chunk.map(|c| c.0);
+        self.wrap(py, guard(py, || self.inner.leased(name.0, rate.0, capacity.0, chunk, lease_ttl.0)))
     }
 
     /// A burst of `size`, then one call per `drain / size` seconds; after `drain` seconds idle

@@ -203,6 +203,10 @@ impl Limiter {
     fn check(&self, py: Python<'_>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Decision> {
         let k = crate::args::key(&key);
         let d = if self.remote {
+            // A leased limiter answers from its lease without releasing the GIL.
+            if let Some(d) = guard(py, || self.inner.check_local(k, cost.0))? {
+                return Ok(Decision::new(d, k));
+            }
             guard_detached(py, || self.inner.check_blocking(k, cost.0))?
         } else {
             guard(py, || self.inner.check_blocking(k, cost.0))?
@@ -237,6 +241,12 @@ impl Limiter {
         let wait = wait_timeout.map(|w| w.0);
         let d = guard_detached(py, || self.inner.acquire_blocking(k, cost.0, wait))?;
         Ok(Decision::new(d, k))
+    }
+
+    /// Gives the unspent tokens of a leased limiter's leases back to the shared bucket (nothing
+    /// to do for other limiters); later calls take new leases.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        guard_detached(py, || self.inner.close_blocking())
     }
 
     /// Forgets the state of `key` (waiters on a concurrent limiter re-check).
@@ -398,6 +408,16 @@ impl Limiter {
         aio::run(py, self.remote, true, async move {
             let d = limiter.acquire(k.as_deref(), cost, wait).await?;
             Ok(Payload::Decision(d, k, concurrent(limiter)))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `close`.
+    fn aclose<'py>(&self, py: Python<'py>) -> PyResult<Fut<'py, ()>> {
+        let limiter = self.inner.clone();
+        aio::run(py, self.remote, false, async move {
+            limiter.close().await?;
+            Ok(Payload::None)
         })
         .map(Fut::new)
     }

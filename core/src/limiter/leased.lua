@@ -9,7 +9,7 @@
 -- ARGV[6]  max_ahead; ARGV[7] capacity
 -- ARGV[8]  cost: tokens the call needs now (0 for peek and return)
 -- ARGV[9]  want: tokens the lease asks for in all (at least cost)
--- ARGV[10] the new lease's id (take)
+-- ARGV[10] the new lease's id (take; '0': a plain check, which keeps no lease)
 -- ARGV[11] the id of a lease to give tokens back to ('0': none); ARGV[12] how many
 -- ARGV[13] lease TTL in milliseconds
 -- Returns {allowed, capacity, remaining, retry_us, reset_us, now, granted}.
@@ -74,8 +74,10 @@ if op == 'check' or op == 'peek' then
     local available = math.floor((tau - used) / T)
     granted = math.min(available, math.max(cost, math.min(want, math.ceil(available / 2))))
     used = used + granted * T
-    redis.call('HSET', KEYS[2], ARGV[10], string.format('%d:%d', granted, now + lease_ms * 1000))
-    redis.call('PEXPIRE', KEYS[2], lease_ms + 1000)
+    if ARGV[10] ~= '0' then
+      redis.call('HSET', KEYS[2], ARGV[10], string.format('%d:%d', granted, now + lease_ms * 1000))
+      redis.call('PEXPIRE', KEYS[2], lease_ms + 1000)
+    end
     -- Entries of processes that died holding a lease: dropped once lapsed.
     if redis.call('HLEN', KEYS[2]) > 64 then
       local all = redis.call('HGETALL', KEYS[2])

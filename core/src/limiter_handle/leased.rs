@@ -236,6 +236,28 @@ impl Limiter {
         Some(d)
     }
 
+    /// A leased check answered in-process (from the lease, or a remembered refusal), if it can
+    /// be; `op` must be a check.
+    #[inline]
+    pub(crate) fn leased_local_now(&self, key: &str, op: Op) -> Option<Decision> {
+        let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) else { return None };
+        let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
+        self.leased_local(pool, &slot, cost)
+    }
+
+    /// Answers a check without any I/O when this process can: on the memory backend, for
+    /// `unlimited`, and for a leased limiter from its own lease (or a refusal it remembers).
+    /// `Ok(None)`: the check needs a round trip ([`Limiter::check`] makes it). Arguments are
+    /// validated first, as by `check`.
+    #[inline]
+    pub fn check_local(&self, key: Option<&str>, cost: u64) -> Result<Option<Decision>> {
+        let (key, op) = self.check_op(key, cost)?;
+        match &self.inner.target {
+            Target::Redis { .. } => Ok(self.leased_local_now(key, op)),
+            _ => self.run_local(key, op).map(|outcome| Some(self.granted(outcome, None))),
+        }
+    }
+
     /// The blocking form of [`Limiter::leased_check`]: a local spend involves no runtime.
     #[inline]
     pub(crate) fn leased_check_blocking(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {

@@ -76,7 +76,13 @@ impl Limiter {
         let Some((backend, _)) = self.redis_target() else {
             return Ok(Driven::Done(self.run_local(key, op)?.decision));
         };
-        if matches!(self.algorithm(), Algorithm::Concurrent(_)) || !backend.connections().drivable() {
+        if let (Some(decision), Op::Check { .. }) = (self.leased_local_now(key, op), op) {
+            return Ok(Driven::Done(decision));
+        }
+        // A leased limiter's round trips take leases (see `leased_check`), on the runtime.
+        if matches!(self.algorithm(), Algorithm::Concurrent(_) | Algorithm::Leased(_))
+            || !backend.connections().drivable()
+        {
             return Ok(Driven::Unsupported);
         }
         backend.ensure_live_task();
