@@ -575,6 +575,31 @@ enum rk_status rk_limiter_new_token_bucket(const struct rk_backend *backend,
                                            struct rk_limiter **limiter_out);
 
 /**
+ * \brief Creates a leased token bucket: `rate` tokens per second up to `capacity`, shared by
+ * every process on the backend; this process takes tokens from Redis in leases of up to
+ * `chunk` and spends them in-process. Unspent tokens go back on `rk_limiter_close` or at the
+ * next lease, or lapse `lease_ttl_secs` after they were taken. The fleet never admits more than
+ * the bucket allows; leasing ahead may under-use it. On the memory backend: the token bucket.
+ *
+ * \param backend The backend that holds the state.
+ * \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+ * \param rate Tokens per second: finite, above 0, at most 1,000,000.
+ * \param capacity The burst size (1..=2^53).
+ * \param chunk The most tokens one lease takes (at most `capacity`); 0 for the default,
+ *        capacity / 16 (at least 1).
+ * \param lease_ttl_secs How long a lease's tokens may be spent; 0 for the default (1 s).
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+ */
+enum rk_status rk_limiter_new_leased(const struct rk_backend *backend,
+                                     const char *name,
+                                     double rate,
+                                     uint64_t capacity,
+                                     uint64_t chunk,
+                                     double lease_ttl_secs,
+                                     struct rk_limiter **limiter_out);
+
+/**
  * \brief Creates a leaky bucket: a burst of `size`, then one call per `drain_secs / size`;
  * after `drain_secs` idle the full burst is back (Sidekiq's leaky).
  *
@@ -803,6 +828,16 @@ enum rk_status rk_limiter_extend(const struct rk_limiter *limiter,
  */
 enum rk_status rk_limiter_reset(const struct rk_limiter *limiter,
                                 const char *key);
+
+/**
+ * \brief Gives the unspent tokens of a leased limiter's leases back to the shared bucket
+ * (nothing to do for other limiters); later calls take new leases. Call it before
+ * `rk_limiter_free` so that this process's unspent tokens are not left to lapse.
+ *
+ * \param limiter The limiter.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_close(const struct rk_limiter *limiter);
 
 /**
  * \brief Corrects an admitted call's charge from `estimate` to `actual` (points, token bucket

@@ -50,6 +50,14 @@ export declare class Backend {
   slidingWindow(name: string, limits: Array<SlidingLimitOptions | [number, number] | [number, number, number]>, options?: LimiterOptions): Limiter
   /** Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens. */
   tokenBucket(name: string, rate: number, capacity: number, options?: LimiterOptions): Limiter
+  /**
+   * A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
+   * this process takes from Redis in leases of up to `chunk` and spends in-process; unspent
+   * tokens go back on `close()` or at the next lease, or lapse `leaseTtlMs` after they were
+   * taken. The fleet never admits more than the bucket allows; leasing ahead may under-use
+   * it. On the memory backend: the token bucket.
+   */
+  leased(name: string, rate: number, capacity: number, options?: LeasedOptions): Limiter
   /** A burst of `size`, then one call per `drainMs / size`; full again after `drainMs` idle. */
   leaky(name: string, size: number, drainMs: number, options?: LimiterOptions): Limiter
   /**
@@ -170,6 +178,11 @@ export declare class Limiter {
    * thread for the round trip).
    */
   checkSync(key?: string | null, cost?: number): Decision
+  /**
+   * Gives the unspent tokens of a leased limiter's leases back to the shared bucket (nothing
+   * to do for other limiters); later calls take new leases.
+   */
+  close(): Promise<void>
   /** What a call of cost 1 would get now, consuming nothing. */
   peek(key?: string | null): Promise<Decision>
   /** `peek` without a Promise (see `checkSync`). */
@@ -401,6 +414,16 @@ export interface Lease {
   grantedAtUs: number
   /** The key it was granted for (absent for the limiter's shared key). */
   key?: string
+}
+
+/** Options of `backend.leased()`. */
+export interface LeasedOptions {
+  /** The most tokens one lease takes from Redis (default capacity / 16, at least 1). */
+  chunk?: number
+  /** How long this process may spend a lease's tokens before they lapse (default 1000). */
+  leaseTtlMs?: number
+  /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
+  waitTimeoutMs?: number
 }
 
 /** Options shared by every limiter constructor. */

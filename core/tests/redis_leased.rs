@@ -64,6 +64,37 @@ fn the_fleet_spends_exactly_the_bucket_and_gives_back_exactly_what_it_did_not_sp
 }
 
 #[test]
+fn threads_spending_one_lease_while_it_is_renewed_admit_exactly_the_bucket() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backends = fleet(&server.url(), 2, &clock);
+    let a = backends[0].leased("threads", 1.0 / 3600.0, 3000, Some(7), TTL).unwrap();
+    let b = backends[1].leased("threads", 1.0 / 3600.0, 3000, Some(5), TTL).unwrap();
+    let total: u64 = std::thread::scope(|s| {
+        let spenders: Vec<_> = (0..8)
+            .map(|i| {
+                let l = if i % 4 == 3 { b.clone() } else { a.clone() };
+                // Costs 1 to 3 from leases of 7 and 5: a call that does not fit what is left
+                // renews the lease, giving the rest back, while cheaper calls keep spending.
+                let cost = 1 + i % 3;
+                s.spawn(move || {
+                    let mut spent = 0;
+                    while l.check_blocking(None, cost).unwrap().allowed {
+                        spent += cost;
+                    }
+                    spent
+                })
+            })
+            .collect();
+        spenders.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert!(total <= 3000, "{total} tokens spent from a bucket of 3000");
+    // What can stay unspent: under 3 in Redis and in each process's lease (the cost-1 callers
+    // stop at their first refusal, which a cost-3 caller's remembered refusal may answer).
+    assert!(total >= 3000 - 3 * 7, "{total}");
+}
+
+#[test]
 fn a_give_back_is_applied_once_and_never_beyond_the_grant() {
     let server = RedisServer::start();
     let clock = ManualClock::new(START);

@@ -277,7 +277,7 @@ pub extern "C" fn rk_limiter_new_leased(
             let lease_ttl = if lease_ttl_secs == 0.0 {
                 ratekeeper::DEFAULT_LEASE_TTL
             } else {
-                ratekeeper::params::duration_from_secs("lease_ttl_secs", lease_ttl_secs)?
+                ratekeeper::params::duration_from_secs("lease_ttl", lease_ttl_secs)?
             };
             Ok(LimiterSpec::Leased { rate, capacity, chunk: (chunk != 0).then_some(chunk), lease_ttl })
         })

@@ -181,10 +181,7 @@ impl Limiter {
     pub fn close(&self, env: Env) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let limiter = self.inner.clone();
-            run(&env, false, async move {
-                limiter.close().await?;
-                Ok(Payload::None)
-            })
+            run(&env, self.local, async move { limiter.close().await.map(|()| Payload::Unit) })
         })
     }
 

@@ -167,7 +167,7 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
 static void one_call(void) {
   rk_limiter *out = NULL;
   rk_decision decision;
-  switch (below(25)) {
+  switch (below(27)) {
   case 0:
     BUILD(rk_limiter_new_concurrent(pick_backend(), pick_string(), pick_count(), pick_double(),
                                           pick_double(), &out), "rk_limiter_new_concurrent");
@@ -271,6 +271,14 @@ static void one_call(void) {
            "rk_limiter_observe");
     break;
   }
+  case 25:
+    BUILD(rk_limiter_new_leased(pick_backend(), pick_string(), pick_double(), pick_count(),
+                                below(2) ? 0 : pick_count(), below(2) ? 0.0 : pick_double(), &out),
+          "rk_limiter_new_leased");
+    break;
+  case 26:
+    verify(rk_limiter_close(pick_limiter()), "rk_limiter_close");
+    break;
   case 18: {
     static const char *const periods[] = {"day", "week", "month", "year"};
     static const char *const zones[] = {"UTC", "Europe/Berlin", "America/New_York", "Mars/Olympus"};

@@ -172,6 +172,23 @@ static void test_sliding_window(const fixture *f) {
   rk_backend_free(b);
 }
 
+static void test_leased(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  /* A bucket of 3 refilling one token per 1000 s, leased 2 at a time (on memory: the bucket). */
+  must(rk_limiter_new_leased(b, "c-leased", 0.001, 3, 2, 0.5, &l), l, "leased");
+  CHECK(check1(l, NULL, 1).allowed);
+  CHECK(check1(l, NULL, 1).allowed);
+  CHECK_OK(rk_limiter_close(l));
+  CHECK(check1(l, NULL, 1).allowed);
+  rk_decision d = check1(l, NULL, 1);
+  CHECK(!d.allowed);
+  CHECK(d.retry_after_us > 990u * 1000000u && d.retry_after_us <= 1000u * 1000000u);
+  CHECK_OK(rk_limiter_close(l));
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 static void test_token_bucket(const fixture *f) {
   rk_backend *b = new_backend(f);
   rk_limiter *l = NULL;
@@ -705,6 +722,12 @@ static void test_limiter_arguments(const fixture *f) {
   CHECK_FAILS(rk_limiter_new_token_bucket(b, "n", NAN, 1, &l), RK_INVALID_ARGUMENT, "rate");
   CHECK_FAILS(rk_limiter_new_token_bucket(b, "n", 2e6, 1, &l), RK_INVALID_ARGUMENT, "rate");
   CHECK_FAILS(rk_limiter_new_token_bucket(b, "n", 1, 0, &l), RK_INVALID_ARGUMENT, "capacity");
+  CHECK_FAILS(rk_limiter_new_leased(NULL, "n", 1, 1, 0, 0, &l), RK_NULL_PARAMETER, "backend");
+  CHECK_FAILS(rk_limiter_new_leased(b, "n", 1, 1, 0, 0, NULL), RK_NULL_PARAMETER, "limiter_out");
+  CHECK_FAILS(rk_limiter_new_leased(b, "n", 0, 1, 0, 0, &l), RK_INVALID_ARGUMENT, "rate");
+  CHECK_FAILS(rk_limiter_new_leased(b, "n", 1, 4, 5, 0, &l), RK_INVALID_ARGUMENT, "chunk");
+  CHECK_FAILS(rk_limiter_new_leased(b, "n", 1, 4, 2, -1, &l), RK_INVALID_ARGUMENT, "lease_ttl");
+  CHECK_FAILS(rk_limiter_close(NULL), RK_NULL_PARAMETER, "limiter");
   CHECK_FAILS(rk_limiter_new_leaky(NULL, "n", 1, 1, &l), RK_NULL_PARAMETER, "backend");
   CHECK_FAILS(rk_limiter_new_leaky(b, BAD_UTF8, 1, 1, &l), RK_INVALID_UTF8, "name");
   CHECK_FAILS(rk_limiter_new_leaky(b, "n", 1, 1, NULL), RK_NULL_PARAMETER, "limiter_out");
@@ -1242,6 +1265,7 @@ static const test_case TESTS[] = {
     {"window and windows", test_window, true},
     {"sliding window", test_sliding_window, true},
     {"token bucket", test_token_bucket, true},
+    {"leased", test_leased, true},
     {"leaky", test_leaky, true},
     {"points", test_points, true},
     {"calendar", test_calendar, true},

@@ -77,6 +77,14 @@ class Backend:
         A burst of `size`, then one call per `drain / size` seconds; after `drain` seconds idle
         the full burst is back.
         """
+    def leased(self, /, name: str, rate: float, capacity: int, chunk: int | None = None, lease_ttl: float = ...) -> Limiter:
+        """
+        A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
+        this process takes from Redis in leases of up to `chunk` (default capacity / 16) and
+        spends in-process; unspent tokens go back on `close()` or at the next lease, or lapse
+        `lease_ttl` seconds after they were taken. The fleet never admits more than the bucket
+        allows; leasing ahead may under-use it. On the memory backend: the token bucket.
+        """
     def limiter(self, /, name: str, spec: str | Mapping[str, Any]) -> Limiter:
         """
         A limiter built from its spec as data: a dict or a JSON string, durations in seconds,
@@ -613,6 +621,10 @@ class NativeLimiter:
         """
         asyncio form of `check`.
         """
+    def aclose(self, /) -> Future[None]:
+        """
+        asyncio form of `close`.
+        """
     def acquire(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> Decision:
         """
         Consumes `cost`, waiting up to `wait_timeout` seconds (default: the limiter's) for the
@@ -663,6 +675,11 @@ class NativeLimiter:
         Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
         nothing and returns `allowed=False` with the exact `retry_after`. On a concurrent limiter
         an admitted call holds a lease (`decision.lease`) that must be released.
+        """
+    def close(self, /) -> None:
+        """
+        Gives the unspent tokens of a leased limiter's leases back to the shared bucket (nothing
+        to do for other limiters); later calls take new leases.
         """
     def extend(self, /, lease: Lease, key: str | None = None) -> None:
         """

@@ -1,0 +1,112 @@
+#!/usr/bin/env node
+// Node benchmark: leased checks per second against the 1M/s target, beside the memory
+// backend's token bucket, in one run. Not a test: nothing is asserted.
+//
+//   node bench/node/bench-leased.js          (uses ../../node as built; build it in release:
+//                                             node node/scripts/build.js)
+//   BENCH_ROUNDS=3 BENCH_SECONDS=1 node bench/node/bench-leased.js
+//
+// Starts its own redis-server on a free loopback port (never 6379) and stops it by pid. Both
+// limiters refill 1,000,000 per second with a burst of 10^9 (every call admitted), no key;
+// `checkSync()` (a Decision, no Promise) and `await check()` in plain loops; rounds alternate
+// memory and leased; medians are printed.
+'use strict';
+
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+
+const SECONDS = Number(process.env.BENCH_SECONDS || 2);
+const ROUNDS = Number(process.env.BENCH_ROUNDS || 5);
+const TARGET = 1_000_000;
+const { Backend } = require(path.resolve(__dirname, '..', '..', 'node'));
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => (port === 6379 ? freePort().then(resolve) : resolve(port)));
+    });
+  });
+}
+
+async function startRedis() {
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratekeeper-bench-leased-'));
+  const child = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no'], {
+    cwd: dir,
+    stdio: 'ignore',
+  });
+  for (let i = 0; i < 200; i++) {
+    const up = await new Promise((resolve) => {
+      const s = net.connect(port, '127.0.0.1');
+      s.once('connect', () => (s.destroy(), resolve(true)));
+      s.once('error', () => resolve(false));
+    });
+    if (up) break;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return { child, url: `redis://127.0.0.1:${port}` };
+}
+
+function syncRate(limiter, seconds) {
+  let calls = 0;
+  const start = performance.now();
+  let elapsed = 0;
+  while ((elapsed = performance.now() - start) < seconds * 1000) {
+    for (let i = 0; i < 10000; i++) limiter.checkSync();
+    calls += 10000;
+  }
+  return calls / (elapsed / 1000);
+}
+
+async function asyncRate(limiter, seconds) {
+  let calls = 0;
+  const start = performance.now();
+  let elapsed = 0;
+  while ((elapsed = performance.now() - start) < seconds * 1000) {
+    for (let i = 0; i < 10000; i++) await limiter.check();
+    calls += 10000;
+  }
+  return calls / (elapsed / 1000);
+}
+
+const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
+const fmt = (n) => Math.round(n).toLocaleString('en-US');
+
+async function main() {
+  const redis = await startRedis();
+  try {
+    const memory = Backend.memory().tokenBucket('bench', 1_000_000, 1e9);
+    const leased = Backend.redis(redis.url).leased('bench', 1_000_000, 1e9, { leaseTtlMs: 10000 });
+    const rows = { 'memory checkSync': [], 'leased checkSync': [], 'memory await check': [], 'leased await check': [] };
+    syncRate(memory, SECONDS / 4);
+    syncRate(leased, SECONDS / 4);
+    for (let r = 0; r < ROUNDS; r++) {
+      rows['memory checkSync'].push(syncRate(memory, SECONDS));
+      rows['leased checkSync'].push(syncRate(leased, SECONDS));
+      rows['memory await check'].push(await asyncRate(memory, SECONDS));
+      rows['leased await check'].push(await asyncRate(leased, SECONDS));
+    }
+    await leased.close();
+    console.log(`| limiter (Node) | checks/s (median of ${ROUNDS}) | vs 1M/s target |`);
+    console.log('|---|---:|---:|');
+    for (const [name, v] of Object.entries(rows)) {
+      console.log(`| ${name} | ${fmt(median(v))} | ${(median(v) / TARGET).toFixed(2)}x |`);
+    }
+  } finally {
+    redis.child.kill('SIGTERM');
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error) => {
+    console.error(error);
+    process.exit(1);
+  },
+);
