@@ -70,6 +70,26 @@ test('every limiter kind is built and checked', async () => {
   assert.equal(unlimited.decidedAtUs, 0);
 });
 
+test('leased: the token bucket on memory, its options checked, close() a no-op there', async () => {
+  const clock = new ManualClock(START_US);
+  const backend = Backend.memory({ clock });
+  const limiter = backend.leased('sends', 2, 3, { chunk: 2, leaseTtlMs: 500 });
+  assert.equal(limiter.kind, 'leased');
+  assert.deepEqual(limiter.spec, { kind: 'leased', rate: 2, capacity: 3, chunk: 2, lease_ttl: 0.5 });
+  assert.equal((await limiter.check()).remaining, 2);
+  assert.equal(limiter.checkSync(null, 2).remaining, 0);
+  const refused = await limiter.check();
+  assert.equal(refused.allowed, false);
+  assert.equal(refused.retryAfterMs, 500);
+  await limiter.close();
+  clock.advance(500);
+  assert.equal((await limiter.check()).allowed, true);
+  assert.throws(() => backend.leased('x', 2, 3, { chunk: 4 }), { code: 'ERR_INVALID_ARGUMENT', parameter: 'chunk' });
+  assert.throws(() => backend.leased('x', 2, 3, { chunk: 1.5 }), { code: 'ERR_INVALID_ARGUMENT', parameter: 'chunk' });
+  assert.throws(() => backend.leased('x', 2, 3, { leaseTtlMs: -1 }), { code: 'ERR_INVALID_ARGUMENT', parameter: 'leaseTtlMs' });
+  assert.throws(() => backend.leased('x', 2, 3, { chunks: 1 }), { code: 'ERR_INVALID_ARGUMENT', parameter: 'chunks' });
+});
+
 test('acquire waits exactly until the manual clock allows it', async () => {
   const clock = new ManualClock(START_US);
   const limiter = Backend.memory({ clock }).tokenBucket('wait', 10, 1); // one token per 100 ms

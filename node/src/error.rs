@@ -26,6 +26,7 @@ use ratekeeper::{Error, ErrorKind};
 pub fn js_parameter(core: &str) -> Cow<'_, str> {
     Cow::Borrowed(match core {
         "lock_timeout" => "lockTimeoutMs",
+        "lease_ttl" => "leaseTtlMs",
         "wait_timeout" => "waitTimeoutMs",
         "interval" => "intervalMs",
         "drain" => "drainMs",

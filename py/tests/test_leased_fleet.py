@@ -6,12 +6,16 @@ and a process spends only what it was granted)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+import ratekeeper
 
 from .conftest import RedisServer, unique_prefix
 
@@ -78,3 +82,37 @@ def test_eight_processes_in_three_languages_never_exceed_one_leased_bucket(
     for language in ("python", "node", "c"):
         assert sum(r["admitted"] for n, r in reports.items() if n.startswith(language)) > 0, language
 
+
+
+def test_leased_on_memory_is_the_token_bucket_and_bad_arguments_name_the_parameter() -> None:
+    backend = ratekeeper.Backend.memory()
+    limiter = backend.leased("sends", rate=0.001, capacity=3, chunk=2, lease_ttl=0.5)
+    assert limiter.kind == "leased"
+    assert limiter.spec == {"kind": "leased", "rate": 0.001, "capacity": 3, "chunk": 2, "lease_ttl": 0.5}
+    assert [limiter.check().allowed for _ in range(4)] == [True, True, True, False]
+    limiter.close()
+    for kwargs, parameter in [({"chunk": 4}, "chunk"), ({"chunk": 0}, "chunk"), ({"lease_ttl": -1}, "lease_ttl")]:
+        with pytest.raises(ratekeeper.InvalidArgument) as e:
+            backend.leased("x", 1, 3, **kwargs)
+        assert e.value.parameter == parameter
+
+
+def test_leased_on_redis_paces_acquire_and_gives_back_on_aclose(redis_server: RedisServer) -> None:
+    backend = ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix())
+    paced = backend.leased("paced", rate=20, capacity=4, chunk=2)
+    started = time.monotonic()
+    assert paced.check().remaining == 1, "a lease of 2, one spent"
+    for _ in range(5):
+        paced.acquire(wait_timeout=1)
+    # 6 calls from a bucket of 4 earning 20/s: the last two waited for the bucket, 50 ms each.
+    assert time.monotonic() - started >= 0.09
+
+    slow = backend.leased("slow", rate=0.001, capacity=10, chunk=4)
+    assert slow.check().remaining == 3
+    assert slow.peek().remaining == 6
+
+    async def close() -> None:
+        await slow.aclose()
+
+    asyncio.run(close())
+    assert slow.peek().remaining == 9, "the 3 unspent tokens are back"
