@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, SystemClock};
@@ -35,6 +35,7 @@ use crate::error::Result;
 use crate::limiter::leased::Leased;
 use crate::limiter::{decision, Algorithm, Op, Outcome, Served};
 use crate::metrics::Counter;
+use crate::params::micros;
 
 use super::{Limiter, Target};
 
@@ -175,22 +176,28 @@ impl Limiter {
             // A lease pool is only built for a limiter on Redis.
             return Ok(Outcome::of(Decision::unlimited()));
         };
+        // A live override's parameters apply from this lease on.
+        let over = self.override_for(key);
+        let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
+        let failover = Self::failover_for(failover, over.as_deref());
+        let (chunk, lease_us) = match algorithm {
+            Algorithm::Leased(l) => (l.chunk, l.lease_us),
+            _ => (pool.leased.chunk, pool.leased.lease_us),
+        };
         let now = pool.clock.now_micros();
         let lapsed = now >= slot.lapses_at.load(Ordering::Acquire);
         // Taken out before the call: from here they can only be given back, never spent.
         let back = slot.tokens.swap(0, Ordering::AcqRel);
         lease.want = match (back, lapsed) {
-            (0, _) => (lease.want * 2).min(pool.leased.chunk),
-            (_, true) => (lease.want / 2).max(1),
+            (0, _) => lease.want.saturating_mul(2),
+            (_, true) => lease.want / 2,
             _ => lease.want,
-        };
+        }
+        .clamp(1, chunk);
         let lease_id = next_lease_id();
         let op =
             Op::Take { cost, want: lease.want.max(cost), lease_id, back_id: if back > 0 { lease.id } else { 0 }, back };
         lease.id = 0;
-        let over = self.override_for(key);
-        let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
-        let failover = Self::failover_for(failover, over.as_deref());
         let started = Instant::now();
         let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
         self.record(Op::Check { cost, lease_id: 0 }, &result, Some(started));
@@ -201,10 +208,6 @@ impl Limiter {
             return Ok(outcome);
         }
         if d.allowed {
-            let lease_us = match algorithm {
-                Algorithm::Leased(l) => l.lease_us,
-                _ => pool.leased.lease_us,
-            };
             lease.id = lease_id;
             slot.full_at.store(now.saturating_add(micros(d.reset_after)), Ordering::Relaxed);
             slot.tokens.store(outcome.granted.saturating_sub(cost), Ordering::Release);
@@ -317,8 +320,4 @@ pub(crate) fn pool_for(algorithm: &Algorithm, backend: &RedisBackend) -> Option<
         Algorithm::Leased(leased) => Some(Arc::new(LeasePool::new(*leased, backend.fallback.clock.clone()))),
         _ => None,
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    crate::params::micros(d)
 }
