@@ -17,6 +17,7 @@ use crate::metrics::{Counter, LimiterMetrics};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 
+mod inspect;
 mod lease;
 mod pause;
 mod waiting;
@@ -339,7 +340,7 @@ impl Limiter {
         validate_cost("cost", cost)?;
         self.inner.algorithm.validate_cost(cost)?;
         let lease_id = if matches!(self.inner.algorithm, Algorithm::Concurrent(_)) { next_lease_id() } else { 0 };
-        Ok((key, Op::Check { cost, lease_id }))
+        Ok((key, Op::Check { cost, lease_id, waiter: None }))
     }
 
     /// Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
