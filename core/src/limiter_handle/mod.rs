@@ -90,6 +90,12 @@ impl Limiter {
     }
 
     pub(crate) fn build(backend: &Backend, name: &str, spec: LimiterSpec) -> Result<Limiter> {
+        Limiter::build_as(backend, name, spec, true)
+    }
+
+    /// Builds a limiter; one that does not `join` only observes the name (see
+    /// [`Backend::observer_from_json`]).
+    pub(crate) fn build_as(backend: &Backend, name: &str, spec: LimiterSpec, join: bool) -> Result<Limiter> {
         let algorithm = spec.compile()?;
         // Concurrent limiters fail closed unless they opt in (see `with_allow_fallback`).
         let allow_fallback = !matches!(algorithm, Algorithm::Concurrent(_));
@@ -105,6 +111,8 @@ impl Limiter {
         };
         let metrics = Arc::<LimiterMetrics>::default();
         let live = match &target {
+            Target::Memory { backend, .. } if !join => Some(backend.live.observe(name)),
+            Target::Redis { backend, .. } if !join => Some(backend.live.observe(name)),
             Target::Memory { backend, .. } => Some(backend.live.join(name, &spec, &metrics)),
             Target::Redis { backend, .. } => {
                 let state = backend.live.join(name, &spec, &metrics);
