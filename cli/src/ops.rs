@@ -335,7 +335,8 @@ pub async fn inspect(backend: &Backend, name: &str, key: Option<&str>) -> Result
         .map_or(info.spec.as_str(), |(_, spec)| spec.as_str());
     let metrics = limiters(backend).await?.into_iter().find(|v| v.name == name);
     let counts = metrics.map(|v| (v.allowed, v.refused, v.errors));
-    let usage = usage(backend, &limiter, key, BUSIEST_SHOWN).await?;
+    // The holders of the key inspected (the limiter's own when none), as the peek above.
+    let usage = usage(backend, &limiter, Some(key.unwrap_or("")), BUSIEST_SHOWN).await?;
     Ok(InspectView {
         effective_spec: json(effective),
         limiter: view(&info, counts.as_ref()),

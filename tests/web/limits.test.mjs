@@ -152,6 +152,9 @@ try {
 
   begin("a concurrent limiter's detail lists its holders with fencing tokens, and its waiter");
   await page.click(`${row("c-reports")} a`);
+  // The limiter's own key has no holder; its busiest key, "batch", is one click away.
+  await page.waitForFunction(() => document.querySelector("#concurrent-summary").textContent.startsWith("0 held on the limiter's own key"));
+  await page.click("#busiest a.inspect-key");
   await page.waitForFunction(() => document.querySelector("#concurrent-summary").textContent === "2 held on batch, 1 waiting");
   const holders = await page.locator("#holders tbody tr").evaluateAll((rows) =>
     rows.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent)),
@@ -168,6 +171,7 @@ try {
   assert.ok(holders.some((h) => h[1] === String(held.lease.fencingToken)), `${holders} has ${held.lease.fencingToken}`);
   assert.equal(await page.locator("#history-chart svg.history g").count(), 60);
   assert.equal(await page.locator("#busiest tbody tr td").first().textContent(), "batch");
+  assert.equal(await dd("#inspect-result", "key"), "batch");
 
   begin("a release hands the slot to the waiter, and the page follows");
   await reports.release(held.lease);

@@ -192,8 +192,19 @@ function renderUsage(d) {
       h.overdue ? "overdue" : secs(h.expires_in),
     ]));
   }
+  // A busiest key's name inspects it (its holders, for a concurrent limiter).
+  const inspectLink = (key) => {
+    const link = el("a", { href: "#", class: "inspect-key" }, key === "" ? "(own)" : key);
+    link.addEventListener("click", (event) => {
+      event.preventDefault();
+      lastInspectKey = key || null;
+      $("#inspect-form input[name=key]").value = key;
+      refresh();
+    });
+    return link;
+  };
   table($("#busiest"), ["Key", "Used", "Limit"], d.busiest_keys.map((k) => [
-    k.key === "" ? "(own)" : k.key, num(k.used), num(k.limit),
+    inspectLink(k.key), num(k.used), num(k.limit),
   ]));
   $("#busiest-empty").hidden = d.busiest_keys.length > 0;
   $("#history-chart").replaceChildren(chart(d.history, 600, 80));
@@ -263,6 +274,7 @@ $("#override-form").addEventListener("submit", (event) => {
 
 window.addEventListener("hashchange", () => {
   lastInspectKey = null;
+  $("#inspect-form input[name=key]").value = "";
   $("#action-result").textContent = "";
   refresh();
 });
