@@ -52,9 +52,10 @@ if op == 'extend' then
   local expiry = redis.call('ZSCORE', holders, ARGV[5])
   if expiry then
     redis.call('ZADD', holders, 'XX', fmt(now + lock), ARGV[5])
-    touch(holders, latest_expiry())
-    touch(token_key, latest_expiry())
-    touch(grants, latest_expiry())
+    local last = latest_expiry()
+    touch(holders, last)
+    touch(token_key, last)
+    touch(grants, last)
     return {1, now, tonumber(expiry) <= now and 1 or 0}
   end
   return {0, now}
@@ -123,7 +124,8 @@ local expires = now + lock
 redis.call('ZADD', holders, fmt(expires), ARGV[5])
 redis.call('SET', token_key, fmt(token))
 redis.call('HSET', grants, ARGV[5], fmt(token) .. ' ' .. fmt(now))
-touch(holders, latest_expiry())
-touch(token_key, latest_expiry())
-touch(grants, latest_expiry())
-return {1, limit, limit - live - 1, 0, reset_after(), now, token, reclaimed}
+local last = latest_expiry()
+touch(holders, last)
+touch(token_key, last)
+touch(grants, last)
+return {1, limit, limit - live - 1, 0, math.max(last - now, 0), now, token, reclaimed}
