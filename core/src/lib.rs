@@ -29,6 +29,7 @@ mod prometheus;
 mod runtime;
 mod shedder;
 pub mod upstream;
+mod views;
 
 pub use backend::redis::driven;
 pub use backend::{
@@ -46,3 +47,7 @@ pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};
 pub use runtime::{block_on, runtime};
 pub use shedder::{FleetShedder, FleetTicket, UtilizationConfig, UtilizationShedder};
+pub use views::{
+    ConcurrentUse, Holder, KeyUse, MinuteCounts, HISTORY_MINUTES, MAX_HOLDERS_SHOWN, MAX_KEYS_EXAMINED,
+    MAX_SCANNED_PER_MASTER,
+};

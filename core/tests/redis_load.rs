@@ -1248,8 +1248,8 @@ fn every_key_has_a_ttl_and_idle_state_expires() {
 }
 
 /// The roles of per-identity limiter state: GCRA `s`, counters `h` and `b`, log `z`, `d` and
-/// `l`, concurrent holders `h`, token `t` and wake list `w`.
-const STATE_ROLES: [&str; 8] = ["s", "h", "b", "z", "d", "l", "t", "w"];
+/// `l`, concurrent holders `h`, token `t`, wake list `w` and grants `g`.
+const STATE_ROLES: [&str; 9] = ["s", "h", "b", "z", "d", "l", "t", "w", "g"];
 
 /// The role of `<prefix>:{<tag>}:<kind>:<name>:<role>:<key>`.
 fn role_of(key: &str) -> &str {

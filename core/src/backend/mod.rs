@@ -135,6 +135,15 @@ impl Backend {
         self.limiter_from_config(name, LimiterConfig::from_json(json)?)
     }
 
+    /// A limiter for operators' reads (`peek`, `concurrent_use`, `busiest_keys`, `reset`) from a
+    /// JSON spec: it applies live overrides as every process does, but never registers itself
+    /// as a user of the name, nor counts its calls in the name's metrics. (Its checks still
+    /// consume: it is an ordinary limiter otherwise.)
+    pub fn observer_from_json(&self, name: &str, json: &str) -> Result<Limiter> {
+        validate_name(name)?;
+        Limiter::build_as(self, name, LimiterConfig::from_json(json)?.spec, false)
+    }
+
     /// Builds a limiter from a spec and its options.
     pub fn limiter_from_config(&self, name: &str, config: LimiterConfig) -> Result<Limiter> {
         let limiter = self.limiter(name, config.spec)?;

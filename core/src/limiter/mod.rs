@@ -34,7 +34,7 @@ use redis::Cmd;
 use crate::decision::{Decision, LimitStatus};
 use crate::error::{Error, Result};
 pub use calendar_period::CalendarPeriod;
-pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Served, Wake, WakeList};
+pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
 use script::LuaScript;
 pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
 pub use spec_json::{LimiterConfig, DEFAULT_LOCK_TIMEOUT};

@@ -17,6 +17,7 @@ use crate::metrics::{Counter, LimiterMetrics};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 
+mod inspect;
 mod lease;
 mod pause;
 mod waiting;
@@ -89,6 +90,12 @@ impl Limiter {
     }
 
     pub(crate) fn build(backend: &Backend, name: &str, spec: LimiterSpec) -> Result<Limiter> {
+        Limiter::build_as(backend, name, spec, true)
+    }
+
+    /// Builds a limiter; one that does not `join` only observes the name (see
+    /// [`Backend::observer_from_json`]).
+    pub(crate) fn build_as(backend: &Backend, name: &str, spec: LimiterSpec, join: bool) -> Result<Limiter> {
         let algorithm = spec.compile()?;
         // Concurrent limiters fail closed unless they opt in (see `with_allow_fallback`).
         let allow_fallback = !matches!(algorithm, Algorithm::Concurrent(_));
@@ -104,6 +111,8 @@ impl Limiter {
         };
         let metrics = Arc::<LimiterMetrics>::default();
         let live = match &target {
+            Target::Memory { backend, .. } if !join => Some(backend.live.observe(name)),
+            Target::Redis { backend, .. } if !join => Some(backend.live.observe(name)),
             Target::Memory { backend, .. } => Some(backend.live.join(name, &spec, &metrics)),
             Target::Redis { backend, .. } => {
                 let state = backend.live.join(name, &spec, &metrics);
@@ -339,7 +348,7 @@ impl Limiter {
         validate_cost("cost", cost)?;
         self.inner.algorithm.validate_cost(cost)?;
         let lease_id = if matches!(self.inner.algorithm, Algorithm::Concurrent(_)) { next_lease_id() } else { 0 };
-        Ok((key, Op::Check { cost, lease_id }))
+        Ok((key, Op::Check { cost, lease_id, waiter: None }))
     }
 
     /// Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
