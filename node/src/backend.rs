@@ -172,7 +172,8 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
         match (tls.cert, tls.key) {
             (Some(Pem(cert)), Some(Pem(key))) => t.client_cert_and_key_pem = Some((cert, key)),
             (None, None) => {}
-            _ => return Err(Error::invalid("tls", "`cert` and `key` go together")),
+            (Some(_), None) => return Err(Error::invalid_field("tls.key", "is required with `cert`")),
+            (None, Some(_)) => return Err(Error::invalid_field("tls.cert", "is required with `key`")),
         }
         config = config.tls(t);
     }
@@ -254,9 +255,21 @@ impl Backend {
     #[napi(factory, ts_args_type = "seeds: string[], options?: RedisOptions")]
     pub fn cluster(env: Env, seeds: Option<Unknown<'_>>, options: Option<Unknown<'_>>) -> napi::Result<Self> {
         guard(&env, || {
-            let result = args::required(Js::opt(&seeds), "url")
-                .and_then(|s| s.array("url"))
-                .and_then(|list| list.into_iter().map(|s| s.string("url")).collect::<CoreResult<Vec<_>>>())
+            let result = args::required(Js::opt(&seeds), "seeds")
+                .and_then(|s| s.array("seeds"))
+                .and_then(|list| {
+                    // A seed of the wrong type is named by its index, as the core names one of
+                    // the wrong scheme.
+                    let seed = |(i, s): (usize, Js)| {
+                        s.string("seeds").map_err(|e| match e {
+                            Error::InvalidArgument { message, .. } => {
+                                Error::invalid_field(format!("seeds[{i}]"), message)
+                            }
+                            other => other,
+                        })
+                    };
+                    list.into_iter().enumerate().map(seed).collect::<CoreResult<Vec<_>>>()
+                })
                 .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), options::optional(&options)?));
             Ok(Backend { inner: core(&env, result)? })
         })

@@ -84,12 +84,15 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Seeds {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let mut seeds = Vec::new();
-        for item in items(obj, "seeds")? {
-            seeds.push(
-                item.extract::<Text<'_, PUrl>>()
-                    .map(|t| t.0.to_owned())
-                    .map_err(|_| invalid(obj.py(), "seeds", "every seed must be a str (redis://host:port)".into()))?,
-            );
+        for (i, item) in items(obj, "seeds")?.into_iter().enumerate() {
+            seeds.push(item.extract::<Text<'_, PUrl>>().map(|t| t.0.to_owned()).map_err(|_| {
+                // The seed at fault, by its index (as the core names a seed of the wrong scheme).
+                let message = format!(
+                    "must be a str (redis://host:port), got {}",
+                    item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                );
+                crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("seeds[{i}]"), message))
+            })?);
         }
         if seeds.is_empty() {
             return Err(invalid(obj.py(), "seeds", "at least one seed node is required".into()));

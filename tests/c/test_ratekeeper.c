@@ -609,7 +609,7 @@ static void test_backend_arguments(const fixture *f) {
   CHECK_FAILS(rk_backend_new_redis_cluster(bad_seeds, 1, NULL, RK_FAIL_CLOSED, 0, 0, &b),
               RK_INVALID_UTF8, "seeds[0]");
   CHECK_FAILS(rk_backend_new_redis_cluster(http_seeds, 1, NULL, RK_FAIL_CLOSED, 0, 0, &b),
-              RK_INVALID_ARGUMENT, "url");
+              RK_INVALID_ARGUMENT, "`seeds[0]`");
   CHECK_FAILS(rk_backend_new_redis_cluster(seeds, SIZE_MAX, NULL, RK_FAIL_CLOSED, 0, 0, &b),
               RK_INVALID_ARGUMENT, "seeds_len");
   CHECK_FAILS(rk_backend_new_redis_cluster(seeds, 1, NULL, 9, 0, 0, &b), RK_INVALID_ARGUMENT,

@@ -189,9 +189,15 @@ impl RedisBackend {
         if let FailurePolicy::Fallback { divisor: 0 } = config.failure_policy {
             return Err(Error::invalid("divisor", "the fallback divisor must be at least 1"));
         }
-        for url in &config.urls {
+        for (i, url) in config.urls.iter().enumerate() {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return Err(Error::invalid("url", format!("must start with redis:// or rediss://, got {url:?}")));
+                let message = format!("must start with redis:// or rediss://, got {url:?}");
+                // A cluster's URLs are its seeds: name the one at fault, as the caller passed it.
+                return Err(if config.cluster {
+                    Error::invalid_field(format!("seeds[{i}]"), message)
+                } else {
+                    Error::invalid("url", message)
+                });
             }
         }
         let manual_clock = config.clock.clone().filter(|c| c.is_manual());
