@@ -249,6 +249,8 @@ fn redis_config(
     if let Some(t) = connect_timeout {
         config = config.connect_timeout(t.0);
     }
+    // Which parameter the CA came from, to name it if its PEM is bad.
+    let ca_parameter = if tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
     let ca = match (tls_ca_file, tls_ca_data) {
         (Some(_), Some(_)) => {
             return Err(invalid(py, "tls_ca_data", "give tls_ca_file or tls_ca_data, not both".into()))
@@ -267,6 +269,14 @@ fn redis_config(
         let mut tls = TlsConfig::default();
         tls.ca_cert_pem = ca;
         tls.client_cert_and_key_pem = client;
+        if let Err(ratekeeper::Error::InvalidArgument { parameter, message }) = tls.validate() {
+            let parameter = match parameter.as_ref() {
+                "tls.ca" => ca_parameter,
+                "tls.cert" => "tls_cert_file",
+                _ => "tls_key_file",
+            };
+            return Err(invalid(py, parameter, message));
+        }
         config = config.tls(tls);
     }
     if let Some(c) = clock {

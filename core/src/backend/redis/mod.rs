@@ -200,6 +200,9 @@ impl RedisBackend {
                 });
             }
         }
+        if let Some(tls) = &config.tls {
+            tls.validate()?;
+        }
         let manual_clock = config.clock.clone().filter(|c| c.is_manual());
         let fallback_clock = config.clock.clone().unwrap_or_else(|| Arc::new(crate::clock::SystemClock));
         Ok(RedisBackend {
