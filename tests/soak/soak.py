@@ -4,7 +4,7 @@ caches, migrates a slot under load and kills a process holding leases; then the 
 (judge.py) checks every admitted call against its limiter's bound, every call's duration
 against its deadline, the recovery after each fault and the dead caller's leases.
 
-    python tests/soak/soak.py [--seconds 15] [--processes 6] [--rate 60] [--keep DIR]
+    python tests/soak/soak.py [--seconds 20] [--processes 6] [--rate 60] [--keep DIR]
 
 `RATEKEEPER_SOAK_SECONDS` and `RATEKEEPER_SOAK_PROCESSES` set the defaults (the README's
 figures: 600 and 16). Needs the ratekeeper Python package (the venv of scripts/test-python),
@@ -15,6 +15,7 @@ Exits 1 when the judge finds a failure."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -55,7 +56,12 @@ LIMITERS = [
 ]
 LEASE_LIMITER, LEASE_LIMIT = "lease", 2
 # kill_worker first: its leases expire (lock_timeout) while the harmless flush runs.
-FAULTS = ["kill_worker", "flush_scripts", "kill_master", "pause_master", "migrate_slot"]
+FAULTS = ["kill_worker", "flush_scripts", "migrate_slot", "pause_master", "kill_master"]
+# About how long each fault lasts (a restarted master refuses writes for 2 s: Redis's own delay).
+LASTS = {"kill_worker": 0.5, "flush_scripts": 0.5, "migrate_slot": 1.0, "pause_master": 1.0, "kill_master": 3.5}
+# Faults never overlap: each starts this long after the previous one ended (its recovery is
+# judged until the next one starts).
+SETTLE = 1.5
 WARMUP, TAIL = 2.0, 2.0
 DOWN = 1.0  # how long a killed master stays down, and a paused one stopped (< cluster-node-timeout)
 
@@ -230,17 +236,21 @@ class Soak:
         self.procs.append(canary)
         cycles = max(1, int((args.seconds - WARMUP - TAIL) / (len(FAULTS) * 4.0)))
         gap = (args.seconds - WARMUP - TAIL) / (len(FAULTS) * cycles)
-        log(f"{args.processes} processes, {args.seconds:.0f} s, {cycles} cycle(s) of {len(FAULTS)} faults every "
-            f"{gap:.1f} s; logs in {self.base}")
-        at = start + WARMUP
-        for _ in range(cycles):
-            for kind in FAULTS:
-                time.sleep(max(0.0, at - time.time()))
-                if kind == "kill_worker":
-                    victim = self.kill_worker(victim, stop)
-                else:
-                    getattr(self, kind)()
-                at += gap
+        log(f"{args.processes} processes, {args.seconds:.0f} s, a fault every {gap:.1f} s (at least {SETTLE} s after "
+            f"the last one ended); logs in {self.base}")
+        at, ended = start + WARMUP, 0.0
+        for n in itertools.count():
+            kind = FAULTS[n % len(FAULTS)]
+            at = max(at, ended + SETTLE)
+            if n >= len(FAULTS) and at + LASTS[kind] > stop - TAIL:
+                break  # each kind runs at least once
+            time.sleep(max(0.0, at - time.time()))
+            if kind == "kill_worker":
+                victim = self.kill_worker(victim, stop)
+            else:
+                getattr(self, kind)()
+            ended = time.time()
+            at += gap
         time.sleep(max(0.0, stop - time.time()))
         for p in self.procs:
             try:
@@ -353,7 +363,7 @@ class Soak:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=float(os.environ.get("RATEKEEPER_SOAK_SECONDS", 15)))
+    parser.add_argument("--seconds", type=float, default=float(os.environ.get("RATEKEEPER_SOAK_SECONDS", 20)))
     parser.add_argument("--processes", type=int, default=int(os.environ.get("RATEKEEPER_SOAK_PROCESSES", 6)))
     parser.add_argument("--rate", type=float, default=60.0, help="calls per second per process")
     parser.add_argument("--seed", type=int, default=int(time.time()))
@@ -361,8 +371,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.processes < 4:
         parser.error("--processes: at least 4 (a victim and a worker of each language)")
-    if args.seconds < 12:
-        parser.error("--seconds: at least 12 (the faults of one cycle)")
+    if args.seconds < 20:
+        parser.error("--seconds: at least 20 (each fault once, and time to recover)")
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ratekeeper-soak-"))
     base.mkdir(parents=True, exist_ok=True)
     log(f"seed {args.seed}")
