@@ -375,6 +375,8 @@ def main() -> None:
         parser.error("--seconds: at least 20 (each fault once, and time to recover)")
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ratekeeper-soak-"))
     base.mkdir(parents=True, exist_ok=True)
+    if any(base.iterdir()):
+        parser.error(f"--keep: {base} is not empty (the logs of another run would be judged with this one)")
     log(f"seed {args.seed}")
     soak = Soak(args, base)
     try:
