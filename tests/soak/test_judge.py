@@ -69,3 +69,4 @@ def test_canary_stalls_overlapping_a_call() -> None:
     assert stall_during(stalls, 10 * S + 50_000, 10 * S + 300_000) == 80_000
     assert stall_during(stalls, 10 * S + 90_000, 10 * S + 300_000) == 0
     assert stall_during(stalls, 19 * S, 21 * S) == 30_000
+    assert stall_during(stalls, 9 * S, 21 * S) == 110_000

@@ -144,7 +144,15 @@ int main(int argc, char **argv) {
 
     size_t pairs = limiters_len * keys_len, order[MAX_ITEMS * 8];
     for (size_t i = 0; i < pairs; i++) order[i] = i;
-    sleep_us((int64_t)(start_at * 1e6) - (int64_t)wall_us());
+    /* Connects to every master before the start (a peek on each limiter and key, not logged). */
+    uint64_t start = (uint64_t)(start_at * 1e6);
+    for (size_t i = 0; i < pairs; i++) {
+        struct rk_decision d;
+        while (wall_us() < start &&
+               rk_limiter_peek(limiters[i / keys_len].limiter, keys[i % keys_len], &d) != RK_OK)
+            sleep_us(50000);
+    }
+    sleep_us((int64_t)start - (int64_t)wall_us());
     uint64_t pause = (uint64_t)(1e6 / rate), next_at = mono_us();
     uint64_t stop = (uint64_t)(stop_at * 1e6);
     char status[64];

@@ -56,6 +56,19 @@ async function main() {
   const start = Number(config.start[0]) * 1000;
   const stop = Number(config.stop[0]) * 1000;
   const holdMs = Number(config.hold_ms[0]);
+  // Connects to every master before the start (a peek on each limiter and key, not logged).
+  for (const { limiter } of limiters.values()) {
+    for (const key of config.keys) {
+      while (Date.now() < start) {
+        try {
+          await limiter.peek(key);
+          break;
+        } catch {
+          await sleep(50);
+        }
+      }
+    }
+  }
   await sleep(start - Date.now());
 
   const pairs = [];

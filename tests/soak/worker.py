@@ -64,6 +64,7 @@ def main() -> None:
     rng = random.Random(config.seed)
     with open(config.log, "a", buffering=1) as out:
         caller = Caller(out)
+        warm_up(config, [limiter for _, limiter in limiters.values()])
         while time.time() < config.start:
             time.sleep(0.001)
         if config.mode == "victim":
@@ -84,6 +85,19 @@ def main() -> None:
                     caller.release(name, limiter, key, d.lease)
                 next_at = max(next_at + pause, time.monotonic())
                 time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+def warm_up(config: Config, limiters: list[ratekeeper.Limiter]) -> None:
+    """Connects to every master before the start (a peek on each limiter and key, not logged):
+    the soak judges calls under faults, not a fleet's first connections on a loaded machine."""
+    for limiter in limiters:
+        for key in config.keys:
+            while time.time() < config.start:
+                try:
+                    limiter.peek(key)
+                    break
+                except ratekeeper.RatekeeperError:
+                    time.sleep(0.05)
 
 
 def victim(config: Config, limiter: ratekeeper.Limiter, caller: Caller) -> None:
