@@ -70,3 +70,66 @@ def test_canary_stalls_overlapping_a_call() -> None:
     assert stall_during(stalls, 10 * S + 90_000, 10 * S + 300_000) == 0
     assert stall_during(stalls, 19 * S, 21 * S) == 30_000
     assert stall_during(stalls, 9 * S, 21 * S) == 110_000
+
+
+def write_run(tmp: Path, logs: dict[str, list[str]], faults: list[dict[str, object]]) -> Path:
+    """A run directory as soak.py leaves it: one log per process, run.json, an empty canary."""
+    import json
+
+    workers = []
+    for worker, lines in logs.items():
+        (tmp / f"{worker}.log").write_text("".join(line + "\n" for line in lines))
+        workers.append({"id": worker, "language": "python", "log": str(tmp / f"{worker}.log")})
+    (tmp / "canary.log").write_text("")
+    run = {"seconds": 10, "processes": len(logs), "deadline": 0.2, "lease_limiter": "lease", "workers": workers,
+           "canary": str(tmp / "canary.log"), "faults": faults,
+           "limiters": [{"name": "lease", "spec": {"kind": "concurrent", "limit": 2, "lock_timeout": 1.5}}]}
+    (tmp / "run.json").write_text(json.dumps(run))
+    return tmp
+
+
+def test_a_dead_callers_leases_must_come_back_within_a_second_of_expiring(tmp_path: Path) -> None:
+    from judge import judge
+
+    t = 100 * S
+    kill = {"kind": "kill_worker", "start": (t + 100_000) / S, "end": (t + 110_000) / S, "victim": "victim0",
+            "key": "k0"}
+    victim = [f"lease k0 c ok {t} 100 {t} 1 {t}", f"lease k0 c ok {t + 10} 100 {t + 10} 1 {t + 10}"]
+    refused = f"lease k0 c over {t + 200_000} 100 {t + 200_000} 1 0"
+
+    def grants(*at: int) -> list[str]:
+        return [f"lease k0 c ok {g} 100 {g} 1 {g}" for g in at]
+
+    # Both slots are taken again just after the dead leases expire (1.5 s): passes.
+    for name in ("ok", "late", "early"):
+        (tmp_path / name).mkdir()
+    ok = judge(write_run(tmp_path / "ok", {"victim0": victim, "w0": [refused] + grants(t + 1_500_100),
+                                           "w1": grants(t + 1_500_200)}, [kill]))
+    assert ok.failures == [] and ok.figures["dead_lease_reclaims"][0]["reclaim_ms"] == 0.2
+    # The second slot only comes back 1.2 s after its lease expired: fails.
+    late = judge(write_run(tmp_path / "late", {"victim0": victim, "w0": [refused] + grants(t + 1_500_100),
+                                               "w1": grants(t + 2_700_100)}, [kill]))
+    assert any("held past lock_timeout" in f for f in late.failures), late.failures
+    # Taken before they expired: an over-admission.
+    early = judge(write_run(tmp_path / "early", {"victim0": victim, "w0": [refused] + grants(t + 1_000_000)}, [kill]))
+    assert any("over-admission: lease" in f for f in early.failures), early.failures
+
+
+def test_errors_must_belong_to_a_fault_and_end_within_a_second_of_it(tmp_path: Path) -> None:
+    from judge import judge
+
+    t = 100 * S
+    pause = {"kind": "pause_master", "start": t / S, "end": (t + S) / S}
+    calls = [f"lease k0 c ok {t - S} 100 {t - S} 1 {t - S}", f"lease k0 r ok {t - S + 10} 100 0 0 {t - S}",
+             f"lease k0 c over {t - S + 20} 100 {t - S + 20} 1 0"]
+    timeout = "lease k1 c Timeout {} 200000 0 1 0"
+    (tmp_path / "a").mkdir()
+    recovered = judge(write_run(tmp_path / "a", {"w0": calls + [timeout.format(t + 500_000), timeout.format(t + 1_700_000)]},
+                                [pause]))
+    assert recovered.failures == [] and recovered.figures["recoveries"][0]["recovery_ms"] == 900.0
+    (tmp_path / "b").mkdir()
+    slow = judge(write_run(tmp_path / "b", {"w0": calls + [timeout.format(t + 1_900_000)]}, [pause]))
+    assert any("no recovery within 1 s" in f for f in slow.failures), slow.failures
+    (tmp_path / "c").mkdir()
+    stray = judge(write_run(tmp_path / "c", {"w0": calls + [timeout.format(t - 2 * S)]}, [pause]))
+    assert any("error with no fault" in f for f in stray.failures), stray.failures
