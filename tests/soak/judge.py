@@ -149,10 +149,11 @@ def rate_excess(spec: dict[str, Any], admitted: list[tuple[int, int]]) -> list[s
     return [f for f in found if f]
 
 
-def lease_excess(calls: list[Call], limit: int, lock_timeout_us: int) -> tuple[list[str], list[tuple[int, int, str]]]:
+def lease_excess(calls: list[Call], limit: int,
+                 lock_timeout_us: int) -> tuple[list[str], list[tuple[int, int, str, bool]]]:
     """Concurrent: at each grant, the leases granted and not yet given back (release sent, or
     lock_timeout over) are at most `limit`. Returns the excesses and the leases as
-    (granted, held until, worker)."""
+    (granted, held until, worker, whether a release was sent)."""
     released: dict[tuple[str, int], int] = {}
     for c in calls:
         if c.op == "r":
@@ -161,11 +162,11 @@ def lease_excess(calls: list[Call], limit: int, lock_timeout_us: int) -> tuple[l
     for c in calls:
         if c.op == "c" and c.status == "ok":
             until = min(released.get((c.worker, c.fencing), c.decided + lock_timeout_us), c.decided + lock_timeout_us)
-            leases.append((c.decided, until, c.worker))
+            leases.append((c.decided, until, c.worker, (c.worker, c.fencing) in released))
     leases.sort()
     excess = []
     ends: list[int] = []
-    for granted, until, _ in leases:
+    for granted, until, _, _ in leases:
         while ends and ends[0] <= granted:
             heapq.heappop(ends)
         heapq.heappush(ends, until)
@@ -217,7 +218,7 @@ def judge(run_dir: Path) -> Verdict:
     for c in calls:
         per_stream[(c.name, c.key)].append(c)
     per_limiter: dict[str, dict[str, int]] = {name: defaultdict(int) for name in specs}
-    all_leases: dict[str, list[tuple[int, int, str]]] = {}
+    all_leases: dict[str, list[tuple[int, int, str, bool]]] = {}
     for (name, key), stream in sorted(per_stream.items()):
         spec = specs[name]
         counts = per_limiter[name]
@@ -297,7 +298,7 @@ def judge(run_dir: Path) -> Verdict:
             continue
         victim, key, kill = f["victim"], f["key"], us(f["start"])
         leases = all_leases.get(key, [])
-        dead = [(g, u) for g, u, w in leases if w == victim and u == g + lock_timeout_us and g <= kill]
+        dead = [(g, u) for g, u, w, released in leases if w == victim and not released and g <= kill]
         if len(dead) < lease_spec["limit"]:
             reclaims.append({"victim": victim, "dead_leases": len(dead), "reclaim_ms": None})
             verdict.failures.append(f"kill_worker: {victim} held {len(dead)} leases when killed, not all "
@@ -307,7 +308,7 @@ def judge(run_dir: Path) -> Verdict:
         # the first grant after which other callers hold k leases at once: that moment must
         # come within 1 s of its expiry (never before it: the over-admission check).
         expiries = sorted(g + lock_timeout_us for g, _ in dead)
-        others = [(g, u) for g, u, w in leases if w != victim and u > kill]
+        others = [(g, u) for g, u, w, _ in leases if w != victim and u > kill]
         delays = []
         for k, expiry in enumerate(expiries, start=1):
             reached = next((g for g, _ in others if g > kill and sum(1 for s, u in others if s <= g < u) >= k), None)

@@ -106,6 +106,13 @@ def test_a_dead_callers_leases_must_come_back_within_a_second_of_expiring(tmp_pa
     ok = judge(write_run(tmp_path / "ok", {"victim0": victim, "w0": [refused] + grants(t + 1_500_100),
                                            "w1": grants(t + 1_500_200)}, [kill]))
     assert ok.failures == [] and ok.figures["dead_lease_reclaims"][0]["reclaim_ms"] == 0.2
+    # An earlier lease the victim gave back late (LeaseLost: held past lock_timeout while alive)
+    # is not one of the dead caller's.
+    (tmp_path / "earlier").mkdir()
+    lost = [f"lease k0 c ok {t - 5 * S} 100 {t - 5 * S} 1 7", f"lease k0 r LeaseLost {t - 3 * S} 100 0 0 7"]
+    earlier = judge(write_run(tmp_path / "earlier", {"victim0": lost + victim, "w0": [refused] + grants(t + 1_500_100),
+                                                     "w1": grants(t + 1_500_200)}, [kill]))
+    assert earlier.failures == [] and earlier.figures["dead_lease_reclaims"][0]["dead_leases"] == 2
     # The second slot only comes back 1.2 s after its lease expired: fails.
     late = judge(write_run(tmp_path / "late", {"victim0": victim, "w0": [refused] + grants(t + 1_500_100),
                                                "w1": grants(t + 2_700_100)}, [kill]))
