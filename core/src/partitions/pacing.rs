@@ -6,13 +6,19 @@
 //! reaches `c`, and spends it. Credit is never spent before it is earned, so what a process
 //! admits never exceeds what its partitions earned while it held them; as a partition is held by
 //! one process at a time, the fleet never admits more than `total_rate` per second over the
-//! whole run. The credit is capped at the cost of the call that reads it (at least 1): an idle
-//! process does not bank a burst, so calls of cost 1 are spaced `1 / held rate` apart (20 calls
-//! every 200 ms at 100 per second, not 100 at once), and calls of cost 20 every 200 ms. In any
-//! span of `t` seconds the fleet admits at most `total_rate * t` plus, per process, the credit
-//! it carried into the span (at most the largest cost it asked for).
+//! whole run. The credit is capped at the cost of the call that reads it (at least 1), or 20 ms
+//! of the held rate if that is more ([`CATCH_UP_US`]): an idle process does not bank a burst,
+//! so calls of cost 1 are spaced `1 / held rate` apart (20 calls every 200 ms at 100 per second,
+//! not 100 at once), and calls of cost 20 every 200 ms. In any span of `t` seconds the fleet
+//! admits at most `total_rate * (t + 20 ms)` plus, per process, the credit it carried into the
+//! span beyond that (at most the largest cost it asked for).
 
 use crate::decision::Decision;
+
+/// How much of its held rate a process may carry as credit beyond one call's cost: a caller
+/// busy elsewhere for a moment (a round trip to the service it paces) catches up on up to 20 ms
+/// of it instead of losing it.
+pub(crate) const CATCH_UP_US: u64 = 20_000;
 
 /// One held partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +82,8 @@ impl Pacer {
     /// Decides a call of `cost` at `now` (spending when `commit`); `idle_retry_us` is the wait
     /// reported when nothing is held (until the next lease attempt).
     pub(crate) fn decide(&mut self, now: u64, rate: f64, cost: u64, commit: bool, idle_retry_us: u64) -> Decision {
-        let cap = cost.max(1) as f64;
+        let held_rate = self.held_rate(now, rate);
+        let cap = (cost.max(1) as f64).max(held_rate * CATCH_UP_US as f64 / 1e6);
         self.accrue(now, rate, cap);
         let held_rate = self.held_rate(now, rate);
         let limit = held_rate.floor() as u64;
@@ -145,6 +152,8 @@ mod tests {
     #[test]
     fn an_idle_pacer_banks_no_burst() {
         let mut pacer = holding(20, FOREVER);
+        // 20 ms of 100 per second is carried after 5 s idle: 2 calls, then one per 10 ms.
+        assert!(pacer.decide(5_000_000, 5.0, 1, true, 0).allowed);
         assert!(pacer.decide(5_000_000, 5.0, 1, true, 0).allowed);
         let refused = pacer.decide(5_000_000, 5.0, 1, true, 0);
         assert!(!refused.allowed);
