@@ -239,7 +239,7 @@ pub fn work(config: &Config, args: &DemoArgs, backend: &Backend, service: Socket
         match lines.next() {
             Some(Ok(line)) if line == "GO" => break,
             Some(Err(e)) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                let _ = limiter.peek_blocking(None);
+                let _ = limiter.check_blocking(None, 0);
             }
             _ => return Ok(()), // the parent gave up
         }
@@ -273,7 +273,7 @@ fn stream_timeout(stream: &TcpStream, timeout: Option<Duration>) -> std::io::Res
 fn wait_for_share(limiter: &Limiter, processes: u32) -> Result<(), Error> {
     let started = Instant::now();
     loop {
-        match limiter.peek_blocking(None) {
+        match limiter.check_blocking(None, 0) {
             Ok(_) | Err(Error::Timeout { .. } | Error::BackendUnavailable { .. }) => {}
             Err(e) => return Err(e),
         }

@@ -231,6 +231,9 @@ fn close_gives_partitions_back_at_once() {
     let prefix = unique("close");
     let ttl = Duration::from_secs(60);
     let first = partitions(&backend(&server.url(), &prefix), "close", 10.0, 4, ttl);
+    // A peek (an operator's look) leases nothing.
+    assert!(!first.peek_blocking(None).unwrap().allowed);
+    assert!(first.partitions_held(None).unwrap().partitions.is_empty());
     assert_eq!(held_after_check(&first), 4);
     first.close_blocking().expect("close");
     assert!(first.partitions_held(None).unwrap().partitions.is_empty());

@@ -142,7 +142,8 @@ impl PartitionSet {
         (pool, keys.member.clone())
     }
 
-    /// Decides a check or a peek of `key`, leasing first when the lease is due.
+    /// Decides a check or a peek of `key`; a check leases first when the lease is due (a peek
+    /// never does: an operator's look joins no fleet).
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         let (cost, commit) = match op {
             Op::Check { cost, .. } => (cost, true),
@@ -150,7 +151,7 @@ impl PartitionSet {
             _ => return Err(not_applicable(op, &self.params)),
         };
         let (pool, member) = self.pool(key);
-        if let Source::Redis(backend) = &self.source {
+        if let (Source::Redis(backend), true) = (&self.source, commit) {
             self.lease_if_due(backend, key, &pool, &member).await?;
         }
         Ok(Outcome::of(self.decide(&pool, cost, commit)))
@@ -161,6 +162,7 @@ impl PartitionSet {
     pub(crate) fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         let due = match &self.source {
             Source::Memory => false,
+            Source::Redis(_) if matches!(op, Op::Peek) => false,
             Source::Redis(_) => {
                 let (pool, _) = self.pool(key);
                 let next = pool.state.lock().next_lease_at;
