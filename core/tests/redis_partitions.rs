@@ -127,10 +127,11 @@ fn pacing_spreads_calls_over_the_held_rate() {
     // 1 + 2 in any 10 ms.
     assert!(most_in_any_span(&stamps, 200_000) <= 22, "{stamps:?}");
     assert!(most_in_any_span(&stamps, 10_000) <= 3, "{stamps:?}");
-    // A batch of 20 waits for 200 ms of earning after the last spend.
+    // A batch of 20 waits for its units to be earned after the last spend: at most one unit is
+    // left over from it (20 ms of 100/s may be carried), so at least 19 x 10 ms.
     let before = limiter.acquire_blocking(None, 1, None).unwrap().decided_at_micros;
     let batch = limiter.acquire_blocking(None, 20, None).unwrap().decided_at_micros;
-    assert!(batch - before >= 199_000, "a batch of 20 came {} µs after the last call", batch - before);
+    assert!(batch - before >= 189_000, "a batch of 20 came {} µs after the last call", batch - before);
 }
 
 /// Four members with staggered starts and one that closes mid-run: over every admission, no span
@@ -300,7 +301,7 @@ fn a_cluster_keeps_one_limiters_keys_in_one_slot() {
 fn partitions_holder_process() {
     let Ok(url) = std::env::var("RKP_URL") else { return };
     let prefix = std::env::var("RKP_PREFIX").unwrap();
-    let limiter = partitions(&backend(&url, &prefix), "dead", 40.0, 4, Duration::from_millis(1500));
+    let limiter = partitions(&backend(&url, &prefix), "dead", 40.0, 4, Duration::from_secs(3));
     check_until(&limiter, Duration::from_millis(10), |l| l.partitions_held(None).unwrap().partitions.len() == 4);
     let tokens: Vec<String> =
         limiter.partitions_held(None).unwrap().partitions.iter().map(|p| p.1.to_string()).collect();
@@ -315,7 +316,9 @@ fn partitions_holder_process() {
 fn a_killed_holders_partitions_return_after_the_lease_ttl() {
     let server = RedisServer::start();
     let prefix = unique("dead");
-    let ttl = Duration::from_millis(1500);
+    // Long enough that the dead holder's leases (renewed at most a third of it before the kill)
+    // are still live when the newcomer first looks, however slow the machine.
+    let ttl = Duration::from_secs(3);
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "partitions_holder_process", "--nocapture", "--test-threads=1"])
         .env("RKP_URL", server.url())
