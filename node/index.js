@@ -362,6 +362,7 @@ for (const [target, name, method] of [
   [L, 'peekSync', peekSync],
   [L, 'acquire', acquire],
   [L, 'reset', async1(L.reset)],
+  [L, 'close', async0(L.close)],
   [L, 'release', async1(L.release)],
   [L, 'extend', async1(L.extend)],
   [L, 'pointsUsed', async3(L.pointsUsed)],

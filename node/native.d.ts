@@ -50,6 +50,15 @@ export declare class Backend {
   slidingWindow(name: string, limits: Array<SlidingLimitOptions | [number, number] | [number, number, number]>, options?: LimiterOptions): Limiter
   /** Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens. */
   tokenBucket(name: string, rate: number, capacity: number, options?: LimiterOptions): Limiter
+  /**
+   * Leased partitions (Azure's rate limiting pattern): `totalRate` units per second split into
+   * `partitions` equal partitions. On Redis each process leases a fair share of them for
+   * `leaseTtlMs` (renewed while it calls) and `check`/`acquire` pace it to the rate it holds
+   * (20 calls per 200 ms at 100/s, not 100 at once); a dead process's partitions return after
+   * `leaseTtlMs`, and `close()` gives them back at once. On memory the process holds every
+   * partition of its class.
+   */
+  partitions(name: string, totalRate: number, partitions: number, options?: PartitionsOptions): Limiter
   /** A burst of `size`, then one call per `drainMs / size`; full again after `drainMs` idle. */
   leaky(name: string, size: number, drainMs: number, options?: LimiterOptions): Limiter
   /**
@@ -183,6 +192,18 @@ export declare class Limiter {
   acquire(key?: string | null, options?: AcquireOptions): Promise<Decision>
   /** Forgets all state of `key` (waiters on a concurrent limiter wake to re-check). */
   reset(key?: string | null): Promise<void>
+  /**
+   * Gives back every partition this process holds of a partitions limiter, so that other
+   * processes may lease them at once instead of after the lease TTL; a later call leases
+   * anew. Does nothing on other limiters.
+   */
+  close(): Promise<void>
+  /**
+   * The partitions this process holds of a partitions limiter for `key`, as
+   * `[index, fencingToken]` pairs. Throws `ERR_INVALID_ARGUMENT` naming `limiter` on other
+   * kinds.
+   */
+  partitionsHeld(key?: string | null): Array<[number, number]>
   /**
    * Gives back a lease of a concurrent limiter (its key travels in the lease). Rejects with
    * `ERR_LEASE_LOST` when it had been reclaimed (it outlived `lockTimeoutMs`) or reset.
@@ -469,6 +490,24 @@ export interface Metrics {
   overages: number
   /** Overdue leases reclaimed for a new caller. */
   reclaimed: number
+}
+
+/** Options of `backend.partitions()`. */
+export interface PartitionsOptions {
+  /**
+   * How long a lease lasts unless renewed: a dead process's partitions return after it
+   * (default 15000).
+   */
+  leaseTtlMs?: number
+  /** Partitions set aside for the priority class (default 0). */
+  reserved?: number
+  /**
+   * Whether this limiter belongs to the priority class: it leases only the reserved
+   * partitions, the others only the rest (default false).
+   */
+  priority?: boolean
+  /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
+  waitTimeoutMs?: number
 }
 
 /** Options of `Backend.redis()` and `Backend.cluster()`. */

@@ -51,7 +51,7 @@ pub struct rk_sliding_limit {
 }
 
 /// Checks the backend, the name and the out-param, then builds the limiter from the spec.
-fn build(
+pub(crate) fn build(
     backend: *const rk_backend,
     name: *const c_char,
     limiter_out: *mut *mut rk_limiter,

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use napi::{Env, Unknown};
 use napi_derive::napi;
-use ratekeeper::params::{count_from_f64, duration_from_millis, interval_from_name, timeout_from_millis};
+use ratekeeper::params::{
+    cost_from_f64, count_from_f64, duration_from_millis, interval_from_name, timeout_from_millis,
+};
 use ratekeeper::{CalendarPeriod, Error, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
 
 use crate::args::{self, count, millis, opt_millis, Js};
@@ -91,6 +93,23 @@ pub struct ConcurrentOptions {
     pub allow_fallback: Option<bool>,
 }
 options!(ConcurrentOptions { lock_timeout_ms, wait_timeout_ms, allow_fallback });
+
+/// Options of `backend.partitions()`.
+#[napi(object, object_from_js = false, object_to_js = false)]
+#[derive(Default)]
+pub struct PartitionsOptions {
+    /// How long a lease lasts unless renewed: a dead process's partitions return after it
+    /// (default 15000).
+    pub lease_ttl_ms: Option<f64>,
+    /// Partitions set aside for the priority class (default 0).
+    pub reserved: Option<f64>,
+    /// Whether this limiter belongs to the priority class: it leases only the reserved
+    /// partitions, the others only the rest (default false).
+    pub priority: Option<bool>,
+    /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
+    pub wait_timeout_ms: Option<f64>,
+}
+options!(PartitionsOptions { lease_ttl_ms, reserved, priority, wait_timeout_ms });
 
 /// Options of `backend.calendar()`.
 #[napi(object, object_from_js = false, object_to_js = false)]
@@ -462,6 +481,42 @@ impl Backend {
                     capacity: count(Js::opt(&capacity), "capacity")?,
                 };
                 with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
+            };
+            core(&env, build())
+        })
+    }
+
+    /// Leased partitions (Azure's rate limiting pattern): `totalRate` units per second split into
+    /// `partitions` equal partitions. On Redis each process leases a fair share of them for
+    /// `leaseTtlMs` (renewed while it calls) and `check`/`acquire` pace it to the rate it holds
+    /// (20 calls per 200 ms at 100/s, not 100 at once); a dead process's partitions return after
+    /// `leaseTtlMs`, and `close()` gives them back at once. On memory the process holds every
+    /// partition of its class.
+    #[napi(ts_args_type = "name: string, totalRate: number, partitions: number, options?: PartitionsOptions")]
+    pub fn partitions(
+        &self,
+        env: Env,
+        name: Option<Unknown<'_>>,
+        total_rate: Option<Unknown<'_>>,
+        partitions: Option<Unknown<'_>>,
+        options: Option<Unknown<'_>>,
+    ) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let name = self::name(&name)?;
+                let o = options::optional::<PartitionsOptions>(&options)?.unwrap_or_default();
+                let spec = LimiterSpec::Partitions {
+                    total_rate: args::required(Js::opt(&total_rate), "total_rate")?.number("total_rate")?,
+                    partitions: count(Js::opt(&partitions), "partitions")?,
+                    lease_ttl: o
+                        .lease_ttl_ms
+                        .map(|ms| duration_from_millis("lease_ttl", ms))
+                        .transpose()?
+                        .unwrap_or(ratekeeper::DEFAULT_LEASE_TTL),
+                    reserved: o.reserved.map(|r| cost_from_f64("reserved", r)).transpose()?.unwrap_or(0),
+                    priority: o.priority.unwrap_or(false),
+                };
+                with_wait_timeout(self.inner.limiter(&name, spec)?, o.wait_timeout_ms, self.is_local())
             };
             core(&env, build())
         })

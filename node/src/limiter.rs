@@ -354,6 +354,29 @@ impl Limiter {
         })
     }
 
+    /// Gives back every partition this process holds of a partitions limiter, so that other
+    /// processes may lease them at once instead of after the lease TTL; a later call leases
+    /// anew. Does nothing on other limiters.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close(&self, env: Env) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move { limiter.close().await.map(|()| Payload::Unit) })
+        })
+    }
+
+    /// The partitions this process holds of a partitions limiter for `key`, as
+    /// `[index, fencingToken]` pairs. Throws `ERR_INVALID_ARGUMENT` naming `limiter` on other
+    /// kinds.
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Array<[number, number]>")]
+    pub fn partitions_held(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<Vec<Vec<f64>>> {
+        guard(&env, || {
+            let key = core(&env, args::key(&key))?;
+            let held = core(&env, self.inner.partitions_held(key.as_deref()))?;
+            Ok(held.partitions.iter().map(|&(index, token)| vec![f64::from(index), token as f64]).collect())
+        })
+    }
+
     /// Gives back a lease of a concurrent limiter (its key travels in the lease). Rejects with
     /// `ERR_LEASE_LOST` when it had been reclaimed (it outlived `lockTimeoutMs`) or reset.
     #[napi(ts_args_type = "lease: Lease", ts_return_type = "Promise<void>")]

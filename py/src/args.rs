@@ -50,6 +50,7 @@ params! {
     PAllowFallback = "allow_fallback", PPeriod = "period", PTz = "tz", PAnchor = "anchor",
     PAttempt = "attempt", PBase = "base", PJitter = "jitter", PMaxReschedules = "max_reschedules",
     PRetryAfter = "retry_after", PSeed = "seed", PDelay = "delay",
+    PTotalRate = "total_rate", PPartitions = "partitions", PLeaseTtl = "lease_ttl", PReserved = "reserved",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {
@@ -141,6 +142,7 @@ pub(crate) struct Cost<P>(pub u64, PhantomData<P>);
 
 impl<P> Cost<P> {
     pub(crate) const ONE: Self = Cost(1, PhantomData);
+    pub(crate) const ZERO: Self = Cost(0, PhantomData);
 }
 
 impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Cost<P> {

@@ -13,9 +13,9 @@ use ratekeeper::{
 
 use crate::args::Key;
 use crate::args::{
-    invalid, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PConnectTimeout, PDeadline, PDivisor,
-    PDrain, PLimit, PLockTimeout, PMaxKeys, PName, PPeriod, PPrefix, PRate, PRefill, PSize, PTz, PUrl, PWaitTimeout,
-    PolicyName, Seconds, SpecArg, Text, Timeout,
+    invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PConnectTimeout, PDeadline,
+    PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName, PPartitions, PPeriod, PPrefix, PPriority,
+    PRate, PRefill, PReserved, PSize, PTotalRate, PTz, PUrl, PWaitTimeout, PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -525,6 +525,36 @@ impl Backend {
         drain: Seconds<PDrain>,
     ) -> PyResult<PyLimiter<'py>> {
         self.wrap(py, guard(py, || self.inner.leaky(name.0, size.0, drain.0)))
+    }
+
+    /// Leased partitions (Azure's rate limiting pattern): `total_rate` units per second split
+    /// into `partitions` equal partitions. On Redis each process leases a fair share of them for
+    /// `lease_ttl` seconds (renewed while it calls) and `check`/`acquire` pace it to the rate it
+    /// holds (20 calls per 200 ms at 100/s, not 100 at once); a dead process's partitions return
+    /// after `lease_ttl`, and `close()` gives them back at once. The first `reserved` partitions
+    /// belong to limiters built with `priority=True`, the rest to the others. On memory the
+    /// process holds every partition of its class.
+    #[pyo3(signature = (
+        name, total_rate, partitions, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASE_TTL),
+        reserved = Cost::ZERO, *, priority = Flag::new(false)
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn partitions<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        total_rate: Float<PTotalRate>,
+        partitions: Count<PPartitions>,
+        lease_ttl: Seconds<PLeaseTtl>,
+        reserved: Cost<PReserved>,
+        priority: Flag<PPriority>,
+    ) -> PyResult<PyLimiter<'py>> {
+        self.wrap(
+            py,
+            guard(py, || {
+                self.inner.partitions(name.0, total_rate.0, partitions.0, lease_ttl.0, reserved.0, priority.0)
+            }),
+        )
     }
 
     /// A leaky bucket of `capacity` points refilled completely in `refill` seconds: a call

@@ -250,6 +250,21 @@ impl Limiter {
         }
     }
 
+    /// Gives back every partition this process holds of a partitions limiter (other processes
+    /// may lease them at once instead of after `lease_ttl`); a later call leases anew. Does
+    /// nothing on other limiters.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        guard_detached(py, || self.inner.close_blocking())
+    }
+
+    /// The partitions this process holds of a partitions limiter for `key`, as
+    /// `(index, fencing_token)` pairs. Raises `InvalidArgument` naming `limiter` on other kinds.
+    #[pyo3(signature = (key = None))]
+    fn partitions_held(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Vec<(u32, u64)>> {
+        let k = crate::args::key(&key);
+        Ok(guard(py, || self.inner.partitions_held(k))?.partitions)
+    }
+
     /// Frees a lease of a concurrent limiter (for the key it was granted for, unless `key` is
     /// given). Raises `LeaseLost` if it had been reclaimed (it outlived `lock_timeout`) or the
     /// limiter was reset.

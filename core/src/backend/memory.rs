@@ -85,7 +85,7 @@ impl State {
             Algorithm::Sliding(_) => State::Sliding(Box::default()),
             Algorithm::Log(_) => State::Log(Box::default()),
             Algorithm::Calendar(_) => State::Calendar(CalendarState::default()),
-            Algorithm::Concurrent(_) | Algorithm::Unlimited => {
+            Algorithm::Concurrent(_) | Algorithm::Partitions(_) | Algorithm::Unlimited => {
                 State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Semaphore::new(0)))))
             }
         }

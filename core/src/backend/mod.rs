@@ -193,6 +193,23 @@ impl Backend {
         self.limiter(name, LimiterSpec::Points { capacity, refill })
     }
 
+    /// Leased partitions (Azure's rate limiting pattern): `total_rate` units per second split
+    /// into `partitions` equal partitions; each process leases a fair share of them for
+    /// `lease_ttl` (renewing while it uses them) and paces its calls to the rate it holds. The
+    /// first `reserved` partitions are for limiters built with `priority` only, the rest for the
+    /// others. On the memory backend the process holds every partition of its class.
+    pub fn partitions(
+        &self,
+        name: &str,
+        total_rate: f64,
+        partitions: u64,
+        lease_ttl: Duration,
+        reserved: u64,
+        priority: bool,
+    ) -> Result<Limiter> {
+        self.limiter(name, LimiterSpec::Partitions { total_rate, partitions, lease_ttl, reserved, priority })
+    }
+
     /// `limit` per calendar `period` in IANA time zone `tz`; monthly periods start on day
     /// `anchor` (1-31, clamped to the month's last day; default 1).
     pub fn calendar(

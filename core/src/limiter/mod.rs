@@ -47,6 +47,7 @@ pub(crate) enum Algorithm {
     Log(log::Log),
     Concurrent(concurrent::Concurrent),
     Calendar(calendar::Calendar),
+    Partitions(crate::partitions::Partitions),
     Unlimited,
 }
 
@@ -60,6 +61,7 @@ macro_rules! with_engine {
             Algorithm::Log($e) => $body,
             Algorithm::Concurrent($e) => $body,
             Algorithm::Calendar($e) => $body,
+            Algorithm::Partitions($e) => $body,
             Algorithm::Unlimited => {
                 let $e = &unlimited::Unlimited;
                 $body
@@ -111,6 +113,7 @@ impl Algorithm {
             Algorithm::Log(l) => l.smallest_limit(),
             Algorithm::Concurrent(c) => c.limit,
             Algorithm::Calendar(c) => c.limit,
+            Algorithm::Partitions(p) => p.max_cost(),
             Algorithm::Unlimited => crate::params::MAX_COUNT,
         }
     }

@@ -117,7 +117,7 @@ impl LuaScript {
 }
 
 /// Every engine's script, for tools and benchmarks.
-fn all() -> [&'static LazyLock<LuaScript>; 6] {
+fn all() -> [&'static LazyLock<LuaScript>; 7] {
     [
         &super::pause::SCRIPT,
         &super::gcra::SCRIPT,
@@ -125,6 +125,7 @@ fn all() -> [&'static LazyLock<LuaScript>; 6] {
         &super::log::SCRIPT,
         &super::concurrent::SCRIPT,
         &super::calendar::SCRIPT,
+        &crate::partitions::lease::SCRIPT,
     ]
 }
 

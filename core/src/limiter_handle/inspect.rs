@@ -27,7 +27,8 @@ impl Limiter {
         match &self.inner.target {
             Target::Memory { backend, namespace } => Ok(backend.concurrent_use(*namespace, key)),
             Target::Redis { backend, .. } => backend.concurrent_use(self.name(), key).await,
-            Target::Nowhere => Ok(ConcurrentUse::default()),
+            // Not reached: only concurrent limiters get past the kind check above.
+            Target::Nowhere | Target::Partitions(_) => Ok(ConcurrentUse::default()),
         }
     }
 
@@ -48,7 +49,9 @@ impl Limiter {
                 let role = self.inner.algorithm.state_keys()[0];
                 backend.keys_of(self.kind(), self.name(), role, MAX_KEYS_EXAMINED).await?
             }
-            Target::Nowhere => Vec::new(),
+            // Leased partitions keep their use in each process (what it holds and has spent),
+            // not in per-key state a reader could list.
+            Target::Nowhere | Target::Partitions(_) => Vec::new(),
         };
         // Concurrent peeks share the connection and are pipelined.
         let mut peeks = tokio::task::JoinSet::new();

@@ -136,7 +136,7 @@ impl Limiter {
     /// Blocking form of [`Limiter::acquire`]. Call it from plain threads, not from inside an
     /// async task.
     pub fn acquire_blocking(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
-        if let Target::Redis { .. } = self.inner.target {
+        if let Target::Redis { .. } | Target::Partitions(_) = self.inner.target {
             return block_on(self.acquire(key, cost, wait_timeout));
         }
         // In-process fast path: a call that need not wait involves no runtime.

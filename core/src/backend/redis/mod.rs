@@ -226,6 +226,16 @@ impl RedisBackend {
         &self.connections
     }
 
+    /// The key prefix (namespace).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The manual clock's time sent with each call; `None`: scripts read the server's TIME.
+    pub(crate) fn manual_now(&self) -> Option<u64> {
+        self.manual_clock.as_ref().map(|clock| clock.now_micros())
+    }
+
     /// The per-call deadline.
     pub(crate) fn deadline(&self) -> Duration {
         self.deadline
