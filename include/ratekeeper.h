@@ -830,16 +830,6 @@ enum rk_status rk_limiter_reset(const struct rk_limiter *limiter,
                                 const char *key);
 
 /**
- * \brief Gives the unspent tokens of a leased limiter's leases back to the shared bucket
- * (nothing to do for other limiters); later calls take new leases. Call it before
- * `rk_limiter_free` so that this process's unspent tokens are not left to lapse.
- *
- * \param limiter The limiter.
- * \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
- */
-enum rk_status rk_limiter_close(const struct rk_limiter *limiter);
-
-/**
  * \brief Corrects an admitted call's charge from `estimate` to `actual` (points, token bucket
  * and leaky limiters): the difference is charged or refunded.
  *
@@ -857,6 +847,60 @@ enum rk_status rk_limiter_points_used(const struct rk_limiter *limiter,
                                       uint64_t estimate,
                                       uint64_t actual,
                                       struct rk_decision *decision_out);
+
+/**
+ * \brief Creates a partitions limiter: `total_rate` units per second split into `partitions`
+ * equal partitions (Azure's rate limiting pattern).
+ *
+ * On Redis each process leases a fair share of the partitions for `lease_ttl_secs` (renewed
+ * while it calls), and `rk_limiter_check` / `rk_limiter_acquire` pace it to the rate it holds
+ * (20 calls per 200 ms at 100 per second, not 100 at once). A dead process's partitions return
+ * after `lease_ttl_secs`; `rk_limiter_close` gives them back at once. On the memory backend the
+ * process holds every partition of its class.
+ *
+ * \param backend The backend that holds the state.
+ * \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.
+ * \param total_rate Units per second of the whole service: finite, above 0, at most 1,000,000.
+ * \param partitions How many equal partitions (1 to 1024).
+ * \param lease_ttl_secs How long a lease lasts unless renewed (at least 0.1 s; Azure's 15).
+ * \param reserved Partitions set aside for the priority class (0: none).
+ * \param priority Nonzero: this limiter belongs to the priority class and leases only the
+ *        reserved partitions; zero: only the others.
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT.
+ */
+enum rk_status rk_limiter_new_partitions(const struct rk_backend *backend,
+                                         const char *name,
+                                         double total_rate,
+                                         uint64_t partitions,
+                                         double lease_ttl_secs,
+                                         uint64_t reserved,
+                                         int32_t priority,
+                                         struct rk_limiter **limiter_out);
+
+/**
+ * \brief Gives back what this process holds: every partition of a partitions limiter, so that
+ * other processes may lease them at once instead of after the lease TTL, and the unspent tokens
+ * of a leased limiter's leases (call it before `rk_limiter_free` so that they do not lapse); a
+ * later call leases anew. Does nothing on other limiters.
+ *
+ * \param limiter The limiter.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_close(const struct rk_limiter *limiter);
+
+/**
+ * \brief How many partitions this process holds of a partitions limiter for `key` now.
+ *
+ * \param limiter The limiter.
+ * \param key The identity, or NULL for the limiter's single shared key.
+ * \param count_out Receives the number of partitions held.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, or #RK_INVALID_ARGUMENT (naming
+ *         `limiter`) on other kinds of limiter.
+ */
+enum rk_status rk_limiter_partitions_held(const struct rk_limiter *limiter,
+                                          const char *key,
+                                          uint64_t *count_out);
 
 /**
  * \brief Overrides the spec of limiter `name`, or of one of its keys, in every process using

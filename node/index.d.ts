@@ -54,6 +54,15 @@ export type LimiterSpec =
   | { kind: 'leaky'; size: number; drain: number; wait_timeout?: number }
   | { kind: 'points'; capacity: number; refill: number; wait_timeout?: number }
   | { kind: 'calendar'; limit: number; period: 'day' | 'week' | 'month' | 'year'; tz?: string; anchor?: number; wait_timeout?: number }
+  | {
+      kind: 'partitions';
+      total_rate: number;
+      partitions: number;
+      lease_ttl?: number;
+      reserved?: number;
+      priority?: boolean;
+      wait_timeout?: number;
+    }
   | { kind: 'unlimited'; wait_timeout?: number };
 
 /** A limiter as the registry (Redis) or this process (memory) knows it. */

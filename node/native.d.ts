@@ -51,6 +51,15 @@ export declare class Backend {
   /** Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens. */
   tokenBucket(name: string, rate: number, capacity: number, options?: LimiterOptions): Limiter
   /**
+   * Leased partitions (Azure's rate limiting pattern): `totalRate` units per second split into
+   * `partitions` equal partitions. On Redis each process leases a fair share of them for
+   * `leaseTtlMs` (renewed while it calls) and `check`/`acquire` pace it to the rate it holds
+   * (20 calls per 200 ms at 100/s, not 100 at once); a dead process's partitions return after
+   * `leaseTtlMs`, and `close()` gives them back at once. On memory the process holds every
+   * partition of its class.
+   */
+  partitions(name: string, totalRate: number, partitions: number, options?: PartitionsOptions): Limiter
+  /**
    * A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
    * this process takes from Redis in leases of up to `chunk` and spends in-process; unspent
    * tokens go back on `close()` or at the next lease, or lapse `leaseTtlMs` after they were
@@ -178,11 +187,6 @@ export declare class Limiter {
    * thread for the round trip).
    */
   checkSync(key?: string | null, cost?: number): Decision
-  /**
-   * Gives the unspent tokens of a leased limiter's leases back to the shared bucket (nothing
-   * to do for other limiters); later calls take new leases.
-   */
-  close(): Promise<void>
   /** What a call of cost 1 would get now, consuming nothing. */
   peek(key?: string | null): Promise<Decision>
   /** `peek` without a Promise (see `checkSync`). */
@@ -196,6 +200,18 @@ export declare class Limiter {
   acquire(key?: string | null, options?: AcquireOptions): Promise<Decision>
   /** Forgets all state of `key` (waiters on a concurrent limiter wake to re-check). */
   reset(key?: string | null): Promise<void>
+  /**
+   * Gives back what this process holds: every partition of a partitions limiter (other
+   * processes may lease them at once instead of after the lease TTL), the unspent tokens of
+   * a leased limiter's leases; a later call leases anew. Does nothing on other limiters.
+   */
+  close(): Promise<void>
+  /**
+   * The partitions this process holds of a partitions limiter for `key`, as
+   * `[index, fencingToken]` pairs. Throws `ERR_INVALID_ARGUMENT` naming `limiter` on other
+   * kinds.
+   */
+  partitionsHeld(key?: string | null): Array<[number, number]>
   /**
    * Gives back a lease of a concurrent limiter (its key travels in the lease). Rejects with
    * `ERR_LEASE_LOST` when it had been reclaimed (it outlived `lockTimeoutMs`) or reset.
@@ -492,6 +508,24 @@ export interface Metrics {
   overages: number
   /** Overdue leases reclaimed for a new caller. */
   reclaimed: number
+}
+
+/** Options of `backend.partitions()`. */
+export interface PartitionsOptions {
+  /**
+   * How long a lease lasts unless renewed: a dead process's partitions return after it
+   * (default 15000).
+   */
+  leaseTtlMs?: number
+  /** Partitions set aside for the priority class (default 0). */
+  reserved?: number
+  /**
+   * Whether this limiter belongs to the priority class: it leases only the reserved
+   * partitions, the others only the rest (default false).
+   */
+  priority?: boolean
+  /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
+  waitTimeoutMs?: number
 }
 
 /** Options of `Backend.redis()` and `Backend.cluster()`. */

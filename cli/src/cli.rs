@@ -120,6 +120,19 @@ pub struct DemoArgs {
     /// Length of the service's throttling window, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub window_ms: u64,
+    /// Run the ratekeeper client as this many OS processes sharing leased partitions of the
+    /// service's rate on Redis (needs --redis or --cluster); the naive run is skipped.
+    #[arg(long, value_name = "N")]
+    pub processes: Option<usize>,
+    /// Partitions the service's rate is split into (with --processes).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub partitions: u64,
+    /// Lease TTL of a partition in milliseconds (with --processes).
+    #[arg(long, value_name = "MS", default_value_t = 1500)]
+    pub lease_ttl_ms: u64,
+    /// Internal: run as one worker process of `--processes`, talking to the service at ADDR.
+    #[arg(long, value_name = "ADDR", hide = true)]
+    pub fleet_worker: Option<SocketAddr>,
 }
 
 /// `ratekeeper run`'s options.

@@ -177,7 +177,7 @@ fn predicted_duration(config: &Config) -> Duration {
 /// accepts `capacity` units, and a send that does not fit is refused with the time until the
 /// next window, like an HTTP 429 with Retry-After. A plain mutex and counters, on purpose
 /// independent of ratekeeper.
-mod service {
+pub(crate) mod service {
     use super::*;
 
     /// Why a send was refused: come back after `retry_after`.
@@ -209,9 +209,17 @@ mod service {
 
         /// Tries to write one record of `cost` units.
         pub fn send(&self, cost: u64) -> Result<(), Throttled> {
+            self.send_at(cost, None)
+        }
+
+        /// Tries to write one record of `cost` units sent at `sent_us` (µs since the epoch;
+        /// `None`: now). The multi-process demo counts a request in the window its sender sent
+        /// it in, as if the network took no time: a request that a busy machine delivers late
+        /// would otherwise land in the next window.
+        pub fn send_at(&self, cost: u64, sent_us: Option<u64>) -> Result<(), Throttled> {
             let mut state = self.state.lock().unwrap();
             // Read the clock under the lock so windows are seen in order by every caller.
-            let now = now_us();
+            let now = sent_us.unwrap_or_else(now_us);
             // Never go back to an older window, even if the wall clock steps back.
             let window = (now / self.window_us).max(state.window);
             if window != state.window {
@@ -373,7 +381,7 @@ fn table_row(stats: &RunStats) -> String {
 }
 
 /// 12345 -> "12,345".
-fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -386,7 +394,7 @@ fn thousands(n: u64) -> String {
 }
 
 /// Seconds with two decimals ("5.21 s"), or whole milliseconds below a second ("200 ms").
-fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     if d < Duration::from_secs(1) && d.subsec_micros() % 1000 == 0 {
         format!("{} ms", d.as_millis())
     } else if d.subsec_nanos() == 0 {

@@ -3,6 +3,7 @@
 
 mod cli;
 mod demo;
+mod demo_fleet;
 mod ops;
 mod run;
 mod serve;
@@ -36,6 +37,17 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             let config = demo::Config::from(args);
             if let Err(message) = config.validate() {
                 Cli::command().error(clap::error::ErrorKind::ValueValidation, message).exit();
+            }
+            if let Some(service) = args.fleet_worker {
+                let backend = ops::connect_redis(&cli.backend)?;
+                demo_fleet::work(&config, args, &backend, service)?;
+                return Ok(0);
+            }
+            if let Some(processes) = args.processes {
+                if let Err(message) = demo_fleet::run(&config, args, &cli.backend, processes) {
+                    Cli::command().error(clap::error::ErrorKind::ValueValidation, message).exit();
+                }
+                return Ok(0);
             }
             // The README's first command stays on memory unless a flag says otherwise: a
             // RATEKEEPER_REDIS_URL set for the operator commands does not move it.

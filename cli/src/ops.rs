@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratekeeper::{Backend, Error, LimiterInfo, RedisConfig};
+use ratekeeper::{Backend, Error, Kind, LimiterInfo, RedisConfig};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -107,7 +107,75 @@ pub struct LimiterView {
     pub refused: u64,
     /// Checks that failed (Redis unreachable under `fail_closed`), summed over every process.
     pub errors: u64,
+    /// Current use and the last hour (the page's list reads them; `limits` does not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageView>,
 }
+
+/// A limiter's current use and its last hour.
+#[derive(Debug, Clone, Serialize)]
+pub struct UsageView {
+    /// Concurrent limiters: who holds one key and who waits for it (the inspected key; in the
+    /// list, the busiest key).
+    pub concurrent: Option<ConcurrentView>,
+    /// The keys using most of their limit now, most used first.
+    pub busiest_keys: Vec<KeyUseView>,
+    /// The fleet's allowed and refused checks per minute, the last hour, oldest first.
+    pub history: Vec<MinuteView>,
+}
+
+/// A concurrent key's holders and waiters.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConcurrentView {
+    /// The key (`""`: the limiter's own).
+    pub key: String,
+    /// Leases held (overdue ones included).
+    pub held: u64,
+    /// Callers of `acquire` waiting for a slot.
+    pub waiters: u64,
+    /// The leases, oldest grant first.
+    pub holders: Vec<HolderView>,
+}
+
+/// One lease held.
+#[derive(Debug, Clone, Serialize)]
+pub struct HolderView {
+    /// A digest of the lease id (never the id: it would let anyone release the lease).
+    pub lease: String,
+    /// The grant's fencing token (`null`: granted by an earlier ratekeeper).
+    pub fencing_token: Option<u64>,
+    /// Seconds since the grant (`null` as for the token).
+    pub age: Option<f64>,
+    /// Seconds until its lock_timeout passes (0 once it has).
+    pub expires_in: f64,
+    /// Its lock_timeout has passed: a caller may reclaim it.
+    pub overdue: bool,
+}
+
+/// One key's use.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyUseView {
+    /// The key (`""`: the limiter's own).
+    pub key: String,
+    /// The binding limit minus what remains.
+    pub used: u64,
+    /// The binding limit.
+    pub limit: u64,
+}
+
+/// One minute of the history.
+#[derive(Debug, Clone, Serialize)]
+pub struct MinuteView {
+    /// The minute's start, in seconds since the Unix epoch.
+    pub start: f64,
+    /// Checks allowed.
+    pub allowed: u64,
+    /// Checks refused.
+    pub refused: u64,
+}
+
+/// How many busiest keys `inspect` shows.
+pub const BUSIEST_SHOWN: usize = 10;
 
 /// One key's state, as `inspect --json` and `/api/limiters/{name}` show it.
 #[derive(Debug, Clone, Serialize)]
@@ -129,9 +197,9 @@ pub struct InspectView {
     pub retry_after: f64,
     /// Seconds until the key is back to full.
     pub reset_after: f64,
-    /// Concurrent limiters: leases held now and not yet past their lock_timeout (the limit
-    /// minus what remains; who holds them is not recorded in a form the CLI can read yet).
-    pub holders: Option<u64>,
+    /// The key's holders and waiters (concurrent), the busiest keys and the last hour.
+    #[serde(flatten)]
+    pub usage: UsageView,
 }
 
 fn json(spec: &str) -> Value {
@@ -161,7 +229,67 @@ fn view(info: &LimiterInfo, counts: Option<&(u64, u64, u64)>) -> LimiterView {
         allowed,
         refused,
         errors,
+        usage: None,
     }
+}
+
+/// What an operator sees of `limiter` now: holders and waiters of `key` (concurrent; `None`:
+/// the busiest key), the `busiest` busiest keys, and the fleet's last hour.
+pub async fn usage(
+    backend: &Backend,
+    limiter: &ratekeeper::Limiter,
+    key: Option<&str>,
+    busiest: usize,
+) -> Result<UsageView, Failure> {
+    let busiest_keys = limiter.busiest_keys(busiest).await?;
+    let concurrent = if limiter.kind() == Kind::Concurrent {
+        let key = key.or(busiest_keys.first().map(|k| k.key.as_str())).unwrap_or("");
+        let seen = limiter.concurrent_use(Some(key)).await?;
+        Some(ConcurrentView {
+            key: key.to_owned(),
+            held: seen.held,
+            waiters: seen.waiters,
+            holders: seen
+                .holders
+                .iter()
+                .map(|h| HolderView {
+                    lease: h.lease.clone(),
+                    fencing_token: h.fencing_token,
+                    age: h.age.map(|a| a.as_secs_f64()),
+                    expires_in: h.expires_in.as_secs_f64(),
+                    overdue: h.overdue,
+                })
+                .collect(),
+        })
+    } else {
+        None
+    };
+    let history = backend
+        .history(limiter.name(), limiter.kind())
+        .await?
+        .into_iter()
+        .map(|m| MinuteView { start: epoch_secs(m.start), allowed: m.allowed, refused: m.refused })
+        .collect();
+    let busiest_keys =
+        busiest_keys.into_iter().map(|k| KeyUseView { key: k.key, used: k.used, limit: k.limit }).collect();
+    Ok(UsageView { concurrent, busiest_keys, history })
+}
+
+/// The registry with fleet counts, and each limiter's current use and last hour (the page's
+/// list): `busiest` keys each.
+pub async fn limiters_with_usage(backend: &Backend, busiest: usize) -> Result<Vec<LimiterView>, Failure> {
+    let mut views = limiters(backend).await?;
+    backend.sync_limits().await?;
+    for v in &mut views {
+        let spec = match &v.spec {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        // A spec this version cannot read (a newer kind) leaves the row without usage.
+        let Ok(limiter) = backend.observer_from_json(&v.name, &spec) else { continue };
+        v.usage = Some(usage(backend, &limiter, None, busiest).await?);
+    }
+    Ok(views)
 }
 
 /// The registry with every limiter's fleet counts, by name.
@@ -188,7 +316,7 @@ async fn registered(backend: &Backend, name: &str) -> Result<LimiterInfo, Failur
 /// A limiter built from the registry's spec, with every override written so far applied.
 async fn registered_limiter(backend: &Backend, name: &str) -> Result<(LimiterInfo, ratekeeper::Limiter), Failure> {
     let info = registered(backend, name).await?;
-    let limiter = backend.limiter_from_json(name, &info.spec)?;
+    let limiter = backend.observer_from_json(name, &info.spec)?;
     // A new process applies overrides at its background task's first poll; read them now so
     // the peek below decides as every other process does.
     backend.sync_limits().await?;
@@ -207,6 +335,8 @@ pub async fn inspect(backend: &Backend, name: &str, key: Option<&str>) -> Result
         .map_or(info.spec.as_str(), |(_, spec)| spec.as_str());
     let metrics = limiters(backend).await?.into_iter().find(|v| v.name == name);
     let counts = metrics.map(|v| (v.allowed, v.refused, v.errors));
+    // The holders of the key inspected (the limiter's own when none), as the peek above.
+    let usage = usage(backend, &limiter, Some(key.unwrap_or("")), BUSIEST_SHOWN).await?;
     Ok(InspectView {
         effective_spec: json(effective),
         limiter: view(&info, counts.as_ref()),
@@ -216,7 +346,7 @@ pub async fn inspect(backend: &Backend, name: &str, key: Option<&str>) -> Result
         remaining: decision.remaining,
         retry_after: decision.retry_after.as_secs_f64(),
         reset_after: decision.reset_after.as_secs_f64(),
-        holders: (info.kind == "concurrent").then(|| decision.limit.saturating_sub(decision.remaining)),
+        usage,
     })
 }
 
@@ -328,9 +458,58 @@ pub fn inspect_text(v: &InspectView) -> String {
         ("retry after", seconds(v.retry_after)),
         ("reset after", seconds(v.reset_after)),
     ];
-    let holders = v.holders.map(|h| ("holders", h.to_string()));
-    for (label, value) in lines.into_iter().chain(holders) {
+    for (label, value) in lines {
         out.push_str(&format!("{label:<14}{value}\n"));
+    }
+    out.push_str(&usage_text(&v.usage));
+    out
+}
+
+/// `inspect`'s tables: holders and waiters, busiest keys, the last hour.
+fn usage_text(u: &UsageView) -> String {
+    let mut out = String::new();
+    if let Some(c) = &u.concurrent {
+        out.push_str(&format!("{:<14}{}\n", "holders", c.held));
+        out.push_str(&format!("{:<14}{}\n", "waiters", c.waiters));
+        if !c.holders.is_empty() {
+            let mut rows = vec![["LEASE", "FENCING TOKEN", "AGE", "EXPIRES IN"].map(str::to_owned).to_vec()];
+            for h in &c.holders {
+                let expires = if h.overdue { "overdue".to_owned() } else { seconds(h.expires_in) };
+                rows.push(vec![
+                    h.lease.clone(),
+                    h.fencing_token.map_or("-".into(), |t| t.to_string()),
+                    h.age.map_or("-".into(), seconds),
+                    expires,
+                ]);
+            }
+            out.push_str(&indented_table(&rows));
+        }
+    }
+    if u.busiest_keys.is_empty() {
+        out.push_str(&format!("{:<14}-\n", "busiest keys"));
+    } else {
+        out.push_str("busiest keys\n");
+        let mut rows = vec![["KEY", "USED", "LIMIT"].map(str::to_owned).to_vec()];
+        for k in &u.busiest_keys {
+            let key = if k.key.is_empty() { "(own)".to_owned() } else { k.key.clone() };
+            rows.push(vec![key, k.used.to_string(), k.limit.to_string()]);
+        }
+        out.push_str(&indented_table(&rows));
+    }
+    let (allowed, refused) = u.history.iter().fold((0, 0), |(a, r), m| (a + m.allowed, r + m.refused));
+    let hour = if u.history.is_empty() { "-".to_owned() } else { format!("allowed {allowed}, refused {refused}") };
+    out.push_str(&format!("{:<14}{hour}\n", "last hour"));
+    out
+}
+
+/// Rows under a header, indented two spaces, columns padded to their widest cell.
+fn indented_table(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out.push_str(&format!("  {}\n", cells.join("  ").trim_end()));
     }
     out
 }

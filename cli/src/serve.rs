@@ -38,6 +38,9 @@ struct App {
     history: Arc<Mutex<History>>,
 }
 
+/// How many busiest keys each limiter of the list shows.
+const LIST_BUSIEST: usize = 3;
+
 /// The span of the "last minute" counts.
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -203,9 +206,11 @@ async fn metrics(State(app): State<App>) -> ApiResult<Response> {
 
 /// `GET /api/limiters`: the registry with fleet counts, each limiter's counts of the last
 /// minute (`last_minute`: `{allowed, refused, seconds}`, over fewer seconds while the server has
-/// been read for less than a minute; `null` on the first read), and the server's time for "ago".
+/// been read for less than a minute; `null` on the first read), its `usage` (the busiest keys,
+/// a concurrent limiter's holders and waiters of its busiest key, the last hour per minute),
+/// and the server's time for "ago".
 async fn list(State(app): State<App>) -> ApiResult<Json<Value>> {
-    let views = ops::limiters(&app.backend).await?;
+    let views = ops::limiters_with_usage(&app.backend, LIST_BUSIEST).await?;
     let mut recent = app.history.lock().expect("history lock").last_minute(Instant::now(), &views);
     let limiters: Vec<Value> = views
         .into_iter()
@@ -307,6 +312,7 @@ mod tests {
             allowed,
             refused,
             errors: 0,
+            usage: None,
         }
     }
 

@@ -259,7 +259,7 @@ fn a_held_mutex_refuses_with_75_until_released() {
     assert!(err.contains("\"mutex\" is over its limit") && err.contains("the command was not run"), "{err}");
     assert!(!ran.exists());
     let inspected: Value = serde_json::from_str(&ok(&["--redis", &url, "inspect", "mutex", "--json"])).unwrap();
-    assert_eq!((inspected["holders"].as_u64(), inspected["remaining"].as_u64()), (Some(1), Some(0)));
+    assert_eq!((inspected["concurrent"]["held"].as_u64(), inspected["remaining"].as_u64()), (Some(1), Some(0)));
     // Another key is another mutex.
     assert_eq!(run(&["--redis", &url, "run", "mutex", "--key", "other", "--", "true"]).0, 0);
 
@@ -268,7 +268,7 @@ fn a_held_mutex_refuses_with_75_until_released() {
     assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "touch", ran.to_str().unwrap()]).0, 0, "released");
     assert!(ran.exists());
     let text = ok(&["--redis", &url, "inspect", "mutex"]);
-    assert!(text.ends_with("holders       0\n"), "{text}");
+    assert!(text.contains("holders       0\nwaiters       0\n"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -352,4 +352,132 @@ fn sigterm_and_sigint_reach_the_command_and_the_lease_is_released() {
         assert_eq!(run(&["--redis", &url, "run", "mutex", "--", "true"]).0, 0, "{signal}: the lease was released");
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// Masks what changes from run to run in `inspect`'s text, one word at a time: durations
+/// ("1.713s") become `Ns`, fencing tokens (microsecond instants) `TOKEN`, lease digests
+/// (8 hex digits) `LEASE`; runs of spaces (column padding) become one.
+fn mask_inspect(text: &str) -> String {
+    let word = |w: &str| -> String {
+        let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.');
+        if w.len() > 1 && w.ends_with('s') && digits(&w[..w.len() - 1]) {
+            "Ns".into()
+        } else if w.len() >= 13 && w.chars().all(|c| c.is_ascii_digit()) {
+            "TOKEN".into()
+        } else if w.len() == 8 && w.chars().all(|c| c.is_ascii_hexdigit()) {
+            "LEASE".into()
+        } else {
+            w.into()
+        }
+    };
+    text.lines().map(|l| l.split_whitespace().map(word).collect::<Vec<_>>().join(" ") + "\n").collect()
+}
+
+/// `inspect` shows a concurrent key's holders (fencing tokens, ages) and waiters, the busiest
+/// keys of a limiter, and the fleet's last hour, on one backend's command-line options.
+fn views(backend: &[&str]) {
+    let with = |args: &[&str]| -> Vec<String> { backend.iter().chain(args).map(|s| s.to_string()).collect() };
+    let ok_with = |args: &[&str]| {
+        let args = with(args);
+        ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let dir = support::scratch_dir("views");
+    let release = dir.join("release");
+    let spec = r#"{"kind":"concurrent","limit":2,"lock_timeout":60}"#;
+    let hold = |i: usize, extra: &[&str]| {
+        let script =
+            format!("touch {}/held-{i}; while [ ! -e {} ]; do sleep 0.02; done", dir.display(), release.display());
+        let child = ratekeeper()
+            .args(backend)
+            .args(["run", "pool", "--spec", spec])
+            .args(extra)
+            .args(["--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Background(Some(child))
+    };
+    let mut first = hold(0, &[]);
+    wait_until("the first holder", HANG, || exists(&dir.join("held-0")));
+    std::thread::sleep(Duration::from_millis(50));
+    let mut second = hold(1, &[]);
+    wait_until("the second holder", HANG, || exists(&dir.join("held-1")));
+    let mut third = hold(2, &["--wait", "120"]);
+    let inspect = || -> Value { serde_json::from_str(&ok_with(&["inspect", "pool", "--json"])).unwrap() };
+    wait_until("one waiter", HANG, || inspect()["concurrent"]["waiters"] == 1);
+
+    let text = ok_with(&["inspect", "pool"]);
+    let masked = mask_inspect(&text);
+    let until_last_hour = masked.split("last hour").next().unwrap();
+    assert_eq!(
+        until_last_hour,
+        "name pool\nkey -\nkind concurrent\nspec {\"kind\":\"concurrent\",\"limit\":2,\"lock_timeout\":60}\n\
+         overrides -\ndeciding spec {\"kind\":\"concurrent\",\"limit\":2,\"lock_timeout\":60}\nallowed false\n\
+         limit 2\nremaining 0\nretry after Ns\nreset after Ns\nholders 2\nwaiters 1\n\
+         LEASE FENCING TOKEN AGE EXPIRES IN\nLEASE TOKEN Ns Ns\nLEASE TOKEN Ns Ns\n\
+         busiest keys\nKEY USED LIMIT\n(own) 2 2\n",
+        "{text}"
+    );
+    let seen = inspect();
+    let holders = seen["concurrent"]["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 2);
+    // Oldest grant first: the older holder has the lower fencing token and the greater age.
+    let (t0, t1) = (holders[0]["fencing_token"].as_u64().unwrap(), holders[1]["fencing_token"].as_u64().unwrap());
+    let (a0, a1) = (holders[0]["age"].as_f64().unwrap(), holders[1]["age"].as_f64().unwrap());
+    assert!(t0 < t1 && a0 > a1 + 0.04, "{holders:?}");
+    assert!(holders.iter().all(|h| h["expires_in"].as_f64().unwrap() > 50.0 && h["overdue"] == false));
+
+    std::fs::write(&release, "").unwrap();
+    for holder in [&mut first, &mut second, &mut third] {
+        assert_eq!(holder.wait().unwrap().code(), Some(0));
+    }
+    let seen = inspect();
+    assert_eq!((seen["concurrent"]["held"].as_u64(), seen["concurrent"]["waiters"].as_u64()), (Some(0), Some(0)));
+
+    // Busiest keys, most used first; a key using none of its limit is left out.
+    let window = r#"{"kind":"window","limit":10,"interval":3600}"#;
+    for (key, times) in [("heavy", 3), ("light", 1), ("middle", 2)] {
+        for _ in 0..times {
+            ok_with(&["run", "busy", "--spec", window, "--key", key, "--", "true"]);
+        }
+    }
+    let seen: Value = serde_json::from_str(&ok_with(&["inspect", "busy", "--key", "light", "--json"])).unwrap();
+    let busiest: Vec<(&str, u64)> = seen["busiest_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["key"].as_str().unwrap(), k["used"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(busiest, [("heavy", 3), ("middle", 2), ("light", 1)]);
+    let text = mask_inspect(&ok_with(&["inspect", "busy"]));
+    assert!(text.contains("busiest keys\nKEY USED LIMIT\nheavy 3 10\nmiddle 2 10\nlight 1 10\n"), "{text}");
+
+    // The last hour, per minute: every check of the runs, in the last minute or two.
+    let history = seen["history"].as_array().unwrap();
+    assert_eq!(history.len(), 60);
+    let sum = |field: &str| history.iter().map(|m| m[field].as_u64().unwrap()).sum::<u64>();
+    assert_eq!((sum("allowed"), sum("refused")), (6, 0));
+    assert!(history[..58].iter().all(|m| m["allowed"] == 0));
+    assert!(text.ends_with("last hour allowed 6, refused 0\n"), "{text}");
+    let pool: Value = serde_json::from_str(&ok_with(&["inspect", "pool", "--json"])).unwrap();
+    let pool_history = pool["history"].as_array().unwrap();
+    let allowed: u64 = pool_history.iter().map(|m| m["allowed"].as_u64().unwrap()).sum();
+    let refused: u64 = pool_history.iter().map(|m| m["refused"].as_u64().unwrap()).sum();
+    assert!(allowed == 3 && refused >= 1, "the waiter was refused, then granted: {allowed} {refused}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn views_on_a_standalone_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    views(&["--redis", &url]);
+}
+
+#[test]
+fn views_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seeds().join(",");
+    views(&["--cluster", &seeds]);
 }

@@ -25,10 +25,12 @@ mod limiter_handle;
 mod live;
 mod metrics;
 pub mod params;
+mod partitions;
 mod prometheus;
 mod runtime;
 mod shedder;
 pub mod upstream;
+mod views;
 
 pub use backend::redis::driven;
 pub use backend::{
@@ -41,11 +43,16 @@ pub use decision::{http_seconds, Decision, Lease, LimitStatus};
 pub use error::{Error, ErrorKind, Result};
 pub use limiter::gcra::MAX_AHEAD_CAPACITIES;
 pub use limiter::{
-    CalendarPeriod, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit, DEFAULT_LEASE_TTL,
+    CalendarPeriod, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit, DEFAULT_LEASED_TTL,
     DEFAULT_LOCK_TIMEOUT,
 };
-pub use limiter_handle::{Limiter, Permit, Policy, DEFAULT_WAIT_TIMEOUT};
+pub use limiter_handle::{Limiter, PartitionsHeld, Permit, Policy, DEFAULT_WAIT_TIMEOUT};
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};
+pub use partitions::{DEFAULT_LEASE_TTL, MAX_PARTITIONS, MIN_LEASE_TTL};
 pub use runtime::{block_on, runtime};
 pub use shedder::{FleetShedder, FleetTicket, UtilizationConfig, UtilizationShedder};
+pub use views::{
+    ConcurrentUse, Holder, KeyUse, MinuteCounts, HISTORY_MINUTES, MAX_HOLDERS_SHOWN, MAX_KEYS_EXAMINED,
+    MAX_SCANNED_PER_MASTER,
+};

@@ -156,6 +156,17 @@ impl Live {
     /// Records a new limiter object of `name`; returns the name's state, which carries its
     /// overrides.
     pub(crate) fn join(&self, name: &str, spec: &LimiterSpec, metrics: &Arc<LimiterMetrics>) -> Arc<NameState> {
+        let state = self.observe(name);
+        let mut members = state.members.lock();
+        members.retain(|m| m.metrics.strong_count() > 0);
+        members.push(Member { kind: spec.kind(), spec_json: spec.to_json(), metrics: Arc::downgrade(metrics) });
+        drop(members);
+        state
+    }
+
+    /// The live state of `name` (its overrides), without joining it: an operator's reads are
+    /// neither registered nor counted in the name's metrics.
+    pub(crate) fn observe(&self, name: &str) -> Arc<NameState> {
         let mut names = self.names.lock();
         let state = names.entry(name.to_owned()).or_insert_with(|| {
             let state = Arc::new(NameState {
@@ -171,10 +182,6 @@ impl Live {
             }
             state
         });
-        let mut members = state.members.lock();
-        members.retain(|m| m.metrics.strong_count() > 0);
-        members.push(Member { kind: spec.kind(), spec_json: spec.to_json(), metrics: Arc::downgrade(metrics) });
-        drop(members);
         state.clone()
     }
 

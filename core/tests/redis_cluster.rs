@@ -62,7 +62,7 @@ fn node_keys(node: &RedisServer, prefix: &str) -> Vec<String> {
 }
 
 /// The keys that hold limiter state (the other key a limiter may have is its `metrics` hash).
-const STATE_ROLES: &[&str] = &["s", "h", "b", "t", "w", "z", "d", "l"];
+const STATE_ROLES: &[&str] = &["s", "h", "b", "t", "w", "z", "d", "l", "g", "q"];
 
 /// `<prefix>:{<16 hex>}:<kind>:<name>:<role>:<key>` → (kind, name, role, key), checking the tag.
 fn parse_key<'k>(prefix: &str, redis_key: &'k str) -> (&'k str, &'k str, &'k str, &'k str) {
@@ -134,8 +134,10 @@ fn ten_thousand_keys_of_every_kind_spread_over_all_masters() {
         for k in &keys {
             let (kind, name, role, key) = parse_key(prefix, k);
             if !STATE_ROLES.contains(&role) {
-                // The fleet metrics hash, and the last flush applied per writer (see metrics.lua).
-                assert!(role == "metrics" && key.is_empty() || role == "metrics-seq", "an unexpected key {k:?}");
+                // The fleet metrics hash and its per-minute history, and the last flush applied
+                // per writer (see metrics.lua).
+                let per_limiter = (role == "metrics" || role == "history") && key.is_empty();
+                assert!(per_limiter || role == "metrics-seq", "an unexpected key {k:?}");
                 continue;
             }
             identities.entry((kind.to_owned(), name.to_owned())).or_default().insert(key.to_owned());

@@ -1347,13 +1347,13 @@ fn an_abandon_frees_its_own_lease_whether_it_comes_after_or_before_the_check() {
     let server = RedisServer::start();
     let mut conn = raw(&server);
     let body = ratekeeper::lua_sources().into_iter().find(|(name, _)| *name == "concurrent").unwrap().1;
-    let keys = ["t:h", "t:t", "t:w", "t:x"];
+    let keys = ["t:h", "t:t", "t:w", "t:x", "t:g", "t:q"];
     let mut run = |op: &str, id: &str| -> Vec<i64> {
         // A check passes the pause key last (see `PAUSE_PRELUDE`); other verbs do not.
         let pause_key: &[&str] = if op == "check" { &["t:p"] } else { &[] };
         redis::cmd("EVAL")
             .arg(body)
-            .arg(4 + pause_key.len())
+            .arg(keys.len() + pause_key.len())
             .arg(&keys)
             .arg(pause_key)
             .arg(op)
@@ -1361,6 +1361,8 @@ fn an_abandon_frees_its_own_lease_whether_it_comes_after_or_before_the_check() {
             .arg(1)
             .arg(60_000_000)
             .arg(id)
+            .arg("") // no waiter
+            .arg(0)
             .query(&mut conn)
             .unwrap()
     };

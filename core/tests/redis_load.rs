@@ -1,13 +1,14 @@
 //! Load tests on real Redis servers, judged by the server's own clock (`decided_at_micros`):
 //!
-//! 1. over-admission across OS processes: 8 processes × 8 tasks × 1,000 attempts against every
-//!    limiter kind on one standalone Redis; nothing is admitted beyond the limit, and at least
+//! 1. over-admission across OS processes: 8 processes × 8 tasks × 400 attempts (1,000 with
+//!    `RATEKEEPER_LONG_TESTS=1`) against every limiter kind on one standalone Redis; nothing is admitted beyond the limit, and at least
 //!    95% of the theoretical maximum over the contended span is (for the exact sliding windows
 //!    also 95% of what a model limiter admits from the same arrivals; for the concurrent
 //!    limiter, slot occupancy sampled from the server);
 //! 2. a `SCRIPT FLUSH` storm: no errors, counts exact;
 //! 3. every key has a TTL, and idle state disappears;
-//! 4. the over-admission check (lighter) on a 3-master Redis Cluster.
+//! 4. the over-admission check (lighter: 4 processes × 4 tasks × 1,000 attempts) on a 3-master
+//!    Redis Cluster.
 //!
 //! Worker processes are this test executable run again with `--exact load_worker`; the job is
 //! described by `RK_LOAD_*` environment variables, and the worker prints one `RKLOAD …` line per
@@ -27,6 +28,16 @@ use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, Limiter, RedisConfig, SlidingLimit, WindowLimit};
 use support::{RedisCluster, RedisServer};
+
+/// Attempts per task: the lean default of the test command, or the full shape with
+/// `RATEKEEPER_LONG_TESTS=1`.
+fn attempts_per_task() -> u64 {
+    if std::env::var("RATEKEEPER_LONG_TESTS").as_deref() == Ok("1") {
+        1000
+    } else {
+        400
+    }
+}
 
 /// The key every load job uses (one identity, maximal contention).
 const KEY: &str = "shared";
@@ -895,7 +906,7 @@ fn standalone_jobs() -> Vec<Job> {
 fn no_over_admission_across_processes_on_redis() {
     let _heavy = heavy_lock();
     let server = RedisServer::start();
-    run_suite(&Target::Standalone(server.url()), &standalone_jobs(), 8, 8, 1000);
+    run_suite(&Target::Standalone(server.url()), &standalone_jobs(), 8, 8, attempts_per_task());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1237,8 +1248,8 @@ fn every_key_has_a_ttl_and_idle_state_expires() {
 }
 
 /// The roles of per-identity limiter state: GCRA `s`, counters `h` and `b`, log `z`, `d` and
-/// `l`, concurrent holders `h`, token `t` and wake list `w`.
-const STATE_ROLES: [&str; 8] = ["s", "h", "b", "z", "d", "l", "t", "w"];
+/// `l`, concurrent holders `h`, token `t`, wake list `w` and grants `g`.
+const STATE_ROLES: [&str; 9] = ["s", "h", "b", "z", "d", "l", "t", "w", "g"];
 
 /// The role of `<prefix>:{<tag>}:<kind>:<name>:<role>:<key>`.
 fn role_of(key: &str) -> &str {

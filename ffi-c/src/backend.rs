@@ -41,6 +41,10 @@ fn failure_policy(policy: u32, divisor: u32) -> Result<FailurePolicy, Failure> {
     Ok(match policy {
         0 => FailurePolicy::FailClosed,
         1 => FailurePolicy::FailOpen,
+        // Checked here so the error names the C parameter (the core calls it `divisor`).
+        2 if divisor == 0 => {
+            return Err(Error::invalid("fallback_divisor", "must be at least 1 with RK_FALLBACK").into())
+        }
         2 => FailurePolicy::Fallback { divisor },
         other => {
             return Err(Error::invalid(

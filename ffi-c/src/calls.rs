@@ -277,20 +277,6 @@ pub extern "C" fn rk_limiter_reset(limiter: *const rk_limiter, key: *const c_cha
     }
 }
 
-/// \brief Gives the unspent tokens of a leased limiter's leases back to the shared bucket
-/// (nothing to do for other limiters); later calls take new leases. Call it before
-/// `rk_limiter_free` so that this process's unspent tokens are not left to lapse.
-///
-/// \param limiter The limiter.
-/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
-#[no_mangle]
-pub extern "C" fn rk_limiter_close(limiter: *const rk_limiter) -> rk_status {
-    ffi_status! {
-        let limiter = &arg_ref("limiter", limiter)?.inner;
-        Ok(limiter.close_blocking()?)
-    }
-}
-
 /// \brief Corrects an admitted call's charge from `estimate` to `actual` (points, token bucket
 /// and leaky limiters): the difference is charged or refunded.
 ///

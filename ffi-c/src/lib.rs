@@ -33,6 +33,8 @@ pub mod limiter;
 
 pub mod calls;
 
+pub mod partitions;
+
 pub mod operate;
 
 pub mod upstream;

@@ -51,7 +51,7 @@ pub struct rk_sliding_limit {
 }
 
 /// Checks the backend, the name and the out-param, then builds the limiter from the spec.
-fn build(
+pub(crate) fn build(
     backend: *const rk_backend,
     name: *const c_char,
     limiter_out: *mut *mut rk_limiter,
@@ -275,7 +275,7 @@ pub extern "C" fn rk_limiter_new_leased(
     ffi_status! {
         build(backend, name, limiter_out, || {
             let lease_ttl = if lease_ttl_secs == 0.0 {
-                ratekeeper::DEFAULT_LEASE_TTL
+                ratekeeper::DEFAULT_LEASED_TTL
             } else {
                 ratekeeper::params::duration_from_secs("lease_ttl", lease_ttl_secs)?
             };

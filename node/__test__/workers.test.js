@@ -1,6 +1,7 @@
 'use strict';
 // worker_threads: the addon loads in the main thread and in 8 workers at once, workers are
-// terminated (with calls in flight) and re-created 100 times; nothing crashes, the exports are
+// terminated (with calls in flight) and re-created 25 times (100 with RATEKEEPER_LONG_TESTS=1, or
+// RATEKEEPER_WORKER_ROUNDS=N); nothing crashes, the exports are
 // defined everywhere, and threads and handles come back to the baseline. The core's runtime is
 // process-wide and lives as long as the process: it is not restarted per worker, so its thread
 // count stays fixed however many workers come and go.
@@ -14,7 +15,7 @@ const rk = require('..');
 const { RedisServer } = require('./support/redis.js');
 
 const WORKERS = 8;
-const ROUNDS = Number(process.env.RATEKEEPER_WORKER_ROUNDS || 100);
+const ROUNDS = Number(process.env.RATEKEEPER_WORKER_ROUNDS || (process.env.RATEKEEPER_LONG_TESTS === '1' ? 100 : 25));
 
 function threads() {
   return Number(/^Threads:\s+(\d+)/m.exec(fs.readFileSync('/proc/self/status', 'utf8'))[1]);

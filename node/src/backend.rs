@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use napi::{Env, Unknown};
 use napi_derive::napi;
-use ratekeeper::params::{count_from_f64, duration_from_millis, interval_from_name, timeout_from_millis};
+use ratekeeper::params::{
+    cost_from_f64, count_from_f64, duration_from_millis, interval_from_name, timeout_from_millis,
+};
 use ratekeeper::{CalendarPeriod, Error, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
 
 use crate::args::{self, count, millis, opt_millis, Js};
@@ -91,6 +93,23 @@ pub struct ConcurrentOptions {
     pub allow_fallback: Option<bool>,
 }
 options!(ConcurrentOptions { lock_timeout_ms, wait_timeout_ms, allow_fallback });
+
+/// Options of `backend.partitions()`.
+#[napi(object, object_from_js = false, object_to_js = false)]
+#[derive(Default)]
+pub struct PartitionsOptions {
+    /// How long a lease lasts unless renewed: a dead process's partitions return after it
+    /// (default 15000).
+    pub lease_ttl_ms: Option<f64>,
+    /// Partitions set aside for the priority class (default 0).
+    pub reserved: Option<f64>,
+    /// Whether this limiter belongs to the priority class: it leases only the reserved
+    /// partitions, the others only the rest (default false).
+    pub priority: Option<bool>,
+    /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
+    pub wait_timeout_ms: Option<f64>,
+}
+options!(PartitionsOptions { lease_ttl_ms, reserved, priority, wait_timeout_ms });
 
 /// Options of `backend.calendar()`.
 #[napi(object, object_from_js = false, object_to_js = false)]
@@ -185,7 +204,8 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
         match (tls.cert, tls.key) {
             (Some(Pem(cert)), Some(Pem(key))) => t.client_cert_and_key_pem = Some((cert, key)),
             (None, None) => {}
-            _ => return Err(Error::invalid("tls", "`cert` and `key` go together")),
+            (Some(_), None) => return Err(Error::invalid_field("tls.key", "is required with `cert`")),
+            (None, Some(_)) => return Err(Error::invalid_field("tls.cert", "is required with `key`")),
         }
         config = config.tls(t);
     }
@@ -267,9 +287,21 @@ impl Backend {
     #[napi(factory, ts_args_type = "seeds: string[], options?: RedisOptions")]
     pub fn cluster(env: Env, seeds: Option<Unknown<'_>>, options: Option<Unknown<'_>>) -> napi::Result<Self> {
         guard(&env, || {
-            let result = args::required(Js::opt(&seeds), "url")
-                .and_then(|s| s.array("url"))
-                .and_then(|list| list.into_iter().map(|s| s.string("url")).collect::<CoreResult<Vec<_>>>())
+            let result = args::required(Js::opt(&seeds), "seeds")
+                .and_then(|s| s.array("seeds"))
+                .and_then(|list| {
+                    // A seed of the wrong type is named by its index, as the core names one of
+                    // the wrong scheme.
+                    let seed = |(i, s): (usize, Js)| {
+                        s.string("seeds").map_err(|e| match e {
+                            Error::InvalidArgument { message, .. } => {
+                                Error::invalid_field(format!("seeds[{i}]"), message)
+                            }
+                            other => other,
+                        })
+                    };
+                    list.into_iter().enumerate().map(seed).collect::<CoreResult<Vec<_>>>()
+                })
                 .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), options::optional(&options)?));
             Ok(Backend { inner: core(&env, result)? })
         })
@@ -467,6 +499,42 @@ impl Backend {
         })
     }
 
+    /// Leased partitions (Azure's rate limiting pattern): `totalRate` units per second split into
+    /// `partitions` equal partitions. On Redis each process leases a fair share of them for
+    /// `leaseTtlMs` (renewed while it calls) and `check`/`acquire` pace it to the rate it holds
+    /// (20 calls per 200 ms at 100/s, not 100 at once); a dead process's partitions return after
+    /// `leaseTtlMs`, and `close()` gives them back at once. On memory the process holds every
+    /// partition of its class.
+    #[napi(ts_args_type = "name: string, totalRate: number, partitions: number, options?: PartitionsOptions")]
+    pub fn partitions(
+        &self,
+        env: Env,
+        name: Option<Unknown<'_>>,
+        total_rate: Option<Unknown<'_>>,
+        partitions: Option<Unknown<'_>>,
+        options: Option<Unknown<'_>>,
+    ) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let name = self::name(&name)?;
+                let o = options::optional::<PartitionsOptions>(&options)?.unwrap_or_default();
+                let spec = LimiterSpec::Partitions {
+                    total_rate: args::required(Js::opt(&total_rate), "total_rate")?.number("total_rate")?,
+                    partitions: count(Js::opt(&partitions), "partitions")?,
+                    lease_ttl: o
+                        .lease_ttl_ms
+                        .map(|ms| duration_from_millis("lease_ttl", ms))
+                        .transpose()?
+                        .unwrap_or(ratekeeper::DEFAULT_LEASE_TTL),
+                    reserved: o.reserved.map(|r| cost_from_f64("reserved", r)).transpose()?.unwrap_or(0),
+                    priority: o.priority.unwrap_or(false),
+                };
+                with_wait_timeout(self.inner.limiter(&name, spec)?, o.wait_timeout_ms, self.is_local())
+            };
+            core(&env, build())
+        })
+    }
+
     /// A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
     /// this process takes from Redis in leases of up to `chunk` and spends in-process; unspent
     /// tokens go back on `close()` or at the next lease, or lapse `leaseTtlMs` after they were
@@ -490,7 +558,7 @@ impl Backend {
                 let chunk = o.chunk.map(|c| count_from_f64("chunk", c)).transpose()?;
                 let ttl = o.lease_ttl_ms.map(|ms| duration_from_millis("lease_ttl", ms)).transpose()?;
                 let limiter =
-                    self.inner.leased(&name, rate, capacity, chunk, ttl.unwrap_or(ratekeeper::DEFAULT_LEASE_TTL))?;
+                    self.inner.leased(&name, rate, capacity, chunk, ttl.unwrap_or(ratekeeper::DEFAULT_LEASED_TTL))?;
                 with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
             };
             core(&env, build())

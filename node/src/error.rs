@@ -42,6 +42,8 @@ pub fn js_parameter(core: &str) -> Cow<'_, str> {
         "jitter" => "jitterMs",
         "max_reschedules" => "maxReschedules",
         "retry_after" => "retryAfterMs",
+        // The core's `FailurePolicy::Fallback { divisor }` is `failurePolicy: { fallback: n }` here.
+        "divisor" => "failurePolicy.fallback",
         other => return crate::args::camel(other),
     })
 }

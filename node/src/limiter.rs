@@ -1,6 +1,7 @@
 //! `Limiter`: every call style of the core's limiter, as Promises (and synchronous forms of the
 //! calls that never wait on a memory backend).
 
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use napi::bindgen_prelude::External;
@@ -39,6 +40,84 @@ pub struct Limiter {
     pub(crate) inner: ratekeeper::Limiter,
     /// No I/O: a memory backend, or `unlimited`. Its calls are answered during the call.
     local: bool,
+    /// Its number in this thread's [`HANDLES`] (0: not registered yet).
+    handle: Cell<u32>,
+}
+
+thread_local! {
+    /// The limiters index.js calls by number (see [`Limiter::handle`]): index `n - 1` holds
+    /// handle `n`'s limiter, or null once it was dropped (its slot is then reused).
+    ///
+    /// A method call on a napi class instance unwraps `this` through two private-property
+    /// lookups (the wrapped pointer and its type tag) that cost more than an in-process check
+    /// itself; `check`, `checkSync`, `peek` and `peekSync` skip them by passing this number to
+    /// module functions instead.
+    static HANDLES: RefCell<Handles> = const { RefCell::new(Handles { slots: Vec::new(), free: Vec::new() }) };
+}
+
+struct Handles {
+    slots: Vec<*const Limiter>,
+    free: Vec<u32>,
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        let handle = self.handle.get();
+        if handle != 0 {
+            // The thread's table may be gone already when the thread itself is ending.
+            let _ = HANDLES.try_with(|h| {
+                let mut h = h.borrow_mut();
+                h.slots[handle as usize - 1] = std::ptr::null();
+                h.free.push(handle);
+            });
+        }
+    }
+}
+
+/// Runs `f` on the limiter registered as `handle` on this thread.
+fn by_handle<T>(env: &Env, handle: u32, f: impl FnOnce(&Limiter) -> napi::Result<T>) -> napi::Result<T> {
+    let limiter = HANDLES.with(|h| h.borrow().slots.get((handle as usize).wrapping_sub(1)).copied());
+    match limiter {
+        // SAFETY: a registered pointer is the address napi-rs boxed the limiter at; it stays
+        // valid until the limiter is dropped (its JavaScript object finalised), which clears
+        // the slot first, and only this thread uses it.
+        Some(limiter) if !limiter.is_null() => f(unsafe { &*limiter }),
+        _ => core(env, Err(Error::invalid("this", "is not a Limiter"))),
+    }
+}
+
+/// Internal (index.js): `limiter.check(key, cost)` by handle.
+#[napi(skip_typescript)]
+pub fn limiter_check(
+    env: Env,
+    handle: u32,
+    key: Option<Unknown<'_>>,
+    cost: Option<Unknown<'_>>,
+) -> napi::Result<ReplyValue> {
+    by_handle(&env, handle, |l| l.check(env, key, cost))
+}
+
+/// Internal (index.js): `limiter.checkSync(key, cost)` by handle.
+#[napi(skip_typescript)]
+pub fn limiter_check_sync(
+    env: Env,
+    handle: u32,
+    key: Option<Unknown<'_>>,
+    cost: Option<Unknown<'_>>,
+) -> napi::Result<ReplyValue> {
+    by_handle(&env, handle, |l| l.check_sync(env, key, cost))
+}
+
+/// Internal (index.js): `limiter.peek(key)` by handle.
+#[napi(skip_typescript)]
+pub fn limiter_peek(env: Env, handle: u32, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+    by_handle(&env, handle, |l| l.peek(env, key))
+}
+
+/// Internal (index.js): `limiter.peekSync(key)` by handle.
+#[napi(skip_typescript)]
+pub fn limiter_peek_sync(env: Env, handle: u32, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+    by_handle(&env, handle, |l| l.peek_sync(env, key))
 }
 
 impl Limiter {
@@ -66,7 +145,7 @@ impl Limiter {
     /// Wraps a core limiter; `local` when its backend is in-process.
     pub fn new(inner: ratekeeper::Limiter, local: bool) -> Self {
         let local = local || inner.kind() == ratekeeper::Kind::Unlimited;
-        Limiter { inner, local }
+        Limiter { inner, local, handle: Cell::new(0) }
     }
 }
 
@@ -92,6 +171,29 @@ impl Limiter {
     #[napi(factory)]
     pub fn unlimited() -> Limiter {
         Limiter::new(ratekeeper::Limiter::unlimited(), true)
+    }
+
+    /// Internal (index.js): this limiter's number for the by-handle calls (see [`HANDLES`]),
+    /// registered on first use.
+    #[napi(skip_typescript)]
+    pub fn handle(&self) -> u32 {
+        if self.handle.get() == 0 {
+            let handle = HANDLES.with(|h| {
+                let mut h = h.borrow_mut();
+                match h.free.pop() {
+                    Some(handle) => {
+                        h.slots[handle as usize - 1] = self;
+                        handle
+                    }
+                    None => {
+                        h.slots.push(self);
+                        h.slots.len() as u32
+                    }
+                }
+            });
+            self.handle.set(handle);
+        }
+        self.handle.get()
     }
 
     /// The limiter's name.
@@ -175,16 +277,6 @@ impl Limiter {
         })
     }
 
-    /// Gives the unspent tokens of a leased limiter's leases back to the shared bucket (nothing
-    /// to do for other limiters); later calls take new leases.
-    #[napi(ts_return_type = "Promise<void>")]
-    pub fn close(&self, env: Env) -> napi::Result<ReplyValue> {
-        guard(&env, || {
-            let limiter = self.inner.clone();
-            run(&env, self.local, async move { limiter.close().await.map(|()| Payload::Unit) })
-        })
-    }
-
     /// What a call of cost 1 would get now, consuming nothing.
     #[napi(ts_args_type = "key?: string | null", ts_return_type = "Promise<Decision>")]
     pub fn peek(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
@@ -259,6 +351,29 @@ impl Limiter {
             let key = core(&env, args::key(&key))?;
             let limiter = self.inner.clone();
             run(&env, self.local, async move { limiter.reset(key.as_deref()).await.map(|()| Payload::Unit) })
+        })
+    }
+
+    /// Gives back what this process holds: every partition of a partitions limiter (other
+    /// processes may lease them at once instead of after the lease TTL), the unspent tokens of
+    /// a leased limiter's leases; a later call leases anew. Does nothing on other limiters.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close(&self, env: Env) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move { limiter.close().await.map(|()| Payload::Unit) })
+        })
+    }
+
+    /// The partitions this process holds of a partitions limiter for `key`, as
+    /// `[index, fencingToken]` pairs. Throws `ERR_INVALID_ARGUMENT` naming `limiter` on other
+    /// kinds.
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Array<[number, number]>")]
+    pub fn partitions_held(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<Vec<Vec<f64>>> {
+        guard(&env, || {
+            let key = core(&env, args::key(&key))?;
+            let held = core(&env, self.inner.partitions_held(key.as_deref()))?;
+            Ok(held.partitions.iter().map(|&(index, token)| vec![f64::from(index), token as f64]).collect())
         })
     }
 

@@ -151,7 +151,10 @@ impl Value for Policy {
         if fallback.is_finite() && fallback.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&fallback) {
             Ok(Policy(FailurePolicy::Fallback { divisor: fallback as u32 }))
         } else {
-            Err(Error::invalid("divisor", format!("must be a whole number of at least 1, got {fallback}")))
+            Err(Error::invalid_field(
+                format!("{}.fallback", camel(name)),
+                format!("must be a whole number of at least 1, got {fallback}"),
+            ))
         }
     }
 }
@@ -177,7 +180,20 @@ pub fn read<T: Options>(value: Js, name: &'static str) -> CoreResult<T> {
             return Err(Error::invalid_field(path, format!("is not an option; the options are {}", known.join(", "))));
         }
     }
-    T::read_fields(object)
+    T::read_fields(object).map_err(|e| nested(e, name, T::FIELDS))
+}
+
+/// An error naming a field of a nested options object names it by its path (`tls.ca`), as an
+/// unknown key in it is named: `ca` alone would not say which object it belongs to.
+fn nested(error: Error, name: &'static str, fields: &[&str]) -> Error {
+    match error {
+        Error::InvalidArgument { parameter: std::borrow::Cow::Borrowed(field), message }
+            if name != "options" && fields.contains(&field) =>
+        {
+            Error::invalid_field(format!("{}.{}", camel(name), camel(field)), message)
+        }
+        other => other,
+    }
 }
 
 /// An optional options object (`undefined` or `null`: none).

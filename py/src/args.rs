@@ -39,7 +39,7 @@ macro_rules! params {
 
 params! {
     PCost = "cost", PEstimate = "estimate", PActual = "actual", PLimit = "limit", PCapacity = "capacity",
-    PSize = "size", PChunk = "chunk", PLeaseTtl = "lease_ttl", PLockTimeout = "lock_timeout", PWaitTimeout = "wait_timeout",
+    PSize = "size", PChunk = "chunk", PLockTimeout = "lock_timeout", PWaitTimeout = "wait_timeout",
     PDrain = "drain", PRefill = "refill", PRate = "rate", PDuration = "duration", PPrecision = "precision",
     PDeadline = "deadline", PConnectTimeout = "connect_timeout", PMaxKeys = "max_keys",
     PDivisor = "fallback_divisor", PSeconds = "seconds", PMicros = "micros", PStartUs = "start_us",
@@ -50,6 +50,7 @@ params! {
     PAllowFallback = "allow_fallback", PPeriod = "period", PTz = "tz", PAnchor = "anchor",
     PAttempt = "attempt", PBase = "base", PJitter = "jitter", PMaxReschedules = "max_reschedules",
     PRetryAfter = "retry_after", PSeed = "seed", PDelay = "delay",
+    PTotalRate = "total_rate", PPartitions = "partitions", PLeaseTtl = "lease_ttl", PReserved = "reserved",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {
@@ -141,6 +142,7 @@ pub(crate) struct Cost<P>(pub u64, PhantomData<P>);
 
 impl<P> Cost<P> {
     pub(crate) const ONE: Self = Cost(1, PhantomData);
+    pub(crate) const ZERO: Self = Cost(0, PhantomData);
 }
 
 impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Cost<P> {

@@ -13,9 +13,10 @@ use ratekeeper::{
 
 use crate::args::Key;
 use crate::args::{
-    invalid, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout, PDeadline,
-    PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName, PPeriod, PPrefix, PRate, PRefill, PSize, PTz,
-    PUrl, PWaitTimeout, PolicyName, Seconds, SpecArg, Text, Timeout,
+    invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout,
+    PDeadline, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName, PPartitions, PPeriod, PPrefix,
+    PPriority, PRate, PRefill, PReserved, PSize, PTotalRate, PTz, PUrl, PWaitTimeout, PolicyName, Seconds, SpecArg,
+    Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -84,12 +85,15 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Seeds {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let mut seeds = Vec::new();
-        for item in items(obj, "seeds")? {
-            seeds.push(
-                item.extract::<Text<'_, PUrl>>()
-                    .map(|t| t.0.to_owned())
-                    .map_err(|_| invalid(obj.py(), "seeds", "every seed must be a str (redis://host:port)".into()))?,
-            );
+        for (i, item) in items(obj, "seeds")?.into_iter().enumerate() {
+            seeds.push(item.extract::<Text<'_, PUrl>>().map(|t| t.0.to_owned()).map_err(|_| {
+                // The seed at fault, by its index (as the core names a seed of the wrong scheme).
+                let message = format!(
+                    "must be a str (redis://host:port), got {}",
+                    item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                );
+                crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("seeds[{i}]"), message))
+            })?);
         }
         if seeds.is_empty() {
             return Err(invalid(obj.py(), "seeds", "at least one seed node is required".into()));
@@ -246,6 +250,8 @@ fn redis_config(
     if let Some(t) = connect_timeout {
         config = config.connect_timeout(t.0);
     }
+    // Which parameter the CA came from, to name it if its PEM is bad.
+    let ca_parameter = if tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
     let ca = match (tls_ca_file, tls_ca_data) {
         (Some(_), Some(_)) => {
             return Err(invalid(py, "tls_ca_data", "give tls_ca_file or tls_ca_data, not both".into()))
@@ -264,6 +270,14 @@ fn redis_config(
         let mut tls = TlsConfig::default();
         tls.ca_cert_pem = ca;
         tls.client_cert_and_key_pem = client;
+        if let Err(ratekeeper::Error::InvalidArgument { parameter, message }) = tls.validate() {
+            let parameter = match parameter.as_ref() {
+                "tls.ca" => ca_parameter,
+                "tls.cert" => "tls_cert_file",
+                _ => "tls_key_file",
+            };
+            return Err(invalid(py, parameter, message));
+        }
         config = config.tls(tls);
     }
     if let Some(c) = clock {
@@ -507,7 +521,7 @@ impl Backend {
     /// spends in-process; unspent tokens go back on `close()` or at the next lease, or lapse
     /// `lease_ttl` seconds after they were taken. The fleet never admits more than the bucket
     /// allows; leasing ahead may under-use it. On the memory backend: the token bucket.
-    #[pyo3(signature = (name, rate, capacity, chunk = None, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASE_TTL)))]
+    #[pyo3(signature = (name, rate, capacity, chunk = None, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASED_TTL)))]
     fn leased<'py>(
         &self,
         py: Python<'py>,
@@ -531,6 +545,36 @@ impl Backend {
         drain: Seconds<PDrain>,
     ) -> PyResult<PyLimiter<'py>> {
         self.wrap(py, guard(py, || self.inner.leaky(name.0, size.0, drain.0)))
+    }
+
+    /// Leased partitions (Azure's rate limiting pattern): `total_rate` units per second split
+    /// into `partitions` equal partitions. On Redis each process leases a fair share of them for
+    /// `lease_ttl` seconds (renewed while it calls) and `check`/`acquire` pace it to the rate it
+    /// holds (20 calls per 200 ms at 100/s, not 100 at once); a dead process's partitions return
+    /// after `lease_ttl`, and `close()` gives them back at once. The first `reserved` partitions
+    /// belong to limiters built with `priority=True`, the rest to the others. On memory the
+    /// process holds every partition of its class.
+    #[pyo3(signature = (
+        name, total_rate, partitions, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASE_TTL),
+        reserved = Cost::ZERO, *, priority = Flag::new(false)
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn partitions<'py>(
+        &self,
+        py: Python<'py>,
+        name: Text<'_, PName>,
+        total_rate: Float<PTotalRate>,
+        partitions: Count<PPartitions>,
+        lease_ttl: Seconds<PLeaseTtl>,
+        reserved: Cost<PReserved>,
+        priority: Flag<PPriority>,
+    ) -> PyResult<PyLimiter<'py>> {
+        self.wrap(
+            py,
+            guard(py, || {
+                self.inner.partitions(name.0, total_rate.0, partitions.0, lease_ttl.0, reserved.0, priority.0)
+            }),
+        )
     }
 
     /// A leaky bucket of `capacity` points refilled completely in `refill` seconds: a call

@@ -243,12 +243,6 @@ impl Limiter {
         Ok(Decision::new(d, k))
     }
 
-    /// Gives the unspent tokens of a leased limiter's leases back to the shared bucket (nothing
-    /// to do for other limiters); later calls take new leases.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        guard_detached(py, || self.inner.close_blocking())
-    }
-
     /// Forgets the state of `key` (waiters on a concurrent limiter re-check).
     #[pyo3(signature = (key = None))]
     fn reset(&self, py: Python<'_>, key: Key<'_>) -> PyResult<()> {
@@ -258,6 +252,21 @@ impl Limiter {
         } else {
             guard(py, || self.inner.reset_blocking(k))
         }
+    }
+
+    /// Gives back what this process holds: every partition of a partitions limiter (other
+    /// processes may lease them at once instead of after `lease_ttl`), the unspent tokens of a
+    /// leased limiter's leases; a later call leases anew. Does nothing on other limiters.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        guard_detached(py, || self.inner.close_blocking())
+    }
+
+    /// The partitions this process holds of a partitions limiter for `key`, as
+    /// `(index, fencing_token)` pairs. Raises `InvalidArgument` naming `limiter` on other kinds.
+    #[pyo3(signature = (key = None))]
+    fn partitions_held(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Vec<(u32, u64)>> {
+        let k = crate::args::key(&key);
+        Ok(guard(py, || self.inner.partitions_held(k))?.partitions)
     }
 
     /// Frees a lease of a concurrent limiter (for the key it was granted for, unless `key` is

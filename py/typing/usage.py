@@ -21,6 +21,11 @@ def sync_api(backend: Backend) -> None:
     api.reset("user-42")
     api.points_used(5, 3, "user-42")
 
+    ingest: Limiter = backend.partitions("ingest", 100.0, 20, lease_ttl=15, reserved=2, priority=False)
+    partitions_held: list[tuple[int, int]] = ingest.partitions_held()
+    assert len(partitions_held) >= 0
+    ingest.close()
+
     erp = backend.concurrent("erp", 50, lock_timeout=30, wait_timeout=5)
     got = erp.acquire("tenant-3", wait_timeout=1.5)
     lease: Lease | None = got.lease

@@ -626,7 +626,7 @@ static void test_backend_arguments(const fixture *f) {
   CHECK_FAILS(rk_backend_new_redis_cluster(bad_seeds, 1, NULL, RK_FAIL_CLOSED, 0, 0, &b),
               RK_INVALID_UTF8, "seeds[0]");
   CHECK_FAILS(rk_backend_new_redis_cluster(http_seeds, 1, NULL, RK_FAIL_CLOSED, 0, 0, &b),
-              RK_INVALID_ARGUMENT, "url");
+              RK_INVALID_ARGUMENT, "`seeds[0]`");
   CHECK_FAILS(rk_backend_new_redis_cluster(seeds, SIZE_MAX, NULL, RK_FAIL_CLOSED, 0, 0, &b),
               RK_INVALID_ARGUMENT, "seeds_len");
   CHECK_FAILS(rk_backend_new_redis_cluster(seeds, 1, NULL, 9, 0, 0, &b), RK_INVALID_ARGUMENT,
@@ -1248,6 +1248,38 @@ static void test_pause_ends_by_the_manual_clock(const fixture *f) {
   rk_manual_clock_free(clock);
 }
 
+/* Leased partitions: one member holds every partition (memory: always), acquire paces calls to
+ * the held rate, close gives them back on Redis, bad input names its parameter. */
+static void test_partitions(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_partitions(b, "c-parts", 100.0, 10, 3.0, 0, 0, &l), l, "partitions");
+  uint64_t first = 0, last = 0;
+  for (int i = 0; i < 6; i++) {
+    rk_decision d;
+    memset(&d, 0, sizeof d);
+    CHECK_OK(rk_limiter_acquire(l, NULL, 1, 5.0, &d));
+    CHECK(d.allowed);
+    if (i == 0) first = d.decided_at_us;
+    last = d.decided_at_us;
+  }
+  /* 100 per second is one call per 10 ms; at most 20 ms of it carried: 5 gaps take >= 30 ms. */
+  CHECK(last - first >= 30000);
+  uint64_t held = 0;
+  CHECK_OK(rk_limiter_partitions_held(l, NULL, &held));
+  CHECK_U64(held, 10);
+  CHECK_OK(rk_limiter_close(l));
+  CHECK_OK(rk_limiter_partitions_held(l, NULL, &held));
+  CHECK_U64(held, f->kind == MEMORY ? 10 : 0);
+  rk_limiter *bad = NULL;
+  CHECK_FAILS(rk_limiter_new_partitions(b, "c-parts", 0.0, 10, 3.0, 0, 0, &bad), RK_INVALID_ARGUMENT, "total_rate");
+  CHECK_FAILS(rk_limiter_new_partitions(b, "c-parts", 100.0, 10, 0.01, 0, 0, &bad), RK_INVALID_ARGUMENT, "lease_ttl");
+  CHECK_FAILS(rk_limiter_new_partitions(b, "c-parts", 100.0, 10, 3.0, 0, 1, &bad), RK_INVALID_ARGUMENT, "reserved");
+  CHECK(bad == NULL);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 static const test_case TESTS[] = {
     {"status names and version", test_status_names_and_version, false},
     {"backoff", test_backoff, false},
@@ -1277,6 +1309,7 @@ static const test_case TESTS[] = {
     {"16 threads share one bucket", test_threads_share_one_bucket, true},
     {"16 threads share one concurrent limit", test_threads_share_one_semaphore, true},
     {"pause and observe", test_pause_and_observe, true},
+    {"partitions", test_partitions, true},
     {"a pause ends by the manual clock", test_pause_ends_by_the_manual_clock, false},
 };
 

@@ -1,12 +1,16 @@
 // The Limits page in a real headless Chromium (Debian's /usr/bin/chromium, driven by
 // playwright-core): it lists the limiters a Python, a Node and a C process created, its numbers
-// move while they run, and reset and overrides work with the token and are refused without it.
+// move while they run, it shows what is in use now (a concurrent limiter's holders with their
+// lease ages and its waiters, the busiest keys of the others) and the last hour as a chart, and
+// reset and overrides work with the token and are refused without it.
 // scripts/test-web starts Redis, the three load processes and `ratekeeper serve`, then this.
 //
-// Env: RK_BASE_URL (the server), RK_TOKEN (its token), RK_SCREENSHOT (PNG to write),
-// RK_CHROMIUM (default /usr/bin/chromium).
+// Env: RK_BASE_URL (the server), RK_TOKEN (its token), RK_REDIS_URL (the Redis, where this
+// script holds a lease and waits for another through the Node package), RK_SCREENSHOT (PNG to
+// write), RK_CHROMIUM (default /usr/bin/chromium).
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
 
@@ -14,7 +18,9 @@ import { chromium } from "playwright-core";
 
 const base = process.env.RK_BASE_URL;
 const token = process.env.RK_TOKEN;
-assert.ok(base && token, "RK_BASE_URL and RK_TOKEN are required (scripts/test-web sets them)");
+const redisUrl = process.env.RK_REDIS_URL;
+assert.ok(base && token && redisUrl, "RK_BASE_URL, RK_TOKEN and RK_REDIS_URL are required (scripts/test-web sets them)");
+const rk = createRequire(import.meta.url)("../../node");
 // A generous hang guard for things that take a poll or two (2 s each), never a timing check.
 const HANG = 60_000;
 
@@ -107,9 +113,72 @@ try {
     `${row("c-reports")} td.allowed-minute`,
   );
 
+  begin("a concurrent limiter shows its holders (C and Node), their lease ages, and a waiter");
+  // The C process holds one slot of c-reports' key "batch" all along; this script takes the
+  // other (through the Node package), then waits for a third.
+  const backend = rk.Backend.redis(redisUrl);
+  const reports = backend.limiter("c-reports", { kind: "concurrent", limit: 2, lock_timeout: 30 });
+  const held = await reports.acquire("batch", { waitTimeoutMs: 30_000 });
+  const waiting = reports.acquire("batch", { waitTimeoutMs: 60_000 });
+  const usage = `${row("c-reports")} td.usage`;
+  await page.waitForFunction(
+    (sel) => /^2 held on batch \(ages [^)]+\), 1 waiting$/.test(document.querySelector(sel).textContent),
+    usage,
+  );
+
+  begin("the busiest keys of the counting limiters");
+  await page.waitForFunction(
+    (sel) => /^k [\d,]+\/1,000, tenant-7 3\/1,000$|^tenant-7 3\/1,000, k [12]\/1,000$/.test(document.querySelector(sel).textContent),
+    `${row("node-api")} td.usage`,
+  );
+  assert.match(await cell("py-uploads", "usage"), /^user-1 \d+\/10$/);
+
+  begin("the last hour as a chart, per minute");
+  for (const name of Object.keys(languages)) {
+    assert.equal(await page.locator(`${row(name)} svg.history g`).count(), 60, `${name}: 60 minutes`);
+    await page.waitForFunction(
+      (sel) => [...document.querySelectorAll(sel)].some((r) => Number(r.getAttribute("height")) > 0),
+      `${row(name)} svg.history rect.allowed`,
+    );
+  }
+  await page.waitForFunction(
+    (sel) => [...document.querySelectorAll(sel)].some((r) => Number(r.getAttribute("height")) > 0),
+    `${row("py-uploads")} svg.history rect.refused`,
+  );
+
   if (process.env.RK_SCREENSHOT) {
     await page.screenshot({ path: process.env.RK_SCREENSHOT, fullPage: true });
   }
+
+  begin("a concurrent limiter's detail lists its holders with fencing tokens, and its waiter");
+  await page.click(`${row("c-reports")} a`);
+  // The limiter's own key has no holder; its busiest key, "batch", is one click away.
+  await page.waitForFunction(() => document.querySelector("#concurrent-summary").textContent.startsWith("0 held on the limiter's own key"));
+  await page.click("#busiest a.inspect-key");
+  await page.waitForFunction(() => document.querySelector("#concurrent-summary").textContent === "2 held on batch, 1 waiting");
+  const holders = await page.locator("#holders tbody tr").evaluateAll((rows) =>
+    rows.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent)),
+  );
+  assert.equal(holders.length, 2);
+  for (const [lease, fencingToken, age, expiresIn] of holders) {
+    assert.match(lease, /^[0-9a-f]{8}$/);
+    assert.match(fencingToken, /^\d{16,}$/);
+    assert.match(age, /^[\dhms. ]+$/);
+    assert.match(expiresIn, /^[\dhms. ]+$/);
+  }
+  // Oldest grant first: the C process's lease, then this script's (a later, greater token).
+  assert.ok(BigInt(holders[0][1]) < BigInt(holders[1][1]), `${holders}`);
+  assert.ok(holders.some((h) => h[1] === String(held.lease.fencingToken)), `${holders} has ${held.lease.fencingToken}`);
+  assert.equal(await page.locator("#history-chart svg.history g").count(), 60);
+  assert.equal(await page.locator("#busiest tbody tr td").first().textContent(), "batch");
+  assert.equal(await dd("#inspect-result", "key"), "batch");
+
+  begin("a release hands the slot to the waiter, and the page follows");
+  await reports.release(held.lease);
+  const granted = await waiting;
+  await page.waitForFunction(() => document.querySelector("#concurrent-summary").textContent === "2 held on batch, 0 waiting");
+  await reports.release(granted.lease);
+  await page.goto(`${base}#/`);
 
   begin("a limiter's detail inspects a key");
   await page.click(`${row("node-api")} a`);

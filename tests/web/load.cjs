@@ -12,7 +12,13 @@ const rk = require(path.resolve(__dirname, '../../node'));
   await backend.flush();
   console.log('node load: running');
   for (;;) {
-    await api.check('k');
+    try {
+      await api.check('k');
+    } catch (e) {
+      // A loaded test machine can miss the 200 ms deadline: say so and go on.
+      if (e.code !== rk.codes.TIMEOUT && e.code !== rk.codes.BACKEND_UNAVAILABLE) throw e;
+      console.error(`node load: ${e.message} (transient)`);
+    }
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 })().catch((e) => {

@@ -11,5 +11,9 @@ uploads = backend.limiter("py-uploads", {"kind": "token_bucket", "rate": 5, "cap
 backend.flush()  # registered before the page looks
 print("python load: running", flush=True)
 while True:
-    uploads.check("user-1")
+    try:
+        uploads.check("user-1")
+    except (ratekeeper.Timeout, ratekeeper.BackendUnavailable) as e:
+        # A loaded test machine can miss the 200 ms deadline: say so and go on.
+        print(f"python load: {e!r} (transient)", file=sys.stderr, flush=True)
     time.sleep(0.02)

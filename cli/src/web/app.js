@@ -55,6 +55,59 @@ function lastMinute(l, field) {
   return l.last_minute.seconds >= 59.5 ? n : `${n} in ${Math.round(l.last_minute.seconds)}s`;
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  node.append(...children);
+  return node;
+}
+
+// The last hour as bars, one per minute: allowed (below) and refused (stacked on top), scaled
+// to the busiest minute. Each bar's tooltip gives the minute and its counts.
+function chart(history, width, height) {
+  const most = Math.max(1, ...history.map((m) => m.allowed + m.refused));
+  const step = width / Math.max(1, history.length);
+  const root = svg("svg", { class: "history", width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
+  const total = history.reduce((t, m) => [t[0] + m.allowed, t[1] + m.refused], [0, 0]);
+  root.append(svg("title", {}, `last hour: ${num(total[0])} allowed, ${num(total[1])} refused`));
+  history.forEach((m, i) => {
+    const a = (m.allowed / most) * height;
+    const r = (m.refused / most) * height;
+    const when = new Date(m.start * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const bar = svg("g", { "data-minute": m.start },
+      svg("title", {}, `${when}: ${num(m.allowed)} allowed, ${num(m.refused)} refused`),
+      svg("rect", { class: "allowed", x: i * step, y: height - a, width: Math.max(1, step - 1), height: a }),
+      svg("rect", { class: "refused", x: i * step, y: height - a - r, width: Math.max(1, step - 1), height: r }));
+    root.append(bar);
+  });
+  return root;
+}
+
+// A duration for a table cell: "2.4s", "42s", "3m 5s", "2h 10m".
+function secs(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 10) return `${s.toFixed(1)}s`;
+  if (s < 60) return `${Math.floor(s)}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${Math.floor(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+}
+
+// A limiter's current use in one cell: a concurrent limiter's holders (with their lease ages)
+// and waiters of its busiest key; a counting limiter's busiest keys.
+function usageText(l) {
+  const u = l.usage;
+  if (!u) return "–";
+  if (u.concurrent) {
+    const c = u.concurrent;
+    const key = c.key === "" ? "" : ` on ${c.key}`;
+    const ages = c.holders.slice(0, 3).map((h) => secs(h.age)).join(", ");
+    return `${c.held} held${key}${ages ? ` (ages ${ages})` : ""}, ${c.waiters} waiting`;
+  }
+  if (!u.busiest_keys.length) return "–";
+  return u.busiest_keys.map((k) => `${k.key === "" ? "(own)" : k.key} ${num(k.used)}/${num(k.limit)}`).join(", ");
+}
+
 function renderList(data) {
   const tbody = $("#limiters tbody");
   tbody.replaceChildren();
@@ -73,6 +126,8 @@ function renderList(data) {
         el("td", { class: l.refused > 0 ? "num refused hot" : "num refused" }, num(l.refused)),
         el("td", { class: "num allowed-minute" }, lastMinute(l, "allowed")),
         el("td", { class: "num refused-minute" }, lastMinute(l, "refused")),
+        el("td", { class: "usage" }, usageText(l)),
+        el("td", { class: "chart" }, l.usage ? chart(l.usage.history, 120, 28) : "–"),
       ),
     );
   }
@@ -111,8 +166,48 @@ async function renderDetail(name) {
     ["remaining", num(d.remaining)],
     ["retry after", `${d.retry_after.toFixed(3)} s`],
     ["reset after", `${d.reset_after.toFixed(3)} s`],
-    ...(d.holders === null ? [] : [["holders", num(d.holders)]]),
   ]);
+  renderUsage(d);
+}
+
+function table(target, header, rows) {
+  target.replaceChildren(
+    el("thead", {}, el("tr", {}, ...header.map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, c))))),
+  );
+  target.hidden = rows.length === 0;
+}
+
+// The detail's current use: holders and waiters (concurrent), busiest keys, the last hour.
+function renderUsage(d) {
+  const c = d.concurrent;
+  $("#concurrent").hidden = !c;
+  if (c) {
+    $("#concurrent-summary").textContent =
+      `${num(c.held)} held on ${c.key === "" ? "the limiter's own key" : c.key}, ${num(c.waiters)} waiting`;
+    table($("#holders"), ["Lease", "Fencing token", "Age", "Expires in"], c.holders.map((h) => [
+      code(h.lease),
+      h.fencing_token === null ? "–" : String(h.fencing_token),
+      secs(h.age),
+      h.overdue ? "overdue" : secs(h.expires_in),
+    ]));
+  }
+  // A busiest key's name inspects it (its holders, for a concurrent limiter).
+  const inspectLink = (key) => {
+    const link = el("a", { href: "#", class: "inspect-key" }, key === "" ? "(own)" : key);
+    link.addEventListener("click", (event) => {
+      event.preventDefault();
+      lastInspectKey = key || null;
+      $("#inspect-form input[name=key]").value = key;
+      refresh();
+    });
+    return link;
+  };
+  table($("#busiest"), ["Key", "Used", "Limit"], d.busiest_keys.map((k) => [
+    inspectLink(k.key), num(k.used), num(k.limit),
+  ]));
+  $("#busiest-empty").hidden = d.busiest_keys.length > 0;
+  $("#history-chart").replaceChildren(chart(d.history, 600, 80));
 }
 
 async function refresh() {
@@ -179,6 +274,7 @@ $("#override-form").addEventListener("submit", (event) => {
 
 window.addEventListener("hashchange", () => {
   lastInspectKey = null;
+  $("#inspect-form input[name=key]").value = "";
   $("#action-result").textContent = "";
   refresh();
 });

@@ -27,6 +27,7 @@ use crate::limiter::leased::Leased;
 use crate::limiter::log::LogState;
 use crate::limiter::sliding::SlidingState;
 use crate::limiter::{pause, Algorithm, Engine, Kind, Op, Outcome};
+use crate::views::ConcurrentUse;
 
 /// Configuration of a memory backend.
 #[derive(Debug, Clone)]
@@ -85,7 +86,7 @@ impl State {
             Algorithm::Sliding(_) => State::Sliding(Box::default()),
             Algorithm::Log(_) => State::Log(Box::default()),
             Algorithm::Calendar(_) => State::Calendar(CalendarState::default()),
-            Algorithm::Concurrent(_) | Algorithm::Unlimited => {
+            Algorithm::Concurrent(_) | Algorithm::Partitions(_) | Algorithm::Unlimited => {
                 State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Semaphore::new(0)))))
             }
         }
@@ -448,6 +449,33 @@ impl MemoryBackend {
                 concurrent.1.close();
             }
         }
+    }
+
+    /// What an operator sees of concurrent key (`namespace`, `key`): its holders and waiters.
+    pub(crate) fn concurrent_use(&self, namespace: u32, key: &str) -> ConcurrentUse {
+        let now = self.clock.now_micros();
+        let hash = self.hash(namespace, key.as_bytes());
+        let shard = self.shard(hash).lock();
+        match shard.table.find(hash, |s| s.is(namespace, key.as_bytes())).map(|slot| &slot.state) {
+            Some(State::Concurrent(state)) => state.0.usage(now),
+            _ => ConcurrentUse::default(),
+        }
+    }
+
+    /// Up to `max` keys of `namespace` whose state has not expired, one shard lock at a time.
+    pub(crate) fn keys_of(&self, namespace: u32, max: usize) -> Vec<String> {
+        let now = self.clock.now_micros();
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.0.lock();
+            let live = shard.table.iter().filter(|s| s.namespace == namespace && s.expires_at > now);
+            out.extend(live.take(max - out.len()).map(|s| String::from_utf8_lossy(s.key.as_bytes()).into_owned()));
+            if out.len() >= max {
+                break;
+            }
+        }
+        out.sort();
+        out
     }
 
     /// Makes room in a full backend: sweeps the shards that can hold expired state (their lower

@@ -135,6 +135,15 @@ impl Backend {
         self.limiter_from_config(name, LimiterConfig::from_json(json)?)
     }
 
+    /// A limiter for operators' reads (`peek`, `concurrent_use`, `busiest_keys`, `reset`) from a
+    /// JSON spec: it applies live overrides as every process does, but never registers itself
+    /// as a user of the name, nor counts its calls in the name's metrics. (Its checks still
+    /// consume: it is an ordinary limiter otherwise.)
+    pub fn observer_from_json(&self, name: &str, json: &str) -> Result<Limiter> {
+        validate_name(name)?;
+        Limiter::build_as(self, name, LimiterConfig::from_json(json)?.spec, false)
+    }
+
     /// Builds a limiter from a spec and its options.
     pub fn limiter_from_config(&self, name: &str, config: LimiterConfig) -> Result<Limiter> {
         let limiter = self.limiter(name, config.spec)?;
@@ -198,6 +207,23 @@ impl Backend {
     /// `capacity` points refilled completely in `refill`; correct estimates with `points_used`.
     pub fn points(&self, name: &str, capacity: u64, refill: Duration) -> Result<Limiter> {
         self.limiter(name, LimiterSpec::Points { capacity, refill })
+    }
+
+    /// Leased partitions (Azure's rate limiting pattern): `total_rate` units per second split
+    /// into `partitions` equal partitions; each process leases a fair share of them for
+    /// `lease_ttl` (renewing while it uses them) and paces its calls to the rate it holds. The
+    /// first `reserved` partitions are for limiters built with `priority` only, the rest for the
+    /// others. On the memory backend the process holds every partition of its class.
+    pub fn partitions(
+        &self,
+        name: &str,
+        total_rate: f64,
+        partitions: u64,
+        lease_ttl: Duration,
+        reserved: u64,
+        priority: bool,
+    ) -> Result<Limiter> {
+        self.limiter(name, LimiterSpec::Partitions { total_rate, partitions, lease_ttl, reserved, priority })
     }
 
     /// `limit` per calendar `period` in IANA time zone `tz`; monthly periods start on day

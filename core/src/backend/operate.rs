@@ -11,6 +11,7 @@ use crate::metrics::Metrics;
 use crate::params::{validate_key, validate_name};
 use crate::prometheus::{render, Series};
 use crate::runtime::block_on;
+use crate::views::MinuteCounts;
 
 impl Backend {
     /// Every limiter known to the backend, by name: on Redis, the registry (every limiter any
@@ -184,6 +185,27 @@ impl Backend {
     /// Blocking form of [`Backend::metrics`].
     pub fn metrics_blocking(&self, fleet: bool) -> Result<Vec<(String, Kind, Metrics)>> {
         block_on(self.metrics(fleet))
+    }
+
+    /// The fleet's allowed and refused checks of limiter `name` of `kind` per minute over the
+    /// last [`crate::HISTORY_MINUTES`] minutes, oldest first, the current (partial) minute last,
+    /// by the Redis server's clock. Written by every process's metrics flush (once a second, no
+    /// extra round trip on the check path); kept two hours after the last count. The memory
+    /// backend keeps no history: empty.
+    pub async fn history(&self, name: &str, kind: Kind) -> Result<Vec<MinuteCounts>> {
+        validate_name(name)?;
+        match &*self.inner {
+            BackendInner::Redis(redis) => {
+                redis.flush_all(false, None).await?;
+                redis.history(kind, name).await
+            }
+            BackendInner::Memory(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Blocking form of [`Backend::history`].
+    pub fn history_blocking(&self, name: &str, kind: Kind) -> Result<Vec<MinuteCounts>> {
+        block_on(self.history(name, kind))
     }
 
     /// Every limiter's metrics in the Prometheus text exposition format (version 0.0.4):

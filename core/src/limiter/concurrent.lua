@@ -3,11 +3,15 @@
 -- KEYS[2]  the last fencing token granted (string)
 -- KEYS[3]  a LIST a release pushes to, so that exactly one blocked waiter (BLPOP) wakes
 -- KEYS[4]  a ZSET of abandoned lease ids: member = lease id, score = instant it may be forgotten
+-- KEYS[5]  a HASH of grants: lease id -> 'fencing_token granted_at_us' (for operators' views)
+-- KEYS[6]  a ZSET of waiters: member = waiter id, score = instant its wait ends
 -- ARGV[1]  'check' | 'peek' | 'release' | 'extend' | 'abandon'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  limit
 -- ARGV[4]  lock_timeout (µs)
 -- ARGV[5]  lease id (check, release, extend, abandon)
+-- ARGV[6]  check: the waiter id of an acquire about to wait, or ''
+-- ARGV[7]  check: how long that waiter waits (µs)
 -- check/peek return {allowed, limit, remaining, retry_after_us, reset_after_us, now_us,
 -- fencing_token, reclaimed}; release, extend and abandon return {1, now_us, overdue} if the
 -- lease was held (overdue = 1 when its lock_timeout, as last extended, had passed), {0, now_us}
@@ -26,6 +30,7 @@ local function now_us()
 end
 
 local holders, token_key, wake_key, abandoned = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local grants, waiters = KEYS[5], KEYS[6]
 local op = ARGV[1]
 local now = now_us()
 local limit = tonumber(ARGV[3])
@@ -47,8 +52,10 @@ if op == 'extend' then
   local expiry = redis.call('ZSCORE', holders, ARGV[5])
   if expiry then
     redis.call('ZADD', holders, 'XX', fmt(now + lock), ARGV[5])
-    touch(holders, latest_expiry())
-    touch(token_key, latest_expiry())
+    local last = latest_expiry()
+    touch(holders, last)
+    touch(token_key, last)
+    touch(grants, last)
     return {1, now, tonumber(expiry) <= now and 1 or 0}
   end
   return {0, now}
@@ -58,6 +65,7 @@ if op == 'release' or op == 'abandon' then
   local expiry = redis.call('ZSCORE', holders, ARGV[5])
   if expiry then
     redis.call('ZREM', holders, ARGV[5])
+    redis.call('HDEL', grants, ARGV[5])
     redis.call('LPUSH', wake_key, '1')
     redis.call('LTRIM', wake_key, 0, limit - 1)
     touch(wake_key, now + lock)
@@ -81,7 +89,23 @@ local live = redis.call('ZCOUNT', holders, '(' .. fmt(now), '+inf')
 local reclaimed = 0
 if op == 'check' and held >= limit and live < limit then
   -- Full only because of overdue holders: reclaim them.
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', holders, '-inf', fmt(now))) do
+    redis.call('HDEL', grants, id)
+  end
   reclaimed = redis.call('ZREMRANGEBYSCORE', holders, '-inf', fmt(now))
+end
+-- An acquire about to wait is counted among the waiters while refused, and no more once granted.
+local waiter = op == 'check' and ARGV[6] or ''
+if waiter ~= '' then
+  local wait = tonumber(ARGV[7])
+  if live < limit or wait <= 0 then
+    redis.call('ZREM', waiters, waiter)
+  else
+    redis.call('ZREMRANGEBYSCORE', waiters, '-inf', fmt(now))
+    redis.call('ZADD', waiters, fmt(now + wait), waiter)
+    local last = redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')
+    touch(waiters, tonumber(last[2]))
+  end
 end
 local allowed = live < limit
 local function reset_after() return math.max(latest_expiry() - now, 0) end
@@ -99,6 +123,9 @@ local token = math.max(tonumber(redis.call('GET', token_key) or '0') + 1, now)
 local expires = now + lock
 redis.call('ZADD', holders, fmt(expires), ARGV[5])
 redis.call('SET', token_key, fmt(token))
-touch(holders, latest_expiry())
-touch(token_key, latest_expiry())
-return {1, limit, limit - live - 1, 0, reset_after(), now, token, reclaimed}
+redis.call('HSET', grants, ARGV[5], fmt(token) .. ' ' .. fmt(now))
+local last = latest_expiry()
+touch(holders, last)
+touch(token_key, last)
+touch(grants, last)
+return {1, limit, limit - live - 1, 0, math.max(last - now, 0), now, token, reclaimed}

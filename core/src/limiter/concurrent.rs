@@ -9,13 +9,16 @@ use redis::Cmd;
 use tokio::sync::Semaphore;
 
 use super::decision;
-use super::engine::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome, Wake, WakeList};
+use super::engine::{
+    malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome, Waiter, Wake, WakeList,
+};
 use super::script::LuaScript;
 use crate::decision::Lease;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
+use crate::views::{lease_digest, ConcurrentUse, Holder as HolderView, MAX_HOLDERS_SHOWN};
 
 /// Parameters in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +32,8 @@ pub(crate) struct Concurrent {
 pub(crate) struct Holder {
     id: u128,
     expires_at: u64,
+    token: u64,
+    granted_at: u64,
 }
 
 /// Per-key state.
@@ -38,6 +43,52 @@ pub(crate) struct ConcurrentState {
     last_token: u64,
     /// Holders whose lease had expired and were reclaimed by a later caller.
     pub reclaimed: u64,
+    /// Callers of `acquire` refused and waiting: (waiter id, instant its wait ends).
+    waiters: Vec<(u128, u64)>,
+}
+
+impl ConcurrentState {
+    /// What an operator sees of this state at `now`.
+    pub(crate) fn usage(&self, now: u64) -> ConcurrentUse {
+        let mut holders = self.holders.clone();
+        holders.sort_by_key(|h| (h.granted_at, h.token));
+        let mut out = ConcurrentUse {
+            held: holders.len() as u64,
+            waiters: self.waiters.iter().filter(|w| w.1 > now).count() as u64,
+            ..ConcurrentUse::default()
+        };
+        out.holders = holders
+            .iter()
+            .take(MAX_HOLDERS_SHOWN)
+            .map(|h| holder_view(&format!("{:032x}", h.id), Some((h.token, h.granted_at)), h.expires_at, now))
+            .collect();
+        out
+    }
+
+    /// Counts `waiter` among the waiters while its check is refused; forgets it once granted.
+    fn note_waiter(&mut self, now: u64, waiter: Option<Waiter>, allowed: bool) {
+        let Some(waiter) = waiter else { return };
+        self.waiters.retain(|w| w.1 > now && w.0 != waiter.id);
+        if !allowed && waiter.wait_us > 0 {
+            self.waiters.push((waiter.id, now.saturating_add(waiter.wait_us)));
+        }
+    }
+}
+
+/// An operator's view of one holder: `grant` is (fencing token, granted at) when recorded.
+pub(crate) fn holder_view(id_hex: &str, grant: Option<(u64, u64)>, expires_at: u64, now: u64) -> HolderView {
+    let mut view = HolderView {
+        lease: lease_digest(id_hex),
+        fencing_token: None,
+        age: None,
+        expires_in: Duration::from_micros(expires_at.saturating_sub(now)),
+        overdue: expires_at <= now,
+    };
+    if let Some((token, granted_at)) = grant {
+        view.fencing_token = Some(token);
+        view.age = Some(Duration::from_micros(now.saturating_sub(granted_at)));
+    }
+    view
 }
 
 /// What `release` (or `extend`) found.
@@ -78,7 +129,7 @@ impl Concurrent {
         }
         let token = (state.last_token + 1).max(now);
         state.last_token = token;
-        state.holders.push(Holder { id, expires_at: now + self.lock_us });
+        state.holders.push(Holder { id, expires_at: now + self.lock_us, token, granted_at: now });
         let mut d = decision(true, self.limit, self.limit - live - 1, 0, self.reset_us(state, now));
         d.lease = Some(Lease { id, fencing_token: token, granted_at_micros: now });
         Evaluation { decision: d, changed: true }
@@ -124,6 +175,9 @@ impl Concurrent {
         state.holders.iter().map(|h| h.expires_at).max().unwrap_or(0).saturating_sub(now)
     }
 }
+
+/// The roles of a concurrent call's keys, in KEYS order (see `concurrent.lua`).
+pub(crate) const KEYS: [&str; 6] = ["h", "t", "w", "x", "g", "q"];
 
 /// `concurrent.lua`: the same rule on a hash of holders.
 pub(crate) static SCRIPT: LazyLock<LuaScript> =
@@ -181,13 +235,17 @@ impl Engine for Concurrent {
         let (st, wake_ups) = state;
         match op {
             Op::Check { .. } | Op::Peek => {
-                let (lease_id, commit) = match op {
-                    Op::Check { lease_id, .. } => (lease_id, true),
-                    _ => (0, false),
+                let (lease_id, commit, waiter) = match op {
+                    Op::Check { lease_id, waiter, .. } => (lease_id, true, waiter),
+                    _ => (0, false, None),
                 };
                 let reclaimed_before = st.reclaimed;
                 let mut e = self.evaluate(st, now, lease_id, commit);
                 e.decision.decided_at_micros = now;
+                if waiter.is_some() {
+                    st.note_waiter(now, waiter, e.decision.allowed);
+                    e.changed = true;
+                }
                 let wake = (!e.decision.allowed).then(|| Wake::Local(wake_ups.clone()));
                 *changed = e.changed;
                 Ok(Outcome { wake, reclaimed: st.reclaimed - reclaimed_before, ..Outcome::of(e.decision) })
@@ -223,33 +281,37 @@ impl Engine for Concurrent {
     }
 
     fn expires_at(&self, state: &Self::State) -> u64 {
-        state.0.holders.iter().map(|h| h.expires_at).max().unwrap_or(0)
+        let holders = state.0.holders.iter().map(|h| h.expires_at);
+        holders.chain(state.0.waiters.iter().map(|w| w.1)).max().unwrap_or(0)
     }
 
     fn script(&self) -> Option<&'static LuaScript> {
         Some(&SCRIPT)
     }
 
-    /// Holders (`h`), fencing token (`t`), wake-up list (`w`), abandoned leases (`x`).
+    /// Holders (`h`), fencing token (`t`), wake-up list (`w`), abandoned leases (`x`), grants
+    /// (`g`: each holder's fencing token and grant instant), waiters (`q`).
     fn keys(&self, _op: Op) -> &'static [&'static str] {
-        &["h", "t", "w", "x"]
+        &KEYS
     }
 
     fn state_keys(&self) -> &'static [&'static str] {
-        &["h", "t", "x"]
+        &["h", "t", "x", "g", "q"]
     }
 
-    /// `limit lock_us lease_id` (the lease id in 32 hex digits).
+    /// `limit lock_us lease_id waiter_id wait_us` (ids in 32 hex digits; no waiter: `'' 0`).
     fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
-        let lease_id = match op {
-            Op::Check { lease_id, .. }
-            | Op::Release { lease_id }
-            | Op::Extend { lease_id }
-            | Op::Abandon { lease_id } => lease_id,
-            Op::Peek => 0,
+        let (lease_id, waiter) = match op {
+            Op::Check { lease_id, waiter, .. } => (lease_id, waiter),
+            Op::Release { lease_id } | Op::Extend { lease_id } | Op::Abandon { lease_id } => (lease_id, None),
+            Op::Peek => (0, None),
             Op::Adjust { .. } | Op::Take { .. } | Op::GiveBack { .. } => return Err(not_applicable(op, self)),
         };
         cmd.arg(self.limit).arg(self.lock_us).arg(format!("{lease_id:032x}"));
+        match waiter {
+            Some(w) => cmd.arg(format!("{:032x}", w.id)).arg(w.wait_us),
+            None => cmd.arg("").arg(0),
+        };
         Ok(())
     }
 

@@ -23,8 +23,9 @@ use crate::error::{Error, Result};
 /// An operation on one key.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Op {
-    /// Consume `cost` (for concurrent limiters: grant lease `lease_id`).
-    Check { cost: u64, lease_id: u128 },
+    /// Consume `cost` (for concurrent limiters: grant lease `lease_id`; a refused `waiter` is
+    /// counted among the key's waiters for its wait).
+    Check { cost: u64, lease_id: u128, waiter: Option<Waiter> },
     /// Report without consuming.
     Peek,
     /// Correct a GCRA charge from `estimate` to `actual`.
@@ -66,6 +67,15 @@ impl Op {
             _ => 1,
         }
     }
+}
+
+/// A caller of `acquire` on a concurrent limiter, about to wait for a slot: a refused check
+/// counts it among the key's waiters until its wait ends (`wait_us` from the check), a granted
+/// one stops counting it. `id` stays the same over the caller's attempts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waiter {
+    pub id: u128,
+    pub wait_us: u64,
 }
 
 /// What an engine returns: the decision, and whether the state it was given changed.

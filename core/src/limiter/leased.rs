@@ -17,8 +17,9 @@ use super::script::LuaScript;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
 
-/// The default lease TTL: how long a process may sit on tokens it took before they lapse.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(1);
+/// The default `lease_ttl` of a leased token bucket: how long a process may sit on tokens it
+/// took before they lapse.
+pub const DEFAULT_LEASED_TTL: Duration = Duration::from_secs(1);
 
 /// How many chunks a full bucket holds when the spec leaves `chunk` out.
 const DEFAULT_CHUNKS_PER_CAPACITY: u64 = 16;
@@ -75,7 +76,9 @@ impl Engine for Leased {
     #[inline]
     fn apply(&self, tat: &mut GcraState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
         let mut outcome = match op {
-            Op::Take { cost, .. } => self.gcra.apply(tat, now, Op::Check { cost, lease_id: 0 }, changed)?,
+            Op::Take { cost, .. } => {
+                self.gcra.apply(tat, now, Op::Check { cost, lease_id: 0, waiter: None }, changed)?
+            }
             Op::GiveBack { .. } => self.gcra.apply(tat, now, Op::Peek, changed)?,
             Op::Check { .. } | Op::Peek => self.gcra.apply(tat, now, op, changed)?,
             _ => return Err(not_applicable(op, self)),

@@ -36,8 +36,8 @@ use redis::Cmd;
 use crate::decision::{Decision, LimitStatus};
 use crate::error::{Error, Result};
 pub use calendar_period::CalendarPeriod;
-pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Served, Wake, WakeList};
-pub use leased::DEFAULT_LEASE_TTL;
+pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
+pub use leased::DEFAULT_LEASED_TTL;
 use script::LuaScript;
 pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
 pub use spec_json::{LimiterConfig, DEFAULT_LOCK_TIMEOUT};
@@ -51,6 +51,7 @@ pub(crate) enum Algorithm {
     Log(log::Log),
     Concurrent(concurrent::Concurrent),
     Calendar(calendar::Calendar),
+    Partitions(crate::partitions::Partitions),
     Unlimited,
 }
 
@@ -65,6 +66,7 @@ macro_rules! with_engine {
             Algorithm::Log($e) => $body,
             Algorithm::Concurrent($e) => $body,
             Algorithm::Calendar($e) => $body,
+            Algorithm::Partitions($e) => $body,
             Algorithm::Unlimited => {
                 let $e = &unlimited::Unlimited;
                 $body
@@ -116,6 +118,7 @@ impl Algorithm {
             Algorithm::Log(l) => l.smallest_limit(),
             Algorithm::Concurrent(c) => c.limit,
             Algorithm::Calendar(c) => c.limit,
+            Algorithm::Partitions(p) => p.max_cost(),
             Algorithm::Unlimited => crate::params::MAX_COUNT,
         }
     }

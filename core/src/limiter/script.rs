@@ -117,7 +117,7 @@ impl LuaScript {
 }
 
 /// Every engine's script, for tools and benchmarks.
-fn all() -> [&'static LazyLock<LuaScript>; 7] {
+fn all() -> [&'static LazyLock<LuaScript>; 8] {
     [
         &super::pause::SCRIPT,
         &super::gcra::SCRIPT,
@@ -126,6 +126,7 @@ fn all() -> [&'static LazyLock<LuaScript>; 7] {
         &super::log::SCRIPT,
         &super::concurrent::SCRIPT,
         &super::calendar::SCRIPT,
+        &crate::partitions::lease::SCRIPT,
     ]
 }
 

@@ -11,6 +11,7 @@ use super::log::Log;
 use super::sliding::Sliding;
 use super::Algorithm;
 use crate::error::Result;
+use crate::partitions::Partitions;
 
 /// One window of a `window` limiter: at most `limit` admissions in any span of `interval`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +110,21 @@ pub enum LimiterSpec {
         /// month's last day; default 1).
         anchor: Option<u8>,
     },
+    /// Leased partitions (Azure's rate limiting pattern): `total_rate` per second split into
+    /// `partitions` equal partitions that processes lease for `lease_ttl` and pace themselves to.
+    Partitions {
+        /// Units per second of the whole service (at most 1,000,000).
+        total_rate: f64,
+        /// Equal partitions the rate is split into (1 to [`crate::MAX_PARTITIONS`]).
+        partitions: u64,
+        /// How long a lease lasts unless renewed: a dead process's partitions return after it.
+        lease_ttl: Duration,
+        /// Partitions set aside for the priority class (0: none).
+        reserved: u64,
+        /// Whether this limiter belongs to the priority class: it leases only the reserved
+        /// partitions, and the others only the rest.
+        priority: bool,
+    },
     /// Always allows; touches no backend.
     Unlimited,
 }
@@ -136,6 +152,8 @@ pub enum Kind {
     Points,
     /// [`LimiterSpec::Calendar`].
     Calendar,
+    /// [`LimiterSpec::Partitions`].
+    Partitions,
     /// [`LimiterSpec::Unlimited`].
     Unlimited,
 }
@@ -153,6 +171,7 @@ impl Kind {
             Kind::Leaky => "leaky",
             Kind::Points => "points",
             Kind::Calendar => "calendar",
+            Kind::Partitions => "partitions",
             Kind::Unlimited => "unlimited",
         }
     }
@@ -169,6 +188,7 @@ impl Kind {
             Kind::Leaky,
             Kind::Points,
             Kind::Calendar,
+            Kind::Partitions,
             Kind::Unlimited,
         ]
         .into_iter()
@@ -189,6 +209,7 @@ impl LimiterSpec {
             LimiterSpec::Leaky { .. } => Kind::Leaky,
             LimiterSpec::Points { .. } => Kind::Points,
             LimiterSpec::Calendar { .. } => Kind::Calendar,
+            LimiterSpec::Partitions { .. } => Kind::Partitions,
             LimiterSpec::Unlimited => Kind::Unlimited,
         }
     }
@@ -226,6 +247,8 @@ impl LimiterSpec {
             LimiterSpec::Calendar { limit, period, tz, anchor } => {
                 LimiterSpec::Calendar { limit: part(*limit), period: *period, tz: tz.clone(), anchor: *anchor }
             }
+            // Partitions never fall back: a process holds what it leased until its deadline.
+            LimiterSpec::Partitions { .. } => self.clone(),
             LimiterSpec::Unlimited => LimiterSpec::Unlimited,
         }
     }
@@ -248,6 +271,9 @@ impl LimiterSpec {
             LimiterSpec::Points { capacity, refill } => Algorithm::Gcra(Gcra::points(*capacity, *refill)?),
             LimiterSpec::Calendar { limit, period, tz, anchor } => {
                 Algorithm::Calendar(Calendar::compile(*limit, *period, tz, *anchor)?)
+            }
+            LimiterSpec::Partitions { total_rate, partitions, lease_ttl, reserved, priority } => {
+                Algorithm::Partitions(Partitions::compile(*total_rate, *partitions, *lease_ttl, *reserved, *priority)?)
             }
             LimiterSpec::Unlimited => Algorithm::Unlimited,
         })

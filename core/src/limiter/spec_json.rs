@@ -8,6 +8,7 @@
 //! {"kind":"sliding_window","limits":[[60,100,1],[1,10,0.1]]}
 //! {"kind":"concurrent","limit":10,"lock_timeout":30,"wait_timeout":5}
 //! {"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15}
+//! {"kind":"partitions","total_rate":100,"partitions":20,"lease_ttl":15,"reserved":0,"priority":false}
 //! ```
 //!
 //! The canonical form — what [`LimiterConfig::to_json`] writes and what every language reads
@@ -22,11 +23,12 @@ use std::time::Duration;
 use serde_json::{Map, Number, Value};
 
 use super::calendar_period::CalendarPeriod;
-use super::leased::DEFAULT_LEASE_TTL;
+use super::leased::DEFAULT_LEASED_TTL;
 use super::spec::{LimiterSpec, SlidingLimit, WindowLimit};
 use crate::error::{Error, Result};
 use crate::limiter_handle::DEFAULT_WAIT_TIMEOUT;
 use crate::params::{duration_from_secs, timeout_from_secs};
+use crate::partitions::DEFAULT_LEASE_TTL;
 
 /// The default `lock_timeout` of a concurrent limiter when a spec leaves it out (Sidekiq's).
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -73,7 +75,7 @@ impl LimiterConfig {
                 rate: fields.number("rate")?,
                 capacity: fields.count("capacity")?,
                 chunk: fields.optional_count("chunk")?,
-                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASE_TTL),
+                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_TTL),
             },
             "leaky" => LimiterSpec::Leaky { size: fields.count("size")?, drain: fields.seconds("drain")? },
             "points" => LimiterSpec::Points { capacity: fields.count("capacity")?, refill: fields.seconds("refill")? },
@@ -84,13 +86,20 @@ impl LimiterConfig {
                 tz: fields.optional_string("tz")?.unwrap_or("UTC").to_owned(),
                 anchor: fields.optional_anchor()?,
             },
+            "partitions" => LimiterSpec::Partitions {
+                total_rate: fields.number("total_rate")?,
+                partitions: fields.count("partitions")?,
+                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASE_TTL),
+                reserved: fields.optional_whole("reserved")?.unwrap_or(0),
+                priority: fields.optional_bool("priority")?.unwrap_or(false),
+            },
             "unlimited" => LimiterSpec::Unlimited,
             other => {
                 return Err(Error::invalid_field(
                     "kind",
                     format!(
                         "must be one of concurrent, bucket, window, windows, sliding_window, token_bucket, leased, \
-                         leaky, points, calendar, unlimited; got {other:?}"
+                         leaky, points, calendar, partitions, unlimited; got {other:?}"
                     ),
                 ))
             }
@@ -193,6 +202,14 @@ impl LimiterConfig {
                     put("anchor", (*anchor).into());
                 }
             }
+            LimiterSpec::Partitions { total_rate, partitions, lease_ttl, reserved, priority } => {
+                put("kind", "partitions".into());
+                put("total_rate", number(*total_rate));
+                put("partitions", (*partitions).into());
+                put("lease_ttl", secs(*lease_ttl));
+                put("reserved", (*reserved).into());
+                put("priority", (*priority).into());
+            }
             LimiterSpec::Unlimited => put("kind", "unlimited".into()),
         }
         if let Some(wait) = self.wait_timeout.filter(|w| *w != DEFAULT_WAIT_TIMEOUT) {
@@ -268,6 +285,25 @@ impl<'a> Fields<'a> {
 
     fn seconds(&mut self, key: &'static str) -> Result<Duration> {
         as_seconds(self.required(key)?, key)
+    }
+
+    /// A whole number in 0..=2^53, or nothing.
+    fn optional_whole(&mut self, key: &'static str) -> Result<Option<u64>> {
+        self.get(key)
+            .map(|v| {
+                crate::params::cost_from_f64("count", as_number(v, key)?)
+                    .map_err(|e| Error::invalid_field(key, message_of(e)))
+            })
+            .transpose()
+    }
+
+    fn optional_bool(&mut self, key: &'static str) -> Result<Option<bool>> {
+        self.get(key)
+            .map(|v| {
+                v.as_bool()
+                    .ok_or_else(|| Error::invalid_field(key, format!("must be true or false, got {}", type_name(v))))
+            })
+            .transpose()
     }
 
     fn optional_seconds(&mut self, key: &'static str) -> Result<Option<Duration>> {

@@ -200,7 +200,7 @@ impl Limiter {
         lease.id = 0;
         let started = Instant::now();
         let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-        self.record(Op::Check { cost, lease_id: 0 }, &result, Some(started));
+        self.record(Op::Check { cost, lease_id: 0, waiter: None }, &result, Some(started));
         let outcome = result?;
         let d = &outcome.decision;
         if outcome.served != Served::Backend {
@@ -272,10 +272,10 @@ impl Limiter {
         crate::runtime::block_on(self.leased_check(pool, key, cost))
     }
 
-    /// Gives every lease's unspent tokens back to the shared bucket (a leased limiter on Redis;
-    /// nothing to do for any other). Later calls take new leases. A give-back whose reply is
-    /// lost is not sent again: those tokens stay unused until Redis forgets the lease.
-    pub async fn close(&self) -> Result<()> {
+    /// Gives every lease's unspent tokens back to the shared bucket (see [`Limiter::close`]). A
+    /// give-back whose reply is lost is not sent again: those tokens stay unused until Redis
+    /// forgets the lease.
+    pub(crate) async fn close_leases(&self) -> Result<()> {
         let (Some(pool), Target::Redis { backend, failover }) = (&self.inner.pool, &self.inner.target) else {
             return Ok(());
         };
@@ -294,14 +294,6 @@ impl Limiter {
             }
         }
         first_error.map_or(Ok(()), Err)
-    }
-
-    /// Blocking form of [`Limiter::close`].
-    pub fn close_blocking(&self) -> Result<()> {
-        if self.inner.pool.is_none() {
-            return Ok(());
-        }
-        crate::runtime::block_on(self.close())
     }
 
     /// Forgets `key`'s lease (after a reset deleted it in Redis).

@@ -15,13 +15,17 @@ use crate::limiter::{Algorithm, Kind, LimiterConfig, LimiterSpec, Op, Outcome, S
 use crate::live::{Compiled, NameState};
 use crate::metrics::{Counter, LimiterMetrics};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
+use crate::partitions::{partition_source, PartitionSet};
 use crate::runtime::block_on;
 
+mod inspect;
 mod lease;
 mod leased;
+mod partitions;
 mod pause;
 mod waiting;
 
+pub use partitions::PartitionsHeld;
 pub use waiting::{Permit, Policy, DEFAULT_WAIT_TIMEOUT};
 
 /// A limiter's Redis backend, and how the limiter applies its failure policy.
@@ -58,6 +62,8 @@ enum Target {
     Memory { backend: Arc<MemoryBackend>, namespace: u32 },
     /// `failover`: how the limiter applies the backend's failure policy.
     Redis { backend: Arc<RedisBackend>, failover: Failover },
+    /// `partitions`: leases and pacing in this process (see [`crate::partitions`]).
+    Partitions(Arc<PartitionSet>),
     /// `unlimited`: no state anywhere.
     Nowhere,
 }
@@ -93,11 +99,21 @@ impl Limiter {
     }
 
     pub(crate) fn build(backend: &Backend, name: &str, spec: LimiterSpec) -> Result<Limiter> {
+        Limiter::build_as(backend, name, spec, true)
+    }
+
+    /// Builds a limiter; one that does not `join` only observes the name (see
+    /// [`Backend::observer_from_json`]).
+    pub(crate) fn build_as(backend: &Backend, name: &str, spec: LimiterSpec, join: bool) -> Result<Limiter> {
         let algorithm = spec.compile()?;
-        // Concurrent limiters fail closed unless they opt in (see `with_allow_fallback`).
-        let allow_fallback = !matches!(algorithm, Algorithm::Concurrent(_));
+        // Concurrent limiters fail closed unless they opt in (see `with_allow_fallback`); leased
+        // partitions spend what they hold while Redis is unreachable, and nothing more.
+        let allow_fallback = !matches!(algorithm, Algorithm::Concurrent(_) | Algorithm::Partitions(_));
         let target = match (&algorithm, &*backend.inner) {
             (Algorithm::Unlimited, _) => Target::Nowhere,
+            (Algorithm::Partitions(params), inner) => {
+                Target::Partitions(Arc::new(PartitionSet::new(*params, name, partition_source(inner), backend.clock())))
+            }
             (_, BackendInner::Memory(memory)) => {
                 Target::Memory { backend: memory.clone(), namespace: memory.namespace(spec.kind(), name) }
             }
@@ -107,14 +123,16 @@ impl Limiter {
             }
         };
         let metrics = Arc::<LimiterMetrics>::default();
-        let live = match &target {
-            Target::Memory { backend, .. } => Some(backend.live.join(name, &spec, &metrics)),
-            Target::Redis { backend, .. } => {
+        let live = match (&target, &*backend.inner) {
+            (Target::Nowhere, _) => None,
+            (_, BackendInner::Memory(backend)) if !join => Some(backend.live.observe(name)),
+            (_, BackendInner::Redis(backend)) if !join => Some(backend.live.observe(name)),
+            (_, BackendInner::Memory(backend)) => Some(backend.live.join(name, &spec, &metrics)),
+            (_, BackendInner::Redis(backend)) => {
                 let state = backend.live.join(name, &spec, &metrics);
                 backend.ensure_live_task();
                 Some(state)
             }
-            Target::Nowhere => None,
         };
         let pool = match &target {
             Target::Redis { backend, .. } => leased::pool_for(&algorithm, backend),
@@ -244,6 +262,7 @@ impl Limiter {
         match &self.inner.target {
             Target::Memory { backend, .. } => backend.clock.clone(),
             Target::Redis { backend, .. } => backend.fallback.clock.clone(),
+            Target::Partitions(set) => set.clock(),
             Target::Nowhere => Arc::new(SystemClock),
         }
     }
@@ -280,6 +299,11 @@ impl Limiter {
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
                 self.record(op, &result, Some(started));
+                result
+            }
+            Target::Partitions(set) => {
+                let result = set.run(key, op).await;
+                self.record(op, &result, None);
                 result
             }
             _ => self.run_local(key, op),
@@ -320,6 +344,11 @@ impl Limiter {
                 self.record(op, &result, None);
                 result
             }
+            Target::Partitions(set) => {
+                let result = set.run_blocking(key, op);
+                self.record(op, &result, None);
+                result
+            }
             _ => Ok(Outcome::of(Decision::unlimited())),
         }
     }
@@ -356,7 +385,7 @@ impl Limiter {
         validate_cost("cost", cost)?;
         self.inner.algorithm.validate_cost(cost)?;
         let lease_id = if matches!(self.inner.algorithm, Algorithm::Concurrent(_)) { next_lease_id() } else { 0 };
-        Ok((key, Op::Check { cost, lease_id }))
+        Ok((key, Op::Check { cost, lease_id, waiter: None }))
     }
 
     /// Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
@@ -408,10 +437,13 @@ impl Limiter {
         Ok(self.run_blocking(key, Op::Peek)?.decision)
     }
 
-    /// Forgets all state of `key` (waiters on a concurrent limiter are woken to re-check).
+    /// Forgets all state of `key` (waiters on a concurrent limiter are woken to re-check). A
+    /// partitions limiter gives back this process's partitions of `key` (other processes keep
+    /// theirs: they may be spending them).
     pub async fn reset(&self, key: Option<&str>) -> Result<()> {
         let key = validate_key(key)?;
         match &self.inner.target {
+            Target::Partitions(set) => set.release(Some(key)).await,
             Target::Redis { backend, .. } => {
                 backend.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm).await?;
                 self.forget_lease(key);
@@ -427,7 +459,7 @@ impl Limiter {
     /// Blocking form of [`Limiter::reset`].
     pub fn reset_blocking(&self, key: Option<&str>) -> Result<()> {
         match &self.inner.target {
-            Target::Redis { .. } => block_on(self.reset(key)),
+            Target::Redis { .. } | Target::Partitions(_) => block_on(self.reset(key)),
             _ => {
                 self.reset_local(validate_key(key)?);
                 Ok(())

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{Limiter, Target};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
-use crate::limiter::Op;
+use crate::limiter::{Op, Waiter};
 use crate::metrics::Counter;
 use crate::params::{micros, validate_duration};
 use crate::runtime::block_on;
@@ -98,8 +98,17 @@ impl Limiter {
         let started = clock.now_micros();
         let deadline = started.saturating_add(micros(wait));
         let mut attempts = 0;
+        let mut waiter_id = None;
         loop {
-            let (_, op) = self.check_op(Some(key), cost)?;
+            let (_, mut op) = self.check_op(Some(key), cost)?;
+            // A concurrent limiter counts this caller among the key's waiters while it waits
+            // (operators see them); the id of its first lease names it over every attempt.
+            if let Op::Check { lease_id, waiter, .. } = &mut op {
+                if *lease_id != 0 && deadline > started {
+                    let id = *waiter_id.get_or_insert(*lease_id);
+                    *waiter = Some(Waiter { id, wait_us: deadline.saturating_sub(clock.now_micros()) });
+                }
+            }
             let outcome = self.run(key, op).await?;
             attempts += 1;
             if outcome.decision.allowed {
@@ -127,7 +136,7 @@ impl Limiter {
     /// Blocking form of [`Limiter::acquire`]. Call it from plain threads, not from inside an
     /// async task.
     pub fn acquire_blocking(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
-        if let Target::Redis { .. } = self.inner.target {
+        if let Target::Redis { .. } | Target::Partitions(_) = self.inner.target {
             // A leased limiter spends from its lease without the runtime when it can.
             if let (Some(pool), Ok((key_ok, Op::Check { cost, .. }))) = (&self.inner.pool, self.check_op(key, cost)) {
                 if let Some(decision) = self.leased_spend(pool, key_ok, cost) {

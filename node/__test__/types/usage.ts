@@ -33,6 +33,11 @@ async function main(): Promise<void> {
   const allowed: boolean = d.allowed;
   const retry: number = d.retryAfterMs + d.resetAfterMs + d.limit + d.remaining + d.decidedAtUs;
   const sync: Decision = memory.bucket('b', 5, 'minute').checkSync(null, 2);
+  const ingest: Limiter = redis.partitions('ingest', 100, 20, { leaseTtlMs: 15_000, reserved: 2, priority: false });
+  const heldPartitions: Array<[number, number]> = ingest.partitionsHeld();
+  console.log(heldPartitions.length);
+  await ingest.close();
+  memory.limiter('p', { kind: 'partitions', total_rate: 100, partitions: 20, lease_ttl: 15 });
   const erp = memory.concurrent('erp', 50, { lockTimeoutMs: 30_000, waitTimeoutMs: 5000 });
   const granted = await erp.acquire('tenant-3', { waitTimeoutMs: 1000, signal: AbortSignal.timeout(100) });
   const lease: Lease | undefined = granted.lease;

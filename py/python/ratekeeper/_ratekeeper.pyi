@@ -112,6 +112,16 @@ class Backend:
         Every limiter's metrics as `(name, kind, Metrics)`: this process's, or with `fleet`
         every process's (read from Redis).
         """
+    def partitions(self, /, name: str, total_rate: float, partitions: int, lease_ttl: float = ..., reserved: int = ..., *, priority: bool = ...) -> Limiter:
+        """
+        Leased partitions (Azure's rate limiting pattern): `total_rate` units per second split
+        into `partitions` equal partitions. On Redis each process leases a fair share of them for
+        `lease_ttl` seconds (renewed while it calls) and `check`/`acquire` pace it to the rate it
+        holds (20 calls per 200 ms at 100/s, not 100 at once); a dead process's partitions return
+        after `lease_ttl`, and `close()` gives them back at once. The first `reserved` partitions
+        belong to limiters built with `priority=True`, the rest to the others. On memory the
+        process holds every partition of its class.
+        """
     def points(self, /, name: str, capacity: int, refill: float) -> Limiter:
         """
         A leaky bucket of `capacity` points refilled completely in `refill` seconds: a call
@@ -678,8 +688,9 @@ class NativeLimiter:
         """
     def close(self, /) -> None:
         """
-        Gives the unspent tokens of a leased limiter's leases back to the shared bucket (nothing
-        to do for other limiters); later calls take new leases.
+        Gives back what this process holds: every partition of a partitions limiter (other
+        processes may lease them at once instead of after `lease_ttl`), the unspent tokens of a
+        leased limiter's leases; a later call leases anew. Does nothing on other limiters.
         """
     def extend(self, /, lease: Lease, key: str | None = None) -> None:
         """
@@ -715,6 +726,11 @@ class NativeLimiter:
         `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are case-insensitive;
         malformed values are ignored. Returns the pause in effect in seconds, or `None` when the
         response asks for none.
+        """
+    def partitions_held(self, /, key: str | None = None) -> list[tuple[int, int]]:
+        """
+        The partitions this process holds of a partitions limiter for `key`, as
+        `(index, fencing_token)` pairs. Raises `InvalidArgument` naming `limiter` on other kinds.
         """
     def pause(self, /, duration: float, key: str | None = None) -> float:
         """

@@ -3,8 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
 use super::keys::DEFAULT_PREFIX;
 use crate::clock::Clock;
+use crate::error::{Error, Result};
 
 /// The default per-call deadline: a call to a dead or hung Redis returns within it.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(200);
@@ -53,6 +57,37 @@ impl TlsConfig {
     /// Trust the CA certificate(s) in `pem` (instead of the system store).
     pub fn with_ca_pem(pem: impl Into<Vec<u8>>) -> Self {
         TlsConfig { ca_cert_pem: Some(pem.into()), client_cert_and_key_pem: None }
+    }
+
+    /// Parses the PEM material before anything connects, naming the part at fault (`tls.ca`,
+    /// `tls.cert`, `tls.key`). Left to the first connection, bad material would only show as a
+    /// failed connection — which a fail-open backend turns into admitting every call.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(pem) = &self.ca_cert_pem {
+            let certificates = CertificateDer::pem_slice_iter(pem)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::invalid_field("tls.ca", format!("is not valid PEM: {e}")))?;
+            if certificates.is_empty() {
+                return Err(Error::invalid_field("tls.ca", "holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+            }
+            let mut roots = rustls::RootCertStore::empty();
+            for certificate in certificates {
+                roots
+                    .add(certificate)
+                    .map_err(|e| Error::invalid_field("tls.ca", format!("holds a certificate rustls refuses: {e}")))?;
+            }
+        }
+        if let Some((cert, key)) = &self.client_cert_and_key_pem {
+            let chain = CertificateDer::pem_slice_iter(cert)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::invalid_field("tls.cert", format!("is not valid PEM: {e}")))?;
+            if chain.is_empty() {
+                return Err(Error::invalid_field("tls.cert", "holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+            }
+            PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| Error::invalid_field("tls.key", format!("holds no PEM private key: {e}")))?;
+        }
+        Ok(())
     }
 }
 
@@ -137,5 +172,29 @@ impl RedisConfig {
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parameter(tls: TlsConfig) -> String {
+        match tls.validate() {
+            Err(Error::InvalidArgument { parameter, .. }) => parameter.into_owned(),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn pem_material_that_is_not_pem_is_refused_naming_its_part() {
+        assert_eq!(parameter(TlsConfig::with_ca_pem("not a certificate")), "tls.ca");
+        assert_eq!(parameter(TlsConfig::with_ca_pem("")), "tls.ca");
+        let broken = "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n";
+        assert_eq!(parameter(TlsConfig::with_ca_pem(broken)), "tls.ca");
+        let mut client = TlsConfig::default();
+        client.client_cert_and_key_pem = Some((b"not a certificate".to_vec(), b"not a key".to_vec()));
+        assert_eq!(parameter(client), "tls.cert");
+        assert!(TlsConfig::default().validate().is_ok(), "no material: the system's roots");
     }
 }

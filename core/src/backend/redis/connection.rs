@@ -289,8 +289,9 @@ impl Connections {
     /// The process-wide connection set for `config`'s servers, created on first use. Nothing
     /// connects here: connections are established lazily, in the background.
     pub(crate) fn for_config(config: &RedisConfig) -> Result<Arc<Connections>> {
+        let parameter = if config.cluster { "seeds" } else { "url" };
         if config.urls.is_empty() || config.urls.iter().any(|u| u.is_empty()) {
-            return Err(Error::invalid("url", "at least one redis:// or rediss:// URL is required"));
+            return Err(Error::invalid(parameter, "at least one redis:// or rediss:// URL is required"));
         }
         let key = SetKey {
             urls: config.urls.clone(),
@@ -314,7 +315,8 @@ impl Connections {
             // rustls needs one process-wide crypto provider; another library may have set it.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let bad_url = |e: redis::RedisError| Error::invalid("url", format!("{e}"));
+        let bad_url =
+            |e: redis::RedisError| Error::invalid(if config.cluster { "seeds" } else { "url" }, format!("{e}"));
         let client = if config.cluster {
             let mut builder = ClusterClientBuilder::new(config.urls.clone())
                 .connection_timeout(config.connect_timeout)

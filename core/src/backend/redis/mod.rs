@@ -11,6 +11,7 @@ pub(crate) mod live;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+mod views;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use crate::limiter::pause;
 use crate::limiter::script::LuaScript;
 use crate::limiter::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
 use crate::live::Live;
-use crate::metrics::{LimiterMetrics, Metrics, FIELDS};
+use crate::metrics::{Counter, LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
 use crate::runtime::runtime;
 
@@ -64,6 +65,9 @@ const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 /// How long Redis remembers a writer's last applied flush: far longer than a flush whose reply
 /// was lost can wait to be resent (the next flush that reaches Redis resends it).
 const METRICS_SEQ_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How long the per-minute history outlives its last update: the hour it shows, and some.
+const HISTORY_TTL: Duration = Duration::from_secs(2 * 3600);
 
 /// Applies one flush of metric counts once (see `metrics.lua`).
 const METRICS_SCRIPT: &str = include_str!("../../scripts/metrics.lua");
@@ -185,10 +189,19 @@ impl RedisBackend {
         if let FailurePolicy::Fallback { divisor: 0 } = config.failure_policy {
             return Err(Error::invalid("divisor", "the fallback divisor must be at least 1"));
         }
-        for url in &config.urls {
+        for (i, url) in config.urls.iter().enumerate() {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return Err(Error::invalid("url", format!("must start with redis:// or rediss://, got {url:?}")));
+                let message = format!("must start with redis:// or rediss://, got {url:?}");
+                // A cluster's URLs are its seeds: name the one at fault, as the caller passed it.
+                return Err(if config.cluster {
+                    Error::invalid_field(format!("seeds[{i}]"), message)
+                } else {
+                    Error::invalid("url", message)
+                });
             }
+        }
+        if let Some(tls) = &config.tls {
+            tls.validate()?;
         }
         let manual_clock = config.clock.clone().filter(|c| c.is_manual());
         let fallback_clock = config.clock.clone().unwrap_or_else(|| Arc::new(crate::clock::SystemClock));
@@ -211,6 +224,16 @@ impl RedisBackend {
     /// The connection set: equal configurations share one (and so one driven connection).
     pub(crate) fn connections(&self) -> &Arc<Connections> {
         &self.connections
+    }
+
+    /// The key prefix (namespace).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The manual clock's time sent with each call; `None`: scripts read the server's TIME.
+    pub(crate) fn manual_now(&self) -> Option<u64> {
+        self.manual_clock.as_ref().map(|clock| clock.now_micros())
     }
 
     /// The per-call deadline.
@@ -341,7 +364,9 @@ impl RedisBackend {
             (FailurePolicy::Fallback { .. }, Some((algorithm, namespace))) => {
                 self.counters.fell_back.fetch_add(1, Ordering::Relaxed);
                 let op = match op {
-                    Op::Check { cost, lease_id } => Op::Check { cost, lease_id: lease_id | FALLBACK_LEASE_BIT },
+                    Op::Check { cost, lease_id, waiter } => {
+                        Op::Check { cost, lease_id: lease_id | FALLBACK_LEASE_BIT, waiter }
+                    }
                     other => other,
                 };
                 let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
@@ -542,10 +567,17 @@ impl RedisBackend {
             let Some(batch) = metrics.next_batch() else { return Ok(()) };
             let keys = KeyBuilder::new(&self.prefix, kind, name, "");
             let mut eval = redis::cmd("EVAL");
-            eval.arg(METRICS_SCRIPT).arg(2).arg(keys.key("metrics"));
+            eval.arg(METRICS_SCRIPT).arg(3).arg(keys.key("metrics"));
             // `…:metrics-seq:<writer>`: the metrics hash's hash tag, so one slot on a cluster.
             eval.arg(format!("{}{}", keys.key("metrics-seq"), metrics.writer()));
+            eval.arg(self.history_key(kind, name));
             eval.arg(batch.seq).arg(METRICS_TTL.as_millis() as u64).arg(METRICS_SEQ_TTL.as_millis() as u64);
+            let delta = |c: Counter| batch.deltas[c as usize];
+            let allowed = delta(Counter::Allowed) + delta(Counter::FailedOpen) + delta(Counter::FellBack);
+            eval.arg(HISTORY_TTL.as_millis() as u64)
+                .arg(views::HISTORY_SLOTS)
+                .arg(allowed)
+                .arg(delta(Counter::Refused));
             for (field, delta) in FIELDS.iter().zip(batch.deltas) {
                 if delta > 0 {
                     eval.arg(*field).arg(delta);
@@ -663,7 +695,9 @@ mod tests {
     fn keys_of(spec: LimiterSpec) -> Vec<String> {
         let backend = RedisBackend::new(RedisConfig::new("redis://127.0.0.1:1")).unwrap();
         let algorithm = spec.compile().unwrap();
-        let call = backend.prepare(spec.kind(), "n", "k", &algorithm, Op::Check { cost: 1, lease_id: 0 }).unwrap();
+        let call = backend
+            .prepare(spec.kind(), "n", "k", &algorithm, Op::Check { cost: 1, lease_id: 0, waiter: None })
+            .unwrap();
         let args: Vec<Vec<u8>> = call
             .cmd
             .args_iter()

@@ -1,0 +1,172 @@
+"""The shared bad-input table (tests/bad_input/cases.json) through the Python API: every case
+raises the table's error class naming the table's Python parameter, and writes nothing.
+
+The same table runs through Node (node/__test__/bad_input.test.js) and C
+(tests/bad_input/run_c.c), so the three languages refuse the same mistakes the same way."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ratekeeper
+from ratekeeper import InvalidArgument
+
+TABLE = json.loads((Path(__file__).resolve().parents[2] / "tests" / "bad_input" / "cases.json").read_text())
+CASES: list[dict[str, Any]] = TABLE["cases"]
+START_US = 1_700_000_000_000_000
+
+# The Python class of each error class of the table.
+CLASSES: dict[str, type[Exception]] = {"invalid_argument": InvalidArgument}
+
+
+class NotExpressible(Exception):
+    """The case cannot be written in Python; the reason is reported as the skip reason."""
+
+
+def value(v: Any) -> Any:
+    """Decodes the table's special values (see its `conventions.values`)."""
+    if isinstance(v, dict):
+        if "number" in v:
+            return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[v["number"]]
+        if "repeat" in v:
+            return v["repeat"] * v["times"]
+        if "lone_surrogate" in v:
+            return v["lone_surrogate"] + "\ud800"
+        return {k: value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [value(x) for x in v]
+    return v
+
+
+def tuples(v: Any) -> Any:
+    """Lists of lists become lists of tuples (`windows`, `sliding_window`), anything else as is."""
+    return [tuple(x) if isinstance(x, list) else x for x in v] if isinstance(v, list) else v
+
+
+def arguments(case: dict[str, Any]) -> dict[str, Any]:
+    if "python" in case.get("skip", {}):
+        raise NotExpressible(case["skip"]["python"])
+    return {k: value(v) for k, v in case.get("args_python", case["args"]).items()}
+
+
+def redis_options(a: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in a.items() if k not in ("url", "seeds")}
+
+
+def fresh_backend() -> ratekeeper.Backend:
+    return ratekeeper.Backend.memory(clock=ratekeeper.ManualClock(START_US))
+
+
+def snapshot(limiter: ratekeeper.Limiter) -> list[tuple[bool, int, float]]:
+    """What a peek of the shared key and of key "k" sees: must not change on a refused call."""
+    return [(d.allowed, d.remaining, d.retry_after) for d in (limiter.peek(None), limiter.peek("k"))]
+
+
+def call(case: dict[str, Any]) -> None:
+    """Makes the case's call; raises what it raises. Checks afterwards that nothing was written."""
+    a = arguments(case)
+    name = case["call"]
+    if name == "memory":
+        ratekeeper.Backend.memory(**a)
+    elif name == "redis":
+        ratekeeper.Backend.redis(a["url"], **redis_options(a))
+    elif name == "cluster":
+        ratekeeper.Backend.cluster(a["seeds"], **redis_options(a))
+    elif name in ("bucket", "window"):
+        getattr(fresh_backend(), name)(a["name"], a["limit"], a["interval"])
+    elif name == "windows":
+        fresh_backend().windows(a["name"], tuples(a["windows"]))
+    elif name == "sliding_window":
+        fresh_backend().sliding_window(a["name"], tuples(a["limits"]))
+    elif name == "token_bucket":
+        fresh_backend().token_bucket(a["name"], a["rate"], a["capacity"])
+    elif name == "leaky":
+        fresh_backend().leaky(a["name"], a["size"], a["drain"])
+    elif name == "points":
+        fresh_backend().points(a["name"], a["capacity"], a["refill"])
+    elif name == "concurrent":
+        fresh_backend().concurrent(**a)
+    elif name == "calendar":
+        fresh_backend().calendar(**a)
+    elif name == "unlimited":
+        fresh_backend().unlimited(a["name"])
+    elif name == "limiter":
+        spec = a["spec"]
+        fresh_backend().limiter(a["name"], spec if isinstance(spec, str) else spec)
+    elif name in ("set_limit", "clear_limit"):
+        backend = fresh_backend()
+        try:
+            if name == "set_limit":
+                backend.set_limit(a["name"], a["spec"], a.get("key"))
+            else:
+                backend.clear_limit(a["name"], a.get("key"))
+        finally:
+            assert all(not info.overrides for info in backend.limiters()), "a refused call wrote an override"
+    elif name == "backoff":
+        ratekeeper.Backoff(**a)
+    elif name == "reschedule_in":
+        ratekeeper.Backoff().reschedule_in(a["attempt"], a.get("retry_after"))
+    elif name == "manual_clock":
+        ratekeeper.ManualClock(a["start_us"])
+    elif name == "advance":
+        ratekeeper.ManualClock(START_US).advance(a["seconds"])
+    else:
+        limiter_call(case, name, a)
+
+
+def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
+    limiter = fresh_backend().limiter("bad-input", case["limiter"])
+    before = snapshot(limiter)
+    try:
+        if name == "check":
+            limiter.check(a.get("key"), a.get("cost", 1))
+        elif name == "peek":
+            limiter.peek(a.get("key"))
+        elif name == "acquire":
+            limiter.acquire(a.get("key"), a.get("cost", 1), a.get("wait_timeout"))
+        elif name == "reset":
+            limiter.reset(a.get("key"))
+        elif name == "points_used":
+            limiter.points_used(a["estimate"], a["actual"], a.get("key"))
+        elif name == "pause":
+            limiter.pause(a["duration"], a.get("key"))
+        elif name == "observe":
+            headers = a["headers"]
+            limiter.observe(a["status"], [tuple(h) for h in headers] if isinstance(headers, list) else headers, a.get("key"))
+        elif name == "within_limit":
+            options = {k: a[k] for k in ("policy", "wait_timeout") if k in a}
+            with limiter.within_limit(a.get("key"), a.get("cost", 1), **options):
+                pass
+        elif name == "with_wait_timeout":
+            limiter.with_wait_timeout(a["wait_timeout"])
+        else:
+            raise AssertionError(f"the table names a call this runner does not know: {name}")
+    finally:
+        assert snapshot(limiter) == before, "a refused call changed the limiter's state"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_bad_input(case: dict[str, Any]) -> None:
+    try:
+        arguments(case)
+    except NotExpressible as why:
+        pytest.skip(f"not expressible in Python: {why}")
+    expected = CLASSES[case["error"]]
+    parameter = case["parameter"]["python"]
+    with pytest.raises(expected) as raised:
+        call(case)
+    assert raised.value.parameter == parameter, str(raised.value)
+    assert f"`{parameter}`" in str(raised.value), str(raised.value)
+
+
+def test_every_case_names_a_parameter_in_every_language() -> None:
+    names = [c["name"] for c in CASES]
+    assert len(names) == len(set(names)), "case names are unique"
+    for case in CASES:
+        assert set(case["parameter"]) == {"python", "node", "c"}, case["name"]
+        assert case["error"] in CLASSES, case["name"]
