@@ -22,7 +22,7 @@ pub fn free_port() -> u16 {
     }
 }
 
-fn scratch_dir(label: &str) -> PathBuf {
+pub fn scratch_dir(label: &str) -> PathBuf {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "ratekeeper-test-{}-{label}-{}",
@@ -38,7 +38,7 @@ fn scratch_dir(label: &str) -> PathBuf {
 /// loaded machine never trips it; what the tests assert are the orderings around the wait.
 pub const GIVE_UP: Duration = Duration::from_secs(30);
 
-fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ready() {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
