@@ -50,7 +50,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show a limiter's state for one key (peek: consumes nothing), its spec and overrides.
+    /// Show a limiter's state for one key (peek: consumes nothing), its spec and overrides; a
+    /// concurrent key's holders (lease digest, fencing token, age) and waiters; the busiest keys;
+    /// allowed and refused per minute over the last hour.
     Inspect {
         /// The limiter's name.
         name: String,
