@@ -27,15 +27,35 @@ function loadNative() {
     return require(prebuilt);
   } catch (error) {
     if (!error || error.code !== 'MODULE_NOT_FOUND') throw error;
-    throw new Error(
-      `ratekeeper: no native addon for this machine: neither ${__dirname}/ratekeeper.node (a ` +
-        `build from source) nor the prebuilt package ${prebuilt} is installed. Prebuilt addons ` +
-        'exist for linux-x64-gnu; elsewhere build from the source repository with ' +
-        '`npm install ./node` (needs Rust: https://rustup.rs), or run `npm run build` in the ' +
-        'package folder of a source checkout.',
-      { cause: error },
+    throw Object.assign(new Error(missingAddon(prebuilt), { cause: error }), { code: 'MODULE_NOT_FOUND' });
+  }
+}
+
+/** Platforms with a prebuilt addon package on npm (scripts/package builds them). */
+const PREBUILT = ['@ratekeeper/linux-x64-gnu'];
+
+/**
+ * What to do when no addon loads: on a platform with a prebuilt package, install it (npm
+ * leaves it out when optional dependencies are omitted, or when only the main tarball is
+ * installed); elsewhere, build from source.
+ */
+function missingAddon(prebuilt) {
+  const { version } = require('./package.json');
+  if (PREBUILT.includes(prebuilt)) {
+    return (
+      `ratekeeper: the prebuilt addon package ${prebuilt} is not installed. npm installs it with ` +
+      'ratekeeper as an optional dependency, unless optional dependencies are left out ' +
+      '(--omit=optional, --no-optional, or the ratekeeper tarball installed alone). Install it: ' +
+      `npm install ${prebuilt}@${version}`
     );
   }
+  return (
+    `ratekeeper: no native addon for this machine: neither ${__dirname}/ratekeeper.node (a ` +
+    `build from source) nor a prebuilt package (${prebuilt}) is installed. Prebuilt addons ` +
+    `exist for ${PREBUILT.map((p) => p.replace('@ratekeeper/', '')).join(', ')}; elsewhere build ` +
+    'from the source repository with `npm install ./node` (needs Rust: https://rustup.rs), or ' +
+    'run `npm run build` in the package folder of a source checkout.'
+  );
 }
 
 module.exports = loadNative();

@@ -224,8 +224,11 @@ impl RedisBackend {
             [Value::Int(0), Value::BulkString(kind)] => Err(Error::invalid(
                 "spec",
                 format!(
-                    "limiter {name:?} is registered as {}: an override must keep its kind",
-                    String::from_utf8_lossy(kind)
+                    "limiter {name:?} is registered as {} on this Redis: an override must keep its kind, \
+                     got {}; if two limiters of different kinds use the name {name:?} (two apps on one \
+                     Redis), give each its own name or key prefix",
+                    String::from_utf8_lossy(kind),
+                    spec.map_or("none", |s| s.kind().as_str()),
                 ),
             )),
             other => Err(Error::BackendRejected {
