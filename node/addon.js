@@ -1,15 +1,7 @@
 'use strict';
 // Loads the native addon (the Rust core, napi-rs) for index.js and http.js.
 
-/** The npm package holding the prebuilt addon for this machine, e.g. `@ratekeeper/linux-x64-gnu`. */
-function platformPackage() {
-  let abi = '';
-  if (process.platform === 'linux') {
-    // glibc reports its version in the process report; musl does not.
-    abi = process.report?.getReport?.().header?.glibcVersionRuntime ? '-gnu' : '-musl';
-  }
-  return `@ratekeeper/${process.platform}-${process.arch}${abi}`;
-}
+const { platformPackage, missingAddon } = require('./addon-path.js');
 
 /**
  * The native addon: a build from source beside this file (`npm install ./node` or `npm run
@@ -29,33 +21,6 @@ function loadNative() {
     if (!error || error.code !== 'MODULE_NOT_FOUND') throw error;
     throw Object.assign(new Error(missingAddon(prebuilt), { cause: error }), { code: 'MODULE_NOT_FOUND' });
   }
-}
-
-/** Platforms with a prebuilt addon package on npm (scripts/package builds them). */
-const PREBUILT = ['@ratekeeper/linux-x64-gnu'];
-
-/**
- * What to do when no addon loads: on a platform with a prebuilt package, install it (npm
- * leaves it out when optional dependencies are omitted, or when only the main tarball is
- * installed); elsewhere, build from source.
- */
-function missingAddon(prebuilt) {
-  const { version } = require('./package.json');
-  if (PREBUILT.includes(prebuilt)) {
-    return (
-      `ratekeeper: the prebuilt addon package ${prebuilt} is not installed. npm installs it with ` +
-      'ratekeeper as an optional dependency, unless optional dependencies are left out ' +
-      '(--omit=optional, --no-optional, or the ratekeeper tarball installed alone). Install it: ' +
-      `npm install ${prebuilt}@${version}`
-    );
-  }
-  return (
-    `ratekeeper: no native addon for this machine: neither ${__dirname}/ratekeeper.node (a ` +
-    `build from source) nor a prebuilt package (${prebuilt}) is installed. Prebuilt addons ` +
-    `exist for ${PREBUILT.map((p) => p.replace('@ratekeeper/', '')).join(', ')}; elsewhere build ` +
-    'from the source repository with `npm install ./node` (needs Rust: https://rustup.rs), or ' +
-    'run `npm run build` in the package folder of a source checkout.'
-  );
 }
 
 module.exports = loadNative();

@@ -62,6 +62,28 @@ fn completions_are_generated_for_every_shell() {
 }
 
 #[test]
+fn man_pages_are_written_for_the_command_and_each_subcommand() {
+    let dir = std::env::temp_dir().join(format!("ratekeeper-man-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let target = dir.join("man1");
+    ok(&["man-pages", target.to_str().unwrap()]);
+    for page in ["ratekeeper", "ratekeeper-limits", "ratekeeper-run", "ratekeeper-serve", "ratekeeper-completions"] {
+        let text =
+            std::fs::read_to_string(target.join(format!("{page}.1"))).unwrap_or_else(|e| panic!("{page}.1: {e}"));
+        assert!(text.contains(&format!(".TH {page} 1")), "{page}.1 is not the man page of {page}: {text}");
+    }
+    let top = std::fs::read_to_string(target.join("ratekeeper.1")).unwrap();
+    assert!(top.contains("inspect") && top.contains("\\-\\-redis"), "{top}");
+    // A directory it cannot create is an error naming it, exit code 1.
+    let blocked = dir.join("file");
+    std::fs::write(&blocked, "").unwrap();
+    let (code, _, err) = run(&["man-pages", blocked.join("man1").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot write the man pages into") && err.contains("man1"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn demo_runs_on_memory_and_on_redis() {
     let small = ["--records", "300", "--capacity", "2000", "--cost", "10", "--window-ms", "200"];
     let server = RedisServer::start();

@@ -21,6 +21,7 @@ const CODES = {
   invalid_argument: 'ERR_INVALID_ARGUMENT',
   backend_unavailable: 'ERR_BACKEND_UNAVAILABLE',
   module_not_found: 'MODULE_NOT_FOUND',
+  exit_1: 'exit_1',
 };
 /** The table's option names (Python's and C's spelling) as the Node API spells them. */
 const OPTIONS = { failure_policy: 'failurePolicy' };
@@ -40,22 +41,40 @@ function fill(value, places) {
  * package: its JavaScript files in a folder with no addon beside them and no node_modules above.
  * Returns what its first require threw.
  */
-function requireWithoutPlatformPackage() {
+function withoutPlatformPackage(use) {
   const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'ratekeeper-first-hour-'));
   try {
     const packageDir = path.join(folder, 'ratekeeper');
-    fs.mkdirSync(packageDir);
+    fs.mkdirSync(path.join(packageDir, 'bin'), { recursive: true });
     const root = path.resolve(__dirname, '..');
-    for (const file of ['package.json', 'index.js', 'addon.js', 'http.js']) {
+    for (const file of ['package.json', 'index.js', 'addon.js', 'addon-path.js', 'http.js', 'bin/ratekeeper.js']) {
       fs.copyFileSync(path.join(root, file), path.join(packageDir, file));
     }
+    return use(folder, packageDir);
+  } finally {
+    fs.rmSync(folder, { recursive: true, force: true });
+  }
+}
+
+/** What the first require of the package alone threw. */
+function requireWithoutPlatformPackage() {
+  return withoutPlatformPackage((folder, packageDir) => {
     const script = `try { require(${JSON.stringify(packageDir)}); process.exit(3); } catch (e) {
       process.stdout.write(JSON.stringify({ code: e.code, message: e.message })); }`;
     const out = childProcess.execFileSync(process.execPath, ['-e', script], { cwd: folder, encoding: 'utf8' });
     return JSON.parse(out);
-  } finally {
-    fs.rmSync(folder, { recursive: true, force: true });
-  }
+  });
+}
+
+/** `npx ratekeeper --version` with the package alone: its exit code (as `exit_N`) and stderr. */
+function cliWithoutPlatformPackage() {
+  return withoutPlatformPackage((folder, packageDir) => {
+    const run = childProcess.spawnSync(process.execPath, [path.join(packageDir, 'bin', 'ratekeeper.js'), '--version'], {
+      cwd: folder,
+      encoding: 'utf8',
+    });
+    return { code: `exit_${run.status}`, message: run.stderr };
+  });
 }
 
 let prefixes = 0;
@@ -84,6 +103,8 @@ async function run(c) {
     }
     case 'require_without_platform_package':
       throw Object.assign(new Error(), requireWithoutPlatformPackage());
+    case 'cli_without_platform_package':
+      throw Object.assign(new Error(), cliWithoutPlatformPackage());
     default:
       throw new Error(`the runner does not know the call ${c.call}`);
   }
