@@ -2,7 +2,7 @@
 
 use redis::Cmd;
 
-use super::engine::{not_applicable, Engine, Op, Outcome};
+use super::contract::{not_applicable, Engine, Op, Outcome};
 use super::script::LuaScript;
 use crate::decision::Decision;
 use crate::error::Result;

@@ -11,15 +11,11 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use super::engine::{not_applicable, DecisionReply, Engine, Op, Outcome};
+use super::contract::{not_applicable, DecisionReply, Engine, Op, Outcome};
 use super::gcra::{Gcra, GcraState};
 use super::script::LuaScript;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
-
-/// The default `lease_ttl` of a leased token bucket: how long a process may sit on tokens it
-/// took before they lapse.
-pub const DEFAULT_LEASED_TTL: Duration = Duration::from_secs(1);
 
 /// How many chunks a full bucket holds when the spec leaves `chunk` out.
 const DEFAULT_CHUNKS_PER_CAPACITY: u64 = 16;

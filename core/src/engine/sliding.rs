@@ -21,13 +21,13 @@ use std::sync::LazyLock;
 
 use redis::Cmd;
 
-use super::engine::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
+use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::script::LuaScript;
 use super::Combine;
 use std::time::Duration;
 
+use crate::engine::SlidingLimit;
 use crate::error::{Error, Result};
-use crate::limiter::SlidingLimit;
 use crate::params::{micros, validate_count, validate_duration};
 
 /// The most sub-buckets one sliding-window limit may have (memory is O(duration/precision)).

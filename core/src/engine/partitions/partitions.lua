@@ -22,15 +22,9 @@
 -- A holder above its target gives the excess back itself, with 'release' after it has stopped
 -- spending it, so that no partition is spent by two members in the same instant.
 
-local function now_us()
-  if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 local leases, token_key, members_key = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
-local now = now_us()
+local now = now_us(ARGV)
 local lo, hi = tonumber(ARGV[3]), tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local me = ARGV[6]

@@ -1,4 +1,4 @@
--- The concurrent limiter's leases. Mirrors core/src/limiter/concurrent.rs.
+-- The concurrent limiter's leases. Mirrors core/src/engine/concurrent.rs.
 -- KEYS[1]  a ZSET of holders: member = lease id (hex), score = instant its lease_timeout ends
 -- KEYS[2]  the last fencing token granted (string)
 -- KEYS[3]  a LIST a release pushes to, so that exactly one blocked waiter (BLPOP) wakes
@@ -23,16 +23,10 @@
 -- arrive (held in a hung server or a slow network), grants nothing. Lease ids are unique: this
 -- never frees another caller's slot.
 
-local function now_us()
-  if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 local holders, token_key, wake_key, abandoned = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local grants, waiters = KEYS[5], KEYS[6]
 local op = ARGV[1]
-local now = now_us()
+local now = now_us(ARGV)
 local limit = tonumber(ARGV[3])
 local lock = tonumber(ARGV[4])
 local fmt = function(x) return string.format('%d', x) end

@@ -11,21 +11,15 @@
 //! - a holder above its fair share drops the excess locally first, and only then gives it back.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::LazyLock;
 
-use super::pacing::Held;
-use super::Partitions;
 use crate::backend::redis::keys::KeyBuilder;
 use crate::backend::redis::scripts;
 use crate::backend::RedisBackend;
+use crate::engine::contract::malformed;
+use crate::engine::partitions::pacing::Held;
+use crate::engine::partitions::{Partitions, SCRIPT};
+use crate::engine::Kind;
 use crate::error::Result;
-use crate::limiter::engine::malformed;
-use crate::limiter::script::LuaScript;
-use crate::limiter::Kind;
-
-/// `partitions.lua`.
-pub(crate) static SCRIPT: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new("partitions", include_str!("partitions.lua")));
 
 /// The key roles: leases (`l`), the fencing token (`t`), live members of the shared class (`m`)
 /// and of the priority class (`q`).

@@ -10,8 +10,8 @@ use super::leased::Leased;
 use super::log::Log;
 use super::sliding::Sliding;
 use super::Algorithm;
+use crate::engine::partitions::Partitions;
 use crate::error::Result;
-use crate::partitions::Partitions;
 
 /// One window of a `window` limiter: at most `limit` admissions in any span of `interval`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

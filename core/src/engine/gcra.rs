@@ -16,8 +16,8 @@ use std::sync::LazyLock;
 
 use redis::Cmd;
 
+use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::decision;
-use super::engine::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::script::LuaScript;
 use crate::error::{Error, Result};
 use std::time::Duration;

@@ -1,5 +1,5 @@
 -- Calendar quotas: `limit` per calendar period (day, ISO week, anchored month, year) in a time
--- zone. Mirrors core/src/limiter/calendar.rs: this script picks the period containing the
+-- zone. Mirrors core/src/engine/calendar.rs: this script picks the period containing the
 -- server's instant among the ones the client computed, records an admitted call, and returns
 -- what the rule reads; the caller replays the rule on it to build the decision.
 -- KEYS[1]  a HASH: `e` the end (µs) of the period counted, `c` its count
@@ -16,13 +16,7 @@
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
 
 local h = KEYS[1]
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV)
 local commit = ARGV[1] == 'check'
 local cost, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local fmt = function(x) return string.format('%d', x) end

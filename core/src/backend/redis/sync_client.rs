@@ -1,4 +1,6 @@
-//! Connections driven by the calling thread, for the blocking calls on a standalone server.
+//! Sync clients: connections the calling thread writes to and reads from itself, for the blocking
+//! calls on a standalone server (the runtime's multiplexed connection serves async calls;
+//! [`super::driven`] serves an event loop that polls its own socket).
 //!
 //! A blocking call on the shared multiplexed connection hands its command to a runtime worker
 //! and parks until the worker hands the reply back: two thread wake-ups per call, which on a
@@ -34,8 +36,8 @@ const PEEK_AFTER_IDLE: Duration = Duration::from_millis(1);
 /// the timeout shortened first (one system call, only on replies that take several reads).
 const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
 
-/// Where and how direct connections connect: a standalone server, plain or TLS.
-pub(crate) struct DirectTarget {
+/// Where and how sync connections connect: a standalone server, plain or TLS.
+pub(crate) struct SyncTarget {
     /// The server's host name, looked up within each connect's deadline.
     resolver: Resolver,
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
@@ -43,11 +45,11 @@ pub(crate) struct DirectTarget {
     handshake: Vec<Cmd>,
 }
 
-impl DirectTarget {
+impl SyncTarget {
     /// The target of `config`, or `None` where blocking calls keep going through the runtime:
     /// a cluster (slots are routed by the cluster client), a TLS URL asking for no hostname
     /// verification, or a configuration the async client will report as invalid itself.
-    pub(crate) fn for_config(config: &RedisConfig) -> Option<DirectTarget> {
+    pub(crate) fn for_config(config: &RedisConfig) -> Option<SyncTarget> {
         if config.cluster || config.urls.len() != 1 {
             return None;
         }
@@ -77,7 +79,7 @@ impl DirectTarget {
         // trip first, every call that times out on it would open a connection and leave its
         // script queued there, to be run (and counted) when the server resumes.
         handshake.push(redis::cmd("PING"));
-        Some(DirectTarget { resolver: Resolver::new(host, port), tls, handshake })
+        Some(SyncTarget { resolver: Resolver::new(host, port), tls, handshake })
     }
 
     /// True for a server reached without TLS.
@@ -86,7 +88,7 @@ impl DirectTarget {
     }
 
     /// Connects and runs the handshake, all by `until`.
-    pub(crate) fn connect(&self, until: Instant) -> RedisResult<DirectConnection> {
+    pub(crate) fn connect(&self, until: Instant) -> RedisResult<SyncConnection> {
         let mut last_error = None;
         let mut stream = None;
         for address in self.resolver.resolve(until)? {
@@ -115,7 +117,7 @@ impl DirectTarget {
                 Stream::Tls(Box::new(rustls::StreamOwned::new(session, tcp)))
             }
         };
-        let mut conn = DirectConnection {
+        let mut conn = SyncConnection {
             stream,
             input: vec![0; READ_BUFFER],
             filled: 0,
@@ -176,7 +178,7 @@ impl Stream {
 }
 
 /// One connection, used by one thread at a time.
-pub(crate) struct DirectConnection {
+pub(crate) struct SyncConnection {
     stream: Stream,
     /// Bytes read and not yet a whole reply (`input[..filled]`); zeroed once, reused.
     input: Vec<u8>,
@@ -188,7 +190,7 @@ pub(crate) struct DirectConnection {
     last_used: Instant,
 }
 
-impl DirectConnection {
+impl SyncConnection {
     /// Sends `cmd` and reads its reply (server errors included, as values), by `until`. After
     /// an error the connection must be dropped: a reply may still be on its way.
     pub(crate) fn request(&mut self, cmd: &Cmd, until: Instant) -> RedisResult<Value> {
@@ -243,7 +245,7 @@ impl DirectConnection {
     }
 
     /// The plain socket, without timeouts, for a caller that drives it itself; an error over
-    /// TLS (see [`DirectTarget::is_plain`]).
+    /// TLS (see [`SyncTarget::is_plain`]).
     pub(crate) fn into_plain(self) -> RedisResult<TcpStream> {
         match self.stream {
             Stream::Plain(tcp) => {
@@ -346,7 +348,7 @@ fn drain_tls_housekeeping(tls: &mut rustls::StreamOwned<rustls::ClientConnection
     tls.sock.set_nonblocking(false).is_ok() && clean
 }
 
-/// The read buffer of a direct connection (it grows for longer replies).
+/// The read buffer of a sync connection (it grows for longer replies).
 const READ_BUFFER: usize = 4096;
 
 /// Reads the reply, keeping every read within the call's deadline.

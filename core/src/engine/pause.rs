@@ -9,7 +9,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::engine::{malformed, Op, Outcome};
+use super::contract::{malformed, Op, Outcome};
 use super::script::LuaScript;
 use crate::error::Result;
 

@@ -9,13 +9,7 @@
 -- that said "come back in 60 s" is not overruled by a later "3 s" from another response).
 -- The key lives exactly as long as the pause it holds (its TTL is the pause, rounded up to a
 -- millisecond), so an idle paused identity costs nothing afterwards.
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV)
 local pause = tonumber(ARGV[3])
 local wanted = now + pause
 local current = tonumber(redis.call('GET', KEYS[1]) or '')

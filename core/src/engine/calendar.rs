@@ -14,8 +14,8 @@ use std::sync::LazyLock;
 use redis::Cmd;
 
 use super::calendar_period::{CalendarClock, CalendarPeriod};
+use super::contract::{malformed, not_applicable, Engine, Op, Outcome};
 use super::decision;
-use super::engine::{malformed, not_applicable, Engine, Op, Outcome};
 use super::script::LuaScript;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;

@@ -13,15 +13,15 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::lease::{self, Granted};
-use super::pacing::{Held, Pacer};
-use super::Partitions;
+use crate::backend::redis::partitions::{self as lease, Granted};
 use crate::backend::RedisBackend;
 use crate::clock::Clock;
 use crate::decision::Decision;
+use crate::engine::contract::not_applicable;
+use crate::engine::partitions::pacing::{Held, Pacer};
+use crate::engine::partitions::Partitions;
+use crate::engine::{Op, Outcome};
 use crate::error::Result;
-use crate::limiter::engine::not_applicable;
-use crate::limiter::{Op, Outcome};
 use crate::runtime::{forked_since, runtime};
 
 /// Where a partitions limiter's leases live.
@@ -322,5 +322,13 @@ impl Drop for PartitionSet {
                 let _ = lease::release(&backend, &params, &name, &key, &member, &[]).await;
             }
         });
+    }
+}
+
+/// Where a partitions limiter built on `backend` leases.
+pub(crate) fn partition_source(backend: &crate::backend::BackendInner) -> Source {
+    match backend {
+        crate::backend::BackendInner::Memory(_) => Source::Memory,
+        crate::backend::BackendInner::Redis(redis) => Source::Redis(redis.clone()),
     }
 }

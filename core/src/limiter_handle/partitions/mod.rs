@@ -1,5 +1,9 @@
 //! Calls of partitions limiters only: what a process holds, and giving it back.
 
+mod set;
+
+pub(crate) use set::{partition_source, PartitionSet};
+
 use super::{Limiter, Target};
 use crate::error::{Error, Result};
 use crate::params::validate_key;

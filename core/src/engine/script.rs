@@ -30,8 +30,9 @@ pub(crate) struct LuaScript {
 /// behind design choices").
 ///
 /// Every call also passes through the pause check ([`PAUSE_PRELUDE`]), written once here for
-/// every engine.
+/// every engine, and every script reads "now" through the one helper [`NOW_US`].
 const BATCH_WRAPPER: &str = r#"
+__NOW__
 local function run(KEYS, ARGV)
 __PAUSE__
 __BODY__
@@ -59,6 +60,17 @@ end
 return replies
 "#;
 
+/// The one way a script reads "now" (µs): the caller's instant in ARGV[2] (a manual clock), or
+/// else the Redis server's TIME, so that client clocks never matter. Every engine's `.lua`
+/// calls `now_us(ARGV)`.
+const NOW_US: &str = r#"
+local function now_us(ARGV)
+  if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+"#;
+
 /// The pause check every engine's script starts with (see `Limiter::pause`). A check or peek
 /// passes one key more than its engine's own, last in KEYS: the pause key of the same identity
 /// (same hash tag, so the same Cluster slot). It is taken off KEYS before the engine's body
@@ -71,13 +83,7 @@ const PAUSE_PRELUDE: &str = r#"
 if ARGV[1] == 'check' or ARGV[1] == 'peek' then
   local paused_until = redis.call('GET', table.remove(KEYS))
   if paused_until then
-    local now
-    if ARGV[2] ~= '' then
-      now = tonumber(ARGV[2])
-    else
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
+    local now = now_us(ARGV)
     paused_until = tonumber(paused_until)
     if paused_until and paused_until > now then return {-1, paused_until - now, now} end
   end
@@ -87,7 +93,10 @@ end
 impl LuaScript {
     /// The script `name` whose body is `engine` (an engine's `.lua` file).
     pub(crate) fn new(name: &'static str, engine: &'static str) -> Self {
-        let body = BATCH_WRAPPER.replacen("__PAUSE__", PAUSE_PRELUDE, 1).replacen("__BODY__", engine, 1);
+        let body = BATCH_WRAPPER
+            .replacen("__NOW__", NOW_US, 1)
+            .replacen("__PAUSE__", PAUSE_PRELUDE, 1)
+            .replacen("__BODY__", engine, 1);
         let sha1 = Script::new(&body).get_hash().to_owned();
         LuaScript { name, body, sha1 }
     }
@@ -126,7 +135,7 @@ fn all() -> [&'static LazyLock<LuaScript>; 8] {
         &super::log::SCRIPT,
         &super::concurrent::SCRIPT,
         &super::calendar::SCRIPT,
-        &crate::partitions::lease::SCRIPT,
+        &crate::engine::partitions::SCRIPT,
     ]
 }
 

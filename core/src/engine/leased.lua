@@ -1,6 +1,6 @@
 -- Leased token bucket: a process takes tokens from the shared GCRA bucket in chunks (leases)
 -- and spends them in-process; unspent tokens come back exactly once, or lapse with the lease.
--- The rule is core/src/limiter/leased.rs; the bucket's state is gcra.lua's (same format).
+-- The rule is core/src/engine/leased.rs; the bucket's state is gcra.lua's (same format).
 -- KEYS[1]  the theoretical arrival time (TAT), as in gcra.lua
 -- KEYS[2]  the live leases: a hash lease id -> '<granted>:<lapses at, µs>'
 -- ARGV[1]  'check' (take) | 'peek' | 'return'
@@ -18,13 +18,7 @@
 -- grant takes at most half of what is available (but always the cost), so that one process
 -- never holds everything.
 
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV)
 local tick, T, tau, max_ahead = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local capacity, cost, want = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local lease_ms = tonumber(ARGV[13])

@@ -23,15 +23,12 @@ use std::time::Duration;
 use serde_json::{Map, Number, Value};
 
 use super::calendar_period::CalendarPeriod;
-use super::leased::DEFAULT_LEASED_TTL;
 use super::spec::{LimiterSpec, SlidingLimit, WindowLimit};
+use crate::defaults::{
+    DEFAULT_LEASED_LEASE_TTL, DEFAULT_LOCK_TIMEOUT, DEFAULT_PARTITIONS_LEASE_TTL, DEFAULT_WAIT_TIMEOUT,
+};
 use crate::error::{Error, Result};
-use crate::limiter_handle::DEFAULT_WAIT_TIMEOUT;
 use crate::params::{duration_from_secs, timeout_from_secs};
-use crate::partitions::DEFAULT_LEASE_TTL;
-
-/// The default `lock_timeout` of a concurrent limiter when a spec leaves it out (Sidekiq's).
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A limiter spec with the per-limiter options the JSON form carries.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,7 +72,7 @@ impl LimiterConfig {
                 rate: fields.number("rate")?,
                 capacity: fields.count("capacity")?,
                 chunk: fields.optional_count("chunk")?,
-                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_TTL),
+                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_LEASE_TTL),
             },
             "leaky" => LimiterSpec::Leaky { size: fields.count("size")?, drain: fields.seconds("drain")? },
             "points" => LimiterSpec::Points { capacity: fields.count("capacity")?, refill: fields.seconds("refill")? },
@@ -89,7 +86,7 @@ impl LimiterConfig {
             "partitions" => LimiterSpec::Partitions {
                 total_rate: fields.number("total_rate")?,
                 partitions: fields.count("partitions")?,
-                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASE_TTL),
+                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_PARTITIONS_LEASE_TTL),
                 reserved: fields.optional_whole("reserved")?.unwrap_or(0),
                 priority: fields.optional_bool("priority")?.unwrap_or(false),
             },

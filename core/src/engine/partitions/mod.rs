@@ -4,31 +4,34 @@
 //!
 //! - [`pacing`]: the process-local rule. A partition earns `total_rate / partitions` units per
 //!   second while its lease is held; a call spends what was earned, never ahead of time.
-//! - [`lease`]: the Redis side (`partitions.lua`): leases with fencing tokens, a heartbeat set
-//!   of live members, and the fair share a member may hold.
-//! - [`PartitionSet`]: one limiter's leases and pacing, per key, in one process.
+//! - `partitions.lua` ([`SCRIPT`]): leases with fencing tokens, a heartbeat set of live members,
+//!   and the fair share a member may hold; the Redis backend runs it
+//!   (`backend/redis/partitions.rs`).
+//! - The limiter's `PartitionSet` (`limiter_handle/partitions/set.rs`): one limiter's leases and
+//!   pacing, per key, in one process.
 //!
 //! A partitions limiter is not an engine: a check is decided in the process, with a Redis round
 //! trip only to lease or renew (every third of `lease_ttl`, or sooner while under its share).
 
-pub(crate) mod lease;
 pub(crate) mod pacing;
-mod set;
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Cmd;
 
+use crate::engine::script::LuaScript;
+use crate::engine::{Engine, Op, Outcome};
 use crate::error::{Error, Result};
-use crate::limiter::{Engine, Op, Outcome};
 use crate::params::{micros, validate_duration};
-pub(crate) use set::PartitionSet;
+
+/// `partitions.lua`, run by the Redis backend's side of leased partitions
+/// (`backend/redis/partitions.rs`).
+pub(crate) static SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new("partitions", include_str!("partitions.lua")));
 
 /// The most partitions one limiter may have (a lease call reads them all).
 pub const MAX_PARTITIONS: u64 = 1024;
-
-/// The default `lease_ttl` (Azure's example: leases of 15 seconds).
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(15);
 
 /// The shortest `lease_ttl`: a holder renews every third of it, with a round trip in between.
 pub const MIN_LEASE_TTL: Duration = Duration::from_millis(100);
@@ -121,20 +124,20 @@ impl Partitions {
 }
 
 /// Never run by a backend: [`PartitionSet`] decides partitions limiters' calls. The engine
-/// exists so that a partitions limiter is an [`crate::limiter::Algorithm`] like any other
+/// exists so that a partitions limiter is an [`crate::engine::Algorithm`] like any other
 /// (compiled from its spec, validated, listed).
 impl Engine for Partitions {
     type State = ();
 
     fn apply(&self, _state: &mut (), _now: u64, op: Op, _changed: &mut bool) -> Result<Outcome> {
-        Err(crate::limiter::engine::not_applicable(op, self))
+        Err(crate::engine::contract::not_applicable(op, self))
     }
 
     fn expires_at(&self, _state: &()) -> u64 {
         0
     }
 
-    fn script(&self) -> Option<&'static crate::limiter::script::LuaScript> {
+    fn script(&self) -> Option<&'static LuaScript> {
         None
     }
 
@@ -147,18 +150,10 @@ impl Engine for Partitions {
     }
 
     fn encode(&self, op: Op, _now: Option<u64>, _cmd: &mut Cmd) -> Result<()> {
-        Err(crate::limiter::engine::not_applicable(op, self))
+        Err(crate::engine::contract::not_applicable(op, self))
     }
 
     fn decode(&self, op: Op, _reply: &[i64]) -> Result<Outcome> {
-        Err(crate::limiter::engine::not_applicable(op, self))
-    }
-}
-
-/// Where a partitions limiter built on `backend` leases.
-pub(crate) fn partition_source(backend: &crate::backend::BackendInner) -> set::Source {
-    match backend {
-        crate::backend::BackendInner::Memory(_) => set::Source::Memory,
-        crate::backend::BackendInner::Redis(redis) => set::Source::Redis(redis.clone()),
+        Err(crate::engine::contract::not_applicable(op, self))
     }
 }

@@ -18,10 +18,11 @@
 pub(crate) mod calendar;
 pub(crate) mod calendar_period;
 pub(crate) mod concurrent;
-pub(crate) mod engine;
+pub(crate) mod contract;
 pub mod gcra;
 pub(crate) mod leased;
 pub(crate) mod log;
+pub(crate) mod partitions;
 pub(crate) mod pause;
 pub(crate) mod script;
 pub(crate) mod sliding;
@@ -36,11 +37,10 @@ use redis::Cmd;
 use crate::decision::{Decision, LimitStatus};
 use crate::error::{Error, Result};
 pub use calendar_period::CalendarPeriod;
-pub(crate) use engine::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
-pub use leased::DEFAULT_LEASED_TTL;
+pub(crate) use contract::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
 use script::LuaScript;
 pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
-pub use spec_json::{LimiterConfig, DEFAULT_LOCK_TIMEOUT};
+pub use spec_json::LimiterConfig;
 
 /// A compiled limiter: integer microseconds, ready to evaluate.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,7 +51,7 @@ pub(crate) enum Algorithm {
     Log(log::Log),
     Concurrent(concurrent::Concurrent),
     Calendar(calendar::Calendar),
-    Partitions(crate::partitions::Partitions),
+    Partitions(partitions::Partitions),
     Unlimited,
 }
 

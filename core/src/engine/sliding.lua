@@ -1,5 +1,5 @@
 -- Counters over sub-buckets (Carlson's sliding window); also the fixed-window `bucket` limiter.
--- The rule is core/src/limiter/sliding.rs: this script drops blocks that stopped counting (in
+-- The rule is core/src/engine/sliding.rs: this script drops blocks that stopped counting (in
 -- bounded chunks), records an admitted call, and returns what the rule reads of each limit; the
 -- caller replays the rule on it to build the decision (so the decision is computed in one place).
 -- Work and reply are O(limits × log(blocks)), never O(blocks): every limit keeps a running total.
@@ -31,13 +31,7 @@
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
 
 local h, z = KEYS[1], KEYS[2]
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV)
 local commit = ARGV[1] == 'check'
 local cost = tonumber(ARGV[3])
 local asked = commit and cost or 1

@@ -1,5 +1,5 @@
 -- GCRA (virtual scheduling): token bucket, leaky bucket and points. The rule is
--- core/src/limiter/gcra.rs; this script applies its writes, and the caller replays the rule on
+-- core/src/engine/gcra.rs; this script applies its writes, and the caller replays the rule on
 -- what the script read to build the decision (so the decision is computed in one place).
 -- KEYS[1]  the theoretical arrival time (TAT): '<microseconds>' or '<microseconds>.<nnn>' with
 --          the nanoseconds within the microsecond (keys written before ticks were finer than a
@@ -22,13 +22,7 @@
 -- so that a manual clock's time (tests) or a slow round trip never expires live state early;
 -- stale state is harmless.
 
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV)
 local tat_us, tat_ns = 0, 0
 local raw = redis.call('GET', KEYS[1])
 if raw then

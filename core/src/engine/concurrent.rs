@@ -8,10 +8,10 @@ use std::sync::{Arc, LazyLock};
 use redis::Cmd;
 use tokio::sync::Semaphore;
 
-use super::decision;
-use super::engine::{
+use super::contract::{
     malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome, Waiter, Wake, WakeList,
 };
+use super::decision;
 use super::script::LuaScript;
 use crate::decision::Lease;
 use std::time::Duration;

@@ -100,7 +100,7 @@ impl Pacer {
             }
         };
         let retry_us = if allowed { 0 } else { per_unit_us(cost as f64 - self.credit).max(1) };
-        let mut d = crate::limiter::decision(
+        let mut d = crate::engine::decision(
             allowed,
             limit,
             self.credit.floor() as u64,

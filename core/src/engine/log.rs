@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use super::engine::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome};
+use super::contract::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome};
 use super::script::LuaScript;
 use super::Combine;
 use crate::decision::LimitStatus;
+use crate::engine::WindowLimit;
 use crate::error::{Error, Result};
-use crate::limiter::WindowLimit;
 use crate::params::{micros, validate_count, validate_duration};
 
 /// The windows of one limiter, in microseconds.

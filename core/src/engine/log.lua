@@ -1,4 +1,4 @@
--- The exact sliding window (single and multi-window). Mirrors core/src/limiter/log.rs.
+-- The exact sliding window (single and multi-window). Mirrors core/src/engine/log.rs.
 -- KEYS[1]  a ZSET of admissions: score = admission instant (µs), member = the cumulative cost up
 --          to and including it, zero-padded to 16 digits so that members with equal scores sort
 --          in admission order; cumulative sums make any window's count one subtraction
@@ -17,15 +17,9 @@
 -- several windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window
 -- appended; mismatch is 1 when another configuration recorded last.
 
-local function now_us()
-  if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 local log, dropped_key, seen_key = KEYS[1], KEYS[2], KEYS[3]
 local commit = ARGV[1] == 'check'
-local now = now_us()
+local now = now_us(ARGV)
 local cost = tonumber(ARGV[3])
 local asked = commit and cost or 1
 local n = tonumber(ARGV[6])
