@@ -34,8 +34,8 @@ mod views;
 
 pub use backend::redis::driven;
 pub use backend::{
-    lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_DEADLINE, DEFAULT_PREFIX,
+    lua_sources, redact_url, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_PREFIX,
 };
 pub use backoff::{Backoff, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_JITTER, DEFAULT_MAX_RESCHEDULES};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};

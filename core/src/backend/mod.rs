@@ -13,6 +13,7 @@ use std::time::Duration;
 
 pub use self::redis::config::{FailurePolicy, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE};
 pub use self::redis::keys::DEFAULT_PREFIX;
+pub use self::redis::redact::redact_url;
 pub use crate::limiter::script::sources as lua_sources;
 pub(crate) use memory::MemoryBackend;
 pub use memory::MemoryConfig;
