@@ -519,3 +519,22 @@ fn a_password_in_the_url_never_shows() {
     }
     assert!(shown[0].contains("redix://***@127.0.0.1:1"), "the URL shows without its password: {}", shown[0]);
 }
+
+/// Key names come from any process with access to Redis (issue #31, item 10): `inspect` writes
+/// their control characters as escapes, so a key cannot clear the operator's screen, recolour
+/// it or forge a line.
+#[test]
+fn inspect_escapes_control_characters_in_key_names() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let hostile = "evil\u{1b}[2J\nallowed       0\u{202e}";
+    let spec = r#"{"kind":"window","limit":5,"interval":60}"#;
+    let (code, _, err) = run(&["--redis", &url, "run", "esc", "--spec", spec, "--key", hostile, "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    for args in [vec!["--redis", &url, "inspect", "esc"], vec!["--redis", &url, "inspect", "esc", "--key", hostile]] {
+        let out = ok(&args);
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{202e}'), "raw control characters: {out:?}");
+        assert!(out.contains(r"evil\u{1b}[2J\nallowed       0\u{202e}"), "the key, escaped: {out}");
+        assert_eq!(out.lines().filter(|l| l.starts_with("allowed")).count(), 1, "no forged line: {out}");
+    }
+}
