@@ -6,8 +6,9 @@
 //! site cannot make a logged-in browser send one (a cross-site request carrying it needs a CORS
 //! preflight, which this server never approves). Without `--token` the server is read-only.
 //! Every request must name this server in its Host header, and at most
-//! [`serve_guard::MAX_IN_FLIGHT`] are served at once (see [`serve_guard`]); `/api/limiters`, a
-//! SCAN walk per limiter, is computed at most once per [`LIST_FRESH`] whatever the number of tabs.
+//! [`serve_guard::MAX_IN_FLIGHT`] read or write Redis at once (see [`serve_guard`]);
+//! `/api/limiters`, a SCAN walk per limiter, is made at most once per [`LIST_FRESH`] whatever the
+//! number of tabs.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
