@@ -40,9 +40,10 @@ __all__ = [
 Req = TypeVar("Req")
 
 #: ``headers=`` values; ``None`` sends no rate-limit fields (``Retry-After`` still goes on refusals).
-HeaderForm = Literal["draft-11", "draft-7", "draft-6", "legacy"]
+# (Written as a Union of Literals: stubtest reads a bare multi-value Literal alias as a callable.)
+HeaderForm = Union[Literal["draft-11"], Literal["draft-7"], Literal["draft-6"], Literal["legacy"]]
 #: ``count=`` values: which responses are charged (decided after the response).
-Count = Literal["all", "failures", "successes"]
+Count = Union[Literal["all"], Literal["failures"], Literal["successes"]]
 #: What ``limiter=`` takes: one limiter or shedder, or several checked together.
 LimiterOption = Union[NativeLimiter, FleetShedder, Sequence[Union[NativeLimiter, FleetShedder]]]
 
@@ -184,7 +185,7 @@ class Policy(Generic[Req]):
         headers: HeaderForm | None,
         on_refused: Callable[[Req, Refusal], Any] | None,
         shadow: bool,
-        trusted_proxies: str | Iterable[str] | None,
+        trusted_proxies: Iterable[str] | None,
         peer: Callable[[Req], str | None],
         header: Callable[[Req, str], str | None],
     ) -> None:
@@ -199,14 +200,22 @@ class Policy(Generic[Req]):
                 "on_refused",
             )
         if not callable(cost):
-            if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
                 raise InvalidArgument(
-                    f"invalid argument `cost`: must be a whole number >= 0 or a function of the request, got {cost!r}",
+                    f"invalid argument `cost`: must be a whole number >= 1 or a function of the request, got {cost!r}",
                     "cost",
                 )
             for one in limiters:
                 if isinstance(one, NativeLimiter):
                     one._validate(None, cost)
+                    capacity = _capacity(one.spec)
+                    if capacity is not None and cost > capacity:
+                        # The core refuses such a call at request time; say so now, not as a 500 per request.
+                        raise InvalidArgument(
+                            f"invalid argument `cost`: {cost} exceeds the capacity of {one.name!r} ({capacity}); "
+                            "no request could ever be admitted",
+                            "cost",
+                        )
         if count not in _COUNTS:
             raise InvalidArgument(f'invalid argument `count`: must be "all", "failures" or "successes", got {count!r}', "count")
         if headers is not None and headers not in _HEADER_FORMS:
@@ -329,6 +338,18 @@ def _gate(one: NativeLimiter | FleetShedder, count: Count) -> _Gate:
         )
     mode: Literal["check", "refund", "peek"] = "check" if count == "all" else "refund" if kind in _REFUNDABLE else "peek"
     return _Gate(one, None, mode, _window(one.spec))
+
+
+def _capacity(spec: dict[str, Any]) -> int | None:
+    """The most one call can cost on a limiter of this spec (None: no such bound known here)."""
+    for field_name in ("capacity", "size", "limit"):
+        if isinstance(spec.get(field_name), int):
+            return int(spec[field_name])
+    if spec.get("windows"):  # [[limit, interval], ...]
+        return min(int(w[0]) for w in spec["windows"])
+    if spec.get("limits"):  # sliding_window: [[interval, limit(, precision)], ...]
+        return min(int(w[1]) for w in spec["limits"])
+    return None
 
 
 def _window(spec: dict[str, Any]) -> float | None:
@@ -512,13 +533,18 @@ _Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 _Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 
 
-def _networks(trusted: str | Iterable[str] | None) -> tuple[_Network, ...]:
+def _networks(trusted: Iterable[str] | None) -> tuple[_Network, ...]:
     if trusted is None:
         return ()
-    items = [trusted] if isinstance(trusted, str) else trusted
+    if isinstance(trusted, (str, bytes)) or not isinstance(trusted, Iterable):
+        # A lone string would be read character by character: ask for the list it meant.
+        raise InvalidArgument(
+            f"invalid argument `trusted_proxies`: must be a list of IP addresses or CIDR ranges, got {trusted!r}",
+            "trusted_proxies",
+        )
     out: list[_Network] = []
     try:
-        for item in items:
+        for item in trusted:
             if not isinstance(item, str):
                 raise ValueError(f"{item!r} is not a string")
             out.append(ipaddress.ip_network(item.strip(), strict=False))

@@ -15,7 +15,7 @@ from starlette.websockets import WebSocket
 
 from ._http import Admission, Count, HeaderForm, LimiterOption, Policy, Refusal
 
-__all__ = ["RateLimitMiddleware", "Refusal", "policy", "refusal_response"]
+__all__ = ["RateLimitMiddleware", "Refusal", "header_value", "peer_address", "policy", "refusal_response"]
 
 #: What ``on_refused`` returns: any ASGI response (a Starlette ``Response``).
 RefusedHandler = Callable[[HTTPConnection, Refusal], Response]
@@ -30,11 +30,13 @@ def refusal_response(refusal: Refusal) -> Response:
     return response
 
 
-def _peer(conn: HTTPConnection) -> str | None:
+def peer_address(conn: HTTPConnection) -> str | None:
+    """The connection's peer address (what the default key starts from)."""
     return conn.client.host if conn.client else None
 
 
-def _header(conn: HTTPConnection, name: str) -> str | None:
+def header_value(conn: HTTPConnection, name: str) -> str | None:
+    """A request header field (``None`` when absent)."""
     return conn.headers.get(name)
 
 
@@ -48,13 +50,13 @@ def policy(
     headers: HeaderForm | None = "draft-11",
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
-    trusted_proxies: str | Iterable[str] | None = None,
+    trusted_proxies: Iterable[str] | None = None,
 ) -> Policy[HTTPConnection]:
     """The validated options of a Starlette/FastAPI rate limit (raises ``InvalidArgument``
     naming the bad option)."""
     return Policy(
         limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
-        shadow=shadow, trusted_proxies=trusted_proxies, peer=_peer, header=_header,
+        shadow=shadow, trusted_proxies=trusted_proxies, peer=peer_address, header=header_value,
     )
 
 
@@ -87,7 +89,7 @@ class RateLimitMiddleware:
         headers: HeaderForm | None = "draft-11",
         on_refused: RefusedHandler | None = None,
         shadow: bool = False,
-        trusted_proxies: str | Iterable[str] | None = None,
+        trusted_proxies: Iterable[str] | None = None,
     ) -> None:
         self.app = app
         self.policy = policy(

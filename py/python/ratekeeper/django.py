@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import Resolver404, resolve
@@ -36,11 +35,13 @@ def refusal_response(refusal: Refusal) -> HttpResponse:
 
 
 def _peer(request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR")
+    peer = request.META.get("REMOTE_ADDR")
+    return str(peer) if peer else None
 
 
 def _header(request: HttpRequest, name: str) -> str | None:
-    return request.headers.get(name)
+    value = request.headers.get(name)
+    return str(value) if value is not None else None
 
 
 def policy(
@@ -53,7 +54,7 @@ def policy(
     headers: HeaderForm | None = "draft-11",
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
-    trusted_proxies: str | Iterable[str] | None = None,
+    trusted_proxies: Iterable[str] | None = None,
 ) -> Policy[HttpRequest]:
     """The validated options of a Django rate limit (raises ``InvalidArgument`` naming the bad
     option)."""
@@ -136,7 +137,7 @@ def ratelimit(
     headers: HeaderForm | None = "draft-11",
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
-    trusted_proxies: str | Iterable[str] | None = None,
+    trusted_proxies: Iterable[str] | None = None,
 ) -> Callable[[View], View]:
     """A view decorator limiting that view, for sync and async views alike (an async view is
     checked with the asyncio calls, never blocking the event loop)::
@@ -175,6 +176,8 @@ class RateLimitMiddleware:
     async_capable = True
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        from django.conf import settings  # here: the lazy settings object is read only once configured
+
         conf = getattr(settings, "RATEKEEPER_MIDDLEWARE", None)
         if not isinstance(conf, dict) or "limiter" not in conf:
             raise InvalidArgument(

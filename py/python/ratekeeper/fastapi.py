@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from fastapi import HTTPException, Request, Response
 
-from ._http import Count, HeaderForm, LimiterOption, Refusal
-from .asgi import policy, refusal_response
+from ._http import Count, HeaderForm, LimiterOption, Policy, Refusal
+from .asgi import header_value, peer_address, refusal_response
 
 __all__ = ["RateLimited", "limit", "rate_limited_handler"]
 
@@ -52,7 +52,7 @@ def limit(
     headers: HeaderForm | None = "draft-11",
     on_refused: Callable[[Request, Refusal], Response] | None = None,
     shadow: bool = False,
-    trusted_proxies: str | Iterable[str] | None = None,
+    trusted_proxies: Iterable[str] | None = None,
 ) -> Callable[[Request, Response], AsyncIterator[None]]:
     """A FastAPI dependency limiting the routes it is attached to::
 
@@ -63,10 +63,9 @@ def limit(
     ``Response`` sets its own headers). With ``count``, a route counts as failed when it raises
     (an ``HTTPException``'s status, else 500) or sets ``response.status_code`` >= 400; one that
     returns its own error ``Response`` is seen as a success — use the middleware there."""
-    rules = policy(
-        limiter, key=key, cost=cost, skip=skip, count=count, headers=headers,
-        on_refused=on_refused,  # type: ignore[arg-type]  # a Request is an HTTPConnection
-        shadow=shadow, trusted_proxies=trusted_proxies,
+    rules: Policy[Request] = Policy(
+        limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
+        shadow=shadow, trusted_proxies=trusted_proxies, peer=peer_address, header=header_value,
     )
 
     async def rate_limit(request: Request, response: Response) -> AsyncIterator[None]:

@@ -64,7 +64,7 @@ class RateLimiter:
         headers: HeaderForm | None = "draft-11",
         on_refused: Callable[[Request, Refusal], Response] | None = None,
         shadow: bool = False,
-        trusted_proxies: str | Iterable[str] | None = None,
+        trusted_proxies: Iterable[str] | None = None,
     ) -> None:
         self._options: dict[str, Any] = dict(
             key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused, shadow=shadow,

@@ -193,7 +193,7 @@ def test_a_failed_closed_backend_answers_503_with_retry_after(lone_redis: RedisS
 
 def test_the_fastapi_example(lone_redis: RedisServer) -> None:
     clear_of_window_edge(60, needed=15)
-    with uvicorn("fastapi_app:app", cwd=EXAMPLES, env={"REDIS_URL": lone_redis.url}) as server:
+    with uvicorn("http_fastapi:app", cwd=EXAMPLES, env={"REDIS_URL": lone_redis.url}) as server:
         with httpx.Client(base_url=server.url) as client:
             hello = client.get("/")
             assert hello.json() == {"hello": "world"}

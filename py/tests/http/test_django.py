@@ -25,8 +25,8 @@ def lone_redis() -> Iterator[RedisServer]:
 def test_the_django_example(lone_redis: RedisServer, server: str) -> None:
     clear_of_window_edge(60, needed=15)
     env = {"REDIS_URL": lone_redis.url}
-    start = gunicorn("django_app", cwd=EXAMPLES, env=env) if server == "gunicorn" else \
-        uvicorn("django_app:asgi", cwd=EXAMPLES, env=env)
+    start = gunicorn("http_django", cwd=EXAMPLES, env=env) if server == "gunicorn" else \
+        uvicorn("http_django:asgi", cwd=EXAMPLES, env=env)
     with start as app, httpx.Client(base_url=app.url) as client:
         hello = client.get("/")
         assert client.get("/login", params={"password": "open sesame"}).status_code == 200

@@ -24,7 +24,7 @@ def lone_redis() -> Iterator[RedisServer]:
 
 def test_the_flask_example_shares_a_limit_across_routes_and_processes(lone_redis: RedisServer) -> None:
     clear_of_window_edge(60, needed=20)
-    with gunicorn("flask_app:app", cwd=EXAMPLES, env={"REDIS_URL": lone_redis.url}) as server:
+    with gunicorn("http_flask:app", cwd=EXAMPLES, env={"REDIS_URL": lone_redis.url}) as server:
         responses = burst([server.url + "/search", server.url + "/export"], processes=4, per_process=5)
         with httpx.Client(base_url=server.url) as client:
             hello = client.get("/")
