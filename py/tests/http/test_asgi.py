@@ -27,11 +27,37 @@ def app_env(redis: RedisServer, limiters: list[tuple[str, dict[str, object]]], *
     return options(redis=redis.url, prefix=unique_prefix(), limiters=limiters, **kw)
 
 
-def test_a_limit_is_exact_across_server_and_client_processes(redis_server: RedisServer) -> None:
-    env = app_env(redis_server, [("api", window(12))])
-    clear_of_window_edge(3600)
-    with uvicorn("starlette_app:app", env=env) as a, uvicorn("starlette_app:app", env=env) as b:
-        responses = burst([a.url + "/", b.url + "/"], processes=4, per_process=10)
+# Every configuration the tests below need, each mounted behind its own middleware in one app
+# (tests/http/apps/matrix_app.py), served by two uvicorn processes sharing one Redis prefix.
+MOUNTS: dict[str, dict[str, object]] = {
+    "exact": {"limiters": [["api", window(12)]]},
+    "problem": {"limiters": [["one", window(1)]]},
+    **{form: {"limiters": [[f"h-{form}", window(3)]], "headers": None if form == "none" else form}
+       for form in ("draft-11", "draft-7", "draft-6", "legacy", "none")},
+    "fail-window": {"limiters": [["login-w", window(3)]], "count": "failures"},
+    "fail-bucket": {"limiters": [["login-tb", {"kind": "token_bucket", "rate": 0.0001, "capacity": 3}]],
+                    "count": "failures"},
+    "successes": {"limiters": [["ok", window(2)]], "count": "successes"},
+    "shadow": {"limiters": [["new", window(2)]], "shadow": True},
+    "skip": {"limiters": [["skipped", window(1)]]},
+    "several": {"limiters": [["burst", window(3)], ["hourly", window(2)]]},
+    "ws": {"limiters": [["ws", window(1)]]},
+    "untrusted": {"limiters": [["ip-u", window(1)]]},
+    "trusted": {"limiters": [["ip-t", window(1)]], "trusted_proxies": ["127.0.0.0/8"]},
+}
+
+
+@pytest.fixture(scope="module")
+def servers(redis_server: RedisServer) -> Iterator[tuple[Server, Server]]:
+    clear_of_window_edge(3600, needed=60)  # every window of the module's tests is one hour
+    env = options(redis=redis_server.url, prefix=unique_prefix(), mounts=MOUNTS)
+    with uvicorn("matrix_app:app", env=env) as a, uvicorn("matrix_app:app", env=env) as b:
+        yield a, b
+
+
+def test_a_limit_is_exact_across_server_and_client_processes(servers: tuple[Server, Server]) -> None:
+    a, b = servers
+    responses = burst([a.url + "/exact/", b.url + "/exact/"], processes=4, per_process=10)
     statuses = [status for status, _ in responses]
     assert statuses.count(200) == 12, statuses
     assert statuses.count(429) == 28, statuses
@@ -47,124 +73,108 @@ def test_a_limit_is_exact_across_server_and_client_processes(redis_server: Redis
     assert remaining == list(range(12)), "each admitted request saw its own remaining count"
 
 
-def test_the_refusal_is_an_rfc_9457_problem(redis_server: RedisServer) -> None:
-    with uvicorn("starlette_app:app", env=app_env(redis_server, [("api", window(1))])) as server:
-        assert httpx.get(server.url + "/").status_code == 200
-        refused = httpx.get(server.url + "/")
+def test_the_refusal_is_an_rfc_9457_problem(servers: tuple[Server, Server]) -> None:
+    a, b = servers
+    assert httpx.get(a.url + "/problem/").status_code == 200
+    refused = httpx.get(b.url + "/problem/")
     assert refused.status_code == 429
     assert refused.headers["content-type"] == "application/problem+json"
     problem = refused.json()
     assert problem["type"] == QUOTA_EXCEEDED and problem["status"] == 429
-    assert problem["violated-policies"] == ["api"]
+    assert problem["violated-policies"] == ["one"]
     # Retry-After: the window's end, in whole seconds rounded up.
     assert 1 <= int(refused.headers["retry-after"]) <= 3600
 
 
-def test_every_header_form_parses(redis_server: RedisServer) -> None:
-    clear_of_window_edge(3600)
-    with uvicorn("headers_app:app", env=app_env(redis_server, [])) as server:
-        get = lambda form: httpx.get(f"{server.url}/{form}/")  # noqa: E731
-        d11 = get("draft-11").headers
-        assert sf_list(d11["ratelimit-policy"]) == [("h-draft-11", {"q": 3, "w": 3600})]
-        [(name, params)] = sf_list(d11["ratelimit"])
-        assert name == "h-draft-11" and params["r"] == 2 and 0 < int(params["t"]) <= 3600  # type: ignore[call-overload]
+def test_every_header_form_parses(servers: tuple[Server, Server]) -> None:
+    url = servers[0].url
+    get = lambda form: httpx.get(f"{url}/{form}/")  # noqa: E731
+    d11 = get("draft-11").headers
+    assert sf_list(d11["ratelimit-policy"]) == [("h-draft-11", {"q": 3, "w": 3600})]
+    [(name, params)] = sf_list(d11["ratelimit"])
+    assert name == "h-draft-11" and params["r"] == 2 and 0 < int(params["t"]) <= 3600  # type: ignore[call-overload]
 
-        d7 = get("draft-7").headers
-        assert sf_list(d7["ratelimit-policy"]) == [("3", {"w": 3600})]
-        combined = sf_dict(d7["ratelimit"])
-        assert combined["limit"] == 3 and combined["remaining"] == 2 and 0 < int(combined["reset"]) <= 3600  # type: ignore[call-overload]
+    d7 = get("draft-7").headers
+    assert sf_list(d7["ratelimit-policy"]) == [("3", {"w": 3600})]
+    combined = sf_dict(d7["ratelimit"])
+    assert combined["limit"] == 3 and combined["remaining"] == 2 and 0 < int(combined["reset"]) <= 3600  # type: ignore[call-overload]
 
-        d6 = get("draft-6").headers
-        assert sf_integer(d6["ratelimit-limit"]) == 3
-        assert sf_integer(d6["ratelimit-remaining"]) == 2
-        assert 0 < sf_integer(d6["ratelimit-reset"]) <= 3600
+    d6 = get("draft-6").headers
+    assert sf_integer(d6["ratelimit-limit"]) == 3
+    assert sf_integer(d6["ratelimit-remaining"]) == 2
+    assert 0 < sf_integer(d6["ratelimit-reset"]) <= 3600
 
-        legacy = get("legacy").headers
-        assert int(legacy["x-ratelimit-limit"]) == 3 and int(legacy["x-ratelimit-remaining"]) == 2
-        assert "ratelimit" not in legacy
+    legacy = get("legacy").headers
+    assert int(legacy["x-ratelimit-limit"]) == 3 and int(legacy["x-ratelimit-remaining"]) == 2
+    assert "ratelimit" not in legacy
 
-        for _ in range(4):
-            off = get("none")
-        assert off.status_code == 429
-        assert "ratelimit" not in off.headers and "x-ratelimit-limit" not in off.headers
-        assert int(off.headers["retry-after"]) >= 1, "Retry-After goes on every refusal"
+    for _ in range(4):
+        off = get("none")
+    assert off.status_code == 429
+    assert "ratelimit" not in off.headers and "x-ratelimit-limit" not in off.headers
+    assert int(off.headers["retry-after"]) >= 1, "Retry-After goes on every refusal"
 
 
-@pytest.mark.parametrize("kind", ["window", "token_bucket"])
-def test_count_failures_charges_only_failed_responses(redis_server: RedisServer, kind: str) -> None:
+@pytest.mark.parametrize("mount", ["fail-window", "fail-bucket"])
+def test_count_failures_charges_only_failed_responses(servers: tuple[Server, Server], mount: str) -> None:
     # window: peeked before, charged after a failure; token_bucket: charged before, refunded
     # after a success (the two paths of the documented rule).
-    spec = window(3) if kind == "window" else {"kind": "token_bucket", "rate": 0.0001, "capacity": 3}
-    clear_of_window_edge(3600)
-    with uvicorn("starlette_app:app", env=app_env(redis_server, [("login", spec)], count="failures")) as server:
-        with httpx.Client(base_url=server.url) as client:
-            assert [client.get("/").status_code for _ in range(5)] == [200] * 5
-            assert [client.get("/fail").status_code for _ in range(3)] == [401] * 3
-            assert client.get("/fail").status_code == 429
-            assert client.get("/").status_code == 429
+    with httpx.Client(base_url=f"{servers[0].url}/{mount}") as client:
+        assert [client.get("/").status_code for _ in range(5)] == [200] * 5
+        assert [client.get("/fail").status_code for _ in range(3)] == [401] * 3
+        assert client.get("/fail").status_code == 429
+        assert client.get("/").status_code == 429
 
 
-def test_count_successes_charges_only_successful_responses(redis_server: RedisServer) -> None:
-    clear_of_window_edge(3600)
-    with uvicorn("starlette_app:app", env=app_env(redis_server, [("ok", window(2))], count="successes")) as server:
-        with httpx.Client(base_url=server.url) as client:
-            assert [client.get("/fail").status_code for _ in range(4)] == [401] * 4
-            assert [client.get("/").status_code for _ in range(3)] == [200, 200, 429]
+def test_count_successes_charges_only_successful_responses(servers: tuple[Server, Server]) -> None:
+    with httpx.Client(base_url=f"{servers[0].url}/successes") as client:
+        assert [client.get("/fail").status_code for _ in range(4)] == [401] * 4
+        assert [client.get("/").status_code for _ in range(3)] == [200, 200, 429]
 
 
-def test_shadow_mode_sends_headers_and_never_refuses(redis_server: RedisServer) -> None:
-    clear_of_window_edge(3600)
-    with uvicorn("starlette_app:app", env=app_env(redis_server, [("new", window(2))], shadow=True)) as server:
-        with httpx.Client(base_url=server.url) as client:
-            responses = [client.get("/") for _ in range(5)]
+def test_shadow_mode_sends_headers_and_never_refuses(servers: tuple[Server, Server]) -> None:
+    with httpx.Client(base_url=f"{servers[0].url}/shadow") as client:
+        responses = [client.get("/") for _ in range(5)]
     assert [r.status_code for r in responses] == [200] * 5
     assert [sf_list(r.headers["ratelimit"])[0][1]["r"] for r in responses] == [1, 0, 0, 0, 0]
 
 
-def test_a_skipped_route_touches_nothing(redis_server: RedisServer) -> None:
-    with uvicorn("starlette_app:app", env=app_env(redis_server, [("api", window(1))])) as server:
-        with httpx.Client(base_url=server.url) as client:
-            health = [client.get("/health") for _ in range(3)]
-            assert client.get("/").status_code == 200, "the skipped requests consumed nothing"
-            assert client.get("/").status_code == 429
-            assert client.get("/health").status_code == 200
+def test_a_skipped_route_touches_nothing(servers: tuple[Server, Server]) -> None:
+    with httpx.Client(base_url=f"{servers[0].url}/skip") as client:
+        health = [client.get("/health") for _ in range(3)]
+        assert client.get("/").status_code == 200, "the skipped requests consumed nothing"
+        assert client.get("/").status_code == 429
+        assert client.get("/health").status_code == 200
     assert all(r.status_code == 200 and "ratelimit" not in r.headers for r in health)
 
 
-def test_several_limiters_pass_only_together(redis_server: RedisServer) -> None:
-    clear_of_window_edge(3600)
-    limiters = [("burst", window(3)), ("hourly", window(2))]
-    with uvicorn("starlette_app:app", env=app_env(redis_server, limiters)) as server:
-        with httpx.Client(base_url=server.url) as client:
-            responses = [client.get("/") for _ in range(3)]
+def test_several_limiters_pass_only_together(servers: tuple[Server, Server]) -> None:
+    with httpx.Client(base_url=f"{servers[0].url}/several") as client:
+        responses = [client.get("/") for _ in range(3)]
     ok, refused = responses[0], responses[2]
     assert [r.status_code for r in responses] == [200, 200, 429]
     assert [name for name, _ in sf_list(ok.headers["ratelimit-policy"])] == ["burst", "hourly"]
     assert refused.json()["violated-policies"] == ["hourly"]
 
 
-def test_a_websocket_over_its_limit_is_refused_at_the_handshake(redis_server: RedisServer) -> None:
-    with uvicorn("starlette_app:app", env=app_env(redis_server, [("ws", window(1))])) as server:
-        url = server.url.replace("http://", "ws://") + "/ws"
-        with websockets.sync.client.connect(url) as ws:
-            ws.send("ping")
-            assert ws.recv() == "ping"
-        with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
-            websockets.sync.client.connect(url)
+def test_a_websocket_over_its_limit_is_refused_at_the_handshake(servers: tuple[Server, Server]) -> None:
+    url = servers[0].url.replace("http://", "ws://") + "/ws/ws"
+    with websockets.sync.client.connect(url) as ws:
+        ws.send("ping")
+        assert ws.recv() == "ping"
+    with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+        websockets.sync.client.connect(url)
     response = refused.value.response
     assert response.status_code == 429
     assert int(response.headers["Retry-After"]) >= 1
     assert json.loads(response.body or b"{}")["violated-policies"] == ["ws"]
 
 
-def test_proxy_headers_count_only_behind_a_trusted_proxy(redis_server: RedisServer) -> None:
-    clear_of_window_edge(3600)
-    for trusted, expected in ((None, [200, 429]), (["127.0.0.0/8"], [200, 200])):
-        env = app_env(redis_server, [("ip", window(1))], **({"trusted_proxies": trusted} if trusted else {}))
-        with uvicorn("starlette_app:app", env=env) as server:
-            statuses = [httpx.get(server.url + "/", headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
-                        for n in (1, 2)]
-        assert statuses == expected, trusted
+def test_proxy_headers_count_only_behind_a_trusted_proxy(servers: tuple[Server, Server]) -> None:
+    for mount, expected in (("untrusted", [200, 429]), ("trusted", [200, 200])):
+        statuses = [httpx.get(f"{servers[0].url}/{mount}/", headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
+                    for n in (1, 2)]
+        assert statuses == expected, mount
 
 
 @pytest.fixture
