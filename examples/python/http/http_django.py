@@ -1,4 +1,4 @@
-# Django (one file; serve with `gunicorn django_app` or `uvicorn django_app:asgi`): every request
+# Django (one file; serve with `gunicorn http_django` or `uvicorn http_django:asgi`): every request
 # limited to 100 a minute per client address by the middleware, a login view that counts only
 # failed attempts (5 a minute, an async view), and an exempt health check.
 import os
