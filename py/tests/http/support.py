@@ -87,6 +87,14 @@ def gunicorn(target: str, *, cwd: Path = APPS, env: dict[str, str], workers: int
                    "--log-level", "warning"], cwd=cwd, env=env)
 
 
+def example(path: str) -> tuple[Path, str]:
+    """``(directory, module name)`` of a documented example, given by its path from the repository
+    root (the path the docs include, so scripts/check-examples sees that a test runs it)."""
+    file = REPO / path
+    assert file.is_file(), path
+    return file.parent, file.stem
+
+
 def _fire(urls: list[str], n: int) -> list[tuple[int, dict[str, str]]]:
     out = []
     with httpx.Client(timeout=30) as client:

@@ -14,7 +14,10 @@ import websockets.exceptions
 import websockets.sync.client
 
 from ..conftest import RedisServer, unique_prefix
-from .support import EXAMPLES, Server, burst, clear_of_window_edge, options, sf_dict, sf_integer, sf_list, uvicorn
+from .support import example, Server, burst, clear_of_window_edge, options, sf_dict, sf_integer, sf_list, uvicorn
+
+# The example the docs include (docs/src/guides/http/python.md), served as it is.
+EXAMPLE_DIR, EXAMPLE_MODULE = example("examples/python/http/http_fastapi.py")
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
@@ -203,7 +206,7 @@ def test_a_failed_closed_backend_answers_503_with_retry_after(lone_redis: RedisS
 
 def test_the_fastapi_example(lone_redis: RedisServer) -> None:
     clear_of_window_edge(60, needed=15)
-    with uvicorn("http_fastapi:app", cwd=EXAMPLES, env={"REDIS_URL": lone_redis.url}) as server:
+    with uvicorn(f"{EXAMPLE_MODULE}:app", cwd=EXAMPLE_DIR, env={"REDIS_URL": lone_redis.url}) as server:
         with httpx.Client(base_url=server.url) as client:
             hello = client.get("/")
             assert hello.json() == {"hello": "world"}

@@ -11,7 +11,10 @@ import httpx
 import pytest
 
 from ..conftest import RedisServer, unique_prefix
-from .support import EXAMPLES, burst, clear_of_window_edge, gunicorn, options, sf_list, uvicorn
+from .support import example, burst, clear_of_window_edge, gunicorn, options, sf_list, uvicorn
+
+# The example the docs include (docs/src/guides/http/python.md), served as it is.
+EXAMPLE_DIR, EXAMPLE_MODULE = example("examples/python/http/http_django.py")
 
 
 @pytest.fixture
@@ -25,8 +28,8 @@ def lone_redis() -> Iterator[RedisServer]:
 def test_the_django_example(lone_redis: RedisServer, server: str) -> None:
     clear_of_window_edge(60, needed=15)
     env = {"REDIS_URL": lone_redis.url}
-    start = gunicorn("http_django", cwd=EXAMPLES, env=env) if server == "gunicorn" else \
-        uvicorn("http_django:asgi", cwd=EXAMPLES, env=env)
+    start = gunicorn(EXAMPLE_MODULE, cwd=EXAMPLE_DIR, env=env) if server == "gunicorn" else \
+        uvicorn(f"{EXAMPLE_MODULE}:asgi", cwd=EXAMPLE_DIR, env=env)
     with start as app, httpx.Client(base_url=app.url) as client:
         hello = client.get("/")
         assert client.get("/login", params={"password": "open sesame"}).status_code == 200

@@ -10,7 +10,10 @@ import httpx
 import pytest
 
 from ..conftest import RedisServer, unique_prefix
-from .support import EXAMPLES, burst, clear_of_window_edge, gunicorn, options, sf_list
+from .support import example, burst, clear_of_window_edge, gunicorn, options, sf_list
+
+# The example the docs include (docs/src/guides/http/python.md), served as it is.
+EXAMPLE_DIR, EXAMPLE_MODULE = example("examples/python/http/http_flask.py")
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
@@ -24,7 +27,7 @@ def lone_redis() -> Iterator[RedisServer]:
 
 def test_the_flask_example_shares_a_limit_across_routes_and_processes(lone_redis: RedisServer) -> None:
     clear_of_window_edge(60, needed=20)
-    with gunicorn("http_flask:app", cwd=EXAMPLES, env={"REDIS_URL": lone_redis.url}) as server:
+    with gunicorn(f"{EXAMPLE_MODULE}:app", cwd=EXAMPLE_DIR, env={"REDIS_URL": lone_redis.url}) as server:
         responses = burst([server.url + "/search", server.url + "/export"], processes=4, per_process=5)
         with httpx.Client(base_url=server.url) as client:
             hello = client.get("/")
