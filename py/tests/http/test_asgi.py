@@ -13,6 +13,8 @@ import pytest
 import websockets.exceptions
 import websockets.sync.client
 
+from ratekeeper import Backend, FleetShedder
+
 from ..conftest import RedisServer, unique_prefix
 from .support import example, Server, burst, clear_of_window_edge, options, sf_dict, sf_integer, sf_list, uvicorn
 
@@ -47,13 +49,16 @@ MOUNTS: dict[str, dict[str, object]] = {
     "ws": {"limiters": [["ws", window(1)]]},
     "untrusted": {"limiters": [["ip-u", window(1)]]},
     "trusted": {"limiters": [["ip-t", window(1)]], "trusted_proxies": ["127.0.0.0/8"]},
+    "concurrent": {"limiters": [["in-flight", {"kind": "concurrent", "limit": 1}]]},
+    "shed": {"shedder": ["fleet", 1]},
 }
+PREFIX = unique_prefix()
 
 
 @pytest.fixture(scope="module")
 def servers(redis_server: RedisServer) -> Iterator[tuple[Server, Server]]:
     clear_of_window_edge(3600, needed=60)  # every window of the module's tests is one hour
-    env = options(redis=redis_server.url, prefix=unique_prefix(), mounts=MOUNTS)
+    env = options(redis=redis_server.url, prefix=PREFIX, mounts=MOUNTS)
     with uvicorn("matrix_app:app", env=env) as a, uvicorn("matrix_app:app", env=env) as b:
         yield a, b
 
@@ -178,6 +183,27 @@ def test_proxy_headers_count_only_behind_a_trusted_proxy(servers: tuple[Server, 
         statuses = [httpx.get(f"{servers[0].url}/{mount}/", headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
                     for n in (1, 2)]
         assert statuses == expected, mount
+
+
+def test_a_concurrent_limiter_s_slot_is_given_back_after_each_response(servers: tuple[Server, Server]) -> None:
+    a, b = servers
+    statuses = [httpx.get(f"{server.url}/concurrent/").status_code for server in (a, b, a, b, a)]
+    assert statuses == [200] * 5, "a slot not released after its response would refuse the next request"
+
+
+def test_a_load_shedder_s_refusal_is_a_503(servers: tuple[Server, Server], redis_server: RedisServer) -> None:
+    # This process takes the fleet's one slot, as a request in flight elsewhere would.
+    fleet = FleetShedder(Backend.redis(redis_server.url, prefix=PREFIX), "fleet", 1)
+    ticket = fleet.enter()
+    try:
+        shed = httpx.get(f"{servers[0].url}/shed/")
+    finally:
+        fleet.leave(ticket)
+    admitted = httpx.get(f"{servers[0].url}/shed/")
+    assert shed.status_code == 503
+    assert shed.headers["retry-after"] == "1"
+    assert shed.json()["type"] == "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+    assert admitted.status_code == 200
 
 
 @pytest.fixture

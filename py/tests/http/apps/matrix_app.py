@@ -1,5 +1,5 @@
 """Several Starlette apps side by side in one server, one per mount of ``RK_OPTIONS["mounts"]``
-(``{"name": {"limiters": [[name, spec], ...], option: value, ...}}``), each behind its own
+(``{"name": {"limiters": [[name, spec], ...], "shedder": [name, limit], option: value, ...}}``), each behind its own
 ``RateLimitMiddleware``: one uvicorn process serves every configuration a test module needs."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from ratekeeper import Backend
+from ratekeeper import Backend, FleetShedder
 from ratekeeper.asgi import RateLimitMiddleware
 
 raw: dict[str, Any] = json.loads(os.environ["RK_OPTIONS"])
@@ -41,7 +41,10 @@ def skip(conn: HTTPConnection) -> bool:
 
 def mounted(options: dict[str, Any]) -> Starlette:
     options = dict(options)
-    limiters = [backend.limiter(name, spec) for name, spec in options.pop("limiters")]
+    limiters: list[Any] = [backend.limiter(name, spec) for name, spec in options.pop("limiters", [])]
+    if "shedder" in options:  # [name, limit]: a FleetShedder on the same backend
+        name, limit = options.pop("shedder")
+        limiters.append(FleetShedder(backend, name, limit))
     app = Starlette(routes=[Route("/", hello), Route("/fail", fail), Route("/health", hello),
                             WebSocketRoute("/ws", echo)])
     app.add_middleware(RateLimitMiddleware, limiter=limiters if len(limiters) > 1 else limiters[0], skip=skip,
