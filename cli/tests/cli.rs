@@ -50,6 +50,13 @@ fn usage_errors_exit_2_and_name_the_culprit() {
     let (code, _, err) = run(&["limits"]);
     assert_eq!(code, 1);
     assert!(err.contains("--redis URL") && err.contains("RATEKEEPER_REDIS_URL"), "{err}");
+    // No Redis at the URL: the address tried and how to point elsewhere (tests/first_hour).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("redis://127.0.0.1:{closed}");
+    let (code, _, err) = run(&["--redis", &url, "limits"]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("cannot connect to Redis at 127.0.0.1:{closed}")), "{err}");
+    assert!(err.contains("is redis-server running there?") && err.contains("redis://HOST:PORT"), "{err}");
 }
 
 #[test]
