@@ -197,3 +197,51 @@ fn the_setting_process_never_goes_back_to_an_older_table() {
         std::thread::sleep(Duration::from_millis(3));
     }
 }
+
+/// Redis loses the override table's history in `lose` (a restart without persistence, a
+/// `FLUSHALL`, the table evicted); a process that ran all along applies the next override (it
+/// used to keep the old overrides and ignore every new one until the counter passed its old
+/// value).
+fn an_override_after_data_loss_reaches_a_running_process(lose: impl FnOnce(&mut RedisServer)) {
+    let mut server = RedisServer::start();
+    let (ops, worker) = backends(&server.url(), "lost");
+    let api = worker.token_bucket("api", 0.001, 2).unwrap();
+    for round in 0..50 {
+        ops.set_limit_blocking("api", &token_bucket(100 + round), None).unwrap();
+    }
+    eventually("the worker applies the 50th override", || api.peek_blocking(None).unwrap().limit == 149);
+    lose(&mut server);
+    eventually("the lost table is forgotten", || api.peek_blocking(None).map(|d| d.limit).ok() == Some(2));
+    ops.set_limit_blocking("api", &token_bucket(7), None).unwrap();
+    eventually("the worker applies the override set after the loss", || {
+        api.peek_blocking(None).map(|d| d.limit).ok() == Some(7)
+    });
+    eventually("the worker registers again what Redis lost", || {
+        ops.limiters_blocking().unwrap().iter().any(|l| l.name == "api" && l.overrides.len() == 1)
+    });
+}
+
+#[test]
+fn an_override_after_a_restart_without_persistence_reaches_a_running_process() {
+    an_override_after_data_loss_reaches_a_running_process(|server| server.restart());
+}
+
+#[test]
+fn an_override_after_flushall_reaches_a_running_process() {
+    an_override_after_data_loss_reaches_a_running_process(|server| {
+        server.cli(&["FLUSHALL"]);
+    });
+}
+
+/// `allkeys-lru` evicts keys one by one: evicting the override table must not leave a version
+/// behind that makes running processes ignore the next table.
+#[test]
+fn an_override_after_the_table_is_evicted_reaches_a_running_process() {
+    an_override_after_data_loss_reaches_a_running_process(|server| {
+        let keys = server.cli(&["--scan", "--pattern", "lost:{registry}:overrides*"]);
+        assert!(!keys.is_empty(), "the override table is where it is expected");
+        for key in keys.lines() {
+            server.cli(&["DEL", key]);
+        }
+    });
+}

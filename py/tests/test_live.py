@@ -119,6 +119,63 @@ def test_a_limit_set_from_python_reaches_node_and_c_and_the_registry_lists_all_t
     assert info.first_seen <= info.last_seen
 
 
+@pytest.mark.parametrize("loss", ["restart", "flushall"])
+def test_an_override_after_redis_lost_its_data_reaches_running_python_node_and_c(
+        loss: str, c_probe: Path, node_package: Path) -> None:
+    """Redis restarts without persistence (or is flushed) after 50 overrides; a Python, a Node and
+    a C process that ran all along apply the next override. They used to keep the old overrides
+    and ignore every new one until the version counter passed its old value."""
+    server = RedisServer()
+    try:
+        prefix, name = unique_prefix(), "api"
+        spec = json.dumps({"kind": "token_bucket", "rate": 1, "capacity": 5})
+        bucket = lambda capacity: {"kind": "token_bucket", "rate": 1, "capacity": capacity}  # noqa: E731
+        # Each process first sees the 50th override (149), then, after the loss, no override (5),
+        # then the override set after it (7).
+        targets = "149,5,7"
+        probes = {
+            "python": subprocess.Popen([sys.executable, str(WORKERS / "live_probe.py"), server.url, prefix, name,
+                                        spec, targets], stdout=subprocess.PIPE, text=True),
+            "c": subprocess.Popen([str(c_probe), server.url, prefix, name, spec, targets],
+                                  stdout=subprocess.PIPE, text=True),
+            "node": subprocess.Popen(["node", str(WORKERS / "live_probe.js"), str(node_package), server.url,
+                                      prefix, name, spec, targets], stdout=subprocess.PIPE, text=True),
+        }
+        try:
+            def next_line(p: subprocess.Popen[str]) -> str:
+                assert p.stdout is not None
+                return p.stdout.readline().strip()
+
+            for language, p in probes.items():
+                assert next_line(p) == "ready", language
+            ops = ratekeeper.Backend.redis(server.url, prefix=prefix)
+            for capacity in range(100, 150):
+                ops.set_limit(name, bucket(capacity))
+            for language, p in probes.items():
+                assert next_line(p), f"{language} never applied the 50th override"
+            if loss == "restart":
+                server.restart()
+            else:
+                server.cli("FLUSHALL")
+            for language, p in probes.items():
+                assert next_line(p), f"{language} kept the overrides Redis lost"
+            set_at_ms = time.time() * 1000
+            ops.set_limit(name, bucket(7))
+            seen = {language: float(p.communicate(timeout=60)[0].strip() or "nan") for language, p in probes.items()}
+        finally:
+            for p in probes.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        assert {language: p.returncode for language, p in probes.items()} == {"python": 0, "c": 0, "node": 0}
+        lags = {language: round(at - set_at_ms) for language, at in seen.items()}
+        print(f"override after {loss} applied after (ms): {lags}")
+        # The contract is 1 s (a poll every 200 ms); the bound leaves room for a loaded machine.
+        assert all(-50 <= lag < 3000 for lag in lags.values()), lags
+    finally:
+        server.stop()
+
+
 WORKER = textwrap.dedent("""
     import json, sys, ratekeeper
     url, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -78,7 +78,7 @@ impl Backend {
                         return Err(kind_mismatch(name, kind));
                     }
                 }
-                memory.live.set_local(name, key, Some(spec), 0);
+                memory.live.set_local(name, key, Some(spec), None);
                 Ok(())
             }
         }
@@ -110,7 +110,7 @@ impl Backend {
         match &*self.inner {
             BackendInner::Redis(redis) => redis.write_override(name, key, None).await,
             BackendInner::Memory(memory) => {
-                memory.live.set_local(name, key, None, 0);
+                memory.live.set_local(name, key, None, None);
                 Ok(())
             }
         }
@@ -141,7 +141,7 @@ impl Backend {
     /// the call: for short-lived processes such as the CLI's `inspect`. Nothing to do on memory.
     pub async fn sync_limits(&self) -> Result<()> {
         match &*self.inner {
-            BackendInner::Redis(redis) => redis.reload_overrides(None).await.map(|_| ()),
+            BackendInner::Redis(redis) => redis.reload_overrides(None).await,
             BackendInner::Memory(_) => Ok(()),
         }
     }
