@@ -19,6 +19,18 @@ fn ok(args: &[&str]) -> String {
     out
 }
 
+/// `--prefix`'s help names the prefix the library writes (it used to name `ratekeeper`, and
+/// `--prefix ratekeeper limits` then showed an empty table).
+#[test]
+fn the_prefix_help_names_the_library_default() {
+    let expected = format!("[default: {}]", ratekeeper::DEFAULT_PREFIX);
+    for args in [&["--help"][..], &["limits", "--help"][..]] {
+        let out = ok(args);
+        let line = out.lines().skip_while(|l| !l.contains("--prefix")).take(3).collect::<Vec<_>>().join(" ");
+        assert!(line.contains(&expected), "ratekeeper {args:?}: --prefix should say {expected}: {line}");
+    }
+}
+
 #[test]
 fn usage_errors_exit_2_and_name_the_culprit() {
     let (code, out, _) = run(&["--help"]);
