@@ -58,6 +58,13 @@ pub struct LimiterInfo {
     pub first_seen: SystemTime,
     /// When a process last registered it (at most once a minute each).
     pub last_seen: SystemTime,
+    /// What the registry reported in the last three minutes about a use of the name it could not
+    /// take: another kind used by a live process (one name has one kind), or a whole-limiter
+    /// override of another kind that does not apply.
+    pub conflict: Option<String>,
+    /// Whether no process has registered the name yet: an override set ahead of a deploy. Its
+    /// `kind` and `spec` are the override's, `users` is empty and the times are the Unix epoch.
+    pub waiting: bool,
 }
 
 /// An override, compiled for the backend it applies on.
@@ -325,6 +332,11 @@ impl Live {
         entries
     }
 
+    /// The names this process holds overrides of.
+    pub(crate) fn override_names(&self) -> Vec<String> {
+        self.table.lock().entries.keys().cloned().collect()
+    }
+
     /// Every name with a live limiter object: its (kind, spec JSON) and, per kind, the summed
     /// metrics of its objects in this process.
     pub(crate) fn members(&self) -> Vec<NameMembers> {
@@ -363,8 +375,11 @@ impl Live {
             let mut registered = entry.state.registered.lock();
             if force || registered.map_or(true, |at| now.duration_since(at) >= RENEW_EVERY) {
                 *registered = Some(now);
-                let (kind, spec, ..) = &entry.per_kind[0];
-                due.push((entry.state.name.clone(), *kind, spec.clone()));
+                // Every kind in use under the name: the registry keeps the first and reports the
+                // others (one name, one kind; see register.lua).
+                for (kind, spec, ..) in &entry.per_kind {
+                    due.push((entry.state.name.clone(), *kind, spec.clone()));
+                }
             }
         }
         due

@@ -245,3 +245,65 @@ fn an_override_after_the_table_is_evicted_reaches_a_running_process() {
         }
     });
 }
+
+/// One name, one kind: a second kind under a name does not take the registry entry over while
+/// a process of the first kind is alive, in this process or another; the entry reports it, and an
+/// override of the second kind is refused naming both kinds. Each keeps its own state.
+#[test]
+fn one_name_has_one_kind() {
+    let server = RedisServer::start();
+    let (first, second) = backends(&server.url(), "kinds");
+    let bucket = first.token_bucket("api", 1.0, 5).unwrap();
+    first.flush_blocking().unwrap();
+    let window = second.window("api", 1, MINUTE).unwrap();
+    assert!(window.check_blocking(None, 1).unwrap().allowed, "its own state, its own spec");
+    assert!(!window.check_blocking(None, 1).unwrap().allowed);
+    assert!(bucket.check_blocking(None, 1).unwrap().allowed, "the bucket's state is apart");
+    second.flush_blocking().unwrap();
+    let listed = first.limiters_blocking().unwrap();
+    let [info] = &listed[..] else { panic!("one entry per name: {listed:?}") };
+    assert_eq!((info.kind.as_str(), info.processes), ("token_bucket", 1));
+    let conflict = info.conflict.as_deref().unwrap_or_default();
+    assert!(conflict.contains("window"), "the entry reports the other kind: {conflict:?}");
+    let err = first.set_limit_json_blocking("api", r#"{"kind":"window","limit":9,"interval":60}"#, None).unwrap_err();
+    assert!(err.to_string().contains("token_bucket") && err.to_string().contains("window"), "{err}");
+
+    // Both kinds in one process: the same rule.
+    let (third, _) = backends(&server.url(), "kinds-one");
+    let _bucket = third.token_bucket("api", 1.0, 5).unwrap();
+    third.flush_blocking().unwrap();
+    let _window = third.window("api", 1, MINUTE).unwrap();
+    third.flush_blocking().unwrap();
+    let listed = third.limiters_blocking().unwrap();
+    let [info] = &listed[..] else { panic!("one entry per name: {listed:?}") };
+    assert_eq!(info.kind, "token_bucket");
+    assert!(info.conflict.as_deref().unwrap_or_default().contains("window"), "{info:?}");
+}
+
+/// An override set before any process used its name is listed as waiting for a first user;
+/// a first user of another kind is reported, one of its kind takes it.
+#[test]
+fn an_override_ahead_of_its_first_user_is_listed_as_waiting() {
+    let server = RedisServer::start();
+    let (ops, worker) = backends(&server.url(), "ahead");
+    ops.set_limit_json_blocking("op_x", r#"{"kind":"window","limit":7,"interval":60}"#, None).unwrap();
+    ops.set_limit_json_blocking("op_y", r#"{"kind":"window","limit":7,"interval":60}"#, None).unwrap();
+    let listed = ops.limiters_blocking().unwrap();
+    assert_eq!(
+        listed.iter().map(|l| (l.name.as_str(), l.kind.as_str(), l.waiting)).collect::<Vec<_>>(),
+        [("op_x", "window", true), ("op_y", "window", true)]
+    );
+    assert_eq!(listed[0].overrides.len(), 1);
+    let x = worker.window("op_x", 1, MINUTE).unwrap();
+    let y = worker.token_bucket("op_y", 1.0, 1).unwrap();
+    eventually("the first user applies the override", || x.peek_blocking(None).unwrap().limit == 7);
+    assert_eq!(y.peek_blocking(None).unwrap().limit, 1, "an override of another kind does not apply");
+    worker.flush_blocking().unwrap();
+    let listed = ops.limiters_blocking().unwrap();
+    let x_info = listed.iter().find(|l| l.name == "op_x").unwrap();
+    assert!(!x_info.waiting && x_info.conflict.is_none(), "{x_info:?}");
+    let y_info = listed.iter().find(|l| l.name == "op_y").unwrap();
+    assert!(!y_info.waiting && y_info.kind == "token_bucket", "{y_info:?}");
+    let conflict = y_info.conflict.as_deref().unwrap_or_default();
+    assert!(conflict.contains("window") && conflict.contains("token_bucket"), "reported: {conflict:?}");
+}

@@ -17,7 +17,7 @@ use super::connection::Conn;
 use super::RedisBackend;
 use crate::error::{Error, Result};
 use crate::limiter::{Kind, LimiterSpec};
-use crate::live::{client, LimiterInfo, OverrideTable, MISSING_TABLE};
+use crate::live::{client, LimiterInfo, OverrideTable};
 use crate::metrics::{from_values, Metrics, FIELDS};
 use crate::runtime::{forked_since, runtime};
 
@@ -36,7 +36,7 @@ const OVERRIDE_SCRIPT: &str = include_str!("../../scripts/override.lua");
 /// which no limiter name holds, so they are kept and lost with the overrides.
 const IDENTITY_FIELDS: [&str; 3] = [":epoch", ":version", ":written"];
 
-/// The identity of an overrides table from its identity fields ([`MISSING_TABLE`] for a missing
+/// The identity of an overrides table from its identity fields (`crate::live::MISSING_TABLE` for a missing
 /// table), in the form `override.lua` returns it.
 fn identity_of(fields: [Option<String>; 3]) -> String {
     fields.map(Option::unwrap_or_default).join("/")
@@ -195,7 +195,7 @@ impl RedisBackend {
     async fn register(&self, due: &[(String, Kind, String)], own: Option<&mut Option<Conn>>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut eval = redis::cmd("EVAL");
-        eval.arg(REGISTER_SCRIPT).arg(1 + due.len()).arg(keys.names());
+        eval.arg(REGISTER_SCRIPT).arg(2 + due.len()).arg(keys.names()).arg(keys.overrides());
         for (name, ..) in due {
             eval.arg(keys.limiter(name));
         }
@@ -205,8 +205,11 @@ impl RedisBackend {
             eval.arg(name).arg(kind.as_str()).arg(spec);
         }
         let mut pipe = redis::pipe();
-        pipe.add_command(eval).ignore();
-        self.query_via::<()>(own, &pipe).await
+        pipe.add_command(eval);
+        // The names the registry holds with another kind (see register.lua): the entry shows the
+        // conflict; this process's limiter keeps deciding with its own spec and state.
+        let (_conflicts,): (Vec<String>,) = self.query_via(own, &pipe).await?;
+        Ok(())
     }
 
     /// Writes an override (`Some(spec)`) or clears one, and applies it in this process at once.
@@ -229,8 +232,9 @@ impl RedisBackend {
             [Value::Int(0), Value::BulkString(kind)] => Err(Error::invalid(
                 "spec",
                 format!(
-                    "limiter {name:?} is registered as {}: an override must keep its kind",
-                    String::from_utf8_lossy(kind)
+                    "limiter {name:?} is registered as {}: a {} override cannot apply to it (one name, one kind)",
+                    String::from_utf8_lossy(kind),
+                    spec.map_or("", |s| s.kind().as_str()),
                 ),
             )),
             other => Err(Error::BackendRejected {
@@ -274,7 +278,10 @@ impl RedisBackend {
                 .count() as u64;
             let mut overrides = by_name.remove(name).unwrap_or_default();
             overrides.sort();
+            let conflict = hash.get("conflict").filter(|_| seen("conflict_seen") + 180_000 >= now_ms).cloned();
             out.push(LimiterInfo {
+                conflict,
+                waiting: false,
                 name: name.clone(),
                 kind: kind.clone(),
                 spec: hash.get("spec").cloned().unwrap_or_default(),
@@ -283,6 +290,29 @@ impl RedisBackend {
                 processes,
                 first_seen: millis_to_time(seen("first_seen")),
                 last_seen: millis_to_time(seen("last_seen")),
+            });
+        }
+        // Overrides of names no process registered: set ahead of a deploy, they wait for a first
+        // user, listed with the override's kind and spec.
+        for (name, mut overrides) in by_name {
+            overrides.sort();
+            let Some(spec) =
+                overrides.iter().find(|(key, _)| key.is_none()).or(overrides.first()).map(|(_, s)| s.clone())
+            else {
+                continue;
+            };
+            let kind = LimiterSpec::from_json(&spec).map(|s| s.kind().as_str().to_owned()).unwrap_or_default();
+            out.push(LimiterInfo {
+                name,
+                kind,
+                spec,
+                overrides,
+                users: Vec::new(),
+                processes: 0,
+                first_seen: UNIX_EPOCH,
+                last_seen: UNIX_EPOCH,
+                conflict: None,
+                waiting: true,
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
