@@ -176,6 +176,47 @@ def test_an_override_after_redis_lost_its_data_reaches_running_python_node_and_c
         server.stop()
 
 
+NODE_WINDOW = """
+const { Backend } = require(process.argv[1]);
+(async () => {
+  const backend = Backend.redis(process.argv[2], { prefix: process.argv[3] });
+  const api = backend.window('api', 5, 60);
+  await api.check();
+  await backend.flush();
+  console.log(JSON.stringify(await backend.limiters()));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def test_one_name_one_kind_across_python_and_node_and_an_override_waits_for_its_first_user(
+        redis_server: RedisServer, node_package: Path) -> None:
+    """The README's FastAPI `window("api")` and Express `tokenBucket("api")` against one Redis: the
+    first kind in use keeps the registry entry, the other is reported (not merged into one entry
+    with 2 processes), and an override of the other kind is refused naming both kinds."""
+    prefix = unique_prefix()
+    backend = ratekeeper.Backend.redis(redis_server.url, prefix=prefix)
+    backend.set_limit("op_x", {"kind": "window", "limit": 7, "interval": 60})
+    [waiting] = backend.limiters()
+    assert (waiting.name, waiting.kind, waiting.waiting, waiting.processes) == ("op_x", "window", True, 0)
+    assert waiting.spec == {"kind": "window", "limit": 7, "interval": 60}
+
+    api = backend.token_bucket("api", 1, 5)
+    assert api.check().allowed
+    backend.flush()
+    node = subprocess.run(["node", "-e", NODE_WINDOW, str(node_package), redis_server.url, prefix],
+                          capture_output=True, text=True, timeout=60)
+    assert node.returncode == 0, node.stderr
+    [seen_by_node] = [i for i in json.loads(node.stdout) if i["name"] == "api"]
+    assert (seen_by_node["kind"], seen_by_node["waiting"]) == ("token_bucket", False)
+    assert "window used by node" in seen_by_node["conflict"], seen_by_node
+    [info] = [i for i in backend.limiters() if i.name == "api"]
+    assert (info.kind, info.processes, info.conflict is not None) == ("token_bucket", 1, True), info
+    assert info.conflict is not None and "window used by node" in info.conflict
+    with pytest.raises(ratekeeper.InvalidArgument) as refused:
+        backend.set_limit("api", {"kind": "window", "limit": 9, "interval": 60})
+    assert "token_bucket" in str(refused.value) and "window" in str(refused.value)
+
+
 WORKER = textwrap.dedent("""
     import json, sys, ratekeeper
     url, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
