@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::{Mutex, RwLock};
@@ -88,7 +88,16 @@ struct NameOverrides {
 struct Member {
     kind: Kind,
     spec_json: String,
-    metrics: Weak<LimiterMetrics>,
+    /// Held strongly: a limiter object dropped before the next flush still has its counts (and
+    /// its name) to send; the object holds the only other reference while it lives.
+    metrics: Arc<LimiterMetrics>,
+    joined: Instant,
+}
+
+impl Member {
+    fn alive(&self) -> bool {
+        Arc::strong_count(&self.metrics) > 1
+    }
 }
 
 /// What a process knows of one limiter name: its overrides and its limiter objects.
@@ -97,6 +106,9 @@ pub(crate) struct NameState {
     name: String,
     /// Whether any override exists for the name: the check path's only cost without one.
     active: AtomicBool,
+    /// Whether the backend flushes and registers (Redis): a dropped limiter object is kept
+    /// until its counts are flushed and its name registered. On memory it is let go at once.
+    keep_dropped: bool,
     overrides: RwLock<NameOverrides>,
     members: Mutex<Vec<Member>>,
     /// When the registry last heard of this name from this process.
@@ -120,6 +132,15 @@ impl NameState {
         let overrides = self.overrides.read();
         let found = overrides.keys.get(key).or(overrides.all.as_ref())?;
         (found.spec.kind() == kind).then(|| found.clone())
+    }
+
+    /// Lets go of dropped limiter objects with nothing left to do: on Redis, once their counts
+    /// are flushed and the name was registered after they joined.
+    fn prune(&self, members: &mut Vec<Member>) {
+        let registered = *self.registered.lock();
+        members.retain(|m| {
+            m.alive() || (self.keep_dropped && (!m.metrics.settled() || registered.is_none_or(|at| at < m.joined)))
+        });
     }
 
     /// The name.
@@ -163,6 +184,8 @@ pub(crate) struct Live {
     tickets: AtomicU64,
     /// The fallback policy's divisor, to compile overrides' fallback limiters.
     fallback_divisor: Option<u32>,
+    /// See [`NameState::keep_dropped`].
+    keep_dropped: bool,
 }
 
 impl std::fmt::Debug for Live {
@@ -175,8 +198,15 @@ impl std::fmt::Debug for Live {
 pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(60);
 
 impl Live {
-    pub(crate) fn new(fallback_divisor: Option<u32>) -> Live {
-        Live { names: Mutex::default(), table: Mutex::default(), tickets: AtomicU64::new(1), fallback_divisor }
+    /// `keep_dropped`: the backend flushes and registers (Redis; see [`NameState::keep_dropped`]).
+    pub(crate) fn new(fallback_divisor: Option<u32>, keep_dropped: bool) -> Live {
+        Live {
+            names: Mutex::default(),
+            table: Mutex::default(),
+            tickets: AtomicU64::new(1),
+            fallback_divisor,
+            keep_dropped,
+        }
     }
 
     /// Records a new limiter object of `name`; returns the name's state, which carries its
@@ -184,8 +214,13 @@ impl Live {
     pub(crate) fn join(&self, name: &str, spec: &LimiterSpec, metrics: &Arc<LimiterMetrics>) -> Arc<NameState> {
         let state = self.observe(name);
         let mut members = state.members.lock();
-        members.retain(|m| m.metrics.strong_count() > 0);
-        members.push(Member { kind: spec.kind(), spec_json: spec.to_json(), metrics: Arc::downgrade(metrics) });
+        state.prune(&mut members);
+        members.push(Member {
+            kind: spec.kind(),
+            spec_json: spec.to_json(),
+            metrics: metrics.clone(),
+            joined: Instant::now(),
+        });
         drop(members);
         state
     }
@@ -198,6 +233,7 @@ impl Live {
             let state = Arc::new(NameState {
                 name: name.to_owned(),
                 active: AtomicBool::new(false),
+                keep_dropped: self.keep_dropped,
                 overrides: RwLock::default(),
                 members: Mutex::default(),
                 registered: Mutex::new(None),
@@ -344,13 +380,13 @@ impl Live {
         let mut out = Vec::new();
         for state in names {
             let mut members = state.members.lock();
-            members.retain(|m| m.metrics.strong_count() > 0);
+            state.prune(&mut members);
             if members.is_empty() {
                 continue;
             }
             let mut per_kind: Vec<(Kind, String, Metrics, Vec<Arc<LimiterMetrics>>)> = Vec::new();
             for m in members.iter() {
-                let Some(metrics) = m.metrics.upgrade() else { continue };
+                let metrics = m.metrics.clone();
                 match per_kind.iter_mut().find(|(k, ..)| *k == m.kind) {
                     Some((_, _, sum, all)) => {
                         sum.add(&metrics.snapshot());
@@ -414,7 +450,7 @@ mod tests {
 
     #[test]
     fn an_override_applies_to_its_kind_and_a_key_override_wins() {
-        let live = Live::new(None);
+        let live = Live::new(None, true);
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("api", &bucket(5), &metrics);
         assert!(state.lookup(Kind::TokenBucket, "a").is_none());
@@ -434,7 +470,7 @@ mod tests {
 
     #[test]
     fn a_name_built_after_its_override_was_read_gets_it() {
-        let live = Live::new(Some(2));
+        let live = Live::new(Some(2), true);
         let mut table = OverrideTable::new();
         table.entry("late".into()).or_default().insert(None, bucket(8).to_json());
         assert!(live.replace_table(table.clone(), "e/3/t".into(), live.ticket()));
@@ -448,7 +484,7 @@ mod tests {
 
     #[test]
     fn a_table_read_before_this_process_last_wrote_is_not_applied() {
-        let live = Live::new(None);
+        let live = Live::new(None, true);
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("api", &bucket(1), &metrics);
         let sent_before = live.ticket();
@@ -464,7 +500,7 @@ mod tests {
     /// or none, is the truth now, and a process that held a higher one follows it.
     #[test]
     fn a_table_that_lost_its_history_replaces_a_later_version() {
-        let live = Live::new(None);
+        let live = Live::new(None, true);
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("api", &bucket(1), &metrics);
         let mut table = OverrideTable::new();
@@ -482,7 +518,7 @@ mod tests {
 
     #[test]
     fn registrations_are_due_once_until_renewal() {
-        let live = Live::new(None);
+        let live = Live::new(None, true);
         let metrics = Arc::new(LimiterMetrics::default());
         let _state = live.join("reg", &bucket(1), &metrics);
         assert_eq!(live.due_registrations(false).len(), 1);

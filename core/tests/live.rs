@@ -307,3 +307,21 @@ fn an_override_ahead_of_its_first_user_is_listed_as_waiting() {
     let conflict = y_info.conflict.as_deref().unwrap_or_default();
     assert!(conflict.contains("window") && conflict.contains("token_bucket"), "reported: {conflict:?}");
 }
+
+/// A limiter object dropped before the next tick is registered and its counts flushed: `flush()`
+/// after it leaves the name in `limiters()` and its checks in the fleet's metrics (it used to be
+/// forgotten, so `ratekeeper reset x` then failed).
+#[test]
+fn a_dropped_limiter_is_registered_and_counted_by_flush() {
+    let server = RedisServer::start();
+    let (b, ops) = backends(&server.url(), "dropped");
+    assert!(b.window("x", 7, MINUTE).unwrap().check_blocking(None, 1).unwrap().allowed);
+    b.flush_blocking().unwrap();
+    let listed = ops.limiters_blocking().unwrap();
+    assert_eq!(listed.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["x"]);
+    let fleet = ops.metrics_blocking(true).unwrap();
+    let (_, _, x) = fleet.iter().find(|(name, ..)| name == "x").expect("x's counts were flushed");
+    assert_eq!(x.allowed, 1);
+    // Once registered and flushed, the dropped object is let go: nothing more to send.
+    assert!(b.metrics_blocking(false).unwrap().is_empty(), "{:?}", b.metrics_blocking(false));
+}

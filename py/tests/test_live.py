@@ -217,6 +217,19 @@ def test_one_name_one_kind_across_python_and_node_and_an_override_waits_for_its_
     assert "token_bucket" in str(refused.value) and "window" in str(refused.value)
 
 
+def test_a_limiter_dropped_before_the_next_tick_is_registered_and_counted_by_flush(
+        redis_server: RedisServer) -> None:
+    """The issue's repro: a limiter object used once and dropped, then `flush()`: the name is in
+    the registry (so `ratekeeper reset x` finds it) and its check is in the fleet's counts."""
+    prefix = unique_prefix()
+    b = ratekeeper.Backend.redis(redis_server.url, prefix=prefix)
+    b.window("x", 7, 60).check()
+    b.flush()
+    ops = ratekeeper.Backend.redis(redis_server.url, prefix=prefix)
+    assert [i.name for i in ops.limiters()] == ["x"]
+    assert [(name, kind, m.allowed) for name, kind, m in ops.metrics(fleet=True)] == [("x", "window", 1)]
+
+
 WORKER = textwrap.dedent("""
     import json, sys, ratekeeper
     url, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
