@@ -139,7 +139,7 @@ impl NameState {
     fn prune(&self, members: &mut Vec<Member>) {
         let registered = *self.registered.lock();
         members.retain(|m| {
-            m.alive() || (self.keep_dropped && (!m.metrics.settled() || registered.is_none_or(|at| at < m.joined)))
+            m.alive() || (self.keep_dropped && (!m.metrics.settled() || !registered.is_some_and(|at| at >= m.joined)))
         });
     }
 
