@@ -952,7 +952,10 @@ enum rk_status rk_backend_flush(const struct rk_backend *backend);
  * On Redis, the registry: every limiter any process in any language used in the last 90 days;
  * on memory, this process's. Each element has `name`, `kind`, `spec` (an object),
  * `overrides` (`[{"key": null | "...", "spec": {...}}]`), `users`, `processes`,
- * `first_seen_ms` and `last_seen_ms` (Unix milliseconds).
+ * `first_seen_ms` and `last_seen_ms` (Unix milliseconds), `conflict` (`null`, or what the
+ * registry reported in the last three minutes about a use of the name it could not take:
+ * another kind used by a live process, or an override of another kind) and `waiting` (`true`
+ * for an override no process has used yet: `kind` and `spec` are the override's).
  *
  * \param backend The backend.
  * \param json_out Receives the JSON text; free it with `rk_string_free`.

@@ -381,6 +381,8 @@ mod tests {
             processes: 1,
             first_seen: 0.0,
             last_seen: 0.0,
+            conflict: None,
+            waiting: false,
             allowed,
             refused,
             errors: 0,
