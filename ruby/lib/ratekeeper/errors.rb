@@ -89,6 +89,6 @@ module Ratekeeper
 
   # Raises InvalidArgument naming `parameter`, as the library would.
   def self.invalid!(parameter, message)
-    raise InvalidArgument.new("RK_INVALID_ARGUMENT: `#{parameter}` #{message}", parameter: parameter)
+    raise InvalidArgument.new("RK_INVALID_ARGUMENT: `#{parameter}` #{message}", parameter: parameter.to_s)
   end
 end
