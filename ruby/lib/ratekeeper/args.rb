@@ -33,11 +33,12 @@ module Ratekeeper
     end
 
     # A string for a `const char *` parameter (nil stays NULL). Bytes go as they are: invalid
-    # UTF-8 is the library's to report.
+    # UTF-8 is the library's to report. A Symbol is its name; nothing else is converted (a key of
+    # 42 is a mistake in every language: pass "42").
     def string(value, parameter, allow_nil: true)
       return nil if value.nil? && allow_nil
 
-      value = value.to_s if value.is_a?(Symbol) || value.is_a?(Integer)
+      value = value.to_s if value.is_a?(Symbol)
       Ratekeeper.invalid!(parameter, "must be a String, got #{value.inspect}") unless value.is_a?(String)
       Ratekeeper.invalid!(parameter, "must not contain a NUL byte") if value.include?("\0")
       value

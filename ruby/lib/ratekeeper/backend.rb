@@ -13,6 +13,9 @@ module Ratekeeper
   class Backend
     attr_reader :kind, :ptr # :nodoc:
 
+    # The C parameter names Ruby spells differently.
+    SPEC_NAMES = { "spec_json" => "spec" }.freeze
+
     # A new in-process memory backend holding at most `max_keys` keys (default 1,000,000);
     # `clock`: a `ManualClock` for tests.
     def self.memory(max_keys: nil, clock: nil)
@@ -43,7 +46,7 @@ module Ratekeeper
     # options are those of `Backend.redis`.
     def self.cluster(seeds, prefix: nil, failure_policy: :fail_closed, fallback_divisor: nil, deadline: nil)
       Ratekeeper.invalid!("seeds", "must be an Array of URLs, got #{seeds.inspect}") unless seeds.is_a?(Array)
-      seeds = seeds.map { |s| Args.string(s, "seeds", allow_nil: false) }
+      seeds = seeds.each_with_index.map { |s, i| Args.string(s, "seeds[#{i}]", allow_nil: false) }
       policy, divisor, deadline_s, prefix = redis_options(prefix, failure_policy, fallback_divisor, deadline)
       strings = seeds.map { |s| FFI::MemoryPointer.from_string(s) }
       array = FFI::MemoryPointer.new(:pointer, [strings.size, 1].max)
@@ -56,6 +59,9 @@ module Ratekeeper
     def self.redis_options(prefix, failure_policy, fallback_divisor, deadline) # :nodoc:
       policy = Native::FAILURE_POLICIES.fetch(failure_policy.is_a?(String) ? failure_policy.to_sym : failure_policy) do
         Ratekeeper.invalid!("failure_policy", "must be :fail_closed, :fail_open or :fallback, got #{failure_policy.inspect}")
+      end
+      if !fallback_divisor.nil? && policy != 2
+        Ratekeeper.invalid!("fallback_divisor", "is only for failure_policy: :fallback")
       end
       divisor = fallback_divisor.nil? ? (policy == 2 ? 1 : 0) : Args.count(fallback_divisor, "fallback_divisor", Args::U32_MAX)
       deadline_s = deadline.nil? ? 0.0 : Args.seconds(deadline, "deadline")
@@ -107,8 +113,8 @@ module Ratekeeper
     # Overrides the spec of limiter `name` (or of one `key` of it) in every process sharing
     # this backend, within a second, keeping its state.
     def set_limit(name, spec, key: nil)
-      spec = spec.is_a?(String) ? spec : JSON.generate(spec)
-      Ratekeeper.check_status!(Native.rk_backend_set_limit(@ptr, Args.name(name), spec, Args.key(key)))
+      spec = Limiter.spec_text(spec)
+      Ratekeeper.check_status!(Native.rk_backend_set_limit(@ptr, Args.name(name), spec, Args.key(key)), SPEC_NAMES)
     end
 
     # Removes the override of `name` (or of one `key` of it).

@@ -62,7 +62,8 @@ module Ratekeeper
       # instead be several `[count, interval]` pairs checked together
       # (`window("api", [[25, 5], [300, 60]])`).
       def window(name, count, interval = nil, **options)
-        return windows(name, count, **options) if count.is_a?(Array)
+        # No interval: the multi-window form (whose argument is checked as `windows`).
+        return windows(name, count, **options) if count.is_a?(Array) || (interval.nil? && !count.is_a?(Integer))
 
         build(name, options, SIDEKIQ_NAMES) do |b, n, out|
           Native.rk_limiter_new_window(b, n, Args.count(count, "count"), Args.seconds(interval, "interval"), out)
@@ -98,7 +99,9 @@ module Ratekeeper
         Ratekeeper.invalid!("limits", "must be an Array of [duration, limit, precision]") unless limits.is_a?(Array)
         array = FFI::MemoryPointer.new(Native::SlidingLimit, [limits.size, 1].max)
         limits.each_with_index do |limit, i|
-          Ratekeeper.invalid!("limits[#{i}]", "must be [duration, limit, precision]") unless limit.is_a?(Array) && limit.size.between?(2, 3)
+          unless limit.is_a?(Array) && limit.size.between?(2, 3)
+            Ratekeeper.invalid!("limits", "element #{i} must be [duration, limit] or [duration, limit, precision], got #{limit.inspect}")
+          end
           s = Native::SlidingLimit.new(array + i * Native::SlidingLimit.size)
           s[:duration_secs] = Args.seconds(limit[0], "duration")
           s[:limit] = Args.count(limit[1], "limit")
@@ -115,7 +118,7 @@ module Ratekeeper
         build(name, options) do |b, n, out|
           anchor_n = anchor.nil? ? 0 : Args.count(anchor, "anchor", Args::U32_MAX)
           Ratekeeper.invalid!("anchor", "must be 1 to 31, got 0") if anchor == 0
-          Native.rk_limiter_new_calendar(b, n, Args.count(limit, "limit"), Args.string(period.to_s, "period"),
+          Native.rk_limiter_new_calendar(b, n, Args.count(limit, "limit"), Args.string(period, "period", allow_nil: false),
                                          Args.string(tz, "tz"), anchor_n, out)
         end
       end
@@ -134,12 +137,7 @@ module Ratekeeper
       # A limiter from its spec as data: a Hash or JSON text, durations in seconds, the same in
       # every language (`{ kind: "token_bucket", rate: 10, capacity: 20 }`).
       def from_spec(name, spec, **options)
-        json =
-          case spec
-          when String then spec
-          when Hash then JSON.generate(spec)
-          else Ratekeeper.invalid!("spec", "must be a Hash or JSON text, got #{spec.inspect}")
-          end
+        json = spec_text(spec)
         options = { wait_timeout: nil }.merge(options) # the spec's own wait_timeout, if any
         build(name, options) { |b, n, out| Native.rk_limiter_new_from_json(b, n, json, out) }
       end
@@ -151,12 +149,22 @@ module Ratekeeper
         new(ptr, "unlimited", options)
       end
 
+      # A spec as JSON text (a Hash is generated, a String passed as it is).
+      def spec_text(spec)
+        case spec
+        when String then Args.string(spec, "spec", allow_nil: false)
+        when Hash then JSON.generate(spec)
+        else Ratekeeper.invalid!("spec", "must be a Hash or JSON text, got #{spec.inspect}")
+        end
+      end
+
       private
 
       def windows(name, pairs, **options)
+        Ratekeeper.invalid!("windows", "must be an Array of [count, interval], got #{pairs.inspect}") unless pairs.is_a?(Array)
         array = FFI::MemoryPointer.new(Native::WindowLimit, [pairs.size, 1].max)
         pairs.each_with_index do |pair, i|
-          Ratekeeper.invalid!("windows[#{i}]", "must be [count, interval]") unless pair.is_a?(Array) && pair.size == 2
+          Ratekeeper.invalid!("windows", "element #{i} must be [count, interval], got #{pair.inspect}") unless pair.is_a?(Array) && pair.size == 2
           w = Native::WindowLimit.new(array + i * Native::WindowLimit.size)
           w[:limit] = Args.count(pair[0], "limit")
           w[:interval_secs] = Args.seconds(pair[1], "interval")
@@ -180,11 +188,14 @@ module Ratekeeper
         end
         Args.count(options[:reschedule], "reschedule", Args::U32_MAX)
         Ratekeeper.invalid!("ttl", "must be a positive number of seconds") unless options[:ttl].nil? || (options[:ttl].is_a?(Numeric) && options[:ttl].positive?)
+        unless [nil, true, false].include?(options[:allow_fallback])
+          Ratekeeper.invalid!("allow_fallback", "must be true or false, got #{options[:allow_fallback].inspect}")
+        end
         backend = options[:backend] || Limiter.backend
         Ratekeeper.invalid!("backend", "must be a Ratekeeper::Backend") unless backend.is_a?(Backend)
         ptr = Native.handle(:rk_limiter_free, rename) { |out| yield backend.ptr, name, out, wait }
         unless options[:allow_fallback].nil?
-          ptr = Native.handle(:rk_limiter_free) { |out| Native.rk_limiter_with_allow_fallback(ptr, options[:allow_fallback] ? true : false, out) }
+          ptr = Native.handle(:rk_limiter_free) { |out| Native.rk_limiter_with_allow_fallback(ptr, options[:allow_fallback], out) }
         end
         new(ptr, name, options.merge(backend: backend, wait_timeout: options[:wait_timeout] && wait))
       end
