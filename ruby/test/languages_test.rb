@@ -64,12 +64,12 @@ class LanguagesTest < Minitest::Test
     args = [redis_url, prefix, start, ATTEMPTS.to_s]
     rubylib = [File.expand_path("../lib", __dir__), ENV["RUBYLIB"]].compact.join(":")
     commands = [
-      [{ "RUBYLIB" => rubylib }, RbConfig.ruby, "-rratekeeper", "-rjson", "-e", RUBY, "--", *args],
-      [{}, python, "-c", PYTHON, *args],
-      [{ "RK_NODE_PACKAGE" => File.join(REPO_ROOT, "node") }, "node", "-e", NODE, *args],
-      [{}, c_spend, *args]
+      [{ "RUBYLIB" => rubylib }, [RbConfig.ruby, "-rratekeeper", "-rjson", "-e", RUBY, "--", *args]],
+      [{}, [python, "-c", PYTHON, *args]],
+      [{ "RK_NODE_PACKAGE" => File.join(REPO_ROOT, "node") }, ["node", "-e", NODE, "--", *args]],
+      [{}, [c_spend, *args]]
     ]
-    procs = commands.flat_map { |cmd| PER_LANGUAGE.times.map { IO.popen(*cmd, err: %i[child out]) } }
+    procs = commands.flat_map { |env, cmd| PER_LANGUAGE.times.map { IO.popen(env, cmd, err: %i[child out]) } }
     reports = procs.map do |io|
       out = io.read
       io.close

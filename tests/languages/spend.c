@@ -2,6 +2,8 @@
  * libratekeeper: waits until START (Unix seconds) so every language starts at once, then makes
  * ATTEMPTS checks on each of two limiters and prints how many each admitted.
  * Usage: spend REDIS_URL PREFIX START ATTEMPTS */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
