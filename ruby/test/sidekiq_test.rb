@@ -67,16 +67,20 @@ class SidekiqTest < Minitest::Test
   def test_sidekiq_processes_share_one_window_and_reschedule_with_backoff
     Sidekiq.configure_client { |c| c.redis = { url: @redis.url } }
     # The poison limiter is spent before any job runs.
-    never = Ratekeeper::Limiter.bucket("test-never", 1, :day, backend: Ratekeeper::Backend.redis(@redis.url, prefix: @prefix))
+    never = Ratekeeper::Limiter.bucket("test-never", 1, :day, backend: Ratekeeper::Backend.redis(@redis.url, prefix: @prefix, deadline: 5))
     assert never.check.allowed?
-    jids = JOBS.times.map { |n| Sidekiq::Client.push("class" => "CallApiJob", "args" => [n]) }
-    never_jid = Sidekiq::Client.push("class" => "NeverJob", "args" => [])
+    # The jobs' own retry options (this process does not load their classes): an error other
+    # than the limit's fails the test instead of being retried quietly.
+    jids = JOBS.times.map { |n| Sidekiq::Client.push("class" => "CallApiJob", "args" => [n], "retry" => 0) }
+    never_jid = Sidekiq::Client.push("class" => "NeverJob", "args" => [], "retry" => 1)
     @pids = PROCESSES.times.map { |i| start_sidekiq(i) }
 
     calls = []
     retried = nil
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (LONG ? 240 : 120)
     until calls.size >= JOBS && retried
+      dead = Sidekiq::DeadSet.new.map { |j| "#{j['class']} #{j['jid']}: #{j['error_class']}: #{j['error_message']}" }
+      flunk "jobs failed: #{dead.join('; ')}" unless dead.empty?
       flunk "timed out: #{calls.size} of #{JOBS} calls, retried: #{retried.inspect}\n#{logs}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
       calls << @calls.pop until @calls.empty?
       retried ||= Sidekiq::RetrySet.new.find_job(never_jid)&.item

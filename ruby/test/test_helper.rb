@@ -15,7 +15,8 @@ module TestHelpers
 
   def redis_url = RedisServer.shared.url
 
-  def redis_backend(**options) = Ratekeeper::Backend.redis(redis_url, prefix: unique_prefix, **options)
+  # A generous deadline: the test machine may be loaded (the default is 0.2 s).
+  def redis_backend(**options) = Ratekeeper::Backend.redis(redis_url, prefix: unique_prefix, **{ deadline: 5 }.merge(options))
 end
 
 Minitest::Test.include(TestHelpers)
