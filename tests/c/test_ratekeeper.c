@@ -691,11 +691,13 @@ static void test_backend_from_json(const fixture *f) {
   }
   b = NULL;
   if (!CHECK_OK(rk_backend_new_from_json(json, &b))) return;
-  rk_limiter *from_json = must(rk_limiter_new_bucket(b, "c-json", 5, CENTURY, &from_json), from_json, "c-json");
+  rk_limiter *from_json = NULL;
+  must(rk_limiter_new_bucket(b, "c-json", 5, CENTURY, &from_json), from_json, "c-json");
   CHECK_U64(check1(from_json, "k", 2).remaining, 3);
   if (f->kind != MEMORY) {
     rk_backend *positional = new_backend(f);
-    rk_limiter *same = must(rk_limiter_new_bucket(positional, "c-json", 5, CENTURY, &same), same, "c-json");
+    rk_limiter *same = NULL;
+    must(rk_limiter_new_bucket(positional, "c-json", 5, CENTURY, &same), same, "c-json");
     CHECK_U64(peek1(same, "k").remaining, 3);
     rk_limiter_free(same);
     rk_backend_free(positional);
