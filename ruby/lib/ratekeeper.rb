@@ -15,4 +15,8 @@ require_relative "ratekeeper/limiter"
 module Ratekeeper
   # The version of the C library loaded.
   def self.library_version = Native.rk_version
+
+  # The registry lists a process's limiters under the language its first backend named, so the
+  # gem names Ruby at once, before any backend (a ManualClock one has no name to give) is made.
+  Backend.send(:from_config, { kind: "memory", max_keys: 1 }, :memory)
 end

@@ -123,8 +123,8 @@ class LimiterTest < Minitest::Test
     info = @backend.limiters.find { |l| l["name"] == "registered" }
     refute_nil info
     assert_equal "window", info["kind"]
-    # The gem registers through the C library, as a C user of this library version.
-    assert(info["users"].any? { |u| u.start_with?("c ratekeeper/#{Ratekeeper.library_version}") }, info["users"].inspect)
+    # The gem names Ruby (and its version) to the registry through rk_backend_new_from_json.
+    assert(info["users"].any? { |u| u.start_with?("ruby #{RUBY_VERSION} ratekeeper/#{Ratekeeper.library_version}") }, info["users"].inspect)
   end
 
   def test_configure_sets_the_default_backend_backoff_and_errors
@@ -178,6 +178,39 @@ class LimiterTest < Minitest::Test
     assert_includes [Ratekeeper::BackendUnavailable, Ratekeeper::TimeoutError], error.class
     open = Ratekeeper::Backend.redis("redis://127.0.0.1:#{port}", deadline: 0.2, failure_policy: :fail_open)
     assert open.window("down", 1, 1).check.allowed?
+  end
+
+  def test_backend_options_beyond_the_positional_constructor
+    # connect_timeout and TLS material reach the library through rk_backend_new_from_json.
+    timed = redis_backend(connect_timeout: 2, deadline: 1)
+    assert Ratekeeper::Limiter.window("opts", 1, 60, backend: timed).check.allowed?
+    Dir.mktmpdir do |dir|
+      key = File.join(dir, "ca.key")
+      pem = File.join(dir, "ca.pem")
+      assert system("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=rk-test",
+                    "-keyout", key, "-out", pem, out: File::NULL, err: File::NULL), "openssl could not make a certificate"
+      assert_equal :redis, Ratekeeper::Backend.redis("rediss://127.0.0.1:1", tls_ca_file: pem).kind
+      assert_equal :redis, Ratekeeper::Backend.redis("rediss://127.0.0.1:1", tls_ca_data: File.read(pem)).kind
+      error = assert_raises(Ratekeeper::InvalidArgument) { Ratekeeper::Backend.redis("rediss://127.0.0.1:1", tls_ca_data: "not a certificate") }
+      assert_equal "tls_ca_data", error.parameter
+      error = assert_raises(Ratekeeper::InvalidArgument) { Ratekeeper::Backend.redis("rediss://127.0.0.1:1", tls_cert_file: pem) }
+      assert_equal "tls_key_file", error.parameter
+    end
+  end
+
+  def test_ruby_and_a_rust_process_share_one_bucket
+    rust = ENV.fetch("RK_SHARED_BUCKET_BIN") { flunk "RK_SHARED_BUCKET_BIN (ffi-c/examples/shared_bucket) is required: run scripts/test-ruby" }
+    century = 100.0 * 365 * 86_400 # windows aligned to 100 years: none ends during the test
+    prefix = unique_prefix
+    bucket = Ratekeeper::Limiter.bucket("shared-bucket", 10, century, backend: Ratekeeper::Backend.redis(redis_url, prefix: prefix, deadline: 5))
+    4.times { bucket.within_limit { nil } }
+    # A Rust process using the core directly sees what Ruby left, and takes it.
+    out = IO.popen([rust, redis_url, prefix, "shared-bucket", "10", century.to_s], &:read)
+    assert $?.success?, out
+    assert_equal "remaining=6\nadmitted=6\n", out
+    # And Ruby sees what Rust took.
+    assert_equal 0, bucket.peek.remaining
+    assert_nil bucket.within_limit(wait_timeout: 0, policy: :ignore) { flunk "ran over the limit" }
   end
 
   def test_a_limiter_built_before_fork_works_in_the_child_and_the_parent

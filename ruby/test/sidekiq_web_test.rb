@@ -55,7 +55,7 @@ class SidekiqWebTest < Minitest::Test
     wait_for_http(port, log)
 
     expect = [
-      { name: "rb-erp", kind: "concurrent", user: "c ratekeeper/", override: "tenant-9: limit=60" },
+      { name: "rb-erp", kind: "concurrent", user: "ruby #{RUBY_VERSION}", override: "tenant-9: limit=60" },
       { name: "py-uploads", kind: "token_bucket", user: "python" },
       { name: "node-api", kind: "window", user: "node" },
       { name: "c-reports", kind: "concurrent", user: "c ratekeeper/" }

@@ -19,56 +19,70 @@ module Ratekeeper
     # A new in-process memory backend holding at most `max_keys` keys (default 1,000,000);
     # `clock`: a `ManualClock` for tests.
     def self.memory(max_keys: nil, clock: nil)
-      ptr =
-        if clock
-          Ratekeeper.invalid!("clock", "must be a Ratekeeper::ManualClock") unless clock.is_a?(ManualClock)
-          Native.handle(:rk_backend_free) { |out| Native.rk_backend_new_memory_with_clock(clock.ptr, out) }
-        else
-          keys = Args.count(max_keys.nil? ? 1_000_000 : max_keys, "max_keys")
-          Native.handle(:rk_backend_free) { |out| Native.rk_backend_new_memory_with(keys, out) }
-        end
-      new(ptr, :memory)
+      if clock
+        Ratekeeper.invalid!("clock", "must be a Ratekeeper::ManualClock") unless clock.is_a?(ManualClock)
+        return new(Native.handle(:rk_backend_free) { |out| Native.rk_backend_new_memory_with_clock(clock.ptr, out) }, :memory)
+      end
+      config = { kind: "memory" }
+      config[:max_keys] = Args.count(max_keys, "max_keys") unless max_keys.nil?
+      from_config(config, :memory)
     end
 
     # A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://` (TLS).
     # `prefix` namespaces every key (default "rk"); `failure_policy` is :fail_closed (default),
     # :fail_open or :fallback (an in-process limiter with `1/fallback_divisor` of every limit
-    # takes over); every call returns within `deadline` seconds (default 0.2).
-    def self.redis(url, prefix: nil, failure_policy: :fail_closed, fallback_divisor: nil, deadline: nil)
-      url = Args.string(url, "url", allow_nil: false)
-      policy, divisor, deadline_s, prefix = redis_options(prefix, failure_policy, fallback_divisor, deadline)
-      new(Native.handle(:rk_backend_free) do |out|
-        Native.rk_backend_new_redis(url, prefix, policy, divisor, deadline_s, out)
-      end, :redis)
+    # takes over); every call returns within `deadline` seconds (default 0.2); a connection is
+    # given `connect_timeout` seconds (default 1). TLS: `tls_ca_file` or `tls_ca_data` (PEM) for
+    # the server's CA, `tls_cert_file` with `tls_key_file` for mutual TLS, read and checked now.
+    def self.redis(url, **options)
+      from_config({ kind: "redis", url: Args.string(url, "url", allow_nil: false) }.merge(redis_options(**options)), :redis)
     end
 
     # A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); the other
     # options are those of `Backend.redis`.
-    def self.cluster(seeds, prefix: nil, failure_policy: :fail_closed, fallback_divisor: nil, deadline: nil)
+    def self.cluster(seeds, **options)
       Ratekeeper.invalid!("seeds", "must be an Array of URLs, got #{seeds.inspect}") unless seeds.is_a?(Array)
       seeds = seeds.each_with_index.map { |s, i| Args.string(s, "seeds[#{i}]", allow_nil: false) }
-      policy, divisor, deadline_s, prefix = redis_options(prefix, failure_policy, fallback_divisor, deadline)
-      strings = seeds.map { |s| FFI::MemoryPointer.from_string(s) }
-      array = FFI::MemoryPointer.new(:pointer, [strings.size, 1].max)
-      array.write_array_of_pointer(strings) unless strings.empty?
-      new(Native.handle(:rk_backend_free) do |out|
-        Native.rk_backend_new_redis_cluster(strings.empty? ? nil : array, strings.size, prefix, policy, divisor, deadline_s, out)
-      end, :cluster)
+      from_config({ kind: "cluster", seeds: seeds }.merge(redis_options(**options)), :cluster)
     end
 
-    def self.redis_options(prefix, failure_policy, fallback_divisor, deadline) # :nodoc:
-      policy = Native::FAILURE_POLICIES.fetch(failure_policy.is_a?(String) ? failure_policy.to_sym : failure_policy) do
-        Ratekeeper.invalid!("failure_policy", "must be :fail_closed, :fail_open or :fallback, got #{failure_policy.inspect}")
+    def self.redis_options(prefix: nil, failure_policy: nil, fallback_divisor: nil, deadline: nil, connect_timeout: nil,
+                           tls_ca_file: nil, tls_ca_data: nil, tls_cert_file: nil, tls_key_file: nil) # :nodoc:
+      options = { prefix: Args.string(prefix, "prefix") }
+      unless failure_policy.nil?
+        policy = failure_policy.to_s
+        unless Native::FAILURE_POLICIES.key?(policy.to_sym) && [String, Symbol].include?(failure_policy.class)
+          Ratekeeper.invalid!("failure_policy", "must be :fail_closed, :fail_open or :fallback, got #{failure_policy.inspect}")
+        end
+        options[:failure_policy] = policy
       end
-      if !fallback_divisor.nil? && policy != 2
-        Ratekeeper.invalid!("fallback_divisor", "is only for failure_policy: :fallback")
+      options[:fallback_divisor] = Args.count(fallback_divisor, "fallback_divisor", Args::U32_MAX) unless fallback_divisor.nil?
+      { deadline: deadline, connect_timeout: connect_timeout }.each do |name, value|
+        next if value.nil?
+
+        seconds = Args.seconds(value, name.to_s)
+        Ratekeeper.invalid!(name.to_s, "must be a finite number of seconds, got #{value}") unless seconds.finite?
+        options[name] = seconds
       end
-      divisor = fallback_divisor.nil? ? (policy == 2 ? 1 : 0) : Args.count(fallback_divisor, "fallback_divisor", Args::U32_MAX)
-      deadline_s = deadline.nil? ? 0.0 : Args.seconds(deadline, "deadline")
-      Ratekeeper.invalid!("deadline", "must be above 0, got #{deadline}") if !deadline.nil? && !(deadline_s.positive? && deadline_s.finite?)
-      [policy, divisor, deadline_s, Args.string(prefix, "prefix")]
+      { tls_ca_file: tls_ca_file, tls_cert_file: tls_cert_file, tls_key_file: tls_key_file }.each do |name, path|
+        options[name] = Args.string(path.respond_to?(:to_path) ? path.to_path : path, name.to_s)
+      end
+      options[:tls_ca_data] = Args.string(tls_ca_data, "tls_ca_data")
+      options.compact
     end
     private_class_method :redis_options
+
+    # Builds a backend through `rk_backend_new_from_json`, naming Ruby to the registry.
+    def self.from_config(config, kind) # :nodoc:
+      config.each do |field, value|
+        Array(value).each do |v|
+          Ratekeeper.invalid!(field.to_s, "is not valid UTF-8") if v.is_a?(String) && !v.valid_encoding?
+        end
+      end
+      json = JSON.generate(config.merge(client: "ruby #{RUBY_VERSION}"))
+      new(Native.handle(:rk_backend_free) { |out| Native.rk_backend_new_from_json(json, out) }, kind)
+    end
+    private_class_method :from_config
 
     def initialize(ptr, kind) # :nodoc:
       @ptr = ptr

@@ -68,10 +68,8 @@ module Ratekeeper
     call :rk_last_error_message, %i[pointer size_t pointer], :int
     call :rk_string_free, [:pointer], :void
 
-    call :rk_backend_new_memory_with, %i[uint64 pointer], :int
+    call :rk_backend_new_from_json, %i[string pointer], :int
     call :rk_backend_new_memory_with_clock, %i[pointer pointer], :int
-    call :rk_backend_new_redis, %i[string string uint32 uint32 double pointer], :int
-    call :rk_backend_new_redis_cluster, %i[pointer size_t string uint32 uint32 double pointer], :int
     call :rk_backend_free, [:pointer], :void
     call :rk_backend_set_limit, %i[pointer string string string], :int, blocking: true
     call :rk_backend_clear_limit, %i[pointer string string], :int, blocking: true
