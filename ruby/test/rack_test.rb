@@ -157,6 +157,7 @@ class RackTest < Minitest::Test
       Process.wait(puma)
     end
     redis&.stop
+    File.delete(log) if log && File.exist?(log) && passed?
   end
 
   def wait_for_http(port, log)

@@ -66,6 +66,7 @@ class SidekiqWebTest < Minitest::Test
     assert $?.success?, "#{out}\npuma log:\n#{File.read(log).lines.last(30).join}"
     assert_match(/1 passed, 0 failed/, out)
     assert File.size(screenshot).positive?
+    [log, (screenshot unless ENV["RK_SCREENSHOT"])].compact.each { |f| File.delete(f) }
   end
 
   def wait_for_http(port, log)
