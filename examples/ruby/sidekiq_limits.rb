@@ -1,10 +1,12 @@
 # Sidekiq Enterprise's rate limiting page, with only the constant renamed
 # (Sidekiq::Limiter -> Ratekeeper::Limiter). Run by ruby/test/examples_test.rb.
+# --8<-- [start:setup]
 require "ratekeeper/sidekiq"
 
 Ratekeeper::Limiter.configure do |config|
   config.redis = { url: ENV.fetch("REDIS_URL") }
 end
+# --8<-- [end:setup]
 
 def call_erp = $calls << :erp
 def call_stripe(user_id) = $calls << [:stripe, user_id]
