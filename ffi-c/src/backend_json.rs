@@ -15,7 +15,7 @@ use crate::error::{rk_status, Failure};
 use crate::panic::ffi_status;
 
 /// Every field the configuration may hold; anything else is refused, naming it.
-const FIELDS: &[&'static str] = &[
+const FIELDS: &[&str] = &[
     "kind",
     "url",
     "seeds",
@@ -152,7 +152,7 @@ fn build(json: &str) -> Result<(Backend, Option<String>), Error> {
             // FIELDS lists the memory backend's own (and `kind`, `client`) last.
             let redis_only = &FIELDS[1..FIELDS.len() - 2];
             if let Some(field) = redis_only.iter().find(|f| fields.0.contains_key(**f)) {
-                return Err(Error::invalid(*field, "applies only to kind \"redis\" or \"cluster\""));
+                return Err(Error::invalid(field, "applies only to kind \"redis\" or \"cluster\""));
             }
             let max_keys = fields.whole("max_keys", u64::MAX)?.map_or(Ok(1_000_000), usize::try_from);
             let max_keys = max_keys.map_err(|_| Error::invalid("max_keys", "does not fit this platform's size_t"))?;
