@@ -1,7 +1,8 @@
 'use strict';
 // The client address an HTTP request comes from, as a rate-limiting key: the peer's address,
 // or, only when the peer is one of `trustedProxies`, the address those proxies forwarded
-// (`Forwarded`, else `X-Forwarded-For`). IPv6 addresses are grouped by /56, the block one
+// (`Forwarded`, else `X-Forwarded-For`). The same rule, and the same key text, as Python's
+// middleware (ratekeeper._http.client_key), so one client shares one limit across languages. IPv6 addresses are grouped by /56, the block one
 // subscriber usually holds, so one client cannot spread over 2^72 addresses of its own.
 
 const net = require('node:net');
@@ -30,94 +31,107 @@ function ipv6Groups(address) {
   return [...left, ...fill, ...right].map((group) => parseInt(group, 16));
 }
 
+/** Eight 16-bit groups as RFC 5952 text: lower case, the longest run of 2+ zero groups as `::`. */
+function compress(groups) {
+  let best = -1;
+  let bestLength = 1;
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLength) [best, bestLength] = [i, j - i];
+    i = j;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (best < 0) return hex.join(':');
+  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLength).join(':')}`;
+}
+
 /** `address` as a key: IPv4 as is, IPv6 as its /56 network (`2001:db8:0:ab00::/56`). */
 function addressKey(address) {
   const plain = unmapped(address);
-  if (net.isIPv6(plain)) {
+  if (net.isIPv6(plain.split('%')[0])) {
     const groups = ipv6Groups(plain);
-    const kept = [groups[0], groups[1], groups[2], groups[3] & 0xff00];
-    return `${kept.map((g) => g.toString(16)).join(':')}::/56`;
+    return `${compress([groups[0], groups[1], groups[2], groups[3] & 0xff00, 0, 0, 0, 0])}/56`;
   }
   return plain;
 }
 
 /**
- * A matcher of `trustedProxies`: addresses or CIDR blocks (`10.0.0.0/8`, `fd00::/8`), or the
- * words `loopback` (127.0.0.0/8 and ::1) and `private` (RFC 1918 and fc00::/7).
+ * A matcher of `trustedProxies`: IP addresses or CIDR ranges (`10.0.0.0/8`, `fd00::/8`).
  */
 function trustedProxyList(trustedProxies) {
-  if (trustedProxies === undefined) return null;
+  if (trustedProxies === undefined || trustedProxies === null) return null;
   if (!Array.isArray(trustedProxies)) {
-    throw invalidArgument('trustedProxies', 'must be an array of addresses or CIDR blocks');
+    // A lone string would be one entry in Python and characters elsewhere: ask for the list it meant.
+    throw invalidArgument('trustedProxies', `must be an array of IP addresses or CIDR ranges, got ${JSON.stringify(trustedProxies)}`);
   }
   const list = new net.BlockList();
   for (const entry of trustedProxies) {
-    if (entry === 'loopback') {
-      list.addSubnet('127.0.0.0', 8, 'ipv4');
-      list.addAddress('::1', 'ipv6');
-      continue;
-    }
-    if (entry === 'private') {
-      list.addSubnet('10.0.0.0', 8, 'ipv4');
-      list.addSubnet('172.16.0.0', 12, 'ipv4');
-      list.addSubnet('192.168.0.0', 16, 'ipv4');
-      list.addSubnet('fc00::', 7, 'ipv6');
-      continue;
-    }
-    const [address, bits, extra] = typeof entry === 'string' ? entry.split('/') : [];
+    const [address, bits, extra] = typeof entry === 'string' ? entry.trim().split('/') : [];
     const family = net.isIPv4(address) ? 'ipv4' : net.isIPv6(address) ? 'ipv6' : null;
     const prefix = bits === undefined ? null : Number(bits);
     const maxBits = family === 'ipv4' ? 32 : 128;
-    if (family === null || extra !== undefined || (prefix !== null && !(Number.isInteger(prefix) && prefix >= 0 && prefix <= maxBits))) {
-      throw invalidArgument('trustedProxies', `${JSON.stringify(entry)} is not an address, a CIDR block, 'loopback' or 'private'`);
+    if (family === null || extra !== undefined || (prefix !== null && !(/^\d+$/.test(bits) && prefix <= maxBits))) {
+      throw invalidArgument('trustedProxies', `must be IP addresses or CIDR ranges, got ${JSON.stringify(entry)}`);
     }
     if (prefix === null) list.addAddress(address, family);
     else list.addSubnet(address, prefix, family);
   }
-  return list;
+  return trustedProxies.length > 0 ? list : null;
+}
+
+/** An address as a header or the peer gives it (`[v6]:port`, `v4:port`, quoted), or null. */
+function parseAddress(text) {
+  let value = text.trim().replace(/^"|"$/g, '');
+  if (value.startsWith('[')) value = value.includes(']') ? value.slice(1, value.indexOf(']')) : value.slice(1);
+  else if (value.split(':').length === 2) value = value.split(':')[0];
+  const plain = unmapped(value);
+  return net.isIP(plain.split('%')[0]) ? plain : null;
 }
 
 function isTrusted(list, address) {
-  const plain = unmapped(address);
-  const family = net.isIPv4(plain) ? 'ipv4' : net.isIPv6(plain) ? 'ipv6' : null;
-  return family !== null && list.check(plain, family);
+  const family = net.isIPv4(address) ? 'ipv4' : 'ipv6';
+  return list.check(address.split('%')[0], family);
 }
 
-/** The `for=` addresses of a `Forwarded` header (RFC 7239), nearest proxy last. */
+/** The `for=` values of a `Forwarded` field (RFC 7239), first hop first. */
 function forwardedFor(value) {
-  const addresses = [];
+  const out = [];
   for (const element of value.split(',')) {
     for (const pair of element.split(';')) {
-      const [name, raw] = pair.split('=');
-      if (raw === undefined || name.trim().toLowerCase() !== 'for') continue;
-      let address = raw.trim().replace(/^"|"$/g, '');
-      const bracket = /^\[([^\]]+)\](?::\d+)?$/.exec(address);
-      if (bracket) address = bracket[1];
-      else if (/^\d+\.\d+\.\d+\.\d+:\d+$/.test(address)) address = address.split(':')[0];
-      addresses.push(address);
+      const at = pair.indexOf('=');
+      if (at > 0 && pair.slice(0, at).trim().toLowerCase() === 'for') out.push(pair.slice(at + 1).trim());
     }
   }
-  return addresses;
+  return out;
 }
 
 /**
- * The client's address: the peer's, or — when the peer is a trusted proxy — the nearest
- * forwarded address that is not itself a trusted proxy (reading the chain from the right,
- * as each proxy appends the address it saw).
+ * The default key: the client address, IPv6 grouped by /56. Proxy headers are read only when
+ * the peer is one of `trusted`; the client is then the right-most address of the chain that
+ * is not a trusted proxy (the left-most entries are the client's own writing). `Forwarded`
+ * wins over `X-Forwarded-For`. A request without a peer address is counted as `unknown`.
  */
-function clientAddress(peer, header, trusted) {
-  if (!peer) return null;
-  if (trusted === null || !isTrusted(trusted, peer)) return peer;
-  const forwarded = header('forwarded');
-  const chain = forwarded ? forwardedFor(forwarded) : (header('x-forwarded-for') || '').split(',').map((a) => a.trim());
-  let client = peer;
-  for (let i = chain.length - 1; i >= 0; i--) {
-    const address = chain[i];
-    if (!net.isIP(unmapped(address))) break; // `unknown` or an obfuscated id: stop at the last known hop
-    client = address;
-    if (!isTrusted(trusted, address)) break;
+function clientKey(peer, header, trusted) {
+  let address = peer ? parseAddress(peer) : null;
+  if (address === null) return peer || 'unknown';
+  if (trusted !== null && isTrusted(trusted, address)) {
+    const forwarded = header('forwarded');
+    const chain = forwarded
+      ? forwardedFor(forwarded)
+      : String(header('x-forwarded-for') ?? '').split(',').filter((hop) => hop.trim());
+    for (let i = chain.length - 1; i >= 0; i--) {
+      const hop = parseAddress(chain[i]);
+      if (hop === null) break; // an obfuscated or unknown hop: the last address known stands
+      address = hop;
+      if (!isTrusted(trusted, hop)) break;
+    }
   }
-  return client;
+  return addressKey(address);
 }
 
-module.exports = { addressKey, clientAddress, trustedProxyList };
+module.exports = { addressKey, clientKey, trustedProxyList };

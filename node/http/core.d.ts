@@ -11,7 +11,7 @@ export interface ProblemDetails {
   type: string;
   title: string;
   status: number;
-  detail?: string;
+  detail: string;
   /** The policies (limiter names) that refused the request. */
   'violated-policies'?: string[];
 }
@@ -44,14 +44,16 @@ export interface RateLimitOptions<Req, Handler> {
   limiter: Limiter | FleetShedder | ReadonlyArray<Limiter | FleetShedder>;
   /** The request's key (default: the client address, IPv6 grouped by /56). */
   keyGenerator?: (request: Req) => string | Promise<string>;
-  /** Units a request takes (default 1): a number or a function of the request. */
+  /** Units a request takes (default 1): a whole number >= 1 (within every limiter's capacity) or a function of the request. */
   cost?: number | ((request: Req) => number | Promise<number>);
   /** Exempts a request: nothing is checked, no field is sent. */
   skip?: (request: Req) => boolean | Promise<boolean>;
   /**
    * Which responses count (decided after the response): `'all'` (default), `'failures'` (a
-   * successful response gives its units back) or `'successes'`. Other than `'all'` needs
-   * limiters that can give units back: token bucket, leaky, points (or concurrent).
+   * successful response gives its units back: a login route) or `'successes'`. Token bucket,
+   * leaky and points limiters are charged before the handler and refunded after a response that
+   * does not count; other kinds are peeked before and charged after a response that counts.
+   * Concurrent limiters and FleetShedders count requests in flight: `'all'` only.
    */
   count?: 'all' | 'failures' | 'successes';
   /** What counts as a success for `count` (default: status < 400). */
@@ -60,11 +62,11 @@ export interface RateLimitOptions<Req, Handler> {
   standardHeaders?: HeaderForm | false;
   /** Answers a refused request instead of the default problem+json body. */
   handler?: Handler;
-  /** Decide and send the fields, but never refuse; would-be refusals are counted. */
+  /** Decide and send the fields, but never refuse; would-be refusals are counted (`shadowRefused`, the limiter's `refused` metric). */
   shadow?: boolean;
   /**
-   * Proxies whose `Forwarded` / `X-Forwarded-For` are believed: addresses, CIDR blocks,
-   * `'loopback'`, `'private'`. Default none: the peer address is the client.
+   * Proxies whose `Forwarded` / `X-Forwarded-For` are believed: IP addresses or CIDR ranges.
+   * Default none: the peer address is the client.
    */
   trustedProxies?: ReadonlyArray<string>;
 }

@@ -6,11 +6,10 @@
 // happens after the response (leases released, units given back under `count`). No limiter
 // logic lives here: every decision is the core's.
 
-const { FleetShedder, Limiter, codes } = require('../index.js');
-const { ceilSeconds } = require('../index.js');
+const { FleetShedder, Limiter, codes, ceilSeconds } = require('../index.js');
 const { invalidArgument } = require('./errors.js');
 const { HEADER_FORMS, policyShape, members, rateLimitFields } = require('./headers.js');
-const { addressKey, clientAddress, trustedProxyList } = require('./client-address.js');
+const { clientKey, trustedProxyList } = require('./client-address.js');
 
 /** Every option, in every framework's adapter. */
 const OPTIONS = [
@@ -29,6 +28,9 @@ const OPTIONS = [
 /** Kinds whose units a request can give back (`pointsUsed(key, cost, 0)`), for `count`. */
 const REFUNDABLE = new Set(['token_bucket', 'leaky', 'points']);
 
+/** The name a FleetShedder goes by in `violated-policies` (the binding does not expose its name). */
+const SHEDDER_POLICY = 'shedder';
+
 /** Problem types of the RateLimit header fields draft (RFC 9457 bodies). */
 const PROBLEM = 'https://iana.org/assignments/http-problem-types';
 
@@ -37,7 +39,18 @@ const UNAVAILABLE_RETRY_SECONDS = 1;
 
 /** Errors that mean the backend could not decide (its failure policy is fail_closed). */
 function isBackendFailure(error) {
-  return error != null && (error.code === codes.BACKEND_UNAVAILABLE || error.code === codes.TIMEOUT);
+  return (
+    error != null &&
+    (error.code === codes.BACKEND_UNAVAILABLE || error.code === codes.TIMEOUT || error.code === codes.BACKEND_REJECTED)
+  );
+}
+
+/** The most one call can cost on a limiter of this spec (null: no such bound known). */
+function capacity(spec) {
+  for (const field of ['capacity', 'size', 'limit']) if (Number.isInteger(spec[field])) return spec[field];
+  if (Array.isArray(spec.windows) && spec.windows.length) return Math.min(...spec.windows.map((w) => w[0]));
+  if (Array.isArray(spec.limits) && spec.limits.length) return Math.min(...spec.limits.map((l) => l[1]));
+  return null;
 }
 
 function optionalFunction(options, name) {
@@ -46,21 +59,25 @@ function optionalFunction(options, name) {
   return value;
 }
 
-/** One entry of `limiter`: a Limiter (with its header shape) or a FleetShedder. */
-function limiterEntry(value, index, count) {
-  const parameter = index === null ? 'limiter' : `limiter[${index}]`;
-  if (value instanceof FleetShedder) return { shedder: value };
+/**
+ * One entry of `limiter`: a FleetShedder, or a Limiter with its header shape and how `count`
+ * applies to it — `check` (count 'all'), `refund` (charged before the handler, refunded after a
+ * response that does not count: token bucket, leaky, points) or `peek` (peeked before, charged
+ * after a response that counts: the kinds that cannot refund).
+ */
+function limiterEntry(value, count) {
+  if (value instanceof FleetShedder) {
+    if (count !== 'all') throw invalidArgument('count', "a FleetShedder counts requests in flight; use count 'all'");
+    return { shedder: value, name: SHEDDER_POLICY };
+  }
   if (!(value instanceof Limiter)) {
-    throw invalidArgument(parameter, 'must be a Limiter (from a Backend) or a FleetShedder');
+    throw invalidArgument('limiter', `must be a Limiter, a FleetShedder or a non-empty array of them, got ${String(value)}`);
   }
-  if (count !== 'all' && !REFUNDABLE.has(value.kind) && value.kind !== 'concurrent' && value.kind !== 'unlimited') {
-    throw invalidArgument(
-      'count',
-      `'${count}' gives units back after the response, which a ${value.kind} limiter ('${value.name}') cannot do: ` +
-        'use a token_bucket, leaky or points limiter',
-    );
+  if (value.kind === 'concurrent' && count !== 'all') {
+    throw invalidArgument('count', `the concurrent limiter '${value.name}' counts requests in flight; use count 'all'`);
   }
-  return { limiter: value, name: value.name, shape: policyShape(value), refundable: REFUNDABLE.has(value.kind) };
+  const mode = count === 'all' ? 'check' : REFUNDABLE.has(value.kind) ? 'refund' : 'peek';
+  return { limiter: value, name: value.name, shape: policyShape(value), mode };
 }
 
 /**
@@ -81,12 +98,21 @@ function buildCore(options) {
   const given = options.limiter;
   if (given === undefined) throw invalidArgument('limiter', 'is required: a Limiter, a FleetShedder, or an array of them');
   const list = Array.isArray(given) ? given : [given];
-  if (list.length === 0) throw invalidArgument('limiter', 'must name at least one limiter');
-  const entries = list.map((value, i) => limiterEntry(value, Array.isArray(given) ? i : null, count));
+  if (list.length === 0) throw invalidArgument('limiter', 'must be a Limiter, a FleetShedder or a non-empty array of them');
+  const entries = list.map((value) => limiterEntry(value, count));
 
   const cost = options.cost ?? 1;
-  if (typeof cost !== 'function' && !(typeof cost === 'number' && Number.isFinite(cost) && cost > 0)) {
-    throw invalidArgument('cost', 'must be a positive number or a function of the request');
+  if (typeof cost !== 'function') {
+    if (!(Number.isInteger(cost) && cost >= 1)) {
+      throw invalidArgument('cost', `must be a whole number >= 1 or a function of the request, got ${String(cost)}`);
+    }
+    for (const entry of entries) {
+      const most = entry.limiter ? capacity(entry.limiter.spec) : null;
+      // The core would refuse every such call at request time: say so now, not as a 500 per request.
+      if (most !== null && cost > most) {
+        throw invalidArgument('cost', `${cost} exceeds the capacity of '${entry.name}' (${most}); no request could ever be admitted`);
+      }
+    }
   }
   const standardHeaders = options.standardHeaders ?? 'draft-11';
   if (standardHeaders !== false && !HEADER_FORMS.includes(standardHeaders)) {
@@ -123,16 +149,14 @@ class Core {
       if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
       return key;
     }
-    const address = clientAddress(peer, header, this.trusted);
-    if (!address) throw invalidArgument('keyGenerator', 'the request has no client address: give a keyGenerator');
-    return addressKey(address);
+    return clientKey(peer, header, this.trusted);
   }
 
   /**
    * Decides a request: `null` when `skip` exempts it (nothing touched), else an Outcome. A
    * backend failure (fail_closed) or a shedder's refusal is an Outcome with status 503; any
    * other error (a key or cost the limiter refuses as invalid) rejects, for the framework's
-   * error handling.
+   * error handling, once what was taken is given back.
    */
   async decide(request, peer, header) {
     if (this.skip && (await this.skip(request))) return null;
@@ -140,24 +164,34 @@ class Core {
     const cost = typeof this.cost === 'function' ? await this.cost(request) : this.cost;
     const outcome = new Outcome(this, key, cost);
     for (const entry of this.entries) {
-      let refusal;
       try {
-        refusal = await outcome.take(entry);
+        await outcome.take(entry);
       } catch (error) {
-        if (isBackendFailure(error)) refusal = 'unavailable';
-        else if (error != null && error.code === codes.SHED) refusal = 'shed';
-        else {
+        if (error != null && error.code === codes.SHED) {
+          outcome.shed = true;
+          outcome.refusing.push({ entry, decision: null });
+        } else if (isBackendFailure(error)) {
+          // The backend failed closed (fail_open / fallback backends answer instead): a 503
+          // with a short Retry-After, never a 500. Shadow mode lets the request through.
+          if (this.shadow) continue;
+          await outcome.giveBack();
+          outcome.refuse('unavailable');
+          return outcome;
+        } else {
           await outcome.giveBack();
           throw error;
         }
       }
-      if (refusal !== null) {
-        outcome.refusals.push({ reason: refusal, name: entry.name ?? entry.shedder?.name ?? 'shedder' });
-        if (!this.shadow) break; // later limiters are not charged for a refused request
-      }
+      if (outcome.refusing.length > 0 && !this.shadow) break; // later limiters are not charged
     }
-    outcome.seal();
-    if (outcome.refused) await outcome.giveBack();
+    outcome.headers = rateLimitFields(this.standardHeaders, outcome.policies);
+    if (outcome.refusing.length === 0) return outcome;
+    if (this.shadow) {
+      this.shadowRefused += 1;
+      return outcome;
+    }
+    await outcome.giveBack();
+    outcome.refuse(outcome.shed ? 'shed' : 'limited');
     return outcome;
   }
 }
@@ -168,90 +202,71 @@ class Outcome {
     this.core = core;
     this.key = key;
     this.cost = cost;
-    this.taken = []; // [{ entry, decision | ticket }] to release or refund after the response
-    this.policies = [];
-    this.refusals = [];
+    this.taken = []; // [{ entry, decision, ticket }]: what to settle after the response
+    this.policies = []; // header members of every decision
+    this.refusing = []; // [{ entry, decision }]: the entries that refused
+    this.shed = false;
     this.refused = false;
     this.completed = false;
+    this.headers = [];
   }
 
-  /** Charges one entry; the reason it refused, or null. */
+  /** Checks (or, in `peek` mode, peeks) one entry; a refusal lands in `refusing`. */
   async take(entry) {
     if (entry.shedder) {
       const ticket = await entry.shedder.enter(false);
       this.taken.push({ entry, ticket });
-      return null;
-    }
-    const decision = await entry.limiter.check(this.key, this.cost);
-    this.policies.push(...members(entry.name, entry.shape, decision));
-    if (!decision.allowed) {
-      this.retryAfterMs = Math.max(this.retryAfterMs ?? 0, decision.retryAfterMs);
-      return 'limited';
-    }
-    this.taken.push({ entry, decision });
-    return null;
-  }
-
-  /** Fixes the response: status, header fields and the problem body. */
-  seal() {
-    const core = this.core;
-    this.headers = rateLimitFields(core.standardHeaders, this.policies);
-    if (this.refusals.length === 0) return;
-    if (core.shadow) {
-      core.shadowRefused += 1;
       return;
     }
-    this.refused = true;
-    const { reason } = this.refusals[0];
-    this.reason = reason;
-    this.status = reason === 'limited' ? 429 : 503;
-    this.retryAfterSeconds = reason === 'limited' ? ceilSeconds(this.retryAfterMs) : UNAVAILABLE_RETRY_SECONDS;
-    this.headers.push(['Retry-After', String(this.retryAfterSeconds)]);
-    const violated = this.refusals.map((r) => r.name);
-    if (reason === 'limited') {
-      this.problem = {
-        type: `${PROBLEM}#quota-exceeded`,
-        title: 'Request cannot be satisfied as assigned quota has been exceeded',
-        status: 429,
-        detail: `Retry in ${this.retryAfterSeconds} s.`,
-        'violated-policies': violated,
-      };
-    } else if (reason === 'shed') {
-      this.problem = {
-        type: `${PROBLEM}#temporary-reduced-capacity`,
-        title: 'Request cannot be satisfied due to temporary server capacity constraints',
-        status: 503,
-        detail: `Retry in ${this.retryAfterSeconds} s.`,
-        'violated-policies': violated,
-      };
-    } else {
-      this.problem = {
-        type: 'about:blank',
-        title: 'Service Unavailable',
-        status: 503,
-        detail: 'The rate limiter cannot reach its backend.',
-      };
-    }
+    const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
+    this.policies.push(...members(entry.name, entry.shape, decision));
+    if (decision.allowed) this.taken.push({ entry, decision });
+    else this.refusing.push({ entry, decision });
   }
 
-  /** Whether the response must be watched to finish this request (release, refund). */
+  /** Fixes the refusal: status, Retry-After and the problem body (as Python's middleware does). */
+  refuse(reason) {
+    this.refused = true;
+    this.reason = reason;
+    const names = this.refusing.map((r) => r.entry.name);
+    if (reason === 'limited') {
+      const waits = this.refusing.map((r) => r.decision.retryAfterMs);
+      this.retryAfterSeconds = Math.max(1, ceilSeconds(Math.max(...waits)));
+      this.status = 429;
+      this.problem = problem(`${PROBLEM}#quota-exceeded`, 'Too Many Requests', 429, `Rate limit exceeded; retry in ${this.retryAfterSeconds} s.`, names);
+    } else if (reason === 'shed') {
+      this.retryAfterSeconds = UNAVAILABLE_RETRY_SECONDS;
+      this.status = 503;
+      this.problem = problem(`${PROBLEM}#temporary-reduced-capacity`, 'Service Unavailable', 503, 'The service is shedding load; retry shortly.', names);
+    } else {
+      this.retryAfterSeconds = UNAVAILABLE_RETRY_SECONDS;
+      this.status = 503;
+      this.headers = [];
+      this.problem = problem('about:blank', 'Service Unavailable', 503, "The rate limiter's backend is unavailable.", null);
+    }
+    this.headers.unshift(['Retry-After', String(this.retryAfterSeconds)]);
+  }
+
+  /** Whether the response must be watched to finish this request (release, refund, charge). */
   get pending() {
     return this.taken.length > 0;
   }
 
   /**
-   * Gives back what the request took: leases and shedder slots always; units of refundable
-   * limiters when `refund` is set. Errors are swallowed: a lease lost meanwhile, or a backend
-   * that failed, must not turn a response already sent into an error.
+   * Undoes what the request took, after a refusal by a later limiter or an error: leases and
+   * shedder slots are given back, charges of refundable kinds refunded; a window-like charge
+   * stays (put the strictest limiter first). Errors are swallowed: nothing more can be done.
    */
-  async giveBack(refund = true) {
+  async giveBack() {
     const taken = this.taken;
     this.taken = [];
     await Promise.all(
       taken.map(({ entry, decision, ticket }) => {
         if (entry.shedder) return entry.shedder.leave(ticket).catch(() => {});
         if (decision.lease) return entry.limiter.release(decision.lease).catch(() => {});
-        if (refund && entry.refundable) return entry.limiter.pointsUsed(this.key, this.cost, 0).catch(() => {});
+        if (entry.mode !== 'peek' && REFUNDABLE.has(entry.limiter.kind)) {
+          return entry.limiter.pointsUsed(this.key, this.cost, 0).catch(() => {});
+        }
         return undefined;
       }),
     );
@@ -259,8 +274,9 @@ class Outcome {
 
   /**
    * Called once the response is done: `status` is its status code, or null when the client
-   * went away before it was sent (counted as a failure). Releases leases, and under
-   * `count: 'failures'` / `'successes'` gives back the units of a response that does not count.
+   * went away before it was sent (a failure). Releases leases and shedder slots; under
+   * `count: 'failures'` / `'successes'` refunds (`refund` mode) a response that does not count
+   * and charges (`peek` mode) one that does. Errors are swallowed: the response is sent.
    */
   complete(status) {
     if (this.completed) return Promise.resolve();
@@ -271,7 +287,17 @@ class Outcome {
       const succeeded = status !== null && Boolean(core.requestWasSuccessful(status));
       counts = core.count === 'failures' ? !succeeded : succeeded;
     }
-    return this.giveBack(!counts);
+    const taken = this.taken;
+    this.taken = [];
+    return Promise.all(
+      taken.map(({ entry, decision, ticket }) => {
+        if (entry.shedder) return entry.shedder.leave(ticket).catch(() => {});
+        if (decision.lease) return entry.limiter.release(decision.lease).catch(() => {});
+        if (entry.mode === 'refund' && !counts) return entry.limiter.pointsUsed(this.key, this.cost, 0).catch(() => {});
+        if (entry.mode === 'peek' && counts) return entry.limiter.check(this.key, this.cost).catch(() => {});
+        return undefined;
+      }),
+    ).then(() => undefined);
   }
 
   /** What a `handler` receives about a refusal. */
@@ -280,11 +306,18 @@ class Outcome {
       status: this.status,
       reason: this.reason,
       retryAfterSeconds: this.retryAfterSeconds,
-      violatedPolicies: this.refusals.map((r) => r.name),
+      violatedPolicies: this.refusing.map((r) => r.entry.name),
       problem: this.problem,
       key: this.key,
     };
   }
+}
+
+/** An RFC 9457 problem body. */
+function problem(type, title, status, detail, policies) {
+  const body = { type, title, status, detail };
+  if (policies !== null) body['violated-policies'] = policies;
+  return body;
 }
 
 /** The default refusal body's media type (RFC 9457). */

@@ -10,97 +10,94 @@ const { ceilSeconds } = require('../index.js');
 /** The header forms `standardHeaders` accepts (false: none). */
 const HEADER_FORMS = ['draft-11', 'draft-7', 'draft-6', 'legacy'];
 
-/** Seconds that a window of `seconds` spans in a policy: a whole number, at least 1. */
-function windowSeconds(seconds) {
-  return Math.max(1, Math.ceil(seconds - 1e-9));
-}
-
 /**
- * What a limiter's spec says of its policy, read once when the middleware is built: the window
- * of each of its limits in seconds (null: none to state) and its quota unit.
+ * The window (`w`) of a single-limit limiter in seconds, where its kind has one, read from its
+ * spec once when the middleware is built; `null` for an `unlimited` limiter (no policy to
+ * announce). Multi-limit limiters take each limit's window from the decision.
  */
 function policyShape(limiter) {
   const spec = limiter.spec;
   switch (spec.kind) {
-    case 'token_bucket':
-    case 'leased':
-      return { windows: [windowSeconds(spec.capacity / spec.rate)] };
-    case 'leaky':
-      return { windows: [windowSeconds(spec.drain)] };
-    case 'points':
-      return { windows: [windowSeconds(spec.refill)] };
+    case 'unlimited':
+      return null;
     case 'bucket':
     case 'window':
-      return { windows: [windowSeconds(spec.interval)] };
-    case 'windows':
-      return { windows: spec.windows.map(([, interval]) => windowSeconds(interval)) };
-    case 'sliding_window':
-      return { windows: spec.limits.map(([duration]) => windowSeconds(duration)) };
-    case 'concurrent':
-      return { windows: [null], unit: 'concurrent-requests' };
-    case 'unlimited':
-      return null; // nothing binds: no policy to announce
+      return { window: spec.interval };
+    case 'token_bucket':
+      return { window: spec.capacity / spec.rate };
+    case 'leaky':
+      return { window: spec.drain };
+    case 'points':
+      return { window: spec.refill };
     default:
-      return { windows: [null] }; // calendar (days vary in length), partitions
+      return { window: null }; // calendar (days vary), concurrent, partitions, leased, windows
   }
 }
 
+/** Seconds as a policy name's suffix: whole when whole (`60`), else as short as exact (`0.5`). */
+function whole(seconds) {
+  return Number.isInteger(seconds) ? String(seconds) : String(Number(seconds.toPrecision(6)));
+}
+
 /**
- * The policy members of one limiter's decision: one per limit (a multi-limit limiter reports
- * each, named `name-<window>s`), with quota, window, remaining and seconds until restored.
+ * The policy members of one limiter's decision: one per limit, a multi-limit limiter's named
+ * `name/<window>s` — with quota, window, remaining, seconds until full, and its wait.
  */
 function members(name, shape, decision) {
   if (shape === null) return [];
   const limits = decision.limits;
-  if (Array.isArray(limits) && limits.length > 1) {
-    return limits.map((limit, i) => ({
-      name: `${name}-${shape.windows[i] ?? Math.ceil(limit.windowMs / 1000)}s`,
+  if (Array.isArray(limits) && limits.length > 0) {
+    return limits.map((limit) => ({
+      name: `${name}/${whole(limit.windowMs / 1000)}s`,
       quota: Math.floor(limit.limit),
-      window: shape.windows[i] ?? windowSeconds(limit.windowMs / 1000),
+      window: limit.windowMs / 1000,
       remaining: Math.max(0, Math.floor(limit.remaining)),
       reset: ceilSeconds(limit.resetAfterMs),
-      unit: shape.unit,
+      retryAfterMs: limit.retryAfterMs,
+      allowed: limit.retryAfterMs <= 0,
     }));
   }
   return [
     {
       name,
       quota: Math.floor(decision.limit),
-      window: shape.windows[0],
+      window: shape.window,
       remaining: Math.max(0, Math.floor(decision.remaining)),
-      reset: shape.unit === 'concurrent-requests' ? null : ceilSeconds(decision.resetAfterMs),
-      unit: shape.unit,
+      reset: ceilSeconds(decision.resetAfterMs),
+      retryAfterMs: decision.retryAfterMs,
+      allowed: decision.allowed,
     },
   ];
 }
 
-/** The member whose remaining share is smallest: the one the single-limit forms report. */
-function tightest(list) {
-  let best = list[0];
-  for (const m of list) if (m.remaining / (m.quota || 1) < best.remaining / (best.quota || 1)) best = m;
-  return best;
+/** The one limit the single-limit forms report: the one that refused (longest wait), else the least left. */
+function binding(list) {
+  const refused = list.filter((m) => !m.allowed);
+  if (refused.length > 0) return refused.reduce((a, b) => (b.retryAfterMs > a.retryAfterMs ? b : a));
+  return list.reduce((a, b) => (b.remaining < a.remaining ? b : a));
 }
 
-/** `;w=60` for a member with a window. */
+/** `;w=60` for a member with a window (whole seconds, rounded up, at least 1). */
 function windowParameter(member) {
-  return member.window === null ? '' : `;w=${member.window}`;
+  return member.window !== null && member.window > 0 ? `;w=${Math.max(1, Math.ceil(member.window - 1e-9))}` : '';
+}
+
+/** An RFC 9651 sf-string (printable ASCII; anything else becomes `?`). */
+function sfString(value) {
+  return `"${value.replace(/[^\x20-\x7e]/g, '?').replace(/[\\"]/g, (c) => `\\${c}`)}"`;
 }
 
 /** The `[name, value]` header pairs of `list` (policy members) in `form`. */
 function rateLimitFields(form, list) {
   if (form === false || list.length === 0) return [];
   if (form === 'draft-11') {
-    const policy = list
-      .map((m) => `"${m.name}";q=${m.quota}${windowParameter(m)}${m.unit ? `;qu="${m.unit}"` : ''}`)
-      .join(', ');
-    const state = list.map((m) => `"${m.name}";r=${m.remaining}${m.reset === null ? '' : `;t=${m.reset}`}`).join(', ');
     return [
-      ['RateLimit-Policy', policy],
-      ['RateLimit', state],
+      ['RateLimit-Policy', list.map((m) => `${sfString(m.name)};q=${m.quota}${windowParameter(m)}`).join(', ')],
+      ['RateLimit', list.map((m) => `${sfString(m.name)};r=${m.remaining};t=${m.reset}`).join(', ')],
     ];
   }
-  const m = tightest(list);
-  const reset = String(m.reset ?? 0);
+  const m = binding(list);
+  const reset = String(m.reset);
   if (form === 'draft-7') {
     return [
       ['RateLimit-Policy', `${m.quota}${windowParameter(m)}`],

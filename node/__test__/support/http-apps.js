@@ -32,11 +32,12 @@ process.on('exit', () => {
 
 /**
  * Starts `file` (a path, or a name in examples/node/http/) with `env`, on a free port (PORT=0;
- * the app prints `listening on <port>`). Resolves with { port, url, stop(), output() }.
+ * the app prints `listening on <port>`) by `command` (default: this Node). Resolves with
+ * { port, url, stop(), output() }.
  */
-function startApp(file, env = {}) {
+function startApp(file, env = {}, command = process.execPath) {
   const script = path.isAbsolute(file) ? file : path.join(EXAMPLES, file);
-  const child = spawn(process.execPath, [script], {
+  const child = spawn(command, [script], {
     env: { ...process.env, ...env, PORT: '0', NODE_PATH: nodePath() },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -98,4 +99,11 @@ async function hammer(url, { processes, requests, method = 'GET', concurrency = 
   return totals;
 }
 
-module.exports = { startApp, hammer, EXAMPLES, ROOT };
+/** The Python of the venv scripts/test-python makes (RATEKEEPER_PY_VENV, else .venv), or null. */
+function venvPython() {
+  const venv = process.env.RATEKEEPER_PY_VENV || path.join(ROOT, '.venv');
+  const python = path.join(venv, 'bin', 'python');
+  return fs.existsSync(python) ? python : null;
+}
+
+module.exports = { startApp, hammer, venvPython, EXAMPLES, ROOT };

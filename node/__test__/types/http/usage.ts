@@ -29,7 +29,7 @@ const middleware = rateLimit({
     void next;
   },
   shadow: false,
-  trustedProxies: ['loopback', '10.0.0.0/8'],
+  trustedProxies: ['127.0.0.1', '10.0.0.0/8'],
 });
 app.use(middleware);
 const refusedInShadow: number = middleware.shadowRefused;
