@@ -31,7 +31,13 @@ function rateLimit(options) {
     }
     if (outcome === null) return next();
     for (const [name, value] of outcome.headers) res.setHeader(name, value);
-    if (outcome.refused) return handler(req, res, next, outcome.info);
+    if (outcome.refused) {
+      try {
+        return await handler(req, res, next, outcome.info);
+      } catch (error) {
+        return next(error);
+      }
+    }
     if (outcome.pending) onResponseDone(res, (status) => outcome.complete(status));
     return next();
   };
