@@ -31,9 +31,9 @@ use std::time::Instant;
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
+use crate::engine::leased::Leased;
+use crate::engine::{decision, Algorithm, Op, Outcome, Served};
 use crate::error::Result;
-use crate::limiter::leased::Leased;
-use crate::limiter::{decision, Algorithm, Op, Outcome, Served};
 use crate::metrics::Counter;
 use crate::params::micros;
 
