@@ -75,8 +75,8 @@ function startApp(framework, variant, redisUrl) {
   });
 }
 
-async function load(port, what) {
-  const result = await autocannon({ url: `http://127.0.0.1:${port}/`, connections: CONNECTIONS, duration: SECONDS });
+async function load(port, what, seconds = SECONDS) {
+  const result = await autocannon({ url: `http://127.0.0.1:${port}/`, connections: CONNECTIONS, duration: seconds });
   if (result.non2xx > 0 || result.errors > 0) {
     const statuses = Object.entries(result.statusCodeStats ?? {}).map(([s, { count }]) => `${s}: ${count}`).join(', ');
     throw new Error(`${what}: ${result.non2xx} non-2xx (${statuses}), ${result.errors} errors: every request must be admitted`);
@@ -103,7 +103,7 @@ async function main() {
         for (const variant of Object.keys(samples)) {
           const app = await startApp(framework, variant, redisUrl);
           try {
-            await load(app.port, `${framework}/${variant}`); // warm-up: connections, JIT, scripts loaded
+            await load(app.port, `${framework}/${variant}`, 2); // warm-up (2 s): connections, JIT, scripts loaded
             samples[variant].push(await load(app.port, `${framework}/${variant}`));
           } finally {
             await app.stop();
