@@ -17,7 +17,7 @@ use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::decision::Lease;
 use crate::error::{Error, Result};
-use crate::limiter_handle::Limiter;
+use crate::limiter::Limiter;
 
 /// Fleet usage load shedder: at most `limit` non-critical requests in flight across the fleet.
 #[derive(Debug, Clone)]

@@ -88,6 +88,14 @@ function keepOpen(details, name) {
   return details;
 }
 
+// An override no process has used yet (set ahead of a deploy).
+const WAITING = "waiting for a first user";
+
+// One name, one kind: what the registry reported about a use it could not take.
+function conflictText(l) {
+  return `${l.conflict} (one name, one kind: this ${l.kind} keeps the name; rename the other)`;
+}
+
 function renderList(data) {
   const tbody = $("#limiters tbody");
   tbody.replaceChildren();
@@ -99,12 +107,14 @@ function renderList(data) {
       [el("span", { class: `${cls}-allowed` }, a), " / ", el("span", { class: hot ? `${cls}-refused hot` : `${cls}-refused` }, b)];
     tbody.append(
       el("tr", { "data-name": l.name },
-        td("Name", { class: "name" }, link, el("span", { class: "kind" }, l.kind)),
+        td("Name", { class: "name" }, link,
+          el("span", { class: l.conflict ? "kind conflict" : "kind", title: l.conflict ? conflictText(l) : "" },
+            l.conflict ? `${l.kind} ⚠` : l.kind)),
         td("Limit", { class: "spec" }, keepOpen(specCell(l.spec), l.name)),
         td("Overrides", { class: "overrides" }, overridesText(l.overrides)),
         td("Used by", { class: "users" }, el("span", { class: "user-list" }, l.users.join(", ")),
           el("span", { class: "processes" }, `${num(l.processes)} ${l.processes === 1 ? "process" : "processes"}`)),
-        td("Last seen", { class: "seen" }, ago(data.now - l.last_seen)),
+        td("Last seen", { class: "seen last-seen" }, l.waiting ? WAITING : ago(data.now - l.last_seen)),
         td("Allowed / refused", { class: "num total" }, ...pair("total", num(l.allowed), num(l.refused), l.refused > 0)),
         td("Last minute", { class: "num minute" }, ...pair("minute", lastMinute(l, "allowed"), lastMinute(l, "refused"), false)),
         td("In use now", { class: "usage" }, usageText(l)),
@@ -137,7 +147,8 @@ async function renderDetail(name) {
     ["overrides", overridesText(d.overrides)],
     ["users", d.users.join(", ")],
     ["processes", d.processes],
-    ["last seen", ago(d.now - d.last_seen)],
+    ["last seen", d.waiting ? WAITING : ago(d.now - d.last_seen)],
+    ["conflict", d.conflict ? conflictText(d) : "–"],
     ["allowed, all keys", num(d.allowed)],
     ["refused, all keys", num(d.refused)],
   ]);

@@ -1,5 +1,5 @@
 //! The leased token bucket: the token bucket of [`Gcra`], whose tokens a process takes from
-//! Redis in chunks (leases) and spends in-process (see `crate::limiter_handle::leased`).
+//! Redis in chunks (leases) and spends in-process (see `crate::limiter::leased`).
 //!
 //! In memory (the memory backend, and the fallback of the `fallback` policy) it is exactly the
 //! token bucket: a take is a check of its cost and a give-back changes nothing. On Redis,

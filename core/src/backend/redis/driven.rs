@@ -27,7 +27,7 @@ use crate::decision::Decision;
 use crate::engine::script::LuaScript;
 use crate::engine::{Algorithm, Op, Outcome};
 use crate::error::{Error, Result};
-use crate::limiter_handle::Limiter;
+use crate::limiter::Limiter;
 use crate::live::Compiled;
 use crate::params::validate_key;
 

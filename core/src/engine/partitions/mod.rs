@@ -7,7 +7,7 @@
 //! - `partitions.lua` ([`SCRIPT`]): leases with fencing tokens, a heartbeat set of live members,
 //!   and the fair share a member may hold; the Redis backend runs it
 //!   (`backend/redis/partitions.rs`).
-//! - The limiter's `PartitionSet` (`limiter_handle/partitions/set.rs`): one limiter's leases and
+//! - The limiter's `PartitionSet` (`limiter/partitions/set.rs`): one limiter's leases and
 //!   pacing, per key, in one process.
 //!
 //! A partitions limiter is not an engine: a check is decided in the process, with a Redis round

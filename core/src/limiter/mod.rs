@@ -20,10 +20,10 @@ use partitions::{partition_source, PartitionSet};
 
 mod constructors;
 mod inspect;
-mod lease;
 mod leased;
 mod partitions;
 mod pause;
+mod release;
 mod waiting;
 
 use crate::defaults::DEFAULT_WAIT_TIMEOUT;
