@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{lua_sources, Backend, Clock, ErrorKind, Kind, Limiter, ManualClock, RedisConfig};
+use ratekeeper::{lua_sources, Backend, Clock, ErrorKind, Kind, Limiter, LimiterSpec, ManualClock, RedisConfig};
 use support::{RedisCluster, RedisServer};
 
 const START: u64 = 1_800_000_000_000_000;
@@ -149,6 +149,49 @@ fn a_give_back_is_applied_once_and_never_beyond_the_grant() {
     assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 30);
     give_back("25");
     assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 30);
+}
+
+/// A leased spec of capacity 100 and chunk 50 at `rate` per second.
+fn leased_spec(rate: f64) -> LimiterSpec {
+    LimiterSpec::Leased { rate, capacity: 100, chunk: Some(50), lease_ttl: TTL }
+}
+
+/// A give-back is priced as its lease was granted: after an operator throttles a leased
+/// bucket 100-fold, a process's unspent tokens refund the time they took, not 100 times it.
+#[test]
+fn a_give_back_at_close_is_priced_at_the_rate_the_lease_was_granted_at() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backend = &fleet(&server.url(), 1, &clock)[0];
+    // The code says 10/s; an override says 1000/s while the lease is taken.
+    let limiter = backend.leased("priced", 10.0, 100, Some(50), TTL).unwrap();
+    backend.set_limit_blocking("priced", &leased_spec(1000.0), None).unwrap();
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 49, "a lease of 50, one spent");
+    // Throttled 100-fold, then the lease is given back at close (priced as the code's 10/s
+    // before the fix: 49 tokens of 100 ms refilled 4.9 s for 49 ms taken).
+    backend.set_limit_blocking("priced", &leased_spec(10.0), None).unwrap();
+    limiter.close_blocking().unwrap();
+    // As if only the one spent token had been taken: 1 ms of the bucket used, 99 left at 10/s.
+    let d = limiter.peek_blocking(None).unwrap();
+    assert_eq!((d.remaining, d.reset_after), (99, Duration::from_millis(1)));
+}
+
+/// The same at a renewal: a take under the throttled rate gives the old lease back at its own
+/// price.
+#[test]
+fn a_give_back_at_renewal_is_priced_at_the_rate_the_lease_was_granted_at() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backend = &fleet(&server.url(), 1, &clock)[0];
+    let limiter = backend.leased("renewed", 1000.0, 100, Some(50), TTL).unwrap();
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 49);
+    backend.set_limit_blocking("renewed", &leased_spec(10.0), None).unwrap();
+    // 60 does not fit the 49 held: the round trip gives them back (49 ms) and takes 60 at
+    // 100 ms each. Used: 1 ms + 6 s of the 10 s bucket, so 39 whole tokens remain.
+    let d = limiter.check_blocking(None, 60).unwrap();
+    assert!(d.allowed);
+    let peek = limiter.peek_blocking(None).unwrap();
+    assert_eq!((peek.remaining, peek.reset_after), (39, Duration::from_millis(6001)));
 }
 
 #[test]
