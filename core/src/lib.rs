@@ -46,7 +46,7 @@ pub use limiter::{
     CalendarPeriod, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit, DEFAULT_LEASED_TTL,
     DEFAULT_LOCK_TIMEOUT,
 };
-pub use limiter_handle::{Limiter, PartitionsHeld, Permit, Policy, DEFAULT_WAIT_TIMEOUT};
+pub use limiter_handle::{Limiter, PartitionsHeld, Permit, Policy, DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};
 pub use partitions::{DEFAULT_LEASE_TTL, MAX_PARTITIONS, MIN_LEASE_TTL};
