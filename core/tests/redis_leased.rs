@@ -194,6 +194,69 @@ fn a_give_back_at_renewal_is_priced_at_the_rate_the_lease_was_granted_at() {
     assert_eq!((peek.remaining, peek.reset_after), (39, Duration::from_millis(6001)));
 }
 
+/// The system clock, minus a step back that a test sets (NTP stepping the wall clock back).
+/// Not a manual clock: Redis keeps its own time (`TIME`), as in production.
+#[derive(Debug, Default, Clone)]
+struct SteppedBack(Arc<std::sync::atomic::AtomicU64>);
+
+impl SteppedBack {
+    fn step_back(&self, by: Duration) {
+        self.0.fetch_add(by.as_micros() as u64, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for SteppedBack {
+    fn now_micros(&self) -> u64 {
+        ratekeeper::SystemClock.now_micros() - self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn sleep(&self, duration: Duration) -> ratekeeper::Sleep {
+        ratekeeper::SystemClock.sleep(duration)
+    }
+}
+
+fn stepped_backend(url: &str) -> (Backend, SteppedBack) {
+    let clock = SteppedBack::default();
+    (Backend::redis_with(RedisConfig::new(url).clock(Arc::new(clock.clone()))).unwrap(), clock)
+}
+
+/// A refusal remembered in-process holds for its `retry_after` of real time, not until the
+/// wall clock reads its old deadline again: after a step back of an hour, the key is decided
+/// by Redis again once the refusal is over.
+#[test]
+fn a_remembered_refusal_outlives_no_step_of_the_wall_clock() {
+    let server = RedisServer::start();
+    let (backend, clock) = stepped_backend(&server.url());
+    // One token, refilled every 100 ms.
+    let limiter = backend.leased("stepped", 10.0, 1, Some(1), TTL).unwrap();
+    assert!(limiter.check_blocking(None, 1).unwrap().allowed);
+    let refused = limiter.check_blocking(None, 1).unwrap();
+    assert!(!refused.allowed && refused.retry_after <= Duration::from_millis(100), "{refused:?}");
+    clock.step_back(Duration::from_secs(3600));
+    // Real time, not a manual clock: what is under test is the process's own timekeeping.
+    std::thread::sleep(Duration::from_millis(250));
+    let d = limiter.check_blocking(None, 1).unwrap();
+    assert!(d.allowed, "refused for as long as the step: {d:?}");
+}
+
+/// A lease lapses `lease_ttl` of real time after it was taken, whatever the wall clock does:
+/// after a step back, its tokens are given back, not spent.
+#[test]
+fn a_lease_lapses_on_time_after_a_step_of_the_wall_clock() {
+    let server = RedisServer::start();
+    let (backend, clock) = stepped_backend(&server.url());
+    let ttl = Duration::from_millis(100);
+    // A rate so slow that nothing refills during the test.
+    let limiter = backend.leased("stepped", 1.0 / 3600.0, 100, Some(16), ttl).unwrap();
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 15);
+    clock.step_back(Duration::from_secs(3600));
+    std::thread::sleep(ttl + Duration::from_millis(150));
+    // Lapsed: the round trip gives the 15 back and takes a lease half as big (not 14 left of
+    // the old one).
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 7);
+    assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 100 - 2 - 7);
+}
+
 #[test]
 fn a_lapsed_lease_is_not_spent_and_a_lease_that_sat_unused_shrinks() {
     let server = RedisServer::start();

@@ -22,6 +22,11 @@
 //! A refusal from Redis is remembered until its `retry_after`: until then calls of the same or
 //! a larger cost are refused here without a round trip (nothing but time admits them sooner,
 //! short of another process giving tokens back, which this only under-uses).
+//!
+//! Lapses and remembered refusals are local deadlines, kept on a monotonic clock
+//! ([`LocalClock`]): a wall clock stepped back by NTP neither keeps a key refused for as long
+//! as the step nor lets a lease be spent past `lease_ttl` (a manual clock stands in for it in
+//! tests). Decisions still carry the wall-clock instant they were made at.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +34,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
 use crate::backend::RedisBackend;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, LocalClock, SystemClock};
 use crate::decision::Decision;
 use crate::error::Result;
 use crate::limiter::leased::Leased;
@@ -50,7 +55,10 @@ pub(crate) struct LeasePool {
     keyed: RwLock<HashMap<Box<str>, Arc<Slot>>>,
     /// The limiter's parameters.
     leased: Leased,
+    /// The backend's clock: the wall-clock instant decisions carry.
     clock: Arc<dyn Clock>,
+    /// The clock of the slots' deadlines (see the module documentation).
+    local: LocalClock,
 }
 
 /// One key's lease.
@@ -58,11 +66,12 @@ pub(crate) struct LeasePool {
 struct Slot {
     /// Tokens granted and not yet spent.
     tokens: AtomicU64,
-    /// When the current lease lapses (µs, the backend's clock).
+    /// When the current lease lapses (µs, the pool's local clock).
     lapses_at: AtomicU64,
-    /// When the shared bucket was full again, as of the last grant (µs).
+    /// When the shared bucket was full again, as of the last grant (µs, the local clock).
     full_at: AtomicU64,
-    /// A refusal from Redis holds until this instant (µs) for calls of at least `refused_cost`.
+    /// A refusal from Redis holds until this instant (µs, the local clock) for calls of at
+    /// least `refused_cost`.
     refused_until: AtomicU64,
     refused_cost: AtomicU64,
     /// Serialises round trips: one at a time per key; others wait for it, then spend locally.
@@ -104,7 +113,8 @@ impl Slot {
 
 impl LeasePool {
     pub(crate) fn new(leased: Leased, clock: Arc<dyn Clock>) -> LeasePool {
-        LeasePool { unkeyed: Arc::new(Slot::new(leased.chunk)), keyed: RwLock::default(), leased, clock }
+        let local = LocalClock::beside(&clock);
+        LeasePool { unkeyed: Arc::new(Slot::new(leased.chunk)), keyed: RwLock::default(), leased, clock, local }
     }
 
     #[inline]
@@ -131,7 +141,7 @@ impl LeasePool {
     }
 
     /// Spends `cost` from `slot`'s lease, or answers from a remembered refusal; `None` when it
-    /// takes a round trip.
+    /// takes a round trip. `now` is on the local clock.
     #[inline]
     fn local(&self, slot: &Slot, cost: u64, now: u64) -> Option<Decision> {
         if now < slot.lapses_at.load(Ordering::Acquire) {
@@ -141,7 +151,7 @@ impl LeasePool {
                     Ok(_) => {
                         let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now);
                         let mut d = decision(true, self.leased.gcra.capacity, tokens - cost, 0, reset_us);
-                        d.decided_at_micros = now;
+                        d.decided_at_micros = self.clock.now_micros();
                         return Some(d);
                     }
                     Err(now_held) => tokens = now_held,
@@ -152,7 +162,7 @@ impl LeasePool {
         if now < until && cost >= slot.refused_cost.load(Ordering::Relaxed) {
             let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now).max(until - now);
             let mut d = decision(false, self.leased.gcra.capacity, 0, until - now, reset_us);
-            d.decided_at_micros = now;
+            d.decided_at_micros = self.clock.now_micros();
             return Some(d);
         }
         None
@@ -184,7 +194,7 @@ impl Limiter {
             Algorithm::Leased(l) => (l.chunk, l.lease_us),
             _ => (pool.leased.chunk, pool.leased.lease_us),
         };
-        let now = pool.clock.now_micros();
+        let now = pool.local.now_micros();
         let lapsed = now >= slot.lapses_at.load(Ordering::Acquire);
         // Taken out before the call: from here they can only be given back, never spent.
         let back = slot.tokens.swap(0, Ordering::AcqRel);
@@ -224,7 +234,7 @@ impl Limiter {
     /// [`LeasePool::local`], counted in the limiter's metrics.
     #[inline]
     fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64) -> Option<Decision> {
-        let d = pool.local(slot, cost, pool.clock.now_micros())?;
+        let d = pool.local(slot, cost, pool.local.now_micros())?;
         self.inner.metrics.add(if d.allowed { Counter::Allowed } else { Counter::Refused }, 1);
         Some(d)
     }
@@ -234,7 +244,7 @@ impl Limiter {
     #[inline]
     pub(crate) fn leased_spend(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Decision> {
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        let d = pool.local(&slot, cost, pool.clock.now_micros()).filter(|d| d.allowed)?;
+        let d = pool.local(&slot, cost, pool.local.now_micros()).filter(|d| d.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
         Some(d)
     }
