@@ -194,6 +194,105 @@ fn a_give_back_at_renewal_is_priced_at_the_rate_the_lease_was_granted_at() {
     assert_eq!((peek.remaining, peek.reset_after), (39, Duration::from_millis(6001)));
 }
 
+/// Admissions (instant µs, tokens) judged over every span between two of them: at most
+/// `capacity + rate × span`, as one token bucket admits; the first span over it, if any.
+fn judge_every_span(admitted: &mut [(u64, u64)], rate: f64, capacity: u64) -> Result<(), String> {
+    admitted.sort();
+    for i in 0..admitted.len() {
+        let mut tokens = 0;
+        for j in i..admitted.len() {
+            tokens += admitted[j].1;
+            let span = (admitted[j].0 - admitted[i].0) as f64 / 1e6;
+            let allowed = capacity as f64 + rate * span;
+            if tokens as f64 > allowed + 1e-9 {
+                return Err(format!("{tokens} admitted in {span} s from {} µs: more than {allowed}", admitted[i].0));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Leases taken at t and spent just before they lapse, plus fresh grants from the bucket that
+/// refilled meanwhile, admit about twice the capacity within a millisecond: the rule
+/// `capacity + rate × span` does not hold over short spans (issue #31, item 5, open; see
+/// docs/src/concepts/leased.md). Kept as the judge for whoever makes the mechanism hold it.
+#[test]
+#[ignore = "issue #31 item 5: the leased over-use rule is open over spans shorter than lease_ttl"]
+fn leases_spent_just_before_they_lapse_never_exceed_the_bucket_over_any_span() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backends = fleet(&server.url(), 6, &clock);
+    let (rate, capacity) = (100.0, 100);
+    let limiters: Vec<Limiter> =
+        backends.iter().map(|b| b.leased("late", rate, capacity, Some(50), TTL).unwrap()).collect();
+    let mut admitted = Vec::new();
+    // Three processes lease (50, 25, 13), spending one token each.
+    for l in &limiters[..3] {
+        assert!(l.check_blocking(None, 1).unwrap().allowed);
+        admitted.push((clock.now_micros(), 1));
+    }
+    clock.advance(TTL - Duration::from_millis(1));
+    // Just before the lapse: the three spend what they hold, the others lease what is left.
+    for l in &limiters {
+        while l.check_blocking(None, 1).unwrap().allowed {
+            admitted.push((clock.now_micros(), 1));
+        }
+    }
+    let last = admitted.len();
+    judge_every_span(&mut admitted, rate, capacity).unwrap();
+    assert!(last >= 100, "the bucket is used: {last}");
+}
+
+/// Three processes check with random costs, let time pass (often to just before a lease
+/// lapses) and close, on a manual clock, for several seeds; every span between two admissions
+/// is judged. (A floor that kept each live lease's tokens granted ahead from refilling the
+/// bucket until its lapse still failed this judge: 46 admitted in 82 ms where 44.1 are
+/// allowed; late spends stack on the bucket's other use, they do not replace it.)
+#[test]
+#[ignore = "issue #31 item 5: the leased over-use rule is open over spans shorter than lease_ttl"]
+fn random_fleet_traffic_never_exceeds_the_bucket_over_any_span() {
+    let server = RedisServer::start();
+    let (rate, capacity, ttl) = (50.0, 40, Duration::from_millis(300));
+    for round in 0..4u64 {
+        let clock = ManualClock::new(START);
+        let backends: Vec<Backend> = (0..3)
+            .map(|_| {
+                let config = RedisConfig::new(server.url()).prefix(format!("random{round}"));
+                Backend::redis_with(config.clock(Arc::new(clock.clone()))).unwrap()
+            })
+            .collect();
+        let limiters: Vec<Limiter> = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b.leased("random", rate, capacity, Some(4 + 8 * i as u64), ttl).unwrap())
+            .collect();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ (round << 32);
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut admitted = Vec::new();
+        for _ in 0..1500 {
+            let l = &limiters[next(3) as usize];
+            match next(12) {
+                0..=6 => {
+                    let cost = 1 + next(3);
+                    if l.check_blocking(None, cost).unwrap().allowed {
+                        admitted.push((clock.now_micros(), cost));
+                    }
+                }
+                7..=8 => clock.advance(Duration::from_micros(next(40_000))),
+                9 => clock.advance(ttl - Duration::from_micros(1 + next(2_000))),
+                _ => l.close_blocking().unwrap(),
+            }
+        }
+        assert!(admitted.iter().map(|a| a.1).sum::<u64>() > 200, "the bucket is used");
+        judge_every_span(&mut admitted, rate, capacity).unwrap_or_else(|e| panic!("round {round}: {e}"));
+    }
+}
+
 /// The system clock, minus a step back that a test sets (NTP stepping the wall clock back).
 /// Not a manual clock: Redis keeps its own time (`TIME`), as in production.
 #[derive(Debug, Default, Clone)]
