@@ -54,7 +54,7 @@ pub fn run(config: &Config, args: &DemoArgs, backend: &BackendArgs, processes: u
         return Err("`--processes` must be between 1 and 64".into());
     }
     let (rate, partitions, ttl) = spec(config, args);
-    ratekeeper::Backend::memory().partitions("check", rate, partitions, ttl, 0, false).map_err(|e| e.to_string())?;
+    Backend::memory().partitions("check", rate, partitions, ttl, 0, false).map_err(|e| e.to_string())?;
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on loopback: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!(

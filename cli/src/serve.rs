@@ -50,8 +50,11 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// looks.
 #[derive(Default)]
 struct History {
-    samples: VecDeque<(Instant, HashMap<String, (u64, u64)>)>,
+    samples: VecDeque<(Instant, FleetCounts)>,
 }
+
+/// Each limiter's fleet totals (allowed, refused) at one sample, by name.
+type FleetCounts = HashMap<String, (u64, u64)>;
 
 impl History {
     /// The counts since the baseline sample (the newest one at least a minute old, else the

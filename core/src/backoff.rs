@@ -26,12 +26,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::params::MAX_DURATION;
 
-/// Sidekiq's default backoff step per reschedule: 300 s (five minutes).
-pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(300);
-/// Sidekiq's default jitter: up to 300 s added to each delay.
-pub const DEFAULT_BACKOFF_JITTER: Duration = Duration::from_secs(300);
-/// Sidekiq's default number of reschedules before the job fails: 20 (about a day).
-pub const DEFAULT_MAX_RESCHEDULES: u32 = 20;
+use crate::defaults::{DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_JITTER, DEFAULT_MAX_RESCHEDULES};
 
 /// How long to wait before running an over-limit job again, and when to give up. See the module
 /// documentation for the formula.

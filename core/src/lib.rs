@@ -19,13 +19,13 @@ mod backend;
 mod backoff;
 mod clock;
 mod decision;
+pub mod defaults;
+mod engine;
 mod error;
-mod limiter;
 mod limiter_handle;
 mod live;
 mod metrics;
 pub mod params;
-mod partitions;
 mod prometheus;
 mod runtime;
 mod shedder;
@@ -33,23 +33,19 @@ pub mod upstream;
 mod views;
 
 pub use backend::redis::driven;
-pub use backend::{
-    lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_DEADLINE, DEFAULT_PREFIX,
-};
-pub use backoff::{Backoff, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_JITTER, DEFAULT_MAX_RESCHEDULES};
+pub use backend::{lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig};
+pub use backoff::Backoff;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
 pub use decision::{http_seconds, Decision, Lease, LimitStatus};
+#[allow(deprecated)]
+pub use defaults::*;
+pub use engine::gcra::MAX_AHEAD_CAPACITIES;
+pub use engine::partitions::{MAX_PARTITIONS, MIN_LEASE_TTL};
+pub use engine::{CalendarPeriod, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit};
 pub use error::{Error, ErrorKind, Result};
-pub use limiter::gcra::MAX_AHEAD_CAPACITIES;
-pub use limiter::{
-    CalendarPeriod, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit, DEFAULT_LEASED_TTL,
-    DEFAULT_LOCK_TIMEOUT,
-};
-pub use limiter_handle::{Limiter, PartitionsHeld, Permit, Policy, DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
+pub use limiter_handle::{Limiter, PartitionsHeld, Permit, Policy};
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};
-pub use partitions::{DEFAULT_LEASE_TTL, MAX_PARTITIONS, MIN_LEASE_TTL};
 pub use runtime::{block_on, runtime};
 pub use shedder::{FleetShedder, FleetTicket, UtilizationConfig, UtilizationShedder};
 pub use views::{

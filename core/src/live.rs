@@ -13,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::engine::{Algorithm, Kind, LimiterSpec};
 use crate::error::{Error, Result};
-use crate::limiter::{Algorithm, Kind, LimiterSpec};
 use crate::metrics::{LimiterMetrics, Metrics};
 
 /// Who uses a limiter, as the registry shows it: a language and its version, set by each

@@ -168,7 +168,7 @@ fn fleet_metrics_sum_every_process_and_render_for_prometheus() {
 #[test]
 fn failure_policies_are_counted_per_limiter() {
     let mut server = RedisServer::start();
-    let config = |policy| RedisConfig::new(&server.url()).prefix("policy").failure_policy(policy);
+    let config = |policy| RedisConfig::new(server.url()).prefix("policy").failure_policy(policy);
     let open = Backend::redis_with(config(ratekeeper::FailurePolicy::FailOpen)).unwrap();
     let closed = Backend::redis_with(config(ratekeeper::FailurePolicy::FailClosed)).unwrap();
     let fallback = Backend::redis_with(config(ratekeeper::FailurePolicy::Fallback { divisor: 1 })).unwrap();

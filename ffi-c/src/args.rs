@@ -60,7 +60,7 @@ pub(crate) fn arg_slice<'a, T>(parameter: &str, ptr: *const T, len: usize) -> Re
     if ptr.is_null() {
         return Err(Failure::null(parameter));
     }
-    if len > isize::MAX as usize / std::mem::size_of::<T>().max(1) {
+    if len > isize::MAX as usize / size_of::<T>().max(1) {
         return Err(Failure::new(
             rk_status::RK_INVALID_ARGUMENT,
             format!("invalid argument `{parameter}_len`: {len} elements cannot exist in memory"),

@@ -275,9 +275,9 @@ pub extern "C" fn rk_limiter_new_leased(
     ffi_status! {
         build(backend, name, limiter_out, || {
             let lease_ttl = if lease_ttl_secs == 0.0 {
-                ratekeeper::DEFAULT_LEASED_TTL
+                ratekeeper::DEFAULT_LEASED_LEASE_TTL
             } else {
-                ratekeeper::params::duration_from_secs("lease_ttl", lease_ttl_secs)?
+                duration_from_secs("lease_ttl", lease_ttl_secs)?
             };
             Ok(LimiterSpec::Leased { rate, capacity, chunk: (chunk != 0).then_some(chunk), lease_ttl })
         })

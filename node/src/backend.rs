@@ -338,7 +338,7 @@ impl Backend {
                 let lock = o.lock_timeout_ms.map(|ms| duration_from_millis("lock_timeout", ms)).transpose()?;
                 let limiter = self
                     .inner
-                    .concurrent(&name, limit, lock.unwrap_or(DEFAULT_LOCK_TIMEOUT))?
+                    .concurrent(&name, limit, lock.unwrap_or(ratekeeper::DEFAULT_LOCK_TIMEOUT))?
                     .with_allow_fallback(o.allow_fallback.unwrap_or(false))?;
                 with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
             };
@@ -525,7 +525,7 @@ impl Backend {
                         .lease_ttl_ms
                         .map(|ms| duration_from_millis("lease_ttl", ms))
                         .transpose()?
-                        .unwrap_or(ratekeeper::DEFAULT_LEASE_TTL),
+                        .unwrap_or(ratekeeper::DEFAULT_PARTITIONS_LEASE_TTL),
                     reserved: o.reserved.map(|r| cost_from_f64("reserved", r)).transpose()?.unwrap_or(0),
                     priority: o.priority.unwrap_or(false),
                 };
@@ -557,8 +557,13 @@ impl Backend {
                 let capacity = count(Js::opt(&capacity), "capacity")?;
                 let chunk = o.chunk.map(|c| count_from_f64("chunk", c)).transpose()?;
                 let ttl = o.lease_ttl_ms.map(|ms| duration_from_millis("lease_ttl", ms)).transpose()?;
-                let limiter =
-                    self.inner.leased(&name, rate, capacity, chunk, ttl.unwrap_or(ratekeeper::DEFAULT_LEASED_TTL))?;
+                let limiter = self.inner.leased(
+                    &name,
+                    rate,
+                    capacity,
+                    chunk,
+                    ttl.unwrap_or(ratekeeper::DEFAULT_LEASED_LEASE_TTL),
+                )?;
                 with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
             };
             core(&env, build())
@@ -671,6 +676,3 @@ impl Backend {
         })
     }
 }
-
-/// The lock timeout of `concurrent()` when none is given (the contract's default).
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);

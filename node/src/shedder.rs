@@ -9,12 +9,13 @@ use ratekeeper::params::{cost_from_f64, duration_from_millis};
 use ratekeeper::{Clock, UtilizationConfig};
 
 use crate::args::{self, count, Js};
-use crate::backend::{Backend, DEFAULT_LOCK_TIMEOUT};
+use crate::backend::Backend;
 use crate::bridge::{run, Payload, ReplyValue};
 use crate::decision::lease_from_js;
 use crate::error::{core, guard};
 use crate::options::{self, options, ClockOption};
 use crate::runtime::CoreResult;
+use ratekeeper::DEFAULT_LOCK_TIMEOUT;
 
 /// Options of `new FleetShedder()`.
 #[napi(object, object_from_js = false, object_to_js = false)]

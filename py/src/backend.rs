@@ -1,8 +1,6 @@
 //! `Backend`: where limiter state lives (memory, Redis, Redis Cluster), and the constructors of
 //! every limiter.
 
-use std::time::Duration;
-
 use pyo3::inspect::PyStaticExpr;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
@@ -197,14 +195,14 @@ fn read_file(py: Python<'_>, path: &Path, parameter: &'static str) -> PyResult<V
     std::fs::read(&path.0).map_err(|e| invalid(py, parameter, format!("cannot read {}: {e}", path.0.display())))
 }
 
-/// Everything `Backend.redis` and `Backend.cluster` accept besides the URLs.
-#[allow(clippy::too_many_arguments)]
 /// Names Python, with its version, as this process's language in the registry (`limiters()`).
 fn name_python(py: Python<'_>) {
     let version = py.version_info();
     ratekeeper::set_client_language(&format!("python {}.{}.{}", version.major, version.minor, version.patch));
 }
 
+/// Everything `Backend.redis` and `Backend.cluster` accept besides the URLs.
+#[allow(clippy::too_many_arguments)]
 fn redis_config(
     py: Python<'_>,
     mut config: RedisConfig,
@@ -442,7 +440,7 @@ impl Backend {
     /// nothing (fencing token 0) and `fallback` an in-process limiter (a limit per process, its
     /// fencing tokens increasing within the process only).
     #[pyo3(signature = (
-        name, limit, lock_timeout = Seconds::new(Duration::from_secs(30)), wait_timeout = None, *,
+        name, limit, lock_timeout = Seconds::new(ratekeeper::DEFAULT_LOCK_TIMEOUT), wait_timeout = None, *,
         allow_fallback = Flag::new(false)
     ))]
     fn concurrent<'py>(
@@ -521,7 +519,7 @@ impl Backend {
     /// spends in-process; unspent tokens go back on `close()` or at the next lease, or lapse
     /// `lease_ttl` seconds after they were taken. The fleet never admits more than the bucket
     /// allows; leasing ahead may under-use it. On the memory backend: the token bucket.
-    #[pyo3(signature = (name, rate, capacity, chunk = None, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASED_TTL)))]
+    #[pyo3(signature = (name, rate, capacity, chunk = None, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASED_LEASE_TTL)))]
     fn leased<'py>(
         &self,
         py: Python<'py>,
@@ -555,7 +553,7 @@ impl Backend {
     /// belong to limiters built with `priority=True`, the rest to the others. On memory the
     /// process holds every partition of its class.
     #[pyo3(signature = (
-        name, total_rate, partitions, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASE_TTL),
+        name, total_rate, partitions, lease_ttl = Seconds::new(ratekeeper::DEFAULT_PARTITIONS_LEASE_TTL),
         reserved = Cost::ZERO, *, priority = Flag::new(false)
     ))]
     #[allow(clippy::too_many_arguments)]

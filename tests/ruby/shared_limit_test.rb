@@ -187,10 +187,10 @@ end
 
 test "the README's within_limit runs as shown" do
   ENV["REDIS_URL"] ||= ENV.fetch("RK_TEST_REDIS_URL")
-  # example-start: readme
+  # --8<-- [start:readme]
   erp = Ratekeeper::Backend.redis(ENV["REDIS_URL"], prefix: "app").concurrent("erp", 50)
   erp.within_limit(policy: :raise) { call_erp }   # :ignore skips the block when over the limit
-  # example-end: readme
+  # --8<-- [end:readme]
   assert_equal 1, $erp_calls, "blocks run"
   assert_equal 50, erp.peek[:remaining], "slots after the block"
 end

@@ -20,13 +20,13 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Semaphore;
 
 use crate::clock::{Clock, SystemClock};
+use crate::engine::calendar::CalendarState;
+use crate::engine::concurrent::ConcurrentState;
+use crate::engine::leased::Leased;
+use crate::engine::log::LogState;
+use crate::engine::sliding::SlidingState;
+use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
-use crate::limiter::calendar::CalendarState;
-use crate::limiter::concurrent::ConcurrentState;
-use crate::limiter::leased::Leased;
-use crate::limiter::log::LogState;
-use crate::limiter::sliding::SlidingState;
-use crate::limiter::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::views::ConcurrentUse;
 
 /// Configuration of a memory backend.
@@ -74,7 +74,7 @@ enum State {
     Gcra(u64),
     Sliding(Box<SlidingState>),
     Log(Box<LogState>),
-    /// The semaphore holds one wake-up per freed slot (see [`crate::limiter::Wake::Local`]).
+    /// The semaphore holds one wake-up per freed slot (see [`crate::engine::Wake::Local`]).
     Concurrent(Box<(ConcurrentState, Arc<Semaphore>)>),
     Calendar(CalendarState),
 }
@@ -154,7 +154,7 @@ struct Slot {
     namespace: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Slot>() == 64);
+const _: () = assert!(size_of::<Slot>() == 64);
 
 struct Shard {
     table: HashTable<Slot>,

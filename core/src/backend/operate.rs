@@ -4,8 +4,8 @@
 use std::time::SystemTime;
 
 use super::{Backend, BackendInner};
+use crate::engine::{Kind, LimiterSpec};
 use crate::error::{Error, Result};
-use crate::limiter::{Kind, LimiterSpec};
 use crate::live::{client, LimiterInfo};
 use crate::metrics::Metrics;
 use crate::params::{validate_key, validate_name};

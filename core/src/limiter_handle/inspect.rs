@@ -2,8 +2,8 @@
 //! and waiters, and the limiter's busiest keys (see [`crate::views`]).
 
 use super::{Limiter, Target};
+use crate::engine::Kind;
 use crate::error::{Error, Result};
-use crate::limiter::Kind;
 use crate::params::validate_key;
 use crate::runtime::block_on;
 use crate::views::{ConcurrentUse, KeyUse, MAX_KEYS_EXAMINED};

@@ -3,8 +3,8 @@
 
 use super::{Limiter, Target};
 use crate::decision::{Decision, Lease};
+use crate::engine::{Algorithm, Op, Outcome};
 use crate::error::{Error, Result};
-use crate::limiter::{Algorithm, Op, Outcome};
 use crate::metrics::{Counter, Metrics};
 use crate::params::{validate_cost, validate_key};
 use crate::runtime::block_on;

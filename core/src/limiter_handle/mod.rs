@@ -9,15 +9,16 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, BackendInner, Failover, MemoryBackend, RedisBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
+use crate::engine::{Algorithm, Kind, LimiterConfig, LimiterSpec, Op, Outcome, Served};
 use crate::error::Error;
 use crate::error::Result;
-use crate::limiter::{Algorithm, Kind, LimiterConfig, LimiterSpec, Op, Outcome, Served};
 use crate::live::{Compiled, NameState};
 use crate::metrics::{Counter, LimiterMetrics};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
-use crate::partitions::{partition_source, PartitionSet};
 use crate::runtime::block_on;
+use partitions::{partition_source, PartitionSet};
 
+mod constructors;
 mod inspect;
 mod lease;
 mod leased;
@@ -25,9 +26,9 @@ mod partitions;
 mod pause;
 mod waiting;
 
+use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
 pub use partitions::PartitionsHeld;
-pub use pause::DEFAULT_MAX_PAUSE;
-pub use waiting::{Permit, Policy, DEFAULT_WAIT_TIMEOUT};
+pub use waiting::{Permit, Policy};
 
 /// A limiter's Redis backend, and how the limiter applies its failure policy.
 pub(crate) type RedisTarget<'a> = (&'a Arc<RedisBackend>, &'a Failover);
@@ -65,7 +66,7 @@ enum Target {
     Memory { backend: Arc<MemoryBackend>, namespace: u32 },
     /// `failover`: how the limiter applies the backend's failure policy.
     Redis { backend: Arc<RedisBackend>, failover: Failover },
-    /// `partitions`: leases and pacing in this process (see [`crate::partitions`]).
+    /// `partitions`: leases and pacing in this process (see `partitions/set.rs`).
     Partitions(Arc<PartitionSet>),
     /// `unlimited`: no state anywhere.
     Nowhere,

@@ -10,11 +10,6 @@ use crate::params::{validate_duration, validate_key};
 use crate::runtime::block_on;
 use crate::upstream::pause_from_response;
 
-/// The longest pause a limiter writes unless told otherwise (see [`Limiter::with_max_pause`]):
-/// one hour. A third party that really wants callers away for longer answers 429 again then;
-/// one hostile or broken header (`Retry-After: 2200000000`) costs an hour, not a lifetime.
-pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(3600);
-
 impl Limiter {
     /// Pauses `key` (`None`: the limiter's single shared key) for `duration`: until the pause
     /// ends, every `check`, `peek` and `acquire` on this limiter and key, in every process that

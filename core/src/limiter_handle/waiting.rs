@@ -7,14 +7,11 @@ use std::time::Duration;
 
 use super::{Limiter, Target};
 use crate::decision::Decision;
+use crate::engine::{Op, Waiter};
 use crate::error::{Error, Result};
-use crate::limiter::{Op, Waiter};
 use crate::metrics::Counter;
 use crate::params::{micros, validate_duration};
 use crate::runtime::block_on;
-
-/// The default time `acquire` waits (Sidekiq's default).
-pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What `within_limit` does when the limit cannot be had within the wait timeout.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -6,15 +6,10 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::keys::DEFAULT_PREFIX;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
-/// The default per-call deadline: a call to a dead or hung Redis returns within it.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(200);
-
-/// The default time to establish a connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+use crate::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_PREFIX};
 
 /// What a limiter does when Redis cannot answer within the deadline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -192,8 +187,10 @@ mod tests {
         assert_eq!(parameter(TlsConfig::with_ca_pem("")), "tls.ca");
         let broken = "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n";
         assert_eq!(parameter(TlsConfig::with_ca_pem(broken)), "tls.ca");
-        let mut client = TlsConfig::default();
-        client.client_cert_and_key_pem = Some((b"not a certificate".to_vec(), b"not a key".to_vec()));
+        let client = TlsConfig {
+            client_cert_and_key_pem: Some((b"not a certificate".to_vec(), b"not a key".to_vec())),
+            ..TlsConfig::default()
+        };
         assert_eq!(parameter(client), "tls.cert");
         assert!(TlsConfig::default().validate().is_ok(), "no material: the system's roots");
     }

@@ -19,8 +19,8 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, 
 use tokio::sync::{oneshot, Notify};
 
 use super::config::{RedisConfig, TlsConfig};
-use super::direct::{DirectConnection, DirectTarget};
 use super::scripts;
+use super::sync_client::{SyncConnection, SyncTarget};
 use crate::error::{Error, Result};
 use crate::runtime::{forked_since, runtime};
 
@@ -107,10 +107,10 @@ pub(crate) struct Connections {
     /// Calls waiting to be written together by the next [`flush`].
     queue: Mutex<Vec<Queued>>,
     /// Where blocking calls connect on their own thread; `None` sends them through the runtime.
-    direct_target: Option<DirectTarget>,
-    direct_pool: Mutex<Vec<DirectConnection>>,
-    /// The last failed direct connect: calls fail fast for [`RECONNECT_BACKOFF`] after it.
-    direct_failure: Mutex<Option<(Instant, Error)>>,
+    sync_target: Option<SyncTarget>,
+    sync_pool: Mutex<Vec<SyncConnection>>,
+    /// The last failed sync connect: calls fail fast for [`RECONNECT_BACKOFF`] after it.
+    sync_failure: Mutex<Option<(Instant, Error)>>,
 }
 
 /// A call waiting in [`Connections::queue`].
@@ -344,9 +344,9 @@ impl Connections {
             blocking_pool: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             queue: Mutex::new(Vec::new()),
-            direct_target: DirectTarget::for_config(config),
-            direct_pool: Mutex::new(Vec::new()),
-            direct_failure: Mutex::new(None),
+            sync_target: SyncTarget::for_config(config),
+            sync_pool: Mutex::new(Vec::new()),
+            sync_failure: Mutex::new(None),
         })
     }
 
@@ -489,8 +489,8 @@ impl Connections {
         std::mem::forget(std::mem::take(&mut *self.blocking_pool.lock()));
         std::mem::forget(std::mem::take(&mut *self.queue.lock()));
         // Not closed: a TLS close would write to the socket the parent still uses.
-        std::mem::forget(std::mem::take(&mut *self.direct_pool.lock()));
-        *self.direct_failure.lock() = None;
+        std::mem::forget(std::mem::take(&mut *self.sync_pool.lock()));
+        *self.sync_failure.lock() = None;
         self.in_flight.store(0, Ordering::Relaxed);
         self.pid.store(pid, Ordering::Relaxed);
     }
@@ -522,38 +522,38 @@ impl Connections {
         }
     }
 
-    /// A connection for the calling thread to drive itself (see [`super::direct`]), connected
+    /// A connection for the calling thread to drive itself (see [`super::sync_client`]), connected
     /// by `until` (the end of the call's `deadline`); `None` where blocking calls go through the
-    /// runtime instead (a cluster). Give it back with [`Self::give_back_direct`] after a call
+    /// runtime instead (a cluster). Give it back with [`Self::give_back_sync`] after a call
     /// that left it in a clean state.
     ///
     /// The connect has the rest of the call's deadline, not the connect timeout (which bounds
     /// background connects, that no caller waits for): a server that accepts and does not
     /// answer then ends the call with `Timeout` at its deadline, as it does once connected.
-    pub(crate) fn direct(&self, until: Instant, deadline: Duration) -> Result<Option<DirectConnection>> {
-        let Some(target) = &self.direct_target else { return Ok(None) };
+    pub(crate) fn sync_connection(&self, until: Instant, deadline: Duration) -> Result<Option<SyncConnection>> {
+        let Some(target) = &self.sync_target else { return Ok(None) };
         self.leave_parent_behind();
         loop {
-            let Some(mut conn) = self.direct_pool.lock().pop() else { break };
+            let Some(mut conn) = self.sync_pool.lock().pop() else { break };
             if conn.is_usable() {
                 return Ok(Some(conn));
             }
         }
-        if let Some((at, error)) = &*self.direct_failure.lock() {
+        if let Some((at, error)) = &*self.sync_failure.lock() {
             if at.elapsed() < RECONNECT_BACKOFF {
                 return Err(error.clone());
             }
         }
         match target.connect(until) {
             Ok(conn) => {
-                *self.direct_failure.lock() = None;
+                *self.sync_failure.lock() = None;
                 Ok(Some(conn))
             }
             // No back-off after a timeout: see [`Slot::last_failure`].
             Err(e) if scripts::is_timeout(&e) => Err(Error::redis_timeout(deadline)),
             Err(e) => {
                 let error = connect_failure(&e);
-                *self.direct_failure.lock() = Some((Instant::now(), error.clone()));
+                *self.sync_failure.lock() = Some((Instant::now(), error.clone()));
                 Err(error)
             }
         }
@@ -561,20 +561,20 @@ impl Connections {
 
     /// True when [`Self::connect_driven`] can connect: a plain standalone server.
     pub(crate) fn drivable(&self) -> bool {
-        self.direct_target.as_ref().is_some_and(DirectTarget::is_plain)
+        self.sync_target.as_ref().is_some_and(SyncTarget::is_plain)
     }
 
     /// A new connection, handshaken, for a caller that drives it itself (see
     /// [`crate::driven`]); `None` unless [`Self::drivable`].
     pub(crate) fn connect_driven(&self) -> Option<Result<std::net::TcpStream>> {
-        let target = self.direct_target.as_ref().filter(|t| t.is_plain())?;
-        let connected = target.connect(Instant::now() + self.connect_timeout).and_then(DirectConnection::into_plain);
+        let target = self.sync_target.as_ref().filter(|t| t.is_plain())?;
+        let connected = target.connect(Instant::now() + self.connect_timeout).and_then(SyncConnection::into_plain);
         Some(connected.map_err(|e| connect_failure(&e)))
     }
 
-    /// Returns a direct connection to the pool.
-    pub(crate) fn give_back_direct(&self, conn: DirectConnection) {
-        let mut pool = self.direct_pool.lock();
+    /// Returns a sync connection to the pool.
+    pub(crate) fn give_back_sync(&self, conn: SyncConnection) {
+        let mut pool = self.sync_pool.lock();
         if pool.len() < MAX_POOLED_DIRECT {
             pool.push(conn);
         }

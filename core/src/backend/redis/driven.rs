@@ -24,9 +24,9 @@ use super::resp::{frame_len, parse_frame};
 use super::scripts::{self, interpret, ScriptReply, MAX_BATCH};
 use super::{Connections, RedisBackend};
 use crate::decision::Decision;
+use crate::engine::script::LuaScript;
+use crate::engine::{Algorithm, Op, Outcome};
 use crate::error::{Error, Result};
-use crate::limiter::script::LuaScript;
-use crate::limiter::{Algorithm, Op, Outcome};
 use crate::limiter_handle::Limiter;
 use crate::live::Compiled;
 use crate::params::validate_key;
@@ -56,7 +56,7 @@ pub struct DrivenCall {
     /// The live override the call decides with, if any (see [`crate::Backend::set_limit`]).
     over: Option<Arc<Compiled>>,
     /// When the call was made, for the limiter's latency metrics.
-    started: std::time::Instant,
+    started: Instant,
 }
 
 impl Limiter {
@@ -98,7 +98,7 @@ impl Limiter {
             script: call.script,
             cmd: call.cmd,
             over,
-            started: std::time::Instant::now(),
+            started: Instant::now(),
         }))
     }
 }

@@ -7,11 +7,8 @@
 //!   prefixes are validated), and the role is a fixed token before the key, so the key is simply
 //!   the rest of the string.
 
+use crate::engine::Kind;
 use crate::error::{Error, Result};
-use crate::limiter::Kind;
-
-/// The default key prefix (namespace).
-pub const DEFAULT_PREFIX: &str = "rk";
 
 /// Checks a key prefix: 1..64 characters from `[A-Za-z0-9_.-]` (no `:`, `{` or `}`).
 pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {

@@ -15,8 +15,8 @@ use redis::Value;
 
 use super::connection::Conn;
 use super::RedisBackend;
+use crate::engine::{Kind, LimiterSpec};
 use crate::error::{Error, Result};
-use crate::limiter::{Kind, LimiterSpec};
 use crate::live::{client, LimiterInfo, OverrideTable};
 use crate::metrics::{from_values, Metrics, FIELDS};
 use crate::runtime::{forked_since, runtime};

@@ -4,13 +4,14 @@
 
 pub(crate) mod config;
 pub(crate) mod connection;
-pub(crate) mod direct;
 pub mod driven;
 pub(crate) mod keys;
 pub(crate) mod live;
+pub(crate) mod partitions;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+pub(crate) mod sync_client;
 mod views;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -25,11 +26,11 @@ use redis::Cmd;
 use super::memory::{MemoryBackend, MemoryConfig};
 use crate::clock::Clock;
 use crate::decision::{Decision, Lease};
+use crate::engine::concurrent::Concurrent;
+use crate::engine::pause;
+use crate::engine::script::LuaScript;
+use crate::engine::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
 use crate::error::{Error, Result};
-use crate::limiter::concurrent::Concurrent;
-use crate::limiter::pause;
-use crate::limiter::script::LuaScript;
-use crate::limiter::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
 use crate::live::Live;
 use crate::metrics::{Counter, LimiterMetrics, Metrics, FIELDS};
 use crate::params::validate_duration;
@@ -247,7 +248,7 @@ impl RedisBackend {
         &self,
         kind: Kind,
         name: &str,
-        spec: &crate::limiter::LimiterSpec,
+        spec: &crate::engine::LimiterSpec,
         allow_fallback: bool,
     ) -> Result<Failover> {
         if !allow_fallback {
@@ -293,7 +294,7 @@ impl RedisBackend {
     }
 
     /// The blocking form of [`Self::execute`]: the calling thread does the I/O itself where it
-    /// can (see [`direct`]).
+    /// can (see [`sync_client`]).
     pub(crate) fn execute_blocking(
         self: &Arc<Self>,
         kind: Kind,
@@ -490,7 +491,7 @@ impl RedisBackend {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.pause(*namespace, key, duration);
         }
-        let script: &'static LuaScript = &crate::limiter::pause::SCRIPT;
+        let script: &'static LuaScript = &pause::SCRIPT;
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let mut cmd = script.evalsha(1);
         cmd.arg(keys.key(pause::ROLE)).arg("pause");
@@ -702,7 +703,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::limiter::{LimiterSpec, SlidingLimit};
+    use crate::engine::{LimiterSpec, SlidingLimit};
 
     /// The keys a call passes (KEYS), as their roles' suffixes.
     fn keys_of(spec: LimiterSpec) -> Vec<String> {

@@ -1,5 +1,5 @@
 //! Host name resolution within a call's deadline, for connections the calling thread makes
-//! itself (see [`super::direct`]).
+//! itself (see [`super::sync_client`]).
 //!
 //! The system resolver (`getaddrinfo`) cannot be cancelled or given a timeout, and an
 //! unreachable DNS server holds it for seconds: a blocking call that resolved on its own thread

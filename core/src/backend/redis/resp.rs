@@ -1,4 +1,4 @@
-//! RESP framing for connections the library reads itself (direct and driven connections):
+//! RESP framing for connections the library reads itself (sync clients and driven connections):
 //! where a reply ends, and a fast path for the replies scripts give (arrays of integers),
 //! which skips the general parser.
 
@@ -10,7 +10,7 @@ use redis::{RedisResult, Value};
 const MAX_LENGTH: u64 = 1 << 32;
 
 /// The length of the first whole RESP2/RESP3 value in `buf`: `Ok(None)` while incomplete.
-pub(crate) fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, String> {
+pub(crate) fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
     let mut pos = 0usize;
     // Values still to read: nested aggregates add their elements.
     let mut pending = 1u64;
@@ -26,7 +26,7 @@ pub(crate) fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, String
         pos += 1 + line + 2;
         pending -= 1;
         // The announced length: `None` for a null (-1).
-        let length = || -> std::result::Result<Option<u64>, String> {
+        let length = || -> Result<Option<u64>, String> {
             let bad = || format!("bad length {:?}", String::from_utf8_lossy(header));
             match std::str::from_utf8(header).ok().and_then(|h| h.parse::<i64>().ok()).ok_or_else(bad)? {
                 -1 => Ok(None),

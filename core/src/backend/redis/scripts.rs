@@ -1,4 +1,4 @@
-//! How a call runs an engine's Lua script (see [`crate::limiter::script`]): EVALSHA; on NOSCRIPT, EVAL of the
+//! How a call runs an engine's Lua script (see [`crate::engine::script`]): EVALSHA; on NOSCRIPT, EVAL of the
 //! body (which also caches it again). A call is retried only on answers proving the script did
 //! not run (NOSCRIPT, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN), never after a
 //! lost reply: replaying a check could count it twice.
@@ -12,8 +12,8 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::connection::{Conn, Connections};
+use crate::engine::script::LuaScript;
 use crate::error::{Error, Result};
-use crate::limiter::script::LuaScript;
 use crate::runtime::block_on;
 
 /// The most calls one batch carries: a batch holds the server for all of them (a few µs each).
@@ -203,7 +203,7 @@ fn retry_pause(attempt: u32) -> Duration {
 }
 
 /// The blocking form of [`run_cmd`]: on a standalone server the calling thread sends the call on
-/// a direct connection of its own (see [`super::direct`]); on a cluster it waits for the
+/// a sync connection of its own (see [`super::sync_client`]); on a cluster it waits for the
 /// runtime to run [`run_cmd`].
 pub(crate) fn run_cmd_blocking(
     connections: &Arc<Connections>,
@@ -214,7 +214,7 @@ pub(crate) fn run_cmd_blocking(
 ) -> Result<Vec<i64>> {
     let until = std::time::Instant::now() + deadline;
     let timed_out = || Error::redis_timeout(deadline);
-    let Some(mut conn) = connections.direct(until, deadline)? else {
+    let Some(mut conn) = connections.sync_connection(until, deadline)? else {
         return block_on(run_cmd(connections, deadline, script, evalsha, sent));
     };
     sent.store(true, Ordering::Relaxed);
@@ -229,14 +229,14 @@ pub(crate) fn run_cmd_blocking(
         };
         match reply {
             Ok(values) => {
-                connections.give_back_direct(conn);
+                connections.give_back_sync(conn);
                 return Ok(values);
             }
             Err(e) if retry_again(&e) => {
                 let left = until.saturating_duration_since(std::time::Instant::now());
                 std::thread::sleep(retry_pause(attempt).min(left));
                 if std::time::Instant::now() >= until {
-                    connections.give_back_direct(conn);
+                    connections.give_back_sync(conn);
                     return Err(timed_out());
                 }
             }
@@ -246,7 +246,7 @@ pub(crate) fn run_cmd_blocking(
                 // Only a server's error reply leaves the connection between replies; one from a
                 // demoted server is dropped, so that the next call reconnects.
                 if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) && !demoted(&e) {
-                    connections.give_back_direct(conn);
+                    connections.give_back_sync(conn);
                 }
                 return Err(redis_failure(&e));
             }
@@ -328,6 +328,6 @@ pub(crate) fn interpret(value: Value) -> ScriptReply {
 }
 
 /// A script's reply as an array of integers, or the error it carries.
-fn parse(value: redis::Value) -> redis::RedisResult<Vec<i64>> {
+fn parse(value: Value) -> redis::RedisResult<Vec<i64>> {
     Ok(redis::from_redis_value(value.extract_error()?)?)
 }

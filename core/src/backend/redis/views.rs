@@ -12,9 +12,9 @@ use redis::Value;
 use super::connection::Conn;
 use super::keys::KeyBuilder;
 use super::{scripts, RedisBackend};
+use crate::engine::concurrent::holder_view;
+use crate::engine::Kind;
 use crate::error::{Error, Result};
-use crate::limiter::concurrent::holder_view;
-use crate::limiter::Kind;
 use crate::views::{ConcurrentUse, MinuteCounts, HISTORY_MINUTES, MAX_HOLDERS_SHOWN, MAX_SCANNED_PER_MASTER};
 
 /// `{now, held, waiters, then (lease id, expiry, 'token granted_at' or '') per holder}`, all as

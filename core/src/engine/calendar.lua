@@ -1,0 +1,48 @@
+-- Calendar quotas: `limit` per calendar period (day, ISO week, anchored month, year) in a time
+-- zone. Mirrors core/src/engine/calendar.rs: this script picks the period containing the
+-- server's instant among the ones the client computed, records an admitted call, and returns
+-- what the rule reads; the caller replays the rule on it to build the decision.
+-- KEYS[1]  a HASH: `e` the end (µs) of the period counted, `c` its count
+-- ARGV[1]  'check' | 'peek'
+-- ARGV[2]  now in microseconds, or '' to use the server's TIME
+-- ARGV[3]  cost
+-- ARGV[4]  limit
+-- ARGV[5..8]  four consecutive period boundaries b0 < b1 < b2 < b3 (µs) computed by the client
+--          around its own instant: the previous, current and next periods are [b0, b1),
+--          [b1, b2) and [b2, b3), so a client clock that is off by less than a period (either
+--          way) still names the server's period exactly.
+-- Returns {now, end of the period containing now, count in it before this call}, or an error
+-- when the server's instant is in none of the three periods.
+-- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
+
+local h = KEYS[1]
+local now = now_us(ARGV)
+local commit = ARGV[1] == 'check'
+local cost, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local fmt = function(x) return string.format('%d', x) end
+
+local ends
+for i = 5, 7 do
+  if now >= tonumber(ARGV[i]) and now < tonumber(ARGV[i + 1]) then ends = tonumber(ARGV[i + 1]) end
+end
+if not ends then
+  return redis.error_reply('ERR ratekeeper calendar: the server clock is more than a period away from the client clock')
+end
+
+local got = redis.call('HMGET', h, 'e', 'c')
+local count = 0
+if tonumber(got[1]) == ends then count = tonumber(got[2]) end
+
+-- Cost 0 is always admitted, even above the limit (a same-named limiter may be larger).
+local asked = commit and cost or 1
+local allowed = asked == 0 or asked <= limit - count
+if allowed and commit and cost > 0 then
+  if count > 0 then
+    redis.call('HINCRBY', h, 'c', ARGV[3])
+  else
+    redis.call('HSET', h, 'e', fmt(ends), 'c', ARGV[3])
+    -- The count is worthless once its period ends; one second of slack (see gcra.lua).
+    redis.call('PEXPIRE', h, fmt(math.ceil((ends - now) / 1000) + 1000))
+  end
+end
+return {now, ends, count}

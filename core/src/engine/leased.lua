@@ -1,0 +1,112 @@
+-- Leased token bucket: a process takes tokens from the shared GCRA bucket in chunks (leases)
+-- and spends them in-process; unspent tokens come back exactly once, or lapse with the lease.
+-- The rule is core/src/engine/leased.rs; the bucket's state is gcra.lua's (same format).
+-- KEYS[1]  the theoretical arrival time (TAT), as in gcra.lua
+-- KEYS[2]  the live leases: a hash lease id -> '<granted>:<T>:<ns per tick>:<lapses at, µs>',
+--          the price of the lease's tokens kept with it (see the give-back below)
+-- ARGV[1]  'check' (take) | 'peek' | 'return'
+-- ARGV[2]  now in microseconds, or '' to use the server's TIME
+-- ARGV[3]  nanoseconds per tick; ARGV[4] T (ticks per token); ARGV[5] tau = capacity * T;
+-- ARGV[6]  max_ahead; ARGV[7] capacity
+-- ARGV[8]  cost: tokens the call needs now (0 for peek and return)
+-- ARGV[9]  want: tokens the lease asks for in all (at least cost)
+-- ARGV[10] the new lease's id (take; '0': a plain check, which keeps no lease)
+-- ARGV[11] the id of a lease to give tokens back to ('0': none); ARGV[12] how many
+-- ARGV[13] lease TTL in milliseconds
+-- Returns {allowed, capacity, remaining, retry_us, reset_us, now, granted}.
+-- A give-back deletes the lease's entry, so a second one (a retried call whose first reply
+-- was lost) gives nothing back, and it never gives back more than the lease was granted. A
+-- grant takes at most half of what is available (but always the cost), so that one process
+-- never holds everything.
+
+local now = now_us(ARGV)
+local tick, T, tau, max_ahead = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local capacity, cost, want = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local lease_ms = tonumber(ARGV[13])
+local per = 1000 / tick
+
+local tat_us, tat_ns = 0, 0
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local dot = string.find(raw, '.', 1, true)
+  if dot then
+    tat_us = tonumber(string.sub(raw, 1, dot - 1))
+    tat_ns = tonumber(string.sub(raw, dot + 1))
+  else
+    tat_us = tonumber(raw)
+  end
+end
+local used = 0
+if tat_us >= now then
+  used = (tat_us - now) * per
+  if used >= max_ahead then
+    used = max_ahead
+  else
+    used = math.min(used + math.floor(tat_ns / tick), max_ahead)
+  end
+end
+local before = used
+local op = ARGV[1]
+
+if op ~= 'peek' and ARGV[11] ~= '0' then
+  local held = redis.call('HGET', KEYS[2], ARGV[11])
+  if held then
+    redis.call('HDEL', KEYS[2], ARGV[11])
+    local granted, lease_T, lease_tick = string.match(held, '^(%d+):(%d+):(%d+):')
+    if not granted then
+      -- An entry written before leases kept their price: '<granted>:<lapses at>'.
+      granted, lease_T, lease_tick = string.match(held, '^(%d+)'), T, tick
+    end
+    local back = math.min(tonumber(ARGV[12]), tonumber(granted))
+    -- Priced as the lease was granted, not by this call's spec: after a live change of rate a
+    -- give-back returns exactly the time its tokens took (in this call's ticks, rounded down:
+    -- never more than was taken).
+    used = math.max(used - math.floor(back * tonumber(lease_T) * tonumber(lease_tick) / tick), 0)
+  end
+end
+
+local allowed, retry_us, granted = 1, 0, 0
+if op == 'check' or op == 'peek' then
+  local need = cost
+  if op == 'peek' then need = 1 end
+  if need * T > tau - used then
+    allowed = 0
+    retry_us = math.ceil((need * T - (tau - used)) / per)
+  elseif op == 'check' then
+    local available = math.floor((tau - used) / T)
+    granted = math.min(available, math.max(cost, math.min(want, math.ceil(available / 2))))
+    used = used + granted * T
+    if ARGV[10] ~= '0' then
+      redis.call('HSET', KEYS[2], ARGV[10], string.format('%d:%d:%d:%d', granted, T, tick, now + lease_ms * 1000))
+      redis.call('PEXPIRE', KEYS[2], lease_ms + 1000)
+    end
+    -- Entries of processes that died holding a lease: dropped once lapsed.
+    if redis.call('HLEN', KEYS[2]) > 64 then
+      local all = redis.call('HGETALL', KEYS[2])
+      for i = 1, #all, 2 do
+        local lapses = tonumber(string.match(all[i + 1], ':(%d+)$'))
+        if lapses < now then redis.call('HDEL', KEYS[2], all[i]) end
+      end
+    end
+  end
+end
+
+if used ~= before then
+  if used > 0 then
+    local rest = math.fmod(used, per)
+    local new_us = now + (used - rest) / per
+    local ttl_ms = math.ceil((used - rest) / per / 1000) + 1001
+    local value
+    if rest == 0 then
+      value = string.format('%d', new_us)
+    else
+      value = string.format('%d.%03d', new_us, rest * tick)
+    end
+    redis.call('SET', KEYS[1], value, 'PX', string.format('%d', ttl_ms))
+  else
+    redis.call('DEL', KEYS[1])
+  end
+end
+local remaining = 0
+if used < tau then remaining = math.floor((tau - used) / T) end
+return {allowed, capacity, remaining, retry_us, math.ceil(used / per), now, granted}

@@ -1,0 +1,125 @@
+//! The leased token bucket: the token bucket of [`Gcra`], whose tokens a process takes from
+//! Redis in chunks (leases) and spends in-process (see `crate::limiter_handle::leased`).
+//!
+//! In memory (the memory backend, and the fallback of the `fallback` policy) it is exactly the
+//! token bucket: a take is a check of its cost and a give-back changes nothing. On Redis,
+//! `leased.lua` takes up to a lease's worth of tokens from the shared bucket in one atomic call
+//! and gives unspent ones back exactly once per lease.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Cmd;
+
+use super::contract::{not_applicable, DecisionReply, Engine, Op, Outcome};
+use super::gcra::{Gcra, GcraState};
+use super::script::LuaScript;
+use crate::error::{Error, Result};
+use crate::params::{micros, validate_count, validate_duration};
+
+/// How many chunks a full bucket holds when the spec leaves `chunk` out.
+const DEFAULT_CHUNKS_PER_CAPACITY: u64 = 16;
+
+/// A compiled leased token bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Leased {
+    /// The shared bucket.
+    pub gcra: Gcra,
+    /// The most tokens one lease asks for.
+    pub chunk: u64,
+    /// How long a lease's tokens may be spent (µs).
+    pub lease_us: u64,
+}
+
+impl Leased {
+    /// Compiles `leased(rate, capacity, chunk, lease_ttl)`, naming the bad parameter.
+    pub(crate) fn compile(rate: f64, capacity: u64, chunk: Option<u64>, lease_ttl: Duration) -> Result<Leased> {
+        let gcra = Gcra::token_bucket(rate, capacity)?;
+        let chunk = match chunk {
+            None => Leased::default_chunk(capacity),
+            Some(chunk) => {
+                let chunk = validate_count("chunk", chunk)?;
+                if chunk > capacity {
+                    return Err(Error::invalid(
+                        "chunk",
+                        format!("{chunk} exceeds the capacity of {capacity}; a lease never holds more than the bucket"),
+                    ));
+                }
+                chunk
+            }
+        };
+        let lease_ttl = validate_duration("lease_ttl", lease_ttl)?;
+        if lease_ttl < Duration::from_millis(1) {
+            return Err(Error::invalid("lease_ttl", format!("must be at least 1 ms, got {lease_ttl:?}")));
+        }
+        Ok(Leased { gcra, chunk, lease_us: micros(lease_ttl) })
+    }
+
+    /// The default chunk of a bucket of `capacity` (see [`Leased::compile`]).
+    pub(crate) fn default_chunk(capacity: u64) -> u64 {
+        capacity.div_ceil(DEFAULT_CHUNKS_PER_CAPACITY).max(1)
+    }
+}
+
+/// `leased.lua`.
+pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("leased", include_str!("leased.lua")));
+
+impl Engine for Leased {
+    type State = GcraState;
+
+    /// The token bucket: a take admits exactly its cost (no lease is kept in memory), a
+    /// give-back reads as a peek.
+    #[inline]
+    fn apply(&self, tat: &mut GcraState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
+        let mut outcome = match op {
+            Op::Take { cost, .. } => {
+                self.gcra.apply(tat, now, Op::Check { cost, lease_id: 0, waiter: None }, changed)?
+            }
+            Op::GiveBack { .. } => self.gcra.apply(tat, now, Op::Peek, changed)?,
+            Op::Check { .. } | Op::Peek => self.gcra.apply(tat, now, op, changed)?,
+            _ => return Err(not_applicable(op, self)),
+        };
+        if let (Op::Take { cost, .. }, true) = (op, outcome.decision.allowed) {
+            outcome.granted = cost;
+        }
+        Ok(outcome)
+    }
+
+    fn expires_at(&self, tat: &GcraState) -> u64 {
+        self.gcra.expires_at(tat)
+    }
+
+    fn script(&self) -> Option<&'static LuaScript> {
+        Some(&SCRIPT)
+    }
+
+    fn keys(&self, _op: Op) -> &'static [&'static str] {
+        &["s", "l"]
+    }
+
+    fn state_keys(&self) -> &'static [&'static str] {
+        &["s", "l"]
+    }
+
+    /// `tick_ns T tau max_ahead capacity cost want lease_id back_id back lease_ms`; a plain
+    /// check is a take of exactly its cost that keeps no lease open.
+    fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
+        let (cost, want, lease_id, back_id, back) = match op {
+            Op::Take { cost, want, lease_id, back_id, back } => (cost, want.max(cost), lease_id, back_id, back),
+            Op::Check { cost, .. } => (cost, cost, 0, 0, 0),
+            Op::GiveBack { lease_id, tokens } => (0, 0, 0, lease_id, tokens),
+            Op::Peek => (0, 0, 0, 0, 0),
+            _ => return Err(not_applicable(op, self)),
+        };
+        let g = &self.gcra;
+        cmd.arg(g.tick_ns).arg(g.emission).arg(g.tau).arg(g.max_ahead).arg(g.capacity);
+        cmd.arg(cost).arg(want).arg(lease_id).arg(back_id).arg(back).arg(self.lease_us.div_ceil(1000));
+        Ok(())
+    }
+
+    fn decode(&self, _op: Op, reply: &[i64]) -> Result<Outcome> {
+        let (r, rest) = DecisionReply::read("leased", reply)?;
+        let granted = rest.first().map_or(0, |g| (*g).max(0) as u64);
+        Ok(Outcome { granted, ..Outcome::of(r.decision()) })
+    }
+}

@@ -1,0 +1,132 @@
+-- The exact sliding window (single and multi-window). Mirrors core/src/engine/log.rs.
+-- KEYS[1]  a ZSET of admissions: score = admission instant (µs), member = the cumulative cost up
+--          to and including it, zero-padded to 16 digits so that members with equal scores sort
+--          in admission order; cumulative sums make any window's count one subtraction
+-- KEYS[2]  the cumulative cost of the admissions already dropped (string)
+-- KEYS[3]  `<longest>:<fingerprint>` (string): the longest interval of any configuration that
+--          used the log, and the fingerprint of the one that recorded last. Limiters of one name
+--          share the log whatever their windows; entries are kept for that longest interval, so
+--          a shorter window never deletes what a longer one counts, and keys' TTLs cover it.
+-- ARGV[1]  'check' | 'peek'
+-- ARGV[2]  now in microseconds, or '' to use the server's TIME
+-- ARGV[3]  cost
+-- ARGV[4]  longest interval (µs) of this configuration
+-- ARGV[5]  this configuration's fingerprint
+-- ARGV[6]  number of windows, then for each: limit, interval_us
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, now_us, mismatch} and, for
+-- several windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window
+-- appended; mismatch is 1 when another configuration recorded last.
+
+local log, dropped_key, seen_key = KEYS[1], KEYS[2], KEYS[3]
+local commit = ARGV[1] == 'check'
+local now = now_us(ARGV)
+local cost = tonumber(ARGV[3])
+local asked = commit and cost or 1
+local n = tonumber(ARGV[6])
+local fingerprint = ARGV[5]
+local seen_longest, seen_cfg = string.match(redis.call('GET', seen_key) or '', '^(%d+):(%d+)$')
+local mismatch = (seen_cfg and seen_cfg ~= fingerprint) and 1 or 0
+local longest = math.max(tonumber(ARGV[4]), tonumber(seen_longest or '0'))
+local fmt = function(x) return string.format('%d', x) end
+local member = function(cum) return string.format('%016d', cum) end
+local MAX_CUM = 9007199254740992 -- 2^53: beyond it doubles lose units
+
+-- The cumulative cost of the newest admission at or before `instant`, or of the dropped prefix.
+local dropped = tonumber(redis.call('GET', dropped_key) or '0')
+local function cum_at_or_before(instant)
+  local last = redis.call('ZREVRANGEBYSCORE', log, fmt(instant), '-inf', 'LIMIT', 0, 1)
+  if last[1] then return tonumber(last[1]) end
+  return dropped
+end
+
+-- Forget admissions older than the longest window.
+local trimmed = false
+if now >= longest then
+  local cutoff = now - longest
+  local gone = cum_at_or_before(cutoff)
+  if gone ~= dropped then
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt(cutoff))
+    dropped = gone
+    trimmed = true
+  end
+end
+
+local function last_cum()
+  local newest = redis.call('ZREVRANGE', log, 0, 0)
+  if newest[1] then return tonumber(newest[1]) end
+  return dropped
+end
+
+-- Cumulative sums only grow; rebase them on the rare day they would leave exact doubles.
+if commit and last_cum() + cost > MAX_CUM then
+  local entries = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
+  redis.call('DEL', log)
+  for i = 1, #entries, 2 do
+    redis.call('ZADD', log, entries[i + 1], member(tonumber(entries[i]) - dropped))
+  end
+  dropped = 0
+  trimmed = true
+end
+
+local function window_count(interval)
+  local before = (now >= interval) and cum_at_or_before(now - interval) or dropped
+  return last_cum() - before, before
+end
+
+local allowed = true
+for i = 1, n do
+  local limit, interval = tonumber(ARGV[5 + 2 * i]), tonumber(ARGV[6 + 2 * i])
+  -- Cost 0 is always admitted, even above a limit (a same-named limiter may be larger).
+  -- (Compared by subtraction: `count + asked` may pass 2^53, where doubles round.)
+  if asked > 0 and asked > limit - window_count(interval) then allowed = false end
+end
+
+local record = allowed and commit and cost > 0
+if record then
+  redis.call('ZADD', log, fmt(now), member(last_cum() + cost))
+end
+if record or trimmed then
+  -- One second of slack: see gcra.lua.
+  local ttl = fmt(math.ceil(longest / 1000) + 1000)
+  redis.call('PEXPIRE', log, ttl)
+  redis.call('SET', dropped_key, fmt(dropped), 'PX', ttl)
+  redis.call('SET', seen_key, fmt(longest) .. ':' .. ((record or not seen_cfg) and fingerprint or seen_cfg), 'PX', ttl)
+end
+
+local newest = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
+local newest_at = newest[2] and tonumber(newest[2])
+local best_remaining, best_limit, retry, reset = nil, 0, 0, 0
+local details = {}
+for i = 1, n do
+  local limit, interval = tonumber(ARGV[5 + 2 * i]), tonumber(ARGV[6 + 2 * i])
+  local count, before = window_count(interval)
+  local over = asked - (limit - count)
+  local w_retry = 0
+  if not allowed and over > 0 then
+    -- Binary search by rank for the first admission whose departure frees enough.
+    local target = before + over
+    local lo = (now >= interval) and redis.call('ZCOUNT', log, '-inf', fmt(now - interval)) or 0
+    local hi = redis.call('ZCARD', log) - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if tonumber(redis.call('ZRANGE', log, mid, mid)[1]) >= target then hi = mid else lo = mid + 1 end
+    end
+    local found = redis.call('ZRANGE', log, lo, lo, 'WITHSCORES')
+    w_retry = tonumber(found[2]) + interval - now
+  end
+  local w_reset = 0
+  if count > 0 then w_reset = newest_at + interval - now end
+  local remaining = math.max(limit - count, 0)
+  if best_remaining == nil or remaining < best_remaining then
+    best_remaining, best_limit = remaining, limit
+  end
+  retry = math.max(retry, w_retry)
+  reset = math.max(reset, w_reset)
+  if n > 1 then
+    for _, v in ipairs({interval, limit, remaining, w_retry, w_reset}) do details[#details + 1] = v end
+  end
+end
+
+local reply = {allowed and 1 or 0, best_limit, best_remaining, allowed and 0 or retry, reset, now, mismatch}
+for _, v in ipairs(details) do reply[#reply + 1] = v end
+return reply

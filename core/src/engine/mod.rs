@@ -1,0 +1,229 @@
+//! The limiter catalogue: each algorithm written once as a pure function of
+//! (parameters, state, now). The memory backend runs it on its state; on Redis, the GCRA and
+//! sliding-window scripts apply its write and return the state they read, and the decision is
+//! this function replayed on that state (the exact sliding window's script mirrors its rule).
+//!
+//! Each engine is one file (with its Lua script beside it) implementing [`Engine`]: its rule
+//! in memory, its Redis call and the reading of its reply, and the names of its keys.
+//! - [`gcra`]: token bucket, leaky bucket and points (one GCRA engine, O(1) state);
+//! - [`leased`]: the token bucket spent from leases taken from Redis in chunks;
+//! - [`sliding`]: fixed buckets and Carlson's sliding windows with sub-buckets;
+//! - [`log`]: the exact sliding window (single and multi-window);
+//! - [`concurrent`]: leases with fencing tokens;
+//! - [`calendar`]: quotas per calendar day, week, month or year in a time zone;
+//! - [`unlimited`]: always allows.
+//!
+//! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
+
+pub(crate) mod calendar;
+pub(crate) mod calendar_period;
+pub(crate) mod concurrent;
+pub(crate) mod contract;
+pub mod gcra;
+pub(crate) mod leased;
+pub(crate) mod log;
+pub(crate) mod partitions;
+pub(crate) mod pause;
+pub(crate) mod script;
+pub(crate) mod sliding;
+pub(crate) mod spec;
+pub(crate) mod spec_json;
+pub(crate) mod unlimited;
+
+use std::time::Duration;
+
+use redis::Cmd;
+
+use crate::decision::{Decision, LimitStatus};
+use crate::error::{Error, Result};
+pub use calendar_period::CalendarPeriod;
+pub(crate) use contract::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
+use script::LuaScript;
+pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
+pub use spec_json::LimiterConfig;
+
+/// A compiled limiter: integer microseconds, ready to evaluate.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Algorithm {
+    Gcra(gcra::Gcra),
+    Leased(leased::Leased),
+    Sliding(sliding::Sliding),
+    Log(log::Log),
+    Concurrent(concurrent::Concurrent),
+    Calendar(calendar::Calendar),
+    Partitions(partitions::Partitions),
+    Unlimited,
+}
+
+/// Runs `$body` with `$e` bound to the engine of `$algorithm`: the one dispatch from a
+/// compiled limiter to its engine.
+macro_rules! with_engine {
+    ($algorithm:expr, $e:ident => $body:expr) => {
+        match $algorithm {
+            Algorithm::Gcra($e) => $body,
+            Algorithm::Leased($e) => $body,
+            Algorithm::Sliding($e) => $body,
+            Algorithm::Log($e) => $body,
+            Algorithm::Concurrent($e) => $body,
+            Algorithm::Calendar($e) => $body,
+            Algorithm::Partitions($e) => $body,
+            Algorithm::Unlimited => {
+                let $e = &unlimited::Unlimited;
+                $body
+            }
+        }
+    };
+}
+
+/// The Redis side of [`Engine`], for whichever engine the limiter compiled to.
+impl Algorithm {
+    /// See [`Engine::script`].
+    pub(crate) fn script(&self) -> Option<&'static LuaScript> {
+        with_engine!(self, e => e.script())
+    }
+
+    /// See [`Engine::keys`].
+    pub(crate) fn keys(&self, op: Op) -> &'static [&'static str] {
+        with_engine!(self, e => e.keys(op))
+    }
+
+    /// See [`Engine::state_keys`].
+    pub(crate) fn state_keys(&self) -> &'static [&'static str] {
+        with_engine!(self, e => e.state_keys())
+    }
+
+    /// See [`Engine::encode`].
+    #[inline]
+    pub(crate) fn encode(&self, op: Op, now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
+        with_engine!(self, e => e.encode(op, now, cmd))
+    }
+
+    /// See [`Engine::decode`].
+    pub(crate) fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
+        with_engine!(self, e => e.decode(op, reply))
+    }
+
+    /// See [`Engine::wake_list`].
+    pub(crate) fn wake_list(&self) -> Option<WakeList> {
+        with_engine!(self, e => e.wake_list())
+    }
+}
+
+impl Algorithm {
+    /// The most a single call may cost: the burst, the smallest limit, or the slot count.
+    pub(crate) fn capacity(&self) -> u64 {
+        match self {
+            Algorithm::Gcra(g) | Algorithm::Leased(leased::Leased { gcra: g, .. }) => g.capacity,
+            Algorithm::Sliding(s) => s.smallest_limit(),
+            Algorithm::Log(l) => l.smallest_limit(),
+            Algorithm::Concurrent(c) => c.limit,
+            Algorithm::Calendar(c) => c.limit,
+            Algorithm::Partitions(p) => p.max_cost(),
+            Algorithm::Unlimited => crate::params::MAX_COUNT,
+        }
+    }
+
+    /// Rejects a cost that no amount of waiting could admit, naming `cost`.
+    #[inline]
+    pub(crate) fn validate_cost(&self, cost: u64) -> Result<()> {
+        let capacity = match self {
+            Algorithm::Concurrent(_) => {
+                return if cost == 1 {
+                    Ok(())
+                } else {
+                    Err(Error::invalid(
+                        "cost",
+                        format!("a concurrent limiter grants one slot per call; cost must be 1, got {cost}"),
+                    ))
+                };
+            }
+            Algorithm::Unlimited => return Ok(()),
+            other => other.capacity(),
+        };
+        if cost > capacity {
+            return Err(Error::invalid(
+                "cost",
+                format!("{cost} exceeds the limiter's capacity of {capacity}; it could never be admitted"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Identifies a configuration of a counting limiter among others of the same name (FNV-1a over
+/// its parameters; never 0, which stands for "none" in stored state). Stable across processes
+/// and versions, so that every process of a fleet computes the same one.
+pub(crate) fn fingerprint(values: impl IntoIterator<Item = u64>) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for value in values {
+        for byte in value.to_le_bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    // At most 2^53 - 1, so that a Lua script reads and writes it exactly as a number.
+    (hash & ((1 << 53) - 1)).max(1)
+}
+
+/// A single-limit decision from microsecond figures.
+pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64, reset_us: u64) -> Decision {
+    Decision {
+        allowed,
+        limit,
+        remaining,
+        retry_after: if allowed { Duration::ZERO } else { Duration::from_micros(retry_us) },
+        reset_after: Duration::from_micros(reset_us),
+        lease: None,
+        decided_at_micros: 0,
+        limits: None,
+    }
+}
+
+/// Folds per-limit figures of a multi-limit check into one decision: the binding limit is the
+/// one with the least remaining (first on ties), `retry_after` and `reset_after` the largest.
+pub(crate) struct Combine {
+    limit: u64,
+    remaining: u64,
+    retry_us: u64,
+    reset_us: u64,
+    details: Option<Vec<LimitStatus>>,
+}
+
+impl Combine {
+    /// An empty fold; `multi` keeps per-limit details (only multi-limit limiters pay for them).
+    pub(crate) fn new(multi: bool, capacity: usize) -> Self {
+        Combine {
+            limit: 0,
+            remaining: u64::MAX,
+            retry_us: 0,
+            reset_us: 0,
+            details: multi.then(|| Vec::with_capacity(capacity)),
+        }
+    }
+
+    /// Adds one limit's figures.
+    pub(crate) fn push(&mut self, window_us: u64, limit: u64, remaining: u64, retry_us: u64, reset_us: u64) {
+        if remaining < self.remaining {
+            self.remaining = remaining;
+            self.limit = limit;
+        }
+        self.retry_us = self.retry_us.max(retry_us);
+        self.reset_us = self.reset_us.max(reset_us);
+        if let Some(details) = &mut self.details {
+            details.push(LimitStatus {
+                window: Duration::from_micros(window_us),
+                limit,
+                remaining,
+                retry_after: Duration::from_micros(retry_us),
+                reset_after: Duration::from_micros(reset_us),
+            });
+        }
+    }
+
+    /// The combined decision.
+    pub(crate) fn finish(self, allowed: bool) -> Decision {
+        let mut d = decision(allowed, self.limit, self.remaining, self.retry_us, self.reset_us);
+        d.limits = self.details.map(Vec::into_boxed_slice);
+        d
+    }
+}

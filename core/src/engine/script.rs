@@ -1,0 +1,145 @@
+//! The Lua scripts of the engines and the calling convention they share: each engine's `.lua`
+//! file runs inside one wrapper that accepts a single call or a batch of calls.
+
+use std::sync::LazyLock;
+
+use redis::{Cmd, Script};
+
+/// A Lua script: its text (an engine's `.lua` file inside [`BATCH_WRAPPER`]), and the SHA1 that
+/// EVALSHA names it by.
+pub(crate) struct LuaScript {
+    /// A short name (the engine's), for tools.
+    pub name: &'static str,
+    /// The text loaded into Redis.
+    pub body: String,
+    /// What EVALSHA names it by.
+    pub sha1: String,
+}
+
+/// Every engine's script runs inside this wrapper, which makes it callable two ways:
+/// - one call: `EVALSHA sha <n> keys… args…`, exactly as the `.lua` file documents;
+/// - a batch of calls (see the Redis backend's `scripts::batch`): `EVALSHA sha <all keys> keys… 'batch' <n> (<keys_i>
+///   <args_i>)… args…`, or `… 'batch-same' <n> <keys> <args> args…` when every call has the
+///   same number of keys and of arguments (the usual case: one shape written once costs the
+///   server less), answered with one reply per call. The calls run one after the other,
+///   each exactly as if alone (each reads the server's TIME itself, so every decision keeps its
+///   own instant), and each call's error is its own: the others are still answered.
+///
+/// A batch costs the server one script invocation, one command parse and one reply write
+/// instead of one per call; what that saves is measured in the README (Benchmarks: "Figures
+/// behind design choices").
+///
+/// Every call also passes through the pause check ([`PAUSE_PRELUDE`]), written once here for
+/// every engine, and every script reads "now" through the one helper [`NOW_US`].
+const BATCH_WRAPPER: &str = r#"
+__NOW__
+local function run(KEYS, ARGV)
+__PAUSE__
+__BODY__
+end
+local same = ARGV[1] == 'batch-same'
+if ARGV[1] ~= 'batch' and not same then return run(KEYS, ARGV) end
+local n = tonumber(ARGV[2])
+local replies = {}
+local key_count, arg_count = tonumber(ARGV[3]), tonumber(ARGV[4])
+local k, a = 1, same and 5 or 2 * n + 3
+for i = 1, n do
+  if not same then key_count, arg_count = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i]) end
+  local keys, args = {}, {}
+  for j = 1, key_count do keys[j] = KEYS[k]; k = k + 1 end
+  for j = 1, arg_count do args[j] = ARGV[a]; a = a + 1 end
+  local ok, reply = pcall(run, keys, args)
+  if ok then
+    replies[i] = reply
+  elseif type(reply) == 'table' and reply.err then
+    replies[i] = reply
+  else
+    replies[i] = redis.error_reply(tostring(reply))
+  end
+end
+return replies
+"#;
+
+/// The one way a script reads "now" (µs): the caller's instant in ARGV[2] (a manual clock), or
+/// else the Redis server's TIME, so that client clocks never matter. Every engine's `.lua`
+/// calls `now_us(ARGV)`.
+const NOW_US: &str = r#"
+local function now_us(ARGV)
+  if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+"#;
+
+/// The pause check every engine's script starts with (see `Limiter::pause`). A check or peek
+/// passes one key more than its engine's own, last in KEYS: the pause key of the same identity
+/// (same hash tag, so the same Cluster slot). It is taken off KEYS before the engine's body
+/// runs, so engines index their keys exactly as their `.lua` files document. While the pause
+/// key holds an instant (µs) after now, the call is answered `{-1, remaining µs, now}` (no
+/// engine's reply starts with -1) and the engine's body does not run: a paused refusal reads
+/// and writes nothing else. Unpaused, the cost is one GET of a missing key; `now` (ARGV[2], or
+/// the server's TIME) is read only when a pause exists.
+const PAUSE_PRELUDE: &str = r#"
+if ARGV[1] == 'check' or ARGV[1] == 'peek' then
+  local paused_until = redis.call('GET', table.remove(KEYS))
+  if paused_until then
+    local now = now_us(ARGV)
+    paused_until = tonumber(paused_until)
+    if paused_until and paused_until > now then return {-1, paused_until - now, now} end
+  end
+end
+"#;
+
+impl LuaScript {
+    /// The script `name` whose body is `engine` (an engine's `.lua` file).
+    pub(crate) fn new(name: &'static str, engine: &'static str) -> Self {
+        let body = BATCH_WRAPPER
+            .replacen("__NOW__", NOW_US, 1)
+            .replacen("__PAUSE__", PAUSE_PRELUDE, 1)
+            .replacen("__BODY__", engine, 1);
+        let sha1 = Script::new(&body).get_hash().to_owned();
+        LuaScript { name, body, sha1 }
+    }
+}
+
+impl LuaScript {
+    /// `EVALSHA <sha1> <keys>`, sized for a short call: append the `keys` keys, then ARGV, with
+    /// [`Cmd::arg`] (numbers are written in decimal without an intermediate `String`).
+    pub(crate) fn evalsha(&self, keys: usize) -> Cmd {
+        let mut cmd = Cmd::with_capacity(16, 160);
+        cmd.arg("EVALSHA").arg(self.sha1.as_bytes()).arg(keys);
+        cmd
+    }
+
+    /// The EVAL equivalent of `evalsha` (same keys and arguments), for a server that does not
+    /// have the script cached.
+    pub(crate) fn eval_of(&self, evalsha: &Cmd) -> Cmd {
+        let mut cmd = Cmd::with_capacity(16, self.body.len() + 160);
+        cmd.arg("EVAL").arg(self.body.as_bytes());
+        for arg in evalsha.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
+    }
+}
+
+/// Every engine's script, for tools and benchmarks.
+fn all() -> [&'static LazyLock<LuaScript>; 8] {
+    [
+        &super::pause::SCRIPT,
+        &super::gcra::SCRIPT,
+        &super::leased::SCRIPT,
+        &super::sliding::SCRIPT,
+        &super::log::SCRIPT,
+        &super::concurrent::SCRIPT,
+        &super::calendar::SCRIPT,
+        &crate::engine::partitions::SCRIPT,
+    ]
+}
+
+/// Every script as (name, text as loaded into Redis), for tools and benchmarks.
+pub fn sources() -> Vec<(&'static str, &'static str)> {
+    all().iter().map(|s| (s.name, s.body.as_str())).collect()
+}

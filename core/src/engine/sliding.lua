@@ -1,0 +1,207 @@
+-- Counters over sub-buckets (Carlson's sliding window); also the fixed-window `bucket` limiter.
+-- The rule is core/src/engine/sliding.rs: this script drops blocks that stopped counting (in
+-- bounded chunks), records an admitted call, and returns what the rule reads of each limit; the
+-- caller replays the rule on it to build the decision (so the decision is computed in one place).
+-- Work and reply are O(limits × log(blocks)), never O(blocks): every limit keeps a running total.
+--
+-- Each limit owns the fields and members starting with its prefix `<index>:<duration>:<precision>:`
+-- (microseconds), so two limits never share counts, and limiters of one name with other
+-- configurations (a rolling deploy) keep theirs: a call reads and deletes only its own limits'.
+-- KEYS[1]  a HASH. Per limit of one block (a fixed window): `<prefix>n` the block id, `<prefix>c`
+--          its count. Per limit of several blocks: `<prefix>c` the cumulative count C of every
+--          unit ever recorded (modulo 2^53), `<prefix>n` the newest non-empty block, `<prefix>f`
+--          the cumulative count at the end of the newest deleted block, `<prefix>l` the oldest
+--          block that counts (members below it are leftovers of a window that went idle),
+--          `<prefix>g` set while such leftovers may remain. `cfg`: the fingerprint of the
+--          configuration that last recorded.
+-- KEYS[2]  (passed only when some limit has several blocks: fixed windows need the hash alone)
+--          a ZSET, all scores 0, one member per non-empty block:
+--          `<prefix><block id, 16 digits>:<cumulative count at the end of the block>`. Members
+--          sort by block and the cumulative counts grow with them, so the count in a window is C
+--          minus the newest stale member's, and the block that frees `over` units is found by a
+--          binary search on ranks.
+-- ARGV[1]  'check' | 'peek'
+-- ARGV[2]  now in microseconds, or '' to use the server's TIME
+-- ARGV[3]  cost
+-- ARGV[4]  the configuration's fingerprint
+-- ARGV[5]  number of limits, then for each: limit, duration_us, precision_us, blocks
+-- Returns {now, mismatch, then per limit: total, newest block or -1, freeing block or -1}: the
+-- units counting before this call, the newest counting block, and (refused calls) the block by
+-- whose end enough units have left; mismatch is 1 when another configuration recorded last.
+-- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
+
+local h, z = KEYS[1], KEYS[2]
+local now = now_us(ARGV)
+local commit = ARGV[1] == 'check'
+local cost = tonumber(ARGV[3])
+local asked = commit and cost or 1
+local n = tonumber(ARGV[5])
+local fmt = function(x) return string.format('%d', x) end
+local pad = function(b) return string.format('%016d', b) end
+-- Cumulative counts wrap at 2^53 (beyond it doubles lose units); a window's count, a difference
+-- of two of them, stays exact.
+local M = 9007199254740992
+local function add(a, b) if b >= M - a then return b - (M - a) end return a + b end
+local function sub(a, b) local d = a - b if d < 0 then d = d + M end return d end
+-- The block id and the cumulative count of a member of prefix `p`.
+local function block_of(p, m) return tonumber(string.sub(m, #p + 1, #p + 16)) end
+local function cum_of(p, m) return tonumber(string.sub(m, #p + 18)) end
+local CHUNK = 128
+
+-- Read every limit's scalars with one HMGET.
+local fields, limits = {'cfg'}, {}
+for i = 1, n do
+  local base = 5 + (i - 1) * 4
+  local precision, blocks = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  local current = math.floor(now / precision)
+  local p = (i - 1) .. ':' .. ARGV[base + 2] .. ':' .. ARGV[base + 3] .. ':'
+  limits[i] = {
+    limit = tonumber(ARGV[base + 1]), precision = precision, blocks = blocks, p = p, at = #fields,
+    current = current, first = current - blocks + 1, total = 0, newest = -1, freeing = -1,
+  }
+  fields[#fields + 1] = p .. 'c'
+  fields[#fields + 1] = p .. 'n'
+  if blocks > 1 then
+    fields[#fields + 1] = p .. 'f'
+    fields[#fields + 1] = p .. 'l'
+    fields[#fields + 1] = p .. 'g'
+  end
+end
+local got = redis.call('HMGET', h, unpack(fields))
+local cfg = got[1]
+local mismatch = (cfg and cfg ~= ARGV[4]) and 1 or 0
+
+for i = 1, n do
+  local l = limits[i]
+  local o = l.at
+  local c, newest = tonumber(got[o + 1]), tonumber(got[o + 2])
+  l.c, l.n = c, newest
+  if l.blocks == 1 then
+    -- A fixed window: one block, its count.
+    if newest and newest >= l.current then
+      l.total, l.newest, l.freeing = c, newest, newest
+    end
+  elseif c then
+    local p = l.p
+    local floor, lo, leftovers = tonumber(got[o + 3] or '0'), tonumber(got[o + 4] or '0'), got[o + 5] == '1'
+    local sets = {}
+    if newest < l.first then
+      -- Everything stopped counting: the window starts afresh, what is stored is leftovers.
+      floor, lo, leftovers = c, l.first, true
+      sets = {p .. 'f', fmt(floor), p .. 'l', fmt(lo), p .. 'g', '1'}
+    else
+      l.newest = newest
+    end
+    -- The newest stale block (not a leftover) holds the count below the window.
+    local pred = redis.call('ZREVRANGEBYLEX', z, '(' .. p .. pad(l.first), '[' .. p .. pad(lo), 'LIMIT', 0, 1)[1]
+    local below = pred and cum_of(p, pred) or floor
+    l.total = sub(c, below)
+    -- Delete stale members, at most CHUNK per call, oldest first.
+    if pred or leftovers then
+      local last = redis.call('ZRANGEBYLEX', z, '[' .. p, '(' .. p .. pad(l.first), 'LIMIT', CHUNK - 1, 1)[1]
+      if last then
+        redis.call('ZREMRANGEBYLEX', z, '[' .. p, '[' .. last)
+        if block_of(p, last) >= lo then floor = cum_of(p, last) end
+      else
+        redis.call('ZREMRANGEBYLEX', z, '[' .. p, '(' .. p .. pad(l.first))
+        floor = below
+        sets[#sets + 1] = p .. 'g'
+        sets[#sets + 1] = '0'
+      end
+      sets[#sets + 1] = p .. 'f'
+      sets[#sets + 1] = fmt(floor)
+    end
+    if #sets > 0 then redis.call('HSET', h, unpack(sets)) end
+    l.below = below
+  end
+end
+
+-- Cost 0 is always admitted, even above a limit (a same-named limiter may be larger).
+-- (Compared by subtraction: `total + asked` may pass 2^53, where doubles round.)
+local allowed = true
+for i = 1, n do
+  local l = limits[i]
+  if asked > 0 and asked > l.limit - l.total then allowed = false end
+end
+
+if not allowed then
+  -- The block by whose end `over` units have left: the oldest counting blocks leave first.
+  for i = 1, n do
+    local l = limits[i]
+    local over = asked - (l.limit - l.total)
+    if over > 0 and l.blocks > 1 then
+      local p = l.p
+      local lo = redis.call('ZLEXCOUNT', z, '-', '(' .. p .. pad(l.first))
+      local hi = redis.call('ZLEXCOUNT', z, '-', '(' .. string.sub(p, 1, -2) .. ';') - 1
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if sub(cum_of(p, redis.call('ZRANGE', z, mid, mid)[1]), l.below) >= over then hi = mid else lo = mid + 1 end
+      end
+      l.freeing = block_of(p, redis.call('ZRANGE', z, lo, lo)[1])
+    end
+  end
+end
+
+local reply = {now, mismatch}
+for i = 1, n do
+  local l = limits[i]
+  reply[#reply + 1] = l.total
+  reply[#reply + 1] = l.newest
+  reply[#reply + 1] = l.freeing
+end
+
+if allowed and commit and cost > 0 then
+  local expire_at, new_h, new_z = 0, false, false
+  -- The configuration's fingerprint, when it changes, goes with a fixed window's new block (one
+  -- HSET), else on its own after the loop.
+  local cfg_pending = mismatch == 1 or not cfg
+  for i = 1, n do
+    local l = limits[i]
+    -- A clock that went back records into the newest block: counts never move back in time.
+    local block = math.max(l.current, l.newest)
+    if l.blocks == 1 then
+      if block == l.n then
+        redis.call('HINCRBY', h, l.p .. 'c', ARGV[3])
+      else
+        if cfg_pending then
+          redis.call('HSET', h, l.p .. 'n', fmt(block), l.p .. 'c', ARGV[3], 'cfg', ARGV[4])
+          cfg_pending = false
+        else
+          redis.call('HSET', h, l.p .. 'n', fmt(block), l.p .. 'c', ARGV[3])
+        end
+        new_h = true
+      end
+    else
+      local p, c = l.p, l.c or 0
+      local after = add(c, cost)
+      -- Added before the old member goes, so that the key never empties (and keeps its TTL).
+      redis.call('ZADD', z, 0, p .. pad(block) .. ':' .. fmt(after))
+      if block == l.newest then
+        -- (Nothing to remove only if the ZSET went away on its own, e.g. evicted: a new key.)
+        if redis.call('ZREM', z, p .. pad(block) .. ':' .. fmt(c)) == 0 then new_z = true end
+        redis.call('HSET', h, p .. 'c', fmt(after))
+      else
+        local sets = {p .. 'c', fmt(after), p .. 'n', fmt(block)}
+        if not l.c then
+          -- A new window: members left by an expired hash do not count.
+          for _, v in ipairs({p .. 'f', '0', p .. 'l', fmt(l.first), p .. 'g', '1'}) do sets[#sets + 1] = v end
+        end
+        redis.call('HSET', h, unpack(sets))
+        new_h, new_z = true, true
+      end
+    end
+    local ends = (block + l.blocks) * l.precision
+    if ends > expire_at then expire_at = ends end
+  end
+  if cfg_pending then redis.call('HSET', h, 'cfg', ARGV[4]) end
+  -- The keys expire one second (of slack: see gcra.lua) after their newest block stops counting.
+  -- The expiry only moves when a block is new, and only ever later: another configuration of
+  -- this name may need the keys longer.
+  if new_h or new_z then
+    local ttl = math.ceil((expire_at - now) / 1000) + 1000
+    -- A hash with no `cfg` was empty: it has no expiry to compare with.
+    if not cfg or redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, fmt(ttl)) end
+    if new_z and redis.call('PTTL', z) < ttl then redis.call('PEXPIRE', z, fmt(ttl)) end
+  end
+end
+return reply

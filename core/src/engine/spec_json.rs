@@ -1,0 +1,644 @@
+//! Limiter specs as data: the language-neutral JSON form every binding, the registry and the
+//! CLI share. Durations are seconds (fractions allowed); field names are snake_case.
+//!
+//! ```json
+//! {"kind":"token_bucket","rate":10,"capacity":20}
+//! {"kind":"leased","rate":1000,"capacity":2000,"chunk":100,"lease_ttl":1}
+//! {"kind":"windows","windows":[[25,5],[300,60]]}
+//! {"kind":"sliding_window","limits":[[60,100,1],[1,10,0.1]]}
+//! {"kind":"concurrent","limit":10,"lock_timeout":30,"wait_timeout":5}
+//! {"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15}
+//! {"kind":"partitions","total_rate":100,"partitions":20,"lease_ttl":15,"reserved":0,"priority":false}
+//! ```
+//!
+//! The canonical form — what [`LimiterConfig::to_json`] writes and what every language reads
+//! back — has its keys in a fixed order, every field of the kind filled in (defaults included),
+//! whole numbers written without a fraction, and `wait_timeout` only when it is not the default.
+//! Parsing is strict: an unknown kind or field, a wrong type or a bad value is an
+//! [`Error::InvalidArgument`] naming the field by its path (`rate`, `windows[1]`), and nothing is
+//! built.
+
+use std::time::Duration;
+
+use serde_json::{Map, Number, Value};
+
+use super::calendar_period::CalendarPeriod;
+use super::spec::{LimiterSpec, SlidingLimit, WindowLimit};
+use crate::defaults::{
+    DEFAULT_LEASED_LEASE_TTL, DEFAULT_LOCK_TIMEOUT, DEFAULT_PARTITIONS_LEASE_TTL, DEFAULT_WAIT_TIMEOUT,
+};
+use crate::error::{Error, Result};
+use crate::params::{duration_from_secs, timeout_from_secs};
+
+/// A limiter spec with the per-limiter options the JSON form carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimiterConfig {
+    /// What the limiter does.
+    pub spec: LimiterSpec,
+    /// How long `acquire` waits by default; `None` for [`DEFAULT_WAIT_TIMEOUT`].
+    pub wait_timeout: Option<Duration>,
+}
+
+impl LimiterConfig {
+    /// Parses a JSON spec, validating every field (see the module documentation).
+    pub fn from_json(json: &str) -> Result<LimiterConfig> {
+        let value: Value =
+            serde_json::from_str(json).map_err(|e| Error::invalid("spec", format!("is not valid JSON: {e}")))?;
+        LimiterConfig::from_value(&value)
+    }
+
+    /// Reads a spec from a parsed JSON value (what bindings build from dicts and objects).
+    pub fn from_value(value: &Value) -> Result<LimiterConfig> {
+        let object = value.as_object().ok_or_else(|| {
+            Error::invalid("spec", format!("must be a JSON object with a \"kind\", got {}", type_name(value)))
+        })?;
+        let mut fields = Fields { object, used: vec!["kind"] };
+        let kind = fields.string("kind")?;
+        let spec = match kind {
+            "concurrent" => LimiterSpec::Concurrent {
+                limit: fields.count("limit")?,
+                lock_timeout: fields.optional_seconds("lock_timeout")?.unwrap_or(DEFAULT_LOCK_TIMEOUT),
+            },
+            "bucket" => LimiterSpec::Bucket { limit: fields.count("limit")?, interval: fields.seconds("interval")? },
+            "window" => LimiterSpec::Window {
+                windows: vec![WindowLimit { limit: fields.count("limit")?, interval: fields.seconds("interval")? }],
+            },
+            "windows" => LimiterSpec::Window { windows: fields.windows()? },
+            "sliding_window" => LimiterSpec::SlidingWindow { limits: fields.sliding_limits()? },
+            "token_bucket" => {
+                LimiterSpec::TokenBucket { rate: fields.number("rate")?, capacity: fields.count("capacity")? }
+            }
+            "leased" => LimiterSpec::Leased {
+                rate: fields.number("rate")?,
+                capacity: fields.count("capacity")?,
+                chunk: fields.optional_count("chunk")?,
+                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_LEASE_TTL),
+            },
+            "leaky" => LimiterSpec::Leaky { size: fields.count("size")?, drain: fields.seconds("drain")? },
+            "points" => LimiterSpec::Points { capacity: fields.count("capacity")?, refill: fields.seconds("refill")? },
+            "calendar" => LimiterSpec::Calendar {
+                limit: fields.count("limit")?,
+                period: CalendarPeriod::parse(fields.string("period")?)
+                    .map_err(|e| Error::invalid_field("period", message_of(e)))?,
+                tz: fields.optional_string("tz")?.unwrap_or("UTC").to_owned(),
+                anchor: fields.optional_anchor()?,
+            },
+            "partitions" => LimiterSpec::Partitions {
+                total_rate: fields.number("total_rate")?,
+                partitions: fields.count("partitions")?,
+                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_PARTITIONS_LEASE_TTL),
+                reserved: fields.optional_whole("reserved")?.unwrap_or(0),
+                priority: fields.optional_bool("priority")?.unwrap_or(false),
+            },
+            "unlimited" => LimiterSpec::Unlimited,
+            other => {
+                return Err(Error::invalid_field(
+                    "kind",
+                    format!(
+                        "must be one of concurrent, bucket, window, windows, sliding_window, token_bucket, leased, \
+                         leaky, points, calendar, partitions, unlimited; got {other:?}"
+                    ),
+                ))
+            }
+        };
+        let wait_timeout = fields.optional_timeout("wait_timeout")?;
+        fields.reject_unknown(kind)?;
+        let config = LimiterConfig { spec, wait_timeout };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every value the way the limiter's constructor does, naming fields by their path.
+    fn validate(&self) -> Result<()> {
+        let at = |path: String| move |e: Error| Error::invalid_field(path, message_of(e));
+        match &self.spec {
+            LimiterSpec::Window { windows } if windows.len() > 1 => {
+                for (i, w) in windows.iter().enumerate() {
+                    LimiterSpec::Window { windows: vec![*w] }.compile().map_err(at(format!("windows[{i}]")))?;
+                }
+            }
+            LimiterSpec::SlidingWindow { limits } => {
+                for (i, l) in limits.iter().enumerate() {
+                    LimiterSpec::SlidingWindow { limits: vec![*l] }.compile().map_err(at(format!("limits[{i}]")))?;
+                }
+            }
+            _ => {}
+        }
+        self.spec.compile().map_err(|e| {
+            let path = e.parameter().unwrap_or("spec").to_owned();
+            Error::invalid_field(path, message_of(e))
+        })?;
+        Ok(())
+    }
+
+    /// The canonical JSON form (see the module documentation).
+    pub fn to_json(&self) -> String {
+        // Keys in the order they are put (serde_json's map would sort them).
+        let mut out: Vec<(&str, Value)> = Vec::with_capacity(5);
+        let mut put = |key: &'static str, value: Value| out.push((key, value));
+        match &self.spec {
+            LimiterSpec::Concurrent { limit, lock_timeout } => {
+                put("kind", "concurrent".into());
+                put("limit", (*limit).into());
+                put("lock_timeout", secs(*lock_timeout));
+            }
+            LimiterSpec::Bucket { limit, interval } => {
+                put("kind", "bucket".into());
+                put("limit", (*limit).into());
+                put("interval", secs(*interval));
+            }
+            LimiterSpec::Window { windows } if windows.len() == 1 => {
+                put("kind", "window".into());
+                put("limit", windows[0].limit.into());
+                put("interval", secs(windows[0].interval));
+            }
+            LimiterSpec::Window { windows } => {
+                put("kind", "windows".into());
+                put("windows", windows.iter().map(|w| Value::Array(vec![w.limit.into(), secs(w.interval)])).collect());
+            }
+            LimiterSpec::SlidingWindow { limits } => {
+                put("kind", "sliding_window".into());
+                let limits = limits.iter().map(|l| {
+                    let mut item = vec![secs(l.duration), l.limit.into()];
+                    item.extend(l.precision.map(secs));
+                    Value::Array(item)
+                });
+                put("limits", limits.collect());
+            }
+            LimiterSpec::TokenBucket { rate, capacity } => {
+                put("kind", "token_bucket".into());
+                put("rate", number(*rate));
+                put("capacity", (*capacity).into());
+            }
+            LimiterSpec::Leased { rate, capacity, chunk, lease_ttl } => {
+                put("kind", "leased".into());
+                put("rate", number(*rate));
+                put("capacity", (*capacity).into());
+                // Left out when not given: the default follows the capacity (see `leased`).
+                if let Some(chunk) = chunk {
+                    put("chunk", (*chunk).into());
+                }
+                put("lease_ttl", secs(*lease_ttl));
+            }
+            LimiterSpec::Leaky { size, drain } => {
+                put("kind", "leaky".into());
+                put("size", (*size).into());
+                put("drain", secs(*drain));
+            }
+            LimiterSpec::Points { capacity, refill } => {
+                put("kind", "points".into());
+                put("capacity", (*capacity).into());
+                put("refill", secs(*refill));
+            }
+            LimiterSpec::Calendar { limit, period, tz, anchor } => {
+                put("kind", "calendar".into());
+                put("limit", (*limit).into());
+                put("period", period.as_str().into());
+                put("tz", tz.as_str().into());
+                if let Some(anchor) = anchor {
+                    put("anchor", (*anchor).into());
+                }
+            }
+            LimiterSpec::Partitions { total_rate, partitions, lease_ttl, reserved, priority } => {
+                put("kind", "partitions".into());
+                put("total_rate", number(*total_rate));
+                put("partitions", (*partitions).into());
+                put("lease_ttl", secs(*lease_ttl));
+                put("reserved", (*reserved).into());
+                put("priority", (*priority).into());
+            }
+            LimiterSpec::Unlimited => put("kind", "unlimited".into()),
+        }
+        if let Some(wait) = self.wait_timeout.filter(|w| *w != DEFAULT_WAIT_TIMEOUT) {
+            put("wait_timeout", secs(wait));
+        }
+        let fields: Vec<String> = out.iter().map(|(key, value)| format!("{}:{value}", Value::from(*key))).collect();
+        format!("{{{}}}", fields.join(","))
+    }
+}
+
+impl LimiterSpec {
+    /// Parses a JSON spec (see [`LimiterConfig`]); a `wait_timeout` in it is refused here, since a
+    /// bare spec has nowhere to keep it.
+    pub fn from_json(json: &str) -> Result<LimiterSpec> {
+        let config = LimiterConfig::from_json(json)?;
+        if config.wait_timeout.is_some() {
+            return Err(Error::invalid_field(
+                "wait_timeout",
+                "is a limiter option: read this spec with LimiterConfig::from_json or Backend::limiter_from_json",
+            ));
+        }
+        Ok(config.spec)
+    }
+
+    /// The canonical JSON form of this spec.
+    pub fn to_json(&self) -> String {
+        LimiterConfig { spec: self.clone(), wait_timeout: None }.to_json()
+    }
+}
+
+/// The fields of one spec object, remembering which were read so that the rest are refused.
+struct Fields<'a> {
+    object: &'a Map<String, Value>,
+    used: Vec<&'static str>,
+}
+
+impl<'a> Fields<'a> {
+    fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.used.push(key);
+        self.object.get(key).filter(|v| !v.is_null())
+    }
+
+    fn required(&mut self, key: &'static str) -> Result<&'a Value> {
+        self.get(key).ok_or_else(|| Error::invalid_field(key, "is required"))
+    }
+
+    fn string(&mut self, key: &'static str) -> Result<&'a str> {
+        let value = self.required(key)?;
+        value.as_str().ok_or_else(|| Error::invalid_field(key, format!("must be a string, got {}", type_name(value))))
+    }
+
+    fn optional_string(&mut self, key: &'static str) -> Result<Option<&'a str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(value) => value
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| Error::invalid_field(key, format!("must be a string, got {}", type_name(value)))),
+        }
+    }
+
+    fn number(&mut self, key: &'static str) -> Result<f64> {
+        as_number(self.required(key)?, key)
+    }
+
+    fn count(&mut self, key: &'static str) -> Result<u64> {
+        as_count(self.required(key)?, key)
+    }
+
+    fn optional_count(&mut self, key: &'static str) -> Result<Option<u64>> {
+        self.get(key).map(|v| as_count(v, key)).transpose()
+    }
+
+    fn seconds(&mut self, key: &'static str) -> Result<Duration> {
+        as_seconds(self.required(key)?, key)
+    }
+
+    /// A whole number in 0..=2^53, or nothing.
+    fn optional_whole(&mut self, key: &'static str) -> Result<Option<u64>> {
+        self.get(key)
+            .map(|v| {
+                crate::params::cost_from_f64("count", as_number(v, key)?)
+                    .map_err(|e| Error::invalid_field(key, message_of(e)))
+            })
+            .transpose()
+    }
+
+    fn optional_bool(&mut self, key: &'static str) -> Result<Option<bool>> {
+        self.get(key)
+            .map(|v| {
+                v.as_bool()
+                    .ok_or_else(|| Error::invalid_field(key, format!("must be true or false, got {}", type_name(v))))
+            })
+            .transpose()
+    }
+
+    fn optional_seconds(&mut self, key: &'static str) -> Result<Option<Duration>> {
+        self.get(key).map(|v| as_seconds(v, key)).transpose()
+    }
+
+    /// A timeout in seconds, where 0 (never wait) is allowed.
+    fn optional_timeout(&mut self, key: &'static str) -> Result<Option<Duration>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(value) => timeout_from_secs("timeout", as_number(value, key)?)
+                .map(Some)
+                .map_err(|e| Error::invalid_field(key, message_of(e))),
+        }
+    }
+
+    fn optional_anchor(&mut self) -> Result<Option<u8>> {
+        match self.get("anchor") {
+            None => Ok(None),
+            Some(value) => {
+                let day = value.as_u64().ok_or_else(|| {
+                    Error::invalid_field("anchor", format!("must be a day of the month, 1 to 31, got {value}"))
+                })?;
+                u8::try_from(day).map(Some).map_err(|_| {
+                    Error::invalid_field("anchor", format!("must be a day of the month, 1 to 31, got {day}"))
+                })
+            }
+        }
+    }
+
+    /// `windows`: `[[limit, interval], ...]`.
+    fn windows(&mut self) -> Result<Vec<WindowLimit>> {
+        let items = as_list(self.required("windows")?, "windows")?;
+        let mut windows = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("windows[{i}]");
+            match item.as_array().map(Vec::as_slice) {
+                Some([limit, interval]) => windows.push(WindowLimit {
+                    limit: as_count(limit, &format!("{path}[0]"))?,
+                    interval: as_seconds(interval, &format!("{path}[1]"))?,
+                }),
+                _ => return Err(Error::invalid_field(path, format!("must be [limit, interval_seconds], got {item}"))),
+            }
+        }
+        Ok(windows)
+    }
+
+    /// `limits`: `[[duration, limit, precision?], ...]`.
+    fn sliding_limits(&mut self) -> Result<Vec<SlidingLimit>> {
+        let items = as_list(self.required("limits")?, "limits")?;
+        let mut limits = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("limits[{i}]");
+            let (duration, limit, precision) = match item.as_array().map(Vec::as_slice) {
+                Some([duration, limit]) => (duration, limit, None),
+                Some([duration, limit, precision]) => (duration, limit, Some(precision).filter(|p| !p.is_null())),
+                _ => {
+                    return Err(Error::invalid_field(
+                        path,
+                        format!(
+                        "must be [duration_seconds, limit] or [duration_seconds, limit, precision_seconds], got {item}"
+                    ),
+                    ))
+                }
+            };
+            limits.push(SlidingLimit {
+                duration: as_seconds(duration, &format!("{path}[0]"))?,
+                limit: as_count(limit, &format!("{path}[1]"))?,
+                precision: precision.map(|p| as_seconds(p, &format!("{path}[2]"))).transpose()?,
+            });
+        }
+        Ok(limits)
+    }
+
+    fn reject_unknown(&self, kind: &str) -> Result<()> {
+        match self.object.keys().find(|k| !self.used.contains(&k.as_str())) {
+            Some(unknown) => Err(Error::invalid_field(
+                unknown.clone(),
+                format!("is not a field of a {kind} spec (fields: {})", self.used[1..].join(", ")),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+fn as_list<'a>(value: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
+    match value.as_array() {
+        Some(items) if !items.is_empty() => Ok(items),
+        Some(_) => Err(Error::invalid_field(path, "must not be empty")),
+        None => Err(Error::invalid_field(path, format!("must be a list, got {}", type_name(value)))),
+    }
+}
+
+fn as_number(value: &Value, path: &str) -> Result<f64> {
+    value.as_f64().ok_or_else(|| Error::invalid_field(path, format!("must be a number, got {}", type_name(value))))
+}
+
+/// A whole number in 1..=2^53 (the values compile() accepts; its message is kept).
+fn as_count(value: &Value, path: &str) -> Result<u64> {
+    crate::params::count_from_f64("count", as_number(value, path)?)
+        .map_err(|e| Error::invalid_field(path, message_of(e)))
+}
+
+fn as_seconds(value: &Value, path: &str) -> Result<Duration> {
+    let seconds = as_number(value, path)?;
+    duration_from_secs("duration", seconds).map_err(|e| Error::invalid_field(path, message_of(e)))
+}
+
+/// A duration in seconds: a whole number when it is one (`60`, not `60.0`).
+fn secs(duration: Duration) -> Value {
+    if duration.subsec_nanos() == 0 {
+        Value::from(duration.as_secs())
+    } else {
+        number(duration.as_secs_f64())
+    }
+}
+
+fn number(value: f64) -> Value {
+    if value.fract() == 0.0 && value.abs() < 9_007_199_254_740_992.0 {
+        Value::from(value as i64)
+    } else {
+        Number::from_f64(value).map_or(Value::Null, Value::Number)
+    }
+}
+
+fn message_of(error: Error) -> String {
+    match error {
+        Error::InvalidArgument { message, .. } => message,
+        other => other.to_string(),
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parameter(json: &str) -> String {
+        match LimiterConfig::from_json(json) {
+            Err(Error::InvalidArgument { parameter, .. }) => parameter.into_owned(),
+            other => panic!("expected InvalidArgument for {json}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn design_examples_round_trip_to_canonical_json() {
+        for (given, canonical) in [
+            (
+                r#"{"kind":"token_bucket","rate":10,"capacity":20}"#,
+                r#"{"kind":"token_bucket","rate":10,"capacity":20}"#,
+            ),
+            (
+                r#"{"capacity":20,"rate":2.5,"kind":"token_bucket"}"#,
+                r#"{"kind":"token_bucket","rate":2.5,"capacity":20}"#,
+            ),
+            (r#"{"kind":"window","limit":100,"interval":60}"#, r#"{"kind":"window","limit":100,"interval":60}"#),
+            (r#"{"kind":"windows","windows":[[25,5],[300,60]]}"#, r#"{"kind":"windows","windows":[[25,5],[300,60]]}"#),
+            (r#"{"kind":"windows","windows":[[25,5.0]]}"#, r#"{"kind":"window","limit":25,"interval":5}"#),
+            (
+                r#"{"kind":"sliding_window","limits":[[60,100,1],[1,10,0.1]]}"#,
+                r#"{"kind":"sliding_window","limits":[[60,100,1],[1,10,0.1]]}"#,
+            ),
+            (
+                r#"{"kind":"sliding_window","limits":[[60,100,null]]}"#,
+                r#"{"kind":"sliding_window","limits":[[60,100]]}"#,
+            ),
+            (
+                r#"{"kind":"concurrent","limit":10,"lock_timeout":30,"wait_timeout":5}"#,
+                r#"{"kind":"concurrent","limit":10,"lock_timeout":30}"#,
+            ),
+            (r#"{"kind":"concurrent","limit":1}"#, r#"{"kind":"concurrent","limit":1,"lock_timeout":30}"#),
+            (
+                r#"{"kind":"concurrent","limit":1,"wait_timeout":0}"#,
+                r#"{"kind":"concurrent","limit":1,"lock_timeout":30,"wait_timeout":0}"#,
+            ),
+            (r#"{"kind":"bucket","limit":5,"interval":1}"#, r#"{"kind":"bucket","limit":5,"interval":1}"#),
+            (r#"{"kind":"leaky","size":4,"drain":0.5}"#, r#"{"kind":"leaky","size":4,"drain":0.5}"#),
+            (r#"{"kind":"points","capacity":1000,"refill":60}"#, r#"{"kind":"points","capacity":1000,"refill":60}"#),
+            (
+                r#"{"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15}"#,
+                r#"{"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15}"#,
+            ),
+            (
+                r#"{"kind":"calendar","limit":5,"period":"day"}"#,
+                r#"{"kind":"calendar","limit":5,"period":"day","tz":"UTC"}"#,
+            ),
+            (r#"{"kind":"unlimited"}"#, r#"{"kind":"unlimited"}"#),
+        ] {
+            let config = LimiterConfig::from_json(given).unwrap();
+            assert_eq!(config.to_json(), canonical, "from {given}");
+            assert_eq!(
+                LimiterConfig::from_json(canonical).unwrap(),
+                LimiterConfig::from_json(&config.to_json()).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn bad_fields_are_named_by_their_path() {
+        for (json, path) in [
+            ("[1]", "spec"),
+            ("{", "spec"),
+            (r#"{"rate":1}"#, "kind"),
+            (r#"{"kind":"fountain"}"#, "kind"),
+            (r#"{"kind":"token_bucket","rate":0,"capacity":2}"#, "rate"),
+            (r#"{"kind":"token_bucket","rate":"fast","capacity":2}"#, "rate"),
+            (r#"{"kind":"token_bucket","capacity":2}"#, "rate"),
+            (r#"{"kind":"token_bucket","rate":1,"capacity":2.5}"#, "capacity"),
+            (r#"{"kind":"token_bucket","rate":1,"capacity":2,"burst":3}"#, "burst"),
+            (r#"{"kind":"windows","windows":[[25,5],[0,60]]}"#, "windows[1][0]"),
+            (r#"{"kind":"windows","windows":[[25,5],[10,"60"]]}"#, "windows[1][1]"),
+            (r#"{"kind":"windows","windows":[[25,5],[10,-1]]}"#, "windows[1][1]"),
+            (r#"{"kind":"windows","windows":[[25,5],[10]]}"#, "windows[1]"),
+            (r#"{"kind":"windows","windows":[]}"#, "windows"),
+            (r#"{"kind":"sliding_window","limits":[[60,100,1],[10,10,0.00001]]}"#, "limits[1]"),
+            (r#"{"kind":"sliding_window","limits":[[60,100,"x"]]}"#, "limits[0][2]"),
+            (r#"{"kind":"concurrent","limit":1,"lock_timeout":0}"#, "lock_timeout"),
+            (r#"{"kind":"concurrent","limit":1,"wait_timeout":-1}"#, "wait_timeout"),
+            (r#"{"kind":"bucket","limit":5,"interval":"second"}"#, "interval"),
+            (r#"{"kind":"calendar","limit":5,"period":"fortnight"}"#, "period"),
+            (r#"{"kind":"calendar","limit":5,"period":"day","tz":"Mars/Olympus"}"#, "tz"),
+            (r#"{"kind":"calendar","limit":5,"period":"month","anchor":32}"#, "anchor"),
+            (r#"{"kind":"calendar","limit":5,"period":"month","anchor":-1}"#, "anchor"),
+            (r#"{"kind":"unlimited","limit":5}"#, "limit"),
+        ] {
+            assert_eq!(parameter(json), path, "{json}");
+        }
+    }
+
+    #[test]
+    fn a_bare_spec_refuses_the_wait_timeout_option() {
+        let e = LimiterSpec::from_json(r#"{"kind":"concurrent","limit":1,"wait_timeout":1}"#).unwrap_err();
+        assert_eq!(e.parameter(), Some("wait_timeout"));
+        let spec = LimiterSpec::from_json(r#"{"kind":"leaky","size":4,"drain":2}"#).unwrap();
+        assert_eq!(spec, LimiterSpec::Leaky { size: 4, drain: Duration::from_secs(2) });
+        assert_eq!(spec.to_json(), r#"{"kind":"leaky","size":4,"drain":2}"#);
+    }
+
+    /// Random documents built from the spec's own vocabulary (kinds, field names, numbers at
+    /// the edges, lists, nesting): parsing never panics, and whatever parses reads back to a
+    /// canonical form that parses to the same config (the canonical form is a fixed point).
+    mod fuzz {
+        use proptest::prelude::*;
+        use serde_json::{json, Value};
+
+        use super::LimiterConfig;
+
+        fn scalar() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(json!(0)),
+                Just(json!(1)),
+                Just(json!(-1)),
+                Just(json!(1.5)),
+                Just(json!(1e-7)),
+                Just(json!(9007199254740993u64)),
+                Just(json!(u64::MAX)),
+                Just(json!(1e308)),
+                Just(json!(null)),
+                Just(json!(true)),
+                Just(json!("")),
+                Just(json!("day")),
+                Just(json!("month")),
+                Just(json!("UTC")),
+                Just(json!("Europe/Berlin")),
+                (1u64..100).prop_map(|n| json!(n)),
+                (0.001f64..100.0).prop_map(|f| json!(f)),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            scalar().prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array), inner]
+            })
+        }
+
+        fn document() -> impl Strategy<Value = Value> {
+            let kinds = prop_oneof![
+                Just("concurrent"),
+                Just("bucket"),
+                Just("window"),
+                Just("windows"),
+                Just("sliding_window"),
+                Just("token_bucket"),
+                Just("leaky"),
+                Just("points"),
+                Just("calendar"),
+                Just("unlimited"),
+                Just("nope"),
+            ];
+            let field = prop_oneof![
+                Just("limit"),
+                Just("interval"),
+                Just("windows"),
+                Just("limits"),
+                Just("rate"),
+                Just("capacity"),
+                Just("size"),
+                Just("drain"),
+                Just("refill"),
+                Just("lock_timeout"),
+                Just("wait_timeout"),
+                Just("period"),
+                Just("tz"),
+                Just("anchor"),
+                Just("extra"),
+            ];
+            (kinds, proptest::collection::vec((field, value()), 0..6)).prop_map(|(kind, fields)| {
+                let mut object = serde_json::Map::new();
+                object.insert("kind".into(), json!(kind));
+                for (name, value) in fields {
+                    object.insert(name.into(), value);
+                }
+                Value::Object(object)
+            })
+        }
+
+        proptest! {
+            // PROPTEST_CASES=1000000 for a long run (see the README).
+            #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3_000), ..ProptestConfig::default() })]
+
+            #[test]
+            fn parsing_never_panics_and_canonical_forms_are_fixed_points(doc in document()) {
+                if let Ok(config) = LimiterConfig::from_value(&doc) {
+                    let canonical = config.to_json();
+                    let again = LimiterConfig::from_json(&canonical).expect("a canonical spec parses");
+                    prop_assert_eq!(again.to_json(), canonical);
+                }
+            }
+        }
+    }
+}

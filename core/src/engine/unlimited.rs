@@ -1,0 +1,44 @@
+//! The limiter that always allows: no state, no script, no backend.
+
+use redis::Cmd;
+
+use super::contract::{not_applicable, Engine, Op, Outcome};
+use super::script::LuaScript;
+use crate::decision::Decision;
+use crate::error::Result;
+
+/// The `unlimited` engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unlimited;
+
+impl Engine for Unlimited {
+    type State = ();
+
+    fn apply(&self, _state: &mut (), _now: u64, _op: Op, _changed: &mut bool) -> Result<Outcome> {
+        Ok(Outcome::of(Decision::unlimited()))
+    }
+
+    fn expires_at(&self, _state: &()) -> u64 {
+        0
+    }
+
+    fn script(&self) -> Option<&'static LuaScript> {
+        None
+    }
+
+    fn keys(&self, _op: Op) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn state_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn encode(&self, op: Op, _now: Option<u64>, _cmd: &mut Cmd) -> Result<()> {
+        Err(not_applicable(op, self))
+    }
+
+    fn decode(&self, _op: Op, _reply: &[i64]) -> Result<Outcome> {
+        Ok(Outcome::of(Decision::unlimited()))
+    }
+}
