@@ -174,6 +174,11 @@ pub struct ServeArgs {
     /// Bearer token that allows resets and overrides; without one the server is read-only.
     #[arg(long, value_name = "TOKEN", env = "RATEKEEPER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A host name requests may use besides the listen address and loopback names (e.g. the
+    /// name a reverse proxy forwards as Host); repeatable. Requests naming any other host are
+    /// refused, so a web page cannot read this server through DNS rebinding.
+    #[arg(long = "allow-host", value_name = "HOST", value_parser = crate::serve_guard::validate_allowed_host)]
+    pub allow_host: Vec<String>,
 }
 
 #[cfg(test)]

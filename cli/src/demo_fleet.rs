@@ -121,7 +121,9 @@ fn spawn_workers(addr: SocketAddr, args: &DemoArgs, backend: &BackendArgs, n: us
     for _ in 0..n {
         let mut cmd = Command::new(&exe);
         if let Some(url) = &backend.redis {
-            cmd.args(["--redis", url]);
+            // In the environment, not on the command line: `ps` shows every user a process's
+            // arguments, and the URL may carry a password.
+            cmd.env(crate::ops::REDIS_URL_VAR, url);
         }
         for seed in &backend.cluster {
             cmd.args(["--cluster", seed]);

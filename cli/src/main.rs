@@ -7,6 +7,7 @@ mod demo_fleet;
 mod ops;
 mod run;
 mod serve;
+mod serve_guard;
 
 use std::process::ExitCode;
 use std::time::SystemTime;

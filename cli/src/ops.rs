@@ -392,7 +392,7 @@ pub fn table(views: &[LimiterView], now: SystemTime) -> String {
         } else {
             v.overrides
                 .iter()
-                .map(|o| format!("{}={}", o.key.as_deref().unwrap_or("*"), compact(&o.spec)))
+                .map(|o| format!("{}={}", o.key.as_deref().map_or_else(|| "*".into(), printable), compact(&o.spec)))
                 .collect::<Vec<_>>()
                 .join(" ")
         };
@@ -429,6 +429,27 @@ pub fn table(views: &[LimiterView], now: SystemTime) -> String {
     out
 }
 
+/// `text` safe to print on a terminal: control characters (an escape sequence in a key name
+/// could rewrite the screen or hide a line), bidirectional overrides and backslashes are written
+/// as Rust escapes (`\u{1b}`, `\n`, `\\`); everything else as is.
+pub fn printable(text: &str) -> String {
+    let hidden = |c: char| {
+        c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(|c| hidden(c) || c == '\\') {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c == '\\' || hidden(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Seconds for humans: "0", "1.5s", "59.999s".
 pub fn seconds(secs: f64) -> String {
     if secs == 0.0 {
@@ -447,13 +468,13 @@ pub fn inspect_text(v: &InspectView) -> String {
         v.limiter
             .overrides
             .iter()
-            .map(|o| format!("{}={}", o.key.as_deref().unwrap_or("*"), compact(&o.spec)))
+            .map(|o| format!("{}={}", o.key.as_deref().map_or_else(|| "*".into(), printable), compact(&o.spec)))
             .collect::<Vec<_>>()
             .join(" ")
     };
     let lines = [
         ("name", v.limiter.name.clone()),
-        ("key", v.key.clone().unwrap_or_else(|| "-".into())),
+        ("key", v.key.as_deref().map_or_else(|| "-".into(), printable)),
         ("kind", v.limiter.kind.clone()),
         ("spec", compact(&v.limiter.spec)),
         ("overrides", overrides),
@@ -497,7 +518,7 @@ fn usage_text(u: &UsageView) -> String {
         out.push_str("busiest keys\n");
         let mut rows = vec![["KEY", "USED", "LIMIT"].map(str::to_owned).to_vec()];
         for k in &u.busiest_keys {
-            let key = if k.key.is_empty() { "(own)".to_owned() } else { k.key.clone() };
+            let key = if k.key.is_empty() { "(own)".to_owned() } else { printable(&k.key) };
             rows.push(vec![key, k.used.to_string(), k.limit.to_string()]);
         }
         out.push_str(&indented_table(&rows));
@@ -550,5 +571,14 @@ mod tests {
             assert_eq!(e.parameter(), Some("wait"));
         }
         assert_eq!(duration_arg("wait", 1.5).unwrap(), Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn printable_escapes_what_would_act_on_a_terminal() {
+        assert_eq!(printable("user:42 é 键"), "user:42 é 键");
+        assert_eq!(printable("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(printable("line\nfake row\r"), "line\\nfake row\\r");
+        assert_eq!(printable("x\u{202e}y"), "x\\u{202e}y");
+        assert_eq!(printable("back\\slash"), "back\\\\slash", "a literal backslash stays distinguishable");
     }
 }

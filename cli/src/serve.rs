@@ -5,6 +5,10 @@
 //! set and clear an override) need `Authorization: Bearer TOKEN`: a header, never a cookie, so another
 //! site cannot make a logged-in browser send one (a cross-site request carrying it needs a CORS
 //! preflight, which this server never approves). Without `--token` the server is read-only.
+//! Every request must name this server in its Host header, and at most
+//! [`serve_guard::MAX_IN_FLIGHT`] read or write Redis at once (see [`serve_guard`]);
+//! `/api/limiters`, a SCAN walk per limiter, is made at most once per [`LIST_FRESH`] whatever the
+//! number of tabs.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -22,6 +26,7 @@ use serde_json::{json, Value};
 
 use crate::cli::ServeArgs;
 use crate::ops::{self, Failure};
+use crate::serve_guard::{self, Guard, Slots};
 
 /// The page and its assets, built into the binary: no CDN, works offline.
 const INDEX_HTML: &str = include_str!("web/index.html");
@@ -36,7 +41,28 @@ struct App {
     backend: Backend,
     token: Option<String>,
     history: Arc<Mutex<History>>,
+    /// The last `/api/limiters` answer and when it was made (see [`list`]).
+    list: Arc<tokio::sync::Mutex<Option<(Instant, Value)>>>,
+    /// Slots for the requests that read or write Redis.
+    slots: Slots,
 }
+
+impl App {
+    /// A slot for this request's Redis work (see [`Slots`]), or the "busy" answer.
+    fn slot(&self) -> ApiResult<tokio::sync::OwnedSemaphorePermit> {
+        self.slots.take().map_err(ApiError::Response)
+    }
+
+    /// Drops the kept `/api/limiters` answer after a write, so the page shows the write on its
+    /// next read.
+    async fn forget_list(&self) {
+        *self.list.lock().await = None;
+    }
+}
+
+/// How long one `/api/limiters` answer is served to every reader: the page polls every 2 s, so
+/// any number of open tabs costs at most one registry walk a second.
+const LIST_FRESH: Duration = Duration::from_secs(1);
 
 /// How many busiest keys each limiter of the list shows.
 const LIST_BUSIEST: usize = 3;
@@ -92,12 +118,14 @@ impl History {
 /// chose for `:0`) on stdout.
 pub fn serve(backend: Backend, args: &ServeArgs) -> Result<(), Failure> {
     let token = args.token.clone().filter(|t| !t.is_empty());
-    let app = router(App { backend, token: token.clone(), history: Arc::default() });
+    let app =
+        App { backend, token: token.clone(), history: Arc::default(), list: Arc::default(), slots: Slots::default() };
     ratekeeper::runtime().block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .map_err(|e| Failure::Io(format!("cannot listen on {}: {e}", args.listen)))?;
         let addr: SocketAddr = listener.local_addr().map_err(|e| Failure::Io(e.to_string()))?;
+        let app = router(app, Guard::new(addr, &args.allow_host));
         let mode = if token.is_some() { "writes need the token" } else { "read-only: no --token" };
         println!("ratekeeper serve: listening on http://{addr}/ ({mode})");
         use std::io::Write;
@@ -120,7 +148,7 @@ async fn shutdown() {
     }
 }
 
-fn router(app: App) -> Router {
+fn router(app: App, guard: Guard) -> Router {
     Router::new()
         .route("/", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML) }))
         .route("/app.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP_JS) }))
@@ -132,15 +160,25 @@ fn router(app: App) -> Router {
         .route("/api/limiters/{name}/reset", post(reset))
         .route("/api/limiters/{name}/resume", post(resume))
         .with_state(app)
+        .layer(axum::middleware::from_fn_with_state(guard, serve_guard::guard))
 }
 
-/// An error as the API answers it: a status and `{"error": {"kind", "parameter", "message"}}`.
-struct ApiError(StatusCode, &'static str, Option<String>, String);
+/// An error as the API answers it: a status and `{"error": {"kind", "parameter", "message"}}`
+/// (or a response made already, e.g. [`Slots::take`]'s).
+enum ApiError {
+    Error(StatusCode, &'static str, Option<String>, String),
+    Response(Response),
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let ApiError(status, kind, parameter, message) = self;
-        (status, Json(json!({ "error": { "kind": kind, "parameter": parameter, "message": message } }))).into_response()
+        match self {
+            ApiError::Error(status, kind, parameter, message) => {
+                let body = json!({ "error": { "kind": kind, "parameter": parameter, "message": message } });
+                (status, Json(body)).into_response()
+            }
+            ApiError::Response(response) => response,
+        }
     }
 }
 
@@ -154,11 +192,13 @@ impl From<Failure> for ApiError {
                     ErrorKind::OverLimit => StatusCode::TOO_MANY_REQUESTS,
                     _ => StatusCode::SERVICE_UNAVAILABLE,
                 };
-                ApiError(status, e.kind().as_str(), e.parameter().map(str::to_owned), message)
+                ApiError::Error(status, e.kind().as_str(), e.parameter().map(str::to_owned), message)
             }
-            Failure::UnknownLimiter(_) => ApiError(StatusCode::NOT_FOUND, "not_found", Some("name".into()), message),
+            Failure::UnknownLimiter(_) => {
+                ApiError::Error(StatusCode::NOT_FOUND, "not_found", Some("name".into()), message)
+            }
             Failure::NoBackend | Failure::Io(_) => {
-                ApiError(StatusCode::INTERNAL_SERVER_ERROR, "internal", None, message)
+                ApiError::Error(StatusCode::INTERNAL_SERVER_ERROR, "internal", None, message)
             }
         }
     }
@@ -176,7 +216,7 @@ type ApiResult<T> = Result<T, ApiError>;
 /// byte by byte from response times.
 fn authorize(app: &App, headers: &HeaderMap) -> ApiResult<()> {
     let Some(expected) = &app.token else {
-        return Err(ApiError(
+        return Err(ApiError::Error(
             StatusCode::FORBIDDEN,
             "read_only",
             None,
@@ -193,7 +233,7 @@ fn authorize(app: &App, headers: &HeaderMap) -> ApiResult<()> {
     if same {
         Ok(())
     } else {
-        Err(ApiError(
+        Err(ApiError::Error(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             Some("Authorization".into()),
@@ -204,6 +244,7 @@ fn authorize(app: &App, headers: &HeaderMap) -> ApiResult<()> {
 
 /// Fleet metrics in the Prometheus text format.
 async fn metrics(State(app): State<App>) -> ApiResult<Response> {
+    let _slot = app.slot()?;
     let text = app.backend.prometheus(true).await?;
     Ok(([(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)], text).into_response())
 }
@@ -213,7 +254,27 @@ async fn metrics(State(app): State<App>) -> ApiResult<Response> {
 /// been read for less than a minute; `null` on the first read), its `usage` (the busiest keys,
 /// a concurrent limiter's holders and waiters of its busiest key, the last hour per minute),
 /// and the server's time for "ago".
+///
+/// Single flight: readers that arrive while an answer is being made wait for it and share it, and
+/// an answer is served again for [`LIST_FRESH`]; only the first reader after that walks the
+/// registry again. A failure is not kept: the next reader tries anew.
 async fn list(State(app): State<App>) -> ApiResult<Json<Value>> {
+    let arrived = Instant::now();
+    let mut last = app.list.lock().await;
+    if let Some((made, answer)) = &*last {
+        // Made after this reader arrived (it waited for it), or recently enough.
+        if *made >= arrived || made.elapsed() < LIST_FRESH {
+            return Ok(Json(answer.clone()));
+        }
+    }
+    let _slot = app.slot()?;
+    let answer = list_now(&app).await?;
+    *last = Some((Instant::now(), answer.clone()));
+    Ok(Json(answer))
+}
+
+/// A fresh `/api/limiters` answer.
+async fn list_now(app: &App) -> ApiResult<Value> {
     let views = ops::limiters_with_usage(&app.backend, LIST_BUSIEST).await?;
     let mut recent = app.history.lock().expect("history lock").last_minute(Instant::now(), &views);
     let limiters: Vec<Value> = views
@@ -225,7 +286,7 @@ async fn list(State(app): State<App>) -> ApiResult<Json<Value>> {
             value
         })
         .collect();
-    Ok(Json(json!({ "now": now(), "writable": app.token.is_some(), "limiters": limiters })))
+    Ok(json!({ "now": now(), "writable": app.token.is_some(), "limiters": limiters }))
 }
 
 /// The `key` of a request, in the query string or the JSON body.
@@ -237,6 +298,7 @@ struct KeyQuery {
 /// `GET /api/limiters/{name}?key=K`: inspect one key.
 async fn detail(State(app): State<App>, Path(name): Path<String>, Query(q): Query<KeyQuery>) -> ApiResult<Json<Value>> {
     let key = q.key.filter(|k| !k.is_empty());
+    let _slot = app.slot()?;
     let view = ops::inspect(&app.backend, &name, key.as_deref()).await?;
     let mut value = serde_json::to_value(view).expect("views serialize");
     value["now"] = json!(now());
@@ -260,14 +322,17 @@ async fn set_override(
     body: Result<Json<OverrideBody>, axum::extract::rejection::JsonRejection>,
 ) -> ApiResult<Json<Value>> {
     authorize(&app, &headers)?;
-    let Json(body) =
-        body.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "invalid_argument", Some("body".into()), e.body_text()))?;
+    let _slot = app.slot()?;
+    let Json(body) = body.map_err(|e| {
+        ApiError::Error(StatusCode::BAD_REQUEST, "invalid_argument", Some("body".into()), e.body_text())
+    })?;
     let spec = match &body.spec {
         Value::String(text) => text.clone(),
         other => other.to_string(),
     };
     let key = body.key.filter(|k| !k.is_empty());
     app.backend.set_limit_json(&name, &spec, key.as_deref()).await?;
+    app.forget_list().await;
     Ok(Json(json!({ "ok": true, "name": name, "key": key })))
 }
 
@@ -278,8 +343,10 @@ async fn clear_override(
     Query(q): Query<KeyQuery>,
 ) -> ApiResult<Json<Value>> {
     authorize(&app, &headers)?;
+    let _slot = app.slot()?;
     let key = q.key.filter(|k| !k.is_empty());
     app.backend.clear_limit(&name, key.as_deref()).await?;
+    app.forget_list().await;
     Ok(Json(json!({ "ok": true, "name": name, "key": key })))
 }
 
@@ -290,8 +357,10 @@ async fn reset(
     Query(q): Query<KeyQuery>,
 ) -> ApiResult<Json<Value>> {
     authorize(&app, &headers)?;
+    let _slot = app.slot()?;
     let key = q.key.filter(|k| !k.is_empty());
     ops::reset(&app.backend, &name, key.as_deref()).await?;
+    app.forget_list().await;
     Ok(Json(json!({ "ok": true, "name": name, "key": key })))
 }
 

@@ -506,3 +506,60 @@ fn views_on_a_cluster() {
     let seeds = cluster.seeds().join(",");
     views(&["--cluster", &seeds]);
 }
+
+/// A password in a Redis URL never shows (issue #31, item 9): not in the error of a refused URL
+/// (given with `--redis`, `--cluster` or RATEKEEPER_REDIS_URL), not in a wrong password's error,
+/// not in what a working command prints.
+#[test]
+fn a_password_in_the_url_never_shows() {
+    const SECRET: &str = "Pa55-w0rd-9f3e";
+    let server = RedisServer::start();
+    assert_eq!(server.cli(&["ACL", "SETUSER", "alice", "on", &format!(">{SECRET}"), "~*", "&*", "+@all"]), "OK");
+    let port = server.url().rsplit(':').next().unwrap().to_owned();
+    let refused = format!("redix://user:{SECRET}@127.0.0.1:1");
+    let unschemed = format!("alice:{SECRET}@127.0.0.1:{port}");
+    let wrong = format!("redis://alice:{SECRET}-wrong@127.0.0.1:{port}");
+    let right = format!("redis://alice:{SECRET}@127.0.0.1:{port}");
+    let mut shown = Vec::new();
+    for args in [
+        vec!["--redis", &refused, "limits"],
+        vec!["--redis", &unschemed, "limits"],
+        vec!["--cluster", "redis://127.0.0.1:1", "--cluster", &refused, "limits"],
+        vec!["--redis", &wrong, "limits"],
+        vec!["--redis", &wrong, "set", "secret-x", r#"{"kind":"window","limit":7,"interval":60}"#],
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 1, "{args:?} fails: {out}{err}");
+        assert!(err.starts_with("error: "), "{err}");
+        shown.push(format!("{out}{err}"));
+    }
+    let output = ratekeeper().env("RATEKEEPER_REDIS_URL", &refused).arg("limits").output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    shown.push(String::from_utf8_lossy(&output.stderr).into_owned());
+    let (code, out, err) = run(&["--redis", &right, "set", "secret-x", r#"{"kind":"window","limit":7,"interval":60}"#]);
+    assert_eq!(code, 0, "the right password works: {err}");
+    shown.push(format!("{out}{err}"));
+    for text in &shown {
+        assert!(!text.contains(SECRET), "the password shows: {text}");
+    }
+    assert!(shown[0].contains("redix://***@127.0.0.1:1"), "the URL shows without its password: {}", shown[0]);
+}
+
+/// Key names come from any process with access to Redis (issue #31, item 10): `inspect` writes
+/// their control characters as escapes, so a key cannot clear the operator's screen, recolour
+/// it or forge a line.
+#[test]
+fn inspect_escapes_control_characters_in_key_names() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let hostile = "evil\u{1b}[2J\nallowed       0\u{202e}";
+    let spec = r#"{"kind":"window","limit":5,"interval":60}"#;
+    let (code, _, err) = run(&["--redis", &url, "run", "esc", "--spec", spec, "--key", hostile, "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    for args in [vec!["--redis", &url, "inspect", "esc"], vec!["--redis", &url, "inspect", "esc", "--key", hostile]] {
+        let out = ok(&args);
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{202e}'), "raw control characters: {out:?}");
+        assert!(out.contains(r"evil\u{1b}[2J\nallowed       0\u{202e}"), "the key, escaped: {out}");
+        assert_eq!(out.lines().filter(|l| l.starts_with("allowed")).count(), 1, "no forged line: {out}");
+    }
+}

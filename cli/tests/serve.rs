@@ -7,8 +7,14 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
 
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
 use serde_json::{json, Value};
-use support::{ratekeeper, run, RedisCluster, RedisServer};
+use support::{ratekeeper, run, wait_until, RedisCluster, RedisServer};
+
+/// How long `serve` serves one `/api/limiters` answer to every reader, and a little more.
+const LIST_FRESH: Duration = Duration::from_millis(1100);
 
 /// A running `ratekeeper serve`, stopped (SIGTERM, by pid) when dropped.
 struct Server {
@@ -23,8 +29,13 @@ impl Server {
 
     /// `ratekeeper BACKEND_ARGS serve` on a free loopback port.
     fn start_on(backend: &[&str], token: Option<&str>) -> Server {
+        Server::start_with(backend, token, &[])
+    }
+
+    /// [`Self::start_on`] with more `serve` options.
+    fn start_with(backend: &[&str], token: Option<&str>, options: &[&str]) -> Server {
         let mut cmd = ratekeeper();
-        cmd.args(backend).args(["serve", "--listen", "127.0.0.1:0"]);
+        cmd.args(backend).args(["serve", "--listen", "127.0.0.1:0"]).args(options);
         if let Some(token) = token {
             cmd.args(["--token", token]);
         }
@@ -38,8 +49,20 @@ impl Server {
 
     /// One HTTP/1.1 request; returns (status, content type, body).
     fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> (u16, String, String) {
+        self.request_as(&self.addr, method, path, headers, body)
+    }
+
+    /// [`Self::request`] naming `host` in its Host header.
+    fn request_as(
+        &self,
+        host: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> (u16, String, String) {
         let mut stream = TcpStream::connect(&self.addr).unwrap();
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
         for (name, value) in headers {
             req.push_str(&format!("{name}: {value}\r\n"));
         }
@@ -106,6 +129,8 @@ fn reads_the_registry_metrics_and_the_page() {
     );
 
     make_limiter(&redis.url());
+    // One answer is served to every reader for a second (see `one_registry_walk_serves_every_reader`).
+    std::thread::sleep(LIST_FRESH);
     let recent = &server.get_json("/api/limiters")["limiters"][0]["last_minute"];
     assert_eq!((recent["allowed"].as_u64(), recent["refused"].as_u64()), (Some(1), Some(0)), "{recent}");
 
@@ -210,4 +235,134 @@ fn serves_a_cluster() {
         metrics.contains(r#"ratekeeper_concurrent_held_total{limiter="job",kind="concurrent",wait="immediate"} 1"#),
         "{metrics}"
     );
+}
+
+/// DNS rebinding (issue #31, item 10): a page at `http://evil.example/` whose name now resolves to
+/// 127.0.0.1 reads the server as its own origin, but its requests say `Host: evil.example`. They
+/// are refused before anything is read; the listen address, loopback names and `--allow-host`
+/// names are served.
+#[test]
+fn refuses_hosts_it_does_not_serve() {
+    let redis = RedisServer::start();
+    make_limiter(&redis.url());
+    let server = Server::start(&redis.url(), Some("t"));
+    let port = server.addr.rsplit(':').next().unwrap().to_owned();
+    let auth = [("Authorization", "Bearer t")];
+    for host in ["evil.example".to_owned(), format!("evil.example:{port}"), format!("localhost.evil.example:{port}")] {
+        for path in ["/api/limiters", "/api/limiters/api?key=k", "/metrics", "/"] {
+            let (status, _, body) = server.request_as(&host, "GET", path, &[], None);
+            assert_eq!(status, 403, "{host} {path}: {body}");
+            assert!(!body.contains("\"api\"") && !body.contains("ratekeeper_"), "{host} {path} leaks: {body}");
+            assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["kind"], "host_not_allowed");
+        }
+        let (status, _, _) = server.request_as(&host, "POST", "/api/limiters/api/reset?key=k", &auth, None);
+        assert_eq!(status, 403, "{host}: a write with the token");
+    }
+    assert_eq!(server.get_json("/api/limiters/api?key=k")["remaining"], 4, "the refused reset wrote nothing");
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), "LOCALHOST".to_owned()] {
+        let (status, _, body) = server.request_as(&host, "GET", "/api/limiters", &[], None);
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    drop(server);
+
+    let server = Server::start_with(
+        &["--redis", &redis.url()],
+        None,
+        &["--allow-host", "ops.example", "--allow-host", "Rk.Internal."],
+    );
+    for host in ["ops.example", "ops.example:8080", "rk.internal", "localhost"] {
+        let (status, _, body) = server.request_as(host, "GET", "/api/limiters", &[], None);
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    assert_eq!(server.request_as("evil.example", "GET", "/api/limiters", &[], None).0, 403);
+
+    // --allow-host takes a host name or address, nothing else.
+    for bad in ["", "http://ops.example", "ops.example:8080", "ops.example/x", "a b"] {
+        let (code, _, err) = run(&["--redis", &redis.url(), "serve", "--allow-host", bad]);
+        assert_eq!(code, 2, "--allow-host {bad:?}: {err}");
+        assert!(err.contains("--allow-host"), "the error names the option: {err}");
+    }
+}
+
+/// SCAN calls the server has run so far.
+fn scans(redis: &RedisServer) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let line = stats.lines().find(|l| l.starts_with("cmdstat_scan:")).unwrap_or("cmdstat_scan:calls=0,");
+    line["cmdstat_scan:calls=".len()..].split(',').next().unwrap().parse().unwrap()
+}
+
+/// Each `/api/limiters` walks the registry with SCAN per limiter (issue #31, item 10): readers
+/// that arrive together share one walk, and an answer serves every reader for a second.
+#[test]
+fn one_registry_walk_serves_every_reader() {
+    let redis = RedisServer::start();
+    make_limiter(&redis.url());
+    let server = Arc::new(Server::start(&redis.url(), None));
+    let before = scans(&redis);
+    server.get_json("/api/limiters");
+    let one_walk = scans(&redis) - before;
+    assert!(one_walk > 0, "an answer walks the registry with SCAN");
+
+    std::thread::sleep(LIST_FRESH);
+    let before = scans(&redis);
+    let readers = 12;
+    let barrier = Arc::new(Barrier::new(readers));
+    let threads: Vec<_> = (0..readers)
+        .map(|_| {
+            let (server, barrier) = (server.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                server.request("GET", "/api/limiters", &[], None)
+            })
+        })
+        .collect();
+    let mut bodies = Vec::new();
+    for thread in threads {
+        let (status, _, body) = thread.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+        bodies.push(serde_json::from_str::<Value>(&body).unwrap());
+    }
+    let walks = scans(&redis) - before;
+    // Readers straddling the end of an answer's second may make a second walk; never one each.
+    assert!(walks <= 2 * one_walk, "{readers} readers made {walks} SCAN calls; one answer makes {one_walk}");
+    assert!(bodies.iter().all(|b| b["limiters"][0]["name"] == "api"));
+}
+
+/// Requests that read Redis are bounded (issue #31, item 10): past the bound, a request is
+/// answered 503 `busy` with Retry-After at once instead of adding to Redis's load.
+#[test]
+fn requests_reading_redis_are_bounded() {
+    let redis = RedisServer::start();
+    make_limiter(&redis.url());
+    let server = Arc::new(Server::start(&redis.url(), None));
+    // A paused server: each read waits for its deadline, so requests pile up.
+    redis.pause();
+    let mut busy = None;
+    for _burst in 0..10 {
+        let requests = 48;
+        let barrier = Arc::new(Barrier::new(requests));
+        let threads: Vec<_> = (0..requests)
+            .map(|i| {
+                let (server, barrier) = (server.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    server.request("GET", &format!("/api/limiters/api?key=k{i}"), &[], None)
+                })
+            })
+            .collect();
+        let answers: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        for (status, _, body) in &answers {
+            assert_eq!(*status, 503, "Redis is paused: {body}");
+        }
+        busy = answers.into_iter().find(|(_, _, body)| body.contains("\"busy\""));
+        if busy.is_some() {
+            break;
+        }
+    }
+    redis.resume();
+    let (_, _, body) = busy.expect("48 requests at once: some are answered busy");
+    assert!(body.contains("try again"), "{body}");
+    wait_until("the server answers again", Duration::from_secs(30), || {
+        server.request("GET", "/api/limiters/api?key=k", &[], None).0 == 200
+    });
 }

@@ -33,7 +33,9 @@ pub mod upstream;
 mod views;
 
 pub use backend::redis::driven;
-pub use backend::{lua_sources, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig};
+pub use backend::{
+    lua_sources, redact_url, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig,
+};
 pub use backoff::Backoff;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
 pub use decision::{http_seconds, Decision, Lease, LimitStatus};

@@ -119,3 +119,42 @@ test('driven connection: each call keeps its own deadline; a timed-out connectio
   await driven(long, 'after');
   assert.equal(native.drivenConnections(), 1);
 });
+
+test('driven connection: a call to a server that never answers ends by its deadline, not the connect timeout', async (t) => {
+  // Issue #31, item 15. The connect timeout (20 s) is far longer than the deadline (300 ms): no
+  // call waits for the driven connection's connect or handshake, whether the server hangs before
+  // the first call or after the connection was made (then the connection drains and its
+  // replacement's connect hangs).
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const options = { deadlineMs: 300, connectTimeoutMs: 20_000, prefix: 'unreachable' };
+  /** Runs `calls` on the stopped server: every call ends with ERR_TIMEOUT before a watchdog
+   * resumes the server after 10 s (an ordering, not a timing: a call that waited for the
+   * connect would end only after it). */
+  const onStoppedServer = async (what, calls) => {
+    process.kill(server.pid, 'SIGSTOP');
+    const resume = watchdog(10_000, () => process.kill(server.pid, 'SIGCONT'));
+    try {
+      const results = await calls();
+      assert.ok(!resume.fired, `${what}: the calls settled only after the server was resumed`);
+      assert.ok(results.length > 0 && results.every((r) => r.status === 'rejected' && r.reason.code === 'ERR_TIMEOUT'),
+        `${what}: ${JSON.stringify(results)}`);
+    } finally {
+      if (!resume.stop()) process.kill(server.pid, 'SIGCONT');
+    }
+  };
+  const oneAfterAnother = async (limiter, n) => {
+    const results = [];
+    for (let i = 0; i < n; i++) results.push(...(await Promise.allSettled([limiter.check(`seq${i}`)])));
+    return results;
+  };
+
+  const fresh = Backend.redis(server.url, options).tokenBucket('fresh', 1, 100);
+  await onStoppedServer('before any connection, at once', () =>
+    Promise.allSettled(Array.from({ length: 10 }, () => fresh.check('k'))));
+  await onStoppedServer('before any connection, one after another', () => oneAfterAnother(fresh, 5));
+
+  const bucket = Backend.redis(server.url, options).tokenBucket('live', 1, 100);
+  await driven(bucket, 'warmup');
+  await onStoppedServer('after the connection was made', () => oneAfterAnother(bucket, 8));
+});

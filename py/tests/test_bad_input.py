@@ -115,8 +115,50 @@ def call(case: dict[str, Any]) -> None:
         ratekeeper.ManualClock(a["start_us"])
     elif name == "advance":
         ratekeeper.ManualClock(START_US).advance(a["seconds"])
+    elif name == "http_middleware":
+        http_middleware(a["options"])
     else:
         limiter_call(case, name, a)
+
+
+# The table's HTTP middleware cases are spelled with Node's option names unless they carry
+# `args_python`; the Python names of the same options.
+PYTHON_OPTION = {"keyGenerator": "key", "standardHeaders": "headers", "handler": "on_refused",
+                 "trustedProxies": "trusted_proxies", "windowMs": "window_ms"}
+
+
+def http_middleware(options: dict[str, Any]) -> None:
+    """Builds every Python entry point of the HTTP middleware with `options` (a `limiter` given
+    as an object is a spec, built on a fresh memory backend); each must refuse them alike."""
+    import flask
+    from starlette.applications import Starlette
+
+    from ratekeeper.asgi import RateLimitMiddleware
+    from ratekeeper.django import ratelimit
+    from ratekeeper.fastapi import limit
+    from ratekeeper.flask import RateLimiter
+
+    opts = {PYTHON_OPTION.get(k, k): v for k, v in options.items()}
+    if isinstance(opts.get("limiter"), dict):
+        opts["limiter"] = fresh_backend().limiter("http", opts["limiter"])
+    builders = [
+        lambda o: RateLimitMiddleware(Starlette(), **o),
+        lambda o: limit(**o),
+        lambda o: RateLimiter(flask.Flask("bad-input")).limit(**o),
+        lambda o: ratelimit(**o),
+    ]
+    errors = []
+    for build in builders:
+        try:
+            build(dict(opts))
+        except InvalidArgument as e:
+            errors.append(e)
+        except TypeError as e:  # a missing or unknown keyword: Python's own refusal, named the same way
+            missing = "limiter" if "limiter" not in opts else next(k for k in opts if f"'{k}'" in str(e))
+            errors.append(InvalidArgument(f"invalid argument `{missing}`: {e}", missing))
+    assert len(errors) == len(builders), "every entry point refuses the options"
+    assert len({e.parameter for e in errors}) == 1, [str(e) for e in errors]
+    raise errors[0]
 
 
 def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:

@@ -1155,6 +1155,40 @@ static void test_wrong_password_is_rejected(const fixture *f) {
   }
 }
 
+/* A password in a URL never shows (issue #31, item 9): neither a refused URL's message nor a
+ * wrong password's. The secret is "Pa55-w0rd-9f3e". */
+static void test_passwords_never_show(const fixture *f) {
+  if (f->kind != REDIS) return;
+  const char *secret = "Pa55-w0rd-9f3e";
+  const char *refused[] = {"redix://user:Pa55-w0rd-9f3e@127.0.0.1:1", "user:Pa55-w0rd-9f3e@127.0.0.1:6380"};
+  for (int i = 0; i < 2; i++) {
+    rk_backend *b = NULL;
+    CHECK(rk_backend_new_redis(refused[i], NULL, RK_FAIL_CLOSED, 0, 0, &b) == RK_INVALID_ARGUMENT);
+    CHECK(strstr(last_error(), "`url`") != NULL);
+    if (!CHECK(strstr(last_error(), secret) == NULL)) fprintf(stderr, "    shown: %s\n", last_error());
+  }
+  const char *seeds[] = {"redis://127.0.0.1:1", "http://:Pa55-w0rd-9f3e@127.0.0.1:2"};
+  rk_backend *c = NULL;
+  CHECK(rk_backend_new_redis_cluster(seeds, 2, NULL, RK_FAIL_CLOSED, 0, 0, &c) == RK_INVALID_ARGUMENT);
+  if (!CHECK(strstr(last_error(), secret) == NULL)) fprintf(stderr, "    shown: %s\n", last_error());
+
+  const char *host = strstr(f->url, "://");
+  if (!CHECK(host != NULL)) return;
+  char url[256];
+  snprintf(url, sizeof url, "redis://nobody:%s@%s", secret, host + 3);
+  rk_backend *b = NULL;
+  CHECK_OK(rk_backend_new_redis(url, g_prefix, RK_FAIL_CLOSED, 0, 1.0, &b));
+  if (!b) return;
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_bucket(b, "c-secret", 4, CENTURY, &l), l, "bucket");
+  rk_decision d = {0};
+  CHECK(rk_limiter_check(l, "k", 1, &d) == RK_BACKEND_REJECTED);
+  CHECK(strstr(last_error(), "WRONGPASS") != NULL);
+  if (!CHECK(strstr(last_error(), secret) == NULL)) fprintf(stderr, "    shown: %s\n", last_error());
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 /* ---------------------------------------------------------------- runner */
 
 typedef struct {
@@ -1320,6 +1354,7 @@ static const test_case TESTS[] = {
     {"call arguments", test_call_arguments, true},
     {"bucket", test_bucket, true},
     {"a wrong password is RK_BACKEND_REJECTED", test_wrong_password_is_rejected, true},
+    {"passwords never show", test_passwords_never_show, true},
     {"window and windows", test_window, true},
     {"sliding window", test_sliding_window, true},
     {"token bucket", test_token_bucket, true},

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use self::redis::config::{FailurePolicy, RedisConfig, TlsConfig};
+pub use self::redis::redact::redact_url;
 pub use crate::engine::script::sources as lua_sources;
 pub(crate) use memory::MemoryBackend;
 pub use memory::MemoryConfig;

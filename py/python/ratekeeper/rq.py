@@ -1,6 +1,6 @@
 """RQ integration (``pip install ratekeeper[rq]``): run a job under a limiter and, when the
-limiter refuses, enqueue it again later with backoff instead of failing it — Sidekiq
-Enterprise's limiter middleware, for RQ.
+limiter refuses, run it again later with backoff instead of failing it — Sidekiq Enterprise's
+limiter middleware, for RQ.
 
 ::
 
@@ -9,30 +9,29 @@ Enterprise's limiter middleware, for RQ.
     @limited(stripe, key=lambda customer_id: customer_id)
     def charge(customer_id): ...
 
-    queue.enqueue(charge, "cus_1", retry=Retry(max=3))
+    queue.enqueue(charge, "cus_1", retry=Retry(max=3), on_success=Callback(report))
 
-On :class:`~ratekeeper.OverLimit` the job is enqueued again with
-``Queue.enqueue_in(backoff.reschedule_in(n, retry_after), ...)`` for its n-th reschedule: same
-function, arguments, queue, timeout, TTLs and remaining ``Retry`` budget, and its ``meta`` with
-the count (``meta["ratekeeper_reschedules"]``) and the first job's id
-(``meta["ratekeeper_origin"]``). RQ runs scheduled jobs only on a worker started with
-``--with-scheduler``. The refused run itself ends as *finished*, returning a
-:class:`Rescheduled` that names the job carrying on. RQ has no way to put a running job back
-as scheduled under the same id (the worker marks it finished or failed when the function
-returns), hence a new job. The job's own failures and ``Retry`` are untouched: reschedules are
-not retries. After ``backoff.max_reschedules`` reschedules the job fails with the ``OverLimit``.
+On :class:`~ratekeeper.OverLimit` the refused run returns an ``rq.Retry`` with
+``interval = backoff.reschedule_in(n, retry_after)`` (rounded up to whole seconds, RQ's unit) for
+its n-th reschedule: RQ puts the *same job* back as scheduled. Nothing of a finished job
+happens for a refused run: jobs that ``depends_on`` it keep waiting for its real run, its
+``on_success`` / ``on_failure`` / ``on_stopped`` callbacks fire once, for the real run, and its
+id, arguments, queue, timeout, TTLs and ``Retry`` budget are its own. The count is in
+``meta["ratekeeper_reschedules"]``. RQ runs scheduled jobs only on a worker started with
+``--with-scheduler``. The job's own failures and ``Retry`` are untouched: reschedules are not
+retries (RQ records each as a *retried* result). After ``backoff.max_reschedules`` reschedules
+the job fails with the ``OverLimit``.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, TypeVar
 
 try:
-    from rq import Queue, Retry, get_current_job
+    from rq import Retry, get_current_job
 except ImportError as _missing:  # an optional extra: say which
     raise ImportError(f"ratekeeper.rq needs rq: pip install 'ratekeeper[rq]' ({_missing})") from _missing
 
@@ -41,26 +40,16 @@ from ._ratekeeper import Backoff
 from .errors import OverLimit
 from .jobs import CostFn, KeyFn, check_arguments, current_decision, run_limited
 
-__all__ = ["COUNT", "ORIGIN", "Rescheduled", "limited", "reschedules", "current_decision"]
+__all__ = ["COUNT", "limited", "reschedules", "current_decision"]
 
 COUNT = "ratekeeper_reschedules"
 """The ``job.meta`` key counting a job's reschedules for being over limit."""
-ORIGIN = "ratekeeper_origin"
-"""The ``job.meta`` key holding the id of the first job of a chain of reschedules."""
+
+# Reschedules are bounded by the backoff's `max_reschedules`, not by RQ: a refused run returns a
+# Retry whose `max` RQ never reaches (RQ compares it with the job's count of returned retries).
+_UNBOUNDED = 2**31 - 1
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class Rescheduled:
-    """What a job refused by its limiter returns: the job that will run it later."""
-
-    job_id: str
-    """The id of the new job."""
-    delay: float
-    """Seconds until it runs."""
-    attempt: int
-    """Its reschedule count (1 for the first reschedule)."""
 
 
 def reschedules(job: Any = None) -> int:
@@ -69,29 +58,15 @@ def reschedules(job: Any = None) -> int:
     return int((job.meta or {}).get(COUNT, 0)) if job is not None else 0
 
 
-def _reschedule(job: Any, error: OverLimit, backoff: Backoff) -> Rescheduled:
+def _reschedule(job: Any, error: OverLimit, backoff: Backoff) -> Retry:
     attempt = reschedules(job) + 1
     delay = backoff.reschedule_in(attempt, error.retry_after)
     if delay is None:
         raise error
-    queue = Queue(job.origin, connection=job.connection, serializer=job.serializer)
-    retry = None
-    if job.retries_left:
-        retry = Retry(max=job.retries_left, interval=job.retry_intervals or 0)
-    new = queue.enqueue_in(
-        timedelta(seconds=delay),
-        job.func,
-        args=job.args,
-        kwargs=job.kwargs,
-        job_timeout=job.timeout,
-        result_ttl=job.result_ttl,
-        ttl=job.ttl,
-        failure_ttl=job.failure_ttl,
-        description=job.description,
-        retry=retry,
-        meta={**(job.meta or {}), COUNT: attempt, ORIGIN: (job.meta or {}).get(ORIGIN, job.id)},
-    )
-    return Rescheduled(job_id=new.id, delay=delay, attempt=attempt)
+    job.meta[COUNT] = attempt
+    job.save_meta()
+    # RQ schedules in whole seconds; rounding up never runs the job before the limiter said.
+    return Retry(max=_UNBOUNDED, interval=max(1, math.ceil(delay)))
 
 
 def limited(
@@ -101,8 +76,9 @@ def limited(
     cost: CostFn = 1,
     backoff: Backoff | None = None,
 ) -> Callable[[F], F]:
-    """Decorates an RQ job function so it runs only when ``limiter`` admits it, and is enqueued
-    again with ``backoff`` (default: Sidekiq's 300·n + rand(300) s, 20 times) when it does not.
+    """Decorates an RQ job function so it runs only when ``limiter`` admits it, and is scheduled
+    again (the same job) with ``backoff`` (default: Sidekiq's 300·n + rand(300) s, 20 times)
+    when it does not.
 
     ``key`` and ``cost`` are fixed values or functions of the job's arguments. Rate limiters
     are checked without waiting; a concurrent limiter is held for the whole body (waiting up to

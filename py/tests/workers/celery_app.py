@@ -30,6 +30,11 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )
+if os.environ.get("RK_VISIBILITY_TIMEOUT"):
+    # A broker that delivers a message again when it was held unacknowledged this long, looking
+    # for such messages every second (Kombu's default: every 10 s, scanning one call in 10).
+    app.conf.broker_transport_options = {"visibility_timeout": float(os.environ["RK_VISIBILITY_TIMEOUT"]),
+                                         "unacked_restore_interval": 1, "unacked_restore_throttle": 1}
 
 # Built in the worker's parent process, before the fork: the core rebuilds its runtime and
 # connections in each child (what this test also exercises).
@@ -76,3 +81,17 @@ def always_refused(self: Task, job: int) -> None:
     # An OverLimit from inside the body (here: as if the API had answered 429 with a
     # Retry-After of 50 ms) reschedules the job like the limiter's own refusal.
     raise ratekeeper.OverLimit("over limit: the API said 429", 0.05)
+
+
+# Refused once for LONG_DELAY seconds (longer than the test's visibility timeout), then runs.
+LONG_DELAY = float(os.environ.get("RK_LONG_DELAY", "8"))
+once = ratekeeper.Backoff(base=0.01, jitter=0, max_reschedules=3)
+
+
+@app.task(bind=True)
+@limited(roomy, key=lambda job: f"long-{job}", backoff=once)
+def refused_once_long(self: Task, job: int) -> int:
+    if reschedules(self) == 0:
+        raise ratekeeper.OverLimit("over limit: the API said 429", LONG_DELAY)
+    log.rpush(f"{PREFIX}:long-runs", job)
+    return job

@@ -7,6 +7,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from typing import Any
 
 import redis
 
@@ -53,3 +54,28 @@ def always_refused(job: int) -> None:
     log.rpush(f"{PREFIX}:refused-runs", reschedules())
     # As if the API had answered 429 with a Retry-After of 50 ms.
     raise ratekeeper.OverLimit("over limit: the API said 429", 0.05)
+
+
+@limited(roomy, key=lambda job, fail=False: f"once-{job}", backoff=give_up)
+def refused_once(job: int, fail: bool = False) -> str:
+    """Refused on its first run (as if the API had answered 429), then runs for real: ends with
+    "ran", or fails when `fail`."""
+    log.rpush(f"{PREFIX}:once-runs", json.dumps([job, reschedules()]))
+    if reschedules() == 0:
+        raise ratekeeper.OverLimit("over limit: the API said 429", 0.05)
+    log.rpush(f"{PREFIX}:order", json.dumps(["real", job]))
+    if fail:
+        raise RuntimeError("the real run fails")
+    return "ran"
+
+
+def dependent(job: int) -> None:
+    log.rpush(f"{PREFIX}:order", json.dumps(["dependent", job]))
+
+
+def on_success(job: Any, connection: Any, result: Any, *args: Any, **kwargs: Any) -> None:
+    log.rpush(f"{PREFIX}:callbacks", json.dumps(["success", job.args[0], repr(result)]))
+
+
+def on_failure(job: Any, connection: Any, *exc_info: Any) -> None:
+    log.rpush(f"{PREFIX}:callbacks", json.dumps(["failure", job.args[0]]))

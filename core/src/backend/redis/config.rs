@@ -6,6 +6,7 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::redact::redact_url;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
@@ -86,8 +87,9 @@ impl TlsConfig {
     }
 }
 
-/// Configuration of a Redis or Redis Cluster backend.
-#[derive(Debug, Clone)]
+/// Configuration of a Redis or Redis Cluster backend. Its `Debug` form hides the user and
+/// password of every URL (see [`super::redact::redact_url`]).
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct RedisConfig {
     /// `redis://[user:password@]host:port[/db]` or `rediss://…`; one URL for a standalone
@@ -108,6 +110,22 @@ pub struct RedisConfig {
     /// Where time comes from: `None` (default) uses the Redis server's `TIME`, so client clocks do
     /// not matter; a manual clock sends its time with every call (tests and vectors).
     pub clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|url| redact_url(url)).collect();
+        f.debug_struct("RedisConfig")
+            .field("urls", &urls)
+            .field("cluster", &self.cluster)
+            .field("prefix", &self.prefix)
+            .field("failure_policy", &self.failure_policy)
+            .field("deadline", &self.deadline)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls)
+            .field("clock", &self.clock)
+            .finish()
+    }
 }
 
 impl RedisConfig {
@@ -193,5 +211,12 @@ mod tests {
         };
         assert_eq!(parameter(client), "tls.cert");
         assert!(TlsConfig::default().validate().is_ok(), "no material: the system's roots");
+    }
+
+    #[test]
+    fn debug_hides_every_urls_password() {
+        let shown = format!("{:?}", RedisConfig::cluster(["redis://u:SECRET1@a:1", "redis://:SECRET2@b:2"]));
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("redis://***@a:1") && shown.contains("redis://***@b:2"), "{shown}");
     }
 }

@@ -8,6 +8,7 @@ pub mod driven;
 pub(crate) mod keys;
 pub(crate) mod live;
 pub(crate) mod partitions;
+pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
@@ -192,7 +193,7 @@ impl RedisBackend {
         }
         for (i, url) in config.urls.iter().enumerate() {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                let message = format!("must start with redis:// or rediss://, got {url:?}");
+                let message = format!("must start with redis:// or rediss://, got {:?}", redact::redact_url(url));
                 // A cluster's URLs are its seeds: name the one at fault, as the caller passed it.
                 return Err(if config.cluster {
                     Error::invalid_field(format!("seeds[{i}]"), message)

@@ -1,0 +1,136 @@
+"""Every option of every Python entry point is validated when it is built (InvalidArgument naming
+the option, nothing touched), and the default key: the client address, IPv6 grouped by /56,
+proxy headers believed only from trusted proxies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import flask
+import pytest
+from starlette.applications import Starlette
+
+import ratekeeper
+from ratekeeper import InvalidArgument
+from ratekeeper._http import _networks, client_key
+from ratekeeper.asgi import RateLimitMiddleware
+from ratekeeper.django import ratelimit
+from ratekeeper.fastapi import limit
+from ratekeeper.flask import RateLimiter
+
+
+def build_asgi(**options: Any) -> object:
+    return RateLimitMiddleware(Starlette(), **options)
+
+
+def build_flask(**options: Any) -> object:
+    limiter = options.pop("limiter")
+    return RateLimiter(flask.Flask("t"), default=limiter, **options)
+
+
+def build_flask_route(**options: Any) -> object:
+    return RateLimiter(flask.Flask("t")).limit(**options)
+
+
+ENTRY_POINTS: dict[str, Callable[..., object]] = {
+    "asgi": build_asgi, "fastapi": limit, "flask": build_flask, "flask.limit": build_flask_route, "django": ratelimit,
+}
+
+
+def limiters() -> dict[str, ratekeeper.Limiter]:
+    backend = ratekeeper.Backend.memory(clock=ratekeeper.ManualClock(1_700_000_000_000_000))
+    return {"bucket": backend.token_bucket("tb", 1, 5), "window": backend.window("w", 5, 60),
+            "concurrent": backend.concurrent("c", 2)}
+
+
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    ("a string limiter", {"limiter": "api"}, "limiter"),
+    ("an empty limiter list", {"limiter": []}, "limiter"),
+    ("a list holding a string", {"limiter": ["bucket", "api"]}, "limiter"),
+    ("cost 0", {"cost": 0}, "cost"),
+    ("cost -1", {"cost": -1}, "cost"),
+    ("cost a string", {"cost": "1"}, "cost"),
+    ("cost True", {"cost": True}, "cost"),
+    ("cost above the capacity", {"cost": 6}, "cost"),
+    ("count unknown", {"count": "sometimes"}, "count"),
+    ("count failures on a concurrent limiter", {"limiter": "concurrent", "count": "failures"}, "count"),
+    ("headers draft-8", {"headers": "draft-8"}, "headers"),
+    ("headers True", {"headers": True}, "headers"),
+    ("shadow a string", {"shadow": "yes"}, "shadow"),
+    ("key a string", {"key": "ip"}, "key"),
+    ("skip True", {"skip": True}, "skip"),
+    ("on_refused 429", {"on_refused": 429}, "on_refused"),
+    ("trusted_proxies a lone string", {"trusted_proxies": "10.0.0.0/8"}, "trusted_proxies"),
+    ("trusted proxy prefix 33", {"trusted_proxies": ["10.0.0.0/33"]}, "trusted_proxies"),
+    ("trusted proxy a host name", {"trusted_proxies": ["proxy.local"]}, "trusted_proxies"),
+]
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_a_bad_option_is_refused_when_built(entry: str, case: tuple[str, dict[str, Any], str]) -> None:
+    _, options, parameter = case
+    named = limiters()
+    options = {"limiter": named["bucket"], **options}
+    if isinstance(options["limiter"], str) and options["limiter"] in named:
+        options["limiter"] = named[options["limiter"]]
+    if isinstance(options["limiter"], list):
+        options["limiter"] = [named.get(x, x) if isinstance(x, str) else x for x in options["limiter"]]
+    before = named["bucket"].peek("k").remaining
+    with pytest.raises(InvalidArgument) as raised:
+        ENTRY_POINTS[entry](**options)
+    assert raised.value.parameter == parameter, str(raised.value)
+    assert f"`{parameter}`" in str(raised.value)
+    assert named["bucket"].peek("k").remaining == before, "nothing was charged"
+
+
+def test_count_failures_is_allowed_on_every_kind_but_concurrent() -> None:
+    named = limiters()
+    for kind in ("bucket", "window"):
+        for entry in ENTRY_POINTS.values():
+            entry(limiter=named[kind], count="failures")
+
+
+def test_flask_limit_refuses_an_unknown_option_and_a_second_limit() -> None:
+    limiter = RateLimiter(flask.Flask("t"))
+    named = limiters()
+    with pytest.raises(InvalidArgument) as raised:
+        limiter.limit(named["bucket"], window_ms=60_000)
+    assert raised.value.parameter == "window_ms"
+    view = limiter.limit(named["bucket"])(lambda: "ok")
+    with pytest.raises(InvalidArgument):
+        limiter.limit(named["window"])(view)
+
+
+def no_headers(_: str) -> str | None:
+    return None
+
+
+def headers(**fields: str) -> Callable[[str], str | None]:
+    return lambda name: fields.get(name.replace("-", "_"))
+
+
+TRUSTED = _networks(["10.0.0.0/8", "2001:db8:ffff::/48"])
+
+
+@pytest.mark.parametrize(("peer", "fields", "trusted", "expected"), [
+    ("203.0.113.9", {}, (), "203.0.113.9"),
+    # IPv6: one /56 is one client, whatever the interface bits.
+    ("2001:db8:1:2ff:aaaa::1", {}, (), "2001:db8:1:200::/56"),
+    ("2001:db8:1:2ee::9", {}, (), "2001:db8:1:200::/56"),
+    ("::ffff:198.51.100.7", {}, (), "198.51.100.7"),
+    # Proxy headers from an untrusted peer prove nothing.
+    ("203.0.113.9", {"x_forwarded_for": "198.51.100.1"}, TRUSTED, "203.0.113.9"),
+    ("203.0.113.9", {"x_forwarded_for": "198.51.100.1"}, (), "203.0.113.9"),
+    # Behind a trusted proxy: the right-most address that is not a trusted proxy.
+    ("10.0.0.2", {"x_forwarded_for": "6.6.6.6, 198.51.100.1, 10.0.0.7"}, TRUSTED, "198.51.100.1"),
+    ("10.0.0.2", {"forwarded": 'for=6.6.6.6, for="[2001:db8:5:6::1]:4711";proto=https'}, TRUSTED, "2001:db8:5::/56"),
+    ("10.0.0.2", {"forwarded": "for=198.51.100.1:8080", "x_forwarded_for": "6.6.6.6"}, TRUSTED, "198.51.100.1"),
+    ("10.0.0.2", {}, TRUSTED, "10.0.0.2"),
+    ("10.0.0.2", {"forwarded": "for=unknown"}, TRUSTED, "10.0.0.2"),
+    ("not an address", {}, (), "not an address"),
+    (None, {}, (), "unknown"),
+])
+def test_the_default_key(peer: str | None, fields: dict[str, str], trusted: Any, expected: str) -> None:
+    assert client_key(peer, headers(**fields), trusted) == expected
