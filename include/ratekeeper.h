@@ -150,7 +150,8 @@ typedef enum rk_failure_policy {
  * Redis Cluster.
  *
  * Opaque. Made by `rk_backend_new_memory`, `rk_backend_new_memory_with`,
- * `rk_backend_new_redis` or `rk_backend_new_redis_cluster`; freed with `rk_backend_free`.
+ * `rk_backend_new_redis`, `rk_backend_new_redis_cluster` or `rk_backend_new_from_json`; freed
+ * with `rk_backend_free`.
  * Thread-safe: one handle may be used from any number of threads at once. Limiters keep what
  * they need of their backend alive, so a backend may be freed while its limiters are in use.
  * Every backend built for the same Redis URL in one process shares one connection set.
@@ -411,6 +412,34 @@ enum rk_status rk_backend_new_redis_cluster(const char *const *seeds,
  * \param backend A backend from an `rk_backend_new_*` function, or NULL.
  */
 void rk_backend_free(struct rk_backend *backend);
+
+/**
+ * \brief Creates a backend from its configuration as JSON: every option of the other
+ * constructors, plus those they have no parameter for (a connect timeout, TLS material).
+ *
+ * Fields (all optional; durations in seconds):
+ * - `kind`: `"memory"`, `"redis"` or `"cluster"` (default: `"cluster"` with `seeds`,
+ *   `"redis"` with `url`, else `"memory"`);
+ * - memory: `max_keys` (default 1,000,000);
+ * - Redis: `url` (`redis://` or `rediss://`), or `seeds` (an array of URLs) for a cluster;
+ *   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
+ *   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
+ *   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
+ *   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now;
+ * - `client`: the language this process's limiters are listed under in the registry
+ *   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
+ *   backend a process makes fixes it.
+ *
+ * Nothing connects until the first call (as with `rk_backend_new_redis`).
+ *
+ * \param json The configuration, a NUL-terminated UTF-8 JSON object.
+ * \param backend_out Receives the new backend; free it with `rk_backend_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT (the message
+ *         names the bad field, or `json` when the text is not a JSON object or has an unknown
+ *         field).
+ */
+enum rk_status rk_backend_new_from_json(const char *json,
+                                        struct rk_backend **backend_out);
 
 /**
  * \brief Creates a manual clock reading `start_us` microseconds since the Unix epoch.
@@ -967,7 +996,10 @@ enum rk_status rk_backend_flush(const struct rk_backend *backend);
  * On Redis, the registry: every limiter any process in any language used in the last 90 days;
  * on memory, this process's. Each element has `name`, `kind`, `spec` (an object),
  * `overrides` (`[{"key": null | "...", "spec": {...}}]`), `users`, `processes`,
- * `first_seen_ms` and `last_seen_ms` (Unix milliseconds).
+ * `first_seen_ms` and `last_seen_ms` (Unix milliseconds), `conflict` (`null`, or what the
+ * registry reported in the last three minutes about a use of the name it could not take:
+ * another kind used by a live process, or an override of another kind) and `waiting` (`true`
+ * for an override no process has used yet: `kind` and `spec` are the override's).
  *
  * \param backend The backend.
  * \param json_out Receives the JSON text; free it with `rk_string_free`.

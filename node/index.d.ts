@@ -79,6 +79,14 @@ export interface LimiterInfo {
   processes: number;
   firstSeenMs: number;
   lastSeenMs: number;
+  /**
+   * What the registry reported in the last three minutes about a use of the name it could not
+   * take (another kind used by a live process: one name, one kind; or a whole-limiter override
+   * of another kind), or null.
+   */
+  conflict: string | null;
+  /** True for an override no process has used yet (`kind` and `spec` are the override's). */
+  waiting: boolean;
 }
 
 /** A limiter's metrics: checks by outcome, their latency on Redis, and concurrent leases. */

@@ -32,8 +32,10 @@ pub struct BackendArgs {
     /// Redis Cluster seed node URL; repeat it or give a comma-separated list.
     #[arg(long, global = true, value_name = "SEED", value_delimiter = ',')]
     pub cluster: Vec<String>,
-    /// Key prefix (namespace) of the limiters [default: the library's, `ratekeeper`].
-    #[arg(long, global = true, value_name = "PREFIX")]
+    /// Key prefix (namespace) of the limiters: the one the processes were given, or the
+    /// library's default.
+    // The default is the core's constant (one source), so the help cannot name another.
+    #[arg(long, global = true, value_name = "PREFIX", default_value = ratekeeper::DEFAULT_PREFIX)]
     pub prefix: Option<String>,
 }
 

@@ -101,6 +101,12 @@ pub struct LimiterView {
     pub first_seen: f64,
     /// Last registration, in seconds since the Unix epoch.
     pub last_seen: f64,
+    /// A use of the name the registry could not take (another kind used by a live process: one
+    /// name, one kind; or an override of another kind), reported in the last three minutes.
+    pub conflict: Option<String>,
+    /// No process has used the name yet: an override set ahead of a deploy (its kind and spec
+    /// are the override's).
+    pub waiting: bool,
     /// Checks allowed, summed over every process since the counts began (not a window).
     pub allowed: u64,
     /// Checks refused (over the limit, shed or paused), summed over every process.
@@ -226,6 +232,8 @@ fn view(info: &LimiterInfo, counts: Option<&(u64, u64, u64)>) -> LimiterView {
         processes: info.processes,
         first_seen: epoch_secs(info.first_seen),
         last_seen: epoch_secs(info.last_seen),
+        conflict: info.conflict.clone(),
+        waiting: info.waiting,
         allowed,
         refused,
         errors,
@@ -402,7 +410,7 @@ pub fn table(views: &[LimiterView], now: SystemTime) -> String {
             compact(&v.spec),
             overrides,
             v.processes.to_string(),
-            ago(v.last_seen, now),
+            if v.waiting { WAITING.to_owned() } else { ago(v.last_seen, now) },
             v.allowed.to_string(),
             v.refused.to_string(),
         ]);
@@ -426,7 +434,22 @@ pub fn table(views: &[LimiterView], now: SystemTime) -> String {
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
+    for v in views.iter().filter(|v| v.conflict.is_some()) {
+        // The conflict names a process's host and language: text from the registry, escaped.
+        out.push_str(&format!("conflict: {}: {}\n", v.name, printable(&conflict_text(v))));
+    }
     out
+}
+
+/// How `limits` and `inspect` show an override that no process has used yet.
+const WAITING: &str = "waiting for a first user";
+
+fn conflict_text(v: &LimiterView) -> String {
+    format!(
+        "{} (one name, one kind: this {} keeps the name; rename the other)",
+        v.conflict.as_deref().unwrap_or(""),
+        v.kind
+    )
 }
 
 /// `text` safe to print on a terminal: control characters (an escape sequence in a key name
@@ -479,6 +502,8 @@ pub fn inspect_text(v: &InspectView) -> String {
         ("spec", compact(&v.limiter.spec)),
         ("overrides", overrides),
         ("deciding spec", compact(&v.effective_spec)),
+        ("status", if v.limiter.waiting { WAITING.to_owned() } else { "in use".to_owned() }),
+        ("conflict", if v.limiter.conflict.is_some() { printable(&conflict_text(&v.limiter)) } else { "-".to_owned() }),
         ("allowed", v.allowed_now.to_string()),
         ("limit", v.limit.to_string()),
         ("remaining", v.remaining.to_string()),

@@ -167,7 +167,8 @@ fn router(app: App, guard: Guard) -> Router {
 /// (or a response made already, e.g. [`Slots::take`]'s).
 enum ApiError {
     Error(StatusCode, &'static str, Option<String>, String),
-    Response(Response),
+    /// A finished answer (boxed: it is far larger than the other variant).
+    Response(Box<Response>),
 }
 
 impl IntoResponse for ApiError {
@@ -177,7 +178,7 @@ impl IntoResponse for ApiError {
                 let body = json!({ "error": { "kind": kind, "parameter": parameter, "message": message } });
                 (status, Json(body)).into_response()
             }
-            ApiError::Response(response) => response,
+            ApiError::Response(response) => *response,
         }
     }
 }
@@ -395,6 +396,8 @@ mod tests {
             processes: 1,
             first_seen: 0.0,
             last_seen: 0.0,
+            conflict: None,
+            waiting: false,
             allowed,
             refused,
             errors: 0,

@@ -36,12 +36,12 @@ impl Default for Slots {
 
 impl Slots {
     /// A slot for one request's Redis work, or the 503 to answer when none is free.
-    pub fn take(&self) -> Result<OwnedSemaphorePermit, Response> {
+    pub fn take(&self) -> Result<OwnedSemaphorePermit, Box<Response>> {
         self.0.clone().try_acquire_owned().map_err(|_| {
             let message = format!("{MAX_IN_FLIGHT} requests are reading Redis: try again in a second");
             let mut response = refusal(StatusCode::SERVICE_UNAVAILABLE, "busy", None, message);
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-            response
+            Box::new(response)
         })
     }
 }
@@ -64,7 +64,7 @@ impl Guard {
     /// served.
     pub fn allows(&self, host: &str) -> bool {
         let name = normalize(strip_port(host));
-        if name == "localhost" || self.allowed.iter().any(|a| *a == name) {
+        if name == "localhost" || self.allowed.contains(&name) {
             return true;
         }
         // An address cannot be rebound (the page's origin would be that address itself), but

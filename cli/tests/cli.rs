@@ -19,6 +19,18 @@ fn ok(args: &[&str]) -> String {
     out
 }
 
+/// `--prefix`'s help names the prefix the library writes (it used to name `ratekeeper`, and
+/// `--prefix ratekeeper limits` then showed an empty table).
+#[test]
+fn the_prefix_help_names_the_library_default() {
+    let expected = format!("[default: {}]", ratekeeper::DEFAULT_PREFIX);
+    for args in [&["--help"][..], &["limits", "--help"][..]] {
+        let out = ok(args);
+        let line = out.lines().skip_while(|l| !l.contains("--prefix")).take(3).collect::<Vec<_>>().join(" ");
+        assert!(line.contains(&expected), "ratekeeper {args:?}: --prefix should say {expected}: {line}");
+    }
+}
+
 #[test]
 fn usage_errors_exit_2_and_name_the_culprit() {
     let (code, out, _) = run(&["--help"]);
@@ -125,7 +137,7 @@ fn operate(backend: &[&str]) {
     let err = fail_with(&["set", "api", "{not json"]);
     assert!(err.starts_with("error: invalid argument `spec`"), "{err}");
     let err = fail_with(&["set", "api", r#"{"kind":"concurrent","limit":1}"#]);
-    assert!(err.contains("an override must keep its kind"), "{err}");
+    assert!(err.contains("a concurrent override cannot apply to it (one name, one kind)"), "{err}");
     let err = fail_with(&["set", "bad name!", r#"{"kind":"window","limit":1,"interval":60}"#]);
     assert!(err.starts_with("error: invalid argument `name`"), "{err}");
     let err = fail_with(&["inspect", "nope"]);
@@ -438,7 +450,8 @@ fn views(backend: &[&str]) {
     assert_eq!(
         until_last_hour,
         "name pool\nkey -\nkind concurrent\nspec {\"kind\":\"concurrent\",\"limit\":2,\"lock_timeout\":60}\n\
-         overrides -\ndeciding spec {\"kind\":\"concurrent\",\"limit\":2,\"lock_timeout\":60}\nallowed false\n\
+         overrides -\ndeciding spec {\"kind\":\"concurrent\",\"limit\":2,\"lock_timeout\":60}\nstatus in use\n\
+         conflict -\nallowed false\n\
          limit 2\nremaining 0\nretry after Ns\nreset after Ns\nholders 2\nwaiters 1\n\
          LEASE FENCING TOKEN AGE EXPIRES IN\nLEASE TOKEN Ns Ns\nLEASE TOKEN Ns Ns\n\
          busiest keys\nKEY USED LIMIT\n(own) 2 2\n",
@@ -505,6 +518,33 @@ fn views_on_a_cluster() {
     let cluster = RedisCluster::start();
     let seeds = cluster.seeds().join(",");
     views(&["--cluster", &seeds]);
+}
+
+/// An override set before any process used its name (ahead of a deploy) is listed as waiting,
+/// `inspect` shows it, and a first user of another kind is reported (it used to be invisible:
+/// `limits` listed nothing and `inspect` said the name was not in the registry).
+#[test]
+fn an_override_ahead_of_a_deploy_is_listed_and_inspected() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let with = |args: &[&str]| {
+        let mut all = vec!["--redis", url.as_str(), "--prefix", "ahead"];
+        all.extend_from_slice(args);
+        ok(&all)
+    };
+    with(&["set", "op_x", r#"{"kind":"window","limit":7,"interval":60}"#]);
+    let table = with(&["limits"]);
+    let row = table.lines().find(|l| l.starts_with("op_x ")).unwrap_or_else(|| panic!("op_x not listed: {table}"));
+    assert!(row.contains("window") && row.contains("waiting for a first user"), "{table}");
+    let text = with(&["inspect", "op_x"]);
+    assert!(text.contains("status        waiting for a first user\n") && text.contains("limit         7\n"), "{text}");
+
+    // A first user of another kind: the override does not apply to it, and `limits` says so.
+    with(&["run", "op_x", "--spec", r#"{"kind":"concurrent","limit":1}"#, "--", "true"]);
+    let table = with(&["limits"]);
+    assert!(!table.contains("waiting for a first user"), "{table}");
+    let conflict = table.lines().find(|l| l.starts_with("conflict: op_x:")).unwrap_or_else(|| panic!("{table}"));
+    assert!(conflict.contains("an override of kind window does not apply to this concurrent"), "{conflict}");
 }
 
 /// A password in a Redis URL never shows (issue #31, item 9): not in the error of a refused URL

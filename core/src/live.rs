@@ -7,8 +7,8 @@
 //! pays one relaxed atomic load while a name has no override.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::{Mutex, RwLock};
@@ -58,6 +58,13 @@ pub struct LimiterInfo {
     pub first_seen: SystemTime,
     /// When a process last registered it (at most once a minute each).
     pub last_seen: SystemTime,
+    /// What the registry reported in the last three minutes about a use of the name it could not
+    /// take: another kind used by a live process (one name has one kind), or a whole-limiter
+    /// override of another kind that does not apply.
+    pub conflict: Option<String>,
+    /// Whether no process has registered the name yet: an override set ahead of a deploy. Its
+    /// `kind` and `spec` are the override's, `users` is empty and the times are the Unix epoch.
+    pub waiting: bool,
 }
 
 /// An override, compiled for the backend it applies on.
@@ -81,7 +88,16 @@ struct NameOverrides {
 struct Member {
     kind: Kind,
     spec_json: String,
-    metrics: Weak<LimiterMetrics>,
+    /// Held strongly: a limiter object dropped before the next flush still has its counts (and
+    /// its name) to send; the object holds the only other reference while it lives.
+    metrics: Arc<LimiterMetrics>,
+    joined: Instant,
+}
+
+impl Member {
+    fn alive(&self) -> bool {
+        Arc::strong_count(&self.metrics) > 1
+    }
 }
 
 /// What a process knows of one limiter name: its overrides and its limiter objects.
@@ -90,6 +106,9 @@ pub(crate) struct NameState {
     name: String,
     /// Whether any override exists for the name: the check path's only cost without one.
     active: AtomicBool,
+    /// Whether the backend flushes and registers (Redis): a dropped limiter object is kept
+    /// until its counts are flushed and its name registered. On memory it is let go at once.
+    keep_dropped: bool,
     overrides: RwLock<NameOverrides>,
     members: Mutex<Vec<Member>>,
     /// When the registry last heard of this name from this process.
@@ -115,6 +134,15 @@ impl NameState {
         (found.spec.kind() == kind).then(|| found.clone())
     }
 
+    /// Lets go of dropped limiter objects with nothing left to do: on Redis, once their counts
+    /// are flushed and the name was registered after they joined.
+    fn prune(&self, members: &mut Vec<Member>) {
+        let registered = *self.registered.lock();
+        members.retain(|m| {
+            m.alive() || (self.keep_dropped && (!m.metrics.settled() || !registered.is_some_and(|at| at >= m.joined)))
+        });
+    }
+
     /// The name.
     pub(crate) fn name(&self) -> &str {
         &self.name
@@ -129,14 +157,35 @@ impl NameState {
 /// The raw override table: name → (key or `None` for the whole limiter) → canonical spec JSON.
 pub(crate) type OverrideTable = HashMap<String, HashMap<Option<String>, String>>;
 
+/// The identity of a table Redis does not hold (never written, or lost).
+pub(crate) const MISSING_TABLE: &str = "//";
+
+/// The override table a process holds.
+#[derive(Debug, Default)]
+struct HeldTable {
+    entries: OverrideTable,
+    /// The identity of the Redis table it was read from or written to (epoch, version and write
+    /// stamp; empty for a missing table and on memory). Any other identity in Redis means the
+    /// table changed, whether by a write or by a loss of its history, so it is read again.
+    identity: String,
+    /// The ticket of the read or write this table comes from (see [`Live::ticket`]).
+    ticket: u64,
+}
+
 /// A backend's live state (see the module documentation).
 pub(crate) struct Live {
     names: Mutex<HashMap<String, Arc<NameState>>>,
-    /// The override table and the version it is at (Redis's counter; 0 on memory): a table read
-    /// before this process's own latest write is older than what it holds, and is not applied.
-    table: Mutex<(OverrideTable, i64)>,
+    /// The override table this process decides with.
+    table: Mutex<HeldTable>,
+    /// Tickets order this process's reads and writes of the table by when they were sent: a
+    /// read sent before the latest one applied (this process's own write, or a later read) is
+    /// older than what the process holds and is dropped. Versions cannot order them: a table
+    /// that lost its history counts again from 1.
+    tickets: AtomicU64,
     /// The fallback policy's divisor, to compile overrides' fallback limiters.
     fallback_divisor: Option<u32>,
+    /// See [`NameState::keep_dropped`].
+    keep_dropped: bool,
 }
 
 impl std::fmt::Debug for Live {
@@ -149,8 +198,15 @@ impl std::fmt::Debug for Live {
 pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(60);
 
 impl Live {
-    pub(crate) fn new(fallback_divisor: Option<u32>) -> Live {
-        Live { names: Mutex::default(), table: Mutex::default(), fallback_divisor }
+    /// `keep_dropped`: the backend flushes and registers (Redis; see [`NameState::keep_dropped`]).
+    pub(crate) fn new(fallback_divisor: Option<u32>, keep_dropped: bool) -> Live {
+        Live {
+            names: Mutex::default(),
+            table: Mutex::default(),
+            tickets: AtomicU64::new(1),
+            fallback_divisor,
+            keep_dropped,
+        }
     }
 
     /// Records a new limiter object of `name`; returns the name's state, which carries its
@@ -158,8 +214,13 @@ impl Live {
     pub(crate) fn join(&self, name: &str, spec: &LimiterSpec, metrics: &Arc<LimiterMetrics>) -> Arc<NameState> {
         let state = self.observe(name);
         let mut members = state.members.lock();
-        members.retain(|m| m.metrics.strong_count() > 0);
-        members.push(Member { kind: spec.kind(), spec_json: spec.to_json(), metrics: Arc::downgrade(metrics) });
+        state.prune(&mut members);
+        members.push(Member {
+            kind: spec.kind(),
+            spec_json: spec.to_json(),
+            metrics: metrics.clone(),
+            joined: Instant::now(),
+        });
         drop(members);
         state
     }
@@ -172,12 +233,13 @@ impl Live {
             let state = Arc::new(NameState {
                 name: name.to_owned(),
                 active: AtomicBool::new(false),
+                keep_dropped: self.keep_dropped,
                 overrides: RwLock::default(),
                 members: Mutex::default(),
                 registered: Mutex::new(None),
                 created: SystemTime::now(),
             });
-            if let Some(entries) = self.table.lock().0.get(name) {
+            if let Some(entries) = self.table.lock().entries.get(name) {
                 self.install(&state, entries);
             }
             state
@@ -201,28 +263,62 @@ impl Live {
         Ok(Compiled { spec: spec.clone(), algorithm, fallback })
     }
 
-    /// Replaces the whole override table with one read from Redis at `version`; returns whether
-    /// it changed anything. A table older than the one held is ignored.
-    pub(crate) fn replace_table(&self, table: OverrideTable, version: i64) -> bool {
-        let mut current = self.table.lock();
-        if version < current.1 || current.0 == table {
-            current.1 = current.1.max(version);
+    /// A ticket for a read of the override table: take it before sending the read, and pass it
+    /// to [`Live::replace_table`] with what was read.
+    pub(crate) fn ticket(&self) -> u64 {
+        self.tickets.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The identity of the table this process holds (see [`HeldTable::identity`]).
+    pub(crate) fn identity(&self) -> String {
+        self.table.lock().identity.clone()
+    }
+
+    /// Replaces the whole override table with one read from Redis, whose identity is
+    /// `identity`, by a read sent with `ticket`; returns whether it changed any override. A read
+    /// sent before the table held was read or written is older than it and is dropped.
+    pub(crate) fn replace_table(&self, table: OverrideTable, identity: String, ticket: u64) -> bool {
+        let mut held = self.table.lock();
+        if ticket < held.ticket {
             return false;
         }
-        *current = (table, version);
+        held.ticket = ticket;
+        // A table that was written and is now missing: Redis lost its data (restarted empty,
+        // flushed, evicted), and the registry with it; register every name again at the next
+        // flush rather than up to a minute later.
+        let lost = identity == MISSING_TABLE && !matches!(held.identity.as_str(), "" | MISSING_TABLE);
+        held.identity = identity;
+        if lost {
+            self.names.lock().values().for_each(|state| *state.registered.lock() = None);
+        }
+        if held.entries == table {
+            return false;
+        }
+        held.entries = table;
         let names = self.names.lock();
         let empty = HashMap::new();
         for (name, state) in names.iter() {
-            self.install(state, current.0.get(name).unwrap_or(&empty));
+            self.install(state, held.entries.get(name).unwrap_or(&empty));
         }
         true
     }
 
-    /// Sets (`Some(spec)`) or clears one override in this process's table, as of `version`.
-    pub(crate) fn set_local(&self, name: &str, key: Option<&str>, spec: Option<&LimiterSpec>, version: i64) {
-        let mut guard = self.table.lock();
-        guard.1 = guard.1.max(version);
-        let table = &mut guard.0;
+    /// Sets (`Some(spec)`) or clears one override in this process's table, just written to a
+    /// table whose identity is now `identity` (`None` on memory).
+    pub(crate) fn set_local(
+        &self,
+        name: &str,
+        key: Option<&str>,
+        spec: Option<&LimiterSpec>,
+        identity: Option<String>,
+    ) {
+        let mut held = self.table.lock();
+        // Taken under the lock, after the write's reply: every read sent before it is older.
+        held.ticket = self.ticket();
+        if let Some(identity) = identity {
+            held.identity = identity;
+        }
+        let table = &mut held.entries;
         let entries = table.entry(name.to_owned()).or_default();
         match spec {
             Some(spec) => {
@@ -236,7 +332,7 @@ impl Live {
         if entries.is_empty() {
             table.remove(name);
         }
-        drop(guard);
+        drop(held);
         if let Some(state) = self.names.lock().get(name) {
             self.install(state, &entries);
         }
@@ -263,10 +359,18 @@ impl Live {
     /// This process's overrides of `name`, as `(key, spec JSON)`, the whole-limiter one first.
     pub(crate) fn overrides_of(&self, name: &str) -> Vec<(Option<String>, String)> {
         let table = self.table.lock();
-        let mut entries: Vec<_> =
-            table.0.get(name).map(|e| e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+        let mut entries: Vec<_> = table
+            .entries
+            .get(name)
+            .map(|e| e.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
         entries.sort();
         entries
+    }
+
+    /// The names this process holds overrides of.
+    pub(crate) fn override_names(&self) -> Vec<String> {
+        self.table.lock().entries.keys().cloned().collect()
     }
 
     /// Every name with a live limiter object: its (kind, spec JSON) and, per kind, the summed
@@ -276,13 +380,13 @@ impl Live {
         let mut out = Vec::new();
         for state in names {
             let mut members = state.members.lock();
-            members.retain(|m| m.metrics.strong_count() > 0);
+            state.prune(&mut members);
             if members.is_empty() {
                 continue;
             }
             let mut per_kind: Vec<(Kind, String, Metrics, Vec<Arc<LimiterMetrics>>)> = Vec::new();
             for m in members.iter() {
-                let Some(metrics) = m.metrics.upgrade() else { continue };
+                let metrics = m.metrics.clone();
                 match per_kind.iter_mut().find(|(k, ..)| *k == m.kind) {
                     Some((_, _, sum, all)) => {
                         sum.add(&metrics.snapshot());
@@ -307,8 +411,11 @@ impl Live {
             let mut registered = entry.state.registered.lock();
             if force || registered.map_or(true, |at| now.duration_since(at) >= RENEW_EVERY) {
                 *registered = Some(now);
-                let (kind, spec, ..) = &entry.per_kind[0];
-                due.push((entry.state.name.clone(), *kind, spec.clone()));
+                // Every kind in use under the name: the registry keeps the first and reports the
+                // others (one name, one kind; see register.lua).
+                for (kind, spec, ..) in &entry.per_kind {
+                    due.push((entry.state.name.clone(), *kind, spec.clone()));
+                }
             }
         }
         due
@@ -343,31 +450,31 @@ mod tests {
 
     #[test]
     fn an_override_applies_to_its_kind_and_a_key_override_wins() {
-        let live = Live::new(None);
+        let live = Live::new(None, true);
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("api", &bucket(5), &metrics);
         assert!(state.lookup(Kind::TokenBucket, "a").is_none());
-        live.set_local("api", None, Some(&bucket(50)), 0);
-        live.set_local("api", Some("a"), Some(&bucket(500)), 0);
+        live.set_local("api", None, Some(&bucket(50)), None);
+        live.set_local("api", Some("a"), Some(&bucket(500)), None);
         let capacity = |key| match state.lookup(Kind::TokenBucket, key).map(|c| c.spec.clone()) {
             Some(LimiterSpec::TokenBucket { capacity, .. }) => Some(capacity),
             _ => None,
         };
         assert_eq!((capacity("a"), capacity("b")), (Some(500), Some(50)));
         assert!(state.lookup(Kind::Leaky, "b").is_none(), "another kind keeps its own spec");
-        live.set_local("api", None, None, 0);
+        live.set_local("api", None, None, None);
         assert_eq!((capacity("a"), capacity("b")), (Some(500), None));
-        live.set_local("api", Some("a"), None, 0);
+        live.set_local("api", Some("a"), None, None);
         assert!(!state.active.load(Ordering::Relaxed));
     }
 
     #[test]
     fn a_name_built_after_its_override_was_read_gets_it() {
-        let live = Live::new(Some(2));
+        let live = Live::new(Some(2), true);
         let mut table = OverrideTable::new();
         table.entry("late".into()).or_default().insert(None, bucket(8).to_json());
-        assert!(live.replace_table(table.clone(), 3));
-        assert!(!live.replace_table(table, 3), "the same table changes nothing");
+        assert!(live.replace_table(table.clone(), "e/3/t".into(), live.ticket()));
+        assert!(!live.replace_table(table, "e/3/t".into(), live.ticket()), "the same table changes nothing");
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("late", &bucket(1), &metrics);
         let compiled = state.lookup(Kind::TokenBucket, "").unwrap();
@@ -377,19 +484,41 @@ mod tests {
 
     #[test]
     fn a_table_read_before_this_process_last_wrote_is_not_applied() {
-        let live = Live::new(None);
+        let live = Live::new(None, true);
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("api", &bucket(1), &metrics);
-        live.set_local("api", Some("k"), Some(&bucket(9)), 5);
-        assert!(!live.replace_table(OverrideTable::new(), 4), "read at version 4, before the write at 5");
+        let sent_before = live.ticket();
+        live.set_local("api", Some("k"), Some(&bucket(9)), Some("e/5/t5".into()));
+        assert!(!live.replace_table(OverrideTable::new(), "e/4/t4".into(), sent_before), "read before the write");
         assert!(state.lookup(Kind::TokenBucket, "k").is_some());
-        assert!(live.replace_table(OverrideTable::new(), 6), "read after it: cleared elsewhere");
+        assert_eq!(live.identity(), "e/5/t5");
+        assert!(live.replace_table(OverrideTable::new(), "e/6/t6".into(), live.ticket()), "cleared elsewhere");
         assert!(state.lookup(Kind::TokenBucket, "k").is_none());
+    }
+
+    /// Redis lost the table (restart without persistence, FLUSHALL, eviction): a lower version,
+    /// or none, is the truth now, and a process that held a higher one follows it.
+    #[test]
+    fn a_table_that_lost_its_history_replaces_a_later_version() {
+        let live = Live::new(None, true);
+        let metrics = Arc::new(LimiterMetrics::default());
+        let state = live.join("api", &bucket(1), &metrics);
+        let mut table = OverrideTable::new();
+        table.entry("api".into()).or_default().insert(None, bucket(50).to_json());
+        assert!(live.replace_table(table, "e1/50/t50".into(), live.ticket()));
+        assert!(live.due_registrations(false).len() == 1 && live.due_registrations(false).is_empty());
+        assert!(live.replace_table(OverrideTable::new(), MISSING_TABLE.into(), live.ticket()), "the table is gone");
+        assert!(state.lookup(Kind::TokenBucket, "").is_none());
+        assert_eq!(live.due_registrations(false).len(), 1, "the registry was lost with it: register again");
+        let mut table = OverrideTable::new();
+        table.entry("api".into()).or_default().insert(None, bucket(7).to_json());
+        assert!(live.replace_table(table, "e2/1/t1".into(), live.ticket()), "a new history at version 1");
+        assert_eq!(state.lookup(Kind::TokenBucket, "").unwrap().spec, bucket(7));
     }
 
     #[test]
     fn registrations_are_due_once_until_renewal() {
-        let live = Live::new(None);
+        let live = Live::new(None, true);
         let metrics = Arc::new(LimiterMetrics::default());
         let _state = live.join("reg", &bucket(1), &metrics);
         assert_eq!(live.due_registrations(false).len(), 1);

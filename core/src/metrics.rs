@@ -300,6 +300,12 @@ impl LimiterMetrics {
         flushed.pending
     }
 
+    /// Whether every count is in Redis: nothing pending, nothing counted since the last batch.
+    pub(crate) fn settled(&self) -> bool {
+        let flushed = self.flushed.lock();
+        flushed.pending.is_none() && flushed.totals.unwrap_or([0; COUNTERS]) == self.totals()
+    }
+
     /// Redis applied (now or before) the batch numbered `seq`.
     pub(crate) fn acknowledge(&self, seq: u64) {
         let mut flushed = self.flushed.lock();

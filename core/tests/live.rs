@@ -197,3 +197,131 @@ fn the_setting_process_never_goes_back_to_an_older_table() {
         std::thread::sleep(Duration::from_millis(3));
     }
 }
+
+/// Redis loses the override table's history in `lose` (a restart without persistence, a
+/// `FLUSHALL`, the table evicted); a process that ran all along applies the next override (it
+/// used to keep the old overrides and ignore every new one until the counter passed its old
+/// value).
+fn an_override_after_data_loss_reaches_a_running_process(lose: impl FnOnce(&mut RedisServer)) {
+    let mut server = RedisServer::start();
+    let (ops, worker) = backends(&server.url(), "lost");
+    let api = worker.token_bucket("api", 0.001, 2).unwrap();
+    for round in 0..50 {
+        ops.set_limit_blocking("api", &token_bucket(100 + round), None).unwrap();
+    }
+    eventually("the worker applies the 50th override", || api.peek_blocking(None).unwrap().limit == 149);
+    lose(&mut server);
+    eventually("the lost table is forgotten", || api.peek_blocking(None).map(|d| d.limit).ok() == Some(2));
+    ops.set_limit_blocking("api", &token_bucket(7), None).unwrap();
+    eventually("the worker applies the override set after the loss", || {
+        api.peek_blocking(None).map(|d| d.limit).ok() == Some(7)
+    });
+    eventually("the worker registers again what Redis lost", || {
+        ops.limiters_blocking().unwrap().iter().any(|l| l.name == "api" && l.overrides.len() == 1)
+    });
+}
+
+#[test]
+fn an_override_after_a_restart_without_persistence_reaches_a_running_process() {
+    an_override_after_data_loss_reaches_a_running_process(|server| server.restart());
+}
+
+#[test]
+fn an_override_after_flushall_reaches_a_running_process() {
+    an_override_after_data_loss_reaches_a_running_process(|server| {
+        server.cli(&["FLUSHALL"]);
+    });
+}
+
+/// `allkeys-lru` evicts keys one by one: evicting the override table must not leave a version
+/// behind that makes running processes ignore the next table.
+#[test]
+fn an_override_after_the_table_is_evicted_reaches_a_running_process() {
+    an_override_after_data_loss_reaches_a_running_process(|server| {
+        let keys = server.cli(&["--scan", "--pattern", "lost:{registry}:overrides*"]);
+        assert!(!keys.is_empty(), "the override table is where it is expected");
+        for key in keys.lines() {
+            server.cli(&["DEL", key]);
+        }
+    });
+}
+
+/// One name, one kind: a second kind under a name does not take the registry entry over while
+/// a process of the first kind is alive, in this process or another; the entry reports it, and an
+/// override of the second kind is refused naming both kinds. Each keeps its own state.
+#[test]
+fn one_name_has_one_kind() {
+    let server = RedisServer::start();
+    let (first, second) = backends(&server.url(), "kinds");
+    let bucket = first.token_bucket("api", 1.0, 5).unwrap();
+    first.flush_blocking().unwrap();
+    let window = second.window("api", 1, MINUTE).unwrap();
+    assert!(window.check_blocking(None, 1).unwrap().allowed, "its own state, its own spec");
+    assert!(!window.check_blocking(None, 1).unwrap().allowed);
+    assert!(bucket.check_blocking(None, 1).unwrap().allowed, "the bucket's state is apart");
+    second.flush_blocking().unwrap();
+    let listed = first.limiters_blocking().unwrap();
+    let [info] = &listed[..] else { panic!("one entry per name: {listed:?}") };
+    assert_eq!((info.kind.as_str(), info.processes), ("token_bucket", 1));
+    let conflict = info.conflict.as_deref().unwrap_or_default();
+    assert!(conflict.contains("window"), "the entry reports the other kind: {conflict:?}");
+    let err = first.set_limit_json_blocking("api", r#"{"kind":"window","limit":9,"interval":60}"#, None).unwrap_err();
+    assert!(err.to_string().contains("token_bucket") && err.to_string().contains("window"), "{err}");
+
+    // Both kinds in one process: the same rule.
+    let (third, _) = backends(&server.url(), "kinds-one");
+    let _bucket = third.token_bucket("api", 1.0, 5).unwrap();
+    third.flush_blocking().unwrap();
+    let _window = third.window("api", 1, MINUTE).unwrap();
+    third.flush_blocking().unwrap();
+    let listed = third.limiters_blocking().unwrap();
+    let [info] = &listed[..] else { panic!("one entry per name: {listed:?}") };
+    assert_eq!(info.kind, "token_bucket");
+    assert!(info.conflict.as_deref().unwrap_or_default().contains("window"), "{info:?}");
+}
+
+/// An override set before any process used its name is listed as waiting for a first user;
+/// a first user of another kind is reported, one of its kind takes it.
+#[test]
+fn an_override_ahead_of_its_first_user_is_listed_as_waiting() {
+    let server = RedisServer::start();
+    let (ops, worker) = backends(&server.url(), "ahead");
+    ops.set_limit_json_blocking("op_x", r#"{"kind":"window","limit":7,"interval":60}"#, None).unwrap();
+    ops.set_limit_json_blocking("op_y", r#"{"kind":"window","limit":7,"interval":60}"#, None).unwrap();
+    let listed = ops.limiters_blocking().unwrap();
+    assert_eq!(
+        listed.iter().map(|l| (l.name.as_str(), l.kind.as_str(), l.waiting)).collect::<Vec<_>>(),
+        [("op_x", "window", true), ("op_y", "window", true)]
+    );
+    assert_eq!(listed[0].overrides.len(), 1);
+    let x = worker.window("op_x", 1, MINUTE).unwrap();
+    let y = worker.token_bucket("op_y", 1.0, 1).unwrap();
+    eventually("the first user applies the override", || x.peek_blocking(None).unwrap().limit == 7);
+    assert_eq!(y.peek_blocking(None).unwrap().limit, 1, "an override of another kind does not apply");
+    worker.flush_blocking().unwrap();
+    let listed = ops.limiters_blocking().unwrap();
+    let x_info = listed.iter().find(|l| l.name == "op_x").unwrap();
+    assert!(!x_info.waiting && x_info.conflict.is_none(), "{x_info:?}");
+    let y_info = listed.iter().find(|l| l.name == "op_y").unwrap();
+    assert!(!y_info.waiting && y_info.kind == "token_bucket", "{y_info:?}");
+    let conflict = y_info.conflict.as_deref().unwrap_or_default();
+    assert!(conflict.contains("window") && conflict.contains("token_bucket"), "reported: {conflict:?}");
+}
+
+/// A limiter object dropped before the next tick is registered and its counts flushed: `flush()`
+/// after it leaves the name in `limiters()` and its checks in the fleet's metrics (it used to be
+/// forgotten, so `ratekeeper reset x` then failed).
+#[test]
+fn a_dropped_limiter_is_registered_and_counted_by_flush() {
+    let server = RedisServer::start();
+    let (b, ops) = backends(&server.url(), "dropped");
+    assert!(b.window("x", 7, MINUTE).unwrap().check_blocking(None, 1).unwrap().allowed);
+    b.flush_blocking().unwrap();
+    let listed = ops.limiters_blocking().unwrap();
+    assert_eq!(listed.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["x"]);
+    let fleet = ops.metrics_blocking(true).unwrap();
+    let (_, _, x) = fleet.iter().find(|(name, ..)| name == "x").expect("x's counts were flushed");
+    assert_eq!(x.allowed, 1);
+    // Once registered and flushed, the dropped object is let go: nothing more to send.
+    assert!(b.metrics_blocking(false).unwrap().is_empty(), "{:?}", b.metrics_blocking(false));
+}

@@ -13,7 +13,8 @@ use crate::panic::{ffi_boundary, ffi_status};
 /// Redis Cluster.
 ///
 /// Opaque. Made by `rk_backend_new_memory`, `rk_backend_new_memory_with`,
-/// `rk_backend_new_redis` or `rk_backend_new_redis_cluster`; freed with `rk_backend_free`.
+/// `rk_backend_new_redis`, `rk_backend_new_redis_cluster` or `rk_backend_new_from_json`; freed
+/// with `rk_backend_free`.
 /// Thread-safe: one handle may be used from any number of threads at once. Limiters keep what
 /// they need of their backend alive, so a backend may be freed while its limiters are in use.
 /// Every backend built for the same Redis URL in one process shares one connection set.
@@ -77,7 +78,13 @@ fn redis_backend(
 /// Hands a new backend to the caller; the registry (`rk_backend_limiters_json`) lists this
 /// process's limiters as used from C.
 pub(crate) fn publish(out: Out<*mut rk_backend>, inner: Backend) {
-    ratekeeper::set_client_language("c");
+    publish_as(out, inner, "c");
+}
+
+/// `publish`, naming the language the registry lists this process's limiters under (the first
+/// name a process gives is kept).
+pub(crate) fn publish_as(out: Out<*mut rk_backend>, inner: Backend, language: &str) {
+    ratekeeper::set_client_language(language);
     out.write(Box::into_raw(Box::new(rk_backend { inner })));
 }
 

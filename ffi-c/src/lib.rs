@@ -27,6 +27,8 @@ pub mod error;
 
 pub mod backend;
 
+pub mod backend_json;
+
 pub mod clock;
 
 pub mod limiter;

@@ -92,7 +92,10 @@ pub extern "C" fn rk_backend_flush(backend: *const rk_backend) -> rk_status {
 /// On Redis, the registry: every limiter any process in any language used in the last 90 days;
 /// on memory, this process's. Each element has `name`, `kind`, `spec` (an object),
 /// `overrides` (`[{"key": null | "...", "spec": {...}}]`), `users`, `processes`,
-/// `first_seen_ms` and `last_seen_ms` (Unix milliseconds).
+/// `first_seen_ms` and `last_seen_ms` (Unix milliseconds), `conflict` (`null`, or what the
+/// registry reported in the last three minutes about a use of the name it could not take:
+/// another kind used by a live process, or an override of another kind) and `waiting` (`true`
+/// for an override no process has used yet: `kind` and `spec` are the override's).
 ///
 /// \param backend The backend.
 /// \param json_out Receives the JSON text; free it with `rk_string_free`.
@@ -118,6 +121,8 @@ pub extern "C" fn rk_backend_limiters_json(backend: *const rk_backend, json_out:
                     "processes": i.processes,
                     "first_seen_ms": ms(i.first_seen),
                     "last_seen_ms": ms(i.last_seen),
+                    "conflict": i.conflict,
+                    "waiting": i.waiting,
                 })
             })
             .collect();

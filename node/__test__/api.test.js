@@ -258,10 +258,10 @@ test('HTTP helpers round Retry-After up to whole seconds', async () => {
   assert.equal(rk.httpStatus(err), 503);
 });
 
-test('the Express-style middleware example serves 429 with the headers', async (t) => {
-  const { rateLimit } = require('../examples/express-middleware.js');
+test('ratekeeper/express on a bare node:http server serves 429 with the draft-6 headers', async (t) => {
+  const { rateLimit } = require('ratekeeper/express');
   const limiter = Backend.memory().tokenBucket('http', 1, 2);
-  const middleware = rateLimit(limiter, { key: () => 'client' });
+  const middleware = rateLimit({ limiter, keyGenerator: () => 'client', standardHeaders: 'draft-6' });
   const server = http.createServer((req, res) => middleware(req, res, () => res.end('ok')));
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   t.after(() => new Promise((resolve) => server.close(resolve)));

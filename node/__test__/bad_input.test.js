@@ -149,6 +149,21 @@ function calls(c) {
       return { thunks: [() => new ManualClock(a.start_us)] };
     case 'advance':
       return { thunks: [() => new ManualClock(START_US).advance(ms(a.seconds))] };
+    case 'http_middleware': {
+      // Every adapter validates the same options when it is built (see node/http/core.js).
+      const backend = freshBackend();
+      const options = { ...a.options };
+      if (options.limiter !== null && typeof options.limiter === 'object' && !Array.isArray(options.limiter)) {
+        options.limiter = backend.limiter('bad-input', options.limiter);
+      }
+      return {
+        thunks: [
+          () => require('ratekeeper/express').rateLimit(options),
+          () => require('ratekeeper/hono').rateLimiter(options),
+          () => require('ratekeeper/nestjs').RateLimit(options),
+        ],
+      };
+    }
     default:
       return limiterCalls(c, a);
   }

@@ -13,3 +13,11 @@ test('typings: tsc --strict accepts the API and rejects misuse', () => {
   });
   assert.equal(result.status, 0, `tsc failed:\n${result.stdout}${result.stderr}`);
 });
+
+test('typings: ratekeeper/express, /fastify, /hono and /nestjs under tsc --strict (self-referenced by name)', () => {
+  const tsc = require.resolve('typescript/bin/tsc');
+  const result = spawnSync(process.execPath, [tsc, '-p', path.join(__dirname, 'types', 'http', 'tsconfig.json')], {
+    encoding: 'utf8',
+  });
+  assert.equal(result.status, 0, `tsc failed:\n${result.stdout}${result.stderr}`);
+});

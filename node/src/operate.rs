@@ -21,7 +21,8 @@ fn spec_value(spec: &str) -> Value {
     serde_json::from_str(spec).unwrap_or(Value::Null)
 }
 
-/// `[{name, kind, spec, overrides: [{key, spec}], users, processes, firstSeenMs, lastSeenMs}]`.
+/// `[{name, kind, spec, overrides: [{key, spec}], users, processes, firstSeenMs, lastSeenMs,
+/// conflict, waiting}]`.
 fn limiters_json(infos: Vec<ratekeeper::LimiterInfo>) -> String {
     let items: Vec<Value> = infos
         .into_iter()
@@ -37,6 +38,8 @@ fn limiters_json(infos: Vec<ratekeeper::LimiterInfo>) -> String {
                 "processes": i.processes,
                 "firstSeenMs": unix_ms(i.first_seen),
                 "lastSeenMs": unix_ms(i.last_seen),
+                "conflict": i.conflict,
+                "waiting": i.waiting,
             })
         })
         .collect();

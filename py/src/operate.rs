@@ -37,7 +37,7 @@ impl LimiterInfo {
         &self.inner.kind
     }
 
-    /// The spec it was built with, as data (the last process to register it wins).
+    /// The spec it was built with, as data (the last process of its kind to register it wins).
     #[getter]
     fn spec<'py>(&self, py: Python<'py>) -> PyResult<SpecDict<'py>> {
         Ok(SpecDict(spec_dict(py, &self.inner.spec)?))
@@ -71,6 +71,21 @@ impl LimiterInfo {
     #[getter]
     fn last_seen(&self) -> f64 {
         unix_seconds(self.inner.last_seen)
+    }
+
+    /// What the registry reported in the last three minutes about a use of the name it could
+    /// not take (another kind used by a live process: one name, one kind; or a whole-limiter
+    /// override of another kind), or `None`.
+    #[getter]
+    fn conflict(&self) -> Option<String> {
+        self.inner.conflict.clone()
+    }
+
+    /// Whether no process has used the name yet: an override set ahead of a deploy, waiting for
+    /// a first user (`kind` and `spec` are the override's).
+    #[getter]
+    fn waiting(&self) -> bool {
+        self.inner.waiting
     }
 
     fn __repr__(&self) -> String {

@@ -67,12 +67,22 @@ class RedisServer:
             raise RuntimeError("redis-server is required (scripts/test installs it)")
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="ratekeeper-py-redis-")
-        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--protected-mode", "no", *extra]
+        self._args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                      "--appendonly", "no", "--protected-mode", "no", *extra]
         self._log = open(os.path.join(self.dir, "redis.log"), "wb")
-        self.proc = subprocess.Popen(args, cwd=self.dir, stdout=self._log, stderr=subprocess.STDOUT,
+        self._launch()
+
+    def _launch(self) -> None:
+        self.proc = subprocess.Popen(self._args, cwd=self.dir, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         _wait(f"redis-server on port {self.port}", lambda: _listening(self.port))
+
+    def restart(self) -> None:
+        """SIGKILL, as a crash would, then the server again on the same port: empty, as no
+        persistence is configured."""
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._launch()
 
     @property
     def pid(self) -> int:

@@ -119,6 +119,117 @@ def test_a_limit_set_from_python_reaches_node_and_c_and_the_registry_lists_all_t
     assert info.first_seen <= info.last_seen
 
 
+@pytest.mark.parametrize("loss", ["restart", "flushall"])
+def test_an_override_after_redis_lost_its_data_reaches_running_python_node_and_c(
+        loss: str, c_probe: Path, node_package: Path) -> None:
+    """Redis restarts without persistence (or is flushed) after 50 overrides; a Python, a Node and
+    a C process that ran all along apply the next override. They used to keep the old overrides
+    and ignore every new one until the version counter passed its old value."""
+    server = RedisServer()
+    try:
+        prefix, name = unique_prefix(), "api"
+        spec = json.dumps({"kind": "token_bucket", "rate": 1, "capacity": 5})
+        bucket = lambda capacity: {"kind": "token_bucket", "rate": 1, "capacity": capacity}  # noqa: E731
+        # Each process first sees the 50th override (149), then, after the loss, no override (5),
+        # then the override set after it (7).
+        targets = "149,5,7"
+        probes = {
+            "python": subprocess.Popen([sys.executable, str(WORKERS / "live_probe.py"), server.url, prefix, name,
+                                        spec, targets], stdout=subprocess.PIPE, text=True),
+            "c": subprocess.Popen([str(c_probe), server.url, prefix, name, spec, targets],
+                                  stdout=subprocess.PIPE, text=True),
+            "node": subprocess.Popen(["node", str(WORKERS / "live_probe.js"), str(node_package), server.url,
+                                      prefix, name, spec, targets], stdout=subprocess.PIPE, text=True),
+        }
+        try:
+            def next_line(p: subprocess.Popen[str]) -> str:
+                assert p.stdout is not None
+                return p.stdout.readline().strip()
+
+            for language, p in probes.items():
+                assert next_line(p) == "ready", language
+            ops = ratekeeper.Backend.redis(server.url, prefix=prefix)
+            for capacity in range(100, 150):
+                ops.set_limit(name, bucket(capacity))
+            for language, p in probes.items():
+                assert next_line(p), f"{language} never applied the 50th override"
+            if loss == "restart":
+                server.restart()
+            else:
+                server.cli("FLUSHALL")
+            for language, p in probes.items():
+                assert next_line(p), f"{language} kept the overrides Redis lost"
+            set_at_ms = time.time() * 1000
+            ops.set_limit(name, bucket(7))
+            seen = {language: float(p.communicate(timeout=60)[0].strip() or "nan") for language, p in probes.items()}
+        finally:
+            for p in probes.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        assert {language: p.returncode for language, p in probes.items()} == {"python": 0, "c": 0, "node": 0}
+        lags = {language: round(at - set_at_ms) for language, at in seen.items()}
+        print(f"override after {loss} applied after (ms): {lags}")
+        # The contract is 1 s (a poll every 200 ms); the bound leaves room for a loaded machine.
+        assert all(-50 <= lag < 3000 for lag in lags.values()), lags
+    finally:
+        server.stop()
+
+
+NODE_WINDOW = """
+const { Backend } = require(process.argv[1]);
+(async () => {
+  const backend = Backend.redis(process.argv[2], { prefix: process.argv[3] });
+  const api = backend.window('api', 5, 60);
+  await api.check();
+  await backend.flush();
+  console.log(JSON.stringify(await backend.limiters()));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def test_one_name_one_kind_across_python_and_node_and_an_override_waits_for_its_first_user(
+        redis_server: RedisServer, node_package: Path) -> None:
+    """The README's FastAPI `window("api")` and Express `tokenBucket("api")` against one Redis: the
+    first kind in use keeps the registry entry, the other is reported (not merged into one entry
+    with 2 processes), and an override of the other kind is refused naming both kinds."""
+    prefix = unique_prefix()
+    backend = ratekeeper.Backend.redis(redis_server.url, prefix=prefix)
+    backend.set_limit("op_x", {"kind": "window", "limit": 7, "interval": 60})
+    [waiting] = backend.limiters()
+    assert (waiting.name, waiting.kind, waiting.waiting, waiting.processes) == ("op_x", "window", True, 0)
+    assert waiting.spec == {"kind": "window", "limit": 7, "interval": 60}
+
+    api = backend.token_bucket("api", 1, 5)
+    assert api.check().allowed
+    backend.flush()
+    node = subprocess.run(["node", "-e", NODE_WINDOW, str(node_package), redis_server.url, prefix],
+                          capture_output=True, text=True, timeout=60)
+    assert node.returncode == 0, node.stderr
+    [seen_by_node] = [i for i in json.loads(node.stdout) if i["name"] == "api"]
+    assert (seen_by_node["kind"], seen_by_node["waiting"]) == ("token_bucket", False)
+    assert "window used by node" in seen_by_node["conflict"], seen_by_node
+    [info] = [i for i in backend.limiters() if i.name == "api"]
+    assert (info.kind, info.processes, info.conflict is not None) == ("token_bucket", 1, True), info
+    assert info.conflict is not None and "window used by node" in info.conflict
+    with pytest.raises(ratekeeper.InvalidArgument) as refused:
+        backend.set_limit("api", {"kind": "window", "limit": 9, "interval": 60})
+    assert "token_bucket" in str(refused.value) and "window" in str(refused.value)
+
+
+def test_a_limiter_dropped_before_the_next_tick_is_registered_and_counted_by_flush(
+        redis_server: RedisServer) -> None:
+    """The issue's repro: a limiter object used once and dropped, then `flush()`: the name is in
+    the registry (so `ratekeeper reset x` finds it) and its check is in the fleet's counts."""
+    prefix = unique_prefix()
+    b = ratekeeper.Backend.redis(redis_server.url, prefix=prefix)
+    b.window("x", 7, 60).check()
+    b.flush()
+    ops = ratekeeper.Backend.redis(redis_server.url, prefix=prefix)
+    assert [i.name for i in ops.limiters()] == ["x"]
+    assert [(name, kind, m.allowed) for name, kind, m in ops.metrics(fleet=True)] == [("x", "window", 1)]
+
+
 WORKER = textwrap.dedent("""
     import json, sys, ratekeeper
     url, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -10,7 +10,9 @@
 # `rk_manual_clock_advance` and `rk_backoff_reschedule_in`, which take microseconds.
 #
 # What C cannot express (a string where C takes a uint64_t, -1 for an unsigned parameter, an
-# option C does not have) is a `skip` line saying why, never a guess.
+# option C does not have) is a `skip` line saying why, never a guess. A Redis backend option
+# rk_backend_new_redis has no parameter for (connect_timeout, TLS material) goes through
+# rk_backend_new_from_json instead: call `backend_json`, one string token, the configuration.
 #
 # Usage: ruby tests/bad_input/lower_c.rb [tests/bad_input/cases.json] | run_c
 require "json"
@@ -67,6 +69,17 @@ end
 def list(v, param)
   raise NotExpressible, "C's `#{param}` is an array: #{v.inspect} cannot be passed" unless v.is_a?(Array)
   ["u:#{v.size}"]
+end
+
+POSITIONAL_REDIS = %w[url seeds prefix failure_policy fallback_divisor deadline].freeze
+
+# The call and tokens of a `redis` case whose options only rk_backend_new_from_json takes.
+def backend_json(a)
+  json = JSON.generate({ "kind" => "redis" }.merge(a))
+rescue JSON::GeneratorError => e
+  raise NotExpressible, "the configuration is not JSON text (#{e.message})"
+else
+  ["backend_json", ["s:#{json.unpack1('H*')}"]]
 end
 
 def redis_tail(a)
@@ -159,7 +172,13 @@ JSON.parse(File.read(path))["cases"].each do |c|
     raise NotExpressible, c["skip"]["c"] if c.dig("skip", "c")
     a = c.fetch("args_c", c["args"]).transform_values { |v| value(v) }
     status = STATUS.fetch(c.fetch("c_error", c["error"]))
-    puts ["case", name, c["call"], status, c["parameter"].fetch("c"), *tokens(c["call"], a, c)].join("\t")
+    call, toks =
+      if c["call"] == "redis" && !(a.keys - POSITIONAL_REDIS).empty?
+        backend_json(a)
+      else
+        [c["call"], tokens(c["call"], a, c)]
+      end
+    puts ["case", name, call, status, c["parameter"].fetch("c"), *toks].join("\t")
   rescue NotExpressible => e
     puts ["skip", name, e.message.tr("\t\n", "  ")].join("\t")
   end

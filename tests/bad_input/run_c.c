@@ -160,6 +160,8 @@ static rk_status run(const char *call, args_t *a, bool *untouched, char *param, 
     double deadline = arg_f64(a);
     st = cluster ? rk_backend_new_redis_cluster(nseeds ? seeds : NULL, nseeds, prefix, policy, divisor, deadline, &b)
                  : rk_backend_new_redis(url, prefix, policy, divisor, deadline, &b);
+  } else if (strcmp(call, "backend_json") == 0) {
+    st = rk_backend_new_from_json(arg_str(a), &b);
   } else if (strcmp(call, "manual_clock") == 0) {
     rk_manual_clock *c = NULL;
     st = rk_manual_clock_new(arg_u64(a), &c);

@@ -408,6 +408,21 @@ static void backend_calls(const char *redis_url) {
       if (s == RK_OK) rk_backend_free(b);
     }
   }
+  /* Hostile configurations as JSON: malformed text, wrong types, unknown fields, bad values. */
+  static const char *const configs[] = {
+      NULL, "", "{", "[]", "null", "\"redis\"", "{\"kind\":7}", "{\"kind\":\"etcd\"}", "{\"nope\":1}",
+      "{\"url\":\"http://x\"}", "{\"url\":\"redis://127.0.0.1:1\",\"deadline\":-1}",
+      "{\"url\":\"redis://127.0.0.1:1\",\"deadline\":1e308}", "{\"seeds\":[]}", "{\"seeds\":[1,null]}",
+      "{\"seeds\":\"redis://x\"}", "{\"max_keys\":-1}", "{\"max_keys\":1.5}", "{\"max_keys\":1e30}",
+      "{\"url\":\"rediss://127.0.0.1:1\",\"tls_ca_data\":\"not pem\"}", "{\"url\":\"redis://127.0.0.1:1\",\"tls_ca_file\":\"/nonexistent\"}",
+      "{\"url\":\"redis://127.0.0.1:1\",\"failure_policy\":\"fallback\",\"fallback_divisor\":4294967296}",
+      "{\"kind\":\"memory\",\"client\":\"\xff\"}", "\xff", "{\"kind\":\"memory\",\"max_keys\":1}"};
+  for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+    rk_backend *b = NULL;
+    rk_status s = rk_backend_new_from_json(below(8) ? configs[i] : pick_string(), below(16) ? &b : NULL);
+    verify(s, "rk_backend_new_from_json");
+    if (s == RK_OK) rk_backend_free(b);
+  }
   verify(rk_backend_new_redis(redis_url, "rkfuzz", RK_FAIL_CLOSED, 0, 1.0, NULL), "rk_backend_new_redis");
   verify(rk_backend_new_memory(NULL), "rk_backend_new_memory");
   verify(rk_backend_new_memory_with(pick_count(), NULL), "rk_backend_new_memory_with");

@@ -635,6 +635,87 @@ static void test_backend_arguments(const fixture *f) {
   rk_backend_free(NULL); /* a no-op */
 }
 
+/* rk_backend_new_from_json: bad configurations name their field and write nothing; a good one
+ * builds the same backend as the positional constructors (a JSON-built Redis backend and a
+ * positional one with the same prefix share one limit). */
+static void test_backend_from_json(const fixture *f) {
+  rk_backend *b = SENTINEL;
+  CHECK_FAILS(rk_backend_new_from_json("{}", NULL), RK_NULL_PARAMETER, "backend_out");
+  CHECK_FAILS(rk_backend_new_from_json(NULL, &b), RK_NULL_PARAMETER, "json");
+  CHECK_FAILS(rk_backend_new_from_json(BAD_UTF8, &b), RK_INVALID_UTF8, "json");
+  CHECK_FAILS(rk_backend_new_from_json("{", &b), RK_INVALID_ARGUMENT, "`json`");
+  CHECK_FAILS(rk_backend_new_from_json("[1]", &b), RK_INVALID_ARGUMENT, "`json`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"urll\":\"redis://x\"}", &b), RK_INVALID_ARGUMENT, "urll");
+  CHECK_FAILS(rk_backend_new_from_json("{\"kind\":\"etcd\"}", &b), RK_INVALID_ARGUMENT, "`kind`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"kind\":\"redis\"}", &b), RK_INVALID_ARGUMENT, "`url`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"http://x\"}", &b), RK_INVALID_ARGUMENT, "`url`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":7}", &b), RK_INVALID_ARGUMENT, "`url`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"prefix\":\"a:b\"}", &b), RK_INVALID_ARGUMENT, "`prefix`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"deadline\":0}", &b), RK_INVALID_ARGUMENT, "`deadline`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"deadline\":\"soon\"}", &b), RK_INVALID_ARGUMENT, "`deadline`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"connect_timeout\":-1}", &b), RK_INVALID_ARGUMENT,
+              "`connect_timeout`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"failure_policy\":\"maybe\"}", &b), RK_INVALID_ARGUMENT,
+              "`failure_policy`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"fallback_divisor\":2}", &b), RK_INVALID_ARGUMENT,
+              "`fallback_divisor`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"failure_policy\":\"fallback\",\"fallback_divisor\":0}", &b),
+              RK_INVALID_ARGUMENT, "`fallback_divisor`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"rediss://x:1\",\"tls_ca_data\":\"not a certificate\"}", &b),
+              RK_INVALID_ARGUMENT, "`tls_ca_data`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"rediss://x:1\",\"tls_ca_file\":\"/nonexistent/ca.pem\"}", &b),
+              RK_INVALID_ARGUMENT, "`tls_ca_file`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"rediss://x:1\",\"tls_cert_file\":\"/nonexistent/c.pem\"}", &b),
+              RK_INVALID_ARGUMENT, "tls_");
+  CHECK_FAILS(rk_backend_new_from_json("{\"seeds\":[]}", &b), RK_INVALID_ARGUMENT, "`seeds`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"seeds\":[\"redis://x:1\",5]}", &b), RK_INVALID_ARGUMENT, "`seeds[1]`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"max_keys\":0}", &b), RK_INVALID_ARGUMENT, "`max_keys`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"max_keys\":1.5}", &b), RK_INVALID_ARGUMENT, "`max_keys`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"kind\":\"memory\",\"prefix\":\"p\"}", &b), RK_INVALID_ARGUMENT, "`prefix`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"max_keys\":5}", &b), RK_INVALID_ARGUMENT, "`max_keys`");
+  CHECK(b == SENTINEL);
+
+  /* The same backend as the fixture's, built from JSON, shares its state. */
+  char json[512];
+  switch (f->kind) {
+  case MEMORY:
+    snprintf(json, sizeof json, "{\"max_keys\":100,\"client\":\"c\"}");
+    break;
+  case REDIS:
+    snprintf(json, sizeof json, "{\"url\":\"%s\",\"prefix\":\"%s\",\"deadline\":5,\"connect_timeout\":5}", f->url, g_prefix);
+    break;
+  case CLUSTER:
+    snprintf(json, sizeof json, "{\"seeds\":[\"%s\"],\"prefix\":\"%s\",\"deadline\":5,\"failure_policy\":\"fail_closed\"}",
+             f->url, g_prefix);
+    break;
+  }
+  b = NULL;
+  if (!CHECK_OK(rk_backend_new_from_json(json, &b))) return;
+  rk_limiter *from_json = NULL;
+  must(rk_limiter_new_bucket(b, "c-json", 5, CENTURY, &from_json), from_json, "c-json");
+  CHECK_U64(check1(from_json, "k", 2).remaining, 3);
+  if (f->kind != MEMORY) {
+    rk_backend *positional = new_backend(f);
+    rk_limiter *same = NULL;
+    must(rk_limiter_new_bucket(positional, "c-json", 5, CENTURY, &same), same, "c-json");
+    CHECK_U64(peek1(same, "k").remaining, 3);
+    rk_limiter_free(same);
+    rk_backend_free(positional);
+  } else {
+    /* max_keys 100 took effect: the 101st key is refused rather than resetting a live one. */
+    rk_status last = RK_OK;
+    char key[16];
+    for (int i = 0; i < 101 && last == RK_OK; i++) {
+      rk_decision d;
+      snprintf(key, sizeof key, "n%d", i);
+      last = rk_limiter_check(from_json, key, 1, &d);
+    }
+    CHECK_STATUS(last, RK_BACKEND_UNAVAILABLE);
+  }
+  rk_limiter_free(from_json);
+  rk_backend_free(b);
+}
+
 /* Bad arguments to every limiter constructor: the status, a message naming the parameter, and
  * nothing written. */
 static void test_limiter_arguments(const fixture *f) {
@@ -1346,6 +1427,7 @@ static const test_case TESTS[] = {
     {"last error message", test_last_error_message, false},
     {"last error is per thread", test_last_error_is_per_thread, false},
     {"backend arguments", test_backend_arguments, false},
+    {"backend from JSON", test_backend_from_json, true},
     {"unlimited", test_unlimited, false},
     {"failure policies on a silent Redis", test_failure_policies, false},
     {"a hung Redis times out at the deadline", test_hung_redis_times_out_at_the_deadline, false},

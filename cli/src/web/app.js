@@ -108,6 +108,14 @@ function usageText(l) {
   return u.busiest_keys.map((k) => `${k.key === "" ? "(own)" : k.key} ${num(k.used)}/${num(k.limit)}`).join(", ");
 }
 
+// An override no process has used yet (set ahead of a deploy).
+const WAITING = "waiting for a first user";
+
+// One name, one kind: what the registry reported about a use it could not take.
+function conflictText(l) {
+  return `${l.conflict} (one name, one kind: this ${l.kind} keeps the name; rename the other)`;
+}
+
 function renderList(data) {
   const tbody = $("#limiters tbody");
   tbody.replaceChildren();
@@ -116,12 +124,13 @@ function renderList(data) {
     tbody.append(
       el("tr", { "data-name": l.name },
         el("td", {}, link),
-        el("td", {}, l.kind),
+        el("td", { class: l.conflict ? "kind conflict" : "kind", title: l.conflict ? conflictText(l) : "" },
+          l.conflict ? `${l.kind} ⚠` : l.kind),
         el("td", {}, code(l.spec)),
         el("td", { class: "overrides" }, overridesText(l.overrides)),
         el("td", {}, l.users.join(", ")),
         el("td", { class: "num" }, l.processes),
-        el("td", {}, ago(data.now - l.last_seen)),
+        el("td", { class: "last-seen" }, l.waiting ? WAITING : ago(data.now - l.last_seen)),
         el("td", { class: "num allowed" }, num(l.allowed)),
         el("td", { class: l.refused > 0 ? "num refused hot" : "num refused" }, num(l.refused)),
         el("td", { class: "num allowed-minute" }, lastMinute(l, "allowed")),
@@ -154,7 +163,8 @@ async function renderDetail(name) {
     ["overrides", overridesText(d.overrides)],
     ["users", d.users.join(", ")],
     ["processes", d.processes],
-    ["last seen", ago(d.now - d.last_seen)],
+    ["last seen", d.waiting ? WAITING : ago(d.now - d.last_seen)],
+    ["conflict", d.conflict ? conflictText(d) : "–"],
     ["allowed", num(d.allowed)],
     ["refused", num(d.refused)],
   ]);

@@ -245,7 +245,7 @@ impl MemoryBackend {
             clock: config.clock,
             swept_slots: AtomicUsize::new(0),
             config_mismatches: AtomicU64::new(0),
-            live: crate::live::Live::new(None),
+            live: crate::live::Live::new(None, false),
             pauses: Mutex::new(HashMap::new()),
             pauses_held: AtomicUsize::new(0),
         })

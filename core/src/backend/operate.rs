@@ -1,7 +1,7 @@
 //! Operating a backend: the registry of limiters, live limits, metrics flushes and the
 //! Prometheus exposition.
 
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Backend, BackendInner};
 use crate::engine::{Kind, LimiterSpec};
@@ -40,9 +40,34 @@ impl Backend {
                             processes: 1,
                             first_seen: entry.state.created(),
                             last_seen: SystemTime::now(),
+                            conflict: None,
+                            waiting: false,
                         }
                     })
                     .collect();
+                // Overrides set before this process built a limiter of their name wait for it.
+                for name in live.override_names() {
+                    if out.iter().any(|info| info.name == name) {
+                        continue;
+                    }
+                    let overrides = live.overrides_of(&name);
+                    let Some((_, spec)) = overrides.iter().find(|(key, _)| key.is_none()).or(overrides.first()) else {
+                        continue;
+                    };
+                    let kind = LimiterSpec::from_json(spec).map(|s| s.kind().as_str().to_owned()).unwrap_or_default();
+                    out.push(LimiterInfo {
+                        name,
+                        kind,
+                        spec: spec.clone(),
+                        overrides: overrides.clone(),
+                        users: Vec::new(),
+                        processes: 0,
+                        first_seen: UNIX_EPOCH,
+                        last_seen: UNIX_EPOCH,
+                        conflict: None,
+                        waiting: true,
+                    });
+                }
                 out.sort_by(|a, b| a.name.cmp(&b.name));
                 Ok(out)
             }
@@ -75,10 +100,10 @@ impl Backend {
                 if let Some(entry) = memory.live.members().into_iter().find(|e| e.state.name() == name) {
                     let kind = entry.per_kind[0].0;
                     if kind != spec.kind() {
-                        return Err(kind_mismatch(name, kind));
+                        return Err(kind_mismatch(name, kind, spec.kind()));
                     }
                 }
-                memory.live.set_local(name, key, Some(spec), 0);
+                memory.live.set_local(name, key, Some(spec), None);
                 Ok(())
             }
         }
@@ -110,7 +135,7 @@ impl Backend {
         match &*self.inner {
             BackendInner::Redis(redis) => redis.write_override(name, key, None).await,
             BackendInner::Memory(memory) => {
-                memory.live.set_local(name, key, None, 0);
+                memory.live.set_local(name, key, None, None);
                 Ok(())
             }
         }
@@ -141,7 +166,7 @@ impl Backend {
     /// the call: for short-lived processes such as the CLI's `inspect`. Nothing to do on memory.
     pub async fn sync_limits(&self) -> Result<()> {
         match &*self.inner {
-            BackendInner::Redis(redis) => redis.reload_overrides(None).await.map(|_| ()),
+            BackendInner::Redis(redis) => redis.reload_overrides(None).await,
             BackendInner::Memory(_) => Ok(()),
         }
     }
@@ -234,6 +259,13 @@ impl Backend {
 }
 
 #[cold]
-fn kind_mismatch(name: &str, kind: Kind) -> Error {
-    Error::invalid("spec", format!("limiter {name:?} is a {}: an override must keep its kind", kind.as_str()))
+fn kind_mismatch(name: &str, kind: Kind, wanted: Kind) -> Error {
+    Error::invalid(
+        "spec",
+        format!(
+            "limiter {name:?} is a {}: a {} override cannot apply to it (one name, one kind)",
+            kind.as_str(),
+            wanted.as_str()
+        ),
+    )
 }

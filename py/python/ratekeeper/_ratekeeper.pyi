@@ -445,6 +445,13 @@ class LimiterInfo:
     """
     def __repr__(self, /) -> str: ...
     @property
+    def conflict(self, /) -> str | None:
+        """
+        What the registry reported in the last three minutes about a use of the name it could
+        not take (another kind used by a live process: one name, one kind; or a whole-limiter
+        override of another kind), or `None`.
+        """
+    @property
     def first_seen(self, /) -> float:
         """
         When it was first registered (Unix time, seconds).
@@ -477,12 +484,18 @@ class LimiterInfo:
     @property
     def spec(self, /) -> dict[str, Any]:
         """
-        The spec it was built with, as data (the last process to register it wins).
+        The spec it was built with, as data (the last process of its kind to register it wins).
         """
     @property
     def users(self, /) -> list[str]:
         """
         Who used it: language, library version and host, each once.
+        """
+    @property
+    def waiting(self, /) -> bool:
+        """
+        Whether no process has used the name yet: an override set ahead of a deploy, waiting for
+        a first user (`kind` and `spec` are the override's).
         """
 
 @final

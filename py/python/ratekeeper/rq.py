@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 try:
@@ -40,10 +41,27 @@ from ._ratekeeper import Backoff
 from .errors import OverLimit
 from .jobs import CostFn, KeyFn, check_arguments, current_decision, run_limited
 
-__all__ = ["COUNT", "limited", "reschedules", "current_decision"]
+__all__ = ["COUNT", "ORIGIN", "Rescheduled", "limited", "reschedules", "current_decision"]
 
 COUNT = "ratekeeper_reschedules"
 """The ``job.meta`` key counting a job's reschedules for being over limit."""
+
+ORIGIN = "ratekeeper_origin"
+"""Deprecated: no longer written. A refused run now puts the same job back (``rq.Retry``), so
+there is no chain of jobs whose first id this key held."""
+
+
+@dataclass(frozen=True)
+class Rescheduled:
+    """Deprecated: no longer returned. A refused run now returns an ``rq.Retry`` and the same job
+    runs again later; the class stays so that code importing it keeps working."""
+
+    job_id: str
+    """The id of the job that runs later."""
+    delay: float
+    """Seconds until it runs."""
+    attempt: int
+    """Its reschedule count (1 for the first reschedule)."""
 
 # Reschedules are bounded by the backoff's `max_reschedules`, not by RQ: a refused run returns a
 # Retry whose `max` RQ never reaches (RQ compares it with the job's count of returned retries).

@@ -1,6 +1,7 @@
 /* A C process for the live-limits test (py/tests/test_live.py): builds limiter NAME from SPEC on
- * a Redis backend, registers it (rk_backend_flush), prints "ready", then peeks until the limit
- * it decides with is TARGET and prints the Unix time in ms when it first saw it. */
+ * a Redis backend, registers it (rk_backend_flush), prints "ready", then, for each of TARGETS
+ * (comma-separated) in turn, peeks until the limit it decides with is that target and prints the
+ * Unix time in ms when it first saw it. A peek that fails (the server restarting) is retried. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@ static double now_ms(void) {
 
 int main(int argc, char **argv) {
     if (argc != 6) {
-        fprintf(stderr, "usage: live_probe URL PREFIX NAME SPEC TARGET\n");
+        fprintf(stderr, "usage: live_probe URL PREFIX NAME SPEC TARGETS\n");
         return 2;
     }
     rk_backend *backend = NULL;
@@ -38,19 +39,26 @@ int main(int argc, char **argv) {
     if ((s = rk_backend_flush(backend)) != RK_OK) fail("rk_backend_flush", s);
     printf("ready\n");
     fflush(stdout);
-    unsigned long long target = strtoull(argv[5], NULL, 10);
-    double give_up = now_ms() + 20000.0;
-    for (;;) {
-        if ((s = rk_limiter_peek(limiter, NULL, &d)) != RK_OK) fail("rk_limiter_peek", s);
-        if (d.limit == target) break;
-        if (now_ms() > give_up) {
-            fprintf(stderr, "limit still %llu\n", (unsigned long long)d.limit);
-            return 1;
+    for (char *next = argv[5]; *next != '\0';) {
+        unsigned long long target = strtoull(next, &next, 10);
+        if (*next == ',') next++;
+        double give_up = now_ms() + 20000.0;
+        unsigned long long limit = 0;
+        for (;;) {
+            if (rk_limiter_peek(limiter, NULL, &d) == RK_OK) {
+                limit = d.limit;
+                if (limit == target) break;
+            }
+            if (now_ms() > give_up) {
+                fprintf(stderr, "limit still %llu, not %llu\n", limit, target);
+                return 1;
+            }
+            struct timespec pause = {0, 2 * 1000 * 1000};
+            nanosleep(&pause, NULL);
         }
-        struct timespec pause = {0, 2 * 1000 * 1000};
-        nanosleep(&pause, NULL);
+        printf("%.1f\n", now_ms());
+        fflush(stdout);
     }
-    printf("%.1f\n", now_ms());
     rk_limiter_free(limiter);
     rk_backend_free(backend);
     return 0;

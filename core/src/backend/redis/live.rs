@@ -1,6 +1,6 @@
 //! The registry and live limits in Redis, and the one background task per backend that keeps a
-//! process in step with them: it polls the override version (a `GET`, five times a second) and
-//! reads the overrides when it moved, flushes every limiter's metrics once a second, and
+//! process in step with them: it polls the override table's identity (one `HMGET`, five times a
+//! second) and reads the overrides when it is not the one the process holds, flushes every limiter's metrics once a second, and
 //! registers the process's limiters once a minute each. Checks never wait for any of it.
 //!
 //! Every key lives under one hash tag, `<prefix>:{registry}:…`, so on a Cluster the registry is
@@ -31,9 +31,16 @@ const FLUSH_EVERY_POLLS: u32 = 5;
 pub(crate) const REGISTRY_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
 const OVERRIDE_SCRIPT: &str = include_str!("../../scripts/override.lua");
-/// `{version, overrides}` read atomically.
-const READ_OVERRIDES_SCRIPT: &str =
-    "return {tonumber(redis.call('GET', KEYS[1]) or '0'), redis.call('HGETALL', KEYS[2])}";
+
+/// The overrides hash's fields that hold its identity (see `override.lua`): they start with `:`,
+/// which no limiter name holds, so they are kept and lost with the overrides.
+const IDENTITY_FIELDS: [&str; 3] = [":epoch", ":version", ":written"];
+
+/// The identity of an overrides table from its identity fields (`crate::live::MISSING_TABLE` for a missing
+/// table), in the form `override.lua` returns it.
+fn identity_of(fields: [Option<String>; 3]) -> String {
+    fields.map(Option::unwrap_or_default).join("/")
+}
 const REGISTER_SCRIPT: &str = include_str!("../../scripts/register.lua");
 
 /// The registry's keys.
@@ -48,9 +55,6 @@ impl RegistryKeys<'_> {
     }
     fn overrides(&self) -> String {
         self.key("overrides")
-    }
-    fn version(&self) -> String {
-        self.key("version")
     }
     fn limiter(&self, name: &str) -> String {
         self.key(&format!("limiter:{name}"))
@@ -109,7 +113,6 @@ impl RedisBackend {
         runtime().spawn(async move {
             let mut tick = tokio::time::interval(POLL_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut version: Option<i64> = None;
             let mut polls = 0u32;
             // The task's own connection: its reads never queue behind the limiters' calls.
             let mut own = None;
@@ -120,9 +123,7 @@ impl RedisBackend {
                     return;
                 }
                 // A failed round is retried on the next tick; nothing it read is applied half.
-                if let Ok(seen) = this.poll_overrides(version, &mut own).await {
-                    version = Some(seen);
-                }
+                let _ = this.poll_overrides(&mut own).await;
                 polls += 1;
                 if polls % FLUSH_EVERY_POLLS == 0 {
                     let _ = this.flush_all(false, Some(&mut own)).await;
@@ -131,37 +132,41 @@ impl RedisBackend {
         });
     }
 
-    /// Reads the override version and, when it is not `known`, the overrides; returns the
-    /// version read.
-    async fn poll_overrides(&self, known: Option<i64>, own: &mut Option<Conn>) -> Result<i64> {
+    /// Reads the override table's identity and, when it is not the one this process holds (a
+    /// write, or a table that lost its history), the overrides.
+    async fn poll_overrides(&self, own: &mut Option<Conn>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut pipe = redis::pipe();
-        pipe.get(keys.version());
-        let (version,): (Option<i64>,) = self.query_via(Some(&mut *own), &pipe).await?;
-        let version = version.unwrap_or(0);
-        if known == Some(version) {
-            return Ok(version);
+        pipe.cmd("HMGET").arg(keys.overrides()).arg(&IDENTITY_FIELDS[..]);
+        let (fields,): (Vec<Option<String>>,) = self.query_via(Some(&mut *own), &pipe).await?;
+        let [epoch, version, written]: [Option<String>; 3] = fields.try_into().unwrap_or_default();
+        if identity_of([epoch, version, written]) == self.live.identity() {
+            return Ok(());
         }
         self.reload_overrides(Some(own)).await
     }
 
-    /// Reads the overrides and their version in one script (no write can fall between them),
-    /// applies them unless this process already holds a later version, and returns the version.
-    /// On `own` connection (the background task's) or, with `None`, the shared one.
-    pub(crate) async fn reload_overrides(&self, own: Option<&mut Option<Conn>>) -> Result<i64> {
+    /// Reads the overrides with their identity (one `HGETALL`: no write falls between them) and
+    /// applies them unless this process read or wrote the table since the read was sent. On
+    /// `own` connection (the background task's) or, with `None`, the shared one.
+    pub(crate) async fn reload_overrides(&self, own: Option<&mut Option<Conn>>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(READ_OVERRIDES_SCRIPT).arg(2).arg(keys.version()).arg(keys.overrides());
         let mut pipe = redis::pipe();
-        pipe.add_command(eval);
-        let ((version, fields),): ((i64, Vec<String>),) = self.query_via(own, &pipe).await?;
+        pipe.hgetall(keys.overrides());
+        let ticket = self.live.ticket();
+        let (fields,): (HashMap<String, String>,) = self.query_via(own, &pipe).await?;
         let mut table = OverrideTable::new();
-        for pair in fields.chunks_exact(2) {
-            let (name, key) = split_field(&pair[0]);
-            table.entry(name).or_default().insert(key, pair[1].clone());
+        let mut identity: [Option<String>; 3] = Default::default();
+        for (field, value) in fields {
+            if let Some(at) = IDENTITY_FIELDS.iter().position(|f| *f == field) {
+                identity[at] = Some(value);
+            } else if !field.starts_with(':') {
+                let (name, key) = split_field(&field);
+                table.entry(name).or_default().insert(key, value);
+            }
         }
-        self.live.replace_table(table, version);
-        Ok(version)
+        self.live.replace_table(table, identity_of(identity), ticket);
+        Ok(())
     }
 
     /// Flushes every limiter's metrics and sends due registrations (`force`: all of them), on
@@ -190,7 +195,7 @@ impl RedisBackend {
     async fn register(&self, due: &[(String, Kind, String)], own: Option<&mut Option<Conn>>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut eval = redis::cmd("EVAL");
-        eval.arg(REGISTER_SCRIPT).arg(1 + due.len()).arg(keys.names());
+        eval.arg(REGISTER_SCRIPT).arg(2 + due.len()).arg(keys.names()).arg(keys.overrides());
         for (name, ..) in due {
             eval.arg(keys.limiter(name));
         }
@@ -200,15 +205,18 @@ impl RedisBackend {
             eval.arg(name).arg(kind.as_str()).arg(spec);
         }
         let mut pipe = redis::pipe();
-        pipe.add_command(eval).ignore();
-        self.query_via::<()>(own, &pipe).await
+        pipe.add_command(eval);
+        // The names the registry holds with another kind (see register.lua): the entry shows the
+        // conflict; this process's limiter keeps deciding with its own spec and state.
+        let (_conflicts,): (Vec<String>,) = self.query_via(own, &pipe).await?;
+        Ok(())
     }
 
     /// Writes an override (`Some(spec)`) or clears one, and applies it in this process at once.
     pub(crate) async fn write_override(&self, name: &str, key: Option<&str>, spec: Option<&LimiterSpec>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut eval = redis::cmd("EVAL");
-        eval.arg(OVERRIDE_SCRIPT).arg(3).arg(keys.overrides()).arg(keys.version()).arg(keys.limiter(name));
+        eval.arg(OVERRIDE_SCRIPT).arg(2).arg(keys.overrides()).arg(keys.limiter(name));
         match spec {
             Some(spec) => eval.arg("set").arg(override_field(name, key)).arg(spec.to_json()).arg(spec.kind().as_str()),
             None => eval.arg("clear").arg(override_field(name, key)).arg("").arg(""),
@@ -217,15 +225,16 @@ impl RedisBackend {
         pipe.add_command(eval);
         let (reply,): (Vec<Value>,) = self.query(&pipe).await?;
         match reply.as_slice() {
-            [Value::Int(1), Value::Int(version)] => {
-                self.live.set_local(name, key, spec, *version);
+            [Value::Int(1), Value::BulkString(identity)] => {
+                self.live.set_local(name, key, spec, Some(String::from_utf8_lossy(identity).into_owned()));
                 Ok(())
             }
             [Value::Int(0), Value::BulkString(kind)] => Err(Error::invalid(
                 "spec",
                 format!(
-                    "limiter {name:?} is registered as {}: an override must keep its kind",
-                    String::from_utf8_lossy(kind)
+                    "limiter {name:?} is registered as {}: a {} override cannot apply to it (one name, one kind)",
+                    String::from_utf8_lossy(kind),
+                    spec.map_or("", |s| s.kind().as_str()),
                 ),
             )),
             other => Err(Error::BackendRejected {
@@ -243,6 +252,9 @@ impl RedisBackend {
         let (names, overrides): (Vec<String>, HashMap<String, String>) = self.query(&pipe).await?;
         let mut by_name: HashMap<String, Vec<(Option<String>, String)>> = HashMap::new();
         for (field, spec) in overrides {
+            if field.starts_with(':') {
+                continue; // the table's identity
+            }
             let (name, key) = split_field(&field);
             by_name.entry(name).or_default().push((key, spec));
         }
@@ -266,7 +278,10 @@ impl RedisBackend {
                 .count() as u64;
             let mut overrides = by_name.remove(name).unwrap_or_default();
             overrides.sort();
+            let conflict = hash.get("conflict").filter(|_| seen("conflict_seen") + 180_000 >= now_ms).cloned();
             out.push(LimiterInfo {
+                conflict,
+                waiting: false,
                 name: name.clone(),
                 kind: kind.clone(),
                 spec: hash.get("spec").cloned().unwrap_or_default(),
@@ -275,6 +290,29 @@ impl RedisBackend {
                 processes,
                 first_seen: millis_to_time(seen("first_seen")),
                 last_seen: millis_to_time(seen("last_seen")),
+            });
+        }
+        // Overrides of names no process registered: set ahead of a deploy, they wait for a first
+        // user, listed with the override's kind and spec.
+        for (name, mut overrides) in by_name {
+            overrides.sort();
+            let Some(spec) =
+                overrides.iter().find(|(key, _)| key.is_none()).or(overrides.first()).map(|(_, s)| s.clone())
+            else {
+                continue;
+            };
+            let kind = LimiterSpec::from_json(&spec).map(|s| s.kind().as_str().to_owned()).unwrap_or_default();
+            out.push(LimiterInfo {
+                name,
+                kind,
+                spec,
+                overrides,
+                users: Vec::new(),
+                processes: 0,
+                first_seen: UNIX_EPOCH,
+                last_seen: UNIX_EPOCH,
+                conflict: None,
+                waiting: true,
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

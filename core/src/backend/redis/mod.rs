@@ -215,10 +215,13 @@ impl RedisBackend {
             manual_clock,
             fallback: MemoryBackend::new(MemoryConfig::default().clock(fallback_clock))?,
             counters: PolicyCounters::default(),
-            live: Live::new(match config.failure_policy {
-                FailurePolicy::Fallback { divisor } => Some(divisor),
-                _ => None,
-            }),
+            live: Live::new(
+                match config.failure_policy {
+                    FailurePolicy::Fallback { divisor } => Some(divisor),
+                    _ => None,
+                },
+                true,
+            ),
             live_task_pid: AtomicU32::new(0),
         })
     }

@@ -1,0 +1,247 @@
+//! `rk_backend_new_from_json`: a backend from its configuration as data, reaching every option
+//! the Python and Node constructors have (connect timeout, TLS material, the registry's client
+//! name) without a positional parameter per option. Bindings that reach the library through
+//! the C ABI (Ruby's gem) build every backend with it.
+
+use std::os::raw::c_char;
+
+use ratekeeper::params::duration_from_secs;
+use ratekeeper::{Backend, Error, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig};
+use serde_json::{Map, Value};
+
+use crate::args::{arg_str, Out};
+use crate::backend::{publish_as, rk_backend};
+use crate::error::{rk_status, Failure};
+use crate::panic::ffi_status;
+
+/// Every field the configuration may hold; anything else is refused, naming it.
+const FIELDS: &[&str] = &[
+    "kind",
+    "url",
+    "seeds",
+    "prefix",
+    "failure_policy",
+    "fallback_divisor",
+    "deadline",
+    "connect_timeout",
+    "tls_ca_file",
+    "tls_ca_data",
+    "tls_cert_file",
+    "tls_key_file",
+    "max_keys",
+    "client",
+];
+
+/// The fields of one configuration, read with errors that name the field.
+struct Fields(Map<String, Value>);
+
+impl Fields {
+    fn str(&self, field: &'static str) -> Result<Option<&str>, Error> {
+        match self.0.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(Error::invalid(field, format!("must be a string, got {other}"))),
+        }
+    }
+
+    fn whole(&self, field: &'static str, max: u64) -> Result<Option<u64>, Error> {
+        match self.0.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(v) if v <= max => Ok(Some(v)),
+                _ => Err(Error::invalid(field, format!("must be a whole number from 0 to {max}, got {n}"))),
+            },
+            Some(other) => Err(Error::invalid(field, format!("must be a whole number, got {other}"))),
+        }
+    }
+
+    fn seconds(&self, field: &'static str) -> Result<Option<std::time::Duration>, Error> {
+        match self.0.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => {
+                let secs = n.as_f64().ok_or_else(|| Error::invalid(field, format!("must be seconds, got {n}")))?;
+                Ok(Some(duration_from_secs(field, secs)?))
+            }
+            Some(other) => Err(Error::invalid(field, format!("must be a number of seconds, got {other}"))),
+        }
+    }
+
+    fn file(&self, field: &'static str) -> Result<Option<Vec<u8>>, Error> {
+        match self.str(field)? {
+            None => Ok(None),
+            Some(path) => {
+                std::fs::read(path).map(Some).map_err(|e| Error::invalid(field, format!("cannot read {path}: {e}")))
+            }
+        }
+    }
+}
+
+/// The failure policy from `failure_policy` and `fallback_divisor`.
+fn policy(fields: &Fields) -> Result<FailurePolicy, Error> {
+    let divisor = fields.whole("fallback_divisor", u64::from(u32::MAX))?;
+    match (fields.str("failure_policy")?, divisor) {
+        (None | Some("fail_closed"), None) => Ok(FailurePolicy::FailClosed),
+        (Some("fail_open"), None) => Ok(FailurePolicy::FailOpen),
+        (Some("fallback"), Some(0)) => Err(Error::invalid("fallback_divisor", "must be at least 1")),
+        // Checked against u32::MAX by `whole` above.
+        (Some("fallback"), divisor) => Ok(FailurePolicy::Fallback { divisor: divisor.map_or(1, |d| d as u32) }),
+        (None | Some("fail_closed" | "fail_open"), Some(_)) => {
+            Err(Error::invalid("fallback_divisor", "applies only to failure_policy \"fallback\""))
+        }
+        (Some(other), _) => Err(Error::invalid(
+            "failure_policy",
+            format!("must be \"fail_closed\", \"fail_open\" or \"fallback\", got {other:?}"),
+        )),
+    }
+}
+
+/// TLS material from the `tls_*` fields, checked now (a bad PEM names its field).
+fn tls(fields: &Fields) -> Result<Option<TlsConfig>, Error> {
+    let ca_field = if fields.str("tls_ca_file")?.is_some() { "tls_ca_file" } else { "tls_ca_data" };
+    let ca = match (fields.file("tls_ca_file")?, fields.str("tls_ca_data")?) {
+        (Some(_), Some(_)) => return Err(Error::invalid("tls_ca_data", "give tls_ca_file or tls_ca_data, not both")),
+        (Some(pem), None) => Some(pem),
+        (None, Some(pem)) => Some(pem.as_bytes().to_vec()),
+        (None, None) => None,
+    };
+    // The pair is checked before either file is read: a missing half is named as such.
+    let client = match (fields.str("tls_cert_file")?, fields.str("tls_key_file")?) {
+        (Some(_), Some(_)) => {
+            Some((fields.file("tls_cert_file")?.unwrap_or_default(), fields.file("tls_key_file")?.unwrap_or_default()))
+        }
+        (None, None) => None,
+        (Some(_), None) => return Err(Error::invalid("tls_key_file", "is required with tls_cert_file")),
+        (None, Some(_)) => return Err(Error::invalid("tls_cert_file", "is required with tls_key_file")),
+    };
+    if ca.is_none() && client.is_none() {
+        return Ok(None);
+    }
+    let mut tls = TlsConfig::default();
+    tls.ca_cert_pem = ca;
+    tls.client_cert_and_key_pem = client;
+    if let Err(Error::InvalidArgument { parameter, message }) = tls.validate() {
+        let field = match parameter.as_ref() {
+            "tls.ca" => ca_field,
+            "tls.cert" => "tls_cert_file",
+            _ => "tls_key_file",
+        };
+        return Err(Error::invalid(field, message));
+    }
+    Ok(Some(tls))
+}
+
+/// Reads the configuration and builds the backend it describes, naming it to the registry.
+fn build(json: &str) -> Result<(Backend, Option<String>), Error> {
+    let value: Value = serde_json::from_str(json).map_err(|e| Error::invalid("json", format!("is not JSON: {e}")))?;
+    let Value::Object(map) = value else {
+        return Err(Error::invalid("json", "must be a JSON object"));
+    };
+    if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(Error::invalid("json", format!("has an unknown field {unknown:?}")));
+    }
+    let fields = Fields(map);
+    let client = fields.str("client")?.map(str::to_owned);
+    let kind = match fields.str("kind")? {
+        Some(kind) => kind,
+        None if fields.0.contains_key("seeds") => "cluster",
+        None if fields.0.contains_key("url") => "redis",
+        None => "memory",
+    };
+    let mut config = match kind {
+        "memory" => {
+            // FIELDS lists the memory backend's own (and `kind`, `client`) last.
+            let redis_only = &FIELDS[1..FIELDS.len() - 2];
+            if let Some(field) = redis_only.iter().find(|f| fields.0.contains_key(**f)) {
+                return Err(Error::invalid(field, "applies only to kind \"redis\" or \"cluster\""));
+            }
+            let max_keys = fields.whole("max_keys", u64::MAX)?.map_or(Ok(1_000_000), usize::try_from);
+            let max_keys = max_keys.map_err(|_| Error::invalid("max_keys", "does not fit this platform's size_t"))?;
+            return Ok((Backend::memory_with(MemoryConfig::default().max_keys(max_keys))?, client));
+        }
+        "redis" => {
+            let url = fields.str("url")?.ok_or_else(|| Error::invalid("url", "is required with kind \"redis\""))?;
+            if fields.0.contains_key("seeds") {
+                return Err(Error::invalid("seeds", "applies only to kind \"cluster\""));
+            }
+            RedisConfig::new(url)
+        }
+        "cluster" => {
+            let Some(Value::Array(seeds)) = fields.0.get("seeds") else {
+                return Err(Error::invalid("seeds", "must be an array of seed URLs with kind \"cluster\""));
+            };
+            if seeds.is_empty() {
+                return Err(Error::invalid("seeds", "at least one seed node is required"));
+            }
+            if fields.0.contains_key("url") {
+                return Err(Error::invalid("url", "applies only to kind \"redis\" (a cluster takes seeds)"));
+            }
+            let mut urls = Vec::with_capacity(seeds.len());
+            for (i, seed) in seeds.iter().enumerate() {
+                match seed {
+                    Value::String(s) => urls.push(s.clone()),
+                    other => {
+                        return Err(Error::invalid_field(
+                            format!("seeds[{i}]"),
+                            format!("must be a URL string, got {other}"),
+                        ))
+                    }
+                }
+            }
+            RedisConfig::cluster(urls)
+        }
+        other => {
+            return Err(Error::invalid("kind", format!("must be \"memory\", \"redis\" or \"cluster\", got {other:?}")))
+        }
+    };
+    if fields.0.contains_key("max_keys") {
+        return Err(Error::invalid("max_keys", "applies only to kind \"memory\""));
+    }
+    if let Some(prefix) = fields.str("prefix")? {
+        config = config.prefix(prefix);
+    }
+    config = config.failure_policy(policy(&fields)?);
+    if let Some(deadline) = fields.seconds("deadline")? {
+        config = config.deadline(deadline);
+    }
+    if let Some(timeout) = fields.seconds("connect_timeout")? {
+        config = config.connect_timeout(timeout);
+    }
+    if let Some(tls) = tls(&fields)? {
+        config = config.tls(tls);
+    }
+    Ok((Backend::redis_with(config)?, client))
+}
+
+/// \brief Creates a backend from its configuration as JSON: every option of the other
+/// constructors, plus those they have no parameter for (a connect timeout, TLS material).
+///
+/// Fields (all optional; durations in seconds):
+/// - `kind`: `"memory"`, `"redis"` or `"cluster"` (default: `"cluster"` with `seeds`,
+///   `"redis"` with `url`, else `"memory"`);
+/// - memory: `max_keys` (default 1,000,000);
+/// - Redis: `url` (`redis://` or `rediss://`), or `seeds` (an array of URLs) for a cluster;
+///   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
+///   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
+///   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
+///   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now;
+/// - `client`: the language this process's limiters are listed under in the registry
+///   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
+///   backend a process makes fixes it.
+///
+/// Nothing connects until the first call (as with `rk_backend_new_redis`).
+///
+/// \param json The configuration, a NUL-terminated UTF-8 JSON object.
+/// \param backend_out Receives the new backend; free it with `rk_backend_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT (the message
+///         names the bad field, or `json` when the text is not a JSON object or has an unknown
+///         field).
+#[no_mangle]
+pub extern "C" fn rk_backend_new_from_json(json: *const c_char, backend_out: *mut *mut rk_backend) -> rk_status {
+    ffi_status! {
+        let out = Out::new("backend_out", backend_out)?;
+        let json = arg_str("json", json)?;
+        let (backend, client) = build(json).map_err(Failure::from)?;
+        publish_as(out, backend, client.as_deref().unwrap_or("c"));
+        Ok(())
+    }
+}

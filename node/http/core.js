@@ -1,0 +1,326 @@
+'use strict';
+// The framework-neutral half of ratekeeper's HTTP middleware (ratekeeper/express, /fastify,
+// /hono, /nestjs): options validated once, when the middleware is built; per request, the
+// limiters checked in order (a request passes only when all pass), the RateLimit header fields,
+// the refusal (429, or 503 for a shedder's refusal or a backend that failed closed), and what
+// happens after the response (leases released, units given back under `count`). No limiter
+// logic lives here: every decision is the core's.
+
+const { FleetShedder, Limiter, codes, ceilSeconds } = require('../index.js');
+const { invalidArgument } = require('./errors.js');
+const { HEADER_FORMS, policyShape, members, rateLimitFields } = require('./headers.js');
+const { clientKey, trustedProxyList } = require('./client-address.js');
+
+/** Every option, in every framework's adapter. */
+const OPTIONS = [
+  'limiter',
+  'keyGenerator',
+  'cost',
+  'skip',
+  'count',
+  'requestWasSuccessful',
+  'standardHeaders',
+  'handler',
+  'shadow',
+  'trustedProxies',
+];
+
+/** Kinds whose units a request can give back (`pointsUsed(key, cost, 0)`), for `count`. */
+const REFUNDABLE = new Set(['token_bucket', 'leaky', 'points']);
+
+/** The name a FleetShedder goes by in `violated-policies` (the binding does not expose its name). */
+const SHEDDER_POLICY = 'shedder';
+
+/** Problem types of the RateLimit header fields draft (RFC 9457 bodies). */
+const PROBLEM = 'https://iana.org/assignments/http-problem-types';
+
+/** Seconds a client is asked to wait when the backend failed closed. */
+const UNAVAILABLE_RETRY_SECONDS = 1;
+
+/** Errors that mean the backend could not decide (its failure policy is fail_closed). */
+function isBackendFailure(error) {
+  return (
+    error != null &&
+    (error.code === codes.BACKEND_UNAVAILABLE || error.code === codes.TIMEOUT || error.code === codes.BACKEND_REJECTED)
+  );
+}
+
+/** The most one call can cost on a limiter of this spec (null: no such bound known). */
+function capacity(spec) {
+  for (const field of ['capacity', 'size', 'limit']) if (Number.isInteger(spec[field])) return spec[field];
+  if (Array.isArray(spec.windows) && spec.windows.length) return Math.min(...spec.windows.map((w) => w[0]));
+  if (Array.isArray(spec.limits) && spec.limits.length) return Math.min(...spec.limits.map((l) => l[1]));
+  return null;
+}
+
+function optionalFunction(options, name) {
+  const value = options[name];
+  if (value !== undefined && typeof value !== 'function') throw invalidArgument(name, 'must be a function');
+  return value;
+}
+
+/**
+ * One entry of `limiter`: a FleetShedder, or a Limiter with its header shape and how `count`
+ * applies to it — `check` (count 'all'), `refund` (charged before the handler, refunded after a
+ * response that does not count: token bucket, leaky, points) or `peek` (peeked before, charged
+ * after a response that counts: the kinds that cannot refund).
+ */
+function limiterEntry(value, count) {
+  if (value instanceof FleetShedder) {
+    if (count !== 'all') throw invalidArgument('count', "a FleetShedder counts requests in flight; use count 'all'");
+    return { shedder: value, name: SHEDDER_POLICY };
+  }
+  if (!(value instanceof Limiter)) {
+    throw invalidArgument('limiter', `must be a Limiter, a FleetShedder or a non-empty array of them, got ${String(value)}`);
+  }
+  if (value.kind === 'concurrent' && count !== 'all') {
+    throw invalidArgument('count', `the concurrent limiter '${value.name}' counts requests in flight; use count 'all'`);
+  }
+  const mode = count === 'all' ? 'check' : REFUNDABLE.has(value.kind) ? 'refund' : 'peek';
+  return { limiter: value, name: value.name, shape: policyShape(value), mode };
+}
+
+/**
+ * Validates `options` and returns the per-request core. Throws `ERR_INVALID_ARGUMENT` naming
+ * the first bad option.
+ */
+function buildCore(options) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw invalidArgument('options', 'must be an object');
+  }
+  for (const name of Object.keys(options)) {
+    if (!OPTIONS.includes(name)) throw invalidArgument(name, `is not an option; the options are ${OPTIONS.join(', ')}`);
+  }
+  const count = options.count ?? 'all';
+  if (!['all', 'failures', 'successes'].includes(count)) {
+    throw invalidArgument('count', `must be 'all', 'failures' or 'successes', got ${JSON.stringify(count)}`);
+  }
+  const given = options.limiter;
+  if (given === undefined) throw invalidArgument('limiter', 'is required: a Limiter, a FleetShedder, or an array of them');
+  const list = Array.isArray(given) ? given : [given];
+  if (list.length === 0) throw invalidArgument('limiter', 'must be a Limiter, a FleetShedder or a non-empty array of them');
+  const entries = list.map((value) => limiterEntry(value, count));
+
+  const cost = options.cost ?? 1;
+  if (typeof cost !== 'function') {
+    if (!(Number.isInteger(cost) && cost >= 1)) {
+      throw invalidArgument('cost', `must be a whole number >= 1 or a function of the request, got ${String(cost)}`);
+    }
+    for (const entry of entries) {
+      const most = entry.limiter ? capacity(entry.limiter.spec) : null;
+      // The core would refuse every such call at request time: say so now, not as a 500 per request.
+      if (most !== null && cost > most) {
+        throw invalidArgument('cost', `${cost} exceeds the capacity of '${entry.name}' (${most}); no request could ever be admitted`);
+      }
+    }
+  }
+  const standardHeaders = options.standardHeaders ?? 'draft-11';
+  if (standardHeaders !== false && !HEADER_FORMS.includes(standardHeaders)) {
+    throw invalidArgument(
+      'standardHeaders',
+      `must be ${HEADER_FORMS.map((f) => `'${f}'`).join(', ')} or false, got ${JSON.stringify(standardHeaders)}`,
+    );
+  }
+  const shadow = options.shadow ?? false;
+  if (typeof shadow !== 'boolean') throw invalidArgument('shadow', 'must be a boolean');
+  const keyGenerator = optionalFunction(options, 'keyGenerator');
+  const skip = optionalFunction(options, 'skip');
+  const handler = optionalFunction(options, 'handler');
+  const requestWasSuccessful = optionalFunction(options, 'requestWasSuccessful') ?? ((status) => status < 400);
+  const trusted = trustedProxyList(options.trustedProxies);
+
+  return new Core({ entries, cost, count, standardHeaders, shadow, keyGenerator, skip, handler, requestWasSuccessful, trusted });
+}
+
+class Core {
+  constructor(settings) {
+    Object.assign(this, settings);
+    /** Requests that shadow mode let through although a limit refused them. */
+    this.shadowRefused = 0;
+  }
+
+  /**
+   * The rate-limiting key of a request: `keyGenerator`'s, or the client address (IPv6 by
+   * /56) from the peer address and, behind trusted proxies only, the forwarding headers.
+   */
+  async key(request, peer, header) {
+    if (this.keyGenerator) {
+      const key = await this.keyGenerator(request);
+      if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
+      return key;
+    }
+    return clientKey(peer, header, this.trusted);
+  }
+
+  /**
+   * Decides a request: `null` when `skip` exempts it (nothing touched), else an Outcome. A
+   * backend failure (fail_closed) or a shedder's refusal is an Outcome with status 503; any
+   * other error (a key or cost the limiter refuses as invalid) rejects, for the framework's
+   * error handling, once what was taken is given back.
+   */
+  async decide(request, peer, header) {
+    if (this.skip && (await this.skip(request))) return null;
+    const key = await this.key(request, peer, header);
+    const cost = typeof this.cost === 'function' ? await this.cost(request) : this.cost;
+    const outcome = new Outcome(this, key, cost);
+    for (const entry of this.entries) {
+      try {
+        await outcome.take(entry);
+      } catch (error) {
+        if (error != null && error.code === codes.SHED) {
+          outcome.shed = true;
+          outcome.refusing.push({ entry, decision: null });
+        } else if (isBackendFailure(error)) {
+          // The backend failed closed (fail_open / fallback backends answer instead): a 503
+          // with a short Retry-After, never a 500. Shadow mode lets the request through.
+          if (this.shadow) continue;
+          await outcome.giveBack();
+          outcome.refuse('unavailable');
+          return outcome;
+        } else {
+          await outcome.giveBack();
+          throw error;
+        }
+      }
+      if (outcome.refusing.length > 0 && !this.shadow) break; // later limiters are not charged
+    }
+    outcome.headers = rateLimitFields(this.standardHeaders, outcome.policies);
+    if (outcome.refusing.length === 0) return outcome;
+    if (this.shadow) {
+      this.shadowRefused += 1;
+      return outcome;
+    }
+    await outcome.giveBack();
+    outcome.refuse(outcome.shed ? 'shed' : 'limited');
+    return outcome;
+  }
+}
+
+/** One request's decisions, its header fields and its refusal, if any. */
+class Outcome {
+  constructor(core, key, cost) {
+    this.core = core;
+    this.key = key;
+    this.cost = cost;
+    this.taken = []; // [{ entry, decision, ticket }]: what to settle after the response
+    this.policies = []; // header members of every decision
+    this.refusing = []; // [{ entry, decision }]: the entries that refused
+    this.shed = false;
+    this.refused = false;
+    this.completed = false;
+    this.headers = [];
+  }
+
+  /** Checks (or, in `peek` mode, peeks) one entry; a refusal lands in `refusing`. */
+  async take(entry) {
+    if (entry.shedder) {
+      const ticket = await entry.shedder.enter(false);
+      this.taken.push({ entry, ticket });
+      return;
+    }
+    const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
+    this.policies.push(...members(entry.name, entry.shape, decision));
+    if (decision.allowed) this.taken.push({ entry, decision });
+    else this.refusing.push({ entry, decision });
+  }
+
+  /** Fixes the refusal: status, Retry-After and the problem body (as Python's middleware does). */
+  refuse(reason) {
+    this.refused = true;
+    this.reason = reason;
+    const names = this.refusing.map((r) => r.entry.name);
+    if (reason === 'limited') {
+      const waits = this.refusing.map((r) => r.decision.retryAfterMs);
+      this.retryAfterSeconds = Math.max(1, ceilSeconds(Math.max(...waits)));
+      this.status = 429;
+      this.problem = problem(`${PROBLEM}#quota-exceeded`, 'Too Many Requests', 429, `Rate limit exceeded; retry in ${this.retryAfterSeconds} s.`, names);
+    } else if (reason === 'shed') {
+      this.retryAfterSeconds = UNAVAILABLE_RETRY_SECONDS;
+      this.status = 503;
+      this.problem = problem(`${PROBLEM}#temporary-reduced-capacity`, 'Service Unavailable', 503, 'The service is shedding load; retry shortly.', names);
+    } else {
+      this.retryAfterSeconds = UNAVAILABLE_RETRY_SECONDS;
+      this.status = 503;
+      this.headers = [];
+      this.problem = problem('about:blank', 'Service Unavailable', 503, "The rate limiter's backend is unavailable.", null);
+    }
+    this.headers.unshift(['Retry-After', String(this.retryAfterSeconds)]);
+  }
+
+  /** Whether the response must be watched to finish this request (release, refund, charge). */
+  get pending() {
+    return this.taken.length > 0;
+  }
+
+  /**
+   * Undoes what the request took, after a refusal by a later limiter or an error: leases and
+   * shedder slots are given back, charges of refundable kinds refunded; a window-like charge
+   * stays (put the strictest limiter first). Errors are swallowed: nothing more can be done.
+   */
+  async giveBack() {
+    const taken = this.taken;
+    this.taken = [];
+    await Promise.all(
+      taken.map(({ entry, decision, ticket }) => {
+        if (entry.shedder) return entry.shedder.leave(ticket).catch(() => {});
+        if (decision.lease) return entry.limiter.release(decision.lease).catch(() => {});
+        if (entry.mode !== 'peek' && REFUNDABLE.has(entry.limiter.kind)) {
+          return entry.limiter.pointsUsed(this.key, this.cost, 0).catch(() => {});
+        }
+        return undefined;
+      }),
+    );
+  }
+
+  /**
+   * Called once the response is done: `status` is its status code, or null when the client
+   * went away before it was sent (a failure). Releases leases and shedder slots; under
+   * `count: 'failures'` / `'successes'` refunds (`refund` mode) a response that does not count
+   * and charges (`peek` mode) one that does. Errors are swallowed: the response is sent.
+   */
+  complete(status) {
+    if (this.completed) return Promise.resolve();
+    this.completed = true;
+    const core = this.core;
+    let counts = true;
+    if (core.count !== 'all') {
+      const succeeded = status !== null && Boolean(core.requestWasSuccessful(status));
+      counts = core.count === 'failures' ? !succeeded : succeeded;
+    }
+    const taken = this.taken;
+    this.taken = [];
+    return Promise.all(
+      taken.map(({ entry, decision, ticket }) => {
+        if (entry.shedder) return entry.shedder.leave(ticket).catch(() => {});
+        if (decision.lease) return entry.limiter.release(decision.lease).catch(() => {});
+        if (entry.mode === 'refund' && !counts) return entry.limiter.pointsUsed(this.key, this.cost, 0).catch(() => {});
+        if (entry.mode === 'peek' && counts) return entry.limiter.check(this.key, this.cost).catch(() => {});
+        return undefined;
+      }),
+    ).then(() => undefined);
+  }
+
+  /** What a `handler` receives about a refusal. */
+  get info() {
+    return {
+      status: this.status,
+      reason: this.reason,
+      retryAfterSeconds: this.retryAfterSeconds,
+      violatedPolicies: this.refusing.map((r) => r.entry.name),
+      problem: this.problem,
+      key: this.key,
+    };
+  }
+}
+
+/** An RFC 9457 problem body. */
+function problem(type, title, status, detail, policies) {
+  const body = { type, title, status, detail };
+  if (policies !== null) body['violated-policies'] = policies;
+  return body;
+}
+
+/** The default refusal body's media type (RFC 9457). */
+const PROBLEM_MEDIA_TYPE = 'application/problem+json';
+
+module.exports = { buildCore, PROBLEM_MEDIA_TYPE, OPTIONS };

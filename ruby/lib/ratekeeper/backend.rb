@@ -1,0 +1,162 @@
+# frozen_string_literal: true
+
+require "json"
+
+module Ratekeeper
+  # A place where limiter state lives: an in-process memory backend, a Redis server or a Redis
+  # Cluster. Every process pointing at the same Redis and prefix, in any language, shares the
+  # same limits.
+  #
+  # Thread-safe and fork-safe: the handle may be shared by every thread; after `fork` (Puma's
+  # workers, Sidekiq swarm, Resque) the library notices the new pid and the child opens its own
+  # connections on first use, so a backend built before forking is fine to keep.
+  class Backend
+    attr_reader :kind, :ptr # :nodoc:
+
+    # The C parameter names Ruby spells differently.
+    SPEC_NAMES = { "spec_json" => "spec" }.freeze
+
+    # A new in-process memory backend holding at most `max_keys` keys (default 1,000,000);
+    # `clock`: a `ManualClock` for tests.
+    def self.memory(max_keys: nil, clock: nil)
+      if clock
+        Ratekeeper.invalid!("clock", "must be a Ratekeeper::ManualClock") unless clock.is_a?(ManualClock)
+        return new(Native.handle(:rk_backend_free) { |out| Native.rk_backend_new_memory_with_clock(clock.ptr, out) }, :memory)
+      end
+      config = { kind: "memory" }
+      config[:max_keys] = Args.count(max_keys, "max_keys") unless max_keys.nil?
+      from_config(config, :memory)
+    end
+
+    # A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://` (TLS).
+    # `prefix` namespaces every key (default "rk"); `failure_policy` is :fail_closed (default),
+    # :fail_open or :fallback (an in-process limiter with `1/fallback_divisor` of every limit
+    # takes over); every call returns within `deadline` seconds (default 0.2); a connection is
+    # given `connect_timeout` seconds (default 1). TLS: `tls_ca_file` or `tls_ca_data` (PEM) for
+    # the server's CA, `tls_cert_file` with `tls_key_file` for mutual TLS, read and checked now.
+    def self.redis(url, **options)
+      from_config({ kind: "redis", url: Args.string(url, "url", allow_nil: false) }.merge(redis_options(**options)), :redis)
+    end
+
+    # A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); the other
+    # options are those of `Backend.redis`.
+    def self.cluster(seeds, **options)
+      Ratekeeper.invalid!("seeds", "must be an Array of URLs, got #{seeds.inspect}") unless seeds.is_a?(Array)
+      seeds = seeds.each_with_index.map { |s, i| Args.string(s, "seeds[#{i}]", allow_nil: false) }
+      from_config({ kind: "cluster", seeds: seeds }.merge(redis_options(**options)), :cluster)
+    end
+
+    def self.redis_options(prefix: nil, failure_policy: nil, fallback_divisor: nil, deadline: nil, connect_timeout: nil,
+                           tls_ca_file: nil, tls_ca_data: nil, tls_cert_file: nil, tls_key_file: nil) # :nodoc:
+      options = { prefix: Args.string(prefix, "prefix") }
+      unless failure_policy.nil?
+        policy = failure_policy.to_s
+        unless Native::FAILURE_POLICIES.key?(policy.to_sym) && [String, Symbol].include?(failure_policy.class)
+          Ratekeeper.invalid!("failure_policy", "must be :fail_closed, :fail_open or :fallback, got #{failure_policy.inspect}")
+        end
+        options[:failure_policy] = policy
+      end
+      options[:fallback_divisor] = Args.count(fallback_divisor, "fallback_divisor", Args::U32_MAX) unless fallback_divisor.nil?
+      { deadline: deadline, connect_timeout: connect_timeout }.each do |name, value|
+        next if value.nil?
+
+        seconds = Args.seconds(value, name.to_s)
+        Ratekeeper.invalid!(name.to_s, "must be a finite number of seconds, got #{value}") unless seconds.finite?
+        options[name] = seconds
+      end
+      { tls_ca_file: tls_ca_file, tls_cert_file: tls_cert_file, tls_key_file: tls_key_file }.each do |name, path|
+        options[name] = Args.string(path.respond_to?(:to_path) ? path.to_path : path, name.to_s)
+      end
+      options[:tls_ca_data] = Args.string(tls_ca_data, "tls_ca_data")
+      options.compact
+    end
+    private_class_method :redis_options
+
+    # Builds a backend through `rk_backend_new_from_json`, naming Ruby to the registry.
+    def self.from_config(config, kind) # :nodoc:
+      config.each do |field, value|
+        Array(value).each do |v|
+          Ratekeeper.invalid!(field.to_s, "is not valid UTF-8") if v.is_a?(String) && !v.valid_encoding?
+        end
+      end
+      json = JSON.generate(config.merge(client: "ruby #{RUBY_VERSION}"))
+      new(Native.handle(:rk_backend_free) { |out| Native.rk_backend_new_from_json(json, out) }, kind)
+    end
+    private_class_method :from_config
+
+    def initialize(ptr, kind) # :nodoc:
+      @ptr = ptr
+      @kind = kind
+    end
+
+    def inspect = "#<Ratekeeper::Backend #{@kind}>"
+
+    # `count` holders at once (`count` 1 is a distributed mutex); a lease older than
+    # `lock_timeout` seconds may be reclaimed by a waiter; acquire waits `wait_timeout`.
+    def concurrent(name, count, lock_timeout: 30, wait_timeout: 5, **options)
+      Limiter.concurrent(name, count, lock_timeout: lock_timeout, wait_timeout: wait_timeout, backend: self, **options)
+    end
+
+    # `count` per fixed window of `interval` (seconds or :second, :minute, :hour, :day).
+    def bucket(name, count, interval, **options) = Limiter.bucket(name, count, interval, backend: self, **options)
+
+    # `count` in any span of `interval` (exact sliding window).
+    def window(name, count, interval = nil, **options) = Limiter.window(name, count, interval, backend: self, **options)
+
+    # A burst of `size`, then one call per `drain / size` seconds.
+    def leaky(name, size, drain, **options) = Limiter.leaky(name, size, drain, backend: self, **options)
+
+    # A leaky bucket of `count` points refilled completely in `interval` seconds.
+    def points(name, count, interval, **options) = Limiter.points(name, count, interval, backend: self, **options)
+
+    # `rate` tokens per second up to `capacity`.
+    def token_bucket(name, rate, capacity, **options) = Limiter.token_bucket(name, rate, capacity, backend: self, **options)
+
+    # Several `[duration, limit, precision]` limits over sub-buckets, checked together.
+    def sliding_window(name, limits, **options) = Limiter.sliding_window(name, limits, backend: self, **options)
+
+    # `limit` per calendar :day, :week, :month or :year in time zone `tz`.
+    def calendar(name, limit, period, **options) = Limiter.calendar(name, limit, period, backend: self, **options)
+
+    # A token bucket whose tokens this process leases from Redis in chunks.
+    def leased(name, rate, capacity, **options) = Limiter.leased(name, rate, capacity, backend: self, **options)
+
+    # A limiter built from its spec as data (a Hash or JSON text, durations in seconds).
+    def limiter(name, spec, **options) = Limiter.from_spec(name, spec, backend: self, **options)
+
+    # Overrides the spec of limiter `name` (or of one `key` of it) in every process sharing
+    # this backend, within a second, keeping its state.
+    def set_limit(name, spec, key: nil)
+      spec = Limiter.spec_text(spec)
+      Ratekeeper.check_status!(Native.rk_backend_set_limit(@ptr, Args.name(name), spec, Args.key(key)), SPEC_NAMES)
+    end
+
+    # Removes the override of `name` (or of one `key` of it).
+    def clear_limit(name, key: nil)
+      Ratekeeper.check_status!(Native.rk_backend_clear_limit(@ptr, Args.name(name), Args.key(key)))
+    end
+
+    # Sends this process's pending metrics and registrations to Redis now.
+    def flush
+      Ratekeeper.check_status!(Native.rk_backend_flush(@ptr))
+    end
+
+    # Every limiter the backend knows: on Redis the registry (every process, every language,
+    # the last 90 days), each a Hash with "name", "kind", "spec", "overrides", "users",
+    # "processes", "first_seen_ms", "last_seen_ms".
+    def limiters
+      JSON.parse(Native.take_string { |out| Native.rk_backend_limiters_json(@ptr, out) })
+    end
+
+    # Every limiter's metrics (`[{"name", "kind", "metrics"}]`): this process's, or with
+    # `fleet: true` every process's.
+    def metrics(fleet: false)
+      JSON.parse(Native.take_string { |out| Native.rk_backend_metrics_json(@ptr, fleet, out) })
+    end
+
+    # Every limiter's metrics in the Prometheus text format.
+    def prometheus(fleet: false)
+      Native.take_string { |out| Native.rk_backend_prometheus(@ptr, fleet, out) }
+    end
+  end
+end

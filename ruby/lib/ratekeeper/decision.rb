@@ -1,0 +1,76 @@
+# frozen_string_literal: true
+
+module Ratekeeper
+  # A slot held in a concurrent limiter, given back by `Limiter#release`. A plain value: it may
+  # be stored or sent to another process (`to_h`, `Lease.from_h`).
+  Lease = Struct.new(:id, :fencing_token, :granted_at_us, keyword_init: true) do
+    # The C struct for this lease.
+    def to_native
+      native = Native::Lease.new
+      native[:id_hi] = id >> 64
+      native[:id_lo] = id & ((1 << 64) - 1)
+      native[:fencing_token] = fencing_token
+      native[:granted_at_us] = granted_at_us
+      native
+    end
+
+    # A lease read from the C struct.
+    def self.from_native(native)
+      new(id: (native[:id_hi] << 64) | native[:id_lo], fencing_token: native[:fencing_token],
+          granted_at_us: native[:granted_at_us])
+    end
+  end
+
+  # The result of a check, peek or acquire: one shape for every limiter. Durations are exact
+  # microseconds (`*_us`) with float-second readers (`retry_after`, `reset_after`); a refused
+  # call consumed nothing.
+  Decision = Struct.new(:allowed, :limit, :remaining, :retry_after_us, :reset_after_us,
+                        :decided_at_us, :lease, keyword_init: true) do
+    alias_method :allowed?, :allowed
+
+    # Seconds until the same call could succeed (0.0 when allowed).
+    def retry_after = retry_after_us / 1_000_000.0
+
+    # Seconds until the limiter is back to full for this key.
+    def reset_after = reset_after_us / 1_000_000.0
+
+    # A decision read from the C struct.
+    def self.from_native(d)
+      new(allowed: d[:allowed], limit: d[:limit], remaining: d[:remaining],
+          retry_after_us: d[:retry_after_us], reset_after_us: d[:reset_after_us],
+          decided_at_us: d[:decided_at_us], lease: d[:has_lease] ? Lease.from_native(d[:lease]) : nil)
+    end
+  end
+
+  # A clock that moves only when told (tests): a memory backend built on it
+  # (`Backend.memory(clock:)`) reads time from it, and waits wake when it passes their deadline.
+  class ManualClock
+    attr_reader :ptr # :nodoc:
+
+    # A clock reading `start_us` microseconds since the Unix epoch.
+    def initialize(start_us = 0)
+      start_us = Args.count(start_us, "start_us")
+      @ptr = Native.handle(:rk_manual_clock_free) { |out| Native.rk_manual_clock_new(start_us, out) }
+    end
+
+    # Moves the clock forward by `seconds` (fractions allowed, down to a microsecond).
+    def advance(seconds)
+      Ratekeeper.invalid!("seconds", "must be a number, got #{seconds.inspect}") unless seconds.is_a?(Numeric)
+      Ratekeeper.invalid!("seconds", "must be finite and not negative, got #{seconds}") unless seconds.to_f.finite? && seconds >= 0
+      advance_us((seconds * 1_000_000).round)
+    end
+
+    # Moves the clock forward by `us` microseconds.
+    def advance_us(us)
+      Ratekeeper.check_status!(Native.rk_manual_clock_advance(@ptr, Args.count(us, "us")))
+      self
+    end
+
+    # The clock's reading in microseconds since the Unix epoch.
+    def now_us
+      out = FFI::MemoryPointer.new(:uint64)
+      Ratekeeper.check_status!(Native.rk_manual_clock_now_us(@ptr, out))
+      out.read(:uint64)
+    end
+  end
+end

@@ -1,0 +1,149 @@
+# frozen_string_literal: true
+
+require "ffi"
+
+module Ratekeeper
+  # The C ABI of libratekeeper (include/ratekeeper.h), attached with ruby-ffi. Nothing here
+  # decides anything: the gem converts arguments, results and errors, and the library does the
+  # rest.
+  #
+  # The library is found, in order: `RATEKEEPER_LIB` (a path), the copy a platform gem carries
+  # (`lib/ratekeeper/native/libratekeeper.so`), then the system's (`libratekeeper.so` from the
+  # C tarball, through the dynamic loader's search path).
+  module Native
+    extend FFI::Library
+
+    BUNDLED = File.expand_path("native/libratekeeper.so", __dir__)
+
+    # Where the library is loaded from.
+    def self.library_path
+      ENV["RATEKEEPER_LIB"] || (File.exist?(BUNDLED) ? BUNDLED : "ratekeeper")
+    end
+
+    ffi_lib library_path
+
+    # `rk_wait_default`: the limiter's own default wait.
+    WAIT_DEFAULT = -1.0
+    # The status codes (`rk_status`).
+    STATUS = {
+      0 => :ok, 1 => :over_limit, 2 => :shed, 3 => :lease_lost, 4 => :invalid_argument,
+      5 => :null_parameter, 6 => :invalid_utf8, 7 => :backend_unavailable, 8 => :timeout,
+      9 => :panic, 10 => :unknown_error, 11 => :backend_rejected
+    }.freeze
+    OK = 0
+    OVER_LIMIT = 1
+    # `rk_failure_policy`.
+    FAILURE_POLICIES = { fail_closed: 0, fail_open: 1, fallback: 2 }.freeze
+
+    # `rk_lease`.
+    class Lease < FFI::Struct
+      layout :id_hi, :uint64, :id_lo, :uint64, :fencing_token, :uint64, :granted_at_us, :uint64
+    end
+
+    # `rk_decision`.
+    class Decision < FFI::Struct
+      layout :allowed, :bool, :limit, :uint64, :remaining, :uint64, :retry_after_us, :uint64,
+             :reset_after_us, :uint64, :decided_at_us, :uint64, :has_lease, :bool, :lease, Lease
+    end
+
+    # `rk_window_limit`.
+    class WindowLimit < FFI::Struct
+      layout :limit, :uint64, :interval_secs, :double
+    end
+
+    # `rk_sliding_limit`.
+    class SlidingLimit < FFI::Struct
+      layout :duration_secs, :double, :limit, :uint64, :precision_secs, :double
+    end
+
+    # Calls that may wait on the network or on a limit are attached with `blocking: true`:
+    # ruby-ffi releases the global VM lock around them, so other Ruby threads (Sidekiq's
+    # workers, Puma's) run while one waits.
+    def self.call(name, args, ret, blocking: false)
+      attach_function name, args, ret, blocking: blocking
+    end
+
+    call :rk_version, [], :string
+    call :rk_status_name, [:uint32], :string
+    call :rk_last_error_message, %i[pointer size_t pointer], :int
+    call :rk_string_free, [:pointer], :void
+
+    call :rk_backend_new_from_json, %i[string pointer], :int
+    call :rk_backend_new_memory_with_clock, %i[pointer pointer], :int
+    call :rk_backend_free, [:pointer], :void
+    call :rk_backend_set_limit, %i[pointer string string string], :int, blocking: true
+    call :rk_backend_clear_limit, %i[pointer string string], :int, blocking: true
+    call :rk_backend_flush, [:pointer], :int, blocking: true
+    call :rk_backend_limiters_json, %i[pointer pointer], :int, blocking: true
+    call :rk_backend_metrics_json, %i[pointer bool pointer], :int, blocking: true
+    call :rk_backend_prometheus, %i[pointer bool pointer], :int, blocking: true
+
+    call :rk_manual_clock_new, %i[uint64 pointer], :int
+    call :rk_manual_clock_advance, %i[pointer uint64], :int
+    call :rk_manual_clock_now_us, %i[pointer pointer], :int
+    call :rk_manual_clock_free, [:pointer], :void
+
+    call :rk_limiter_new_concurrent, %i[pointer string uint64 double double pointer], :int
+    call :rk_limiter_new_bucket, %i[pointer string uint64 double pointer], :int
+    call :rk_limiter_new_window, %i[pointer string uint64 double pointer], :int
+    call :rk_limiter_new_windows, %i[pointer string pointer size_t pointer], :int
+    call :rk_limiter_new_sliding_window, %i[pointer string pointer size_t pointer], :int
+    call :rk_limiter_new_token_bucket, %i[pointer string double uint64 pointer], :int
+    call :rk_limiter_new_leased, %i[pointer string double uint64 uint64 double pointer], :int
+    call :rk_limiter_new_leaky, %i[pointer string uint64 double pointer], :int
+    call :rk_limiter_new_points, %i[pointer string uint64 double pointer], :int
+    call :rk_limiter_new_calendar, %i[pointer string uint64 string string uint32 pointer], :int
+    call :rk_limiter_new_from_json, %i[pointer string string pointer], :int
+    call :rk_limiter_new_unlimited, [:pointer], :int
+    call :rk_limiter_spec_json, %i[pointer pointer size_t pointer], :int
+    call :rk_limiter_with_allow_fallback, %i[pointer bool pointer], :int
+    call :rk_limiter_free, [:pointer], :void
+
+    call :rk_limiter_check, [:pointer, :string, :uint64, Decision.by_ref], :int, blocking: true
+    call :rk_limiter_peek, [:pointer, :string, Decision.by_ref], :int, blocking: true
+    call :rk_limiter_acquire, [:pointer, :string, :uint64, :double, Decision.by_ref], :int, blocking: true
+    call :rk_limiter_release, [:pointer, :string, Lease.by_ref], :int, blocking: true
+    call :rk_limiter_extend, [:pointer, :string, Lease.by_ref], :int, blocking: true
+    call :rk_limiter_reset, %i[pointer string], :int, blocking: true
+    call :rk_limiter_points_used, [:pointer, :string, :uint64, :uint64, Decision.by_ref], :int, blocking: true
+    call :rk_limiter_close, [:pointer], :int, blocking: true
+    call :rk_limiter_pause, %i[pointer string double pointer], :int, blocking: true
+    call :rk_limiter_observe, %i[pointer string uint32 pointer pointer size_t pointer], :int, blocking: true
+
+    call :rk_backoff_new, %i[double double uint32 uint64 pointer], :int
+    call :rk_backoff_reschedule_in, %i[pointer uint32 uint64 pointer pointer], :int
+    call :rk_backoff_free, [:pointer], :void
+
+    # The message of the last failed call on this thread (thread-local in the library; read on
+    # the thread that made the call, right after it, which is where every caller reads it).
+    def self.last_error_message
+      len = FFI::MemoryPointer.new(:size_t)
+      rk_last_error_message(nil, 0, len)
+      n = len.read(:size_t)
+      return "" if n.zero?
+
+      buf = FFI::MemoryPointer.new(:char, n + 1)
+      rk_last_error_message(buf, buf.size, len)
+      buf.read_string(n).force_encoding(Encoding::UTF_8)
+    end
+
+    # Makes a handle through a `T **out` constructor, freed by `free` when Ruby collects it.
+    def self.handle(free, rename = nil)
+      out = FFI::MemoryPointer.new(:pointer)
+      Ratekeeper.check_status!(yield(out), rename)
+      FFI::AutoPointer.new(out.read_pointer, method(free))
+    end
+
+    # Reads and frees a string the library returned through a `char **out`.
+    def self.take_string(rename = nil)
+      out = FFI::MemoryPointer.new(:pointer)
+      Ratekeeper.check_status!(yield(out), rename)
+      ptr = out.read_pointer
+      begin
+        ptr.read_string.force_encoding(Encoding::UTF_8)
+      ensure
+        rk_string_free(ptr)
+      end
+    end
+  end
+end

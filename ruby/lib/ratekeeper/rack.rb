@@ -1,0 +1,295 @@
+# frozen_string_literal: true
+
+require "ratekeeper"
+require "ipaddr"
+require "json"
+require "logger"
+
+module Ratekeeper
+  # Rack middleware (Rails, Sinatra, Hanami, any Rack app) with the options and header forms of
+  # the Python and Node HTTP middleware (docs/src/guides/http/index.md):
+  #
+  #   use Ratekeeper::Rack, limiter: Ratekeeper::Limiter.window("api", 100, :minute)
+  #
+  # Options (validated here, before any request: a bad one raises InvalidArgument naming it):
+  #   limiter:         a Limiter, or an Array checked in order (a request passes when all do)
+  #   key:             ->(env) { String }: the identity counted (default: the client address,
+  #                    IPv6 grouped by /56; proxy headers only from `trusted_proxies`)
+  #   trusted_proxies: addresses or CIDR ranges whose Forwarded / X-Forwarded-For are believed
+  #   cost:            a whole number, or ->(env) { Integer } (default 1)
+  #   skip:            ->(env) { true }: not limited at all (no backend call, no header)
+  #   count:           "all" (default), "failures" (status >= 400) or "successes"
+  #   headers:         "draft-11" (default), "draft-7", "draft-6", "legacy", or nil / false
+  #   on_refused:      ->(env, refusal) { [status, headers, body] } (default: 429 problem+json)
+  #   shadow:          true: decide and send headers, log what would be refused, never refuse
+  #
+  # Under Puma (threads and forked workers) and any other server one middleware instance is
+  # shared: it keeps no per-request state of its own (the limiters are thread- and fork-safe).
+  class Rack
+    QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    BACKEND_FAILURE_RETRY_AFTER = 1
+    HEADER_FORMS = %w[draft-11 draft-7 draft-6 legacy].freeze
+    COUNTS = %w[all failures successes].freeze
+    # The kinds whose charge can be given back (`points_used(cost, 0)`).
+    REFUNDABLE = %w[token_bucket leaky points].freeze
+    BACKEND_ERRORS = [BackendUnavailable, TimeoutError, BackendRejected].freeze
+
+    # Why a request is refused and the response ratekeeper would answer with (`on_refused`
+    # receives it): `reason` "quota-exceeded" (429) or "backend-failure" (503).
+    Refusal = Struct.new(:status, :reason, :retry_after, :violated_policies, :headers, :body, keyword_init: true) do
+      # The Rack response.
+      def to_rack = [status, headers.merge("content-type" => "application/problem+json"), [body]]
+    end
+
+    Gate = Struct.new(:limiter, :name, :mode, :window) # :nodoc:
+    Outcome = Struct.new(:gate, :decision) # :nodoc:
+
+    # Requests shadow mode let through although a limiter refused them (this process).
+    attr_reader :shadow_refused
+
+    def initialize(app, limiter:, key: nil, trusted_proxies: nil, cost: 1, skip: nil, count: "all",
+                   headers: "draft-11", on_refused: nil, shadow: false, logger: nil)
+      @app = app
+      limiters = limiter.is_a?(Array) ? limiter : [limiter]
+      if limiters.empty? || !limiters.all?(Limiter)
+        Ratekeeper.invalid!("limiter", "must be a Ratekeeper::Limiter or a non-empty Array of them, got #{limiter.inspect}")
+      end
+      { key: key, skip: skip, on_refused: on_refused }.each do |name, value|
+        Ratekeeper.invalid!(name, "must respond to call, got #{value.inspect}") unless value.nil? || value.respond_to?(:call)
+      end
+      unless cost.respond_to?(:call) || (cost.is_a?(Integer) && cost >= 0)
+        Ratekeeper.invalid!("cost", "must be a whole number >= 0 or respond to call, got #{cost.inspect}")
+      end
+      count = count.to_s
+      Ratekeeper.invalid!("count", "must be \"all\", \"failures\" or \"successes\", got #{count.inspect}") unless COUNTS.include?(count)
+      headers = nil if headers == false
+      unless headers.nil? || HEADER_FORMS.include?(headers.to_s)
+        Ratekeeper.invalid!("headers", "must be \"draft-11\", \"draft-7\", \"draft-6\", \"legacy\" or nil, got #{headers.inspect}")
+      end
+      Ratekeeper.invalid!("shadow", "must be true or false, got #{shadow.inspect}") unless [true, false].include?(shadow)
+      @gates = limiters.map { |one| gate(one, count) }
+      @key = key
+      @trusted = networks(trusted_proxies)
+      @cost = cost
+      @skip = skip
+      @count = count
+      @headers = headers&.to_s
+      @on_refused = on_refused
+      @shadow = shadow
+      @logger = logger || Logger.new($stderr, progname: "ratekeeper")
+      @shadow_refused = 0
+    end
+
+    def call(env)
+      return @app.call(env) if @skip&.call(env)
+
+      key = @key ? @key.call(env) : client_key(env)
+      cost = @cost.respond_to?(:call) ? @cost.call(env) : @cost
+      outcomes, refusal = admit(key, cost)
+      if refusal
+        return @on_refused ? @on_refused.call(env, refusal) : refusal.to_rack
+      end
+
+      status, headers, body = @app.call(env)
+      rate_headers(outcomes).each { |name, value| headers[name] = value }
+      settle(outcomes, key, cost, status)
+      [status, headers, body]
+    rescue Exception # rubocop:disable Lint/RescueException -- the app raised: settle as a 500, re-raise
+      settle(outcomes, key, cost, 500) if outcomes && !refusal && status.nil?
+      raise
+    end
+
+    private
+
+    def gate(limiter, count)
+      kind = limiter.kind
+      if kind == "concurrent" && count != "all"
+        Ratekeeper.invalid!("count", "the concurrent limiter #{limiter.name.inspect} counts requests in flight; use count: \"all\"")
+      end
+      mode = count == "all" ? :check : (REFUNDABLE.include?(kind) ? :refund : :peek)
+      Gate.new(limiter, limiter.name, mode, window(limiter.spec))
+    end
+
+    # The window (`w`) of a single-limit limiter, in seconds, where its kind has one.
+    def window(spec)
+      case spec["kind"]
+      when "bucket", "window" then spec["interval"].to_f
+      when "token_bucket" then spec["capacity"].to_f / spec["rate"]
+      when "leaky" then spec["drain"].to_f
+      when "points" then spec["refill"].to_f
+      end
+    end
+
+    def admit(key, cost)
+      outcomes = []
+      refusing = []
+      @gates.each do |g|
+        decision = g.mode == :peek ? g.limiter.peek(key) : g.limiter.check(key, cost: cost)
+        outcomes << Outcome.new(g, decision)
+        refusing << outcomes.last unless decision.allowed?
+        break if refusing.any? && !@shadow
+      rescue *BACKEND_ERRORS => e
+        @logger.warn("#{g.name} failed closed: #{e.message}")
+        next if @shadow
+
+        give_back(outcomes, key, cost)
+        return [[], backend_failure]
+      end
+      return [outcomes, nil] if refusing.empty?
+
+      if @shadow
+        @shadow_refused += 1
+        @logger.info("shadow mode let through a request refused by #{refusing.map { |o| o.gate.name }.join(', ')}")
+        return [outcomes, nil]
+      end
+      give_back(outcomes, key, cost)
+      [outcomes, refusal(refusing, rate_headers(outcomes))]
+    end
+
+    # Undoes what the limiters before a refusal took, where the kind can.
+    def give_back(outcomes, key, cost)
+      outcomes.each do |o|
+        next unless o.decision.allowed?
+
+        if o.decision.lease
+          o.gate.limiter.release(o.decision.lease, key: key)
+        elsif o.gate.mode != :peek && REFUNDABLE.include?(o.gate.limiter.kind) && cost.positive?
+          o.gate.limiter.points_used(cost, 0, key: key)
+        end
+      rescue *BACKEND_ERRORS, LeaseLost => e
+        @logger.warn("could not give back #{o.gate.name}: #{e.message}")
+      end
+    end
+
+    # After the response: charge, refund or release as `count` says.
+    def settle(outcomes, key, cost, status)
+      counted = @count == "all" || ((status.to_i >= 400) == (@count == "failures"))
+      outcomes.each do |o|
+        next unless o.decision.allowed?
+
+        if o.decision.lease
+          o.gate.limiter.release(o.decision.lease, key: key)
+        elsif o.gate.mode == :refund && !counted
+          o.gate.limiter.points_used(cost, 0, key: key)
+        elsif o.gate.mode == :peek && counted
+          o.gate.limiter.check(key, cost: cost)
+        end
+      rescue *BACKEND_ERRORS, LeaseLost => e
+        @logger.warn("could not settle #{o.gate.name} after the response: #{e.message}")
+      end
+    end
+
+    def ceil(seconds) = [0, (seconds - 1e-9).ceil].max
+
+    def sf_string(value)
+      text = value.each_char.map { |c| c.ord.between?(0x20, 0x7E) ? c : "?" }.join
+      "\"#{text.gsub('\\') { '\\\\' }.gsub('"', '\\"')}\""
+    end
+
+    def rate_headers(outcomes)
+      return {} if @headers.nil? || outcomes.empty?
+
+      statuses = outcomes.map do |o|
+        d = o.decision
+        { name: o.gate.name, limit: d.limit, remaining: d.remaining, reset: ceil(d.reset_after), window: o.gate.window,
+          retry_after: d.retry_after, allowed: d.allowed? }
+      end
+      w = ->(s) { s[:window]&.positive? ? ";w=#{[1, ceil(s[:window])].max}" : "" }
+      if @headers == "draft-11"
+        return {
+          "RateLimit-Policy" => statuses.map { |s| "#{sf_string(s[:name])};q=#{s[:limit]}#{w[s]}" }.join(", "),
+          "RateLimit" => statuses.map { |s| "#{sf_string(s[:name])};r=#{s[:remaining]};t=#{s[:reset]}" }.join(", ")
+        }
+      end
+      # One limit for the older forms: the one that refused (longest wait), else the least left.
+      refused = statuses.reject { |s| s[:allowed] }
+      b = refused.any? ? refused.max_by { |s| s[:retry_after] } : statuses.min_by { |s| s[:remaining] }
+      case @headers
+      when "draft-7"
+        { "RateLimit-Policy" => "#{b[:limit]}#{w[b]}", "RateLimit" => "limit=#{b[:limit]}, remaining=#{b[:remaining]}, reset=#{b[:reset]}" }
+      when "draft-6"
+        { "RateLimit-Policy" => "#{b[:limit]}#{w[b]}", "RateLimit-Limit" => b[:limit].to_s,
+          "RateLimit-Remaining" => b[:remaining].to_s, "RateLimit-Reset" => b[:reset].to_s }
+      else
+        { "X-RateLimit-Limit" => b[:limit].to_s, "X-RateLimit-Remaining" => b[:remaining].to_s, "X-RateLimit-Reset" => b[:reset].to_s }
+      end
+    end
+
+    def problem(type, title, status, detail, policies)
+      doc = { "type" => type, "title" => title, "status" => status, "detail" => detail }
+      doc["violated-policies"] = policies if policies
+      JSON.generate(doc)
+    end
+
+    def refusal(refusing, rate_headers)
+      names = refusing.map { |o| o.gate.name }
+      retry_after = [1, ceil(refusing.map { |o| o.decision.retry_after }.max || 1.0)].max
+      Refusal.new(status: 429, reason: "quota-exceeded", retry_after: retry_after, violated_policies: names,
+                  headers: { "Retry-After" => retry_after.to_s }.merge(rate_headers),
+                  body: problem(QUOTA_EXCEEDED, "Too Many Requests", 429, "Rate limit exceeded; retry in #{retry_after} s.", names))
+    end
+
+    def backend_failure
+      Refusal.new(status: 503, reason: "backend-failure", retry_after: BACKEND_FAILURE_RETRY_AFTER, violated_policies: [],
+                  headers: { "Retry-After" => BACKEND_FAILURE_RETRY_AFTER.to_s },
+                  body: problem("about:blank", "Service Unavailable", 503, "The rate limiter's backend is unavailable.", nil))
+    end
+
+    # ---- the client address --------------------------------------------------------------
+
+    def networks(trusted)
+      return [] if trusted.nil?
+
+      Array(trusted).map do |item|
+        Ratekeeper.invalid!("trusted_proxies", "must be IP addresses or CIDR ranges, got #{item.inspect}") unless item.is_a?(String)
+        IPAddr.new(item.strip)
+      rescue IPAddr::Error => e
+        Ratekeeper.invalid!("trusted_proxies", "must be IP addresses or CIDR ranges (#{e.message})")
+      end
+    end
+
+    def address(text)
+      text = text.strip.delete('"')
+      if text.start_with?("[")
+        text = text[1...(text.index("]") || text.size)]
+      elsif text.count(":") == 1
+        text = text.split(":", 2).first
+      end
+      addr = IPAddr.new(text)
+      addr.ipv4_mapped? ? addr.native : addr
+    rescue IPAddr::Error
+      nil
+    end
+
+    def forwarded_for(value)
+      value.split(",").flat_map do |element|
+        element.split(";").filter_map do |pair|
+          name, val = pair.split("=", 2)
+          val&.strip if name.strip.casecmp?("for")
+        end
+      end
+    end
+
+    def trusted?(addr) = @trusted.any? { |net| net.family == addr.family && net.include?(addr) }
+
+    # The default key: the client address, IPv6 grouped by /56; proxy headers only when the peer
+    # is trusted, then the right-most address of the chain that is not a trusted proxy.
+    def client_key(env)
+      peer = env["REMOTE_ADDR"]
+      addr = peer && address(peer)
+      return peer || "unknown" if addr.nil?
+
+      if @trusted.any? && trusted?(addr)
+        chain = env["HTTP_FORWARDED"] ? forwarded_for(env["HTTP_FORWARDED"]) : env["HTTP_X_FORWARDED_FOR"].to_s.split(",").reject { |p| p.strip.empty? }
+        chain.reverse_each do |hop|
+          hop_addr = address(hop)
+          break if hop_addr.nil?
+
+          addr = hop_addr
+          break unless trusted?(hop_addr)
+        end
+      end
+      addr.ipv6? ? "#{addr.mask(56)}/56" : addr.to_s
+    end
+  end
+end

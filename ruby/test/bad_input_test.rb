@@ -1,0 +1,117 @@
+# frozen_string_literal: true
+
+# The shared bad-input table (tests/bad_input/cases.json) through the gem: each case is one call
+# with one bad argument, which must raise Ratekeeper::InvalidArgument naming the parameter as
+# Ruby spells it, before any state is written (limiter calls: a peek of the shared key and of
+# "k" is the same before and after). Ruby spells a parameter as Python does, except where the
+# Sidekiq-style constructors name it differently (RUBY_NAMES). A case the gem cannot express is
+# skipped here, saying why (SKIP); the count of cases run is checked.
+require_relative "test_helper"
+require "json"
+
+class BadInputTest < Minitest::Test
+  TABLE = JSON.parse(File.read(File.join(REPO_ROOT, "tests/bad_input/cases.json")))
+  # Ruby's spelling where it is not Python's, per call.
+  RUBY_NAMES = {
+    "bucket" => { "limit" => "count" }, "window" => { "limit" => "count" }, "concurrent" => { "limit" => "count" },
+    "points" => { "capacity" => "count", "refill" => "interval" }
+  }.freeze
+  NO_BACKOFF = "the gem has no Backoff object: the Sidekiq middleware's backoff is a Ruby lambda (Configuration#backoff)"
+  SKIP = {
+    "unlimited name with a bang" => "Limiter.unlimited takes no name (as in Sidekiq)",
+    "with_wait_timeout -1" => "Ruby passes the wait to acquire / within_limit; there is no with_wait_timeout",
+    "backoff base -1" => NO_BACKOFF, "backoff jitter NaN" => NO_BACKOFF, "backoff base above 100 years" => NO_BACKOFF,
+    "backoff max_reschedules -1" => NO_BACKOFF, "reschedule_in attempt 0" => NO_BACKOFF,
+    "reschedule_in attempt 1.5" => NO_BACKOFF, "reschedule_in retry_after -1" => NO_BACKOFF,
+    "reschedule_in retry_after above 100 years" => NO_BACKOFF
+  }.freeze
+  MIN_RUN = 100
+
+  # The table's special values (its `conventions.values`); a lone surrogate becomes its WTF-8
+  # bytes, which are not UTF-8 (what a Ruby String from the wire may hold).
+  def self.value(v)
+    case v
+    when Hash
+      return { "NaN" => Float::NAN, "Infinity" => Float::INFINITY, "-Infinity" => -Float::INFINITY }.fetch(v["number"]) if v.key?("number")
+      return v["repeat"] * v["times"] if v.key?("repeat")
+      return (v["lone_surrogate"].b + "\xED\xA0\x80".b).force_encoding(Encoding::UTF_8) if v.key?("lone_surrogate")
+
+      v.transform_values { |x| value(x) }
+    when Array then v.map { |x| value(x) }
+    else v
+    end
+  end
+
+  def limiter_of(spec, backend)
+    Ratekeeper::Limiter.from_spec("bad", spec, backend: backend)
+  end
+
+  # Makes the case's call. Returns the limiter it was made on (for the no-write check), if any.
+  def call(c, backend)
+    a = self.class.value(c.fetch("args"))
+    o = ->(*keys) { keys.select { |k| a.key?(k) }.to_h { |k| [k.to_sym, a[k]] } }
+    case c["call"]
+    when "memory" then Ratekeeper::Backend.memory(max_keys: a["max_keys"])
+    when "redis"
+      Ratekeeper::Backend.redis(a["url"], **o["prefix", "failure_policy", "fallback_divisor", "deadline", "connect_timeout",
+                                              "tls_ca_file", "tls_ca_data", "tls_cert_file", "tls_key_file"])
+    when "cluster" then Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline"])
+    when "bucket" then Ratekeeper::Limiter.bucket(a["name"], a["limit"], a["interval"], backend: backend)
+    when "window" then Ratekeeper::Limiter.window(a["name"], a["limit"], a["interval"], backend: backend)
+    when "windows" then Ratekeeper::Limiter.window(a["name"], a["windows"], backend: backend)
+    when "sliding_window" then Ratekeeper::Limiter.sliding_window(a["name"], a["limits"], backend: backend)
+    when "token_bucket" then Ratekeeper::Limiter.token_bucket(a["name"], a["rate"], a["capacity"], backend: backend)
+    when "leaky" then Ratekeeper::Limiter.leaky(a["name"], a["size"], a["drain"], backend: backend)
+    when "points" then Ratekeeper::Limiter.points(a["name"], a["capacity"], a["refill"], backend: backend)
+    when "concurrent"
+      Ratekeeper::Limiter.concurrent(a["name"], a["limit"], backend: backend, **o["lock_timeout", "wait_timeout", "allow_fallback"])
+    when "calendar" then Ratekeeper::Limiter.calendar(a["name"], a["limit"], a["period"], backend: backend, **o["tz", "anchor"])
+    when "limiter" then Ratekeeper::Limiter.from_spec(a["name"], a["spec"], backend: backend)
+    when "set_limit" then backend.set_limit(a["name"], a["spec"], key: a["key"])
+    when "clear_limit" then backend.clear_limit(a["name"], key: a["key"])
+    when "manual_clock" then Ratekeeper::ManualClock.new(a["start_us"])
+    when "advance" then Ratekeeper::ManualClock.new(0).advance(a["seconds"])
+    else call_on_limiter(c, a, backend)
+    end
+  end
+
+  def call_on_limiter(c, a, backend)
+    limiter = limiter_of(c.fetch("limiter"), backend)
+    before = [limiter.peek.to_h, limiter.peek("k").to_h]
+    begin
+      case c["call"]
+      when "check" then a.key?("cost") ? limiter.check(a["key"], cost: a["cost"]) : limiter.check(a["key"])
+      when "peek" then limiter.peek(a["key"])
+      when "acquire" then limiter.acquire(a["key"], cost: a["cost"], wait_timeout: a["wait_timeout"])
+      when "reset" then limiter.reset(a["key"])
+      when "points_used" then limiter.points_used(a["estimate"], a["actual"], key: a["key"])
+      when "pause" then limiter.pause(a["duration"], key: a["key"])
+      when "observe" then limiter.observe(a["status"], a["headers"], key: a["key"])
+      when "within_limit"
+        limiter.within_limit(key: a["key"], cost: a["cost"], wait_timeout: a["wait_timeout"], policy: a["policy"]&.to_sym) { flunk "the block ran" }
+      else raise "unknown call #{c['call']}"
+      end
+    ensure
+      after = [limiter.peek.to_h, limiter.peek("k").to_h]
+      strip = ->(hs) { hs.map { |h| h.except(:decided_at_us) } }
+      assert_equal strip[before], strip[after], "#{c['name']}: the refused call wrote state"
+    end
+  end
+
+  cases = TABLE.fetch("cases")
+  define_method(:test_enough_cases_run) do
+    assert_operator cases.count { |c| !SKIP.key?(c["name"]) }, :>=, MIN_RUN
+  end
+
+  cases.each_with_index do |c, i|
+    define_method("test_#{i}_#{c['name'].gsub(/[^A-Za-z0-9]+/, '_')}") do
+      skip SKIP[c["name"]] if SKIP.key?(c["name"])
+      backend = Ratekeeper::Backend.memory(clock: Ratekeeper::ManualClock.new(1_700_000_000_000_000))
+      error = assert_raises(Ratekeeper::InvalidArgument, c["name"]) { call(c, backend) }
+      python = c.fetch("parameter").fetch("python")
+      want = RUBY_NAMES.fetch(c["call"], {}).fetch(python, python)
+      assert_equal want, error.parameter, "#{c['name']}: #{error.message}"
+      assert_empty backend.limiters.flat_map { |l| l["overrides"] }, "#{c['name']}: an override was written" if c["call"].end_with?("_limit")
+    end
+  end
+end

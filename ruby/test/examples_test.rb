@@ -1,0 +1,48 @@
+# frozen_string_literal: true
+
+# Runs the Ruby examples (examples/ruby/), which the documentation includes, each in its own
+# process against the suite's redis-server, and checks what they did.
+require_relative "test_helper"
+require "open3"
+
+class ExamplesTest < Minitest::Test
+  EXAMPLES = File.join(REPO_ROOT, "examples/ruby")
+
+  # Each example starts from an empty Redis of its own (they use the default prefix).
+  def setup = @redis = RedisServer.new
+  def teardown = @redis.stop
+
+  def run_ruby(script, env = {})
+    env = { "REDIS_URL" => @redis.url, "RUBYLIB" => [File.expand_path("../lib", __dir__), ENV["RUBYLIB"]].compact.join(":") }.merge(env)
+    out, err, status = Open3.capture3(env, RbConfig.ruby, "-e", script)
+    assert status.success?, "#{script}\nexited #{status.exitstatus}:\n#{out}\n#{err}"
+    out
+  end
+
+  def test_the_sidekiq_page_runs_with_the_constant_renamed
+    out = run_ruby(<<~RUBY)
+      $calls = []
+      Redis.silence_deprecations = true if defined?(Redis) && Redis.respond_to?(:silence_deprecations=)
+      load #{File.join(EXAMPLES, 'sidekiq_limits.rb').dump}
+      ErpJob.new.perform
+      StripeJob.new.perform(42)
+      StripeWindowJob.new.perform(42)
+      AdminAwareJob.new.perform(true)
+      AdminAwareJob.new.perform(false)
+      60.times { SHOPIFY_LEAKY.within_limit { $calls << :leaky } }
+      begin
+        SHOPIFY_LEAKY.within_limit { $calls << :too_many }
+      rescue Ratekeeper::Limiter::OverLimit => e
+        $calls << [:over_limit, e.retry_after.round]
+      end
+      p $calls.tally
+      p Ratekeeper::Limiter.points("shopify", 1000, 20).peek.remaining
+      p Ratekeeper::Limiter.config.errors.map(&:name)
+    RUBY
+    tally, points_left, errors = out.lines.map(&:strip)
+    assert_equal({ erp: 3, [:shopify, "{ shop { name } }"] => 1, [:stripe, 42] => 2, leaky: 60, [:over_limit, 1] => 1 },
+                 eval(tally)) # rubocop:disable Security/Eval -- our own child's `p` output
+    assert_operator Integer(points_left), :>=, 950 # 50 points spent, refilling at 50 per second
+    assert_equal '["Ratekeeper::OverLimit", "SomeLib::SlowDownPlease"]', errors
+  end
+end

@@ -1,0 +1,173 @@
+# frozen_string_literal: true
+
+# The Rack middleware: its options through Rack::MockRequest on a real Redis, and the example
+# app (examples/ruby/config.ru) behind a real Puma (2 forked workers, threads) hit by several
+# client processes at once.
+require_relative "test_helper"
+require "rack"
+require "rack/mock"
+require "ratekeeper/rack"
+require "net/http"
+
+class RackTest < Minitest::Test
+  OK_APP = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
+
+  def setup
+    @backend = redis_backend
+  end
+
+  def app(limiter, inner = OK_APP, **options)
+    ::Rack::MockRequest.new(Ratekeeper::Rack.new(inner, limiter: limiter, logger: Logger.new(File::NULL), **options))
+  end
+
+  def test_draft_11_headers_and_a_problem_json_refusal
+    limiter = Ratekeeper::Limiter.window("api", 2, 60, backend: @backend)
+    client = app(limiter)
+    first = client.get("/", "REMOTE_ADDR" => "10.0.0.1")
+    assert_equal 200, first.status
+    assert_equal '"api";q=2;w=60', first.headers["RateLimit-Policy"]
+    assert_equal '"api";r=1;t=60', first.headers["RateLimit"]
+    client.get("/", "REMOTE_ADDR" => "10.0.0.1")
+    refused = client.get("/", "REMOTE_ADDR" => "10.0.0.1")
+    assert_equal 429, refused.status
+    assert_equal "application/problem+json", refused.headers["content-type"]
+    assert_operator Integer(refused.headers["Retry-After"]), :>=, 59
+    body = JSON.parse(refused.body)
+    assert_equal ["api"], body["violated-policies"]
+    assert_equal Ratekeeper::Rack::QUOTA_EXCEEDED, body["type"]
+    # Another client address has its own count.
+    assert_equal 200, client.get("/", "REMOTE_ADDR" => "10.0.0.2").status
+  end
+
+  def test_older_header_forms_and_none
+    limiter = Ratekeeper::Limiter.bucket("forms", 5, 60, backend: @backend)
+    r = app(limiter, headers: "draft-7").get("/", "REMOTE_ADDR" => "10.0.0.1")
+    assert_equal "limit=5, remaining=4, reset=#{r.headers['RateLimit'][/reset=(\d+)/, 1]}", r.headers["RateLimit"]
+    assert_equal "5;w=60", r.headers["RateLimit-Policy"]
+    r = app(limiter, headers: "draft-6").get("/", "REMOTE_ADDR" => "10.0.0.1")
+    assert_equal "3", r.headers["RateLimit-Remaining"]
+    r = app(limiter, headers: "legacy").get("/", "REMOTE_ADDR" => "10.0.0.1")
+    assert_equal "2", r.headers["X-RateLimit-Remaining"]
+    r = app(limiter, headers: nil).get("/", "REMOTE_ADDR" => "10.0.0.1")
+    assert_nil r.headers["RateLimit"]
+    assert_nil r.headers["X-RateLimit-Remaining"]
+  end
+
+  def test_key_cost_skip_and_on_refused
+    limiter = Ratekeeper::Limiter.token_bucket("tb", 0.001, 10, backend: @backend)
+    client = app(limiter, key: ->(env) { env["HTTP_X_API_KEY"] }, cost: ->(env) { env["PATH_INFO"] == "/big" ? 8 : 1 },
+                          skip: ->(env) { env["PATH_INFO"] == "/health" },
+                          on_refused: ->(_env, refusal) { [418, { "x-why" => refusal.reason }, ["no"]] })
+    assert_equal 200, client.get("/big", "HTTP_X_API_KEY" => "a").status
+    assert_equal 2, limiter.peek("a").remaining
+    health = client.get("/health", "HTTP_X_API_KEY" => "a")
+    assert_nil health.headers["RateLimit"]
+    assert_equal 2, limiter.peek("a").remaining
+    refused = client.get("/big", "HTTP_X_API_KEY" => "a")
+    assert_equal [418, "quota-exceeded"], [refused.status, refused.headers["x-why"]]
+    assert_equal 10, limiter.peek("b").remaining
+  end
+
+  def test_count_failures_refunds_successes_and_peek_then_charges
+    failing = ->(env) { [env["PATH_INFO"] == "/fail" ? 401 : 200, {}, ["x"]] }
+    tb = Ratekeeper::Limiter.token_bucket("login", 0.001, 3, backend: @backend)
+    client = app(tb, failing, count: "failures")
+    3.times { assert_equal 200, client.get("/ok", "REMOTE_ADDR" => "10.0.0.9").status }
+    assert_equal 3, tb.peek("10.0.0.9").remaining, "successes were refunded"
+    3.times { client.get("/fail", "REMOTE_ADDR" => "10.0.0.9") }
+    assert_equal 429, client.get("/ok", "REMOTE_ADDR" => "10.0.0.9").status
+    window = Ratekeeper::Limiter.window("login-w", 2, 60, backend: @backend)
+    client = app(window, failing, count: "successes")
+    client.get("/fail", "REMOTE_ADDR" => "10.0.0.9")
+    assert_equal 2, window.peek("10.0.0.9").remaining, "a failure was not charged"
+    client.get("/ok", "REMOTE_ADDR" => "10.0.0.9")
+    assert_equal 1, window.peek("10.0.0.9").remaining
+  end
+
+  def test_shadow_never_refuses_and_counts
+    limiter = Ratekeeper::Limiter.window("shadow", 1, 60, backend: @backend)
+    middleware = Ratekeeper::Rack.new(OK_APP, limiter: limiter, shadow: true, logger: Logger.new(File::NULL))
+    client = ::Rack::MockRequest.new(middleware)
+    3.times { assert_equal 200, client.get("/", "REMOTE_ADDR" => "10.0.0.1").status }
+    assert_equal 2, middleware.shadow_refused
+  end
+
+  def test_client_address_ipv6_groups_and_trusted_proxies
+    limiter = Ratekeeper::Limiter.window("addr", 1, 60, backend: @backend)
+    client = app(limiter, trusted_proxies: ["10.1.0.0/16"])
+    assert_equal 200, client.get("/", "REMOTE_ADDR" => "2001:db8:0:1::1").status
+    assert_equal 429, client.get("/", "REMOTE_ADDR" => "2001:db8:0:2::1").status, "one /56"
+    # Behind a trusted proxy the client is the right-most untrusted hop; a spoofed left entry is ignored.
+    assert_equal 200, client.get("/", "REMOTE_ADDR" => "10.1.0.5", "HTTP_X_FORWARDED_FOR" => "1.1.1.1, 203.0.113.7").status
+    assert_equal 429, client.get("/", "REMOTE_ADDR" => "10.1.0.5", "HTTP_X_FORWARDED_FOR" => "9.9.9.9, 203.0.113.7").status
+    assert_equal 0, limiter.peek("203.0.113.7").remaining
+    # An untrusted peer's header is not read.
+    assert_equal 200, client.get("/", "REMOTE_ADDR" => "198.51.100.1", "HTTP_X_FORWARDED_FOR" => "203.0.113.8").status
+    assert_equal 1, limiter.peek("203.0.113.8").remaining
+  end
+
+  def test_a_failed_backend_answers_503_never_500
+    down = Ratekeeper::Backend.redis("redis://127.0.0.1:#{RedisServer.free_port}", deadline: 0.2)
+    r = app(Ratekeeper::Limiter.window("down", 1, 60, backend: down)).get("/", "REMOTE_ADDR" => "10.0.0.1")
+    assert_equal 503, r.status
+    assert_equal "1", r.headers["Retry-After"]
+  end
+
+  def test_bad_options_name_the_option
+    limiter = Ratekeeper::Limiter.window("opts", 1, 60, backend: @backend)
+    { limiter: [], cost: -1, count: "some", headers: "draft-99", shadow: "yes", key: "ip", trusted_proxies: ["nope"] }.each do |option, value|
+      error = assert_raises(Ratekeeper::InvalidArgument, option.to_s) do
+        Ratekeeper::Rack.new(OK_APP, limiter: limiter, **{ option => value })
+      end
+      assert_equal option.to_s, error.parameter
+    end
+    concurrent = Ratekeeper::Limiter.concurrent("opts-c", 1, backend: @backend)
+    assert_equal "count", assert_raises(Ratekeeper::InvalidArgument) { Ratekeeper::Rack.new(OK_APP, limiter: concurrent, count: "failures") }.parameter
+  end
+
+  def test_the_example_behind_puma_with_client_processes
+    redis = RedisServer.new
+    port = RedisServer.free_port
+    limit = 40
+    env = { "REDIS_URL" => redis.url, "API_LIMIT" => limit.to_s,
+            "RUBYLIB" => [File.expand_path("../lib", __dir__), ENV["RUBYLIB"]].compact.join(":") }
+    log = File.join(Dir.tmpdir, "rk-puma-#{port}.log")
+    puma = Process.spawn(env, "puma", "-b", "tcp://127.0.0.1:#{port}", "-w", "2", "-t", "2:4",
+                         File.join(REPO_ROOT, "examples/ruby/config.ru"), out: log, err: log)
+    wait_for_http(port, log)
+    clients = 4.times.map do
+      IO.popen([RbConfig.ruby, "-rnet/http", "-rjson", "-e", <<~RUBY])
+        Net::HTTP.start("127.0.0.1", #{port}) do |http|
+          codes = 25.times.map { http.get("/").code }
+          health = http.get("/health")
+          puts JSON.generate(codes: codes.tally, health: [health.code, health["RateLimit"]])
+        end
+      RUBY
+    end
+    reports = clients.map { |io| JSON.parse(io.read).tap { io.close } }
+    assert(clients.all? { $?.success? })
+    ok = reports.sum { |r| r["codes"].fetch("200", 0) }
+    refused = reports.sum { |r| r["codes"].fetch("429", 0) }
+    assert_equal limit, ok, "every client is 127.0.0.1: one limit, exactly #{limit} admitted across Puma's workers"
+    assert_equal 100 - limit, refused
+    assert(reports.all? { |r| r["health"] == ["200", nil] }, reports.inspect)
+  ensure
+    if puma
+      Process.kill("TERM", puma)
+      Process.wait(puma)
+    end
+    redis&.stop
+    File.delete(log) if log && File.exist?(log) && passed?
+  end
+
+  def wait_for_http(port, log)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+    loop do
+      Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/health"))
+      return
+    rescue SystemCallError, EOFError
+      flunk "puma did not start:\n#{File.read(log)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.1
+    end
+  end
+end

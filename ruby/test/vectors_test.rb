@@ -1,0 +1,154 @@
+# frozen_string_literal: true
+
+# The shared conformance vectors (tests/vectors/*.json) through the gem: every case builds its
+# limiters with the gem's named constructors on a memory backend driven by a ManualClock and
+# compares each decision and error with the one every other language gets. One test per case.
+#
+# The gem spells a few parameters as Sidekiq does (`count` for a bucket's, window's or
+# concurrent limiter's limit; `count` and `interval` for a points limiter's capacity and
+# refill): an expected error naming the shared spelling is compared under the Ruby one.
+# Nothing is skipped: Ruby can say everything the vectors say (2^64 or more, a NUL, a Float
+# count are InvalidArgument raised by the gem, naming the parameter, before any call).
+require_relative "test_helper"
+require "json"
+
+class VectorsTest < Minitest::Test
+  RUBY_NAMES = {
+    "bucket" => { "limit" => "count" }, "window" => { "limit" => "count" },
+    "concurrent" => { "limit" => "count" }, "points" => { "capacity" => "count", "refill" => "interval" }
+  }.freeze
+  SPECIALS = { "NaN" => Float::NAN, "Infinity" => Float::INFINITY, "-Infinity" => -Float::INFINITY }.freeze
+  MIN_CASES = 120
+
+  # A vector number: JSON numbers as they are (a whole Float stays a Float: the gem refuses it
+  # as a count, as the vectors expect of 1.5 and as typed languages do), the special spellings.
+  def self.num(value) = SPECIALS.fetch(value, value)
+
+  def self.build(backend, spec)
+    kind = spec["kind"]
+    name = spec["name"]
+    n = ->(field) { num(spec[field]) }
+    opts = { backend: backend }
+    case kind
+    when "concurrent" then Ratekeeper::Limiter.concurrent(name, n["limit"], lock_timeout: n["lock_timeout"], **opts)
+    when "bucket" then Ratekeeper::Limiter.bucket(name, n["limit"], n["interval"], **opts)
+    when "window"
+      if spec.key?("windows")
+        Ratekeeper::Limiter.window(name, spec["windows"].map { |w| [num(w["limit"]), num(w["interval"])] }, **opts)
+      else
+        Ratekeeper::Limiter.window(name, n["limit"], n["interval"], **opts)
+      end
+    when "sliding_window" then Ratekeeper::Limiter.sliding_window(name, spec["limits"].map { |l| l.map { |x| num(x) } }, **opts)
+    when "token_bucket" then Ratekeeper::Limiter.token_bucket(name, n["rate"], n["capacity"], **opts)
+    when "leaky" then Ratekeeper::Limiter.leaky(name, n["size"], n["drain"], **opts)
+    when "points" then Ratekeeper::Limiter.points(name, n["capacity"], n["refill"], **opts)
+    when "calendar"
+      Ratekeeper::Limiter.calendar(name, n["limit"], spec["period"], tz: spec["tz"], anchor: spec["anchor"], **opts)
+    when "unlimited" then Ratekeeper::Limiter.unlimited
+    else raise "unknown limiter kind #{kind.inspect}"
+    end
+  end
+
+  def self.key_of(step)
+    key = step["key"]
+    key.is_a?(Hash) ? key["repeat"].to_s * key["times"].to_i : key
+  end
+
+  def self.kind_of(error)
+    case error
+    when Ratekeeper::OverLimit then "over_limit"
+    when Ratekeeper::Shed then "shed"
+    when Ratekeeper::LeaseLost then "lease_lost"
+    when Ratekeeper::InvalidArgument then "invalid_argument"
+    when Ratekeeper::BackendUnavailable then "backend_unavailable"
+    when Ratekeeper::TimeoutError then "timeout"
+    else error.class.name
+    end
+  end
+
+  def assert_error(expected, error, renames, where)
+    refute_nil error, "#{where}: expected error #{expected}, got success"
+    assert_equal expected["kind"], self.class.kind_of(error), "#{where}: #{error.message}"
+    return unless expected["kind"] == "invalid_argument"
+
+    want = renames.fetch(expected.fetch("parameter"), expected["parameter"])
+    assert_equal want, error.parameter, "#{where}: the parameter named (#{error.message})"
+  end
+
+  def decision_h(d, with_token)
+    h = { "allowed" => d.allowed, "limit" => d.limit, "remaining" => d.remaining,
+          "retry_after_us" => d.retry_after_us, "reset_after_us" => d.reset_after_us }
+    h["fencing_token"] = d.lease.fencing_token if with_token && d.lease
+    h
+  end
+
+  def run_case(c)
+    clock = Ratekeeper::ManualClock.new(c.fetch("start_us"))
+    backend = Ratekeeper::Backend.memory(clock: clock)
+    built = {}
+    build_error = nil
+    c["limiters"].sort.each do |id, spec|
+      built[id] = self.class.build(backend, spec)
+    rescue Ratekeeper::Error => e
+      # The multi-window form takes [limit, interval] pairs: no Sidekiq spelling there.
+      build_error ||= [id, e, spec.key?("windows") ? {} : RUBY_NAMES.fetch(spec["kind"], {})]
+    end
+    if c.key?("limiter_error")
+      refute_nil build_error, "expected limiter error #{c['limiter_error']}, but every limiter was built"
+      assert_error(c["limiter_error"], build_error[1], build_error[2], "building #{build_error[0]}")
+      return
+    end
+    flunk "building #{build_error[0]}: #{build_error[1].message}" if build_error
+
+    leases = {}
+    c["steps"].each_with_index do |step, index|
+      op = step["op"]
+      if op == "advance"
+        clock.advance_us(step["us"])
+        next
+      end
+      limiter = built.fetch(step["limiter"])
+      key = self.class.key_of(step)
+      num = ->(field) { self.class.num(step[field]) }
+      outcome =
+        begin
+          case op
+          when "check" then step.key?("cost") ? limiter.check(key, cost: num["cost"]) : limiter.check(key)
+          when "peek" then limiter.peek(key)
+          when "reset" then limiter.reset(key) && nil
+          when "points_used" then limiter.points_used(num["estimate"], num["actual"], key: key)
+          when "release" then limiter.release(leases.fetch(step["lease"]), key: key) && nil
+          else raise "step #{index}: unknown op #{op}"
+          end
+        rescue Ratekeeper::Error => e
+          e
+        end
+      where = "step #{index}: #{op} on #{step['limiter']}"
+      if step.key?("error")
+        assert_error(step["error"], outcome.is_a?(Ratekeeper::Error) ? outcome : nil, {}, where)
+        next
+      end
+      flunk "#{where}: expected success, got #{outcome.message}" if outcome.is_a?(Ratekeeper::Error)
+      next unless step.key?("expect")
+
+      expected = step["expect"].dup
+      expected.delete("limits") # per-limit details: the C ABI's decision has none
+      assert_equal expected.sort.to_h, decision_h(outcome, expected.key?("fencing_token")).sort.to_h, where
+      if step.key?("save_lease")
+        refute_nil outcome.lease, "#{where}: expected a lease to save"
+        leases[step["save_lease"]] = outcome.lease
+      end
+    end
+  end
+
+  files = Dir[File.join(REPO_ROOT, "tests/vectors/*.json")].sort
+  cases = files.flat_map { |path| JSON.parse(File.read(path)).fetch("cases").map { |c| [File.basename(path, ".json"), c] } }
+
+  define_method(:test_enough_cases_run) do
+    assert_operator cases.size, :>=, MIN_CASES, "the vectors directory holds too few cases"
+  end
+
+  cases.each_with_index do |(file, c), i|
+    define_method("test_#{file}_#{i}_#{c['name'].gsub(/[^A-Za-z0-9]+/, '_')}") { run_case(c) }
+  end
+end
