@@ -750,6 +750,21 @@ enum rk_status rk_limiter_with_allow_fallback(const struct rk_limiter *limiter,
                                               struct rk_limiter **limiter_out);
 
 /**
+ * \brief A copy of `limiter` (same state and metrics) whose pauses last at most
+ * `max_pause_secs` (default one hour): a longer pause asked of `rk_limiter_pause` or
+ * `rk_limiter_observe` is shortened to it and counted in the metrics' `pauses_clamped`.
+ *
+ * \param limiter The limiter to copy.
+ * \param max_pause_secs The longest pause in seconds (at least one microsecond, at most 100
+ *        years; 0, negative and NaN are #RK_INVALID_ARGUMENT naming `max_pause`).
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER or #RK_INVALID_ARGUMENT.
+ */
+enum rk_status rk_limiter_with_max_pause(const struct rk_limiter *limiter,
+                                         double max_pause_secs,
+                                         struct rk_limiter **limiter_out);
+
+/**
  * \brief Frees a limiter. NULL is ignored.
  *
  * Call it once per limiter, when no other thread is using this handle. Leases it granted are
@@ -1001,7 +1016,8 @@ enum rk_status rk_backend_limiters_json(const struct rk_backend *backend,
  * `failed_open`, `fell_back` (checks by outcome), `latency_count`, `latency_sum_us` and
  * `latency_buckets_us` (`[[upper bound in µs or null for infinite, count], ...]`, not
  * cumulative; checks that went to Redis), and for concurrent limiters `held`, `held_time_us`,
- * `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`.
+ * `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`; `pauses_clamped` counts pauses
+ * shortened to the limiter's `max_pause`.
  *
  * \param backend The backend.
  * \param fleet False for this process's metrics; true for every process's (read from Redis
@@ -1041,9 +1057,11 @@ void rk_string_free(char *s);
  * limiter and key, in every process sharing the backend, is refused with `retry_after_us` =
  * the remaining pause (consuming nothing), and `rk_limiter_acquire` waits it out.
  *
- * A longer pause extends the one in effect; a shorter one never shortens it. On Redis the
- * pause is one key with a TTL equal to the pause, checked inside each call's script (no extra
- * round trip). `rk_limiter_reset` forgets it.
+ * A pause lasts at most the limiter's `max_pause` (one hour unless set with
+ * `rk_limiter_with_max_pause`). A longer pause extends the one in effect; a shorter one never
+ * shortens it. On Redis the pause is one key with a TTL equal to the pause, checked inside
+ * each call's script (no extra round trip). `rk_limiter_resume` ends it; `rk_limiter_reset`
+ * forgets it with the rest of the key's state.
  *
  * \param limiter The limiter.
  * \param key The identity paused, or NULL for the limiter's single shared key.
@@ -1063,7 +1081,8 @@ enum rk_status rk_limiter_pause(const struct rk_limiter *limiter,
  * \brief Reads an upstream response's status and headers and pauses `key` (see
  * `rk_limiter_pause`) for as long as a 429 or 503 asks: `Retry-After` (seconds or HTTP-date),
  * else `RateLimit-Reset` when `RateLimit-Remaining` is 0, else `X-RateLimit-Reset` (epoch or
- * delta seconds).
+ * delta seconds), up to the limiter's `max_pause` (see `rk_limiter_with_max_pause`: a
+ * `Retry-After` of decades pauses for one hour by default).
  *
  * Header names are compared case-insensitively; malformed values are ignored (never an error).
  * Names and values are read as UTF-8, invalid bytes replaced (HTTP/1.1 may carry Latin-1).
@@ -1086,6 +1105,20 @@ enum rk_status rk_limiter_observe(const struct rk_limiter *limiter,
                                   const char *const *header_values,
                                   size_t headers_len,
                                   uint64_t *pause_us_out);
+
+/**
+ * \brief Ends the pause of `key` now, in every process sharing the backend (an operator's
+ * override of a pause that is wrong or no longer needed); the key's other state is kept.
+ *
+ * \param limiter The limiter.
+ * \param key The identity, or NULL for the limiter's single shared key.
+ * \param was_paused_out Receives whether a pause was in effect; may be NULL.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT,
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_resume(const struct rk_limiter *limiter,
+                                 const char *key,
+                                 bool *was_paused_out);
 
 /**
  * \brief Creates a backoff policy. Sidekiq's default is `base` 300, `jitter` 300,

@@ -107,6 +107,14 @@ export interface LimiterMetrics {
   waitTimeMs: number;
   overages: number;
   reclaimed: number;
+  /** Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`. */
+  pausesClamped: number;
+}
+
+/** Options of `observe` and `observeResponse`. */
+export interface ObserveOptions {
+  /** The longest pause this call writes (ms; default: the limiter's `maxPauseMs`). */
+  maxPauseMs?: number;
 }
 
 /**
@@ -160,12 +168,18 @@ declare module './native' {
      * Reads an upstream response's `status` and `headers` and pauses `key` (see `pause`) for as
      * long as a 429 or 503 asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset`
      * when `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are
-     * case-insensitive; malformed values are ignored. Resolves with the pause in effect (ms),
-     * or `null` when the response asks for none.
+     * case-insensitive; malformed values are ignored. The pause lasts at most
+     * `options.maxPauseMs` (default: the limiter's `maxPauseMs`, one hour unless
+     * `withMaxPause` said otherwise). Resolves with the pause in effect (ms), or `null` when the
+     * response asks for none.
      */
-    observe(status: number, headers: ResponseHeaders, key?: string | null): Promise<number | null>;
-    /** `observe(response.status, response.headers, key)` for a fetch `Response` (or alike). */
-    observeResponse(response: { status: number; headers: ResponseHeaders }, key?: string | null): Promise<number | null>;
+    observe(status: number, headers: ResponseHeaders, key?: string | null, options?: ObserveOptions): Promise<number | null>;
+    /** `observe(response.status, response.headers, key, options)` for a fetch `Response` (or alike). */
+    observeResponse(
+      response: { status: number; headers: ResponseHeaders },
+      key?: string | null,
+      options?: ObserveOptions,
+    ): Promise<number | null>;
   }
   interface FleetShedder {
     /** `enter`, run `fn`, `leave` (even when `fn` throws). Rejects with `ERR_SHED` when shed. */

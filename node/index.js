@@ -297,19 +297,31 @@ function isResponse(response) {
   );
 }
 
-function observe(status, headers, key) {
+function observe(status, headers, key, options) {
   try {
-    return promised(nativeObservePairs.call(this, status, headerPairs(headers), key));
+    refuseUnknownOptions(options, ['maxPauseMs']);
+    const maxPauseMs = options == null ? undefined : options.maxPauseMs;
+    return promised(nativeObservePairs.call(this, status, headerPairs(headers), key, maxPauseMs));
   } catch (error) {
     return Promise.reject(error);
   }
 }
 
-function observeResponse(response, key) {
+function observeResponse(response, key, options) {
   if (!isResponse(response)) {
     return Promise.reject(invalidArgument('response', 'must be a Response (with a numeric status and headers)'));
   }
-  return observe.call(this, response.status, response.headers, key);
+  return observe.call(this, response.status, response.headers, key, options);
+}
+
+// `resume` settles with 1 or 0 (a native `false` reads as "nothing"): a boolean here.
+const nativeResume = L.resume;
+function resume(key) {
+  try {
+    return promised(nativeResume.call(this, key)).then((ended) => ended === 1);
+  } catch (error) {
+    return Promise.reject(error);
+  }
 }
 
 async function run(fn, options) {
@@ -371,6 +383,7 @@ for (const [target, name, method] of [
   [L, 'pause', async2(L.pause)],
   [L, 'observe', observe],
   [L, 'observeResponse', observeResponse],
+  [L, 'resume', resume],
   [F, 'enter', async1(F.enter)],
   [F, 'leave', async1(F.leave)],
   [F, 'run', run],

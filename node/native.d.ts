@@ -174,6 +174,15 @@ export declare class Limiter {
   get allowsFallback(): boolean
   /** How long `acquire` and `withinLimit` wait by default, in milliseconds. */
   get waitTimeoutMs(): number
+  /** The longest pause `pause` and `observe` write, in milliseconds (default 3600000). */
+  get maxPauseMs(): number
+  /**
+   * The same limiter (same state and metrics) whose pauses last at most `maxPauseMs`
+   * (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
+   * counted in `metrics().pausesClamped`. A `maxPauseMs` that is not a positive number up to
+   * 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
+   */
+  withMaxPause(maxPauseMs: number): Limiter
   /** The same limiter (same state) with another default wait timeout (0: never wait). */
   withWaitTimeout(waitTimeoutMs: number): Limiter
   /**
@@ -233,12 +242,19 @@ export declare class Limiter {
   /**
    * Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
    * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
-   * nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
-   * one never shortens it. Resolves with the pause in effect (ms). On Redis the check costs
+   * nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
+   * `withMaxPause`). A longer pause extends the one in effect; a shorter one never shortens
+   * it; `resume` ends it. Resolves with the pause in effect (ms). On Redis the check costs
    * no extra round trip. A `durationMs` that is not a positive number rejects with
    * `ERR_INVALID_ARGUMENT` naming `durationMs`.
    */
   pause(durationMs: number, key?: string | null): Promise<number>
+  /**
+   * Ends the pause of `key` now, in every process sharing the backend (an operator's
+   * override of a pause that is wrong or no longer needed); the key's other state is kept.
+   * Resolves with whether a pause was in effect.
+   */
+  resume(key?: string | null): Promise<boolean>
   /**
    * This process's metrics for this limiter: its checks by outcome (and their latency on
    * Redis); concurrent limiters add their leases.
@@ -508,6 +524,8 @@ export interface Metrics {
   overages: number
   /** Overdue leases reclaimed for a new caller. */
   reclaimed: number
+  /** Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`. */
+  pausesClamped: number
 }
 
 /** Options of `backend.partitions()`. */

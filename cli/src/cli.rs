@@ -92,6 +92,15 @@ pub enum Command {
         #[arg(long, value_name = "KEY")]
         key: Option<String>,
     },
+    /// End a pause early (one that `pause` or `observe` wrote after a third party's 429 or
+    /// 503), in every process; the key's other state is kept.
+    Resume {
+        /// The limiter's name (it must be in the registry).
+        name: String,
+        /// The key; none for the limiter's own key.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+    },
     /// Run a command under a fleet-wide limit: by default a mutex (a concurrent limiter of 1).
     ///
     /// Exits with the command's exit code, 75 when the limit stays reached for `--wait`

@@ -1,5 +1,5 @@
 //! The `ratekeeper` command: `demo` (the README's first command) and the operator's tools for
-//! the limiters of a fleet (`limits`, `inspect`, `set`, `unset`, `reset`, `run`, `serve`).
+//! the limiters of a fleet (`limits`, `inspect`, `set`, `unset`, `reset`, `resume`, `run`, `serve`).
 
 mod cli;
 mod demo;
@@ -89,6 +89,12 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             let backend = ops::connect_redis(&cli.backend)?;
             block_on(ops::reset(&backend, name, key.as_deref()))?;
             println!("{} is reset", target(name, key.as_deref()));
+        }
+        Command::Resume { name, key } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            let was_paused = block_on(ops::resume(&backend, name, key.as_deref()))?;
+            let who = target(name, key.as_deref());
+            println!("{who} {}", if was_paused { "is resumed" } else { "was not paused" });
         }
         Command::Run(args) => {
             let backend = ops::connect_redis(&cli.backend)?;

@@ -365,6 +365,12 @@ pub async fn reset(backend: &Backend, name: &str, key: Option<&str>) -> Result<(
     Ok(())
 }
 
+/// Ends one key's pause of a registered limiter; whether one was in effect.
+pub async fn resume(backend: &Backend, name: &str, key: Option<&str>) -> Result<bool, Failure> {
+    let (_, limiter) = registered_limiter(backend, name).await?;
+    Ok(limiter.resume(key).await?)
+}
+
 /// "12s ago", "3m ago", "5h ago", "2d ago": how long ago `then` (seconds since the epoch) was.
 pub fn ago(then: f64, now: SystemTime) -> String {
     let secs = (epoch_secs(now) - then).max(0.0) as u64;

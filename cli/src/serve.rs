@@ -1,8 +1,8 @@
 //! `ratekeeper serve`: the Limits page, a JSON API and Prometheus `/metrics`, on the core's
 //! runtime.
 //!
-//! Reads are open to whoever reaches the address (loopback by default). Writes (reset, set and
-//! clear an override) need `Authorization: Bearer TOKEN`: a header, never a cookie, so another
+//! Reads are open to whoever reaches the address (loopback by default). Writes (reset, resume,
+//! set and clear an override) need `Authorization: Bearer TOKEN`: a header, never a cookie, so another
 //! site cannot make a logged-in browser send one (a cross-site request carrying it needs a CORS
 //! preflight, which this server never approves). Without `--token` the server is read-only.
 //! Every request must name this server in its Host header, and at most
@@ -160,6 +160,7 @@ fn router(app: App, guard: Guard) -> Router {
         .route("/api/limiters/{name}", get(detail))
         .route("/api/limiters/{name}/override", post(set_override).delete(clear_override))
         .route("/api/limiters/{name}/reset", post(reset))
+        .route("/api/limiters/{name}/resume", post(resume))
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(guard, serve_guard::guard))
 }
@@ -364,6 +365,19 @@ async fn reset(
     ops::reset(&app.backend, &name, key.as_deref()).await?;
     app.forget_list().await;
     Ok(Json(json!({ "ok": true, "name": name, "key": key })))
+}
+
+/// Ends a key's pause (`"resumed"`: whether one was in effect).
+async fn resume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Query<KeyQuery>,
+) -> ApiResult<Json<Value>> {
+    authorize(&app, &headers)?;
+    let key = q.key.filter(|k| !k.is_empty());
+    let resumed = ops::resume(&app.backend, &name, key.as_deref()).await?;
+    Ok(Json(json!({ "ok": true, "name": name, "key": key, "resumed": resumed })))
 }
 
 fn now() -> f64 {

@@ -35,10 +35,10 @@ fn the_prefix_help_names_the_library_default() {
 fn usage_errors_exit_2_and_name_the_culprit() {
     let (code, out, _) = run(&["--help"]);
     assert_eq!(code, 0);
-    for sub in ["demo", "limits", "inspect", "set", "unset", "reset", "run", "serve", "completions"] {
+    for sub in ["demo", "limits", "inspect", "set", "unset", "reset", "resume", "run", "serve", "completions"] {
         assert!(out.contains(sub), "--help does not list {sub}: {out}");
     }
-    for sub in ["demo", "limits", "inspect", "set", "unset", "reset", "run", "serve", "completions"] {
+    for sub in ["demo", "limits", "inspect", "set", "unset", "reset", "resume", "run", "serve", "completions"] {
         let (code, out, _) = run(&[sub, "--help"]);
         assert_eq!(code, 0, "{sub} --help");
         assert!(out.contains("Usage: ratekeeper"), "{sub} --help: {out}");
@@ -233,6 +233,31 @@ fn reset_forgets_a_key() {
     ok(&["--redis", &url, "reset", "daily", "--key", "a"]);
     assert_eq!(once("a"), 0);
     assert_eq!(once("b"), 75, "only key a was reset");
+}
+
+/// `resume` ends a pause a process wrote (after a third party's 429), for one key, keeping the
+/// key's other state; a key that is not paused says so.
+#[test]
+fn resume_ends_a_pause() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let spec = r#"{"kind":"window","limit":5,"interval":3600}"#;
+    let once = |key: &str| run(&["--redis", &url, "run", "upstream", "--spec", spec, "--key", key, "--", "true"]).0;
+    assert_eq!(once("a"), 0);
+    let backend = ratekeeper::Backend::redis(&url).unwrap();
+    let limiter = backend.window("upstream", 5, Duration::from_secs(3600)).unwrap();
+    let hostile = [("Retry-After", "2200000000")];
+    let paused = limiter.observe_blocking(Some("a"), 429, &hostile).unwrap();
+    assert_eq!(paused, Some(Duration::from_secs(3600)), "70 years asked, the default max_pause written");
+    assert_eq!(once("a"), 75, "paused");
+    let out = ok(&["--redis", &url, "resume", "upstream", "--key", "a"]);
+    assert!(out.contains("key \"a\" of limiter \"upstream\" is resumed"), "{out}");
+    assert_eq!(once("a"), 0);
+    assert_eq!(limiter.peek_blocking(Some("a")).unwrap().remaining, 3, "the count was kept: two runs");
+    let out = ok(&["--redis", &url, "resume", "upstream", "--key", "a"]);
+    assert!(out.contains("was not paused"), "{out}");
+    let (code, _, err) = run(&["--redis", &url, "resume", "nope"]);
+    assert!(code != 0 && err.contains("no limiter \"nope\" in the registry"), "{code} {err}");
 }
 
 /// A `ratekeeper run` in the background; a test that fails while it runs stops it (SIGTERM,

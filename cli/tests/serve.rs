@@ -193,6 +193,20 @@ fn writes_need_the_token() {
     assert_eq!(status, 200);
     assert_eq!(server.get_json("/api/limiters/api?key=k")["limit"], 5);
 
+    // Resume: a pause another process wrote ends for the key, behind the token.
+    let backend = ratekeeper::Backend::redis(&redis.url()).unwrap();
+    let api = backend.window("api", 5, std::time::Duration::from_secs(60)).unwrap();
+    api.pause_blocking(Some("k"), std::time::Duration::from_secs(600)).unwrap();
+    assert!(!api.check_blocking(Some("k"), 1).unwrap().allowed);
+    assert_eq!(server.request("POST", "/api/limiters/api/resume?key=k", &[], None).0, 401);
+    assert!(!api.check_blocking(Some("k"), 1).unwrap().allowed, "still paused");
+    let (status, _, body) = server.request("POST", "/api/limiters/api/resume?key=k", &good, None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["resumed"], true);
+    assert!(api.check_blocking(Some("k"), 1).unwrap().allowed, "resumed");
+    let (_, _, body) = server.request("POST", "/api/limiters/api/resume?key=k", &good, None);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["resumed"], false);
+
     // Bad input: 400 naming the parameter.
     let bad = json!({ "spec": { "kind": "window", "limit": 0, "interval": 60 } }).to_string();
     let (status, _, body) = server.request("POST", "/api/limiters/api/override", &good, Some(&bad));

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 #[cfg(not(unix))]
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -50,6 +50,37 @@ impl Clock for SystemClock {
 
     fn sleep(&self, duration: Duration) -> Sleep {
         Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// Microseconds on a monotonic clock (from the first reading, plus one so that 0 means
+/// "never"): for deadlines kept in this process only, which a step of the wall clock (NTP, an
+/// operator's `date -s`) must neither stretch nor cut.
+pub(crate) fn monotonic_micros() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1
+}
+
+/// The clock a process's own deadlines are kept on: `clock` when it is a manual one (tests move
+/// it by hand), else [`monotonic_micros`].
+#[derive(Debug, Clone)]
+pub(crate) struct LocalClock {
+    manual: Option<Arc<dyn Clock>>,
+}
+
+impl LocalClock {
+    /// The local clock beside the backend's `clock`.
+    pub(crate) fn beside(clock: &Arc<dyn Clock>) -> LocalClock {
+        LocalClock { manual: clock.is_manual().then(|| clock.clone()) }
+    }
+
+    /// Now, in microseconds on this clock (comparable only with its own readings).
+    #[inline]
+    pub(crate) fn now_micros(&self) -> u64 {
+        match &self.manual {
+            Some(clock) => clock.now_micros(),
+            None => monotonic_micros(),
+        }
     }
 }
 

@@ -15,6 +15,11 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The default time `acquire` waits (Sidekiq's default).
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest pause a limiter writes unless told otherwise (see `Limiter::with_max_pause`):
+/// one hour. A third party that really wants callers away for longer answers 429 again then;
+/// one hostile or broken header (`Retry-After: 2200000000`) costs an hour, not a lifetime.
+pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(3600);
+
 /// The default `lock_timeout` of a concurrent limiter: a lease older than this may be reclaimed
 /// (Sidekiq's).
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);

@@ -67,6 +67,9 @@ pub struct Metrics {
     /// Concurrent limiters: overdue leases reclaimed for a new caller; each may have let more
     /// than `limit` run at once.
     pub reclaimed: u64,
+    /// Pauses (`pause`, `observe`) shortened to the limiter's `max_pause`: a third party asked
+    /// callers to stay away longer than the operator allows.
+    pub pauses_clamped: u64,
 }
 
 impl Metrics {
@@ -92,7 +95,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 1;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.
@@ -124,6 +127,7 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "lat_le_500ms",
     "lat_le_1s",
     "lat_inf",
+    "pauses_clamped",
 ];
 
 /// One counter per field.
@@ -146,10 +150,14 @@ pub(crate) enum Counter {
     FailedOpen = 10,
     FellBack = 11,
     LatencyMicros = 12,
+    /// After the latency buckets (slots 13 to 26).
+    PausesClamped = 27,
 }
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
+const _: () =
+    assert!(Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == FIRST_BUCKET + BUCKETS + 1);
 
 impl Counters {
     #[inline]
@@ -351,6 +359,7 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         fell_back: v[11],
         latency_sum: Duration::from_micros(v[12]),
         latency_buckets: std::array::from_fn(|i| v[FIRST_BUCKET + i]),
+        pauses_clamped: v[Counter::PausesClamped as usize],
     }
 }
 
@@ -372,7 +381,8 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
         m.fell_back,
         m.latency_sum.as_micros() as u64,
     ]);
-    v[FIRST_BUCKET..].copy_from_slice(&m.latency_buckets);
+    v[FIRST_BUCKET..FIRST_BUCKET + BUCKETS].copy_from_slice(&m.latency_buckets);
+    v[Counter::PausesClamped as usize] = m.pauses_clamped;
     v
 }
 

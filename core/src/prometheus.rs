@@ -127,6 +127,13 @@ impl Collector for Snapshot {
             "Overdue concurrent leases reclaimed for a new caller.",
             None,
             concurrent().map(|s| (labels(s), s.metrics.reclaimed)),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_pauses_clamped",
+            "Pauses (pause, observe) shortened to the limiter's max_pause.",
+            None,
+            all().filter(|s| s.metrics.pauses_clamped > 0).map(|s| (labels(s), s.metrics.pauses_clamped)),
         )
     }
 }

@@ -10,7 +10,9 @@
 //!
 //! Header names are compared case-insensitively. A malformed value is ignored (the next source
 //! is tried), never an error: a third party's odd header must not fail the caller's request
-//! path. A value that says "now or in the past" gives no pause.
+//! path. A value that says "now or in the past" gives no pause. What is read here is what the
+//! response asks for; a limiter pauses for at most its `max_pause` of it (see
+//! [`crate::Limiter::with_max_pause`]).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -197,8 +199,12 @@ mod tests {
     fn huge_values_never_overflow() {
         assert_eq!(pause(429, &[("Retry-After", "18446744073709551615")]), None, "beyond the longest duration");
         assert_eq!(pause(429, &[("X-RateLimit-Reset", "1e308")]), None);
+        // 2096: what the response asks, read exactly; a limiter writes at most its max_pause
+        // of it (one hour by default: tests/pause.rs), never these 70 years.
         let far = pause(429, &[("X-RateLimit-Reset", "4000000000")]).unwrap();
         assert_eq!(far, Duration::from_micros(4_000_000_000_000_000 - NOW));
+        assert!(far > Duration::from_secs(70 * 365 * 24 * 3600));
+        assert_eq!(far.min(crate::DEFAULT_MAX_PAUSE), Duration::from_secs(3600));
         assert_eq!(pause_from_response(429, &[("Retry-After", "5")], u64::MAX), None);
     }
 }

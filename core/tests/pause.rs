@@ -113,6 +113,53 @@ fn observe_pauses(backend: &Backend, clock: &ManualClock) {
     assert!(limiter.check_blocking(Some("api"), 1).unwrap().allowed);
 }
 
+/// A pause is never longer than the limiter's `max_pause` (default one hour), however long a
+/// response asks for: `X-RateLimit-Reset: 4000000000` (70 years ahead) pauses for an hour, and
+/// each clamp is counted. `resume` ends a pause early; bad `max_pause` values write nothing.
+fn pauses_are_bounded_and_resumable(backend: &Backend, clock: &ManualClock) {
+    let limiter = backend.token_bucket("bounded", 100.0, 100).unwrap();
+    assert_eq!(limiter.max_pause(), HOUR);
+    let decades = limiter.observe_blocking(Some("api"), 429, &[("X-RateLimit-Reset", "4000000000")]).unwrap();
+    assert_eq!(decades, Some(HOUR), "70 years asked, one hour written");
+    assert_eq!(limiter.check_blocking(Some("api"), 1).unwrap().retry_after, HOUR);
+    let hostile = [("Retry-After", "2200000000")];
+    assert_eq!(limiter.observe_blocking(Some("api"), 429, &hostile).unwrap(), Some(HOUR));
+    assert_eq!(limiter.metrics().pauses_clamped, 2);
+    assert_eq!(limiter.pause_blocking(Some("other"), 2 * HOUR).unwrap(), HOUR, "pause is bounded too");
+    assert_eq!(limiter.metrics().pauses_clamped, 3);
+    assert_eq!(limiter.pause_blocking(Some("other"), 30 * SECOND).unwrap(), HOUR, "not shortened");
+    assert_eq!(limiter.metrics().pauses_clamped, 3, "a pause within the bound is no clamp");
+
+    // The operator ends the pause: calls are decided at once, other keys stay paused.
+    assert!(limiter.resume_blocking(Some("api")).unwrap());
+    assert!(limiter.check_blocking(Some("api"), 1).unwrap().allowed);
+    assert!(!limiter.resume_blocking(Some("api")).unwrap(), "nothing left to resume");
+    assert!(!limiter.check_blocking(Some("other"), 1).unwrap().allowed);
+    assert!(runtime().block_on(limiter.resume(Some("other"))).unwrap());
+    assert!(limiter.check_blocking(Some("other"), 1).unwrap().allowed);
+
+    // Per limiter and per call.
+    let short = limiter.with_max_pause(10 * SECOND).unwrap();
+    assert_eq!(short.observe_blocking(Some("a"), 429, &hostile).unwrap(), Some(10 * SECOND));
+    let call = runtime().block_on(short.observe_within(Some("b"), 429, &hostile, Some(5 * SECOND))).unwrap();
+    assert_eq!(call, Some(5 * SECOND));
+    assert_eq!(
+        short.observe_within_blocking(Some("c"), 429, &[("Retry-After", "3")], Some(HOUR)).unwrap(),
+        Some(3 * SECOND)
+    );
+    assert_eq!(limiter.metrics().pauses_clamped, 5, "the copies share the metrics");
+    clock.advance(10 * SECOND);
+    assert!(short.check_blocking(Some("a"), 1).unwrap().allowed);
+
+    // Bad bounds are refused naming `max_pause`, and nothing is paused.
+    for bad in [Duration::ZERO, Duration::from_secs(101 * 365 * 24 * 3600)] {
+        assert_eq!(limiter.with_max_pause(bad).unwrap_err().parameter(), Some("max_pause"));
+        let err = limiter.observe_within_blocking(Some("d"), 429, &hostile, Some(bad)).unwrap_err();
+        assert_eq!((err.kind(), err.parameter()), (ErrorKind::InvalidArgument, Some("max_pause")));
+    }
+    assert!(limiter.check_blocking(Some("d"), 1).unwrap().allowed, "nothing was paused");
+}
+
 fn httpdate(epoch_seconds: u64) -> String {
     // Formatted by hand (the core's dependency is not the tests'): IMF-fixdate.
     let days = epoch_seconds / 86_400;
@@ -192,6 +239,7 @@ fn memory_pauses() {
     pause_semantics(&backend, &clock, "p");
     bad_pauses_write_nothing(&backend);
     observe_pauses(&backend, &clock);
+    pauses_are_bounded_and_resumable(&backend, &clock);
     acquire_waits_out_the_pause(&backend, &clock);
     reset_forgets_the_pause(&backend);
     releases_apply_during_a_pause(&backend, &clock);
@@ -213,6 +261,7 @@ fn redis_pauses_with_a_manual_clock() {
     pause_semantics(&backend, &clock, "p");
     bad_pauses_write_nothing(&backend);
     observe_pauses(&backend, &clock);
+    pauses_are_bounded_and_resumable(&backend, &clock);
     acquire_waits_out_the_pause(&backend, &clock);
     reset_forgets_the_pause(&backend);
     releases_apply_during_a_pause(&backend, &clock);

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{lua_sources, Backend, Clock, ErrorKind, Kind, Limiter, ManualClock, RedisConfig};
+use ratekeeper::{lua_sources, Backend, Clock, ErrorKind, Kind, Limiter, LimiterSpec, ManualClock, RedisConfig};
 use support::{RedisCluster, RedisServer};
 
 const START: u64 = 1_800_000_000_000_000;
@@ -149,6 +149,211 @@ fn a_give_back_is_applied_once_and_never_beyond_the_grant() {
     assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 30);
     give_back("25");
     assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 30);
+}
+
+/// A leased spec of capacity 100 and chunk 50 at `rate` per second.
+fn leased_spec(rate: f64) -> LimiterSpec {
+    LimiterSpec::Leased { rate, capacity: 100, chunk: Some(50), lease_ttl: TTL }
+}
+
+/// A give-back is priced as its lease was granted: after an operator throttles a leased
+/// bucket 100-fold, a process's unspent tokens refund the time they took, not 100 times it.
+#[test]
+fn a_give_back_at_close_is_priced_at_the_rate_the_lease_was_granted_at() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backend = &fleet(&server.url(), 1, &clock)[0];
+    // The code says 10/s; an override says 1000/s while the lease is taken.
+    let limiter = backend.leased("priced", 10.0, 100, Some(50), TTL).unwrap();
+    backend.set_limit_blocking("priced", &leased_spec(1000.0), None).unwrap();
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 49, "a lease of 50, one spent");
+    // Throttled 100-fold, then the lease is given back at close (priced as the code's 10/s
+    // before the fix: 49 tokens of 100 ms refilled 4.9 s for 49 ms taken).
+    backend.set_limit_blocking("priced", &leased_spec(10.0), None).unwrap();
+    limiter.close_blocking().unwrap();
+    // As if only the one spent token had been taken: 1 ms of the bucket used, 99 left at 10/s.
+    let d = limiter.peek_blocking(None).unwrap();
+    assert_eq!((d.remaining, d.reset_after), (99, Duration::from_millis(1)));
+}
+
+/// The same at a renewal: a take under the throttled rate gives the old lease back at its own
+/// price.
+#[test]
+fn a_give_back_at_renewal_is_priced_at_the_rate_the_lease_was_granted_at() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backend = &fleet(&server.url(), 1, &clock)[0];
+    let limiter = backend.leased("renewed", 1000.0, 100, Some(50), TTL).unwrap();
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 49);
+    backend.set_limit_blocking("renewed", &leased_spec(10.0), None).unwrap();
+    // 60 does not fit the 49 held: the round trip gives them back (49 ms) and takes 60 at
+    // 100 ms each. Used: 1 ms + 6 s of the 10 s bucket, so 39 whole tokens remain.
+    let d = limiter.check_blocking(None, 60).unwrap();
+    assert!(d.allowed);
+    let peek = limiter.peek_blocking(None).unwrap();
+    assert_eq!((peek.remaining, peek.reset_after), (39, Duration::from_millis(6001)));
+}
+
+/// Admissions (instant µs, tokens) judged over every span between two of them: at most
+/// `capacity + rate × span`, as one token bucket admits; the first span over it, if any.
+fn judge_every_span(admitted: &mut [(u64, u64)], rate: f64, capacity: u64) -> Result<(), String> {
+    admitted.sort();
+    for i in 0..admitted.len() {
+        let mut tokens = 0;
+        for j in i..admitted.len() {
+            tokens += admitted[j].1;
+            let span = (admitted[j].0 - admitted[i].0) as f64 / 1e6;
+            let allowed = capacity as f64 + rate * span;
+            if tokens as f64 > allowed + 1e-9 {
+                return Err(format!("{tokens} admitted in {span} s from {} µs: more than {allowed}", admitted[i].0));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Leases taken at t and spent just before they lapse, plus fresh grants from the bucket that
+/// refilled meanwhile, admit about twice the capacity within a millisecond: the rule
+/// `capacity + rate × span` does not hold over short spans (issue #31, item 5, open; see
+/// docs/src/concepts/leased.md). Kept as the judge for whoever makes the mechanism hold it.
+#[test]
+#[ignore = "issue #31 item 5: the leased over-use rule is open over spans shorter than lease_ttl"]
+fn leases_spent_just_before_they_lapse_never_exceed_the_bucket_over_any_span() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backends = fleet(&server.url(), 6, &clock);
+    let (rate, capacity) = (100.0, 100);
+    let limiters: Vec<Limiter> =
+        backends.iter().map(|b| b.leased("late", rate, capacity, Some(50), TTL).unwrap()).collect();
+    let mut admitted = Vec::new();
+    // Three processes lease (50, 25, 13), spending one token each.
+    for l in &limiters[..3] {
+        assert!(l.check_blocking(None, 1).unwrap().allowed);
+        admitted.push((clock.now_micros(), 1));
+    }
+    clock.advance(TTL - Duration::from_millis(1));
+    // Just before the lapse: the three spend what they hold, the others lease what is left.
+    for l in &limiters {
+        while l.check_blocking(None, 1).unwrap().allowed {
+            admitted.push((clock.now_micros(), 1));
+        }
+    }
+    let last = admitted.len();
+    judge_every_span(&mut admitted, rate, capacity).unwrap();
+    assert!(last >= 100, "the bucket is used: {last}");
+}
+
+/// Three processes check with random costs, let time pass (often to just before a lease
+/// lapses) and close, on a manual clock, for several seeds; every span between two admissions
+/// is judged. (A floor that kept each live lease's tokens granted ahead from refilling the
+/// bucket until its lapse still failed this judge: 46 admitted in 82 ms where 44.1 are
+/// allowed; late spends stack on the bucket's other use, they do not replace it.)
+#[test]
+#[ignore = "issue #31 item 5: the leased over-use rule is open over spans shorter than lease_ttl"]
+fn random_fleet_traffic_never_exceeds_the_bucket_over_any_span() {
+    let server = RedisServer::start();
+    let (rate, capacity, ttl) = (50.0, 40, Duration::from_millis(300));
+    for round in 0..4u64 {
+        let clock = ManualClock::new(START);
+        let backends: Vec<Backend> = (0..3)
+            .map(|_| {
+                let config = RedisConfig::new(server.url()).prefix(format!("random{round}"));
+                Backend::redis_with(config.clock(Arc::new(clock.clone()))).unwrap()
+            })
+            .collect();
+        let limiters: Vec<Limiter> = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b.leased("random", rate, capacity, Some(4 + 8 * i as u64), ttl).unwrap())
+            .collect();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ (round << 32);
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut admitted = Vec::new();
+        for _ in 0..1500 {
+            let l = &limiters[next(3) as usize];
+            match next(12) {
+                0..=6 => {
+                    let cost = 1 + next(3);
+                    if l.check_blocking(None, cost).unwrap().allowed {
+                        admitted.push((clock.now_micros(), cost));
+                    }
+                }
+                7..=8 => clock.advance(Duration::from_micros(next(40_000))),
+                9 => clock.advance(ttl - Duration::from_micros(1 + next(2_000))),
+                _ => l.close_blocking().unwrap(),
+            }
+        }
+        assert!(admitted.iter().map(|a| a.1).sum::<u64>() > 200, "the bucket is used");
+        judge_every_span(&mut admitted, rate, capacity).unwrap_or_else(|e| panic!("round {round}: {e}"));
+    }
+}
+
+/// The system clock, minus a step back that a test sets (NTP stepping the wall clock back).
+/// Not a manual clock: Redis keeps its own time (`TIME`), as in production.
+#[derive(Debug, Default, Clone)]
+struct SteppedBack(Arc<std::sync::atomic::AtomicU64>);
+
+impl SteppedBack {
+    fn step_back(&self, by: Duration) {
+        self.0.fetch_add(by.as_micros() as u64, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for SteppedBack {
+    fn now_micros(&self) -> u64 {
+        ratekeeper::SystemClock.now_micros() - self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn sleep(&self, duration: Duration) -> ratekeeper::Sleep {
+        ratekeeper::SystemClock.sleep(duration)
+    }
+}
+
+fn stepped_backend(url: &str) -> (Backend, SteppedBack) {
+    let clock = SteppedBack::default();
+    (Backend::redis_with(RedisConfig::new(url).clock(Arc::new(clock.clone()))).unwrap(), clock)
+}
+
+/// A refusal remembered in-process holds for its `retry_after` of real time, not until the
+/// wall clock reads its old deadline again: after a step back of an hour, the key is decided
+/// by Redis again once the refusal is over.
+#[test]
+fn a_remembered_refusal_outlives_no_step_of_the_wall_clock() {
+    let server = RedisServer::start();
+    let (backend, clock) = stepped_backend(&server.url());
+    // One token, refilled every 100 ms.
+    let limiter = backend.leased("stepped", 10.0, 1, Some(1), TTL).unwrap();
+    assert!(limiter.check_blocking(None, 1).unwrap().allowed);
+    let refused = limiter.check_blocking(None, 1).unwrap();
+    assert!(!refused.allowed && refused.retry_after <= Duration::from_millis(100), "{refused:?}");
+    clock.step_back(Duration::from_secs(3600));
+    // Real time, not a manual clock: what is under test is the process's own timekeeping.
+    std::thread::sleep(Duration::from_millis(250));
+    let d = limiter.check_blocking(None, 1).unwrap();
+    assert!(d.allowed, "refused for as long as the step: {d:?}");
+}
+
+/// A lease lapses `lease_ttl` of real time after it was taken, whatever the wall clock does:
+/// after a step back, its tokens are given back, not spent.
+#[test]
+fn a_lease_lapses_on_time_after_a_step_of_the_wall_clock() {
+    let server = RedisServer::start();
+    let (backend, clock) = stepped_backend(&server.url());
+    let ttl = Duration::from_millis(100);
+    // A rate so slow that nothing refills during the test.
+    let limiter = backend.leased("stepped", 1.0 / 3600.0, 100, Some(16), ttl).unwrap();
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 15);
+    clock.step_back(Duration::from_secs(3600));
+    std::thread::sleep(ttl + Duration::from_millis(150));
+    // Lapsed: the round trip gives the 15 back and takes a lease half as big (not 14 left of
+    // the old one).
+    assert_eq!(limiter.check_blocking(None, 1).unwrap().remaining, 7);
+    assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 100 - 2 - 7);
 }
 
 #[test]

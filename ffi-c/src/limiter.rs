@@ -475,6 +475,30 @@ pub extern "C" fn rk_limiter_with_allow_fallback(
     }
 }
 
+/// \brief A copy of `limiter` (same state and metrics) whose pauses last at most
+/// `max_pause_secs` (default one hour): a longer pause asked of `rk_limiter_pause` or
+/// `rk_limiter_observe` is shortened to it and counted in the metrics' `pauses_clamped`.
+///
+/// \param limiter The limiter to copy.
+/// \param max_pause_secs The longest pause in seconds (at least one microsecond, at most 100
+///        years; 0, negative and NaN are #RK_INVALID_ARGUMENT naming `max_pause`).
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK, #RK_NULL_PARAMETER or #RK_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_with_max_pause(
+    limiter: *const rk_limiter,
+    max_pause_secs: f64,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        let out = Out::new("limiter_out", limiter_out)?;
+        let limiter = &arg_ref("limiter", limiter)?.inner;
+        let max_pause = duration_from_secs("max_pause", max_pause_secs)?;
+        publish(out, limiter.with_max_pause(max_pause)?);
+        Ok(())
+    }
+}
+
 /// \brief Frees a limiter. NULL is ignored.
 ///
 /// Call it once per limiter, when no other thread is using this handle. Leases it granted are

@@ -136,7 +136,8 @@ pub extern "C" fn rk_backend_limiters_json(backend: *const rk_backend, json_out:
 /// `failed_open`, `fell_back` (checks by outcome), `latency_count`, `latency_sum_us` and
 /// `latency_buckets_us` (`[[upper bound in µs or null for infinite, count], ...]`, not
 /// cumulative; checks that went to Redis), and for concurrent limiters `held`, `held_time_us`,
-/// `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`.
+/// `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`; `pauses_clamped` counts pauses
+/// shortened to the limiter's `max_pause`.
 ///
 /// \param backend The backend.
 /// \param fleet False for this process's metrics; true for every process's (read from Redis
@@ -180,6 +181,7 @@ pub extern "C" fn rk_backend_metrics_json(
                         "wait_time_us": us(m.wait_time),
                         "overages": m.overages,
                         "reclaimed": m.reclaimed,
+                        "pauses_clamped": m.pauses_clamped,
                     },
                 })
             })

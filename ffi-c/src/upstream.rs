@@ -1,5 +1,6 @@
 //! Upstream feedback: pause a limiter and key when a third party answers 429 or 503, for as
-//! long as it asked (`rk_limiter_pause`, `rk_limiter_observe`).
+//! long as it asked up to the limiter's `max_pause` (`rk_limiter_pause`, `rk_limiter_observe`),
+//! and end a pause early (`rk_limiter_resume`).
 
 use std::borrow::Cow;
 use std::ffi::CStr;
@@ -28,9 +29,11 @@ fn write_opt(out: *mut u64, value: u64) {
 /// limiter and key, in every process sharing the backend, is refused with `retry_after_us` =
 /// the remaining pause (consuming nothing), and `rk_limiter_acquire` waits it out.
 ///
-/// A longer pause extends the one in effect; a shorter one never shortens it. On Redis the
-/// pause is one key with a TTL equal to the pause, checked inside each call's script (no extra
-/// round trip). `rk_limiter_reset` forgets it.
+/// A pause lasts at most the limiter's `max_pause` (one hour unless set with
+/// `rk_limiter_with_max_pause`). A longer pause extends the one in effect; a shorter one never
+/// shortens it. On Redis the pause is one key with a TTL equal to the pause, checked inside
+/// each call's script (no extra round trip). `rk_limiter_resume` ends it; `rk_limiter_reset`
+/// forgets it with the rest of the key's state.
 ///
 /// \param limiter The limiter.
 /// \param key The identity paused, or NULL for the limiter's single shared key.
@@ -60,7 +63,8 @@ pub extern "C" fn rk_limiter_pause(
 /// \brief Reads an upstream response's status and headers and pauses `key` (see
 /// `rk_limiter_pause`) for as long as a 429 or 503 asks: `Retry-After` (seconds or HTTP-date),
 /// else `RateLimit-Reset` when `RateLimit-Remaining` is 0, else `X-RateLimit-Reset` (epoch or
-/// delta seconds).
+/// delta seconds), up to the limiter's `max_pause` (see `rk_limiter_with_max_pause`: a
+/// `Retry-After` of decades pauses for one hour by default).
 ///
 /// Header names are compared case-insensitively; malformed values are ignored (never an error).
 /// Names and values are read as UTF-8, invalid bytes replaced (HTTP/1.1 may carry Latin-1).
@@ -107,6 +111,32 @@ pub extern "C" fn rk_limiter_observe(
             .collect::<Result<Vec<_>, Failure>>()?;
         let pause = limiter.observe_blocking(key, status, &headers)?;
         write_opt(pause_us_out, pause.map_or(0, micros));
+        Ok(())
+    }
+}
+
+/// \brief Ends the pause of `key` now, in every process sharing the backend (an operator's
+/// override of a pause that is wrong or no longer needed); the key's other state is kept.
+///
+/// \param limiter The limiter.
+/// \param key The identity, or NULL for the limiter's single shared key.
+/// \param was_paused_out Receives whether a pause was in effect; may be NULL.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT,
+///         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+#[no_mangle]
+pub extern "C" fn rk_limiter_resume(
+    limiter: *const rk_limiter,
+    key: *const c_char,
+    was_paused_out: *mut bool,
+) -> rk_status {
+    ffi_status! {
+        let limiter = &arg_ref("limiter", limiter)?.inner;
+        let key = arg_opt_str("key", key)?;
+        let was_paused = limiter.resume_blocking(key)?;
+        // SAFETY: the caller's contract: NULL, or aligned and writable.
+        if let Some(out) = unsafe { was_paused_out.as_mut() } {
+            *out = was_paused;
+        }
         Ok(())
     }
 }

@@ -180,7 +180,8 @@ function limiterCalls(c, a) {
     reset: [() => limiter.reset(a.key)],
     points_used: [() => limiter.pointsUsed(a.key, a.estimate, a.actual)],
     pause: [() => limiter.pause(ms(a.duration), a.key)],
-    observe: [() => limiter.observe(a.status, a.headers, a.key)],
+    observe: [() => limiter.observe(a.status, a.headers, a.key, 'max_pause' in a ? { maxPauseMs: ms(a.max_pause) } : undefined)],
+    resume: [() => limiter.resume(a.key)],
     within_limit: [
       () => {
         const options = { key: a.key, cost };
@@ -192,6 +193,7 @@ function limiterCalls(c, a) {
       },
     ],
     with_wait_timeout: [() => limiter.withWaitTimeout(ms(a.wait_timeout))],
+    with_max_pause: [() => limiter.withMaxPause(ms(a.max_pause))],
   }[c.call];
   assert.ok(thunks, `the table names a call this runner does not know: ${c.call}`);
   return { thunks, untouched: () => assert.deepEqual(snapshot(limiter), before, 'a refused call changed the state') };

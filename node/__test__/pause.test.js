@@ -77,6 +77,55 @@ async function pauseSemantics(makeBackend) {
   assert.equal((await waiting).allowed, true);
 }
 
+/** A pause lasts at most `maxPauseMs` (one hour by default), counted; `resume` ends it. */
+async function boundedAndResumable(makeBackend) {
+  const clock = new ManualClock(START_US);
+  const backend = makeBackend(clock);
+  const limiter = backend.tokenBucket('bounded', 100, 100);
+  const HOUR = 3_600_000;
+  assert.equal(limiter.maxPauseMs, HOUR);
+  const hostile = { 'Retry-After': '2200000000' };
+  assert.equal(await limiter.observe(429, hostile, 'k'), HOUR, '70 years asked, one hour written');
+  assert.equal(await limiter.observe(429, new Headers({ 'X-RateLimit-Reset': '4000000000' }), 'k'), HOUR);
+  assert.equal((await limiter.check('k')).retryAfterMs, HOUR);
+  assert.equal(limiter.metrics().pausesClamped, 2);
+  // Another limiter object of the fleet ends the pause.
+  const other = backend.tokenBucket('bounded', 100, 100);
+  assert.equal(await other.resume('k'), true);
+  assert.equal((await limiter.check('k')).allowed, true);
+  assert.equal(await other.resume('k'), false, 'nothing left to resume');
+  // Per limiter and per call.
+  const short = limiter.withMaxPause(10_000);
+  assert.equal(short.maxPauseMs, 10_000);
+  assert.equal(await short.observe(429, hostile, 'a'), 10_000);
+  assert.equal(await short.observe(429, hostile, 'b', { maxPauseMs: 5000 }), 5000);
+  const response = new Response(null, { status: 429, headers: hostile });
+  assert.equal(await limiter.observeResponse(response, 'c', { maxPauseMs: 2000 }), 2000);
+  assert.equal(await limiter.pause(2 * HOUR, 'd'), HOUR, 'pause is bounded too');
+  assert.equal(limiter.metrics().pausesClamped, 6, 'copies share their metrics');
+  clock.advance(10_000);
+  assert.equal((await short.check('a')).allowed, true);
+  for (const bad of [0, -1, NaN, Infinity, '10']) {
+    assert.throws(() => limiter.withMaxPause(bad), { code: 'ERR_INVALID_ARGUMENT', parameter: 'maxPauseMs' });
+    await assert.rejects(limiter.observe(429, hostile, 'e', { maxPauseMs: bad }), {
+      code: 'ERR_INVALID_ARGUMENT',
+      parameter: 'maxPauseMs',
+    });
+  }
+  await assert.rejects(limiter.observe(429, hostile, 'e', { maxPause: 1 }), { code: 'ERR_INVALID_ARGUMENT' });
+  assert.equal((await limiter.check('e')).allowed, true, 'nothing was paused');
+}
+
+test('max_pause and resume on memory', async () => {
+  await boundedAndResumable((clock) => Backend.memory({ clock }));
+});
+
+test('max_pause and resume on Redis', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  await boundedAndResumable((clock) => Backend.redis(server.url, { ...options, prefix: prefix(), clock }));
+});
+
 test('pause and observe on memory', async () => {
   await pauseSemantics((clock) => Backend.memory({ clock }));
 });

@@ -52,6 +52,9 @@ pub enum Payload {
     /// ever settled through the drain (its calls are never answered inline, where a number
     /// would read as a call id).
     Pause(Option<std::time::Duration>),
+    /// A yes or no (`resume`), as 1 or 0 (`false` reads as "nothing" in index.js, which turns
+    /// the number into a boolean). Settled through the drain only, as `Pause`.
+    Flag(bool),
 }
 
 pub type Outcome = Result<Payload, ratekeeper::Error>;
@@ -233,6 +236,7 @@ fn payload_value(env: sys::napi_env, payload: Payload) -> napi::Result<sys::napi
             // `false` stands for "no pause", as for tickets: index.js turns it into `null`.
             Payload::Pause(None) => bool::to_napi_value(env, false),
             Payload::Pause(Some(d)) => f64::to_napi_value(env, d.as_micros() as f64 / 1e3),
+            Payload::Flag(b) => f64::to_napi_value(env, f64::from(u8::from(b))),
         }
     }
 }

@@ -156,6 +156,8 @@ pub struct Metrics {
     pub overages: f64,
     /// Overdue leases reclaimed for a new caller.
     pub reclaimed: f64,
+    /// Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`.
+    pub pauses_clamped: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -175,6 +177,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             wait_time_ms: ms(m.wait_time),
             overages: m.overages as f64,
             reclaimed: m.reclaimed as f64,
+            pauses_clamped: m.pauses_clamped as f64,
         }
     }
 }

@@ -32,6 +32,7 @@ pub fn js_parameter(core: &str) -> Cow<'_, str> {
         "drain" => "drainMs",
         "refill" => "refillMs",
         "duration" => "durationMs",
+        "max_pause" => "maxPauseMs",
         "precision" => "precisionMs",
         "deadline" => "deadlineMs",
         "connect_timeout" => "connectTimeoutMs",

@@ -230,6 +230,27 @@ impl Limiter {
         self.inner.wait_timeout().as_micros() as f64 / 1e3
     }
 
+    /// The longest pause `pause` and `observe` write, in milliseconds (default 3600000).
+    #[napi(getter)]
+    pub fn max_pause_ms(&self) -> f64 {
+        self.inner.max_pause().as_micros() as f64 / 1e3
+    }
+
+    /// The same limiter (same state and metrics) whose pauses last at most `maxPauseMs`
+    /// (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
+    /// counted in `metrics().pausesClamped`. A `maxPauseMs` that is not a positive number up to
+    /// 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
+    #[napi(ts_args_type = "maxPauseMs: number")]
+    pub fn with_max_pause(&self, env: Env, max_pause_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let max_pause = args::millis(Js::opt(&max_pause_ms), "max_pause")?;
+                Ok(Limiter::new(self.inner.with_max_pause(max_pause)?, self.local))
+            };
+            core(&env, build())
+        })
+    }
+
     /// The same limiter (same state) with another default wait timeout (0: never wait).
     #[napi(ts_args_type = "waitTimeoutMs: number")]
     pub fn with_wait_timeout(&self, env: Env, wait_timeout_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
@@ -431,8 +452,9 @@ impl Limiter {
 
     /// Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
     /// `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
-    /// nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
-    /// one never shortens it. Resolves with the pause in effect (ms). On Redis the check costs
+    /// nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
+    /// `withMaxPause`). A longer pause extends the one in effect; a shorter one never shortens
+    /// it; `resume` ends it. Resolves with the pause in effect (ms). On Redis the check costs
     /// no extra round trip. A `durationMs` that is not a positive number rejects with
     /// `ERR_INVALID_ARGUMENT` naming `durationMs`.
     #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "Promise<number>")]
@@ -460,17 +482,30 @@ impl Limiter {
         status: Option<Unknown<'_>>,
         headers: Option<Unknown<'_>>,
         key: Option<Unknown<'_>>,
+        max_pause_ms: Option<Unknown<'_>>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let parse =
-                || Ok((args::status(Js::opt(&status))?, args::header_pairs(Js::opt(&headers))?, args::key(&key)?));
-            let (status, headers, key) = core(&env, parse())?;
+            let parse = || {
+                let (status, headers) = (args::status(Js::opt(&status))?, args::header_pairs(Js::opt(&headers))?);
+                Ok((status, headers, args::key(&key)?, args::opt_millis(Js::opt(&max_pause_ms), "max_pause")?))
+            };
+            let (status, headers, key, max_pause) = core(&env, parse())?;
             let limiter = self.inner.clone();
-            run(
-                &env,
-                false,
-                async move { Ok(Payload::Pause(limiter.observe(key.as_deref(), status, &headers).await?)) },
-            )
+            run(&env, false, async move {
+                Ok(Payload::Pause(limiter.observe_within(key.as_deref(), status, &headers, max_pause).await?))
+            })
+        })
+    }
+
+    /// Ends the pause of `key` now, in every process sharing the backend (an operator's
+    /// override of a pause that is wrong or no longer needed); the key's other state is kept.
+    /// Resolves with whether a pause was in effect.
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Promise<boolean>")]
+    pub fn resume(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let key = core(&env, args::key(&key))?;
+            let limiter = self.inner.clone();
+            run(&env, false, async move { Ok(Payload::Flag(limiter.resume(key.as_deref()).await?)) })
         })
     }
 

@@ -74,6 +74,7 @@ fn metrics_json(metrics: Vec<(String, ratekeeper::Kind, ratekeeper::Metrics)>) -
                     "waitTimeMs": ms(m.wait_time),
                     "overages": m.overages,
                     "reclaimed": m.reclaimed,
+                    "pausesClamped": m.pauses_clamped,
                 },
             })
         })

@@ -44,6 +44,8 @@ pub(crate) enum Payload {
     Ticket(Option<ratekeeper::Lease>, ratekeeper::FleetShedder),
     /// A pause in effect (`pause`, `observe`), in seconds; `None`: no pause applied.
     Seconds(Option<std::time::Duration>),
+    /// A yes or no (`resume`: whether a pause was in effect).
+    Flag(bool),
 }
 
 impl Payload {
@@ -54,6 +56,7 @@ impl Payload {
             Payload::Metrics(m) => Metrics { inner: m }.into_bound_py_any(py),
             Payload::Ticket(t, _) => t.map(|inner| Lease { inner, key: None }).into_bound_py_any(py),
             Payload::Seconds(d) => d.map(|d| d.as_secs_f64()).into_bound_py_any(py),
+            Payload::Flag(b) => b.into_bound_py_any(py),
         }
     }
 }

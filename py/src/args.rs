@@ -51,6 +51,7 @@ params! {
     PAttempt = "attempt", PBase = "base", PJitter = "jitter", PMaxReschedules = "max_reschedules",
     PRetryAfter = "retry_after", PSeed = "seed", PDelay = "delay",
     PTotalRate = "total_rate", PPartitions = "partitions", PLeaseTtl = "lease_ttl", PReserved = "reserved",
+    PMaxPause = "max_pause",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {

@@ -383,11 +383,18 @@ impl Metrics {
         self.inner.reclaimed
     }
 
+    /// Pauses (`pause`, `observe`) shortened to the limiter's `max_pause`: a third party asked
+    /// callers to stay away longer than the operator allows.
+    #[getter]
+    fn pauses_clamped(&self) -> u64 {
+        self.inner.pauses_clamped
+    }
+
     fn __repr__(&self) -> String {
         let m = &self.inner;
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
-             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={})",
+             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -399,7 +406,8 @@ impl Metrics {
             m.waited,
             py_float(secs(m.wait_time)),
             m.overages,
-            m.reclaimed
+            m.reclaimed,
+            m.pauses_clamped
         )
     }
 }

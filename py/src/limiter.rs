@@ -12,7 +12,9 @@ use pyo3::types::{PyDict, PyType};
 use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 
 use crate::aio::{self, Payload};
-use crate::args::{Cost, Headers, Key, PActual, PCost, PDuration, PEstimate, PWaitTimeout, Seconds, Status, Timeout};
+use crate::args::{
+    Cost, Headers, Key, PActual, PCost, PDuration, PEstimate, PMaxPause, PWaitTimeout, Seconds, Status, Timeout,
+};
 use crate::decision::{Decision, Lease, Metrics};
 use crate::errors::{guard, guard_detached};
 
@@ -110,6 +112,10 @@ impl Hint for () {
     const HINT: PyStaticExpr = NONE;
 }
 
+impl Hint for bool {
+    const HINT: PyStaticExpr = type_hint_identifier!("builtins", "bool");
+}
+
 const NONE: PyStaticExpr = PyStaticExpr::Constant { value: pyo3::inspect::PyStaticConstant::None };
 
 /// An `asyncio.Future[T]` (typed as such in the stubs).
@@ -186,6 +192,23 @@ impl Limiter {
     #[getter]
     fn allows_fallback(&self) -> bool {
         self.inner.allows_fallback()
+    }
+
+    /// The longest pause `pause` and `observe` write, in seconds (default 3600).
+    #[getter]
+    fn max_pause(&self) -> f64 {
+        self.inner.max_pause().as_secs_f64()
+    }
+
+    /// The same limiter (same state and metrics) whose pauses last at most `max_pause` seconds
+    /// (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
+    /// counted in `metrics().pauses_clamped`. A `max_pause` that is not a positive number of
+    /// seconds up to 100 years raises `InvalidArgument` naming `max_pause`.
+    fn with_max_pause<'py>(slf: &Bound<'py, Self>, max_pause: Seconds<PMaxPause>) -> PyResult<PyLimiter<'py>> {
+        let py = slf.py();
+        let this = slf.get();
+        let inner = guard(py, || this.inner.with_max_pause(max_pause.0))?;
+        Limiter::wrap(py, inner, this.remote)
     }
 
     /// The same limiter with another default wait timeout (seconds; 0: never wait).
@@ -319,8 +342,9 @@ impl Limiter {
 
     /// Pauses `key` for `duration` seconds, in every process sharing the backend: until it
     /// ends, `check` and `peek` are refused with `retry_after` = the remaining pause (consuming
-    /// nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
-    /// one never shortens it. Returns the pause in effect, in seconds. On Redis the check costs
+    /// nothing) and `acquire` waits it out. A pause is at most the limiter's `max_pause` (see
+    /// `with_max_pause`). A longer pause extends the one in effect; a shorter one never shortens
+    /// it; `resume` ends it. Returns the pause in effect, in seconds. On Redis the check costs
     /// no extra round trip. A `duration` that is not a positive number (0, negative, NaN) raises
     /// `InvalidArgument` naming `duration`.
     #[pyo3(signature = (duration, key = None))]
@@ -338,17 +362,39 @@ impl Limiter {
     /// `httpx`' headers, or `(name, value)` pairs) and pauses `key` for as long as a 429 or 503
     /// asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset` when
     /// `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are case-insensitive;
-    /// malformed values are ignored. Returns the pause in effect in seconds, or `None` when the
-    /// response asks for none.
-    #[pyo3(signature = (status, headers, key = None))]
-    fn observe(&self, py: Python<'_>, status: Status, headers: Headers, key: Key<'_>) -> PyResult<Option<f64>> {
+    /// malformed values are ignored. The pause lasts at most `max_pause` seconds (default: the
+    /// limiter's, one hour unless `with_max_pause` said otherwise). Returns the pause in effect
+    /// in seconds, or `None` when the response asks for none.
+    #[pyo3(signature = (status, headers, key = None, max_pause = None))]
+    fn observe(
+        &self,
+        py: Python<'_>,
+        status: Status,
+        headers: Headers,
+        key: Key<'_>,
+        max_pause: Option<Seconds<PMaxPause>>,
+    ) -> PyResult<Option<f64>> {
         let k = crate::args::key(&key);
+        let m = max_pause.map(|m| m.0);
         let d = if self.remote {
-            guard_detached(py, || self.inner.observe_blocking(k, status.0, &headers.0))?
+            guard_detached(py, || self.inner.observe_within_blocking(k, status.0, &headers.0, m))?
         } else {
-            guard(py, || self.inner.observe_blocking(k, status.0, &headers.0))?
+            guard(py, || self.inner.observe_within_blocking(k, status.0, &headers.0, m))?
         };
         Ok(d.map(|d| d.as_secs_f64()))
+    }
+
+    /// Ends the pause of `key` now, in every process sharing the backend (an operator's
+    /// override of a pause that is wrong or no longer needed); the key's other state is kept.
+    /// Returns whether a pause was in effect.
+    #[pyo3(signature = (key = None))]
+    fn resume(&self, py: Python<'_>, key: Key<'_>) -> PyResult<bool> {
+        let k = crate::args::key(&key);
+        if self.remote {
+            guard_detached(py, || self.inner.resume_blocking(k))
+        } else {
+            guard(py, || self.inner.resume_blocking(k))
+        }
     }
 
     /// This process's metrics for this limiter: its checks by outcome (and their latency on
@@ -501,21 +547,31 @@ impl Limiter {
     }
 
     /// asyncio form of `observe`.
-    #[pyo3(signature = (status, headers, key = None))]
+    #[pyo3(signature = (status, headers, key = None, max_pause = None))]
     fn aobserve<'py>(
         &self,
         py: Python<'py>,
         status: Status,
         headers: Headers,
         key: Key<'_>,
+        max_pause: Option<Seconds<PMaxPause>>,
     ) -> PyResult<Fut<'py, Option<f64>>> {
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
-        let status = status.0;
+        let (status, max_pause) = (status.0, max_pause.map(|m| m.0));
         aio::run(py, self.remote, false, async move {
-            Ok(Payload::Seconds(limiter.observe(k.as_deref(), status, &headers.0).await?))
+            Ok(Payload::Seconds(limiter.observe_within(k.as_deref(), status, &headers.0, max_pause).await?))
         })
         .map(Fut::new)
+    }
+
+    /// asyncio form of `resume`.
+    #[pyo3(signature = (key = None))]
+    fn aresume<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Fut<'py, bool>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        aio::run(py, self.remote, false, async move { Ok(Payload::Flag(limiter.resume(k.as_deref()).await?)) })
+            .map(Fut::new)
     }
 
     /// asyncio form of `fleet_metrics`.

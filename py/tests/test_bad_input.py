@@ -179,7 +179,13 @@ def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
             limiter.pause(a["duration"], a.get("key"))
         elif name == "observe":
             headers = a["headers"]
-            limiter.observe(a["status"], [tuple(h) for h in headers] if isinstance(headers, list) else headers, a.get("key"))
+            pairs = [tuple(h) for h in headers] if isinstance(headers, list) else headers
+            options = {"max_pause": a["max_pause"]} if "max_pause" in a else {}
+            limiter.observe(a["status"], pairs, a.get("key"), **options)
+        elif name == "resume":
+            limiter.resume(a.get("key"))
+        elif name == "with_max_pause":
+            limiter.with_max_pause(a["max_pause"])
         elif name == "within_limit":
             options = {k: a[k] for k in ("policy", "wait_timeout") if k in a}
             with limiter.within_limit(a.get("key"), a.get("cost", 1), **options):

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -117,3 +120,82 @@ def test_leased_on_redis_paces_acquire_and_gives_back_on_aclose(redis_server: Re
 
     asyncio.run(close())
     assert slow.peek().remaining == 9, "the 3 unspent tokens are back"
+
+
+def _spend_for(limiter: ratekeeper.Limiter, until: float) -> tuple[int, float]:
+    """Checks until `until` (wall clock); the admitted calls and the instant of the last."""
+    admitted, last = 0, 0.0
+    while time.time() < until:
+        d = limiter.check()
+        if d.allowed:
+            admitted += 1
+            last = time.time()
+        else:
+            time.sleep(min(d.retry_after, 0.005))
+    return admitted, last
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_children_never_spend_the_parents_lease(redis_server: RedisServer) -> None:
+    """A parent takes a lease of 50 and forks 4 children; the 5 processes spend the bucket for a
+    second. Judged by the rule: at most capacity + rate x span, the span running from the first
+    call to the last admission (a child that spent the parent's grant admitted ~300 here)."""
+    rate, capacity, seconds = 10, 100, 1.0
+    limiter = ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix()).leased(
+        "forked", rate=rate, capacity=capacity, chunk=50)
+    first = time.time()
+    d = limiter.check()
+    assert d.allowed and d.remaining == 49, "a lease of 50, one spent"
+    until = first + seconds
+    children = []
+    for _ in range(4):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            os.close(read)
+            try:
+                os.write(write, json.dumps(_spend_for(limiter, until)).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        children.append((pid, read))
+    reports = [_spend_for(limiter, until)]
+    for pid, read in children:
+        ready, _, _ = select.select([read], [], [], 30)
+        if not ready:
+            os.kill(pid, 9)
+        data = os.read(read, 4096) if ready else b""
+        os.close(read)
+        os.waitpid(pid, 0)
+        assert data, "a forked child did not report within 30 s"
+        reports.append(tuple(json.loads(data)))
+    admitted = 1 + sum(n for n, _ in reports)
+    span = max(last for _, last in reports) - first
+    allowed = capacity + rate * span
+    print(f"forked leased fleet: {admitted} admitted of at most {allowed:.1f} in {span:.2f} s: {reports}")
+    assert admitted <= allowed, f"5 processes admitted {admitted}, more than {allowed:.1f}"
+    assert reports[0][0] >= 49, f"the parent spends its own lease, which no child touched: {reports}"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_during_a_lease_round_trip_never_hangs_the_child(redis_server: RedisServer) -> None:
+    """A thread renews a lease on every call (chunk 1) while the main thread forks: a child
+    forked while a round trip held the key's lease lock checks that key at once."""
+    from .test_processes import _child
+
+    limiter = ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix()).leased(
+        "busy", rate=1_000_000, capacity=1000, chunk=1)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.is_set():
+            limiter.check()
+
+    renewer = threading.Thread(target=renew)
+    renewer.start()
+    try:
+        for _ in range(20):
+            assert _child(lambda: limiter.check().allowed, timeout=10) == {"ok": True}
+    finally:
+        stop.set()
+        renewer.join()

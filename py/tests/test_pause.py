@@ -142,3 +142,58 @@ def test_observe_refuses_bad_arguments_naming_them(status: Any, headers: Any, pa
         limiter.observe(status, headers, "k")
     assert e.value.parameter == parameter
     assert limiter.check("k").allowed, "nothing was paused"
+
+
+def test_a_pause_is_bounded_by_max_pause_and_resume_ends_it(make_backend: MakeBackend, calls: Calls) -> None:
+    """One hostile 429 (`Retry-After: 2200000000`, 70 years of `X-RateLimit-Reset`) pauses for
+    the limiter's `max_pause` (one hour by default), counted; `resume` ends it in every process
+    that shares the backend, and a worker's reschedule then never lands decades out."""
+
+    async def body() -> None:
+        clock = ratekeeper.ManualClock(T0)
+        backend = make_backend(clock=clock)
+        limiter = backend.token_bucket("api", 100, 100)
+        assert limiter.max_pause == 3600.0
+        hostile = {"Retry-After": "2200000000"}
+        assert await calls(limiter.observe, 429, hostile, "k") == 3600.0
+        assert await calls(limiter.observe, 429, {"X-RateLimit-Reset": "4000000000"}, "k") == 3600.0
+        refused: Any = await calls(limiter.check, "k")
+        assert not refused.allowed and refused.retry_after == 3600.0
+        # A job refused by it is rescheduled within the hour (plus the jitter), at attempt 1.
+        delay = ratekeeper.Backoff(seed=7).reschedule_in(1, refused.retry_after)
+        assert delay is not None and 3600 <= delay < 3600 + 300
+        assert limiter.metrics().pauses_clamped == 2
+
+        # Another process of the fleet sees the pause, and the operator's resume.
+        other = backend.token_bucket("api", 100, 100)
+        assert not (await calls(other.check, "k")).allowed
+        assert await calls(other.resume, "k") is True
+        assert (await calls(limiter.check, "k")).allowed
+        assert await calls(other.resume, "k") is False, "nothing left to resume"
+
+        # Per limiter and per call.
+        short = limiter.with_max_pause(10)
+        assert short.max_pause == 10.0
+        assert await calls(short.observe, 429, hostile, "a") == 10.0
+        assert await calls(short.observe, 429, hostile, "b", max_pause=5) == 5.0
+        assert await calls(limiter.pause, 7200, "c") == 3600.0, "pause is bounded too"
+        assert limiter.metrics().pauses_clamped == 5, "copies share their metrics"
+        clock.advance(10)
+        assert (await calls(short.check, "a")).allowed
+
+    run(body())
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, 3153600001, "3"])
+def test_bad_max_pause_names_max_pause_and_writes_nothing(bad: Any) -> None:
+    limiter = ratekeeper.Backend.memory().token_bucket("api", 100, 100)
+    with pytest.raises(InvalidArgument) as e:
+        limiter.with_max_pause(bad)
+    assert e.value.parameter == "max_pause"
+    with pytest.raises(InvalidArgument) as e:
+        limiter.observe(429, {"Retry-After": "30"}, "k", max_pause=bad)
+    assert e.value.parameter == "max_pause"
+    with pytest.raises(InvalidArgument) as e:
+        limiter.aobserve(429, {"Retry-After": "30"}, "k", max_pause=bad)
+    assert e.value.parameter == "max_pause"
+    assert limiter.check("k").allowed, "nothing was paused"

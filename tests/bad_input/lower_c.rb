@@ -155,7 +155,10 @@ def limiter_tokens(call, a, c)
   when "acquire" then [spec, key, u64(a.fetch("cost", 1), "cost"), dbl(a.fetch("wait_timeout", -1), "wait_timeout_secs")]
   when "points_used" then [spec, key, u64(a["estimate"], "estimate"), u64(a["actual"], "actual")]
   when "pause" then [spec, key, dbl(a["duration"], "duration_secs")]
+  when "resume" then [spec, key]
+  when "with_max_pause" then [spec, key, dbl(a["max_pause"], "max_pause_secs")]
   when "observe"
+    raise NotExpressible, "rk_limiter_observe has no max_pause (C bounds pauses per limiter)" if a.key?("max_pause")
     h = a["headers"]
     [spec, key, u32(a["status"], "status"), *list(h, "headers"), *h.flat_map { |n, v| [str(n, "header_names"), str(v, "header_values")] }]
   else raise NotExpressible, "C has no #{call}"

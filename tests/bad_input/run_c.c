@@ -264,6 +264,13 @@ static rk_status run(const char *call, args_t *a, bool *untouched, char *param, 
         } else if (strcmp(call, "pause") == 0) {
           uint64_t in_effect = 0;
           st = rk_limiter_pause(l, key, arg_f64(a), &in_effect);
+        } else if (strcmp(call, "resume") == 0) {
+          bool was_paused = false;
+          st = rk_limiter_resume(l, key, &was_paused);
+        } else if (strcmp(call, "with_max_pause") == 0) {
+          rk_limiter *copy = NULL;
+          st = rk_limiter_with_max_pause(l, arg_f64(a), &copy);
+          rk_limiter_free(copy);
         } else if (strcmp(call, "observe") == 0) {
           uint32_t status = (uint32_t)arg_u64(a);
           size_t n = (size_t)arg_u64(a);

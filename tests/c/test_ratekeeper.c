@@ -1333,6 +1333,32 @@ static void test_pause_and_observe(const fixture *f) {
   /* reset forgets the pause. */
   CHECK_OK(rk_limiter_reset(l, "k"));
   CHECK(check1(l, "k", 1).allowed);
+
+  /* A hostile Retry-After (70 years) pauses for max_pause: one hour by default, or the copy's. */
+  const char *hostile_names[] = {"Retry-After"};
+  const char *hostile_values[] = {"2200000000"};
+  CHECK_OK(rk_limiter_observe(l, "h", 429, hostile_names, hostile_values, 1, &pause_us));
+  CHECK_U64(pause_us, 3600u * 1000000u);
+  rk_limiter *short_pauses = NULL;
+  must(rk_limiter_with_max_pause(l, 10.0, &short_pauses), short_pauses, "with_max_pause");
+  CHECK_OK(rk_limiter_observe(short_pauses, "s", 429, hostile_names, hostile_values, 1, &pause_us));
+  CHECK_U64(pause_us, 10u * 1000000u);
+  CHECK_OK(rk_limiter_pause(short_pauses, "s2", 60.0, &in_effect));
+  CHECK_U64(in_effect, 10u * 1000000u);
+  CHECK_FAILS(rk_limiter_with_max_pause(l, 0.0, &short_pauses), RK_INVALID_ARGUMENT, "max_pause");
+  CHECK_FAILS(rk_limiter_with_max_pause(l, NAN, &short_pauses), RK_INVALID_ARGUMENT, "max_pause");
+  /* resume ends a pause (in every process), and says whether there was one. */
+  bool was_paused = false;
+  CHECK(!check1(l, "h", 1).allowed);
+  CHECK_OK(rk_limiter_resume(l, "h", &was_paused));
+  CHECK(was_paused);
+  CHECK(check1(short_pauses, "h", 1).allowed);
+  CHECK_OK(rk_limiter_resume(l, "h", &was_paused));
+  CHECK(!was_paused);
+  CHECK_OK(rk_limiter_resume(short_pauses, "s", NULL));
+  CHECK(check1(l, "s", 1).allowed);
+  CHECK_STATUS(rk_limiter_resume(NULL, "h", &was_paused), RK_NULL_PARAMETER);
+  rk_limiter_free(short_pauses);
   rk_limiter_free(l);
   rk_backend_free(b);
 }

@@ -251,6 +251,20 @@ $("#reset-form").addEventListener("submit", (event) => {
   report(write("POST", `/api/limiters/${encodeURIComponent(name)}/reset${query}`), `reset ${key || "the limiter's own key"}`);
 });
 
+$("#resume-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const name = currentName();
+  const key = event.target.key.value;
+  const query = key ? `?key=${encodeURIComponent(key)}` : "";
+  const who = key || "the limiter's own key";
+  const resumed = write("POST", `/api/limiters/${encodeURIComponent(name)}/resume${query}`);
+  const out = $("#action-result");
+  resumed.then(
+    (r) => { out.className = "result ok"; out.textContent = r.resumed ? `resumed ${who}` : `${who} was not paused`; refresh(); },
+    (e) => { out.className = "result error"; out.textContent = `refused: ${e.message}`; },
+  );
+});
+
 $("#override-form").addEventListener("submit", (event) => {
   event.preventDefault();
   const name = encodeURIComponent(currentName());

@@ -430,6 +430,23 @@ impl MemoryBackend {
         std::time::Duration::from_micros(in_effect)
     }
 
+    /// Ends the pause of (`namespace`, `key`), if one is in effect (see `Limiter::resume`);
+    /// returns whether one was.
+    pub(crate) fn resume(&self, namespace: u32, key: &str) -> bool {
+        if self.pauses_held.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let now = self.clock.now_micros();
+        let mut pauses = self.pauses.lock();
+        match pauses.get_mut(&namespace).and_then(|keys| keys.remove(key)) {
+            Some(until) => {
+                self.pauses_held.fetch_sub(1, Ordering::Release);
+                until > now
+            }
+            None => false,
+        }
+    }
+
     /// Forgets the state of (`namespace`, `key`), its pause included; waiters on a concurrent
     /// limiter are woken.
     pub(crate) fn reset(&self, namespace: u32, key: &str) {

@@ -2,7 +2,8 @@
 -- and spends them in-process; unspent tokens come back exactly once, or lapse with the lease.
 -- The rule is core/src/engine/leased.rs; the bucket's state is gcra.lua's (same format).
 -- KEYS[1]  the theoretical arrival time (TAT), as in gcra.lua
--- KEYS[2]  the live leases: a hash lease id -> '<granted>:<lapses at, µs>'
+-- KEYS[2]  the live leases: a hash lease id -> '<granted>:<T>:<ns per tick>:<lapses at, µs>',
+--          the price of the lease's tokens kept with it (see the give-back below)
 -- ARGV[1]  'check' (take) | 'peek' | 'return'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  nanoseconds per tick; ARGV[4] T (ticks per token); ARGV[5] tau = capacity * T;
@@ -51,9 +52,16 @@ if op ~= 'peek' and ARGV[11] ~= '0' then
   local held = redis.call('HGET', KEYS[2], ARGV[11])
   if held then
     redis.call('HDEL', KEYS[2], ARGV[11])
-    local granted = tonumber(string.match(held, '^(%d+)'))
-    local back = math.min(tonumber(ARGV[12]), granted)
-    used = math.max(used - back * T, 0)
+    local granted, lease_T, lease_tick = string.match(held, '^(%d+):(%d+):(%d+):')
+    if not granted then
+      -- An entry written before leases kept their price: '<granted>:<lapses at>'.
+      granted, lease_T, lease_tick = string.match(held, '^(%d+)'), T, tick
+    end
+    local back = math.min(tonumber(ARGV[12]), tonumber(granted))
+    -- Priced as the lease was granted, not by this call's spec: after a live change of rate a
+    -- give-back returns exactly the time its tokens took (in this call's ticks, rounded down:
+    -- never more than was taken).
+    used = math.max(used - math.floor(back * tonumber(lease_T) * tonumber(lease_tick) / tick), 0)
   end
 end
 
@@ -69,7 +77,7 @@ if op == 'check' or op == 'peek' then
     granted = math.min(available, math.max(cost, math.min(want, math.ceil(available / 2))))
     used = used + granted * T
     if ARGV[10] ~= '0' then
-      redis.call('HSET', KEYS[2], ARGV[10], string.format('%d:%d', granted, now + lease_ms * 1000))
+      redis.call('HSET', KEYS[2], ARGV[10], string.format('%d:%d:%d:%d', granted, T, tick, now + lease_ms * 1000))
       redis.call('PEXPIRE', KEYS[2], lease_ms + 1000)
     end
     -- Entries of processes that died holding a lease: dropped once lapsed.

@@ -22,20 +22,30 @@
 //! A refusal from Redis is remembered until its `retry_after`: until then calls of the same or
 //! a larger cost are refused here without a round trip (nothing but time admits them sooner,
 //! short of another process giving tokens back, which this only under-uses).
+//!
+//! Fork-safe: a forked child starts with no lease (see [`LeasePool::after_fork`]): it neither
+//! spends nor gives back its parent's grant, draws lease ids of its own, and never waits for a
+//! round trip its parent had in flight when it forked.
+//!
+//! Lapses and remembered refusals are local deadlines, kept on a monotonic clock
+//! ([`LocalClock`]): a wall clock stepped back by NTP neither keeps a key refused for as long
+//! as the step nor lets a lease be spent past `lease_ttl` (a manual clock stands in for it in
+//! tests). Decisions still carry the wall-clock instant they were made at.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
 use crate::backend::RedisBackend;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, LocalClock, SystemClock};
 use crate::decision::Decision;
 use crate::engine::leased::Leased;
 use crate::engine::{decision, Algorithm, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::params::micros;
+use crate::runtime::forked_since;
 
 use super::{Limiter, Target};
 
@@ -50,7 +60,14 @@ pub(crate) struct LeasePool {
     keyed: RwLock<HashMap<Box<str>, Arc<Slot>>>,
     /// The limiter's parameters.
     leased: Leased,
+    /// The backend's clock: the wall-clock instant decisions carry.
     clock: Arc<dyn Clock>,
+    /// The clock of the slots' deadlines (see the module documentation).
+    local: LocalClock,
+    /// The process the slots belong to (see [`LeasePool::after_fork`]).
+    pid: AtomicU32,
+    /// Serialises the reset of a forked child's slots.
+    forking: parking_lot::Mutex<()>,
 }
 
 /// One key's lease.
@@ -58,15 +75,18 @@ pub(crate) struct LeasePool {
 struct Slot {
     /// Tokens granted and not yet spent.
     tokens: AtomicU64,
-    /// When the current lease lapses (µs, the backend's clock).
+    /// When the current lease lapses (µs, the pool's local clock).
     lapses_at: AtomicU64,
-    /// When the shared bucket was full again, as of the last grant (µs).
+    /// When the shared bucket was full again, as of the last grant (µs, the local clock).
     full_at: AtomicU64,
-    /// A refusal from Redis holds until this instant (µs) for calls of at least `refused_cost`.
+    /// A refusal from Redis holds until this instant (µs, the local clock) for calls of at
+    /// least `refused_cost`.
     refused_until: AtomicU64,
     refused_cost: AtomicU64,
     /// Serialises round trips: one at a time per key; others wait for it, then spend locally.
-    lease: tokio::sync::Mutex<LeaseState>,
+    /// Behind a short-held lock so that a forked child can replace it: a round trip in flight
+    /// in the parent when it forked holds the old one forever in the child.
+    lease: parking_lot::Mutex<Arc<tokio::sync::Mutex<LeaseState>>>,
 }
 
 #[derive(Debug)]
@@ -77,15 +97,16 @@ struct LeaseState {
     want: u64,
 }
 
-/// A process-unique lease id below 2^53 (exact in Lua): a random prefix mixed with the pid,
-/// and a counter.
+/// A process-unique lease id below 2^53 (exact in Lua): a random prefix mixed with the
+/// current pid (so a forked child, which inherits the seed and the counter, never repeats its
+/// parent's ids), and a counter.
 fn next_lease_id() -> u64 {
-    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static SEED: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(1);
     use std::hash::BuildHasher;
-    let prefix = *PREFIX.get_or_init(|| {
-        foldhash::fast::RandomState::default().hash_one((std::process::id(), SystemClock.now_micros())) & 0x1f_ffff
-    });
+    let seed = *SEED.get_or_init(|| foldhash::fast::RandomState::default().hash_one(SystemClock.now_micros()));
+    let (pid, _) = forked_since(0);
+    let prefix = foldhash::fast::FixedState::with_seed(seed).hash_one(pid) & 0x1f_ffff;
     (prefix << 32) | (COUNTER.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
 }
 
@@ -97,18 +118,66 @@ impl Slot {
             full_at: AtomicU64::new(0),
             refused_until: AtomicU64::new(0),
             refused_cost: AtomicU64::new(u64::MAX),
-            lease: tokio::sync::Mutex::new(LeaseState { id: 0, want }),
+            lease: parking_lot::Mutex::new(Arc::new(tokio::sync::Mutex::new(LeaseState { id: 0, want }))),
         }
+    }
+
+    /// The lock of this key's round trips.
+    fn lease_lock(&self) -> Arc<tokio::sync::Mutex<LeaseState>> {
+        self.lease.lock().clone()
+    }
+
+    /// Forgets everything a parent process held (in a forked child).
+    fn forget(&self, want: u64) {
+        self.tokens.store(0, Ordering::Release);
+        self.lapses_at.store(0, Ordering::Release);
+        self.full_at.store(0, Ordering::Release);
+        self.refused_until.store(0, Ordering::Release);
+        self.refused_cost.store(u64::MAX, Ordering::Release);
+        *self.lease.lock() = Arc::new(tokio::sync::Mutex::new(LeaseState { id: 0, want }));
     }
 }
 
 impl LeasePool {
     pub(crate) fn new(leased: Leased, clock: Arc<dyn Clock>) -> LeasePool {
-        LeasePool { unkeyed: Arc::new(Slot::new(leased.chunk)), keyed: RwLock::default(), leased, clock }
+        let local = LocalClock::beside(&clock);
+        let (pid, _) = forked_since(0);
+        LeasePool {
+            unkeyed: Arc::new(Slot::new(leased.chunk)),
+            keyed: RwLock::default(),
+            leased,
+            clock,
+            local,
+            pid: AtomicU32::new(pid),
+            forking: parking_lot::Mutex::new(()),
+        }
+    }
+
+    /// In a forked child (checked on every use: two relaxed loads), forgets the parent's
+    /// leases: their tokens are the parent's to spend or give back, and a round trip the parent
+    /// had in flight never completes here.
+    #[inline]
+    fn after_fork(&self) {
+        let (pid, forked) = forked_since(self.pid.load(Ordering::Acquire));
+        if forked {
+            self.forget_parent(pid);
+        }
+    }
+
+    #[cold]
+    fn forget_parent(&self, pid: u32) {
+        let _forking = self.forking.lock();
+        if self.pid.load(Ordering::Acquire) == pid {
+            return;
+        }
+        self.unkeyed.forget(self.leased.chunk);
+        self.keyed.write().unwrap_or_else(|e| e.into_inner()).clear();
+        self.pid.store(pid, Ordering::Release);
     }
 
     #[inline]
     fn slot(&self, key: &str) -> Arc<Slot> {
+        self.after_fork();
         if key.is_empty() {
             return self.unkeyed.clone();
         }
@@ -124,6 +193,7 @@ impl LeasePool {
 
     /// Every key's slot, for closing.
     fn slots(&self) -> Vec<(Box<str>, Arc<Slot>)> {
+        self.after_fork();
         let keyed = self.keyed.read().unwrap_or_else(|e| e.into_inner());
         let mut all: Vec<_> = keyed.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
         all.push(("".into(), self.unkeyed.clone()));
@@ -131,9 +201,10 @@ impl LeasePool {
     }
 
     /// Spends `cost` from `slot`'s lease, or answers from a remembered refusal; `None` when it
-    /// takes a round trip.
+    /// takes a round trip. `now` is on the local clock.
     #[inline]
     fn local(&self, slot: &Slot, cost: u64, now: u64) -> Option<Decision> {
+        self.after_fork();
         if now < slot.lapses_at.load(Ordering::Acquire) {
             let mut tokens = slot.tokens.load(Ordering::Relaxed);
             while tokens >= cost {
@@ -141,7 +212,7 @@ impl LeasePool {
                     Ok(_) => {
                         let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now);
                         let mut d = decision(true, self.leased.gcra.capacity, tokens - cost, 0, reset_us);
-                        d.decided_at_micros = now;
+                        d.decided_at_micros = self.clock.now_micros();
                         return Some(d);
                     }
                     Err(now_held) => tokens = now_held,
@@ -152,7 +223,7 @@ impl LeasePool {
         if now < until && cost >= slot.refused_cost.load(Ordering::Relaxed) {
             let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now).max(until - now);
             let mut d = decision(false, self.leased.gcra.capacity, 0, until - now, reset_us);
-            d.decided_at_micros = now;
+            d.decided_at_micros = self.clock.now_micros();
             return Some(d);
         }
         None
@@ -167,7 +238,8 @@ impl Limiter {
         if let Some(d) = self.leased_local(pool, &slot, cost) {
             return Ok(Outcome::of(d));
         }
-        let mut lease = slot.lease.lock().await;
+        let lease_lock = slot.lease_lock();
+        let mut lease = lease_lock.lock().await;
         // Another caller may have taken a lease while this one waited.
         if let Some(d) = self.leased_local(pool, &slot, cost) {
             return Ok(Outcome::of(d));
@@ -184,7 +256,7 @@ impl Limiter {
             Algorithm::Leased(l) => (l.chunk, l.lease_us),
             _ => (pool.leased.chunk, pool.leased.lease_us),
         };
-        let now = pool.clock.now_micros();
+        let now = pool.local.now_micros();
         let lapsed = now >= slot.lapses_at.load(Ordering::Acquire);
         // Taken out before the call: from here they can only be given back, never spent.
         let back = slot.tokens.swap(0, Ordering::AcqRel);
@@ -224,7 +296,7 @@ impl Limiter {
     /// [`LeasePool::local`], counted in the limiter's metrics.
     #[inline]
     fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64) -> Option<Decision> {
-        let d = pool.local(slot, cost, pool.clock.now_micros())?;
+        let d = pool.local(slot, cost, pool.local.now_micros())?;
         self.inner.metrics.add(if d.allowed { Counter::Allowed } else { Counter::Refused }, 1);
         Some(d)
     }
@@ -234,7 +306,7 @@ impl Limiter {
     #[inline]
     pub(crate) fn leased_spend(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Decision> {
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        let d = pool.local(&slot, cost, pool.clock.now_micros()).filter(|d| d.allowed)?;
+        let d = pool.local(&slot, cost, pool.local.now_micros()).filter(|d| d.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
         Some(d)
     }
@@ -281,7 +353,8 @@ impl Limiter {
         };
         let mut first_error = None;
         for (key, slot) in pool.slots() {
-            let mut lease = slot.lease.lock().await;
+            let lease_lock = slot.lease_lock();
+            let mut lease = lease_lock.lock().await;
             let back = slot.tokens.swap(0, Ordering::AcqRel);
             let id = std::mem::take(&mut lease.id);
             if back == 0 || id == 0 {

@@ -26,7 +26,7 @@ mod pause;
 mod release;
 mod waiting;
 
-use crate::defaults::DEFAULT_WAIT_TIMEOUT;
+use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
 pub use partitions::PartitionsHeld;
 pub use waiting::{Permit, Policy};
 
@@ -39,13 +39,15 @@ pub struct Limiter {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Inner {
     name: Box<str>,
     spec: LimiterSpec,
     algorithm: Algorithm,
     target: Target,
     wait_timeout: Duration,
+    /// The longest pause `pause` and `observe` write (see [`Limiter::with_max_pause`]).
+    max_pause: Duration,
     /// Whether the backend's `fail_open` / `fallback` policy applies (see
     /// [`Limiter::with_allow_fallback`]).
     allow_fallback: bool,
@@ -92,6 +94,7 @@ impl Limiter {
                 algorithm: Algorithm::Unlimited,
                 target: Target::Nowhere,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
+                max_pause: DEFAULT_MAX_PAUSE,
                 allow_fallback: true,
                 metrics: Arc::default(),
                 live: None,
@@ -147,6 +150,7 @@ impl Limiter {
                 algorithm,
                 target,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
+                max_pause: DEFAULT_MAX_PAUSE,
                 allow_fallback,
                 metrics,
                 live,
@@ -161,20 +165,30 @@ impl Limiter {
         if !wait_timeout.is_zero() {
             validate_duration("wait_timeout", wait_timeout)?;
         }
-        let inner = &self.inner;
-        Ok(Limiter {
-            inner: Arc::new(Inner {
-                name: inner.name.clone(),
-                spec: inner.spec.clone(),
-                algorithm: inner.algorithm.clone(),
-                target: inner.target.clone(),
-                wait_timeout,
-                allow_fallback: inner.allow_fallback,
-                metrics: inner.metrics.clone(),
-                live: inner.live.clone(),
-                pool: inner.pool.clone(),
-            }),
-        })
+        Ok(self.with(|inner| inner.wait_timeout = wait_timeout))
+    }
+
+    /// The same limiter (same state, same metrics) with `max_pause` as the longest pause that
+    /// [`Limiter::pause`] and [`Limiter::observe`] write (default [`DEFAULT_MAX_PAUSE`], one
+    /// hour): a longer one is shortened to it and counted in [`crate::Metrics::pauses_clamped`].
+    /// A third party's `Retry-After` of decades is then an hour, and [`Limiter::resume`] ends
+    /// it sooner. A `max_pause` under one microsecond or over 100 years is
+    /// [`Error::InvalidArgument`] naming `max_pause`.
+    pub fn with_max_pause(&self, max_pause: Duration) -> Result<Limiter> {
+        let max_pause = validate_duration("max_pause", max_pause)?;
+        Ok(self.with(|inner| inner.max_pause = max_pause))
+    }
+
+    /// The longest pause this limiter writes (see [`Limiter::with_max_pause`]).
+    pub fn max_pause(&self) -> Duration {
+        self.inner.max_pause
+    }
+
+    /// A copy of this limiter (same state, metrics, leases) with `change` made to its options.
+    fn with(&self, change: impl FnOnce(&mut Inner)) -> Limiter {
+        let mut inner = (*self.inner).clone();
+        change(&mut inner);
+        Limiter { inner: Arc::new(inner) }
     }
 
     /// The same limiter (same state) with the backend's `fail_open` / `fallback` failure policy
@@ -194,19 +208,10 @@ impl Limiter {
             },
             other => other.clone(),
         };
-        Ok(Limiter {
-            inner: Arc::new(Inner {
-                name: inner.name.clone(),
-                spec: inner.spec.clone(),
-                algorithm: inner.algorithm.clone(),
-                target,
-                wait_timeout: inner.wait_timeout,
-                allow_fallback: allow,
-                metrics: inner.metrics.clone(),
-                live: inner.live.clone(),
-                pool: inner.pool.clone(),
-            }),
-        })
+        Ok(self.with(|inner| {
+            inner.target = target;
+            inner.allow_fallback = allow;
+        }))
     }
 
     /// Whether the backend's `fail_open` / `fallback` policy applies to this limiter (see

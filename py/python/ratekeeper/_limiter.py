@@ -76,16 +76,21 @@ class Limiter(_ratekeeper.NativeLimiter):
             return WithinLimitOrSkip(self, key, cost, policy, wait_timeout)
         raise InvalidArgument(f'invalid argument `policy`: must be "raise" or "ignore", got {policy!r}', "policy")
 
-    def observe_response(self, response: HttpResponse, key: str | None = None) -> float | None:
+    def observe_response(
+        self, response: HttpResponse, key: str | None = None, max_pause: float | None = None
+    ) -> float | None:
         """:meth:`observe` on a ``requests`` or ``httpx`` response (anything with
         ``status_code`` and ``headers``)::
 
             response = session.get(url)
             limiter.observe_response(response)  # a 429 with Retry-After: 3 pauses every process
 
+        The pause lasts at most ``max_pause`` seconds (default: the limiter's, one hour).
         Returns the pause in effect in seconds, or ``None`` when the response asks for none."""
-        return self.observe(response.status_code, response.headers, key)
+        return self.observe(response.status_code, response.headers, key, max_pause)
 
-    def aobserve_response(self, response: HttpResponse, key: str | None = None) -> asyncio.Future[float | None]:
+    def aobserve_response(
+        self, response: HttpResponse, key: str | None = None, max_pause: float | None = None
+    ) -> asyncio.Future[float | None]:
         """asyncio form of :meth:`observe_response`."""
-        return self.aobserve(response.status_code, response.headers, key)
+        return self.aobserve(response.status_code, response.headers, key, max_pause)

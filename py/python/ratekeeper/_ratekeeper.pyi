@@ -597,6 +597,12 @@ class Metrics:
         Leases released after their lock_timeout (holders that ran too long).
         """
     @property
+    def pauses_clamped(self, /) -> int:
+        """
+        Pauses (`pause`, `observe`) shortened to the limiter's `max_pause`: a third party asked
+        callers to stay away longer than the operator allows.
+        """
+    @property
     def reclaimed(self, /) -> int:
         """
         Overdue leases reclaimed for a new caller.
@@ -669,7 +675,7 @@ class NativeLimiter:
         every limiter but concurrent ones, which fail closed unless built with
         `allow_fallback=True`.
         """
-    def aobserve(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None) -> Future[float | None]:
+    def aobserve(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None, max_pause: float | None = None) -> Future[float | None]:
         """
         asyncio form of `observe`.
         """
@@ -692,6 +698,10 @@ class NativeLimiter:
     def areset(self, /, key: str | None = None) -> Future[None]:
         """
         asyncio form of `reset`.
+        """
+    def aresume(self, /, key: str | None = None) -> Future[bool]:
+        """
+        asyncio form of `resume`.
         """
     def check(self, /, key: str | None = None, cost: int = ...) -> Decision:
         """
@@ -721,6 +731,11 @@ class NativeLimiter:
         The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
         `leaky`, `points` or `unlimited`.
         """
+    @property
+    def max_pause(self, /) -> float:
+        """
+        The longest pause `pause` and `observe` write, in seconds (default 3600).
+        """
     def metrics(self, /) -> Metrics:
         """
         This process's metrics for this limiter: its checks by outcome (and their latency on
@@ -731,14 +746,15 @@ class NativeLimiter:
         """
         The limiter's name.
         """
-    def observe(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None) -> float | None:
+    def observe(self, /, status: int, headers: Mapping[str, str] | Iterable[tuple[str, str]], key: str | None = None, max_pause: float | None = None) -> float | None:
         """
         Reads an upstream response's `status` and `headers` (a mapping, e.g. `requests`' or
         `httpx`' headers, or `(name, value)` pairs) and pauses `key` for as long as a 429 or 503
         asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset` when
         `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are case-insensitive;
-        malformed values are ignored. Returns the pause in effect in seconds, or `None` when the
-        response asks for none.
+        malformed values are ignored. The pause lasts at most `max_pause` seconds (default: the
+        limiter's, one hour unless `with_max_pause` said otherwise). Returns the pause in effect
+        in seconds, or `None` when the response asks for none.
         """
     def partitions_held(self, /, key: str | None = None) -> list[tuple[int, int]]:
         """
@@ -749,8 +765,9 @@ class NativeLimiter:
         """
         Pauses `key` for `duration` seconds, in every process sharing the backend: until it
         ends, `check` and `peek` are refused with `retry_after` = the remaining pause (consuming
-        nothing) and `acquire` waits it out. A longer pause extends the one in effect; a shorter
-        one never shortens it. Returns the pause in effect, in seconds. On Redis the check costs
+        nothing) and `acquire` waits it out. A pause is at most the limiter's `max_pause` (see
+        `with_max_pause`). A longer pause extends the one in effect; a shorter one never shortens
+        it; `resume` ends it. Returns the pause in effect, in seconds. On Redis the check costs
         no extra round trip. A `duration` that is not a positive number (0, negative, NaN) raises
         `InvalidArgument` naming `duration`.
         """
@@ -775,6 +792,12 @@ class NativeLimiter:
         """
         Forgets the state of `key` (waiters on a concurrent limiter re-check).
         """
+    def resume(self, /, key: str | None = None) -> bool:
+        """
+        Ends the pause of `key` now, in every process sharing the backend (an operator's
+        override of a pause that is wrong or no longer needed); the key's other state is kept.
+        Returns whether a pause was in effect.
+        """
     @property
     def spec(self, /) -> dict[str, Any]:
         """
@@ -790,6 +813,13 @@ class NativeLimiter:
     def wait_timeout(self, /) -> float:
         """
         The default time `acquire` and `within_limit` wait, in seconds.
+        """
+    def with_max_pause(self, /, max_pause: float) -> Limiter:
+        """
+        The same limiter (same state and metrics) whose pauses last at most `max_pause` seconds
+        (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
+        counted in `metrics().pauses_clamped`. A `max_pause` that is not a positive number of
+        seconds up to 100 years raises `InvalidArgument` naming `max_pause`.
         """
     def with_wait_timeout(self, /, wait_timeout: float) -> Limiter:
         """

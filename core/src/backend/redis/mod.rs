@@ -509,6 +509,19 @@ impl RedisBackend {
         pause::in_effect(&reply)
     }
 
+    /// Ends the pause of (`kind`, `name`, `key`) by deleting its key (see `Limiter::resume`),
+    /// in the fallback limiter too; returns whether Redis held one.
+    pub(crate) async fn resume(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
+        if let Some((_, namespace)) = &failover.fallback {
+            self.fallback.resume(*namespace, key);
+        }
+        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let mut pipe = redis::pipe();
+        pipe.del(keys.key(pause::ROLE));
+        let (deleted,): (u64,) = self.query(&pipe).await?;
+        Ok(deleted > 0)
+    }
+
     /// Runs a pipeline (not a script) within the deadline.
     async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         self.query_via(None, pipe).await

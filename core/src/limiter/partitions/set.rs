@@ -8,14 +8,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::backend::redis::partitions::{self as lease, Granted};
 use crate::backend::RedisBackend;
-use crate::clock::Clock;
+use crate::clock::{monotonic_micros, Clock};
 use crate::decision::Decision;
 use crate::engine::contract::not_applicable;
 use crate::engine::partitions::pacing::{Held, Pacer};
@@ -73,12 +72,6 @@ struct PoolState {
     target: u32,
     /// The live members of the class the last lease call counted.
     members: u32,
-}
-
-/// Microseconds on a monotonic clock (from the first reading, plus one so that 0 means "never").
-fn monotonic_micros() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1
 }
 
 fn new_member(pid: u32) -> Arc<str> {
