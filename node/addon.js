@@ -1,15 +1,7 @@
 'use strict';
 // Loads the native addon (the Rust core, napi-rs) for index.js and http.js.
 
-/** The npm package holding the prebuilt addon for this machine, e.g. `@ratekeeper/linux-x64-gnu`. */
-function platformPackage() {
-  let abi = '';
-  if (process.platform === 'linux') {
-    // glibc reports its version in the process report; musl does not.
-    abi = process.report?.getReport?.().header?.glibcVersionRuntime ? '-gnu' : '-musl';
-  }
-  return `@ratekeeper/${process.platform}-${process.arch}${abi}`;
-}
+const { platformPackage, missingAddon } = require('./addon-path.js');
 
 /**
  * The native addon: a build from source beside this file (`npm install ./node` or `npm run
@@ -27,14 +19,7 @@ function loadNative() {
     return require(prebuilt);
   } catch (error) {
     if (!error || error.code !== 'MODULE_NOT_FOUND') throw error;
-    throw new Error(
-      `ratekeeper: no native addon for this machine: neither ${__dirname}/ratekeeper.node (a ` +
-        `build from source) nor the prebuilt package ${prebuilt} is installed. Prebuilt addons ` +
-        'exist for linux-x64-gnu; elsewhere build from the source repository with ' +
-        '`npm install ./node` (needs Rust: https://rustup.rs), or run `npm run build` in the ' +
-        'package folder of a source checkout.',
-      { cause: error },
-    );
+    throw Object.assign(new Error(missingAddon(prebuilt), { cause: error }), { code: 'MODULE_NOT_FOUND' });
   }
 }
 

@@ -2,6 +2,7 @@
 //! texts and the rules clap enforces (values, conflicts, the environment variable).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
@@ -112,6 +113,13 @@ pub enum Command {
     Completions {
         /// The shell.
         shell: Shell,
+    },
+    /// Write the man pages (ratekeeper.1 and one per subcommand) into DIR: what the C tarball
+    /// ships in share/man/man1, for installs from the other packages.
+    #[command(name = "man-pages")]
+    ManPages {
+        /// The directory to write them into (created if missing).
+        dir: PathBuf,
     },
 }
 

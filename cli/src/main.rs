@@ -107,6 +107,10 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         Command::Completions { shell } => {
             clap_complete::generate(*shell, &mut Cli::command(), "ratekeeper", &mut std::io::stdout());
         }
+        Command::ManPages { dir } => {
+            let written = std::fs::create_dir_all(dir).and_then(|()| clap_mangen::generate_to(Cli::command(), dir));
+            written.map_err(|e| Failure::Io(format!("cannot write the man pages into {}: {e}", dir.display())))?;
+        }
     }
     Ok(0)
 }

@@ -31,6 +31,7 @@ use crate::serve_guard::{self, Guard, Slots};
 /// The page and its assets, built into the binary: no CDN, works offline.
 const INDEX_HTML: &str = include_str!("web/index.html");
 const APP_JS: &str = include_str!("web/app.js");
+const WORDS_JS: &str = include_str!("web/words.js");
 const STYLE_CSS: &str = include_str!("web/style.css");
 
 /// The Prometheus text format's content type (version 0.0.4).
@@ -152,6 +153,7 @@ fn router(app: App, guard: Guard) -> Router {
     Router::new()
         .route("/", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML) }))
         .route("/app.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP_JS) }))
+        .route("/words.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], WORDS_JS) }))
         .route("/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE_CSS) }))
         .route("/metrics", get(metrics))
         .route("/api/limiters", get(list))

@@ -62,6 +62,13 @@ fn usage_errors_exit_2_and_name_the_culprit() {
     let (code, _, err) = run(&["limits"]);
     assert_eq!(code, 1);
     assert!(err.contains("--redis URL") && err.contains("RATEKEEPER_REDIS_URL"), "{err}");
+    // No Redis at the URL: the address tried and how to point elsewhere (tests/first_hour).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("redis://127.0.0.1:{closed}");
+    let (code, _, err) = run(&["--redis", &url, "limits"]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("cannot connect to Redis at 127.0.0.1:{closed}")), "{err}");
+    assert!(err.contains("is redis-server running there?") && err.contains("redis://HOST:PORT"), "{err}");
 }
 
 #[test]
@@ -71,6 +78,28 @@ fn completions_are_generated_for_every_shell() {
         assert!(out.contains("inspect") && out.contains("--redis"), "{shell}: {out}");
     }
     assert_eq!(run(&["completions", "tcsh"]).0, 2);
+}
+
+#[test]
+fn man_pages_are_written_for_the_command_and_each_subcommand() {
+    let dir = std::env::temp_dir().join(format!("ratekeeper-man-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let target = dir.join("man1");
+    ok(&["man-pages", target.to_str().unwrap()]);
+    for page in ["ratekeeper", "ratekeeper-limits", "ratekeeper-run", "ratekeeper-serve", "ratekeeper-completions"] {
+        let text =
+            std::fs::read_to_string(target.join(format!("{page}.1"))).unwrap_or_else(|e| panic!("{page}.1: {e}"));
+        assert!(text.contains(&format!(".TH {page} 1")), "{page}.1 is not the man page of {page}: {text}");
+    }
+    let top = std::fs::read_to_string(target.join("ratekeeper.1")).unwrap();
+    assert!(top.contains("inspect") && top.contains("\\-\\-redis"), "{top}");
+    // A directory it cannot create is an error naming it, exit code 1.
+    let blocked = dir.join("file");
+    std::fs::write(&blocked, "").unwrap();
+    let (code, _, err) = run(&["man-pages", blocked.join("man1").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot write the man pages into") && err.contains("man1"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -35,6 +35,11 @@ int main(void) {
   int ok = first.allowed && !second.allowed && second.retry_after_us > 0;
   printf("c: allowed=%d then allowed=%d retry_after_us=%llu\n", first.allowed, second.allowed,
          (unsigned long long)second.retry_after_us);
+  /* In the registry before the process ends: the installed CLI's `limits` lists it next. */
+  if (rk_backend_flush(backend) != RK_OK) {
+    fprintf(stderr, "flush: %s\n", last_error());
+    ok = 0;
+  }
   rk_limiter_free(limiter);
   rk_backend_free(backend);
   return ok ? 0 : 1;

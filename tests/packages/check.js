@@ -16,6 +16,8 @@ async function main() {
   console.log(`node: allowed=${first.allowed} then allowed=${second.allowed} retryAfterMs=${second.retryAfterMs}`);
   // A bucket of one: the first check is allowed, the second refused.
   assert.ok(first.allowed && !second.allowed && second.retryAfterMs > 0);
+  // In the registry before the process ends: the installed CLI's `limits` lists it next.
+  await backend.flush();
 }
 
 main().catch((error) => {

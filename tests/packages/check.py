@@ -11,3 +11,5 @@ first, second = limiter.check(), limiter.check()
 print(f"python: allowed={first.allowed} then allowed={second.allowed} retry_after={second.retry_after:.3f}")
 # A bucket of one: the first check is allowed, the second refused.
 assert first.allowed and not second.allowed and second.retry_after > 0
+# In the registry before the process ends: the installed CLI's `limits` lists it next.
+backend.flush()

@@ -28,9 +28,10 @@ function ago(seconds) {
   return `${Math.floor(s / 86400)}d ago`;
 }
 
+// Each override in words, with the key it is for: "tenant-7: 2,000 per hour; all keys: ...".
 function overridesText(overrides) {
   if (!overrides.length) return "–";
-  return overrides.map((o) => `${o.key === null ? "*" : o.key}=${JSON.stringify(o.spec)}`).join(" ");
+  return overrides.map((o) => `${o.key === null ? "all keys" : o.key}: ${specWords(o.spec)}`).join("; ");
 }
 
 async function api(path, options = {}) {
@@ -55,35 +56,6 @@ function lastMinute(l, field) {
   return l.last_minute.seconds >= 59.5 ? n : `${n} in ${Math.round(l.last_minute.seconds)}s`;
 }
 
-const SVG = "http://www.w3.org/2000/svg";
-function svg(tag, attrs = {}, ...children) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  node.append(...children);
-  return node;
-}
-
-// The last hour as bars, one per minute: allowed (below) and refused (stacked on top), scaled
-// to the busiest minute. Each bar's tooltip gives the minute and its counts.
-function chart(history, width, height) {
-  const most = Math.max(1, ...history.map((m) => m.allowed + m.refused));
-  const step = width / Math.max(1, history.length);
-  const root = svg("svg", { class: "history", width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
-  const total = history.reduce((t, m) => [t[0] + m.allowed, t[1] + m.refused], [0, 0]);
-  root.append(svg("title", {}, `last hour: ${num(total[0])} allowed, ${num(total[1])} refused`));
-  history.forEach((m, i) => {
-    const a = (m.allowed / most) * height;
-    const r = (m.refused / most) * height;
-    const when = new Date(m.start * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-    const bar = svg("g", { "data-minute": m.start },
-      svg("title", {}, `${when}: ${num(m.allowed)} allowed, ${num(m.refused)} refused`),
-      svg("rect", { class: "allowed", x: i * step, y: height - a, width: Math.max(1, step - 1), height: a }),
-      svg("rect", { class: "refused", x: i * step, y: height - a - r, width: Math.max(1, step - 1), height: r }));
-    root.append(bar);
-  });
-  return root;
-}
-
 // A duration for a table cell: "2.4s", "42s", "3m 5s", "2h 10m".
 function secs(s) {
   if (s === null || s === undefined) return "–";
@@ -105,7 +77,15 @@ function usageText(l) {
     return `${c.held} held${key}${ages ? ` (ages ${ages})` : ""}, ${c.waiters} waiting`;
   }
   if (!u.busiest_keys.length) return "–";
-  return u.busiest_keys.map((k) => `${k.key === "" ? "(own)" : k.key} ${num(k.used)}/${num(k.limit)}`).join(", ");
+  return u.busiest_keys.map((k) => `${k.key === "" ? "(no key)" : k.key} ${num(k.used)}/${num(k.limit)}`).join(", ");
+}
+
+// The specs whose JSON the reader opened: the list is redrawn every poll, and they stay open.
+const openSpecs = new Set();
+function keepOpen(details, name) {
+  details.open = openSpecs.has(name);
+  details.addEventListener("toggle", () => (details.open ? openSpecs.add(name) : openSpecs.delete(name)));
+  return details;
 }
 
 // An override no process has used yet (set ahead of a deploy).
@@ -121,22 +101,24 @@ function renderList(data) {
   tbody.replaceChildren();
   for (const l of data.limiters) {
     const link = el("a", { href: `#/limiter/${encodeURIComponent(l.name)}` }, l.name);
+    // Each cell carries its column's name, shown beside it when a phone stacks the cells.
+    const td = (label, attrs, ...children) => el("td", { "data-label": label, ...attrs }, ...children);
+    const pair = (cls, a, b, hot) =>
+      [el("span", { class: `${cls}-allowed` }, a), " / ", el("span", { class: hot ? `${cls}-refused hot` : `${cls}-refused` }, b)];
     tbody.append(
       el("tr", { "data-name": l.name },
-        el("td", {}, link),
-        el("td", { class: l.conflict ? "kind conflict" : "kind", title: l.conflict ? conflictText(l) : "" },
-          l.conflict ? `${l.kind} ⚠` : l.kind),
-        el("td", {}, code(l.spec)),
-        el("td", { class: "overrides" }, overridesText(l.overrides)),
-        el("td", {}, l.users.join(", ")),
-        el("td", { class: "num" }, l.processes),
-        el("td", { class: "last-seen" }, l.waiting ? WAITING : ago(data.now - l.last_seen)),
-        el("td", { class: "num allowed" }, num(l.allowed)),
-        el("td", { class: l.refused > 0 ? "num refused hot" : "num refused" }, num(l.refused)),
-        el("td", { class: "num allowed-minute" }, lastMinute(l, "allowed")),
-        el("td", { class: "num refused-minute" }, lastMinute(l, "refused")),
-        el("td", { class: "usage" }, usageText(l)),
-        el("td", { class: "chart" }, l.usage ? chart(l.usage.history, 120, 28) : "–"),
+        td("Name", { class: "name" }, link,
+          el("span", { class: l.conflict ? "kind conflict" : "kind", title: l.conflict ? conflictText(l) : "" },
+            l.conflict ? `${l.kind} ⚠` : l.kind)),
+        td("Limit", { class: "spec" }, keepOpen(specCell(l.spec), l.name)),
+        td("Overrides", { class: "overrides" }, overridesText(l.overrides)),
+        td("Used by", { class: "users" }, el("span", { class: "user-list" }, l.users.join(", ")),
+          el("span", { class: "processes" }, `${num(l.processes)} ${l.processes === 1 ? "process" : "processes"}`)),
+        td("Last seen", { class: "seen last-seen" }, l.waiting ? WAITING : ago(data.now - l.last_seen)),
+        td("Allowed / refused", { class: "num total" }, ...pair("total", num(l.allowed), num(l.refused), l.refused > 0)),
+        td("Last minute", { class: "num minute" }, ...pair("minute", lastMinute(l, "allowed"), lastMinute(l, "refused"), false)),
+        td("In use now", { class: "usage" }, usageText(l)),
+        td("Last hour", { class: "chart" }, l.usage ? historyChart(l.usage.history, { width: 170, height: 28, compact: true }) : "–"),
       ),
     );
   }
@@ -158,19 +140,21 @@ async function renderDetail(name) {
   const query = key ? `?key=${encodeURIComponent(key)}` : "";
   const d = await api(`/api/limiters/${encodeURIComponent(name)}${query}`);
   $("#detail-name").textContent = `${d.name} (${d.kind})`;
+  // Which keys each figure is for: the limiter's totals cover all its keys; the inspected key's
+  // figures (below) cover that key only.
   dl($("#detail-info"), [
-    ["spec", code(d.spec)],
+    ["limit", keepOpen(specCell(d.spec), `detail ${d.name}`)],
     ["overrides", overridesText(d.overrides)],
     ["users", d.users.join(", ")],
     ["processes", d.processes],
     ["last seen", d.waiting ? WAITING : ago(d.now - d.last_seen)],
     ["conflict", d.conflict ? conflictText(d) : "–"],
-    ["allowed", num(d.allowed)],
-    ["refused", num(d.refused)],
+    ["allowed, all keys", num(d.allowed)],
+    ["refused, all keys", num(d.refused)],
   ]);
   dl($("#inspect-result"), [
-    ["key", d.key === null ? "(the limiter's own)" : d.key],
-    ["deciding spec", code(d.effective_spec)],
+    ["key", d.key === null ? "(no key: the limiter's own)" : d.key],
+    ["deciding spec", keepOpen(specCell(d.effective_spec), `deciding ${d.name}`)],
     ["allowed now", String(d.allowed_now)],
     ["limit", num(d.limit)],
     ["remaining", num(d.remaining)],
@@ -193,8 +177,14 @@ function renderUsage(d) {
   const c = d.concurrent;
   $("#concurrent").hidden = !c;
   if (c) {
-    $("#concurrent-summary").textContent =
-      `${num(c.held)} held on ${c.key === "" ? "the limiter's own key" : c.key}, ${num(c.waiters)} waiting`;
+    const key = c.key === "" ? "the limiter's own key (no key)" : `key ${c.key}`;
+    $("#concurrent-key").textContent = key;
+    // The figures are for one key; when another key is busier, say so (the list shows that one).
+    const busiest = d.busiest_keys[0];
+    const elsewhere = busiest && busiest.key !== c.key
+      ? ` The busiest key is ${busiest.key === "" ? "the limiter's own" : busiest.key} (${num(busiest.used)} of ${num(busiest.limit)} in use): click it under "Busiest keys now" to see its holders.`
+      : "";
+    $("#concurrent-summary").textContent = `${num(c.held)} held on ${key}, ${num(c.waiters)} waiting.${elsewhere}`;
     table($("#holders"), ["Lease", "Fencing token", "Age", "Expires in"], c.holders.map((h) => [
       code(h.lease),
       h.fencing_token === null ? "–" : String(h.fencing_token),
@@ -204,7 +194,7 @@ function renderUsage(d) {
   }
   // A busiest key's name inspects it (its holders, for a concurrent limiter).
   const inspectLink = (key) => {
-    const link = el("a", { href: "#", class: "inspect-key" }, key === "" ? "(own)" : key);
+    const link = el("a", { href: "#", class: "inspect-key" }, key === "" ? "(no key)" : key);
     link.addEventListener("click", (event) => {
       event.preventDefault();
       lastInspectKey = key || null;
@@ -217,7 +207,7 @@ function renderUsage(d) {
     inspectLink(k.key), num(k.used), num(k.limit),
   ]));
   $("#busiest-empty").hidden = d.busiest_keys.length > 0;
-  $("#history-chart").replaceChildren(chart(d.history, 600, 80));
+  $("#history-chart").replaceChildren(historyChart(d.history, { width: 640, height: 140, compact: false }));
 }
 
 async function refresh() {

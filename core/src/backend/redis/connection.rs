@@ -111,6 +111,8 @@ pub(crate) struct Connections {
     sync_pool: Mutex<Vec<SyncConnection>>,
     /// The last failed sync connect: calls fail fast for [`RECONNECT_BACKOFF`] after it.
     sync_failure: Mutex<Option<(Instant, Error)>>,
+    /// Where the connections go, for error messages (see [`servers_of`]).
+    servers: String,
 }
 
 /// A call waiting in [`Connections::queue`].
@@ -266,13 +268,48 @@ fn unavailable(message: impl Into<String>) -> Error {
 }
 
 /// A failed connect as the error its calls return: a refusal of the handshake (a wrong
-/// password, a user without permission) is the server's answer, reported as itself; anything
-/// else means Redis cannot be reached.
-fn connect_failure(e: &redis::RedisError) -> Error {
+/// password, a user without permission) is the server's answer, reported as itself; a reply
+/// that is not Redis's protocol means the URL names some other server; anything else means
+/// Redis cannot be reached. `servers` names where it connected (see [`servers_of`]), so a new
+/// user whose Redis is elsewhere learns which address was tried and how to change it.
+fn connect_failure(e: &redis::RedisError, servers: &str) -> Error {
     match scripts::redis_failure(e) {
         rejected @ Error::BackendRejected { .. } => rejected,
-        _ => unavailable(format!("cannot connect to Redis: {e}")),
+        _ if not_redis(e) => unavailable(format!(
+            "{servers} answered, but not in Redis's protocol: this does not look like a Redis \
+             server; is the port in the URL a Redis port (6379 by default) and not, say, an HTTP \
+             one?"
+        )),
+        _ => unavailable(format!(
+            "cannot connect to Redis at {servers}: {e}; is redis-server running there? To use \
+             another server, pass its URL: redis://HOST:PORT (rediss:// for TLS)"
+        )),
     }
+}
+
+/// True for a connect that got an answer, but not one in Redis's protocol (RESP): an HTTP
+/// server answers `HTTP/1.1 400` or an HTML page.
+fn not_redis(e: &redis::RedisError) -> bool {
+    if e.kind() == redis::ErrorKind::Parse {
+        return true;
+    }
+    // The sync client reports a malformed reply as an I/O error of kind `InvalidData`.
+    let text = e.to_string();
+    text.contains("protocol error") || text.contains("unexpected type byte")
+}
+
+/// The servers of `config` as `host:port` (comma-separated for a cluster's seeds), for error
+/// messages: never the URL itself, which may carry a password.
+fn servers_of(config: &RedisConfig) -> String {
+    let server = |url: &String| match redis::Client::open(url.as_str()).map(|c| c.get_connection_info().addr().clone())
+    {
+        Ok(redis::ConnectionAddr::Tcp(host, port)) | Ok(redis::ConnectionAddr::TcpTls { host, port, .. }) => {
+            format!("{host}:{port}")
+        }
+        Ok(redis::ConnectionAddr::Unix(path)) => path.display().to_string(),
+        _ => "the configured server".to_owned(),
+    };
+    config.urls.iter().map(server).collect::<Vec<_>>().join(", ")
 }
 
 fn certificates(tls: &TlsConfig) -> TlsCertificates {
@@ -347,6 +384,7 @@ impl Connections {
             sync_target: SyncTarget::for_config(config),
             sync_pool: Mutex::new(Vec::new()),
             sync_failure: Mutex::new(None),
+            servers: servers_of(config),
         })
     }
 
@@ -449,7 +487,7 @@ impl Connections {
         let result = match tokio::time::timeout(self.connect_timeout, self.open()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) if scripts::is_timeout(&e) => Err(None),
-            Ok(Err(e)) => Err(Some(connect_failure(&e))),
+            Ok(Err(e)) => Err(Some(connect_failure(&e, &self.servers))),
             Err(_) => Err(None),
         };
         {
@@ -511,7 +549,7 @@ impl Connections {
         if let Some(conn) = self.blocking_pool.lock().pop() {
             return Ok(conn);
         }
-        self.open().await.map_err(|e| unavailable(format!("cannot connect to Redis: {e}")))
+        self.open().await.map_err(|e| connect_failure(&e, &self.servers))
     }
 
     /// Returns a dedicated connection to the pool.
@@ -552,7 +590,7 @@ impl Connections {
             // No back-off after a timeout: see [`Slot::last_failure`].
             Err(e) if scripts::is_timeout(&e) => Err(Error::redis_timeout(deadline)),
             Err(e) => {
-                let error = connect_failure(&e);
+                let error = connect_failure(&e, &self.servers);
                 *self.sync_failure.lock() = Some((Instant::now(), error.clone()));
                 Err(error)
             }
@@ -569,7 +607,7 @@ impl Connections {
     pub(crate) fn connect_driven(&self) -> Option<Result<std::net::TcpStream>> {
         let target = self.sync_target.as_ref().filter(|t| t.is_plain())?;
         let connected = target.connect(Instant::now() + self.connect_timeout).and_then(SyncConnection::into_plain);
-        Some(connected.map_err(|e| connect_failure(&e)))
+        Some(connected.map_err(|e| connect_failure(&e, &self.servers)))
     }
 
     /// Returns a sync connection to the pool.

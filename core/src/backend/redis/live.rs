@@ -232,7 +232,9 @@ impl RedisBackend {
             [Value::Int(0), Value::BulkString(kind)] => Err(Error::invalid(
                 "spec",
                 format!(
-                    "limiter {name:?} is registered as {}: a {} override cannot apply to it (one name, one kind)",
+                    "limiter {name:?} is registered as {} on this Redis: a {} override cannot apply to it \
+                     (one name, one kind); if two limiters of different kinds use the name {name:?} (two \
+                     apps on one Redis), give each its own name or key prefix",
                     String::from_utf8_lossy(kind),
                     spec.map_or("", |s| s.kind().as_str()),
                 ),
