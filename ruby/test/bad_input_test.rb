@@ -25,6 +25,10 @@ class BadInputTest < Minitest::Test
     "reschedule_in attempt 1.5" => NO_BACKOFF, "reschedule_in retry_after -1" => NO_BACKOFF,
     "reschedule_in retry_after above 100 years" => NO_BACKOFF
   }.freeze
+  # The Rack middleware's options (Ruby's spelling, checked when it is built) are tested in
+  # rack_test.rb; the table's http_middleware cases name Python's and Node's adapters.
+  HTTP = "http_middleware: the table names the Python and Node adapters; the Rack middleware's options are tested in rack_test.rb"
+  NO_PER_CALL_MAX_PAUSE = "the C ABI has no per-call max_pause (rk_limiter_with_max_pause bounds the limiter)"
   MIN_RUN = 100
 
   # The table's special values (its `conventions.values`); a lone surrogate becomes its WTF-8
@@ -87,6 +91,8 @@ class BadInputTest < Minitest::Test
       when "points_used" then limiter.points_used(a["estimate"], a["actual"], key: a["key"])
       when "pause" then limiter.pause(a["duration"], key: a["key"])
       when "observe" then limiter.observe(a["status"], a["headers"], key: a["key"])
+      when "with_max_pause" then limiter.with_max_pause(a["max_pause"])
+      when "resume" then limiter.resume(key: a["key"])
       when "within_limit"
         limiter.within_limit(key: a["key"], cost: a["cost"], wait_timeout: a["wait_timeout"], policy: a["policy"]&.to_sym) { flunk "the block ran" }
       else raise "unknown call #{c['call']}"
@@ -106,6 +112,8 @@ class BadInputTest < Minitest::Test
   cases.each_with_index do |c, i|
     define_method("test_#{i}_#{c['name'].gsub(/[^A-Za-z0-9]+/, '_')}") do
       skip SKIP[c["name"]] if SKIP.key?(c["name"])
+      skip HTTP if c["call"] == "http_middleware"
+      skip NO_PER_CALL_MAX_PAUSE if c["call"] == "observe" && c["args"].key?("max_pause")
       backend = Ratekeeper::Backend.memory(clock: Ratekeeper::ManualClock.new(1_700_000_000_000_000))
       error = assert_raises(Ratekeeper::InvalidArgument, c["name"]) { call(c, backend) }
       python = c.fetch("parameter").fetch("python")

@@ -116,6 +116,18 @@ class LimiterTest < Minitest::Test
     assert_operator upstream.pause(60), :>=, 60
   end
 
+  def test_max_pause_bounds_a_hostile_retry_after_and_resume_ends_a_pause
+    upstream = Ratekeeper::Limiter.bucket("hostile", 100, :minute, wait_timeout: 0, backend: @backend)
+    assert_equal 3600.0, upstream.observe(429, { "Retry-After" => "2200000000" }), "the default max_pause is one hour"
+    assert upstream.resume, "a pause was in effect"
+    refute upstream.resume, "no pause is left"
+    assert upstream.check.allowed?
+    bounded = upstream.with_max_pause(2)
+    assert_equal 2.0, bounded.pause(600)
+    refute bounded.check.allowed?
+    assert upstream.resume, "the bounded copy paused the same key"
+  end
+
   def test_the_registry_lists_the_limiters_used
     lim = Ratekeeper::Limiter.window("registered", 3, 60, backend: @backend)
     lim.check

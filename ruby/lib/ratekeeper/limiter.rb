@@ -321,6 +321,23 @@ module Ratekeeper
       out.read(:uint64) / 1_000_000.0
     end
 
+    # Ends a pause of `key` early, in every process; true when one was in effect. The key's other
+    # state is kept.
+    def resume(key: nil)
+      out = FFI::MemoryPointer.new(:bool)
+      Ratekeeper.check_status!(Native.rk_limiter_resume(@ptr, Args.key(key), out))
+      out.read(:bool)
+    end
+
+    # A copy of this limiter (same state) whose pauses, from `pause` or `observe`, last at most
+    # `seconds` (default one hour): a longer one asked for is shortened and counted in the
+    # metrics' `pauses_clamped`.
+    def with_max_pause(seconds)
+      Ratekeeper.invalid!("max_pause", "must be a number of seconds, got #{seconds.inspect}") unless seconds.is_a?(Numeric)
+      ptr = Native.handle(:rk_limiter_free) { |out| Native.rk_limiter_with_max_pause(@ptr, seconds.to_f, out) }
+      self.class.new(ptr, @name, { policy: @policy, reschedule: @reschedule, ttl: @ttl, wait_timeout: @wait_timeout, backend: @backend })
+    end
+
     # Reads an upstream response (`status`, `headers` as a Hash or pairs) and pauses `key` as
     # long as a 429 or 503 asks (Retry-After, RateLimit-Reset, X-RateLimit-Reset); returns the
     # pause in seconds (0.0 when none was asked).
