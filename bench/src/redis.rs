@@ -58,6 +58,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{Backend, Limiter, RedisConfig, SlidingLimit, WindowLimit};
+use ratekeeper_bench::report::{Report, Row as ReportRow};
 
 const KEYS: usize = 100_000;
 /// How far apart the concurrent tasks start in the key sequence.
@@ -1078,6 +1079,31 @@ fn main() {
             row.benchmark_label
         );
     }
+    let mut report = Report::new(
+        "bench-redis",
+        "Redis",
+        "Redis client against redis-benchmark sending the same EVALSHA (Rust)",
+        "cargo run --release -p ratekeeper-bench --bin bench-redis",
+    )
+    .method(format!(
+        "median of {} round(s) of {:?} ({} for informational rows), interleaved with redis-benchmark on one redis-server; {KEYS} keys",
+        settings.rounds, settings.round, settings.info_rounds
+    ));
+    let mut headline = true;
+    for row in &rows {
+        if let Some(c) = &row.client {
+            let peer = format!("redis-benchmark {}", row.benchmark_label);
+            let mut out = ReportRow::rate(row.scenario.replace('`', ""), c.median(), &peer, row.benchmark.median());
+            if row.target {
+                out = out.target(0.9);
+                if std::mem::take(&mut headline) {
+                    out = out.headline();
+                }
+            }
+            report.row(out);
+        }
+    }
+    report.write();
     println!();
     println!("CPU per call (µs; from /proc, whole client process; rough on a shared machine):");
     println!();
