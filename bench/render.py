@@ -96,7 +96,7 @@ def summary(results: dict[str, dict[str, Any]]) -> str:
         r, row, note = picked
         m = r["machine"]
         lines.append(f"| {area} | {r['language']}: {row['scenario']}{note} | {row['peer']} | {row['ratio']:.2f}× "
-                     f"| {verdict(row)} | {m['date'][:10]}, load {m['load'][0] if m['load'] else '?'} |")
+                     f"| {verdict(row)} | {m['date'][:10]}, load {m['load'][0] if m['load'] else '?'}{', quick' if r['quick'] else ''} |")
     return "\n".join(lines) + "\n"
 
 
