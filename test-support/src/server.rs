@@ -15,6 +15,9 @@ use crate::tls::Certificates;
 /// How long a freshly spawned server has to answer on its port.
 const START_GIVE_UP: Duration = Duration::from_secs(10);
 
+/// How many times [`RedisServer::relaunch`] tries to take its port back.
+const RELAUNCH_TRIES: usize = 20;
+
 /// One redis-server process.
 pub struct RedisServer {
     /// The port it listens on (its TLS port for a TLS server).
@@ -150,11 +153,14 @@ impl RedisServer {
             Certificates::existing(ca.parent().unwrap_or(dir))
         });
         let mut server = RedisServer { port, dir: dir.to_path_buf(), child: None, args, tls, owns_dir: false };
-        if server.launch() {
-            Ok(server)
-        } else {
-            Err(format!("redis-server could not take port {port} (see {:?})", dir.join("redis.log")))
+        // A few tries: the port's previous server may be a moment from releasing it.
+        for _ in 0..RELAUNCH_TRIES {
+            if server.launch() {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
+        Err(format!("redis-server could not take port {port} (see {:?})", dir.join("redis.log")))
     }
 
     /// Starts the process on `self.port`; false when the port turned out to belong to another

@@ -162,12 +162,14 @@ fn stop(pid: u32, keep_dir: bool) -> Result<(), String> {
 }
 
 /// Whether the process has exited: no longer listed, or a zombie nobody has reaped yet (its
-/// parent, this tool's caller's reaper, may never reap it; its port is free either way).
+/// parent, this tool's caller's reaper, may never reap it) whose other threads have exited too
+/// (until the last one has, its sockets, and so its port, are still open).
 fn gone(proc_dir: &Path) -> bool {
-    match std::fs::read_to_string(proc_dir.join("stat")) {
-        Err(_) => true,
+    let zombie = match std::fs::read_to_string(proc_dir.join("stat")) {
+        Err(_) => return true,
         Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-    }
+    };
+    zombie && std::fs::read_dir(proc_dir.join("task")).map_or(true, |threads| threads.count() <= 1)
 }
 
 /// Whether `dir` is a scratch directory of the fixtures (only those are removed).
