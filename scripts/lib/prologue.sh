@@ -56,8 +56,12 @@ npm_locked() {
   if cmp -s "$dir/package-lock.json" "$dir/node_modules/.installed-lock.json" 2>/dev/null; then
     echo "$dir/node_modules matches package-lock.json"
   else
+    # The lock as it was before the install marks it (npm may rewrite the file it read).
+    local lock
+    lock=$(mktemp)
+    cp "$dir/package-lock.json" "$lock"
     (cd "$dir" && "$@")
-    cp "$dir/package-lock.json" "$dir/node_modules/.installed-lock.json"
+    mv "$lock" "$dir/node_modules/.installed-lock.json"
   fi
 }
 
