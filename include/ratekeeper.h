@@ -406,8 +406,9 @@ enum rk_status rk_backend_new_redis_cluster(const char *const *seeds,
 /**
  * \brief Frees a backend. NULL is ignored.
  *
- * Limiters built from it stay valid (they hold what they need). Call it once per backend, when
- * no other thread is using this handle.
+ * Limiters built from it stay valid (they hold what they need). A Redis backend first sends
+ * this process's pending metric counts and registrations (as `rk_backend_flush` does), so
+ * free it before exiting. Call it once per backend, when no other thread is using this handle.
  *
  * \param backend A backend from an `rk_backend_new_*` function, or NULL.
  */

@@ -184,6 +184,19 @@ fn memory_backend(options: Option<MemoryOptions>) -> CoreResult<ratekeeper::Back
     ratekeeper::Backend::memory_with(config)
 }
 
+/// Adds, once per Node environment, a cleanup hook that flushes every Redis backend's pending
+/// counts and registrations as the environment exits (after `process.on('exit')` listeners),
+/// so that a process living under a second still counts.
+fn flush_at_exit(env: &Env) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        let _ = env.add_env_cleanup_hook((), |()| {
+            // No panic crosses into Node, even at exit.
+            let _ = std::panic::catch_unwind(ratekeeper::Backend::flush_every_backend_at_exit);
+        });
+    });
+}
+
 fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> CoreResult<ratekeeper::Backend> {
     let Some(o) = options else { return ratekeeper::Backend::redis_with(config) };
     if let Some(prefix) = o.prefix {
@@ -279,6 +292,7 @@ impl Backend {
             let result = args::required(Js::opt(&url), "url")
                 .and_then(|u| u.string("url"))
                 .and_then(|url| redis_backend(RedisConfig::new(url), options::optional(&options)?));
+            flush_at_exit(&env);
             Ok(Backend { inner: core(&env, result)? })
         })
     }
@@ -303,6 +317,7 @@ impl Backend {
                     list.into_iter().enumerate().map(seed).collect::<CoreResult<Vec<_>>>()
                 })
                 .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), options::optional(&options)?));
+            flush_at_exit(&env);
             Ok(Backend { inner: core(&env, result)? })
         })
     }
