@@ -1,6 +1,6 @@
 """Short-lived processes (one check each, then exit without calling `flush()`) on a real Redis:
-the counts reach the fleet metrics exactly, through the flush the library runs at exit, and the
-processes leave no key behind per process; the registry keeps a bounded number of users per
+the counts reach the fleet metrics exactly, through the flush the library runs at exit, and no
+key per process outlives it by more than a minute; the registry keeps a bounded number of users per
 limiter."""
 
 from __future__ import annotations
@@ -64,11 +64,14 @@ def test_short_lived_processes_count_exactly_and_leave_no_key_per_process(redis_
     fleet = {name: m for name, _, m in backend.metrics(fleet=True)}
     assert fleet["short"].allowed == (FORKED + INTERPRETERS), f"{fleet['short'].allowed} of {(FORKED + INTERPRETERS)} checks counted"
     keys = redis_server.cli("--scan", "--pattern", f"{prefix}*").split()
-    print(f"{FORKED} forked and {INTERPRETERS} whole processes in {elapsed:.1f} s left {len(keys)} keys: {sorted(keys)}")
-    # The limiter's state, its fleet metrics and history, the registry's names and entry: no
-    # sequence key per process (each process's last flush removed its own).
-    assert not [k for k in keys if "metrics-seq" in k], sorted(keys)
-    assert len(keys) <= 8, sorted(keys)
+    print(f"{FORKED} forked and {INTERPRETERS} whole processes in {elapsed:.1f} s left {len(keys)} keys")
+    # The limiter's state, its fleet metrics and history, the registry's names and entry; each
+    # process's flush sequences go within a minute of its exit (not a day).
+    sequences = [k for k in keys if "metrics-seq" in k]
+    assert len(sequences) <= FORKED + INTERPRETERS
+    for key in sequences:
+        assert 0 < int(redis_server.cli("PTTL", key)) <= 60_000, key
+    assert len(keys) - len(sequences) <= 7, sorted(keys)
     [info] = [i for i in backend.limiters() if i.name == "short"]
     assert info.processes == (FORKED + INTERPRETERS), "every process registered at exit"
 

@@ -8,8 +8,10 @@
 -- per object); KEYS[3] the history hash: a ring of `slots` slots, slot i being fields m<i> (the
 -- minute it holds, in minutes since the epoch), a<i> and r<i>.
 -- ARGV: seq, metrics TTL (ms), sequence TTL (ms), history TTL (ms), slots, allowed, refused, the
--- object's field in KEYS[2], 'final' (the process is exiting: no batch of this object follows,
--- so its field goes) or '', then (field, delta) pairs.
+-- object's field in KEYS[2], the sequence TTL at exit (ms; '' while the process runs), then
+-- (field, delta) pairs. At exit no batch of this object follows, so the process's hash goes
+-- within that short TTL rather than a day; it is still there for a copy of the same batch sent
+-- by the process's background flush at the same moment, which it refuses.
 local seq = tonumber(ARGV[1])
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[8]) or '0')
 if seq <= last then
@@ -19,10 +21,10 @@ for i = 10, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if ARGV[9] == 'final' then
-  redis.call('HDEL', KEYS[2], ARGV[8])
+redis.call('HSET', KEYS[2], ARGV[8], seq)
+if ARGV[9] ~= '' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[9])
 else
-  redis.call('HSET', KEYS[2], ARGV[8], seq)
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 local allowed, refused = tonumber(ARGV[6]), tonumber(ARGV[7])

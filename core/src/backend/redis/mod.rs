@@ -64,6 +64,10 @@ const BROKEN_WAIT_PAUSE: Duration = Duration::from_millis(50);
 /// How long a limiter's aggregated metrics outlive their last update (Sidekiq's metadata TTL).
 const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
+/// How long a process's flush sequences stay after its exit flush: long enough to refuse a
+/// copy of its last batch that the background flush sent at the same moment.
+const METRICS_SEQ_TTL_AT_EXIT: Duration = Duration::from_secs(60);
+
 /// How long Redis remembers a writer's last applied flush: far longer than a flush whose reply
 /// was lost can wait to be resent (the next flush that reaches Redis resends it).
 const METRICS_SEQ_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -574,7 +578,7 @@ impl RedisBackend {
     /// Sends `metrics`' unacknowledged batch, then (if any) the counts made since, each applied
     /// by Redis once (see [`LimiterMetrics`]); a failed send keeps its batch for the next flush.
     /// `last`: the process is exiting, so after this flush no batch of `metrics` follows and its
-    /// sequence is forgotten in Redis rather than kept for a day.
+    /// sequence is kept in Redis for [`METRICS_SEQ_TTL_AT_EXIT`] rather than a day.
     pub(crate) async fn flush_metrics(
         &self,
         kind: Kind,
@@ -601,7 +605,11 @@ impl RedisBackend {
                 .arg(allowed)
                 .arg(delta(Counter::Refused))
                 .arg(metrics.writer())
-                .arg(if last && metrics.settled_after(&batch) { "final" } else { "" });
+                .arg(if last && metrics.settled_after(&batch) {
+                    METRICS_SEQ_TTL_AT_EXIT.as_millis().to_string()
+                } else {
+                    String::new()
+                });
             for (field, delta) in FIELDS.iter().zip(batch.deltas) {
                 if delta > 0 {
                     eval.arg(*field).arg(delta);
