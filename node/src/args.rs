@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::ptr;
 use std::time::Duration;
 
-use napi::bindgen_prelude::{validate_type_tag, External, FromNapiRef, TypeTag};
+use napi::bindgen_prelude::{validate_type_tag, External, FromNapiRef, FromNapiValue, TypeTag};
 use napi::{sys, JsValue, Unknown};
 use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, status_from_f64, timeout_from_millis};
 use ratekeeper::Error;
@@ -33,19 +33,20 @@ impl Js {
         value.as_ref().map(Js::of)
     }
 
-    fn type_of(self) -> sys::napi_valuetype {
+    /// The value's type.
+    pub fn value_type(self) -> sys::napi_valuetype {
         let mut t = sys::ValueType::napi_undefined;
         unsafe { sys::napi_typeof(self.env, self.value, &mut t) };
         t
     }
 
     pub fn is_nullish(self) -> bool {
-        matches!(self.type_of(), sys::ValueType::napi_undefined | sys::ValueType::napi_null)
+        matches!(self.value_type(), sys::ValueType::napi_undefined | sys::ValueType::napi_null)
     }
 
     /// A short description of the value's type, for messages.
-    fn describe(self) -> &'static str {
-        match self.type_of() {
+    pub fn describe(self) -> &'static str {
+        match self.value_type() {
             sys::ValueType::napi_undefined => "undefined",
             sys::ValueType::napi_null => "null",
             sys::ValueType::napi_boolean => "a boolean",
@@ -73,7 +74,7 @@ impl Js {
     /// The value as a number (BigInts are accepted and converted).
     pub fn number(self, parameter: &'static str) -> CoreResult<f64> {
         let mut n = 0.0;
-        match self.type_of() {
+        match self.value_type() {
             sys::ValueType::napi_number => {
                 unsafe { sys::napi_get_value_double(self.env, self.value, &mut n) };
                 Ok(n)
@@ -87,18 +88,8 @@ impl Js {
         }
     }
 
-    /// The value as a number, BigInts refused (what napi's own conversion accepts).
-    pub fn strict_number(self, parameter: &'static str) -> CoreResult<f64> {
-        if self.type_of() != sys::ValueType::napi_number {
-            return Err(self.wrong(parameter, "a number"));
-        }
-        let mut n = 0.0;
-        unsafe { sys::napi_get_value_double(self.env, self.value, &mut n) };
-        Ok(n)
-    }
-
     pub fn boolean(self, parameter: &'static str) -> CoreResult<bool> {
-        if self.type_of() != sys::ValueType::napi_boolean {
+        if self.value_type() != sys::ValueType::napi_boolean {
             return Err(self.wrong(parameter, "a boolean"));
         }
         let mut b = false;
@@ -110,7 +101,7 @@ impl Js {
     /// napi would turn into U+FFFD, so that two different keys would share state) is refused
     /// naming `parameter`.
     pub fn string(self, parameter: &'static str) -> CoreResult<String> {
-        if self.type_of() != sys::ValueType::napi_string {
+        if self.value_type() != sys::ValueType::napi_string {
             return Err(self.wrong(parameter, "a string"));
         }
         let mut len = 0usize;
@@ -133,6 +124,26 @@ impl Js {
         if !utf8.contains('\u{FFFD}') {
             return Ok(());
         }
+        match self.utf16_lone_surrogate() {
+            Some(lone) => Err(Error::invalid(
+                parameter,
+                format!("must be a well-formed Unicode string; found a lone surrogate U+{lone:04X}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The first lone surrogate of this string, if it holds one.
+    pub fn lone_surrogate(self) -> Option<u16> {
+        let utf8 = unsafe { String::from_napi_value(self.env, self.value) }.ok()?;
+        if utf8.contains('\u{FFFD}') {
+            self.utf16_lone_surrogate()
+        } else {
+            None
+        }
+    }
+
+    fn utf16_lone_surrogate(self) -> Option<u16> {
         let mut len = 0usize;
         unsafe { sys::napi_get_value_string_utf16(self.env, self.value, ptr::null_mut(), 0, &mut len) };
         let mut units = vec![0u16; len + 1];
@@ -140,21 +151,12 @@ impl Js {
         unsafe {
             sys::napi_get_value_string_utf16(self.env, self.value, units.as_mut_ptr(), units.len(), &mut written)
         };
-        if let Some(Err(lone)) = char::decode_utf16(units[..written].iter().copied()).find(Result::is_err) {
-            return Err(Error::invalid(
-                parameter,
-                format!(
-                    "must be a well-formed Unicode string; found a lone surrogate U+{:04X}",
-                    lone.unpaired_surrogate()
-                ),
-            ));
-        }
-        Ok(())
+        char::decode_utf16(units[..written].iter().copied()).find_map(|c| c.err()).map(|e| e.unpaired_surrogate())
     }
 
     /// Bytes from a string or a Buffer / Uint8Array (PEM material).
     pub fn bytes(self, parameter: &'static str) -> CoreResult<Vec<u8>> {
-        if self.type_of() == sys::ValueType::napi_string {
+        if self.value_type() == sys::ValueType::napi_string {
             return Ok(self.string(parameter)?.into_bytes());
         }
         let mut is_typed = false;
@@ -186,7 +188,7 @@ impl Js {
 
     /// The value as an object (arrays included), or an error naming `parameter`.
     pub fn object(self, parameter: &'static str) -> CoreResult<Js> {
-        match self.type_of() {
+        match self.value_type() {
             sys::ValueType::napi_object => Ok(self),
             _ => Err(self.wrong(parameter, "an object")),
         }
@@ -194,7 +196,7 @@ impl Js {
 
     /// The value as a function, or an error naming `parameter`.
     pub fn function(self, parameter: &'static str) -> CoreResult<Js> {
-        match self.type_of() {
+        match self.value_type() {
             sys::ValueType::napi_function => Ok(self),
             _ => Err(self.wrong(parameter, "a function")),
         }
@@ -243,7 +245,7 @@ impl Js {
     /// `FromNapiRef` would refuse, as it only lends instances during argument conversion.
     pub fn instance<T: TypeTag + 'static>(self, parameter: &'static str, class: &str) -> CoreResult<&'static T> {
         let wrong = || Error::invalid(parameter, format!("must be a {class}, got {}", self.describe()));
-        if self.type_of() != sys::ValueType::napi_object {
+        if self.value_type() != sys::ValueType::napi_object {
             return Err(wrong());
         }
         // SAFETY: the tag check guarantees the wrapped pointer is a `T` boxed by napi-rs, alive
@@ -276,7 +278,7 @@ pub fn with_key<T>(value: &Option<Unknown<'_>>, f: impl FnOnce(Option<&str>) -> 
         static BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; CAPACITY]);
     }
     let Some(v) = Js::opt(value) else { return f(None) };
-    if v.type_of() != sys::ValueType::napi_string {
+    if v.value_type() != sys::ValueType::napi_string {
         return Err(v.wrong("key", "a string"));
     }
     let mut f = Some(f);
