@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use napi::bindgen_prelude::{FromNapiValue, JsObjectValue, KeyCollectionMode, KeyConversion, KeyFilter, Object};
-use napi::{sys, Env, JsValue, Status, Unknown};
+use napi::{sys, Env, JsValue, Status, Unknown, ValueType};
 use ratekeeper::{Error, FailurePolicy};
 
 use crate::args::{camel, Js};
@@ -99,8 +99,7 @@ pub fn read<T: Options>(value: Js, name: &'static str) -> CoreResult<T> {
     let prefix = if name == "options" { String::new() } else { camel(name).into_owned() };
     let object = value.object(name)?;
     let plain = if check(object, T::KEYS, &prefix)? { without_nulls(object, T::KEYS)? } else { object };
-    // SAFETY: `plain` is a live object of this call's environment.
-    unsafe { T::from_napi_value(plain.env, plain.value) }.map_err(|e| field_error(e, plain, &prefix))
+    T::from_unknown(plain.unknown()).map_err(|e| field_error(e, plain, &prefix))
 }
 
 /// Checks the own keys of `object` (and of the nested options objects it holds) against `keys`,
@@ -117,13 +116,13 @@ fn check(object: Js, keys: &[Key], prefix: &str) -> CoreResult<bool> {
         let kind = value.value_type();
         if key.object_only
             && key.nested.is_some()
-            && !matches!(kind, sys::ValueType::napi_object | sys::ValueType::napi_null | sys::ValueType::napi_undefined)
+            && !matches!(kind, ValueType::Object | ValueType::Null | ValueType::Undefined)
         {
             return Err(Error::invalid_field(path, format!("must be an object, got {}", value.describe())));
         }
         match kind {
-            sys::ValueType::napi_null => nulls = true,
-            sys::ValueType::napi_string => {
+            ValueType::Null => nulls = true,
+            ValueType::String => {
                 if let Some(lone) = value.lone_surrogate() {
                     return Err(Error::invalid_field(
                         path,
@@ -131,7 +130,7 @@ fn check(object: Js, keys: &[Key], prefix: &str) -> CoreResult<bool> {
                     ));
                 }
             }
-            sys::ValueType::napi_object => {
+            ValueType::Object => {
                 if let Some(nested) = key.nested {
                     nulls |= check(value, nested, &path)?;
                 }
@@ -150,8 +149,8 @@ fn without_nulls(object: Js, keys: &[Key]) -> CoreResult<Js> {
     for (name, value) in own_properties(object, "")? {
         let nested = keys.iter().find(|k| camel(k.name) == name.as_str()).and_then(|k| k.nested);
         let value = match value.value_type() {
-            sys::ValueType::napi_null => continue,
-            sys::ValueType::napi_object if nested.is_some() => without_nulls(value, nested.unwrap_or_default())?,
+            ValueType::Null => continue,
+            ValueType::Object if nested.is_some() => without_nulls(value, nested.unwrap_or_default())?,
             _ => value,
         };
         copy.set_named_property(&name, value.value).map_err(copied)?;
@@ -291,7 +290,7 @@ impl FromNapiValue for Policy {
     unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> napi::Result<Self> {
         let js = Js { env, value };
         match js.value_type() {
-            sys::ValueType::napi_string => {
+            ValueType::String => {
                 let text = js.string("failure_policy").map_err(|e| marked(e, ""))?;
                 match text.as_str() {
                     "fail_closed" => Ok(Policy(FailurePolicy::FailClosed)),
@@ -305,9 +304,8 @@ impl FromNapiValue for Policy {
                     )),
                 }
             }
-            sys::ValueType::napi_object => {
-                // SAFETY: the same live value.
-                let FallbackPolicy { fallback } = unsafe { FallbackPolicy::from_napi_value(env, value) }?;
+            ValueType::Object => {
+                let FallbackPolicy { fallback } = FallbackPolicy::from_unknown(js.unknown())?;
                 // The core checks the divisor (at least 1); this only makes it a whole u32.
                 if fallback.is_finite() && fallback.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&fallback) {
                     Ok(Policy(FailurePolicy::Fallback { divisor: fallback as u32 }))
