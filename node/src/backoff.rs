@@ -95,10 +95,7 @@ impl Backoff {
             };
             let inner = core(&env, build(&mut delay))?;
             let delay = match delay {
-                // SAFETY: `v` is a function value of this call's environment (checked above).
-                Some(v) => {
-                    Some(unsafe { Function::<u32, Unknown<'static>>::from_napi_value(v.env, v.value) }?.create_ref()?)
-                }
+                Some(v) => Some(Function::<u32, Unknown<'static>>::from_unknown(v.unknown())?.create_ref()?),
                 None => None,
             };
             Ok(Backoff { inner, delay })
