@@ -191,6 +191,19 @@ fn memory_backend(options: Option<MemoryOptions>) -> CoreResult<ratekeeper::Back
     ratekeeper::Backend::memory_with(config)
 }
 
+/// Adds, once per Node environment, a cleanup hook that flushes every Redis backend's pending
+/// counts and registrations as the environment exits (after `process.on('exit')` listeners),
+/// so that a process living under a second still counts.
+fn flush_at_exit(env: &Env) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        let _ = env.add_env_cleanup_hook((), |()| {
+            // No panic crosses into Node, even at exit.
+            let _ = std::panic::catch_unwind(ratekeeper::Backend::flush_every_backend_at_exit);
+        });
+    });
+}
+
 fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> CoreResult<ratekeeper::Backend> {
     let Some(o) = options else { return ratekeeper::Backend::redis_with(config) };
     if let Some(prefix) = o.prefix {
@@ -286,6 +299,7 @@ impl Backend {
             let result = args::required(Js::opt(&url), "url")
                 .and_then(|u| u.string("url"))
                 .and_then(|url| redis_backend(RedisConfig::new(url), options::optional(&options)?));
+            flush_at_exit(&env);
             Ok(Backend { inner: core(&env, result)? })
         })
     }
@@ -310,6 +324,7 @@ impl Backend {
                     list.into_iter().enumerate().map(seed).collect::<CoreResult<Vec<_>>>()
                 })
                 .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), options::optional(&options)?));
+            flush_at_exit(&env);
             Ok(Backend { inner: core(&env, result)? })
         })
     }
@@ -545,7 +560,7 @@ impl Backend {
     /// A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
     /// this process takes from Redis in leases of up to `chunk` and spends in-process; unspent
     /// tokens go back on `close()` or at the next lease, or lapse `leaseTtlMs` after they were
-    /// taken. The fleet never admits more than the bucket allows; leasing ahead may under-use
+    /// taken. The fleet admits at most capacity + rate × (span + lease_ttl) over any span; leasing ahead may under-use
     /// it. On the memory backend: the token bucket.
     #[napi(ts_args_type = "name: string, rate: number, capacity: number, options?: LeasedOptions")]
     pub fn leased(

@@ -71,8 +71,8 @@ pub enum LimiterSpec {
     },
     /// A token bucket (`rate` per second up to `capacity`) whose tokens each process takes from
     /// the backend in leases of up to `chunk` and spends in-process; a lease's unspent tokens go
-    /// back when the limiter is closed, or lapse after `lease_ttl`. The fleet never admits more
-    /// than the bucket allows; leasing ahead may under-use it. On the memory backend it is the
+    /// back when the limiter is closed, or lapse after `lease_ttl`. Over any span the fleet admits at
+    /// most `capacity + rate × (span + lease_ttl)`; leasing ahead may under-use it. On the memory backend it is the
     /// in-process token bucket.
     Leased {
         /// Tokens per second (at most 1,000,000).
