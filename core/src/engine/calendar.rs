@@ -94,6 +94,8 @@ impl Reply {
 }
 
 impl Engine for Calendar {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = CalendarState;
 
     #[inline]
@@ -113,10 +115,6 @@ impl Engine for Calendar {
 
     fn expires_at(&self, state: &CalendarState) -> u64 {
         state.end_us
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     fn keys(&self, _op: Op) -> &'static [&'static str] {
@@ -144,5 +142,9 @@ impl Engine for Calendar {
     fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
         let r = Reply::read(reply)?;
         Ok(Outcome::of(self.decide(r.count, r.end_us, r.now, op).0))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
     }
 }

@@ -237,6 +237,8 @@ impl Reply {
 }
 
 impl Engine for Gcra {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = GcraState;
 
     #[inline]
@@ -256,10 +258,6 @@ impl Engine for Gcra {
     #[inline]
     fn expires_at(&self, tat: &GcraState) -> u64 {
         tat.div_ceil(NS_PER_US)
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     fn keys(&self, _op: Op) -> &'static [&'static str] {
@@ -293,5 +291,9 @@ impl Engine for Gcra {
         let mut decision = self.run(&mut tat, now, op).decision;
         decision.decided_at_micros = now;
         Ok(Outcome::of(decision))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
     }
 }

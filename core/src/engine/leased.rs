@@ -65,6 +65,8 @@ impl Leased {
 pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("leased", include_str!("leased.lua")));
 
 impl Engine for Leased {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = GcraState;
 
     /// The token bucket: a take admits exactly its cost (no lease is kept in memory), a
@@ -87,10 +89,6 @@ impl Engine for Leased {
 
     fn expires_at(&self, tat: &GcraState) -> u64 {
         self.gcra.expires_at(tat)
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     fn keys(&self, _op: Op) -> &'static [&'static str] {
@@ -121,5 +119,9 @@ impl Engine for Leased {
         let (r, rest) = DecisionReply::read("leased", reply)?;
         let granted = rest.first().map_or(0, |g| (*g).max(0) as u64);
         Ok(Outcome { granted, ..Outcome::of(r.decision()) })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.gcra.capacity
     }
 }

@@ -181,6 +181,8 @@ impl Reply {
 }
 
 impl Engine for Log {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = LogState;
 
     #[inline]
@@ -198,10 +200,6 @@ impl Engine for Log {
 
     fn expires_at(&self, state: &LogState) -> u64 {
         state.entries.back().map_or(0, |e| e.0 + self.longest_us.max(state.longest_seen))
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     fn keys(&self, _op: Op) -> &'static [&'static str] {
@@ -231,5 +229,9 @@ impl Engine for Log {
             d.limits = Some(r.windows.into_boxed_slice());
         }
         Ok(Outcome { config_mismatch: r.mismatch, ..Outcome::of(d) })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.smallest_limit()
     }
 }

@@ -341,6 +341,8 @@ impl Reply {
 }
 
 impl Engine for Sliding {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = SlidingState;
 
     #[inline]
@@ -358,10 +360,6 @@ impl Engine for Sliding {
     /// configuration that used it).
     fn expires_at(&self, state: &SlidingState) -> u64 {
         state.counters.iter().map(Counter::expires_at).max().unwrap_or(0)
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     /// The hash (`h`), and the sorted set of sub-buckets (`b`) only when some limit has them:
@@ -397,5 +395,9 @@ impl Engine for Sliding {
         let mut decision = self.decide(&mut r.limits, r.now, op).decision;
         decision.decided_at_micros = r.now;
         Ok(Outcome { config_mismatch: r.mismatch, ..Outcome::of(decision) })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.smallest_limit()
     }
 }

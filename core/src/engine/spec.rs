@@ -275,7 +275,7 @@ impl LimiterSpec {
             LimiterSpec::Partitions { total_rate, partitions, lease_ttl, reserved, priority } => {
                 Algorithm::Partitions(Partitions::compile(*total_rate, *partitions, *lease_ttl, *reserved, *priority)?)
             }
-            LimiterSpec::Unlimited => Algorithm::Unlimited,
+            LimiterSpec::Unlimited => Algorithm::Unlimited(super::unlimited::Unlimited),
         })
     }
 }

@@ -3,7 +3,6 @@
 use redis::Cmd;
 
 use super::contract::{not_applicable, Engine, Op, Outcome};
-use super::script::LuaScript;
 use crate::decision::Decision;
 use crate::error::Result;
 
@@ -22,10 +21,6 @@ impl Engine for Unlimited {
         0
     }
 
-    fn script(&self) -> Option<&'static LuaScript> {
-        None
-    }
-
     fn keys(&self, _op: Op) -> &'static [&'static str] {
         &[]
     }
@@ -40,5 +35,13 @@ impl Engine for Unlimited {
 
     fn decode(&self, _op: Op, _reply: &[i64]) -> Result<Outcome> {
         Ok(Outcome::of(Decision::unlimited()))
+    }
+
+    fn capacity(&self) -> u64 {
+        crate::params::MAX_COUNT
+    }
+
+    fn validate_cost(&self, _cost: u64) -> Result<()> {
+        Ok(())
     }
 }

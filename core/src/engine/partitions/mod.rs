@@ -127,6 +127,9 @@ impl Partitions {
 /// exists so that a partitions limiter is an [`crate::engine::Algorithm`] like any other
 /// (compiled from its spec, validated, listed).
 impl Engine for Partitions {
+    /// Listed for tools; run by the Redis backend's partitions module, not per call.
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = ();
 
     fn apply(&self, _state: &mut (), _now: u64, op: Op, _changed: &mut bool) -> Result<Outcome> {
@@ -155,5 +158,9 @@ impl Engine for Partitions {
 
     fn decode(&self, op: Op, _reply: &[i64]) -> Result<Outcome> {
         Err(crate::engine::contract::not_applicable(op, self))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.max_cost()
     }
 }
