@@ -16,6 +16,11 @@ use super::script::LuaScript;
 use crate::decision::Lease;
 use std::time::Duration;
 
+use super::kinds::{share, KindSpec};
+use super::spec_json::secs;
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
+use crate::defaults::DEFAULT_LOCK_TIMEOUT;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
 use crate::views::{lease_digest, ConcurrentUse, Holder as HolderView, MAX_HOLDERS_SHOWN};
@@ -372,5 +377,30 @@ impl Engine for Concurrent {
             "cost",
             format!("a concurrent limiter grants one slot per call; cost must be 1, got {cost}"),
         ))
+    }
+}
+
+/// The `concurrent` kind.
+pub(crate) struct ConcurrentKind;
+
+impl KindSpec for ConcurrentKind {
+    /// `limit`, `lock_timeout`.
+    type Fields = (u64, Duration);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.count("limit")?, json.optional_seconds("lock_timeout")?.unwrap_or(DEFAULT_LOCK_TIMEOUT)))
+    }
+
+    fn print(&(limit, lock_timeout): &Self::Fields, json: &mut JsonWriter) {
+        json.put("limit", limit.into());
+        json.put("lock_timeout", secs(lock_timeout));
+    }
+
+    fn scaled(&(limit, lock_timeout): &Self::Fields, divisor: u64) -> Self::Fields {
+        (share(limit, divisor), lock_timeout)
+    }
+
+    fn compile(&(limit, lock_timeout): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Concurrent(Concurrent::compile(limit, lock_timeout)?))
     }
 }

@@ -13,7 +13,12 @@ use redis::Cmd;
 
 use super::contract::{not_applicable, DecisionReply, Engine, Op, Outcome};
 use super::gcra::{Gcra, GcraState};
+use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
+use super::spec_json::{number, secs};
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
+use crate::defaults::DEFAULT_LEASED_LEASE_TTL;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
 
@@ -123,5 +128,41 @@ impl Engine for Leased {
 
     fn capacity(&self) -> u64 {
         self.gcra.capacity
+    }
+}
+
+/// The `leased` kind.
+pub(crate) struct LeasedKind;
+
+impl KindSpec for LeasedKind {
+    /// `rate`, `capacity`, `chunk`, `lease_ttl`.
+    type Fields = (f64, u64, Option<u64>, Duration);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((
+            json.number("rate")?,
+            json.count("capacity")?,
+            json.optional_count("chunk")?,
+            json.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_LEASE_TTL),
+        ))
+    }
+
+    fn print(&(rate, capacity, chunk, lease_ttl): &Self::Fields, json: &mut JsonWriter) {
+        json.put("rate", number(rate));
+        json.put("capacity", capacity.into());
+        // Left out when not given: the default follows the capacity.
+        if let Some(chunk) = chunk {
+            json.put("chunk", chunk.into());
+        }
+        json.put("lease_ttl", secs(lease_ttl));
+    }
+
+    fn scaled(&(rate, capacity, chunk, lease_ttl): &Self::Fields, divisor: u64) -> Self::Fields {
+        let capacity = share(capacity, divisor);
+        (rate / divisor as f64, capacity, chunk.map(|c| c.min(capacity)), lease_ttl)
+    }
+
+    fn compile(&(rate, capacity, chunk, lease_ttl): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Leased(Leased::compile(rate, capacity, chunk, lease_ttl)?))
     }
 }

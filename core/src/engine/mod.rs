@@ -39,8 +39,9 @@ use crate::decision::{Decision, LimitStatus};
 use crate::error::Result;
 pub use calendar_period::CalendarPeriod;
 pub(crate) use contract::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
+pub use kinds::{Kind, LimiterSpec};
 use script::LuaScript;
-pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
+pub use spec::{SlidingLimit, WindowLimit};
 pub use spec_json::LimiterConfig;
 
 /// Generates [`Algorithm`], one variant per engine of the table in `kinds.rs`, and

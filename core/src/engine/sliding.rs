@@ -26,9 +26,14 @@ use super::script::LuaScript;
 use super::Combine;
 use std::time::Duration;
 
+use super::kinds::{share, KindSpec};
+use super::spec_json::{at_path, secs};
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
 use crate::engine::SlidingLimit;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
+use serde_json::Value;
 
 /// The most sub-buckets one sliding-window limit may have (memory is O(duration/precision)).
 pub const MAX_BLOCKS: u64 = 100_000;
@@ -399,5 +404,66 @@ impl Engine for Sliding {
 
     fn capacity(&self) -> u64 {
         self.smallest_limit()
+    }
+}
+
+/// The `bucket` kind: fixed windows.
+pub(crate) struct BucketKind;
+
+impl KindSpec for BucketKind {
+    /// `limit`, `interval`.
+    type Fields = (u64, Duration);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.count("limit")?, json.seconds("interval")?))
+    }
+
+    fn print(&(limit, interval): &Self::Fields, json: &mut JsonWriter) {
+        json.put("limit", limit.into());
+        json.put("interval", secs(interval));
+    }
+
+    fn scaled(&(limit, interval): &Self::Fields, divisor: u64) -> Self::Fields {
+        (share(limit, divisor), interval)
+    }
+
+    fn compile(&(limit, interval): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Sliding(Sliding::bucket(limit, interval)?))
+    }
+}
+
+/// The `sliding_window` kind.
+pub(crate) struct SlidingWindowKind;
+
+impl KindSpec for SlidingWindowKind {
+    /// `limits`.
+    type Fields = (Vec<SlidingLimit>,);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.sliding_limits()?,))
+    }
+
+    fn print((limits,): &Self::Fields, json: &mut JsonWriter) {
+        let limits = limits.iter().map(|l| {
+            let mut item = vec![secs(l.duration), l.limit.into()];
+            item.extend(l.precision.map(secs));
+            Value::Array(item)
+        });
+        json.put("limits", limits.collect());
+    }
+
+    fn scaled((limits,): &Self::Fields, divisor: u64) -> Self::Fields {
+        (limits.iter().map(|l| SlidingLimit { limit: share(l.limit, divisor), ..*l }).collect(),)
+    }
+
+    fn compile((limits,): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Sliding(Sliding::compile(limits)?))
+    }
+
+    fn check_parts((limits,): &Self::Fields) -> Result<()> {
+        for (i, limit) in limits.iter().enumerate() {
+            Sliding::compile(&[*limit]).map_err(at_path(format!("limits[{i}]")))?;
+        }
+        Ok(())
     }
 }

@@ -3,6 +3,9 @@
 use redis::Cmd;
 
 use super::contract::{not_applicable, Engine, Op, Outcome};
+use super::kinds::KindSpec;
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
 use crate::decision::Decision;
 use crate::error::Result;
 
@@ -43,5 +46,24 @@ impl Engine for Unlimited {
 
     fn validate_cost(&self, _cost: u64) -> Result<()> {
         Ok(())
+    }
+}
+
+/// The `unlimited` kind: no fields.
+pub(crate) struct UnlimitedKind;
+
+impl KindSpec for UnlimitedKind {
+    type Fields = ();
+
+    fn parse(_name: &str, _json: &mut JsonFields<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    fn print(_fields: &(), _json: &mut JsonWriter) {}
+
+    fn scaled(_fields: &(), _divisor: u64) {}
+
+    fn compile(_fields: &()) -> Result<Algorithm> {
+        Ok(Algorithm::Unlimited(Unlimited))
     }
 }
