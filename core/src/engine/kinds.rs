@@ -290,3 +290,51 @@ declare_kinds! {
     /// Always allows; touches no backend.
     Unlimited = "unlimited" => crate::engine::unlimited::UnlimitedKind;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::LimiterConfig;
+    use crate::error::Error;
+
+    fn message(json: &str) -> String {
+        match LimiterConfig::from_json(json) {
+            Err(Error::InvalidArgument { message, .. }) => message,
+            other => panic!("expected InvalidArgument for {json}, got {other:?}"),
+        }
+    }
+
+    /// Each kind has one name, found again by it; the JSON form accepts every kind's name.
+    #[test]
+    fn every_kind_is_found_by_its_one_name() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_name(kind.as_str()), Some(*kind));
+            assert!(JSON_NAMES.contains(&kind.as_str()), "{kind:?}");
+        }
+        let mut names = JSON_NAMES.to_vec();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), JSON_NAMES.len(), "a name is declared twice");
+        // `windows` is a name of the JSON form only.
+        assert_eq!(Kind::from_name("windows"), None);
+    }
+
+    /// The messages built from the table read as they did when each kind was written out.
+    #[test]
+    fn messages_built_from_the_table_are_unchanged() {
+        assert_eq!(
+            message(r#"{"kind":"fountain"}"#),
+            "must be one of concurrent, bucket, window, windows, sliding_window, token_bucket, leased, leaky, \
+             points, calendar, partitions, unlimited; got \"fountain\""
+        );
+        assert_eq!(
+            message(r#"{"kind":"token_bucket","rate":1,"capacity":2,"burst":3}"#),
+            "is not a field of a token_bucket spec (fields: kind, rate, capacity, wait_timeout)"
+        );
+        assert_eq!(
+            message(r#"{"kind":"partitions","total_rate":1,"partitions":2,"extra":1}"#),
+            "is not a field of a partitions spec (fields: kind, total_rate, partitions, lease_ttl, reserved, priority, \
+             wait_timeout)"
+        );
+    }
+}
