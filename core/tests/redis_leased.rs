@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{lua_sources, Backend, Clock, ErrorKind, Kind, Limiter, LimiterSpec, ManualClock, RedisConfig};
+use ratekeeper_test_support::judge::{self, Record, Rule};
 use support::{RedisCluster, RedisServer};
 
 const START: u64 = 1_800_000_000_000_000;
@@ -194,26 +195,30 @@ fn a_give_back_at_renewal_is_priced_at_the_rate_the_lease_was_granted_at() {
     assert_eq!((peek.remaining, peek.reset_after), (39, Duration::from_millis(6001)));
 }
 
-/// Admissions (instant µs, tokens) judged over every span between two of them against the
-/// leased rule: at most `capacity + rate × (span + lease_ttl)`; the first span over it, if any.
-/// Also returns the most admitted over `capacity + rate × span` (a plain token bucket's rule)
-/// in any span, to show where leasing ahead goes past it.
+/// The leased rule, judged over every span between two admissions by the shared judge
+/// (`test-support`): `capacity + rate × (span + lease_ttl)` is the token bucket rule with a burst
+/// of `capacity + rate × lease_ttl`. Also returns how far the run went past the plain rule
+/// `capacity + rate × span`: the least burst the same judge accepts, less `capacity`.
 fn judge_every_span(admitted: &mut [(u64, u64)], rate: f64, capacity: u64, ttl: Duration) -> Result<f64, String> {
-    admitted.sort();
-    let mut beyond_plain = f64::MIN;
-    for i in 0..admitted.len() {
-        let mut tokens = 0;
-        for j in i..admitted.len() {
-            tokens += admitted[j].1;
-            let span = (admitted[j].0 - admitted[i].0) as f64 / 1e6;
-            let allowed = capacity as f64 + rate * (span + ttl.as_secs_f64());
-            if tokens as f64 > allowed + 1e-9 {
-                return Err(format!("{tokens} admitted in {span} s from {} µs: more than {allowed}", admitted[i].0));
-            }
-            beyond_plain = beyond_plain.max(tokens as f64 - (capacity as f64 + rate * span));
+    let emission_us = (1e6 / rate).round() as u64;
+    let lease_tokens = rate * ttl.as_secs_f64();
+    assert!(
+        (emission_us as f64 * rate - 1e6).abs() < 1e-6 && lease_tokens.fract() == 0.0,
+        "the shared judge counts whole microseconds and tokens: pick a rate and TTL that give them"
+    );
+    let record = Record { admitted: admitted.to_vec(), corrections: Vec::new() };
+    let within = |burst: u64| judge::judge(Rule::Rate { capacity: burst, emission_us }, &record);
+    within(capacity + lease_tokens as u64)?;
+    let (mut low, mut high) = (0, capacity + lease_tokens as u64);
+    while low < high {
+        let mid = (low + high) / 2;
+        if within(mid).is_ok() {
+            high = mid;
+        } else {
+            low = mid + 1;
         }
     }
-    Ok(beyond_plain)
+    Ok(low as f64 - capacity as f64)
 }
 
 /// Leases taken at t and spent just before they lapse, plus fresh grants from the bucket that
