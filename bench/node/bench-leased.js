@@ -12,6 +12,8 @@
 // memory and leased; medians are printed.
 'use strict';
 
+const results = require('./report');
+
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const net = require('node:net');
@@ -98,6 +100,13 @@ async function main() {
     for (const [name, v] of Object.entries(rows)) {
       console.log(`| ${name} | ${fmt(median(v))} | ${(median(v) / TARGET).toFixed(2)}x |`);
     }
+    const m = (name) => median(rows[name]);
+    results.write('bench-node-leased', 'leased', 'Leased token bucket on Redis against the memory token bucket (Node)',
+      'node bench/node/bench-leased.js', `median of ${ROUNDS} alternating rounds of ${SECONDS} s`, [
+        results.row('leased on Redis, checkSync', m('leased checkSync'), 'memory token bucket, checkSync', m('memory checkSync')),
+        results.row('leased on Redis, await check', m('leased await check'), 'memory token bucket, await check', m('memory await check')),
+        results.row('leased on Redis, await check, against the 1M/s target', m('leased await check'), '1M/s target', TARGET, { target: 1.0 }),
+      ]);
   } finally {
     redis.child.kill('SIGTERM');
   }

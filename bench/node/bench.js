@@ -28,6 +28,7 @@ const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
+const results = require('./report');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 2);
 const ONLY = process.env.BENCH_ONLY || '';
@@ -218,6 +219,22 @@ async function main() {
   console.log('|---|---:|---:|---:|');
   for (const [name, ours, theirs] of rows) {
     console.log(`| ${name} | ${fmt(ours)} | ${fmt(theirs)} | ${(ours / theirs).toFixed(2)} |`);
+  }
+  const targets = {
+    'redis, sequential': [1.2, true],
+    'redis, 64 concurrent': [1.3, false],
+    'redis, 64 concurrent (ratekeeper fixed-window bucket)': [1.2, false],
+    'memory, sequential (await check)': [1.0, false],
+    'memory, checkSync (no Promise)': [1.3, false],
+  };
+  const out = rows.map(([name, ours, theirs]) => {
+    const [target, headline] = targets[name] || [null, false];
+    const peer = name.startsWith('reference') ? 'rate-limiter-flexible (the reference row is redis-benchmark)' : 'rate-limiter-flexible';
+    return results.row(name, ours, peer, theirs, { target, headline });
+  });
+  if (!ONLY) {
+    results.write('bench-node', 'Node', `Node against rate-limiter-flexible ${rlfVersion} + ioredis ${ioredisVersion} on the same Redis`,
+      'node bench/node/bench.js', `median of ${ROUNDS} alternating rounds of ${SECONDS} s; node ${process.version}`, out);
   }
   await ioredis.quit();
   redis.stop();

@@ -43,6 +43,9 @@ import limits.strategies
 
 import ratekeeper
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report as results  # noqa: E402  (bench/python/report.py, beside this file)
+
 QUICK = "--quick" in sys.argv
 ROUNDS = 3 if QUICK else 7
 ROUND_SECONDS = 1.0 if QUICK else 2.0
@@ -180,6 +183,7 @@ def main() -> None:
     finally:
         server.stop()
     print_table(report)
+    write_results(report)
 
 
 def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
@@ -270,6 +274,30 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
         (f"asyncio, {TASKS} tasks, Redis", [r for r, _ in aio_rows], "limits.aio FixedWindow.hit (coredis)"),
         ("memory backend, sequential", [r for r, _ in mem_rows], "limits FixedWindow.hit (MemoryStorage)"),
     ]
+
+
+def write_results(report: list[tuple[str, list[Row], str]]) -> None:
+    """Writes bench/results/bench-python.json: each ratekeeper row against its peer or floor."""
+    medians = {(scenario, r.client): r.median for scenario, rows, _ in report for r in rows}
+    sync, aio, mem = (scenario for scenario, _, _ in report)
+    pairs = [
+        (sync, "ratekeeper token_bucket.check", "redis-benchmark -c 1, token bucket EVALSHA", 0.9, False),
+        (sync, "ratekeeper bucket.check", "redis-benchmark -c 1, bucket EVALSHA", 0.9, False),
+        (sync, "ratekeeper token_bucket.check", "limits FixedWindow.hit (redis-py)", None, False),
+        (sync, "ratekeeper bucket.check", "limits FixedWindow.hit (redis-py)", None, False),
+        (aio, "ratekeeper token_bucket.acheck", "limits.aio FixedWindow.hit (coredis)", 5.0, True),
+        (aio, "ratekeeper bucket.acheck", "limits.aio FixedWindow.hit (coredis)", None, False),
+        (aio, "ratekeeper token_bucket.acheck", "limits.aio FixedWindow.hit (redis-py)", None, False),
+        (mem, "ratekeeper token_bucket.check", "limits FixedWindow.hit (MemoryStorage)", None, False),
+        (mem, "ratekeeper bucket.check", "limits FixedWindow.hit (MemoryStorage)", None, False),
+        (mem, "ratekeeper token_bucket.acheck (awaited)", "limits FixedWindow.hit (MemoryStorage)", None, False),
+    ]
+    rows = [results.row(f"{scenario}: {client.removeprefix('ratekeeper ')}", medians[(scenario, client)], peer,
+                        medians[(scenario, peer)], target=target, headline=headline)
+            for scenario, client, peer, target, headline in pairs]
+    results.write("bench-python", "Python", f"Python against limits {limits.__version__} on the same Redis",
+                  "python bench/python/bench.py", f"median of {ROUNDS} interleaved rounds of {ROUND_SECONDS} s; "
+                  f"asyncio: {TASKS} tasks; python {sys.version.split()[0]}", rows)
 
 
 def print_table(report: list[tuple[str, list[Row], str]]) -> None:

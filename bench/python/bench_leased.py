@@ -12,6 +12,7 @@ loop; rounds alternate memory, leased, ...; medians are printed. Not a test: not
 
 from __future__ import annotations
 
+import os
 import socket
 import statistics
 import subprocess
@@ -20,6 +21,9 @@ import tempfile
 import time
 
 import ratekeeper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report as results  # noqa: E402  (bench/python/report.py, beside this file)
 
 QUICK = "--quick" in sys.argv
 ROUNDS = 3 if QUICK else 7
@@ -77,6 +81,10 @@ def main() -> None:
         print(f"| memory token_bucket | {mm:,.0f} | {mm / TARGET:.2f}x |")
         print(f"| leased on Redis | {lm:,.0f} | {lm / TARGET:.2f}x |")
         print(f"leased / memory = {lm / mm:.2f}")
+        results.write("bench-python-leased", "leased", "Leased token bucket on Redis against the memory token bucket (Python, check)",
+                      "python bench/python/bench_leased.py", f"median of {ROUNDS} alternating rounds of {ROUND_SECONDS} s",
+                      [results.row("leased on Redis, check", lm, "memory token bucket", mm),
+                       results.row("leased on Redis, check, against the 1M/s target", lm, "1M/s target", TARGET, target=1.0)])
     finally:
         server.terminate()
         server.wait()

@@ -17,6 +17,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{Backend, Limiter};
+use ratekeeper_bench::report::{Report, Row};
 use ratekeeper_bench::server::Server;
 
 const RATE: f64 = 1_000_000.0;
@@ -65,4 +66,15 @@ fn main() {
     println!("| memory token_bucket | {:.2}M | 1.00 |", m / 1e6);
     println!("| leased on Redis | {:.2}M | {:.2} |", l / 1e6, l / m);
     println!("leased / memory = {:.2} (target >= 0.50); leased admitted share {:.4}", l / m, median(shares));
+    let mut report = Report::new(
+        "bench-leased",
+        "leased",
+        "Leased token bucket on Redis against the memory token bucket (Rust, check_blocking)",
+        "cargo run --release -p ratekeeper-bench --bin bench-leased",
+    )
+    .method(format!(
+        "median of {rounds} rounds of {length:?}, alternating; both refill {RATE}/s with a burst of {BURST}, one thread, no key"
+    ));
+    report.row(Row::rate("leased on Redis, check_blocking", l, "memory token bucket", m).target(0.5).headline());
+    report.write();
 }

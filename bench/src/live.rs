@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{Backend, LimiterSpec, RedisConfig};
+use ratekeeper_bench::report::{Report, Row};
 use ratekeeper_bench::server::Server;
 
 /// `(calls, usec)` per command from `INFO commandstats`.
@@ -100,6 +101,15 @@ fn main() {
         ms(lags[lags.len() / 2]),
         ms(lags[lags.len() - 1])
     );
+    let mut report = Report::new(
+        "bench-live",
+        "Redis",
+        "Live limits: lag from set_limit to another backend deciding with it, and the server's cost",
+        "cargo run --release -p ratekeeper-bench --bin bench-live",
+    )
+    .method("20 rounds of lag (poll interval 200 ms); 4 s load runs with and without an override");
+    report.row(Row::figure("lag from set_limit, median", "ms", ms(lags[lags.len() / 2])));
+    report.row(Row::figure("lag from set_limit, worst", "ms", ms(lags[lags.len() - 1])));
     let seconds = Duration::from_secs(4);
     println!("| run | checks/s | server us per check | background server us per second | background / checks at this rate | at 100 checks/s |");
     println!("|---|---|---|---|---|---|");
@@ -114,5 +124,8 @@ fn main() {
             100.0 * background / (rate * per_check),
             100.0 * background / (100.0 * per_check)
         );
+        let what = if overridden { "override in force" } else { "no override" };
+        report.row(Row::figure(format!("server time per check, {what} (run {})", i + 1), "µs", per_check));
     }
+    report.write();
 }

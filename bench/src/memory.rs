@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use ratekeeper::{Backend, Limiter};
+use ratekeeper_bench::report::{Report, Row};
 
 const RATE: u32 = 1_000_000;
 const BURST: u32 = 1_000_000_000;
@@ -329,6 +330,21 @@ fn main() {
     for (name, r, g) in &rows {
         println!("| {name} | {} | {} | {:.2} |", millions(r.median), millions(g.median), r.median / g.median);
     }
+    let mut report = Report::new(
+        "bench-memory",
+        "memory",
+        "Memory backend against governor's keyed limiter (Rust)",
+        "cargo run --release -p ratekeeper-bench --bin bench-memory",
+    )
+    .method(format!(
+        "median of {} rounds of {:?} per library, interleaved; token bucket {RATE}/s, burst {BURST}; governor's DefaultKeyedRateLimiter<String>",
+        settings.rounds, settings.round
+    ));
+    for ((name, r, g), target) in rows.iter().zip([1.0, 1.3, 1.0]) {
+        let row = Row::rate(*name, r.median, "governor", g.median).target(target);
+        report.row(if name.starts_with("1 key") { row.headline() } else { row });
+    }
+    report.write();
     println!();
     println!(
         "median of {} rounds x {:?}; token bucket {RATE}/s, burst {BURST}; governor = DefaultKeyedRateLimiter<String> (DashMap, QuantaClock); total {:.1}s",

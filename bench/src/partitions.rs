@@ -19,6 +19,7 @@
 use std::time::{Duration, Instant};
 
 use ratekeeper::{Backend, Limiter};
+use ratekeeper_bench::report::{Report, Row};
 use ratekeeper_bench::server::Server;
 
 const ROUNDS: usize = 5;
@@ -68,10 +69,22 @@ fn main() {
         partition_calls.push(calls);
     }
     let (b, p) = (median(bucket_rates), median(partition_rates));
+    let (bucket_calls, partition_calls) = (median(bucket_calls), median(partition_calls));
     println!("{checks} checks per row, one thread, median of {ROUNDS} rounds, one redis-server");
     println!("| limiter | checks/s | Redis scripts per check |");
     println!("|---|---:|---:|");
-    println!("| token_bucket (one round trip per check) | {b:.0} | {:.3} |", median(bucket_calls));
-    println!("| partitions (decided in process) | {p:.0} | {:.4} |", median(partition_calls));
+    println!("| token_bucket (one round trip per check) | {b:.0} | {:.3} |", bucket_calls);
+    println!("| partitions (decided in process) | {p:.0} | {:.4} |", partition_calls);
     println!("partitions / token_bucket: {:.1}x", p / b);
+    let mut report = Report::new(
+        "bench-partitions",
+        "leased",
+        "Leased partitions against a token bucket on the same redis-server (Rust)",
+        "cargo run --release -p ratekeeper-bench --bin bench-partitions",
+    )
+    .method(format!("{checks} checks per row, one thread, median of {ROUNDS} alternating rounds"));
+    report.row(Row::rate("partitions (decided in process)", p, "token bucket on Redis (one round trip per check)", b));
+    report.row(Row::figure("partitions: Redis scripts per check", "scripts", partition_calls));
+    report.row(Row::figure("token bucket: Redis scripts per check", "scripts", bucket_calls));
+    report.write();
 }

@@ -15,6 +15,7 @@
 //! The benchmark starts its own `redis-server` on a free loopback port (never 6379, no
 //! persistence) and stops it by pid at the end.
 
+use ratekeeper_bench::report::{Report, Row};
 use ratekeeper_bench::server::Server;
 
 const ROUNDS: usize = 5;
@@ -83,7 +84,17 @@ fn main() {
     }
     println!("| script | checks per round | rounds | server µs per call (EVALSHA, median) |");
     println!("|---|---:|---:|---:|");
+    let mut report = Report::new(
+        "bench-pause",
+        "Redis",
+        "Server time of the GCRA script with and without the pause check (INFO commandstats)",
+        "cargo run --release -p ratekeeper-bench --bin bench-pause",
+    )
+    .method(format!("{checks} pipelined checks per round, {ROUNDS} alternating rounds, medians"));
     for ((name, _, _), values) in rows.iter().zip(results) {
-        println!("| {name} | {checks} | {ROUNDS} | {:.3} |", median(values));
+        let usec = median(values);
+        println!("| {name} | {checks} | {ROUNDS} | {usec:.3} |");
+        report.row(Row::figure(*name, "server µs per call", usec));
     }
+    report.write();
 }

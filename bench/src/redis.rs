@@ -58,6 +58,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{Backend, Limiter, RedisConfig, SlidingLimit, WindowLimit};
+use ratekeeper_bench::report::{Report, Row as ReportRow};
 
 const KEYS: usize = 100_000;
 /// How far apart the concurrent tasks start in the key sequence.
@@ -387,9 +388,9 @@ fn expect_allowed(result: ratekeeper::Result<ratekeeper::Decision>) -> u64 {
 struct RawRedisRs {
     conn: redis::aio::MultiplexedConnection,
     sha: Arc<str>,
-    /// The key is `<before>{0000<12 digits>}<after><user key>`, as redis-benchmark sends it.
-    before: Arc<str>,
-    after: Arc<str>,
+    /// Each key is `<before>{0000<12 digits>}<after><user key>`, as redis-benchmark sends it
+    /// (the limiter's key, then the pause key).
+    keys: Arc<[(String, String)]>,
     argv: Arc<[String]>,
     work: Arc<Workload>,
 }
@@ -401,17 +402,29 @@ impl RawRedisRs {
         let conn = ratekeeper::runtime()
             .block_on(client.get_multiplexed_async_connection_with_config(&config))
             .expect("a redis-rs connection");
-        let pattern = &command.args[3];
-        let (before, rest) = pattern.split_once("{0000__rand_int__}").expect("the key pattern");
-        let after = rest.strip_suffix("user-__rand_int__").expect("the key pattern");
+        let key_count: usize = command.args[2].parse().expect("the number of keys");
+        let keys: Vec<(String, String)> = command.args[3..3 + key_count]
+            .iter()
+            .map(|pattern| {
+                let (before, rest) = pattern.split_once("{0000__rand_int__}").expect("the key pattern");
+                let after = rest.strip_suffix("user-__rand_int__").expect("the key pattern");
+                (before.to_owned(), after.to_owned())
+            })
+            .collect();
         RawRedisRs {
             conn,
             sha: command.args[1].as_str().into(),
-            before: before.into(),
-            after: after.into(),
-            argv: command.args[4..].to_vec().into(),
+            keys: keys.into(),
+            argv: command.args[3 + key_count..].to_vec().into(),
             work: work.clone(),
         }
+    }
+}
+
+impl RawRedisRs {
+    /// The keys of the captured command for `user`, as redis-benchmark would send them.
+    fn keys_of(&self, user: &str) -> Vec<String> {
+        self.keys.iter().map(|(before, after)| format!("{before}{{0000{}}}{after}{user}", &user[5..])).collect()
     }
 }
 
@@ -421,9 +434,9 @@ impl Caller for RawRedisRs {
         async move {
             let user = self.work.key(position);
             let user = user.as_str();
-            let key = format!("{}{{0000{}}}{}{user}", self.before, &user[5..], self.after);
+            let keys = self.keys_of(user);
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&*self.sha).arg(1).arg(key).arg(&*self.argv);
+            cmd.arg(&*self.sha).arg(keys.len()).arg(keys).arg(&*self.argv);
             match tokio::time::timeout(DEADLINE, cmd.query_async::<Vec<i64>>(&mut conn)).await {
                 Ok(Ok(reply)) => (reply.first() == Some(&1)) as u64,
                 Ok(Err(e)) => panic!("redis-rs call failed: {e}"),
@@ -445,9 +458,9 @@ fn raw_sync(server: &Server, raw: &RawRedisRs, offset: usize, duration: Duration
     loop {
         for _ in 0..BATCH {
             let user = raw.work.key(position);
-            let key = format!("{}{{0000{}}}{}{}", raw.before, &user.as_str()[5..], raw.after, user.as_str());
+            let keys = raw.keys_of(user.as_str());
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&*raw.sha).arg(1).arg(key).arg(&*raw.argv);
+            cmd.arg(&*raw.sha).arg(keys.len()).arg(keys).arg(&*raw.argv);
             let reply: Vec<i64> = cmd.query(&mut conn).unwrap_or_else(|e| panic!("redis-rs call failed: {e}"));
             admitted += (reply.first() == Some(&1)) as u64;
             position += 1;
@@ -1078,6 +1091,31 @@ fn main() {
             row.benchmark_label
         );
     }
+    let mut report = Report::new(
+        "bench-redis",
+        "Redis",
+        "Redis client against redis-benchmark sending the same EVALSHA (Rust)",
+        "cargo run --release -p ratekeeper-bench --bin bench-redis",
+    )
+    .method(format!(
+        "median of {} round(s) of {:?} ({} for informational rows), interleaved with redis-benchmark on one redis-server; {KEYS} keys",
+        settings.rounds, settings.round, settings.info_rounds
+    ));
+    let mut headline = true;
+    for row in &rows {
+        if let Some(c) = &row.client {
+            let peer = format!("redis-benchmark {}", row.benchmark_label);
+            let mut out = ReportRow::rate(row.scenario.replace('`', ""), c.median(), &peer, row.benchmark.median());
+            if row.target {
+                out = out.target(0.9);
+                if std::mem::take(&mut headline) {
+                    out = out.headline();
+                }
+            }
+            report.row(out);
+        }
+    }
+    report.write();
     println!();
     println!("CPU per call (µs; from /proc, whole client process; rough on a shared machine):");
     println!();

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{Backend, ManualClock, RedisConfig, SlidingLimit};
+use ratekeeper_bench::report::{Report, Row};
 use ratekeeper_bench::server::Server;
 
 /// `usec_per_call` and `calls` of EVALSHA since the last `CONFIG RESETSTAT`.
@@ -39,6 +40,13 @@ fn main() {
     let checks: u64 = std::env::args().nth(1).map(|n| n.parse().expect("N checks")).unwrap_or(2_000);
     let server = Server::start();
     let mut conn = server.connection().expect("connect");
+    let mut report = Report::new(
+        "bench-sliding",
+        "Redis",
+        "Server time of the sliding-window script (INFO commandstats)",
+        "cargo run --release -p ratekeeper-bench --bin bench-sliding",
+    )
+    .method(format!("{checks} checks per row, one key, a manual clock"));
     println!("| sub-buckets | scenario | checks | server µs per call (EVALSHA) |");
     println!("|---:|---|---:|---:|");
     for blocks in [60u64, 3_600] {
@@ -74,6 +82,7 @@ fn main() {
             let (usec, calls) = evalsha_stats(&mut conn);
             assert_eq!(calls, checks, "one EVALSHA per check");
             println!("| {blocks} | {scenario} | {checks} | {usec:.2} |");
+            report.row(Row::figure(format!("{blocks} sub-buckets, {scenario}"), "server µs per call", usec));
         }
     }
     // Fixed windows (the `bucket` limiter, one block): every check in one window, then every
@@ -94,5 +103,7 @@ fn main() {
         }
         let (usec, _) = evalsha_stats(&mut conn);
         println!("| 1 | {scenario} | {checks} | {usec:.2} |");
+        report.row(Row::figure(scenario, "server µs per call", usec));
     }
+    report.write();
 }

@@ -17,6 +17,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, RedisConfig};
+use ratekeeper_bench::report::{Report, Row};
 use ratekeeper_bench::server::Server;
 
 /// Clients blocked in BLPOP, as `INFO clients` counts them.
@@ -75,6 +76,18 @@ fn main() {
         wakes[wakes.len() - 1]
     );
     println!("  1000 sequential checks on other keys while waiters block: {checks:?} ({:?} each)", checks / 1000);
+    let mut report = Report::new(
+        "bench-wake",
+        "Redis",
+        "Concurrent limiter: from a release to the woken waiter's grant",
+        "cargo run --release -p ratekeeper-bench --bin bench-wake",
+    )
+    .method(format!("{waiters}+ waiters blocked on a limit-1 concurrent limiter, {rounds} releases"));
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    report.row(Row::figure("release to grant, p50", "ms", ms(percentile(&wakes, 0.5))));
+    report.row(Row::figure("release to grant, p99", "ms", ms(percentile(&wakes, 0.99))));
+    report.row(Row::figure("a check on another key while waiters block", "ms", ms(checks / 1000)));
+    report.write();
     drop(server);
     std::process::exit(0); // the remaining waiters are still blocked: do not wait for them
 }

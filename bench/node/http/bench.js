@@ -17,6 +17,7 @@ const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
+const results = require('../report');
 const autocannon = require('autocannon');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 5);
@@ -131,19 +132,14 @@ async function main() {
   } finally {
     redis.stop();
   }
-  const out = path.join(root, 'bench', 'results', 'http-node.json');
-  fs.mkdirSync(path.dirname(out), { recursive: true });
-  const result = {
-    what: 'requests/s of one app per framework: no limiter (floor), ratekeeper middleware on Redis, the peer middleware on the same Redis; median of rounds; every request admitted',
-    node: process.version,
-    cpus: os.cpus().length,
-    seconds: SECONDS,
-    rounds: ROUNDS,
-    connections: CONNECTIONS,
-    load_generator: `autocannon ${require('autocannon/package.json').version}`,
-    rows,
-  };
-  fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+  const out = path.join(results.RESULTS, 'http-node.json');
+  const table = rows.flatMap((r) => [
+    results.row(`${r.framework}, against the peer`, r.ratekeeper_rps, r.peer, r.peer_rps, { unit: 'requests/s', target: 1.0 }),
+    results.row(`${r.framework}, against the same app with no limiter`, r.ratekeeper_rps, 'no limiter (floor)', r.floor_rps, { unit: 'requests/s' }),
+  ]);
+  results.write('http-node', 'HTTP middleware', "Node HTTP middleware against each framework's rate-limit package", 'node bench/node/http/bench.js',
+    `requests/s of one app per framework under autocannon ${require('autocannon/package.json').version}, ${CONNECTIONS} connections, ` +
+      `${ROUNDS} rounds of ${SECONDS} s, medians; every request admitted; node ${process.version}`, table, { details: rows });
   console.log(`wrote ${path.relative(root, out)}`);
 }
 

@@ -17,7 +17,6 @@ writes bench/results/http-python.json. Not a test: nothing is asserted.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -34,6 +33,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(HERE.parent))
+import report  # noqa: E402  (bench/python/report.py)
 FRAMEWORKS = {"fastapi": "slowapi 0.1.10", "flask": "flask-limiter 4.1.1", "django": "django-ratelimit 4.1.0"}
 VARIANTS = ("floor", "ratekeeper", "peer")
 
@@ -144,14 +145,20 @@ def main() -> None:
         assert isinstance(m, dict) and isinstance(o, dict)
         print(f"{framework:<9} {m['floor']:>9.0f} {m['ratekeeper']:>11.0f} {m['peer']:>9.0f}  "
               f"{r['ratekeeper_to_peer']:>6.2f}x  {o['ratekeeper']:>10.1%}  {o['peer']:>13.1%}  {r['peer']}")
-    out = REPO / "bench" / "results" / "http-python.json"
-    out.write_text(json.dumps({
-        "what": "requests/s of one app per framework, one server worker, wrk -t1 -c%d, %d rounds of %d s, medians"
-                % (connections, rounds, seconds),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "quick": quick,
-        "results": results,
-    }, indent=2) + "\n")
+    rows = []
+    for framework, r in results.items():
+        m = r["requests_per_second"]
+        assert isinstance(m, dict)
+        rows.append(report.row(f"{framework}, against the peer", m["ratekeeper"], str(r["peer"]),
+                               m["peer"], unit="requests/s", target=1.0))
+        rows.append(report.row(f"{framework}, against the same app with no limiter", m["ratekeeper"],
+                               "no limiter (floor)", m["floor"], unit="requests/s"))
+    report.write("http-python", "HTTP middleware", "Python HTTP middleware against each framework's rate-limit package",
+                 "python bench/python/http/bench.py",
+                 f"requests/s of one app per framework, one server worker, wrk -t1 -c{connections}, {rounds} rounds "
+                 f"of {seconds} s, medians; every request admitted; Python {platform.python_version()}",
+                 rows, details=results)
+    out = report.RESULTS / "http-python.json"
     print(f"\nwrote {out.relative_to(REPO)}")
 
 

@@ -36,6 +36,38 @@ local commit = ARGV[1] == 'check'
 local cost = tonumber(ARGV[3])
 local asked = commit and cost or 1
 local n = tonumber(ARGV[5])
+
+-- A fixed window (the `bucket` limiter: one limit of one block) takes this path: the same rule
+-- and layout as below, without the tables and helpers that several blocks need (they cost the
+-- server a measurable share of a call this short: see the docs' benchmarks page).
+if n == 1 and ARGV[9] == '1' then
+  local limit, precision = tonumber(ARGV[6]), tonumber(ARGV[8])
+  local current = math.floor(now / precision)
+  local p = '0:' .. ARGV[7] .. ':' .. ARGV[8] .. ':'
+  local got = redis.call('HMGET', h, 'cfg', p .. 'c', p .. 'n')
+  local cfg, c, stored = got[1], tonumber(got[2]), tonumber(got[3])
+  local mismatch = (cfg and cfg ~= ARGV[4]) and 1 or 0
+  local total, newest = 0, -1
+  if stored and stored >= current then total, newest = c, stored end
+  if commit and cost > 0 and asked <= limit - total then
+    -- A clock that went back records into the newest block: counts never move back in time.
+    local block = math.max(current, newest)
+    local cfg_changes = mismatch == 1 or not cfg
+    if block == stored then
+      redis.call('HINCRBY', h, p .. 'c', ARGV[3])
+      if cfg_changes then redis.call('HSET', h, 'cfg', ARGV[4]) end
+    else
+      if cfg_changes then
+        redis.call('HSET', h, p .. 'n', string.format('%d', block), p .. 'c', ARGV[3], 'cfg', ARGV[4])
+      else
+        redis.call('HSET', h, p .. 'n', string.format('%d', block), p .. 'c', ARGV[3])
+      end
+      local ttl = math.ceil(((block + 1) * precision - now) / 1000) + 1000
+      if not cfg or redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, string.format('%d', ttl)) end
+    end
+  end
+  return {now, mismatch, total, newest, newest}
+end
 local fmt = function(x) return string.format('%d', x) end
 local pad = function(b) return string.format('%016d', b) end
 -- Cumulative counts wrap at 2^53 (beyond it doubles lose units); a window's count, a difference
