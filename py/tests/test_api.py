@@ -149,6 +149,28 @@ def test_every_constructor_returns_the_public_limiter_class() -> None:
     assert not re.search(r"import .* as ", stub), "the stub aliases no import"
 
 
+def test_limiter_is_made_by_its_class() -> None:
+    # Constructors make `ratekeeper.Limiter` through the class (its `__new__` takes a limiter
+    # and gives another handle on it), so a subclass wraps a limiter the same way.
+    b = ratekeeper.Backend()
+    bucket = b.bucket("b", 2, 60)
+
+    class Audited(ratekeeper.Limiter):
+        __slots__ = ()
+
+        def check_twice(self, key: str) -> bool:
+            return bool(self.check(key)) and bool(self.check(key))
+
+    audited = Audited(bucket)
+    assert type(audited) is Audited and isinstance(audited, ratekeeper.Limiter)
+    assert audited.check_twice("k") and not bucket.check("k"), "the same state"
+    again = ratekeeper.Limiter(bucket)
+    assert type(again) is ratekeeper.Limiter and again.peek("k").remaining == 0
+    assert (again.name, again.kind) == ("b", "bucket")
+    with pytest.raises(TypeError):
+        ratekeeper.Limiter("not a limiter")  # type: ignore[arg-type]
+
+
 def test_limiter_properties() -> None:
     b = ratekeeper.Backend()
     c = b.concurrent("erp", 3, wait_timeout=2.5)
