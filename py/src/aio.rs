@@ -369,6 +369,30 @@ where
     Ok(py_future)
 }
 
+/// An asyncio future of `call`, made for a call that an in-process backend decides at once
+/// (`acheck`, `apeek` on memory): `call` runs now, on this thread, as the sync form would, with
+/// no future of the core's to build, box and poll; its result or error is set on a fresh future
+/// (which has no callbacks and cannot have been cancelled). The loop is looked up first:
+/// without one, `call` does not run.
+pub(crate) fn decided<'py, T>(
+    py: Python<'py>,
+    call: impl FnOnce() -> Result<T, ratekeeper::Error>,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    T: IntoPyObject<'py>,
+{
+    let event_loop = running_loop(py)?;
+    let py_future = event_loop.call_method0(intern!(py, "create_future"))?;
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Ok(value)) => py_future.call_method1(intern!(py, "set_result"), (value.into_bound_py_any(py)?,))?,
+        Ok(Err(e)) => py_future.call_method1(intern!(py, "set_exception"), (to_py_err(py, e).into_value(py),))?,
+        Err(panic) => {
+            py_future.call_method1(intern!(py, "set_exception"), (panic_to_py_err(py, panic).into_value(py),))?
+        }
+    };
+    Ok(py_future)
+}
+
 /// An asyncio future already holding `outcome`, for a call decided in process: awaiting it
 /// returns at once, without a turn of the event loop, and nothing of the bridge (its queue, its
 /// wake-up descriptor) is touched. A fresh future has no callbacks and cannot have been

@@ -436,6 +436,11 @@ impl Limiter {
     /// asyncio form of `check`.
     #[pyo3(signature = (key = None, cost = Cost::ONE))]
     fn acheck<'py>(&self, py: Python<'py>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Fut<'py, Decision>> {
+        if !self.remote {
+            // Decided in process, never waiting: the sync call, its result on a completed future.
+            let k = crate::args::key(&key);
+            return aio::decided(py, || Ok(Decision::new(self.inner.check_blocking(k, cost.0)?, k))).map(Fut::new);
+        }
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
         let cost = cost.0;
@@ -449,6 +454,10 @@ impl Limiter {
     /// asyncio form of `peek`.
     #[pyo3(signature = (key = None))]
     fn apeek<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Fut<'py, Decision>> {
+        if !self.remote {
+            let k = crate::args::key(&key);
+            return aio::decided(py, || Ok(Decision::new(self.inner.peek_blocking(k)?, k))).map(Fut::new);
+        }
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
         aio::run(py, self.remote, false, async move {
