@@ -1,5 +1,5 @@
-//! A Rust process sharing one Redis bucket with the Ruby test (tests/ruby/), through the core API
-//! directly: it reports what the other language left, then takes the rest.
+//! A Rust process sharing one Redis bucket with the Ruby gem's test (ruby/test/limiter_test.rb),
+//! through the core API directly: it reports what the other language left, then takes the rest.
 //!
 //! Usage: `shared_bucket URL PREFIX NAME LIMIT INTERVAL_SECS`. Prints `remaining=N` (a peek)
 //! then `admitted=N` (checks until the first refusal), one per line.
