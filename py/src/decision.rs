@@ -28,67 +28,88 @@ fn micros(d: Duration) -> u64 {
 /// consumed nothing. `bool(decision)` is `decision.allowed`.
 #[pyclass(frozen, module = "ratekeeper._ratekeeper")]
 pub struct Decision {
-    /// Whether the call was admitted (for `peek`: whether a call of cost 1 would be).
-    #[pyo3(get)]
-    allowed: bool,
-    /// The limit that binds: for multi-limit limiters, the one with the least remaining.
-    #[pyo3(get)]
-    limit: u64,
-    /// What is left of `limit` after this call.
-    #[pyo3(get)]
-    remaining: u64,
-    /// Seconds until the same call could succeed; 0.0 when allowed.
-    #[pyo3(get)]
-    retry_after: f64,
-    /// Seconds until the limiter is back to full for this key.
-    #[pyo3(get)]
-    reset_after: f64,
-    /// `retry_after` in whole microseconds (exact).
-    #[pyo3(get)]
-    retry_after_us: u64,
-    /// `reset_after` in whole microseconds (exact).
-    #[pyo3(get)]
-    reset_after_us: u64,
-    /// When the decision was made, in seconds since the epoch, by the deciding clock (the Redis
-    /// server's for Redis backends); 0.0 for unlimited limiters.
-    #[pyo3(get)]
-    decided_at: f64,
-    /// `decided_at` in whole microseconds since the epoch (exact).
-    #[pyo3(get)]
-    decided_at_us: u64,
-    /// The lease a concurrent limiter granted (release it when done), else None.
-    #[pyo3(get)]
-    lease: Option<Lease>,
-    /// One status per configured limit, for multi-limit limiters (`windows`, `sliding_window`).
-    #[pyo3(get)]
-    limits: Option<Vec<LimitStatus>>,
-    /// The core's decision, for the rules that belong to it (the HTTP headers).
-    inner: ratekeeper::Decision,
+    pub(crate) inner: ratekeeper::Decision,
+    /// The key of the call, kept only when the decision carries a lease (for `release`).
+    pub(crate) key: Option<String>,
 }
 
 impl Decision {
-    /// The Python decision of a core one; `key` is the call's, kept with a lease (for `release`).
     #[inline]
-    pub(crate) fn new(mut inner: ratekeeper::Decision, key: Option<&str>) -> Self {
-        Decision {
-            allowed: inner.allowed,
-            limit: inner.limit,
-            remaining: inner.remaining,
-            retry_after: secs(inner.retry_after),
-            reset_after: secs(inner.reset_after),
-            retry_after_us: micros(inner.retry_after),
-            reset_after_us: micros(inner.reset_after),
-            decided_at: inner.decided_at_micros as f64 / 1e6,
-            decided_at_us: inner.decided_at_micros,
-            lease: inner.lease.map(|lease| Lease { inner: lease, key: key.map(str::to_owned) }),
-            limits: inner.limits.take().map(|l| l.iter().map(LimitStatus::new).collect()),
-            inner,
-        }
+    pub(crate) fn new(inner: ratekeeper::Decision, key: Option<&str>) -> Self {
+        let key = if inner.lease.is_some() { key.map(str::to_owned) } else { None };
+        Decision { inner, key }
     }
 }
 
 #[pymethods]
 impl Decision {
+    /// Whether the call was admitted (for `peek`: whether a call of cost 1 would be).
+    #[getter]
+    fn allowed(&self) -> bool {
+        self.inner.allowed
+    }
+
+    /// The limit that binds: for multi-limit limiters, the one with the least remaining.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit
+    }
+
+    /// What is left of `limit` after this call.
+    #[getter]
+    fn remaining(&self) -> u64 {
+        self.inner.remaining
+    }
+
+    /// Seconds until the same call could succeed; 0.0 when allowed.
+    #[getter]
+    fn retry_after(&self) -> f64 {
+        secs(self.inner.retry_after)
+    }
+
+    /// Seconds until the limiter is back to full for this key.
+    #[getter]
+    fn reset_after(&self) -> f64 {
+        secs(self.inner.reset_after)
+    }
+
+    /// `retry_after` in whole microseconds (exact).
+    #[getter]
+    fn retry_after_us(&self) -> u64 {
+        micros(self.inner.retry_after)
+    }
+
+    /// `reset_after` in whole microseconds (exact).
+    #[getter]
+    fn reset_after_us(&self) -> u64 {
+        micros(self.inner.reset_after)
+    }
+
+    /// When the decision was made, in seconds since the epoch, by the deciding clock (the Redis
+    /// server's for Redis backends); 0.0 for unlimited limiters.
+    #[getter]
+    fn decided_at(&self) -> f64 {
+        self.inner.decided_at_micros as f64 / 1e6
+    }
+
+    /// `decided_at` in whole microseconds since the epoch (exact).
+    #[getter]
+    fn decided_at_us(&self) -> u64 {
+        self.inner.decided_at_micros
+    }
+
+    /// The lease a concurrent limiter granted (release it when done), else None.
+    #[getter]
+    fn lease(&self) -> Option<Lease> {
+        self.inner.lease.map(|inner| Lease { inner, key: self.key.clone() })
+    }
+
+    /// One status per configured limit, for multi-limit limiters (`windows`, `sliding_window`).
+    #[getter]
+    fn limits(&self) -> Option<Vec<LimitStatus>> {
+        self.inner.limits.as_ref().map(|l| l.iter().map(|s| LimitStatus { inner: *s }).collect())
+    }
+
     /// HTTP rate-limit headers: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
     /// (seconds until full, rounded up) and, when refused, `Retry-After` (rounded up).
     fn headers(&self) -> BTreeMap<&'static str, String> {
@@ -97,19 +118,20 @@ impl Decision {
     }
 
     fn __bool__(&self) -> bool {
-        self.allowed
+        self.inner.allowed
     }
 
     fn __repr__(&self) -> String {
+        let d = &self.inner;
         format!(
             "Decision(allowed={}, limit={}, remaining={}, retry_after={}, reset_after={}{})",
-            if self.allowed { "True" } else { "False" },
-            self.limit,
-            self.remaining,
-            py_float(self.retry_after),
-            py_float(self.reset_after),
-            match &self.lease {
-                Some(l) => format!(", lease=Lease(fencing_token={})", l.inner.fencing_token),
+            if d.allowed { "True" } else { "False" },
+            d.limit,
+            d.remaining,
+            py_float(secs(d.retry_after)),
+            py_float(secs(d.reset_after)),
+            match &d.lease {
+                Some(l) => format!(", lease=Lease(fencing_token={})", l.fencing_token),
                 None => String::new(),
             }
         )
@@ -192,52 +214,70 @@ impl Lease {
 }
 
 /// The state of one limit of a multi-limit limiter.
-#[pyclass(frozen, get_all, module = "ratekeeper._ratekeeper")]
-#[derive(Clone)]
+#[pyclass(frozen, module = "ratekeeper._ratekeeper")]
 pub struct LimitStatus {
-    /// The span this limit covers, in seconds.
-    window: f64,
-    /// The span in whole microseconds.
-    window_us: u64,
-    /// The limit's size.
-    limit: u64,
-    /// What is left of it.
-    remaining: u64,
-    /// 0.0 if this limit admits the call; otherwise seconds until it would.
-    retry_after: f64,
-    /// Seconds until this limit is back to full.
-    reset_after: f64,
-    /// `retry_after` in whole microseconds.
-    retry_after_us: u64,
-    /// `reset_after` in whole microseconds.
-    reset_after_us: u64,
-}
-
-impl LimitStatus {
-    fn new(s: &ratekeeper::LimitStatus) -> Self {
-        LimitStatus {
-            window: secs(s.window),
-            window_us: micros(s.window),
-            limit: s.limit,
-            remaining: s.remaining,
-            retry_after: secs(s.retry_after),
-            reset_after: secs(s.reset_after),
-            retry_after_us: micros(s.retry_after),
-            reset_after_us: micros(s.reset_after),
-        }
-    }
+    inner: ratekeeper::LimitStatus,
 }
 
 #[pymethods]
 impl LimitStatus {
+    /// The span this limit covers, in seconds.
+    #[getter]
+    fn window(&self) -> f64 {
+        secs(self.inner.window)
+    }
+
+    /// The span in whole microseconds.
+    #[getter]
+    fn window_us(&self) -> u64 {
+        micros(self.inner.window)
+    }
+
+    /// The limit's size.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit
+    }
+
+    /// What is left of it.
+    #[getter]
+    fn remaining(&self) -> u64 {
+        self.inner.remaining
+    }
+
+    /// 0.0 if this limit admits the call; otherwise seconds until it would.
+    #[getter]
+    fn retry_after(&self) -> f64 {
+        secs(self.inner.retry_after)
+    }
+
+    /// Seconds until this limit is back to full.
+    #[getter]
+    fn reset_after(&self) -> f64 {
+        secs(self.inner.reset_after)
+    }
+
+    /// `retry_after` in whole microseconds.
+    #[getter]
+    fn retry_after_us(&self) -> u64 {
+        micros(self.inner.retry_after)
+    }
+
+    /// `reset_after` in whole microseconds.
+    #[getter]
+    fn reset_after_us(&self) -> u64 {
+        micros(self.inner.reset_after)
+    }
+
     fn __repr__(&self) -> String {
+        let s = &self.inner;
         format!(
             "LimitStatus(window={}, limit={}, remaining={}, retry_after={}, reset_after={})",
-            py_float(self.window),
-            self.limit,
-            self.remaining,
-            py_float(self.retry_after),
-            py_float(self.reset_after)
+            py_float(secs(s.window)),
+            s.limit,
+            s.remaining,
+            py_float(secs(s.retry_after)),
+            py_float(secs(s.reset_after))
         )
     }
 }
