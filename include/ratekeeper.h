@@ -406,8 +406,9 @@ enum rk_status rk_backend_new_redis_cluster(const char *const *seeds,
 /**
  * \brief Frees a backend. NULL is ignored.
  *
- * Limiters built from it stay valid (they hold what they need). Call it once per backend, when
- * no other thread is using this handle.
+ * Limiters built from it stay valid (they hold what they need). A Redis backend first sends
+ * this process's pending metric counts and registrations (as `rk_backend_flush` does), so
+ * free it before exiting. Call it once per backend, when no other thread is using this handle.
  *
  * \param backend A backend from an `rk_backend_new_*` function, or NULL.
  */
@@ -625,8 +626,8 @@ enum rk_status rk_limiter_new_token_bucket(const struct rk_backend *backend,
  * \brief Creates a leased token bucket: `rate` tokens per second up to `capacity`, shared by
  * every process on the backend; this process takes tokens from Redis in leases of up to
  * `chunk` and spends them in-process. Unspent tokens go back on `rk_limiter_close` or at the
- * next lease, or lapse `lease_ttl_secs` after they were taken. The fleet never admits more than
- * the bucket allows; leasing ahead may under-use it. On the memory backend: the token bucket.
+ * next lease, or lapse `lease_ttl_secs` after they were taken. The fleet admits at most capacity + rate ×
+ * (span + lease_ttl) over any span; leasing ahead may under-use it. On the memory backend: the token bucket.
  *
  * \param backend The backend that holds the state.
  * \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.

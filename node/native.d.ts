@@ -63,7 +63,7 @@ export declare class Backend {
    * A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
    * this process takes from Redis in leases of up to `chunk` and spends in-process; unspent
    * tokens go back on `close()` or at the next lease, or lapse `leaseTtlMs` after they were
-   * taken. The fleet never admits more than the bucket allows; leasing ahead may under-use
+   * taken. The fleet admits at most capacity + rate × (span + lease_ttl) over any span; leasing ahead may under-use
    * it. On the memory backend: the token bucket.
    */
   leased(name: string, rate: number, capacity: number, options?: LeasedOptions): Limiter

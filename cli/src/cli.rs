@@ -49,7 +49,7 @@ pub enum Command {
     Demo(DemoArgs),
     /// List the registry: every limiter any process used, with its overrides and fleet counts.
     Limits {
-        /// Print JSON instead of a table.
+        /// Print JSON (each spec as JSON) instead of a table (each spec in words).
         #[arg(long)]
         json: bool,
     },

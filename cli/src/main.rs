@@ -8,6 +8,7 @@ mod ops;
 mod run;
 mod serve;
 mod serve_guard;
+mod words;
 
 use std::process::ExitCode;
 use std::time::SystemTime;

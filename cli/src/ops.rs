@@ -390,7 +390,13 @@ pub fn compact(spec: &Value) -> String {
     }
 }
 
-/// The `limits` table: one row per limiter, columns padded to their widest cell.
+/// A spec as the Limits page words it ("5 per second, bursts of 10"), safe to print.
+fn in_words(spec: &Value) -> String {
+    printable(&crate::words::spec_words(&compact(spec)))
+}
+
+/// The `limits` table: one row per limiter, columns padded to their widest cell; each spec in
+/// words (`limits --json` keeps the JSON).
 pub fn table(views: &[LimiterView], now: SystemTime) -> String {
     let header = ["NAME", "KIND", "SPEC", "OVERRIDES", "PROCESSES", "LAST SEEN", "ALLOWED", "REFUSED"];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
@@ -400,14 +406,14 @@ pub fn table(views: &[LimiterView], now: SystemTime) -> String {
         } else {
             v.overrides
                 .iter()
-                .map(|o| format!("{}={}", o.key.as_deref().map_or_else(|| "*".into(), printable), compact(&o.spec)))
+                .map(|o| format!("{}={}", o.key.as_deref().map_or_else(|| "*".into(), printable), in_words(&o.spec)))
                 .collect::<Vec<_>>()
                 .join(" ")
         };
         rows.push(vec![
             v.name.clone(),
             v.kind.clone(),
-            compact(&v.spec),
+            in_words(&v.spec),
             overrides,
             v.processes.to_string(),
             if v.waiting { WAITING.to_owned() } else { ago(v.last_seen, now) },

@@ -132,17 +132,21 @@ fn operate(backend: &[&str]) {
     };
     // A limiter in the registry: built by a run.
     ok_with(&["run", "api", "--spec", r#"{"kind":"window","limit":5,"interval":60}"#, "--", "true"]);
+    // Each spec in words, as the Limits page writes it; `--json` keeps the spec's JSON.
     let table = ok_with(&["limits"]);
     assert_eq!(
         mask(&table),
-        "NAME  KIND    SPEC                                       OVERRIDES  PROCESSES  LAST SEEN  ALLOWED  REFUSED\n\
-         api   window  {\"interval\":60,\"kind\":\"window\",\"limit\":5}  -                  1  Ns ago           1        0\n",
+        "NAME  KIND    SPEC          OVERRIDES  PROCESSES  LAST SEEN  ALLOWED  REFUSED\n\
+         api   window  5 per minute  -                  1  Ns ago           1        0\n",
         "{table}"
     );
 
     ok_with(&["set", "api", r#"{"kind":"window","limit":7,"interval":60}"#, "--key", "tenant-7"]);
+    let table = ok_with(&["limits"]);
+    assert!(table.contains("  5 per minute  tenant-7=7 per minute  "), "{table}");
     let listed: Value = serde_json::from_str(&ok_with(&["limits", "--json"])).unwrap();
     let api = &listed.as_array().unwrap()[0];
+    assert_eq!(api["spec"], serde_json::json!({"kind": "window", "limit": 5, "interval": 60}));
     assert_eq!(api["name"], "api");
     assert_eq!(api["overrides"][0]["key"], "tenant-7");
     assert_eq!(api["overrides"][0]["spec"]["limit"], 7);

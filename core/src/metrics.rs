@@ -247,8 +247,8 @@ pub(crate) struct LimiterMetrics {
     pub(crate) local: Counters,
     /// Allowed and refused checks (the other counters are in `local`).
     decided: Striped,
-    /// Identifies this limiter object's flushes among every writer of the same limiter (the
-    /// process id is added when sending, so a forked child is a writer of its own).
+    /// Identifies this limiter object's flushes among the objects of the same limiter in its
+    /// process (each process keeps its sequences under its own key, [`process_writer`]).
     writer: u64,
     last_seq: AtomicU64,
     flushed: Mutex<Flushed>,
@@ -269,10 +269,29 @@ impl Default for LimiterMetrics {
     }
 }
 
+/// This process among every writer of metrics to one Redis: its pid and a random number drawn
+/// when the process (or a forked child) first flushes, so that pids reused across hosts or
+/// after a restart never share a sequence.
+pub(crate) fn process_writer() -> String {
+    use std::hash::BuildHasher;
+    static WRITER: Mutex<Option<(u32, u64)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut writer = WRITER.lock();
+    let nonce = match *writer {
+        Some((p, nonce)) if p == pid => nonce,
+        _ => {
+            let nonce = foldhash::fast::RandomState::default().hash_one((pid, std::time::SystemTime::now()));
+            *writer = Some((pid, nonce));
+            nonce
+        }
+    };
+    format!("{nonce:016x}-{pid}")
+}
+
 impl LimiterMetrics {
-    /// The writer id of this limiter object in this process.
+    /// The writer id of this limiter object: its field in its process's sequence hash.
     pub(crate) fn writer(&self) -> String {
-        format!("{:016x}-{}", self.writer, std::process::id())
+        format!("{:016x}", self.writer)
     }
 
     /// The batch to send: the unacknowledged one if any, else the counts made since the last
@@ -304,6 +323,13 @@ impl LimiterMetrics {
     pub(crate) fn settled(&self) -> bool {
         let flushed = self.flushed.lock();
         flushed.pending.is_none() && flushed.totals.unwrap_or([0; COUNTERS]) == self.totals()
+    }
+
+    /// Whether `batch` holds every count made so far (none came after it was cut): then, at
+    /// exit, it is the last batch of this object.
+    pub(crate) fn settled_after(&self, batch: &Batch) -> bool {
+        let flushed = self.flushed.lock();
+        flushed.pending.is_some_and(|b| b.seq == batch.seq) && flushed.totals == Some(self.totals())
     }
 
     /// Redis applied (now or before) the batch numbered `seq`.

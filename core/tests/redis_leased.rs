@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{lua_sources, Backend, Clock, ErrorKind, Kind, Limiter, LimiterSpec, ManualClock, RedisConfig};
+use ratekeeper_test_support::judge::{self, Record, Rule};
 use support::{RedisCluster, RedisServer};
 
 const START: u64 = 1_800_000_000_000_000;
@@ -194,31 +195,37 @@ fn a_give_back_at_renewal_is_priced_at_the_rate_the_lease_was_granted_at() {
     assert_eq!((peek.remaining, peek.reset_after), (39, Duration::from_millis(6001)));
 }
 
-/// Admissions (instant µs, tokens) judged over every span between two of them: at most
-/// `capacity + rate × span`, as one token bucket admits; the first span over it, if any.
-fn judge_every_span(admitted: &mut [(u64, u64)], rate: f64, capacity: u64) -> Result<(), String> {
-    admitted.sort();
-    for i in 0..admitted.len() {
-        let mut tokens = 0;
-        for j in i..admitted.len() {
-            tokens += admitted[j].1;
-            let span = (admitted[j].0 - admitted[i].0) as f64 / 1e6;
-            let allowed = capacity as f64 + rate * span;
-            if tokens as f64 > allowed + 1e-9 {
-                return Err(format!("{tokens} admitted in {span} s from {} µs: more than {allowed}", admitted[i].0));
-            }
+/// The leased rule, judged over every span between two admissions by the shared judge
+/// (`test-support`): `capacity + rate × (span + lease_ttl)` is the token bucket rule with a burst
+/// of `capacity + rate × lease_ttl`. Also returns how far the run went past the plain rule
+/// `capacity + rate × span`: the least burst the same judge accepts, less `capacity`.
+fn judge_every_span(admitted: &mut [(u64, u64)], rate: f64, capacity: u64, ttl: Duration) -> Result<f64, String> {
+    let emission_us = (1e6 / rate).round() as u64;
+    let lease_tokens = rate * ttl.as_secs_f64();
+    assert!(
+        (emission_us as f64 * rate - 1e6).abs() < 1e-6 && lease_tokens.fract() == 0.0,
+        "the shared judge counts whole microseconds and tokens: pick a rate and TTL that give them"
+    );
+    let record = Record { admitted: admitted.to_vec(), corrections: Vec::new() };
+    let within = |burst: u64| judge::judge(Rule::Rate { capacity: burst, emission_us }, &record);
+    within(capacity + lease_tokens as u64)?;
+    let (mut low, mut high) = (0, capacity + lease_tokens as u64);
+    while low < high {
+        let mid = (low + high) / 2;
+        if within(mid).is_ok() {
+            high = mid;
+        } else {
+            low = mid + 1;
         }
     }
-    Ok(())
+    Ok(low as f64 - capacity as f64)
 }
 
 /// Leases taken at t and spent just before they lapse, plus fresh grants from the bucket that
-/// refilled meanwhile, admit about twice the capacity within a millisecond: the rule
-/// `capacity + rate × span` does not hold over short spans (issue #31, item 5, open; see
-/// docs/src/concepts/leased.md). Kept as the judge for whoever makes the mechanism hold it.
+/// refilled meanwhile, admit close to `capacity + rate × lease_ttl` within a millisecond: more
+/// than `capacity + rate × span`, within the leased rule (docs/src/concepts/leased.md).
 #[test]
-#[ignore = "issue #31 item 5: the leased over-use rule is open over spans shorter than lease_ttl"]
-fn leases_spent_just_before_they_lapse_never_exceed_the_bucket_over_any_span() {
+fn leases_spent_just_before_they_lapse_stay_within_the_leased_rule_over_every_span() {
     let server = RedisServer::start();
     let clock = ManualClock::new(START);
     let backends = fleet(&server.url(), 6, &clock);
@@ -239,8 +246,79 @@ fn leases_spent_just_before_they_lapse_never_exceed_the_bucket_over_any_span() {
         }
     }
     let last = admitted.len();
-    judge_every_span(&mut admitted, rate, capacity).unwrap();
+    let beyond_plain = judge_every_span(&mut admitted, rate, capacity, TTL).unwrap();
     assert!(last >= 100, "the bucket is used: {last}");
+    // The plain rule is the wrong one for leases: 85 spent late on top of a full bucket.
+    assert!(beyond_plain >= 80.0, "{beyond_plain} over capacity + rate × span");
+}
+
+/// Tokens given back after the bucket refilled add nothing: had they never been taken, the
+/// bucket would have been full meanwhile all the same. Five processes lease 10 each, spend one
+/// and let their leases lapse; once the bucket is full again, a sixth drains it and the five
+/// close. Before give-backs were bounded by the bucket's history, the 45 came back on top of a
+/// full bucket: 145 admitted in one instant where the leased rule allows 110.
+#[test]
+fn tokens_given_back_after_the_bucket_refilled_add_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backends = fleet(&server.url(), 6, &clock);
+    let (rate, capacity) = (10.0, 100);
+    let limiters: Vec<Limiter> =
+        backends.iter().map(|b| b.leased("refilled", rate, capacity, Some(10), TTL).unwrap()).collect();
+    let mut admitted = Vec::new();
+    for l in &limiters[..5] {
+        assert!(l.check_blocking(None, 1).unwrap().allowed);
+        admitted.push((clock.now_micros(), 1));
+    }
+    // The bucket (10/s) is full again after 5 s; the leases lapsed long before.
+    clock.advance(Duration::from_secs(6));
+    let drain = |admitted: &mut Vec<(u64, u64)>| {
+        let n = spend_all(&limiters[5]);
+        admitted.extend((0..n).map(|_| (clock.now_micros(), 1)));
+        n
+    };
+    assert_eq!(drain(&mut admitted), 100, "the bucket refilled");
+    for l in &limiters[..5] {
+        l.close_blocking().unwrap();
+    }
+    assert_eq!(limiters[5].peek_blocking(None).unwrap().remaining, 0, "the give-backs came too late");
+    assert_eq!(drain(&mut admitted), 0);
+    judge_every_span(&mut admitted, rate, capacity, TTL).unwrap();
+}
+
+/// The same with a lease still live when given back: a process leases 15 of a 20/s bucket,
+/// which refills them while it holds them; seven others lease the whole bucket (50, 25, 13, …),
+/// it gives back, and all spend what they hold just before their leases lapse, renewing from
+/// what came back and what refilled. Only what the bucket had not yet refilled may come back
+/// (before: 121 admitted in one instant where the leased rule allows 120).
+#[test]
+fn a_live_lease_given_back_returns_only_what_the_bucket_had_not_refilled() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let backends = fleet(&server.url(), 8, &clock);
+    let (rate, capacity) = (20.0, 100);
+    let holder = backends[0].leased("held", rate, capacity, Some(15), TTL).unwrap();
+    let takers: Vec<Limiter> =
+        backends[1..].iter().map(|b| b.leased("held", rate, capacity, Some(50), TTL).unwrap()).collect();
+    let mut admitted = vec![(clock.now_micros(), 1)];
+    assert!(holder.check_blocking(None, 1).unwrap().allowed);
+    clock.advance(Duration::from_millis(990));
+    // One call each: a lease, one token of it spent now, the rest held.
+    for l in &takers {
+        assert!(l.check_blocking(None, 1).unwrap().allowed);
+        admitted.push((clock.now_micros(), 1));
+    }
+    assert_eq!(takers[0].peek_blocking(None).unwrap().remaining, 0, "the takers hold the bucket");
+    holder.close_blocking().unwrap();
+    clock.advance(Duration::from_millis(995));
+    for l in &takers {
+        while l.check_blocking(None, 1).unwrap().allowed {
+            admitted.push((clock.now_micros(), 1));
+        }
+    }
+    let total: u64 = admitted.iter().map(|a| a.1).sum();
+    assert!(total >= 110, "the bucket is used: {total}");
+    judge_every_span(&mut admitted, rate, capacity, TTL).unwrap();
 }
 
 /// Three processes check with random costs, let time pass (often to just before a lease
@@ -249,8 +327,7 @@ fn leases_spent_just_before_they_lapse_never_exceed_the_bucket_over_any_span() {
 /// bucket until its lapse still failed this judge: 46 admitted in 82 ms where 44.1 are
 /// allowed; late spends stack on the bucket's other use, they do not replace it.)
 #[test]
-#[ignore = "issue #31 item 5: the leased over-use rule is open over spans shorter than lease_ttl"]
-fn random_fleet_traffic_never_exceeds_the_bucket_over_any_span() {
+fn random_fleet_traffic_stays_within_the_leased_rule_over_every_span() {
     let server = RedisServer::start();
     let (rate, capacity, ttl) = (50.0, 40, Duration::from_millis(300));
     for round in 0..4u64 {
@@ -289,7 +366,7 @@ fn random_fleet_traffic_never_exceeds_the_bucket_over_any_span() {
             }
         }
         assert!(admitted.iter().map(|a| a.1).sum::<u64>() > 200, "the bucket is used");
-        judge_every_span(&mut admitted, rate, capacity).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        judge_every_span(&mut admitted, rate, capacity, ttl).unwrap_or_else(|e| panic!("round {round}: {e}"));
     }
 }
 

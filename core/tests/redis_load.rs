@@ -27,6 +27,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, Limiter, RedisConfig, SlidingLimit, WindowLimit};
+use ratekeeper_test_support::judge::{self, Record, Rule};
 use support::{RedisCluster, RedisServer};
 
 /// Attempts per task: the lean default of the test command, or the full shape with
@@ -612,64 +613,29 @@ fn judge(job: &Job, c: &Collected) -> Result<Verdict, String> {
     }
 }
 
-/// Every aligned window of `interval_us` holds at most `limit` units.
-fn bucket_never_over(admits: &[(u64, u64, u64)], limit: u64, interval_us: u64) -> Result<(), String> {
-    let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
-    for &(t, cost, _) in admits {
-        *per_window.entry(t / interval_us).or_default() += cost;
-    }
-    match per_window.iter().find(|(_, &n)| n > limit) {
-        Some((w, n)) => {
-            Err(format!("{n} admitted in the aligned window starting at {} µs (limit {limit})", w * interval_us))
-        }
-        None => Ok(()),
-    }
+/// The admissions as the shared judge reads them: `(server time µs, cost)`.
+fn record(admits: &[(u64, u64, u64)], corrections: &[(u64, i64)]) -> Record {
+    Record { admitted: admits.iter().map(|&(t, cost, _)| (t, cost)).collect(), corrections: corrections.to_vec() }
 }
 
-/// Any span `(t − interval, t]` holds at most `limit` units, for every window (the script
-/// forgets an admission at `s` exactly when `now − interval >= s`). `admits` sorted by time.
+/// Every aligned window of `interval_us` holds at most `limit` units.
+fn bucket_never_over(admits: &[(u64, u64, u64)], limit: u64, interval_us: u64) -> Result<(), String> {
+    judge::judge(Rule::Blocks { limit, block_us: interval_us, blocks: 1 }, &record(admits, &[]))
+}
+
+/// Any span `(t − interval, t]` holds at most `limit` units, for every window.
 fn window_never_over(admits: &[(u64, u64, u64)], windows: &[(u64, u64)]) -> Result<(), String> {
-    let mut prefix = vec![0u64];
-    for a in admits {
-        prefix.push(prefix.last().unwrap() + a.1);
-    }
-    for &(limit, interval) in windows {
-        let mut i = 0;
-        for j in 0..admits.len() {
-            while admits[i].0 + interval <= admits[j].0 {
-                i += 1;
-            }
-            let n = prefix[j + 1] - prefix[i];
-            if n > limit {
-                return Err(format!(
-                    "{n} admitted in the {interval} µs span ending at {} µs (limit {limit}); first at {}",
-                    admits[j].0, admits[i].0
-                ));
-            }
-        }
-    }
-    Ok(())
+    let record = record(admits, &[]);
+    windows.iter().try_for_each(|&(limit, interval_us)| judge::judge(Rule::Span { limit, interval_us }, &record))
 }
 
 /// Judged by blocks, as the limiter counts: the `ceil(duration / precision)` blocks of
 /// `precision` ending with any block hold at most `limit` units, for every limit.
 fn sliding_never_over(admits: &[(u64, u64, u64)], limits: &[(u64, u64, u64)]) -> Result<(), String> {
-    for &(limit, duration, precision) in limits {
-        let blocks = duration.div_ceil(precision);
-        let mut per_block: BTreeMap<u64, u64> = BTreeMap::new();
-        for &(t, cost, _) in admits {
-            *per_block.entry(t / precision).or_default() += cost;
-        }
-        for &b in per_block.keys() {
-            let n: u64 = per_block.range(b.saturating_sub(blocks - 1)..=b).map(|(_, n)| n).sum();
-            if n > limit {
-                return Err(format!(
-                    "{n} admitted in the {blocks} blocks of {precision} µs ending with block {b} (limit {limit})"
-                ));
-            }
-        }
-    }
-    Ok(())
+    let record = record(admits, &[]);
+    limits.iter().try_for_each(|&(limit, duration, precision)| {
+        judge::judge(Rule::Blocks { limit, block_us: precision, blocks: duration.div_ceil(precision) }, &record)
+    })
 }
 
 /// Replays the calls that reached the server up to `end` (server time, library's decision)
@@ -740,35 +706,7 @@ fn greedy_sliding(limits: &[(u64, u64, u64)], t0: u64, tc: u64) -> u64 {
 /// corrections in between counted) exceed `capacity + (t_b − t_a) / T`: the theoretical arrival
 /// time only grows by what is charged, and an admission needs it within `tau` of now.
 fn gcra_never_over(admits: &[(u64, u64, u64)], adjusts: &[(u64, i64)], t_us: u64, capacity: u64) -> Result<(), String> {
-    // (time, delta, is_admission); at equal instants refunds first, the lenient order.
-    let mut events: Vec<(u64, i64, bool)> = admits.iter().map(|&(t, c, _)| (t, c as i64, true)).collect();
-    events.extend(adjusts.iter().map(|&(t, d)| (t, d, false)));
-    events.sort_by_key(|e| (e.0, e.1));
-    let (t_us, tau) = (t_us as i128, (capacity * t_us) as i128);
-    let mut charged: i128 = 0; // Σ delta × T so far
-    let mut best: Option<(i128, u64)> = None; // min over admissions a of (charged before a − t_a)
-    for &(t, delta, admission) in &events {
-        if admission {
-            let before = charged - t as i128;
-            if best.map_or(true, |(b, _)| before < b) {
-                best = Some((before, t));
-            }
-        }
-        charged += delta as i128 * t_us;
-        if admission {
-            let (b, from) = best.unwrap();
-            let excess = charged - t as i128 - b - tau;
-            if excess > 0 {
-                return Err(format!(
-                    "from {from} µs to {t} µs, {} units were charged: more than capacity {capacity} + elapsed/T ({} µs per unit) by {:.2} units",
-                    (charged - (b + from as i128)) / t_us,
-                    t_us,
-                    excess as f64 / t_us as f64
-                ));
-            }
-        }
-    }
-    Ok(())
+    judge::judge(Rule::Rate { capacity, emission_us: t_us }, &record(admits, adjusts))
 }
 
 /// At every grant, the leases surely still held (granted earlier, and not yet released by a

@@ -195,8 +195,9 @@ pub extern "C" fn rk_backend_new_redis_cluster(
 
 /// \brief Frees a backend. NULL is ignored.
 ///
-/// Limiters built from it stay valid (they hold what they need). Call it once per backend, when
-/// no other thread is using this handle.
+/// Limiters built from it stay valid (they hold what they need). A Redis backend first sends
+/// this process's pending metric counts and registrations (as `rk_backend_flush` does), so
+/// free it before exiting. Call it once per backend, when no other thread is using this handle.
 ///
 /// \param backend A backend from an `rk_backend_new_*` function, or NULL.
 #[no_mangle]
@@ -204,7 +205,10 @@ pub extern "C" fn rk_backend_free(backend: *mut rk_backend) {
     ffi_boundary! {
         if !backend.is_null() {
             // SAFETY: the caller's contract: made by `publish`, not freed before.
-            drop(unsafe { Box::from_raw(backend) });
+            let backend = unsafe { Box::from_raw(backend) };
+            // The last flush of a process that frees its backend before exiting: pending counts
+            // and registrations reach Redis even if it lived under a second.
+            let _ = backend.inner.flush_blocking();
         }
     }
 }

@@ -250,8 +250,8 @@ pub extern "C" fn rk_limiter_new_token_bucket(
 /// \brief Creates a leased token bucket: `rate` tokens per second up to `capacity`, shared by
 /// every process on the backend; this process takes tokens from Redis in leases of up to
 /// `chunk` and spends them in-process. Unspent tokens go back on `rk_limiter_close` or at the
-/// next lease, or lapse `lease_ttl_secs` after they were taken. The fleet never admits more than
-/// the bucket allows; leasing ahead may under-use it. On the memory backend: the token bucket.
+/// next lease, or lapse `lease_ttl_secs` after they were taken. The fleet admits at most capacity + rate ×
+/// (span + lease_ttl) over any span; leasing ahead may under-use it. On the memory backend: the token bucket.
 ///
 /// \param backend The backend that holds the state.
 /// \param name The limiter's name: 1 to 128 characters from `[A-Za-z0-9_-]`.

@@ -158,6 +158,43 @@ for (const [description, thunk, option] of unknownOptions) {
   });
 }
 
+// A value of the wrong type in an options object (converted by napi's derived conversion, see
+// node/src/options.rs) is refused naming the option by its path, with the same words as a
+// positional argument.
+const cyclic = {};
+cyclic.self = cyclic;
+const wrongOptionTypes = [
+  [() => Backend.memory({ maxKeys: 'x' }), 'maxKeys', 'must be a number, got a string'],
+  [() => Backend.memory({ maxKeys: 10n }), 'maxKeys', 'must be a number, got a bigint'],
+  [() => Backend.memory({ clock: {} }), 'clock', 'must be a ManualClock, got an object'],
+  [() => Backend.redis(redisUrl, { prefix: cyclic }), 'prefix', 'must be a string, got an object'],
+  [() => Backend.redis(redisUrl, { prefix: 'a\uD800' }), 'prefix', 'must be a well-formed Unicode string; found a lone surrogate U+D800'],
+  [() => Backend.redis(redisUrl, { tls: 'x' }), 'tls', 'must be an object, got a string'],
+  [() => Backend.redis(redisUrl, { tls: { ca: 5 } }), 'tls.ca', 'must be a string or a Buffer, got a number'],
+  [() => Backend.redis(redisUrl, { failurePolicy: 5 }), 'failurePolicy', 'must be an object, got a number'],
+  [() => Backend.redis(redisUrl, { failurePolicy: { fallback: 'x' } }), 'failurePolicy.fallback', 'must be a number, got a string'],
+  [() => Backend.redis(redisUrl, { failurePolicy: { fallback: null } }), 'failurePolicy.fallback', 'is required'],
+  [() => backend.concurrent('c', 1, { allowFallback: 1 }), 'allowFallback', 'must be a boolean, got a number'],
+  [() => backend.windows('w', [{ limit: 1 }]), 'windows.intervalMs', 'is required'],
+  [() => backend.slidingWindow('s', [{ durationMs: 1000, limit: 1, precisionMs: 'x' }]), 'limits.precisionMs', 'must be a number, got a string'],
+  [() => bucket.acquire('k', { cost: 'x' }), 'cost', 'must be a number, got a string'],
+];
+
+for (const [thunk, parameter, message] of wrongOptionTypes) {
+  test(`wrong option type: \`${parameter}\` ${message}`, async () => {
+    let error;
+    try {
+      await thunk();
+    } catch (e) {
+      error = e;
+    }
+    assert.ok(error instanceof Error, `expected an Error, got ${error}`);
+    assert.equal(error.code, 'ERR_INVALID_ARGUMENT', error.message);
+    assert.equal(error.parameter, parameter, error.message);
+    assert.equal(error.message, `invalid argument \`${parameter}\`: ${message}`);
+  });
+}
+
 test('an option whose value is undefined or null counts as absent; every known option is accepted', async () => {
   const l = backend.bucket('known-options', 1, 1000, { waitTimeoutMs: undefined });
   assert.equal((await l.acquire('k', { cost: null, waitTimeoutMs: 0, signal: undefined })).allowed, true);

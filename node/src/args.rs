@@ -8,8 +8,11 @@ use std::borrow::Cow;
 use std::ptr;
 use std::time::Duration;
 
-use napi::bindgen_prelude::{validate_type_tag, External, FromNapiRef, TypeTag};
-use napi::{sys, JsValue, Unknown};
+use napi::bindgen_prelude::{
+    validate_type_tag, Array, External, FromNapiRef, FromNapiValue, JsObjectValue, Object, TypeTag, Uint8ArraySlice,
+    Utf16String,
+};
+use napi::{sys, JsValue, Unknown, ValueType};
 use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, status_from_f64, timeout_from_millis};
 use ratekeeper::Error;
 
@@ -33,37 +36,41 @@ impl Js {
         value.as_ref().map(Js::of)
     }
 
-    fn type_of(self) -> sys::napi_valuetype {
-        let mut t = sys::ValueType::napi_undefined;
-        unsafe { sys::napi_typeof(self.env, self.value, &mut t) };
-        t
+    /// The value as napi's `Unknown`, for napi's own (safe) conversions.
+    pub fn unknown(self) -> Unknown<'static> {
+        // SAFETY: a `Js` is made only from a live value of the current call (an argument, or a
+        // property or element read during it) and is not kept beyond the call.
+        unsafe { Unknown::from_raw_unchecked(self.env, self.value) }
+    }
+
+    /// The value's type.
+    pub fn value_type(self) -> ValueType {
+        self.unknown().get_type().unwrap_or(ValueType::Unknown)
     }
 
     pub fn is_nullish(self) -> bool {
-        matches!(self.type_of(), sys::ValueType::napi_undefined | sys::ValueType::napi_null)
+        matches!(self.value_type(), ValueType::Undefined | ValueType::Null)
     }
 
     /// A short description of the value's type, for messages.
-    fn describe(self) -> &'static str {
-        match self.type_of() {
-            sys::ValueType::napi_undefined => "undefined",
-            sys::ValueType::napi_null => "null",
-            sys::ValueType::napi_boolean => "a boolean",
-            sys::ValueType::napi_number => "a number",
-            sys::ValueType::napi_string => "a string",
-            sys::ValueType::napi_symbol => "a symbol",
-            sys::ValueType::napi_object if self.is_array() => "an array",
-            sys::ValueType::napi_object => "an object",
-            sys::ValueType::napi_function => "a function",
-            sys::ValueType::napi_bigint => "a bigint",
+    pub fn describe(self) -> &'static str {
+        match self.value_type() {
+            ValueType::Undefined => "undefined",
+            ValueType::Null => "null",
+            ValueType::Boolean => "a boolean",
+            ValueType::Number => "a number",
+            ValueType::String => "a string",
+            ValueType::Symbol => "a symbol",
+            ValueType::Object if self.is_array() => "an array",
+            ValueType::Object => "an object",
+            ValueType::Function => "a function",
+            ValueType::BigInt => "a bigint",
             _ => "an external value",
         }
     }
 
     fn is_array(self) -> bool {
-        let mut result = false;
-        unsafe { sys::napi_is_array(self.env, self.value, &mut result) };
-        result
+        self.unknown().is_array().unwrap_or(false)
     }
 
     fn wrong(self, parameter: &'static str, expected: &str) -> Error {
@@ -72,13 +79,10 @@ impl Js {
 
     /// The value as a number (BigInts are accepted and converted).
     pub fn number(self, parameter: &'static str) -> CoreResult<f64> {
-        let mut n = 0.0;
-        match self.type_of() {
-            sys::ValueType::napi_number => {
-                unsafe { sys::napi_get_value_double(self.env, self.value, &mut n) };
-                Ok(n)
-            }
-            sys::ValueType::napi_bigint => {
+        match self.value_type() {
+            ValueType::Number => self.strict_number(parameter),
+            ValueType::BigInt => {
+                // napi's `BigInt` reads every word (and has none for 0n): one word is enough.
                 let (mut v, mut lossless) = (0i64, false);
                 unsafe { sys::napi_get_value_bigint_int64(self.env, self.value, &mut v, &mut lossless) };
                 Ok(if lossless { v as f64 } else { f64::INFINITY })
@@ -89,39 +93,21 @@ impl Js {
 
     /// The value as a number, BigInts refused (what napi's own conversion accepts).
     pub fn strict_number(self, parameter: &'static str) -> CoreResult<f64> {
-        if self.type_of() != sys::ValueType::napi_number {
-            return Err(self.wrong(parameter, "a number"));
-        }
-        let mut n = 0.0;
-        unsafe { sys::napi_get_value_double(self.env, self.value, &mut n) };
-        Ok(n)
+        f64::from_unknown(self.unknown()).map_err(|_| self.wrong(parameter, "a number"))
     }
 
     pub fn boolean(self, parameter: &'static str) -> CoreResult<bool> {
-        if self.type_of() != sys::ValueType::napi_boolean {
-            return Err(self.wrong(parameter, "a boolean"));
-        }
-        let mut b = false;
-        unsafe { sys::napi_get_value_bool(self.env, self.value, &mut b) };
-        Ok(b)
+        bool::from_unknown(self.unknown()).map_err(|_| self.wrong(parameter, "a boolean"))
     }
 
     /// The value as a string. A string that is not well-formed UTF-16 (a lone surrogate, which
     /// napi would turn into U+FFFD, so that two different keys would share state) is refused
     /// naming `parameter`.
     pub fn string(self, parameter: &'static str) -> CoreResult<String> {
-        if self.type_of() != sys::ValueType::napi_string {
+        if self.value_type() != ValueType::String {
             return Err(self.wrong(parameter, "a string"));
         }
-        let mut len = 0usize;
-        unsafe { sys::napi_get_value_string_utf8(self.env, self.value, ptr::null_mut(), 0, &mut len) };
-        let mut buf = vec![0u8; len + 1];
-        let mut written = 0usize;
-        unsafe {
-            sys::napi_get_value_string_utf8(self.env, self.value, buf.as_mut_ptr().cast(), buf.len(), &mut written)
-        };
-        buf.truncate(written);
-        let text = String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        let text = String::from_unknown(self.unknown()).map_err(|_| self.wrong(parameter, "a string"))?;
         self.well_formed(parameter, &text)?;
         Ok(text)
     }
@@ -133,69 +119,53 @@ impl Js {
         if !utf8.contains('\u{FFFD}') {
             return Ok(());
         }
-        let mut len = 0usize;
-        unsafe { sys::napi_get_value_string_utf16(self.env, self.value, ptr::null_mut(), 0, &mut len) };
-        let mut units = vec![0u16; len + 1];
-        let mut written = 0usize;
-        unsafe {
-            sys::napi_get_value_string_utf16(self.env, self.value, units.as_mut_ptr(), units.len(), &mut written)
-        };
-        if let Some(Err(lone)) = char::decode_utf16(units[..written].iter().copied()).find(Result::is_err) {
-            return Err(Error::invalid(
+        match self.utf16_lone_surrogate() {
+            Some(lone) => Err(Error::invalid(
                 parameter,
-                format!(
-                    "must be a well-formed Unicode string; found a lone surrogate U+{:04X}",
-                    lone.unpaired_surrogate()
-                ),
-            ));
+                format!("must be a well-formed Unicode string; found a lone surrogate U+{lone:04X}"),
+            )),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The first lone surrogate of this string, if it holds one.
+    pub fn lone_surrogate(self) -> Option<u16> {
+        let utf8 = String::from_unknown(self.unknown()).ok()?;
+        if utf8.contains('\u{FFFD}') {
+            self.utf16_lone_surrogate()
+        } else {
+            None
+        }
+    }
+
+    fn utf16_lone_surrogate(self) -> Option<u16> {
+        let units = Utf16String::from_unknown(self.unknown()).ok()?;
+        char::decode_utf16(units.iter().copied()).find_map(|c| c.err()).map(|e| e.unpaired_surrogate())
     }
 
     /// Bytes from a string or a Buffer / Uint8Array (PEM material).
     pub fn bytes(self, parameter: &'static str) -> CoreResult<Vec<u8>> {
-        if self.type_of() == sys::ValueType::napi_string {
+        if self.value_type() == ValueType::String {
             return Ok(self.string(parameter)?.into_bytes());
         }
-        let mut is_typed = false;
-        unsafe { sys::napi_is_typedarray(self.env, self.value, &mut is_typed) };
-        if is_typed {
-            let (mut kind, mut len, mut data) = (sys::TypedarrayType::uint8_array, 0usize, ptr::null_mut());
-            let (mut buffer, mut offset) = (ptr::null_mut(), 0usize);
-            unsafe {
-                sys::napi_get_typedarray_info(
-                    self.env,
-                    self.value,
-                    &mut kind,
-                    &mut len,
-                    &mut data,
-                    &mut buffer,
-                    &mut offset,
-                )
-            };
-            if kind == sys::TypedarrayType::uint8_array && (len == 0 || !data.is_null()) {
-                return Ok(if len == 0 {
-                    Vec::new()
-                } else {
-                    unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }.to_vec()
-                });
-            }
+        match Uint8ArraySlice::from_unknown(self.unknown()) {
+            Ok(bytes) => Ok(bytes.to_vec()),
+            Err(_) => Err(self.wrong(parameter, "a string or a Buffer")),
         }
-        Err(self.wrong(parameter, "a string or a Buffer"))
     }
 
     /// The value as an object (arrays included), or an error naming `parameter`.
     pub fn object(self, parameter: &'static str) -> CoreResult<Js> {
-        match self.type_of() {
-            sys::ValueType::napi_object => Ok(self),
+        match self.value_type() {
+            ValueType::Object => Ok(self),
             _ => Err(self.wrong(parameter, "an object")),
         }
     }
 
     /// The value as a function, or an error naming `parameter`.
     pub fn function(self, parameter: &'static str) -> CoreResult<Js> {
-        match self.type_of() {
-            sys::ValueType::napi_function => Ok(self),
+        match self.value_type() {
+            ValueType::Function => Ok(self),
             _ => Err(self.wrong(parameter, "a function")),
         }
     }
@@ -205,37 +175,27 @@ impl Js {
         if !self.is_array() {
             return Err(self.wrong(parameter, "an array"));
         }
-        let mut len = 0u32;
-        unsafe { sys::napi_get_array_length(self.env, self.value, &mut len) };
-        Ok((0..len)
-            .map(|i| {
-                let mut value = ptr::null_mut();
-                unsafe { sys::napi_get_element(self.env, self.value, i, &mut value) };
-                Js { env: self.env, value }
+        let array = Array::from_unknown(self.unknown()).map_err(|_| self.wrong(parameter, "an array"))?;
+        (0..array.len())
+            .map(|i| match array.get::<Unknown<'_>>(i) {
+                Ok(Some(value)) => Ok(Js::of(&value)),
+                _ => Err(self.wrong(parameter, "an array")),
             })
-            .collect())
+            .collect()
     }
 
     /// A property, `None` when it is `undefined` or `null`.
     pub fn get(self, name: &std::ffi::CStr) -> Option<Js> {
-        let mut value = ptr::null_mut();
-        let status = unsafe { sys::napi_get_named_property(self.env, self.value, name.as_ptr(), &mut value) };
-        let v = Js { env: self.env, value };
-        (status == sys::Status::napi_ok && !value.is_null() && !v.is_nullish()).then_some(v)
+        self.property(name.to_str().ok()?)
     }
 
     /// The property named by the camelCase form of the Rust name `field`, `None` when it is
-    /// `undefined` or `null`.
+    /// `undefined` or `null` (or `self` is not an object).
     pub fn property(self, field: &str) -> Option<Js> {
-        let name = camel(field);
-        let mut key = ptr::null_mut();
-        let mut value = ptr::null_mut();
-        let status = unsafe {
-            sys::napi_create_string_utf8(self.env, name.as_ptr().cast(), name.len() as isize, &mut key);
-            sys::napi_get_property(self.env, self.value, key, &mut value)
-        };
-        let v = Js { env: self.env, value };
-        (status == sys::Status::napi_ok && !value.is_null() && !v.is_nullish()).then_some(v)
+        let object = Object::from_raw(self.env, self.value);
+        let value: Unknown<'_> = object.get_named_property_unchecked(&camel(field)).ok()?;
+        let v = Js::of(&value);
+        (!v.is_nullish()).then_some(v)
     }
 
     /// The value as an instance of the `#[napi]` class `T`, checked by the class's type tag.
@@ -243,7 +203,7 @@ impl Js {
     /// `FromNapiRef` would refuse, as it only lends instances during argument conversion.
     pub fn instance<T: TypeTag + 'static>(self, parameter: &'static str, class: &str) -> CoreResult<&'static T> {
         let wrong = || Error::invalid(parameter, format!("must be a {class}, got {}", self.describe()));
-        if self.type_of() != sys::ValueType::napi_object {
+        if self.value_type() != ValueType::Object {
             return Err(wrong());
         }
         // SAFETY: the tag check guarantees the wrapped pointer is a `T` boxed by napi-rs, alive
@@ -276,7 +236,7 @@ pub fn with_key<T>(value: &Option<Unknown<'_>>, f: impl FnOnce(Option<&str>) -> 
         static BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; CAPACITY]);
     }
     let Some(v) = Js::opt(value) else { return f(None) };
-    if v.type_of() != sys::ValueType::napi_string {
+    if v.value_type() != ValueType::String {
         return Err(v.wrong("key", "a string"));
     }
     let mut f = Some(f);

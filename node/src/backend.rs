@@ -14,11 +14,11 @@ use crate::args::{self, count, millis, opt_millis, Js};
 use crate::decision::BackendStats;
 use crate::error::{core, guard};
 use crate::limiter::Limiter;
-use crate::options::{self, options, ClockOption, Pem, Policy};
+use crate::options::{self, options, ClockOption, FallbackPolicy, Pem, Policy};
 use crate::runtime::CoreResult;
 
 /// Options of `Backend.memory()`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 pub struct MemoryOptions {
     /// The most keys held at once (default 1,000,000). When full, expired state is dropped
     /// first and new keys are refused (`ERR_BACKEND_UNAVAILABLE`) rather than resetting live ones.
@@ -32,7 +32,7 @@ pub struct MemoryOptions {
 options!(MemoryOptions { max_keys, shards, clock });
 
 /// PEM material for `rediss://` URLs.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 pub struct TlsOptions {
     /// The CA certificate(s) that signed the server's certificate (default: the system store).
     #[napi(ts_type = "string | Uint8Array")]
@@ -47,7 +47,7 @@ pub struct TlsOptions {
 options!(TlsOptions { ca, cert, key });
 
 /// Options of `Backend.redis()` and `Backend.cluster()`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 pub struct RedisOptions {
     /// Namespace of every key (default `rk`): 1 to 64 characters from `[A-Za-z0-9_.-]`.
     pub prefix: Option<String>,
@@ -68,10 +68,17 @@ pub struct RedisOptions {
     #[napi(ts_type = "ManualClock")]
     pub clock: Option<ClockOption>,
 }
-options!(RedisOptions { prefix, failure_policy, deadline_ms, connect_timeout_ms, tls, clock });
+options!(RedisOptions {
+    prefix,
+    failure_policy: FallbackPolicy | String,
+    deadline_ms,
+    connect_timeout_ms,
+    tls: TlsOptions,
+    clock
+});
 
 /// Options shared by every limiter constructor.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 pub struct LimiterOptions {
     /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
     pub wait_timeout_ms: Option<f64>,
@@ -79,7 +86,7 @@ pub struct LimiterOptions {
 options!(LimiterOptions { wait_timeout_ms });
 
 /// Options of `backend.concurrent()`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 #[derive(Default)]
 pub struct ConcurrentOptions {
     /// A lease older than this may be reclaimed by a caller that needs its slot (default 30000).
@@ -95,7 +102,7 @@ pub struct ConcurrentOptions {
 options!(ConcurrentOptions { lock_timeout_ms, wait_timeout_ms, allow_fallback });
 
 /// Options of `backend.partitions()`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 #[derive(Default)]
 pub struct PartitionsOptions {
     /// How long a lease lasts unless renewed: a dead process's partitions return after it
@@ -112,7 +119,7 @@ pub struct PartitionsOptions {
 options!(PartitionsOptions { lease_ttl_ms, reserved, priority, wait_timeout_ms });
 
 /// Options of `backend.calendar()`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 #[derive(Default)]
 pub struct CalendarOptions {
     /// The IANA time zone the calendar follows, e.g. `"Europe/Berlin"` (default `"UTC"`).
@@ -126,7 +133,7 @@ pub struct CalendarOptions {
 options!(CalendarOptions { tz, anchor, wait_timeout_ms });
 
 /// Options of `backend.leased()`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 #[derive(Default)]
 pub struct LeasedOptions {
     /// The most tokens one lease takes from Redis (default capacity / 16, at least 1).
@@ -139,7 +146,7 @@ pub struct LeasedOptions {
 options!(LeasedOptions { chunk, lease_ttl_ms, wait_timeout_ms });
 
 /// One window of `backend.windows()`: at most `limit` admissions in any span of `intervalMs`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 pub struct WindowLimitOptions {
     /// Admissions allowed per span.
     pub limit: f64,
@@ -149,7 +156,7 @@ pub struct WindowLimitOptions {
 options!(WindowLimitOptions { limit, interval_ms });
 
 /// One limit of `backend.slidingWindow()` (or the tuple `[durationMs, limit, precisionMs?]`).
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 pub struct SlidingLimitOptions {
     /// The span the limit covers, in milliseconds.
     pub duration_ms: f64,
@@ -182,6 +189,19 @@ fn memory_backend(options: Option<MemoryOptions>) -> CoreResult<ratekeeper::Back
         config = config.clock(clock);
     }
     ratekeeper::Backend::memory_with(config)
+}
+
+/// Adds, once per Node environment, a cleanup hook that flushes every Redis backend's pending
+/// counts and registrations as the environment exits (after `process.on('exit')` listeners),
+/// so that a process living under a second still counts.
+fn flush_at_exit(env: &Env) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        let _ = env.add_env_cleanup_hook((), |()| {
+            // No panic crosses into Node, even at exit.
+            let _ = std::panic::catch_unwind(ratekeeper::Backend::flush_every_backend_at_exit);
+        });
+    });
 }
 
 fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> CoreResult<ratekeeper::Backend> {
@@ -279,6 +299,7 @@ impl Backend {
             let result = args::required(Js::opt(&url), "url")
                 .and_then(|u| u.string("url"))
                 .and_then(|url| redis_backend(RedisConfig::new(url), options::optional(&options)?));
+            flush_at_exit(&env);
             Ok(Backend { inner: core(&env, result)? })
         })
     }
@@ -303,6 +324,7 @@ impl Backend {
                     list.into_iter().enumerate().map(seed).collect::<CoreResult<Vec<_>>>()
                 })
                 .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), options::optional(&options)?));
+            flush_at_exit(&env);
             Ok(Backend { inner: core(&env, result)? })
         })
     }
@@ -538,7 +560,7 @@ impl Backend {
     /// A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
     /// this process takes from Redis in leases of up to `chunk` and spends in-process; unspent
     /// tokens go back on `close()` or at the next lease, or lapse `leaseTtlMs` after they were
-    /// taken. The fleet never admits more than the bucket allows; leasing ahead may under-use
+    /// taken. The fleet admits at most capacity + rate × (span + lease_ttl) over any span; leasing ahead may under-use
     /// it. On the memory backend: the token bucket.
     #[napi(ts_args_type = "name: string, rate: number, capacity: number, options?: LeasedOptions")]
     pub fn leased(

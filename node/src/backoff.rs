@@ -10,11 +10,11 @@ use ratekeeper::Error;
 
 use crate::args::{required, Js};
 use crate::error::{core, guard};
-use crate::options::{options, Value};
+use crate::options::options;
 use crate::runtime::CoreResult;
 
 /// Options of `new Backoff()`; every field is optional.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 pub struct BackoffOptions {
     /// The step per reschedule: attempt n waits at least `baseMs * n` (default 300 000, five
     /// minutes, as Sidekiq). May be 0.
@@ -37,9 +37,9 @@ options!(BackoffOptions { base_ms, jitter_ms, max_reschedules, delay, seed });
 /// The `delay` option: a JavaScript function.
 pub struct DelayFunction(Js);
 
-impl Value for DelayFunction {
-    fn read(value: Js, name: &'static str) -> CoreResult<Self> {
-        Ok(DelayFunction(value.function(name)?))
+impl FromNapiValue for DelayFunction {
+    unsafe fn from_napi_value(env: napi::sys::napi_env, value: napi::sys::napi_value) -> napi::Result<Self> {
+        Js { env, value }.function("delay").map(DelayFunction).map_err(|e| crate::options::marked(e, ""))
     }
 }
 
@@ -95,10 +95,7 @@ impl Backoff {
             };
             let inner = core(&env, build(&mut delay))?;
             let delay = match delay {
-                // SAFETY: `v` is a function value of this call's environment (checked above).
-                Some(v) => {
-                    Some(unsafe { Function::<u32, Unknown<'static>>::from_napi_value(v.env, v.value) }?.create_ref()?)
-                }
+                Some(v) => Some(Function::<u32, Unknown<'static>>::from_unknown(v.unknown())?.create_ref()?),
                 None => None,
             };
             Ok(Backoff { inner, delay })

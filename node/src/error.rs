@@ -17,7 +17,8 @@ use std::borrow::Cow;
 use std::ffi::CStr;
 use std::ptr;
 
-use napi::{sys, Env, Unknown};
+use napi::bindgen_prelude::{JsObjectValue, Object};
+use napi::{sys, Env, JsValue, Unknown};
 use ratekeeper::{Error, ErrorKind};
 
 /// The JavaScript name of a parameter the core names in snake_case: durations are milliseconds
@@ -83,40 +84,35 @@ fn message(error: &Error) -> String {
     }
 }
 
-fn string(env: sys::napi_env, s: &str) -> sys::napi_value {
-    let mut value = ptr::null_mut();
-    unsafe { sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value) };
-    value
+/// A JavaScript `Error` with `message` and `code`, and the properties `extra` sets; null only if
+/// the environment can no longer create objects (it is shutting down).
+fn error_object(
+    env: sys::napi_env,
+    code: &CStr,
+    message: &str,
+    extra: impl FnOnce(&mut Object<'_>) -> napi::Result<()>,
+) -> sys::napi_value {
+    let env = Env::from_raw(env);
+    let made = env.create_error(napi::Error::new(napi::Status::GenericFailure, message)).and_then(|mut object| {
+        // napi names the error's code after the status; ratekeeper's own code replaces it.
+        object.set_named_property("code", code.to_str().unwrap_or("ERR_RATEKEEPER"))?;
+        extra(&mut object)?;
+        Ok(object.value().value)
+    });
+    made.unwrap_or(ptr::null_mut())
 }
 
 /// Converts a core error into a JavaScript `Error` object: the one place every kind is mapped.
 /// Returns null only if the environment can no longer create objects (it is shutting down).
 pub fn js_error_value(env: sys::napi_env, error: &Error) -> sys::napi_value {
-    let mut code_value = ptr::null_mut();
-    let code = code(error).to_bytes();
-    unsafe { sys::napi_create_string_utf8(env, code.as_ptr().cast(), code.len() as isize, &mut code_value) };
-    let mut object = ptr::null_mut();
-    unsafe { sys::napi_create_error(env, code_value, string(env, &message(error)), &mut object) };
-    if object.is_null() {
-        return object;
-    }
-    match error {
+    error_object(env, code(error), &message(error), |object| match error {
         Error::OverLimit { retry_after } => {
-            let mut ms = ptr::null_mut();
-            unsafe {
-                sys::napi_create_double(env, retry_after.as_micros() as f64 / 1e3, &mut ms);
-                sys::napi_set_named_property(env, object, c"retryAfterMs".as_ptr(), ms);
-            }
+            object.set_named_property("retryAfterMs", retry_after.as_micros() as f64 / 1e3)
         }
-        Error::InvalidArgument { parameter, .. } => unsafe {
-            sys::napi_set_named_property(env, object, c"parameter".as_ptr(), string(env, &js_name(parameter)));
-        },
-        Error::BackendRejected { code, .. } => unsafe {
-            sys::napi_set_named_property(env, object, c"redisCode".as_ptr(), string(env, code));
-        },
-        _ => {}
-    }
-    object
+        Error::InvalidArgument { parameter, .. } => object.set_named_property("parameter", js_name(parameter).as_ref()),
+        Error::BackendRejected { code, .. } => object.set_named_property("redisCode", code.as_str()),
+        _ => Ok(()),
+    })
 }
 
 /// A core error as a napi error that throws (or rejects with) exactly the object above.
@@ -146,14 +142,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// The `Error` (code `ERR_INTERNAL`) a caught panic becomes: a bug in ratekeeper, which never
 /// unwinds into Node.
 pub fn panic_error_value(env: sys::napi_env, panic: Box<dyn std::any::Any + Send>) -> sys::napi_value {
-    let mut object = ptr::null_mut();
-    let code = c"ERR_INTERNAL".to_bytes();
-    let mut code_value = ptr::null_mut();
-    unsafe {
-        sys::napi_create_string_utf8(env, code.as_ptr().cast(), code.len() as isize, &mut code_value);
-        sys::napi_create_error(env, code_value, string(env, &panic_message(&*panic)), &mut object);
-    }
-    object
+    error_object(env, c"ERR_INTERNAL", &panic_message(&*panic), |_| Ok(()))
 }
 
 /// Runs the body of a synchronous export, turning a panic into a thrown `ERR_INTERNAL` error.

@@ -19,7 +19,7 @@ use crate::error::{core, guard};
 use crate::options::{self, options, Handled};
 
 /// Options of `limiter.acquire()`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 #[derive(Default)]
 pub struct AcquireOptions {
     /// Units to take (default 1; concurrent limiters take exactly 1).

@@ -18,7 +18,7 @@ use crate::runtime::CoreResult;
 use ratekeeper::DEFAULT_LOCK_TIMEOUT;
 
 /// Options of `new FleetShedder()`.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 #[derive(Default)]
 pub struct FleetShedderOptions {
     /// A request still in flight after this (a crashed worker) gives its slot back (default 30000).
@@ -87,7 +87,7 @@ impl FleetShedder {
 }
 
 /// Options of `new UtilizationShedder()`; the defaults are Stripe's.
-#[napi(object, object_from_js = false, object_to_js = false)]
+#[napi(object, object_to_js = false)]
 pub struct UtilizationOptions {
     /// Below this utilization, shedding decreases (default 0.7).
     pub end_of_good: Option<f64>,

@@ -203,6 +203,29 @@ fn name_python(py: Python<'_>) {
     ratekeeper::set_client_language(&format!("python {}.{}.{}", version.major, version.minor, version.patch));
 }
 
+/// Registers, once per interpreter, an `atexit` hook that flushes every Redis backend's
+/// pending counts and registrations as the process exits, so that a process living under a
+/// second (one job, one script) still counts. Failing to register only loses that flush.
+fn flush_at_exit(py: Python<'_>) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        let hook = pyo3::types::PyCFunction::new_closure(
+            py,
+            None,
+            None,
+            |args: &Bound<'_, pyo3::types::PyTuple>, _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>| {
+                // No panic crosses into Python, even at exit.
+                args.py().detach(|| {
+                    let _ = std::panic::catch_unwind(ratekeeper::Backend::flush_every_backend_at_exit);
+                });
+            },
+        );
+        if let Ok(hook) = hook {
+            let _ = py.import("atexit").and_then(|atexit| atexit.call_method1("register", (hook,)));
+        }
+    });
+}
+
 /// The options `Backend.redis` and `Backend.cluster` share (everything besides where Redis is),
 /// each converted and checked by its own type, applied by one function for both.
 ///
@@ -298,6 +321,7 @@ impl Backend {
     /// A Redis or Redis Cluster backend (`kind`) from its configuration.
     fn connect(py: Python<'_>, config: RedisConfig, kind: &'static str) -> PyResult<Self> {
         let inner = guard(py, || ratekeeper::Backend::redis_with(config))?;
+        flush_at_exit(py);
         Ok(Backend { inner, kind })
     }
 
@@ -527,8 +551,8 @@ impl Backend {
     /// A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
     /// this process takes from Redis in leases of up to `chunk` (default capacity / 16) and
     /// spends in-process; unspent tokens go back on `close()` or at the next lease, or lapse
-    /// `lease_ttl` seconds after they were taken. The fleet never admits more than the bucket
-    /// allows; leasing ahead may under-use it. On the memory backend: the token bucket.
+    /// `lease_ttl` seconds after they were taken. The fleet admits at most capacity + rate × (span + lease_ttl) over any
+    /// span; leasing ahead may under-use it. On the memory backend: the token bucket.
     #[pyo3(signature = (name, rate, capacity, chunk = None, lease_ttl = Seconds::new(ratekeeper::DEFAULT_LEASED_LEASE_TTL)))]
     fn leased<'py>(
         &self,

@@ -1,27 +1,53 @@
 """Real Redis servers for the Python tests: started on free loopback ports (never 6379), each in
-its own temporary directory, stopped by pid. A 3-master Redis Cluster is built with
-``redis-cli --cluster create``. No mocks."""
+its own temporary directory, stopped by pid; a 3-master Redis Cluster. The servers are the
+fixture every suite shares (``rk-test-redis``, the binary of the workspace's ``test-support``
+crate); this module keeps the Python API over it. No mocks."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
-import shutil
-import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import ratekeeper
 
-REDIS_SERVER = "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else "redis-server"
 REDIS_CLI = "/usr/bin/redis-cli" if os.path.exists("/usr/bin/redis-cli") else "redis-cli"
-VECTORS = Path(__file__).resolve().parents[2] / "tests" / "vectors"
+REPO = Path(__file__).resolve().parents[2]
+VECTORS = REPO / "tests" / "vectors"
+
+
+def _rk_test_redis_path() -> str:
+    """The shared fixture's binary: ``RK_TEST_REDIS`` (the test scripts set it), else the debug
+    build in the workspace's target directory, built on first use."""
+    given = os.environ.get("RK_TEST_REDIS")
+    if given:
+        return given
+    built = REPO / "target" / "debug" / "rk-test-redis"
+    if not built.exists():
+        subprocess.run(["cargo", "build", "--quiet", "-p", "ratekeeper-test-support", "--bin", "rk-test-redis"],
+                       cwd=REPO, check=True)
+    return str(built)
+
+
+def rk_test_redis(*args: str, stdin: str | None = None) -> str:
+    """Runs ``rk-test-redis ARGS`` and returns its output (an error names its complaint)."""
+    out = subprocess.run([_rk_test_redis_path(), *args], capture_output=True, text=True, input=stdin, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"rk-test-redis {' '.join(args)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def _start(*args: str) -> list[dict[str, Any]]:
+    servers: list[dict[str, Any]] = json.loads(rk_test_redis("start", "--json", *args))["servers"]
+    return servers
 
 
 def _port_free(port: int) -> bool:
@@ -60,33 +86,24 @@ def _listening(port: int) -> bool:
 
 
 class RedisServer:
-    """One redis-server process in a temporary directory."""
+    """One redis-server process in a temporary directory (``extra``: more redis-server
+    arguments)."""
 
-    def __init__(self, *extra: str) -> None:
-        if shutil.which(REDIS_SERVER) is None:
-            raise RuntimeError("redis-server is required (scripts/test installs it)")
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="ratekeeper-py-redis-")
-        self._args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                      "--appendonly", "no", "--protected-mode", "no", *extra]
-        self._log = open(os.path.join(self.dir, "redis.log"), "wb")
-        self._launch()
+    def __init__(self, *extra: str, started: dict[str, Any] | None = None) -> None:
+        self._adopt(started if started is not None else _start("--", *extra)[0])
+        self._stopped = False
 
-    def _launch(self) -> None:
-        self.proc = subprocess.Popen(self._args, cwd=self.dir, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        _wait(f"redis-server on port {self.port}", lambda: _listening(self.port))
+    def _adopt(self, info: dict[str, Any]) -> None:
+        self.port: int = info["port"]
+        self.pid: int = info["pid"]
+        self.dir: str = info["dir"]
+        self._args: list[str] = info["args"]
 
     def restart(self) -> None:
         """SIGKILL, as a crash would, then the server again on the same port: empty, as no
         persistence is configured."""
-        os.kill(self.pid, signal.SIGKILL)
-        self.proc.wait()
-        self._launch()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+        rk_test_redis("stop", "--keep-dir", str(self.pid))
+        self._adopt(json.loads(rk_test_redis("launch", "--json", "--dir", self.dir, "--", *self._args))["servers"][0])
 
     @property
     def url(self) -> str:
@@ -98,37 +115,16 @@ class RedisServer:
         return out.stdout.strip()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGCONT)
-            os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not self._stopped:
+            self._stopped = True
+            rk_test_redis("stop", str(self.pid))
 
 
 class RedisCluster:
     """Three cluster-enabled masters joined with ``redis-cli --cluster create``."""
 
     def __init__(self) -> None:
-        self.nodes: list[RedisServer] = []
-        try:
-            for _ in range(3):
-                self.nodes.append(RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                              "--cluster-node-timeout", "2000"))
-            addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
-            out = subprocess.run([REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", "0",
-                                  "--cluster-yes"], capture_output=True, text=True, timeout=60)
-            if out.returncode != 0:
-                raise RuntimeError(f"cluster create failed: {out.stdout}{out.stderr}")
-            _wait("cluster_state:ok on every node",
-                  lambda: all("cluster_state:ok" in n.cli("CLUSTER", "INFO") for n in self.nodes), timeout=30)
-        except BaseException:
-            self.stop()
-            raise
+        self.nodes = [RedisServer(started=info) for info in _start("--cluster")]
 
     @property
     def seeds(self) -> list[str]:

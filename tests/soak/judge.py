@@ -22,6 +22,8 @@ from __future__ import annotations
 import bisect
 import heapq
 import json
+import os
+import subprocess
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -72,81 +74,69 @@ def us(seconds: float) -> int:
     return round(seconds * 1_000_000)
 
 
-# Each kind's bound, on the admitted calls of one limiter and key: [(server time µs, cost)],
-# sorted by time. Each returns None, or a description of the first excess found.
-
-def gcra_excess(admitted: list[tuple[int, int]], capacity: int, emission_us: int) -> str | None:
-    """Token bucket, leaky, points: the costs admitted in [t_i, t_j] never exceed
-    capacity + (t_j - t_i) / emission, i.e. max over i <= j of
-    (S_j - S_{i-1}) * T - (t_j - t_i) <= capacity * T."""
-    best_i, best_b, total = None, None, 0
-    for j, (t, cost) in enumerate(admitted):
-        b = total * emission_us - t  # the prefix before j, as a start
-        if best_b is None or b < best_b:
-            best_b, best_i = b, j
-        total += cost
-        a = total * emission_us - t
-        if a - best_b > capacity * emission_us:
-            t_i = admitted[best_i][0]
-            used = sum(c for _, c in admitted[best_i:j + 1])
-            return f"{used} units admitted in {(t - t_i) / 1e6:.6f} s (allowed {capacity} + {(t - t_i) // emission_us})"
-    return None
+def _rk_test_redis() -> str:
+    """The shared judge's binary: ``RK_TEST_REDIS`` (the test scripts set it), else the debug
+    build in the workspace's target directory, built on first use."""
+    given = os.environ.get("RK_TEST_REDIS")
+    if given:
+        return given
+    repo = Path(__file__).resolve().parents[2]
+    built = repo / "target" / "debug" / "rk-test-redis"
+    if not built.exists():
+        subprocess.run(["cargo", "build", "--quiet", "-p", "ratekeeper-test-support", "--bin", "rk-test-redis"],
+                       cwd=repo, check=True)
+    return str(built)
 
 
-def span_excess(admitted: list[tuple[int, int]], limit: int, interval_us: int) -> str | None:
-    """Exact sliding window: never more than `limit` in any span shorter than `interval`."""
-    i, inside = 0, 0
-    for t, cost in admitted:
-        inside += cost
-        while admitted[i][0] <= t - interval_us:
-            inside -= admitted[i][1]
-            i += 1
-        if inside > limit:
-            return f"{inside} admitted within {(t - admitted[i][0]) / 1e6:.6f} s (limit {limit} per {interval_us / 1e6} s)"
-    return None
-
-
-def blocks_excess(admitted: list[tuple[int, int]], limit: int, block_us: int, blocks: int) -> str | None:
-    """Fixed windows (blocks = 1), sliding sub-bucket windows and calendar days: the costs
-    admitted in any `blocks` consecutive blocks of `block_us` never exceed `limit`."""
-    per_block: dict[int, int] = defaultdict(int)
-    for t, cost in admitted:
-        per_block[t // block_us] += cost
-    ids = sorted(per_block)
-    for b in ids:
-        first = bisect.bisect_left(ids, b - blocks + 1)
-        total = sum(per_block[x] for x in ids[first:bisect.bisect_right(ids, b)])
-        if total > limit:
-            return f"{total} admitted in blocks {b - blocks + 1}..{b} of {block_us / 1e6} s (limit {limit})"
-    return None
-
-
-def rate_excess(spec: dict[str, Any], admitted: list[tuple[int, int]]) -> list[str]:
+def rules(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each kind's bounds, as rules of the over-admission judge every suite shares
+    (``test-support/src/judge.rs``): ``span`` (exact sliding window: any span of the interval),
+    ``blocks`` (fixed windows, sliding sub-bucket windows and calendar days: consecutive aligned
+    blocks) and ``rate`` (token bucket, leaky, points: capacity + elapsed / emission)."""
     kind = spec["kind"]
-    found: list[str | None]
+
+    def rate(capacity: int, emission: float) -> dict[str, Any]:
+        return {"rule": "rate", "capacity": capacity, "emission_us": us(emission)}
+
+    def span(limit: int, interval: float) -> dict[str, Any]:
+        return {"rule": "span", "limit": limit, "interval_us": us(interval)}
+
+    def blocks(limit: int, block_us: int, count: int) -> dict[str, Any]:
+        return {"rule": "blocks", "limit": limit, "block_us": block_us, "blocks": count}
+
     if kind == "token_bucket":
-        found = [gcra_excess(admitted, spec["capacity"], us(1 / spec["rate"]))]
-    elif kind == "leaky":
-        found = [gcra_excess(admitted, spec["size"], us(spec["drain"] / spec["size"]))]
-    elif kind == "points":
-        found = [gcra_excess(admitted, spec["capacity"], us(spec["refill"] / spec["capacity"]))]
-    elif kind == "bucket":
-        found = [blocks_excess(admitted, spec["limit"], us(spec["interval"]), 1)]
-    elif kind == "window":
-        found = [span_excess(admitted, spec["limit"], us(spec["interval"]))]
-    elif kind == "windows":
-        found = [span_excess(admitted, limit, us(interval)) for limit, interval in spec["windows"]]
-    elif kind == "sliding_window":
+        return [rate(spec["capacity"], 1 / spec["rate"])]
+    if kind == "leaky":
+        return [rate(spec["size"], spec["drain"] / spec["size"])]
+    if kind == "points":
+        return [rate(spec["capacity"], spec["refill"] / spec["capacity"])]
+    if kind == "bucket":
+        return [blocks(spec["limit"], us(spec["interval"]), 1)]
+    if kind == "window":
+        return [span(spec["limit"], spec["interval"])]
+    if kind == "windows":
+        return [span(limit, interval) for limit, interval in spec["windows"]]
+    if kind == "sliding_window":
         found = []
         for duration, limit, *precision in spec["limits"]:
             p = precision[0] if precision else duration
-            found.append(blocks_excess(admitted, limit, us(p), round(duration / p)))
-    elif kind == "calendar":
+            found.append(blocks(limit, us(p), round(duration / p)))
+        return found
+    if kind == "calendar":
         assert spec["period"] == "day" and spec.get("tz", "UTC") == "UTC", "the judge knows UTC days"
-        found = [blocks_excess(admitted, spec["limit"], DAY_US, 1)]
-    else:
-        raise ValueError(f"the judge has no bound for {kind}")
-    return [f for f in found if f]
+        return [blocks(spec["limit"], DAY_US, 1)]
+    raise ValueError(f"the judge has no bound for {kind}")
+
+
+def rate_excess(spec: dict[str, Any], admitted: list[tuple[int, int]]) -> list[str]:
+    """The excesses the shared judge finds in one limiter and key's admitted calls
+    [(server time µs, cost)] (none: no over-admission; exact, no tolerance)."""
+    cases = [{"rule": rule, "admitted": admitted} for rule in rules(spec)]
+    out = subprocess.run([_rk_test_redis(), "judge"], input=json.dumps(cases), capture_output=True, text=True,
+                         timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"rk-test-redis judge failed: {out.stderr.strip()}")
+    return [found for found in json.loads(out.stdout) if found]
 
 
 def lease_excess(calls: list[Call], limit: int,

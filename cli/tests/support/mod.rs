@@ -1,16 +1,13 @@
-//! The CLI's tests: the real Redis servers of the core's tests (`core/tests/support`, shared
-//! rather than copied: started on free loopback ports, never 6379, stopped by pid when dropped),
+//! The CLI's tests: the real Redis servers of every suite (`test-support`, shared rather than
+//! copied: started on free loopback ports, never 6379, stopped by pid when dropped),
 //! and the built `ratekeeper` binary, run against them.
 #![allow(dead_code)]
 
 use std::process::{Command, Output, Stdio};
 
-#[path = "../../../core/tests/support/mod.rs"]
-mod redis;
-
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use redis::{free_port, scratch_dir, wait_until, RedisCluster, RedisServer};
+pub use ratekeeper_test_support::{free_port, scratch_dir, wait_until, RedisCluster, RedisServer};
 
 /// The built `ratekeeper` binary, with no RATEKEEPER_* variables from the environment.
 pub fn ratekeeper() -> Command {

@@ -17,14 +17,9 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
-use tokio::sync::Semaphore;
 
 use crate::clock::{Clock, SystemClock};
-use crate::engine::calendar::CalendarState;
-use crate::engine::concurrent::ConcurrentState;
 use crate::engine::leased::Leased;
-use crate::engine::log::LogState;
-use crate::engine::sliding::SlidingState;
 use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
 use crate::views::ConcurrentUse;
@@ -68,43 +63,48 @@ impl MemoryConfig {
     }
 }
 
-/// Per-key state of any engine. Kept to 24 bytes so that a whole [`Slot`] fits one cache line:
-/// the O(1) GCRA state and the sliding counters live inline, the larger states are boxed.
-enum State {
-    Gcra(u64),
-    Sliding(Box<SlidingState>),
-    Log(Box<LogState>),
-    /// The semaphore holds one wake-up per freed slot (see [`crate::engine::Wake::Local`]).
-    Concurrent(Box<(ConcurrentState, Arc<Semaphore>)>),
-    Calendar(CalendarState),
-}
+/// Generates the per-key [`State`] of any engine, one variant per engine of the table in
+/// `engine/kinds.rs` (inline or boxed as the table says), and the dispatch from an engine to its
+/// state: [`State::fresh`], [`State::expires_at`] and [`apply`] (a direct `match`: it is on the
+/// hot path).
+macro_rules! memory_state {
+    ($($variant:ident: $engine:ty, $storage:ident;)*) => {
+        /// Per-key state of any engine. Kept to 24 bytes so that a whole [`Slot`] fits one cache
+        /// line: the O(1) states (GCRA, calendar) live inline, the larger ones are boxed.
+        enum State {
+            $($variant(memory_state!(@stored $storage, <$engine as Engine>::State)),)*
+        }
 
-impl State {
-    fn fresh(algorithm: &Algorithm) -> State {
-        match algorithm {
-            Algorithm::Gcra(_) | Algorithm::Leased(_) => State::Gcra(0),
-            Algorithm::Sliding(_) => State::Sliding(Box::default()),
-            Algorithm::Log(_) => State::Log(Box::default()),
-            Algorithm::Calendar(_) => State::Calendar(CalendarState::default()),
-            Algorithm::Concurrent(_) | Algorithm::Partitions(_) | Algorithm::Unlimited => {
-                State::Concurrent(Box::new((ConcurrentState::default(), Arc::new(Semaphore::new(0)))))
+        impl State {
+            fn fresh(algorithm: &Algorithm) -> State {
+                match algorithm {
+                    $(Algorithm::$variant(_) => State::$variant(Default::default()),)*
+                }
+            }
+
+            #[inline]
+            fn expires_at(&self, algorithm: &Algorithm) -> u64 {
+                match (algorithm, self) {
+                    $((Algorithm::$variant(e), State::$variant(state)) => e.expires_at(state),)*
+                    _ => 0,
+                }
             }
         }
-    }
 
-    #[inline]
-    fn expires_at(&self, algorithm: &Algorithm) -> u64 {
-        match (algorithm, self) {
-            (Algorithm::Gcra(g), State::Gcra(tat)) => g.expires_at(tat),
-            (Algorithm::Leased(l), State::Gcra(tat)) => l.expires_at(tat),
-            (Algorithm::Sliding(s), State::Sliding(state)) => s.expires_at(state),
-            (Algorithm::Log(l), State::Log(state)) => l.expires_at(state),
-            (Algorithm::Concurrent(c), State::Concurrent(state)) => c.expires_at(state),
-            (Algorithm::Calendar(c), State::Calendar(state)) => c.expires_at(state),
-            _ => 0,
+        /// Runs one operation of one engine on the state it keeps in memory. Sets `changed` when
+        /// the state was modified.
+        #[inline]
+        fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
+            match (algorithm, state) {
+                $((Algorithm::$variant(e), State::$variant(state)) => e.apply(state, now, op, changed),)*
+                (algorithm, _) => Err(mismatch(algorithm, op)),
+            }
         }
-    }
+    };
+    (@stored inline, $state:ty) => { $state };
+    (@stored boxed, $state:ty) => { Box<$state> };
 }
+crate::engine::kinds::for_each_engine!(memory_state);
 
 /// Keys up to this many bytes are stored in the slot itself (user ids, IPv4 addresses, ...);
 /// longer ones (up to [`crate::params::MAX_KEY_BYTES`]) on the heap.
@@ -302,11 +302,9 @@ impl MemoryBackend {
             // The commonest call, a GCRA check (token bucket, leaky, points), is `apply`'s first
             // arm written out, so that its decision goes straight into the return slot. An
             // admitted check only moves the expiry later, so the shard's lower bound holds.
-            if let (
-                Algorithm::Gcra(g) | Algorithm::Leased(Leased { gcra: g, .. }),
-                State::Gcra(tat),
-                Op::Check { cost, .. },
-            ) = (algorithm, &mut slot.state, op)
+            if let (Algorithm::Gcra(g), State::Gcra(tat), Op::Check { cost, .. })
+            | (Algorithm::Leased(Leased { gcra: g, .. }), State::Leased(tat), Op::Check { cost, .. }) =
+                (algorithm, &mut slot.state, op)
             {
                 let mut e = g.evaluate(tat, now, cost, true);
                 if e.changed {
@@ -524,21 +522,6 @@ fn update(slot: &mut Slot, earliest_expiry: &mut u64, algorithm: &Algorithm, now
     outcome
 }
 
-/// Runs one operation of one engine on the state it keeps in memory. Sets `changed` when the
-/// state was modified.
-#[inline]
-fn apply(algorithm: &Algorithm, state: &mut State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
-    match (algorithm, state) {
-        (Algorithm::Gcra(g), State::Gcra(tat)) => g.apply(tat, now, op, changed),
-        (Algorithm::Leased(l), State::Gcra(tat)) => l.apply(tat, now, op, changed),
-        (Algorithm::Sliding(s), State::Sliding(st)) => s.apply(st, now, op, changed),
-        (Algorithm::Log(l), State::Log(st)) => l.apply(st, now, op, changed),
-        (Algorithm::Concurrent(c), State::Concurrent(st)) => c.apply(st, now, op, changed),
-        (Algorithm::Calendar(c), State::Calendar(st)) => c.apply(st, now, op, changed),
-        (algorithm, _) => Err(mismatch(algorithm, op)),
-    }
-}
-
 #[cold]
 #[inline(never)]
 fn mismatch(algorithm: &Algorithm, op: Op) -> Error {
@@ -558,6 +541,14 @@ mod tests {
             BackendInner::Memory(m) => m.swept_slots(),
             BackendInner::Redis(_) => panic!("a memory backend"),
         }
+    }
+
+    /// Every engine's state fits in 24 bytes, so that a slot (key, expiry, state, namespace)
+    /// stays one cache line: a new engine whose state is larger is declared `boxed`.
+    #[test]
+    fn the_state_of_every_engine_fits_in_24_bytes() {
+        assert_eq!(size_of::<super::State>(), 24);
+        assert_eq!(size_of::<super::Slot>(), 64);
     }
 
     /// A backend full of live keys refuses each new key without re-examining every slot: the

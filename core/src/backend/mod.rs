@@ -82,7 +82,11 @@ impl Backend {
 
     /// A Redis or Redis Cluster backend.
     pub fn redis_with(config: RedisConfig) -> Result<Backend> {
-        Ok(Backend { inner: Arc::new(BackendInner::Redis(Arc::new(RedisBackend::new(config)?))) })
+        let redis = Arc::new(RedisBackend::new(config)?);
+        let mut live = LIVE_REDIS.lock();
+        live.retain(|b| b.strong_count() > 0);
+        live.push(Arc::downgrade(&redis));
+        Ok(Backend { inner: Arc::new(BackendInner::Redis(redis)) })
     }
 
     /// The clock limiters on this backend use to wait.
@@ -118,4 +122,13 @@ impl Backend {
             },
         }
     }
+}
+
+/// The Redis backends of this process, for the flush at exit
+/// ([`Backend::flush_every_backend_at_exit`]).
+static LIVE_REDIS: parking_lot::Mutex<Vec<std::sync::Weak<RedisBackend>>> = parking_lot::Mutex::new(Vec::new());
+
+/// The Redis backends of this process still alive.
+fn live_redis_backends() -> Vec<Arc<RedisBackend>> {
+    LIVE_REDIS.lock().iter().filter_map(std::sync::Weak::upgrade).collect()
 }

@@ -21,7 +21,7 @@ impl Backend {
         match &*self.inner {
             BackendInner::Redis(redis) => {
                 // This process's own limiters are listed even before their first registration.
-                redis.flush_all(false, None).await?;
+                redis.flush_all(false, false, None).await?;
                 redis.registry().await
             }
             BackendInner::Memory(memory) => {
@@ -151,7 +151,7 @@ impl Backend {
     /// the memory backend.
     pub async fn flush(&self) -> Result<()> {
         match &*self.inner {
-            BackendInner::Redis(redis) => redis.flush_all(true, None).await,
+            BackendInner::Redis(redis) => redis.flush_all(true, false, None).await,
             BackendInner::Memory(_) => Ok(()),
         }
     }
@@ -159,6 +159,17 @@ impl Backend {
     /// Blocking form of [`Backend::flush`].
     pub fn flush_blocking(&self) -> Result<()> {
         block_on(self.flush())
+    }
+
+    /// Flushes every Redis backend of this process that is still alive, as its last flush: the
+    /// bindings call it as the process exits (Python's `atexit`, Node's `exit` event, C's
+    /// `rk_backend_free`), so a process that lives under a second still counts and registers.
+    /// Each limiter object's sequence key field is then removed from Redis rather than kept
+    /// for a day. Errors are ignored: the process is going away either way.
+    pub fn flush_every_backend_at_exit() {
+        for redis in super::live_redis_backends() {
+            let _ = block_on(redis.flush_all(true, true, None));
+        }
     }
 
     /// Reads the live overrides now rather than at the background task's next poll (within
@@ -195,7 +206,7 @@ impl Backend {
         };
         match &*self.inner {
             BackendInner::Redis(redis) if fleet => {
-                redis.flush_all(false, None).await?;
+                redis.flush_all(false, false, None).await?;
                 let mut out = Vec::new();
                 for info in redis.registry().await? {
                     let Some(kind) = Kind::from_name(&info.kind) else { continue };
@@ -221,7 +232,7 @@ impl Backend {
         validate_name(name)?;
         match &*self.inner {
             BackendInner::Redis(redis) => {
-                redis.flush_all(false, None).await?;
+                redis.flush_all(false, false, None).await?;
                 redis.history(kind, name).await
             }
             BackendInner::Memory(_) => Ok(Vec::new()),

@@ -16,7 +16,11 @@ use redis::Cmd;
 use super::calendar_period::{CalendarClock, CalendarPeriod};
 use super::contract::{malformed, not_applicable, Engine, Op, Outcome};
 use super::decision;
+use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
+use super::spec_json::at_path;
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::Result;
@@ -94,6 +98,8 @@ impl Reply {
 }
 
 impl Engine for Calendar {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = CalendarState;
 
     #[inline]
@@ -113,10 +119,6 @@ impl Engine for Calendar {
 
     fn expires_at(&self, state: &CalendarState) -> u64 {
         state.end_us
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     fn keys(&self, _op: Op) -> &'static [&'static str] {
@@ -144,5 +146,43 @@ impl Engine for Calendar {
     fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
         let r = Reply::read(reply)?;
         Ok(Outcome::of(self.decide(r.count, r.end_us, r.now, op).0))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// The `calendar` kind.
+pub(crate) struct CalendarKind;
+
+impl KindSpec for CalendarKind {
+    /// `limit`, `period`, `tz`, `anchor`.
+    type Fields = (u64, CalendarPeriod, String, Option<u8>);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((
+            json.count("limit")?,
+            CalendarPeriod::parse(json.string("period")?).map_err(at_path("period".into()))?,
+            json.optional_string("tz")?.unwrap_or("UTC").to_owned(),
+            json.optional_anchor()?,
+        ))
+    }
+
+    fn print((limit, period, tz, anchor): &Self::Fields, json: &mut JsonWriter) {
+        json.put("limit", (*limit).into());
+        json.put("period", period.as_str().into());
+        json.put("tz", tz.as_str().into());
+        if let Some(anchor) = anchor {
+            json.put("anchor", (*anchor).into());
+        }
+    }
+
+    fn scaled((limit, period, tz, anchor): &Self::Fields, divisor: u64) -> Self::Fields {
+        (share(*limit, divisor), *period, tz.clone(), *anchor)
+    }
+
+    fn compile((limit, period, tz, anchor): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Calendar(Calendar::compile(*limit, *period, tz, *anchor)?))
     }
 }

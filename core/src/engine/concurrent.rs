@@ -16,6 +16,11 @@ use super::script::LuaScript;
 use crate::decision::Lease;
 use std::time::Duration;
 
+use super::kinds::{share, KindSpec};
+use super::spec_json::secs;
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
+use crate::defaults::DEFAULT_LOCK_TIMEOUT;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
 use crate::views::{lease_digest, ConcurrentUse, Holder as HolderView, MAX_HOLDERS_SHOWN};
@@ -226,13 +231,23 @@ fn wake_one(wake_ups: &Semaphore, limit: u64) {
     }
 }
 
+/// A key's state in memory: the holders, and the wake-ups of waiters (see [`Wake::Local`]).
+pub(crate) struct LocalState(pub ConcurrentState, pub Arc<Semaphore>);
+
+impl Default for LocalState {
+    fn default() -> Self {
+        LocalState(ConcurrentState::default(), Arc::new(Semaphore::new(0)))
+    }
+}
+
 impl Engine for Concurrent {
-    /// The holders, and the wake-ups of waiters (see [`Wake::Local`]).
-    type State = (ConcurrentState, Arc<Semaphore>);
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
+    type State = LocalState;
 
     #[inline]
     fn apply(&self, state: &mut Self::State, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
-        let (st, wake_ups) = state;
+        let LocalState(st, wake_ups) = state;
         match op {
             Op::Check { .. } | Op::Peek => {
                 let (lease_id, commit, waiter) = match op {
@@ -283,10 +298,6 @@ impl Engine for Concurrent {
     fn expires_at(&self, state: &Self::State) -> u64 {
         let holders = state.0.holders.iter().map(|h| h.expires_at);
         holders.chain(state.0.waiters.iter().map(|w| w.1)).max().unwrap_or(0)
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     /// Holders (`h`), fencing token (`t`), wake-up list (`w`), abandoned leases (`x`), grants
@@ -350,5 +361,46 @@ impl Engine for Concurrent {
 
     fn wake_list(&self) -> Option<WakeList> {
         Some(WakeList { role: "w", slots: self.limit, ttl_us: self.lock_us })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    /// A concurrent limiter grants one slot per call, whatever its capacity.
+    #[inline]
+    fn validate_cost(&self, cost: u64) -> Result<()> {
+        if cost == 1 {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "cost",
+            format!("a concurrent limiter grants one slot per call; cost must be 1, got {cost}"),
+        ))
+    }
+}
+
+/// The `concurrent` kind.
+pub(crate) struct ConcurrentKind;
+
+impl KindSpec for ConcurrentKind {
+    /// `limit`, `lock_timeout`.
+    type Fields = (u64, Duration);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.count("limit")?, json.optional_seconds("lock_timeout")?.unwrap_or(DEFAULT_LOCK_TIMEOUT)))
+    }
+
+    fn print(&(limit, lock_timeout): &Self::Fields, json: &mut JsonWriter) {
+        json.put("limit", limit.into());
+        json.put("lock_timeout", secs(lock_timeout));
+    }
+
+    fn scaled(&(limit, lock_timeout): &Self::Fields, divisor: u64) -> Self::Fields {
+        (share(limit, divisor), lock_timeout)
+    }
+
+    fn compile(&(limit, lock_timeout): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Concurrent(Concurrent::compile(limit, lock_timeout)?))
     }
 }

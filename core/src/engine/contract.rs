@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Cmd;
@@ -176,8 +176,12 @@ impl Wake {
 /// the backend turns into full key names), then ARGV `verb`, `now` (empty: the server's TIME)
 /// and what [`Engine::encode`] appends; [`Engine::decode`] reads the reply.
 pub(crate) trait Engine {
-    /// Per-key state in memory.
-    type State;
+    /// Per-key state in memory; a key not seen yet (or expired) has the default.
+    type State: Default;
+
+    /// Every script this engine owns, listed for tools and benchmarks; the first is the one
+    /// [`Engine::script`] runs unless the engine says otherwise.
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[];
 
     /// Runs `op` on `state` at `now` (µs); sets `changed` when the state was modified. (The
     /// outcome is returned on its own, not paired with `changed`, so that the hot path can build
@@ -188,7 +192,9 @@ pub(crate) trait Engine {
     fn expires_at(&self, state: &Self::State) -> u64;
 
     /// The script every call of this engine runs; `None` for an engine that needs no backend.
-    fn script(&self) -> Option<&'static LuaScript>;
+    fn script(&self) -> Option<&'static LuaScript> {
+        Self::SCRIPTS.first().map(|script| LazyLock::force(script))
+    }
 
     /// The roles of the keys a call of `op` passes, in KEYS order.
     fn keys(&self, op: Op) -> &'static [&'static str];
@@ -207,6 +213,22 @@ pub(crate) trait Engine {
     /// The list a refused caller waits on for a release, if the engine has one.
     fn wake_list(&self) -> Option<WakeList> {
         None
+    }
+
+    /// The most a single call may cost: the burst, the smallest limit, or the slot count.
+    fn capacity(&self) -> u64;
+
+    /// Rejects a cost that no amount of waiting could admit, naming `cost`.
+    #[inline]
+    fn validate_cost(&self, cost: u64) -> Result<()> {
+        let capacity = self.capacity();
+        if cost > capacity {
+            return Err(Error::invalid(
+                "cost",
+                format!("{cost} exceeds the limiter's capacity of {capacity}; it could never be admitted"),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -22,6 +22,10 @@ use super::script::LuaScript;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
+use super::kinds::{share, KindSpec};
+use super::spec_json::{number, secs};
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
 use crate::params::{micros, validate_count, validate_duration, MAX_COUNT, MAX_DURATION};
 
 /// How far ahead of now the TAT may run, in capacities: a charge reported through
@@ -237,6 +241,8 @@ impl Reply {
 }
 
 impl Engine for Gcra {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = GcraState;
 
     #[inline]
@@ -256,10 +262,6 @@ impl Engine for Gcra {
     #[inline]
     fn expires_at(&self, tat: &GcraState) -> u64 {
         tat.div_ceil(NS_PER_US)
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     fn keys(&self, _op: Op) -> &'static [&'static str] {
@@ -293,5 +295,86 @@ impl Engine for Gcra {
         let mut decision = self.run(&mut tat, now, op).decision;
         decision.decided_at_micros = now;
         Ok(Outcome::of(decision))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+}
+
+/// The `token_bucket` kind.
+pub(crate) struct TokenBucketKind;
+
+impl KindSpec for TokenBucketKind {
+    /// `rate`, `capacity`.
+    type Fields = (f64, u64);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.number("rate")?, json.count("capacity")?))
+    }
+
+    fn print(&(rate, capacity): &Self::Fields, json: &mut JsonWriter) {
+        json.put("rate", number(rate));
+        json.put("capacity", capacity.into());
+    }
+
+    fn scaled(&(rate, capacity): &Self::Fields, divisor: u64) -> Self::Fields {
+        (rate / divisor as f64, share(capacity, divisor))
+    }
+
+    fn compile(&(rate, capacity): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Gcra(Gcra::token_bucket(rate, capacity)?))
+    }
+}
+
+/// The `leaky` kind.
+pub(crate) struct LeakyKind;
+
+impl KindSpec for LeakyKind {
+    /// `size`, `drain`.
+    type Fields = (u64, Duration);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.count("size")?, json.seconds("drain")?))
+    }
+
+    fn print(&(size, drain): &Self::Fields, json: &mut JsonWriter) {
+        json.put("size", size.into());
+        json.put("drain", secs(drain));
+    }
+
+    /// Keeps the drain time: a smaller bucket drains at a slower rate.
+    fn scaled(&(size, drain): &Self::Fields, divisor: u64) -> Self::Fields {
+        (share(size, divisor), drain)
+    }
+
+    fn compile(&(size, drain): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Gcra(Gcra::leaky(size, drain)?))
+    }
+}
+
+/// The `points` kind.
+pub(crate) struct PointsKind;
+
+impl KindSpec for PointsKind {
+    /// `capacity`, `refill`.
+    type Fields = (u64, Duration);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.count("capacity")?, json.seconds("refill")?))
+    }
+
+    fn print(&(capacity, refill): &Self::Fields, json: &mut JsonWriter) {
+        json.put("capacity", capacity.into());
+        json.put("refill", secs(refill));
+    }
+
+    /// Keeps the refill time: a smaller bucket refills at a slower rate.
+    fn scaled(&(capacity, refill): &Self::Fields, divisor: u64) -> Self::Fields {
+        (share(capacity, divisor), refill)
+    }
+
+    fn compile(&(capacity, refill): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Gcra(Gcra::points(capacity, refill)?))
     }
 }

@@ -2,8 +2,10 @@
 -- and spends them in-process; unspent tokens come back exactly once, or lapse with the lease.
 -- The rule is core/src/engine/leased.rs; the bucket's state is gcra.lua's (same format).
 -- KEYS[1]  the theoretical arrival time (TAT), as in gcra.lua
--- KEYS[2]  the live leases: a hash lease id -> '<granted>:<T>:<ns per tick>:<lapses at, µs>',
---          the price of the lease's tokens kept with it (see the give-back below)
+-- KEYS[2]  the live leases: a hash lease id ->
+--          '<granted>:<T>:<ns per tick>:<low, µs>:<lapses at, µs>', the price of the lease's
+--          tokens kept with it and the least the bucket has held used since it was granted (see
+--          the give-back below)
 -- ARGV[1]  'check' (take) | 'peek' | 'return'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  nanoseconds per tick; ARGV[4] T (ticks per token); ARGV[5] tau = capacity * T;
@@ -15,7 +17,9 @@
 -- ARGV[13] lease TTL in milliseconds
 -- Returns {allowed, capacity, remaining, retry_us, reset_us, now, granted}.
 -- A give-back deletes the lease's entry, so a second one (a retried call whose first reply
--- was lost) gives nothing back, and it never gives back more than the lease was granted. A
+-- was lost) gives nothing back, and it never gives back more than the lease was granted, nor
+-- more than the bucket would hold had those tokens never been taken: a bucket that has refilled
+-- since the grant (its use fell to `low`) was refilled for them already. A
 -- grant takes at most half of what is available (but always the cost), so that one process
 -- never holds everything.
 
@@ -48,20 +52,59 @@ end
 local before = used
 local op = ARGV[1]
 
+-- Time the bucket's use fell by at this call through a give-back (µs, rounded up): every
+-- other lease's `low` falls by as much, since its tokens' history now reads without them.
+local refunded_us = 0
+-- Brings every live lease's low up to date: down by what a give-back at this call refunded,
+-- down to `floor_us` (the bucket's use at a grant at this instant) when `at_grant`; entries of
+-- processes that died holding a lease are dropped once lapsed when the table holds more than 64.
+local lows_done = false
+local function remember_low(floor_us, at_grant)
+  if not at_grant and refunded_us == 0 and redis.call('HLEN', KEYS[2]) <= 64 then return end
+  lows_done = true
+  local prune = redis.call('HLEN', KEYS[2]) > 64
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    local v = all[i + 1]
+    local lapses = tonumber(string.match(v, ':(%d+)$'))
+    if prune and lapses < now then
+      redis.call('HDEL', KEYS[2], all[i])
+    else
+      local head, low = string.match(v, '^(%d+:%d+:%d+):(%d+):%d+$')
+      if head then
+        local next_low = math.max(tonumber(low) - refunded_us, 0)
+        if at_grant then next_low = math.min(next_low, floor_us) end
+        if next_low ~= tonumber(low) then
+          redis.call('HSET', KEYS[2], all[i], string.format('%s:%d:%d', head, next_low, lapses))
+        end
+      end
+    end
+  end
+end
+
 if op ~= 'peek' and ARGV[11] ~= '0' then
   local held = redis.call('HGET', KEYS[2], ARGV[11])
   if held then
     redis.call('HDEL', KEYS[2], ARGV[11])
-    local granted, lease_T, lease_tick = string.match(held, '^(%d+):(%d+):(%d+):')
+    local granted, lease_T, lease_tick, low = string.match(held, '^(%d+):(%d+):(%d+):(%d+):%d+$')
     if not granted then
-      -- An entry written before leases kept their price: '<granted>:<lapses at>'.
-      granted, lease_T, lease_tick = string.match(held, '^(%d+)'), T, tick
+      -- Entries written before leases kept their low: '<granted>:<T>:<tick>:<lapses at>' and,
+      -- before they kept their price, '<granted>:<lapses at>'. They lapse within a second or so
+      -- of an upgrade and are given back as they were then.
+      granted, lease_T, lease_tick = string.match(held, '^(%d+):(%d+):(%d+):')
+      if not granted then granted, lease_T, lease_tick = string.match(held, '^(%d+)'), T, tick end
     end
     local back = math.min(tonumber(ARGV[12]), tonumber(granted))
     -- Priced as the lease was granted, not by this call's spec: after a live change of rate a
-    -- give-back returns exactly the time its tokens took (in this call's ticks, rounded down:
-    -- never more than was taken).
-    used = math.max(used - math.floor(back * tonumber(lease_T) * tonumber(lease_tick) / tick), 0)
+    -- give-back returns at most the time its tokens took (in this call's ticks, rounded down:
+    -- never more than was taken), and at most the least the bucket held used since the grant:
+    -- had the tokens never been taken, the bucket would have been that much emptier then, and
+    -- no more than that now (it would have been full, and refilled no further, in between).
+    local back_ticks = math.floor(back * tonumber(lease_T) * tonumber(lease_tick) / tick)
+    if low then back_ticks = math.min(back_ticks, math.floor(tonumber(low) * per)) end
+    back_ticks = math.min(back_ticks, used)
+    used = used - back_ticks
+    refunded_us = math.ceil(back_ticks / per)
   end
 end
 
@@ -75,21 +118,18 @@ if op == 'check' or op == 'peek' then
   elseif op == 'check' then
     local available = math.floor((tau - used) / T)
     granted = math.min(available, math.max(cost, math.min(want, math.ceil(available / 2))))
+    -- This instant, just before a grant, is where the bucket's use stops falling: each live
+    -- lease's low keeps the least seen since it was granted.
+    remember_low(math.floor(used / per), granted > 0)
     used = used + granted * T
     if ARGV[10] ~= '0' then
-      redis.call('HSET', KEYS[2], ARGV[10], string.format('%d:%d:%d:%d', granted, T, tick, now + lease_ms * 1000))
+      redis.call('HSET', KEYS[2], ARGV[10],
+        string.format('%d:%d:%d:%d:%d', granted, T, tick, math.floor(used / per), now + lease_ms * 1000))
       redis.call('PEXPIRE', KEYS[2], lease_ms + 1000)
-    end
-    -- Entries of processes that died holding a lease: dropped once lapsed.
-    if redis.call('HLEN', KEYS[2]) > 64 then
-      local all = redis.call('HGETALL', KEYS[2])
-      for i = 1, #all, 2 do
-        local lapses = tonumber(string.match(all[i + 1], ':(%d+)$'))
-        if lapses < now then redis.call('HDEL', KEYS[2], all[i]) end
-      end
     end
   end
 end
+if refunded_us > 0 and not lows_done then remember_low(nil, false) end
 
 if used ~= before then
   if used > 0 then

@@ -13,7 +13,12 @@ use redis::Cmd;
 
 use super::contract::{not_applicable, DecisionReply, Engine, Op, Outcome};
 use super::gcra::{Gcra, GcraState};
+use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
+use super::spec_json::{number, secs};
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
+use crate::defaults::DEFAULT_LEASED_LEASE_TTL;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
 
@@ -65,6 +70,8 @@ impl Leased {
 pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("leased", include_str!("leased.lua")));
 
 impl Engine for Leased {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = GcraState;
 
     /// The token bucket: a take admits exactly its cost (no lease is kept in memory), a
@@ -87,10 +94,6 @@ impl Engine for Leased {
 
     fn expires_at(&self, tat: &GcraState) -> u64 {
         self.gcra.expires_at(tat)
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     fn keys(&self, _op: Op) -> &'static [&'static str] {
@@ -121,5 +124,45 @@ impl Engine for Leased {
         let (r, rest) = DecisionReply::read("leased", reply)?;
         let granted = rest.first().map_or(0, |g| (*g).max(0) as u64);
         Ok(Outcome { granted, ..Outcome::of(r.decision()) })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.gcra.capacity
+    }
+}
+
+/// The `leased` kind.
+pub(crate) struct LeasedKind;
+
+impl KindSpec for LeasedKind {
+    /// `rate`, `capacity`, `chunk`, `lease_ttl`.
+    type Fields = (f64, u64, Option<u64>, Duration);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((
+            json.number("rate")?,
+            json.count("capacity")?,
+            json.optional_count("chunk")?,
+            json.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_LEASE_TTL),
+        ))
+    }
+
+    fn print(&(rate, capacity, chunk, lease_ttl): &Self::Fields, json: &mut JsonWriter) {
+        json.put("rate", number(rate));
+        json.put("capacity", capacity.into());
+        // Left out when not given: the default follows the capacity.
+        if let Some(chunk) = chunk {
+            json.put("chunk", chunk.into());
+        }
+        json.put("lease_ttl", secs(lease_ttl));
+    }
+
+    fn scaled(&(rate, capacity, chunk, lease_ttl): &Self::Fields, divisor: u64) -> Self::Fields {
+        let capacity = share(capacity, divisor);
+        (rate / divisor as f64, capacity, chunk.map(|c| c.min(capacity)), lease_ttl)
+    }
+
+    fn compile(&(rate, capacity, chunk, lease_ttl): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Leased(Leased::compile(rate, capacity, chunk, lease_ttl)?))
     }
 }

@@ -16,12 +16,17 @@ use std::time::Duration;
 use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome};
+use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
+use super::spec_json::{at_path, secs};
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
 use super::Combine;
 use crate::decision::LimitStatus;
 use crate::engine::WindowLimit;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
+use serde_json::Value;
 
 /// The windows of one limiter, in microseconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +186,8 @@ impl Reply {
 }
 
 impl Engine for Log {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = LogState;
 
     #[inline]
@@ -198,10 +205,6 @@ impl Engine for Log {
 
     fn expires_at(&self, state: &LogState) -> u64 {
         state.entries.back().map_or(0, |e| e.0 + self.longest_us.max(state.longest_seen))
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     fn keys(&self, _op: Op) -> &'static [&'static str] {
@@ -231,5 +234,59 @@ impl Engine for Log {
             d.limits = Some(r.windows.into_boxed_slice());
         }
         Ok(Outcome { config_mismatch: r.mismatch, ..Outcome::of(d) })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.smallest_limit()
+    }
+}
+
+/// The `window` kind (`windows` in the JSON form when it has several).
+pub(crate) struct WindowKind;
+
+impl KindSpec for WindowKind {
+    /// `windows`.
+    type Fields = (Vec<WindowLimit>,);
+
+    /// `window` has one `limit` and `interval`; `windows` a list of them.
+    fn parse(name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        if name == "windows" {
+            return Ok((json.windows()?,));
+        }
+        Ok((vec![WindowLimit { limit: json.count("limit")?, interval: json.seconds("interval")? }],))
+    }
+
+    fn print((windows,): &Self::Fields, json: &mut JsonWriter) {
+        if let [window] = windows.as_slice() {
+            json.put("limit", window.limit.into());
+            json.put("interval", secs(window.interval));
+        } else {
+            json.put("windows", windows.iter().map(|w| Value::Array(vec![w.limit.into(), secs(w.interval)])).collect());
+        }
+    }
+
+    fn json_name((windows,): &Self::Fields, name: &'static str) -> &'static str {
+        if windows.len() == 1 {
+            name
+        } else {
+            "windows"
+        }
+    }
+
+    fn scaled((windows,): &Self::Fields, divisor: u64) -> Self::Fields {
+        (windows.iter().map(|w| WindowLimit { limit: share(w.limit, divisor), interval: w.interval }).collect(),)
+    }
+
+    fn compile((windows,): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Log(Log::compile(windows)?))
+    }
+
+    fn check_parts((windows,): &Self::Fields) -> Result<()> {
+        if windows.len() > 1 {
+            for (i, window) in windows.iter().enumerate() {
+                Log::compile(&[*window]).map_err(at_path(format!("windows[{i}]")))?;
+            }
+        }
+        Ok(())
     }
 }

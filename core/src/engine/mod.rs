@@ -20,6 +20,7 @@ pub(crate) mod calendar_period;
 pub(crate) mod concurrent;
 pub(crate) mod contract;
 pub mod gcra;
+pub(crate) mod kinds;
 pub(crate) mod leased;
 pub(crate) mod log;
 pub(crate) mod partitions;
@@ -35,45 +36,39 @@ use std::time::Duration;
 use redis::Cmd;
 
 use crate::decision::{Decision, LimitStatus};
-use crate::error::{Error, Result};
+use crate::error::Result;
 pub use calendar_period::CalendarPeriod;
 pub(crate) use contract::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
+pub use kinds::{Kind, LimiterSpec};
 use script::LuaScript;
-pub use spec::{Kind, LimiterSpec, SlidingLimit, WindowLimit};
+pub use spec::{SlidingLimit, WindowLimit};
 pub use spec_json::LimiterConfig;
 
-/// A compiled limiter: integer microseconds, ready to evaluate.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Algorithm {
-    Gcra(gcra::Gcra),
-    Leased(leased::Leased),
-    Sliding(sliding::Sliding),
-    Log(log::Log),
-    Concurrent(concurrent::Concurrent),
-    Calendar(calendar::Calendar),
-    Partitions(partitions::Partitions),
-    Unlimited,
-}
+/// Generates [`Algorithm`], one variant per engine of the table in `kinds.rs`, and
+/// `with_engine!`, the one dispatch from a compiled limiter to its engine.
+macro_rules! algorithm {
+    // `$d` is a `$`, so that the generated macro can declare its own variables.
+    ($d:tt $($variant:ident: $engine:ty, $storage:ident;)*) => {
+        /// A compiled limiter: integer microseconds, ready to evaluate.
+        #[derive(Debug, Clone, PartialEq)]
+        pub(crate) enum Algorithm {
+            $(
+                #[doc = concat!("The `", stringify!($variant), "` engine.")]
+                $variant($engine),
+            )*
+        }
 
-/// Runs `$body` with `$e` bound to the engine of `$algorithm`: the one dispatch from a
-/// compiled limiter to its engine.
-macro_rules! with_engine {
-    ($algorithm:expr, $e:ident => $body:expr) => {
-        match $algorithm {
-            Algorithm::Gcra($e) => $body,
-            Algorithm::Leased($e) => $body,
-            Algorithm::Sliding($e) => $body,
-            Algorithm::Log($e) => $body,
-            Algorithm::Concurrent($e) => $body,
-            Algorithm::Calendar($e) => $body,
-            Algorithm::Partitions($e) => $body,
-            Algorithm::Unlimited => {
-                let $e = &unlimited::Unlimited;
-                $body
-            }
+        /// Runs `$body` with `$e` bound to the engine of `$algorithm`.
+        macro_rules! with_engine {
+            ($d algorithm:expr, $d e:ident => $d body:expr) => {
+                match $d algorithm {
+                    $(Algorithm::$variant($d e) => $d body,)*
+                }
+            };
         }
     };
 }
+kinds::for_each_engine!(algorithm $);
 
 /// The Redis side of [`Engine`], for whichever engine the limiter compiled to.
 impl Algorithm {
@@ -110,43 +105,15 @@ impl Algorithm {
 }
 
 impl Algorithm {
-    /// The most a single call may cost: the burst, the smallest limit, or the slot count.
+    /// See [`Engine::capacity`].
     pub(crate) fn capacity(&self) -> u64 {
-        match self {
-            Algorithm::Gcra(g) | Algorithm::Leased(leased::Leased { gcra: g, .. }) => g.capacity,
-            Algorithm::Sliding(s) => s.smallest_limit(),
-            Algorithm::Log(l) => l.smallest_limit(),
-            Algorithm::Concurrent(c) => c.limit,
-            Algorithm::Calendar(c) => c.limit,
-            Algorithm::Partitions(p) => p.max_cost(),
-            Algorithm::Unlimited => crate::params::MAX_COUNT,
-        }
+        with_engine!(self, e => e.capacity())
     }
 
-    /// Rejects a cost that no amount of waiting could admit, naming `cost`.
+    /// See [`Engine::validate_cost`].
     #[inline]
     pub(crate) fn validate_cost(&self, cost: u64) -> Result<()> {
-        let capacity = match self {
-            Algorithm::Concurrent(_) => {
-                return if cost == 1 {
-                    Ok(())
-                } else {
-                    Err(Error::invalid(
-                        "cost",
-                        format!("a concurrent limiter grants one slot per call; cost must be 1, got {cost}"),
-                    ))
-                };
-            }
-            Algorithm::Unlimited => return Ok(()),
-            other => other.capacity(),
-        };
-        if cost > capacity {
-            return Err(Error::invalid(
-                "cost",
-                format!("{cost} exceeds the limiter's capacity of {capacity}; it could never be admitted"),
-            ));
-        }
-        Ok(())
+        with_engine!(self, e => e.validate_cost(cost))
     }
 }
 

@@ -125,21 +125,20 @@ impl LuaScript {
     }
 }
 
-/// Every engine's script, for tools and benchmarks.
-fn all() -> [&'static LazyLock<LuaScript>; 8] {
-    [
-        &super::pause::SCRIPT,
-        &super::gcra::SCRIPT,
-        &super::leased::SCRIPT,
-        &super::sliding::SCRIPT,
-        &super::log::SCRIPT,
-        &super::concurrent::SCRIPT,
-        &super::calendar::SCRIPT,
-        &crate::engine::partitions::SCRIPT,
-    ]
+/// Generates `all`: the pause script, then every engine's scripts in the order of the table in
+/// `kinds.rs`.
+macro_rules! script_list {
+    ($($variant:ident: $engine:ty, $storage:ident;)*) => {
+        /// Every script, for tools and benchmarks.
+        fn all() -> impl Iterator<Item = &'static LazyLock<LuaScript>> {
+            let engines = [$(<$engine as super::Engine>::SCRIPTS,)*];
+            std::iter::once(&super::pause::SCRIPT).chain(engines.into_iter().flatten().copied())
+        }
+    };
 }
+super::kinds::for_each_engine!(script_list);
 
 /// Every script as (name, text as loaded into Redis), for tools and benchmarks.
 pub fn sources() -> Vec<(&'static str, &'static str)> {
-    all().iter().map(|s| (s.name, s.body.as_str())).collect()
+    all().map(|s| (s.name, s.body.as_str())).collect()
 }

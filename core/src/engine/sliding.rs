@@ -26,9 +26,14 @@ use super::script::LuaScript;
 use super::Combine;
 use std::time::Duration;
 
+use super::kinds::{share, KindSpec};
+use super::spec_json::{at_path, secs};
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
 use crate::engine::SlidingLimit;
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_count, validate_duration};
+use serde_json::Value;
 
 /// The most sub-buckets one sliding-window limit may have (memory is O(duration/precision)).
 pub const MAX_BLOCKS: u64 = 100_000;
@@ -341,6 +346,8 @@ impl Reply {
 }
 
 impl Engine for Sliding {
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = SlidingState;
 
     #[inline]
@@ -358,10 +365,6 @@ impl Engine for Sliding {
     /// configuration that used it).
     fn expires_at(&self, state: &SlidingState) -> u64 {
         state.counters.iter().map(Counter::expires_at).max().unwrap_or(0)
-    }
-
-    fn script(&self) -> Option<&'static LuaScript> {
-        Some(&SCRIPT)
     }
 
     /// The hash (`h`), and the sorted set of sub-buckets (`b`) only when some limit has them:
@@ -397,5 +400,70 @@ impl Engine for Sliding {
         let mut decision = self.decide(&mut r.limits, r.now, op).decision;
         decision.decided_at_micros = r.now;
         Ok(Outcome { config_mismatch: r.mismatch, ..Outcome::of(decision) })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.smallest_limit()
+    }
+}
+
+/// The `bucket` kind: fixed windows.
+pub(crate) struct BucketKind;
+
+impl KindSpec for BucketKind {
+    /// `limit`, `interval`.
+    type Fields = (u64, Duration);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.count("limit")?, json.seconds("interval")?))
+    }
+
+    fn print(&(limit, interval): &Self::Fields, json: &mut JsonWriter) {
+        json.put("limit", limit.into());
+        json.put("interval", secs(interval));
+    }
+
+    fn scaled(&(limit, interval): &Self::Fields, divisor: u64) -> Self::Fields {
+        (share(limit, divisor), interval)
+    }
+
+    fn compile(&(limit, interval): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Sliding(Sliding::bucket(limit, interval)?))
+    }
+}
+
+/// The `sliding_window` kind.
+pub(crate) struct SlidingWindowKind;
+
+impl KindSpec for SlidingWindowKind {
+    /// `limits`.
+    type Fields = (Vec<SlidingLimit>,);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((json.sliding_limits()?,))
+    }
+
+    fn print((limits,): &Self::Fields, json: &mut JsonWriter) {
+        let limits = limits.iter().map(|l| {
+            let mut item = vec![secs(l.duration), l.limit.into()];
+            item.extend(l.precision.map(secs));
+            Value::Array(item)
+        });
+        json.put("limits", limits.collect());
+    }
+
+    fn scaled((limits,): &Self::Fields, divisor: u64) -> Self::Fields {
+        (limits.iter().map(|l| SlidingLimit { limit: share(l.limit, divisor), ..*l }).collect(),)
+    }
+
+    fn compile((limits,): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Sliding(Sliding::compile(limits)?))
+    }
+
+    fn check_parts((limits,): &Self::Fields) -> Result<()> {
+        for (i, limit) in limits.iter().enumerate() {
+            Sliding::compile(&[*limit]).map_err(at_path(format!("limits[{i}]")))?;
+        }
+        Ok(())
     }
 }

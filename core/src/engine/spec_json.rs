@@ -22,11 +22,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Number, Value};
 
-use super::calendar_period::CalendarPeriod;
-use super::spec::{LimiterSpec, SlidingLimit, WindowLimit};
-use crate::defaults::{
-    DEFAULT_LEASED_LEASE_TTL, DEFAULT_LOCK_TIMEOUT, DEFAULT_PARTITIONS_LEASE_TTL, DEFAULT_WAIT_TIMEOUT,
-};
+use super::kinds::{self, LimiterSpec};
+use super::spec::{SlidingLimit, WindowLimit};
+use crate::defaults::DEFAULT_WAIT_TIMEOUT;
 use crate::error::{Error, Result};
 use crate::params::{duration_from_secs, timeout_from_secs};
 
@@ -52,55 +50,11 @@ impl LimiterConfig {
         let object = value.as_object().ok_or_else(|| {
             Error::invalid("spec", format!("must be a JSON object with a \"kind\", got {}", type_name(value)))
         })?;
-        let mut fields = Fields { object, used: vec!["kind"] };
+        let mut fields = JsonFields { object, used: vec!["kind"] };
         let kind = fields.string("kind")?;
-        let spec = match kind {
-            "concurrent" => LimiterSpec::Concurrent {
-                limit: fields.count("limit")?,
-                lock_timeout: fields.optional_seconds("lock_timeout")?.unwrap_or(DEFAULT_LOCK_TIMEOUT),
-            },
-            "bucket" => LimiterSpec::Bucket { limit: fields.count("limit")?, interval: fields.seconds("interval")? },
-            "window" => LimiterSpec::Window {
-                windows: vec![WindowLimit { limit: fields.count("limit")?, interval: fields.seconds("interval")? }],
-            },
-            "windows" => LimiterSpec::Window { windows: fields.windows()? },
-            "sliding_window" => LimiterSpec::SlidingWindow { limits: fields.sliding_limits()? },
-            "token_bucket" => {
-                LimiterSpec::TokenBucket { rate: fields.number("rate")?, capacity: fields.count("capacity")? }
-            }
-            "leased" => LimiterSpec::Leased {
-                rate: fields.number("rate")?,
-                capacity: fields.count("capacity")?,
-                chunk: fields.optional_count("chunk")?,
-                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_LEASE_TTL),
-            },
-            "leaky" => LimiterSpec::Leaky { size: fields.count("size")?, drain: fields.seconds("drain")? },
-            "points" => LimiterSpec::Points { capacity: fields.count("capacity")?, refill: fields.seconds("refill")? },
-            "calendar" => LimiterSpec::Calendar {
-                limit: fields.count("limit")?,
-                period: CalendarPeriod::parse(fields.string("period")?)
-                    .map_err(|e| Error::invalid_field("period", message_of(e)))?,
-                tz: fields.optional_string("tz")?.unwrap_or("UTC").to_owned(),
-                anchor: fields.optional_anchor()?,
-            },
-            "partitions" => LimiterSpec::Partitions {
-                total_rate: fields.number("total_rate")?,
-                partitions: fields.count("partitions")?,
-                lease_ttl: fields.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_PARTITIONS_LEASE_TTL),
-                reserved: fields.optional_whole("reserved")?.unwrap_or(0),
-                priority: fields.optional_bool("priority")?.unwrap_or(false),
-            },
-            "unlimited" => LimiterSpec::Unlimited,
-            other => {
-                return Err(Error::invalid_field(
-                    "kind",
-                    format!(
-                        "must be one of concurrent, bucket, window, windows, sliding_window, token_bucket, leased, \
-                         leaky, points, calendar, partitions, unlimited; got {other:?}"
-                    ),
-                ))
-            }
-        };
+        let spec = kinds::parse_json(kind, &mut fields).unwrap_or_else(|| {
+            Err(Error::invalid_field("kind", format!("must be one of {}; got {kind:?}", kinds::JSON_NAMES.join(", "))))
+        })?;
         let wait_timeout = fields.optional_timeout("wait_timeout")?;
         fields.reject_unknown(kind)?;
         let config = LimiterConfig { spec, wait_timeout };
@@ -110,20 +64,7 @@ impl LimiterConfig {
 
     /// Checks every value the way the limiter's constructor does, naming fields by their path.
     fn validate(&self) -> Result<()> {
-        let at = |path: String| move |e: Error| Error::invalid_field(path, message_of(e));
-        match &self.spec {
-            LimiterSpec::Window { windows } if windows.len() > 1 => {
-                for (i, w) in windows.iter().enumerate() {
-                    LimiterSpec::Window { windows: vec![*w] }.compile().map_err(at(format!("windows[{i}]")))?;
-                }
-            }
-            LimiterSpec::SlidingWindow { limits } => {
-                for (i, l) in limits.iter().enumerate() {
-                    LimiterSpec::SlidingWindow { limits: vec![*l] }.compile().map_err(at(format!("limits[{i}]")))?;
-                }
-            }
-            _ => {}
-        }
+        kinds::check_parts(&self.spec)?;
         self.spec.compile().map_err(|e| {
             let path = e.parameter().unwrap_or("spec").to_owned();
             Error::invalid_field(path, message_of(e))
@@ -133,86 +74,12 @@ impl LimiterConfig {
 
     /// The canonical JSON form (see the module documentation).
     pub fn to_json(&self) -> String {
-        // Keys in the order they are put (serde_json's map would sort them).
-        let mut out: Vec<(&str, Value)> = Vec::with_capacity(5);
-        let mut put = |key: &'static str, value: Value| out.push((key, value));
-        match &self.spec {
-            LimiterSpec::Concurrent { limit, lock_timeout } => {
-                put("kind", "concurrent".into());
-                put("limit", (*limit).into());
-                put("lock_timeout", secs(*lock_timeout));
-            }
-            LimiterSpec::Bucket { limit, interval } => {
-                put("kind", "bucket".into());
-                put("limit", (*limit).into());
-                put("interval", secs(*interval));
-            }
-            LimiterSpec::Window { windows } if windows.len() == 1 => {
-                put("kind", "window".into());
-                put("limit", windows[0].limit.into());
-                put("interval", secs(windows[0].interval));
-            }
-            LimiterSpec::Window { windows } => {
-                put("kind", "windows".into());
-                put("windows", windows.iter().map(|w| Value::Array(vec![w.limit.into(), secs(w.interval)])).collect());
-            }
-            LimiterSpec::SlidingWindow { limits } => {
-                put("kind", "sliding_window".into());
-                let limits = limits.iter().map(|l| {
-                    let mut item = vec![secs(l.duration), l.limit.into()];
-                    item.extend(l.precision.map(secs));
-                    Value::Array(item)
-                });
-                put("limits", limits.collect());
-            }
-            LimiterSpec::TokenBucket { rate, capacity } => {
-                put("kind", "token_bucket".into());
-                put("rate", number(*rate));
-                put("capacity", (*capacity).into());
-            }
-            LimiterSpec::Leased { rate, capacity, chunk, lease_ttl } => {
-                put("kind", "leased".into());
-                put("rate", number(*rate));
-                put("capacity", (*capacity).into());
-                // Left out when not given: the default follows the capacity (see `leased`).
-                if let Some(chunk) = chunk {
-                    put("chunk", (*chunk).into());
-                }
-                put("lease_ttl", secs(*lease_ttl));
-            }
-            LimiterSpec::Leaky { size, drain } => {
-                put("kind", "leaky".into());
-                put("size", (*size).into());
-                put("drain", secs(*drain));
-            }
-            LimiterSpec::Points { capacity, refill } => {
-                put("kind", "points".into());
-                put("capacity", (*capacity).into());
-                put("refill", secs(*refill));
-            }
-            LimiterSpec::Calendar { limit, period, tz, anchor } => {
-                put("kind", "calendar".into());
-                put("limit", (*limit).into());
-                put("period", period.as_str().into());
-                put("tz", tz.as_str().into());
-                if let Some(anchor) = anchor {
-                    put("anchor", (*anchor).into());
-                }
-            }
-            LimiterSpec::Partitions { total_rate, partitions, lease_ttl, reserved, priority } => {
-                put("kind", "partitions".into());
-                put("total_rate", number(*total_rate));
-                put("partitions", (*partitions).into());
-                put("lease_ttl", secs(*lease_ttl));
-                put("reserved", (*reserved).into());
-                put("priority", (*priority).into());
-            }
-            LimiterSpec::Unlimited => put("kind", "unlimited".into()),
-        }
+        let mut json = JsonWriter(Vec::with_capacity(6));
+        kinds::print_json(&self.spec, &mut json);
         if let Some(wait) = self.wait_timeout.filter(|w| *w != DEFAULT_WAIT_TIMEOUT) {
-            put("wait_timeout", secs(wait));
+            json.put("wait_timeout", secs(wait));
         }
-        let fields: Vec<String> = out.iter().map(|(key, value)| format!("{}:{value}", Value::from(*key))).collect();
+        let fields: Vec<String> = json.0.iter().map(|(key, value)| format!("{}:{value}", Value::from(*key))).collect();
         format!("{{{}}}", fields.join(","))
     }
 }
@@ -237,13 +104,25 @@ impl LimiterSpec {
     }
 }
 
+/// The canonical JSON form being written: keys in the order they are put (serde_json's map
+/// would sort them).
+pub(crate) struct JsonWriter(Vec<(&'static str, Value)>);
+
+impl JsonWriter {
+    /// Appends `key`.
+    pub(crate) fn put(&mut self, key: &'static str, value: Value) {
+        self.0.push((key, value));
+    }
+}
+
 /// The fields of one spec object, remembering which were read so that the rest are refused.
-struct Fields<'a> {
+/// Each reader names the field in its error.
+pub(crate) struct JsonFields<'a> {
     object: &'a Map<String, Value>,
     used: Vec<&'static str>,
 }
 
-impl<'a> Fields<'a> {
+impl<'a> JsonFields<'a> {
     fn get(&mut self, key: &'static str) -> Option<&'a Value> {
         self.used.push(key);
         self.object.get(key).filter(|v| !v.is_null())
@@ -253,12 +132,12 @@ impl<'a> Fields<'a> {
         self.get(key).ok_or_else(|| Error::invalid_field(key, "is required"))
     }
 
-    fn string(&mut self, key: &'static str) -> Result<&'a str> {
+    pub(crate) fn string(&mut self, key: &'static str) -> Result<&'a str> {
         let value = self.required(key)?;
         value.as_str().ok_or_else(|| Error::invalid_field(key, format!("must be a string, got {}", type_name(value))))
     }
 
-    fn optional_string(&mut self, key: &'static str) -> Result<Option<&'a str>> {
+    pub(crate) fn optional_string(&mut self, key: &'static str) -> Result<Option<&'a str>> {
         match self.get(key) {
             None => Ok(None),
             Some(value) => value
@@ -268,24 +147,24 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn number(&mut self, key: &'static str) -> Result<f64> {
+    pub(crate) fn number(&mut self, key: &'static str) -> Result<f64> {
         as_number(self.required(key)?, key)
     }
 
-    fn count(&mut self, key: &'static str) -> Result<u64> {
+    pub(crate) fn count(&mut self, key: &'static str) -> Result<u64> {
         as_count(self.required(key)?, key)
     }
 
-    fn optional_count(&mut self, key: &'static str) -> Result<Option<u64>> {
+    pub(crate) fn optional_count(&mut self, key: &'static str) -> Result<Option<u64>> {
         self.get(key).map(|v| as_count(v, key)).transpose()
     }
 
-    fn seconds(&mut self, key: &'static str) -> Result<Duration> {
+    pub(crate) fn seconds(&mut self, key: &'static str) -> Result<Duration> {
         as_seconds(self.required(key)?, key)
     }
 
     /// A whole number in 0..=2^53, or nothing.
-    fn optional_whole(&mut self, key: &'static str) -> Result<Option<u64>> {
+    pub(crate) fn optional_whole(&mut self, key: &'static str) -> Result<Option<u64>> {
         self.get(key)
             .map(|v| {
                 crate::params::cost_from_f64("count", as_number(v, key)?)
@@ -294,7 +173,7 @@ impl<'a> Fields<'a> {
             .transpose()
     }
 
-    fn optional_bool(&mut self, key: &'static str) -> Result<Option<bool>> {
+    pub(crate) fn optional_bool(&mut self, key: &'static str) -> Result<Option<bool>> {
         self.get(key)
             .map(|v| {
                 v.as_bool()
@@ -303,7 +182,7 @@ impl<'a> Fields<'a> {
             .transpose()
     }
 
-    fn optional_seconds(&mut self, key: &'static str) -> Result<Option<Duration>> {
+    pub(crate) fn optional_seconds(&mut self, key: &'static str) -> Result<Option<Duration>> {
         self.get(key).map(|v| as_seconds(v, key)).transpose()
     }
 
@@ -317,7 +196,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn optional_anchor(&mut self) -> Result<Option<u8>> {
+    pub(crate) fn optional_anchor(&mut self) -> Result<Option<u8>> {
         match self.get("anchor") {
             None => Ok(None),
             Some(value) => {
@@ -332,7 +211,7 @@ impl<'a> Fields<'a> {
     }
 
     /// `windows`: `[[limit, interval], ...]`.
-    fn windows(&mut self) -> Result<Vec<WindowLimit>> {
+    pub(crate) fn windows(&mut self) -> Result<Vec<WindowLimit>> {
         let items = as_list(self.required("windows")?, "windows")?;
         let mut windows = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
@@ -349,7 +228,7 @@ impl<'a> Fields<'a> {
     }
 
     /// `limits`: `[[duration, limit, precision?], ...]`.
-    fn sliding_limits(&mut self) -> Result<Vec<SlidingLimit>> {
+    pub(crate) fn sliding_limits(&mut self) -> Result<Vec<SlidingLimit>> {
         let items = as_list(self.required("limits")?, "limits")?;
         let mut limits = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
@@ -386,6 +265,11 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Renames the parameter of an error to the JSON path `path` (`windows[1]`).
+pub(crate) fn at_path(path: String) -> impl FnOnce(Error) -> Error {
+    move |e| Error::invalid_field(path, message_of(e))
+}
+
 fn as_list<'a>(value: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
     match value.as_array() {
         Some(items) if !items.is_empty() => Ok(items),
@@ -410,7 +294,7 @@ fn as_seconds(value: &Value, path: &str) -> Result<Duration> {
 }
 
 /// A duration in seconds: a whole number when it is one (`60`, not `60.0`).
-fn secs(duration: Duration) -> Value {
+pub(crate) fn secs(duration: Duration) -> Value {
     if duration.subsec_nanos() == 0 {
         Value::from(duration.as_secs())
     } else {
@@ -418,7 +302,8 @@ fn secs(duration: Duration) -> Value {
     }
 }
 
-fn number(value: f64) -> Value {
+/// A number: a whole one without a fraction (`10`, not `10.0`).
+pub(crate) fn number(value: f64) -> Value {
     if value.fract() == 0.0 && value.abs() < 9_007_199_254_740_992.0 {
         Value::from(value as i64)
     } else {
@@ -426,7 +311,8 @@ fn number(value: f64) -> Value {
     }
 }
 
-fn message_of(error: Error) -> String {
+/// The message of an error, without its parameter (to name another).
+pub(crate) fn message_of(error: Error) -> String {
     match error {
         Error::InvalidArgument { message, .. } => message,
         other => other.to_string(),

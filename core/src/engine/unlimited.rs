@@ -3,7 +3,9 @@
 use redis::Cmd;
 
 use super::contract::{not_applicable, Engine, Op, Outcome};
-use super::script::LuaScript;
+use super::kinds::KindSpec;
+use super::spec_json::{JsonFields, JsonWriter};
+use super::Algorithm;
 use crate::decision::Decision;
 use crate::error::Result;
 
@@ -22,10 +24,6 @@ impl Engine for Unlimited {
         0
     }
 
-    fn script(&self) -> Option<&'static LuaScript> {
-        None
-    }
-
     fn keys(&self, _op: Op) -> &'static [&'static str] {
         &[]
     }
@@ -40,5 +38,32 @@ impl Engine for Unlimited {
 
     fn decode(&self, _op: Op, _reply: &[i64]) -> Result<Outcome> {
         Ok(Outcome::of(Decision::unlimited()))
+    }
+
+    fn capacity(&self) -> u64 {
+        crate::params::MAX_COUNT
+    }
+
+    fn validate_cost(&self, _cost: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The `unlimited` kind: no fields.
+pub(crate) struct UnlimitedKind;
+
+impl KindSpec for UnlimitedKind {
+    type Fields = ();
+
+    fn parse(_name: &str, _json: &mut JsonFields<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    fn print(_fields: &(), _json: &mut JsonWriter) {}
+
+    fn scaled(_fields: &(), _divisor: u64) {}
+
+    fn compile(_fields: &()) -> Result<Algorithm> {
+        Ok(Algorithm::Unlimited(Unlimited))
     }
 }

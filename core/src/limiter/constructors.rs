@@ -74,8 +74,8 @@ impl Backend {
     /// A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens each
     /// process takes from Redis in leases of up to `chunk` (`None`: capacity / 16, at least 1)
     /// and spends in-process; unspent tokens go back at [`Limiter::close`] or the next lease,
-    /// or lapse `lease_ttl` after they were taken. The fleet never admits more than the bucket
-    /// allows; leasing ahead may under-use it. On the memory backend it is the token bucket.
+    /// or lapse `lease_ttl` after they were taken. The fleet admits at most capacity + rate × (span + lease_ttl) over any
+    /// span; leasing ahead may under-use it. On the memory backend it is the token bucket.
     pub fn leased(
         &self,
         name: &str,

@@ -91,7 +91,7 @@ impl Limiter {
             inner: Arc::new(Inner {
                 name: "unlimited".into(),
                 spec: LimiterSpec::Unlimited,
-                algorithm: Algorithm::Unlimited,
+                algorithm: Algorithm::Unlimited(crate::engine::unlimited::Unlimited),
                 target: Target::Nowhere,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
@@ -115,7 +115,7 @@ impl Limiter {
         // partitions spend what they hold while Redis is unreachable, and nothing more.
         let allow_fallback = !matches!(algorithm, Algorithm::Concurrent(_) | Algorithm::Partitions(_));
         let target = match (&algorithm, &*backend.inner) {
-            (Algorithm::Unlimited, _) => Target::Nowhere,
+            (Algorithm::Unlimited(_), _) => Target::Nowhere,
             (Algorithm::Partitions(params), inner) => {
                 Target::Partitions(Arc::new(PartitionSet::new(*params, name, partition_source(inner), backend.clock())))
             }

@@ -105,7 +105,7 @@ impl Limiter {
         match self.inner.algorithm {
             Algorithm::Concurrent(_) if lease.fencing_token == 0 => Ok(None),
             Algorithm::Concurrent(_) => Ok(Some((key, Op::Release { lease_id: lease.id }))),
-            Algorithm::Unlimited => Ok(None),
+            Algorithm::Unlimited(_) => Ok(None),
             _ => Err(Error::invalid("lease", "only concurrent limiters grant leases")),
         }
     }
@@ -150,7 +150,7 @@ impl Limiter {
                 }
                 Ok(Some((key, Op::Adjust { estimate, actual })))
             }
-            Algorithm::Unlimited => Ok(None),
+            Algorithm::Unlimited(_) => Ok(None),
             _ => Err(Error::invalid("actual", "points_used applies to points, token bucket and leaky limiters")),
         }
     }

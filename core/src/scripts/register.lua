@@ -11,8 +11,8 @@
 --
 -- KEYS[1] the sorted set of names (score: last seen, ms); KEYS[2] the overrides hash; KEYS[3..]
 -- each limiter's registry hash.
--- ARGV: TTL (ms), user (language, version, host), process (host:pid), then (name, kind, spec)
--- for each hash in KEYS order.
+-- ARGV: TTL (ms), user (language, version, host), process (host:pid), the most users kept per
+-- limiter (the latest seen), then (name, kind, spec) for each hash in KEYS order.
 -- Returns {name, registered kind, ...} for every name whose entry holds another kind.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -20,7 +20,7 @@ local ttl = tonumber(ARGV[1])
 local user, process = 'user:' .. ARGV[2], 'proc:' .. ARGV[3]
 local conflicts = {}
 for i = 3, #KEYS do
-  local at = 4 + (i - 3) * 3
+  local at = 5 + (i - 3) * 3
   local hash, name, kind = KEYS[i], ARGV[at], ARGV[at + 1]
   local registered = redis.call('HGET', hash, 'kind')
   local held = false
@@ -60,12 +60,23 @@ for i = 3, #KEYS do
     end
     -- Processes silent for three minutes (they renew every minute) and users silent for the TTL
     -- are forgotten, so the hash stays as small as the fleet.
+    -- Users beyond the latest `max_users` go too (pod churn names a new host each deploy).
     local fields = redis.call('HGETALL', hash)
+    local users = {}
     for j = 1, #fields, 2 do
       local field, seen = fields[j], tonumber(fields[j + 1])
       local prefix = string.sub(field, 1, 5)
       if (prefix == 'proc:' and seen < now - 180000) or (prefix == 'user:' and seen < now - ttl) then
         redis.call('HDEL', hash, field)
+      elseif prefix == 'user:' then
+        table.insert(users, {field, seen})
+      end
+    end
+    local max_users = tonumber(ARGV[4])
+    if #users > max_users then
+      table.sort(users, function(a, b) return a[2] > b[2] end)
+      for j = max_users + 1, #users do
+        redis.call('HDEL', hash, users[j][1])
       end
     end
     redis.call('PEXPIRE', hash, ttl)

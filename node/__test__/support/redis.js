@@ -1,15 +1,48 @@
 'use strict';
 // Real Redis servers for the tests: started on free loopback ports (never 6379), each in its
-// own temporary directory, stopped by pid. No mocks.
+// own temporary directory, stopped by pid. The servers are the fixture every suite shares
+// (`rk-test-redis`, the binary of the workspace's `test-support` crate); this module keeps the
+// Node API over it. No mocks.
 
-const { spawn, execFileSync } = require('node:child_process');
+const { execFile, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const net = require('node:net');
-const os = require('node:os');
 const path = require('node:path');
+const { promisify } = require('node:util');
 
-const REDIS_SERVER = fs.existsSync('/usr/bin/redis-server') ? '/usr/bin/redis-server' : 'redis-server';
 const REDIS_CLI = fs.existsSync('/usr/bin/redis-cli') ? '/usr/bin/redis-cli' : 'redis-cli';
+const REPO = path.resolve(__dirname, '..', '..', '..');
+
+/**
+ * The shared fixture's binary: `RK_TEST_REDIS` (the test scripts set it), else the debug build
+ * in the workspace's target directory, built on first use.
+ */
+function rkTestRedisPath() {
+  if (process.env.RK_TEST_REDIS) return process.env.RK_TEST_REDIS;
+  const built = path.join(REPO, 'target', 'debug', 'rk-test-redis');
+  if (!fs.existsSync(built)) {
+    execFileSync('cargo', ['build', '--quiet', '-p', 'ratekeeper-test-support', '--bin', 'rk-test-redis'], {
+      cwd: REPO,
+      stdio: 'inherit',
+    });
+  }
+  return built;
+}
+
+/** Runs `rk-test-redis ...args` (with `input` on stdin) and resolves to its output. */
+function rkTestRedis(args, input) {
+  return new Promise((resolve, reject) => {
+    const child = execFile(rkTestRedisPath(), args, { maxBuffer: 256 * 1024 * 1024 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`rk-test-redis ${args.join(' ')} failed: ${stderr.trim() || error.message}`));
+      else resolve(stdout);
+    });
+    child.stdin.end(input ?? '');
+  });
+}
+
+async function startServers(args) {
+  return JSON.parse(await rkTestRedis(['start', '--json', ...args])).servers;
+}
 
 function canListen(port) {
   return new Promise((resolve) => {
@@ -34,17 +67,6 @@ async function freePort() {
   }
 }
 
-function connects(port) {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
-}
-
 async function waitUntil(what, timeoutMs, ready) {
   const deadline = Date.now() + timeoutMs;
   while (!(await ready())) {
@@ -64,76 +86,40 @@ process.on('exit', () => {
 });
 
 class RedisServer {
-  constructor(port, dir, args) {
-    this.port = port;
-    this.dir = dir;
-    this.args = args;
-    this.child = null;
+  /** `info`: one server as `rk-test-redis start --json` prints it. */
+  constructor(info) {
+    this.adopt(info);
+  }
+
+  adopt(info) {
+    this.port = info.port;
+    this.dir = info.dir;
+    this.args = info.args;
+    this.ca = info.ca;
+    this.runningPid = info.pid;
+    running.add(info.pid);
   }
 
   /** A standalone server (`extra`: more redis-server arguments). */
-  static async start(extra = [], label = 'standalone') {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `ratekeeper-node-${label}-`));
-    const port = await freePort();
-    const args = ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no',
-      '--protected-mode', 'no', ...extra];
-    const server = new RedisServer(port, dir, args);
-    await server.launchOnFreePort();
-    return server;
+  static async start(extra = []) {
+    const [info] = await startServers(['--', ...extra]);
+    return new RedisServer(info);
   }
 
   /** A server speaking only TLS, with the certificates in `certs` (ca.crt, server.crt/.key). */
   static async startTls(certs) {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratekeeper-node-tls-'));
-    const port = await freePort();
-    const args = ['--bind', '127.0.0.1', '--port', '0', '--tls-port', String(port), '--save', '', '--appendonly', 'no',
-      '--protected-mode', 'no', '--tls-cert-file', path.join(certs, 'server.crt'),
-      '--tls-key-file', path.join(certs, 'server.key'), '--tls-ca-cert-file', path.join(certs, 'ca.crt'),
-      '--tls-auth-clients', 'no'];
-    const server = new RedisServer(port, dir, args);
-    await server.launchOnFreePort();
-    return server;
+    const [info] = await startServers(['--tls-certs', certs]);
+    return new RedisServer(info);
   }
 
-  /**
-   * `launch`, moving to another free port while the chosen one turns out to belong to another
-   * server (test files run in parallel processes and may pick the same free port at once: ours
-   * then fails to bind while theirs answers).
-   */
-  async launchOnFreePort() {
-    for (let attempt = 0; attempt < 20; attempt++) {
-      await this.launch();
-      if (this.owns(this.port)) return;
-      await this.stop();
-      const old = String(this.port);
-      this.port = await freePort();
-      this.args = this.args.map((a) => (a === old ? String(this.port) : a));
-    }
-    throw new Error(`could not start redis-server on a free port (see ${this.dir}/redis.log)`);
-  }
-
-  /** Whether the server answering on `port` is this process. */
-  owns(port) {
-    if (this.child === null || this.child.exitCode !== null) return false;
-    if (this.args.includes('--tls-port')) return true; // redis-cli would need TLS: trust the exit code
-    try {
-      return this.cli('INFO', 'server').split(/\r?\n/).some((l) => l.trim() === `process_id:${this.pid}`);
-    } catch {
-      return false;
-    }
-  }
-
+  /** Starts the stopped server again, on its port, with its arguments. */
   async launch() {
-    const log = fs.openSync(path.join(this.dir, 'redis.log'), 'a');
-    this.child = spawn(REDIS_SERVER, this.args, { cwd: this.dir, stdio: ['ignore', log, log] });
-    fs.closeSync(log);
-    running.add(this.child.pid);
-    this.child.once('exit', () => running.delete(this.child && this.child.pid));
-    await waitUntil(`redis-server on port ${this.port}`, 10000, () => connects(this.port));
+    const [info] = JSON.parse(await rkTestRedis(['launch', '--json', '--dir', this.dir, '--', ...this.args])).servers;
+    this.adopt(info);
   }
 
   get pid() {
-    return this.child.pid;
+    return this.runningPid;
   }
 
   get url() {
@@ -144,17 +130,13 @@ class RedisServer {
     return execFileSync(REDIS_CLI, ['-h', '127.0.0.1', '-p', String(this.port), ...args], { encoding: 'utf8' }).trim();
   }
 
-  /** Stops the server by pid (SIGKILL) and waits for it to exit. */
+  /** Stops the server by pid (SIGKILL) and waits for it to exit; its directory stays. */
   async stop() {
-    const child = this.child;
-    if (!child) return;
-    this.child = null;
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      process.kill(child.pid, 'SIGKILL');
-      await exited;
-    }
-    running.delete(child.pid);
+    const pid = this.runningPid;
+    if (pid === null) return;
+    this.runningPid = null;
+    await rkTestRedis(['stop', '--keep-dir', String(pid)]);
+    running.delete(pid);
   }
 
   async destroy() {
@@ -170,14 +152,7 @@ class RedisCluster {
   }
 
   static async start() {
-    const extra = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'];
-    const nodes = [];
-    for (let i = 0; i < 3; i++) nodes.push(await RedisServer.start(extra, 'cluster'));
-    execFileSync(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`),
-      '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8' });
-    await waitUntil('cluster_state:ok on every node', 20000, () =>
-      nodes.every((n) => n.cli('CLUSTER', 'INFO').includes('cluster_state:ok')));
-    return new RedisCluster(nodes);
+    return new RedisCluster((await startServers(['--cluster'])).map((info) => new RedisServer(info)));
   }
 
   get seeds() {
@@ -187,6 +162,17 @@ class RedisCluster {
   async destroy() {
     await Promise.all(this.nodes.map((n) => n.destroy()));
   }
+}
+
+/**
+ * Judges admissions with the over-admission judge every suite shares (`rk-test-redis judge`):
+ * `cases` are `{ rule, admitted: [[serverTimeUs, cost], ...] }`, with `rule` one of
+ * `{ rule: 'span', limit, interval_us }` (any span of the interval), `{ rule: 'blocks', limit,
+ * block_us, blocks }` (aligned blocks) or `{ rule: 'rate', capacity, emission_us }` (token
+ * bucket). Resolves to one verdict per case: null, or the first excess found.
+ */
+async function judge(cases) {
+  return JSON.parse(await rkTestRedis(['judge'], JSON.stringify(cases)));
 }
 
 /**
@@ -213,4 +199,4 @@ function watchdog(ms, action) {
   };
 }
 
-module.exports = { RedisServer, RedisCluster, freePort, waitUntil, watchdog };
+module.exports = { RedisServer, RedisCluster, freePort, waitUntil, watchdog, judge };

@@ -82,8 +82,8 @@ class Backend:
         A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
         this process takes from Redis in leases of up to `chunk` (default capacity / 16) and
         spends in-process; unspent tokens go back on `close()` or at the next lease, or lapse
-        `lease_ttl` seconds after they were taken. The fleet never admits more than the bucket
-        allows; leasing ahead may under-use it. On the memory backend: the token bucket.
+        `lease_ttl` seconds after they were taken. The fleet admits at most capacity + rate × (span + lease_ttl) over any
+        span; leasing ahead may under-use it. On the memory backend: the token bucket.
         """
     def limiter(self, /, name: str, spec: str | Mapping[str, Any]) -> Limiter:
         """

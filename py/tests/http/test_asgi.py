@@ -6,6 +6,7 @@ proxies, a failed-closed Redis, and the documented FastAPI example."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -47,6 +48,8 @@ MOUNTS: dict[str, dict[str, object]] = {
     "skip": {"limiters": [["skipped", window(1)]]},
     "several": {"limiters": [["burst", window(3)], ["hourly", window(2)]]},
     "ws": {"limiters": [["ws", window(1)]]},
+    "ws-1008": {"limiters": [["ws-1008", window(1)]], "no_denial_response": True},
+    "ws-open": {"limiters": [["ws-open", {"kind": "concurrent", "limit": 1}]]},
     "untrusted": {"limiters": [["ip-u", window(1)]]},
     "trusted": {"limiters": [["ip-t", window(1)]], "trusted_proxies": ["127.0.0.0/8"]},
     "concurrent": {"limiters": [["in-flight", {"kind": "concurrent", "limit": 1}]]},
@@ -176,6 +179,44 @@ def test_a_websocket_over_its_limit_is_refused_at_the_handshake(servers: tuple[S
     assert response.status_code == 429
     assert int(response.headers["Retry-After"]) >= 1
     assert json.loads(response.body or b"{}")["violated-policies"] == ["ws"]
+
+
+def test_without_the_denial_extension_a_websocket_over_its_limit_is_closed_with_1008(
+        servers: tuple[Server, Server]) -> None:
+    """A server that cannot send a denial response: the middleware closes the handshake with
+    1008 before accepting, which uvicorn answers with 403 (docs/src/guides/http/index.md)."""
+    url = servers[1].url.replace("http://", "ws://") + "/ws-1008/ws"
+    with websockets.sync.client.connect(url) as ws:
+        ws.send("ping")
+        assert ws.recv() == "ping"
+    with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+        websockets.sync.client.connect(servers[0].url.replace("http://", "ws://") + "/ws-1008/ws")
+    assert refused.value.response.status_code == 403
+
+
+def test_a_concurrent_limiter_counts_open_websockets_until_they_close(servers: tuple[Server, Server]) -> None:
+    """One open connection at a time, across both servers: a second handshake is refused while
+    the first socket is open, and accepted once it closed."""
+    a, b = (s.url.replace("http://", "ws://") + "/ws-open/hold" for s in servers)
+    with websockets.sync.client.connect(a) as first:
+        first.send("one")
+        assert first.recv() == "one"
+        with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+            websockets.sync.client.connect(b)
+        assert refused.value.response.status_code == 429
+        first.send("still open")
+        assert first.recv() == "still open"
+    # The slot is given back when the server sees the close: the next handshake gets it.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with websockets.sync.client.connect(b) as second:
+                second.send("two")
+                assert second.recv() == "two"
+            break
+        except websockets.exceptions.InvalidStatus:
+            assert time.monotonic() < deadline, "the closed socket's slot was never given back"
+            time.sleep(0.05)
 
 
 def test_proxy_headers_count_only_behind_a_trusted_proxy(servers: tuple[Server, Server]) -> None:

@@ -1,12 +1,16 @@
 # frozen_string_literal: true
 
+require "json"
+require "open3"
 require "socket"
-require "tmpdir"
-require "fileutils"
 
 # A real redis-server on a free loopback port (never 6379), started for the tests and stopped
-# by pid. `RK_TEST_REDIS_URL` reuses one the caller started (scripts/test-c does).
+# by pid: the fixture every suite shares (`rk-test-redis`, the binary of the workspace's
+# `test-support` crate), with the Ruby API over it. `RK_TEST_REDIS_URL` reuses one the caller
+# started (scripts/test-c does).
 class RedisServer
+  REPO = File.expand_path("../../..", __dir__)
+
   attr_reader :url, :port, :pid
 
   def self.free_port
@@ -14,6 +18,26 @@ class RedisServer
       port = Addrinfo.tcp("127.0.0.1", 0).bind { |s| s.local_address.ip_port }
       return port unless port == 6379
     end
+  end
+
+  # The shared fixture's binary: `RK_TEST_REDIS` (the test scripts set it), else the debug build
+  # in the workspace's target directory, built on first use.
+  def self.tool
+    return ENV["RK_TEST_REDIS"] if ENV["RK_TEST_REDIS"]
+
+    built = File.join(REPO, "target", "debug", "rk-test-redis")
+    unless File.exist?(built)
+      system("cargo", "build", "--quiet", "-p", "ratekeeper-test-support", "--bin", "rk-test-redis",
+             chdir: REPO, exception: true)
+    end
+    built
+  end
+
+  def self.run(*args)
+    out, err, status = Open3.capture3(tool, *args)
+    raise "rk-test-redis #{args.join(' ')} failed: #{err.strip}" unless status.success?
+
+    out
   end
 
   # The suite's shared server (started once, stopped at exit).
@@ -29,18 +53,10 @@ class RedisServer
   end
 
   def initialize
-    @port = self.class.free_port
-    @dir = Dir.mktmpdir("rk-redis")
-    @pid = Process.spawn("redis-server", "--port", @port.to_s, "--bind", "127.0.0.1", "--dir", @dir,
-                         "--save", "", "--appendonly", "no", "--logfile", File.join(@dir, "log"),
-                         out: File::NULL, err: File::NULL)
-    @url = "redis://127.0.0.1:#{@port}"
-    200.times do
-      return if ping
-
-      sleep 0.025
-    end
-    raise "redis-server did not start: #{File.read(File.join(@dir, 'log')) rescue 'no log'}"
+    info = JSON.parse(self.class.run("start", "--json")).fetch("servers").first
+    @port = info.fetch("port")
+    @pid = info.fetch("pid")
+    @url = info.fetch("url")
   end
 
   def ping
@@ -55,11 +71,8 @@ class RedisServer
   def stop
     return unless @pid
 
-    Process.kill("TERM", @pid)
-    Process.wait(@pid)
+    pid = @pid
     @pid = nil
-    FileUtils.rm_rf(@dir)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
+    self.class.run("stop", pid.to_s)
   end
 end

@@ -27,6 +27,10 @@ pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// Metrics flushes and registrations run every this many polls (once a second).
 const FLUSH_EVERY_POLLS: u32 = 5;
 
+/// The most users (language, version and host) the registry keeps per limiter: the latest
+/// seen. Each deploy on new hosts (pod churn) names new users; older ones are dropped past this.
+pub(crate) const MAX_USERS_PER_LIMITER: usize = 32;
+
 /// How long the registry keeps a limiter after its last registration (Sidekiq's metadata TTL).
 pub(crate) const REGISTRY_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
@@ -126,7 +130,7 @@ impl RedisBackend {
                 let _ = this.poll_overrides(&mut own).await;
                 polls += 1;
                 if polls % FLUSH_EVERY_POLLS == 0 {
-                    let _ = this.flush_all(false, Some(&mut own)).await;
+                    let _ = this.flush_all(false, false, Some(&mut own)).await;
                 }
             }
         });
@@ -171,12 +175,15 @@ impl RedisBackend {
 
     /// Flushes every limiter's metrics and sends due registrations (`force`: all of them), on
     /// `own` connection or the shared one.
-    pub(crate) async fn flush_all(&self, force: bool, mut own: Option<&mut Option<Conn>>) -> Result<()> {
+    /// `last`: the process is exiting (see [`RedisBackend::flush_metrics`]).
+    pub(crate) async fn flush_all(&self, force: bool, last: bool, mut own: Option<&mut Option<Conn>>) -> Result<()> {
         let mut first_error = None;
         for entry in self.live.members() {
             for (kind, _, _, objects) in &entry.per_kind {
                 for metrics in objects {
-                    if let Err(e) = self.flush_metrics(*kind, entry.state.name(), metrics, own.as_deref_mut()).await {
+                    let flushed =
+                        self.flush_metrics(*kind, entry.state.name(), metrics, last, own.as_deref_mut()).await;
+                    if let Err(e) = flushed {
                         first_error.get_or_insert(e);
                     }
                 }
@@ -200,7 +207,7 @@ impl RedisBackend {
             eval.arg(keys.limiter(name));
         }
         let process = format!("{}:{}", gethostname::gethostname().to_string_lossy(), std::process::id());
-        eval.arg(REGISTRY_TTL.as_millis() as u64).arg(client()).arg(process);
+        eval.arg(REGISTRY_TTL.as_millis() as u64).arg(client()).arg(process).arg(MAX_USERS_PER_LIMITER);
         for (name, kind, spec) in due {
             eval.arg(name).arg(kind.as_str()).arg(spec);
         }

@@ -64,6 +64,10 @@ const BROKEN_WAIT_PAUSE: Duration = Duration::from_millis(50);
 /// How long a limiter's aggregated metrics outlive their last update (Sidekiq's metadata TTL).
 const METRICS_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
+/// How long a process's flush sequences stay after its exit flush: long enough to refuse a
+/// copy of its last batch that the background flush sent at the same moment.
+const METRICS_SEQ_TTL_AT_EXIT: Duration = Duration::from_secs(60);
+
 /// How long Redis remembers a writer's last applied flush: far longer than a flush whose reply
 /// was lost can wait to be resent (the next flush that reaches Redis resends it).
 const METRICS_SEQ_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -573,11 +577,14 @@ impl RedisBackend {
 
     /// Sends `metrics`' unacknowledged batch, then (if any) the counts made since, each applied
     /// by Redis once (see [`LimiterMetrics`]); a failed send keeps its batch for the next flush.
+    /// `last`: the process is exiting, so after this flush no batch of `metrics` follows and its
+    /// sequence is kept in Redis for [`METRICS_SEQ_TTL_AT_EXIT`] rather than a day.
     pub(crate) async fn flush_metrics(
         &self,
         kind: Kind,
         name: &str,
         metrics: &LimiterMetrics,
+        last: bool,
         mut own: Option<&mut Option<connection::Conn>>,
     ) -> Result<()> {
         // At most two batches: the unacknowledged one, then the counts made while it was out.
@@ -586,8 +593,9 @@ impl RedisBackend {
             let keys = KeyBuilder::new(&self.prefix, kind, name, "");
             let mut eval = redis::cmd("EVAL");
             eval.arg(METRICS_SCRIPT).arg(3).arg(keys.key("metrics"));
-            // `…:metrics-seq:<writer>`: the metrics hash's hash tag, so one slot on a cluster.
-            eval.arg(format!("{}{}", keys.key("metrics-seq"), metrics.writer()));
+            // `…:metrics-seq:<process>`: one hash per process (a field per limiter object), with
+            // the metrics hash's hash tag, so one slot on a cluster.
+            eval.arg(format!("{}{}", keys.key("metrics-seq"), crate::metrics::process_writer()));
             eval.arg(self.history_key(kind, name));
             eval.arg(batch.seq).arg(METRICS_TTL.as_millis() as u64).arg(METRICS_SEQ_TTL.as_millis() as u64);
             let delta = |c: Counter| batch.deltas[c as usize];
@@ -595,7 +603,13 @@ impl RedisBackend {
             eval.arg(HISTORY_TTL.as_millis() as u64)
                 .arg(views::HISTORY_SLOTS)
                 .arg(allowed)
-                .arg(delta(Counter::Refused));
+                .arg(delta(Counter::Refused))
+                .arg(metrics.writer())
+                .arg(if last && metrics.settled_after(&batch) {
+                    METRICS_SEQ_TTL_AT_EXIT.as_millis().to_string()
+                } else {
+                    String::new()
+                });
             for (field, delta) in FIELDS.iter().zip(batch.deltas) {
                 if delta > 0 {
                     eval.arg(*field).arg(delta);
@@ -611,7 +625,7 @@ impl RedisBackend {
 
     /// Flushes this process's pending counts, then reads the aggregate of every process.
     pub(crate) async fn fleet_metrics(&self, kind: Kind, name: &str, metrics: &LimiterMetrics) -> Result<Metrics> {
-        self.flush_metrics(kind, name, metrics, None).await?;
+        self.flush_metrics(kind, name, metrics, false, None).await?;
         self.fleet_metrics_of(kind, name).await
     }
 

@@ -20,7 +20,11 @@ use std::time::Duration;
 
 use redis::Cmd;
 
+use crate::defaults::DEFAULT_PARTITIONS_LEASE_TTL;
+use crate::engine::kinds::KindSpec;
 use crate::engine::script::LuaScript;
+use crate::engine::spec_json::{number, secs, JsonFields, JsonWriter};
+use crate::engine::Algorithm;
 use crate::engine::{Engine, Op, Outcome};
 use crate::error::{Error, Result};
 use crate::params::{micros, validate_duration};
@@ -127,6 +131,9 @@ impl Partitions {
 /// exists so that a partitions limiter is an [`crate::engine::Algorithm`] like any other
 /// (compiled from its spec, validated, listed).
 impl Engine for Partitions {
+    /// Listed for tools; run by the Redis backend's partitions module, not per call.
+    const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+
     type State = ();
 
     fn apply(&self, _state: &mut (), _now: u64, op: Op, _changed: &mut bool) -> Result<Outcome> {
@@ -155,5 +162,44 @@ impl Engine for Partitions {
 
     fn decode(&self, op: Op, _reply: &[i64]) -> Result<Outcome> {
         Err(crate::engine::contract::not_applicable(op, self))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.max_cost()
+    }
+}
+
+/// The `partitions` kind.
+pub(crate) struct PartitionsKind;
+
+impl KindSpec for PartitionsKind {
+    /// `total_rate`, `partitions`, `lease_ttl`, `reserved`, `priority`.
+    type Fields = (f64, u64, Duration, u64, bool);
+
+    fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
+        Ok((
+            json.number("total_rate")?,
+            json.count("partitions")?,
+            json.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_PARTITIONS_LEASE_TTL),
+            json.optional_whole("reserved")?.unwrap_or(0),
+            json.optional_bool("priority")?.unwrap_or(false),
+        ))
+    }
+
+    fn print(&(total_rate, partitions, lease_ttl, reserved, priority): &Self::Fields, json: &mut JsonWriter) {
+        json.put("total_rate", number(total_rate));
+        json.put("partitions", partitions.into());
+        json.put("lease_ttl", secs(lease_ttl));
+        json.put("reserved", reserved.into());
+        json.put("priority", priority.into());
+    }
+
+    /// Unchanged: partitions never fall back, a process holds what it leased until its deadline.
+    fn scaled(fields: &Self::Fields, _divisor: u64) -> Self::Fields {
+        *fields
+    }
+
+    fn compile(&(total_rate, partitions, lease_ttl, reserved, priority): &Self::Fields) -> Result<Algorithm> {
+        Ok(Algorithm::Partitions(Partitions::compile(total_rate, partitions, lease_ttl, reserved, priority)?))
     }
 }

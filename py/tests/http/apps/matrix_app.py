@@ -35,21 +35,40 @@ async def echo(websocket: WebSocket) -> None:
     await websocket.close()
 
 
+async def hold(websocket: WebSocket) -> None:
+    """Echoes until the client closes: an open connection, for a concurrent limiter."""
+    await websocket.accept()
+    async for text in websocket.iter_text():
+        await websocket.send_text(text)
+
+
+def without_denial_response(app: Any) -> Any:
+    """The app as a server without the WebSocket Denial Response extension sees it: the
+    middleware must then close the handshake with 1008, which the server answers with 403."""
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            extensions = {k: v for k, v in scope.get("extensions", {}).items() if k != "websocket.http.response"}
+            scope = {**scope, "extensions": extensions}
+        await app(scope, receive, send)
+    return wrapped
+
+
 def skip(conn: HTTPConnection) -> bool:
     return conn.url.path.endswith("/health")
 
 
-def mounted(options: dict[str, Any]) -> Starlette:
+def mounted(options: dict[str, Any]) -> Any:
     options = dict(options)
+    no_denial = options.pop("no_denial_response", False)
     limiters: list[Any] = [backend.limiter(name, spec) for name, spec in options.pop("limiters", [])]
     if "shedder" in options:  # [name, limit]: a FleetShedder on the same backend
         name, limit = options.pop("shedder")
         limiters.append(FleetShedder(backend, name, limit))
     app = Starlette(routes=[Route("/", hello), Route("/fail", fail), Route("/health", hello),
-                            WebSocketRoute("/ws", echo)])
+                            WebSocketRoute("/ws", echo), WebSocketRoute("/hold", hold)])
     app.add_middleware(RateLimitMiddleware, limiter=limiters if len(limiters) > 1 else limiters[0], skip=skip,
                        **options)
-    return app
+    return without_denial_response(app) if no_denial else app
 
 
 app = Starlette(routes=[Mount(f"/{name}", mounted(options)) for name, options in raw["mounts"].items()])
