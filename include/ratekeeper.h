@@ -421,7 +421,8 @@ void rk_backend_free(struct rk_backend *backend);
  * Fields (all optional; durations in seconds):
  * - `kind`: `"memory"`, `"redis"` or `"cluster"` (default: `"cluster"` with `seeds`,
  *   `"redis"` with `url`, else `"memory"`);
- * - memory: `max_keys` (default 1,000,000);
+ * - memory: `max_keys` (default 1,000,000); `shards`, the number of lock shards (1 to 65536,
+ *   rounded up to a power of two; default 64);
  * - Redis: `url` (`redis://` or `rediss://`), or `seeds` (an array of URLs) for a cluster;
  *   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
  *   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
@@ -441,6 +442,23 @@ void rk_backend_free(struct rk_backend *backend);
  */
 enum rk_status rk_backend_new_from_json(const char *json,
                                         struct rk_backend **backend_out);
+
+/**
+ * \brief `rk_backend_new_from_json` on a manual clock: the backend's limiters read time from
+ * `clock` (a memory backend), or send its time with every call instead of the server's (Redis,
+ * Redis Cluster) — the one option a JSON text cannot carry. For tests and the conformance
+ * vectors, as Python's `Backend.redis(url, clock=...)` and Node's `{ clock }`.
+ *
+ * The backend keeps what it needs of the clock alive, so the clock may be freed first.
+ *
+ * \param json The configuration, as for `rk_backend_new_from_json`.
+ * \param clock The clock.
+ * \param backend_out Receives the new backend; free it with `rk_backend_free`.
+ * \return As `rk_backend_new_from_json`; #RK_NULL_PARAMETER names `clock` when it is NULL.
+ */
+enum rk_status rk_backend_new_from_json_with_clock(const char *json,
+                                                   const struct rk_manual_clock *clock,
+                                                   struct rk_backend **backend_out);
 
 /**
  * \brief Creates a manual clock reading `start_us` microseconds since the Unix epoch.

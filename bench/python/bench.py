@@ -16,7 +16,12 @@ Scenarios:
   with MONITOR) — the floor of any client.
 - asyncio, 64 tasks each looping on its own key: ratekeeper `acheck` vs limits.aio
   `FixedWindowRateLimiter.hit` (coredis, limits' default, and redis-py asyncio).
-- memory backend, sequential: ratekeeper `check` vs limits' MemoryStorage fixed window.
+- memory backend, sequential: ratekeeper `check` vs limits' MemoryStorage fixed window, with a
+  floor row: a no-op native call on the same limiter object with the same arguments
+  (`_validate("k")`: the method call, the argument conversion, no limiter work), and the
+  limiter's own cost per call over that floor, in nanoseconds.
+
+`--memory` runs only the memory scenario (no Redis needed), in about 15 s (`--quick`: 5 s).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report as results  # noqa: E402  (bench/python/report.py, beside this file)
 
 QUICK = "--quick" in sys.argv
+MEMORY_ONLY = "--memory" in sys.argv
 ROUNDS = 3 if QUICK else 7
 ROUND_SECONDS = 1.0 if QUICK else 2.0
 TASKS = 64
@@ -175,6 +181,9 @@ def run_rounds(rows: list[tuple[Row, Callable[[], float]]]) -> None:
 
 
 def main() -> None:
+    if MEMORY_ONLY:
+        print_table([memory_scenario()])
+        return
     if shutil.which("redis-server") is None or shutil.which("redis-benchmark") is None:
         sys.exit("redis-server and redis-benchmark are required (apt-get install redis-server redis-tools)")
     server = Server()
@@ -245,6 +254,18 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
     print(f"asyncio, {TASKS} tasks on Redis...", flush=True)
     run_rounds(aio_rows)  # type: ignore[arg-type]
 
+    return [
+        ("sync sequential, Redis (one call at a time)", [r for r, _ in sync_rows], "limits FixedWindow.hit (redis-py)"),
+        (f"asyncio, {TASKS} tasks, Redis", [r for r, _ in aio_rows], "limits.aio FixedWindow.hit (coredis)"),
+        memory_scenario(),
+    ]
+
+
+FLOOR = "floor: no-op native call (_validate) on the same limiter"
+
+
+def memory_scenario() -> tuple[str, list[Row], str]:
+    item = limits.RateLimitItemPerMinute(BIG)
     mem = ratekeeper.Backend()
     mem_bucket = mem.bucket("bench", BIG, 60)
     mem_tb = mem.token_bucket("bench", 1_000_000, BIG)
@@ -261,6 +282,7 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
         return asyncio.run(main())
 
     mem_rows = [
+        (Row("memory", FLOOR), lambda: timed_sync(lambda: mem_tb._validate("k"), ROUND_SECONDS)),
         (Row("memory", "ratekeeper token_bucket.check"), lambda: timed_sync(lambda: mem_tb.check("k"), ROUND_SECONDS)),
         (Row("memory", "ratekeeper bucket.check"), lambda: timed_sync(lambda: mem_bucket.check("k"), ROUND_SECONDS)),
         (Row("memory", "ratekeeper token_bucket.acheck (awaited)"), rk_mem_async),
@@ -269,11 +291,7 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
     print("memory backend, sequential...", flush=True)
     run_rounds(mem_rows)  # type: ignore[arg-type]
 
-    return [
-        ("sync sequential, Redis (one call at a time)", [r for r, _ in sync_rows], "limits FixedWindow.hit (redis-py)"),
-        (f"asyncio, {TASKS} tasks, Redis", [r for r, _ in aio_rows], "limits.aio FixedWindow.hit (coredis)"),
-        ("memory backend, sequential", [r for r, _ in mem_rows], "limits FixedWindow.hit (MemoryStorage)"),
-    ]
+    return ("memory backend, sequential", [r for r, _ in mem_rows], "limits FixedWindow.hit (MemoryStorage)")
 
 
 def write_results(report: list[tuple[str, list[Row], str]]) -> None:
@@ -311,6 +329,21 @@ def print_table(report: list[tuple[str, list[Row], str]]) -> None:
         baseline = next(r for r in rows if r.client == baseline_name).median
         for row in rows:
             print(f"| {scenario} | {row.client} | {row.median:,.0f} | {row.median / baseline:.2f}x |")
+    for scenario, rows, _ in report:
+        floor = next((r for r in rows if r.client == FLOOR), None)
+        if floor is None:
+            continue
+        print()
+        for row in rows:
+            # The awaited rows also pay for the coroutine's await: they are not against this floor.
+            if row.client.startswith("ratekeeper") and "acheck" not in row.client:
+                # Paired per round, like the Redis floors below: the cost over the floor in ns.
+                over = statistics.median(1e9 / a - 1e9 / b for a, b in zip(row.samples, floor.samples))
+                print(f"{scenario}: {row.client} costs {over:.0f} ns per call over the floor "
+                      f"({1e9 / row.median:.0f} ns against {1e9 / floor.median:.0f} ns)")
+    if report[0][0].startswith("memory"):
+        print("command: " + " ".join(shlex.quote(a) for a in sys.argv))
+        return
     sync_rows = report[0][1]
     rows = {r.client: r for r in sync_rows}
     print()

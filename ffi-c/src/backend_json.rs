@@ -1,16 +1,19 @@
 //! `rk_backend_new_from_json`: a backend from its configuration as data, reaching every option
 //! the Python and Node constructors have (connect timeout, TLS material, the registry's client
-//! name) without a positional parameter per option. Bindings that reach the library through
+//! name, memory shards) without a positional parameter per option; its `_with_clock` form adds
+//! the one option JSON cannot carry, a manual clock. Bindings that reach the library through
 //! the C ABI (Ruby's gem) build every backend with it.
 
 use std::os::raw::c_char;
+use std::sync::Arc;
 
 use ratekeeper::params::duration_from_secs;
-use ratekeeper::{Backend, Error, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig};
+use ratekeeper::{Backend, Clock, Error, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig};
 use serde_json::{Map, Value};
 
-use crate::args::{arg_str, Out};
+use crate::args::{arg_ref, arg_str, Out};
 use crate::backend::{publish_as, rk_backend};
+use crate::clock::rk_manual_clock;
 use crate::error::{rk_status, Failure};
 use crate::panic::ffi_status;
 
@@ -29,6 +32,7 @@ const FIELDS: &[&str] = &[
     "tls_cert_file",
     "tls_key_file",
     "max_keys",
+    "shards",
     "client",
 ];
 
@@ -130,8 +134,9 @@ fn tls(fields: &Fields) -> Result<Option<TlsConfig>, Error> {
     Ok(Some(tls))
 }
 
-/// Reads the configuration and builds the backend it describes, naming it to the registry.
-fn build(json: &str) -> Result<(Backend, Option<String>), Error> {
+/// Reads the configuration and builds the backend it describes (on `clock`, when given),
+/// naming it to the registry.
+fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<String>), Error> {
     let value: Value = serde_json::from_str(json).map_err(|e| Error::invalid("json", format!("is not JSON: {e}")))?;
     let Value::Object(map) = value else {
         return Err(Error::invalid("json", "must be a JSON object"));
@@ -150,13 +155,21 @@ fn build(json: &str) -> Result<(Backend, Option<String>), Error> {
     let mut config = match kind {
         "memory" => {
             // FIELDS lists the memory backend's own (and `kind`, `client`) last.
-            let redis_only = &FIELDS[1..FIELDS.len() - 2];
+            let redis_only = &FIELDS[1..FIELDS.len() - 3];
             if let Some(field) = redis_only.iter().find(|f| fields.0.contains_key(**f)) {
                 return Err(Error::invalid(field, "applies only to kind \"redis\" or \"cluster\""));
             }
             let max_keys = fields.whole("max_keys", u64::MAX)?.map_or(Ok(1_000_000), usize::try_from);
             let max_keys = max_keys.map_err(|_| Error::invalid("max_keys", "does not fit this platform's size_t"))?;
-            return Ok((Backend::memory_with(MemoryConfig::default().max_keys(max_keys))?, client));
+            let mut config = MemoryConfig::default().max_keys(max_keys);
+            if let Some(shards) = fields.whole("shards", 1 << 16)? {
+                // At most 2^16 (checked by `whole`), so it fits every size_t.
+                config = config.shards(shards as usize);
+            }
+            if let Some(clock) = clock {
+                config = config.clock(clock);
+            }
+            return Ok((Backend::memory_with(config)?, client));
         }
         "redis" => {
             let url = fields.str("url")?.ok_or_else(|| Error::invalid("url", "is required with kind \"redis\""))?;
@@ -193,8 +206,10 @@ fn build(json: &str) -> Result<(Backend, Option<String>), Error> {
             return Err(Error::invalid("kind", format!("must be \"memory\", \"redis\" or \"cluster\", got {other:?}")))
         }
     };
-    if fields.0.contains_key("max_keys") {
-        return Err(Error::invalid("max_keys", "applies only to kind \"memory\""));
+    for field in ["max_keys", "shards"] {
+        if fields.0.contains_key(field) {
+            return Err(Error::invalid(field, "applies only to kind \"memory\""));
+        }
     }
     if let Some(prefix) = fields.str("prefix")? {
         config = config.prefix(prefix);
@@ -209,6 +224,9 @@ fn build(json: &str) -> Result<(Backend, Option<String>), Error> {
     if let Some(tls) = tls(&fields)? {
         config = config.tls(tls);
     }
+    if let Some(clock) = clock {
+        config = config.clock(clock);
+    }
     Ok((Backend::redis_with(config)?, client))
 }
 
@@ -218,7 +236,8 @@ fn build(json: &str) -> Result<(Backend, Option<String>), Error> {
 /// Fields (all optional; durations in seconds):
 /// - `kind`: `"memory"`, `"redis"` or `"cluster"` (default: `"cluster"` with `seeds`,
 ///   `"redis"` with `url`, else `"memory"`);
-/// - memory: `max_keys` (default 1,000,000);
+/// - memory: `max_keys` (default 1,000,000); `shards`, the number of lock shards (1 to 65536,
+///   rounded up to a power of two; default 64);
 /// - Redis: `url` (`redis://` or `rediss://`), or `seeds` (an array of URLs) for a cluster;
 ///   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
 ///   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
@@ -240,7 +259,34 @@ pub extern "C" fn rk_backend_new_from_json(json: *const c_char, backend_out: *mu
     ffi_status! {
         let out = Out::new("backend_out", backend_out)?;
         let json = arg_str("json", json)?;
-        let (backend, client) = build(json).map_err(Failure::from)?;
+        let (backend, client) = build(json, None).map_err(Failure::from)?;
+        publish_as(out, backend, client.as_deref().unwrap_or("c"));
+        Ok(())
+    }
+}
+
+/// \brief `rk_backend_new_from_json` on a manual clock: the backend's limiters read time from
+/// `clock` (a memory backend), or send its time with every call instead of the server's (Redis,
+/// Redis Cluster) — the one option a JSON text cannot carry. For tests and the conformance
+/// vectors, as Python's `Backend.redis(url, clock=...)` and Node's `{ clock }`.
+///
+/// The backend keeps what it needs of the clock alive, so the clock may be freed first.
+///
+/// \param json The configuration, as for `rk_backend_new_from_json`.
+/// \param clock The clock.
+/// \param backend_out Receives the new backend; free it with `rk_backend_free`.
+/// \return As `rk_backend_new_from_json`; #RK_NULL_PARAMETER names `clock` when it is NULL.
+#[no_mangle]
+pub extern "C" fn rk_backend_new_from_json_with_clock(
+    json: *const c_char,
+    clock: *const rk_manual_clock,
+    backend_out: *mut *mut rk_backend,
+) -> rk_status {
+    ffi_status! {
+        let out = Out::new("backend_out", backend_out)?;
+        let json = arg_str("json", json)?;
+        let clock: Arc<dyn Clock> = Arc::new(arg_ref("clock", clock)?.inner.clone());
+        let (backend, client) = build(json, Some(clock)).map_err(Failure::from)?;
         publish_as(out, backend, client.as_deref().unwrap_or("c"));
         Ok(())
     }

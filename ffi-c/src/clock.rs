@@ -18,7 +18,7 @@ use crate::panic::{ffi_boundary, ffi_status};
 /// advanced past their deadline.
 #[allow(non_camel_case_types)]
 pub struct rk_manual_clock {
-    inner: ManualClock,
+    pub(crate) inner: ManualClock,
 }
 
 /// \brief Creates a manual clock reading `start_us` microseconds since the Unix epoch.

@@ -8,8 +8,9 @@
 //! every queued outcome to Python and resolves its future (skipping futures already cancelled).
 //!
 //! Calls on in-process backends (memory, unlimited) are polled once inline: most complete at
-//! once and return an already-resolved future without touching the runtime; only a call that
-//! has to wait (an `acquire` on a full limiter) is handed to the runtime.
+//! once and return an already-resolved future without touching the runtime or the bridge (so
+//! awaiting it takes no turn of the loop); only a call that has to wait (an `acquire` on a full
+//! limiter) is handed to the runtime.
 //!
 //! One bridge per event loop, kept on the loop object, so several loops in several threads each
 //! get their own queue. Loops without an instance `__dict__` keep theirs in a weak dictionary.
@@ -236,29 +237,28 @@ fn weak_bridges(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         .bind(py))
 }
 
-/// The running loop and its bridge (made on first use).
-fn current(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Arc<Shared>)> {
-    let event_loop = running_loop(py)?;
+/// The bridge of `event_loop` (made on first use).
+fn bridge(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Arc<Shared>> {
     let forks = FORKS.load(Ordering::Relaxed);
     let found = match event_loop.getattr_opt(intern!(py, ATTR)) {
         Ok(Some(b)) => Some(b),
-        _ => weak_bridges(py)?.call_method1(intern!(py, "get"), (&event_loop,)).ok().filter(|b| !b.is_none()),
+        _ => weak_bridges(py)?.call_method1(intern!(py, "get"), (event_loop,)).ok().filter(|b| !b.is_none()),
     };
     if let Some(bridge) = found {
         if let Ok(bridge) = bridge.cast::<Bridge>() {
             let bridge = bridge.get();
             if bridge.forks == forks {
-                return Ok((event_loop, bridge.shared.clone()));
+                return Ok(bridge.shared.clone());
             }
         }
     }
-    let shared = create(py, &event_loop)?;
+    let shared = create(py, event_loop)?;
     let bridge = Bridge { shared: shared.clone(), forks };
     if event_loop.setattr(intern!(py, ATTR), Bound::new(py, bridge)?).is_err() {
         let bridge = Bridge { shared: shared.clone(), forks };
-        weak_bridges(py)?.set_item(&event_loop, Bound::new(py, bridge)?)?;
+        weak_bridges(py)?.set_item(event_loop, Bound::new(py, bridge)?)?;
     }
-    Ok((event_loop, shared))
+    Ok(shared)
 }
 
 #[cfg(target_os = "linux")]
@@ -343,8 +343,8 @@ pub(crate) fn run<'py, F>(py: Python<'py>, remote: bool, may_wait: bool, future:
 where
     F: Future<Output = CoreResult> + Send + 'static,
 {
-    let (event_loop, shared) = current(py)?;
-    let py_future = event_loop.call_method0(intern!(py, "create_future"))?;
+    // The loop is looked up before the call runs: without one nothing is consumed.
+    let event_loop = running_loop(py)?;
     let mut future = CatchUnwind(Box::pin(future));
     if !remote {
         let polled = {
@@ -352,10 +352,11 @@ where
             Pin::new(&mut future).poll(&mut Context::from_waker(Waker::noop()))
         };
         if let Poll::Ready(outcome) = polled {
-            resolve(py, &py_future, outcome);
-            return Ok(py_future);
+            return completed(py, &event_loop, outcome);
         }
     }
+    let shared = bridge(py, &event_loop)?;
+    let py_future = event_loop.call_method0(intern!(py, "create_future"))?;
     let handle = py_future.clone().unbind();
     let task = ratekeeper::runtime().spawn(async move {
         let outcome = future.await;
@@ -365,5 +366,45 @@ where
         let abort = Bound::new(py, AbortOnCancel { handle: task.abort_handle() })?;
         py_future.call_method1(intern!(py, "add_done_callback"), (abort,))?;
     }
+    Ok(py_future)
+}
+
+/// An asyncio future of `call`, made for a call that an in-process backend decides at once
+/// (`acheck`, `apeek` on memory): `call` runs now, on this thread, as the sync form would, with
+/// no future of the core's to build, box and poll; its result or error is set on a fresh future
+/// (which has no callbacks and cannot have been cancelled). The loop is looked up first:
+/// without one, `call` does not run.
+pub(crate) fn decided<'py, T>(
+    py: Python<'py>,
+    call: impl FnOnce() -> Result<T, ratekeeper::Error>,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    T: IntoPyObject<'py>,
+{
+    let event_loop = running_loop(py)?;
+    let py_future = event_loop.call_method0(intern!(py, "create_future"))?;
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Ok(value)) => py_future.call_method1(intern!(py, "set_result"), (value.into_bound_py_any(py)?,))?,
+        Ok(Err(e)) => py_future.call_method1(intern!(py, "set_exception"), (to_py_err(py, e).into_value(py),))?,
+        Err(panic) => {
+            py_future.call_method1(intern!(py, "set_exception"), (panic_to_py_err(py, panic).into_value(py),))?
+        }
+    };
+    Ok(py_future)
+}
+
+/// An asyncio future already holding `outcome`, for a call decided in process: awaiting it
+/// returns at once, without a turn of the event loop, and nothing of the bridge (its queue, its
+/// wake-up descriptor) is touched. A fresh future has no callbacks and cannot have been
+/// cancelled, so it takes the result without the checks `resolve` makes.
+fn completed<'py>(py: Python<'py>, event_loop: &Bound<'py, PyAny>, outcome: Outcome) -> PyResult<Bound<'py, PyAny>> {
+    let py_future = event_loop.call_method0(intern!(py, "create_future"))?;
+    match outcome {
+        Ok(Ok(payload)) => py_future.call_method1(intern!(py, "set_result"), (payload.into_py(py)?,))?,
+        Ok(Err(e)) => py_future.call_method1(intern!(py, "set_exception"), (to_py_err(py, e).into_value(py),))?,
+        Err(panic) => {
+            py_future.call_method1(intern!(py, "set_exception"), (panic_to_py_err(py, panic).into_value(py),))?
+        }
+    };
     Ok(py_future)
 }

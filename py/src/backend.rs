@@ -3,6 +3,8 @@
 
 use pyo3::inspect::PyStaticExpr;
 use pyo3::prelude::*;
+use std::marker::PhantomData;
+
 use pyo3::types::{PyBytes, PyString};
 use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union, Borrowed};
 use ratekeeper::{
@@ -13,8 +15,8 @@ use crate::args::Key;
 use crate::args::{
     invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout,
     PDeadline, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName, PPartitions, PPeriod, PPrefix,
-    PPriority, PRate, PRefill, PReserved, PSize, PTotalRate, PTz, PUrl, PWaitTimeout, PolicyName, Seconds, SpecArg,
-    Text, Timeout,
+    PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile, PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl,
+    PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -176,23 +178,23 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Pem {
     }
 }
 
-/// A file path (`str` or `os.PathLike`).
-pub(crate) struct Path(std::path::PathBuf);
+/// A file path (`str` or `os.PathLike`), given as parameter `P`.
+pub(crate) struct Path<P>(std::path::PathBuf, PhantomData<P>);
 
-impl<'a, 'py> FromPyObject<'a, 'py> for Path {
+impl<'a, 'py, P: Param> FromPyObject<'a, 'py> for Path<P> {
     type Error = PyErr;
     const INPUT_TYPE: PyStaticExpr =
         type_hint_union!(STR, type_hint_subscript!(type_hint_identifier!("os", "PathLike"), STR));
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         obj.extract::<std::path::PathBuf>()
-            .map(Path)
-            .map_err(|_| invalid(obj.py(), "path", "must be a str or os.PathLike".into()))
+            .map(|p| Path(p, PhantomData))
+            .map_err(|_| invalid(obj.py(), P::NAME, "must be a str or os.PathLike".into()))
     }
 }
 
-fn read_file(py: Python<'_>, path: &Path, parameter: &'static str) -> PyResult<Vec<u8>> {
-    std::fs::read(&path.0).map_err(|e| invalid(py, parameter, format!("cannot read {}: {e}", path.0.display())))
+fn read_file<P: Param>(py: Python<'_>, path: &Path<P>) -> PyResult<Vec<u8>> {
+    std::fs::read(&path.0).map_err(|e| invalid(py, P::NAME, format!("cannot read {}: {e}", path.0.display())))
 }
 
 /// Names Python, with its version, as this process's language in the registry (`limiters()`).
@@ -224,90 +226,105 @@ fn flush_at_exit(py: Python<'_>) {
     });
 }
 
-/// Everything `Backend.redis` and `Backend.cluster` accept besides the URLs.
-#[allow(clippy::too_many_arguments)]
-fn redis_config(
-    py: Python<'_>,
-    mut config: RedisConfig,
-    prefix: Option<Text<'_, PPrefix>>,
-    failure_policy: Option<PolicyName<'_>>,
+/// The options `Backend.redis` and `Backend.cluster` share (everything besides where Redis is),
+/// each converted and checked by its own type, applied by one function for both.
+///
+/// The keyword arguments stay listed in both constructors' signatures: pyo3 takes a signature
+/// per method, and a `**options` one would reach the stubs as an annotation they cannot
+/// resolve, losing the types and names of every option.
+pub(crate) struct RedisOptions<'a> {
+    prefix: Option<Text<'a, PPrefix>>,
+    failure_policy: Option<PolicyName<'a>>,
     fallback_divisor: Option<Count<PDivisor>>,
     deadline: Option<Seconds<PDeadline>>,
     connect_timeout: Option<Seconds<PConnectTimeout>>,
-    tls_ca_file: Option<Path>,
+    tls_ca_file: Option<Path<PTlsCaFile>>,
     tls_ca_data: Option<Pem>,
-    tls_cert_file: Option<Path>,
-    tls_key_file: Option<Path>,
+    tls_cert_file: Option<Path<PTlsCertFile>>,
+    tls_key_file: Option<Path<PTlsKeyFile>>,
     clock: Option<ClockArg>,
-) -> PyResult<RedisConfig> {
-    name_python(py);
-    if let Some(p) = prefix {
-        config = config.prefix(p.0);
-    }
-    let policy = match (failure_policy.as_ref().map(|p| p.0), fallback_divisor) {
-        (None | Some("fail_closed"), None) => FailurePolicy::FailClosed,
-        (Some("fail_open"), None) => FailurePolicy::FailOpen,
-        (Some("fallback"), divisor) => {
-            let divisor = divisor.map_or(1, |d| d.0);
-            let divisor = u32::try_from(divisor)
-                .map_err(|_| invalid(py, "fallback_divisor", format!("must be at most {}, got {divisor}", u32::MAX)))?;
-            FailurePolicy::Fallback { divisor }
+}
+
+impl RedisOptions<'_> {
+    /// Applies the options to `config` (a standalone server's or a cluster's).
+    fn apply(self, py: Python<'_>, mut config: RedisConfig) -> PyResult<RedisConfig> {
+        name_python(py);
+        if let Some(p) = self.prefix {
+            config = config.prefix(p.0);
         }
-        (None | Some("fail_closed" | "fail_open"), Some(_)) => {
-            return Err(invalid(py, "fallback_divisor", "applies only to failure_policy=\"fallback\"".into()))
+        let policy = match (self.failure_policy.as_ref().map(|p| p.0), self.fallback_divisor.map(|d| d.0)) {
+            (None | Some("fail_closed"), None) => FailurePolicy::FailClosed,
+            (Some("fail_open"), None) => FailurePolicy::FailOpen,
+            (Some("fallback"), divisor) => {
+                let divisor = divisor.unwrap_or(1);
+                let divisor = u32::try_from(divisor).map_err(|_| {
+                    invalid(py, "fallback_divisor", format!("must be at most {}, got {divisor}", u32::MAX))
+                })?;
+                FailurePolicy::Fallback { divisor }
+            }
+            (None | Some("fail_closed" | "fail_open"), Some(_)) => {
+                return Err(invalid(py, "fallback_divisor", "applies only to failure_policy=\"fallback\"".into()))
+            }
+            (Some(other), _) => {
+                return Err(invalid(
+                    py,
+                    "failure_policy",
+                    format!("must be \"fail_closed\", \"fail_open\" or \"fallback\", got {other:?}"),
+                ))
+            }
+        };
+        config = config.failure_policy(policy);
+        if let Some(d) = self.deadline {
+            config = config.deadline(d.0);
         }
-        (Some(other), _) => {
-            return Err(invalid(
-                py,
-                "failure_policy",
-                format!("must be \"fail_closed\", \"fail_open\" or \"fallback\", got {other:?}"),
-            ))
+        if let Some(t) = self.connect_timeout {
+            config = config.connect_timeout(t.0);
         }
-    };
-    config = config.failure_policy(policy);
-    if let Some(d) = deadline {
-        config = config.deadline(d.0);
-    }
-    if let Some(t) = connect_timeout {
-        config = config.connect_timeout(t.0);
-    }
-    // Which parameter the CA came from, to name it if its PEM is bad.
-    let ca_parameter = if tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
-    let ca = match (tls_ca_file, tls_ca_data) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(py, "tls_ca_data", "give tls_ca_file or tls_ca_data, not both".into()))
+        // Which parameter the CA came from, to name it if its PEM is bad.
+        let ca_parameter = if self.tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
+        let ca = match (self.tls_ca_file, self.tls_ca_data) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(py, "tls_ca_data", "give tls_ca_file or tls_ca_data, not both".into()))
+            }
+            (Some(path), None) => Some(read_file(py, &path)?),
+            (None, Some(pem)) => Some(pem.0),
+            (None, None) => None,
+        };
+        let client = match (self.tls_cert_file, self.tls_key_file) {
+            (Some(cert), Some(key)) => Some((read_file(py, &cert)?, read_file(py, &key)?)),
+            (None, None) => None,
+            (Some(_), None) => return Err(invalid(py, "tls_key_file", "is required with tls_cert_file".into())),
+            (None, Some(_)) => return Err(invalid(py, "tls_cert_file", "is required with tls_key_file".into())),
+        };
+        if ca.is_some() || client.is_some() {
+            let mut tls = TlsConfig::default();
+            tls.ca_cert_pem = ca;
+            tls.client_cert_and_key_pem = client;
+            if let Err(ratekeeper::Error::InvalidArgument { parameter, message }) = tls.validate() {
+                let parameter = match parameter.as_ref() {
+                    "tls.ca" => ca_parameter,
+                    "tls.cert" => "tls_cert_file",
+                    _ => "tls_key_file",
+                };
+                return Err(invalid(py, parameter, message));
+            }
+            config = config.tls(tls);
         }
-        (Some(path), None) => Some(read_file(py, &path, "tls_ca_file")?),
-        (None, Some(pem)) => Some(pem.0),
-        (None, None) => None,
-    };
-    let client = match (tls_cert_file, tls_key_file) {
-        (Some(cert), Some(key)) => Some((read_file(py, &cert, "tls_cert_file")?, read_file(py, &key, "tls_key_file")?)),
-        (None, None) => None,
-        (Some(_), None) => return Err(invalid(py, "tls_key_file", "is required with tls_cert_file".into())),
-        (None, Some(_)) => return Err(invalid(py, "tls_cert_file", "is required with tls_key_file".into())),
-    };
-    if ca.is_some() || client.is_some() {
-        let mut tls = TlsConfig::default();
-        tls.ca_cert_pem = ca;
-        tls.client_cert_and_key_pem = client;
-        if let Err(ratekeeper::Error::InvalidArgument { parameter, message }) = tls.validate() {
-            let parameter = match parameter.as_ref() {
-                "tls.ca" => ca_parameter,
-                "tls.cert" => "tls_cert_file",
-                _ => "tls_key_file",
-            };
-            return Err(invalid(py, parameter, message));
+        if let Some(c) = self.clock {
+            config = config.clock(c.0);
         }
-        config = config.tls(tls);
+        Ok(config)
     }
-    if let Some(c) = clock {
-        config = config.clock(c.0);
-    }
-    Ok(config)
 }
 
 impl Backend {
+    /// A Redis or Redis Cluster backend (`kind`) from its configuration.
+    fn connect(py: Python<'_>, config: RedisConfig, kind: &'static str) -> PyResult<Self> {
+        let inner = guard(py, || ratekeeper::Backend::redis_with(config))?;
+        flush_at_exit(py);
+        Ok(Backend { inner, kind })
+    }
+
     fn wrap<'py>(&self, py: Python<'py>, limiter: PyResult<ratekeeper::Limiter>) -> PyResult<PyLimiter<'py>> {
         Limiter::wrap(py, limiter?, self.kind != "memory")
     }
@@ -367,15 +384,13 @@ impl Backend {
         fallback_divisor: Option<Count<PDivisor>>,
         deadline: Option<Seconds<PDeadline>>,
         connect_timeout: Option<Seconds<PConnectTimeout>>,
-        tls_ca_file: Option<Path>,
+        tls_ca_file: Option<Path<PTlsCaFile>>,
         tls_ca_data: Option<Pem>,
-        tls_cert_file: Option<Path>,
-        tls_key_file: Option<Path>,
+        tls_cert_file: Option<Path<PTlsCertFile>>,
+        tls_key_file: Option<Path<PTlsKeyFile>>,
         clock: Option<ClockArg>,
     ) -> PyResult<Self> {
-        let config = redis_config(
-            py,
-            RedisConfig::new(url.0),
+        let options = RedisOptions {
             prefix,
             failure_policy,
             fallback_divisor,
@@ -386,10 +401,8 @@ impl Backend {
             tls_cert_file,
             tls_key_file,
             clock,
-        )?;
-        let inner = guard(py, || ratekeeper::Backend::redis_with(config))?;
-        flush_at_exit(py);
-        Ok(Backend { inner, kind: "redis" })
+        };
+        Backend::connect(py, options.apply(py, RedisConfig::new(url.0))?, "redis")
     }
 
     /// A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
@@ -407,15 +420,13 @@ impl Backend {
         fallback_divisor: Option<Count<PDivisor>>,
         deadline: Option<Seconds<PDeadline>>,
         connect_timeout: Option<Seconds<PConnectTimeout>>,
-        tls_ca_file: Option<Path>,
+        tls_ca_file: Option<Path<PTlsCaFile>>,
         tls_ca_data: Option<Pem>,
-        tls_cert_file: Option<Path>,
-        tls_key_file: Option<Path>,
+        tls_cert_file: Option<Path<PTlsCertFile>>,
+        tls_key_file: Option<Path<PTlsKeyFile>>,
         clock: Option<ClockArg>,
     ) -> PyResult<Self> {
-        let config = redis_config(
-            py,
-            RedisConfig::cluster(seeds.0),
+        let options = RedisOptions {
             prefix,
             failure_policy,
             fallback_divisor,
@@ -426,10 +437,8 @@ impl Backend {
             tls_cert_file,
             tls_key_file,
             clock,
-        )?;
-        let inner = guard(py, || ratekeeper::Backend::redis_with(config))?;
-        flush_at_exit(py);
-        Ok(Backend { inner, kind: "cluster" })
+        };
+        Backend::connect(py, options.apply(py, RedisConfig::cluster(seeds.0))?, "cluster")
     }
 
     /// `"memory"`, `"redis"` or `"cluster"`.

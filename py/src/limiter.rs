@@ -26,7 +26,8 @@ use crate::errors::{guard, guard_detached};
 /// an `asyncio.Future` and never block the event loop.
 ///
 /// This is the native base of `ratekeeper.Limiter` (which adds `within_limit`); every
-/// constructor returns `ratekeeper.Limiter` instances.
+/// constructor returns `ratekeeper.Limiter` instances, made through that class like any Python
+/// object (see `__new__`).
 // Named `NativeLimiter` in Python: sharing the name `Limiter` with its subclass made the
 // generated stub import the subclass as `Limiter as Limiter2`.
 #[pyclass(frozen, subclass, name = "NativeLimiter", module = "ratekeeper._ratekeeper")]
@@ -41,13 +42,13 @@ pub struct Limiter {
 static PY_CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 impl Limiter {
-    /// Wraps a core limiter in an instance of `ratekeeper.Limiter`.
+    /// Wraps a core limiter in an instance of `ratekeeper.Limiter`: the native object is made
+    /// first, then the subclass is called on it (its inherited `__new__` takes the same
+    /// limiter), so the instance is allocated by its own type rather than retyped afterwards.
     pub(crate) fn wrap(py: Python<'_>, inner: ratekeeper::Limiter, remote: bool) -> PyResult<PyLimiter<'_>> {
         let class = PY_CLASS.import(py, "ratekeeper._limiter", "Limiter")?;
-        let obj = Bound::new(py, Limiter { inner, remote })?;
-        // `ratekeeper.Limiter` only adds methods (`__slots__ = ()`), so the layouts are the same.
-        obj.setattr(pyo3::intern!(py, "__class__"), class)?;
-        Ok(PyLimiter(obj))
+        let native = Bound::new(py, Limiter { inner, remote })?;
+        Ok(PyLimiter(class.call1((native,))?.cast_into::<Limiter>()?))
     }
 }
 
@@ -153,6 +154,15 @@ fn lease_key<'a>(lease: &'a Lease, key: &Key<'a>) -> Option<&'a str> {
 
 #[pymethods]
 impl Limiter {
+    /// Another handle on `limiter`: the same state, metrics and settings. Constructors return
+    /// `ratekeeper.Limiter` instances already; this is how they are made, and how a subclass of
+    /// `ratekeeper.Limiter` wraps one.
+    #[new]
+    fn py_new(limiter: &Bound<'_, Self>) -> Self {
+        let this = limiter.get();
+        Limiter { inner: this.inner.clone(), remote: this.remote }
+    }
+
     /// The limiter's name.
     #[getter]
     fn name(&self) -> &str {
@@ -426,6 +436,11 @@ impl Limiter {
     /// asyncio form of `check`.
     #[pyo3(signature = (key = None, cost = Cost::ONE))]
     fn acheck<'py>(&self, py: Python<'py>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Fut<'py, Decision>> {
+        if !self.remote {
+            // Decided in process, never waiting: the sync call, its result on a completed future.
+            let k = crate::args::key(&key);
+            return aio::decided(py, || Ok(Decision::new(self.inner.check_blocking(k, cost.0)?, k))).map(Fut::new);
+        }
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
         let cost = cost.0;
@@ -439,6 +454,10 @@ impl Limiter {
     /// asyncio form of `peek`.
     #[pyo3(signature = (key = None))]
     fn apeek<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Fut<'py, Decision>> {
+        if !self.remote {
+            let k = crate::args::key(&key);
+            return aio::decided(py, || Ok(Decision::new(self.inner.peek_blocking(k)?, k))).map(Fut::new);
+        }
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
         aio::run(py, self.remote, false, async move {

@@ -149,6 +149,55 @@ def test_every_constructor_returns_the_public_limiter_class() -> None:
     assert not re.search(r"import .* as ", stub), "the stub aliases no import"
 
 
+def test_limiter_is_made_by_its_class() -> None:
+    # Constructors make `ratekeeper.Limiter` through the class (its `__new__` takes a limiter
+    # and gives another handle on it), so a subclass wraps a limiter the same way.
+    b = ratekeeper.Backend()
+    bucket = b.bucket("b", 2, 60)
+
+    class Audited(ratekeeper.Limiter):
+        __slots__ = ()
+
+        def check_twice(self, key: str) -> bool:
+            return bool(self.check(key)) and bool(self.check(key))
+
+    audited = Audited(bucket)
+    assert type(audited) is Audited and isinstance(audited, ratekeeper.Limiter)
+    assert audited.check_twice("k") and not bucket.check("k"), "the same state"
+    again = ratekeeper.Limiter(bucket)
+    assert type(again) is ratekeeper.Limiter and again.peek("k").remaining == 0
+    assert (again.name, again.kind) == ("b", "bucket")
+    with pytest.raises(TypeError):
+        ratekeeper.Limiter("not a limiter")  # type: ignore[arg-type]
+
+
+def test_redis_and_cluster_take_the_same_options() -> None:
+    # One options type behind both constructors: the same keyword arguments, the same errors
+    # naming them (a path option by its own name), None the same as leaving one out.
+    options: dict[str, Any] = {"prefix": "p", "deadline": 0.5, "failure_policy": None, "clock": None}
+    assert ratekeeper.Backend.redis("redis://127.0.0.1:1", **options).kind == "redis"
+    assert ratekeeper.Backend.cluster(["redis://127.0.0.1:1"], **options).kind == "cluster"
+    makers: list[Any] = [
+        lambda **kw: ratekeeper.Backend.redis("rediss://127.0.0.1:1", **kw),
+        lambda **kw: ratekeeper.Backend.cluster(["rediss://127.0.0.1:1"], **kw),
+    ]
+    for make in makers:
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'deadlin'"):
+            make(deadlin=1)
+        for bad, parameter in [
+            ({"deadline": -1}, "deadline"),
+            ({"fallback_divisor": 2}, "fallback_divisor"),
+            ({"tls_ca_file": 5}, "tls_ca_file"),
+            ({"tls_cert_file": 5, "tls_key_file": "k.pem"}, "tls_cert_file"),
+            ({"tls_cert_file": "c.pem", "tls_key_file": 5}, "tls_key_file"),
+        ]:
+            with pytest.raises(ratekeeper.InvalidArgument) as e:
+                make(**bad)
+            assert e.value.parameter == parameter, bad
+    with pytest.raises(TypeError):
+        ratekeeper.Backend.redis("redis://127.0.0.1:1", "p")  # type: ignore[misc]
+
+
 def test_limiter_properties() -> None:
     b = ratekeeper.Backend()
     c = b.concurrent("erp", 3, wait_timeout=2.5)

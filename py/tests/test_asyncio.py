@@ -188,3 +188,30 @@ def test_async_call_needs_a_running_loop() -> None:
         ratekeeper.Backend().bucket("b", 1, 1).acheck()
     with pytest.raises(RuntimeError, match=r"needs a running event loop"):
         ratekeeper.Backend().concurrent("c", 1, lock_timeout=1).aacquire()
+
+
+def test_async_call_without_a_loop_consumes_nothing() -> None:
+    # The loop is looked up before the call runs: a refused `acheck` leaves the limit whole.
+    bucket = ratekeeper.Backend().bucket("b", 1, 60)
+    with pytest.raises(RuntimeError, match=r"needs a running event loop"):
+        bucket.acheck("k")
+    assert bucket.peek("k").remaining == 1
+
+
+def test_memory_calls_return_completed_futures() -> None:
+    # Decided in process: the future is done when returned (awaiting it takes no turn of the
+    # loop), its result or exception already set, and it is a real asyncio future of this loop.
+    backend = ratekeeper.Backend()
+    bucket = backend.bucket("b", 1, 60)
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        first, second = bucket.acheck("k"), bucket.acheck("k")
+        for f in (first, second):
+            assert isinstance(f, asyncio.Future) and f.done() and f.get_loop() is loop
+        assert first.result().allowed and not second.result().allowed
+        failed = bucket.apoints_used(1, 2, "k")  # not a points limiter: refused in process
+        assert failed.done() and isinstance(failed.exception(), ratekeeper.InvalidArgument)
+        assert (await bucket.apeek("k")).remaining == 0
+
+    asyncio.run(body())

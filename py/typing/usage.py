@@ -53,6 +53,11 @@ def sync_api(backend: Backend) -> None:
     ratekeeper.unlimited().check()
 
 
+def rewrap(erp: Limiter) -> Limiter:
+    # Another handle on the same limiter, typed as the class it is made through.
+    return Limiter(erp)
+
+
 def within_limit(erp: Limiter) -> None:
     with erp.within_limit("tenant") as permit:
         p: Permit = permit

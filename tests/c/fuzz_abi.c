@@ -416,11 +416,20 @@ static void backend_calls(const char *redis_url) {
       "{\"seeds\":\"redis://x\"}", "{\"max_keys\":-1}", "{\"max_keys\":1.5}", "{\"max_keys\":1e30}",
       "{\"url\":\"rediss://127.0.0.1:1\",\"tls_ca_data\":\"not pem\"}", "{\"url\":\"redis://127.0.0.1:1\",\"tls_ca_file\":\"/nonexistent\"}",
       "{\"url\":\"redis://127.0.0.1:1\",\"failure_policy\":\"fallback\",\"fallback_divisor\":4294967296}",
-      "{\"kind\":\"memory\",\"client\":\"\xff\"}", "\xff", "{\"kind\":\"memory\",\"max_keys\":1}"};
+      "{\"kind\":\"memory\",\"client\":\"\xff\"}", "\xff", "{\"kind\":\"memory\",\"max_keys\":1}",
+      "{\"shards\":0}", "{\"shards\":-4}", "{\"shards\":1e30}", "{\"kind\":\"memory\",\"shards\":3}"};
   for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
     rk_backend *b = NULL;
     rk_status s = rk_backend_new_from_json(below(8) ? configs[i] : pick_string(), below(16) ? &b : NULL);
     verify(s, "rk_backend_new_from_json");
+    if (s == RK_OK) rk_backend_free(b);
+  }
+  /* The same on the manual clock, or none. */
+  for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+    rk_backend *b = NULL;
+    rk_status s = rk_backend_new_from_json_with_clock(below(8) ? configs[i] : pick_string(), below(8) ? g_clock : NULL,
+                                                      below(16) ? &b : NULL);
+    verify(s, "rk_backend_new_from_json_with_clock");
     if (s == RK_OK) rk_backend_free(b);
   }
   verify(rk_backend_new_redis(redis_url, "rkfuzz", RK_FAIL_CLOSED, 0, 1.0, NULL), "rk_backend_new_redis");

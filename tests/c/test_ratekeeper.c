@@ -1389,6 +1389,56 @@ static void test_pause_ends_by_the_manual_clock(const fixture *f) {
   rk_manual_clock_free(clock);
 }
 
+/* rk_backend_new_from_json_with_clock: the configuration's options and a manual clock, on
+ * every backend kind: decisions carry the clock's time (the Redis scripts take it instead of
+ * the server's) and a window reopens when the clock, not the wall, moves on. The memory
+ * backend's `shards` is read (a bad count names it; Redis refuses it as memory-only). */
+static void test_backend_from_json_with_clock(const fixture *f) {
+  rk_manual_clock *clock = NULL;
+  rk_backend *b = SENTINEL;
+  CHECK_OK(rk_manual_clock_new(1700000000000000u, &clock));
+  CHECK_FAILS(rk_backend_new_from_json_with_clock("{}", NULL, &b), RK_NULL_PARAMETER, "clock");
+  CHECK_FAILS(rk_backend_new_from_json_with_clock(NULL, clock, &b), RK_NULL_PARAMETER, "json");
+  CHECK_FAILS(rk_backend_new_from_json_with_clock("{}", clock, NULL), RK_NULL_PARAMETER, "backend_out");
+  CHECK_FAILS(rk_backend_new_from_json_with_clock("{\"shards\":0}", clock, &b), RK_INVALID_ARGUMENT, "`shards`");
+  CHECK_FAILS(rk_backend_new_from_json_with_clock("{\"shards\":70000}", clock, &b), RK_INVALID_ARGUMENT, "`shards`");
+  CHECK_FAILS(rk_backend_new_from_json("{\"url\":\"redis://x:1\",\"shards\":4}", &b), RK_INVALID_ARGUMENT, "`shards`");
+  CHECK(b == SENTINEL);
+
+  char json[512];
+  switch (f->kind) {
+  case MEMORY:
+    snprintf(json, sizeof json, "{\"max_keys\":100,\"shards\":4}");
+    break;
+  case REDIS:
+    snprintf(json, sizeof json, "{\"url\":\"%s\",\"prefix\":\"%s\",\"deadline\":5}", f->url, g_prefix);
+    break;
+  case CLUSTER:
+    snprintf(json, sizeof json, "{\"seeds\":[\"%s\"],\"prefix\":\"%s\",\"deadline\":5}", f->url, g_prefix);
+    break;
+  }
+  b = NULL;
+  if (!CHECK_OK(rk_backend_new_from_json_with_clock(json, clock, &b))) {
+    rk_manual_clock_free(clock);
+    return;
+  }
+  rk_manual_clock_free(clock); /* the backend keeps what it needs */
+  clock = NULL;
+  rk_limiter *l = NULL;
+  /* A fresh name per run: the Redis state outlives the test, the clock restarts each time. */
+  char name[64];
+  snprintf(name, sizeof name, "c-json-clock-%llu", (unsigned long long)time(NULL));
+  must(rk_limiter_new_bucket(b, name, 2, 10.0, &l), l, "bucket");
+  rk_decision d = check1(l, "k", 2);
+  CHECK(d.allowed);
+  CHECK_U64(d.decided_at_us, 1700000000000000u);
+  d = check1(l, "k", 1);
+  CHECK(!d.allowed);
+  CHECK_U64(d.retry_after_us, 10000000u); /* the window aligned to the clock: 10 s to go */
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 /* Leased partitions: one member holds every partition (memory: always), acquire paces calls to
  * the held rate, close gives them back on Redis, bad input names its parameter. */
 static void test_partitions(const fixture *f) {
@@ -1454,6 +1504,7 @@ static const test_case TESTS[] = {
     {"pause and observe", test_pause_and_observe, true},
     {"partitions", test_partitions, true},
     {"a pause ends by the manual clock", test_pause_ends_by_the_manual_clock, false},
+    {"backend from JSON on a manual clock", test_backend_from_json_with_clock, true},
 };
 
 int main(void) {

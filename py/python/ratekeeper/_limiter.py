@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from typing import Any, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 from . import _ratekeeper
 from ._within import WithinLimit, WithinLimitOrSkip
@@ -32,6 +35,11 @@ class Limiter(_ratekeeper.NativeLimiter):
     block (releasing the GIL on Redis); their ``a``-prefixed forms return asyncio futures."""
 
     __slots__ = ()
+
+    if TYPE_CHECKING:
+        # The native `__new__` (another handle on `limiter`) makes an instance of the class it is
+        # called on; its generated stub can only say `NativeLimiter`.
+        def __new__(cls, limiter: _ratekeeper.NativeLimiter) -> Self: ...
 
     @overload
     def within_limit(

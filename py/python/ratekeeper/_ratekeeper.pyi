@@ -634,8 +634,15 @@ class NativeLimiter:
     an `asyncio.Future` and never block the event loop.
 
     This is the native base of `ratekeeper.Limiter` (which adds `within_limit`); every
-    constructor returns `ratekeeper.Limiter` instances.
+    constructor returns `ratekeeper.Limiter` instances, made through that class like any Python
+    object (see `__new__`).
     """
+    def __new__(cls, /, limiter: NativeLimiter) -> NativeLimiter:
+        """
+        Another handle on `limiter`: the same state, metrics and settings. Constructors return
+        `ratekeeper.Limiter` instances already; this is how they are made, and how a subclass of
+        `ratekeeper.Limiter` wraps one.
+        """
     def __repr__(self, /) -> str: ...
     def _validate(self, /, key: str | None = None, cost: int = ..., wait_timeout: float | None = None) -> None:
         """
