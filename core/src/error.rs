@@ -115,9 +115,15 @@ impl Error {
     }
 
     /// The [`Error::Timeout`] of a Redis call that got no answer within `deadline`: one message
-    /// whatever the call was waiting for (a connection, its reply) and whichever path it took.
-    pub(crate) fn redis_timeout(deadline: Duration) -> Self {
-        Error::Timeout { message: format!("Redis did not answer within {deadline:?}") }
+    /// whatever the call was waiting for (a connection, its reply) and whichever path it took,
+    /// naming where it waited (`servers`: `host:port`, never the URL, which may hold a password).
+    pub(crate) fn redis_timeout(deadline: Duration, servers: &str) -> Self {
+        Error::Timeout {
+            message: format!(
+                "Redis at {servers} did not answer within {deadline:?}; is it reachable from here and not \
+                 overloaded? A slow link needs a longer deadline"
+            ),
+        }
     }
 
     /// The [`Error::LeaseLost`] of a lease that is no longer held.

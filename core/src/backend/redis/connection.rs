@@ -560,6 +560,12 @@ impl Connections {
         }
     }
 
+    /// The [`Error::Timeout`] of a call to these servers that got no answer within `deadline`,
+    /// naming them.
+    pub(crate) fn timeout(&self, deadline: Duration) -> Error {
+        Error::redis_timeout(deadline, &self.servers)
+    }
+
     /// A connection for the calling thread to drive itself (see [`super::sync_client`]), connected
     /// by `until` (the end of the call's `deadline`); `None` where blocking calls go through the
     /// runtime instead (a cluster). Give it back with [`Self::give_back_sync`] after a call
@@ -588,7 +594,7 @@ impl Connections {
                 Ok(Some(conn))
             }
             // No back-off after a timeout: see [`Slot::last_failure`].
-            Err(e) if scripts::is_timeout(&e) => Err(Error::redis_timeout(deadline)),
+            Err(e) if scripts::is_timeout(&e) => Err(self.timeout(deadline)),
             Err(e) => {
                 let error = connect_failure(&e, &self.servers);
                 *self.sync_failure.lock() = Some((Instant::now(), error.clone()));

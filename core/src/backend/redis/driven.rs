@@ -122,7 +122,7 @@ impl DrivenCall {
     }
 
     fn timed_out(&self) -> Error {
-        Error::redis_timeout(self.backend.deadline())
+        self.backend.connections().timeout(self.backend.deadline())
     }
 
     /// How the call ends given its reply `value`: rerun when the reply proves the script did

@@ -541,7 +541,7 @@ impl RedisBackend {
     ) -> Result<T> {
         let Some(own) = own else { return self.query_shared(pipe).await };
         let until = tokio::time::Instant::now() + self.deadline;
-        let timed_out = || Error::redis_timeout(self.deadline);
+        let timed_out = || self.connections.timeout(self.deadline);
         if own.is_none() {
             let mut conn =
                 tokio::time::timeout_at(until, self.connections.dedicated()).await.map_err(|_| timed_out())??;
@@ -562,7 +562,7 @@ impl RedisBackend {
 
     async fn query_shared<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         let until = tokio::time::Instant::now() + self.deadline;
-        let timed_out = || Error::redis_timeout(self.deadline);
+        let timed_out = || self.connections.timeout(self.deadline);
         let (mut conn, _) =
             tokio::time::timeout_at(until, self.connections.shared()).await.map_err(|_| timed_out())??;
         tokio::time::timeout_at(until, pipe.query_async::<T>(&mut conn))

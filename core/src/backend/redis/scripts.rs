@@ -160,7 +160,7 @@ pub(crate) async fn run_cmd(
     sent: &AtomicBool,
 ) -> Result<Vec<i64>> {
     let until = Instant::now() + deadline;
-    let timed_out = || Error::redis_timeout(deadline);
+    let timed_out = || connections.timeout(deadline);
     // While connected (nearly always) the connection is at hand: no timer is armed for it.
     let (mut conn, generation) = match connections.current() {
         Some(found) => found,
@@ -213,7 +213,7 @@ pub(crate) fn run_cmd_blocking(
     sent: &AtomicBool,
 ) -> Result<Vec<i64>> {
     let until = std::time::Instant::now() + deadline;
-    let timed_out = || Error::redis_timeout(deadline);
+    let timed_out = || connections.timeout(deadline);
     let Some(mut conn) = connections.sync_connection(until, deadline)? else {
         return block_on(run_cmd(connections, deadline, script, evalsha, sent));
     };

@@ -89,7 +89,7 @@ impl RedisBackend {
         let until = tokio::time::Instant::now() + self.deadline;
         let (conn, _) = tokio::time::timeout_at(until, self.connections.shared())
             .await
-            .map_err(|_| Error::redis_timeout(self.deadline))??;
+            .map_err(|_| self.connections.timeout(self.deadline))??;
         let mut found = Vec::new();
         for master in self.masters(&conn).await? {
             let mut cursor = 0u64;
@@ -124,7 +124,7 @@ impl RedisBackend {
         let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
         let reply = tokio::time::timeout(self.deadline, cluster.route_command(redis::cmd("PING"), routing))
             .await
-            .map_err(|_| Error::redis_timeout(self.deadline))?
+            .map_err(|_| self.connections.timeout(self.deadline))?
             .map_err(|e| scripts::redis_failure(&e))?;
         let Value::Map(nodes) = reply else {
             return Err(Error::BackendUnavailable {
@@ -163,7 +163,8 @@ impl RedisBackend {
                 tokio::time::timeout(self.deadline, async move { cmd.query_async::<Value>(&mut conn).await }).await
             }
         };
-        let reply = reply.map_err(|_| Error::redis_timeout(self.deadline))?.map_err(|e| scripts::redis_failure(&e))?;
+        let reply =
+            reply.map_err(|_| self.connections.timeout(self.deadline))?.map_err(|e| scripts::redis_failure(&e))?;
         redis::from_redis_value(reply).map_err(parse_failure)
     }
 
