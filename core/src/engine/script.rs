@@ -138,6 +138,16 @@ macro_rules! script_list {
 }
 super::kinds::for_each_engine!(script_list);
 
+/// Computes every script (its text and SHA1) now, on the calling thread. A Redis backend calls
+/// it when it is built, so that no call computes one lazily: a process forked while another of
+/// its threads was computing a script would wait for that computation forever in the child,
+/// where the thread does not exist.
+pub(crate) fn prepare_all() {
+    for script in all() {
+        LazyLock::force(script);
+    }
+}
+
 /// Every script as (name, text as loaded into Redis), for tools and benchmarks.
 pub fn sources() -> Vec<(&'static str, &'static str)> {
     all().map(|s| (s.name, s.body.as_str())).collect()

@@ -7,7 +7,7 @@
 //! [`Connections::query`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -97,22 +97,56 @@ struct Slot {
 pub(crate) struct Connections {
     client: Client,
     connect_timeout: Duration,
+    /// This process's connections and their locks (see [`Connections::local`]): owned, freed
+    /// with the set; a forked child replaces it and leaks its parent's.
+    local: AtomicPtr<Local>,
+    /// Where blocking calls connect on their own thread; `None` sends them through the runtime.
+    sync_target: Option<SyncTarget>,
+    /// Where the connections go, for error messages (see [`servers_of`]).
+    servers: String,
+}
+
+/// What one process holds of a connection set. A forked child must not use its parent's: the
+/// connections belong to the parent's runtime threads and share its sockets, and a lock may
+/// have been held by a parent thread at the moment of the fork, which the child does not have
+/// and which would never release it.
+struct Local {
+    /// The process this belongs to.
+    pid: u32,
     slot: Mutex<Slot>,
     ready: Notify,
-    /// The process the connections belong to: a forked child must not use its parent's.
-    pid: AtomicU32,
     blocking_pool: Mutex<Vec<Conn>>,
     /// Calls sent on the shared connection (or queued for it) and not yet answered.
     in_flight: AtomicUsize,
     /// Calls waiting to be written together by the next [`flush`].
     queue: Mutex<Vec<Queued>>,
-    /// Where blocking calls connect on their own thread; `None` sends them through the runtime.
-    sync_target: Option<SyncTarget>,
     sync_pool: Mutex<Vec<SyncConnection>>,
     /// The last failed sync connect: calls fail fast for [`RECONNECT_BACKOFF`] after it.
     sync_failure: Mutex<Option<(Instant, Error)>>,
-    /// Where the connections go, for error messages (see [`servers_of`]).
-    servers: String,
+}
+
+impl Local {
+    fn new(pid: u32) -> Local {
+        Local {
+            pid,
+            slot: Mutex::new(Slot::default()),
+            ready: Notify::new(),
+            blocking_pool: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            queue: Mutex::new(Vec::new()),
+            sync_pool: Mutex::new(Vec::new()),
+            sync_failure: Mutex::new(None),
+        }
+    }
+}
+
+impl Drop for Connections {
+    fn drop(&mut self) {
+        // SAFETY: `local` always points to a `Local` made by `Box::into_raw` that only this set
+        // owns (a replaced one is leaked, never freed), and `&mut self` means no reference
+        // handed out by [`Connections::local`] is alive.
+        drop(unsafe { Box::from_raw(*self.local.get_mut()) });
+    }
 }
 
 /// A call waiting in [`Connections::queue`].
@@ -147,7 +181,7 @@ async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
     // Let the tasks that are ready to run (typically the callers just answered, making their
     // next call) queue theirs first.
     tokio::task::yield_now().await;
-    let queued = std::mem::take(&mut *connections.queue.lock());
+    let queued = std::mem::take(&mut *connections.local().queue.lock());
     drop(connections);
     // A caller that gave up (deadline, cancellation) is not sent, as the multiplexed
     // connection does for its own requests.
@@ -242,7 +276,7 @@ async fn watch(connections: Weak<Connections>, mut conn: Conn, generation: u64) 
     loop {
         tokio::time::sleep(WATCHDOG_INTERVAL).await;
         let Some(set) = connections.upgrade() else { return };
-        if set.slot.lock().generation != generation {
+        if set.local().slot.lock().generation != generation {
             return;
         }
         let ping = redis::cmd("PING");
@@ -375,15 +409,8 @@ impl Connections {
         Ok(Connections {
             client,
             connect_timeout: config.connect_timeout,
-            slot: Mutex::new(Slot::default()),
-            ready: Notify::new(),
-            pid: AtomicU32::new(std::process::id()),
-            blocking_pool: Mutex::new(Vec::new()),
-            in_flight: AtomicUsize::new(0),
-            queue: Mutex::new(Vec::new()),
+            local: AtomicPtr::new(Box::into_raw(Box::new(Local::new(forked_since(0).0)))),
             sync_target: SyncTarget::for_config(config),
-            sync_pool: Mutex::new(Vec::new()),
-            sync_failure: Mutex::new(None),
             servers: servers_of(config),
         })
     }
@@ -413,11 +440,11 @@ impl Connections {
             return Ok(found);
         }
         loop {
-            let notified = self.ready.notified();
+            let notified = self.local().ready.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut slot = self.slot.lock();
+                let mut slot = self.local().slot.lock();
                 if let Some(conn) = &slot.conn {
                     return Ok((conn.clone(), slot.generation));
                 }
@@ -452,8 +479,8 @@ impl Connections {
         cmd: &Cmd,
         until: tokio::time::Instant,
     ) -> redis::RedisResult<Value> {
-        let _in_flight = InFlight(&self.in_flight);
-        let busy = self.in_flight.fetch_add(1, Ordering::Relaxed) > 0;
+        let _in_flight = InFlight(&self.local().in_flight);
+        let busy = self.local().in_flight.fetch_add(1, Ordering::Relaxed) > 0;
         let Conn::Single(single) = conn else {
             return conn.req_packed_command(cmd).await;
         };
@@ -462,7 +489,7 @@ impl Connections {
         }
         let (reply, answer) = oneshot::channel();
         let first = {
-            let mut queue = self.queue.lock();
+            let mut queue = self.local().queue.lock();
             queue.push(Queued { cmd: cmd.clone(), until, reply });
             queue.len() == 1
         };
@@ -477,8 +504,7 @@ impl Connections {
     /// The shared connection and its generation, if connected.
     #[inline]
     pub(crate) fn current(&self) -> Option<(Conn, u64)> {
-        self.leave_parent_behind();
-        let slot = self.slot.lock();
+        let slot = self.local().slot.lock();
         slot.conn.as_ref().map(|conn| (conn.clone(), slot.generation))
     }
 
@@ -491,7 +517,7 @@ impl Connections {
             Err(_) => Err(None),
         };
         {
-            let mut slot = self.slot.lock();
+            let mut slot = self.local().slot.lock();
             slot.connecting = false;
             match result {
                 Ok(conn) => {
@@ -505,38 +531,39 @@ impl Connections {
                 Err(message) => slot.last_failure = message.map(|m| (Instant::now(), m)),
             }
         }
-        self.ready.notify_waiters();
+        self.local().ready.notify_waiters();
     }
 
-    /// In a forked child, forgets the parent's connections (they belong to the parent's runtime
-    /// threads, which the child does not have, and share its sockets) without closing anything,
-    /// so the child connects afresh; the parent's keep working.
-    fn leave_parent_behind(&self) {
-        let (pid, forked) = forked_since(self.pid.load(Ordering::Relaxed));
+    /// This process's connections. In a forked child, the first call leaves the parent's behind
+    /// (leaked: not closed, since a TLS close would write to a socket the parent still uses, and
+    /// not locked, since a parent thread may have held a lock at the fork) and starts afresh, so
+    /// the child connects on its own; the parent's keep working.
+    #[inline]
+    fn local(&self) -> &Local {
+        let current = self.local.load(Ordering::Acquire);
+        // SAFETY: `local` always points to a live `Local`: it is freed only when the set is
+        // dropped, and a replaced one is leaked, so a reference outlives no pointee.
+        let (pid, forked) = forked_since(unsafe { (*current).pid });
         if !forked {
-            return;
+            return unsafe { &*current };
         }
-        let mut slot = self.slot.lock();
-        if self.pid.load(Ordering::Relaxed) == pid {
-            return; // another thread of the child got here first
+        let fresh = Box::into_raw(Box::new(Local::new(pid)));
+        match self.local.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: as above; the parent's `Local` is leaked on purpose.
+            Ok(_) => unsafe { &*fresh },
+            Err(winner) => {
+                // Another thread of the child replaced it first.
+                // SAFETY: `fresh` was never shared.
+                drop(unsafe { Box::from_raw(fresh) });
+                unsafe { &*winner }
+            }
         }
-        std::mem::forget(slot.conn.take());
-        slot.generation += 1;
-        slot.connecting = false;
-        slot.last_failure = None;
-        std::mem::forget(std::mem::take(&mut *self.blocking_pool.lock()));
-        std::mem::forget(std::mem::take(&mut *self.queue.lock()));
-        // Not closed: a TLS close would write to the socket the parent still uses.
-        std::mem::forget(std::mem::take(&mut *self.sync_pool.lock()));
-        *self.sync_failure.lock() = None;
-        self.in_flight.store(0, Ordering::Relaxed);
-        self.pid.store(pid, Ordering::Relaxed);
     }
 
     /// Drops the shared connection of `generation` after a failure that may have broken it; the
     /// next call reconnects.
     pub(crate) fn invalidate(&self, generation: u64) {
-        let mut slot = self.slot.lock();
+        let mut slot = self.local().slot.lock();
         if slot.generation == generation {
             slot.conn = None;
         }
@@ -545,8 +572,7 @@ impl Connections {
     /// A dedicated connection for a blocking command; give it back with [`Self::give_back`]
     /// once its command has completed (a connection whose command was cancelled is dropped).
     pub(crate) async fn dedicated(&self) -> Result<Conn> {
-        self.leave_parent_behind();
-        if let Some(conn) = self.blocking_pool.lock().pop() {
+        if let Some(conn) = self.local().blocking_pool.lock().pop() {
             return Ok(conn);
         }
         self.open().await.map_err(|e| connect_failure(&e, &self.servers))
@@ -554,7 +580,7 @@ impl Connections {
 
     /// Returns a dedicated connection to the pool.
     pub(crate) fn give_back(&self, conn: Conn) {
-        let mut pool = self.blocking_pool.lock();
+        let mut pool = self.local().blocking_pool.lock();
         if pool.len() < MAX_POOLED_DEDICATED {
             pool.push(conn);
         }
@@ -576,28 +602,27 @@ impl Connections {
     /// answer then ends the call with `Timeout` at its deadline, as it does once connected.
     pub(crate) fn sync_connection(&self, until: Instant, deadline: Duration) -> Result<Option<SyncConnection>> {
         let Some(target) = &self.sync_target else { return Ok(None) };
-        self.leave_parent_behind();
         loop {
-            let Some(mut conn) = self.sync_pool.lock().pop() else { break };
+            let Some(mut conn) = self.local().sync_pool.lock().pop() else { break };
             if conn.is_usable() {
                 return Ok(Some(conn));
             }
         }
-        if let Some((at, error)) = &*self.sync_failure.lock() {
+        if let Some((at, error)) = &*self.local().sync_failure.lock() {
             if at.elapsed() < RECONNECT_BACKOFF {
                 return Err(error.clone());
             }
         }
         match target.connect(until) {
             Ok(conn) => {
-                *self.sync_failure.lock() = None;
+                *self.local().sync_failure.lock() = None;
                 Ok(Some(conn))
             }
             // No back-off after a timeout: see [`Slot::last_failure`].
             Err(e) if scripts::is_timeout(&e) => Err(self.timeout(deadline)),
             Err(e) => {
                 let error = connect_failure(&e, &self.servers);
-                *self.sync_failure.lock() = Some((Instant::now(), error.clone()));
+                *self.local().sync_failure.lock() = Some((Instant::now(), error.clone()));
                 Err(error)
             }
         }
@@ -618,7 +643,7 @@ impl Connections {
 
     /// Returns a sync connection to the pool.
     pub(crate) fn give_back_sync(&self, conn: SyncConnection) {
-        let mut pool = self.sync_pool.lock();
+        let mut pool = self.local().sync_pool.lock();
         if pool.len() < MAX_POOLED_DIRECT {
             pool.push(conn);
         }

@@ -189,6 +189,7 @@ impl std::fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     pub(crate) fn new(config: RedisConfig) -> Result<Self> {
+        crate::engine::script::prepare_all();
         validate_prefix(&config.prefix)?;
         validate_duration("deadline", config.deadline)?;
         validate_duration("connect_timeout", config.connect_timeout)?;
