@@ -22,6 +22,7 @@ mod decision;
 pub mod defaults;
 mod engine;
 mod error;
+mod fork;
 mod limiter;
 mod live;
 mod metrics;

@@ -278,29 +278,31 @@ impl Live {
     /// `identity`, by a read sent with `ticket`; returns whether it changed any override. A read
     /// sent before the table held was read or written is older than it and is dropped.
     pub(crate) fn replace_table(&self, table: OverrideTable, identity: String, ticket: u64) -> bool {
-        let mut held = self.table.lock();
-        if ticket < held.ticket {
-            return false;
-        }
-        held.ticket = ticket;
-        // A table that was written and is now missing: Redis lost its data (restarted empty,
-        // flushed, evicted), and the registry with it; register every name again at the next
-        // flush rather than up to a minute later.
-        let lost = identity == MISSING_TABLE && !matches!(held.identity.as_str(), "" | MISSING_TABLE);
-        held.identity = identity;
-        if lost {
-            self.names.lock().values().for_each(|state| *state.registered.lock() = None);
-        }
-        if held.entries == table {
-            return false;
-        }
-        held.entries = table;
-        let names = self.names.lock();
-        let empty = HashMap::new();
-        for (name, state) in names.iter() {
-            self.install(state, held.entries.get(name).unwrap_or(&empty));
-        }
-        true
+        crate::fork::section(|| {
+            let mut held = self.table.lock();
+            if ticket < held.ticket {
+                return false;
+            }
+            held.ticket = ticket;
+            // A table that was written and is now missing: Redis lost its data (restarted empty,
+            // flushed, evicted), and the registry with it; register every name again at the next
+            // flush rather than up to a minute later.
+            let lost = identity == MISSING_TABLE && !matches!(held.identity.as_str(), "" | MISSING_TABLE);
+            held.identity = identity;
+            if lost {
+                self.names.lock().values().for_each(|state| *state.registered.lock() = None);
+            }
+            if held.entries == table {
+                return false;
+            }
+            held.entries = table;
+            let names = self.names.lock();
+            let empty = HashMap::new();
+            for (name, state) in names.iter() {
+                self.install(state, held.entries.get(name).unwrap_or(&empty));
+            }
+            true
+        })
     }
 
     /// Sets (`Some(spec)`) or clears one override in this process's table, just written to a
@@ -376,60 +378,66 @@ impl Live {
     /// Every name with a live limiter object: its (kind, spec JSON) and, per kind, the summed
     /// metrics of its objects in this process.
     pub(crate) fn members(&self) -> Vec<NameMembers> {
-        let names: Vec<Arc<NameState>> = self.names.lock().values().cloned().collect();
-        let mut out = Vec::new();
-        for state in names {
-            let mut members = state.members.lock();
-            state.prune(&mut members);
-            if members.is_empty() {
-                continue;
-            }
-            let mut per_kind: Vec<(Kind, String, Metrics, Vec<Arc<LimiterMetrics>>)> = Vec::new();
-            for m in members.iter() {
-                let metrics = m.metrics.clone();
-                match per_kind.iter_mut().find(|(k, ..)| *k == m.kind) {
-                    Some((_, _, sum, all)) => {
-                        sum.add(&metrics.snapshot());
-                        all.push(metrics);
-                    }
-                    None => per_kind.push((m.kind, m.spec_json.clone(), metrics.snapshot(), vec![metrics])),
+        crate::fork::section(|| {
+            let names: Vec<Arc<NameState>> = self.names.lock().values().cloned().collect();
+            let mut out = Vec::new();
+            for state in names {
+                let mut members = state.members.lock();
+                state.prune(&mut members);
+                if members.is_empty() {
+                    continue;
                 }
+                let mut per_kind: Vec<(Kind, String, Metrics, Vec<Arc<LimiterMetrics>>)> = Vec::new();
+                for m in members.iter() {
+                    let metrics = m.metrics.clone();
+                    match per_kind.iter_mut().find(|(k, ..)| *k == m.kind) {
+                        Some((_, _, sum, all)) => {
+                            sum.add(&metrics.snapshot());
+                            all.push(metrics);
+                        }
+                        None => per_kind.push((m.kind, m.spec_json.clone(), metrics.snapshot(), vec![metrics])),
+                    }
+                }
+                drop(members);
+                out.push(NameMembers { state, per_kind });
             }
-            drop(members);
-            out.push(NameMembers { state, per_kind });
-        }
-        out.sort_by(|a, b| a.state.name.cmp(&b.state.name));
-        out
+            out.sort_by(|a, b| a.state.name.cmp(&b.state.name));
+            out
+        })
     }
 
     /// Names whose registration is due (never sent, or sent over [`RENEW_EVERY`] ago), marked as
     /// sent now; `force` takes every name.
     pub(crate) fn due_registrations(&self, force: bool) -> Vec<(String, Kind, String)> {
-        let now = Instant::now();
-        let mut due = Vec::new();
-        for entry in self.members() {
-            let mut registered = entry.state.registered.lock();
-            if force || registered.map_or(true, |at| now.duration_since(at) >= RENEW_EVERY) {
-                *registered = Some(now);
-                // Every kind in use under the name: the registry keeps the first and reports the
-                // others (one name, one kind; see register.lua).
-                for (kind, spec, ..) in &entry.per_kind {
-                    due.push((entry.state.name.clone(), *kind, spec.clone()));
+        crate::fork::section(|| {
+            let now = Instant::now();
+            let mut due = Vec::new();
+            for entry in self.members() {
+                let mut registered = entry.state.registered.lock();
+                if force || registered.map_or(true, |at| now.duration_since(at) >= RENEW_EVERY) {
+                    *registered = Some(now);
+                    // Every kind in use under the name: the registry keeps the first and reports the
+                    // others (one name, one kind; see register.lua).
+                    for (kind, spec, ..) in &entry.per_kind {
+                        due.push((entry.state.name.clone(), *kind, spec.clone()));
+                    }
                 }
             }
-        }
-        due
+            due
+        })
     }
 
     /// Forgets that `names` were registered, so the next round sends them again (their
     /// registration failed).
     pub(crate) fn registration_failed(&self, names: &[String]) {
-        let map = self.names.lock();
-        for name in names {
-            if let Some(state) = map.get(name) {
-                *state.registered.lock() = None;
+        crate::fork::section(|| {
+            let map = self.names.lock();
+            for name in names {
+                if let Some(state) = map.get(name) {
+                    *state.registered.lock() = None;
+                }
             }
-        }
+        })
     }
 }
 

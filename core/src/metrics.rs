@@ -273,19 +273,21 @@ impl Default for LimiterMetrics {
 /// when the process (or a forked child) first flushes, so that pids reused across hosts or
 /// after a restart never share a sequence.
 pub(crate) fn process_writer() -> String {
-    use std::hash::BuildHasher;
-    static WRITER: Mutex<Option<(u32, u64)>> = Mutex::new(None);
-    let pid = std::process::id();
-    let mut writer = WRITER.lock();
-    let nonce = match *writer {
-        Some((p, nonce)) if p == pid => nonce,
-        _ => {
-            let nonce = foldhash::fast::RandomState::default().hash_one((pid, std::time::SystemTime::now()));
-            *writer = Some((pid, nonce));
-            nonce
-        }
-    };
-    format!("{nonce:016x}-{pid}")
+    crate::fork::section(|| {
+        use std::hash::BuildHasher;
+        static WRITER: Mutex<Option<(u32, u64)>> = Mutex::new(None);
+        let pid = std::process::id();
+        let mut writer = WRITER.lock();
+        let nonce = match *writer {
+            Some((p, nonce)) if p == pid => nonce,
+            _ => {
+                let nonce = foldhash::fast::RandomState::default().hash_one((pid, std::time::SystemTime::now()));
+                *writer = Some((pid, nonce));
+                nonce
+            }
+        };
+        format!("{nonce:016x}-{pid}")
+    })
 }
 
 impl LimiterMetrics {
@@ -305,39 +307,47 @@ impl LimiterMetrics {
     }
 
     pub(crate) fn next_batch(&self) -> Option<Batch> {
-        let mut flushed = self.flushed.lock();
-        if flushed.pending.is_none() {
-            let now = self.totals();
-            let before = flushed.totals.unwrap_or([0; COUNTERS]);
-            let deltas: [u64; COUNTERS] = std::array::from_fn(|i| now[i] - before[i]);
-            if deltas.iter().all(|d| *d == 0) {
-                return None;
+        crate::fork::section(|| {
+            let mut flushed = self.flushed.lock();
+            if flushed.pending.is_none() {
+                let now = self.totals();
+                let before = flushed.totals.unwrap_or([0; COUNTERS]);
+                let deltas: [u64; COUNTERS] = std::array::from_fn(|i| now[i] - before[i]);
+                if deltas.iter().all(|d| *d == 0) {
+                    return None;
+                }
+                flushed.totals = Some(now);
+                flushed.pending = Some(Batch { seq: self.last_seq.fetch_add(1, Ordering::Relaxed) + 1, deltas });
             }
-            flushed.totals = Some(now);
-            flushed.pending = Some(Batch { seq: self.last_seq.fetch_add(1, Ordering::Relaxed) + 1, deltas });
-        }
-        flushed.pending
+            flushed.pending
+        })
     }
 
     /// Whether every count is in Redis: nothing pending, nothing counted since the last batch.
     pub(crate) fn settled(&self) -> bool {
-        let flushed = self.flushed.lock();
-        flushed.pending.is_none() && flushed.totals.unwrap_or([0; COUNTERS]) == self.totals()
+        crate::fork::section(|| {
+            let flushed = self.flushed.lock();
+            flushed.pending.is_none() && flushed.totals.unwrap_or([0; COUNTERS]) == self.totals()
+        })
     }
 
     /// Whether `batch` holds every count made so far (none came after it was cut): then, at
     /// exit, it is the last batch of this object.
     pub(crate) fn settled_after(&self, batch: &Batch) -> bool {
-        let flushed = self.flushed.lock();
-        flushed.pending.is_some_and(|b| b.seq == batch.seq) && flushed.totals == Some(self.totals())
+        crate::fork::section(|| {
+            let flushed = self.flushed.lock();
+            flushed.pending.is_some_and(|b| b.seq == batch.seq) && flushed.totals == Some(self.totals())
+        })
     }
 
     /// Redis applied (now or before) the batch numbered `seq`.
     pub(crate) fn acknowledge(&self, seq: u64) {
-        let mut flushed = self.flushed.lock();
-        if flushed.pending.is_some_and(|b| b.seq == seq) {
-            flushed.pending = None;
-        }
+        crate::fork::section(|| {
+            let mut flushed = self.flushed.lock();
+            if flushed.pending.is_some_and(|b| b.seq == seq) {
+                flushed.pending = None;
+            }
+        })
     }
 
     /// In a forked child: the counts inherited from the parent are the parent's to flush.
