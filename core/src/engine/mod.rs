@@ -17,6 +17,7 @@
 
 pub(crate) mod calendar;
 pub(crate) mod calendar_period;
+pub(crate) mod colocate;
 pub(crate) mod concurrent;
 pub(crate) mod contract;
 pub mod gcra;
@@ -26,6 +27,7 @@ pub(crate) mod log;
 pub(crate) mod partitions;
 pub(crate) mod pause;
 pub(crate) mod script;
+pub(crate) mod script_all;
 pub(crate) mod sliding;
 pub(crate) mod spec;
 pub(crate) mod spec_json;
@@ -38,6 +40,7 @@ use redis::Cmd;
 use crate::decision::{Decision, LimitStatus};
 use crate::error::Result;
 pub use calendar_period::CalendarPeriod;
+pub use colocate::Colocate;
 pub(crate) use contract::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
 pub use kinds::{Kind, LimiterSpec};
 use script::LuaScript;

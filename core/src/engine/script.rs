@@ -31,8 +31,13 @@ pub(crate) struct LuaScript {
 ///
 /// Every call also passes through the pause check ([`PAUSE_PRELUDE`]), written once here for
 /// every engine, and every script reads "now" through the one helper [`NOW_US`].
+///
+/// An engine's body that refuses a check sets `refused` (declared here, so that bodies can set
+/// it): the combined script of `check_all` ([`super::script_all`]) reads it to know which part
+/// refused without decoding every engine's reply; a single call ignores it.
 const BATCH_WRAPPER: &str = r#"
 __NOW__
+local refused = false
 local function run(KEYS, ARGV)
 __PAUSE__
 __BODY__
@@ -63,7 +68,7 @@ return replies
 /// The one way a script reads "now" (µs): the caller's instant in ARGV[2] (a manual clock), or
 /// else the Redis server's TIME, so that client clocks never matter. Every engine's `.lua`
 /// calls `now_us(ARGV)`.
-const NOW_US: &str = r#"
+pub(super) const NOW_US: &str = r#"
 local function now_us(ARGV)
   if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
   local t = redis.call('TIME')
@@ -79,13 +84,16 @@ end
 /// engine's reply starts with -1) and the engine's body does not run: a paused refusal reads
 /// and writes nothing else. Unpaused, the cost is one GET of a missing key; `now` (ARGV[2], or
 /// the server's TIME) is read only when a pause exists.
-const PAUSE_PRELUDE: &str = r#"
+pub(super) const PAUSE_PRELUDE: &str = r#"
 if ARGV[1] == 'check' or ARGV[1] == 'peek' then
   local paused_until = redis.call('GET', table.remove(KEYS))
   if paused_until then
     local now = now_us(ARGV)
     paused_until = tonumber(paused_until)
-    if paused_until and paused_until > now then return {-1, paused_until - now, now} end
+    if paused_until and paused_until > now then
+      refused = true
+      return {-1, paused_until - now, now}
+    end
   end
 end
 "#;
@@ -103,6 +111,12 @@ impl LuaScript {
 }
 
 impl LuaScript {
+    /// The script `name` whose whole text is `body` (no wrapper): the combined script.
+    pub(crate) fn whole(name: &'static str, body: String) -> Self {
+        let sha1 = Script::new(&body).get_hash().to_owned();
+        LuaScript { name, body, sha1 }
+    }
+
     /// `EVALSHA <sha1> <keys>`, sized for a short call: append the `keys` keys, then ARGV, with
     /// [`Cmd::arg`] (numbers are written in decimal without an intermediate `String`).
     pub(crate) fn evalsha(&self, keys: usize) -> Cmd {
@@ -146,9 +160,11 @@ pub(crate) fn prepare_all() {
     for script in all() {
         LazyLock::force(script);
     }
+    LazyLock::force(&super::script_all::SCRIPT);
 }
 
 /// Every script as (name, text as loaded into Redis), for tools and benchmarks.
 pub fn sources() -> Vec<(&'static str, &'static str)> {
-    all().map(|s| (s.name, s.body.as_str())).collect()
+    let combined: &'static LuaScript = &super::script_all::SCRIPT;
+    all().map(|s| (s.name, s.body.as_str())).chain(std::iter::once((combined.name, combined.body.as_str()))).collect()
 }

@@ -28,6 +28,7 @@
 -- Returns {now, mismatch, then per limit: total, newest block or -1, freeing block or -1}: the
 -- units counting before this call, the newest counting block, and (refused calls) the block by
 -- whose end enough units have left; mismatch is 1 when another configuration recorded last.
+-- A refused check sets `refused` (see script.rs).
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
 
 local h, z = KEYS[1], KEYS[2]
@@ -65,6 +66,8 @@ if n == 1 and ARGV[9] == '1' then
       local ttl = math.ceil(((block + 1) * precision - now) / 1000) + 1000
       if not cfg or redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, string.format('%d', ttl)) end
     end
+  elseif commit and cost > 0 then
+    refused = true
   end
   return {now, mismatch, total, newest, newest}
 end
@@ -157,6 +160,7 @@ for i = 1, n do
 end
 
 if not allowed then
+  refused = commit
   -- The block by whose end `over` units have left: the oldest counting blocks leave first.
   for i = 1, n do
     local l = limits[i]

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Number, Value};
 
+use super::colocate::Colocate;
 use super::kinds::{self, LimiterSpec};
 use super::spec::{SlidingLimit, WindowLimit};
 use crate::defaults::DEFAULT_WAIT_TIMEOUT;
@@ -35,6 +36,9 @@ pub struct LimiterConfig {
     pub spec: LimiterSpec,
     /// How long `acquire` waits by default; `None` for [`DEFAULT_WAIT_TIMEOUT`].
     pub wait_timeout: Option<Duration>,
+    /// Where the limiter's Redis keys take their hash tag from (see [`Colocate`]); `None` for
+    /// [`Colocate::Identity`]. The JSON form writes it only when it is not the default.
+    pub colocate: Option<Colocate>,
 }
 
 impl LimiterConfig {
@@ -56,8 +60,9 @@ impl LimiterConfig {
             Err(Error::invalid_field("kind", format!("must be one of {}; got {kind:?}", kinds::JSON_NAMES.join(", "))))
         })?;
         let wait_timeout = fields.optional_timeout("wait_timeout")?;
+        let colocate = fields.optional_string("colocate")?.map(Colocate::from_name).transpose()?;
         fields.reject_unknown(kind)?;
-        let config = LimiterConfig { spec, wait_timeout };
+        let config = LimiterConfig { spec, wait_timeout, colocate };
         config.validate()?;
         Ok(config)
     }
@@ -79,6 +84,9 @@ impl LimiterConfig {
         if let Some(wait) = self.wait_timeout.filter(|w| *w != DEFAULT_WAIT_TIMEOUT) {
             json.put("wait_timeout", secs(wait));
         }
+        if let Some(colocate) = self.colocate.filter(|c| *c != Colocate::Identity) {
+            json.put("colocate", colocate.as_str().into());
+        }
         let fields: Vec<String> = json.0.iter().map(|(key, value)| format!("{}:{value}", Value::from(*key))).collect();
         format!("{{{}}}", fields.join(","))
     }
@@ -95,12 +103,18 @@ impl LimiterSpec {
                 "is a limiter option: read this spec with LimiterConfig::from_json or Backend::limiter_from_json",
             ));
         }
+        if config.colocate.is_some() {
+            return Err(Error::invalid_field(
+                "colocate",
+                "is a limiter option: read this spec with LimiterConfig::from_json or Backend::limiter_from_json",
+            ));
+        }
         Ok(config.spec)
     }
 
     /// The canonical JSON form of this spec.
     pub fn to_json(&self) -> String {
-        LimiterConfig { spec: self.clone(), wait_timeout: None }.to_json()
+        LimiterConfig { spec: self.clone(), wait_timeout: None, colocate: None }.to_json()
     }
 }
 
@@ -424,6 +438,23 @@ mod tests {
         ] {
             assert_eq!(parameter(json), path, "{json}");
         }
+    }
+
+    /// `colocate` travels in the JSON form (written only when not the default) and is refused
+    /// naming itself when it is not one of its values, or in a bare spec.
+    #[test]
+    fn the_colocate_option_travels_in_json() {
+        let json = r#"{"kind":"bucket","limit":5,"interval":1,"colocate":"tenant"}"#;
+        let config = LimiterConfig::from_json(json).unwrap();
+        assert_eq!(config.colocate, Some(Colocate::Tenant));
+        assert_eq!(config.to_json(), json);
+        let identity = LimiterConfig::from_json(r#"{"kind":"bucket","limit":5,"interval":1,"colocate":"identity"}"#);
+        assert_eq!(identity.unwrap().to_json(), r#"{"kind":"bucket","limit":5,"interval":1}"#);
+        for bad in [r#""slot""#, "1", "[]"] {
+            let json = format!(r#"{{"kind":"bucket","limit":5,"interval":1,"colocate":{bad}}}"#);
+            assert_eq!(LimiterConfig::from_json(&json).unwrap_err().parameter(), Some("colocate"), "{bad}");
+        }
+        assert_eq!(LimiterSpec::from_json(json).unwrap_err().parameter(), Some("colocate"));
     }
 
     #[test]
