@@ -96,7 +96,7 @@ def within_limit(erp: Limiter) -> None:
 
 def several_limits_at_once(backend: Backend) -> None:
     rate = backend.limiter("rate", {"kind": "token_bucket", "rate": 1, "capacity": 5, "colocate": "tenant"})
-    quota = backend.limiter("quota", {"kind": "bucket", "limit": 100, "interval": "day", "colocate": "tenant"})
+    quota = backend.limiter("quota", {"kind": "bucket", "limit": 100, "interval": 86400, "colocate": "tenant"})
     combined: CombinedDecision = backend.check_all([(rate, "acme:u1", 2), (quota, "acme", 2)])
     allowed: bool = combined.allowed
     retry: float = combined.retry_after
