@@ -109,6 +109,8 @@ export interface LimiterMetrics {
   reclaimed: number;
   /** Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`. */
   pausesClamped: number;
+  /** Checks refused by a block (`blockForMs` after a refusal, or `block` by hand). */
+  blocked: number;
 }
 
 /** Options of `observe` and `observeResponse`. */

@@ -324,6 +324,16 @@ function resume(key) {
   }
 }
 
+// `unblock` settles with 1 or 0, as `resume` does: a boolean here.
+const nativeUnblock = L.unblock;
+function unblock(key) {
+  try {
+    return promised(nativeUnblock.call(this, key)).then((ended) => ended === 1);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
 async function run(fn, options) {
   if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
   refuseUnknownOptions(options, ['critical']);
@@ -384,6 +394,8 @@ for (const [target, name, method] of [
   [L, 'observe', observe],
   [L, 'observeResponse', observeResponse],
   [L, 'resume', resume],
+  [L, 'block', async2(L.block)],
+  [L, 'unblock', unblock],
   [F, 'enter', async1(F.enter)],
   [F, 'leave', async1(F.leave)],
   [F, 'run', run],
