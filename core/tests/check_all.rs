@@ -106,6 +106,20 @@ fn all_or_nothing(backend: &Backend, name: &str) {
         assert_eq!(remaining(&witness, "t1:w"), 5, "{:?} refusing undid the other part", limiter.kind());
     }
 
+    // A paused or blocked part refuses the combination; the others consume nothing.
+    let held = &kinds[3];
+    held.pause_blocking(Some("t1:held"), Duration::from_secs(10)).unwrap();
+    let paused = backend.check_all_blocking(&[(&witness, Some("t1:w"), 1), (held, Some("t1:held"), 1)]).unwrap();
+    assert!(!paused.allowed && !paused.parts[1].decision.allowed);
+    // (Exact on a manual clock; on the server's TIME a little has passed since the pause.)
+    assert!(paused.retry_after <= Duration::from_secs(10) && paused.retry_after > Duration::from_secs(9));
+    held.resume_blocking(Some("t1:held")).unwrap();
+    held.block_blocking(Some("t1:held"), Duration::from_secs(20)).unwrap();
+    let blocked = backend.check_all_blocking(&[(&witness, Some("t1:w"), 1), (held, Some("t1:held"), 1)]).unwrap();
+    assert!(!blocked.allowed);
+    assert!(blocked.retry_after <= Duration::from_secs(20) && blocked.retry_after > Duration::from_secs(19));
+    assert_eq!(remaining(&witness, "t1:w"), 5, "a held part undid the other part");
+
     // Unlimited parts always pass and change nothing.
     let unlimited = Limiter::unlimited();
     let with_unlimited = backend.check_all_blocking(&[(&unlimited, Some("t1"), 100), (tb, Some("t1:u2"), 1)]).unwrap();

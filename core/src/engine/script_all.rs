@@ -1,8 +1,8 @@
 //! The combined script of `check_all`: several engines' calls decided in one atomic step, all
 //! admitted or none consumed.
 //!
-//! Every counting engine's `.lua` body becomes a function of its own (with the pause check in
-//! front, as in the single-call wrapper of [`super::script`]). The script reads "now" once and
+//! Every counting engine's `.lua` body becomes a function of its own (with the hold check,
+//! pauses and blocks, in front, as in the single-call wrapper of [`super::script`]). The script reads "now" once and
 //! hands the same instant to every part, then runs the parts in order. Before a part runs it
 //! snapshots the part's keys (`DUMP` and `PTTL`); when any part refused (its body set
 //! `refused`), every part's keys are restored from those snapshots, newest first, so the
@@ -12,15 +12,15 @@
 //! Calling convention: `EVALSHA sha <all keys> keys… now n (engine key_count arg_count)… args…`
 //! where `now` is the caller's instant (a manual clock) or `''` (the server's TIME), `engine`
 //! is a 1-based index into [`ENGINES`], and each part's keys and arguments are exactly those of
-//! its single call (its own instant, ARGV[2], is replaced by the shared one). The pause key is
-//! last among a part's keys and is only read, so it is not snapshotted.
+//! its single call (its own instant, ARGV[2], is replaced by the shared one). The hold keys
+//! (pause, block) are last among a part's keys and only read, so they are not snapshotted.
 //!
 //! Reply: `{allowed (1|0), n, len_1, reply_1…, len_2, reply_2…}`, flat so that it reads as one
 //! array of integers; an engine's error reply (after restoring) is the whole reply.
 
 use std::sync::LazyLock;
 
-use super::script::{LuaScript, NOW_US, PAUSE_PRELUDE};
+use super::script::{LuaScript, HOLD_PRELUDE, NOW_US};
 
 /// The engines that can take part, by the name of their script, in the order of their index
 /// in the combined script (1-based). The leased token bucket spends in process and leased
@@ -72,7 +72,7 @@ for i = 1, n do
   for j = 1, arg_count do args[j] = ARGV[a]; a = a + 1 end
   args[2] = now
   local snap = {}
-  for j = 1, key_count - 1 do
+  for j = 1, key_count - 2 do
     snap[j] = {keys[j], redis.call('DUMP', keys[j]), redis.call('PTTL', keys[j])}
   end
   saved[i] = snap
@@ -105,7 +105,7 @@ pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| {
     body.push_str("local refused = false\nlocal engines = {}\n");
     for (i, (_, engine)) in ENGINES.iter().enumerate() {
         body.push_str(&format!("engines[{}] = function(KEYS, ARGV)\n", i + 1));
-        body.push_str(PAUSE_PRELUDE);
+        body.push_str(HOLD_PRELUDE);
         body.push_str(engine);
         body.push_str("\nend\n");
     }

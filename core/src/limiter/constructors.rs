@@ -18,7 +18,7 @@ impl Backend {
     }
 
     /// Builds a limiter from a JSON spec (see [`LimiterConfig`]), applying the options it carries
-    /// (`wait_timeout`, `colocate`). A bad field is [`crate::Error::InvalidArgument`] naming its path.
+    /// (`wait_timeout`, `block_for`, `colocate`). A bad field is [`crate::Error::InvalidArgument`] naming its path.
     pub fn limiter_from_json(&self, name: &str, json: &str) -> Result<Limiter> {
         self.limiter_from_config(name, LimiterConfig::from_json(json)?)
     }
@@ -38,8 +38,12 @@ impl Backend {
         if let Some(colocate) = config.colocate {
             limiter = limiter.with_colocate(colocate);
         }
-        match config.wait_timeout {
-            Some(wait) => limiter.with_wait_timeout(wait),
+        let limiter = match config.wait_timeout {
+            Some(wait) => limiter.with_wait_timeout(wait)?,
+            None => limiter,
+        };
+        match config.block_for {
+            Some(block_for) => limiter.with_block_for(Some(block_for)),
             None => Ok(limiter),
         }
     }

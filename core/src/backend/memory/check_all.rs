@@ -22,7 +22,7 @@ pub(crate) struct Part<'a> {
 
 /// How to undo what a part did.
 enum Undo {
-    /// Nothing was written (a paused part, or one whose state was worth nothing).
+    /// Nothing was written (a paused or blocked part, or one whose state was worth nothing).
     Nothing,
     /// The part's slot held `state` until `expires_at` before the part ran.
     Restore { state: State, expires_at: u64 },
@@ -35,12 +35,23 @@ impl MemoryBackend {
     /// outcome. When one refused (or failed), nothing any part did is kept.
     pub(crate) fn execute_all(&self, parts: &[Part<'_>]) -> Result<(bool, Vec<Outcome>)> {
         let now = self.clock.now_micros();
-        // Pauses first, before any shard lock (a pause is set under its own lock alone).
+        // Blocks and pauses first, before any shard lock (each is set under its own lock alone),
+        // in the order `execute` checks them.
         let paused: Vec<Option<Outcome>> = parts
             .iter()
             .map(|p| {
-                let check = self.pauses_held.load(Ordering::Acquire) != 0 && pause::applies_to(p.op);
-                check.then(|| self.paused(p.namespace, p.key, now, p.algorithm)).flatten()
+                if !pause::applies_to(p.op) {
+                    return None;
+                }
+                if self.blocks.any() {
+                    if let Some(refused) = self.blocked(p.namespace, p.key, now, p.algorithm) {
+                        return Some(refused);
+                    }
+                }
+                if self.pauses_held.load(Ordering::Acquire) != 0 {
+                    return self.paused(p.namespace, p.key, now, p.algorithm);
+                }
+                None
             })
             .collect();
         let hashes: Vec<u64> = parts.iter().map(|p| self.hash(p.namespace, p.key.as_bytes())).collect();
