@@ -26,8 +26,11 @@ pub struct rk_check_all_part {
     pub cost: u64,
 }
 
+/// A part as the core takes it: `(limiter, key, cost)`.
+type Part<'a> = (&'a Limiter, Option<&'a str>, u64);
+
 /// The parts as the core takes them, naming a NULL limiter or a bad key by its path.
-fn parts_of(parts: &[rk_check_all_part]) -> Result<Vec<(&Limiter, Option<&str>, u64)>, Failure> {
+fn parts_of(parts: &[rk_check_all_part]) -> Result<Vec<Part<'_>>, Failure> {
     parts
         .iter()
         .enumerate()
