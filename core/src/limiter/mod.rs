@@ -24,6 +24,7 @@ mod leased;
 mod partitions;
 mod pause;
 mod release;
+mod settle;
 mod waiting;
 
 use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
@@ -57,6 +58,9 @@ struct Inner {
     live: Option<Arc<NameState>>,
     /// A leased token bucket on Redis: this process's leases (shared by the copies).
     pool: Option<Arc<leased::LeasePool>>,
+    /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
+    /// be settled); see `settle.rs`.
+    settle_identity: u64,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -99,6 +103,7 @@ impl Limiter {
                 metrics: Arc::default(),
                 live: None,
                 pool: None,
+                settle_identity: 0,
             }),
         }
     }
@@ -143,8 +148,10 @@ impl Limiter {
             Target::Redis { backend, .. } => leased::pool_for(&algorithm, backend),
             _ => None,
         };
+        let settle_identity = settle::identity(&algorithm, &target, spec.kind(), name);
         Ok(Limiter {
             inner: Arc::new(Inner {
+                settle_identity,
                 name: name.into(),
                 spec,
                 algorithm,
@@ -401,7 +408,7 @@ impl Limiter {
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
         let outcome = self.run(key, op).await?;
-        Ok(self.granted(outcome, None))
+        Ok(self.ticketed(self.granted(outcome, None), key, cost))
     }
 
     /// Blocking form of [`Limiter::check`].
@@ -409,7 +416,7 @@ impl Limiter {
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
         let outcome = self.run_blocking(key, op)?;
-        Ok(self.granted(outcome, None))
+        Ok(self.ticketed(self.granted(outcome, None), key, cost))
     }
 
     /// Records a concurrent limiter's grant (after `waited`, if it waited) and reclaims.

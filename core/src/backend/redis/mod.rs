@@ -30,6 +30,7 @@ use crate::decision::{Decision, Lease};
 use crate::engine::concurrent::Concurrent;
 use crate::engine::pause;
 use crate::engine::script::LuaScript;
+use crate::engine::settle;
 use crate::engine::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
 use crate::error::{Error, Result};
 use crate::live::Live;
@@ -379,7 +380,8 @@ impl RedisBackend {
                     }
                     other => other,
                 };
-                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
+                // A settle is applied once by the fallback too (`settle` runs other calls as is).
+                let outcome = self.fallback.settle(*namespace, key, algorithm, op)?;
                 Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
@@ -403,13 +405,19 @@ impl RedisBackend {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let roles = algorithm.keys(op);
         let paused = pause::applies_to(op);
-        let mut cmd = script.evalsha(roles.len() + usize::from(paused));
+        let settle_id = settle::id_of(op);
+        let extra = if settle_id.is_some() { 2 } else { usize::from(paused) };
+        let mut cmd = script.evalsha(roles.len() + extra);
         for role in roles {
             cmd.arg(keys.key(role));
         }
         // Last in KEYS, where the script's pause check takes it from (see `PAUSE_PRELUDE`).
-        if paused {
+        if paused || settle_id.is_some() {
             cmd.arg(keys.key(pause::ROLE));
+        }
+        // After it, where the script's settle step takes it from (see `SETTLE` in script.rs).
+        if settle_id.is_some() {
+            cmd.arg(keys.key(settle::ROLE));
         }
         cmd.arg(op.verb());
         let now = self.manual_clock.as_ref().map(|clock| clock.now_micros());
@@ -417,6 +425,9 @@ impl RedisBackend {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
+        if let Some(id) = settle_id {
+            cmd.arg(id);
+        }
         algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
         Ok(ScriptCall { script, cmd, wake_key })
@@ -435,6 +446,9 @@ impl RedisBackend {
             if let Some(paused) = pause::refusal_in_reply(algorithm.capacity(), &reply) {
                 return Ok(paused);
             }
+        }
+        if settle::id_of(op).is_some() {
+            return settle::decode(algorithm, op, &reply);
         }
         let mut outcome = algorithm.decode(op, &reply)?;
         if let (Op::Check { .. } | Op::Peek, false, Some(list_key)) = (op, outcome.decision.allowed, wake_key) {
