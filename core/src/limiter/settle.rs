@@ -33,7 +33,7 @@ pub(super) fn identity(algorithm: &Algorithm, target: &Target, kind: Kind, name:
 
 /// Whether an engine has a settle rule.
 fn settles(algorithm: &Algorithm) -> bool {
-    matches!(algorithm, Algorithm::Gcra(_) | Algorithm::Calendar(_) | Algorithm::Sliding(_))
+    matches!(algorithm, Algorithm::Gcra(_) | Algorithm::Calendar(_) | Algorithm::Sliding(_) | Algorithm::Log(_))
 }
 
 /// A settle id: unique per process and call, and across processes (a random prefix mixed with
