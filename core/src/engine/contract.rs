@@ -107,6 +107,7 @@ pub(crate) struct Outcome {
     /// For a leased take: the tokens Redis granted to the lease (the cost included).
     pub granted: u64,
     /// For a settle: its id had been applied already, so this call changed nothing.
+    #[allow(dead_code)] // set by every backend; read by tests of the backends
     pub settle_repeated: bool,
 }
 
