@@ -408,7 +408,7 @@ impl Limiter {
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
         let outcome = self.run(key, op).await?;
-        Ok(self.ticketed(self.granted(outcome, None), key, cost))
+        Ok(self.ticketed_granted(outcome, None, key, cost))
     }
 
     /// Blocking form of [`Limiter::check`].
@@ -416,12 +416,12 @@ impl Limiter {
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
         let outcome = self.run_blocking(key, op)?;
-        Ok(self.ticketed(self.granted(outcome, None), key, cost))
+        Ok(self.ticketed_granted(outcome, None, key, cost))
     }
 
     /// Records a concurrent limiter's grant (after `waited`, if it waited) and reclaims.
     #[inline]
-    fn granted(&self, outcome: Outcome, waited: Option<Duration>) -> Decision {
+    pub(super) fn granted(&self, outcome: Outcome, waited: Option<Duration>) -> Decision {
         if let Algorithm::Concurrent(_) = self.inner.algorithm {
             let m = &self.inner.metrics;
             m.add(Counter::Reclaimed, outcome.reclaimed);

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use super::{Limiter, Target};
 use crate::decision::{Decision, SettleTicket};
-use crate::engine::{Algorithm, Kind, Op, Outcome};
+use crate::engine::{Algorithm, Kind, Op, Outcome, Served};
 use crate::error::{Error, Result};
 use crate::params::validate_cost;
 
@@ -50,10 +50,12 @@ fn next_settle_id() -> u64 {
 }
 
 impl Limiter {
-    /// Adds a settle ticket to an admitted decision of a kind that can be settled.
+    /// Adds a settle ticket to an admitted decision of a kind that can be settled, when the
+    /// backend decided it: a call allowed while failing open charged nothing, and one the
+    /// in-memory fallback decided charged the fallback, which a settle could not reach.
     #[inline]
-    pub(super) fn ticketed(&self, mut decision: Decision, key: &str, cost: u64) -> Decision {
-        if decision.allowed && self.inner.settle_identity != 0 && decision.lease.is_none() {
+    pub(crate) fn ticketed(&self, mut decision: Decision, served: Served, key: &str, cost: u64) -> Decision {
+        if decision.allowed && self.inner.settle_identity != 0 && served == Served::Backend {
             decision.settle = Some(SettleTicket {
                 key: key.into(),
                 cost,
@@ -63,6 +65,29 @@ impl Limiter {
             });
         }
         decision
+    }
+
+    /// [`Limiter::granted`](super::Limiter) with the decision's settle ticket.
+    #[inline]
+    pub(super) fn ticketed_granted(
+        &self,
+        outcome: Outcome,
+        waited: Option<std::time::Duration>,
+        key: &str,
+        cost: u64,
+    ) -> Decision {
+        let served = outcome.served;
+        self.ticketed(self.granted(outcome, waited), served, key, cost)
+    }
+
+    /// Adds a settle ticket to the decision of `op` on `key` when `op` is a check (the calls that
+    /// run an operation directly: an event loop's driven calls).
+    #[inline]
+    pub(crate) fn ticketed_op(&self, outcome: Outcome, key: &str, op: Op) -> Decision {
+        match op {
+            Op::Check { cost, .. } => self.ticketed(outcome.decision, outcome.served, key, cost),
+            _ => outcome.decision,
+        }
     }
 
     /// Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
