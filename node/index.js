@@ -75,11 +75,32 @@ function isAbortSignal(signal) {
 // `syncOut`), `null` (nothing), an object (the result), or a number (the id of a call still
 // running, settled later by `onSettled` from the `records` buffer).
 
-const RECORD = 8;
+const RECORD = 11;
 const CAPACITY = 512;
 const records = new Float64Array(RECORD * CAPACITY);
-const syncOut = new Float64Array(6);
+const syncOut = new Float64Array(9);
 const running = new Map();
+
+/**
+ * A plain decision from `buffer` at offset `o` (six fields, then its settle ticket's id,
+ * limiter and cost; id 0: none, `settle` is then undefined). The ticket's key is the call's: `key` (absent for the
+ * limiter's shared key).
+ */
+function plainDecision(buffer, o, key) {
+  const id = buffer[o + 6];
+  return {
+    allowed: buffer[o] === 1,
+    limit: buffer[o + 1],
+    remaining: buffer[o + 2],
+    retryAfterMs: buffer[o + 3],
+    resetAfterMs: buffer[o + 4],
+    decidedAtUs: buffer[o + 5],
+    settle:
+      id === 0
+        ? undefined
+        : { id, limiter: buffer[o + 7], cost: buffer[o + 8], chargedAtUs: buffer[o + 5], key: key == null ? undefined : key },
+  };
+}
 
 function onSettled(count, values) {
   let v = 0;
@@ -91,14 +112,7 @@ function onSettled(count, values) {
     running.delete(id);
     if (settle === undefined) continue;
     if (kind === 0) {
-      settle.resolve({
-        allowed: records[o + 2] === 1,
-        limit: records[o + 3],
-        remaining: records[o + 4],
-        retryAfterMs: records[o + 5],
-        resetAfterMs: records[o + 6],
-        decidedAtUs: records[o + 7],
-      });
+      settle.resolve(plainDecision(records, o + 2, settle.key));
     } else if (kind === 1) settle.resolve(value(values[v++]));
     else if (kind === 2) settle.reject(values[v++]);
     else settle.resolve(undefined);
@@ -107,31 +121,20 @@ function onSettled(count, values) {
 
 native.initBridge(onSettled, records, syncOut);
 
-function syncDecision() {
-  return {
-    allowed: syncOut[0] === 1,
-    limit: syncOut[1],
-    remaining: syncOut[2],
-    retryAfterMs: syncOut[3],
-    resetAfterMs: syncOut[4],
-    decidedAtUs: syncOut[5],
-  };
-}
-
-/** The public value of a synchronous native result. */
-function value(result) {
-  if (result === undefined) return syncDecision();
+/** The public value of a synchronous native result (`key`: the call's, for a settle ticket). */
+function value(result, key) {
+  if (result === undefined) return plainDecision(syncOut, 0, key);
   if (result === null) return undefined;
   if (result === false) return null; // a critical request's fleet ticket
   return result;
 }
 
-/** A Promise of a native result. */
-function promised(result) {
+/** A Promise of a native result (`key`: the call's, for a settle ticket). */
+function promised(result, key) {
   if (typeof result === 'number') {
-    return new Promise((resolve, reject) => running.set(result, { resolve, reject }));
+    return new Promise((resolve, reject) => running.set(result, { resolve, reject, key }));
   }
-  return Promise.resolve(value(result));
+  return Promise.resolve(value(result, key));
 }
 
 /** Wraps a native method that returns a result into one that returns a Promise. */
@@ -189,7 +192,7 @@ function acquire(key, options) {
     } catch (error) {
       return Promise.reject(error);
     }
-    return promised(result);
+    return promised(result, key);
   }
   if (!isAbortSignal(signal)) {
     return Promise.reject(invalidArgument('signal', 'must be an AbortSignal'));
@@ -201,10 +204,10 @@ function acquire(key, options) {
   } catch (error) {
     return Promise.reject(error);
   }
-  if (typeof result !== 'number') return promised(result);
+  if (typeof result !== 'number') return promised(result, key);
   const onAbort = () => cancel(canceller);
   signal.addEventListener('abort', onAbort, { once: true });
-  return promised(result).then(
+  return promised(result, key).then(
     (decision) => {
       signal.removeEventListener('abort', onAbort);
       return decision;
@@ -347,13 +350,13 @@ const { limiterCheck, limiterCheckSync, limiterPeek, limiterPeekSync } = native;
 
 function check(key, cost) {
   try {
-    return promised(limiterCheck(handle(this), key, cost));
+    return promised(limiterCheck(handle(this), key, cost), key);
   } catch (error) {
     return Promise.reject(error);
   }
 }
 function checkSync(key, cost) {
-  return value(limiterCheckSync(handle(this), key, cost));
+  return value(limiterCheckSync(handle(this), key, cost), key);
 }
 function peek(key) {
   try {
@@ -378,6 +381,8 @@ for (const [target, name, method] of [
   [L, 'release', async1(L.release)],
   [L, 'extend', async1(L.extend)],
   [L, 'pointsUsed', async3(L.pointsUsed)],
+  [L, 'settle', async2(L.settle)],
+  [L, 'settleSync', sync2(L.settleSync)],
   [L, 'fleetMetrics', async0(L.fleetMetrics)],
   [L, 'withinLimit', withinLimit],
   [L, 'pause', async2(L.pause)],
