@@ -106,6 +106,8 @@ pub(crate) struct Outcome {
     pub served: Served,
     /// For a leased take: the tokens Redis granted to the lease (the cost included).
     pub granted: u64,
+    /// The call was refused by a block (see [`super::block`]), not by the limiter's state.
+    pub blocked: bool,
     /// For a settle: its id had been applied already, so this call changed nothing.
     #[allow(dead_code)] // set by every backend; read by tests of the backends
     pub settle_repeated: bool,
@@ -133,6 +135,7 @@ impl Outcome {
             config_mismatch: false,
             served: Served::Backend,
             granted: 0,
+            blocked: false,
             settle_repeated: false,
         }
     }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::contract::{malformed, Op, Outcome};
-use super::{pause, Algorithm};
+use super::{block, pause, Algorithm};
 use crate::error::Result;
 
 /// The role of an identity's record of applied settles (`…:settled:<key>`): same identity, same
@@ -33,8 +33,10 @@ pub(crate) fn decode(algorithm: &Algorithm, op: Op, reply: &[i64]) -> Result<Out
     match reply.split_first() {
         Some((1, rest)) => algorithm.decode(op, rest),
         Some((0, rest)) => {
-            let outcome = match pause::refusal_in_reply(algorithm.capacity(), rest) {
-                Some(paused) => paused,
+            let capacity = algorithm.capacity();
+            let held = pause::refusal_in_reply(capacity, rest).or_else(|| block::refusal_in_reply(capacity, rest));
+            let outcome = match held {
+                Some(held) => held,
                 None => algorithm.decode(Op::Peek, rest)?,
             };
             Ok(Outcome { settle_repeated: true, ..outcome })
