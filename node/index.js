@@ -259,12 +259,18 @@ class Limiter {
   get maxPauseMs() {
     return this.#native.maxPauseMs;
   }
+  get blockForMs() {
+    return this.#native.blockForMs;
+  }
 
   withMaxPause(maxPauseMs) {
     return new Limiter(WRAP, this.#native.withMaxPause(maxPauseMs));
   }
   withWaitTimeout(waitTimeoutMs) {
     return new Limiter(WRAP, this.#native.withWaitTimeout(waitTimeoutMs));
+  }
+  withBlockFor(blockForMs) {
+    return new Limiter(WRAP, this.#native.withBlockFor(blockForMs));
   }
 
   check(key, cost) {
@@ -348,6 +354,13 @@ class Limiter {
   /** Resolves with whether a pause was in effect (the native reply is 1 or 0). */
   resume(key) {
     return promisedCall(() => this.#native.resume(key)).then((ended) => ended === 1);
+  }
+  block(durationMs, key) {
+    return promisedCall(() => this.#native.block(durationMs, key));
+  }
+  /** Resolves with whether a block was in effect (the native reply is 1 or 0). */
+  unblock(key) {
+    return promisedCall(() => this.#native.unblock(key)).then((ended) => ended === 1);
   }
   metrics() {
     return this.#native.metrics();

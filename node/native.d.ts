@@ -213,6 +213,21 @@ export declare class NativeLimiter {
    * 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
    */
   withMaxPause(maxPauseMs: number): NativeLimiter
+  /**
+   * How long a refusal blocks the key, in milliseconds (`null`: a refusal blocks nothing,
+   * the default; see `withBlockFor`).
+   */
+  get blockForMs(): number | null
+  /**
+   * The same limiter (same state and metrics) whose refusals block the key for
+   * `blockForMs` (`null`: they block nothing): after a refused check, every `check`, `peek`
+   * and `acquire` of this limiter and key, in every process sharing the backend, is refused
+   * with `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that
+   * starts the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs`
+   * that is not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+   * `blockForMs`.
+   */
+  withBlockFor(blockForMs: number | null): NativeLimiter
   /** The same limiter (same state) with another default wait timeout (0: never wait). */
   withWaitTimeout(waitTimeoutMs: number): NativeLimiter
   /**
@@ -285,6 +300,21 @@ export declare class NativeLimiter {
    * Resolves with whether a pause was in effect.
    */
   resume(key?: string | null): NativeReply
+  /**
+   * Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+   * ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
+   * the block's remaining time (consuming nothing) and `acquire` waits it out. The block
+   * replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
+   * alone. Resolves with the block in effect (ms). On Redis the check costs no extra round
+   * trip. A `durationMs` that is not a positive number rejects with `ERR_INVALID_ARGUMENT`
+   * naming `durationMs`.
+   */
+  block(durationMs: number, key?: string | null): NativeReply
+  /**
+   * Ends the block of `key` now, in every process sharing the backend; the key's other
+   * state, and a pause, are kept. Resolves with whether a block was in effect.
+   */
+  unblock(key?: string | null): NativeReply
   /**
    * This process's metrics for this limiter: its checks by outcome (and their latency on
    * Redis); concurrent limiters add their leases.
@@ -539,6 +569,11 @@ export interface Metrics {
   reclaimed: number
   /** Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`. */
   pausesClamped: number
+  /**
+   * Checks refused by a block (`blockForMs` after a refusal, or `block` by hand) rather than
+   * by the limiter's state; also counted in `refused`.
+   */
+  blocked: number
 }
 
 /**

@@ -158,6 +158,9 @@ pub struct Metrics {
     pub reclaimed: f64,
     /// Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`.
     pub pauses_clamped: f64,
+    /// Checks refused by a block (`blockForMs` after a refusal, or `block` by hand) rather than
+    /// by the limiter's state; also counted in `refused`.
+    pub blocked: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -178,6 +181,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             overages: m.overages as f64,
             reclaimed: m.reclaimed as f64,
             pauses_clamped: m.pauses_clamped as f64,
+            blocked: m.blocked as f64,
         }
     }
 }

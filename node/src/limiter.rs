@@ -254,6 +254,31 @@ impl Limiter {
         })
     }
 
+    /// How long a refusal blocks the key, in milliseconds (`null`: a refusal blocks nothing,
+    /// the default; see `withBlockFor`).
+    #[napi(getter)]
+    pub fn block_for_ms(&self) -> Option<f64> {
+        self.inner.block_for().map(|d| d.as_micros() as f64 / 1e3)
+    }
+
+    /// The same limiter (same state and metrics) whose refusals block the key for
+    /// `blockForMs` (`null`: they block nothing): after a refused check, every `check`, `peek`
+    /// and `acquire` of this limiter and key, in every process sharing the backend, is refused
+    /// with `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that
+    /// starts the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs`
+    /// that is not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+    /// `blockForMs`.
+    #[napi(ts_args_type = "blockForMs: number | null")]
+    pub fn with_block_for(&self, env: Env, block_for_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let block_for = args::opt_millis(Js::opt(&block_for_ms), "block_for")?;
+                Ok(Limiter::new(self.inner.with_block_for(block_for)?, self.local))
+            };
+            core(&env, build())
+        })
+    }
+
     /// The same limiter (same state) with another default wait timeout (0: never wait).
     #[napi(ts_args_type = "waitTimeoutMs: number")]
     pub fn with_wait_timeout(&self, env: Env, wait_timeout_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
@@ -509,6 +534,40 @@ impl Limiter {
             let key = core(&env, args::key(&key))?;
             let limiter = self.inner.clone();
             run(&env, false, async move { Ok(Payload::Flag(limiter.resume(key.as_deref()).await?)) })
+        })
+    }
+
+    /// Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+    /// ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
+    /// the block's remaining time (consuming nothing) and `acquire` waits it out. The block
+    /// replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
+    /// alone. Resolves with the block in effect (ms). On Redis the check costs no extra round
+    /// trip. A `durationMs` that is not a positive number rejects with `ERR_INVALID_ARGUMENT`
+    /// naming `durationMs`.
+    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "NativeReply")]
+    pub fn block(
+        &self,
+        env: Env,
+        duration_ms: Option<Unknown<'_>>,
+        key: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let parse = || Ok((args::millis(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
+            let (duration, key) = core(&env, parse())?;
+            let limiter = self.inner.clone();
+            // Never inline: see `Payload::Pause`.
+            run(&env, false, async move { Ok(Payload::Pause(Some(limiter.block(key.as_deref(), duration).await?))) })
+        })
+    }
+
+    /// Ends the block of `key` now, in every process sharing the backend; the key's other
+    /// state, and a pause, are kept. Resolves with whether a block was in effect.
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "NativeReply")]
+    pub fn unblock(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let key = core(&env, args::key(&key))?;
+            let limiter = self.inner.clone();
+            run(&env, false, async move { Ok(Payload::Flag(limiter.unblock(key.as_deref()).await?)) })
         })
     }
 

@@ -18,6 +18,7 @@ use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 use partitions::{partition_source, PartitionSet};
 
+mod block;
 mod constructors;
 mod inspect;
 mod leased;
@@ -48,6 +49,8 @@ struct Inner {
     wait_timeout: Duration,
     /// The longest pause `pause` and `observe` write (see [`Limiter::with_max_pause`]).
     max_pause: Duration,
+    /// How long a refusal blocks the key (see [`Limiter::with_block_for`]).
+    block_for: Option<Duration>,
     /// Whether the backend's `fail_open` / `fallback` policy applies (see
     /// [`Limiter::with_allow_fallback`]).
     allow_fallback: bool,
@@ -95,6 +98,7 @@ impl Limiter {
                 target: Target::Nowhere,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
+                block_for: None,
                 allow_fallback: true,
                 metrics: Arc::default(),
                 live: None,
@@ -151,6 +155,7 @@ impl Limiter {
                 target,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
+                block_for: None,
                 allow_fallback,
                 metrics,
                 live,
@@ -237,7 +242,11 @@ impl Limiter {
 
     /// The spec and options the limiter was built with, as data.
     pub fn config(&self) -> LimiterConfig {
-        LimiterConfig { spec: self.inner.spec.clone(), wait_timeout: Some(self.inner.wait_timeout) }
+        LimiterConfig {
+            spec: self.inner.spec.clone(),
+            wait_timeout: Some(self.inner.wait_timeout),
+            block_for: self.inner.block_for,
+        }
     }
 
     /// The canonical JSON spec of the limiter (see [`LimiterConfig`]): what every language
@@ -295,7 +304,8 @@ impl Limiter {
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            return self.leased_check(pool, key, cost).await;
+            let result = self.leased_check(pool, key, cost).await;
+            return self.block_after_refusal(key, op, result).await;
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
@@ -306,7 +316,7 @@ impl Limiter {
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
                 self.record(op, &result, Some(started));
-                result
+                self.block_after_refusal(key, op, result).await
             }
             Target::Partitions(set) => {
                 let result = set.run(key, op).await;
@@ -321,7 +331,8 @@ impl Limiter {
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            return self.leased_check_blocking(pool, key, cost);
+            let result = self.leased_check_blocking(pool, key, cost);
+            return self.block_after_refusal_blocking(key, op, result);
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
@@ -332,7 +343,7 @@ impl Limiter {
                 let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
                 self.record(op, &result, Some(started));
-                result
+                self.block_after_refusal_blocking(key, op, result)
             }
             _ => self.run_local(key, op),
         }
@@ -349,7 +360,7 @@ impl Limiter {
                     Some(over) => backend.execute(*namespace, key, &over.algorithm, op),
                 };
                 self.record(op, &result, None);
-                result
+                self.block_after_refusal_local(key, op, result)
             }
             Target::Partitions(set) => {
                 let result = set.run_blocking(key, op);
@@ -381,6 +392,9 @@ impl Limiter {
             Err(_) => return,
         };
         m.add(counter, 1);
+        if let Ok(Outcome { blocked: true, .. }) = result {
+            m.add(Counter::Blocked, 1);
+        }
         if let Some(started) = started {
             m.observe_latency(started.elapsed());
         }
