@@ -120,6 +120,16 @@ fn all_or_nothing(backend: &Backend, name: &str) {
     assert!(blocked.retry_after <= Duration::from_secs(20) && blocked.retry_after > Duration::from_secs(19));
     assert_eq!(remaining(&witness, "t1:w"), 5, "a held part undid the other part");
 
+    // A combined decision is settled part by part: each admitted part carries its ticket.
+    let settled = backend.check_all_blocking(&[(tb, Some("t1:settle"), 4), (&quota, Some("t1:settle"), 1)]).unwrap();
+    assert!(settled.allowed);
+    assert_eq!(remaining(tb, "t1:settle"), 1);
+    let part = &settled.parts[0];
+    assert!(part.decision.settle.is_some(), "an admitted part carries a settle ticket");
+    part.limiter.settle_blocking(&part.decision, 1).unwrap();
+    assert_eq!(remaining(tb, "t1:settle"), 4, "the part's estimate of 4 settled to 1");
+    assert!(refused.parts.iter().all(|p| p.decision.settle.is_none()), "a refused combination has nothing to settle");
+
     // Unlimited parts always pass and change nothing.
     let unlimited = Limiter::unlimited();
     let with_unlimited = backend.check_all_blocking(&[(&unlimited, Some("t1"), 100), (tb, Some("t1:u2"), 1)]).unwrap();

@@ -37,6 +37,8 @@ pub mod calls;
 
 pub mod check_all;
 
+pub mod settle;
+
 pub mod partitions;
 
 pub mod operate;

@@ -8,8 +8,9 @@
 //! bucket (it spends in process from leases) and leased partitions (they pace in process) have
 //! no atomic step to share, and are refused as [`Error::InvalidArgument`] naming the part.
 //!
-//! Each part's decision is an ordinary [`Decision`] with its limiter and key beside it, so a
-//! settle of a combined decision is a settle of each part.
+//! Each part's decision is an ordinary [`Decision`] with its limiter and key beside it (and,
+//! when admitted, its settle ticket), so a combined decision is settled part by part:
+//! `part.limiter.settle(&part.decision, actual)`.
 
 use std::time::Duration;
 
@@ -381,7 +382,11 @@ fn finish(
             wake = outcome.wake.take();
         }
         let decision = if admitted {
-            part.limiter.granted(outcome, None)
+            // Each admitted part carries its own settle ticket: a combined decision is settled
+            // part by part, with each part's limiter.
+            let served = outcome.served;
+            let granted = part.limiter.granted(outcome, None);
+            part.limiter.ticketed(granted, served, part.key, part.cost)
         } else {
             let mut decision = outcome.decision;
             decision.lease = None;
