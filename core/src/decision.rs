@@ -26,6 +26,11 @@ pub struct Decision {
     /// One entry per limit, in the order they were configured, for multi-limit limiters
     /// (`window` with several windows, `sliding_window` with several limits); `None` otherwise.
     pub limits: Option<Box<[LimitStatus]>>,
+    /// Shadow mode only: the limiter would have refused this call and admitted it instead
+    /// (`allowed` is true, nothing was consumed, no lease was granted). `remaining` and
+    /// `retry_after` say what enforcement would have said: `retry_after` is the time until the
+    /// same call would be admitted, the one allowed decision where it is not zero.
+    pub shadow_refused: bool,
 }
 
 /// The state of one limit of a multi-limit limiter.
@@ -86,6 +91,7 @@ impl Decision {
             lease: None,
             decided_at_micros: 0,
             limits: None,
+            shadow_refused: false,
         }
     }
 
@@ -117,6 +123,7 @@ impl Decision {
             lease: None,
             decided_at_micros: 0,
             limits: None,
+            shadow_refused: false,
         }
     }
 }

@@ -70,13 +70,16 @@ pub struct Metrics {
     /// Pauses (`pause`, `observe`) shortened to the limiter's `max_pause`: a third party asked
     /// callers to stay away longer than the operator allows.
     pub pauses_clamped: u64,
+    /// Checks a limiter in shadow mode would have refused and admitted instead (see
+    /// [`crate::Limiter::with_shadow`]); they are not in `allowed` nor in `refused`.
+    pub shadow_refused: u64,
 }
 
 impl Metrics {
-    /// Checks that reached a decision or an error: allowed, refused, errors, failed open and
-    /// fell back.
+    /// Checks that reached a decision or an error: allowed, refused, shadow-refused, errors,
+    /// failed open and fell back.
     pub fn checks(&self) -> u64 {
-        self.allowed + self.refused + self.errors + self.failed_open + self.fell_back
+        self.allowed + self.refused + self.shadow_refused + self.errors + self.failed_open + self.fell_back
     }
 
     /// The number of latencies counted in [`Metrics::latency_buckets`].
@@ -95,7 +98,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 1;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 1 + 1;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.
@@ -128,6 +131,7 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "lat_le_1s",
     "lat_inf",
     "pauses_clamped",
+    "shadow_refused",
 ];
 
 /// One counter per field.
@@ -152,12 +156,14 @@ pub(crate) enum Counter {
     LatencyMicros = 12,
     /// After the latency buckets (slots 13 to 26).
     PausesClamped = 27,
+    ShadowRefused = 28,
 }
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
-const _: () =
-    assert!(Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == FIRST_BUCKET + BUCKETS + 1);
+const _: () = assert!(
+    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::ShadowRefused as usize + 1
+);
 
 impl Counters {
     #[inline]
@@ -396,6 +402,7 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         latency_sum: Duration::from_micros(v[12]),
         latency_buckets: std::array::from_fn(|i| v[FIRST_BUCKET + i]),
         pauses_clamped: v[Counter::PausesClamped as usize],
+        shadow_refused: v[Counter::ShadowRefused as usize],
     }
 }
 
@@ -419,6 +426,7 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
     ]);
     v[FIRST_BUCKET..FIRST_BUCKET + BUCKETS].copy_from_slice(&m.latency_buckets);
     v[Counter::PausesClamped as usize] = m.pauses_clamped;
+    v[Counter::ShadowRefused as usize] = m.shadow_refused;
     v
 }
 

@@ -143,6 +143,7 @@ pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64,
         lease: None,
         decided_at_micros: 0,
         limits: None,
+        shadow_refused: false,
     }
 }
 

@@ -13,7 +13,8 @@
 //!
 //! The canonical form — what [`LimiterConfig::to_json`] writes and what every language reads
 //! back — has its keys in a fixed order, every field of the kind filled in (defaults included),
-//! whole numbers written without a fraction, and `wait_timeout` only when it is not the default.
+//! whole numbers written without a fraction, `wait_timeout` only when it is not the default and
+//! `shadow` only when true (so a spec without it keeps its form and its fingerprint).
 //! Parsing is strict: an unknown kind or field, a wrong type or a bad value is an
 //! [`Error::InvalidArgument`] naming the field by its path (`rate`, `windows[1]`), and nothing is
 //! built.
@@ -35,6 +36,17 @@ pub struct LimiterConfig {
     pub spec: LimiterSpec,
     /// How long `acquire` waits by default; `None` for [`DEFAULT_WAIT_TIMEOUT`].
     pub wait_timeout: Option<Duration>,
+    /// Shadow mode: every decision is computed and counted as usual, but a would-be refusal is
+    /// admitted (`allowed` true, `shadow_refused` true) and consumes nothing. See
+    /// `docs/src/concepts/shadow.md`.
+    pub shadow: bool,
+}
+
+impl From<LimiterSpec> for LimiterConfig {
+    /// A spec with the default options: the default wait timeout, enforcing (not shadow).
+    fn from(spec: LimiterSpec) -> LimiterConfig {
+        LimiterConfig { spec, wait_timeout: None, shadow: false }
+    }
 }
 
 impl LimiterConfig {
@@ -56,8 +68,9 @@ impl LimiterConfig {
             Err(Error::invalid_field("kind", format!("must be one of {}; got {kind:?}", kinds::JSON_NAMES.join(", "))))
         })?;
         let wait_timeout = fields.optional_timeout("wait_timeout")?;
+        let shadow = fields.optional_bool("shadow")?.unwrap_or(false);
         fields.reject_unknown(kind)?;
-        let config = LimiterConfig { spec, wait_timeout };
+        let config = LimiterConfig { spec, wait_timeout, shadow };
         config.validate()?;
         Ok(config)
     }
@@ -79,14 +92,17 @@ impl LimiterConfig {
         if let Some(wait) = self.wait_timeout.filter(|w| *w != DEFAULT_WAIT_TIMEOUT) {
             json.put("wait_timeout", secs(wait));
         }
+        if self.shadow {
+            json.put("shadow", Value::Bool(true));
+        }
         let fields: Vec<String> = json.0.iter().map(|(key, value)| format!("{}:{value}", Value::from(*key))).collect();
         format!("{{{}}}", fields.join(","))
     }
 }
 
 impl LimiterSpec {
-    /// Parses a JSON spec (see [`LimiterConfig`]); a `wait_timeout` in it is refused here, since a
-    /// bare spec has nowhere to keep it.
+    /// Parses a JSON spec (see [`LimiterConfig`]); a `wait_timeout` or `shadow` in it is refused
+    /// here, since a bare spec has nowhere to keep it.
     pub fn from_json(json: &str) -> Result<LimiterSpec> {
         let config = LimiterConfig::from_json(json)?;
         if config.wait_timeout.is_some() {
@@ -95,12 +111,18 @@ impl LimiterSpec {
                 "is a limiter option: read this spec with LimiterConfig::from_json or Backend::limiter_from_json",
             ));
         }
+        if config.shadow {
+            return Err(Error::invalid_field(
+                "shadow",
+                "is a limiter option: read this spec with LimiterConfig::from_json or Backend::limiter_from_json",
+            ));
+        }
         Ok(config.spec)
     }
 
     /// The canonical JSON form of this spec.
     pub fn to_json(&self) -> String {
-        LimiterConfig { spec: self.clone(), wait_timeout: None }.to_json()
+        LimiterConfig { spec: self.clone(), wait_timeout: None, shadow: false }.to_json()
     }
 }
 
@@ -384,6 +406,15 @@ mod tests {
                 r#"{"kind":"calendar","limit":5,"period":"day","tz":"UTC"}"#,
             ),
             (r#"{"kind":"unlimited"}"#, r#"{"kind":"unlimited"}"#),
+            (
+                r#"{"shadow":true,"kind":"leaky","size":4,"drain":0.5}"#,
+                r#"{"kind":"leaky","size":4,"drain":0.5,"shadow":true}"#,
+            ),
+            (r#"{"kind":"leaky","size":4,"drain":0.5,"shadow":false}"#, r#"{"kind":"leaky","size":4,"drain":0.5}"#),
+            (
+                r#"{"kind":"concurrent","limit":1,"wait_timeout":0,"shadow":true}"#,
+                r#"{"kind":"concurrent","limit":1,"lock_timeout":30,"wait_timeout":0,"shadow":true}"#,
+            ),
         ] {
             let config = LimiterConfig::from_json(given).unwrap();
             assert_eq!(config.to_json(), canonical, "from {given}");
@@ -421,9 +452,17 @@ mod tests {
             (r#"{"kind":"calendar","limit":5,"period":"month","anchor":32}"#, "anchor"),
             (r#"{"kind":"calendar","limit":5,"period":"month","anchor":-1}"#, "anchor"),
             (r#"{"kind":"unlimited","limit":5}"#, "limit"),
+            (r#"{"kind":"leaky","size":4,"drain":1,"shadow":"yes"}"#, "shadow"),
+            (r#"{"kind":"leaky","size":4,"drain":1,"shadow":1}"#, "shadow"),
         ] {
             assert_eq!(parameter(json), path, "{json}");
         }
+    }
+
+    #[test]
+    fn a_bare_spec_refuses_the_shadow_option() {
+        let e = LimiterSpec::from_json(r#"{"kind":"leaky","size":4,"drain":2,"shadow":true}"#).unwrap_err();
+        assert_eq!(e.parameter(), Some("shadow"));
     }
 
     #[test]

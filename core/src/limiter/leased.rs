@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
+use super::shadow::shadow_decision;
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, LocalClock, SystemClock};
 use crate::decision::Decision;
@@ -234,14 +235,25 @@ impl Limiter {
     /// A leased check: spent from this process's lease when it holds enough, else one round
     /// trip that gives back what is left and takes a new lease.
     pub(crate) async fn leased_check(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {
+        let shadow = self.shadow_for(key);
+        let mut result = self.leased_check_enforced(pool, key, cost, shadow).await;
+        if let (true, Ok(outcome)) = (shadow, &mut result) {
+            shadow_decision(Op::Check { cost, lease_id: 0, waiter: None }, outcome);
+        }
+        result
+    }
+
+    /// [`Limiter::leased_check`] before shadow mode applies: the lease's bookkeeping follows
+    /// what enforcement decides (a would-be refusal is remembered like a refusal).
+    async fn leased_check_enforced(&self, pool: &LeasePool, key: &str, cost: u64, shadow: bool) -> Result<Outcome> {
         let slot = pool.slot(key);
-        if let Some(d) = self.leased_local(pool, &slot, cost) {
+        if let Some(d) = self.leased_local(pool, &slot, cost, shadow) {
             return Ok(Outcome::of(d));
         }
         let lease_lock = slot.lease_lock();
         let mut lease = lease_lock.lock().await;
         // Another caller may have taken a lease while this one waited.
-        if let Some(d) = self.leased_local(pool, &slot, cost) {
+        if let Some(d) = self.leased_local(pool, &slot, cost, shadow) {
             return Ok(Outcome::of(d));
         }
         let Target::Redis { backend, failover } = &self.inner.target else {
@@ -272,7 +284,7 @@ impl Limiter {
         lease.id = 0;
         let started = Instant::now();
         let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-        self.record(Op::Check { cost, lease_id: 0, waiter: None }, &result, Some(started));
+        self.record(Op::Check { cost, lease_id: 0, waiter: None }, &result, Some(started), shadow);
         let outcome = result?;
         let d = &outcome.decision;
         if outcome.served != Served::Backend {
@@ -293,11 +305,21 @@ impl Limiter {
         Ok(outcome)
     }
 
-    /// [`LeasePool::local`], counted in the limiter's metrics.
+    /// [`LeasePool::local`], counted in the limiter's metrics; a remembered refusal is admitted
+    /// as shadow-refused when `shadow`.
     #[inline]
-    fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64) -> Option<Decision> {
-        let d = pool.local(slot, cost, pool.local.now_micros())?;
-        self.inner.metrics.add(if d.allowed { Counter::Allowed } else { Counter::Refused }, 1);
+    fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64, shadow: bool) -> Option<Decision> {
+        let mut d = pool.local(slot, cost, pool.local.now_micros())?;
+        let counter = match (d.allowed, shadow) {
+            (true, _) => Counter::Allowed,
+            (false, true) => Counter::ShadowRefused,
+            (false, false) => Counter::Refused,
+        };
+        self.inner.metrics.add(counter, 1);
+        if shadow && !d.allowed {
+            d.allowed = true;
+            d.shadow_refused = true;
+        }
         Some(d)
     }
 
@@ -317,7 +339,7 @@ impl Limiter {
     pub(crate) fn leased_local_now(&self, key: &str, op: Op) -> Option<Decision> {
         let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) else { return None };
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        self.leased_local(pool, &slot, cost)
+        self.leased_local(pool, &slot, cost, self.shadow_for(key))
     }
 
     /// Answers a check without any I/O when this process can: on the memory backend, for
@@ -337,7 +359,7 @@ impl Limiter {
     #[inline]
     pub(crate) fn leased_check_blocking(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {
         if key.is_empty() {
-            if let Some(d) = self.leased_local(pool, &pool.unkeyed, cost) {
+            if let Some(d) = self.leased_local(pool, &pool.unkeyed, cost, self.shadow_for(key)) {
                 return Ok(Outcome::of(d));
             }
         }

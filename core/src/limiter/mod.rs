@@ -24,6 +24,7 @@ mod leased;
 mod partitions;
 mod pause;
 mod release;
+mod shadow;
 mod waiting;
 
 use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
@@ -57,6 +58,8 @@ struct Inner {
     live: Option<Arc<NameState>>,
     /// A leased token bucket on Redis: this process's leases (shared by the copies).
     pool: Option<Arc<leased::LeasePool>>,
+    /// Shadow mode (see [`Limiter::with_shadow`]); a live override decides instead.
+    shadow: bool,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -99,6 +102,7 @@ impl Limiter {
                 metrics: Arc::default(),
                 live: None,
                 pool: None,
+                shadow: false,
             }),
         }
     }
@@ -155,6 +159,7 @@ impl Limiter {
                 metrics,
                 live,
                 pool,
+                shadow: false,
             }),
         })
     }
@@ -237,7 +242,11 @@ impl Limiter {
 
     /// The spec and options the limiter was built with, as data.
     pub fn config(&self) -> LimiterConfig {
-        LimiterConfig { spec: self.inner.spec.clone(), wait_timeout: Some(self.inner.wait_timeout) }
+        LimiterConfig {
+            spec: self.inner.spec.clone(),
+            wait_timeout: Some(self.inner.wait_timeout),
+            shadow: self.inner.shadow,
+        }
     }
 
     /// The canonical JSON spec of the limiter (see [`LimiterConfig`]): what every language
@@ -303,15 +312,14 @@ impl Limiter {
                 let over = self.override_for(key);
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
+                let shadow = self.shadow_under(over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-                self.record(op, &result, Some(started));
-                result
+                self.conclude(op, result, Some(started), shadow)
             }
             Target::Partitions(set) => {
                 let result = set.run(key, op).await;
-                self.record(op, &result, None);
-                result
+                self.conclude(op, result, None, self.shadow_for(key))
             }
             _ => self.run_local(key, op),
         }
@@ -329,10 +337,10 @@ impl Limiter {
                 let over = self.override_for(key);
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
+                let shadow = self.shadow_under(over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
-                self.record(op, &result, Some(started));
-                result
+                self.conclude(op, result, Some(started), shadow)
             }
             _ => self.run_local(key, op),
         }
@@ -344,25 +352,24 @@ impl Limiter {
     pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
             Target::Memory { backend, namespace } => {
-                let result = match self.override_for(key) {
-                    None => backend.execute(*namespace, key, &self.inner.algorithm, op),
-                    Some(over) => backend.execute(*namespace, key, &over.algorithm, op),
+                let (result, shadow) = match self.override_for(key) {
+                    None => (backend.execute(*namespace, key, &self.inner.algorithm, op), self.inner.shadow),
+                    Some(over) => (backend.execute(*namespace, key, &over.algorithm, op), over.shadow),
                 };
-                self.record(op, &result, None);
-                result
+                self.conclude(op, result, None, shadow)
             }
             Target::Partitions(set) => {
                 let result = set.run_blocking(key, op);
-                self.record(op, &result, None);
-                result
+                self.conclude(op, result, None, self.shadow_for(key))
             }
             _ => Ok(Outcome::of(Decision::unlimited())),
         }
     }
 
-    /// Counts a check in the limiter's metrics, with its latency when it went to Redis.
+    /// Counts a check in the limiter's metrics, with its latency when it went to Redis; a
+    /// refusal the backend made while `shadow` counts as shadow-refused.
     #[inline]
-    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>) {
+    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>, shadow: bool) {
         if !matches!(op, Op::Check { .. }) {
             return;
         }
@@ -370,6 +377,7 @@ impl Limiter {
         let counter = match result {
             Ok(outcome) => match outcome.served {
                 Served::Backend if outcome.decision.allowed => Counter::Allowed,
+                Served::Backend if shadow => Counter::ShadowRefused,
                 Served::Backend => Counter::Refused,
                 Served::FailedOpen => Counter::FailedOpen,
                 Served::FellBack => Counter::FellBack,
@@ -418,7 +426,7 @@ impl Limiter {
         if let Algorithm::Concurrent(_) = self.inner.algorithm {
             let m = &self.inner.metrics;
             m.add(Counter::Reclaimed, outcome.reclaimed);
-            if outcome.decision.allowed {
+            if outcome.decision.lease.is_some() {
                 m.add(Counter::Held, 1);
                 match waited {
                     None => m.add(Counter::Immediate, 1),

@@ -147,8 +147,8 @@ impl DrivenCall {
         let Some((_, failover)) = self.limiter.redis_target() else { return Ok(remote?.decision) };
         let failover = Limiter::failover_for(failover, self.over.as_deref());
         let outcome = self.backend.apply_policy(remote, &self.key, self.algorithm(), &failover, self.op);
-        self.limiter.record(self.op, &outcome, Some(self.started));
-        Ok(outcome?.decision)
+        let shadow = self.limiter.shadow_under(self.over.as_deref());
+        Ok(self.limiter.conclude(self.op, outcome, Some(self.started), shadow)?.decision)
     }
 }
 
