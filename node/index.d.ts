@@ -109,6 +109,8 @@ export interface LimiterMetrics {
   reclaimed: number;
   /** Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`. */
   pausesClamped: number;
+  /** Checks a limiter in shadow mode would have refused and admitted instead. */
+  shadowRefused: number;
 }
 
 /** Options of `observe` and `observeResponse`. */

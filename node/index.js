@@ -98,6 +98,7 @@ function onSettled(count, values) {
         retryAfterMs: records[o + 5],
         resetAfterMs: records[o + 6],
         decidedAtUs: records[o + 7],
+        shadowRefused: false,
       });
     } else if (kind === 1) settle.resolve(value(values[v++]));
     else if (kind === 2) settle.reject(values[v++]);
@@ -115,6 +116,7 @@ function syncDecision() {
     retryAfterMs: syncOut[3],
     resetAfterMs: syncOut[4],
     decidedAtUs: syncOut[5],
+    shadowRefused: false,
   };
 }
 

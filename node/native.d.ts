@@ -183,6 +183,19 @@ export declare class Limiter {
    * 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
    */
   withMaxPause(maxPauseMs: number): Limiter
+  /**
+   * Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
+   * instead, with the `shadow` of its spec).
+   */
+  get shadow(): boolean
+  /**
+   * The same limiter (same state and metrics) in shadow mode (`true`) or enforcing (`false`).
+   * In shadow mode a call the limit would refuse is admitted: `allowed` and `shadowRefused`
+   * are true, nothing is consumed, `remaining` and `retryAfterMs` say what enforcement would
+   * have said; `acquire` never waits, `withinLimit` runs its function, a concurrent limiter
+   * grants no lease to it. Counted in `metrics().shadowRefused`.
+   */
+  withShadow(shadow: boolean): Limiter
   /** The same limiter (same state) with another default wait timeout (0: never wait). */
   withWaitTimeout(waitTimeoutMs: number): Limiter
   /**
@@ -370,6 +383,11 @@ export interface CalendarOptions {
   anchor?: number
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options of `backend.concurrent()`. */
@@ -385,6 +403,11 @@ export interface ConcurrentOptions {
    * tokens increasing within the process only). Default false.
    */
   allowFallback?: boolean
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** The version of the ratekeeper core this addon is built from. */
@@ -418,6 +441,12 @@ export interface Decision {
    * `slidingWindow` with several limits).
    */
   limits?: Array<LimitStatus>
+  /**
+   * Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+   * is true, nothing was consumed, no lease was granted); `remaining` and `retryAfterMs` say
+   * what enforcement would have said.
+   */
+  shadowRefused: boolean
 }
 
 /** The `{ fallback: n }` form of `failurePolicy`. */
@@ -456,12 +485,22 @@ export interface LeasedOptions {
   leaseTtlMs?: number
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options shared by every limiter constructor. */
 export interface LimiterOptions {
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** The state of one limit of a multi-limit limiter. */
@@ -526,6 +565,11 @@ export interface Metrics {
   reclaimed: number
   /** Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`. */
   pausesClamped: number
+  /**
+   * Checks a limiter in shadow mode would have refused and admitted instead (counted in
+   * neither `allowed` nor `refused`).
+   */
+  shadowRefused: number
 }
 
 /** Options of `backend.partitions()`. */
@@ -544,6 +588,11 @@ export interface PartitionsOptions {
   priority?: boolean
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options of `Backend.redis()` and `Backend.cluster()`. */

@@ -34,6 +34,10 @@ pub struct Decision {
     /// One entry per limit, in configuration order, for multi-limit limiters (`windows`,
     /// `slidingWindow` with several limits).
     pub limits: Option<Vec<LimitStatus>>,
+    /// Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+    /// is true, nothing was consumed, no lease was granted); `remaining` and `retryAfterMs` say
+    /// what enforcement would have said.
+    pub shadow_refused: bool,
 }
 
 /// The state of one limit of a multi-limit limiter.
@@ -101,6 +105,7 @@ impl Decision {
                     })
                     .collect()
             }),
+            shadow_refused: d.shadow_refused,
         }
     }
 }
@@ -158,6 +163,9 @@ pub struct Metrics {
     pub reclaimed: f64,
     /// Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`.
     pub pauses_clamped: f64,
+    /// Checks a limiter in shadow mode would have refused and admitted instead (counted in
+    /// neither `allowed` nor `refused`).
+    pub shadow_refused: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -178,6 +186,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             overages: m.overages as f64,
             reclaimed: m.reclaimed as f64,
             pauses_clamped: m.pauses_clamped as f64,
+            shadow_refused: m.shadow_refused as f64,
         }
     }
 }

@@ -75,6 +75,7 @@ fn metrics_json(metrics: Vec<(String, ratekeeper::Kind, ratekeeper::Metrics)>) -
                     "overages": m.overages,
                     "reclaimed": m.reclaimed,
                     "pausesClamped": m.pauses_clamped,
+                    "shadowRefused": m.shadow_refused,
                 },
             })
         })
