@@ -96,6 +96,10 @@ pub struct rk_decision {
     pub has_lease: bool,
     /// The granted lease when `has_lease`; all zero otherwise.
     pub lease: rk_lease,
+    /// Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+    /// is true, nothing was consumed, no lease was granted); `remaining` and `retry_after_us`
+    /// say what enforcement would have said.
+    pub shadow_refused: bool,
 }
 
 fn micros(duration: Duration) -> u64 {
@@ -113,6 +117,7 @@ impl From<&Decision> for rk_decision {
             decided_at_us: d.decided_at_micros,
             has_lease: d.lease.is_some(),
             lease: d.lease.map(rk_lease::from).unwrap_or_default(),
+            shadow_refused: d.shadow_refused,
         }
     }
 }

@@ -43,7 +43,8 @@ module Ratekeeper
     # `rk_decision`.
     class Decision < FFI::Struct
       layout :allowed, :bool, :limit, :uint64, :remaining, :uint64, :retry_after_us, :uint64,
-             :reset_after_us, :uint64, :decided_at_us, :uint64, :has_lease, :bool, :lease, Lease
+             :reset_after_us, :uint64, :decided_at_us, :uint64, :has_lease, :bool, :lease, Lease,
+             :shadow_refused, :bool
     end
 
     # `rk_window_limit`.
@@ -111,6 +112,7 @@ module Ratekeeper
     call :rk_limiter_observe, %i[pointer string uint32 pointer pointer size_t pointer], :int, blocking: true
     call :rk_limiter_resume, %i[pointer string pointer], :int, blocking: true
     call :rk_limiter_with_max_pause, %i[pointer double pointer], :int
+    call :rk_limiter_with_shadow, %i[pointer bool pointer], :int
 
     call :rk_backoff_new, %i[double double uint32 uint64 pointer], :int
     call :rk_backoff_reschedule_in, %i[pointer uint32 uint64 pointer pointer], :int
