@@ -187,3 +187,17 @@ fn a_shadow_limiter_on_redis_never_waits() {
     assert_eq!((use_.held, use_.waiters), (1, 0), "a shadowed call is never counted as a waiter");
     slots.release_blocking(None, &held.lease.unwrap()).unwrap();
 }
+
+#[test]
+fn a_would_be_refusal_starts_the_block_enforcement_would_start() {
+    let backend = Backend::memory();
+    let enforcing = backend.leaky("login", 1, Duration::from_secs(1)).unwrap().with_block_for(Some(HOUR)).unwrap();
+    let shadow = enforcing.with_shadow(true).unwrap();
+    assert!(shadow.check_blocking(Some("k"), 1).unwrap().allowed);
+    let d = shadow.check_blocking(Some("k"), 1).unwrap();
+    assert!(d.allowed && d.shadow_refused, "{d:?}");
+    assert!(d.retry_after > HOUR / 2, "the block it reports: {d:?}");
+    let refused = enforcing.check_blocking(Some("k"), 1).unwrap();
+    assert!(!refused.allowed && refused.retry_after > HOUR / 2, "the enforcing twin is blocked: {refused:?}");
+    assert!(shadow.check_blocking(Some("k"), 1).unwrap().shadow_refused, "the block is shadowed too");
+}

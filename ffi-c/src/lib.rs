@@ -41,6 +41,8 @@ pub mod operate;
 
 pub mod upstream;
 
+pub mod block;
+
 pub mod backoff;
 
 mod test_hooks;

@@ -463,6 +463,20 @@ impl ToNapiValue for ReplyValue {
     }
 }
 
+/// What a native call that may wait returns (see this module's doc): `undefined` (a plain
+/// decision in `syncOut`), a number (the id of a call still running), `null` (nothing), an
+/// object (the result) or `false` (a critical request's fleet ticket). index.js turns it into
+/// the public value. Declared for native.d.ts only (the methods return a [`ReplyValue`]).
+#[napi]
+#[allow(dead_code)] // a name for the typings; Rust code uses `ReplyValue`
+pub type NativeReply = napi::bindgen_prelude::Either5<
+    f64,
+    napi::bindgen_prelude::Undefined,
+    napi::bindgen_prelude::Null,
+    bool,
+    napi::bindgen_prelude::Object<'static>,
+>;
+
 /// A future whose panic becomes an `Err` carrying it (a bug; it must not unwind into the
 /// runtime, and the call must still settle).
 struct CatchPanic<F>(Pin<Box<F>>);

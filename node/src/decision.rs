@@ -163,6 +163,9 @@ pub struct Metrics {
     pub reclaimed: f64,
     /// Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`.
     pub pauses_clamped: f64,
+    /// Checks refused by a block (`blockForMs` after a refusal, or `block` by hand) rather than
+    /// by the limiter's state; also counted in `refused`.
+    pub blocked: f64,
     /// Checks a limiter in shadow mode would have refused and admitted instead (counted in
     /// neither `allowed` nor `refused`).
     pub shadow_refused: f64,
@@ -186,6 +189,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             overages: m.overages as f64,
             reclaimed: m.reclaimed as f64,
             pauses_clamped: m.pauses_clamped as f64,
+            blocked: m.blocked as f64,
             shadow_refused: m.shadow_refused as f64,
         }
     }

@@ -399,6 +399,13 @@ impl Metrics {
         self.inner.pauses_clamped
     }
 
+    /// Checks refused by a block (`block_for` after a refusal, or `block` by hand) rather than
+    /// by the limiter's state; also counted in `refused`.
+    #[getter]
+    fn blocked(&self) -> u64 {
+        self.inner.blocked
+    }
+
     /// Checks a limiter in shadow mode would have refused and admitted instead (counted in
     /// neither `allowed` nor `refused`).
     #[getter]
@@ -410,7 +417,7 @@ impl Metrics {
         let m = &self.inner;
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
-             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, \
+             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, \
              shadow_refused={})",
             m.allowed,
             m.refused,
@@ -425,6 +432,7 @@ impl Metrics {
             m.overages,
             m.reclaimed,
             m.pauses_clamped,
+            m.blocked,
             m.shadow_refused
         )
     }

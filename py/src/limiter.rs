@@ -13,8 +13,8 @@ use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 
 use crate::aio::{self, Payload};
 use crate::args::{
-    Cost, Flag, Headers, Key, PActual, PCost, PDuration, PEstimate, PMaxPause, PShadow, PWaitTimeout, Seconds, Status,
-    Timeout,
+    Cost, Flag, Headers, Key, PActual, PBlockFor, PCost, PDuration, PEstimate, PMaxPause, PShadow, PWaitTimeout,
+    Seconds, Status, Timeout,
 };
 use crate::decision::{Decision, Lease, Metrics};
 use crate::errors::{guard, guard_detached};
@@ -219,6 +219,27 @@ impl Limiter {
         let py = slf.py();
         let this = slf.get();
         let inner = guard(py, || this.inner.with_max_pause(max_pause.0))?;
+        Limiter::wrap(py, inner, this.remote)
+    }
+
+    /// How long a refusal blocks the key, in seconds (`None`: a refusal blocks nothing, the
+    /// default; see `with_block_for`).
+    #[getter]
+    fn block_for(&self) -> Option<f64> {
+        self.inner.block_for().map(|d| d.as_secs_f64())
+    }
+
+    /// The same limiter (same state and metrics) whose refusals block the key for `block_for`
+    /// seconds (`None`: they block nothing): after a refused check, every `check`, `peek` and
+    /// `acquire` of this limiter and key, in every process sharing the backend, is refused with
+    /// `retry_after` = the block's remaining time, consuming nothing; the refusal that starts
+    /// the block says so too. A spec carries it as `"block_for": seconds`. A `block_for` that
+    /// is not a positive number of seconds up to 100 years raises `InvalidArgument` naming
+    /// `block_for`.
+    fn with_block_for<'py>(slf: &Bound<'py, Self>, block_for: Option<Seconds<PBlockFor>>) -> PyResult<PyLimiter<'py>> {
+        let py = slf.py();
+        let this = slf.get();
+        let inner = guard(py, || this.inner.with_block_for(block_for.map(|b| b.0)))?;
         Limiter::wrap(py, inner, this.remote)
     }
 
@@ -427,6 +448,36 @@ impl Limiter {
         }
     }
 
+    /// Blocks `key` for `duration` seconds from now, in every process sharing the backend:
+    /// until it ends (or `unblock`, or `reset`), `check` and `peek` are refused with
+    /// `retry_after` = the block's remaining time (consuming nothing) and `acquire` waits it
+    /// out. The block replaces the one in effect, shorter or longer. A block is not a pause:
+    /// `resume` leaves it alone. Returns the block in effect, in seconds. On Redis the check
+    /// costs no extra round trip. A `duration` that is not a positive number (0, negative, NaN)
+    /// raises `InvalidArgument` naming `duration`.
+    #[pyo3(signature = (duration, key = None))]
+    fn block(&self, py: Python<'_>, duration: Seconds<PDuration>, key: Key<'_>) -> PyResult<f64> {
+        let k = crate::args::key(&key);
+        let d = if self.remote {
+            guard_detached(py, || self.inner.block_blocking(k, duration.0))?
+        } else {
+            guard(py, || self.inner.block_blocking(k, duration.0))?
+        };
+        Ok(d.as_secs_f64())
+    }
+
+    /// Ends the block of `key` now, in every process sharing the backend; the key's other
+    /// state, and a pause, are kept. Returns whether a block was in effect.
+    #[pyo3(signature = (key = None))]
+    fn unblock(&self, py: Python<'_>, key: Key<'_>) -> PyResult<bool> {
+        let k = crate::args::key(&key);
+        if self.remote {
+            guard_detached(py, || self.inner.unblock_blocking(k))
+        } else {
+            guard(py, || self.inner.unblock_blocking(k))
+        }
+    }
+
     /// This process's metrics for this limiter: its checks by outcome (and their latency on
     /// Redis); concurrent limiters add their leases.
     fn metrics(&self) -> Metrics {
@@ -610,6 +661,27 @@ impl Limiter {
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
         aio::run(py, self.remote, false, async move { Ok(Payload::Flag(limiter.resume(k.as_deref()).await?)) })
+            .map(Fut::new)
+    }
+
+    /// asyncio form of `block`.
+    #[pyo3(signature = (duration, key = None))]
+    fn ablock<'py>(&self, py: Python<'py>, duration: Seconds<PDuration>, key: Key<'_>) -> PyResult<Fut<'py, f64>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        let duration = duration.0;
+        aio::run(py, self.remote, false, async move {
+            Ok(Payload::Seconds(Some(limiter.block(k.as_deref(), duration).await?)))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `unblock`.
+    #[pyo3(signature = (key = None))]
+    fn aunblock<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Fut<'py, bool>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        aio::run(py, self.remote, false, async move { Ok(Payload::Flag(limiter.unblock(k.as_deref()).await?)) })
             .map(Fut::new)
     }
 

@@ -186,6 +186,12 @@ def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
             limiter.resume(a.get("key"))
         elif name == "with_max_pause":
             limiter.with_max_pause(a["max_pause"])
+        elif name == "block":
+            limiter.block(a["duration"], a.get("key"))
+        elif name == "unblock":
+            limiter.unblock(a.get("key"))
+        elif name == "with_block_for":
+            limiter.with_block_for(a["block_for"])
         elif name == "within_limit":
             options = {k: a[k] for k in ("policy", "wait_timeout") if k in a}
             with limiter.within_limit(a.get("key"), a.get("cost", 1), **options):

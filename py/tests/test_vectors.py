@@ -66,6 +66,9 @@ def build_limiter(backend: ratekeeper.Backend, spec: dict[str, Any]) -> Limiter:
 def build_kind(backend: ratekeeper.Backend, spec: dict[str, Any]) -> Limiter:
     kind = spec["kind"]
     name = spec.get("name")
+    if "block_for" in spec:
+        # A limiter option (`block_for`) is carried by the spec as data: build it from the data.
+        return backend.limiter(name, {k: v for k, v in spec.items() if k != "name"})
     if kind == "concurrent":
         return backend.concurrent(name, number(spec["limit"]), number(spec["lock_timeout"]))
     if kind == "bucket":
@@ -194,6 +197,12 @@ async def run_case(case: dict[str, Any], make_backend: MakeBackend, calls: Calls
                 outcome = await calls(limiter, "reset", key)
             elif op == "points_used":
                 outcome = await calls(limiter, "points_used", number(step["estimate"]), number(step["actual"]), key)
+            elif op == "block":
+                await calls(limiter, "block", number(step["seconds"]), key)
+                outcome = None
+            elif op == "unblock":
+                await calls(limiter, "unblock", key)
+                outcome = None
             elif op == "release":
                 if step["lease"] not in leases:
                     raise Malformed(f"step {index}: no lease saved as {step['lease']!r}")

@@ -35,6 +35,9 @@ class VectorsTest < Minitest::Test
     name = spec["name"]
     n = ->(field) { num(spec[field]) }
     opts = { backend: backend }
+    # A limiter option (`block_for`) is carried by the spec as data: build it from the data.
+    return Ratekeeper::Limiter.from_spec(name, spec.reject { |k, _| k == "name" }, **opts) if spec.key?("block_for")
+
     case kind
     when "concurrent" then Ratekeeper::Limiter.concurrent(name, n["limit"], lock_timeout: n["lock_timeout"], **opts)
     when "bucket" then Ratekeeper::Limiter.bucket(name, n["limit"], n["interval"], **opts)
@@ -125,6 +128,8 @@ class VectorsTest < Minitest::Test
           when "reset" then limiter.reset(key) && nil
           when "points_used" then limiter.points_used(num["estimate"], num["actual"], key: key)
           when "release" then limiter.release(leases.fetch(step["lease"]), key: key) && nil
+          when "block" then limiter.block(num["seconds"], key: key) && nil
+          when "unblock" then limiter.unblock(key: key) && nil
           else raise "step #{index}: unknown op #{op}"
           end
         rescue Ratekeeper::Error => e

@@ -1398,6 +1398,68 @@ static void test_pause_and_observe(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* Blocking: by hand (rk_limiter_block / rk_limiter_unblock, apart from pauses) and after a
+ * refusal (rk_limiter_with_block_for, "block_for" in a JSON spec), on every backend. */
+static void test_block(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  /* One token per 1000 s: nothing refills while the test runs. */
+  must(rk_limiter_new_token_bucket(b, "c-block", 0.001, 5, &l), l, "token_bucket");
+  CHECK(check1(l, "k", 1).allowed);
+  bool was_blocked = true;
+  CHECK_OK(rk_limiter_unblock(l, "k", &was_blocked));
+  CHECK(!was_blocked);
+  uint64_t in_effect = 0;
+  CHECK_OK(rk_limiter_block(l, "k", 3600.0, &in_effect));
+  CHECK_U64(in_effect, 3600u * 1000000u);
+  for (int i = 0; i < 3; i++) {
+    rk_decision d = check1(l, "k", 1);
+    CHECK(!d.allowed);
+    CHECK(d.retry_after_us > 0 && d.retry_after_us <= 3600u * 1000000u);
+    CHECK_U64(d.remaining, 0);
+  }
+  CHECK(!peek1(l, "k").allowed);
+  CHECK(check1(l, "other", 1).allowed);
+  /* A resume ends a pause, never a block; a block by hand replaces the one in effect. */
+  bool was_paused = true;
+  CHECK_OK(rk_limiter_resume(l, "k", &was_paused));
+  CHECK(!was_paused);
+  CHECK(!check1(l, "k", 1).allowed);
+  CHECK_OK(rk_limiter_block(l, "k", 2.0, &in_effect));
+  CHECK_U64(in_effect, 2u * 1000000u);
+  CHECK_OK(rk_limiter_unblock(l, "k", &was_blocked));
+  CHECK(was_blocked);
+  rk_decision back = check1(l, "k", 1);
+  CHECK(back.allowed);
+  CHECK_U64(back.remaining, 3); /* the blocked refusals consumed nothing */
+  /* Bad arguments are refused naming them, before anything is written. */
+  CHECK_FAILS(rk_limiter_block(l, "fresh", 0.0, &in_effect), RK_INVALID_ARGUMENT, "duration");
+  CHECK_FAILS(rk_limiter_block(l, "fresh", NAN, NULL), RK_INVALID_ARGUMENT, "duration");
+  CHECK_STATUS(rk_limiter_block(NULL, "fresh", 1.0, NULL), RK_NULL_PARAMETER);
+  CHECK_STATUS(rk_limiter_unblock(NULL, "fresh", NULL), RK_NULL_PARAMETER);
+  CHECK(check1(l, "fresh", 1).allowed);
+
+  /* block_for: a copy whose refusals block the key, and the same from a JSON spec. */
+  rk_limiter *strict = NULL;
+  CHECK_FAILS(rk_limiter_with_block_for(l, 0.0, &strict), RK_INVALID_ARGUMENT, "block_for");
+  CHECK_FAILS(rk_limiter_with_block_for(l, -1.0, &strict), RK_INVALID_ARGUMENT, "block_for");
+  must(rk_limiter_with_block_for(l, 600.0, &strict), strict, "with_block_for");
+  for (int i = 0; i < 5; i++) CHECK(check1(strict, "u", 1).allowed);
+  rk_decision refused = check1(strict, "u", 1);
+  CHECK(!refused.allowed && refused.retry_after_us >= 599u * 1000000u);
+  CHECK(peek1(l, "u").retry_after_us > 590u * 1000000u); /* the key's block, whoever asks */
+  CHECK_OK(rk_limiter_reset(l, "u"));
+  CHECK(check1(strict, "u", 1).allowed); /* reset forgets the block */
+  rk_limiter *from_json = NULL;
+  must(rk_limiter_new_from_json(b, "c-block-json", "{\"kind\":\"bucket\",\"limit\":1,\"interval\":3600,\"block_for\":60}", &from_json), from_json, "from_json");
+  CHECK(check1(from_json, "j", 1).allowed);
+  CHECK(check1(from_json, "j", 1).retry_after_us >= 60u * 1000000u);
+  rk_limiter_free(from_json);
+  rk_limiter_free(strict);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 /* The memory backend on a manual clock: the remaining pause is exact, and it ends exactly. */
 static void test_pause_ends_by_the_manual_clock(const fixture *f) {
   (void)f;
@@ -1538,6 +1600,7 @@ static const test_case TESTS[] = {
     {"16 threads share one bucket", test_threads_share_one_bucket, true},
     {"16 threads share one concurrent limit", test_threads_share_one_semaphore, true},
     {"pause and observe", test_pause_and_observe, true},
+    {"block, unblock and block_for", test_block, true},
     {"partitions", test_partitions, true},
     {"a pause ends by the manual clock", test_pause_ends_by_the_manual_clock, false},
     {"backend from JSON on a manual clock", test_backend_from_json_with_clock, true},

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
+use super::blocks::Blocks;
 use crate::clock::{Clock, SystemClock};
+use crate::engine::block::{self, BlockMode};
 use crate::engine::leased::Leased;
 use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
@@ -218,6 +220,8 @@ pub(crate) struct MemoryBackend {
     /// How many pauses `pauses` holds: while none, calls skip its lock (the hot path stays
     /// lock-light; pauses are rare and short-lived).
     pauses_held: AtomicUsize,
+    /// Blocks in effect (see `Limiter::block`).
+    blocks: Blocks,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -248,6 +252,7 @@ impl MemoryBackend {
             live: crate::live::Live::new(None, false),
             pauses: Mutex::new(HashMap::new()),
             pauses_held: AtomicUsize::new(0),
+            blocks: Blocks::default(),
         })
     }
 
@@ -290,6 +295,11 @@ impl MemoryBackend {
     #[inline(always)]
     pub(crate) fn execute(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
         let now = self.clock.now_micros();
+        if self.blocks.any() && pause::applies_to(op) {
+            if let Some(refused) = self.blocked(namespace, key, now, algorithm) {
+                return Ok(refused);
+            }
+        }
         if self.pauses_held.load(Ordering::Acquire) != 0 && pause::applies_to(op) {
             if let Some(refused) = self.paused(namespace, key, now, algorithm) {
                 return Ok(refused);
@@ -406,6 +416,42 @@ impl MemoryBackend {
         None
     }
 
+    /// The refusal of a call on (`namespace`, `key`) while it is blocked: the block's, unless a
+    /// pause ends later (as the Redis scripts' hold check decides).
+    #[cold]
+    #[inline(never)]
+    fn blocked(&self, namespace: u32, key: &str, now: u64, algorithm: &Algorithm) -> Option<Outcome> {
+        let remaining = self.blocks.remaining(namespace, key, now)?;
+        if self.pauses_held.load(Ordering::Acquire) != 0 {
+            if let Some(paused) = self.paused(namespace, key, now, algorithm) {
+                if paused.decision.retry_after.as_micros() > u128::from(remaining) {
+                    return Some(paused);
+                }
+            }
+        }
+        Some(block::refusal(algorithm.capacity(), remaining, now))
+    }
+
+    /// Blocks (`namespace`, `key`) for `duration` (see [`BlockMode`]); returns the block in
+    /// effect.
+    pub(crate) fn block(
+        &self,
+        namespace: u32,
+        key: &str,
+        duration: std::time::Duration,
+        mode: BlockMode,
+    ) -> std::time::Duration {
+        let now = self.clock.now_micros();
+        let in_effect = self.blocks.set(namespace, key, now, crate::params::micros(duration), mode);
+        std::time::Duration::from_micros(in_effect)
+    }
+
+    /// Ends the block of (`namespace`, `key`), if one is in effect (see `Limiter::unblock`);
+    /// returns whether one was.
+    pub(crate) fn unblock(&self, namespace: u32, key: &str) -> bool {
+        self.blocks.remove(namespace, key, self.clock.now_micros())
+    }
+
     /// Pauses (`namespace`, `key`) for `duration` unless a longer pause is in effect; returns
     /// the pause in effect. Ended pauses of the namespace are dropped on the way, so the map
     /// holds no more than the pauses in effect plus those ended since the last one was set.
@@ -445,9 +491,10 @@ impl MemoryBackend {
         }
     }
 
-    /// Forgets the state of (`namespace`, `key`), its pause included; waiters on a concurrent
-    /// limiter are woken.
+    /// Forgets the state of (`namespace`, `key`), its pause and block included; waiters on a
+    /// concurrent limiter are woken.
     pub(crate) fn reset(&self, namespace: u32, key: &str) {
+        self.blocks.remove(namespace, key, 0);
         if self.pauses_held.load(Ordering::Acquire) != 0 {
             let mut pauses = self.pauses.lock();
             if pauses.get_mut(&namespace).and_then(|keys| keys.remove(key)).is_some() {

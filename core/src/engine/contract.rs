@@ -101,6 +101,8 @@ pub(crate) struct Outcome {
     pub served: Served,
     /// For a leased take: the tokens Redis granted to the lease (the cost included).
     pub granted: u64,
+    /// The call was refused by a block (see [`super::block`]), not by the limiter's state.
+    pub blocked: bool,
 }
 
 /// Who decided a call (see [`Outcome::served`]).
@@ -125,6 +127,7 @@ impl Outcome {
             config_mismatch: false,
             served: Served::Backend,
             granted: 0,
+            blocked: false,
         }
     }
 }

@@ -15,6 +15,7 @@
 //!
 //! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
 
+pub(crate) mod block;
 pub(crate) mod calendar;
 pub(crate) mod calendar_period;
 pub(crate) mod concurrent;

@@ -29,12 +29,12 @@ pub(crate) struct LuaScript {
 /// instead of one per call; what that saves is measured in the README (Benchmarks: "Figures
 /// behind design choices").
 ///
-/// Every call also passes through the pause check ([`PAUSE_PRELUDE`]), written once here for
+/// Every call also passes through the hold check ([`HOLD_PRELUDE`]: pauses and blocks), written once here for
 /// every engine, and every script reads "now" through the one helper [`NOW_US`].
 const BATCH_WRAPPER: &str = r#"
 __NOW__
 local function run(KEYS, ARGV)
-__PAUSE__
+__HOLD__
 __BODY__
 end
 local same = ARGV[1] == 'batch-same'
@@ -71,21 +71,25 @@ local function now_us(ARGV)
 end
 "#;
 
-/// The pause check every engine's script starts with (see `Limiter::pause`). A check or peek
-/// passes one key more than its engine's own, last in KEYS: the pause key of the same identity
-/// (same hash tag, so the same Cluster slot). It is taken off KEYS before the engine's body
-/// runs, so engines index their keys exactly as their `.lua` files document. While the pause
-/// key holds an instant (µs) after now, the call is answered `{-1, remaining µs, now}` (no
-/// engine's reply starts with -1) and the engine's body does not run: a paused refusal reads
-/// and writes nothing else. Unpaused, the cost is one GET of a missing key; `now` (ARGV[2], or
-/// the server's TIME) is read only when a pause exists.
-const PAUSE_PRELUDE: &str = r#"
+/// The hold check every engine's script starts with: pauses (see `Limiter::pause`) and blocks
+/// (see `Limiter::block`). A check or peek passes two keys more than its engine's own, last in
+/// KEYS: the pause key, then the block key, of the same identity (same hash tag, so the same
+/// Cluster slot). They are taken off KEYS before the engine's body runs, so engines index their
+/// keys exactly as their `.lua` files document. Both are read in one MGET. While the block key
+/// holds an instant (µs) after now and no pause ends later, the call is answered
+/// `{-2, remaining µs, now}`; while the pause key does, `{-1, remaining µs, now}` (no engine's
+/// reply starts with a negative number); the engine's body does not run: a held refusal reads
+/// and writes nothing else. Unheld, the cost is one MGET of two missing keys; `now` (ARGV[2],
+/// or the server's TIME) is read only when a hold exists.
+const HOLD_PRELUDE: &str = r#"
 if ARGV[1] == 'check' or ARGV[1] == 'peek' then
-  local paused_until = redis.call('GET', table.remove(KEYS))
-  if paused_until then
+  local block_key = table.remove(KEYS)
+  local held = redis.call('MGET', table.remove(KEYS), block_key)
+  if held[1] or held[2] then
     local now = now_us(ARGV)
-    paused_until = tonumber(paused_until)
-    if paused_until and paused_until > now then return {-1, paused_until - now, now} end
+    local paused_until, blocked_until = tonumber(held[1]) or 0, tonumber(held[2]) or 0
+    if blocked_until > now and blocked_until >= paused_until then return {-2, blocked_until - now, now} end
+    if paused_until > now then return {-1, paused_until - now, now} end
   end
 end
 "#;
@@ -95,7 +99,7 @@ impl LuaScript {
     pub(crate) fn new(name: &'static str, engine: &'static str) -> Self {
         let body = BATCH_WRAPPER
             .replacen("__NOW__", NOW_US, 1)
-            .replacen("__PAUSE__", PAUSE_PRELUDE, 1)
+            .replacen("__HOLD__", HOLD_PRELUDE, 1)
             .replacen("__BODY__", engine, 1);
         let sha1 = Script::new(&body).get_hash().to_owned();
         LuaScript { name, body, sha1 }
@@ -125,14 +129,14 @@ impl LuaScript {
     }
 }
 
-/// Generates `all`: the pause script, then every engine's scripts in the order of the table in
+/// Generates `all`: the pause and block scripts, then every engine's scripts in the order of the table in
 /// `kinds.rs`.
 macro_rules! script_list {
     ($($variant:ident: $engine:ty, $storage:ident;)*) => {
         /// Every script, for tools and benchmarks.
         fn all() -> impl Iterator<Item = &'static LazyLock<LuaScript>> {
             let engines = [$(<$engine as super::Engine>::SCRIPTS,)*];
-            std::iter::once(&super::pause::SCRIPT).chain(engines.into_iter().flatten().copied())
+            [&super::pause::SCRIPT, &super::block::SCRIPT].into_iter().chain(engines.into_iter().flatten().copied())
         }
     };
 }

@@ -14,7 +14,8 @@
 //! The canonical form — what [`LimiterConfig::to_json`] writes and what every language reads
 //! back — has its keys in a fixed order, every field of the kind filled in (defaults included),
 //! whole numbers written without a fraction, `wait_timeout` only when it is not the default and
-//! `shadow` only when true (so a spec without it keeps its form and its fingerprint).
+//! `block_for` only when it is set, `shadow` only when true (so a spec without them keeps its form
+//! and its fingerprint).
 //! Parsing is strict: an unknown kind or field, a wrong type or a bad value is an
 //! [`Error::InvalidArgument`] naming the field by its path (`rate`, `windows[1]`), and nothing is
 //! built.
@@ -36,6 +37,9 @@ pub struct LimiterConfig {
     pub spec: LimiterSpec,
     /// How long `acquire` waits by default; `None` for [`DEFAULT_WAIT_TIMEOUT`].
     pub wait_timeout: Option<Duration>,
+    /// How long a key stays refused after a refusal (see [`crate::Limiter::with_block_for`]);
+    /// `None`: a refusal blocks nothing.
+    pub block_for: Option<Duration>,
     /// Shadow mode: every decision is computed and counted as usual, but a would-be refusal is
     /// admitted (`allowed` true, `shadow_refused` true) and consumes nothing. See
     /// `docs/src/concepts/shadow.md`.
@@ -43,9 +47,9 @@ pub struct LimiterConfig {
 }
 
 impl From<LimiterSpec> for LimiterConfig {
-    /// A spec with the default options: the default wait timeout, enforcing (not shadow).
+    /// A spec with the default options: the default wait timeout, no block, enforcing.
     fn from(spec: LimiterSpec) -> LimiterConfig {
-        LimiterConfig { spec, wait_timeout: None, shadow: false }
+        LimiterConfig { spec, wait_timeout: None, block_for: None, shadow: false }
     }
 }
 
@@ -68,9 +72,10 @@ impl LimiterConfig {
             Err(Error::invalid_field("kind", format!("must be one of {}; got {kind:?}", kinds::JSON_NAMES.join(", "))))
         })?;
         let wait_timeout = fields.optional_timeout("wait_timeout")?;
+        let block_for = fields.optional_seconds("block_for")?;
         let shadow = fields.optional_bool("shadow")?.unwrap_or(false);
         fields.reject_unknown(kind)?;
-        let config = LimiterConfig { spec, wait_timeout, shadow };
+        let config = LimiterConfig { spec, wait_timeout, block_for, shadow };
         config.validate()?;
         Ok(config)
     }
@@ -92,6 +97,9 @@ impl LimiterConfig {
         if let Some(wait) = self.wait_timeout.filter(|w| *w != DEFAULT_WAIT_TIMEOUT) {
             json.put("wait_timeout", secs(wait));
         }
+        if let Some(block_for) = self.block_for {
+            json.put("block_for", secs(block_for));
+        }
         if self.shadow {
             json.put("shadow", Value::Bool(true));
         }
@@ -101,19 +109,18 @@ impl LimiterConfig {
 }
 
 impl LimiterSpec {
-    /// Parses a JSON spec (see [`LimiterConfig`]); a `wait_timeout` or `shadow` in it is refused
-    /// here, since a bare spec has nowhere to keep it.
+    /// Parses a JSON spec (see [`LimiterConfig`]); a `wait_timeout`, `block_for` or `shadow` in
+    /// it is refused here, since a bare spec has nowhere to keep it.
     pub fn from_json(json: &str) -> Result<LimiterSpec> {
         let config = LimiterConfig::from_json(json)?;
-        if config.wait_timeout.is_some() {
+        let options = [
+            ("wait_timeout", config.wait_timeout.is_some()),
+            ("block_for", config.block_for.is_some()),
+            ("shadow", config.shadow),
+        ];
+        if let Some((option, _)) = options.into_iter().find(|(_, set)| *set) {
             return Err(Error::invalid_field(
-                "wait_timeout",
-                "is a limiter option: read this spec with LimiterConfig::from_json or Backend::limiter_from_json",
-            ));
-        }
-        if config.shadow {
-            return Err(Error::invalid_field(
-                "shadow",
+                option,
                 "is a limiter option: read this spec with LimiterConfig::from_json or Backend::limiter_from_json",
             ));
         }
@@ -122,7 +129,7 @@ impl LimiterSpec {
 
     /// The canonical JSON form of this spec.
     pub fn to_json(&self) -> String {
-        LimiterConfig { spec: self.clone(), wait_timeout: None, shadow: false }.to_json()
+        LimiterConfig { spec: self.clone(), wait_timeout: None, block_for: None, shadow: false }.to_json()
     }
 }
 
@@ -407,6 +414,14 @@ mod tests {
             ),
             (r#"{"kind":"unlimited"}"#, r#"{"kind":"unlimited"}"#),
             (
+                r#"{"block_for":2.5,"kind":"bucket","limit":5,"interval":1}"#,
+                r#"{"kind":"bucket","limit":5,"interval":1,"block_for":2.5}"#,
+            ),
+            (
+                r#"{"kind":"concurrent","limit":1,"block_for":60,"wait_timeout":0}"#,
+                r#"{"kind":"concurrent","limit":1,"lock_timeout":30,"wait_timeout":0,"block_for":60}"#,
+            ),
+            (
                 r#"{"shadow":true,"kind":"leaky","size":4,"drain":0.5}"#,
                 r#"{"kind":"leaky","size":4,"drain":0.5,"shadow":true}"#,
             ),
@@ -446,6 +461,10 @@ mod tests {
             (r#"{"kind":"sliding_window","limits":[[60,100,"x"]]}"#, "limits[0][2]"),
             (r#"{"kind":"concurrent","limit":1,"lock_timeout":0}"#, "lock_timeout"),
             (r#"{"kind":"concurrent","limit":1,"wait_timeout":-1}"#, "wait_timeout"),
+            (r#"{"kind":"bucket","limit":5,"interval":1,"block_for":0}"#, "block_for"),
+            (r#"{"kind":"bucket","limit":5,"interval":1,"block_for":-1}"#, "block_for"),
+            (r#"{"kind":"bucket","limit":5,"interval":1,"block_for":"1m"}"#, "block_for"),
+            (r#"{"kind":"bucket","limit":5,"interval":1,"block_for":1e12}"#, "block_for"),
             (r#"{"kind":"bucket","limit":5,"interval":"second"}"#, "interval"),
             (r#"{"kind":"calendar","limit":5,"period":"fortnight"}"#, "period"),
             (r#"{"kind":"calendar","limit":5,"period":"day","tz":"Mars/Olympus"}"#, "tz"),
@@ -469,6 +488,8 @@ mod tests {
     fn a_bare_spec_refuses_the_wait_timeout_option() {
         let e = LimiterSpec::from_json(r#"{"kind":"concurrent","limit":1,"wait_timeout":1}"#).unwrap_err();
         assert_eq!(e.parameter(), Some("wait_timeout"));
+        let e = LimiterSpec::from_json(r#"{"kind":"concurrent","limit":1,"block_for":1}"#).unwrap_err();
+        assert_eq!(e.parameter(), Some("block_for"));
         let spec = LimiterSpec::from_json(r#"{"kind":"leaky","size":4,"drain":2}"#).unwrap();
         assert_eq!(spec, LimiterSpec::Leaky { size: 4, drain: Duration::from_secs(2) });
         assert_eq!(spec.to_json(), r#"{"kind":"leaky","size":4,"drain":2}"#);
@@ -537,6 +558,7 @@ mod tests {
                 Just("refill"),
                 Just("lock_timeout"),
                 Just("wait_timeout"),
+                Just("block_for"),
                 Just("period"),
                 Just("tz"),
                 Just("anchor"),

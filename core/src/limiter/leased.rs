@@ -37,7 +37,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
-use super::shadow::shadow_decision;
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, LocalClock, SystemClock};
 use crate::decision::Decision;
@@ -234,18 +233,11 @@ impl LeasePool {
 impl Limiter {
     /// A leased check: spent from this process's lease when it holds enough, else one round
     /// trip that gives back what is left and takes a new lease.
-    pub(crate) async fn leased_check(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {
-        let shadow = self.shadow_for(key);
-        let mut result = self.leased_check_enforced(pool, key, cost, shadow).await;
-        if let (true, Ok(outcome)) = (shadow, &mut result) {
-            shadow_decision(Op::Check { cost, lease_id: 0, waiter: None }, outcome);
-        }
-        result
-    }
-
-    /// [`Limiter::leased_check`] before shadow mode applies: the lease's bookkeeping follows
-    /// what enforcement decides (a would-be refusal is remembered like a refusal).
-    async fn leased_check_enforced(&self, pool: &LeasePool, key: &str, cost: u64, shadow: bool) -> Result<Outcome> {
+    ///
+    /// With `shadow`, a round trip's refusal is counted as shadow-refused but returned as the
+    /// refusal it is (the caller applies shadow mode): the lease's bookkeeping follows what
+    /// enforcement decides, so a would-be refusal is remembered like a refusal.
+    pub(crate) async fn leased_check(&self, pool: &LeasePool, key: &str, cost: u64, shadow: bool) -> Result<Outcome> {
         let slot = pool.slot(key);
         if let Some(d) = self.leased_local(pool, &slot, cost, shadow) {
             return Ok(Outcome::of(d));
@@ -357,13 +349,19 @@ impl Limiter {
 
     /// The blocking form of [`Limiter::leased_check`]: a local spend involves no runtime.
     #[inline]
-    pub(crate) fn leased_check_blocking(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {
+    pub(crate) fn leased_check_blocking(
+        &self,
+        pool: &LeasePool,
+        key: &str,
+        cost: u64,
+        shadow: bool,
+    ) -> Result<Outcome> {
         if key.is_empty() {
-            if let Some(d) = self.leased_local(pool, &pool.unkeyed, cost, self.shadow_for(key)) {
+            if let Some(d) = self.leased_local(pool, &pool.unkeyed, cost, shadow) {
                 return Ok(Outcome::of(d));
             }
         }
-        crate::runtime::block_on(self.leased_check(pool, key, cost))
+        crate::runtime::block_on(self.leased_check(pool, key, cost, shadow))
     }
 
     /// Gives every lease's unspent tokens back to the shared bucket (see [`Limiter::close`]). A

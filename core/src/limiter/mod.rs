@@ -18,6 +18,7 @@ use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 use partitions::{partition_source, PartitionSet};
 
+mod block;
 mod constructors;
 mod inspect;
 mod leased;
@@ -49,6 +50,8 @@ struct Inner {
     wait_timeout: Duration,
     /// The longest pause `pause` and `observe` write (see [`Limiter::with_max_pause`]).
     max_pause: Duration,
+    /// How long a refusal blocks the key (see [`Limiter::with_block_for`]).
+    block_for: Option<Duration>,
     /// Whether the backend's `fail_open` / `fallback` policy applies (see
     /// [`Limiter::with_allow_fallback`]).
     allow_fallback: bool,
@@ -98,6 +101,7 @@ impl Limiter {
                 target: Target::Nowhere,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
+                block_for: None,
                 allow_fallback: true,
                 metrics: Arc::default(),
                 live: None,
@@ -155,6 +159,7 @@ impl Limiter {
                 target,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
+                block_for: None,
                 allow_fallback,
                 metrics,
                 live,
@@ -245,6 +250,7 @@ impl Limiter {
         LimiterConfig {
             spec: self.inner.spec.clone(),
             wait_timeout: Some(self.inner.wait_timeout),
+            block_for: self.inner.block_for,
             shadow: self.inner.shadow,
         }
     }
@@ -304,7 +310,10 @@ impl Limiter {
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            return self.leased_check(pool, key, cost).await;
+            let shadow = self.shadow_for(key);
+            let result = self.leased_check(pool, key, cost, shadow).await;
+            let result = self.block_after_refusal(key, op, result).await;
+            return self.shadowed(op, shadow, result);
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
@@ -315,7 +324,10 @@ impl Limiter {
                 let shadow = self.shadow_under(over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-                self.conclude(op, result, Some(started), shadow)
+                self.record(op, &result, Some(started), shadow);
+                // A would-be refusal blocks as an enforced one would: shadow mode reports the block.
+                let result = self.block_after_refusal(key, op, result).await;
+                self.shadowed(op, shadow, result)
             }
             Target::Partitions(set) => {
                 let result = set.run(key, op).await;
@@ -329,7 +341,10 @@ impl Limiter {
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            return self.leased_check_blocking(pool, key, cost);
+            let shadow = self.shadow_for(key);
+            let result = self.leased_check_blocking(pool, key, cost, shadow);
+            let result = self.block_after_refusal_blocking(key, op, result);
+            return self.shadowed(op, shadow, result);
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
@@ -340,7 +355,9 @@ impl Limiter {
                 let shadow = self.shadow_under(over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
-                self.conclude(op, result, Some(started), shadow)
+                self.record(op, &result, Some(started), shadow);
+                let result = self.block_after_refusal_blocking(key, op, result);
+                self.shadowed(op, shadow, result)
             }
             _ => self.run_local(key, op),
         }
@@ -356,7 +373,9 @@ impl Limiter {
                     None => (backend.execute(*namespace, key, &self.inner.algorithm, op), self.inner.shadow),
                     Some(over) => (backend.execute(*namespace, key, &over.algorithm, op), over.shadow),
                 };
-                self.conclude(op, result, None, shadow)
+                self.record(op, &result, None, shadow);
+                let result = self.block_after_refusal_local(key, op, result);
+                self.shadowed(op, shadow, result)
             }
             Target::Partitions(set) => {
                 let result = set.run_blocking(key, op);
@@ -389,6 +408,9 @@ impl Limiter {
             Err(_) => return,
         };
         m.add(counter, 1);
+        if let Ok(Outcome { blocked: true, .. }) = result {
+            m.add(Counter::Blocked, 1);
+        }
         if let Some(started) = started {
             m.observe_latency(started.elapsed());
         }

@@ -58,6 +58,13 @@ impl Limiter {
         shadow: bool,
     ) -> Result<Outcome> {
         self.record(op, &result, started, shadow);
+        self.shadowed(op, shadow, result)
+    }
+
+    /// When `shadow`, turns a refusal of a check or a peek into an admission marked
+    /// `shadow_refused` (counting is the caller's: see [`Limiter::conclude`]).
+    #[inline]
+    pub(crate) fn shadowed(&self, op: Op, shadow: bool, result: Result<Outcome>) -> Result<Outcome> {
         if shadow {
             return result.map(|mut outcome| {
                 shadow_decision(op, &mut outcome);
@@ -70,7 +77,7 @@ impl Limiter {
 
 /// Marks a refused check or peek as admitted in shadow mode.
 #[inline]
-pub(crate) fn shadow_decision(op: Op, outcome: &mut Outcome) {
+fn shadow_decision(op: Op, outcome: &mut Outcome) {
     let d = &mut outcome.decision;
     if !d.allowed && matches!(op, Op::Check { .. } | Op::Peek) {
         d.allowed = true;

@@ -90,8 +90,10 @@ fn build_limiter(backend: &Backend, spec: &Value) -> Result<Built, Malformed> {
         Some(other) => return Err(format!("`name` must be a string, got {other}")),
     };
     let name_req = || name.ok_or_else(|| format!("a {kind} limiter needs a `name`"));
-    // Shadow mode is an option of every kind: the named constructors take it as an option,
-    // specs as data as a field.
+    // A limiter option (`block_for`) is carried by the spec as data: such a limiter is built
+    // from its JSON form, as the bindings build it. Shadow mode is an option of every kind: the
+    // named constructors' limiters take it by `with_shadow`, specs as data as a field.
+    let kind = if obj.contains_key("block_for") { "<as data>" } else { kind };
     let shadow = match obj.get("shadow") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -377,6 +379,20 @@ impl CallStyle {
         }
     }
 
+    fn block(self, limiter: &Limiter, key: Option<&str>, duration: Duration) -> Result<Duration, Error> {
+        match self {
+            CallStyle::Blocking => limiter.block_blocking(key, duration),
+            CallStyle::Async => ratekeeper::block_on(limiter.block(key, duration)),
+        }
+    }
+
+    fn unblock(self, limiter: &Limiter, key: Option<&str>) -> Result<bool, Error> {
+        match self {
+            CallStyle::Blocking => limiter.unblock_blocking(key),
+            CallStyle::Async => ratekeeper::block_on(limiter.unblock(key)),
+        }
+    }
+
     fn release(self, limiter: &Limiter, key: Option<&str>, lease: &Lease) -> Result<(), Error> {
         match self {
             CallStyle::Blocking => limiter.release_blocking(key, lease),
@@ -518,6 +534,17 @@ fn run_case_inner(
                     Err(e) => Outcome::Failed(e),
                 }
             }
+            "block" => {
+                let seconds = number(field(step, "seconds")?).map_err(|e| format!("step {index}: {e}"))?;
+                match duration_from_secs("duration", seconds).and_then(|d| style.block(limiter, key, d)) {
+                    Ok(_) => Outcome::Done,
+                    Err(e) => Outcome::Failed(e),
+                }
+            }
+            "unblock" => match style.unblock(limiter, key) {
+                Ok(_) => Outcome::Done,
+                Err(e) => Outcome::Failed(e),
+            },
             "release" => {
                 let lease_name =
                     field(step, "lease")?.as_str().ok_or_else(|| format!("step {index}: `lease` must be a string"))?;

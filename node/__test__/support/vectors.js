@@ -60,7 +60,8 @@ function buildLimiter(backend, spec) {
 
 function buildKind(backend, spec) {
   const { kind, name } = spec;
-  switch (kind) {
+  // A limiter option (`block_for`) is carried by the spec as data: build it from the data.
+  switch ('block_for' in spec ? '<as data>' : kind) {
     case 'concurrent':
       return backend.concurrent(name, number(spec.limit), { lockTimeoutMs: ms(spec.lock_timeout) });
     case 'bucket':
@@ -211,6 +212,12 @@ async function runCase(c, makeBackend) {
         break;
       case 'points_used':
         outcome = await outcomeOf(limiter.pointsUsed(key, number(step.estimate), number(step.actual)));
+        break;
+      case 'block':
+        outcome = await outcomeOf(limiter.block(ms(step.seconds), key).then(() => undefined));
+        break;
+      case 'unblock':
+        outcome = await outcomeOf(limiter.unblock(key).then(() => undefined));
         break;
       case 'release': {
         const lease = leases.get(step.lease);

@@ -329,6 +329,33 @@ module Ratekeeper
       out.read(:bool)
     end
 
+    # Refuses every call of `key` in every process for `duration` seconds from now (replacing a
+    # block in effect); returns the block in effect, in seconds. A block is not a pause: `resume`
+    # leaves it alone, `unblock` ends it, `reset` forgets it.
+    def block(duration, key: nil)
+      Ratekeeper.invalid!("duration", "must be a number of seconds, got #{duration.inspect}") unless duration.is_a?(Numeric)
+      out = FFI::MemoryPointer.new(:uint64)
+      Ratekeeper.check_status!(Native.rk_limiter_block(@ptr, Args.key(key), duration.to_f, out))
+      out.read(:uint64) / 1_000_000.0
+    end
+
+    # Ends a block of `key` early, in every process; true when one was in effect. The key's other
+    # state, and a pause, are kept.
+    def unblock(key: nil)
+      out = FFI::MemoryPointer.new(:bool)
+      Ratekeeper.check_status!(Native.rk_limiter_unblock(@ptr, Args.key(key), out))
+      out.read(:bool)
+    end
+
+    # A copy of this limiter (same state) whose refusals block the key for `seconds`: after a
+    # refused check, every call of that key in every process is refused until the block ends
+    # (`"block_for"` in a spec says the same).
+    def with_block_for(seconds)
+      Ratekeeper.invalid!("block_for", "must be a number of seconds, got #{seconds.inspect}") unless seconds.is_a?(Numeric)
+      ptr = Native.handle(:rk_limiter_free) { |out| Native.rk_limiter_with_block_for(@ptr, seconds.to_f, out) }
+      self.class.new(ptr, @name, { policy: @policy, reschedule: @reschedule, ttl: @ttl, wait_timeout: @wait_timeout, backend: @backend })
+    end
+
     # A copy of this limiter (same state and metrics) in shadow mode (`true`) or enforcing
     # (`false`): a call the limit would refuse is admitted with `shadow_refused` set, consuming
     # nothing; `acquire` never waits. A live override's `shadow` decides instead.

@@ -112,6 +112,9 @@ module Ratekeeper
     call :rk_limiter_observe, %i[pointer string uint32 pointer pointer size_t pointer], :int, blocking: true
     call :rk_limiter_resume, %i[pointer string pointer], :int, blocking: true
     call :rk_limiter_with_max_pause, %i[pointer double pointer], :int
+    call :rk_limiter_block, %i[pointer string double pointer], :int, blocking: true
+    call :rk_limiter_unblock, %i[pointer string pointer], :int, blocking: true
+    call :rk_limiter_with_block_for, %i[pointer double pointer], :int
     call :rk_limiter_with_shadow, %i[pointer bool pointer], :int
 
     call :rk_backoff_new, %i[double double uint32 uint64 pointer], :int

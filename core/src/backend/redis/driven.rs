@@ -79,8 +79,10 @@ impl Limiter {
         if let (Some(decision), Op::Check { .. }) = (self.leased_local_now(key, op), op) {
             return Ok(Driven::Done(decision));
         }
-        // A leased limiter's round trips take leases (see `leased_check`), on the runtime.
+        // A leased limiter's round trips take leases (see `leased_check`), on the runtime; so
+        // does a check that may start a block (`block_for`: a second command after a refusal).
         if matches!(self.algorithm(), Algorithm::Concurrent(_) | Algorithm::Leased(_))
+            || (self.block_for().is_some() && matches!(op, Op::Check { .. }))
             || !backend.connections().drivable()
         {
             return Ok(Driven::Unsupported);
