@@ -201,3 +201,14 @@ fn a_would_be_refusal_starts_the_block_enforcement_would_start() {
     assert!(!refused.allowed && refused.retry_after > HOUR / 2, "the enforcing twin is blocked: {refused:?}");
     assert!(shadow.check_blocking(Some("k"), 1).unwrap().shadow_refused, "the block is shadowed too");
 }
+
+#[test]
+fn a_shadow_refusal_carries_no_settle_ticket() {
+    let backend = Backend::memory();
+    let limiter = backend.token_bucket("llm", 0.001, 10).unwrap().with_shadow(true).unwrap();
+    let admitted = limiter.check_blocking(Some("k"), 10).unwrap();
+    assert!(admitted.settle.is_some(), "{admitted:?}");
+    let shadowed = limiter.check_blocking(Some("k"), 5).unwrap();
+    assert!(shadowed.shadow_refused, "{shadowed:?}");
+    assert!(shadowed.settle.is_none(), "it charged nothing, so a settle must not refund it: {shadowed:?}");
+}

@@ -34,6 +34,8 @@ pub struct Decision {
     /// One entry per limit, in configuration order, for multi-limit limiters (`windows`,
     /// `slidingWindow` with several limits).
     pub limits: Option<Vec<LimitStatus>>,
+    /// What `limiter.settle` reads: set on admitted calls of counting limiters, else absent.
+    pub settle: Option<crate::settle::SettleTicket>,
     /// Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
     /// is true, nothing was consumed, no lease was granted); `remaining` and `retryAfterMs` say
     /// what enforcement would have said.
@@ -105,6 +107,7 @@ impl Decision {
                     })
                     .collect()
             }),
+            settle: d.settle.as_ref().map(crate::settle::SettleTicket::new),
             shadow_refused: d.shadow_refused,
         }
     }

@@ -733,6 +733,10 @@ class NativeLimiter:
         """
         asyncio form of `resume`.
         """
+    def asettle(self, /, decision: Decision, actual: int) -> Future[Decision]:
+        """
+        asyncio form of `settle`.
+        """
     def aunblock(self, /, key: str | None = None) -> Future[bool]:
         """
         asyncio form of `unblock`.
@@ -847,6 +851,16 @@ class NativeLimiter:
         Ends the pause of `key` now, in every process sharing the backend (an operator's
         override of a pause that is wrong or no longer needed); the key's other state is kept.
         Returns whether a pause was in effect.
+        """
+    def settle(self, /, decision: Decision, actual: int) -> Decision:
+        """
+        Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+        its `actual` cost: the difference is charged or refunded exactly once, however often the
+        same decision is settled (a retry after a timeout is safe). A charge applies even past
+        the limit (later calls wait the debt out); a refund never gives back more than the call
+        took, nor to a window that has rolled over. Returns the state after it, as `peek` reports
+        it. A decision that cannot be settled (refused; concurrent, unlimited or partitions;
+        another limiter's) raises `InvalidArgument` naming `decision`; nothing is written.
         """
     @property
     def shadow(self, /) -> bool:
