@@ -162,6 +162,19 @@ def http_middleware(options: dict[str, Any]) -> None:
     raise errors[0]
 
 
+def settle_decision(case: dict[str, Any], limiter: Any, which: Any) -> Any:
+    """The decision a settle case passes (see the table's `conventions.settle`)."""
+    if which == "check":
+        return limiter.check(None, 0)
+    if which == "peek":
+        return limiter.peek(None)
+    if which == "other_limiter":
+        return fresh_backend().limiter("bad-input-other", case["limiter"]).check(None, 0)
+    if isinstance(which, dict):
+        return which["value"]
+    return which
+
+
 def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
     limiter = fresh_backend().limiter("bad-input", case["limiter"])
     before = snapshot(limiter)
@@ -199,6 +212,8 @@ def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
                 pass
         elif name == "with_wait_timeout":
             limiter.with_wait_timeout(a["wait_timeout"])
+        elif name == "settle":
+            limiter.settle(settle_decision(case, limiter, a["decision"]), a["actual"])
         elif name == "with_shadow":
             limiter.with_shadow(a["shadow"])
         else:

@@ -20,6 +20,8 @@ def sync_api(backend: Backend) -> None:
     api.peek()
     api.reset("user-42")
     api.points_used(5, 3, "user-42")
+    settled: Decision = api.settle(d, 1)
+    assert settled.remaining >= 0
 
     ingest: Limiter = backend.partitions("ingest", 100.0, 20, lease_ttl=15, reserved=2, priority=False)
     partitions_held: list[tuple[int, int]] = ingest.partitions_held()
@@ -85,6 +87,8 @@ def within_limit(erp: Limiter) -> None:
             d: Decision | None = permit.decision
             assert n and d
         dec: Decision = await erp.acheck("k")
+        settled_later: Decision = await erp.asettle(dec, 2)
+        assert settled_later.limit >= 0
         fut: asyncio.Future[Decision] = erp.aacquire("k", 1, 2.0)
         await fut
         await erp.arelease(Lease(1, 2, 3, "k"))
