@@ -129,6 +129,8 @@ export interface LimiterMetrics {
   pausesClamped: number;
   /** Checks refused by a block (`blockForMs` after a refusal, or `block` by hand). */
   blocked: number;
+  /** Checks a limiter in shadow mode would have refused and admitted instead. */
+  shadowRefused: number;
 }
 
 /** Options of `observe` and `observeResponse`. */
@@ -334,6 +336,19 @@ export declare class Limiter {
    * not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming `blockForMs`.
    */
   withBlockFor(blockForMs: number | null): Limiter
+  /**
+   * Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
+   * instead, with the `shadow` of its spec).
+   */
+  get shadow(): boolean
+  /**
+   * The same limiter (same state and metrics) in shadow mode (`true`) or enforcing (`false`).
+   * In shadow mode a call the limit would refuse is admitted: `allowed` and `shadowRefused` are
+   * true, nothing is consumed, `remaining` and `retryAfterMs` say what enforcement would have
+   * said; `acquire` never waits, `withinLimit` runs its function, a concurrent limiter grants no
+   * lease to it. Counted in `metrics().shadowRefused`. A spec carries it as `shadow: true`.
+   */
+  withShadow(shadow: boolean): Limiter
   /**
    * Takes `cost` (default 1) for `key` if the limit allows, never waiting. A refused call
    * consumes nothing and resolves with `allowed: false` and the exact `retryAfterMs`. On a

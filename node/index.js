@@ -102,6 +102,7 @@ function plainDecision(buffer, o, key) {
       id === 0
         ? undefined
         : { id, limiter: buffer[o + 7], cost: buffer[o + 8], chargedAtUs: buffer[o + 5], key: key == null ? undefined : key },
+    shadowRefused: false,
   };
 }
 
@@ -265,6 +266,9 @@ class Limiter {
   get blockForMs() {
     return this.#native.blockForMs;
   }
+  get shadow() {
+    return this.#native.shadow;
+  }
 
   withMaxPause(maxPauseMs) {
     return new Limiter(WRAP, this.#native.withMaxPause(maxPauseMs));
@@ -274,6 +278,9 @@ class Limiter {
   }
   withBlockFor(blockForMs) {
     return new Limiter(WRAP, this.#native.withBlockFor(blockForMs));
+  }
+  withShadow(shadow) {
+    return new Limiter(WRAP, this.#native.withShadow(shadow));
   }
 
   check(key, cost) {

@@ -210,6 +210,7 @@ function limiterCalls(c, a) {
       () => limiter.settle(settleDecision(c, limiter, a.decision), a.actual),
       () => limiter.settleSync(settleDecision(c, limiter, a.decision), a.actual),
     ],
+    with_shadow: [() => limiter.withShadow(a.shadow)],
   }[c.call];
   assert.ok(thunks, `the table names a call this runner does not know: ${c.call}`);
   return { thunks, untouched: () => assert.deepEqual(snapshot(limiter), before, 'a refused call changed the state') };

@@ -103,6 +103,7 @@ class BadInputTest < Minitest::Test
       when "pause" then limiter.pause(a["duration"], key: a["key"])
       when "observe" then limiter.observe(a["status"], a["headers"], key: a["key"])
       when "with_max_pause" then limiter.with_max_pause(a["max_pause"])
+      when "with_shadow" then limiter.with_shadow(a["shadow"])
       when "resume" then limiter.resume(key: a["key"])
       when "within_limit"
         limiter.within_limit(key: a["key"], cost: a["cost"], wait_timeout: a["wait_timeout"], policy: a["policy"]&.to_sym) { flunk "the block ran" }

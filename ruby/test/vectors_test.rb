@@ -24,7 +24,13 @@ class VectorsTest < Minitest::Test
   # as a count, as the vectors expect of 1.5 and as typed languages do), the special spellings.
   def self.num(value) = SPECIALS.fetch(value, value)
 
+  # Shadow mode is an option of every kind: the gem's limiters take it by `with_shadow`.
   def self.build(backend, spec)
+    limiter = build_kind(backend, spec)
+    spec["shadow"] == true ? limiter.with_shadow(true) : limiter
+  end
+
+  def self.build_kind(backend, spec)
     kind = spec["kind"]
     name = spec["name"]
     n = ->(field) { num(spec[field]) }
@@ -82,6 +88,7 @@ class VectorsTest < Minitest::Test
     h = { "allowed" => d.allowed, "limit" => d.limit, "remaining" => d.remaining,
           "retry_after_us" => d.retry_after_us, "reset_after_us" => d.reset_after_us }
     h["fencing_token"] = d.lease.fencing_token if with_token && d.lease
+    h["shadow_refused"] = true if d.shadow_refused
     h
   end
 

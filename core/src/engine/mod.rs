@@ -149,6 +149,7 @@ pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64,
         decided_at_micros: 0,
         limits: None,
         settle: None,
+        shadow_refused: false,
     }
 }
 

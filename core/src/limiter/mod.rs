@@ -27,6 +27,7 @@ mod partitions;
 mod pause;
 mod release;
 mod settle;
+mod shadow;
 mod waiting;
 
 use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
@@ -68,6 +69,8 @@ struct Inner {
     /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
     /// be settled); see `settle.rs`.
     settle_identity: u64,
+    /// Shadow mode (see [`Limiter::with_shadow`]); a live override decides instead.
+    shadow: bool,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -113,6 +116,7 @@ impl Limiter {
                 pool: None,
                 colocate: Colocate::Identity,
                 settle_identity: 0,
+                shadow: false,
             }),
         }
     }
@@ -173,6 +177,7 @@ impl Limiter {
                 live,
                 pool,
                 colocate: Colocate::Identity,
+                shadow: false,
             }),
         })
     }
@@ -282,6 +287,7 @@ impl Limiter {
             wait_timeout: Some(self.inner.wait_timeout),
             block_for: self.inner.block_for,
             colocate: (colocate != Colocate::Identity).then_some(colocate),
+            shadow: self.inner.shadow,
         }
     }
 
@@ -341,8 +347,10 @@ impl Limiter {
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            let result = self.leased_check(pool, key, cost).await;
-            return self.block_after_refusal(key, op, result).await;
+            let shadow = self.shadow_for(key);
+            let result = self.leased_check(pool, key, cost, shadow).await;
+            let result = self.block_after_refusal(key, op, result).await;
+            return self.shadowed(op, shadow, result);
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
@@ -350,15 +358,17 @@ impl Limiter {
                 let over = self.override_for(key);
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
+                let shadow = self.shadow_under(over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-                self.record(op, &result, Some(started));
-                self.block_after_refusal(key, op, result).await
+                self.record(op, &result, Some(started), shadow);
+                // A would-be refusal blocks as an enforced one would: shadow mode reports the block.
+                let result = self.block_after_refusal(key, op, result).await;
+                self.shadowed(op, shadow, result)
             }
             Target::Partitions(set) => {
                 let result = set.run(key, op).await;
-                self.record(op, &result, None);
-                result
+                self.conclude(op, result, None, self.shadow_for(key))
             }
             _ => self.run_local(key, op),
         }
@@ -368,8 +378,10 @@ impl Limiter {
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            let result = self.leased_check_blocking(pool, key, cost);
-            return self.block_after_refusal_blocking(key, op, result);
+            let shadow = self.shadow_for(key);
+            let result = self.leased_check_blocking(pool, key, cost, shadow);
+            let result = self.block_after_refusal_blocking(key, op, result);
+            return self.shadowed(op, shadow, result);
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
@@ -377,10 +389,12 @@ impl Limiter {
                 let over = self.override_for(key);
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
+                let shadow = self.shadow_under(over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
-                self.record(op, &result, Some(started));
-                self.block_after_refusal_blocking(key, op, result)
+                self.record(op, &result, Some(started), shadow);
+                let result = self.block_after_refusal_blocking(key, op, result);
+                self.shadowed(op, shadow, result)
             }
             _ => self.run_local(key, op),
         }
@@ -392,25 +406,26 @@ impl Limiter {
     pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
             Target::Memory { backend, namespace } => {
-                let result = match self.override_for(key) {
-                    None => backend.execute(*namespace, key, &self.inner.algorithm, op),
-                    Some(over) => backend.execute(*namespace, key, &over.algorithm, op),
+                let (result, shadow) = match self.override_for(key) {
+                    None => (backend.execute(*namespace, key, &self.inner.algorithm, op), self.inner.shadow),
+                    Some(over) => (backend.execute(*namespace, key, &over.algorithm, op), over.shadow),
                 };
-                self.record(op, &result, None);
-                self.block_after_refusal_local(key, op, result)
+                self.record(op, &result, None, shadow);
+                let result = self.block_after_refusal_local(key, op, result);
+                self.shadowed(op, shadow, result)
             }
             Target::Partitions(set) => {
                 let result = set.run_blocking(key, op);
-                self.record(op, &result, None);
-                result
+                self.conclude(op, result, None, self.shadow_for(key))
             }
             _ => Ok(Outcome::of(Decision::unlimited())),
         }
     }
 
-    /// Counts a check in the limiter's metrics, with its latency when it went to Redis.
+    /// Counts a check in the limiter's metrics, with its latency when it went to Redis; a
+    /// refusal the backend made while `shadow` counts as shadow-refused.
     #[inline]
-    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>) {
+    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>, shadow: bool) {
         if !matches!(op, Op::Check { .. }) {
             return;
         }
@@ -418,6 +433,7 @@ impl Limiter {
         let counter = match result {
             Ok(outcome) => match outcome.served {
                 Served::Backend if outcome.decision.allowed => Counter::Allowed,
+                Served::Backend if shadow => Counter::ShadowRefused,
                 Served::Backend => Counter::Refused,
                 Served::FailedOpen => Counter::FailedOpen,
                 Served::FellBack => Counter::FellBack,
@@ -469,7 +485,7 @@ impl Limiter {
         if let Algorithm::Concurrent(_) = self.inner.algorithm {
             let m = &self.inner.metrics;
             m.add(Counter::Reclaimed, outcome.reclaimed);
-            if outcome.decision.allowed {
+            if outcome.decision.lease.is_some() {
                 m.add(Counter::Held, 1);
                 match waited {
                     None => m.add(Counter::Immediate, 1),
