@@ -4,6 +4,7 @@
 
 pub(crate) mod config;
 pub(crate) mod connection;
+pub(crate) mod deny_cache;
 pub mod driven;
 pub(crate) mod keys;
 pub(crate) mod live;
@@ -180,6 +181,8 @@ pub(crate) struct RedisBackend {
     pub(crate) live: Live,
     /// The process whose background task (see [`live`]) serves this backend; 0: none yet.
     live_task_pid: AtomicU32,
+    /// Refusals remembered in process (see [`deny_cache`]).
+    pub(crate) deny_cache: deny_cache::DenyCache,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -211,6 +214,10 @@ impl RedisBackend {
         if let Some(tls) = &config.tls {
             tls.validate()?;
         }
+        if config.deny_cache_max_entries == 0 {
+            return Err(Error::invalid("deny_cache_max_entries", "must be at least 1"));
+        }
+        let deny_cache = deny_cache::DenyCache::new(config.deny_cache, config.deny_cache_max_entries);
         let manual_clock = config.clock.clone().filter(|c| c.is_manual());
         let fallback_clock = config.clock.clone().unwrap_or_else(|| Arc::new(crate::clock::SystemClock));
         Ok(RedisBackend {
@@ -229,6 +236,7 @@ impl RedisBackend {
                 true,
             ),
             live_task_pid: AtomicU32::new(0),
+            deny_cache,
         })
     }
 
