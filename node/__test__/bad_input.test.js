@@ -197,6 +197,7 @@ function limiterCalls(c, a) {
     block: [() => limiter.block(ms(a.duration), a.key)],
     unblock: [() => limiter.unblock(a.key)],
     with_block_for: [() => limiter.withBlockFor(ms(a.block_for))],
+    with_deny_cache: [() => limiter.withDenyCache(a.on)],
   }[c.call];
   assert.ok(thunks, `the table names a call this runner does not know: ${c.call}`);
   return { thunks, untouched: () => assert.deepEqual(snapshot(limiter), before, 'a refused call changed the state') };

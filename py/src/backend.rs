@@ -14,9 +14,9 @@ use ratekeeper::{
 use crate::args::Key;
 use crate::args::{
     invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout,
-    PDeadline, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName, PPartitions, PPeriod, PPrefix,
-    PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile, PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl,
-    PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
+    PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName,
+    PPartitions, PPeriod, PPrefix, PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile, PTlsCertFile, PTlsKeyFile,
+    PTotalRate, PTz, PUrl, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -243,6 +243,8 @@ pub(crate) struct RedisOptions<'a> {
     tls_cert_file: Option<Path<PTlsCertFile>>,
     tls_key_file: Option<Path<PTlsKeyFile>>,
     clock: Option<ClockArg>,
+    deny_cache: Option<Flag<PDenyCache>>,
+    deny_cache_max_entries: Option<Count<PDenyCacheMaxEntries>>,
 }
 
 impl RedisOptions<'_> {
@@ -279,6 +281,12 @@ impl RedisOptions<'_> {
         }
         if let Some(t) = self.connect_timeout {
             config = config.connect_timeout(t.0);
+        }
+        if let Some(on) = self.deny_cache {
+            config = config.deny_cache(on.0);
+        }
+        if let Some(n) = self.deny_cache_max_entries {
+            config = config.deny_cache_max_entries(usize::try_from(n.0).unwrap_or(usize::MAX));
         }
         // Which parameter the CA came from, to name it if its PEM is bad.
         let ca_parameter = if self.tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
@@ -371,10 +379,14 @@ impl Backend {
     /// - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
     ///   `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
     /// - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
+    /// - `deny_cache`: remember refusals in this process (default `False`): a check of at least
+    ///   the refused cost is refused from memory until its `retry_after`, with no round trip
+    ///   (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it holds (default
+    ///   10,000).
     #[staticmethod]
     #[pyo3(signature = (url, *, prefix = None, failure_policy = None, fallback_divisor = None, deadline = None,
         connect_timeout = None, tls_ca_file = None, tls_ca_data = None, tls_cert_file = None, tls_key_file = None,
-        clock = None))]
+        clock = None, deny_cache = None, deny_cache_max_entries = None))]
     #[allow(clippy::too_many_arguments)]
     fn redis(
         py: Python<'_>,
@@ -389,6 +401,8 @@ impl Backend {
         tls_cert_file: Option<Path<PTlsCertFile>>,
         tls_key_file: Option<Path<PTlsKeyFile>>,
         clock: Option<ClockArg>,
+        deny_cache: Option<Flag<PDenyCache>>,
+        deny_cache_max_entries: Option<Count<PDenyCacheMaxEntries>>,
     ) -> PyResult<Self> {
         let options = RedisOptions {
             prefix,
@@ -401,6 +415,8 @@ impl Backend {
             tls_cert_file,
             tls_key_file,
             clock,
+            deny_cache,
+            deny_cache_max_entries,
         };
         Backend::connect(py, options.apply(py, RedisConfig::new(url.0))?, "redis")
     }
@@ -410,7 +426,7 @@ impl Backend {
     #[staticmethod]
     #[pyo3(signature = (seeds, *, prefix = None, failure_policy = None, fallback_divisor = None, deadline = None,
         connect_timeout = None, tls_ca_file = None, tls_ca_data = None, tls_cert_file = None, tls_key_file = None,
-        clock = None))]
+        clock = None, deny_cache = None, deny_cache_max_entries = None))]
     #[allow(clippy::too_many_arguments)]
     fn cluster(
         py: Python<'_>,
@@ -425,6 +441,8 @@ impl Backend {
         tls_cert_file: Option<Path<PTlsCertFile>>,
         tls_key_file: Option<Path<PTlsKeyFile>>,
         clock: Option<ClockArg>,
+        deny_cache: Option<Flag<PDenyCache>>,
+        deny_cache_max_entries: Option<Count<PDenyCacheMaxEntries>>,
     ) -> PyResult<Self> {
         let options = RedisOptions {
             prefix,
@@ -437,6 +455,8 @@ impl Backend {
             tls_cert_file,
             tls_key_file,
             clock,
+            deny_cache,
+            deny_cache_max_entries,
         };
         Backend::connect(py, options.apply(py, RedisConfig::cluster(seeds.0))?, "cluster")
     }
