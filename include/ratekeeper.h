@@ -250,6 +250,35 @@ typedef struct rk_lease {
 } rk_lease;
 
 /**
+ * \brief What `rk_limiter_settle` needs to settle an admitted call with its actual cost, exactly
+ * once: set (`settleable`) on admitted calls of counting limiters, all zero otherwise. Pass the
+ * whole `rk_decision` back; the fields are for storing it (e.g. in a job's arguments) and
+ * rebuilding it.
+ */
+typedef struct rk_settle_ticket {
+  /**
+   * Whether the decision can be settled.
+   */
+  bool settleable;
+  /**
+   * The settle id made at check time: a settle of one id applies once.
+   */
+  uint64_t id;
+  /**
+   * The cost the call was charged with.
+   */
+  uint64_t cost;
+  /**
+   * When it was charged, in microseconds since the epoch, by the deciding clock.
+   */
+  uint64_t charged_at_us;
+  /**
+   * Identifies the limiter that made the decision.
+   */
+  uint64_t limiter;
+} rk_settle_ticket;
+
+/**
  * \brief The result of a check, peek or acquire: one shape for every limiter.
  *
  * Durations are exact, in microseconds, never negative. A refused call consumed nothing.
@@ -289,6 +318,10 @@ typedef struct rk_decision {
    * The granted lease when `has_lease`; all zero otherwise.
    */
   struct rk_lease lease;
+  /**
+   * What `rk_limiter_settle` reads (see #rk_settle_ticket).
+   */
+  struct rk_settle_ticket settle;
 } rk_decision;
 
 #ifdef __cplusplus
@@ -912,6 +945,30 @@ enum rk_status rk_limiter_points_used(const struct rk_limiter *limiter,
                                       uint64_t estimate,
                                       uint64_t actual,
                                       struct rk_decision *decision_out);
+
+/**
+ * \brief Settles an admitted call, checked with an estimated cost, to its `actual` cost: the
+ * difference is charged or refunded exactly once, however often the same decision is settled
+ * (a retry after #RK_TIMEOUT is safe).
+ *
+ * A charge applies even past the limit (later calls wait the debt out); a refund never gives
+ * back more than the call took, nor to a window that has rolled over.
+ *
+ * \param limiter The limiter that made the decision.
+ * \param key The key the call was checked with, or NULL for the limiter's single shared key.
+ * \param decision The decision `rk_limiter_check` or `rk_limiter_acquire` returned.
+ * \param actual What the call really cost (0..=2^53).
+ * \param decision_out Receives the state after the settle, as a peek reports it.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT (naming
+ *         `decision` for a decision that cannot be settled: refused, of a concurrent or
+ *         unlimited limiter, or another limiter's; naming `actual` above 2^53),
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_settle(const struct rk_limiter *limiter,
+                                 const char *key,
+                                 const struct rk_decision *decision,
+                                 uint64_t actual,
+                                 struct rk_decision *decision_out);
 
 /**
  * \brief Creates a partitions limiter: `total_rate` units per second split into `partitions`

@@ -401,6 +401,22 @@ export declare class Limiter {
    */
   pointsUsed(key: string | null | undefined, estimate: number, actual: number): Promise<Decision>
   /**
+   * Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+   * its `actual` cost: the difference is charged or refunded exactly once, however often the
+   * same decision is settled (a retry after a timeout is safe; a decision stored as JSON
+   * settles like the original). A charge applies even past the limit (later calls wait the
+   * debt out); a refund never gives back more than the call took, nor to a window that has
+   * rolled over. Resolves with the state after it, as `peek` reports it. A decision that
+   * cannot be settled (refused; concurrent, unlimited or partitions; another limiter's)
+   * rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+   */
+  settle(decision: Decision, actual: number): Promise<Decision>
+  /**
+   * `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
+   * round trip).
+   */
+  settleSync(decision: Decision, actual: number): Decision
+  /**
    * Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
    * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
    * nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see

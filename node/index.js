@@ -78,11 +78,32 @@ function isAbortSignal(signal) {
 // `syncOut`), `null` (nothing), an object (the result), or a number (the id of a call still
 // running, settled later by `onSettled` from the `records` buffer).
 
-const RECORD = 8;
+const RECORD = 11;
 const CAPACITY = 512;
 const records = new Float64Array(RECORD * CAPACITY);
-const syncOut = new Float64Array(6);
+const syncOut = new Float64Array(9);
 const running = new Map();
+
+/**
+ * A plain decision from `buffer` at offset `o` (six fields, then its settle ticket's id,
+ * limiter and cost; id 0: none, `settle` is then undefined). The ticket's key is the call's:
+ * `key` (absent for the limiter's shared key).
+ */
+function plainDecision(buffer, o, key) {
+  const id = buffer[o + 6];
+  return {
+    allowed: buffer[o] === 1,
+    limit: buffer[o + 1],
+    remaining: buffer[o + 2],
+    retryAfterMs: buffer[o + 3],
+    resetAfterMs: buffer[o + 4],
+    decidedAtUs: buffer[o + 5],
+    settle:
+      id === 0
+        ? undefined
+        : { id, limiter: buffer[o + 7], cost: buffer[o + 8], chargedAtUs: buffer[o + 5], key: key == null ? undefined : key },
+  };
+}
 
 function onSettled(count, values) {
   let v = 0;
@@ -94,14 +115,7 @@ function onSettled(count, values) {
     running.delete(id);
     if (settle === undefined) continue;
     if (kind === 0) {
-      settle.resolve({
-        allowed: records[o + 2] === 1,
-        limit: records[o + 3],
-        remaining: records[o + 4],
-        retryAfterMs: records[o + 5],
-        resetAfterMs: records[o + 6],
-        decidedAtUs: records[o + 7],
-      });
+      settle.resolve(plainDecision(records, o + 2, settle.key));
     } else if (kind === 1) settle.resolve(value(values[v++]));
     else if (kind === 2) settle.reject(values[v++]);
     else settle.resolve(undefined);
@@ -110,31 +124,20 @@ function onSettled(count, values) {
 
 native.initBridge(onSettled, records, syncOut);
 
-function syncDecision() {
-  return {
-    allowed: syncOut[0] === 1,
-    limit: syncOut[1],
-    remaining: syncOut[2],
-    retryAfterMs: syncOut[3],
-    resetAfterMs: syncOut[4],
-    decidedAtUs: syncOut[5],
-  };
-}
-
-/** The public value of a synchronous native result. */
-function value(result) {
-  if (result === undefined) return syncDecision();
+/** The public value of a synchronous native result (`key`: the call's, for a settle ticket). */
+function value(result, key) {
+  if (result === undefined) return plainDecision(syncOut, 0, key);
   if (result === null) return undefined;
   if (result === false) return null; // a critical request's fleet ticket
   return result;
 }
 
-/** A Promise of a native result. */
-function promised(result) {
+/** A Promise of a native result (`key`: the call's, for a settle ticket). */
+function promised(result, key) {
   if (typeof result === 'number') {
-    return new Promise((resolve, reject) => running.set(result, { resolve, reject }));
+    return new Promise((resolve, reject) => running.set(result, { resolve, reject, key }));
   }
-  return Promise.resolve(value(result));
+  return Promise.resolve(value(result, key));
 }
 
 /** A Promise of what `call` returns natively: a throw becomes a rejection. */
@@ -281,13 +284,13 @@ class Limiter {
 
   check(key, cost) {
     try {
-      return promised(limiterCheck(this.#handle(), key, cost));
+      return promised(limiterCheck(this.#handle(), key, cost), key);
     } catch (error) {
       return Promise.reject(error);
     }
   }
   checkSync(key, cost) {
-    return value(limiterCheckSync(this.#handle(), key, cost));
+    return value(limiterCheckSync(this.#handle(), key, cost), key);
   }
   peek(key) {
     try {
@@ -309,7 +312,7 @@ class Limiter {
       } catch (error) {
         return Promise.reject(error);
       }
-      return promised(result);
+      return promised(result, key);
     }
     if (!isAbortSignal(signal)) {
       return Promise.reject(invalidArgument('signal', 'must be an AbortSignal'));
@@ -321,10 +324,10 @@ class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (typeof result !== 'number') return promised(result);
+    if (typeof result !== 'number') return promised(result, key);
     const onAbort = () => cancel(canceller);
     signal.addEventListener('abort', onAbort, { once: true });
-    return promised(result).then(
+    return promised(result, key).then(
       (decision) => {
         signal.removeEventListener('abort', onAbort);
         return decision;
@@ -353,6 +356,12 @@ class Limiter {
   }
   pointsUsed(key, estimate, actual) {
     return promisedCall(() => this.#native.pointsUsed(key, estimate, actual));
+  }
+  settle(decision, actual) {
+    return promisedCall(() => this.#native.settle(decision, actual));
+  }
+  settleSync(decision, actual) {
+    return value(this.#native.settleSync(decision, actual));
   }
   pause(durationMs, key) {
     return promisedCall(() => this.#native.pause(durationMs, key));

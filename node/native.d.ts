@@ -296,6 +296,21 @@ export declare class NativeLimiter {
    */
   pointsUsed(key: string | null | undefined, estimate: number, actual: number): NativeReply
   /**
+   * Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+   * its `actual` cost: the difference is charged or refunded exactly once, however often the
+   * same decision is settled (a retry after a timeout is safe). A charge applies even past
+   * the limit (later calls wait the debt out); a refund never gives back more than the call
+   * took, nor to a window that has rolled over. Resolves with the state after it, as `peek`
+   * reports it. A decision that cannot be settled (refused; concurrent, unlimited or
+   * partitions; another limiter's) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+   */
+  settle(decision: Decision, actual: number): NativeReply
+  /**
+   * `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
+   * round trip).
+   */
+  settleSync(decision: Decision, actual: number): NativeReply
+  /**
    * Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
    * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
    * nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
@@ -472,6 +487,8 @@ export interface Decision {
    * `slidingWindow` with several limits).
    */
   limits?: Array<LimitStatus>
+  /** What `limiter.settle` reads: set on admitted calls of counting limiters, else absent. */
+  settle?: SettleTicket
 }
 
 /** The `{ fallback: n }` form of `failurePolicy`. */
@@ -644,6 +661,24 @@ export interface RedisOptions {
 
 /** Names this process's language in the registry (index.js calls it with Node's version). */
 export declare function setClientLanguage(language: string): void
+
+/**
+ * What `limiter.settle` needs to settle an admitted call with its actual cost, exactly once:
+ * present on admitted calls of counting limiters, absent otherwise. A plain value: it may be
+ * stored (e.g. with a job) and the decision given back later.
+ */
+export interface SettleTicket {
+  /** The settle id made at check time: a settle of one id applies once. */
+  id: number
+  /** Identifies the limiter that made the decision. */
+  limiter: number
+  /** The cost the call was charged with. */
+  cost: number
+  /** When it was charged, in microseconds since the epoch, by the deciding clock. */
+  chargedAtUs: number
+  /** The key the call was charged to (absent: the limiter's shared key). */
+  key?: string
+}
 
 /** One limit of `backend.slidingWindow()` (or the tuple `[durationMs, limit, precisionMs?]`). */
 export interface SlidingLimitOptions {

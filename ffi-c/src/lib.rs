@@ -35,6 +35,8 @@ pub mod limiter;
 
 pub mod calls;
 
+pub mod settle;
+
 pub mod partitions;
 
 pub mod operate;

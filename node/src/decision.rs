@@ -34,6 +34,8 @@ pub struct Decision {
     /// One entry per limit, in configuration order, for multi-limit limiters (`windows`,
     /// `slidingWindow` with several limits).
     pub limits: Option<Vec<LimitStatus>>,
+    /// What `limiter.settle` reads: set on admitted calls of counting limiters, else absent.
+    pub settle: Option<crate::settle::SettleTicket>,
 }
 
 /// The state of one limit of a multi-limit limiter.
@@ -101,6 +103,7 @@ impl Decision {
                     })
                     .collect()
             }),
+            settle: d.settle.as_ref().map(crate::settle::SettleTicket::new),
         }
     }
 }

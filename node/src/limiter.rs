@@ -501,6 +501,44 @@ impl Limiter {
         })
     }
 
+    /// Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+    /// its `actual` cost: the difference is charged or refunded exactly once, however often the
+    /// same decision is settled (a retry after a timeout is safe). A charge applies even past
+    /// the limit (later calls wait the debt out); a refund never gives back more than the call
+    /// took, nor to a window that has rolled over. Resolves with the state after it, as `peek`
+    /// reports it. A decision that cannot be settled (refused; concurrent, unlimited or
+    /// partitions; another limiter's) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+    #[napi(ts_args_type = "decision: Decision, actual: number", ts_return_type = "NativeReply")]
+    pub fn settle(
+        &self,
+        env: Env,
+        decision: Option<Unknown<'_>>,
+        actual: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let (decision, actual) = core(&env, settle_args(&decision, &actual))?;
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move { Ok(Payload::Decision(limiter.settle(&decision, actual).await?, None)) })
+        })
+    }
+
+    /// `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
+    /// round trip).
+    #[napi(ts_args_type = "decision: Decision, actual: number", ts_return_type = "NativeReply")]
+    pub fn settle_sync(
+        &self,
+        env: Env,
+        decision: Option<Unknown<'_>>,
+        actual: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let outcome = settle_args(&decision, &actual).and_then(|(decision, actual)| {
+                Ok(Payload::Decision(self.inner.settle_blocking(&decision, actual)?, None))
+            });
+            reply(&env, outcome)
+        })
+    }
+
     /// Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
     /// `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
     /// nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
@@ -610,4 +648,14 @@ impl Limiter {
             run(&env, self.local, async move { Ok(Payload::Metrics(limiter.fleet_metrics().await?)) })
         })
     }
+}
+
+/// The arguments of `settle`: the decision (with its ticket), then the actual cost.
+fn settle_args(
+    decision: &Option<Unknown<'_>>,
+    actual: &Option<Unknown<'_>>,
+) -> ratekeeper::Result<(ratekeeper::Decision, u64)> {
+    let decision = crate::settle::decision_from_js(Js::opt(decision))?;
+    let actual = cost(Some(args::required(Js::opt(actual), "actual")?), "actual", 0)?;
+    Ok((decision, actual))
 }

@@ -18,6 +18,7 @@ use crate::args::{
 };
 use crate::decision::{Decision, Lease, Metrics};
 use crate::errors::{guard, guard_detached};
+use crate::settle::SettleDecision;
 
 /// A rate limiter bound to a backend; build one with a `Backend` method. Safe to share between
 /// threads, tasks and event loops.
@@ -391,6 +392,22 @@ impl Limiter {
         Ok(Decision::new(d, k))
     }
 
+    /// Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+    /// its `actual` cost: the difference is charged or refunded exactly once, however often the
+    /// same decision is settled (a retry after a timeout is safe). A charge applies even past
+    /// the limit (later calls wait the debt out); a refund never gives back more than the call
+    /// took, nor to a window that has rolled over. Returns the state after it, as `peek` reports
+    /// it. A decision that cannot be settled (refused; concurrent, unlimited or partitions;
+    /// another limiter's) raises `InvalidArgument` naming `decision`; nothing is written.
+    fn settle(&self, py: Python<'_>, decision: SettleDecision, actual: Cost<PActual>) -> PyResult<Decision> {
+        let d = if self.remote {
+            guard_detached(py, || self.inner.settle_blocking(&decision.0, actual.0))?
+        } else {
+            guard(py, || self.inner.settle_blocking(&decision.0, actual.0))?
+        };
+        Ok(Decision::new(d, None))
+    }
+
     /// Pauses `key` for `duration` seconds, in every process sharing the backend: until it
     /// ends, `check` and `peek` are refused with `retry_after` = the remaining pause (consuming
     /// nothing) and `acquire` waits it out. A pause is at most the limiter's `max_pause` (see
@@ -620,6 +637,22 @@ impl Limiter {
         aio::run(py, self.remote, false, async move {
             let d = limiter.points_used(k.as_deref(), estimate, actual).await?;
             Ok(Payload::Decision(d, k, None))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `settle`.
+    fn asettle<'py>(
+        &self,
+        py: Python<'py>,
+        decision: SettleDecision,
+        actual: Cost<PActual>,
+    ) -> PyResult<Fut<'py, Decision>> {
+        let limiter = self.inner.clone();
+        let (decision, actual) = (decision.0, actual.0);
+        aio::run(py, self.remote, false, async move {
+            let d = limiter.settle(&decision, actual).await?;
+            Ok(Payload::Decision(d, None, None))
         })
         .map(Fut::new)
     }

@@ -104,6 +104,7 @@ class VectorsTest < Minitest::Test
     flunk "building #{build_error[0]}: #{build_error[1].message}" if build_error
 
     leases = {}
+    decisions = {} # saved by `save_decision`, for `settle`
     c["steps"].each_with_index do |step, index|
       op = step["op"]
       if op == "advance"
@@ -123,6 +124,7 @@ class VectorsTest < Minitest::Test
           when "release" then limiter.release(leases.fetch(step["lease"]), key: key) && nil
           when "block" then limiter.block(num["seconds"], key: key) && nil
           when "unblock" then limiter.unblock(key: key) && nil
+          when "settle" then limiter.settle(decisions.fetch(step["decision"]), num["actual"])
           else raise "step #{index}: unknown op #{op}"
           end
         rescue Ratekeeper::Error => e
@@ -139,6 +141,7 @@ class VectorsTest < Minitest::Test
       expected = step["expect"].dup
       expected.delete("limits") # per-limit details: the C ABI's decision has none
       assert_equal expected.sort.to_h, decision_h(outcome, expected.key?("fencing_token")).sort.to_h, where
+      decisions[step["save_decision"]] = outcome if step.key?("save_decision")
       if step.key?("save_lease")
         refute_nil outcome.lease, "#{where}: expected a lease to save"
         leases[step["save_lease"]] = outcome.lease

@@ -249,6 +249,46 @@ static void test_points(const fixture *f) {
   rk_backend_free(b);
 }
 
+static void test_settle(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL, *other = NULL, *mutex = NULL;
+  must(rk_limiter_new_bucket(b, "c-settle", 10, CENTURY, &l), l, "bucket");
+  must(rk_limiter_new_bucket(b, "c-settle-other", 10, CENTURY, &other), other, "bucket");
+  must(rk_limiter_new_concurrent(b, "c-settle-mutex", 1, 30.0, 5.0, &mutex), mutex, "concurrent");
+  rk_decision checked = check1(l, "q", 8);
+  CHECK(checked.settle.settleable);
+  CHECK_U64(checked.settle.cost, 8);
+  rk_decision d = {0};
+  CHECK_OK(rk_limiter_settle(l, "q", &checked, 3, &d)); /* refund 5 */
+  CHECK_U64(d.remaining, 7);
+  CHECK(!d.settle.settleable); /* the state after a settle is not itself settled */
+  CHECK_OK(rk_limiter_settle(l, "q", &checked, 3, &d)); /* a repeat applies nothing */
+  CHECK_U64(d.remaining, 7);
+  CHECK_U64(peek1(l, "q").remaining, 7);
+  /* A charge past the limit: refused until the window rolls over. */
+  rk_decision charged = check1(l, "q", 1);
+  CHECK_OK(rk_limiter_settle(l, "q", &charged, 9, &d));
+  CHECK_U64(d.remaining, 0);
+  CHECK(!check1(l, "q", 1).allowed);
+  /* What cannot be settled names `decision`, and writes nothing. */
+  rk_decision refused = check1(l, "q", 1);
+  CHECK(!refused.allowed);
+  CHECK_FAILS(rk_limiter_settle(l, "q", &refused, 0, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_settle(other, "q", &checked, 0, &d), RK_INVALID_ARGUMENT, "decision");
+  rk_decision held = check1(mutex, "q", 1);
+  CHECK_FAILS(rk_limiter_settle(mutex, "q", &held, 0, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_OK(rk_limiter_release(mutex, "q", &held.lease));
+  CHECK_FAILS(rk_limiter_settle(l, "q", &checked, 9007199254740993u, &d), RK_INVALID_ARGUMENT, "actual");
+  CHECK_FAILS(rk_limiter_settle(NULL, "q", &checked, 0, &d), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_settle(l, "q", NULL, 0, &d), RK_NULL_PARAMETER, "decision");
+  CHECK_FAILS(rk_limiter_settle(l, "q", &checked, 0, NULL), RK_NULL_PARAMETER, "decision_out");
+  CHECK_U64(peek1(l, "q").remaining, 0);
+  rk_limiter_free(mutex);
+  rk_limiter_free(other);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 static void test_calendar(const fixture *f) {
   rk_backend *b = new_backend(f);
   rk_limiter *l = NULL;
@@ -1570,6 +1610,7 @@ static const test_case TESTS[] = {
     {"leased", test_leased, true},
     {"leaky", test_leaky, true},
     {"points", test_points, true},
+    {"settle", test_settle, true},
     {"calendar", test_calendar, true},
     {"spec_json", test_spec_json, true},
     {"live_limits", test_live_limits, true},

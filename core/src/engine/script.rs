@@ -37,7 +37,9 @@ local function run(KEYS, ARGV)
 __HOLD__
 __BODY__
 end
+__SETTLE__
 local same = ARGV[1] == 'batch-same'
+if ARGV[1] == 'settle' then return settle(KEYS, ARGV) end
 if ARGV[1] ~= 'batch' and not same then return run(KEYS, ARGV) end
 local n = tonumber(ARGV[2])
 local replies = {}
@@ -48,7 +50,7 @@ for i = 1, n do
   local keys, args = {}, {}
   for j = 1, key_count do keys[j] = KEYS[k]; k = k + 1 end
   for j = 1, arg_count do args[j] = ARGV[a]; a = a + 1 end
-  local ok, reply = pcall(run, keys, args)
+  local ok, reply = pcall(args[1] == 'settle' and settle or run, keys, args)
   if ok then
     replies[i] = reply
   elseif type(reply) == 'table' and reply.err then
@@ -94,13 +96,52 @@ if ARGV[1] == 'check' or ARGV[1] == 'peek' then
 end
 "#;
 
+/// Settles apply once per id, written once here for every engine (see `Limiter::settle`). A
+/// settle passes three keys more than its engine's own, last in KEYS: the pause and block keys
+/// (as a check does) and the identity's record of applied settles (a sorted set: settle id →
+/// the instant its record expires), and its id as ARGV[3]; they are taken off before the
+/// engine's body runs. An id already recorded makes the call a peek (the hold check applies to
+/// it), answered `{0, peek reply…}`; otherwise the body settles, the id is recorded for as long as the state
+/// it guards lives (the longest TTL of the engine's keys, before or after the settle: once the
+/// charge it corrects has expired, so has what a repeat could double), and the answer is `{1, settle reply…}`.
+const SETTLE: &str = r#"
+local function settle(KEYS, ARGV)
+  local record = table.remove(KEYS)
+  local id = table.remove(ARGV, 3)
+  local now = now_us(ARGV)
+  redis.call('ZREMRANGEBYSCORE', record, '-inf', string.format('%d', now))
+  local reply
+  if redis.call('ZSCORE', record, id) then
+    ARGV[1] = 'peek'
+    reply = run(KEYS, ARGV)
+    if type(reply) == 'table' and not reply.err then table.insert(reply, 1, 0) end
+    return reply
+  end
+  table.remove(KEYS)
+  table.remove(KEYS)
+  local ttl = 0
+  for i = 1, #KEYS do ttl = math.max(ttl, redis.call('PTTL', KEYS[i])) end
+  reply = run(KEYS, ARGV)
+  if type(reply) ~= 'table' or reply.err then return reply end
+  for i = 1, #KEYS do ttl = math.max(ttl, redis.call('PTTL', KEYS[i])) end
+  if ttl > 0 then
+    redis.call('ZADD', record, string.format('%d', now + ttl * 1000), id)
+    local last = redis.call('ZRANGE', record, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', record, string.format('%d', math.ceil((tonumber(last[2]) - now) / 1000) + 1))
+  end
+  table.insert(reply, 1, 1)
+  return reply
+end
+"#;
+
 impl LuaScript {
     /// The script `name` whose body is `engine` (an engine's `.lua` file).
     pub(crate) fn new(name: &'static str, engine: &'static str) -> Self {
         let body = BATCH_WRAPPER
             .replacen("__NOW__", NOW_US, 1)
             .replacen("__HOLD__", HOLD_PRELUDE, 1)
-            .replacen("__BODY__", engine, 1);
+            .replacen("__BODY__", engine, 1)
+            .replacen("__SETTLE__", SETTLE, 1);
         let sha1 = Script::new(&body).get_hash().to_owned();
         LuaScript { name, body, sha1 }
     }

@@ -26,6 +26,7 @@ mod leased;
 mod partitions;
 mod pause;
 mod release;
+mod settle;
 mod waiting;
 
 use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
@@ -64,6 +65,9 @@ struct Inner {
     live: Option<Arc<NameState>>,
     /// A leased token bucket on Redis: this process's leases (shared by the copies).
     pool: Option<Arc<leased::LeasePool>>,
+    /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
+    /// be settled); see `settle.rs`.
+    settle_identity: u64,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -108,6 +112,7 @@ impl Limiter {
                 metrics: Arc::default(),
                 live: None,
                 pool: None,
+                settle_identity: 0,
             }),
         }
     }
@@ -152,8 +157,10 @@ impl Limiter {
             Target::Redis { backend, .. } => leased::pool_for(&algorithm, backend),
             _ => None,
         };
+        let settle_identity = settle::identity(&algorithm, &target, spec.kind(), name);
         Ok(Limiter {
             inner: Arc::new(Inner {
+                settle_identity,
                 name: name.into(),
                 spec,
                 algorithm,
@@ -431,7 +438,7 @@ impl Limiter {
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
         let outcome = self.run(key, op).await?;
-        Ok(self.granted(outcome, None))
+        Ok(self.ticketed_granted(outcome, None, key, cost))
     }
 
     /// Blocking form of [`Limiter::check`].
@@ -439,12 +446,12 @@ impl Limiter {
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
         let outcome = self.run_blocking(key, op)?;
-        Ok(self.granted(outcome, None))
+        Ok(self.ticketed_granted(outcome, None, key, cost))
     }
 
     /// Records a concurrent limiter's grant (after `waited`, if it waited) and reclaims.
     #[inline]
-    fn granted(&self, outcome: Outcome, waited: Option<Duration>) -> Decision {
+    pub(super) fn granted(&self, outcome: Outcome, waited: Option<Duration>) -> Decision {
         if let Algorithm::Concurrent(_) = self.inner.algorithm {
             let m = &self.inner.metrics;
             m.add(Counter::Reclaimed, outcome.reclaimed);

@@ -369,6 +369,13 @@ impl CallStyle {
         }
     }
 
+    fn settle(self, limiter: &Limiter, decision: &Decision, actual: u64) -> Result<Decision, Error> {
+        match self {
+            CallStyle::Blocking => limiter.settle_blocking(decision, actual),
+            CallStyle::Async => ratekeeper::block_on(limiter.settle(decision, actual)),
+        }
+    }
+
     fn release(self, limiter: &Limiter, key: Option<&str>, lease: &Lease) -> Result<(), Error> {
         match self {
             CallStyle::Blocking => limiter.release_blocking(key, lease),
@@ -463,6 +470,8 @@ fn run_case_inner(
     }
 
     let mut leases: HashMap<String, (Lease, String)> = HashMap::new();
+    // Decisions saved by `save_decision`, for `settle` steps.
+    let mut decisions: HashMap<String, Decision> = HashMap::new();
     for (index, step) in steps.iter().enumerate() {
         let step = step.as_object().ok_or_else(|| format!("step {index} must be an object"))?;
         let op = field(step, "op")?.as_str().ok_or_else(|| format!("step {index}: `op` must be a string"))?;
@@ -521,6 +530,18 @@ fn run_case_inner(
                 Ok(_) => Outcome::Done,
                 Err(e) => Outcome::Failed(e),
             },
+            "settle" => {
+                let saved = field(step, "decision")?
+                    .as_str()
+                    .ok_or_else(|| format!("step {index}: `decision` must be a string"))?;
+                let decision =
+                    decisions.get(saved).ok_or_else(|| format!("step {index}: no decision saved as {saved:?}"))?;
+                let actual = number(field(step, "actual")?).map_err(|e| format!("step {index}: {e}"))?;
+                match cost_from_f64("actual", actual).and_then(|actual| style.settle(limiter, decision, actual)) {
+                    Ok(d) => Outcome::Decision(d),
+                    Err(e) => Outcome::Failed(e),
+                }
+            }
             "release" => {
                 let lease_name =
                     field(step, "lease")?.as_str().ok_or_else(|| format!("step {index}: `lease` must be a string"))?;
@@ -571,6 +592,11 @@ fn run_case_inner(
                 }
                 if expected != actual {
                     fail(format!("expected {expected}\n         actual   {actual}"));
+                }
+                if let Some(save) = step.get("save_decision") {
+                    let save =
+                        save.as_str().ok_or_else(|| format!("step {index}: `save_decision` must be a string"))?;
+                    decisions.insert(save.to_string(), d.clone());
                 }
                 if let Some(save) = step.get("save_lease") {
                     let save = save.as_str().ok_or_else(|| format!("step {index}: `save_lease` must be a string"))?;

@@ -182,6 +182,7 @@ async function runCase(c, makeBackend) {
   if (buildError) return [`building ${buildError.id}: unexpected error ${describeError(buildError.error)}`];
 
   const leases = new Map();
+  const decisions = new Map(); // saved by `save_decision`, for `settle`
   for (const [index, step] of c.steps.entries()) {
     if (step.op === 'advance') {
       clock.advanceUs(step.us);
@@ -216,6 +217,11 @@ async function runCase(c, makeBackend) {
         outcome = await outcomeOf(limiter.release({ ...lease, key }));
         break;
       }
+      case 'settle': {
+        if (!decisions.has(step.decision)) throw new Error(`malformed vector: step ${index}: no decision saved as ${step.decision}`);
+        outcome = await outcomeOf(limiter.settle(decisions.get(step.decision), number(step.actual)));
+        break;
+      }
       default:
         throw new Error(`malformed vector: step ${index}: unknown op ${step.op}`);
     }
@@ -239,6 +245,8 @@ async function runCase(c, makeBackend) {
     if (JSON.stringify(actual) !== JSON.stringify(expected)) {
       fail(`expected ${JSON.stringify(expected)}\n         actual   ${JSON.stringify(actual)}`);
     }
+    // Saved as stored data would be (a decision is a plain value: its ticket survives JSON).
+    if (step.save_decision) decisions.set(step.save_decision, JSON.parse(JSON.stringify(d)));
     if (step.save_lease) {
       if (d.lease) leases.set(step.save_lease, d.lease);
       else fail(`expected a lease to save as ${step.save_lease}, got none`);

@@ -150,10 +150,10 @@ class Backend:
         - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
           `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
         - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
-        - `deny_cache`: remember refusals in this process (default `False`): a check of at least
-          the refused cost is refused from memory until its `retry_after`, with no round trip
-          (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it holds (default
-          10,000).
+        - `deny_cache`: remember refusals in this process (default `False`): a check of at
+          least the refused cost is refused from memory until its `retry_after`, with no
+          round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
+          holds (default 10,000).
         """
     def set_limit(self, /, name: str, spec: str | Mapping[str, Any], key: str | None = None) -> None:
         """
@@ -730,6 +730,10 @@ class NativeLimiter:
         """
         asyncio form of `resume`.
         """
+    def asettle(self, /, decision: Decision, actual: int) -> Future[Decision]:
+        """
+        asyncio form of `settle`.
+        """
     def aunblock(self, /, key: str | None = None) -> Future[bool]:
         """
         asyncio form of `unblock`.
@@ -849,6 +853,16 @@ class NativeLimiter:
         Ends the pause of `key` now, in every process sharing the backend (an operator's
         override of a pause that is wrong or no longer needed); the key's other state is kept.
         Returns whether a pause was in effect.
+        """
+    def settle(self, /, decision: Decision, actual: int) -> Decision:
+        """
+        Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+        its `actual` cost: the difference is charged or refunded exactly once, however often the
+        same decision is settled (a retry after a timeout is safe). A charge applies even past
+        the limit (later calls wait the debt out); a refund never gives back more than the call
+        took, nor to a window that has rolled over. Returns the state after it, as `peek` reports
+        it. A decision that cannot be settled (refused; concurrent, unlimited or partitions;
+        another limiter's) raises `InvalidArgument` naming `decision`; nothing is written.
         """
     @property
     def spec(self, /) -> dict[str, Any]:

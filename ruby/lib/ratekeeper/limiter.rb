@@ -262,7 +262,7 @@ module Ratekeeper
     def check(key = nil, cost: 1)
       decision = Native::Decision.new
       Ratekeeper.check_status!(Native.rk_limiter_check(@ptr, Args.key(key), Args.count(cost, "cost"), decision))
-      Decision.from_native(decision)
+      Decision.from_native(decision, key)
     end
 
     # What a call of cost 1 would get, consuming nothing.
@@ -284,7 +284,7 @@ module Ratekeeper
                             retry_after: retry_after, limiter: self)
       end
       Ratekeeper.check_status!(status)
-      Decision.from_native(decision)
+      Decision.from_native(decision, key)
     end
 
     # Gives back a concurrent limiter's lease (raises LeaseLost if it was reclaimed).
@@ -310,6 +310,19 @@ module Ratekeeper
       Ratekeeper.check_status!(Native.rk_limiter_points_used(@ptr, Args.key(key), Args.count(estimate, "estimate"),
                                                              Args.count(actual, "actual"), decision))
       Decision.from_native(decision)
+    end
+
+    # Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+    # its `actual` cost: the difference is charged or refunded exactly once, however often the
+    # same decision is settled (a retry after a timeout is safe). Returns the state after it.
+    # A decision that cannot be settled raises InvalidArgument naming `decision`.
+    def settle(decision, actual)
+      Ratekeeper.invalid!("decision", "must be a Ratekeeper::Decision") unless decision.is_a?(Decision)
+      out = Native::Decision.new
+      key = decision.settle&.key
+      Ratekeeper.check_status!(Native.rk_limiter_settle(@ptr, Args.key(key), decision.to_native,
+                                                        Args.count(actual, "actual"), out))
+      Decision.from_native(out, key)
     end
 
     # Refuses every call of `key` in every process for `duration` seconds (a third party said

@@ -32,6 +32,7 @@ use crate::engine::block::{self, BlockMode};
 use crate::engine::concurrent::Concurrent;
 use crate::engine::pause;
 use crate::engine::script::LuaScript;
+use crate::engine::settle;
 use crate::engine::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
 use crate::error::{Error, Result};
 use crate::live::Live;
@@ -388,7 +389,8 @@ impl RedisBackend {
                     }
                     other => other,
                 };
-                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
+                // A settle is applied once by the fallback too (`settle` runs other calls as is).
+                let outcome = self.fallback.settle(*namespace, key, algorithm, op)?;
                 Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
@@ -412,13 +414,20 @@ impl RedisBackend {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let roles = algorithm.keys(op);
         let held = pause::applies_to(op);
-        let mut cmd = script.evalsha(roles.len() + 2 * usize::from(held));
+        let settle_id = settle::id_of(op);
+        let mut cmd = script
+            .evalsha(roles.len() + 2 * usize::from(held || settle_id.is_some()) + usize::from(settle_id.is_some()));
         for role in roles {
             cmd.arg(keys.key(role));
         }
-        // Last in KEYS, where the script's hold check takes them from (see `HOLD_PRELUDE`).
-        if held {
+        // Last in KEYS, where the script's hold check takes them from (see `HOLD_PRELUDE`); a
+        // settle passes them too (a repeat is answered as a peek, which the hold check reads).
+        if held || settle_id.is_some() {
             cmd.arg(keys.key(pause::ROLE)).arg(keys.key(block::ROLE));
+        }
+        // After it, where the script's settle step takes it from (see `SETTLE` in script.rs).
+        if settle_id.is_some() {
+            cmd.arg(keys.key(settle::ROLE));
         }
         cmd.arg(op.verb());
         let now = self.manual_clock.as_ref().map(|clock| clock.now_micros());
@@ -426,6 +435,9 @@ impl RedisBackend {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
+        if let Some(id) = settle_id {
+            cmd.arg(id);
+        }
         algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
         Ok(ScriptCall { script, cmd, wake_key })
@@ -447,6 +459,9 @@ impl RedisBackend {
             if let Some(blocked) = block::refusal_in_reply(algorithm.capacity(), &reply) {
                 return Ok(blocked);
             }
+        }
+        if settle::id_of(op).is_some() {
+            return settle::decode(algorithm, op, &reply);
         }
         let mut outcome = algorithm.decode(op, &reply)?;
         if let (Op::Check { .. } | Op::Peek, false, Some(list_key)) = (op, outcome.decision.allowed, wake_key) {
