@@ -131,6 +131,8 @@ export interface LimiterMetrics {
   blocked: number;
   /** Checks a limiter in shadow mode would have refused and admitted instead. */
   shadowRefused: number;
+  /** Checks a Redis limiter refused from its deny cache, with no round trip. */
+  refusedLocally: number;
 }
 
 /** Options of `observe` and `observeResponse`. */
@@ -336,6 +338,16 @@ export declare class Limiter {
    * not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming `blockForMs`.
    */
   withBlockFor(blockForMs: number | null): Limiter
+  /** Whether this limiter remembers refusals in process (see `withDenyCache`). */
+  get denyCache(): boolean
+  /**
+   * The same limiter (same state and metrics) with the deny cache on or off: on, a refusal
+   * with `retryAfterMs` R is remembered in this process, and until R has passed a check of the
+   * same key with at least the refused cost is refused from memory, with no round trip
+   * (counted in `metrics().refusedLocally`). A `reset`, an `unblock` or a live override seen by
+   * this process ends the entries they affect. Only Redis limiters of the counting kinds use it.
+   */
+  withDenyCache(on: boolean): Limiter
   /**
    * Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
    * instead, with the `shadow` of its spec).

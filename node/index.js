@@ -282,6 +282,12 @@ class Limiter {
   withShadow(shadow) {
     return new Limiter(WRAP, this.#native.withShadow(shadow));
   }
+  get denyCache() {
+    return this.#native.denyCache;
+  }
+  withDenyCache(on) {
+    return new Limiter(WRAP, this.#native.withDenyCache(on));
+  }
 
   check(key, cost) {
     try {

@@ -228,19 +228,17 @@ export declare class NativeLimiter {
    * `blockForMs`.
    */
   withBlockFor(blockForMs: number | null): NativeLimiter
+  /** Whether this limiter remembers refusals in process (see `withDenyCache`). */
+  get denyCache(): boolean
   /**
-   * Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
-   * instead, with the `shadow` of its spec).
+   * The same limiter (same state and metrics) with the deny cache on or off: on, a refusal
+   * with `retryAfterMs` R is remembered in this process, and until R has passed a check of
+   * the same key with at least the refused cost is refused from memory, with no round trip
+   * (counted in `metrics().refusedLocally`). A `reset`, an `unblock` or a live override seen
+   * by this process ends the entries they affect. Only Redis limiters of the counting kinds
+   * use it. A `on` that is not a boolean throws `ERR_INVALID_ARGUMENT` naming `denyCache`.
    */
-  get shadow(): boolean
-  /**
-   * The same limiter (same state and metrics) in shadow mode (`true`) or enforcing (`false`).
-   * In shadow mode a call the limit would refuse is admitted: `allowed` and `shadowRefused`
-   * are true, nothing is consumed, `remaining` and `retryAfterMs` say what enforcement would
-   * have said; `acquire` never waits, `withinLimit` runs its function, a concurrent limiter
-   * grants no lease to it. Counted in `metrics().shadowRefused`.
-   */
-  withShadow(shadow: boolean): NativeLimiter
+  withDenyCache(on: boolean): NativeLimiter
   /** The same limiter (same state) with another default wait timeout (0: never wait). */
   withWaitTimeout(waitTimeoutMs: number): NativeLimiter
   /**
@@ -441,11 +439,6 @@ export interface CalendarOptions {
   anchor?: number
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
-  /**
-   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
-   * consuming nothing (default false). See `limiter.withShadow`.
-   */
-  shadow?: boolean
 }
 
 /** Options of `backend.concurrent()`. */
@@ -461,11 +454,6 @@ export interface ConcurrentOptions {
    * tokens increasing within the process only). Default false.
    */
   allowFallback?: boolean
-  /**
-   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
-   * consuming nothing (default false). See `limiter.withShadow`.
-   */
-  shadow?: boolean
 }
 
 /** The version of the ratekeeper core this addon is built from. */
@@ -501,12 +489,6 @@ export interface Decision {
   limits?: Array<LimitStatus>
   /** What `limiter.settle` reads: set on admitted calls of counting limiters, else absent. */
   settle?: SettleTicket
-  /**
-   * Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
-   * is true, nothing was consumed, no lease was granted); `remaining` and `retryAfterMs` say
-   * what enforcement would have said.
-   */
-  shadowRefused: boolean
 }
 
 /** The `{ fallback: n }` form of `failurePolicy`. */
@@ -545,22 +527,12 @@ export interface LeasedOptions {
   leaseTtlMs?: number
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
-  /**
-   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
-   * consuming nothing (default false). See `limiter.withShadow`.
-   */
-  shadow?: boolean
 }
 
 /** Options shared by every limiter constructor. */
 export interface LimiterOptions {
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
-  /**
-   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
-   * consuming nothing (default false). See `limiter.withShadow`.
-   */
-  shadow?: boolean
 }
 
 /** The state of one limit of a multi-limit limiter. */
@@ -631,10 +603,10 @@ export interface Metrics {
    */
   blocked: number
   /**
-   * Checks a limiter in shadow mode would have refused and admitted instead (counted in
-   * neither `allowed` nor `refused`).
+   * Checks a Redis limiter refused from its deny cache, with no round trip; also counted in
+   * `refused`.
    */
-  shadowRefused: number
+  refusedLocally: number
 }
 
 /**
@@ -661,11 +633,6 @@ export interface PartitionsOptions {
   priority?: boolean
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
-  /**
-   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
-   * consuming nothing (default false). See `limiter.withShadow`.
-   */
-  shadow?: boolean
 }
 
 /** Options of `Backend.redis()` and `Backend.cluster()`. */

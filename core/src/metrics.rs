@@ -76,6 +76,9 @@ pub struct Metrics {
     /// Checks a limiter in shadow mode would have refused and admitted instead (see
     /// [`crate::Limiter::with_shadow`]); they are not in `allowed` nor in `refused`.
     pub shadow_refused: u64,
+    /// Checks a Redis limiter refused from its deny cache, with no round trip (see
+    /// [`crate::Limiter::with_deny_cache`]); also counted in [`Metrics::refused`].
+    pub refused_locally: u64,
 }
 
 impl Metrics {
@@ -136,6 +139,7 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "pauses_clamped",
     "blocked",
     "shadow_refused",
+    "refused_locally",
 ];
 
 /// One counter per field.
@@ -162,12 +166,13 @@ pub(crate) enum Counter {
     PausesClamped = 27,
     Blocked = 28,
     ShadowRefused = 29,
+    RefusedLocally = 30,
 }
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
 const _: () = assert!(
-    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::ShadowRefused as usize + 1
+    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::RefusedLocally as usize + 1
 );
 
 impl Counters {
@@ -409,6 +414,7 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         pauses_clamped: v[Counter::PausesClamped as usize],
         blocked: v[Counter::Blocked as usize],
         shadow_refused: v[Counter::ShadowRefused as usize],
+        refused_locally: v[Counter::RefusedLocally as usize],
     }
 }
 
@@ -434,6 +440,7 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
     v[Counter::PausesClamped as usize] = m.pauses_clamped;
     v[Counter::Blocked as usize] = m.blocked;
     v[Counter::ShadowRefused as usize] = m.shadow_refused;
+    v[Counter::RefusedLocally as usize] = m.refused_locally;
     v
 }
 

@@ -185,6 +185,7 @@ pub extern "C" fn rk_backend_metrics_json(
                         "pauses_clamped": m.pauses_clamped,
                         "blocked": m.blocked,
                         "shadow_refused": m.shadow_refused,
+                        "refused_locally": m.refused_locally,
                     },
                 })
             })

@@ -172,6 +172,9 @@ pub struct Metrics {
     /// Checks a limiter in shadow mode would have refused and admitted instead (counted in
     /// neither `allowed` nor `refused`).
     pub shadow_refused: f64,
+    /// Checks a Redis limiter refused from its deny cache, with no round trip; also counted in
+    /// `refused`.
+    pub refused_locally: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -194,6 +197,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             pauses_clamped: m.pauses_clamped as f64,
             blocked: m.blocked as f64,
             shadow_refused: m.shadow_refused as f64,
+            refused_locally: m.refused_locally as f64,
         }
     }
 }

@@ -77,6 +77,7 @@ fn metrics_json(metrics: Vec<(String, ratekeeper::Kind, ratekeeper::Metrics)>) -
                     "pausesClamped": m.pauses_clamped,
                     "blocked": m.blocked,
                     "shadowRefused": m.shadow_refused,
+                    "refusedLocally": m.refused_locally,
                 },
             })
         })

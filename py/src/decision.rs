@@ -413,12 +413,19 @@ impl Metrics {
         self.inner.shadow_refused
     }
 
+    /// Checks a Redis limiter refused from its deny cache, with no round trip; also counted
+    /// in `refused`.
+    #[getter]
+    fn refused_locally(&self) -> u64 {
+        self.inner.refused_locally
+    }
+
     fn __repr__(&self) -> String {
         let m = &self.inner;
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
              immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, \
-             shadow_refused={})",
+             shadow_refused={}, refused_locally={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -433,7 +440,8 @@ impl Metrics {
             m.reclaimed,
             m.pauses_clamped,
             m.blocked,
-            m.shadow_refused
+            m.shadow_refused,
+            m.refused_locally
         )
     }
 }

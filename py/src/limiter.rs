@@ -13,7 +13,8 @@ use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 
 use crate::aio::{self, Payload};
 use crate::args::{
-    Cost, Flag, Headers, Key, PActual, PBlockFor, PCost, PDuration, PEstimate, PMaxPause, PShadow, PWaitTimeout,
+    Cost, Flag, Headers, Key, PActual, PBlockFor, PCost, PDenyCache, PDuration, PEstimate, PMaxPause, PShadow,
+    PWaitTimeout,
     Seconds, Status, Timeout,
 };
 use crate::decision::{Decision, Lease, Metrics};
@@ -260,6 +261,25 @@ impl Limiter {
         let py = slf.py();
         let this = slf.get();
         let inner = guard(py, || this.inner.with_shadow(shadow.0))?;
+        Limiter::wrap(py, inner, this.remote)
+    }
+
+    /// Whether this limiter remembers refusals in process (see `with_deny_cache`).
+    #[getter]
+    fn deny_cache(&self) -> bool {
+        self.inner.deny_cache()
+    }
+
+    /// The same limiter (same state and metrics) with the deny cache on or off, whatever its
+    /// backend's `deny_cache`: on, a refusal with `retry_after` R is remembered in this
+    /// process, and until R has passed a check of the same key with at least the refused cost
+    /// is refused from memory, with no round trip (counted in `metrics().refused_locally`). A
+    /// `reset`, an `unblock` or a live override seen by this process ends the entries they
+    /// affect. Only Redis limiters of the counting kinds use it.
+    fn with_deny_cache<'py>(slf: &Bound<'py, Self>, on: Flag<PDenyCache>) -> PyResult<PyLimiter<'py>> {
+        let py = slf.py();
+        let this = slf.get();
+        let inner = guard(py, || this.inner.with_deny_cache(on.0))?;
         Limiter::wrap(py, inner, this.remote)
     }
 

@@ -130,6 +130,7 @@ module Ratekeeper
     call :rk_limiter_unblock, %i[pointer string pointer], :int, blocking: true
     call :rk_limiter_with_block_for, %i[pointer double pointer], :int
     call :rk_limiter_with_shadow, %i[pointer bool pointer], :int
+    call :rk_limiter_with_deny_cache, %i[pointer bool pointer], :int
 
     call :rk_backoff_new, %i[double double uint32 uint64 pointer], :int
     call :rk_backoff_reschedule_in, %i[pointer uint32 uint64 pointer pointer], :int
