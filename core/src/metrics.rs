@@ -104,7 +104,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 3;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 4;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.

@@ -362,18 +362,21 @@ impl Limiter {
             Target::Redis { backend, failover } => {
                 backend.ensure_live_task();
                 let over = self.override_for(key);
-                if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
-                    return Ok(refused);
+                let shadow = self.shadow_under(over.as_deref());
+                // A limiter in shadow mode never refuses, so it neither reads nor writes the deny
+                // cache (another handle of the same name may be enforcing).
+                if !shadow {
+                    if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
+                        return Ok(refused);
+                    }
                 }
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
-                let shadow = self.shadow_under(over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
                 self.record(op, &result, Some(started), shadow);
                 // A would-be refusal blocks as an enforced one would: shadow mode reports the block.
                 let result = self.block_after_refusal(key, op, result).await;
-                // Shadow mode remembers no refusal: the deny cache would enforce it.
                 if !shadow {
                     self.remember_refusal(key, op, &result, over);
                 }
@@ -400,17 +403,20 @@ impl Limiter {
             Target::Redis { backend, failover } => {
                 backend.ensure_live_task();
                 let over = self.override_for(key);
-                if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
-                    return Ok(refused);
+                let shadow = self.shadow_under(over.as_deref());
+                // A limiter in shadow mode never refuses, so it neither reads nor writes the deny
+                // cache (another handle of the same name may be enforcing).
+                if !shadow {
+                    if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
+                        return Ok(refused);
+                    }
                 }
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
-                let shadow = self.shadow_under(over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
                 self.record(op, &result, Some(started), shadow);
                 let result = self.block_after_refusal_blocking(key, op, result);
-                // Shadow mode remembers no refusal: the deny cache would enforce it.
                 if !shadow {
                     self.remember_refusal(key, op, &result, over);
                 }
