@@ -3,6 +3,7 @@
 pub(crate) mod memory;
 mod operate;
 pub(crate) mod redis;
+mod wall_clock;
 
 /// The Redis backend types a limiter holds.
 pub(crate) use self::redis::{Failover, RedisBackend};
