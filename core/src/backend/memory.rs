@@ -19,6 +19,7 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::clock::{Clock, SystemClock};
+use crate::engine::gcra::{Figures, Gcra};
 use crate::engine::leased::Leased;
 use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
@@ -379,6 +380,28 @@ impl MemoryBackend {
         }
         let shard = guard;
         self.insert(shard, now, hash, namespace, key, algorithm, op)
+    }
+
+    /// A GCRA check of `cost` on a key this backend holds in GCRA state, with no pause in effect
+    /// anywhere in the backend: its figures and the instant it was decided at. `None` (nothing
+    /// done) for any other call, which [`MemoryBackend::execute`] then decides.
+    #[inline(always)]
+    pub(crate) fn check_gcra(&self, namespace: u32, key: &str, gcra: &Gcra, cost: u64) -> Option<(Figures, u64)> {
+        if self.pauses_held.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let now = self.now_micros();
+        let hash = self.hash(namespace, key.as_bytes());
+        let probe = Probe::new(key.as_bytes());
+        let mut shard = self.shard(hash).lock();
+        let slot = shard.table.find_mut(hash, |s| s.matches(namespace, &probe))?;
+        let State::Gcra(tat) = &mut slot.state else { return None };
+        // An admitted check only moves the expiry later, so the shard's lower bound holds.
+        let figures = gcra.figures(tat, now, cost, true);
+        if figures.changed {
+            slot.expires_at = gcra.expires_at(tat);
+        }
+        Some((figures, now))
     }
 
     /// Counts a call that found another configuration's state.

@@ -19,6 +19,7 @@ use crate::runtime::block_on;
 use partitions::{partition_source, PartitionSet};
 
 mod constructors;
+mod fast;
 mod inspect;
 mod leased;
 mod partitions;
@@ -57,6 +58,8 @@ struct Inner {
     live: Option<Arc<NameState>>,
     /// A leased token bucket on Redis: this process's leases (shared by the copies).
     pool: Option<Arc<leased::LeasePool>>,
+    /// Why checks must take the general path, if they must (see `fast.rs`).
+    slow_path: Arc<fast::SlowPath>,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -99,6 +102,7 @@ impl Limiter {
                 metrics: Arc::default(),
                 live: None,
                 pool: None,
+                slow_path: Arc::default(),
             }),
         }
     }
@@ -155,6 +159,7 @@ impl Limiter {
                 metrics,
                 live,
                 pool,
+                slow_path: Arc::default(),
             }),
         })
     }
@@ -400,6 +405,9 @@ impl Limiter {
     /// an admitted call holds a lease (in the decision) that must be released.
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
+        if let Some(decision) = self.fast_check(key, cost) {
+            return Ok(decision);
+        }
         let outcome = self.run(key, op).await?;
         Ok(self.granted(outcome, None))
     }
@@ -408,6 +416,9 @@ impl Limiter {
     #[inline]
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
+        if let Some(decision) = self.fast_check(key, cost) {
+            return Ok(decision);
+        }
         let outcome = self.run_blocking(key, op)?;
         Ok(self.granted(outcome, None))
     }
