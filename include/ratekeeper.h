@@ -250,6 +250,35 @@ typedef struct rk_lease {
 } rk_lease;
 
 /**
+ * \brief What `rk_limiter_settle` needs to settle an admitted call with its actual cost, exactly
+ * once: set (`settleable`) on admitted calls of counting limiters, all zero otherwise. Pass the
+ * whole `rk_decision` back; the fields are for storing it (e.g. in a job's arguments) and
+ * rebuilding it.
+ */
+typedef struct rk_settle_ticket {
+  /**
+   * Whether the decision can be settled.
+   */
+  bool settleable;
+  /**
+   * The settle id made at check time: a settle of one id applies once.
+   */
+  uint64_t id;
+  /**
+   * The cost the call was charged with.
+   */
+  uint64_t cost;
+  /**
+   * When it was charged, in microseconds since the epoch, by the deciding clock.
+   */
+  uint64_t charged_at_us;
+  /**
+   * Identifies the limiter that made the decision.
+   */
+  uint64_t limiter;
+} rk_settle_ticket;
+
+/**
  * \brief The result of a check, peek or acquire: one shape for every limiter.
  *
  * Durations are exact, in microseconds, never negative. A refused call consumed nothing.
@@ -289,6 +318,10 @@ typedef struct rk_decision {
    * The granted lease when `has_lease`; all zero otherwise.
    */
   struct rk_lease lease;
+  /**
+   * What `rk_limiter_settle` reads (see #rk_settle_ticket).
+   */
+  struct rk_settle_ticket settle;
 } rk_decision;
 
 #ifdef __cplusplus
@@ -912,6 +945,30 @@ enum rk_status rk_limiter_points_used(const struct rk_limiter *limiter,
                                       struct rk_decision *decision_out);
 
 /**
+ * \brief Settles an admitted call, checked with an estimated cost, to its `actual` cost: the
+ * difference is charged or refunded exactly once, however often the same decision is settled
+ * (a retry after #RK_TIMEOUT is safe).
+ *
+ * A charge applies even past the limit (later calls wait the debt out); a refund never gives
+ * back more than the call took, nor to a window that has rolled over.
+ *
+ * \param limiter The limiter that made the decision.
+ * \param key The key the call was checked with, or NULL for the limiter's single shared key.
+ * \param decision The decision `rk_limiter_check` or `rk_limiter_acquire` returned.
+ * \param actual What the call really cost (0..=2^53).
+ * \param decision_out Receives the state after the settle, as a peek reports it.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT (naming
+ *         `decision` for a decision that cannot be settled: refused, of a concurrent or
+ *         unlimited limiter, or another limiter's; naming `actual` above 2^53),
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_settle(const struct rk_limiter *limiter,
+                                 const char *key,
+                                 const struct rk_decision *decision,
+                                 uint64_t actual,
+                                 struct rk_decision *decision_out);
+
+/**
  * \brief Creates a partitions limiter: `total_rate` units per second split into `partitions`
  * equal partitions (Azure's rate limiting pattern).
  *
@@ -1036,7 +1093,7 @@ enum rk_status rk_backend_limiters_json(const struct rk_backend *backend,
  * `latency_buckets_us` (`[[upper bound in µs or null for infinite, count], ...]`, not
  * cumulative; checks that went to Redis), and for concurrent limiters `held`, `held_time_us`,
  * `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`; `pauses_clamped` counts pauses
- * shortened to the limiter's `max_pause`.
+ * shortened to the limiter's `max_pause`; `blocked` counts checks refused by a block.
  *
  * \param backend The backend.
  * \param fleet False for this process's metrics; true for every process's (read from Redis
@@ -1138,6 +1195,63 @@ enum rk_status rk_limiter_observe(const struct rk_limiter *limiter,
 enum rk_status rk_limiter_resume(const struct rk_limiter *limiter,
                                  const char *key,
                                  bool *was_paused_out);
+
+/**
+ * \brief Blocks `key` for `duration_secs` from now: until the block ends, every check and
+ * peek of this limiter and key, in every process sharing the backend, is refused with
+ * `retry_after_us` = the block's remaining time (consuming nothing), and
+ * `rk_limiter_acquire` waits it out.
+ *
+ * The block replaces the one in effect, shorter or longer. A block is not a pause:
+ * `rk_limiter_resume` leaves it alone; `rk_limiter_unblock` ends it; `rk_limiter_reset`
+ * forgets it with the rest of the key's state. On Redis it is one key with a TTL equal to
+ * the block, checked inside each call's script (no extra round trip).
+ *
+ * \param limiter The limiter.
+ * \param key The identity blocked, or NULL for the limiter's single shared key.
+ * \param duration_secs The block in seconds (fractions allowed; at least one microsecond, at
+ *        most 100 years; 0, negative and NaN are #RK_INVALID_ARGUMENT naming `duration`).
+ * \param in_effect_us_out Receives the block in effect after the call, in microseconds; may
+ *        be NULL.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT,
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_block(const struct rk_limiter *limiter,
+                                const char *key,
+                                double duration_secs,
+                                uint64_t *in_effect_us_out);
+
+/**
+ * \brief Ends the block of `key` now, in every process sharing the backend; the key's other
+ * state, and a pause, are kept.
+ *
+ * \param limiter The limiter.
+ * \param key The identity, or NULL for the limiter's single shared key.
+ * \param was_blocked_out Receives whether a block was in effect; may be NULL.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT,
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_unblock(const struct rk_limiter *limiter,
+                                  const char *key,
+                                  bool *was_blocked_out);
+
+/**
+ * \brief A copy of `limiter` (same state and metrics) whose refusals block the key for
+ * `block_for_secs`: after a refused check, every check and peek of this limiter and key, in
+ * every process sharing the backend, is refused with `retry_after_us` = the block's remaining
+ * time, consuming nothing; the refusal that starts the block says so too. A JSON spec says
+ * the same with `"block_for": seconds`.
+ *
+ * \param limiter The limiter to copy.
+ * \param block_for_secs How long a refusal blocks the key, in seconds (at least one
+ *        microsecond, at most 100 years; 0, negative and NaN are #RK_INVALID_ARGUMENT naming
+ *        `block_for`).
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER or #RK_INVALID_ARGUMENT.
+ */
+enum rk_status rk_limiter_with_block_for(const struct rk_limiter *limiter,
+                                         double block_for_secs,
+                                         struct rk_limiter **limiter_out);
 
 /**
  * \brief Creates a backoff policy. Sidekiq's default is `base` 300, `jitter` 300,

@@ -1,10 +1,28 @@
-// Types of the `ratekeeper` package. The classes and result shapes are generated from the Rust
-// sources (native.d.ts, regenerated and checked by scripts/test-node); this file adds what
-// index.js and http.js define in JavaScript.
+// Types of the `ratekeeper` package. The public classes `Backend`, `Limiter` and `FleetShedder`
+// are defined in JavaScript (index.js) over the native ones (`NativeBackend`, …), and are
+// declared here; the other classes and the result and option shapes are the native layer's,
+// generated from the Rust sources (native.d.ts, regenerated and checked by scripts/test-node).
 
-import type { Decision } from './native';
+import type {
+  AcquireOptions,
+  BackendStats,
+  CalendarOptions,
+  ConcurrentOptions,
+  Decision,
+  FleetShedderOptions,
+  Lease,
+  LeasedOptions,
+  LimiterOptions,
+  MemoryOptions,
+  Metrics,
+  PartitionsOptions,
+  RedisOptions,
+  SlidingLimitOptions,
+  WindowLimitOptions,
+} from './native';
 
-export * from './native';
+export { Backoff, ManualClock, UtilizationShedder, coreVersion } from './native';
+export type * from './native';
 
 /** What `withinLimit` resolves with when `policy: 'ignore'` skipped the block. */
 export declare const SKIPPED: unique symbol;
@@ -109,6 +127,8 @@ export interface LimiterMetrics {
   reclaimed: number;
   /** Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`. */
   pausesClamped: number;
+  /** Checks refused by a block (`blockForMs` after a refusal, or `block` by hand). */
+  blocked: number;
 }
 
 /** Options of `observe` and `observeResponse`. */
@@ -128,63 +148,344 @@ export type ResponseHeaders =
   | { status: number; headers: ResponseHeaders }
   | ReadonlyArray<readonly [string, string]>;
 
-declare module './native' {
-  interface Backend {
-    /**
-     * Every limiter the backend knows: on Redis the registry (any process, any language, last
-     * 90 days), on memory this process's; each with its live overrides.
-     */
-    limiters(): Promise<LimiterInfo[]>;
-    /**
-     * Overrides limiter `name`'s spec, or one `key`'s, in every process using this backend
-     * (each applies it within a fraction of a second, keeping its state). A bad field rejects
-     * with `ERR_INVALID_ARGUMENT` naming it, before anything is written.
-     */
-    setLimit(name: string, spec: LimiterSpec | string, key?: string | null): Promise<void>;
-    /** Removes the override of `name`, or of one `key` of it. */
-    clearLimit(name: string, key?: string | null): Promise<void>;
-    /** Sends this process's pending metric counts and registrations to Redis now. */
-    flush(): Promise<void>;
-    /** Every limiter's metrics: this process's, or with `fleet` every process's. */
-    metrics(options?: { fleet?: boolean }): Promise<Array<{ name: string; kind: string; metrics: LimiterMetrics }>>;
-    /** Every limiter's metrics in the Prometheus text exposition format. */
-    prometheus(options?: { fleet?: boolean }): Promise<string>;
-    /**
-     * Builds a limiter from its spec as data (an object, or its JSON text). A bad field throws
-     * `ERR_INVALID_ARGUMENT` whose `parameter` is the field's path (`rate`, `windows[1]`).
-     */
-    limiter(name: string, spec: LimiterSpec | string): Limiter;
-  }
-  interface Limiter {
-    /** The limiter's spec as data, in the canonical form every language reads back. */
-    readonly spec: LimiterSpec;
-    /**
-     * Acquires (waiting up to the wait timeout), runs `fn`, then releases the lease (concurrent
-     * limiters), even when `fn` throws. Resolves with what `fn` returns.
-     */
-    withinLimit<T>(fn: (permit: Permit) => T | PromiseLike<T>, options?: WithinLimitOptions & { policy?: 'raise' }): Promise<T>;
-    withinLimit<T>(fn: (permit: Permit) => T | PromiseLike<T>, options: WithinLimitOptions & { policy: 'ignore' }): Promise<T | typeof SKIPPED>;
-    /**
-     * Reads an upstream response's `status` and `headers` and pauses `key` (see `pause`) for as
-     * long as a 429 or 503 asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset`
-     * when `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are
-     * case-insensitive; malformed values are ignored. The pause lasts at most
-     * `options.maxPauseMs` (default: the limiter's `maxPauseMs`, one hour unless
-     * `withMaxPause` said otherwise). Resolves with the pause in effect (ms), or `null` when the
-     * response asks for none.
-     */
-    observe(status: number, headers: ResponseHeaders, key?: string | null, options?: ObserveOptions): Promise<number | null>;
-    /** `observe(response.status, response.headers, key, options)` for a fetch `Response` (or alike). */
-    observeResponse(
-      response: { status: number; headers: ResponseHeaders },
-      key?: string | null,
-      options?: ObserveOptions,
-    ): Promise<number | null>;
-  }
-  interface FleetShedder {
-    /** `enter`, run `fn`, `leave` (even when `fn` throws). Rejects with `ERR_SHED` when shed. */
-    run<T>(fn: () => T | PromiseLike<T>, options?: { critical?: boolean }): Promise<T>;
-  }
+/**
+ * Where limiter state lives; every limiter built from one backend shares it, and every backend
+ * for the same Redis URL in this process shares one connection set. `new Backend()` is an
+ * in-process memory backend.
+ */
+export declare class Backend {
+  /** An in-process memory backend with default settings (the same as `Backend.memory()`). */
+  constructor()
+  /** An in-process memory backend: per process, thread-safe, bounded. */
+  static memory(options?: MemoryOptions): Backend
+  /**
+   * A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS).
+   * Nothing connects until the first call.
+   */
+  static redis(url: string, options?: RedisOptions): Backend
+  /** A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs). */
+  static cluster(seeds: string[], options?: RedisOptions): Backend
+  /** Keys held by a memory backend (expired ones included until swept); `null` for Redis. */
+  get memoryKeys(): number | null
+  /** What the failure policy has done so far (all 0 for memory backends). */
+  stats(): BackendStats
+  /**
+   * At most `limit` holders at once. `acquire` (or `check`) returns a lease to `release`; a
+   * lease older than `lockTimeoutMs` may be reclaimed by a caller that needs its slot.
+   * `limit = 1` is a distributed mutex.
+   */
+  concurrent(name: string, limit: number, options?: ConcurrentOptions): Limiter
+  /**
+   * `limit` per fixed window of `interval` (milliseconds, or `'second'`, `'minute'`, `'hour'`,
+   * `'day'`), windows aligned to multiples of the interval since the epoch.
+   */
+  bucket(name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions): Limiter
+  /**
+   * Exact sliding window: never more than `limit` admissions in any span of `interval`
+   * (milliseconds or a named interval).
+   */
+  window(name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions): Limiter
+  /**
+   * Several exact sliding windows checked and recorded together (e.g. 25 per 5 s AND 300 per
+   * 60 s); decisions carry each window's state in `limits`.
+   */
+  windows(name: string, windows: WindowLimitOptions[], options?: LimiterOptions): Limiter
+  /**
+   * Several limits in one atomic check over sub-buckets of `precisionMs` (Carlson's sliding
+   * window): `[{ durationMs, limit, precisionMs? }, …]` or `[[durationMs, limit, precisionMs?], …]`.
+   */
+  slidingWindow(name: string, limits: Array<SlidingLimitOptions | [number, number] | [number, number, number]>, options?: LimiterOptions): Limiter
+  /** Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens. */
+  tokenBucket(name: string, rate: number, capacity: number, options?: LimiterOptions): Limiter
+  /**
+   * Leased partitions (Azure's rate limiting pattern): `totalRate` units per second split into
+   * `partitions` equal partitions. On Redis each process leases a fair share of them for
+   * `leaseTtlMs` (renewed while it calls) and `check`/`acquire` pace it to the rate it holds
+   * (20 calls per 200 ms at 100/s, not 100 at once); a dead process's partitions return after
+   * `leaseTtlMs`, and `close()` gives them back at once. On memory the process holds every
+   * partition of its class.
+   */
+  partitions(name: string, totalRate: number, partitions: number, options?: PartitionsOptions): Limiter
+  /**
+   * A token bucket (`rate` per second up to `capacity`) shared by the fleet, whose tokens
+   * this process takes from Redis in leases of up to `chunk` and spends in-process; unspent
+   * tokens go back on `close()` or at the next lease, or lapse `leaseTtlMs` after they were
+   * taken. The fleet admits at most capacity + rate × (span + lease_ttl) over any span; leasing ahead may under-use
+   * it. On the memory backend: the token bucket.
+   */
+  leased(name: string, rate: number, capacity: number, options?: LeasedOptions): Limiter
+  /** A burst of `size`, then one call per `drainMs / size`; full again after `drainMs` idle. */
+  leaky(name: string, size: number, drainMs: number, options?: LimiterOptions): Limiter
+  /**
+   * A leaky bucket of `capacity` points refilled in `refillMs`: a call gives an estimate, and
+   * `pointsUsed` (or the permit of `withinLimit`) charges or refunds the difference.
+   */
+  points(name: string, capacity: number, refillMs: number, options?: LimiterOptions): Limiter
+  /**
+   * `limit` per calendar `period` (`'day'`, `'week'` from Monday, `'month'`, `'year'`) in the
+   * IANA time zone `tz` (default UTC); months start on day `anchor`.
+   */
+  calendar(name: string, limit: number, period: 'day' | 'week' | 'month' | 'year', options?: CalendarOptions): Limiter
+  /**
+   * A limiter built from its spec as canonical-or-not JSON text (durations in seconds, as in
+   * every language). `backend.limiter(name, spec)` takes an object or this text.
+   */
+  limiterFromJson(name: string, specJson: string): Limiter
+  /**
+   * A limiter that always allows and touches no backend (admins, tests); `limit` and
+   * `remaining` are 2^53. Without a name it is `Limiter.unlimited()`.
+   */
+  unlimited(name?: string): Limiter
+  /** Every limiter the backend knows as JSON text (`backend.limiters()` parses it). */
+  limitersJson(): Promise<string>
+  /** Overrides `name`'s spec (JSON text), or one key's (`backend.setLimit` takes an object). */
+  setLimitJson(name: string, specJson: string, key?: string | null): Promise<void>
+  /** Removes the override of `name`, or of one key of it. */
+  clearLimit(name: string, key?: string | null): Promise<void>
+  /** Sends this process's pending metric counts and registrations to Redis now. */
+  flush(): Promise<void>
+  /** Every limiter's metrics as JSON text (`backend.metrics()` parses it). */
+  metricsJson(fleet?: boolean | undefined | null): Promise<string>
+  /**
+   * Every limiter's metrics in the Prometheus text exposition format (`fleet`: every
+   * process's, read from Redis).
+   */
+  prometheusText(fleet?: boolean | undefined | null): Promise<string>
+  /**
+   * Every limiter the backend knows: on Redis the registry (any process, any language, last
+   * 90 days), on memory this process's; each with its live overrides.
+   */
+  limiters(): Promise<LimiterInfo[]>;
+  /**
+   * Overrides limiter `name`'s spec, or one `key`'s, in every process using this backend
+   * (each applies it within a fraction of a second, keeping its state). A bad field rejects
+   * with `ERR_INVALID_ARGUMENT` naming it, before anything is written.
+   */
+  setLimit(name: string, spec: LimiterSpec | string, key?: string | null): Promise<void>;
+  /** Removes the override of `name`, or of one `key` of it. */
+  clearLimit(name: string, key?: string | null): Promise<void>;
+  /** Sends this process's pending metric counts and registrations to Redis now. */
+  flush(): Promise<void>;
+  /** Every limiter's metrics: this process's, or with `fleet` every process's. */
+  metrics(options?: { fleet?: boolean }): Promise<Array<{ name: string; kind: string; metrics: LimiterMetrics }>>;
+  /** Every limiter's metrics in the Prometheus text exposition format. */
+  prometheus(options?: { fleet?: boolean }): Promise<string>;
+  /**
+   * Builds a limiter from its spec as data (an object, or its JSON text). A bad field throws
+   * `ERR_INVALID_ARGUMENT` whose `parameter` is the field's path (`rate`, `windows[1]`).
+   */
+  limiter(name: string, spec: LimiterSpec | string): Limiter;
+}
+
+/**
+ * A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
+ * optional `key` (any string up to 1 KiB, e.g. a user id): one limiter serves many identities.
+ */
+export declare class Limiter {
+  /** Limiters are built by a `Backend` method (or `Limiter.unlimited()`). */
+  private constructor()
+  /**
+   * A limiter that always allows and touches no backend (admins, tests); `limit` and
+   * `remaining` are 2^53.
+   */
+  static unlimited(): Limiter
+  /** The limiter's name. */
+  get name(): string
+  /**
+   * The limiter's spec as canonical JSON text (durations in seconds); `limiter.spec` is the
+   * same parsed into an object.
+   */
+  get specJson(): string
+  /**
+   * The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
+   * `leaky`, `points` or `unlimited`.
+   */
+  get kind(): string
+  /**
+   * Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
+   * every limiter but concurrent ones, which fail closed unless built with
+   * `allowFallback: true`.
+   */
+  get allowsFallback(): boolean
+  /** How long `acquire` and `withinLimit` wait by default, in milliseconds. */
+  get waitTimeoutMs(): number
+  /** The longest pause `pause` and `observe` write, in milliseconds (default 3600000). */
+  get maxPauseMs(): number
+  /**
+   * The same limiter (same state and metrics) whose pauses last at most `maxPauseMs`
+   * (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
+   * counted in `metrics().pausesClamped`. A `maxPauseMs` that is not a positive number up to
+   * 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
+   */
+  withMaxPause(maxPauseMs: number): Limiter
+  /** The same limiter (same state) with another default wait timeout (0: never wait). */
+  withWaitTimeout(waitTimeoutMs: number): Limiter
+  /**
+   * How long a refusal blocks the key, in milliseconds (`null`: a refusal blocks nothing, the
+   * default; see `withBlockFor`).
+   */
+  get blockForMs(): number | null
+  /**
+   * The same limiter (same state and metrics) whose refusals block the key for `blockForMs`
+   * (`null`: they block nothing): after a refused check, every `check`, `peek` and `acquire`
+   * of this limiter and key, in every process sharing the backend, is refused with
+   * `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that starts
+   * the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs` that is
+   * not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming `blockForMs`.
+   */
+  withBlockFor(blockForMs: number | null): Limiter
+  /**
+   * Takes `cost` (default 1) for `key` if the limit allows, never waiting. A refused call
+   * consumes nothing and resolves with `allowed: false` and the exact `retryAfterMs`. On a
+   * concurrent limiter an admitted call holds `decision.lease`: release it.
+   */
+  check(key?: string | null, cost?: number): Promise<Decision>
+  /**
+   * `check` without a Promise: for memory backends and `unlimited` (on Redis it blocks the
+   * thread for the round trip).
+   */
+  checkSync(key?: string | null, cost?: number): Decision
+  /** What a call of cost 1 would get now, consuming nothing. */
+  peek(key?: string | null): Promise<Decision>
+  /** `peek` without a Promise (see `checkSync`). */
+  peekSync(key?: string | null): Decision
+  /**
+   * Takes `cost`, waiting up to `waitTimeoutMs` (default: the limiter's) for the limit to
+   * allow it: sleeping exactly until the decision can change, or until a release wakes it,
+   * never polling. Rejects with `ERR_OVER_LIMIT` (and its `retryAfterMs`) at once when the
+   * wait could not succeed in time.
+   */
+  acquire(key?: string | null, options?: AcquireOptions): Promise<Decision>
+  /** Forgets all state of `key` (waiters on a concurrent limiter wake to re-check). */
+  reset(key?: string | null): Promise<void>
+  /**
+   * Gives back what this process holds: every partition of a partitions limiter (other
+   * processes may lease them at once instead of after the lease TTL), the unspent tokens of
+   * a leased limiter's leases; a later call leases anew. Does nothing on other limiters.
+   */
+  close(): Promise<void>
+  /**
+   * The partitions this process holds of a partitions limiter for `key`, as
+   * `[index, fencingToken]` pairs. Throws `ERR_INVALID_ARGUMENT` naming `limiter` on other
+   * kinds.
+   */
+  partitionsHeld(key?: string | null): Array<[number, number]>
+  /**
+   * Gives back a lease of a concurrent limiter (its key travels in the lease). Rejects with
+   * `ERR_LEASE_LOST` when it had been reclaimed (it outlived `lockTimeoutMs`) or reset.
+   */
+  release(lease: Lease): Promise<void>
+  /**
+   * Renews a lease for another `lockTimeoutMs` from now, so a long task keeps its slot.
+   * Rejects with `ERR_LEASE_LOST` if it was already reclaimed.
+   */
+  extend(lease: Lease): Promise<void>
+  /**
+   * Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
+   * the difference is charged or refunded. An `actual` above the capacity is charged as debt
+   * the bucket waits out, at most 16 capacities ahead of now. Each call applies its own
+   * difference (a `withinLimit` permit reports once). Resolves with the state after the
+   * correction.
+   */
+  pointsUsed(key: string | null | undefined, estimate: number, actual: number): Promise<Decision>
+  /**
+   * Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+   * its `actual` cost: the difference is charged or refunded exactly once, however often the
+   * same decision is settled (a retry after a timeout is safe; a decision stored as JSON
+   * settles like the original). A charge applies even past the limit (later calls wait the
+   * debt out); a refund never gives back more than the call took, nor to a window that has
+   * rolled over. Resolves with the state after it, as `peek` reports it. A decision that
+   * cannot be settled (refused; concurrent, unlimited or partitions; another limiter's)
+   * rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+   */
+  settle(decision: Decision, actual: number): Promise<Decision>
+  /**
+   * `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
+   * round trip).
+   */
+  settleSync(decision: Decision, actual: number): Decision
+  /**
+   * Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
+   * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
+   * nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
+   * `withMaxPause`). A longer pause extends the one in effect; a shorter one never shortens
+   * it; `resume` ends it. Resolves with the pause in effect (ms). On Redis the check costs
+   * no extra round trip. A `durationMs` that is not a positive number rejects with
+   * `ERR_INVALID_ARGUMENT` naming `durationMs`.
+   */
+  pause(durationMs: number, key?: string | null): Promise<number>
+  /**
+   * Ends the pause of `key` now, in every process sharing the backend (an operator's
+   * override of a pause that is wrong or no longer needed); the key's other state is kept.
+   * Resolves with whether a pause was in effect.
+   */
+  resume(key?: string | null): Promise<boolean>
+  /**
+   * Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+   * ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
+   * the block's remaining time (consuming nothing) and `acquire` waits it out. The block
+   * replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
+   * alone. Resolves with the block in effect (ms). A `durationMs` that is not a positive
+   * number rejects with `ERR_INVALID_ARGUMENT` naming `durationMs`.
+   */
+  block(durationMs: number, key?: string | null): Promise<number>
+  /**
+   * Ends the block of `key` now, in every process sharing the backend; the key's other state,
+   * and a pause, are kept. Resolves with whether a block was in effect.
+   */
+  unblock(key?: string | null): Promise<boolean>
+  /**
+   * This process's metrics for this limiter: its checks by outcome (and their latency on
+   * Redis); concurrent limiters add their leases.
+   */
+  metrics(): Metrics
+  /**
+   * The metrics of every process sharing this limiter (on Redis: this process's pending
+   * counts are flushed first, then the sum is read back; on memory: `metrics()`).
+   */
+  fleetMetrics(): Promise<Metrics>
+  /** The limiter's spec as data, in the canonical form every language reads back. */
+  readonly spec: LimiterSpec;
+  /**
+   * Acquires (waiting up to the wait timeout), runs `fn`, then releases the lease (concurrent
+   * limiters), even when `fn` throws. Resolves with what `fn` returns.
+   */
+  withinLimit<T>(fn: (permit: Permit) => T | PromiseLike<T>, options?: WithinLimitOptions & { policy?: 'raise' }): Promise<T>;
+  withinLimit<T>(fn: (permit: Permit) => T | PromiseLike<T>, options: WithinLimitOptions & { policy: 'ignore' }): Promise<T | typeof SKIPPED>;
+  /**
+   * Reads an upstream response's `status` and `headers` and pauses `key` (see `pause`) for as
+   * long as a 429 or 503 asks: `Retry-After` (seconds or HTTP-date), else `RateLimit-Reset`
+   * when `RateLimit-Remaining` is 0, else `X-RateLimit-Reset`. Header names are
+   * case-insensitive; malformed values are ignored. The pause lasts at most
+   * `options.maxPauseMs` (default: the limiter's `maxPauseMs`, one hour unless
+   * `withMaxPause` said otherwise). Resolves with the pause in effect (ms), or `null` when the
+   * response asks for none.
+   */
+  observe(status: number, headers: ResponseHeaders, key?: string | null, options?: ObserveOptions): Promise<number | null>;
+  /** `observe(response.status, response.headers, key, options)` for a fetch `Response` (or alike). */
+  observeResponse(
+    response: { status: number; headers: ResponseHeaders },
+    key?: string | null,
+    options?: ObserveOptions,
+  ): Promise<number | null>;
+}
+
+/**
+ * Fleet usage load shedder: at most `limit` non-critical requests in flight across every
+ * process sharing the backend; critical requests bypass it.
+ */
+export declare class FleetShedder {
+  /** A shedder named `name` allowing `limit` non-critical requests in flight at once. */
+  constructor(backend: Backend, name: string, limit: number, options?: FleetShedderOptions)
+  /**
+   * Admits a request: a critical one always passes and holds nothing (`null`); another takes
+   * a slot (a lease) or rejects with `ERR_SHED`. Give the ticket back with `leave`.
+   */
+  enter(critical?: boolean): Promise<Lease | null>
+  /** Gives back the slot of a finished request (`null` for critical ones). */
+  leave(ticket: Lease | null): Promise<void>
+  /** `enter`, run `fn`, `leave` (even when `fn` throws). Rejects with `ERR_SHED` when shed. */
+  run<T>(fn: () => T | PromiseLike<T>, options?: { critical?: boolean }): Promise<T>;
 }
 
 /** The stable `code` of every error ratekeeper throws or rejects with. */

@@ -1,12 +1,15 @@
 'use strict';
-// ratekeeper for Node: the native addon (Rust core, napi-rs) plus the few helpers that need
-// JavaScript: AbortSignal support for `acquire`, `withinLimit` (which runs your callback),
-// `FleetShedder#run`, and the HTTP header helpers in http.js.
+// ratekeeper for Node: the public classes `Backend`, `Limiter` and `FleetShedder`, written here
+// in JavaScript over the native addon (Rust core, napi-rs), whose classes are `NativeBackend`,
+// `NativeLimiter` and `NativeFleetShedder` (native.d.ts). A public method calls its native
+// counterpart and turns the native reply into the public value (a Promise, a decision); what
+// needs JavaScript lives here too: AbortSignal support for `acquire`, `withinLimit` (which runs
+// your callback), `FleetShedder#run`, specs as objects, and the HTTP header helpers in http.js.
 
 const native = require('./addon.js');
 const http = require('./http.js');
 
-const { Limiter, FleetShedder, newCanceller, cancel } = native;
+const { NativeBackend, NativeLimiter, NativeFleetShedder, newCanceller, cancel } = native;
 
 /** What `withinLimit` resolves with when `policy: 'ignore'` skipped the block. */
 const SKIPPED = Symbol.for('ratekeeper.skipped');
@@ -75,11 +78,32 @@ function isAbortSignal(signal) {
 // `syncOut`), `null` (nothing), an object (the result), or a number (the id of a call still
 // running, settled later by `onSettled` from the `records` buffer).
 
-const RECORD = 8;
+const RECORD = 11;
 const CAPACITY = 512;
 const records = new Float64Array(RECORD * CAPACITY);
-const syncOut = new Float64Array(6);
+const syncOut = new Float64Array(9);
 const running = new Map();
+
+/**
+ * A plain decision from `buffer` at offset `o` (six fields, then its settle ticket's id,
+ * limiter and cost; id 0: none, `settle` is then undefined). The ticket's key is the call's:
+ * `key` (absent for the limiter's shared key).
+ */
+function plainDecision(buffer, o, key) {
+  const id = buffer[o + 6];
+  return {
+    allowed: buffer[o] === 1,
+    limit: buffer[o + 1],
+    remaining: buffer[o + 2],
+    retryAfterMs: buffer[o + 3],
+    resetAfterMs: buffer[o + 4],
+    decidedAtUs: buffer[o + 5],
+    settle:
+      id === 0
+        ? undefined
+        : { id, limiter: buffer[o + 7], cost: buffer[o + 8], chargedAtUs: buffer[o + 5], key: key == null ? undefined : key },
+  };
+}
 
 function onSettled(count, values) {
   let v = 0;
@@ -91,14 +115,7 @@ function onSettled(count, values) {
     running.delete(id);
     if (settle === undefined) continue;
     if (kind === 0) {
-      settle.resolve({
-        allowed: records[o + 2] === 1,
-        limit: records[o + 3],
-        remaining: records[o + 4],
-        retryAfterMs: records[o + 5],
-        resetAfterMs: records[o + 6],
-        decidedAtUs: records[o + 7],
-      });
+      settle.resolve(plainDecision(records, o + 2, settle.key));
     } else if (kind === 1) settle.resolve(value(values[v++]));
     else if (kind === 2) settle.reject(values[v++]);
     else settle.resolve(undefined);
@@ -107,164 +124,32 @@ function onSettled(count, values) {
 
 native.initBridge(onSettled, records, syncOut);
 
-function syncDecision() {
-  return {
-    allowed: syncOut[0] === 1,
-    limit: syncOut[1],
-    remaining: syncOut[2],
-    retryAfterMs: syncOut[3],
-    resetAfterMs: syncOut[4],
-    decidedAtUs: syncOut[5],
-  };
-}
-
-/** The public value of a synchronous native result. */
-function value(result) {
-  if (result === undefined) return syncDecision();
+/** The public value of a synchronous native result (`key`: the call's, for a settle ticket). */
+function value(result, key) {
+  if (result === undefined) return plainDecision(syncOut, 0, key);
   if (result === null) return undefined;
   if (result === false) return null; // a critical request's fleet ticket
   return result;
 }
 
-/** A Promise of a native result. */
-function promised(result) {
+/** A Promise of a native result (`key`: the call's, for a settle ticket). */
+function promised(result, key) {
   if (typeof result === 'number') {
-    return new Promise((resolve, reject) => running.set(result, { resolve, reject }));
+    return new Promise((resolve, reject) => running.set(result, { resolve, reject, key }));
   }
-  return Promise.resolve(value(result));
+  return Promise.resolve(value(result, key));
 }
 
-/** Wraps a native method that returns a result into one that returns a Promise. */
-function async0(method) {
-  return function () {
-    try {
-      return promised(method.call(this));
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  };
-}
-function async1(method) {
-  return function (a) {
-    try {
-      return promised(method.call(this, a));
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  };
-}
-function async2(method) {
-  return function (a, b) {
-    try {
-      return promised(method.call(this, a, b));
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  };
-}
-function async3(method) {
-  return function (a, b, c) {
-    try {
-      return promised(method.call(this, a, b, c));
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  };
-}
-function sync2(method) {
-  return function (a, b) {
-    return value(method.call(this, a, b));
-  };
-}
-
-const L = Limiter.prototype;
-const nativeAcquire = L.acquire;
-
-function acquire(key, options) {
-  const signal = options == null ? undefined : options.signal;
-  let result;
-  if (signal == null) {
-    try {
-      result = nativeAcquire.call(this, key, options);
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    return promised(result);
-  }
-  if (!isAbortSignal(signal)) {
-    return Promise.reject(invalidArgument('signal', 'must be an AbortSignal'));
-  }
-  if (signal.aborted) return Promise.reject(abortError(signal));
-  const canceller = newCanceller();
+/** A Promise of what `call` returns natively: a throw becomes a rejection. */
+function promisedCall(call) {
   try {
-    result = nativeAcquire.call(this, key, options, canceller);
+    return promised(call());
   } catch (error) {
     return Promise.reject(error);
   }
-  if (typeof result !== 'number') return promised(result);
-  const onAbort = () => cancel(canceller);
-  signal.addEventListener('abort', onAbort, { once: true });
-  return promised(result).then(
-    (decision) => {
-      signal.removeEventListener('abort', onAbort);
-      return decision;
-    },
-    (error) => {
-      signal.removeEventListener('abort', onAbort);
-      throw signal.aborted ? abortError(signal) : error;
-    },
-  );
 }
 
 const WITHIN_LIMIT_OPTIONS = ['key', 'cost', 'policy', 'waitTimeoutMs', 'signal'];
-
-async function withinLimit(fn, options) {
-  if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
-  refuseUnknownOptions(options, WITHIN_LIMIT_OPTIONS);
-  const { key, cost, policy = 'raise', waitTimeoutMs, signal } = options ?? {};
-  if (policy !== 'raise' && policy !== 'ignore') {
-    throw invalidArgument('policy', `must be 'raise' or 'ignore', got ${String(policy)}`);
-  }
-  let decision;
-  try {
-    decision = await this.acquire(key, { cost, waitTimeoutMs, signal });
-  } catch (error) {
-    if (policy === 'ignore' && error && error.code === codes.OVER_LIMIT) return SKIPPED;
-    throw error;
-  }
-  const estimate = cost ?? 1;
-  // A permit reports its cost once. The report is claimed before the call, so one whose answer
-  // was lost (it may have been applied) is never made twice; one refused as invalid (nothing
-  // was written) may be made again.
-  let reported = false;
-  const permit = Object.freeze({
-    decision,
-    pointsUsed: (actual) => {
-      if (reported) {
-        return Promise.reject(invalidArgument('actual', 'pointsUsed was already reported for this permit'));
-      }
-      reported = true;
-      return this.pointsUsed(key, estimate, actual).catch((error) => {
-        if (error && error.code === codes.INVALID_ARGUMENT) reported = false;
-        throw error;
-      });
-    },
-  });
-  let result;
-  try {
-    result = await fn(permit);
-  } catch (error) {
-    // The block's error wins over a failed release (e.g. a lease reclaimed meanwhile).
-    if (decision.lease) await this.release(decision.lease).catch(() => {});
-    throw error;
-  }
-  if (decision.lease) await this.release(decision.lease);
-  return result;
-}
-
-// Upstream feedback: `observe` accepts the headers of any HTTP client and hands the native call
-// `[name, value]` pairs (the parsing of their values is the core's).
-const nativeObservePairs = L.observePairs;
 
 /** Response headers as `[name, value]` pairs: a fetch `Response` (its headers), a `Headers`
  * instance or a `Map` (anything with `forEach(value, name)`), an array of pairs, or a plain
@@ -297,115 +182,7 @@ function isResponse(response) {
   );
 }
 
-function observe(status, headers, key, options) {
-  try {
-    refuseUnknownOptions(options, ['maxPauseMs']);
-    const maxPauseMs = options == null ? undefined : options.maxPauseMs;
-    return promised(nativeObservePairs.call(this, status, headerPairs(headers), key, maxPauseMs));
-  } catch (error) {
-    return Promise.reject(error);
-  }
-}
-
-function observeResponse(response, key, options) {
-  if (!isResponse(response)) {
-    return Promise.reject(invalidArgument('response', 'must be a Response (with a numeric status and headers)'));
-  }
-  return observe.call(this, response.status, response.headers, key, options);
-}
-
-// `resume` settles with 1 or 0 (a native `false` reads as "nothing"): a boolean here.
-const nativeResume = L.resume;
-function resume(key) {
-  try {
-    return promised(nativeResume.call(this, key)).then((ended) => ended === 1);
-  } catch (error) {
-    return Promise.reject(error);
-  }
-}
-
-async function run(fn, options) {
-  if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
-  refuseUnknownOptions(options, ['critical']);
-  const ticket = await this.enter(Boolean(options && options.critical));
-  try {
-    return await fn();
-  } finally {
-    await this.leave(ticket);
-  }
-}
-
-// The hot calls go to module functions by the limiter's number (see `HANDLES` in
-// node/src/limiter.rs), which spares each call napi's unwrapping of `this`.
-const HANDLE = Symbol('ratekeeper.handle');
-const nativeHandle = L.handle;
-function handle(limiter) {
-  const h = limiter[HANDLE];
-  return h !== undefined ? h : (limiter[HANDLE] = nativeHandle.call(limiter));
-}
-const { limiterCheck, limiterCheckSync, limiterPeek, limiterPeekSync } = native;
-
-function check(key, cost) {
-  try {
-    return promised(limiterCheck(handle(this), key, cost));
-  } catch (error) {
-    return Promise.reject(error);
-  }
-}
-function checkSync(key, cost) {
-  return value(limiterCheckSync(handle(this), key, cost));
-}
-function peek(key) {
-  try {
-    return promised(limiterPeek(handle(this), key));
-  } catch (error) {
-    return Promise.reject(error);
-  }
-}
-function peekSync(key) {
-  return value(limiterPeekSync(handle(this), key));
-}
-
-const F = FleetShedder.prototype;
-for (const [target, name, method] of [
-  [L, 'check', check],
-  [L, 'checkSync', checkSync],
-  [L, 'peek', peek],
-  [L, 'peekSync', peekSync],
-  [L, 'acquire', acquire],
-  [L, 'reset', async1(L.reset)],
-  [L, 'close', async0(L.close)],
-  [L, 'release', async1(L.release)],
-  [L, 'extend', async1(L.extend)],
-  [L, 'pointsUsed', async3(L.pointsUsed)],
-  [L, 'fleetMetrics', async0(L.fleetMetrics)],
-  [L, 'withinLimit', withinLimit],
-  [L, 'pause', async2(L.pause)],
-  [L, 'observe', observe],
-  [L, 'observeResponse', observeResponse],
-  [L, 'resume', resume],
-  [F, 'enter', async1(F.enter)],
-  [F, 'leave', async1(F.leave)],
-  [F, 'run', run],
-]) {
-  Object.defineProperty(target, name, { value: method, writable: true, configurable: true, enumerable: false });
-}
-
-// Specs as data: `backend.limiter(name, spec)` takes the spec as an object or as JSON text
-// (durations in seconds, as in every language); `limiter.spec` reads it back as an object.
-const B = native.Backend.prototype;
-function limiter(name, spec) {
-  if (typeof spec === 'string') return this.limiterFromJson(name, spec);
-  if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
-    throw invalidArgument('spec', 'must be an object or a JSON string');
-  }
-  return this.limiterFromJson(name, JSON.stringify(spec));
-}
-Object.defineProperty(B, 'limiter', { value: limiter, writable: true, configurable: true, enumerable: false });
-
-// Operating it: the registry, live limits, metrics and the Prometheus exposition. Registry and
-// metrics results cross as JSON text and are parsed here.
-native.setClientLanguage(`node ${process.versions.node}`);
+/** The text of a spec given as an object or as JSON text. */
 function specText(spec) {
   if (typeof spec === 'string') return spec;
   if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
@@ -413,6 +190,7 @@ function specText(spec) {
   }
   return JSON.stringify(spec);
 }
+
 /** Reads `{ fleet }`, refusing any other option. */
 function fleetOption(options) {
   if (options == null) return false;
@@ -422,44 +200,392 @@ function fleetOption(options) {
   }
   return Boolean(options.fleet);
 }
-const limitersJson = async0(B.limitersJson);
-const setLimitJson = async3(B.setLimitJson);
-const metricsJson = async1(B.metricsJson);
-const prometheusText = async1(B.prometheusText);
-for (const [name, method] of [
-  ['limiters', async function () {
-    return JSON.parse(await limitersJson.call(this));
-  }],
-  ['setLimit', function (name, spec, key) {
-    let json;
+
+// The public classes are built around a native object by this module only: their constructors
+// take this token (a user's `new Limiter()` has none).
+const WRAP = Symbol('ratekeeper.wrap');
+function noConstructor(name, how) {
+  return new TypeError(`${name} has no public constructor: ${how}`);
+}
+
+// The hot calls go to module functions by the limiter's number (see `HANDLES` in
+// node/src/limiter.rs), which spares each call napi's unwrapping of `this`.
+const HANDLE = Symbol('ratekeeper.handle');
+const { limiterCheck, limiterCheckSync, limiterPeek, limiterPeekSync } = native;
+
+/** The native object of a public `Backend` (anything else is passed on for the native check). */
+let nativeBackendOf;
+
+/**
+ * A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
+ * optional `key` (any string up to 1 KiB, e.g. a user id): one limiter serves many identities.
+ */
+class Limiter {
+  #native;
+
+  constructor(token, nativeLimiter) {
+    if (token !== WRAP) throw noConstructor('Limiter', 'build one with a Backend method, or Limiter.unlimited()');
+    this.#native = nativeLimiter;
+    // Its number for the by-handle calls, registered on first use.
+    this[HANDLE] = 0;
+  }
+
+  #handle() {
+    const h = this[HANDLE];
+    return h !== 0 ? h : (this[HANDLE] = this.#native.handle());
+  }
+
+  /** A limiter that always allows and touches no backend (admins, tests). */
+  static unlimited() {
+    return new Limiter(WRAP, NativeLimiter.unlimited());
+  }
+
+  get name() {
+    return this.#native.name;
+  }
+  get kind() {
+    return this.#native.kind;
+  }
+  get specJson() {
+    return this.#native.specJson;
+  }
+  /** The limiter's spec as data, in the canonical form every language reads back. */
+  get spec() {
+    return JSON.parse(this.#native.specJson);
+  }
+  get allowsFallback() {
+    return this.#native.allowsFallback;
+  }
+  get waitTimeoutMs() {
+    return this.#native.waitTimeoutMs;
+  }
+  get maxPauseMs() {
+    return this.#native.maxPauseMs;
+  }
+  get blockForMs() {
+    return this.#native.blockForMs;
+  }
+
+  withMaxPause(maxPauseMs) {
+    return new Limiter(WRAP, this.#native.withMaxPause(maxPauseMs));
+  }
+  withWaitTimeout(waitTimeoutMs) {
+    return new Limiter(WRAP, this.#native.withWaitTimeout(waitTimeoutMs));
+  }
+  withBlockFor(blockForMs) {
+    return new Limiter(WRAP, this.#native.withBlockFor(blockForMs));
+  }
+
+  check(key, cost) {
     try {
-      json = specText(spec);
+      return promised(limiterCheck(this.#handle(), key, cost), key);
     } catch (error) {
       return Promise.reject(error);
     }
-    return setLimitJson.call(this, name, json, key);
-  }],
-  ['clearLimit', async2(B.clearLimit)],
-  ['flush', async0(B.flush)],
-  ['metrics', async function (options) {
-    return JSON.parse(await metricsJson.call(this, fleetOption(options)));
-  }],
-  ['prometheus', async function (options) {
-    return prometheusText.call(this, fleetOption(options));
-  }],
-]) {
-  Object.defineProperty(B, name, { value: method, writable: true, configurable: true, enumerable: false });
+  }
+  checkSync(key, cost) {
+    return value(limiterCheckSync(this.#handle(), key, cost), key);
+  }
+  peek(key) {
+    try {
+      return promised(limiterPeek(this.#handle(), key));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+  peekSync(key) {
+    return value(limiterPeekSync(this.#handle(), key));
+  }
+
+  acquire(key, options) {
+    const signal = options == null ? undefined : options.signal;
+    let result;
+    if (signal == null) {
+      try {
+        result = this.#native.acquire(key, options);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      return promised(result, key);
+    }
+    if (!isAbortSignal(signal)) {
+      return Promise.reject(invalidArgument('signal', 'must be an AbortSignal'));
+    }
+    if (signal.aborted) return Promise.reject(abortError(signal));
+    const canceller = newCanceller();
+    try {
+      result = this.#native.acquire(key, options, canceller);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (typeof result !== 'number') return promised(result, key);
+    const onAbort = () => cancel(canceller);
+    signal.addEventListener('abort', onAbort, { once: true });
+    return promised(result, key).then(
+      (decision) => {
+        signal.removeEventListener('abort', onAbort);
+        return decision;
+      },
+      (error) => {
+        signal.removeEventListener('abort', onAbort);
+        throw signal.aborted ? abortError(signal) : error;
+      },
+    );
+  }
+
+  reset(key) {
+    return promisedCall(() => this.#native.reset(key));
+  }
+  close() {
+    return promisedCall(() => this.#native.close());
+  }
+  partitionsHeld(key) {
+    return this.#native.partitionsHeld(key);
+  }
+  release(lease) {
+    return promisedCall(() => this.#native.release(lease));
+  }
+  extend(lease) {
+    return promisedCall(() => this.#native.extend(lease));
+  }
+  pointsUsed(key, estimate, actual) {
+    return promisedCall(() => this.#native.pointsUsed(key, estimate, actual));
+  }
+  settle(decision, actual) {
+    return promisedCall(() => this.#native.settle(decision, actual));
+  }
+  settleSync(decision, actual) {
+    return value(this.#native.settleSync(decision, actual));
+  }
+  pause(durationMs, key) {
+    return promisedCall(() => this.#native.pause(durationMs, key));
+  }
+  /** Resolves with whether a pause was in effect (the native reply is 1 or 0). */
+  resume(key) {
+    return promisedCall(() => this.#native.resume(key)).then((ended) => ended === 1);
+  }
+  block(durationMs, key) {
+    return promisedCall(() => this.#native.block(durationMs, key));
+  }
+  /** Resolves with whether a block was in effect (the native reply is 1 or 0). */
+  unblock(key) {
+    return promisedCall(() => this.#native.unblock(key)).then((ended) => ended === 1);
+  }
+  metrics() {
+    return this.#native.metrics();
+  }
+  fleetMetrics() {
+    return promisedCall(() => this.#native.fleetMetrics());
+  }
+
+  // Upstream feedback: `observe` accepts the headers of any HTTP client and hands the native
+  // call `[name, value]` pairs (the parsing of their values is the core's).
+  observe(status, headers, key, options) {
+    return promisedCall(() => {
+      refuseUnknownOptions(options, ['maxPauseMs']);
+      const maxPauseMs = options == null ? undefined : options.maxPauseMs;
+      return this.#native.observePairs(status, headerPairs(headers), key, maxPauseMs);
+    });
+  }
+  observeResponse(response, key, options) {
+    if (!isResponse(response)) {
+      return Promise.reject(invalidArgument('response', 'must be a Response (with a numeric status and headers)'));
+    }
+    return this.observe(response.status, response.headers, key, options);
+  }
+
+  async withinLimit(fn, options) {
+    if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
+    refuseUnknownOptions(options, WITHIN_LIMIT_OPTIONS);
+    const { key, cost, policy = 'raise', waitTimeoutMs, signal } = options ?? {};
+    if (policy !== 'raise' && policy !== 'ignore') {
+      throw invalidArgument('policy', `must be 'raise' or 'ignore', got ${String(policy)}`);
+    }
+    let decision;
+    try {
+      decision = await this.acquire(key, { cost, waitTimeoutMs, signal });
+    } catch (error) {
+      if (policy === 'ignore' && error && error.code === codes.OVER_LIMIT) return SKIPPED;
+      throw error;
+    }
+    const estimate = cost ?? 1;
+    // A permit reports its cost once. The report is claimed before the call, so one whose
+    // answer was lost (it may have been applied) is never made twice; one refused as invalid
+    // (nothing was written) may be made again.
+    let reported = false;
+    const permit = Object.freeze({
+      decision,
+      pointsUsed: (actual) => {
+        if (reported) {
+          return Promise.reject(invalidArgument('actual', 'pointsUsed was already reported for this permit'));
+        }
+        reported = true;
+        return this.pointsUsed(key, estimate, actual).catch((error) => {
+          if (error && error.code === codes.INVALID_ARGUMENT) reported = false;
+          throw error;
+        });
+      },
+    });
+    let result;
+    try {
+      result = await fn(permit);
+    } catch (error) {
+      // The block's error wins over a failed release (e.g. a lease reclaimed meanwhile).
+      if (decision.lease) await this.release(decision.lease).catch(() => {});
+      throw error;
+    }
+    if (decision.lease) await this.release(decision.lease);
+    return result;
+  }
 }
-Object.defineProperty(L, 'spec', {
-  get() {
-    return JSON.parse(this.specJson);
-  },
-  configurable: true,
-  enumerable: false,
-});
+
+/**
+ * Where limiter state lives; every limiter built from one backend shares it. `new Backend()` is
+ * an in-process memory backend.
+ */
+class Backend {
+  #native;
+
+  constructor(token, nativeBackend) {
+    this.#native = token === WRAP ? nativeBackend : new NativeBackend();
+  }
+
+  static {
+    nativeBackendOf = (backend) => (backend !== null && typeof backend === 'object' && #native in backend ? backend.#native : backend);
+  }
+
+  static memory(options) {
+    return new Backend(WRAP, NativeBackend.memory(options));
+  }
+  static redis(url, options) {
+    return new Backend(WRAP, NativeBackend.redis(url, options));
+  }
+  static cluster(seeds, options) {
+    return new Backend(WRAP, NativeBackend.cluster(seeds, options));
+  }
+
+  get memoryKeys() {
+    return this.#native.memoryKeys;
+  }
+  stats() {
+    return this.#native.stats();
+  }
+
+  concurrent(name, limit, options) {
+    return new Limiter(WRAP, this.#native.concurrent(name, limit, options));
+  }
+  bucket(name, limit, interval, options) {
+    return new Limiter(WRAP, this.#native.bucket(name, limit, interval, options));
+  }
+  window(name, limit, interval, options) {
+    return new Limiter(WRAP, this.#native.window(name, limit, interval, options));
+  }
+  windows(name, windows, options) {
+    return new Limiter(WRAP, this.#native.windows(name, windows, options));
+  }
+  slidingWindow(name, limits, options) {
+    return new Limiter(WRAP, this.#native.slidingWindow(name, limits, options));
+  }
+  tokenBucket(name, rate, capacity, options) {
+    return new Limiter(WRAP, this.#native.tokenBucket(name, rate, capacity, options));
+  }
+  partitions(name, totalRate, partitions, options) {
+    return new Limiter(WRAP, this.#native.partitions(name, totalRate, partitions, options));
+  }
+  leased(name, rate, capacity, options) {
+    return new Limiter(WRAP, this.#native.leased(name, rate, capacity, options));
+  }
+  leaky(name, size, drainMs, options) {
+    return new Limiter(WRAP, this.#native.leaky(name, size, drainMs, options));
+  }
+  points(name, capacity, refillMs, options) {
+    return new Limiter(WRAP, this.#native.points(name, capacity, refillMs, options));
+  }
+  calendar(name, limit, period, options) {
+    return new Limiter(WRAP, this.#native.calendar(name, limit, period, options));
+  }
+  unlimited(name) {
+    return new Limiter(WRAP, this.#native.unlimited(name));
+  }
+  /** Specs as data: the spec as an object or as JSON text (durations in seconds). */
+  limiter(name, spec) {
+    if (typeof spec === 'string') return this.limiterFromJson(name, spec);
+    if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
+      throw invalidArgument('spec', 'must be an object or a JSON string');
+    }
+    return this.limiterFromJson(name, JSON.stringify(spec));
+  }
+  limiterFromJson(name, specJson) {
+    return new Limiter(WRAP, this.#native.limiterFromJson(name, specJson));
+  }
+
+  // Operating it: the registry, live limits, metrics and the Prometheus exposition. Registry
+  // and metrics results cross as JSON text and are parsed here.
+  async limiters() {
+    return JSON.parse(await this.limitersJson());
+  }
+  limitersJson() {
+    return promisedCall(() => this.#native.limitersJson());
+  }
+  setLimit(name, spec, key) {
+    return promisedCall(() => this.#native.setLimitJson(name, specText(spec), key));
+  }
+  setLimitJson(name, specJson, key) {
+    return promisedCall(() => this.#native.setLimitJson(name, specJson, key));
+  }
+  clearLimit(name, key) {
+    return promisedCall(() => this.#native.clearLimit(name, key));
+  }
+  flush() {
+    return promisedCall(() => this.#native.flush());
+  }
+  async metrics(options) {
+    return JSON.parse(await this.metricsJson(fleetOption(options)));
+  }
+  metricsJson(fleet) {
+    return promisedCall(() => this.#native.metricsJson(fleet));
+  }
+  async prometheus(options) {
+    return this.prometheusText(fleetOption(options));
+  }
+  prometheusText(fleet) {
+    return promisedCall(() => this.#native.prometheusText(fleet));
+  }
+}
+
+/**
+ * Fleet usage load shedder: at most `limit` non-critical requests in flight across every
+ * process sharing the backend; critical requests bypass it.
+ */
+class FleetShedder {
+  #native;
+
+  constructor(backend, name, limit, options) {
+    this.#native = new NativeFleetShedder(nativeBackendOf(backend), name, limit, options);
+  }
+
+  enter(critical) {
+    return promisedCall(() => this.#native.enter(critical));
+  }
+  leave(ticket) {
+    return promisedCall(() => this.#native.leave(ticket));
+  }
+  async run(fn, options) {
+    if (typeof fn !== 'function') throw invalidArgument('fn', 'must be a function');
+    refuseUnknownOptions(options, ['critical']);
+    const ticket = await this.enter(Boolean(options && options.critical));
+    try {
+      return await fn();
+    } finally {
+      await this.leave(ticket);
+    }
+  }
+}
+
+native.setClientLanguage(`node ${process.versions.node}`);
 
 module.exports = {
-  Backend: native.Backend,
+  Backend,
   Limiter,
   Backoff: native.Backoff,
   ManualClock: native.ManualClock,

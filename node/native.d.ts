@@ -2,22 +2,67 @@
 /* eslint-disable */
 
 /**
+ * How long to wait before running an over-limit job again (Sidekiq's reschedule policy):
+ * reschedule `attempt` (1 for the first, counted apart from the job's own retries) waits
+ * `max(retryAfterMs, baseMs * attempt)` plus a random `[0, jitterMs)` milliseconds. After
+ * `maxReschedules` reschedules, `rescheduleIn` returns `null`: the job should fail with the
+ * over-limit error. Defaults: 300 000 ms, 300 000 ms, 20.
+ */
+export declare class Backoff {
+  /** Sidekiq's policy, or the one `options` describe. */
+  constructor(options?: BackoffOptions)
+  /** The step per reschedule, in milliseconds. */
+  get baseMs(): number
+  /** The largest random spread added to each delay, in milliseconds. */
+  get jitterMs(): number
+  /** How many times a job is rescheduled before it fails with the over-limit error. */
+  get maxReschedules(): number
+  /**
+   * Milliseconds to wait before running the job again for its reschedule `attempt`
+   * (1-based), when the limiter asked for `retryAfterMs` (the over-limit error's
+   * `retryAfterMs`, default 0); `null` once `attempt > maxReschedules` (the job should fail).
+   */
+  rescheduleIn(attempt: number, retryAfterMs?: number | null): number | null
+}
+
+/**
+ * A clock that only moves when told to (tests). Pass it to `Backend.memory({ clock })` or
+ * `Backend.redis(url, { clock })`: waits (`acquire`) then end when the clock is advanced past
+ * them, and Redis calls use its time instead of the server's.
+ */
+export declare class ManualClock {
+  /** A manual clock reading `startUs` microseconds since the epoch (default: now). */
+  constructor(startUs?: number)
+  /** Moves the clock forward by `ms` milliseconds (fractions down to the microsecond). */
+  advance(ms: number): void
+  /** Moves the clock forward by `us` microseconds. */
+  advanceUs(us: number): void
+  /** Sets the clock to `us` microseconds since the epoch (it may move backwards). */
+  setUs(us: number): void
+  /** The time, in microseconds since the epoch. */
+  get nowUs(): number
+}
+
+/**
  * Where limiter state lives; every limiter built from one backend shares it, and every backend
  * for the same Redis URL in this process shares one connection set. `new Backend()` is an
  * in-process memory backend.
+ *
+ * The native side of index.js's `Backend`, which users hold (its builders wrap each
+ * `NativeLimiter` in a `Limiter`).
  */
-export declare class Backend {
+export declare class NativeBackend {
   /** An in-process memory backend with default settings (the same as `Backend.memory()`). */
   constructor()
   /** An in-process memory backend: per process, thread-safe, bounded. */
-  static memory(options?: MemoryOptions): Backend
+  static memory(options?: MemoryOptions): NativeBackend
   /**
    * A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS).
    * Nothing connects until the first call.
    */
-  static redis(url: string, options?: RedisOptions): Backend
+  static redis(url: string, options?: RedisOptions): NativeBackend
   /** A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs). */
-  static cluster(seeds: string[], options?: RedisOptions): Backend
+  static cluster(seeds: string[], options?: RedisOptions): NativeBackend
   /** Keys held by a memory backend (expired ones included until swept); `null` for Redis. */
   get memoryKeys(): number | null
   /** What the failure policy has done so far (all 0 for memory backends). */
@@ -90,81 +135,66 @@ export declare class Backend {
    */
   unlimited(name?: string): Limiter
   /** Every limiter the backend knows as JSON text (`backend.limiters()` parses it). */
-  limitersJson(): Promise<string>
+  limitersJson(): NativeReply
   /** Overrides `name`'s spec (JSON text), or one key's (`backend.setLimit` takes an object). */
-  setLimitJson(name: string, specJson: string, key?: string | null): Promise<void>
+  setLimitJson(name: string, specJson: string, key?: string | null): NativeReply
   /** Removes the override of `name`, or of one key of it. */
-  clearLimit(name: string, key?: string | null): Promise<void>
+  clearLimit(name: string, key?: string | null): NativeReply
   /** Sends this process's pending metric counts and registrations to Redis now. */
-  flush(): Promise<void>
+  flush(): NativeReply
   /** Every limiter's metrics as JSON text (`backend.metrics()` parses it). */
-  metricsJson(fleet?: boolean | undefined | null): Promise<string>
+  metricsJson(fleet?: boolean | undefined | null): NativeReply
   /**
    * Every limiter's metrics in the Prometheus text exposition format (`fleet`: every
    * process's, read from Redis).
    */
-  prometheusText(fleet?: boolean | undefined | null): Promise<string>
+  prometheusText(fleet?: boolean | undefined | null): NativeReply
 }
-
-/**
- * How long to wait before running an over-limit job again (Sidekiq's reschedule policy):
- * reschedule `attempt` (1 for the first, counted apart from the job's own retries) waits
- * `max(retryAfterMs, baseMs * attempt)` plus a random `[0, jitterMs)` milliseconds. After
- * `maxReschedules` reschedules, `rescheduleIn` returns `null`: the job should fail with the
- * over-limit error. Defaults: 300 000 ms, 300 000 ms, 20.
- */
-export declare class Backoff {
-  /** Sidekiq's policy, or the one `options` describe. */
-  constructor(options?: BackoffOptions)
-  /** The step per reschedule, in milliseconds. */
-  get baseMs(): number
-  /** The largest random spread added to each delay, in milliseconds. */
-  get jitterMs(): number
-  /** How many times a job is rescheduled before it fails with the over-limit error. */
-  get maxReschedules(): number
-  /**
-   * Milliseconds to wait before running the job again for its reschedule `attempt`
-   * (1-based), when the limiter asked for `retryAfterMs` (the over-limit error's
-   * `retryAfterMs`, default 0); `null` once `attempt > maxReschedules` (the job should fail).
-   */
-  rescheduleIn(attempt: number, retryAfterMs?: number | null): number | null
-}
+export type Backend = NativeBackend
 
 /**
  * Fleet usage load shedder: at most `limit` non-critical requests in flight across every
  * process sharing the backend; critical requests bypass it.
+ *
+ * The native side of index.js's `FleetShedder`, which users hold.
  */
-export declare class FleetShedder {
+export declare class NativeFleetShedder {
   /** A shedder named `name` allowing `limit` non-critical requests in flight at once. */
-  constructor(backend: Backend, name: string, limit: number, options?: FleetShedderOptions)
+  constructor(backend: NativeBackend, name: string, limit: number, options?: FleetShedderOptions)
   /**
    * Admits a request: a critical one always passes and holds nothing (`null`); another takes
    * a slot (a lease) or rejects with `ERR_SHED`. Give the ticket back with `leave`.
    */
-  enter(critical?: boolean): Promise<Lease | null>
+  enter(critical?: boolean): NativeReply
   /** Gives back the slot of a finished request (`null` for critical ones). */
-  leave(ticket: Lease | null): Promise<void>
+  leave(ticket: Lease | null): NativeReply
 }
+export type FleetShedder = NativeFleetShedder
 
 /**
  * A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
  * optional `key` (any string up to 1 KiB, e.g. a user id): one limiter serves many identities.
+ *
+ * The native side of index.js's `Limiter`, which users hold: its calls that may wait return a
+ * `NativeReply` that index.js turns into a Promise.
  */
-export declare class Limiter {
+export declare class NativeLimiter {
   /**
    * A limiter that always allows and touches no backend (admins, tests); `limit` and
    * `remaining` are 2^53.
    */
-  static unlimited(): Limiter
+  static unlimited(): NativeLimiter
   /** The limiter's name. */
   get name(): string
   /**
-   * The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
-   * `leaky`, `points` or `unlimited`.
    * The limiter's spec as canonical JSON text (durations in seconds); `limiter.spec` is the
    * same parsed into an object.
    */
   get specJson(): string
+  /**
+   * The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
+   * `leaky`, `points` or `unlimited`.
+   */
   get kind(): string
   /**
    * Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
@@ -182,39 +212,54 @@ export declare class Limiter {
    * counted in `metrics().pausesClamped`. A `maxPauseMs` that is not a positive number up to
    * 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
    */
-  withMaxPause(maxPauseMs: number): Limiter
+  withMaxPause(maxPauseMs: number): NativeLimiter
+  /**
+   * How long a refusal blocks the key, in milliseconds (`null`: a refusal blocks nothing,
+   * the default; see `withBlockFor`).
+   */
+  get blockForMs(): number | null
+  /**
+   * The same limiter (same state and metrics) whose refusals block the key for
+   * `blockForMs` (`null`: they block nothing): after a refused check, every `check`, `peek`
+   * and `acquire` of this limiter and key, in every process sharing the backend, is refused
+   * with `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that
+   * starts the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs`
+   * that is not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+   * `blockForMs`.
+   */
+  withBlockFor(blockForMs: number | null): NativeLimiter
   /** The same limiter (same state) with another default wait timeout (0: never wait). */
-  withWaitTimeout(waitTimeoutMs: number): Limiter
+  withWaitTimeout(waitTimeoutMs: number): NativeLimiter
   /**
    * Takes `cost` (default 1) for `key` if the limit allows, never waiting. A refused call
    * consumes nothing and resolves with `allowed: false` and the exact `retryAfterMs`. On a
    * concurrent limiter an admitted call holds `decision.lease`: release it.
    */
-  check(key?: string | null, cost?: number): Promise<Decision>
+  check(key?: string | null, cost?: number): NativeReply
   /**
    * `check` without a Promise: for memory backends and `unlimited` (on Redis it blocks the
    * thread for the round trip).
    */
-  checkSync(key?: string | null, cost?: number): Decision
+  checkSync(key?: string | null, cost?: number): NativeReply
   /** What a call of cost 1 would get now, consuming nothing. */
-  peek(key?: string | null): Promise<Decision>
+  peek(key?: string | null): NativeReply
   /** `peek` without a Promise (see `checkSync`). */
-  peekSync(key?: string | null): Decision
+  peekSync(key?: string | null): NativeReply
   /**
    * Takes `cost`, waiting up to `waitTimeoutMs` (default: the limiter's) for the limit to
    * allow it: sleeping exactly until the decision can change, or until a release wakes it,
    * never polling. Rejects with `ERR_OVER_LIMIT` (and its `retryAfterMs`) at once when the
    * wait could not succeed in time.
    */
-  acquire(key?: string | null, options?: AcquireOptions): Promise<Decision>
+  acquire(key?: string | null, options?: AcquireOptions): NativeReply
   /** Forgets all state of `key` (waiters on a concurrent limiter wake to re-check). */
-  reset(key?: string | null): Promise<void>
+  reset(key?: string | null): NativeReply
   /**
    * Gives back what this process holds: every partition of a partitions limiter (other
    * processes may lease them at once instead of after the lease TTL), the unspent tokens of
    * a leased limiter's leases; a later call leases anew. Does nothing on other limiters.
    */
-  close(): Promise<void>
+  close(): NativeReply
   /**
    * The partitions this process holds of a partitions limiter for `key`, as
    * `[index, fencingToken]` pairs. Throws `ERR_INVALID_ARGUMENT` naming `limiter` on other
@@ -225,12 +270,12 @@ export declare class Limiter {
    * Gives back a lease of a concurrent limiter (its key travels in the lease). Rejects with
    * `ERR_LEASE_LOST` when it had been reclaimed (it outlived `lockTimeoutMs`) or reset.
    */
-  release(lease: Lease): Promise<void>
+  release(lease: Lease): NativeReply
   /**
    * Renews a lease for another `lockTimeoutMs` from now, so a long task keeps its slot.
    * Rejects with `ERR_LEASE_LOST` if it was already reclaimed.
    */
-  extend(lease: Lease): Promise<void>
+  extend(lease: Lease): NativeReply
   /**
    * Corrects a charge of `estimate` to `actual` (points, token bucket and leaky limiters):
    * the difference is charged or refunded. An `actual` above the capacity is charged as debt
@@ -238,7 +283,22 @@ export declare class Limiter {
    * difference (a `withinLimit` permit reports once). Resolves with the state after the
    * correction.
    */
-  pointsUsed(key: string | null | undefined, estimate: number, actual: number): Promise<Decision>
+  pointsUsed(key: string | null | undefined, estimate: number, actual: number): NativeReply
+  /**
+   * Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+   * its `actual` cost: the difference is charged or refunded exactly once, however often the
+   * same decision is settled (a retry after a timeout is safe). A charge applies even past
+   * the limit (later calls wait the debt out); a refund never gives back more than the call
+   * took, nor to a window that has rolled over. Resolves with the state after it, as `peek`
+   * reports it. A decision that cannot be settled (refused; concurrent, unlimited or
+   * partitions; another limiter's) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+   */
+  settle(decision: Decision, actual: number): NativeReply
+  /**
+   * `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
+   * round trip).
+   */
+  settleSync(decision: Decision, actual: number): NativeReply
   /**
    * Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
    * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
@@ -248,13 +308,28 @@ export declare class Limiter {
    * no extra round trip. A `durationMs` that is not a positive number rejects with
    * `ERR_INVALID_ARGUMENT` naming `durationMs`.
    */
-  pause(durationMs: number, key?: string | null): Promise<number>
+  pause(durationMs: number, key?: string | null): NativeReply
   /**
    * Ends the pause of `key` now, in every process sharing the backend (an operator's
    * override of a pause that is wrong or no longer needed); the key's other state is kept.
    * Resolves with whether a pause was in effect.
    */
-  resume(key?: string | null): Promise<boolean>
+  resume(key?: string | null): NativeReply
+  /**
+   * Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+   * ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
+   * the block's remaining time (consuming nothing) and `acquire` waits it out. The block
+   * replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
+   * alone. Resolves with the block in effect (ms). On Redis the check costs no extra round
+   * trip. A `durationMs` that is not a positive number rejects with `ERR_INVALID_ARGUMENT`
+   * naming `durationMs`.
+   */
+  block(durationMs: number, key?: string | null): NativeReply
+  /**
+   * Ends the block of `key` now, in every process sharing the backend; the key's other
+   * state, and a pause, are kept. Resolves with whether a block was in effect.
+   */
+  unblock(key?: string | null): NativeReply
   /**
    * This process's metrics for this limiter: its checks by outcome (and their latency on
    * Redis); concurrent limiters add their leases.
@@ -264,26 +339,9 @@ export declare class Limiter {
    * The metrics of every process sharing this limiter (on Redis: this process's pending
    * counts are flushed first, then the sum is read back; on memory: `metrics()`).
    */
-  fleetMetrics(): Promise<Metrics>
+  fleetMetrics(): NativeReply
 }
-
-/**
- * A clock that only moves when told to (tests). Pass it to `Backend.memory({ clock })` or
- * `Backend.redis(url, { clock })`: waits (`acquire`) then end when the clock is advanced past
- * them, and Redis calls use its time instead of the server's.
- */
-export declare class ManualClock {
-  /** A manual clock reading `startUs` microseconds since the epoch (default: now). */
-  constructor(startUs?: number)
-  /** Moves the clock forward by `ms` milliseconds (fractions down to the microsecond). */
-  advance(ms: number): void
-  /** Moves the clock forward by `us` microseconds. */
-  advanceUs(us: number): void
-  /** Sets the clock to `us` microseconds since the epoch (it may move backwards). */
-  setUs(us: number): void
-  /** The time, in microseconds since the epoch. */
-  get nowUs(): number
-}
+export type Limiter = NativeLimiter
 
 /**
  * Worker utilization load shedder (in-process): the caller reports a utilization signal
@@ -418,6 +476,8 @@ export interface Decision {
    * `slidingWindow` with several limits).
    */
   limits?: Array<LimitStatus>
+  /** What `limiter.settle` reads: set on admitted calls of counting limiters, else absent. */
+  settle?: SettleTicket
 }
 
 /** The `{ fallback: n }` form of `failurePolicy`. */
@@ -526,7 +586,20 @@ export interface Metrics {
   reclaimed: number
   /** Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`. */
   pausesClamped: number
+  /**
+   * Checks refused by a block (`blockForMs` after a refusal, or `block` by hand) rather than
+   * by the limiter's state; also counted in `refused`.
+   */
+  blocked: number
 }
+
+/**
+ * What a native call that may wait returns (see this module's doc): `undefined` (a plain
+ * decision in `syncOut`), a number (the id of a call still running), `null` (nothing), an
+ * object (the result) or `false` (a critical request's fleet ticket). index.js turns it into
+ * the public value. Declared for native.d.ts only (the methods return a [`ReplyValue`]).
+ */
+export type NativeReply = number | undefined | null | boolean | object
 
 /** Options of `backend.partitions()`. */
 export interface PartitionsOptions {
@@ -572,6 +645,24 @@ export interface RedisOptions {
 
 /** Names this process's language in the registry (index.js calls it with Node's version). */
 export declare function setClientLanguage(language: string): void
+
+/**
+ * What `limiter.settle` needs to settle an admitted call with its actual cost, exactly once:
+ * present on admitted calls of counting limiters, absent otherwise. A plain value: it may be
+ * stored (e.g. with a job) and the decision given back later.
+ */
+export interface SettleTicket {
+  /** The settle id made at check time: a settle of one id applies once. */
+  id: number
+  /** Identifies the limiter that made the decision. */
+  limiter: number
+  /** The cost the call was charged with. */
+  cost: number
+  /** When it was charged, in microseconds since the epoch, by the deciding clock. */
+  chargedAtUs: number
+  /** The key the call was charged to (absent: the limiter's shared key). */
+  key?: string
+}
 
 /** One limit of `backend.slidingWindow()` (or the tuple `[durationMs, limit, precisionMs?]`). */
 export interface SlidingLimitOptions {

@@ -101,6 +101,26 @@ pub enum Command {
         #[arg(long, value_name = "KEY")]
         key: Option<String>,
     },
+    /// Block a key for SECONDS, in every process: its checks are refused until the block ends
+    /// (or `unblock`, or `reset`), consuming nothing. Replaces a block in effect.
+    Block {
+        /// The limiter's name (it must be in the registry).
+        name: String,
+        /// How long, in seconds (fractions allowed).
+        seconds: f64,
+        /// The key; none for the limiter's own key.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+    },
+    /// End a block early (one that `block` or a limiter's `block_for` wrote), in every process;
+    /// the key's other state, and a pause, are kept.
+    Unblock {
+        /// The limiter's name (it must be in the registry).
+        name: String,
+        /// The key; none for the limiter's own key.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+    },
     /// Run a command under a fleet-wide limit: by default a mutex (a concurrent limiter of 1).
     ///
     /// Exits with the command's exit code, 75 when the limit stays reached for `--wait`

@@ -1,5 +1,6 @@
 //! The `ratekeeper` command: `demo` (the README's first command) and the operator's tools for
-//! the limiters of a fleet (`limits`, `inspect`, `set`, `unset`, `reset`, `resume`, `run`, `serve`).
+//! the limiters of a fleet (`limits`, `inspect`, `set`, `unset`, `reset`, `resume`, `block`,
+//! `unblock`, `run`, `serve`).
 
 mod cli;
 mod demo;
@@ -96,6 +97,17 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             let was_paused = block_on(ops::resume(&backend, name, key.as_deref()))?;
             let who = target(name, key.as_deref());
             println!("{who} {}", if was_paused { "is resumed" } else { "was not paused" });
+        }
+        Command::Block { name, seconds, key } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            let in_effect = block_on(ops::block(&backend, name, key.as_deref(), *seconds))?;
+            println!("{} is blocked for {}s", target(name, key.as_deref()), in_effect.as_secs_f64());
+        }
+        Command::Unblock { name, key } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            let was_blocked = block_on(ops::unblock(&backend, name, key.as_deref()))?;
+            let who = target(name, key.as_deref());
+            println!("{who} {}", if was_blocked { "is unblocked" } else { "was not blocked" });
         }
         Command::Run(args) => {
             let backend = ops::connect_redis(&cli.backend)?;

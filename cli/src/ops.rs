@@ -371,6 +371,25 @@ pub async fn resume(backend: &Backend, name: &str, key: Option<&str>) -> Result<
     Ok(limiter.resume(key).await?)
 }
 
+/// Blocks one key of a registered limiter for `seconds` (validated, naming `duration`); the
+/// block in effect.
+pub async fn block(
+    backend: &Backend,
+    name: &str,
+    key: Option<&str>,
+    seconds: f64,
+) -> Result<std::time::Duration, Failure> {
+    let duration = ratekeeper::params::duration_from_secs("duration", seconds)?;
+    let (_, limiter) = registered_limiter(backend, name).await?;
+    Ok(limiter.block(key, duration).await?)
+}
+
+/// Ends one key's block of a registered limiter; whether one was in effect.
+pub async fn unblock(backend: &Backend, name: &str, key: Option<&str>) -> Result<bool, Failure> {
+    let (_, limiter) = registered_limiter(backend, name).await?;
+    Ok(limiter.unblock(key).await?)
+}
+
 /// "12s ago", "3m ago", "5h ago", "2d ago": how long ago `then` (seconds since the epoch) was.
 pub fn ago(then: f64, now: SystemTime) -> String {
     let secs = (epoch_secs(now) - then).max(0.0) as u64;

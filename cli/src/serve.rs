@@ -2,7 +2,7 @@
 //! runtime.
 //!
 //! Reads are open to whoever reaches the address (loopback by default). Writes (reset, resume,
-//! set and clear an override) need `Authorization: Bearer TOKEN`: a header, never a cookie, so another
+//! block, unblock, set and clear an override) need `Authorization: Bearer TOKEN`: a header, never a cookie, so another
 //! site cannot make a logged-in browser send one (a cross-site request carrying it needs a CORS
 //! preflight, which this server never approves). Without `--token` the server is read-only.
 //! Every request must name this server in its Host header, and at most
@@ -161,6 +161,8 @@ fn router(app: App, guard: Guard) -> Router {
         .route("/api/limiters/{name}/override", post(set_override).delete(clear_override))
         .route("/api/limiters/{name}/reset", post(reset))
         .route("/api/limiters/{name}/resume", post(resume))
+        .route("/api/limiters/{name}/block", post(block))
+        .route("/api/limiters/{name}/unblock", post(unblock))
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(guard, serve_guard::guard))
 }
@@ -378,6 +380,40 @@ async fn resume(
     let key = q.key.filter(|k| !k.is_empty());
     let resumed = ops::resume(&app.backend, &name, key.as_deref()).await?;
     Ok(Json(json!({ "ok": true, "name": name, "key": key, "resumed": resumed })))
+}
+
+/// The `key` and `seconds` of a block request.
+#[derive(Debug, Deserialize, Default)]
+struct BlockQuery {
+    key: Option<String>,
+    seconds: Option<f64>,
+}
+
+/// Blocks a key for `seconds` (`"blocked_for"`: the block in effect, in seconds).
+async fn block(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Query<BlockQuery>,
+) -> ApiResult<Json<Value>> {
+    authorize(&app, &headers)?;
+    let key = q.key.filter(|k| !k.is_empty());
+    // A missing `seconds` is refused by the core's validation, naming `duration`.
+    let in_effect = ops::block(&app.backend, &name, key.as_deref(), q.seconds.unwrap_or(f64::NAN)).await?;
+    Ok(Json(json!({ "ok": true, "name": name, "key": key, "blocked_for": in_effect.as_secs_f64() })))
+}
+
+/// Ends a key's block (`"unblocked"`: whether one was in effect).
+async fn unblock(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Query<KeyQuery>,
+) -> ApiResult<Json<Value>> {
+    authorize(&app, &headers)?;
+    let key = q.key.filter(|k| !k.is_empty());
+    let unblocked = ops::unblock(&app.backend, &name, key.as_deref()).await?;
+    Ok(Json(json!({ "ok": true, "name": name, "key": key, "unblocked": unblocked })))
 }
 
 fn now() -> f64 {

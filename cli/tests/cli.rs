@@ -35,10 +35,36 @@ fn the_prefix_help_names_the_library_default() {
 fn usage_errors_exit_2_and_name_the_culprit() {
     let (code, out, _) = run(&["--help"]);
     assert_eq!(code, 0);
-    for sub in ["demo", "limits", "inspect", "set", "unset", "reset", "resume", "run", "serve", "completions"] {
+    for sub in [
+        "demo",
+        "limits",
+        "inspect",
+        "set",
+        "unset",
+        "reset",
+        "resume",
+        "block",
+        "unblock",
+        "run",
+        "serve",
+        "completions",
+    ] {
         assert!(out.contains(sub), "--help does not list {sub}: {out}");
     }
-    for sub in ["demo", "limits", "inspect", "set", "unset", "reset", "resume", "run", "serve", "completions"] {
+    for sub in [
+        "demo",
+        "limits",
+        "inspect",
+        "set",
+        "unset",
+        "reset",
+        "resume",
+        "block",
+        "unblock",
+        "run",
+        "serve",
+        "completions",
+    ] {
         let (code, out, _) = run(&[sub, "--help"]);
         assert_eq!(code, 0, "{sub} --help");
         assert!(out.contains("Usage: ratekeeper"), "{sub} --help: {out}");
@@ -261,6 +287,36 @@ fn resume_ends_a_pause() {
     let out = ok(&["--redis", &url, "resume", "upstream", "--key", "a"]);
     assert!(out.contains("was not paused"), "{out}");
     let (code, _, err) = run(&["--redis", &url, "resume", "nope"]);
+    assert!(code != 0 && err.contains("no limiter \"nope\" in the registry"), "{code} {err}");
+}
+
+/// `block` keeps a key refused in every process for the seconds given; `unblock` ends it early,
+/// keeping the key's other state; a key that is not blocked says so; a bad duration is named.
+#[test]
+fn block_and_unblock_a_key() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let spec = r#"{"kind":"window","limit":5,"interval":3600}"#;
+    let once = |key: &str| run(&["--redis", &url, "run", "login", "--spec", spec, "--key", key, "--", "true"]).0;
+    assert_eq!(once("mallory"), 0);
+    let out = ok(&["--redis", &url, "block", "login", "600", "--key", "mallory"]);
+    assert!(out.contains("key \"mallory\" of limiter \"login\" is blocked for 600s"), "{out}");
+    assert_eq!(once("mallory"), 75, "blocked");
+    assert_eq!(once("alice"), 0, "another key is not blocked");
+    let backend = ratekeeper::Backend::redis(&url).unwrap();
+    let limiter = backend.window("login", 5, Duration::from_secs(3600)).unwrap();
+    let refused = limiter.peek_blocking(Some("mallory")).unwrap();
+    assert!(!refused.allowed && refused.retry_after > Duration::from_secs(590), "{refused:?}");
+    let out = ok(&["--redis", &url, "unblock", "login", "--key", "mallory"]);
+    assert!(out.contains("key \"mallory\" of limiter \"login\" is unblocked"), "{out}");
+    assert_eq!(once("mallory"), 0);
+    assert_eq!(limiter.peek_blocking(Some("mallory")).unwrap().remaining, 3, "the count was kept: two runs");
+    let out = ok(&["--redis", &url, "unblock", "login", "--key", "mallory"]);
+    assert!(out.contains("was not blocked"), "{out}");
+    let (code, _, err) = run(&["--redis", &url, "block", "login", "0", "--key", "mallory"]);
+    assert!(code != 0 && err.contains("duration"), "{code} {err}");
+    assert_eq!(once("mallory"), 0, "nothing was blocked");
+    let (code, _, err) = run(&["--redis", &url, "unblock", "nope"]);
     assert!(code != 0 && err.contains("no limiter \"nope\" in the registry"), "{code} {err}");
 }
 

@@ -207,6 +207,23 @@ fn writes_need_the_token() {
     let (_, _, body) = server.request("POST", "/api/limiters/api/resume?key=k", &good, None);
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["resumed"], false);
 
+    // Block and unblock a key, behind the token; a bad duration is named.
+    assert_eq!(server.request("POST", "/api/limiters/api/block?key=k&seconds=600", &[], None).0, 401);
+    assert!(api.check_blocking(Some("k"), 1).unwrap().allowed, "not blocked without the token");
+    let (status, _, body) = server.request("POST", "/api/limiters/api/block?key=k&seconds=600", &good, None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["blocked_for"], 600.0);
+    let blocked = api.check_blocking(Some("k"), 1).unwrap();
+    assert!(!blocked.allowed && blocked.retry_after > std::time::Duration::from_secs(590), "{blocked:?}");
+    assert_eq!(server.request("POST", "/api/limiters/api/unblock?key=k", &[], None).0, 401);
+    let (status, _, body) = server.request("POST", "/api/limiters/api/unblock?key=k", &good, None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["unblocked"], true);
+    assert!(api.check_blocking(Some("k"), 1).unwrap().allowed, "unblocked");
+    let (status, _, body) = server.request("POST", "/api/limiters/api/block?key=k&seconds=0", &good, None);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["parameter"], "duration");
+
     // Bad input: 400 naming the parameter.
     let bad = json!({ "spec": { "kind": "window", "limit": 0, "interval": 60 } }).to_string();
     let (status, _, body) = server.request("POST", "/api/limiters/api/override", &good, Some(&bad));

@@ -26,6 +26,37 @@ pub struct Decision {
     /// One entry per limit, in the order they were configured, for multi-limit limiters
     /// (`window` with several windows, `sliding_window` with several limits); `None` otherwise.
     pub limits: Option<Box<[LimitStatus]>>,
+    /// What [`crate::Limiter::settle`] needs to charge or refund the difference between this
+    /// call's cost and its actual cost, exactly once: set on admitted calls of counting kinds,
+    /// `None` on refusals, peeks and kinds that cannot be settled.
+    pub settle: Option<SettleTicket>,
+}
+
+/// The part of an admitted decision that a settle reads: whose state was charged, how much,
+/// when, and the id that makes a settle apply once however often it is sent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct SettleTicket {
+    /// The key the call was charged to.
+    pub key: std::sync::Arc<str>,
+    /// The cost the call was charged with.
+    pub cost: u64,
+    /// The instant the charge was made at (µs since the epoch, by the deciding clock): it names
+    /// the window, sub-bucket, period or log entries a refund may give back to.
+    pub charged_at_micros: u64,
+    /// Made at check time, unique per process and call: the backend records it when the settle
+    /// applies, so a repeat of the same settle is a no-op.
+    pub id: u64,
+    /// Identifies the limiter (its kind, name and backend) the call was made on: a ticket is
+    /// only settled by that limiter.
+    pub limiter: u64,
+}
+
+impl SettleTicket {
+    /// Rebuilds a ticket from its parts (bindings carry tickets across the language boundary).
+    pub fn from_parts(key: &str, cost: u64, charged_at_micros: u64, id: u64, limiter: u64) -> Self {
+        SettleTicket { key: key.into(), cost, charged_at_micros, id, limiter }
+    }
 }
 
 /// The state of one limit of a multi-limit limiter.
@@ -86,6 +117,7 @@ impl Decision {
             lease: None,
             decided_at_micros: 0,
             limits: None,
+            settle: None,
         }
     }
 
@@ -117,6 +149,7 @@ impl Decision {
             lease: None,
             decided_at_micros: 0,
             limits: None,
+            settle: None,
         }
     }
 }

@@ -70,6 +70,9 @@ pub struct Metrics {
     /// Pauses (`pause`, `observe`) shortened to the limiter's `max_pause`: a third party asked
     /// callers to stay away longer than the operator allows.
     pub pauses_clamped: u64,
+    /// Checks refused by a block (`block_for` after a refusal, or `block` by hand) rather than
+    /// by the limiter's state; also counted in [`Metrics::refused`].
+    pub blocked: u64,
 }
 
 impl Metrics {
@@ -95,7 +98,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 1;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 2;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.
@@ -128,6 +131,7 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "lat_le_1s",
     "lat_inf",
     "pauses_clamped",
+    "blocked",
 ];
 
 /// One counter per field.
@@ -152,12 +156,13 @@ pub(crate) enum Counter {
     LatencyMicros = 12,
     /// After the latency buckets (slots 13 to 26).
     PausesClamped = 27,
+    Blocked = 28,
 }
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
 const _: () =
-    assert!(Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == FIRST_BUCKET + BUCKETS + 1);
+    assert!(Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::Blocked as usize + 1);
 
 impl Counters {
     #[inline]
@@ -396,6 +401,7 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         latency_sum: Duration::from_micros(v[12]),
         latency_buckets: std::array::from_fn(|i| v[FIRST_BUCKET + i]),
         pauses_clamped: v[Counter::PausesClamped as usize],
+        blocked: v[Counter::Blocked as usize],
     }
 }
 
@@ -419,6 +425,7 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
     ]);
     v[FIRST_BUCKET..FIRST_BUCKET + BUCKETS].copy_from_slice(&m.latency_buckets);
     v[Counter::PausesClamped as usize] = m.pauses_clamped;
+    v[Counter::Blocked as usize] = m.blocked;
     v
 }
 

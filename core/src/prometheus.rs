@@ -134,6 +134,13 @@ impl Collector for Snapshot {
             "Pauses (pause, observe) shortened to the limiter's max_pause.",
             None,
             all().filter(|s| s.metrics.pauses_clamped > 0).map(|s| (labels(s), s.metrics.pauses_clamped)),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_blocked",
+            "Checks refused by a block (block_for after a refusal, or block by hand).",
+            None,
+            all().filter(|s| s.metrics.blocked > 0).map(|s| (labels(s), s.metrics.blocked)),
         )
     }
 }

@@ -71,6 +71,26 @@ impl From<&rk_lease> for Lease {
     }
 }
 
+/// \brief What `rk_limiter_settle` needs to settle an admitted call with its actual cost, exactly
+/// once: set (`settleable`) on admitted calls of counting limiters, all zero otherwise. Pass the
+/// whole `rk_decision` back; the fields are for storing it (e.g. in a job's arguments) and
+/// rebuilding it.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct rk_settle_ticket {
+    /// Whether the decision can be settled.
+    pub settleable: bool,
+    /// The settle id made at check time: a settle of one id applies once.
+    pub id: u64,
+    /// The cost the call was charged with.
+    pub cost: u64,
+    /// When it was charged, in microseconds since the epoch, by the deciding clock.
+    pub charged_at_us: u64,
+    /// Identifies the limiter that made the decision.
+    pub limiter: u64,
+}
+
 /// \brief The result of a check, peek or acquire: one shape for every limiter.
 ///
 /// Durations are exact, in microseconds, never negative. A refused call consumed nothing.
@@ -96,6 +116,8 @@ pub struct rk_decision {
     pub has_lease: bool,
     /// The granted lease when `has_lease`; all zero otherwise.
     pub lease: rk_lease,
+    /// What `rk_limiter_settle` reads (see #rk_settle_ticket).
+    pub settle: rk_settle_ticket,
 }
 
 fn micros(duration: Duration) -> u64 {
@@ -113,6 +135,13 @@ impl From<&Decision> for rk_decision {
             decided_at_us: d.decided_at_micros,
             has_lease: d.lease.is_some(),
             lease: d.lease.map(rk_lease::from).unwrap_or_default(),
+            settle: d.settle.as_ref().map_or_else(rk_settle_ticket::default, |t| rk_settle_ticket {
+                settleable: true,
+                id: t.id,
+                cost: t.cost,
+                charged_at_us: t.charged_at_micros,
+                limiter: t.limiter,
+            }),
         }
     }
 }

@@ -35,11 +35,15 @@ pub mod limiter;
 
 pub mod calls;
 
+pub mod settle;
+
 pub mod partitions;
 
 pub mod operate;
 
 pub mod upstream;
+
+pub mod block;
 
 pub mod backoff;
 

@@ -65,7 +65,7 @@ pub(crate) fn build(
     Ok(())
 }
 
-fn publish(out: Out<*mut rk_limiter>, inner: Limiter) {
+pub(crate) fn publish(out: Out<*mut rk_limiter>, inner: Limiter) {
     out.write(Box::into_raw(Box::new(rk_limiter { inner })));
 }
 

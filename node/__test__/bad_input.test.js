@@ -194,6 +194,9 @@ function limiterCalls(c, a) {
     ],
     with_wait_timeout: [() => limiter.withWaitTimeout(ms(a.wait_timeout))],
     with_max_pause: [() => limiter.withMaxPause(ms(a.max_pause))],
+    block: [() => limiter.block(ms(a.duration), a.key)],
+    unblock: [() => limiter.unblock(a.key)],
+    with_block_for: [() => limiter.withBlockFor(ms(a.block_for))],
   }[c.call];
   assert.ok(thunks, `the table names a call this runner does not know: ${c.call}`);
   return { thunks, untouched: () => assert.deepEqual(snapshot(limiter), before, 'a refused call changed the state') };

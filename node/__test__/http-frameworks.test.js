@@ -37,6 +37,7 @@ for (const { framework, file, routes } of [
   { framework: 'Fastify', file: 'fastify.cjs', routes: true },
   { framework: 'Hono (@hono/node-server)', file: 'hono.cjs', routes: false },
   { framework: 'NestJS', file: 'nestjs.cjs', routes: true },
+  { framework: 'NestJS on Fastify (@nestjs/platform-fastify)', file: 'nestjs-fastify.cjs', routes: true },
 ]) {
   test(`${framework}: 4 client processes share 100/minute through Redis; 503 when Redis is gone`, async () => {
     const redis = await RedisServer.start();

@@ -69,6 +69,63 @@ test('draft-11: one RateLimit-Policy and RateLimit member per limit of every lim
   }
 });
 
+// The partition key of a key under a secret, as Python's middleware computes it too (the same
+// vector is in py/tests/test_http_options.py): the first 16 bytes of HMAC-SHA256(secret, key).
+const PK_SECRET = 'a-secret-of-at-least-16-bytes';
+const PK_OF = { 'user-42': 'kkSzpvOQVe/EiDuWzJQTlg==', '203.0.113.7': 'gX8SmNME1631O1g30Jsyag==' };
+
+test('draft-11 pk: a keyed hash of the key, never the key, when partitionKeySecret is given', async () => {
+  const backend = Backend.memory({ clock: new ManualClock() });
+  const limiter = backend.tokenBucket('pk', 1, 10);
+  const app = await serve({ limiter, keyGenerator: (req) => req.get('x-user'), partitionKeySecret: PK_SECRET });
+  const plain = await serve({ limiter: backend.tokenBucket('no-pk', 1, 10), keyGenerator: (req) => req.get('x-user') });
+  try {
+    const pkOf = async (user, server = app) => {
+      const r = await server.get('/', { headers: { 'x-user': user } });
+      assert.equal(r.status, 200);
+      assert.ok(!r.headers.get('ratelimit').includes(user), 'the raw key is never sent');
+      const [[name, params]] = await sf(r, 'ratelimit');
+      assert.equal(name, server === app ? 'pk' : 'no-pk');
+      return params.pk === undefined ? undefined : Buffer.from(params.pk).toString('base64');
+    };
+    assert.equal(await pkOf('user-42'), PK_OF['user-42'], 'HMAC-SHA256(secret, key), first 16 bytes');
+    assert.equal(await pkOf('user-42'), PK_OF['user-42'], 'the same key, the same partition');
+    const other = await pkOf('user-7');
+    assert.equal(Buffer.from(other, 'base64').length, 16);
+    assert.notEqual(other, PK_OF['user-42']);
+    assert.equal(await pkOf('user-42', plain), undefined, 'no pk without partitionKeySecret');
+    const policy = await sf(await app.get('/', { headers: { 'x-user': 'user-42' } }), 'ratelimit-policy');
+    assert.deepEqual(policy, [['pk', { q: 10, w: 10 }]], 'RateLimit-Policy is the same for every partition');
+  } finally {
+    await app.close();
+    await plain.close();
+  }
+});
+
+test('partitionKeySecret: a string or bytes of at least 16 bytes, for draft-11, checked when built, never shown', () => {
+  const limiter = Backend.memory().tokenBucket('pk-bad', 1, 10);
+  for (const bad of [12345, {}, 'fifteen-bytes!!', new Uint8Array(15)]) {
+    assert.throws(
+      () => rateLimit({ limiter, partitionKeySecret: bad }),
+      (error) => {
+        assert.equal(error.code, 'ERR_INVALID_ARGUMENT');
+        assert.equal(error.parameter, 'partitionKeySecret');
+        assert.ok(typeof bad !== 'string' || !error.message.includes(bad), 'the secret is not in the message');
+        return true;
+      },
+    );
+  }
+  assert.throws(() => rateLimit({ limiter, partitionKeySecret: PK_SECRET, standardHeaders: 'draft-7' }), {
+    code: 'ERR_INVALID_ARGUMENT',
+    parameter: 'partitionKeySecret',
+  });
+  rateLimit({ limiter, partitionKeySecret: Buffer.from(PK_SECRET) });
+  // Both vectors Python's tests hold too: one client, one partition across the two languages.
+  const pk = require('../http/partition-key.js').partitionKeyOf(PK_SECRET, 'draft-11');
+  for (const [key, expected] of Object.entries(PK_OF)) assert.equal(pk(key), expected, key);
+  rateLimit({ limiter, partitionKeySecret: undefined, standardHeaders: 'draft-7' });
+});
+
 test('draft-7, draft-6 and legacy fields read by ratelimit-header-parser; false sends none', async () => {
   const { parseRateLimit } = await import('ratelimit-header-parser');
   for (const form of ['draft-7', 'draft-6', 'legacy']) {

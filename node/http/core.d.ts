@@ -69,4 +69,11 @@ export interface RateLimitOptions<Req, Handler> {
    * Default none: the peer address is the client.
    */
   trustedProxies?: ReadonlyArray<string>;
+  /**
+   * Adds draft-11's `pk` (partition key) to each `RateLimit` member: the first 16 bytes of
+   * HMAC-SHA256 of the request's key under this secret, base64 — a keyed hash, so the client
+   * never sees its key (an IP address, a user id). At least 16 bytes; `standardHeaders`
+   * `'draft-11'` only. Default: no `pk`.
+   */
+  partitionKeySecret?: string | Uint8Array;
 }

@@ -10,6 +10,7 @@ const { FleetShedder, Limiter, codes, ceilSeconds } = require('../index.js');
 const { invalidArgument } = require('./errors.js');
 const { HEADER_FORMS, policyShape, members, rateLimitFields } = require('./headers.js');
 const { clientKey, trustedProxyList } = require('./client-address.js');
+const { partitionKeyOf } = require('./partition-key.js');
 
 /** Every option, in every framework's adapter. */
 const OPTIONS = [
@@ -23,6 +24,7 @@ const OPTIONS = [
   'handler',
   'shadow',
   'trustedProxies',
+  'partitionKeySecret',
 ];
 
 /** Kinds whose units a request can give back (`pointsUsed(key, cost, 0)`), for `count`. */
@@ -128,8 +130,21 @@ function buildCore(options) {
   const handler = optionalFunction(options, 'handler');
   const requestWasSuccessful = optionalFunction(options, 'requestWasSuccessful') ?? ((status) => status < 400);
   const trusted = trustedProxyList(options.trustedProxies);
+  const partitionKey = partitionKeyOf(options.partitionKeySecret, standardHeaders);
 
-  return new Core({ entries, cost, count, standardHeaders, shadow, keyGenerator, skip, handler, requestWasSuccessful, trusted });
+  return new Core({
+    entries,
+    cost,
+    count,
+    standardHeaders,
+    shadow,
+    keyGenerator,
+    skip,
+    handler,
+    requestWasSuccessful,
+    trusted,
+    partitionKey,
+  });
 }
 
 class Core {
@@ -184,7 +199,8 @@ class Core {
       }
       if (outcome.refusing.length > 0 && !this.shadow) break; // later limiters are not charged
     }
-    outcome.headers = rateLimitFields(this.standardHeaders, outcome.policies);
+    const pk = this.partitionKey === null ? null : this.partitionKey(key);
+    outcome.headers = rateLimitFields(this.standardHeaders, outcome.policies, pk);
     if (outcome.refusing.length === 0) return outcome;
     if (this.shadow) {
       this.shadowRefused += 1;

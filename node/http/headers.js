@@ -87,13 +87,17 @@ function sfString(value) {
   return `"${value.replace(/[^\x20-\x7e]/g, '?').replace(/[\\"]/g, (c) => `\\${c}`)}"`;
 }
 
-/** The `[name, value]` header pairs of `list` (policy members) in `form`. */
-function rateLimitFields(form, list) {
+/**
+ * The `[name, value]` header pairs of `list` (policy members) in `form`; `pk` (draft-11 only)
+ * is the partition key's bytes in base64, sent as each `RateLimit` member's `pk` parameter.
+ */
+function rateLimitFields(form, list, pk = null) {
   if (form === false || list.length === 0) return [];
   if (form === 'draft-11') {
+    const partition = pk === null ? '' : `;pk=:${pk}:`;
     return [
       ['RateLimit-Policy', list.map((m) => `${sfString(m.name)};q=${m.quota}${windowParameter(m)}`).join(', ')],
-      ['RateLimit', list.map((m) => `${sfString(m.name)};r=${m.remaining};t=${m.reset}`).join(', ')],
+      ['RateLimit', list.map((m) => `${sfString(m.name)};r=${m.remaining};t=${m.reset}${partition}`).join(', ')],
     ];
   }
   const m = binding(list);

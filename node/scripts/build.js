@@ -100,7 +100,7 @@ async function main() {
       constEnum: true,
       declareBindingTarget: false,
     });
-    if (!dts.includes('export declare class Limiter')) {
+    if (!dts.includes('export declare class NativeLimiter')) {
       throw new Error(`no type definitions were generated from ${typeDefFile}`);
     }
     fs.writeFileSync(path.join(packageDir, 'native.d.ts'), dts);

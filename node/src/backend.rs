@@ -171,7 +171,10 @@ options!(SlidingLimitOptions { duration_ms, limit, precision_ms });
 /// Where limiter state lives; every limiter built from one backend shares it, and every backend
 /// for the same Redis URL in this process shares one connection set. `new Backend()` is an
 /// in-process memory backend.
-#[napi]
+///
+/// The native side of index.js's `Backend`, which users hold (its builders wrap each
+/// `NativeLimiter` in a `Limiter`).
+#[napi(js_name = "NativeBackend")]
 pub struct Backend {
     pub(crate) inner: ratekeeper::Backend,
 }

@@ -36,9 +36,10 @@ use crate::decision::{Decision, Lease, Metrics};
 use crate::error::{convert_error, js_error_value, panic_error_value};
 
 /// Fields of a record in `records`.
-pub const RECORD: usize = 8;
-/// Fields of `syncOut`.
-pub const SYNC_OUT: usize = 6;
+pub const RECORD: usize = 11;
+/// Fields of `syncOut`: the decision's six, then its settle ticket's id, limiter and cost (0:
+/// none; its instant is `decidedAtUs`, its key the call's, which index.js knows).
+pub const SYNC_OUT: usize = 9;
 
 /// What a call produced, before conversion to JavaScript (on the JavaScript thread).
 pub enum Payload {
@@ -213,6 +214,9 @@ fn write_decision(out: *mut f64, d: &ratekeeper::Decision) {
         d.retry_after.as_micros() as f64 / 1e3,
         d.reset_after.as_micros() as f64 / 1e3,
         d.decided_at_micros as f64,
+        d.settle.as_ref().map_or(0.0, |t| t.id as f64),
+        d.settle.as_ref().map_or(0.0, |t| t.limiter as f64),
+        d.settle.as_ref().map_or(0.0, |t| t.cost as f64),
     ];
     unsafe { ptr::copy_nonoverlapping(fields.as_ptr(), out, SYNC_OUT) };
 }
@@ -461,6 +465,20 @@ impl ToNapiValue for ReplyValue {
         Ok(val.0)
     }
 }
+
+/// What a native call that may wait returns (see this module's doc): `undefined` (a plain
+/// decision in `syncOut`), a number (the id of a call still running), `null` (nothing), an
+/// object (the result) or `false` (a critical request's fleet ticket). index.js turns it into
+/// the public value. Declared for native.d.ts only (the methods return a [`ReplyValue`]).
+#[napi]
+#[allow(dead_code)] // a name for the typings; Rust code uses `ReplyValue`
+pub type NativeReply = napi::bindgen_prelude::Either5<
+    f64,
+    napi::bindgen_prelude::Undefined,
+    napi::bindgen_prelude::Null,
+    bool,
+    napi::bindgen_prelude::Object<'static>,
+>;
 
 /// A future whose panic becomes an `Err` carrying it (a bug; it must not unwind into the
 /// runtime, and the call must still settle).

@@ -34,6 +34,8 @@ pub struct Decision {
     /// One entry per limit, in configuration order, for multi-limit limiters (`windows`,
     /// `slidingWindow` with several limits).
     pub limits: Option<Vec<LimitStatus>>,
+    /// What `limiter.settle` reads: set on admitted calls of counting limiters, else absent.
+    pub settle: Option<crate::settle::SettleTicket>,
 }
 
 /// The state of one limit of a multi-limit limiter.
@@ -101,6 +103,7 @@ impl Decision {
                     })
                     .collect()
             }),
+            settle: d.settle.as_ref().map(crate::settle::SettleTicket::new),
         }
     }
 }
@@ -158,6 +161,9 @@ pub struct Metrics {
     pub reclaimed: f64,
     /// Pauses (`pause`, `observe`) shortened to the limiter's `maxPauseMs`.
     pub pauses_clamped: f64,
+    /// Checks refused by a block (`blockForMs` after a refusal, or `block` by hand) rather than
+    /// by the limiter's state; also counted in `refused`.
+    pub blocked: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -178,6 +184,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             overages: m.overages as f64,
             reclaimed: m.reclaimed as f64,
             pauses_clamped: m.pauses_clamped as f64,
+            blocked: m.blocked as f64,
         }
     }
 }

@@ -34,6 +34,7 @@ pub fn js_parameter(core: &str) -> Cow<'_, str> {
         "refill" => "refillMs",
         "duration" => "durationMs",
         "max_pause" => "maxPauseMs",
+        "block_for" => "blockForMs",
         "precision" => "precisionMs",
         "deadline" => "deadlineMs",
         "connect_timeout" => "connectTimeoutMs",

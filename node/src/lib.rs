@@ -27,6 +27,7 @@ mod limiter;
 mod operate;
 mod options;
 mod runtime;
+mod settle;
 mod shedder;
 
 use napi_derive::napi;

@@ -35,7 +35,10 @@ options!(AcquireOptions { cost, wait_timeout_ms, signal });
 
 /// A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
 /// optional `key` (any string up to 1 KiB, e.g. a user id): one limiter serves many identities.
-#[napi]
+///
+/// The native side of index.js's `Limiter`, which users hold: its calls that may wait return a
+/// `NativeReply` that index.js turns into a Promise.
+#[napi(js_name = "NativeLimiter")]
 pub struct Limiter {
     pub(crate) inner: ratekeeper::Limiter,
     /// No I/O: a memory backend, or `unlimited`. Its calls are answered during the call.
@@ -202,8 +205,6 @@ impl Limiter {
         self.inner.name().to_owned()
     }
 
-    /// The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
-    /// `leaky`, `points` or `unlimited`.
     /// The limiter's spec as canonical JSON text (durations in seconds); `limiter.spec` is the
     /// same parsed into an object.
     #[napi(getter)]
@@ -211,6 +212,8 @@ impl Limiter {
         self.inner.spec_json()
     }
 
+    /// The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
+    /// `leaky`, `points` or `unlimited`.
     #[napi(getter)]
     pub fn kind(&self) -> &'static str {
         self.inner.kind().as_str()
@@ -251,6 +254,31 @@ impl Limiter {
         })
     }
 
+    /// How long a refusal blocks the key, in milliseconds (`null`: a refusal blocks nothing,
+    /// the default; see `withBlockFor`).
+    #[napi(getter)]
+    pub fn block_for_ms(&self) -> Option<f64> {
+        self.inner.block_for().map(|d| d.as_micros() as f64 / 1e3)
+    }
+
+    /// The same limiter (same state and metrics) whose refusals block the key for
+    /// `blockForMs` (`null`: they block nothing): after a refused check, every `check`, `peek`
+    /// and `acquire` of this limiter and key, in every process sharing the backend, is refused
+    /// with `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that
+    /// starts the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs`
+    /// that is not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+    /// `blockForMs`.
+    #[napi(ts_args_type = "blockForMs: number | null")]
+    pub fn with_block_for(&self, env: Env, block_for_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let block_for = args::opt_millis(Js::opt(&block_for_ms), "block_for")?;
+                Ok(Limiter::new(self.inner.with_block_for(block_for)?, self.local))
+            };
+            core(&env, build())
+        })
+    }
+
     /// The same limiter (same state) with another default wait timeout (0: never wait).
     #[napi(ts_args_type = "waitTimeoutMs: number")]
     pub fn with_wait_timeout(&self, env: Env, wait_timeout_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
@@ -267,7 +295,7 @@ impl Limiter {
     /// Takes `cost` (default 1) for `key` if the limit allows, never waiting. A refused call
     /// consumes nothing and resolves with `allowed: false` and the exact `retryAfterMs`. On a
     /// concurrent limiter an admitted call holds `decision.lease`: release it.
-    #[napi(ts_args_type = "key?: string | null, cost?: number", ts_return_type = "Promise<Decision>")]
+    #[napi(ts_args_type = "key?: string | null, cost?: number", ts_return_type = "NativeReply")]
     pub fn check(&self, env: Env, key: Option<Unknown<'_>>, cost: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let cost = core(&env, args::cost(Js::opt(&cost), "cost", 1))?;
@@ -285,7 +313,7 @@ impl Limiter {
 
     /// `check` without a Promise: for memory backends and `unlimited` (on Redis it blocks the
     /// thread for the round trip).
-    #[napi(ts_args_type = "key?: string | null, cost?: number", ts_return_type = "Decision")]
+    #[napi(ts_args_type = "key?: string | null, cost?: number", ts_return_type = "NativeReply")]
     pub fn check_sync(
         &self,
         env: Env,
@@ -299,7 +327,7 @@ impl Limiter {
     }
 
     /// What a call of cost 1 would get now, consuming nothing.
-    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Promise<Decision>")]
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "NativeReply")]
     pub fn peek(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let key = core(&env, args::key(&key))?;
@@ -315,7 +343,7 @@ impl Limiter {
     }
 
     /// `peek` without a Promise (see `checkSync`).
-    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Decision")]
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "NativeReply")]
     pub fn peek_sync(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let key = core(&env, args::key(&key))?;
@@ -327,7 +355,7 @@ impl Limiter {
     /// allow it: sleeping exactly until the decision can change, or until a release wakes it,
     /// never polling. Rejects with `ERR_OVER_LIMIT` (and its `retryAfterMs`) at once when the
     /// wait could not succeed in time.
-    #[napi(ts_args_type = "key?: string | null, options?: AcquireOptions", ts_return_type = "Promise<Decision>")]
+    #[napi(ts_args_type = "key?: string | null, options?: AcquireOptions", ts_return_type = "NativeReply")]
     pub fn acquire(
         &self,
         env: Env,
@@ -366,7 +394,7 @@ impl Limiter {
     }
 
     /// Forgets all state of `key` (waiters on a concurrent limiter wake to re-check).
-    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Promise<void>")]
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "NativeReply")]
     pub fn reset(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let key = core(&env, args::key(&key))?;
@@ -378,7 +406,7 @@ impl Limiter {
     /// Gives back what this process holds: every partition of a partitions limiter (other
     /// processes may lease them at once instead of after the lease TTL), the unspent tokens of
     /// a leased limiter's leases; a later call leases anew. Does nothing on other limiters.
-    #[napi(ts_return_type = "Promise<void>")]
+    #[napi(ts_return_type = "NativeReply")]
     pub fn close(&self, env: Env) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let limiter = self.inner.clone();
@@ -400,7 +428,7 @@ impl Limiter {
 
     /// Gives back a lease of a concurrent limiter (its key travels in the lease). Rejects with
     /// `ERR_LEASE_LOST` when it had been reclaimed (it outlived `lockTimeoutMs`) or reset.
-    #[napi(ts_args_type = "lease: Lease", ts_return_type = "Promise<void>")]
+    #[napi(ts_args_type = "lease: Lease", ts_return_type = "NativeReply")]
     pub fn release(&self, env: Env, lease: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let (key, lease) = core(&env, lease_from_js(Js::opt(&lease)))?;
@@ -411,7 +439,7 @@ impl Limiter {
 
     /// Renews a lease for another `lockTimeoutMs` from now, so a long task keeps its slot.
     /// Rejects with `ERR_LEASE_LOST` if it was already reclaimed.
-    #[napi(ts_args_type = "lease: Lease", ts_return_type = "Promise<void>")]
+    #[napi(ts_args_type = "lease: Lease", ts_return_type = "NativeReply")]
     pub fn extend(&self, env: Env, lease: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let (key, lease) = core(&env, lease_from_js(Js::opt(&lease)))?;
@@ -427,7 +455,7 @@ impl Limiter {
     /// correction.
     #[napi(
         ts_args_type = "key: string | null | undefined, estimate: number, actual: number",
-        ts_return_type = "Promise<Decision>"
+        ts_return_type = "NativeReply"
     )]
     pub fn points_used(
         &self,
@@ -450,6 +478,44 @@ impl Limiter {
         })
     }
 
+    /// Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+    /// its `actual` cost: the difference is charged or refunded exactly once, however often the
+    /// same decision is settled (a retry after a timeout is safe). A charge applies even past
+    /// the limit (later calls wait the debt out); a refund never gives back more than the call
+    /// took, nor to a window that has rolled over. Resolves with the state after it, as `peek`
+    /// reports it. A decision that cannot be settled (refused; concurrent, unlimited or
+    /// partitions; another limiter's) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+    #[napi(ts_args_type = "decision: Decision, actual: number", ts_return_type = "NativeReply")]
+    pub fn settle(
+        &self,
+        env: Env,
+        decision: Option<Unknown<'_>>,
+        actual: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let (decision, actual) = core(&env, settle_args(&decision, &actual))?;
+            let limiter = self.inner.clone();
+            run(&env, self.local, async move { Ok(Payload::Decision(limiter.settle(&decision, actual).await?, None)) })
+        })
+    }
+
+    /// `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
+    /// round trip).
+    #[napi(ts_args_type = "decision: Decision, actual: number", ts_return_type = "NativeReply")]
+    pub fn settle_sync(
+        &self,
+        env: Env,
+        decision: Option<Unknown<'_>>,
+        actual: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let outcome = settle_args(&decision, &actual).and_then(|(decision, actual)| {
+                Ok(Payload::Decision(self.inner.settle_blocking(&decision, actual)?, None))
+            });
+            reply(&env, outcome)
+        })
+    }
+
     /// Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
     /// `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
     /// nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
@@ -457,7 +523,7 @@ impl Limiter {
     /// it; `resume` ends it. Resolves with the pause in effect (ms). On Redis the check costs
     /// no extra round trip. A `durationMs` that is not a positive number rejects with
     /// `ERR_INVALID_ARGUMENT` naming `durationMs`.
-    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "Promise<number>")]
+    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "NativeReply")]
     pub fn pause(
         &self,
         env: Env,
@@ -500,12 +566,46 @@ impl Limiter {
     /// Ends the pause of `key` now, in every process sharing the backend (an operator's
     /// override of a pause that is wrong or no longer needed); the key's other state is kept.
     /// Resolves with whether a pause was in effect.
-    #[napi(ts_args_type = "key?: string | null", ts_return_type = "Promise<boolean>")]
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "NativeReply")]
     pub fn resume(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let key = core(&env, args::key(&key))?;
             let limiter = self.inner.clone();
             run(&env, false, async move { Ok(Payload::Flag(limiter.resume(key.as_deref()).await?)) })
+        })
+    }
+
+    /// Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+    /// ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
+    /// the block's remaining time (consuming nothing) and `acquire` waits it out. The block
+    /// replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
+    /// alone. Resolves with the block in effect (ms). On Redis the check costs no extra round
+    /// trip. A `durationMs` that is not a positive number rejects with `ERR_INVALID_ARGUMENT`
+    /// naming `durationMs`.
+    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "NativeReply")]
+    pub fn block(
+        &self,
+        env: Env,
+        duration_ms: Option<Unknown<'_>>,
+        key: Option<Unknown<'_>>,
+    ) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let parse = || Ok((args::millis(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
+            let (duration, key) = core(&env, parse())?;
+            let limiter = self.inner.clone();
+            // Never inline: see `Payload::Pause`.
+            run(&env, false, async move { Ok(Payload::Pause(Some(limiter.block(key.as_deref(), duration).await?))) })
+        })
+    }
+
+    /// Ends the block of `key` now, in every process sharing the backend; the key's other
+    /// state, and a pause, are kept. Resolves with whether a block was in effect.
+    #[napi(ts_args_type = "key?: string | null", ts_return_type = "NativeReply")]
+    pub fn unblock(&self, env: Env, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let key = core(&env, args::key(&key))?;
+            let limiter = self.inner.clone();
+            run(&env, false, async move { Ok(Payload::Flag(limiter.unblock(key.as_deref()).await?)) })
         })
     }
 
@@ -518,11 +618,21 @@ impl Limiter {
 
     /// The metrics of every process sharing this limiter (on Redis: this process's pending
     /// counts are flushed first, then the sum is read back; on memory: `metrics()`).
-    #[napi(ts_return_type = "Promise<Metrics>")]
+    #[napi(ts_return_type = "NativeReply")]
     pub fn fleet_metrics(&self, env: Env) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let limiter = self.inner.clone();
             run(&env, self.local, async move { Ok(Payload::Metrics(limiter.fleet_metrics().await?)) })
         })
     }
+}
+
+/// The arguments of `settle`: the decision (with its ticket), then the actual cost.
+fn settle_args(
+    decision: &Option<Unknown<'_>>,
+    actual: &Option<Unknown<'_>>,
+) -> ratekeeper::Result<(ratekeeper::Decision, u64)> {
+    let decision = crate::settle::decision_from_js(Js::opt(decision))?;
+    let actual = cost(Some(args::required(Js::opt(actual), "actual")?), "actual", 0)?;
+    Ok((decision, actual))
 }

@@ -75,6 +75,7 @@ fn metrics_json(metrics: Vec<(String, ratekeeper::Kind, ratekeeper::Metrics)>) -
                     "overages": m.overages,
                     "reclaimed": m.reclaimed,
                     "pausesClamped": m.pauses_clamped,
+                    "blocked": m.blocked,
                 },
             })
         })
@@ -93,7 +94,7 @@ fn opt_key(key: &Option<Unknown<'_>>) -> CoreResult<Option<String>> {
 #[napi]
 impl Backend {
     /// Every limiter the backend knows as JSON text (`backend.limiters()` parses it).
-    #[napi(ts_return_type = "Promise<string>")]
+    #[napi(ts_return_type = "NativeReply")]
     pub fn limiters_json(&self, env: Env) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let backend = self.inner.clone();
@@ -102,7 +103,7 @@ impl Backend {
     }
 
     /// Overrides `name`'s spec (JSON text), or one key's (`backend.setLimit` takes an object).
-    #[napi(ts_args_type = "name: string, specJson: string, key?: string | null", ts_return_type = "Promise<void>")]
+    #[napi(ts_args_type = "name: string, specJson: string, key?: string | null", ts_return_type = "NativeReply")]
     pub fn set_limit_json(
         &self,
         env: Env,
@@ -128,7 +129,7 @@ impl Backend {
     }
 
     /// Removes the override of `name`, or of one key of it.
-    #[napi(ts_args_type = "name: string, key?: string | null", ts_return_type = "Promise<void>")]
+    #[napi(ts_args_type = "name: string, key?: string | null", ts_return_type = "NativeReply")]
     pub fn clear_limit(
         &self,
         env: Env,
@@ -151,7 +152,7 @@ impl Backend {
     }
 
     /// Sends this process's pending metric counts and registrations to Redis now.
-    #[napi(ts_return_type = "Promise<void>")]
+    #[napi(ts_return_type = "NativeReply")]
     pub fn flush(&self, env: Env) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let backend = self.inner.clone();
@@ -163,7 +164,7 @@ impl Backend {
     }
 
     /// Every limiter's metrics as JSON text (`backend.metrics()` parses it).
-    #[napi(ts_return_type = "Promise<string>")]
+    #[napi(ts_return_type = "NativeReply")]
     pub fn metrics_json(&self, env: Env, fleet: Option<bool>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let backend = self.inner.clone();
@@ -174,7 +175,7 @@ impl Backend {
 
     /// Every limiter's metrics in the Prometheus text exposition format (`fleet`: every
     /// process's, read from Redis).
-    #[napi(ts_return_type = "Promise<string>")]
+    #[napi(ts_return_type = "NativeReply")]
     pub fn prometheus_text(&self, env: Env, fleet: Option<bool>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let backend = self.inner.clone();

@@ -28,7 +28,9 @@ options!(FleetShedderOptions { lock_timeout_ms });
 
 /// Fleet usage load shedder: at most `limit` non-critical requests in flight across every
 /// process sharing the backend; critical requests bypass it.
-#[napi]
+///
+/// The native side of index.js's `FleetShedder`, which users hold.
+#[napi(js_name = "NativeFleetShedder")]
 pub struct FleetShedder {
     inner: ratekeeper::FleetShedder,
     local: bool,
@@ -37,7 +39,10 @@ pub struct FleetShedder {
 #[napi]
 impl FleetShedder {
     /// A shedder named `name` allowing `limit` non-critical requests in flight at once.
-    #[napi(constructor, ts_args_type = "backend: Backend, name: string, limit: number, options?: FleetShedderOptions")]
+    #[napi(
+        constructor,
+        ts_args_type = "backend: NativeBackend, name: string, limit: number, options?: FleetShedderOptions"
+    )]
     pub fn new(
         env: Env,
         backend: Option<Unknown<'_>>,
@@ -65,7 +70,7 @@ impl FleetShedder {
 
     /// Admits a request: a critical one always passes and holds nothing (`null`); another takes
     /// a slot (a lease) or rejects with `ERR_SHED`. Give the ticket back with `leave`.
-    #[napi(ts_args_type = "critical?: boolean", ts_return_type = "Promise<Lease | null>")]
+    #[napi(ts_args_type = "critical?: boolean", ts_return_type = "NativeReply")]
     pub fn enter(&self, env: Env, critical: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let critical = core(&env, Js::opt(&critical).map(|c| c.boolean("critical")).transpose())?;
@@ -75,7 +80,7 @@ impl FleetShedder {
     }
 
     /// Gives back the slot of a finished request (`null` for critical ones).
-    #[napi(ts_args_type = "ticket: Lease | null", ts_return_type = "Promise<void>")]
+    #[napi(ts_args_type = "ticket: Lease | null", ts_return_type = "NativeReply")]
     pub fn leave(&self, env: Env, ticket: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
         guard(&env, || {
             let ticket = Js::opt(&ticket).map(|t| lease_from_js(Some(t)).map(|(_, lease)| lease)).transpose();

@@ -226,23 +226,59 @@ fn flush_at_exit(py: Python<'_>) {
     });
 }
 
-/// The options `Backend.redis` and `Backend.cluster` share (everything besides where Redis is),
-/// each converted and checked by its own type, applied by one function for both.
-///
-/// The keyword arguments stay listed in both constructors' signatures: pyo3 takes a signature
-/// per method, and a `**options` one would reach the stubs as an annotation they cannot
-/// resolve, losing the types and names of every option.
-pub(crate) struct RedisOptions<'a> {
-    prefix: Option<Text<'a, PPrefix>>,
-    failure_policy: Option<PolicyName<'a>>,
-    fallback_divisor: Option<Count<PDivisor>>,
-    deadline: Option<Seconds<PDeadline>>,
-    connect_timeout: Option<Seconds<PConnectTimeout>>,
-    tls_ca_file: Option<Path<PTlsCaFile>>,
-    tls_ca_data: Option<Pem>,
-    tls_cert_file: Option<Path<PTlsCertFile>>,
-    tls_key_file: Option<Path<PTlsKeyFile>>,
-    clock: Option<ClockArg>,
+/// Declares the options `Backend.redis` and `Backend.cluster` share (everything besides where
+/// Redis is) once, and makes of that one list the `RedisOptions` struct and both constructors,
+/// whose keyword arguments are its fields; the rest of the `#[pymethods]` block is passed
+/// through. pyo3 reads a method's keyword arguments from the method's own signature (a
+/// `**options` one would reach the stubs without the options' names and types), so the list is
+/// spliced into the block here rather than written out per constructor.
+macro_rules! backend_pymethods {
+    (
+        options<$lt:lifetime> { $($(#[$option_doc:meta])* $option:ident: $ty:ty,)* }
+        $($methods:tt)*
+    ) => {
+        /// The options `Backend.redis` and `Backend.cluster` share, each converted and checked
+        /// by its own type, applied by one function for both.
+        pub(crate) struct RedisOptions<$lt> {
+            $($(#[$option_doc])* $option: Option<$ty>,)*
+        }
+
+        #[pymethods]
+        impl Backend {
+            /// A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…`
+            /// (TLS). Nothing connects until the first call; backends for the same URL share one
+            /// connection set in this process.
+            ///
+            /// - `prefix`: namespace of every key (default `rk`).
+            /// - `failure_policy`: what a call does when Redis cannot answer within `deadline`:
+            ///   `"fail_closed"` (default: raise `BackendUnavailable` or `Timeout`), `"fail_open"`
+            ///   (allow), `"fallback"` (an in-memory limiter with `1/fallback_divisor` of the limit).
+            /// - `deadline`: seconds every call may take, answered or not (default 0.2).
+            /// - `connect_timeout`: seconds to establish a connection (default 1).
+            /// - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
+            ///   `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
+            /// - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
+            #[staticmethod]
+            #[pyo3(signature = (url, *, $($option = None),*))]
+            #[allow(clippy::too_many_arguments)]
+            fn redis<$lt>(py: Python<'_>, url: Text<'_, PUrl>, $($option: Option<$ty>),*) -> PyResult<Self> {
+                let options = RedisOptions { $($option),* };
+                Backend::connect(py, options.apply(py, RedisConfig::new(url.0))?, "redis")
+            }
+
+            /// A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
+            /// redirections are followed. Takes the same options as `Backend.redis`.
+            #[staticmethod]
+            #[pyo3(signature = (seeds, *, $($option = None),*))]
+            #[allow(clippy::too_many_arguments)]
+            fn cluster<$lt>(py: Python<'_>, seeds: Seeds, $($option: Option<$ty>),*) -> PyResult<Self> {
+                let options = RedisOptions { $($option),* };
+                Backend::connect(py, options.apply(py, RedisConfig::cluster(seeds.0))?, "cluster")
+            }
+
+            $($methods)*
+        }
+    };
 }
 
 impl RedisOptions<'_> {
@@ -330,8 +366,20 @@ impl Backend {
     }
 }
 
-#[pymethods]
-impl Backend {
+backend_pymethods! {
+    options<'a> {
+        prefix: Text<'a, PPrefix>,
+        failure_policy: PolicyName<'a>,
+        fallback_divisor: Count<PDivisor>,
+        deadline: Seconds<PDeadline>,
+        connect_timeout: Seconds<PConnectTimeout>,
+        tls_ca_file: Path<PTlsCaFile>,
+        tls_ca_data: Pem,
+        tls_cert_file: Path<PTlsCertFile>,
+        tls_key_file: Path<PTlsKeyFile>,
+        clock: ClockArg,
+    }
+
     /// A new in-process memory backend with default settings.
     #[new]
     fn py_new(py: Python<'_>) -> Self {
@@ -356,89 +404,6 @@ impl Backend {
         }
         let inner = guard(py, || ratekeeper::Backend::memory_with(config))?;
         Ok(Backend { inner, kind: "memory" })
-    }
-
-    /// A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…`
-    /// (TLS). Nothing connects until the first call; backends for the same URL share one
-    /// connection set in this process.
-    ///
-    /// - `prefix`: namespace of every key (default `rk`).
-    /// - `failure_policy`: what a call does when Redis cannot answer within `deadline`:
-    ///   `"fail_closed"` (default: raise `BackendUnavailable` or `Timeout`), `"fail_open"`
-    ///   (allow), `"fallback"` (an in-memory limiter with `1/fallback_divisor` of the limit).
-    /// - `deadline`: seconds every call may take, answered or not (default 0.2).
-    /// - `connect_timeout`: seconds to establish a connection (default 1).
-    /// - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
-    ///   `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
-    /// - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
-    #[staticmethod]
-    #[pyo3(signature = (url, *, prefix = None, failure_policy = None, fallback_divisor = None, deadline = None,
-        connect_timeout = None, tls_ca_file = None, tls_ca_data = None, tls_cert_file = None, tls_key_file = None,
-        clock = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn redis(
-        py: Python<'_>,
-        url: Text<'_, PUrl>,
-        prefix: Option<Text<'_, PPrefix>>,
-        failure_policy: Option<PolicyName<'_>>,
-        fallback_divisor: Option<Count<PDivisor>>,
-        deadline: Option<Seconds<PDeadline>>,
-        connect_timeout: Option<Seconds<PConnectTimeout>>,
-        tls_ca_file: Option<Path<PTlsCaFile>>,
-        tls_ca_data: Option<Pem>,
-        tls_cert_file: Option<Path<PTlsCertFile>>,
-        tls_key_file: Option<Path<PTlsKeyFile>>,
-        clock: Option<ClockArg>,
-    ) -> PyResult<Self> {
-        let options = RedisOptions {
-            prefix,
-            failure_policy,
-            fallback_divisor,
-            deadline,
-            connect_timeout,
-            tls_ca_file,
-            tls_ca_data,
-            tls_cert_file,
-            tls_key_file,
-            clock,
-        };
-        Backend::connect(py, options.apply(py, RedisConfig::new(url.0))?, "redis")
-    }
-
-    /// A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
-    /// redirections are followed. Takes the same options as `Backend.redis`.
-    #[staticmethod]
-    #[pyo3(signature = (seeds, *, prefix = None, failure_policy = None, fallback_divisor = None, deadline = None,
-        connect_timeout = None, tls_ca_file = None, tls_ca_data = None, tls_cert_file = None, tls_key_file = None,
-        clock = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn cluster(
-        py: Python<'_>,
-        seeds: Seeds,
-        prefix: Option<Text<'_, PPrefix>>,
-        failure_policy: Option<PolicyName<'_>>,
-        fallback_divisor: Option<Count<PDivisor>>,
-        deadline: Option<Seconds<PDeadline>>,
-        connect_timeout: Option<Seconds<PConnectTimeout>>,
-        tls_ca_file: Option<Path<PTlsCaFile>>,
-        tls_ca_data: Option<Pem>,
-        tls_cert_file: Option<Path<PTlsCertFile>>,
-        tls_key_file: Option<Path<PTlsKeyFile>>,
-        clock: Option<ClockArg>,
-    ) -> PyResult<Self> {
-        let options = RedisOptions {
-            prefix,
-            failure_policy,
-            fallback_divisor,
-            deadline,
-            connect_timeout,
-            tls_ca_file,
-            tls_ca_data,
-            tls_cert_file,
-            tls_key_file,
-            clock,
-        };
-        Backend::connect(py, options.apply(py, RedisConfig::cluster(seeds.0))?, "cluster")
     }
 
     /// `"memory"`, `"redis"` or `"cluster"`.

@@ -390,11 +390,18 @@ impl Metrics {
         self.inner.pauses_clamped
     }
 
+    /// Checks refused by a block (`block_for` after a refusal, or `block` by hand) rather than
+    /// by the limiter's state; also counted in `refused`.
+    #[getter]
+    fn blocked(&self) -> u64 {
+        self.inner.blocked
+    }
+
     fn __repr__(&self) -> String {
         let m = &self.inner;
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
-             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={})",
+             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -407,7 +414,8 @@ impl Metrics {
             py_float(secs(m.wait_time)),
             m.overages,
             m.reclaimed,
-            m.pauses_clamped
+            m.pauses_clamped,
+            m.blocked
         )
     }
 }

@@ -14,6 +14,7 @@ mod decision;
 mod errors;
 mod limiter;
 mod operate;
+mod settle;
 mod shedder;
 
 /// Native core of ratekeeper; import `ratekeeper` instead.

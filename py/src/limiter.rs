@@ -13,10 +13,12 @@ use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 
 use crate::aio::{self, Payload};
 use crate::args::{
-    Cost, Headers, Key, PActual, PCost, PDuration, PEstimate, PMaxPause, PWaitTimeout, Seconds, Status, Timeout,
+    Cost, Headers, Key, PActual, PBlockFor, PCost, PDuration, PEstimate, PMaxPause, PWaitTimeout, Seconds, Status,
+    Timeout,
 };
 use crate::decision::{Decision, Lease, Metrics};
 use crate::errors::{guard, guard_detached};
+use crate::settle::SettleDecision;
 
 /// A rate limiter bound to a backend; build one with a `Backend` method. Safe to share between
 /// threads, tasks and event loops.
@@ -221,6 +223,27 @@ impl Limiter {
         Limiter::wrap(py, inner, this.remote)
     }
 
+    /// How long a refusal blocks the key, in seconds (`None`: a refusal blocks nothing, the
+    /// default; see `with_block_for`).
+    #[getter]
+    fn block_for(&self) -> Option<f64> {
+        self.inner.block_for().map(|d| d.as_secs_f64())
+    }
+
+    /// The same limiter (same state and metrics) whose refusals block the key for `block_for`
+    /// seconds (`None`: they block nothing): after a refused check, every `check`, `peek` and
+    /// `acquire` of this limiter and key, in every process sharing the backend, is refused with
+    /// `retry_after` = the block's remaining time, consuming nothing; the refusal that starts
+    /// the block says so too. A spec carries it as `"block_for": seconds`. A `block_for` that
+    /// is not a positive number of seconds up to 100 years raises `InvalidArgument` naming
+    /// `block_for`.
+    fn with_block_for<'py>(slf: &Bound<'py, Self>, block_for: Option<Seconds<PBlockFor>>) -> PyResult<PyLimiter<'py>> {
+        let py = slf.py();
+        let this = slf.get();
+        let inner = guard(py, || this.inner.with_block_for(block_for.map(|b| b.0)))?;
+        Limiter::wrap(py, inner, this.remote)
+    }
+
     /// The same limiter with another default wait timeout (seconds; 0: never wait).
     fn with_wait_timeout<'py>(slf: &Bound<'py, Self>, wait_timeout: Timeout<PWaitTimeout>) -> PyResult<PyLimiter<'py>> {
         let py = slf.py();
@@ -350,6 +373,22 @@ impl Limiter {
         Ok(Decision::new(d, k))
     }
 
+    /// Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+    /// its `actual` cost: the difference is charged or refunded exactly once, however often the
+    /// same decision is settled (a retry after a timeout is safe). A charge applies even past
+    /// the limit (later calls wait the debt out); a refund never gives back more than the call
+    /// took, nor to a window that has rolled over. Returns the state after it, as `peek` reports
+    /// it. A decision that cannot be settled (refused; concurrent, unlimited or partitions;
+    /// another limiter's) raises `InvalidArgument` naming `decision`; nothing is written.
+    fn settle(&self, py: Python<'_>, decision: SettleDecision, actual: Cost<PActual>) -> PyResult<Decision> {
+        let d = if self.remote {
+            guard_detached(py, || self.inner.settle_blocking(&decision.0, actual.0))?
+        } else {
+            guard(py, || self.inner.settle_blocking(&decision.0, actual.0))?
+        };
+        Ok(Decision::new(d, None))
+    }
+
     /// Pauses `key` for `duration` seconds, in every process sharing the backend: until it
     /// ends, `check` and `peek` are refused with `retry_after` = the remaining pause (consuming
     /// nothing) and `acquire` waits it out. A pause is at most the limiter's `max_pause` (see
@@ -404,6 +443,36 @@ impl Limiter {
             guard_detached(py, || self.inner.resume_blocking(k))
         } else {
             guard(py, || self.inner.resume_blocking(k))
+        }
+    }
+
+    /// Blocks `key` for `duration` seconds from now, in every process sharing the backend:
+    /// until it ends (or `unblock`, or `reset`), `check` and `peek` are refused with
+    /// `retry_after` = the block's remaining time (consuming nothing) and `acquire` waits it
+    /// out. The block replaces the one in effect, shorter or longer. A block is not a pause:
+    /// `resume` leaves it alone. Returns the block in effect, in seconds. On Redis the check
+    /// costs no extra round trip. A `duration` that is not a positive number (0, negative, NaN)
+    /// raises `InvalidArgument` naming `duration`.
+    #[pyo3(signature = (duration, key = None))]
+    fn block(&self, py: Python<'_>, duration: Seconds<PDuration>, key: Key<'_>) -> PyResult<f64> {
+        let k = crate::args::key(&key);
+        let d = if self.remote {
+            guard_detached(py, || self.inner.block_blocking(k, duration.0))?
+        } else {
+            guard(py, || self.inner.block_blocking(k, duration.0))?
+        };
+        Ok(d.as_secs_f64())
+    }
+
+    /// Ends the block of `key` now, in every process sharing the backend; the key's other
+    /// state, and a pause, are kept. Returns whether a block was in effect.
+    #[pyo3(signature = (key = None))]
+    fn unblock(&self, py: Python<'_>, key: Key<'_>) -> PyResult<bool> {
+        let k = crate::args::key(&key);
+        if self.remote {
+            guard_detached(py, || self.inner.unblock_blocking(k))
+        } else {
+            guard(py, || self.inner.unblock_blocking(k))
         }
     }
 
@@ -553,6 +622,22 @@ impl Limiter {
         .map(Fut::new)
     }
 
+    /// asyncio form of `settle`.
+    fn asettle<'py>(
+        &self,
+        py: Python<'py>,
+        decision: SettleDecision,
+        actual: Cost<PActual>,
+    ) -> PyResult<Fut<'py, Decision>> {
+        let limiter = self.inner.clone();
+        let (decision, actual) = (decision.0, actual.0);
+        aio::run(py, self.remote, false, async move {
+            let d = limiter.settle(&decision, actual).await?;
+            Ok(Payload::Decision(d, None, None))
+        })
+        .map(Fut::new)
+    }
+
     /// asyncio form of `pause`.
     #[pyo3(signature = (duration, key = None))]
     fn apause<'py>(&self, py: Python<'py>, duration: Seconds<PDuration>, key: Key<'_>) -> PyResult<Fut<'py, f64>> {
@@ -590,6 +675,27 @@ impl Limiter {
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
         aio::run(py, self.remote, false, async move { Ok(Payload::Flag(limiter.resume(k.as_deref()).await?)) })
+            .map(Fut::new)
+    }
+
+    /// asyncio form of `block`.
+    #[pyo3(signature = (duration, key = None))]
+    fn ablock<'py>(&self, py: Python<'py>, duration: Seconds<PDuration>, key: Key<'_>) -> PyResult<Fut<'py, f64>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        let duration = duration.0;
+        aio::run(py, self.remote, false, async move {
+            Ok(Payload::Seconds(Some(limiter.block(k.as_deref(), duration).await?)))
+        })
+        .map(Fut::new)
+    }
+
+    /// asyncio form of `unblock`.
+    #[pyo3(signature = (key = None))]
+    fn aunblock<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Fut<'py, bool>> {
+        let limiter = self.inner.clone();
+        let k = owned(crate::args::key(&key));
+        aio::run(py, self.remote, false, async move { Ok(Payload::Flag(limiter.unblock(k.as_deref()).await?)) })
             .map(Fut::new)
     }
 

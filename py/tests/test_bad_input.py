@@ -124,7 +124,8 @@ def call(case: dict[str, Any]) -> None:
 # The table's HTTP middleware cases are spelled with Node's option names unless they carry
 # `args_python`; the Python names of the same options.
 PYTHON_OPTION = {"keyGenerator": "key", "standardHeaders": "headers", "handler": "on_refused",
-                 "trustedProxies": "trusted_proxies", "windowMs": "window_ms"}
+                 "trustedProxies": "trusted_proxies", "windowMs": "window_ms",
+                 "partitionKeySecret": "partition_key_secret"}
 
 
 def http_middleware(options: dict[str, Any]) -> None:
@@ -186,6 +187,12 @@ def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
             limiter.resume(a.get("key"))
         elif name == "with_max_pause":
             limiter.with_max_pause(a["max_pause"])
+        elif name == "block":
+            limiter.block(a["duration"], a.get("key"))
+        elif name == "unblock":
+            limiter.unblock(a.get("key"))
+        elif name == "with_block_for":
+            limiter.with_block_for(a["block_for"])
         elif name == "within_limit":
             options = {k: a[k] for k in ("policy", "wait_timeout") if k in a}
             with limiter.within_limit(a.get("key"), a.get("cost", 1), **options):

@@ -59,6 +59,9 @@ def interval(value: Any) -> Any:
 def build_limiter(backend: ratekeeper.Backend, spec: dict[str, Any]) -> Limiter:
     kind = spec["kind"]
     name = spec.get("name")
+    if "block_for" in spec:
+        # A limiter option (`block_for`) is carried by the spec as data: build it from the data.
+        return backend.limiter(name, {k: v for k, v in spec.items() if k != "name"})
     if kind == "concurrent":
         return backend.concurrent(name, number(spec["limit"]), number(spec["lock_timeout"]))
     if kind == "bucket":
@@ -168,6 +171,7 @@ async def run_case(case: dict[str, Any], make_backend: MakeBackend, calls: Calls
         return kinds
 
     leases: dict[str, ratekeeper.Lease] = {}
+    decisions: dict[str, ratekeeper.Decision] = {}  # saved by `save_decision`, for `settle`
     for index, step in enumerate(case["steps"]):
         op = step["op"]
         if op == "advance":
@@ -185,6 +189,16 @@ async def run_case(case: dict[str, Any], make_backend: MakeBackend, calls: Calls
                 outcome = await calls(limiter, "reset", key)
             elif op == "points_used":
                 outcome = await calls(limiter, "points_used", number(step["estimate"]), number(step["actual"]), key)
+            elif op == "block":
+                await calls(limiter, "block", number(step["seconds"]), key)
+                outcome = None
+            elif op == "unblock":
+                await calls(limiter, "unblock", key)
+                outcome = None
+            elif op == "settle":
+                if step["decision"] not in decisions:
+                    raise Malformed(f"step {index}: no decision saved as {step['decision']!r}")
+                outcome = await calls(limiter, "settle", decisions[step["decision"]], number(step["actual"]))
             elif op == "release":
                 if step["lease"] not in leases:
                     raise Malformed(f"step {index}: no lease saved as {step['lease']!r}")
@@ -222,6 +236,8 @@ async def run_case(case: dict[str, Any], make_backend: MakeBackend, calls: Calls
             actual.pop("fencing_token", None)
         if expected != actual:
             fail(f"expected {json.dumps(expected, sort_keys=True)}\n         actual   {json.dumps(actual, sort_keys=True)}")
+        if "save_decision" in step:
+            decisions[step["save_decision"]] = outcome
         if "save_lease" in step:
             if outcome.lease is None:
                 fail(f"expected a lease to save as {step['save_lease']!r}, got none")

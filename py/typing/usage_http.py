@@ -32,6 +32,7 @@ def asgi(backend: Backend) -> FastAPI:
     shedder = FleetShedder(backend, "fleet", 500)
     app.add_middleware(RateLimitMiddleware, limiter=[api, shedder], key=by_api_key, headers="draft-7",
                        on_refused=teapot, trusted_proxies=["10.0.0.0/8"], shadow=False)
+    app.add_middleware(RateLimitMiddleware, limiter=api, partition_key_secret=b"a-secret-of-at-least-16-bytes")
     app.add_exception_handler(RateLimited, rate_limited_handler)
     default: Response = refusal_response(Refusal(429, "quota-exceeded", 1, ("api",), (), b"{}"))
     assert default.status_code == 429

@@ -128,6 +128,25 @@ class LimiterTest < Minitest::Test
     assert upstream.resume, "the bounded copy paused the same key"
   end
 
+  def test_block_unblock_and_block_for_keep_pauses_apart
+    lim = Ratekeeper::Limiter.bucket("blocked", 100, :minute, wait_timeout: 0, backend: @backend)
+    refute lim.unblock(key: "k"), "nothing to unblock yet"
+    assert_equal 600.0, lim.block(600, key: "k")
+    error = assert_raises(Ratekeeper::OverLimit) { lim.within_limit(key: "k") { flunk "ran while blocked" } }
+    assert_operator error.retry_after, :>, 599
+    refute lim.resume(key: "k"), "a block is not a pause"
+    assert_equal 2.0, lim.block(2, key: "k"), "a block by hand replaces the one in effect"
+    assert lim.unblock(key: "k")
+    assert lim.check("k").allowed?
+    assert_raises(Ratekeeper::InvalidArgument) { lim.block(0, key: "k") }
+    assert_raises(Ratekeeper::InvalidArgument) { lim.with_block_for(-1) }
+    strict = Ratekeeper::Limiter.bucket("strict", 1, :minute, wait_timeout: 0, backend: @backend).with_block_for(300)
+    assert strict.check("u").allowed?
+    assert_operator strict.check("u").retry_after, :>=, 299
+    from_spec = Ratekeeper::Limiter.from_spec("strict", { kind: "bucket", limit: 1, interval: 60 }, backend: @backend)
+    assert_operator from_spec.check("u").retry_after, :>, 290, "the block is the key's, whoever asks"
+  end
+
   def test_the_registry_lists_the_limiters_used
     lim = Ratekeeper::Limiter.window("registered", 3, 60, backend: @backend)
     lim.check

@@ -29,6 +29,9 @@ class VectorsTest < Minitest::Test
     name = spec["name"]
     n = ->(field) { num(spec[field]) }
     opts = { backend: backend }
+    # A limiter option (`block_for`) is carried by the spec as data: build it from the data.
+    return Ratekeeper::Limiter.from_spec(name, spec.reject { |k, _| k == "name" }, **opts) if spec.key?("block_for")
+
     case kind
     when "concurrent" then Ratekeeper::Limiter.concurrent(name, n["limit"], lock_timeout: n["lock_timeout"], **opts)
     when "bucket" then Ratekeeper::Limiter.bucket(name, n["limit"], n["interval"], **opts)
@@ -101,6 +104,7 @@ class VectorsTest < Minitest::Test
     flunk "building #{build_error[0]}: #{build_error[1].message}" if build_error
 
     leases = {}
+    decisions = {} # saved by `save_decision`, for `settle`
     c["steps"].each_with_index do |step, index|
       op = step["op"]
       if op == "advance"
@@ -118,6 +122,9 @@ class VectorsTest < Minitest::Test
           when "reset" then limiter.reset(key) && nil
           when "points_used" then limiter.points_used(num["estimate"], num["actual"], key: key)
           when "release" then limiter.release(leases.fetch(step["lease"]), key: key) && nil
+          when "block" then limiter.block(num["seconds"], key: key) && nil
+          when "unblock" then limiter.unblock(key: key) && nil
+          when "settle" then limiter.settle(decisions.fetch(step["decision"]), num["actual"])
           else raise "step #{index}: unknown op #{op}"
           end
         rescue Ratekeeper::Error => e
@@ -134,6 +141,7 @@ class VectorsTest < Minitest::Test
       expected = step["expect"].dup
       expected.delete("limits") # per-limit details: the C ABI's decision has none
       assert_equal expected.sort.to_h, decision_h(outcome, expected.key?("fencing_token")).sort.to_h, where
+      decisions[step["save_decision"]] = outcome if step.key?("save_decision")
       if step.key?("save_lease")
         refute_nil outcome.lease, "#{where}: expected a lease to save"
         leases[step["save_lease"]] = outcome.lease

@@ -157,6 +157,9 @@ def limiter_tokens(call, a, c)
   when "pause" then [spec, key, dbl(a["duration"], "duration_secs")]
   when "resume" then [spec, key]
   when "with_max_pause" then [spec, key, dbl(a["max_pause"], "max_pause_secs")]
+  when "block" then [spec, key, dbl(a["duration"], "duration_secs")]
+  when "unblock" then [spec, key]
+  when "with_block_for" then [spec, key, dbl(a["block_for"], "block_for_secs")]
   when "observe"
     raise NotExpressible, "rk_limiter_observe has no max_pause (C bounds pauses per limiter)" if a.key?("max_pause")
     h = a["headers"]

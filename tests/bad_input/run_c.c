@@ -271,6 +271,16 @@ static rk_status run(const char *call, args_t *a, bool *untouched, char *param, 
           rk_limiter *copy = NULL;
           st = rk_limiter_with_max_pause(l, arg_f64(a), &copy);
           rk_limiter_free(copy);
+        } else if (strcmp(call, "block") == 0) {
+          uint64_t in_effect = 0;
+          st = rk_limiter_block(l, key, arg_f64(a), &in_effect);
+        } else if (strcmp(call, "unblock") == 0) {
+          bool was_blocked = false;
+          st = rk_limiter_unblock(l, key, &was_blocked);
+        } else if (strcmp(call, "with_block_for") == 0) {
+          rk_limiter *copy = NULL;
+          st = rk_limiter_with_block_for(l, arg_f64(a), &copy);
+          rk_limiter_free(copy);
         } else if (strcmp(call, "observe") == 0) {
           uint32_t status = (uint32_t)arg_u64(a);
           size_t n = (size_t)arg_u64(a);

@@ -167,7 +167,7 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
 static void one_call(void) {
   rk_limiter *out = NULL;
   rk_decision decision;
-  switch (below(27)) {
+  switch (below(28)) {
   case 0:
     BUILD(rk_limiter_new_concurrent(pick_backend(), pick_string(), pick_count(), pick_double(),
                                           pick_double(), &out), "rk_limiter_new_concurrent");
@@ -245,6 +245,26 @@ static void one_call(void) {
                                   below(8) ? &decision : NULL),
            "rk_limiter_points_used");
     break;
+  case 27: {
+    /* A settle of a fresh check's decision, of a random ticket, or of nothing. */
+    rk_decision settled;
+    const rk_limiter *l = pick_limiter();
+    const char *key = pick_string();
+    rk_status s = rk_limiter_check(l, key, pick_count(), &decision);
+    if (s != RK_OK || below(4) == 0) {
+      memset(&decision, 0, sizeof decision);
+      decision.allowed = below(2);
+      decision.settle.settleable = below(2);
+      decision.settle.id = next();
+      decision.settle.cost = pick_count();
+      decision.settle.charged_at_us = next();
+      decision.settle.limiter = next();
+    }
+    verify(rk_limiter_settle(below(8) ? l : NULL, key, below(8) ? &decision : NULL, pick_count(),
+                             below(8) ? &settled : NULL),
+           "rk_limiter_settle");
+    break;
+  }
   case 21: {
     /* Pauses are kept short (or invalid) so that they do not silence the rest of the run. */
     uint64_t in_effect = 0;

@@ -249,6 +249,46 @@ static void test_points(const fixture *f) {
   rk_backend_free(b);
 }
 
+static void test_settle(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL, *other = NULL, *mutex = NULL;
+  must(rk_limiter_new_bucket(b, "c-settle", 10, CENTURY, &l), l, "bucket");
+  must(rk_limiter_new_bucket(b, "c-settle-other", 10, CENTURY, &other), other, "bucket");
+  must(rk_limiter_new_concurrent(b, "c-settle-mutex", 1, 30.0, 5.0, &mutex), mutex, "concurrent");
+  rk_decision checked = check1(l, "q", 8);
+  CHECK(checked.settle.settleable);
+  CHECK_U64(checked.settle.cost, 8);
+  rk_decision d = {0};
+  CHECK_OK(rk_limiter_settle(l, "q", &checked, 3, &d)); /* refund 5 */
+  CHECK_U64(d.remaining, 7);
+  CHECK(!d.settle.settleable); /* the state after a settle is not itself settled */
+  CHECK_OK(rk_limiter_settle(l, "q", &checked, 3, &d)); /* a repeat applies nothing */
+  CHECK_U64(d.remaining, 7);
+  CHECK_U64(peek1(l, "q").remaining, 7);
+  /* A charge past the limit: refused until the window rolls over. */
+  rk_decision charged = check1(l, "q", 1);
+  CHECK_OK(rk_limiter_settle(l, "q", &charged, 9, &d));
+  CHECK_U64(d.remaining, 0);
+  CHECK(!check1(l, "q", 1).allowed);
+  /* What cannot be settled names `decision`, and writes nothing. */
+  rk_decision refused = check1(l, "q", 1);
+  CHECK(!refused.allowed);
+  CHECK_FAILS(rk_limiter_settle(l, "q", &refused, 0, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_settle(other, "q", &checked, 0, &d), RK_INVALID_ARGUMENT, "decision");
+  rk_decision held = check1(mutex, "q", 1);
+  CHECK_FAILS(rk_limiter_settle(mutex, "q", &held, 0, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_OK(rk_limiter_release(mutex, "q", &held.lease));
+  CHECK_FAILS(rk_limiter_settle(l, "q", &checked, 9007199254740993u, &d), RK_INVALID_ARGUMENT, "actual");
+  CHECK_FAILS(rk_limiter_settle(NULL, "q", &checked, 0, &d), RK_NULL_PARAMETER, "limiter");
+  CHECK_FAILS(rk_limiter_settle(l, "q", NULL, 0, &d), RK_NULL_PARAMETER, "decision");
+  CHECK_FAILS(rk_limiter_settle(l, "q", &checked, 0, NULL), RK_NULL_PARAMETER, "decision_out");
+  CHECK_U64(peek1(l, "q").remaining, 0);
+  rk_limiter_free(mutex);
+  rk_limiter_free(other);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 static void test_calendar(const fixture *f) {
   rk_backend *b = new_backend(f);
   rk_limiter *l = NULL;
@@ -1366,6 +1406,68 @@ static void test_pause_and_observe(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* Blocking: by hand (rk_limiter_block / rk_limiter_unblock, apart from pauses) and after a
+ * refusal (rk_limiter_with_block_for, "block_for" in a JSON spec), on every backend. */
+static void test_block(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  /* One token per 1000 s: nothing refills while the test runs. */
+  must(rk_limiter_new_token_bucket(b, "c-block", 0.001, 5, &l), l, "token_bucket");
+  CHECK(check1(l, "k", 1).allowed);
+  bool was_blocked = true;
+  CHECK_OK(rk_limiter_unblock(l, "k", &was_blocked));
+  CHECK(!was_blocked);
+  uint64_t in_effect = 0;
+  CHECK_OK(rk_limiter_block(l, "k", 3600.0, &in_effect));
+  CHECK_U64(in_effect, 3600u * 1000000u);
+  for (int i = 0; i < 3; i++) {
+    rk_decision d = check1(l, "k", 1);
+    CHECK(!d.allowed);
+    CHECK(d.retry_after_us > 0 && d.retry_after_us <= 3600u * 1000000u);
+    CHECK_U64(d.remaining, 0);
+  }
+  CHECK(!peek1(l, "k").allowed);
+  CHECK(check1(l, "other", 1).allowed);
+  /* A resume ends a pause, never a block; a block by hand replaces the one in effect. */
+  bool was_paused = true;
+  CHECK_OK(rk_limiter_resume(l, "k", &was_paused));
+  CHECK(!was_paused);
+  CHECK(!check1(l, "k", 1).allowed);
+  CHECK_OK(rk_limiter_block(l, "k", 2.0, &in_effect));
+  CHECK_U64(in_effect, 2u * 1000000u);
+  CHECK_OK(rk_limiter_unblock(l, "k", &was_blocked));
+  CHECK(was_blocked);
+  rk_decision back = check1(l, "k", 1);
+  CHECK(back.allowed);
+  CHECK_U64(back.remaining, 3); /* the blocked refusals consumed nothing */
+  /* Bad arguments are refused naming them, before anything is written. */
+  CHECK_FAILS(rk_limiter_block(l, "fresh", 0.0, &in_effect), RK_INVALID_ARGUMENT, "duration");
+  CHECK_FAILS(rk_limiter_block(l, "fresh", NAN, NULL), RK_INVALID_ARGUMENT, "duration");
+  CHECK_STATUS(rk_limiter_block(NULL, "fresh", 1.0, NULL), RK_NULL_PARAMETER);
+  CHECK_STATUS(rk_limiter_unblock(NULL, "fresh", NULL), RK_NULL_PARAMETER);
+  CHECK(check1(l, "fresh", 1).allowed);
+
+  /* block_for: a copy whose refusals block the key, and the same from a JSON spec. */
+  rk_limiter *strict = NULL;
+  CHECK_FAILS(rk_limiter_with_block_for(l, 0.0, &strict), RK_INVALID_ARGUMENT, "block_for");
+  CHECK_FAILS(rk_limiter_with_block_for(l, -1.0, &strict), RK_INVALID_ARGUMENT, "block_for");
+  must(rk_limiter_with_block_for(l, 600.0, &strict), strict, "with_block_for");
+  for (int i = 0; i < 5; i++) CHECK(check1(strict, "u", 1).allowed);
+  rk_decision refused = check1(strict, "u", 1);
+  CHECK(!refused.allowed && refused.retry_after_us >= 599u * 1000000u);
+  CHECK(peek1(l, "u").retry_after_us > 590u * 1000000u); /* the key's block, whoever asks */
+  CHECK_OK(rk_limiter_reset(l, "u"));
+  CHECK(check1(strict, "u", 1).allowed); /* reset forgets the block */
+  rk_limiter *from_json = NULL;
+  must(rk_limiter_new_from_json(b, "c-block-json", "{\"kind\":\"bucket\",\"limit\":1,\"interval\":3600,\"block_for\":60}", &from_json), from_json, "from_json");
+  CHECK(check1(from_json, "j", 1).allowed);
+  CHECK(check1(from_json, "j", 1).retry_after_us >= 60u * 1000000u);
+  rk_limiter_free(from_json);
+  rk_limiter_free(strict);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+}
+
 /* The memory backend on a manual clock: the remaining pause is exact, and it ends exactly. */
 static void test_pause_ends_by_the_manual_clock(const fixture *f) {
   (void)f;
@@ -1496,6 +1598,7 @@ static const test_case TESTS[] = {
     {"leased", test_leased, true},
     {"leaky", test_leaky, true},
     {"points", test_points, true},
+    {"settle", test_settle, true},
     {"calendar", test_calendar, true},
     {"spec_json", test_spec_json, true},
     {"live_limits", test_live_limits, true},
@@ -1505,6 +1608,7 @@ static const test_case TESTS[] = {
     {"16 threads share one bucket", test_threads_share_one_bucket, true},
     {"16 threads share one concurrent limit", test_threads_share_one_semaphore, true},
     {"pause and observe", test_pause_and_observe, true},
+    {"block, unblock and block_for", test_block, true},
     {"partitions", test_partitions, true},
     {"a pause ends by the manual clock", test_pause_ends_by_the_manual_clock, false},
     {"backend from JSON on a manual clock", test_backend_from_json_with_clock, true},

@@ -280,6 +280,15 @@ try {
   await act("#reset-form button", /^reset tenant-7$/);
   await waitForDd("#inspect-result", "remaining", "1,000");
 
+  begin("a block refuses the key until unblocked, with the token");
+  await page.fill("#block-form input[name=key]", "tenant-7");
+  await page.fill("#block-form input[name=seconds]", "600");
+  await act("#block-form button[value=block]", /^blocked tenant-7 for 600s$/);
+  await waitForDd("#inspect-result", "remaining", "0");
+  await act("#block-form button[value=unblock]", /^unblocked tenant-7$/);
+  await waitForDd("#inspect-result", "remaining", "1,000");
+  await act("#block-form button[value=unblock]", /^tenant-7 was not blocked$/);
+
   begin("an override works with the token, and clears");
   await act("#override-form button[value=set]", /^override set$/);
   await waitForDd("#inspect-result", "limit", "2,000");

@@ -265,6 +265,27 @@ $("#resume-form").addEventListener("submit", (event) => {
   );
 });
 
+$("#block-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const name = encodeURIComponent(currentName());
+  const form = event.target;
+  const key = form.key.value;
+  const who = key || "the limiter's own key";
+  const keyQuery = key ? `key=${encodeURIComponent(key)}` : "";
+  const out = $("#action-result");
+  const done = (text) => { out.className = "result ok"; out.textContent = text; refresh(); };
+  const refused = (e) => { out.className = "result error"; out.textContent = `refused: ${e.message}`; };
+  if (event.submitter && event.submitter.value === "unblock") {
+    write("POST", `/api/limiters/${name}/unblock${keyQuery ? `?${keyQuery}` : ""}`).then(
+      (r) => done(r.unblocked ? `unblocked ${who}` : `${who} was not blocked`),
+      refused,
+    );
+  } else {
+    const query = [keyQuery, `seconds=${encodeURIComponent(form.seconds.value)}`].filter(Boolean).join("&");
+    write("POST", `/api/limiters/${name}/block?${query}`).then((r) => done(`blocked ${who} for ${r.blocked_for}s`), refused);
+  }
+});
+
 $("#override-form").addEventListener("submit", (event) => {
   event.preventDefault();
   const name = encodeURIComponent(currentName());

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
+use super::blocks::Blocks;
 use crate::clock::{Clock, SystemClock};
+use crate::engine::block::{self, BlockMode};
 use crate::engine::gcra::{Figures, Gcra};
 use crate::engine::leased::Leased;
 use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
@@ -261,6 +263,10 @@ pub(crate) struct MemoryBackend {
     /// How many pauses `pauses` holds: while none, calls skip its lock (the hot path stays
     /// lock-light; pauses are rare and short-lived).
     pauses_held: AtomicUsize,
+    /// Blocks in effect (see `Limiter::block`).
+    blocks: Blocks,
+    /// Settles applied (see `Limiter::settle`): a repeat of one is a peek.
+    settled: Mutex<crate::engine::settle::SettledIds>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -296,6 +302,8 @@ impl MemoryBackend {
             live: crate::live::Live::new(None, false),
             pauses: Mutex::new(HashMap::new()),
             pauses_held: AtomicUsize::new(0),
+            blocks: Blocks::default(),
+            settled: Mutex::default(),
         })
     }
 
@@ -348,6 +356,11 @@ impl MemoryBackend {
     #[inline(always)]
     pub(crate) fn execute(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
         let now = self.now_micros();
+        if self.blocks.any() && pause::applies_to(op) {
+            if let Some(refused) = self.blocked(namespace, key, now, algorithm) {
+                return Ok(refused);
+            }
+        }
         if self.pauses_held.load(Ordering::Acquire) != 0 && pause::applies_to(op) {
             if let Some(refused) = self.paused(namespace, key, now, algorithm) {
                 return Ok(refused);
@@ -382,12 +395,12 @@ impl MemoryBackend {
         self.insert(shard, now, hash, namespace, key, algorithm, op)
     }
 
-    /// A GCRA check of `cost` on a key this backend holds in GCRA state, with no pause in effect
-    /// anywhere in the backend: its figures and the instant it was decided at. `None` (nothing
-    /// done) for any other call, which [`MemoryBackend::execute`] then decides.
+    /// A GCRA check of `cost` on a key this backend holds in GCRA state, with no pause or block
+    /// in effect anywhere in the backend: its figures and the instant it was decided at. `None`
+    /// (nothing done) for any other call, which [`MemoryBackend::execute`] then decides.
     #[inline(always)]
     pub(crate) fn check_gcra(&self, namespace: u32, key: &str, gcra: &Gcra, cost: u64) -> Option<(Figures, u64)> {
-        if self.pauses_held.load(Ordering::Acquire) != 0 {
+        if self.pauses_held.load(Ordering::Acquire) != 0 || self.blocks.any() {
             return None;
         }
         let now = self.now_micros();
@@ -402,6 +415,33 @@ impl MemoryBackend {
             slot.expires_at = gcra.expires_at(tat);
         }
         Some((figures, now))
+    }
+
+    /// Runs a settle once per id: a repeat of an applied one is a peek. The id is remembered as
+    /// long as the state it guards lives (before or after the settle), as on Redis.
+    pub(crate) fn settle(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
+        let Some(id) = crate::engine::settle::id_of(op) else { return self.execute(namespace, key, algorithm, op) };
+        // Held across the settle, so that two settles of one id never both apply.
+        let mut settled = self.settled.lock();
+        let now = self.clock.now_micros();
+        if settled.contains(namespace, id, now) {
+            let outcome = self.execute(namespace, key, algorithm, Op::Peek)?;
+            return Ok(Outcome { settle_repeated: true, ..outcome });
+        }
+        let before = self.expiry_of(namespace, key);
+        let outcome = self.execute(namespace, key, algorithm, op)?;
+        let until = before.max(self.expiry_of(namespace, key));
+        if until > now {
+            settled.insert(namespace, id, until, now);
+        }
+        Ok(outcome)
+    }
+
+    /// The instant after which the state of (`namespace`, `key`) is empty (0: no state).
+    fn expiry_of(&self, namespace: u32, key: &str) -> u64 {
+        let hash = self.hash(namespace, key.as_bytes());
+        let shard = self.shard(hash).lock();
+        shard.table.find(hash, |s| s.is(namespace, key.as_bytes())).map_or(0, |slot| slot.expires_at)
     }
 
     /// Counts a call that found another configuration's state.
@@ -489,6 +529,42 @@ impl MemoryBackend {
         None
     }
 
+    /// The refusal of a call on (`namespace`, `key`) while it is blocked: the block's, unless a
+    /// pause ends later (as the Redis scripts' hold check decides).
+    #[cold]
+    #[inline(never)]
+    fn blocked(&self, namespace: u32, key: &str, now: u64, algorithm: &Algorithm) -> Option<Outcome> {
+        let remaining = self.blocks.remaining(namespace, key, now)?;
+        if self.pauses_held.load(Ordering::Acquire) != 0 {
+            if let Some(paused) = self.paused(namespace, key, now, algorithm) {
+                if paused.decision.retry_after.as_micros() > u128::from(remaining) {
+                    return Some(paused);
+                }
+            }
+        }
+        Some(block::refusal(algorithm.capacity(), remaining, now))
+    }
+
+    /// Blocks (`namespace`, `key`) for `duration` (see [`BlockMode`]); returns the block in
+    /// effect.
+    pub(crate) fn block(
+        &self,
+        namespace: u32,
+        key: &str,
+        duration: std::time::Duration,
+        mode: BlockMode,
+    ) -> std::time::Duration {
+        let now = self.clock.now_micros();
+        let in_effect = self.blocks.set(namespace, key, now, crate::params::micros(duration), mode);
+        std::time::Duration::from_micros(in_effect)
+    }
+
+    /// Ends the block of (`namespace`, `key`), if one is in effect (see `Limiter::unblock`);
+    /// returns whether one was.
+    pub(crate) fn unblock(&self, namespace: u32, key: &str) -> bool {
+        self.blocks.remove(namespace, key, self.clock.now_micros())
+    }
+
     /// Pauses (`namespace`, `key`) for `duration` unless a longer pause is in effect; returns
     /// the pause in effect. Ended pauses of the namespace are dropped on the way, so the map
     /// holds no more than the pauses in effect plus those ended since the last one was set.
@@ -528,9 +604,10 @@ impl MemoryBackend {
         }
     }
 
-    /// Forgets the state of (`namespace`, `key`), its pause included; waiters on a concurrent
-    /// limiter are woken.
+    /// Forgets the state of (`namespace`, `key`), its pause and block included; waiters on a
+    /// concurrent limiter are woken.
     pub(crate) fn reset(&self, namespace: u32, key: &str) {
+        self.blocks.remove(namespace, key, 0);
         if self.pauses_held.load(Ordering::Acquire) != 0 {
             let mut pauses = self.pauses.lock();
             if pauses.get_mut(&namespace).and_then(|keys| keys.remove(key)).is_some() {

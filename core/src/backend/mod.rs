@@ -1,5 +1,6 @@
 //! Backends hold limiter state: the embedded memory backend (default), Redis and Redis Cluster.
 
+mod blocks;
 pub(crate) mod memory;
 mod operate;
 pub(crate) mod redis;

@@ -3,7 +3,7 @@
 -- server's instant among the ones the client computed, records an admitted call, and returns
 -- what the rule reads; the caller replays the rule on it to build the decision.
 -- KEYS[1]  a HASH: `e` the end (µs) of the period counted, `c` its count
--- ARGV[1]  'check' | 'peek'
+-- ARGV[1]  'check' | 'peek' | 'settle'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  cost
 -- ARGV[4]  limit
@@ -11,6 +11,8 @@
 --          around its own instant: the previous, current and next periods are [b0, b1),
 --          [b1, b2) and [b2, b3), so a client clock that is off by less than a period (either
 --          way) still names the server's period exactly.
+-- ARGV[9]  settle: the actual cost (ARGV[3] is then the cost the call was charged)
+-- ARGV[10] settle: the instant (µs) the call was charged at
 -- Returns {now, end of the period containing now, count in it before this call}, or an error
 -- when the server's instant is in none of the three periods.
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
@@ -21,9 +23,11 @@ local commit = ARGV[1] == 'check'
 local cost, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local fmt = function(x) return string.format('%d', x) end
 
-local ends
+local starts, ends
 for i = 5, 7 do
-  if now >= tonumber(ARGV[i]) and now < tonumber(ARGV[i + 1]) then ends = tonumber(ARGV[i + 1]) end
+  if now >= tonumber(ARGV[i]) and now < tonumber(ARGV[i + 1]) then
+    starts, ends = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  end
 end
 if not ends then
   return redis.error_reply('ERR ratekeeper calendar: the server clock is more than a period away from the client clock')
@@ -32,6 +36,23 @@ end
 local got = redis.call('HMGET', h, 'e', 'c')
 local count = 0
 if tonumber(got[1]) == ends then count = tonumber(got[2]) end
+
+if ARGV[1] == 'settle' then
+  -- A charge goes to the current period, even past the limit; a refund only to the period the
+  -- call was charged in, if it is still current, and never below zero.
+  local actual, at = tonumber(ARGV[9]), tonumber(ARGV[10])
+  local settled = count
+  if actual >= cost then
+    settled = count + (actual - cost)
+  elseif at >= starts and at < ends then
+    settled = math.max(count - (cost - actual), 0)
+  end
+  if settled ~= count then
+    redis.call('HSET', h, 'e', fmt(ends), 'c', fmt(settled))
+    redis.call('PEXPIRE', h, fmt(math.ceil((ends - now) / 1000) + 1000))
+  end
+  return {now, ends, count}
+end
 
 -- Cost 0 is always admitted, even above the limit (a same-named limiter may be larger).
 local asked = commit and cost or 1

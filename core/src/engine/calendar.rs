@@ -64,6 +64,22 @@ impl Calendar {
         (d, record)
     }
 
+    /// The rule of a settle: the count of the period containing now, after settling a call
+    /// charged `cost` at `at` to `actual`. A charge goes to the current period (the work was
+    /// done, whichever period it was checked in), even past the limit; a refund goes back only
+    /// to the period the call was charged in, if it is still the current one, and never below
+    /// zero.
+    pub(crate) fn settled_count(count: u64, start_us: u64, end_us: u64, op: Op) -> u64 {
+        let Op::Settle { cost, actual, at, .. } = op else { return count };
+        if actual >= cost {
+            count.saturating_add(actual - cost)
+        } else if (start_us..end_us).contains(&at) {
+            count.saturating_sub(cost - actual)
+        } else {
+            count
+        }
+    }
+
     /// Four consecutive boundaries around `now`: the previous, current and next periods.
     fn boundaries(&self, now: u64) -> Result<[u64; 4]> {
         let current = self.clock.bounds(now)?;
@@ -104,11 +120,20 @@ impl Engine for Calendar {
 
     #[inline]
     fn apply(&self, state: &mut CalendarState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
-        if !matches!(op, Op::Check { .. } | Op::Peek) {
+        if !matches!(op, Op::Check { .. } | Op::Peek | Op::Settle { .. }) {
             return Err(not_applicable(op, self));
         }
-        let end_us = self.clock.bounds(now)?.end_us;
+        let bounds = self.clock.bounds(now)?;
+        let end_us = bounds.end_us;
         let count = if state.end_us == end_us { state.count } else { 0 };
+        if let Op::Settle { .. } = op {
+            let settled = Self::settled_count(count, bounds.start_us, end_us, op);
+            if settled != count {
+                *state = CalendarState { end_us, count: settled };
+                *changed = true;
+            }
+            return Ok(Outcome::of(self.decide(settled, end_us, now, Op::Peek).0));
+        }
         let (decision, record) = self.decide(count, end_us, now, op);
         if let Some(count) = record {
             *state = CalendarState { end_us, count };
@@ -132,12 +157,19 @@ impl Engine for Calendar {
     /// `cost limit b0 b1 b2 b3`, the boundaries computed at the manual clock's instant if there
     /// is one, else at this process's.
     fn encode(&self, op: Op, now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
-        if !matches!(op, Op::Check { .. } | Op::Peek) {
-            return Err(not_applicable(op, self));
-        }
         let now = now.unwrap_or_else(|| SystemClock.now_micros());
         let [b0, b1, b2, b3] = self.boundaries(now)?;
-        cmd.arg(op.cost()).arg(self.limit).arg(b0).arg(b1).arg(b2).arg(b3);
+        match op {
+            Op::Check { .. } | Op::Peek => {
+                cmd.arg(op.cost()).arg(self.limit).arg(b0).arg(b1).arg(b2).arg(b3);
+            }
+            // `… actual at` after the boundaries: the call's cost, what it really cost, and when
+            // it was charged.
+            Op::Settle { cost, actual, at, .. } => {
+                cmd.arg(cost).arg(self.limit).arg(b0).arg(b1).arg(b2).arg(b3).arg(actual).arg(at);
+            }
+            _ => return Err(not_applicable(op, self)),
+        }
         Ok(())
     }
 
@@ -145,6 +177,11 @@ impl Engine for Calendar {
     /// what the script read.
     fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
         let r = Reply::read(reply)?;
+        if let Op::Settle { .. } = op {
+            let start_us = self.clock.bounds(r.now)?.start_us;
+            let settled = Self::settled_count(r.count, start_us, r.end_us, op);
+            return Ok(Outcome::of(self.decide(settled, r.end_us, r.now, Op::Peek).0));
+        }
         Ok(Outcome::of(self.decide(r.count, r.end_us, r.now, op).0))
     }
 

@@ -291,7 +291,9 @@ impl Engine for Concurrent {
                 }
                 self.renewed(st, now, released)
             }
-            Op::Adjust { .. } | Op::Take { .. } | Op::GiveBack { .. } => Err(not_applicable(op, self)),
+            Op::Adjust { .. } | Op::Settle { .. } | Op::Take { .. } | Op::GiveBack { .. } => {
+                Err(not_applicable(op, self))
+            }
         }
     }
 
@@ -316,7 +318,9 @@ impl Engine for Concurrent {
             Op::Check { lease_id, waiter, .. } => (lease_id, waiter),
             Op::Release { lease_id } | Op::Extend { lease_id } | Op::Abandon { lease_id } => (lease_id, None),
             Op::Peek => (0, None),
-            Op::Adjust { .. } | Op::Take { .. } | Op::GiveBack { .. } => return Err(not_applicable(op, self)),
+            Op::Adjust { .. } | Op::Settle { .. } | Op::Take { .. } | Op::GiveBack { .. } => {
+                return Err(not_applicable(op, self))
+            }
         };
         cmd.arg(self.limit).arg(self.lock_us).arg(format!("{lease_id:032x}"));
         match waiter {

@@ -30,6 +30,10 @@ pub(crate) enum Op {
     Peek,
     /// Correct a GCRA charge from `estimate` to `actual`.
     Adjust { estimate: u64, actual: u64 },
+    /// Settle a call charged `cost` at instant `at` (µs) to its `actual` cost: charge or refund
+    /// the difference, by each engine's rule (see `docs/src/concepts/settle.md`). `id` is the
+    /// ticket's: a backend applies a settle of one id once.
+    Settle { id: u64, cost: u64, actual: u64, at: u64 },
     /// Free a concurrent lease.
     Release { lease_id: u128 },
     /// Renew a concurrent lease for another `lock_timeout`.
@@ -51,6 +55,7 @@ impl Op {
             Op::Check { .. } => "check",
             Op::Peek => "peek",
             Op::Adjust { .. } => "adjust",
+            Op::Settle { .. } => "settle",
             Op::Release { .. } => "release",
             Op::Extend { .. } => "extend",
             Op::Abandon { .. } => "abandon",
@@ -101,6 +106,11 @@ pub(crate) struct Outcome {
     pub served: Served,
     /// For a leased take: the tokens Redis granted to the lease (the cost included).
     pub granted: u64,
+    /// The call was refused by a block (see [`super::block`]), not by the limiter's state.
+    pub blocked: bool,
+    /// For a settle: its id had been applied already, so this call changed nothing.
+    #[allow(dead_code)] // set by every backend; read by tests of the backends
+    pub settle_repeated: bool,
 }
 
 /// Who decided a call (see [`Outcome::served`]).
@@ -125,6 +135,8 @@ impl Outcome {
             config_mismatch: false,
             served: Served::Backend,
             granted: 0,
+            blocked: false,
+            settle_repeated: false,
         }
     }
 }

@@ -4,14 +4,15 @@
 -- KEYS[1]  the theoretical arrival time (TAT): '<microseconds>' or '<microseconds>.<nnn>' with
 --          the nanoseconds within the microsecond (keys written before ticks were finer than a
 --          microsecond hold the first form)
--- ARGV[1]  'check' | 'peek' | 'adjust'
+-- ARGV[1]  'check' | 'peek' | 'adjust' | 'settle' (a settle is an adjust of the call's cost to
+--          its actual cost; the wrapper makes it apply once per id)
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  nanoseconds per tick: 1, 10, 100 or 1000; every figure below is in ticks
 -- ARGV[4]  emission interval T (ticks per unit)
 -- ARGV[5]  tau = capacity * T
 -- ARGV[6]  max_ahead: how far ahead of now the TAT may run (tau plus the largest debt)
--- ARGV[7]  cost (check) or estimate (adjust)
--- ARGV[8]  actual (adjust)
+-- ARGV[7]  cost (check) or estimate (adjust, settle)
+-- ARGV[8]  actual (adjust, settle)
 -- Returns {tat_us, tat_ns, now}: the TAT before this call (microseconds, and nanoseconds within
 -- the microsecond) and the instant it was decided at.
 -- Written inline, without local functions: a closure per call costs the server measurably.
@@ -59,7 +60,7 @@ if op == 'check' then
   if cost == 0 or cost * T > tau - used then return {tat_us, tat_ns, now} end
   new_used = used + cost * T
 else
-  -- adjust: charge the difference, possibly beyond capacity up to max_ahead (debt), or refund
+  -- adjust or settle: charge the difference, possibly beyond capacity up to max_ahead (debt), or refund
   -- it (never beyond full).
   local estimate, actual = tonumber(ARGV[7]), tonumber(ARGV[8])
   if actual >= estimate then

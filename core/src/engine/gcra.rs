@@ -217,7 +217,7 @@ impl Gcra {
     pub(crate) fn run(&self, tat: &mut GcraState, now: u64, op: Op) -> Evaluation {
         match op {
             Op::Check { cost, .. } => self.evaluate(tat, now, cost, true),
-            Op::Adjust { estimate, actual } => {
+            Op::Adjust { estimate, actual } | Op::Settle { cost: estimate, actual, .. } => {
                 let changed = self.adjust(tat, now, estimate, actual);
                 let mut view = *tat;
                 Evaluation { changed, ..self.evaluate(&mut view, now, 1, false) }
@@ -281,7 +281,7 @@ impl Engine for Gcra {
     #[inline]
     fn apply(&self, tat: &mut GcraState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
         match op {
-            Op::Check { .. } | Op::Peek | Op::Adjust { .. } => {
+            Op::Check { .. } | Op::Peek | Op::Adjust { .. } | Op::Settle { .. } => {
                 let mut e = self.run(tat, now, op);
                 *changed = e.changed;
                 e.decision.decided_at_micros = now;
@@ -310,7 +310,7 @@ impl Engine for Gcra {
     fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         let (first, second) = match op {
             Op::Check { cost, .. } => (cost, 0),
-            Op::Adjust { estimate, actual } => (estimate, actual),
+            Op::Adjust { estimate, actual } | Op::Settle { cost: estimate, actual, .. } => (estimate, actual),
             Op::Peek => (0, 0),
             _ => return Err(not_applicable(op, self)),
         };

@@ -7,12 +7,14 @@
 --          used the log, and the fingerprint of the one that recorded last. Limiters of one name
 --          share the log whatever their windows; entries are kept for that longest interval, so
 --          a shorter window never deletes what a longer one counts, and keys' TTLs cover it.
--- ARGV[1]  'check' | 'peek'
+-- ARGV[1]  'check' | 'peek' | 'settle'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
--- ARGV[3]  cost
+-- ARGV[3]  cost (settle: the cost the call was charged)
 -- ARGV[4]  longest interval (µs) of this configuration
 -- ARGV[5]  this configuration's fingerprint
 -- ARGV[6]  number of windows, then for each: limit, interval_us
+-- then, for a settle: the actual cost, and the instant (µs) the call was admitted at; a settle
+-- is answered as a peek after it
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, now_us, mismatch} and, for
 -- several windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window
 -- appended; mismatch is 1 when another configuration recorded last.
@@ -66,6 +68,30 @@ if commit and last_cum() + cost > MAX_CUM then
   end
   dropped = 0
   trimmed = true
+end
+
+if ARGV[1] == 'settle' then
+  -- The rule of a settle (`Log::settle`): a charge is an admission now, even past the limits; a
+  -- refund takes back, from the admission made at the call's instant, up to what it holds, if it
+  -- is still in the log, and the admissions after it move down with it.
+  local actual, at = tonumber(ARGV[7 + 2 * n]), tonumber(ARGV[8 + 2 * n])
+  if actual > cost then
+    redis.call('ZADD', log, fmt(now), member(last_cum() + actual - cost))
+    trimmed = true
+  elseif actual < cost then
+    local here = redis.call('ZRANGEBYSCORE', log, fmt(at), fmt(at))
+    if here[1] then
+      local upto = tonumber(here[#here])
+      local held = upto - cum_at_or_before(at - 1)
+      local taken = math.min(cost - actual, held)
+      local later = redis.call('ZRANGEBYSCORE', log, '(' .. fmt(at), '+inf', 'WITHSCORES')
+      redis.call('ZREMRANGEBYSCORE', log, fmt(at), '+inf')
+      if taken < held then redis.call('ZADD', log, fmt(at), member(upto - taken)) end
+      for i = 1, #later, 2 do redis.call('ZADD', log, later[i + 1], member(tonumber(later[i]) - taken)) end
+      trimmed = true
+    end
+  end
+  commit, asked = false, 1
 end
 
 local function window_count(interval)

@@ -92,6 +92,50 @@ impl Log {
         self.windows.iter().map(|w| w.0).min().unwrap_or(0)
     }
 
+    /// Forgets the admissions older than the longest window seen; true if any were.
+    fn trim(&self, state: &mut LogState, now: u64) -> bool {
+        let mut trimmed = false;
+        state.longest_seen = state.longest_seen.max(self.longest_us);
+        while let Some(&(t, cum)) = state.entries.front() {
+            if t + state.longest_seen > now {
+                break;
+            }
+            state.dropped_cum = cum;
+            state.entries.pop_front();
+            trimmed = true;
+        }
+        trimmed
+    }
+
+    /// The rule of a settle: a charge is recorded as an admission now (even past the limits);
+    /// a refund takes back, from the admission the call made (its instant), up to what that
+    /// admission holds, if it is still in the log, and the admissions after it move down with
+    /// it. Returns whether the log changed.
+    pub(crate) fn settle(&self, state: &mut LogState, now: u64, op: Op) -> bool {
+        let Op::Settle { cost, actual, at, .. } = op else { return false };
+        let trimmed = self.trim(state, now);
+        if actual > cost {
+            let cum = state.last_cum().wrapping_add(actual - cost);
+            match state.entries.back_mut() {
+                Some(last) if last.0 == now => last.1 = cum,
+                _ => state.entries.push_back((now, cum)),
+            }
+            return true;
+        }
+        let Some(k) = state.entries.iter().position(|e| e.0 == at).filter(|_| actual < cost) else {
+            return trimmed;
+        };
+        let held = state.entries[k].1.wrapping_sub(state.cum_before(k));
+        let taken = (cost - actual).min(held);
+        for entry in state.entries.iter_mut().skip(k) {
+            entry.1 = entry.1.wrapping_sub(taken);
+        }
+        if taken == held {
+            state.entries.remove(k);
+        }
+        true
+    }
+
     /// Runs a check of `cost` (or a peek when `commit` is false) on the memory `state`; also
     /// says whether another configuration of the name had recorded last.
     pub(crate) fn run(&self, state: &mut LogState, now: u64, cost: u64, commit: bool) -> (Evaluation, bool) {
@@ -105,16 +149,7 @@ impl Log {
 
     /// Evaluates a call of `cost` (a peek when `commit` is false, which asks about cost 1).
     pub(crate) fn evaluate(&self, state: &mut LogState, now: u64, cost: u64, commit: bool) -> Evaluation {
-        let mut trimmed = false;
-        state.longest_seen = state.longest_seen.max(self.longest_us);
-        while let Some(&(t, cum)) = state.entries.front() {
-            if t + state.longest_seen > now {
-                break;
-            }
-            state.dropped_cum = cum;
-            state.entries.pop_front();
-            trimmed = true;
-        }
+        let trimmed = self.trim(state, now);
         let asked = if commit { cost } else { 1 };
         let count_in = |state: &LogState, interval_us: u64| {
             let first = state.first_inside(now, interval_us);
@@ -192,13 +227,15 @@ impl Engine for Log {
 
     #[inline]
     fn apply(&self, state: &mut LogState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
-        let commit = match op {
-            Op::Check { .. } => true,
-            Op::Peek => false,
+        let (commit, settled) = match op {
+            Op::Check { .. } => (true, false),
+            Op::Peek => (false, false),
+            // Reported as a peek after it.
+            Op::Settle { .. } => (false, self.settle(state, now, op)),
             _ => return Err(not_applicable(op, self)),
         };
         let (mut e, mismatch) = self.run(state, now, op.cost(), commit);
-        *changed = e.changed;
+        *changed = e.changed || settled;
         e.decision.decided_at_micros = now;
         Ok(Outcome { config_mismatch: mismatch, ..Outcome::of(e.decision) })
     }
@@ -215,14 +252,20 @@ impl Engine for Log {
         &["z", "d", "l"]
     }
 
-    /// `cost longest_us fingerprint n (limit interval_us)…`
+    /// `cost longest_us fingerprint n (limit interval_us)…`, then for a settle `actual at` (the
+    /// cost is then the one the call was charged).
     fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
-        if !matches!(op, Op::Check { .. } | Op::Peek) {
-            return Err(not_applicable(op, self));
-        }
-        cmd.arg(op.cost()).arg(self.longest_us).arg(self.fingerprint).arg(self.windows.len());
+        let cost = match op {
+            Op::Check { .. } | Op::Peek => op.cost(),
+            Op::Settle { cost, .. } => cost,
+            _ => return Err(not_applicable(op, self)),
+        };
+        cmd.arg(cost).arg(self.longest_us).arg(self.fingerprint).arg(self.windows.len());
         for &(limit, interval) in self.windows.iter() {
             cmd.arg(limit).arg(interval);
+        }
+        if let Op::Settle { actual, at, .. } = op {
+            cmd.arg(actual).arg(at);
         }
         Ok(())
     }

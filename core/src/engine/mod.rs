@@ -15,6 +15,7 @@
 //!
 //! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
 
+pub(crate) mod block;
 pub(crate) mod calendar;
 pub(crate) mod calendar_period;
 pub(crate) mod concurrent;
@@ -26,6 +27,7 @@ pub(crate) mod log;
 pub(crate) mod partitions;
 pub(crate) mod pause;
 pub(crate) mod script;
+pub(crate) mod settle;
 pub(crate) mod sliding;
 pub(crate) mod spec;
 pub(crate) mod spec_json;
@@ -144,6 +146,7 @@ pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64,
         lease: None,
         decided_at_micros: 0,
         limits: None,
+        settle: None,
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! A pause is not an engine: it is checked before any engine runs, in the memory backend
 //! ([`crate::backend::MemoryBackend`]) and, on Redis, by the pause check every engine's script
-//! starts with (`PAUSE_PRELUDE` in [`super::script`]), so a paused check costs no extra round
+//! starts with (`HOLD_PRELUDE` in [`super::script`]), so a paused check costs no extra round
 //! trip. A paused refusal consumes nothing and says how long the pause has left.
 
 use std::sync::LazyLock;

@@ -29,15 +29,17 @@ pub(crate) struct LuaScript {
 /// instead of one per call; what that saves is measured in the README (Benchmarks: "Figures
 /// behind design choices").
 ///
-/// Every call also passes through the pause check ([`PAUSE_PRELUDE`]), written once here for
+/// Every call also passes through the hold check ([`HOLD_PRELUDE`]: pauses and blocks), written once here for
 /// every engine, and every script reads "now" through the one helper [`NOW_US`].
 const BATCH_WRAPPER: &str = r#"
 __NOW__
 local function run(KEYS, ARGV)
-__PAUSE__
+__HOLD__
 __BODY__
 end
+__SETTLE__
 local same = ARGV[1] == 'batch-same'
+if ARGV[1] == 'settle' then return settle(KEYS, ARGV) end
 if ARGV[1] ~= 'batch' and not same then return run(KEYS, ARGV) end
 local n = tonumber(ARGV[2])
 local replies = {}
@@ -48,7 +50,7 @@ for i = 1, n do
   local keys, args = {}, {}
   for j = 1, key_count do keys[j] = KEYS[k]; k = k + 1 end
   for j = 1, arg_count do args[j] = ARGV[a]; a = a + 1 end
-  local ok, reply = pcall(run, keys, args)
+  local ok, reply = pcall(args[1] == 'settle' and settle or run, keys, args)
   if ok then
     replies[i] = reply
   elseif type(reply) == 'table' and reply.err then
@@ -71,22 +73,64 @@ local function now_us(ARGV)
 end
 "#;
 
-/// The pause check every engine's script starts with (see `Limiter::pause`). A check or peek
-/// passes one key more than its engine's own, last in KEYS: the pause key of the same identity
-/// (same hash tag, so the same Cluster slot). It is taken off KEYS before the engine's body
-/// runs, so engines index their keys exactly as their `.lua` files document. While the pause
-/// key holds an instant (µs) after now, the call is answered `{-1, remaining µs, now}` (no
-/// engine's reply starts with -1) and the engine's body does not run: a paused refusal reads
-/// and writes nothing else. Unpaused, the cost is one GET of a missing key; `now` (ARGV[2], or
-/// the server's TIME) is read only when a pause exists.
-const PAUSE_PRELUDE: &str = r#"
+/// The hold check every engine's script starts with: pauses (see `Limiter::pause`) and blocks
+/// (see `Limiter::block`). A check or peek passes two keys more than its engine's own, last in
+/// KEYS: the pause key, then the block key, of the same identity (same hash tag, so the same
+/// Cluster slot). They are taken off KEYS before the engine's body runs, so engines index their
+/// keys exactly as their `.lua` files document. Both are read in one MGET. While the block key
+/// holds an instant (µs) after now and no pause ends later, the call is answered
+/// `{-2, remaining µs, now}`; while the pause key does, `{-1, remaining µs, now}` (no engine's
+/// reply starts with a negative number); the engine's body does not run: a held refusal reads
+/// and writes nothing else. Unheld, the cost is one MGET of two missing keys; `now` (ARGV[2],
+/// or the server's TIME) is read only when a hold exists.
+const HOLD_PRELUDE: &str = r#"
 if ARGV[1] == 'check' or ARGV[1] == 'peek' then
-  local paused_until = redis.call('GET', table.remove(KEYS))
-  if paused_until then
+  local block_key = table.remove(KEYS)
+  local held = redis.call('MGET', table.remove(KEYS), block_key)
+  if held[1] or held[2] then
     local now = now_us(ARGV)
-    paused_until = tonumber(paused_until)
-    if paused_until and paused_until > now then return {-1, paused_until - now, now} end
+    local paused_until, blocked_until = tonumber(held[1]) or 0, tonumber(held[2]) or 0
+    if blocked_until > now and blocked_until >= paused_until then return {-2, blocked_until - now, now} end
+    if paused_until > now then return {-1, paused_until - now, now} end
   end
+end
+"#;
+
+/// Settles apply once per id, written once here for every engine (see `Limiter::settle`). A
+/// settle passes three keys more than its engine's own, last in KEYS: the pause and block keys
+/// (as a check does) and the identity's record of applied settles (a sorted set: settle id →
+/// the instant its record expires), and its id as ARGV[3]; they are taken off before the
+/// engine's body runs. An id already recorded makes the call a peek (the hold check applies to
+/// it), answered `{0, peek reply…}`; otherwise the body settles, the id is recorded for as long as the state
+/// it guards lives (the longest TTL of the engine's keys, before or after the settle: once the
+/// charge it corrects has expired, so has what a repeat could double), and the answer is `{1, settle reply…}`.
+const SETTLE: &str = r#"
+local function settle(KEYS, ARGV)
+  local record = table.remove(KEYS)
+  local id = table.remove(ARGV, 3)
+  local now = now_us(ARGV)
+  redis.call('ZREMRANGEBYSCORE', record, '-inf', string.format('%d', now))
+  local reply
+  if redis.call('ZSCORE', record, id) then
+    ARGV[1] = 'peek'
+    reply = run(KEYS, ARGV)
+    if type(reply) == 'table' and not reply.err then table.insert(reply, 1, 0) end
+    return reply
+  end
+  table.remove(KEYS)
+  table.remove(KEYS)
+  local ttl = 0
+  for i = 1, #KEYS do ttl = math.max(ttl, redis.call('PTTL', KEYS[i])) end
+  reply = run(KEYS, ARGV)
+  if type(reply) ~= 'table' or reply.err then return reply end
+  for i = 1, #KEYS do ttl = math.max(ttl, redis.call('PTTL', KEYS[i])) end
+  if ttl > 0 then
+    redis.call('ZADD', record, string.format('%d', now + ttl * 1000), id)
+    local last = redis.call('ZRANGE', record, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', record, string.format('%d', math.ceil((tonumber(last[2]) - now) / 1000) + 1))
+  end
+  table.insert(reply, 1, 1)
+  return reply
 end
 "#;
 
@@ -95,8 +139,9 @@ impl LuaScript {
     pub(crate) fn new(name: &'static str, engine: &'static str) -> Self {
         let body = BATCH_WRAPPER
             .replacen("__NOW__", NOW_US, 1)
-            .replacen("__PAUSE__", PAUSE_PRELUDE, 1)
-            .replacen("__BODY__", engine, 1);
+            .replacen("__HOLD__", HOLD_PRELUDE, 1)
+            .replacen("__BODY__", engine, 1)
+            .replacen("__SETTLE__", SETTLE, 1);
         let sha1 = Script::new(&body).get_hash().to_owned();
         LuaScript { name, body, sha1 }
     }
@@ -125,14 +170,14 @@ impl LuaScript {
     }
 }
 
-/// Generates `all`: the pause script, then every engine's scripts in the order of the table in
+/// Generates `all`: the pause and block scripts, then every engine's scripts in the order of the table in
 /// `kinds.rs`.
 macro_rules! script_list {
     ($($variant:ident: $engine:ty, $storage:ident;)*) => {
         /// Every script, for tools and benchmarks.
         fn all() -> impl Iterator<Item = &'static LazyLock<LuaScript>> {
             let engines = [$(<$engine as super::Engine>::SCRIPTS,)*];
-            std::iter::once(&super::pause::SCRIPT).chain(engines.into_iter().flatten().copied())
+            [&super::pause::SCRIPT, &super::block::SCRIPT].into_iter().chain(engines.into_iter().flatten().copied())
         }
     };
 }

@@ -20,14 +20,16 @@
 --          sort by block and the cumulative counts grow with them, so the count in a window is C
 --          minus the newest stale member's, and the block that frees `over` units is found by a
 --          binary search on ranks.
--- ARGV[1]  'check' | 'peek'
+-- ARGV[1]  'check' | 'peek' | 'settle'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
--- ARGV[3]  cost
+-- ARGV[3]  cost (settle: the cost the call was charged)
 -- ARGV[4]  the configuration's fingerprint
 -- ARGV[5]  number of limits, then for each: limit, duration_us, precision_us, blocks
+-- then, for a settle: the actual cost, and the instant (µs) the call was charged at
 -- Returns {now, mismatch, then per limit: total, newest block or -1, freeing block or -1}: the
 -- units counting before this call, the newest counting block, and (refused calls) the block by
 -- whose end enough units have left; mismatch is 1 when another configuration recorded last.
+-- A settle returns the same figures after it, as a peek reads them.
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
 
 local h, z = KEYS[1], KEYS[2]
@@ -40,7 +42,7 @@ local n = tonumber(ARGV[5])
 -- A fixed window (the `bucket` limiter: one limit of one block) takes this path: the same rule
 -- and layout as below, without the tables and helpers that several blocks need (they cost the
 -- server a measurable share of a call this short: see the docs' benchmarks page).
-if n == 1 and ARGV[9] == '1' then
+if n == 1 and ARGV[9] == '1' and ARGV[1] ~= 'settle' then
   local limit, precision = tonumber(ARGV[6]), tonumber(ARGV[8])
   local current = math.floor(now / precision)
   local p = '0:' .. ARGV[7] .. ':' .. ARGV[8] .. ':'
@@ -144,8 +146,95 @@ for i = 1, n do
       sets[#sets + 1] = fmt(floor)
     end
     if #sets > 0 then redis.call('HSET', h, unpack(sets)) end
-    l.below = below
+    l.below, l.floor, l.lo = below, floor, lo
   end
+end
+
+if ARGV[1] == 'settle' then
+  -- The rule of a settle (`Sliding::settle`): a charge is recorded like an admitted call, in the
+  -- newest block, even past the limit; a refund gives back, in every limit, up to the units
+  -- recorded in the block the call was charged in, if that block still counts (the cumulative
+  -- counts of the blocks after it move down with it). Then the state is read as a peek.
+  local actual, at = tonumber(ARGV[6 + 4 * n]), tonumber(ARGV[7 + 4 * n])
+  for i = 1, n do
+    local l = limits[i]
+    local p = l.p
+    if actual > cost then
+      local units = actual - cost
+      local block = math.max(l.current, l.newest)
+      local ends = (block + l.blocks) * l.precision
+      if l.blocks == 1 then
+        if block == l.n then
+          redis.call('HINCRBY', h, p .. 'c', fmt(units))
+        else
+          redis.call('HSET', h, p .. 'n', fmt(block), p .. 'c', fmt(units))
+        end
+      else
+        local c = l.c or 0
+        local after = add(c, units)
+        redis.call('ZADD', z, 0, p .. pad(block) .. ':' .. fmt(after))
+        if block == l.newest then
+          redis.call('ZREM', z, p .. pad(block) .. ':' .. fmt(c))
+          redis.call('HSET', h, p .. 'c', fmt(after))
+        else
+          local sets = {p .. 'c', fmt(after), p .. 'n', fmt(block)}
+          if not l.c then
+            for _, v in ipairs({p .. 'f', '0', p .. 'l', fmt(l.first), p .. 'g', '1'}) do sets[#sets + 1] = v end
+          end
+          redis.call('HSET', h, unpack(sets))
+        end
+        local ttl = math.ceil((ends - now) / 1000) + 1000
+        if redis.call('PTTL', z) < ttl then redis.call('PEXPIRE', z, fmt(ttl)) end
+        l.c = after
+      end
+      local ttl = math.ceil((ends - now) / 1000) + 1000
+      if redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, fmt(ttl)) end
+      l.total, l.newest, l.n = l.total + units, block, block
+      if l.blocks == 1 then l.freeing = block end
+    elseif actual < cost then
+      local units = cost - actual
+      local block = math.floor(at / l.precision)
+      if l.blocks == 1 then
+        if l.newest == block and l.total > 0 then
+          local taken = math.min(units, l.total)
+          if taken == l.total then
+            redis.call('HDEL', h, p .. 'n', p .. 'c')
+            l.newest, l.freeing, l.n = -1, -1, nil
+          else
+            redis.call('HINCRBY', h, p .. 'c', fmt(-taken))
+          end
+          l.total = l.total - taken
+        end
+      elseif l.c and block >= l.first and block <= l.newest then
+        local members = redis.call('ZRANGEBYLEX', z, '[' .. p .. pad(block), '(' .. string.sub(p, 1, -2) .. ';')
+        if members[1] and block_of(p, members[1]) == block then
+          local pred = redis.call('ZREVRANGEBYLEX', z, '(' .. p .. pad(block), '[' .. p .. pad(l.lo), 'LIMIT', 0, 1)[1]
+          local before = pred and cum_of(p, pred) or l.floor
+          local held = sub(cum_of(p, members[1]), before)
+          local taken = math.min(units, held)
+          for j, m in ipairs(members) do
+            redis.call('ZREM', z, m)
+            if j > 1 or taken < held then
+              redis.call('ZADD', z, 0, p .. pad(block_of(p, m)) .. ':' .. fmt(sub(cum_of(p, m), taken)))
+            end
+          end
+          l.c = sub(l.c, taken)
+          local sets = {p .. 'c', fmt(l.c)}
+          if taken == held and #members == 1 then
+            -- The newest block emptied: the one before it (if it counts) is the newest now.
+            local prev = pred and block_of(p, pred) or -1
+            if prev < l.first then prev = -1 end
+            l.newest = prev
+            sets[#sets + 1] = p .. 'n'
+            sets[#sets + 1] = fmt(prev >= 0 and prev or l.first - 1)
+          end
+          redis.call('HSET', h, unpack(sets))
+          l.total = l.total - taken
+        end
+      end
+    end
+  end
+  commit, asked = false, 1
 end
 
 -- Cost 0 is always admitted, even above a limit (a same-named limiter may be larger).
@@ -157,6 +246,7 @@ for i = 1, n do
 end
 
 if not allowed then
+  -- (After a settle, `below` still holds: it only rewrote blocks that count.)
   -- The block by whose end `over` units have left: the oldest counting blocks leave first.
   for i = 1, n do
     local l = limits[i]

@@ -112,6 +112,22 @@ impl Counter {
         self.blocks.len() != before
     }
 
+    /// Gives back up to `units` of those recorded in `block`, if it still counts (the caller
+    /// trimmed the counter); a block emptied by it is dropped. Returns what was given back.
+    fn refund(&mut self, block: u64, units: u64) -> u64 {
+        let Some(k) = self.blocks.iter().position(|b| b.0 == block) else { return 0 };
+        let before = if k == 0 { self.floor } else { self.blocks[k - 1].1 };
+        let held = self.blocks[k].1.wrapping_sub(before);
+        let taken = units.min(held);
+        for later in self.blocks.iter_mut().skip(k) {
+            later.1 = later.1.wrapping_sub(taken);
+        }
+        if taken == held {
+            self.blocks.remove(k);
+        }
+        taken
+    }
+
     /// The instant after which this counter is empty.
     fn expires_at(&self) -> u64 {
         self.blocks.back().map_or(0, |&(b, _)| (b + self.id.blocks) * self.id.precision_us)
@@ -278,11 +294,35 @@ impl Sliding {
             trimmed |= state.counters.len() != before;
         }
         let mismatch = state.fingerprint != 0 && state.fingerprint != self.fingerprint;
+        if let Op::Settle { .. } = op {
+            let settled = self.settle(&mut state.counters[..n], now, op);
+            let e = self.decide(&mut state.counters[..n], now, Op::Peek);
+            return (Evaluation { changed: settled || trimmed, ..e }, mismatch);
+        }
         let e = self.decide(&mut state.counters[..n], now, op);
         if e.changed && matches!(op, Op::Check { .. }) {
             state.fingerprint = self.fingerprint;
         }
         (Evaluation { changed: e.changed || trimmed, ..e }, mismatch)
+    }
+
+    /// The rule of a settle, on trimmed counters: a charge is recorded like an admitted call
+    /// (in the newest block, even past the limit); a refund gives back, in every limit, up to the
+    /// units recorded in the block the call was charged in, if that block still counts. Returns
+    /// whether anything changed.
+    fn settle(&self, counters: &mut [Counter], now: u64, op: Op) -> bool {
+        let Op::Settle { cost, actual, at, .. } = op else { return false };
+        let mut changed = false;
+        for (params, counter) in self.limits.iter().zip(counters.iter_mut()) {
+            if actual > cost {
+                let block = params.block_id(now).max(counter.newest().unwrap_or(0));
+                counter.record(block, actual - cost);
+                changed = true;
+            } else if actual < cost {
+                changed |= counter.refund(params.block_id(at), cost - actual) > 0;
+            }
+        }
+        changed
     }
 
     /// The rule: decides `op` (a check or a peek, which asks about cost 1) at `now` on each
@@ -352,7 +392,7 @@ impl Engine for Sliding {
 
     #[inline]
     fn apply(&self, state: &mut SlidingState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
-        if !matches!(op, Op::Check { .. } | Op::Peek) {
+        if !matches!(op, Op::Check { .. } | Op::Peek | Op::Settle { .. }) {
             return Err(not_applicable(op, self));
         }
         let (mut e, mismatch) = self.run(state, now, op);
@@ -381,14 +421,20 @@ impl Engine for Sliding {
         &["h", "b"]
     }
 
-    /// `cost fingerprint n (limit duration_us precision_us blocks)…`
+    /// `cost fingerprint n (limit duration_us precision_us blocks)…`, then for a settle
+    /// `actual at` (the cost is then the one the call was charged).
     fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
-        if !matches!(op, Op::Check { .. } | Op::Peek) {
-            return Err(not_applicable(op, self));
-        }
-        cmd.arg(op.cost()).arg(self.fingerprint).arg(self.limits.len());
+        let cost = match op {
+            Op::Check { .. } | Op::Peek => op.cost(),
+            Op::Settle { cost, .. } => cost,
+            _ => return Err(not_applicable(op, self)),
+        };
+        cmd.arg(cost).arg(self.fingerprint).arg(self.limits.len());
         for l in self.limits.iter() {
             cmd.arg(l.limit).arg(l.duration_us).arg(l.precision_us).arg(l.blocks);
+        }
+        if let Op::Settle { actual, at, .. } = op {
+            cmd.arg(actual).arg(at);
         }
         Ok(())
     }
@@ -397,6 +443,8 @@ impl Engine for Sliding {
     /// what the script read.
     fn decode(&self, op: Op, reply: &[i64]) -> Result<Outcome> {
         let mut r = Reply::read(reply, self.limits.len())?;
+        // A settle's reply is the state after it (see `sliding.lua`): reported as a peek.
+        let op = if let Op::Settle { .. } = op { Op::Peek } else { op };
         let mut decision = self.decide(&mut r.limits, r.now, op).decision;
         decision.decided_at_micros = r.now;
         Ok(Outcome { config_mismatch: r.mismatch, ..Outcome::of(decision) })

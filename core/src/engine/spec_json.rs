@@ -13,7 +13,8 @@
 //!
 //! The canonical form — what [`LimiterConfig::to_json`] writes and what every language reads
 //! back — has its keys in a fixed order, every field of the kind filled in (defaults included),
-//! whole numbers written without a fraction, and `wait_timeout` only when it is not the default.
+//! whole numbers written without a fraction, `wait_timeout` only when it is not the default and
+//! `block_for` only when it is set.
 //! Parsing is strict: an unknown kind or field, a wrong type or a bad value is an
 //! [`Error::InvalidArgument`] naming the field by its path (`rate`, `windows[1]`), and nothing is
 //! built.
@@ -35,6 +36,9 @@ pub struct LimiterConfig {
     pub spec: LimiterSpec,
     /// How long `acquire` waits by default; `None` for [`DEFAULT_WAIT_TIMEOUT`].
     pub wait_timeout: Option<Duration>,
+    /// How long a key stays refused after a refusal (see [`crate::Limiter::with_block_for`]);
+    /// `None`: a refusal blocks nothing.
+    pub block_for: Option<Duration>,
 }
 
 impl LimiterConfig {
@@ -56,8 +60,9 @@ impl LimiterConfig {
             Err(Error::invalid_field("kind", format!("must be one of {}; got {kind:?}", kinds::JSON_NAMES.join(", "))))
         })?;
         let wait_timeout = fields.optional_timeout("wait_timeout")?;
+        let block_for = fields.optional_seconds("block_for")?;
         fields.reject_unknown(kind)?;
-        let config = LimiterConfig { spec, wait_timeout };
+        let config = LimiterConfig { spec, wait_timeout, block_for };
         config.validate()?;
         Ok(config)
     }
@@ -79,6 +84,9 @@ impl LimiterConfig {
         if let Some(wait) = self.wait_timeout.filter(|w| *w != DEFAULT_WAIT_TIMEOUT) {
             json.put("wait_timeout", secs(wait));
         }
+        if let Some(block_for) = self.block_for {
+            json.put("block_for", secs(block_for));
+        }
         let fields: Vec<String> = json.0.iter().map(|(key, value)| format!("{}:{value}", Value::from(*key))).collect();
         format!("{{{}}}", fields.join(","))
     }
@@ -89,9 +97,10 @@ impl LimiterSpec {
     /// bare spec has nowhere to keep it.
     pub fn from_json(json: &str) -> Result<LimiterSpec> {
         let config = LimiterConfig::from_json(json)?;
-        if config.wait_timeout.is_some() {
+        let options = [("wait_timeout", config.wait_timeout.is_some()), ("block_for", config.block_for.is_some())];
+        if let Some((option, _)) = options.into_iter().find(|(_, set)| *set) {
             return Err(Error::invalid_field(
-                "wait_timeout",
+                option,
                 "is a limiter option: read this spec with LimiterConfig::from_json or Backend::limiter_from_json",
             ));
         }
@@ -100,7 +109,7 @@ impl LimiterSpec {
 
     /// The canonical JSON form of this spec.
     pub fn to_json(&self) -> String {
-        LimiterConfig { spec: self.clone(), wait_timeout: None }.to_json()
+        LimiterConfig { spec: self.clone(), wait_timeout: None, block_for: None }.to_json()
     }
 }
 
@@ -384,6 +393,14 @@ mod tests {
                 r#"{"kind":"calendar","limit":5,"period":"day","tz":"UTC"}"#,
             ),
             (r#"{"kind":"unlimited"}"#, r#"{"kind":"unlimited"}"#),
+            (
+                r#"{"block_for":2.5,"kind":"bucket","limit":5,"interval":1}"#,
+                r#"{"kind":"bucket","limit":5,"interval":1,"block_for":2.5}"#,
+            ),
+            (
+                r#"{"kind":"concurrent","limit":1,"block_for":60,"wait_timeout":0}"#,
+                r#"{"kind":"concurrent","limit":1,"lock_timeout":30,"wait_timeout":0,"block_for":60}"#,
+            ),
         ] {
             let config = LimiterConfig::from_json(given).unwrap();
             assert_eq!(config.to_json(), canonical, "from {given}");
@@ -415,6 +432,10 @@ mod tests {
             (r#"{"kind":"sliding_window","limits":[[60,100,"x"]]}"#, "limits[0][2]"),
             (r#"{"kind":"concurrent","limit":1,"lock_timeout":0}"#, "lock_timeout"),
             (r#"{"kind":"concurrent","limit":1,"wait_timeout":-1}"#, "wait_timeout"),
+            (r#"{"kind":"bucket","limit":5,"interval":1,"block_for":0}"#, "block_for"),
+            (r#"{"kind":"bucket","limit":5,"interval":1,"block_for":-1}"#, "block_for"),
+            (r#"{"kind":"bucket","limit":5,"interval":1,"block_for":"1m"}"#, "block_for"),
+            (r#"{"kind":"bucket","limit":5,"interval":1,"block_for":1e12}"#, "block_for"),
             (r#"{"kind":"bucket","limit":5,"interval":"second"}"#, "interval"),
             (r#"{"kind":"calendar","limit":5,"period":"fortnight"}"#, "period"),
             (r#"{"kind":"calendar","limit":5,"period":"day","tz":"Mars/Olympus"}"#, "tz"),
@@ -430,6 +451,8 @@ mod tests {
     fn a_bare_spec_refuses_the_wait_timeout_option() {
         let e = LimiterSpec::from_json(r#"{"kind":"concurrent","limit":1,"wait_timeout":1}"#).unwrap_err();
         assert_eq!(e.parameter(), Some("wait_timeout"));
+        let e = LimiterSpec::from_json(r#"{"kind":"concurrent","limit":1,"block_for":1}"#).unwrap_err();
+        assert_eq!(e.parameter(), Some("block_for"));
         let spec = LimiterSpec::from_json(r#"{"kind":"leaky","size":4,"drain":2}"#).unwrap();
         assert_eq!(spec, LimiterSpec::Leaky { size: 4, drain: Duration::from_secs(2) });
         assert_eq!(spec.to_json(), r#"{"kind":"leaky","size":4,"drain":2}"#);
@@ -498,6 +521,7 @@ mod tests {
                 Just("refill"),
                 Just("lock_timeout"),
                 Just("wait_timeout"),
+                Just("block_for"),
                 Just("period"),
                 Just("tz"),
                 Just("anchor"),

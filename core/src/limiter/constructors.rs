@@ -18,7 +18,7 @@ impl Backend {
     }
 
     /// Builds a limiter from a JSON spec (see [`LimiterConfig`]), applying the options it carries
-    /// (`wait_timeout`). A bad field is [`crate::Error::InvalidArgument`] naming its path.
+    /// (`wait_timeout`, `block_for`). A bad field is [`crate::Error::InvalidArgument`] naming its path.
     pub fn limiter_from_json(&self, name: &str, json: &str) -> Result<Limiter> {
         self.limiter_from_config(name, LimiterConfig::from_json(json)?)
     }
@@ -35,8 +35,12 @@ impl Backend {
     /// Builds a limiter from a spec and its options.
     pub fn limiter_from_config(&self, name: &str, config: LimiterConfig) -> Result<Limiter> {
         let limiter = self.limiter(name, config.spec)?;
-        match config.wait_timeout {
-            Some(wait) => limiter.with_wait_timeout(wait),
+        let limiter = match config.wait_timeout {
+            Some(wait) => limiter.with_wait_timeout(wait)?,
+            None => limiter,
+        };
+        match config.block_for {
+            Some(block_for) => limiter.with_block_for(Some(block_for)),
             None => Ok(limiter),
         }
     }

@@ -7,8 +7,9 @@
 //! shadow limit, a block list, a deny cache, …) calls [`SlowPath::require`] with a reason of
 //! its own when it is configured on the limiter, and [`SlowPath::release`] when it no longer
 //! applies; while any reason is set, every check takes the general path. What the fast path
-//! checks by itself: the limiter is a GCRA limiter on the memory backend, the name has no live
-//! override, the key is already held and no pause is in effect (the backend's own count);
+//! checks by itself: the limiter is a GCRA limiter on the memory backend that does not block
+//! keys after a refusal, the name has no live override, the key is already held and no pause or
+//! block is in effect (the backend's own counts);
 //! anything else takes the general path, which decides exactly as before.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use super::{Limiter, Target};
 use crate::decision::Decision;
-use crate::engine::Algorithm;
+use crate::engine::{Algorithm, Served};
 use crate::metrics::Counter;
 
 /// The reasons a limiter's checks must take the general path: one bit each, shared by the
@@ -54,13 +55,18 @@ impl Limiter {
         let (Target::Memory { backend, namespace }, Algorithm::Gcra(gcra)) = (&inner.target, &inner.algorithm) else {
             return None;
         };
-        if !inner.slow_path.is_clear() || inner.live.as_ref().is_some_and(|live| live.has_overrides()) {
+        // A limiter that blocks keys after a refusal (`with_block_for`) starts its blocks on the
+        // general path.
+        if !inner.slow_path.is_clear()
+            || inner.block_for.is_some()
+            || inner.live.as_ref().is_some_and(|live| live.has_overrides())
+        {
             return None;
         }
         let (figures, now) = backend.check_gcra(*namespace, key, gcra, cost)?;
         inner.metrics.add(if figures.allowed { Counter::Allowed } else { Counter::Refused }, 1);
         // Built field by field in the caller's return slot.
-        Some(Decision {
+        let decision = Decision {
             allowed: figures.allowed,
             limit: gcra.capacity,
             remaining: figures.remaining,
@@ -69,6 +75,8 @@ impl Limiter {
             lease: None,
             decided_at_micros: now,
             limits: None,
-        })
+            settle: None,
+        };
+        Some(self.ticketed(decision, Served::Backend, key, cost))
     }
 }

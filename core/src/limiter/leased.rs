@@ -329,7 +329,7 @@ impl Limiter {
         let (key, op) = self.check_op(key, cost)?;
         match &self.inner.target {
             Target::Redis { .. } => Ok(self.leased_local_now(key, op)),
-            _ => self.run_local(key, op).map(|outcome| Some(self.granted(outcome, None))),
+            _ => self.run_local(key, op).map(|outcome| Some(self.ticketed_granted(outcome, None, key, cost))),
         }
     }
 

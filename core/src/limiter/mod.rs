@@ -18,6 +18,7 @@ use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 use partitions::{partition_source, PartitionSet};
 
+mod block;
 mod constructors;
 mod fast;
 mod inspect;
@@ -25,6 +26,7 @@ mod leased;
 mod partitions;
 mod pause;
 mod release;
+mod settle;
 mod waiting;
 
 use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
@@ -49,6 +51,8 @@ struct Inner {
     wait_timeout: Duration,
     /// The longest pause `pause` and `observe` write (see [`Limiter::with_max_pause`]).
     max_pause: Duration,
+    /// How long a refusal blocks the key (see [`Limiter::with_block_for`]).
+    block_for: Option<Duration>,
     /// Whether the backend's `fail_open` / `fallback` policy applies (see
     /// [`Limiter::with_allow_fallback`]).
     allow_fallback: bool,
@@ -60,6 +64,9 @@ struct Inner {
     pool: Option<Arc<leased::LeasePool>>,
     /// Why checks must take the general path, if they must (see `fast.rs`).
     slow_path: Arc<fast::SlowPath>,
+    /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
+    /// be settled); see `settle.rs`.
+    settle_identity: u64,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -98,11 +105,13 @@ impl Limiter {
                 target: Target::Nowhere,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
+                block_for: None,
                 allow_fallback: true,
                 metrics: Arc::default(),
                 live: None,
                 pool: None,
                 slow_path: Arc::default(),
+                settle_identity: 0,
             }),
         }
     }
@@ -147,14 +156,17 @@ impl Limiter {
             Target::Redis { backend, .. } => leased::pool_for(&algorithm, backend),
             _ => None,
         };
+        let settle_identity = settle::identity(&algorithm, &target, spec.kind(), name);
         Ok(Limiter {
             inner: Arc::new(Inner {
+                settle_identity,
                 name: name.into(),
                 spec,
                 algorithm,
                 target,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
+                block_for: None,
                 allow_fallback,
                 metrics,
                 live,
@@ -242,7 +254,11 @@ impl Limiter {
 
     /// The spec and options the limiter was built with, as data.
     pub fn config(&self) -> LimiterConfig {
-        LimiterConfig { spec: self.inner.spec.clone(), wait_timeout: Some(self.inner.wait_timeout) }
+        LimiterConfig {
+            spec: self.inner.spec.clone(),
+            wait_timeout: Some(self.inner.wait_timeout),
+            block_for: self.inner.block_for,
+        }
     }
 
     /// The canonical JSON spec of the limiter (see [`LimiterConfig`]): what every language
@@ -300,7 +316,8 @@ impl Limiter {
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            return self.leased_check(pool, key, cost).await;
+            let result = self.leased_check(pool, key, cost).await;
+            return self.block_after_refusal(key, op, result).await;
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
@@ -311,7 +328,7 @@ impl Limiter {
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
                 self.record(op, &result, Some(started));
-                result
+                self.block_after_refusal(key, op, result).await
             }
             Target::Partitions(set) => {
                 let result = set.run(key, op).await;
@@ -326,7 +343,8 @@ impl Limiter {
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            return self.leased_check_blocking(pool, key, cost);
+            let result = self.leased_check_blocking(pool, key, cost);
+            return self.block_after_refusal_blocking(key, op, result);
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
@@ -337,7 +355,7 @@ impl Limiter {
                 let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
                 self.record(op, &result, Some(started));
-                result
+                self.block_after_refusal_blocking(key, op, result)
             }
             _ => self.run_local(key, op),
         }
@@ -354,7 +372,7 @@ impl Limiter {
                     Some(over) => backend.execute(*namespace, key, &over.algorithm, op),
                 };
                 self.record(op, &result, None);
-                result
+                self.block_after_refusal_local(key, op, result)
             }
             Target::Partitions(set) => {
                 let result = set.run_blocking(key, op);
@@ -386,6 +404,9 @@ impl Limiter {
             Err(_) => return,
         };
         m.add(counter, 1);
+        if let Ok(Outcome { blocked: true, .. }) = result {
+            m.add(Counter::Blocked, 1);
+        }
         if let Some(started) = started {
             m.observe_latency(started.elapsed());
         }
@@ -409,7 +430,7 @@ impl Limiter {
             return Ok(decision);
         }
         let outcome = self.run(key, op).await?;
-        Ok(self.granted(outcome, None))
+        Ok(self.ticketed_granted(outcome, None, key, cost))
     }
 
     /// Blocking form of [`Limiter::check`].
@@ -420,12 +441,12 @@ impl Limiter {
             return Ok(decision);
         }
         let outcome = self.run_blocking(key, op)?;
-        Ok(self.granted(outcome, None))
+        Ok(self.ticketed_granted(outcome, None, key, cost))
     }
 
     /// Records a concurrent limiter's grant (after `waited`, if it waited) and reclaims.
     #[inline]
-    fn granted(&self, outcome: Outcome, waited: Option<Duration>) -> Decision {
+    pub(super) fn granted(&self, outcome: Outcome, waited: Option<Duration>) -> Decision {
         if let Algorithm::Concurrent(_) = self.inner.algorithm {
             let m = &self.inner.metrics;
             m.add(Counter::Reclaimed, outcome.reclaimed);

@@ -110,7 +110,7 @@ impl Limiter {
             attempts += 1;
             if outcome.decision.allowed {
                 let waited = (attempts > 1).then(|| Duration::from_micros(clock.now_micros().saturating_sub(started)));
-                return Ok(self.granted(outcome, waited));
+                return Ok(self.ticketed_granted(outcome, waited, key, cost));
             }
             self.inner.metrics.add(Counter::Reclaimed, outcome.reclaimed);
             let retry_after = outcome.decision.retry_after;
@@ -146,7 +146,7 @@ impl Limiter {
         let (key_ok, op) = self.check_op(key, cost)?;
         let outcome = self.run_local(key_ok, op)?;
         if outcome.decision.allowed {
-            return Ok(self.granted(outcome, None));
+            return Ok(self.ticketed_granted(outcome, None, key_ok, cost));
         }
         self.inner.metrics.add(Counter::Reclaimed, outcome.reclaimed);
         block_on(self.acquire(key, cost, wait_timeout))

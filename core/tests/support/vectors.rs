@@ -90,6 +90,9 @@ fn build_limiter(backend: &Backend, spec: &Value) -> Result<Built, Malformed> {
         Some(other) => return Err(format!("`name` must be a string, got {other}")),
     };
     let name_req = || name.ok_or_else(|| format!("a {kind} limiter needs a `name`"));
+    // A limiter option (`block_for`) is carried by the spec as data: such a limiter is built
+    // from its JSON form, as the bindings build it.
+    let kind = if obj.contains_key("block_for") { "<as data>" } else { kind };
     Ok(match kind {
         "concurrent" => {
             let limit = core!(count("limit", field(obj, "limit")?));
@@ -352,6 +355,27 @@ impl CallStyle {
         }
     }
 
+    fn block(self, limiter: &Limiter, key: Option<&str>, duration: Duration) -> Result<Duration, Error> {
+        match self {
+            CallStyle::Blocking => limiter.block_blocking(key, duration),
+            CallStyle::Async => ratekeeper::block_on(limiter.block(key, duration)),
+        }
+    }
+
+    fn unblock(self, limiter: &Limiter, key: Option<&str>) -> Result<bool, Error> {
+        match self {
+            CallStyle::Blocking => limiter.unblock_blocking(key),
+            CallStyle::Async => ratekeeper::block_on(limiter.unblock(key)),
+        }
+    }
+
+    fn settle(self, limiter: &Limiter, decision: &Decision, actual: u64) -> Result<Decision, Error> {
+        match self {
+            CallStyle::Blocking => limiter.settle_blocking(decision, actual),
+            CallStyle::Async => ratekeeper::block_on(limiter.settle(decision, actual)),
+        }
+    }
+
     fn release(self, limiter: &Limiter, key: Option<&str>, lease: &Lease) -> Result<(), Error> {
         match self {
             CallStyle::Blocking => limiter.release_blocking(key, lease),
@@ -446,6 +470,8 @@ fn run_case_inner(
     }
 
     let mut leases: HashMap<String, (Lease, String)> = HashMap::new();
+    // Decisions saved by `save_decision`, for `settle` steps.
+    let mut decisions: HashMap<String, Decision> = HashMap::new();
     for (index, step) in steps.iter().enumerate() {
         let step = step.as_object().ok_or_else(|| format!("step {index} must be an object"))?;
         let op = field(step, "op")?.as_str().ok_or_else(|| format!("step {index}: `op` must be a string"))?;
@@ -489,6 +515,29 @@ fn run_case_inner(
                     .and_then(|estimate| Ok((estimate, cost_from_f64("actual", actual)?)))
                     .and_then(|(estimate, actual)| style.points_used(limiter, key, estimate, actual));
                 match result {
+                    Ok(d) => Outcome::Decision(d),
+                    Err(e) => Outcome::Failed(e),
+                }
+            }
+            "block" => {
+                let seconds = number(field(step, "seconds")?).map_err(|e| format!("step {index}: {e}"))?;
+                match duration_from_secs("duration", seconds).and_then(|d| style.block(limiter, key, d)) {
+                    Ok(_) => Outcome::Done,
+                    Err(e) => Outcome::Failed(e),
+                }
+            }
+            "unblock" => match style.unblock(limiter, key) {
+                Ok(_) => Outcome::Done,
+                Err(e) => Outcome::Failed(e),
+            },
+            "settle" => {
+                let saved = field(step, "decision")?
+                    .as_str()
+                    .ok_or_else(|| format!("step {index}: `decision` must be a string"))?;
+                let decision =
+                    decisions.get(saved).ok_or_else(|| format!("step {index}: no decision saved as {saved:?}"))?;
+                let actual = number(field(step, "actual")?).map_err(|e| format!("step {index}: {e}"))?;
+                match cost_from_f64("actual", actual).and_then(|actual| style.settle(limiter, decision, actual)) {
                     Ok(d) => Outcome::Decision(d),
                     Err(e) => Outcome::Failed(e),
                 }
@@ -543,6 +592,11 @@ fn run_case_inner(
                 }
                 if expected != actual {
                     fail(format!("expected {expected}\n         actual   {actual}"));
+                }
+                if let Some(save) = step.get("save_decision") {
+                    let save =
+                        save.as_str().ok_or_else(|| format!("step {index}: `save_decision` must be a string"))?;
+                    decisions.insert(save.to_string(), d.clone());
                 }
                 if let Some(save) = step.get("save_lease") {
                     let save = save.as_str().ok_or_else(|| format!("step {index}: `save_lease` must be a string"))?;

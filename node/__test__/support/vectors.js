@@ -53,7 +53,8 @@ function interval(value) {
 
 function buildLimiter(backend, spec) {
   const { kind, name } = spec;
-  switch (kind) {
+  // A limiter option (`block_for`) is carried by the spec as data: build it from the data.
+  switch ('block_for' in spec ? '<as data>' : kind) {
     case 'concurrent':
       return backend.concurrent(name, number(spec.limit), { lockTimeoutMs: ms(spec.lock_timeout) });
     case 'bucket':
@@ -181,6 +182,7 @@ async function runCase(c, makeBackend) {
   if (buildError) return [`building ${buildError.id}: unexpected error ${describeError(buildError.error)}`];
 
   const leases = new Map();
+  const decisions = new Map(); // saved by `save_decision`, for `settle`
   for (const [index, step] of c.steps.entries()) {
     if (step.op === 'advance') {
       clock.advanceUs(step.us);
@@ -203,10 +205,21 @@ async function runCase(c, makeBackend) {
       case 'points_used':
         outcome = await outcomeOf(limiter.pointsUsed(key, number(step.estimate), number(step.actual)));
         break;
+      case 'block':
+        outcome = await outcomeOf(limiter.block(ms(step.seconds), key).then(() => undefined));
+        break;
+      case 'unblock':
+        outcome = await outcomeOf(limiter.unblock(key).then(() => undefined));
+        break;
       case 'release': {
         const lease = leases.get(step.lease);
         if (!lease) throw new Error(`malformed vector: step ${index}: no lease saved as ${step.lease}`);
         outcome = await outcomeOf(limiter.release({ ...lease, key }));
+        break;
+      }
+      case 'settle': {
+        if (!decisions.has(step.decision)) throw new Error(`malformed vector: step ${index}: no decision saved as ${step.decision}`);
+        outcome = await outcomeOf(limiter.settle(decisions.get(step.decision), number(step.actual)));
         break;
       }
       default:
@@ -232,6 +245,8 @@ async function runCase(c, makeBackend) {
     if (JSON.stringify(actual) !== JSON.stringify(expected)) {
       fail(`expected ${JSON.stringify(expected)}\n         actual   ${JSON.stringify(actual)}`);
     }
+    // Saved as stored data would be (a decision is a plain value: its ticket survives JSON).
+    if (step.save_decision) decisions.set(step.save_decision, JSON.parse(JSON.stringify(d)));
     if (step.save_lease) {
       if (d.lease) leases.set(step.save_lease, d.lease);
       else fail(`expected a lease to save as ${step.save_lease}, got none`);

@@ -13,6 +13,9 @@ The option table, the header forms and the ``count`` rule are documented in
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import ipaddress
 import json
 import logging
@@ -188,6 +191,7 @@ class Policy(Generic[Req]):
         trusted_proxies: Iterable[str] | None,
         peer: Callable[[Req], str | None],
         header: Callable[[Req, str], str | None],
+        partition_key_secret: bytes | str | None = None,
     ) -> None:
         limiters = _limiters(limiter)
         if key is not None and not callable(key):
@@ -225,6 +229,7 @@ class Policy(Generic[Req]):
             )
         if not isinstance(shadow, bool):
             raise InvalidArgument(f"invalid argument `shadow`: must be True or False, got {shadow!r}", "shadow")
+        self.partition_key = _partition_key(partition_key_secret, headers)
         self.gates = [_gate(one, count) for one in limiters]
         self.key = key
         self.cost = cost
@@ -301,7 +306,8 @@ class Policy(Generic[Req]):
                     refusing.append(outcome)
             if refusing and not self.shadow:
                 break
-        admission.headers = _rate_headers(self.headers, admission.outcomes)
+        pk = self.partition_key(key) if self.partition_key is not None else None
+        admission.headers = _rate_headers(self.headers, admission.outcomes, pk)
         if not refusing:
             return admission
         if self.shadow:
@@ -460,7 +466,47 @@ def _whole(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
 
 
-def _rate_headers(form: HeaderForm | None, outcomes: list[_Outcome]) -> list[tuple[str, str]]:
+# The draft-11 `pk` parameter: the `RateLimit` field is visible to the client, so it never carries
+# the key itself (an IP address, a user id) but a keyed hash of it, the first bytes of
+# HMAC-SHA256(secret, key); an unkeyed hash would not hide it (every IPv4 address can be hashed
+# in minutes). Node's middleware (node/http/partition-key.js) computes the same value.
+_PK_MIN_SECRET_BYTES = 16
+_PK_BYTES = 16
+
+
+def _partition_key(secret: object, headers: object) -> Callable[[str], str] | None:
+    """The function from a request's key to its ``pk`` (base64), or None without a secret.
+    The error never shows the secret."""
+    if secret is None:
+        return None
+    if isinstance(secret, str):
+        raw = secret.encode("utf-8")
+    elif isinstance(secret, (bytes, bytearray)):
+        raw = bytes(secret)
+    else:
+        raise InvalidArgument(
+            f"invalid argument `partition_key_secret`: must be bytes or a str, got {type(secret).__name__}",
+            "partition_key_secret",
+        )
+    if len(raw) < _PK_MIN_SECRET_BYTES:
+        raise InvalidArgument(
+            f"invalid argument `partition_key_secret`: must be at least {_PK_MIN_SECRET_BYTES} bytes, got {len(raw)}",
+            "partition_key_secret",
+        )
+    if headers != "draft-11":
+        raise InvalidArgument(
+            'invalid argument `partition_key_secret`: applies only to headers="draft-11" (pk is a draft-11 parameter)',
+            "partition_key_secret",
+        )
+
+    def pk(key: str) -> str:
+        digest = hmac.new(raw, key.encode("utf-8"), hashlib.sha256).digest()
+        return base64.b64encode(digest[:_PK_BYTES]).decode("ascii")
+
+    return pk
+
+
+def _rate_headers(form: HeaderForm | None, outcomes: list[_Outcome], pk: str | None = None) -> list[tuple[str, str]]:
     if form is None:
         return []
     statuses = _statuses(outcomes)
@@ -469,10 +515,11 @@ def _rate_headers(form: HeaderForm | None, outcomes: list[_Outcome]) -> list[tup
     if form == "draft-11":
         policy = []
         state = []
+        partition = f";pk=:{pk}:" if pk is not None else ""
         for s in statuses:
             w = f";w={max(1, _ceil(s.window))}" if s.window is not None and s.window > 0 else ""
             policy.append(f"{_sf_string(s.name)};q={s.limit}{w}")
-            state.append(f"{_sf_string(s.name)};r={s.remaining};t={s.reset}")
+            state.append(f"{_sf_string(s.name)};r={s.remaining};t={s.reset}{partition}")
         return [("RateLimit-Policy", ", ".join(policy)), ("RateLimit", ", ".join(state))]
     # One limit for the older forms: the one that refused (longest wait), else the least left.
     refused = [s for s in statuses if not s.allowed]

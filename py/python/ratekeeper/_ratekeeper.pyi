@@ -546,6 +546,12 @@ class Metrics:
         Checks the backend allowed (each attempt of a waiting `acquire` counts).
         """
     @property
+    def blocked(self, /) -> int:
+        """
+        Checks refused by a block (`block_for` after a refusal, or `block` by hand) rather than
+        by the limiter's state; also counted in `refused`.
+        """
+    @property
     def errors(self, /) -> int:
         """
         Checks that failed because Redis failed or refused the call.
@@ -653,6 +659,10 @@ class NativeLimiter:
         """
         asyncio form of `acquire`: waits without blocking the event loop.
         """
+    def ablock(self, /, duration: float, key: str | None = None) -> Future[float]:
+        """
+        asyncio form of `block`.
+        """
     def acheck(self, /, key: str | None = None, cost: int = ...) -> Future[Decision]:
         """
         asyncio form of `check`.
@@ -709,6 +719,30 @@ class NativeLimiter:
     def aresume(self, /, key: str | None = None) -> Future[bool]:
         """
         asyncio form of `resume`.
+        """
+    def asettle(self, /, decision: Decision, actual: int) -> Future[Decision]:
+        """
+        asyncio form of `settle`.
+        """
+    def aunblock(self, /, key: str | None = None) -> Future[bool]:
+        """
+        asyncio form of `unblock`.
+        """
+    def block(self, /, duration: float, key: str | None = None) -> float:
+        """
+        Blocks `key` for `duration` seconds from now, in every process sharing the backend:
+        until it ends (or `unblock`, or `reset`), `check` and `peek` are refused with
+        `retry_after` = the block's remaining time (consuming nothing) and `acquire` waits it
+        out. The block replaces the one in effect, shorter or longer. A block is not a pause:
+        `resume` leaves it alone. Returns the block in effect, in seconds. On Redis the check
+        costs no extra round trip. A `duration` that is not a positive number (0, negative, NaN)
+        raises `InvalidArgument` naming `duration`.
+        """
+    @property
+    def block_for(self, /) -> float | None:
+        """
+        How long a refusal blocks the key, in seconds (`None`: a refusal blocks nothing, the
+        default; see `with_block_for`).
         """
     def check(self, /, key: str | None = None, cost: int = ...) -> Decision:
         """
@@ -805,6 +839,16 @@ class NativeLimiter:
         override of a pause that is wrong or no longer needed); the key's other state is kept.
         Returns whether a pause was in effect.
         """
+    def settle(self, /, decision: Decision, actual: int) -> Decision:
+        """
+        Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+        its `actual` cost: the difference is charged or refunded exactly once, however often the
+        same decision is settled (a retry after a timeout is safe). A charge applies even past
+        the limit (later calls wait the debt out); a refund never gives back more than the call
+        took, nor to a window that has rolled over. Returns the state after it, as `peek` reports
+        it. A decision that cannot be settled (refused; concurrent, unlimited or partitions;
+        another limiter's) raises `InvalidArgument` naming `decision`; nothing is written.
+        """
     @property
     def spec(self, /) -> dict[str, Any]:
         """
@@ -816,10 +860,25 @@ class NativeLimiter:
         """
         The limiter's spec as canonical JSON text (what every language reads back alike).
         """
+    def unblock(self, /, key: str | None = None) -> bool:
+        """
+        Ends the block of `key` now, in every process sharing the backend; the key's other
+        state, and a pause, are kept. Returns whether a block was in effect.
+        """
     @property
     def wait_timeout(self, /) -> float:
         """
         The default time `acquire` and `within_limit` wait, in seconds.
+        """
+    def with_block_for(self, /, block_for: float | None) -> Limiter:
+        """
+        The same limiter (same state and metrics) whose refusals block the key for `block_for`
+        seconds (`None`: they block nothing): after a refused check, every `check`, `peek` and
+        `acquire` of this limiter and key, in every process sharing the backend, is refused with
+        `retry_after` = the block's remaining time, consuming nothing; the refusal that starts
+        the block says so too. A spec carries it as `"block_for": seconds`. A `block_for` that
+        is not a positive number of seconds up to 100 years raises `InvalidArgument` naming
+        `block_for`.
         """
     def with_max_pause(self, /, max_pause: float) -> Limiter:
         """

@@ -51,12 +51,14 @@ def policy(
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
     trusted_proxies: Iterable[str] | None = None,
+    partition_key_secret: bytes | str | None = None,
 ) -> Policy[HTTPConnection]:
     """The validated options of a Starlette/FastAPI rate limit (raises ``InvalidArgument``
     naming the bad option)."""
     return Policy(
         limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
         shadow=shadow, trusted_proxies=trusted_proxies, peer=peer_address, header=header_value,
+        partition_key_secret=partition_key_secret,
     )
 
 
@@ -90,11 +92,12 @@ class RateLimitMiddleware:
         on_refused: RefusedHandler | None = None,
         shadow: bool = False,
         trusted_proxies: Iterable[str] | None = None,
+        partition_key_secret: bytes | str | None = None,
     ) -> None:
         self.app = app
         self.policy = policy(
             limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
-            shadow=shadow, trusted_proxies=trusted_proxies,
+            shadow=shadow, trusted_proxies=trusted_proxies, partition_key_secret=partition_key_secret,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -55,12 +55,14 @@ def policy(
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
     trusted_proxies: Iterable[str] | None = None,
+    partition_key_secret: bytes | str | None = None,
 ) -> Policy[HttpRequest]:
     """The validated options of a Django rate limit (raises ``InvalidArgument`` naming the bad
     option)."""
     return Policy(
         limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
         shadow=shadow, trusted_proxies=trusted_proxies, peer=_peer, header=_header,
+        partition_key_secret=partition_key_secret,
     )
 
 
@@ -138,6 +140,7 @@ def ratelimit(
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
     trusted_proxies: Iterable[str] | None = None,
+    partition_key_secret: bytes | str | None = None,
 ) -> Callable[[View], View]:
     """A view decorator limiting that view, for sync and async views alike (an async view is
     checked with the asyncio calls, never blocking the event loop)::
@@ -148,7 +151,7 @@ def ratelimit(
     One limiter object on several views is one shared limit. With ``RateLimitMiddleware`` too,
     a decorated view is limited by both. Every option is validated here."""
     rules = policy(limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
-                   shadow=shadow, trusted_proxies=trusted_proxies)
+                   shadow=shadow, trusted_proxies=trusted_proxies, partition_key_secret=partition_key_secret)
 
     def decorate(view: View) -> View:
         return cast(View, _limited(rules, view))

@@ -53,6 +53,7 @@ def limit(
     on_refused: Callable[[Request, Refusal], Response] | None = None,
     shadow: bool = False,
     trusted_proxies: Iterable[str] | None = None,
+    partition_key_secret: bytes | str | None = None,
 ) -> Callable[[Request, Response], AsyncIterator[None]]:
     """A FastAPI dependency limiting the routes it is attached to::
 
@@ -66,6 +67,7 @@ def limit(
     rules: Policy[Request] = Policy(
         limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
         shadow=shadow, trusted_proxies=trusted_proxies, peer=peer_address, header=header_value,
+        partition_key_secret=partition_key_secret,
     )
 
     async def rate_limit(request: Request, response: Response) -> AsyncIterator[None]:

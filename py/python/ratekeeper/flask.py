@@ -48,7 +48,7 @@ class RateLimiter:
         def search(): ...
 
     The keyword options (``key``, ``cost``, ``skip``, ``count``, ``headers``, ``on_refused``,
-    ``shadow``, ``trusted_proxies``) apply to the default and are inherited by ``limit`` (which
+    ``shadow``, ``trusted_proxies``, ``partition_key_secret``) apply to the default and are inherited by ``limit`` (which
     may override any). ``key``, ``cost``, ``skip`` and ``on_refused`` receive the Flask
     ``request``. Every option is validated here (``InvalidArgument`` naming it)."""
 
@@ -65,10 +65,11 @@ class RateLimiter:
         on_refused: Callable[[Request, Refusal], Response] | None = None,
         shadow: bool = False,
         trusted_proxies: Iterable[str] | None = None,
+        partition_key_secret: bytes | str | None = None,
     ) -> None:
         self._options: dict[str, Any] = dict(
             key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused, shadow=shadow,
-            trusted_proxies=trusted_proxies,
+            trusted_proxies=trusted_proxies, partition_key_secret=partition_key_secret,
         )
         # Validates the options even without a default (an unlimited limiter touches no backend).
         checked = self._policy(default if default is not None else _ratekeeper.unlimited())

@@ -5,6 +5,7 @@ proxies, a failed-closed Redis, and the documented FastAPI example."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -52,6 +53,8 @@ MOUNTS: dict[str, dict[str, object]] = {
     "ws-open": {"limiters": [["ws-open", {"kind": "concurrent", "limit": 1}]]},
     "untrusted": {"limiters": [["ip-u", window(1)]]},
     "trusted": {"limiters": [["ip-t", window(1)]], "trusted_proxies": ["127.0.0.0/8"]},
+    "pk": {"limiters": [["pk", window(5)]], "trusted_proxies": ["127.0.0.0/8"],
+           "partition_key_secret": "a-secret-of-at-least-16-bytes"},
     "concurrent": {"limiters": [["in-flight", {"kind": "concurrent", "limit": 1}]]},
     "shed": {"shedder": ["fleet", 1]},
 }
@@ -97,6 +100,29 @@ def test_the_refusal_is_an_rfc_9457_problem(servers: tuple[Server, Server]) -> N
     assert 1 <= int(refused.headers["retry-after"]) <= 3600
 
 
+def test_draft_11_pk_is_a_keyed_hash_of_the_client_never_the_client(servers: tuple[Server, Server]) -> None:
+    # The first 16 bytes of HMAC-SHA256(secret, key); Node's middleware gives the same value
+    # (node/__test__/http-options.test.js holds the vector of another key).
+    expected = {"203.0.113.7": "gX8SmNME1631O1g30Jsyag=="}
+    url = servers[0].url
+
+    def pk_of(client: str) -> bytes:
+        r = httpx.get(f"{url}/pk/", headers={"x-forwarded-for": client})
+        assert r.status_code == 200
+        assert client not in r.headers["ratelimit"], "the raw key is never sent"
+        assert sf_list(r.headers["ratelimit-policy"]) == [("pk", {"q": 5, "w": 3600})], "the policy has no pk"
+        [(name, params)] = sf_list(r.headers["ratelimit"])
+        assert name == "pk"
+        pk = params["pk"]
+        assert isinstance(pk, bytes) and len(pk) == 16
+        return pk
+
+    first = pk_of("203.0.113.7")
+    assert base64.b64encode(first).decode() == expected["203.0.113.7"]
+    assert pk_of("203.0.113.7") == first, "one client, one partition"
+    assert pk_of("198.51.100.9") != first
+
+
 def test_every_header_form_parses(servers: tuple[Server, Server]) -> None:
     url = servers[0].url
     get = lambda form: httpx.get(f"{url}/{form}/")  # noqa: E731
@@ -104,6 +130,7 @@ def test_every_header_form_parses(servers: tuple[Server, Server]) -> None:
     assert sf_list(d11["ratelimit-policy"]) == [("h-draft-11", {"q": 3, "w": 3600})]
     [(name, params)] = sf_list(d11["ratelimit"])
     assert name == "h-draft-11" and params["r"] == 2 and 0 < int(params["t"]) <= 3600  # type: ignore[call-overload]
+    assert "pk" not in params, "no pk without partition_key_secret"
 
     d7 = get("draft-7").headers
     assert sf_list(d7["ratelimit-policy"]) == [("3", {"w": 3600})]

@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 
 import ratekeeper
 from ratekeeper import InvalidArgument
-from ratekeeper._http import _networks, client_key
+from ratekeeper._http import _networks, _partition_key, client_key
 from ratekeeper.asgi import RateLimitMiddleware
 from ratekeeper.django import ratelimit
 from ratekeeper.fastapi import limit
@@ -64,6 +64,10 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("trusted_proxies a lone string", {"trusted_proxies": "10.0.0.0/8"}, "trusted_proxies"),
     ("trusted proxy prefix 33", {"trusted_proxies": ["10.0.0.0/33"]}, "trusted_proxies"),
     ("trusted proxy a host name", {"trusted_proxies": ["proxy.local"]}, "trusted_proxies"),
+    ("partition_key_secret of 15 bytes", {"partition_key_secret": b"fifteen-bytes!!"}, "partition_key_secret"),
+    ("partition_key_secret a number", {"partition_key_secret": 12345}, "partition_key_secret"),
+    ("partition_key_secret with draft-7", {"partition_key_secret": "a-secret-of-at-least-16-bytes",
+                                           "headers": "draft-7"}, "partition_key_secret"),
 ]
 
 
@@ -134,3 +138,22 @@ TRUSTED = _networks(["10.0.0.0/8", "2001:db8:ffff::/48"])
 ])
 def test_the_default_key(peer: str | None, fields: dict[str, str], trusted: Any, expected: str) -> None:
     assert client_key(peer, headers(**fields), trusted) == expected
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_refused_partition_key_secret_is_never_shown(entry: str) -> None:
+    limiter = limiters()["bucket"]
+    for secret, headers in (("fifteen-bytes!!", "draft-11"), ("a-secret-of-at-least-16-bytes", "draft-6")):
+        with pytest.raises(InvalidArgument) as raised:
+            ENTRY_POINTS[entry](limiter=limiter, partition_key_secret=secret, headers=headers)
+        assert raised.value.parameter == "partition_key_secret"
+        assert secret not in str(raised.value) and secret not in repr(raised.value)
+    ENTRY_POINTS[entry](limiter=limiter, partition_key_secret=b"a-secret-of-at-least-16-bytes")
+
+
+def test_the_partition_key_is_the_same_in_python_and_node() -> None:
+    # The vectors node/__test__/http-options.test.js holds too: HMAC-SHA256, first 16 bytes.
+    pk = _partition_key("a-secret-of-at-least-16-bytes", "draft-11")
+    assert pk is not None
+    assert pk("user-42") == "kkSzpvOQVe/EiDuWzJQTlg=="
+    assert pk("203.0.113.7") == "gX8SmNME1631O1g30Jsyag=="

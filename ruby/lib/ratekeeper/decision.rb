@@ -25,7 +25,7 @@ module Ratekeeper
   # microseconds (`*_us`) with float-second readers (`retry_after`, `reset_after`); a refused
   # call consumed nothing.
   Decision = Struct.new(:allowed, :limit, :remaining, :retry_after_us, :reset_after_us,
-                        :decided_at_us, :lease, keyword_init: true) do
+                        :decided_at_us, :lease, :settle, keyword_init: true) do
     alias_method :allowed?, :allowed
 
     # Seconds until the same call could succeed (0.0 when allowed).
@@ -34,13 +34,36 @@ module Ratekeeper
     # Seconds until the limiter is back to full for this key.
     def reset_after = reset_after_us / 1_000_000.0
 
-    # A decision read from the C struct.
-    def self.from_native(d)
+    # A decision read from the C struct; `key` is the call's (its settle ticket keeps it).
+    def self.from_native(d, key = nil)
+      t = d[:settle]
+      settle = if t[:settleable]
+                 SettleTicket.new(id: t[:id], cost: t[:cost], charged_at_us: t[:charged_at_us],
+                                  limiter: t[:limiter], key: key)
+               end
       new(allowed: d[:allowed], limit: d[:limit], remaining: d[:remaining],
           retry_after_us: d[:retry_after_us], reset_after_us: d[:reset_after_us],
-          decided_at_us: d[:decided_at_us], lease: d[:has_lease] ? Lease.from_native(d[:lease]) : nil)
+          decided_at_us: d[:decided_at_us], lease: d[:has_lease] ? Lease.from_native(d[:lease]) : nil,
+          settle: settle)
+    end
+
+    # The C struct for this decision (what `rk_limiter_settle` reads).
+    def to_native
+      native = Native::Decision.new
+      native[:allowed] = allowed
+      %i[limit remaining retry_after_us reset_after_us decided_at_us].each { |f| native[f] = self[f] }
+      if settle
+        t = native[:settle]
+        t[:settleable] = true
+        %i[id cost charged_at_us limiter].each { |f| t[f] = settle[f] }
+      end
+      native
     end
   end
+
+  # What `Limiter#settle` needs to settle an admitted call of a counting limiter with its actual
+  # cost, exactly once: the settle id, the cost charged, when, the limiter, and the call's key.
+  SettleTicket = Struct.new(:id, :cost, :charged_at_us, :limiter, :key, keyword_init: true)
 
   # A clock that moves only when told (tests): a memory backend built on it
   # (`Backend.memory(clock:)`) reads time from it, and waits wake when it passes their deadline.

@@ -262,7 +262,7 @@ module Ratekeeper
     def check(key = nil, cost: 1)
       decision = Native::Decision.new
       Ratekeeper.check_status!(Native.rk_limiter_check(@ptr, Args.key(key), Args.count(cost, "cost"), decision))
-      Decision.from_native(decision)
+      Decision.from_native(decision, key)
     end
 
     # What a call of cost 1 would get, consuming nothing.
@@ -284,7 +284,7 @@ module Ratekeeper
                             retry_after: retry_after, limiter: self)
       end
       Ratekeeper.check_status!(status)
-      Decision.from_native(decision)
+      Decision.from_native(decision, key)
     end
 
     # Gives back a concurrent limiter's lease (raises LeaseLost if it was reclaimed).
@@ -312,6 +312,19 @@ module Ratekeeper
       Decision.from_native(decision)
     end
 
+    # Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+    # its `actual` cost: the difference is charged or refunded exactly once, however often the
+    # same decision is settled (a retry after a timeout is safe). Returns the state after it.
+    # A decision that cannot be settled raises InvalidArgument naming `decision`.
+    def settle(decision, actual)
+      Ratekeeper.invalid!("decision", "must be a Ratekeeper::Decision") unless decision.is_a?(Decision)
+      out = Native::Decision.new
+      key = decision.settle&.key
+      Ratekeeper.check_status!(Native.rk_limiter_settle(@ptr, Args.key(key), decision.to_native,
+                                                        Args.count(actual, "actual"), out))
+      Decision.from_native(out, key)
+    end
+
     # Refuses every call of `key` in every process for `duration` seconds (a third party said
     # to stop); returns the pause in effect, in seconds.
     def pause(duration, key: nil)
@@ -327,6 +340,33 @@ module Ratekeeper
       out = FFI::MemoryPointer.new(:bool)
       Ratekeeper.check_status!(Native.rk_limiter_resume(@ptr, Args.key(key), out))
       out.read(:bool)
+    end
+
+    # Refuses every call of `key` in every process for `duration` seconds from now (replacing a
+    # block in effect); returns the block in effect, in seconds. A block is not a pause: `resume`
+    # leaves it alone, `unblock` ends it, `reset` forgets it.
+    def block(duration, key: nil)
+      Ratekeeper.invalid!("duration", "must be a number of seconds, got #{duration.inspect}") unless duration.is_a?(Numeric)
+      out = FFI::MemoryPointer.new(:uint64)
+      Ratekeeper.check_status!(Native.rk_limiter_block(@ptr, Args.key(key), duration.to_f, out))
+      out.read(:uint64) / 1_000_000.0
+    end
+
+    # Ends a block of `key` early, in every process; true when one was in effect. The key's other
+    # state, and a pause, are kept.
+    def unblock(key: nil)
+      out = FFI::MemoryPointer.new(:bool)
+      Ratekeeper.check_status!(Native.rk_limiter_unblock(@ptr, Args.key(key), out))
+      out.read(:bool)
+    end
+
+    # A copy of this limiter (same state) whose refusals block the key for `seconds`: after a
+    # refused check, every call of that key in every process is refused until the block ends
+    # (`"block_for"` in a spec says the same).
+    def with_block_for(seconds)
+      Ratekeeper.invalid!("block_for", "must be a number of seconds, got #{seconds.inspect}") unless seconds.is_a?(Numeric)
+      ptr = Native.handle(:rk_limiter_free) { |out| Native.rk_limiter_with_block_for(@ptr, seconds.to_f, out) }
+      self.class.new(ptr, @name, { policy: @policy, reschedule: @reschedule, ttl: @ttl, wait_timeout: @wait_timeout, backend: @backend })
     end
 
     # A copy of this limiter (same state) whose pauses, from `pause` or `observe`, last at most

@@ -40,10 +40,16 @@ module Ratekeeper
       layout :id_hi, :uint64, :id_lo, :uint64, :fencing_token, :uint64, :granted_at_us, :uint64
     end
 
+    # `rk_settle_ticket`.
+    class SettleTicket < FFI::Struct
+      layout :settleable, :bool, :id, :uint64, :cost, :uint64, :charged_at_us, :uint64, :limiter, :uint64
+    end
+
     # `rk_decision`.
     class Decision < FFI::Struct
       layout :allowed, :bool, :limit, :uint64, :remaining, :uint64, :retry_after_us, :uint64,
-             :reset_after_us, :uint64, :decided_at_us, :uint64, :has_lease, :bool, :lease, Lease
+             :reset_after_us, :uint64, :decided_at_us, :uint64, :has_lease, :bool, :lease, Lease,
+             :settle, SettleTicket
     end
 
     # `rk_window_limit`.
@@ -106,11 +112,15 @@ module Ratekeeper
     call :rk_limiter_extend, [:pointer, :string, Lease.by_ref], :int, blocking: true
     call :rk_limiter_reset, %i[pointer string], :int, blocking: true
     call :rk_limiter_points_used, [:pointer, :string, :uint64, :uint64, Decision.by_ref], :int, blocking: true
+    call :rk_limiter_settle, [:pointer, :string, Decision.by_ref, :uint64, Decision.by_ref], :int, blocking: true
     call :rk_limiter_close, [:pointer], :int, blocking: true
     call :rk_limiter_pause, %i[pointer string double pointer], :int, blocking: true
     call :rk_limiter_observe, %i[pointer string uint32 pointer pointer size_t pointer], :int, blocking: true
     call :rk_limiter_resume, %i[pointer string pointer], :int, blocking: true
     call :rk_limiter_with_max_pause, %i[pointer double pointer], :int
+    call :rk_limiter_block, %i[pointer string double pointer], :int, blocking: true
+    call :rk_limiter_unblock, %i[pointer string pointer], :int, blocking: true
+    call :rk_limiter_with_block_for, %i[pointer double pointer], :int
 
     call :rk_backoff_new, %i[double double uint32 uint64 pointer], :int
     call :rk_backoff_reschedule_in, %i[pointer uint32 uint64 pointer pointer], :int

@@ -74,13 +74,15 @@ impl Limiter {
 
     fn drive(&self, key: &str, op: Op) -> Result<Driven> {
         let Some((backend, _)) = self.redis_target() else {
-            return Ok(Driven::Done(self.run_local(key, op)?.decision));
+            return Ok(Driven::Done(self.ticketed_op(self.run_local(key, op)?, key, op)));
         };
         if let (Some(decision), Op::Check { .. }) = (self.leased_local_now(key, op), op) {
             return Ok(Driven::Done(decision));
         }
-        // A leased limiter's round trips take leases (see `leased_check`), on the runtime.
+        // A leased limiter's round trips take leases (see `leased_check`), on the runtime; so
+        // does a check that may start a block (`block_for`: a second command after a refusal).
         if matches!(self.algorithm(), Algorithm::Concurrent(_) | Algorithm::Leased(_))
+            || (self.block_for().is_some() && matches!(op, Op::Check { .. }))
             || !backend.connections().drivable()
         {
             return Ok(Driven::Unsupported);
@@ -114,9 +116,12 @@ impl DrivenCall {
     /// on a [`Pipeline`] still ends by the deadline it got there (with `Timeout`, through the
     /// failure policy).
     pub async fn run(self) -> Result<Decision> {
-        let Some(deadline) = self.deadline else { return Ok(self.limiter.run(&self.key, self.op).await?.decision) };
+        let Some(deadline) = self.deadline else {
+            let outcome = self.limiter.run(&self.key, self.op).await?;
+            return Ok(self.limiter.ticketed_op(outcome, &self.key, self.op));
+        };
         match tokio::time::timeout_at(deadline.into(), self.limiter.run(&self.key, self.op)).await {
-            Ok(outcome) => Ok(outcome?.decision),
+            Ok(outcome) => Ok(self.limiter.ticketed_op(outcome?, &self.key, self.op)),
             Err(_) => self.settle(Err(self.timed_out())),
         }
     }
@@ -144,11 +149,13 @@ impl DrivenCall {
     /// What the call returns given what Redis did (the failure policy applies), counted in the
     /// limiter's metrics.
     fn settle(&self, remote: Result<Outcome>) -> Result<Decision> {
-        let Some((_, failover)) = self.limiter.redis_target() else { return Ok(remote?.decision) };
+        let Some((_, failover)) = self.limiter.redis_target() else {
+            return Ok(self.limiter.ticketed_op(remote?, &self.key, self.op));
+        };
         let failover = Limiter::failover_for(failover, self.over.as_deref());
         let outcome = self.backend.apply_policy(remote, &self.key, self.algorithm(), &failover, self.op);
         self.limiter.record(self.op, &outcome, Some(self.started));
-        Ok(outcome?.decision)
+        Ok(self.limiter.ticketed_op(outcome?, &self.key, self.op))
     }
 }
 

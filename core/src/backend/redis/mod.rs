@@ -27,9 +27,11 @@ use redis::Cmd;
 use super::memory::{MemoryBackend, MemoryConfig};
 use crate::clock::Clock;
 use crate::decision::{Decision, Lease};
+use crate::engine::block::{self, BlockMode};
 use crate::engine::concurrent::Concurrent;
 use crate::engine::pause;
 use crate::engine::script::LuaScript;
+use crate::engine::settle;
 use crate::engine::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
 use crate::error::{Error, Result};
 use crate::live::Live;
@@ -379,7 +381,8 @@ impl RedisBackend {
                     }
                     other => other,
                 };
-                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
+                // A settle is applied once by the fallback too (`settle` runs other calls as is).
+                let outcome = self.fallback.settle(*namespace, key, algorithm, op)?;
                 Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
@@ -402,14 +405,21 @@ impl RedisBackend {
         let Some(script) = algorithm.script() else { return Err(not_applicable(algorithm, op)) };
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let roles = algorithm.keys(op);
-        let paused = pause::applies_to(op);
-        let mut cmd = script.evalsha(roles.len() + usize::from(paused));
+        let held = pause::applies_to(op);
+        let settle_id = settle::id_of(op);
+        let mut cmd = script
+            .evalsha(roles.len() + 2 * usize::from(held || settle_id.is_some()) + usize::from(settle_id.is_some()));
         for role in roles {
             cmd.arg(keys.key(role));
         }
-        // Last in KEYS, where the script's pause check takes it from (see `PAUSE_PRELUDE`).
-        if paused {
-            cmd.arg(keys.key(pause::ROLE));
+        // Last in KEYS, where the script's hold check takes them from (see `HOLD_PRELUDE`); a
+        // settle passes them too (a repeat is answered as a peek, which the hold check reads).
+        if held || settle_id.is_some() {
+            cmd.arg(keys.key(pause::ROLE)).arg(keys.key(block::ROLE));
+        }
+        // After it, where the script's settle step takes it from (see `SETTLE` in script.rs).
+        if settle_id.is_some() {
+            cmd.arg(keys.key(settle::ROLE));
         }
         cmd.arg(op.verb());
         let now = self.manual_clock.as_ref().map(|clock| clock.now_micros());
@@ -417,6 +427,9 @@ impl RedisBackend {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
+        if let Some(id) = settle_id {
+            cmd.arg(id);
+        }
         algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
         Ok(ScriptCall { script, cmd, wake_key })
@@ -435,6 +448,12 @@ impl RedisBackend {
             if let Some(paused) = pause::refusal_in_reply(algorithm.capacity(), &reply) {
                 return Ok(paused);
             }
+            if let Some(blocked) = block::refusal_in_reply(algorithm.capacity(), &reply) {
+                return Ok(blocked);
+            }
+        }
+        if settle::id_of(op).is_some() {
+            return settle::decode(algorithm, op, &reply);
         }
         let mut outcome = algorithm.decode(op, &reply)?;
         if let (Op::Check { .. } | Op::Peek, false, Some(list_key)) = (op, outcome.decision.allowed, wake_key) {
@@ -473,8 +492,8 @@ impl RedisBackend {
     pub(crate) async fn reset(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm) -> Result<()> {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let mut pipe = redis::pipe();
-        // A reset forgets a pause too: it is state of the same identity.
-        let state = algorithm.state_keys().iter().chain([&pause::ROLE]);
+        // A reset forgets a pause and a block too: they are state of the same identity.
+        let state = algorithm.state_keys().iter().chain([&pause::ROLE, &block::ROLE]);
         pipe.del(state.map(|r| keys.key(r)).collect::<Vec<_>>()).ignore();
         if let Some(list) = algorithm.wake_list() {
             let wake = keys.key(list.role);
@@ -523,6 +542,48 @@ impl RedisBackend {
         let keys = KeyBuilder::new(&self.prefix, kind, name, key);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(pause::ROLE));
+        let (deleted,): (u64,) = self.query(&pipe).await?;
+        Ok(deleted > 0)
+    }
+
+    /// Blocks (`kind`, `name`, `key`) for `duration` (see `block.lua` for `mode`); returns the
+    /// block in effect. Under the `fallback` policy the fallback limiter is blocked too, so a
+    /// block holds while Redis is unreachable.
+    pub(crate) async fn block(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        failover: &Failover,
+        duration: Duration,
+        mode: BlockMode,
+    ) -> Result<Duration> {
+        if let Some((_, namespace)) = &failover.fallback {
+            self.fallback.block(*namespace, key, duration, mode);
+        }
+        let script: &'static LuaScript = &block::SCRIPT;
+        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let mut cmd = script.evalsha(1);
+        cmd.arg(keys.key(block::ROLE)).arg(mode.verb());
+        match self.manual_clock.as_ref().map(|clock| clock.now_micros()) {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(crate::params::micros(duration).max(1));
+        let sent = AtomicBool::new(false);
+        let reply = scripts::run_cmd(&self.connections, self.deadline, script, cmd, &sent).await?;
+        block::in_effect(&reply)
+    }
+
+    /// Ends the block of (`kind`, `name`, `key`) by deleting its key (see `Limiter::unblock`),
+    /// in the fallback limiter too; returns whether Redis held one.
+    pub(crate) async fn unblock(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
+        if let Some((_, namespace)) = &failover.fallback {
+            self.fallback.unblock(*namespace, key);
+        }
+        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let mut pipe = redis::pipe();
+        pipe.del(keys.key(block::ROLE));
         let (deleted,): (u64,) = self.query(&pipe).await?;
         Ok(deleted > 0)
     }
@@ -744,16 +805,17 @@ mod tests {
     }
 
     /// A fixed window (one block per limit) is a counter in the hash alone: its call does not
-    /// pass the sorted set that only sub-buckets use. (A check also passes the pause key, last.)
+    /// pass the sorted set that only sub-buckets use. (A check also passes the pause and block
+    /// keys, last.)
     #[test]
     fn fixed_windows_pass_only_the_hash() {
         let second = Duration::from_secs(1);
-        assert_eq!(keys_of(LimiterSpec::Bucket { limit: 5, interval: second }), ["h", "p"]);
+        assert_eq!(keys_of(LimiterSpec::Bucket { limit: 5, interval: second }), ["h", "p", "bk"]);
         let fixed = |duration| SlidingLimit { duration, limit: 5, precision: None };
         let two_fixed = LimiterSpec::SlidingWindow { limits: vec![fixed(second), fixed(60 * second)] };
-        assert_eq!(keys_of(two_fixed), ["h", "p"]);
+        assert_eq!(keys_of(two_fixed), ["h", "p", "bk"]);
         let sub_buckets = SlidingLimit { duration: 60 * second, limit: 5, precision: Some(second) };
         let mixed = LimiterSpec::SlidingWindow { limits: vec![fixed(second), sub_buckets] };
-        assert_eq!(keys_of(mixed), ["h", "b", "p"]);
+        assert_eq!(keys_of(mixed), ["h", "b", "p", "bk"]);
     }
 }

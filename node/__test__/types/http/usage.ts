@@ -33,6 +33,9 @@ const middleware = rateLimit({
 });
 app.use(middleware);
 const refusedInShadow: number = middleware.shadowRefused;
+rateLimit({ limiter: api, partitionKeySecret: new TextEncoder().encode('a-secret-of-at-least-16-bytes') });
+// @ts-expect-error: the secret is text or bytes
+rateLimit({ limiter: api, partitionKeySecret: 12345 });
 // @ts-expect-error: an unknown header form
 rateLimit({ limiter: api, standardHeaders: 'draft-8' });
 // @ts-expect-error: count is one of three words

@@ -1,0 +1,152 @@
+//! Blocking: `block_for` (a refusal keeps the key refused for a while, rate-limiter-flexible's
+//! `blockDuration`), and `block` / `unblock` by hand. A block is held where a pause is (see
+//! `engine/block.rs`), under its own key, so `resume` never ends it and metrics count it apart.
+
+use std::time::Duration;
+
+use super::{Limiter, Target};
+use crate::engine::block::BlockMode;
+use crate::engine::{Op, Outcome, Served};
+use crate::error::Result;
+use crate::params::{validate_duration, validate_key};
+use crate::runtime::block_on;
+
+impl Limiter {
+    /// The same limiter (same state, same metrics) whose refusals block the key for
+    /// `block_for` (`None`: a refusal blocks nothing, the default): after a check is refused,
+    /// every `check`, `peek` and `acquire` of this limiter and key, in every process that
+    /// shares the backend, is refused until the block ends, with `retry_after` = the block's
+    /// remaining time, consuming nothing. The refusal that starts a block says so in its own
+    /// `retry_after`. A block already in effect that ends later is kept. The spec's JSON form
+    /// carries it as `"block_for": seconds`. A `block_for` under one microsecond or over 100
+    /// years is [`crate::Error::InvalidArgument`] naming `block_for`.
+    ///
+    /// On Redis the block is written by a second command after the refusing one (only on a
+    /// refusal that starts a block: a blocked call is refused inside its own script). If that
+    /// write fails, the refusal stands and the next refusal tries again.
+    pub fn with_block_for(&self, block_for: Option<Duration>) -> Result<Limiter> {
+        let block_for = block_for.map(|d| validate_duration("block_for", d)).transpose()?;
+        Ok(self.with(|inner| inner.block_for = block_for))
+    }
+
+    /// How long a refusal blocks the key (see [`Limiter::with_block_for`]).
+    pub fn block_for(&self) -> Option<Duration> {
+        self.inner.block_for
+    }
+
+    /// Blocks `key` (`None`: the limiter's single shared key) for `duration` from now, in every
+    /// process that shares the backend: until it ends (or [`Limiter::unblock`], or
+    /// [`Limiter::reset`]), every `check`, `peek` and `acquire` of this limiter and key is
+    /// refused with `retry_after` = the block's remaining time, consuming nothing. The block
+    /// replaces any block in effect (an operator's word is final, shorter or longer). A block
+    /// is not a pause: [`Limiter::resume`] leaves it alone. Returns the block in effect.
+    /// Leased partitions and unlimited limiters never block and return zero.
+    ///
+    /// A `duration` under one microsecond or over 100 years is
+    /// [`crate::Error::InvalidArgument`] naming `duration`, and nothing is written.
+    pub async fn block(&self, key: Option<&str>, duration: Duration) -> Result<Duration> {
+        let key = validate_key(key)?;
+        let duration = validate_duration("duration", duration)?;
+        self.block_key(key, duration, BlockMode::Set).await
+    }
+
+    /// Blocking form of [`Limiter::block`].
+    pub fn block_blocking(&self, key: Option<&str>, duration: Duration) -> Result<Duration> {
+        let key = validate_key(key)?;
+        let duration = validate_duration("duration", duration)?;
+        match &self.inner.target {
+            Target::Redis { .. } => block_on(self.block_key(key, duration, BlockMode::Set)),
+            _ => Ok(self.block_local(key, duration, BlockMode::Set)),
+        }
+    }
+
+    /// Ends the block of `key` (`None`: the limiter's single shared key) before its time, in
+    /// every process that shares the backend. Returns whether a block was in effect. The key's
+    /// other state, and a pause, are kept.
+    pub async fn unblock(&self, key: Option<&str>) -> Result<bool> {
+        let key = validate_key(key)?;
+        match &self.inner.target {
+            Target::Redis { backend, failover } => backend.unblock(self.kind(), &self.inner.name, key, failover).await,
+            _ => Ok(self.unblock_local(key)),
+        }
+    }
+
+    /// Blocking form of [`Limiter::unblock`].
+    pub fn unblock_blocking(&self, key: Option<&str>) -> Result<bool> {
+        match &self.inner.target {
+            Target::Redis { .. } => block_on(self.unblock(key)),
+            _ => Ok(self.unblock_local(validate_key(key)?)),
+        }
+    }
+
+    /// Blocks `key` (validated) for `duration` (validated) on the limiter's backend.
+    async fn block_key(&self, key: &str, duration: Duration, mode: BlockMode) -> Result<Duration> {
+        match &self.inner.target {
+            Target::Redis { backend, failover } => {
+                backend.block(self.kind(), &self.inner.name, key, failover, duration, mode).await
+            }
+            _ => Ok(self.block_local(key, duration, mode)),
+        }
+    }
+
+    fn block_local(&self, key: &str, duration: Duration, mode: BlockMode) -> Duration {
+        match &self.inner.target {
+            Target::Memory { backend, namespace } => backend.block(*namespace, key, duration, mode),
+            _ => Duration::ZERO,
+        }
+    }
+
+    fn unblock_local(&self, key: &str) -> bool {
+        match &self.inner.target {
+            Target::Memory { backend, namespace } => backend.unblock(*namespace, key),
+            _ => false,
+        }
+    }
+
+    /// The block a refused check starts under `block_for`: `None` when this `result` starts
+    /// none (no `block_for`, not a check, allowed, already blocked, or not decided by the
+    /// backend: a failure policy's answer blocks nothing).
+    fn block_to_start(&self, op: Op, result: &Result<Outcome>) -> Option<Duration> {
+        let block_for = self.inner.block_for?;
+        match (op, result) {
+            (Op::Check { .. }, Ok(o)) if !o.decision.allowed && !o.blocked && o.served == Served::Backend => {
+                Some(block_for)
+            }
+            _ => None,
+        }
+    }
+
+    /// `result`, after starting the block a refusal calls for (see [`Limiter::with_block_for`]).
+    pub(crate) async fn block_after_refusal(&self, key: &str, op: Op, result: Result<Outcome>) -> Result<Outcome> {
+        let Some(block_for) = self.block_to_start(op, &result) else { return result };
+        let in_effect = self.block_key(key, block_for, BlockMode::Extend).await;
+        Ok(blocked_refusal(result?, in_effect.unwrap_or(block_for)))
+    }
+
+    /// Blocking form of [`Limiter::block_after_refusal`].
+    pub(crate) fn block_after_refusal_blocking(&self, key: &str, op: Op, result: Result<Outcome>) -> Result<Outcome> {
+        let Some(block_for) = self.block_to_start(op, &result) else { return result };
+        let in_effect = match &self.inner.target {
+            Target::Redis { .. } => block_on(self.block_key(key, block_for, BlockMode::Extend)).unwrap_or(block_for),
+            _ => self.block_local(key, block_for, BlockMode::Extend),
+        };
+        Ok(blocked_refusal(result?, in_effect))
+    }
+
+    /// [`Limiter::block_after_refusal`] on an in-process target.
+    #[inline]
+    pub(crate) fn block_after_refusal_local(&self, key: &str, op: Op, result: Result<Outcome>) -> Result<Outcome> {
+        let Some(block_for) = self.block_to_start(op, &result) else { return result };
+        let in_effect = self.block_local(key, block_for, BlockMode::Extend);
+        Ok(blocked_refusal(result?, in_effect))
+    }
+}
+
+/// A refusal that started a block of `in_effect`: it says to come back when the block ends
+/// (or later, when the limiter's own state says so).
+fn blocked_refusal(mut outcome: Outcome, in_effect: Duration) -> Outcome {
+    let d = &mut outcome.decision;
+    d.retry_after = d.retry_after.max(in_effect);
+    d.reset_after = d.reset_after.max(in_effect);
+    outcome
+}

@@ -1,0 +1,161 @@
+//! Settles: a call checked with an estimated cost is corrected to its actual cost once the cost
+//! is known, exactly once (see `docs/src/concepts/settle.md` for each kind's rule).
+//!
+//! An admitted decision of a counting kind carries a [`SettleTicket`]: the key, the cost, the
+//! instant it was charged at and an id made at check time. [`Limiter::settle`] turns it into
+//! `Op::Settle`, which each engine applies by its own rule; the backend records the id so that a
+//! repeat (a retry after a lost reply, a second call) changes nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use super::{Limiter, Target};
+use crate::decision::{Decision, SettleTicket};
+use crate::engine::{Algorithm, Kind, Op, Outcome, Served};
+use crate::error::{Error, Result};
+use crate::params::validate_cost;
+
+/// The identity settle tickets name a limiter by: its kind, name and backend (limiters of one
+/// name on one backend share state, so they settle each other's decisions); 0 for a limiter
+/// whose decisions cannot be settled.
+pub(super) fn identity(algorithm: &Algorithm, target: &Target, kind: Kind, name: &str) -> u64 {
+    if !settles(algorithm) {
+        return 0;
+    }
+    let backend = match target {
+        Target::Memory { backend, .. } => std::sync::Arc::as_ptr(backend) as usize as u64,
+        Target::Redis { backend, .. } => std::sync::Arc::as_ptr(backend) as usize as u64,
+        Target::Partitions(_) | Target::Nowhere => return 0,
+    };
+    let bytes = kind.as_str().bytes().chain([0xff]).chain(name.bytes()).map(u64::from);
+    crate::engine::fingerprint(bytes.chain([backend]))
+}
+
+/// Whether an engine has a settle rule.
+fn settles(algorithm: &Algorithm) -> bool {
+    matches!(algorithm, Algorithm::Gcra(_) | Algorithm::Calendar(_) | Algorithm::Sliding(_) | Algorithm::Log(_))
+}
+
+/// A settle id: unique per process and call, and across processes (a random prefix mixed with
+/// the pid), so that two processes' settles of one key never share an id.
+fn next_settle_id() -> u64 {
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(1);
+    let prefix = *PREFIX.get_or_init(|| {
+        use std::hash::BuildHasher;
+        foldhash::fast::RandomState::default().hash_one((std::process::id(), std::time::SystemTime::now()))
+    });
+    // Kept below 2^53 so every binding's numbers hold it exactly; never 0.
+    ((prefix ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)) & ((1 << 53) - 1)).max(1)
+}
+
+impl Limiter {
+    /// Adds a settle ticket to an admitted decision of a kind that can be settled, when the
+    /// backend decided it: a call allowed while failing open charged nothing, and one the
+    /// in-memory fallback decided charged the fallback, which a settle could not reach.
+    #[inline]
+    pub(crate) fn ticketed(&self, mut decision: Decision, served: Served, key: &str, cost: u64) -> Decision {
+        if decision.allowed && self.inner.settle_identity != 0 && served == Served::Backend {
+            decision.settle = Some(SettleTicket {
+                key: key.into(),
+                cost,
+                charged_at_micros: decision.decided_at_micros,
+                id: next_settle_id(),
+                limiter: self.inner.settle_identity,
+            });
+        }
+        decision
+    }
+
+    /// [`Limiter::granted`](super::Limiter) with the decision's settle ticket.
+    #[inline]
+    pub(super) fn ticketed_granted(
+        &self,
+        outcome: Outcome,
+        waited: Option<std::time::Duration>,
+        key: &str,
+        cost: u64,
+    ) -> Decision {
+        let served = outcome.served;
+        self.ticketed(self.granted(outcome, waited), served, key, cost)
+    }
+
+    /// Adds a settle ticket to the decision of `op` on `key` when `op` is a check (the calls that
+    /// run an operation directly: an event loop's driven calls).
+    #[inline]
+    pub(crate) fn ticketed_op(&self, outcome: Outcome, key: &str, op: Op) -> Decision {
+        match op {
+            Op::Check { cost, .. } => self.ticketed(outcome.decision, outcome.served, key, cost),
+            _ => outcome.decision,
+        }
+    }
+
+    /// Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
+    /// its `actual` cost: the difference is charged or refunded, exactly once however often the
+    /// same decision is settled (a retry after a lost reply is safe). Returns the state after
+    /// the settle, as a `peek` reports it.
+    ///
+    /// A charge is applied even past the limit (the work is done): later calls wait until the
+    /// debt is paid back. A refund never gives back more than the call took, nor to a window
+    /// that has rolled over. A decision that cannot be settled (refused, from a concurrent,
+    /// unlimited or partitions limiter, or from another limiter) is
+    /// [`Error::InvalidArgument`] naming `decision`; an `actual` that is not a cost is one
+    /// naming `actual`. Nothing is written in either case.
+    pub async fn settle(&self, decision: &Decision, actual: u64) -> Result<Decision> {
+        let (key, op) = self.settle_op(decision, actual)?;
+        let outcome = match &self.inner.target {
+            Target::Memory { .. } => self.settle_local(key, op),
+            _ => self.run(key, op).await,
+        };
+        self.settled(op, outcome)
+    }
+
+    /// Blocking form of [`Limiter::settle`].
+    pub fn settle_blocking(&self, decision: &Decision, actual: u64) -> Result<Decision> {
+        let (key, op) = self.settle_op(decision, actual)?;
+        let outcome = match &self.inner.target {
+            Target::Memory { .. } => self.settle_local(key, op),
+            _ => self.run_blocking(key, op),
+        };
+        self.settled(op, outcome)
+    }
+
+    /// The settle of `decision` to `actual`, or the error naming what is wrong with them.
+    fn settle_op<'d>(&self, decision: &'d Decision, actual: u64) -> Result<(&'d str, Op)> {
+        validate_cost("actual", actual)?;
+        let Some(ticket) = &decision.settle else {
+            let why = if !decision.allowed {
+                "was refused: a refused call consumed nothing, so there is nothing to settle"
+            } else {
+                "cannot be settled: only an admitted call of a counting limiter (token_bucket, leaky, points, \
+                 bucket, window, sliding_window, calendar) carries a settle ticket"
+            };
+            return Err(Error::invalid("decision", why));
+        };
+        if ticket.limiter != self.inner.settle_identity {
+            return Err(Error::invalid(
+                "decision",
+                format!(
+                    "was made by another limiter than {:?}: settle it with the limiter that checked it",
+                    self.name()
+                ),
+            ));
+        }
+        let op = Op::Settle { id: ticket.id, cost: ticket.cost, actual, at: ticket.charged_at_micros };
+        Ok((&ticket.key, op))
+    }
+
+    /// Runs a settle on the memory backend, once per id.
+    fn settle_local(&self, key: &str, op: Op) -> Result<Outcome> {
+        let Target::Memory { backend, namespace } = &self.inner.target else { return self.run_local(key, op) };
+        match self.override_for(key) {
+            None => backend.settle(*namespace, key, &self.inner.algorithm, op),
+            Some(over) => backend.settle(*namespace, key, &over.algorithm, op),
+        }
+    }
+
+    /// The decision a settle reports.
+    fn settled(&self, _op: Op, outcome: Result<Outcome>) -> Result<Decision> {
+        Ok(outcome?.decision)
+    }
+}

@@ -1,0 +1,88 @@
+//! Settles against a real `redis-server`: a settle whose reply was lost (the server stopped
+//! after the request was sent, so the call timed out, then resumed and ran it) and that the
+//! caller retries applies once; settles of one decision from many threads apply once; on a
+//! 3-master Cluster too.
+
+mod support;
+
+use std::time::Duration;
+
+use ratekeeper::{runtime, Backend, Decision, ErrorKind, Limiter, RedisConfig};
+use support::RedisServer;
+
+/// A token bucket that refills so slowly that time never shows in `remaining` during a test.
+fn limiter(backend: &Backend, name: &str) -> Limiter {
+    backend.token_bucket(name, 0.001, 10).expect("a limiter")
+}
+
+fn remaining(limiter: &Limiter, key: &str) -> u64 {
+    limiter.peek_blocking(Some(key)).expect("peek").remaining
+}
+
+/// Stops the server, settles (the request is sent, the reply never comes: the call times out),
+/// resumes the server (which runs the request it had received), and returns the error.
+fn settle_with_lost_reply(server: &RedisServer, limiter: &Limiter, decision: &Decision, actual: u64, blocking: bool) {
+    server.pause();
+    let lost = if blocking {
+        limiter.settle_blocking(decision, actual)
+    } else {
+        runtime().block_on(limiter.settle(decision, actual))
+    };
+    server.resume();
+    let error = lost.expect_err("the server was stopped: the settle's reply cannot arrive");
+    assert!(
+        matches!(error.kind(), ErrorKind::Timeout | ErrorKind::BackendUnavailable),
+        "a lost reply is a timeout or an unavailable backend, got {error:?}"
+    );
+}
+
+#[test]
+fn a_settle_retried_after_its_reply_was_lost_applies_once() {
+    let server = RedisServer::start();
+    let config = RedisConfig::new(server.url()).prefix("settle-lost").deadline(Duration::from_millis(300));
+    let backend = Backend::redis_with(config).expect("a Redis backend");
+    for blocking in [true, false] {
+        let limiter = limiter(&backend, if blocking { "blocking" } else { "async" });
+        let decision = limiter.check_blocking(Some("k"), 8).expect("check");
+        assert_eq!(decision.remaining, 2);
+
+        settle_with_lost_reply(&server, &limiter, &decision, 3, blocking);
+        // The server ran the settle it had received before it stopped: the refund applied...
+        assert_eq!(remaining(&limiter, "k"), 7, "blocking {blocking}: the lost settle applied on the server");
+        // ...and the caller's retry (both forms) applies nothing more, and reports the state.
+        let retried = limiter.settle_blocking(&decision, 3).expect("retry");
+        assert_eq!((retried.allowed, retried.remaining), (true, 7), "blocking {blocking}");
+        let retried = runtime().block_on(limiter.settle(&decision, 3)).expect("retry");
+        assert_eq!(retried.remaining, 7, "blocking {blocking}");
+        assert_eq!(remaining(&limiter, "k"), 7, "blocking {blocking}: applied once");
+
+        // A charge retried after a lost reply is charged once too.
+        let charged = limiter.check_blocking(Some("c"), 2).expect("check");
+        settle_with_lost_reply(&server, &limiter, &charged, 6, blocking);
+        assert_eq!(remaining(&limiter, "c"), 4);
+        assert_eq!(limiter.settle_blocking(&charged, 6).expect("retry").remaining, 4);
+        assert_eq!(remaining(&limiter, "c"), 4, "blocking {blocking}: charged once");
+    }
+}
+
+/// Settles of one decision raced from many threads, on a Cluster, apply once; the record of
+/// the id lives in the identity's hash tag (one slot) with a TTL.
+#[test]
+fn concurrent_settles_of_one_decision_apply_once_on_a_cluster() {
+    let cluster = support::RedisCluster::start();
+    let config = RedisConfig::cluster(cluster.seeds()).prefix("settle-race");
+    let backend = Backend::redis_with(config).expect("a Cluster backend");
+    let window = backend.window("w", 10, Duration::from_secs(3600)).expect("a limiter");
+    let bucket = limiter(&backend, "tb");
+    for limiter in [&window, &bucket] {
+        for key in ["a", "b", "c"] {
+            let decision = limiter.check_blocking(Some(key), 9).expect("check");
+            std::thread::scope(|s| {
+                for _ in 0..8 {
+                    s.spawn(|| limiter.settle_blocking(&decision, 1).expect("settle"));
+                }
+            });
+            assert_eq!(remaining(limiter, key), 9, "{} {key}: refunded 8 once", limiter.name());
+        }
+    }
+}

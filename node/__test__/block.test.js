@@ -1,0 +1,82 @@
+'use strict';
+// Blocking through Node: `block`, `unblock`, `blockForMs` / `withBlockFor` and `block_for` in a
+// spec, on memory, Redis and a Redis Cluster, judged by a ManualClock. The exact figures are the
+// shared vectors' (tests/vectors/block.json); these hold the Node surface.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Backend, ManualClock } = require('..');
+const { RedisServer, RedisCluster } = require('./support/redis.js');
+
+const START_US = 1_700_000_000_000_000; // a whole second
+const options = { deadlineMs: 5000, connectTimeoutMs: 5000 };
+let prefixes = 0;
+const prefix = () => `node${process.pid}x${prefixes++}`;
+
+/** What every backend must do, given a factory of backends on one manual clock. */
+async function blockSemantics(makeBackend) {
+  const clock = new ManualClock(START_US);
+  const backend = makeBackend(clock);
+  const limiter = backend.tokenBucket('api', 0.01, 5);
+  assert.equal((await limiter.check('k')).allowed, true);
+  assert.equal(await limiter.unblock('k'), false);
+  assert.equal(await limiter.block(10_000, 'k'), 10_000);
+  for (let i = 0; i < 3; i++) {
+    const d = await limiter.check('k');
+    assert.equal(d.allowed, false);
+    assert.equal(d.retryAfterMs, 10_000);
+    assert.equal(d.remaining, 0);
+  }
+  assert.equal((await limiter.peek('k')).retryAfterMs, 10_000);
+  assert.equal((await limiter.check('other')).allowed, true, 'other keys are not blocked');
+  assert.equal(await limiter.resume('k'), false, 'a block is not a pause');
+  assert.equal(limiter.metrics().blocked, 3);
+  assert.equal(await limiter.block(2500, 'k'), 2500, 'a block by hand replaces the one in effect');
+  assert.equal(await limiter.unblock('k'), true);
+  const back = await limiter.check('k');
+  assert.equal(back.allowed, true);
+  assert.equal(back.remaining, 3, 'the blocked refusals consumed nothing');
+
+  // block_for: as an option, and in a spec.
+  const plain = backend.bucket('login', 1, 60_000);
+  assert.equal(plain.blockForMs, null);
+  const strict = plain.withBlockFor(600_000);
+  assert.equal(strict.blockForMs, 600_000);
+  assert.equal(strict.spec.block_for, 600);
+  assert.equal(backend.limiter('login', { kind: 'bucket', limit: 1, interval: 60, block_for: 600 }).blockForMs, 600_000);
+  assert.equal(strict.withBlockFor(null).blockForMs, null);
+  assert.equal((await strict.check('u')).allowed, true);
+  const refused = await strict.check('u');
+  assert.equal(refused.allowed, false);
+  assert.equal(refused.retryAfterMs, 600_000);
+  clock.advance(120_000);
+  assert.equal((await plain.check('u')).retryAfterMs, 480_000, 'the block is the key\'s');
+  await strict.reset('u');
+  assert.equal((await strict.check('u')).allowed, true, 'reset forgets the block');
+}
+
+test('block, unblock and block_for on memory', async () => {
+  await blockSemantics((clock) => Backend.memory({ clock }));
+});
+
+test('block, unblock and block_for on Redis', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  await blockSemantics((clock) => Backend.redis(server.url, { ...options, prefix: prefix(), clock }));
+});
+
+test('block, unblock and block_for on a Redis Cluster', async (t) => {
+  const cluster = await RedisCluster.start();
+  t.after(() => cluster.destroy());
+  await blockSemantics((clock) => Backend.cluster(cluster.seeds, { ...options, prefix: prefix(), clock }));
+});
+
+test('bad durations reject naming them, before anything is written', async () => {
+  const limiter = Backend.memory().tokenBucket('api', 100, 100);
+  for (const bad of [0, -1, NaN, Infinity, '10']) {
+    await assert.rejects(limiter.block(bad, 'k'), { code: 'ERR_INVALID_ARGUMENT', parameter: 'durationMs' });
+    assert.throws(() => limiter.withBlockFor(bad), { code: 'ERR_INVALID_ARGUMENT', parameter: 'blockForMs' });
+  }
+  await assert.rejects(limiter.unblock('k'.repeat(1025)), { code: 'ERR_INVALID_ARGUMENT', parameter: 'key' });
+  assert.equal((await limiter.check('k')).allowed, true, 'nothing was blocked');
+});

@@ -1,0 +1,59 @@
+// Settling a call with its actual cost through Node: once per decision, on memory (Promise and
+// sync forms) and on a real redis-server (the driven connection); a stored decision (its JSON)
+// settles like the original; bad arguments are typed errors naming `decision` or `actual`.
+'use strict';
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Backend, ManualClock, codes } = require('../index.js');
+const { RedisServer } = require('./support/redis.js');
+
+const START_US = 1_700_000_000_000_000;
+
+async function settlesOnce(limiter) {
+  const d = await limiter.check('u', 8);
+  assert.equal(d.remaining, 2);
+  const stored = JSON.parse(JSON.stringify(d));
+  assert.equal((await limiter.settle(stored, 3)).remaining, 7);
+  assert.equal((await limiter.settle(d, 3)).remaining, 7, 'a repeat applies nothing');
+  assert.equal((await limiter.peek('u')).remaining, 7);
+}
+
+test('settle refunds once, Promise and sync forms, on memory', async () => {
+  const limiter = Backend.memory({ clock: new ManualClock(START_US) }).tokenBucket('tb', 10, 10);
+  await settlesOnce(limiter);
+  const d = limiter.checkSync('v', 5);
+  assert.equal(limiter.settleSync(d, 9).remaining, 1, 'charged 4 more');
+  assert.equal(limiter.settleSync(d, 9).remaining, 1, 'once');
+});
+
+test('settle refunds once on redis (driven calls)', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.stop());
+  const backend = Backend.redis(server.url, { prefix: 'node-settle' });
+  await settlesOnce(backend.tokenBucket('tb', 0.001, 10));
+  const windows = backend.windows('w', [{ limit: 5, intervalMs: 10_000 }, { limit: 50, intervalMs: 600_000 }]);
+  const d = await windows.check('k', 4);
+  assert.equal(d.settle.key, 'k');
+  assert.equal((await windows.settle(d, 1)).remaining, 4);
+});
+
+test('bad settles are typed errors naming the parameter', async () => {
+  const backend = Backend.memory({ clock: new ManualClock(START_US) });
+  const limiter = backend.tokenBucket('tb', 10, 10);
+  const other = backend.tokenBucket('other', 10, 10);
+  const d = await limiter.check('u', 1);
+  for (const [call, parameter] of [
+    [() => limiter.settle(null, 1), 'decision'],
+    [() => limiter.settle('x', 1), 'decision'],
+    [() => limiter.settle({ allowed: true, settle: { id: 'x' } }, 1), 'decision'],
+    [() => other.settle(d, 1), 'decision'],
+    [() => limiter.settle(d, -1), 'actual'],
+    [() => limiter.settle(d, 1.5), 'actual'],
+    [() => limiter.settle(d), 'actual'],
+  ]) {
+    await assert.rejects(call(), (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === parameter);
+  }
+  assert.throws(() => limiter.settleSync(d, -1), (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === 'actual');
+  assert.equal((await limiter.peek('u')).remaining, 9, 'nothing was written');
+});

@@ -1,0 +1,62 @@
+//! Settle tickets across the boundary: what a decision carries for `limiter.settle(decision,
+//! actual)` (`decision.settle`: `{ id, limiter, cost, chargedAtUs, key }`), and reading a
+//! decision given back by JavaScript.
+
+use napi_derive::napi;
+
+use crate::args::Js;
+use crate::runtime::CoreResult;
+
+/// What `limiter.settle` needs to settle an admitted call with its actual cost, exactly once:
+/// present on admitted calls of counting limiters, absent otherwise. A plain value: it may be
+/// stored (e.g. with a job) and the decision given back later.
+#[napi(object, object_from_js = false)]
+pub struct SettleTicket {
+    /// The settle id made at check time: a settle of one id applies once.
+    pub id: f64,
+    /// Identifies the limiter that made the decision.
+    pub limiter: f64,
+    /// The cost the call was charged with.
+    pub cost: f64,
+    /// When it was charged, in microseconds since the epoch, by the deciding clock.
+    pub charged_at_us: f64,
+    /// The key the call was charged to (absent: the limiter's shared key).
+    pub key: Option<String>,
+}
+
+impl SettleTicket {
+    /// The JavaScript form of a core ticket.
+    pub fn new(t: &ratekeeper::SettleTicket) -> SettleTicket {
+        SettleTicket {
+            id: t.id as f64,
+            limiter: t.limiter as f64,
+            cost: t.cost as f64,
+            charged_at_us: t.charged_at_micros as f64,
+            key: (!t.key.is_empty()).then(|| t.key.to_string()),
+        }
+    }
+}
+
+/// Reads a decision given back to `settle`: whether it was allowed and its ticket (a value
+/// that is not a decision is `InvalidArgument` naming `decision`).
+pub fn decision_from_js(value: Option<Js>) -> CoreResult<ratekeeper::Decision> {
+    let bad =
+        |why: &str| ratekeeper::Error::invalid("decision", format!("must be a decision from check or acquire: {why}"));
+    let obj = crate::args::required(value, "decision")?.object("decision")?;
+    let allowed = obj.get(c"allowed").ok_or_else(|| bad("no `allowed`"))?.boolean("decision")?;
+    let zero = std::time::Duration::ZERO;
+    let mut decision = ratekeeper::Decision::from_parts(allowed, 0, 0, zero, zero);
+    if let Some(ticket) = obj.get(c"settle") {
+        let whole = |name: &std::ffi::CStr| -> CoreResult<u64> {
+            let n = ticket.get(name).map(|v| v.number("decision")).transpose()?.unwrap_or(-1.0);
+            if !(n.is_finite() && n >= 0.0 && n.fract() == 0.0) {
+                return Err(bad("its `settle` needs whole numbers `id`, `limiter`, `cost` and `chargedAtUs`"));
+            }
+            Ok(n as u64)
+        };
+        let (id, limiter, cost, at) = (whole(c"id")?, whole(c"limiter")?, whole(c"cost")?, whole(c"chargedAtUs")?);
+        let key = ticket.get(c"key").map(|k| k.string("key")).transpose()?.unwrap_or_default();
+        decision.settle = Some(ratekeeper::SettleTicket::from_parts(&key, cost, at, id, limiter));
+    }
+    Ok(decision)
+}
