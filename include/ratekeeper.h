@@ -324,6 +324,24 @@ typedef struct rk_decision {
   struct rk_settle_ticket settle;
 } rk_decision;
 
+/**
+ * \brief One part of `rk_backend_check_all`: a limiter, a key and a cost.
+ */
+typedef struct rk_check_all_part {
+  /**
+   * The part's limiter, built on the backend the call is made on.
+   */
+  const struct rk_limiter *limiter;
+  /**
+   * The part's key (up to 1 KiB of UTF-8), or NULL for the limiter's single shared key.
+   */
+  const char *key;
+  /**
+   * What the part consumes: 1..=2^53 (concurrent limiters take 1).
+   */
+  uint64_t cost;
+} rk_check_all_part;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -943,6 +961,57 @@ enum rk_status rk_limiter_points_used(const struct rk_limiter *limiter,
                                       uint64_t estimate,
                                       uint64_t actual,
                                       struct rk_decision *decision_out);
+
+/**
+ * \brief Decides every part in one atomic step at one instant: all are admitted and consume
+ * their cost, or none consumes anything. Never waits.
+ *
+ * A refused combination still returns #RK_OK with `*allowed_out` false; each part's decision
+ * is in `decisions_out` (in a refused combination a part may say `allowed`, alone it would
+ * have passed, but it consumed nothing and holds no lease). Admitted concurrent parts hold a
+ * lease in their decision: release each with `rk_limiter_release`. On a Redis Cluster the
+ * parts' keys must share one slot (limiters whose spec says `"colocate": "tenant"`, keys of
+ * one tenant), or the call fails with #RK_INVALID_ARGUMENT naming `parts`. A bad part fails
+ * naming it (`parts[1].cost`) before anything is written; leased token buckets and partitions
+ * cannot take part.
+ *
+ * \param backend The backend every part's limiter was built on.
+ * \param parts The parts (at least one, at most 64).
+ * \param parts_len How many parts.
+ * \param decisions_out Receives one decision per part (an array of `parts_len`).
+ * \param allowed_out Receives whether every part was admitted.
+ * \param retry_after_us_out Receives 0 when allowed, else the longest `retry_after_us` of the
+ *        parts that refused.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT,
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_backend_check_all(const struct rk_backend *backend,
+                                    const struct rk_check_all_part *parts,
+                                    size_t parts_len,
+                                    struct rk_decision *decisions_out,
+                                    bool *allowed_out,
+                                    uint64_t *retry_after_us_out);
+
+/**
+ * \brief Like `rk_backend_check_all`, waiting up to `wait_timeout_secs` for a step that
+ * admits every part.
+ *
+ * Waits sleep exactly until the combination can change (or until a release frees a concurrent
+ * part's slot). When waiting cannot succeed in time, returns #RK_OVER_LIMIT at once with
+ * `*retry_after_us_out` set (and `*allowed_out` false).
+ *
+ * \param wait_timeout_secs Seconds to wait; #RK_WAIT_DEFAULT uses the shortest of the parts'
+ *        limiters' default wait timeouts.
+ * \return #RK_OK, #RK_OVER_LIMIT, #RK_NULL_PARAMETER, #RK_INVALID_UTF8,
+ *         #RK_INVALID_ARGUMENT, #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_backend_acquire_all(const struct rk_backend *backend,
+                                      const struct rk_check_all_part *parts,
+                                      size_t parts_len,
+                                      double wait_timeout_secs,
+                                      struct rk_decision *decisions_out,
+                                      bool *allowed_out,
+                                      uint64_t *retry_after_us_out);
 
 /**
  * \brief Settles an admitted call, checked with an estimated cost, to its `actual` cost: the

@@ -11,20 +11,20 @@
 use ratekeeper::{LimiterConfig, DEFAULT_WAIT_TIMEOUT};
 use serde_json::{json, Map, Value};
 
-/// One valid spec per kind, every field set (`wait_timeout` is accepted by every kind).
+/// One valid spec per kind, every field set (`wait_timeout` and `colocate` are accepted by every kind).
 const SAMPLES: &[&str] = &[
-    r#"{"kind":"token_bucket","rate":10,"capacity":20,"wait_timeout":5}"#,
-    r#"{"kind":"window","limit":100,"interval":60,"wait_timeout":5}"#,
-    r#"{"kind":"windows","windows":[[25,5],[300,60]],"wait_timeout":5}"#,
-    r#"{"kind":"sliding_window","limits":[[60,100],[1,10,0.1]],"wait_timeout":5}"#,
-    r#"{"kind":"bucket","limit":5,"interval":1,"wait_timeout":5}"#,
-    r#"{"kind":"leaky","size":4,"drain":2,"wait_timeout":5}"#,
-    r#"{"kind":"points","capacity":1000,"refill":60,"wait_timeout":5}"#,
-    r#"{"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15,"wait_timeout":5}"#,
-    r#"{"kind":"concurrent","limit":10,"lock_timeout":30,"wait_timeout":5}"#,
-    r#"{"kind":"leased","rate":100,"capacity":100,"chunk":10,"lease_ttl":1,"wait_timeout":5}"#,
-    r#"{"kind":"partitions","total_rate":100,"partitions":20,"lease_ttl":15,"reserved":0,"priority":false,"wait_timeout":5}"#,
-    r#"{"kind":"unlimited","wait_timeout":5}"#,
+    r#"{"kind":"token_bucket","rate":10,"capacity":20,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"window","limit":100,"interval":60,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"windows","windows":[[25,5],[300,60]],"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"sliding_window","limits":[[60,100],[1,10,0.1]],"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"bucket","limit":5,"interval":1,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"leaky","size":4,"drain":2,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"points","capacity":1000,"refill":60,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"concurrent","limit":10,"lock_timeout":30,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"leased","rate":100,"capacity":100,"chunk":10,"lease_ttl":1,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"partitions","total_rate":100,"partitions":20,"lease_ttl":15,"reserved":0,"priority":false,"wait_timeout":5,"colocate":"tenant"}"#,
+    r#"{"kind":"unlimited","wait_timeout":5,"colocate":"tenant"}"#,
 ];
 
 /// Strings tried for every string field; the schema lists those the parser accepts as an enum

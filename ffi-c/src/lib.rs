@@ -35,6 +35,8 @@ pub mod limiter;
 
 pub mod calls;
 
+pub mod check_all;
+
 pub mod settle;
 
 pub mod partitions;

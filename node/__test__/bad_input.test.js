@@ -169,6 +169,15 @@ function calls(c) {
   }
 }
 
+/** The decision a settle case passes (see the table's `conventions.settle`). */
+function settleDecision(c, limiter, which) {
+  if (which === 'check') return limiter.checkSync(null, 0);
+  if (which === 'peek') return limiter.peekSync(null);
+  if (which === 'other_limiter') return freshBackend().limiter('bad-input-other', c.limiter).checkSync(null, 0);
+  if (which !== null && typeof which === 'object') return which.value;
+  return which;
+}
+
 function limiterCalls(c, a) {
   const limiter = freshBackend().limiter('bad-input', c.limiter);
   const before = snapshot(limiter);
@@ -197,6 +206,10 @@ function limiterCalls(c, a) {
     block: [() => limiter.block(ms(a.duration), a.key)],
     unblock: [() => limiter.unblock(a.key)],
     with_block_for: [() => limiter.withBlockFor(ms(a.block_for))],
+    settle: [
+      () => limiter.settle(settleDecision(c, limiter, a.decision), a.actual),
+      () => limiter.settleSync(settleDecision(c, limiter, a.decision), a.actual),
+    ],
   }[c.call];
   assert.ok(thunks, `the table names a call this runner does not know: ${c.call}`);
   return { thunks, untouched: () => assert.deepEqual(snapshot(limiter), before, 'a refused call changed the state') };

@@ -47,6 +47,9 @@ pub(crate) enum Payload {
     Seconds(Option<std::time::Duration>),
     /// A yes or no (`resume`: whether a pause was in effect).
     Flag(bool),
+    /// A `check_all` result (its admitted concurrent parts' leases are released if the call
+    /// was cancelled meanwhile).
+    Combined(ratekeeper::CombinedDecision),
 }
 
 impl Payload {
@@ -58,6 +61,7 @@ impl Payload {
             Payload::Ticket(t, _) => t.map(|inner| Lease { inner, key: None }).into_bound_py_any(py),
             Payload::Seconds(d) => d.map(|d| d.as_secs_f64()).into_bound_py_any(py),
             Payload::Flag(b) => b.into_bound_py_any(py),
+            Payload::Combined(inner) => crate::check_all::CombinedDecision { inner }.into_bound_py_any(py),
         }
     }
 }
@@ -178,6 +182,11 @@ fn resolve(py: Python<'_>, future: &Bound<'_, PyAny>, outcome: Outcome) {
                             let _ = limiter.release(key.as_deref(), &lease).await;
                         });
                     }
+                }
+                Ok(Ok(Payload::Combined(combined))) => {
+                    ratekeeper::runtime().spawn(async move {
+                        let _ = combined.release().await;
+                    });
                 }
                 Ok(Ok(Payload::Ticket(Some(lease), shedder))) => {
                     ratekeeper::runtime().spawn(async move {

@@ -644,6 +644,53 @@ backend_pymethods! {
         guard_detached(py, || self.inner.clear_limit_blocking(name.0, key))
     }
 
+    /// Decides every part `(limiter, key, cost)` in one atomic step at one instant: all are
+    /// admitted and consume their cost, or none consumes anything. Never waits. On Redis it is
+    /// one script call; on a Redis Cluster the parts' keys must share one slot (limiters built
+    /// with `"colocate": "tenant"` and keys of one tenant), or `InvalidArgument` names `parts`
+    /// and the limiters. A bad part raises `InvalidArgument` naming it (`parts[1].cost`) before
+    /// anything is written. Leased token buckets and partitions cannot take part.
+    fn check_all(
+        &self,
+        py: Python<'_>,
+        parts: crate::check_all::Parts,
+    ) -> PyResult<crate::check_all::CombinedDecision> {
+        crate::check_all::check_all(py, &self.inner, parts)
+    }
+
+    /// Like `check_all`, waiting up to `wait_timeout` seconds (default: the shortest of the
+    /// parts' limiters') for a step that admits every part; raises `OverLimit` with the
+    /// combination's `retry_after` when waiting cannot succeed in time.
+    #[pyo3(signature = (parts, wait_timeout = None))]
+    fn acquire_all(
+        &self,
+        py: Python<'_>,
+        parts: crate::check_all::Parts,
+        wait_timeout: Option<crate::args::Timeout<crate::args::PWaitTimeout>>,
+    ) -> PyResult<crate::check_all::CombinedDecision> {
+        crate::check_all::acquire_all(py, &self.inner, parts, wait_timeout.map(|w| w.0))
+    }
+
+    /// asyncio form of `check_all`.
+    fn acheck_all<'py>(
+        &self,
+        py: Python<'py>,
+        parts: crate::check_all::Parts,
+    ) -> PyResult<crate::limiter::Fut<'py, crate::check_all::CombinedDecision>> {
+        crate::check_all::acheck_all(py, &self.inner, parts, None)
+    }
+
+    /// asyncio form of `acquire_all`.
+    #[pyo3(signature = (parts, wait_timeout = None))]
+    fn aacquire_all<'py>(
+        &self,
+        py: Python<'py>,
+        parts: crate::check_all::Parts,
+        wait_timeout: Option<crate::args::Timeout<crate::args::PWaitTimeout>>,
+    ) -> PyResult<crate::limiter::Fut<'py, crate::check_all::CombinedDecision>> {
+        crate::check_all::acheck_all(py, &self.inner, parts, Some(wait_timeout.map(|w| w.0)))
+    }
+
     /// Sends this process's pending metric counts and registrations to Redis now (they are
     /// sent once a second anyway): call it before a short-lived process exits.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {

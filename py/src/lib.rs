@@ -9,6 +9,7 @@ mod aio;
 mod args;
 mod backend;
 mod backoff;
+mod check_all;
 mod clock;
 mod decision;
 mod errors;
@@ -24,6 +25,8 @@ mod _ratekeeper {
     use super::backend::{Backend, BackendStats};
     #[pymodule_export]
     use super::backoff::Backoff;
+    #[pymodule_export]
+    use super::check_all::CombinedDecision;
     #[pymodule_export]
     use super::clock::ManualClock;
     #[pymodule_export]

@@ -117,8 +117,24 @@ def call(case: dict[str, Any]) -> None:
         ratekeeper.ManualClock(START_US).advance(a["seconds"])
     elif name == "http_middleware":
         http_middleware(a["options"])
+    elif name == "check_all":
+        check_all(a["parts"])
     else:
         limiter_call(case, name, a)
+
+
+def check_all(parts: list[dict[str, Any]]) -> None:
+    """`Backend.check_all` with each part's limiter built from its spec on one fresh memory
+    backend (or, with `other_backend`, on another); nothing may change."""
+    backend, other = fresh_backend(), fresh_backend()
+    built = [(other if p.get("other_backend") else backend).limiter(f"part{i}", p["limiter"])
+             for i, p in enumerate(parts)]
+    before = [(d.remaining, d.retry_after) for lim in built for d in [lim.peek("t1")]]
+    try:
+        backend.check_all([(lim, p.get("key"), p.get("cost", 1)) for lim, p in zip(built, parts)])
+    finally:
+        after = [(d.remaining, d.retry_after) for lim in built for d in [lim.peek("t1")]]
+        assert after == before, "a refused check_all changed a part's state"
 
 
 # The table's HTTP middleware cases are spelled with Node's option names unless they carry
@@ -162,6 +178,19 @@ def http_middleware(options: dict[str, Any]) -> None:
     raise errors[0]
 
 
+def settle_decision(case: dict[str, Any], limiter: Any, which: Any) -> Any:
+    """The decision a settle case passes (see the table's `conventions.settle`)."""
+    if which == "check":
+        return limiter.check(None, 0)
+    if which == "peek":
+        return limiter.peek(None)
+    if which == "other_limiter":
+        return fresh_backend().limiter("bad-input-other", case["limiter"]).check(None, 0)
+    if isinstance(which, dict):
+        return which["value"]
+    return which
+
+
 def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
     limiter = fresh_backend().limiter("bad-input", case["limiter"])
     before = snapshot(limiter)
@@ -199,6 +228,8 @@ def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
                 pass
         elif name == "with_wait_timeout":
             limiter.with_wait_timeout(a["wait_timeout"])
+        elif name == "settle":
+            limiter.settle(settle_decision(case, limiter, a["decision"]), a["actual"])
         else:
             raise AssertionError(f"the table names a call this runner does not know: {name}")
     finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import ratekeeper
-from ratekeeper import Backend, Decision, Lease, Limiter, ManualClock, Metrics, Permit
+from ratekeeper import Backend, CombinedDecision, Decision, Lease, Limiter, ManualClock, Metrics, Permit
 
 
 def sync_api(backend: Backend) -> None:
@@ -20,6 +20,8 @@ def sync_api(backend: Backend) -> None:
     api.peek()
     api.reset("user-42")
     api.points_used(5, 3, "user-42")
+    settled: Decision = api.settle(d, 1)
+    assert settled.remaining >= 0
 
     ingest: Limiter = backend.partitions("ingest", 100.0, 20, lease_ttl=15, reserved=2, priority=False)
     partitions_held: list[tuple[int, int]] = ingest.partitions_held()
@@ -85,6 +87,8 @@ def within_limit(erp: Limiter) -> None:
             d: Decision | None = permit.decision
             assert n and d
         dec: Decision = await erp.acheck("k")
+        settled_later: Decision = await erp.asettle(dec, 2)
+        assert settled_later.limit >= 0
         fut: asyncio.Future[Decision] = erp.aacquire("k", 1, 2.0)
         await fut
         await erp.arelease(Lease(1, 2, 3, "k"))
@@ -92,6 +96,24 @@ def within_limit(erp: Limiter) -> None:
         assert dec
 
     assert s and maybe
+
+
+def several_limits_at_once(backend: Backend) -> None:
+    rate = backend.limiter("rate", {"kind": "token_bucket", "rate": 1, "capacity": 5, "colocate": "tenant"})
+    quota = backend.limiter("quota", {"kind": "bucket", "limit": 100, "interval": 86400, "colocate": "tenant"})
+    combined: CombinedDecision = backend.check_all([(rate, "acme:u1", 2), (quota, "acme", 2)])
+    allowed: bool = combined.allowed
+    retry: float = combined.retry_after
+    parts: list[Decision] = combined.parts
+    combined.release()
+    waited: CombinedDecision = backend.acquire_all([(rate, "acme:u1", 1), (quota, "acme", 1)], wait_timeout=2.0)
+
+    async def use() -> None:
+        got: CombinedDecision = await backend.acheck_all([(rate, None, 1)])
+        await backend.aacquire_all([(rate, "acme:u2", 1)], 1.0)
+        await got.arelease()
+
+    assert allowed and retry >= 0 and parts and waited
 
 
 def backends(clock: ManualClock) -> list[Backend]:

@@ -79,6 +79,17 @@ class BadInputTest < Minitest::Test
     end
   end
 
+  # The decision a settle case passes (see the table's `conventions.settle`).
+  def settle_decision(c, limiter, which)
+    case which
+    when "check" then limiter.check(nil, cost: 0)
+    when "peek" then limiter.peek
+    when "other_limiter" then Ratekeeper::Limiter.from_spec("bad-other", c.fetch("limiter"), backend: Ratekeeper::Backend.memory).check(nil, cost: 0)
+    when Hash then which["value"]
+    else which
+    end
+  end
+
   def call_on_limiter(c, a, backend)
     limiter = limiter_of(c.fetch("limiter"), backend)
     before = [limiter.peek.to_h, limiter.peek("k").to_h]
@@ -95,6 +106,7 @@ class BadInputTest < Minitest::Test
       when "resume" then limiter.resume(key: a["key"])
       when "within_limit"
         limiter.within_limit(key: a["key"], cost: a["cost"], wait_timeout: a["wait_timeout"], policy: a["policy"]&.to_sym) { flunk "the block ran" }
+      when "settle" then limiter.settle(settle_decision(c, limiter, a["decision"]), a["actual"])
       else raise "unknown call #{c['call']}"
       end
     ensure

@@ -154,6 +154,10 @@ def limiter_tokens(call, a, c)
   when "peek", "reset" then [spec, key]
   when "acquire" then [spec, key, u64(a.fetch("cost", 1), "cost"), dbl(a.fetch("wait_timeout", -1), "wait_timeout_secs")]
   when "points_used" then [spec, key, u64(a["estimate"], "estimate"), u64(a["actual"], "actual")]
+  when "settle"
+    d = a["decision"]
+    raise NotExpressible, "rk_limiter_settle takes a const rk_decision *: #{d.inspect} cannot be passed" unless d.nil? || d.is_a?(String)
+    [spec, key, str(d, "decision"), u64(a["actual"], "actual")]
   when "pause" then [spec, key, dbl(a["duration"], "duration_secs")]
   when "resume" then [spec, key]
   when "with_max_pause" then [spec, key, dbl(a["max_pause"], "max_pause_secs")]

@@ -261,6 +261,24 @@ static rk_status run(const char *call, args_t *a, bool *untouched, char *param, 
         } else if (strcmp(call, "points_used") == 0) {
           uint64_t estimate = arg_u64(a);
           st = rk_limiter_points_used(l, key, estimate, arg_u64(a), &d);
+        } else if (strcmp(call, "settle") == 0) {
+          /* The decision named by the case (see the table's `conventions.settle`); NULL for null. */
+          const char *which = arg_str(a);
+          uint64_t actual = arg_u64(a);
+          rk_decision given;
+          memset(&given, 0, sizeof given);
+          if (which != NULL && strcmp(which, "peek") == 0) {
+            rk_limiter_peek(l, NULL, &given);
+          } else if (which != NULL && strcmp(which, "other_limiter") == 0) {
+            rk_limiter *other = NULL;
+            if (rk_limiter_new_from_json(b, "bad-input-other", spec_or_name, &other) == RK_OK) {
+              rk_limiter_check(other, NULL, 0, &given);
+              rk_limiter_free(other);
+            }
+          } else if (which != NULL) {
+            rk_limiter_check(l, NULL, 0, &given);
+          }
+          st = rk_limiter_settle(l, key, which != NULL ? &given : NULL, actual, &d);
         } else if (strcmp(call, "pause") == 0) {
           uint64_t in_effect = 0;
           st = rk_limiter_pause(l, key, arg_f64(a), &in_effect);

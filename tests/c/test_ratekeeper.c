@@ -442,6 +442,64 @@ static void test_concurrent(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* Several limits at once, all or nothing: an admitted combination consumes every part (the
+ * concurrent part holds a lease); one refused part consumes nothing of the others; bad parts
+ * are named before anything is written. */
+static void test_check_all(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *rate = NULL, *quota = NULL, *slots = NULL;
+  must(rk_limiter_new_from_json(b, "c-all-rate",
+                                "{\"kind\":\"token_bucket\",\"rate\":0.001,\"capacity\":5,\"colocate\":\"tenant\"}",
+                                &rate),
+       rate, "rate");
+  must(rk_limiter_new_from_json(b, "c-all-quota",
+                                "{\"kind\":\"bucket\",\"limit\":3,\"interval\":3600,\"colocate\":\"tenant\"}", &quota),
+       quota, "quota");
+  must(rk_limiter_new_from_json(b, "c-all-slots",
+                                "{\"kind\":\"concurrent\",\"limit\":2,\"lock_timeout\":3600,\"colocate\":\"tenant\"}",
+                                &slots),
+       slots, "slots");
+  rk_check_all_part parts[3] = {{rate, "t1:u", 2}, {quota, "t1", 2}, {slots, "t1", 1}};
+  rk_decision d[3];
+  bool allowed = false;
+  uint64_t retry = 1;
+  CHECK_OK(rk_backend_check_all(b, parts, 3, d, &allowed, &retry));
+  CHECK(allowed);
+  CHECK_U64(retry, 0);
+  CHECK_U64(d[0].remaining, 3);
+  CHECK_U64(d[1].remaining, 1);
+  CHECK(d[2].allowed && d[2].has_lease && d[2].lease.fencing_token > 0);
+  rk_lease held = d[2].lease;
+
+  CHECK_OK(rk_backend_check_all(b, parts, 3, d, &allowed, &retry));
+  CHECK(!allowed);
+  CHECK(d[0].allowed && !d[1].allowed && d[2].allowed && !d[2].has_lease);
+  CHECK_U64(retry, d[1].retry_after_us);
+  CHECK(retry > 0);
+  CHECK_U64(peek1(rate, "t1:u").remaining, 3);
+  CHECK_U64(peek1(quota, "t1").remaining, 1);
+  CHECK_U64(peek1(slots, "t1").remaining, 1);
+  CHECK_OK(rk_limiter_release(slots, "t1", &held));
+  CHECK_U64(peek1(slots, "t1").remaining, 2);
+
+  /* acquire_all gives up at once with the combination's retry_after. */
+  CHECK_STATUS(rk_backend_acquire_all(b, parts, 3, 1.0, d, &allowed, &retry), RK_OVER_LIMIT);
+  CHECK(!allowed && retry > 1000000);
+
+  /* Bad parts, named; nothing written. */
+  rk_check_all_part zero[2] = {{rate, "t1:u", 1}, {quota, "t1", 0}};
+  CHECK_FAILS(rk_backend_check_all(b, zero, 2, d, &allowed, &retry), RK_INVALID_ARGUMENT, "parts[1].cost");
+  rk_check_all_part null_limiter[1] = {{NULL, "t1", 1}};
+  CHECK_FAILS(rk_backend_check_all(b, null_limiter, 1, d, &allowed, &retry), RK_NULL_PARAMETER, "parts[0].limiter");
+  CHECK_FAILS(rk_backend_check_all(b, parts, 0, d, &allowed, &retry), RK_INVALID_ARGUMENT, "parts");
+  CHECK_FAILS(rk_backend_check_all(b, parts, 3, NULL, &allowed, &retry), RK_NULL_PARAMETER, "decisions_out");
+  CHECK_U64(peek1(rate, "t1:u").remaining, 3);
+  rk_limiter_free(rate);
+  rk_limiter_free(quota);
+  rk_limiter_free(slots);
+  rk_backend_free(b);
+}
+
 typedef struct {
   const rk_limiter *limiter;
   rk_status status;
@@ -1603,6 +1661,7 @@ static const test_case TESTS[] = {
     {"spec_json", test_spec_json, true},
     {"live_limits", test_live_limits, true},
     {"concurrent", test_concurrent, true},
+    {"check_all", test_check_all, true},
     {"acquire woken by release", test_acquire_woken_by_release, true},
     {"acquire waits for refill", test_acquire_waits_for_refill, true},
     {"16 threads share one bucket", test_threads_share_one_bucket, true},

@@ -27,6 +27,9 @@ use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
 use crate::views::ConcurrentUse;
 
+mod check_all;
+pub(crate) use check_all::Part as MemoryPart;
+
 /// Configuration of a memory backend.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -89,6 +92,13 @@ macro_rules! memory_state {
             fn fresh(algorithm: &Algorithm) -> State {
                 match algorithm {
                     $(Algorithm::$variant(_) => State::$variant(Default::default()),)*
+                }
+            }
+
+            /// A copy to restore if a `check_all` combination is refused.
+            fn snapshot(&self) -> State {
+                match self {
+                    $(State::$variant(state) => State::$variant(state.clone()),)*
                 }
             }
 
@@ -337,10 +347,18 @@ impl MemoryBackend {
 
     #[inline]
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
-        // Top bits choose the shard; hashbrown uses the low and top-7 bits within it, which is
-        // fine: shards only see their own keys.
-        let index = if self.shard_shift == 64 { 0 } else { (hash >> self.shard_shift) as usize };
-        &self.shards[index].0
+        &self.shards[self.shard_index(hash)].0
+    }
+
+    /// The shard of `hash`. Top bits choose it; hashbrown uses the low and top-7 bits within
+    /// it, which is fine: shards only see their own keys.
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
+        if self.shard_shift == 64 {
+            0
+        } else {
+            (hash >> self.shard_shift) as usize
+        }
     }
 
     /// The hash of (`namespace`, `key`): the same for a probe and for a stored slot.

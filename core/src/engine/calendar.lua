@@ -57,6 +57,7 @@ end
 -- Cost 0 is always admitted, even above the limit (a same-named limiter may be larger).
 local asked = commit and cost or 1
 local allowed = asked == 0 or asked <= limit - count
+refused = commit and not allowed
 if allowed and commit and cost > 0 then
   if count > 0 then
     redis.call('HINCRBY', h, 'c', ARGV[3])

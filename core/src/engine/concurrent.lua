@@ -75,6 +75,7 @@ end
 
 if op == 'check' and redis.call('ZREM', abandoned, ARGV[5]) == 1 then
   -- Its caller gave up and abandoned this lease before the check got here: grant nothing.
+  refused = true
   return {0, limit, 0, 0, 0, now, 0, 0}
 end
 
@@ -104,6 +105,7 @@ end
 local allowed = live < limit
 local function reset_after() return math.max(latest_expiry() - now, 0) end
 if not allowed or op ~= 'check' then
+  refused = op == 'check' and not allowed
   local retry = 0
   if not allowed then
     -- When the live holders drop below the limit: overdue holders still stored (full with

@@ -231,7 +231,9 @@ fn wake_one(wake_ups: &Semaphore, limit: u64) {
     }
 }
 
-/// A key's state in memory: the holders, and the wake-ups of waiters (see [`Wake::Local`]).
+/// A key's state in memory: the holders, and the wake-ups of waiters (see [`Wake::Local`]). A
+/// clone (a `check_all` snapshot) shares the wake-ups.
+#[derive(Clone)]
 pub(crate) struct LocalState(pub ConcurrentState, pub Arc<Semaphore>);
 
 impl Default for LocalState {

@@ -14,7 +14,7 @@
 -- ARGV[7]  cost (check) or estimate (adjust, settle)
 -- ARGV[8]  actual (adjust, settle)
 -- Returns {tat_us, tat_ns, now}: the TAT before this call (microseconds, and nanoseconds within
--- the microsecond) and the instant it was decided at.
+-- the microsecond) and the instant it was decided at. A refused check sets `refused` (see script.rs).
 -- Written inline, without local functions: a closure per call costs the server measurably.
 -- Every figure stays below 2^53 ticks (the caller chooses the tick so), where doubles are exact;
 -- absolute instants are kept in microseconds (a nanosecond instant would exceed 2^53).
@@ -57,7 +57,10 @@ if op == 'check' then
   local cost = tonumber(ARGV[7])
   -- Compared as `cost*T > tau - used`: the sum `used + cost*T` may exceed 2^53, where doubles
   -- round. Cost 0 is admitted and records nothing.
-  if cost == 0 or cost * T > tau - used then return {tat_us, tat_ns, now} end
+  if cost == 0 or cost * T > tau - used then
+    refused = cost > 0
+    return {tat_us, tat_ns, now}
+  end
   new_used = used + cost * T
 else
   -- adjust or settle: charge the difference, possibly beyond capacity up to max_ahead (debt), or refund

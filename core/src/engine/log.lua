@@ -107,6 +107,7 @@ for i = 1, n do
   if asked > 0 and asked > limit - window_count(interval) then allowed = false end
 end
 
+refused = commit and not allowed
 local record = allowed and commit and cost > 0
 if record then
   redis.call('ZADD', log, fmt(now), member(last_cum() + cost))

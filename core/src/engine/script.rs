@@ -31,8 +31,14 @@ pub(crate) struct LuaScript {
 ///
 /// Every call also passes through the hold check ([`HOLD_PRELUDE`]: pauses and blocks), written once here for
 /// every engine, and every script reads "now" through the one helper [`NOW_US`].
+///
+/// An engine's body that refuses a check sets `refused` (declared here, so that bodies can set
+/// it), and so does the hold check: the combined script of `check_all`
+/// ([`super::script_all`]) reads it to know which part refused without decoding every engine's
+/// reply; a single call ignores it.
 const BATCH_WRAPPER: &str = r#"
 __NOW__
+local refused = false
 local function run(KEYS, ARGV)
 __HOLD__
 __BODY__
@@ -65,7 +71,7 @@ return replies
 /// The one way a script reads "now" (µs): the caller's instant in ARGV[2] (a manual clock), or
 /// else the Redis server's TIME, so that client clocks never matter. Every engine's `.lua`
 /// calls `now_us(ARGV)`.
-const NOW_US: &str = r#"
+pub(super) const NOW_US: &str = r#"
 local function now_us(ARGV)
   if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
   local t = redis.call('TIME')
@@ -83,15 +89,21 @@ end
 /// reply starts with a negative number); the engine's body does not run: a held refusal reads
 /// and writes nothing else. Unheld, the cost is one MGET of two missing keys; `now` (ARGV[2],
 /// or the server's TIME) is read only when a hold exists.
-const HOLD_PRELUDE: &str = r#"
+pub(super) const HOLD_PRELUDE: &str = r#"
 if ARGV[1] == 'check' or ARGV[1] == 'peek' then
   local block_key = table.remove(KEYS)
   local held = redis.call('MGET', table.remove(KEYS), block_key)
   if held[1] or held[2] then
     local now = now_us(ARGV)
     local paused_until, blocked_until = tonumber(held[1]) or 0, tonumber(held[2]) or 0
-    if blocked_until > now and blocked_until >= paused_until then return {-2, blocked_until - now, now} end
-    if paused_until > now then return {-1, paused_until - now, now} end
+    if blocked_until > now and blocked_until >= paused_until then
+      refused = true
+      return {-2, blocked_until - now, now}
+    end
+    if paused_until > now then
+      refused = true
+      return {-1, paused_until - now, now}
+    end
   end
 end
 "#;
@@ -148,6 +160,12 @@ impl LuaScript {
 }
 
 impl LuaScript {
+    /// The script `name` whose whole text is `body` (no wrapper): the combined script.
+    pub(crate) fn whole(name: &'static str, body: String) -> Self {
+        let sha1 = Script::new(&body).get_hash().to_owned();
+        LuaScript { name, body, sha1 }
+    }
+
     /// `EVALSHA <sha1> <keys>`, sized for a short call: append the `keys` keys, then ARGV, with
     /// [`Cmd::arg`] (numbers are written in decimal without an intermediate `String`).
     pub(crate) fn evalsha(&self, keys: usize) -> Cmd {
@@ -191,9 +209,11 @@ pub(crate) fn prepare_all() {
     for script in all() {
         LazyLock::force(script);
     }
+    LazyLock::force(&super::script_all::SCRIPT);
 }
 
 /// Every script as (name, text as loaded into Redis), for tools and benchmarks.
 pub fn sources() -> Vec<(&'static str, &'static str)> {
-    all().map(|s| (s.name, s.body.as_str())).collect()
+    let combined: &'static LuaScript = &super::script_all::SCRIPT;
+    all().map(|s| (s.name, s.body.as_str())).chain(std::iter::once((combined.name, combined.body.as_str()))).collect()
 }

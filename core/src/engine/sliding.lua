@@ -29,6 +29,7 @@
 -- Returns {now, mismatch, then per limit: total, newest block or -1, freeing block or -1}: the
 -- units counting before this call, the newest counting block, and (refused calls) the block by
 -- whose end enough units have left; mismatch is 1 when another configuration recorded last.
+-- A refused check sets `refused` (see script.rs).
 -- A settle returns the same figures after it, as a peek reads them.
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
 
@@ -67,6 +68,8 @@ if n == 1 and ARGV[9] == '1' and ARGV[1] ~= 'settle' then
       local ttl = math.ceil(((block + 1) * precision - now) / 1000) + 1000
       if not cfg or redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, string.format('%d', ttl)) end
     end
+  elseif commit and cost > 0 then
+    refused = true
   end
   return {now, mismatch, total, newest, newest}
 end
@@ -246,6 +249,7 @@ for i = 1, n do
 end
 
 if not allowed then
+  refused = commit
   -- (After a settle, `below` still holds: it only rewrote blocks that count.)
   -- The block by whose end `over` units have left: the oldest counting blocks leave first.
   for i = 1, n do

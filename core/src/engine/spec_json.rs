@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Number, Value};
 
+use super::colocate::Colocate;
 use super::kinds::{self, LimiterSpec};
 use super::spec::{SlidingLimit, WindowLimit};
 use crate::defaults::DEFAULT_WAIT_TIMEOUT;
@@ -39,6 +40,9 @@ pub struct LimiterConfig {
     /// How long a key stays refused after a refusal (see [`crate::Limiter::with_block_for`]);
     /// `None`: a refusal blocks nothing.
     pub block_for: Option<Duration>,
+    /// Where the limiter's Redis keys take their hash tag from (see [`Colocate`]); `None` for
+    /// [`Colocate::Identity`]. The JSON form writes it only when it is not the default.
+    pub colocate: Option<Colocate>,
 }
 
 impl LimiterConfig {
@@ -61,8 +65,9 @@ impl LimiterConfig {
         })?;
         let wait_timeout = fields.optional_timeout("wait_timeout")?;
         let block_for = fields.optional_seconds("block_for")?;
+        let colocate = fields.optional_string("colocate")?.map(Colocate::from_name).transpose()?;
         fields.reject_unknown(kind)?;
-        let config = LimiterConfig { spec, wait_timeout, block_for };
+        let config = LimiterConfig { spec, wait_timeout, block_for, colocate };
         config.validate()?;
         Ok(config)
     }
@@ -87,6 +92,9 @@ impl LimiterConfig {
         if let Some(block_for) = self.block_for {
             json.put("block_for", secs(block_for));
         }
+        if let Some(colocate) = self.colocate.filter(|c| *c != Colocate::Identity) {
+            json.put("colocate", colocate.as_str().into());
+        }
         let fields: Vec<String> = json.0.iter().map(|(key, value)| format!("{}:{value}", Value::from(*key))).collect();
         format!("{{{}}}", fields.join(","))
     }
@@ -97,7 +105,11 @@ impl LimiterSpec {
     /// bare spec has nowhere to keep it.
     pub fn from_json(json: &str) -> Result<LimiterSpec> {
         let config = LimiterConfig::from_json(json)?;
-        let options = [("wait_timeout", config.wait_timeout.is_some()), ("block_for", config.block_for.is_some())];
+        let options = [
+            ("wait_timeout", config.wait_timeout.is_some()),
+            ("block_for", config.block_for.is_some()),
+            ("colocate", config.colocate.is_some()),
+        ];
         if let Some((option, _)) = options.into_iter().find(|(_, set)| *set) {
             return Err(Error::invalid_field(
                 option,
@@ -109,7 +121,7 @@ impl LimiterSpec {
 
     /// The canonical JSON form of this spec.
     pub fn to_json(&self) -> String {
-        LimiterConfig { spec: self.clone(), wait_timeout: None, block_for: None }.to_json()
+        LimiterConfig { spec: self.clone(), wait_timeout: None, block_for: None, colocate: None }.to_json()
     }
 }
 
@@ -445,6 +457,23 @@ mod tests {
         ] {
             assert_eq!(parameter(json), path, "{json}");
         }
+    }
+
+    /// `colocate` travels in the JSON form (written only when not the default) and is refused
+    /// naming itself when it is not one of its values, or in a bare spec.
+    #[test]
+    fn the_colocate_option_travels_in_json() {
+        let json = r#"{"kind":"bucket","limit":5,"interval":1,"colocate":"tenant"}"#;
+        let config = LimiterConfig::from_json(json).unwrap();
+        assert_eq!(config.colocate, Some(Colocate::Tenant));
+        assert_eq!(config.to_json(), json);
+        let identity = LimiterConfig::from_json(r#"{"kind":"bucket","limit":5,"interval":1,"colocate":"identity"}"#);
+        assert_eq!(identity.unwrap().to_json(), r#"{"kind":"bucket","limit":5,"interval":1}"#);
+        for bad in [r#""slot""#, "1", "[]"] {
+            let json = format!(r#"{{"kind":"bucket","limit":5,"interval":1,"colocate":{bad}}}"#);
+            assert_eq!(LimiterConfig::from_json(&json).unwrap_err().parameter(), Some("colocate"), "{bad}");
+        }
+        assert_eq!(LimiterSpec::from_json(json).unwrap_err().parameter(), Some("colocate"));
     }
 
     #[test]

@@ -18,7 +18,7 @@ impl Backend {
     }
 
     /// Builds a limiter from a JSON spec (see [`LimiterConfig`]), applying the options it carries
-    /// (`wait_timeout`, `block_for`). A bad field is [`crate::Error::InvalidArgument`] naming its path.
+    /// (`wait_timeout`, `block_for`, `colocate`). A bad field is [`crate::Error::InvalidArgument`] naming its path.
     pub fn limiter_from_json(&self, name: &str, json: &str) -> Result<Limiter> {
         self.limiter_from_config(name, LimiterConfig::from_json(json)?)
     }
@@ -34,7 +34,10 @@ impl Backend {
 
     /// Builds a limiter from a spec and its options.
     pub fn limiter_from_config(&self, name: &str, config: LimiterConfig) -> Result<Limiter> {
-        let limiter = self.limiter(name, config.spec)?;
+        let mut limiter = self.limiter(name, config.spec)?;
+        if let Some(colocate) = config.colocate {
+            limiter = limiter.with_colocate(colocate);
+        }
         let limiter = match config.wait_timeout {
             Some(wait) => limiter.with_wait_timeout(wait)?,
             None => limiter,

@@ -26,7 +26,7 @@ impl Limiter {
         }
         match &self.inner.target {
             Target::Memory { backend, namespace } => Ok(backend.concurrent_use(*namespace, key)),
-            Target::Redis { backend, .. } => backend.concurrent_use(self.name(), key).await,
+            Target::Redis { backend, .. } => backend.concurrent_use(self.name(), key, self.colocate()).await,
             // Not reached: only concurrent limiters get past the kind check above.
             Target::Nowhere | Target::Partitions(_) => Ok(ConcurrentUse::default()),
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, BackendInner, Failover, MemoryBackend, RedisBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
-use crate::engine::{Algorithm, Kind, LimiterConfig, LimiterSpec, Op, Outcome, Served};
+use crate::engine::{Algorithm, Colocate, Kind, LimiterConfig, LimiterSpec, Op, Outcome, Served};
 use crate::error::Error;
 use crate::error::Result;
 use crate::live::{Compiled, NameState};
@@ -19,6 +19,7 @@ use crate::runtime::block_on;
 use partitions::{partition_source, PartitionSet};
 
 mod block;
+mod check_all;
 mod constructors;
 mod fast;
 mod inspect;
@@ -30,6 +31,7 @@ mod settle;
 mod waiting;
 
 use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
+pub use check_all::{CombinedDecision, PartDecision, MAX_CHECK_ALL_PARTS};
 pub use partitions::PartitionsHeld;
 pub use waiting::{Permit, Policy};
 
@@ -64,6 +66,8 @@ struct Inner {
     pool: Option<Arc<leased::LeasePool>>,
     /// Why checks must take the general path, if they must (see `fast.rs`).
     slow_path: Arc<fast::SlowPath>,
+    /// Where the limiter's Redis keys take their hash tag from.
+    colocate: Colocate,
     /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
     /// be settled); see `settle.rs`.
     settle_identity: u64,
@@ -111,6 +115,7 @@ impl Limiter {
                 live: None,
                 pool: None,
                 slow_path: Arc::default(),
+                colocate: Colocate::Identity,
                 settle_identity: 0,
             }),
         }
@@ -172,6 +177,7 @@ impl Limiter {
                 live,
                 pool,
                 slow_path: Arc::default(),
+                colocate: Colocate::Identity,
             }),
         })
     }
@@ -194,6 +200,24 @@ impl Limiter {
     pub fn with_max_pause(&self, max_pause: Duration) -> Result<Limiter> {
         let max_pause = validate_duration("max_pause", max_pause)?;
         Ok(self.with(|inner| inner.max_pause = max_pause))
+    }
+
+    /// The same limiter with its Redis keys' hash tag taken as `colocate` says (see
+    /// [`Colocate`]): [`Colocate::Tenant`] puts every co-located limiter's keys of one tenant
+    /// in one Cluster slot, so they can be checked together ([`Backend::check_all`]). It moves
+    /// the keys: state kept under the other layout is not seen. No effect on other backends.
+    pub fn with_colocate(&self, colocate: Colocate) -> Limiter {
+        self.with(|inner| {
+            if let Target::Redis { failover, .. } = &mut inner.target {
+                failover.colocate = colocate;
+            }
+            inner.colocate = colocate;
+        })
+    }
+
+    /// Where this limiter's Redis keys take their hash tag from (see [`Limiter::with_colocate`]).
+    pub fn colocate(&self) -> Colocate {
+        self.inner.colocate
     }
 
     /// The longest pause this limiter writes (see [`Limiter::with_max_pause`]).
@@ -219,9 +243,12 @@ impl Limiter {
     pub fn with_allow_fallback(&self, allow: bool) -> Result<Limiter> {
         let inner = &self.inner;
         let target = match &inner.target {
-            Target::Redis { backend, .. } => Target::Redis {
+            Target::Redis { backend, failover } => Target::Redis {
                 backend: backend.clone(),
-                failover: backend.failover(inner.spec.kind(), &inner.name, &inner.spec, allow)?,
+                failover: Failover {
+                    colocate: failover.colocate,
+                    ..backend.failover(inner.spec.kind(), &inner.name, &inner.spec, allow)?
+                },
             },
             other => other.clone(),
         };
@@ -254,10 +281,12 @@ impl Limiter {
 
     /// The spec and options the limiter was built with, as data.
     pub fn config(&self) -> LimiterConfig {
+        let colocate = self.colocate();
         LimiterConfig {
             spec: self.inner.spec.clone(),
             wait_timeout: Some(self.inner.wait_timeout),
             block_for: self.inner.block_for,
+            colocate: (colocate != Colocate::Identity).then_some(colocate),
         }
     }
 
@@ -307,6 +336,7 @@ impl Limiter {
         match (over, &failover.fallback) {
             (Some(over), Some((_, namespace))) => Cow::Owned(Failover {
                 policy: failover.policy,
+                colocate: failover.colocate,
                 fallback: over.fallback.clone().map(|algorithm| (algorithm, *namespace)),
             }),
             _ => Cow::Borrowed(failover),
@@ -484,7 +514,7 @@ impl Limiter {
         match &self.inner.target {
             Target::Partitions(set) => set.release(Some(key)).await,
             Target::Redis { backend, .. } => {
-                backend.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm).await?;
+                backend.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm, self.colocate()).await?;
                 self.forget_lease(key);
                 Ok(())
             }

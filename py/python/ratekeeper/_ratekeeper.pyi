@@ -9,7 +9,7 @@ from ratekeeper._limiter import Limiter
 from typing import Any, Final, Literal, final
 from typing_extensions import disjoint_base
 
-__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Backoff", "Decision", "FleetShedder", "Lease", "LimitStatus", "LimiterInfo", "ManualClock", "Metrics", "NativeLimiter", "UtilizationConfig", "UtilizationShedder", "unlimited"]
+__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Backoff", "CombinedDecision", "Decision", "FleetShedder", "Lease", "LimitStatus", "LimiterInfo", "ManualClock", "Metrics", "NativeLimiter", "UtilizationConfig", "UtilizationShedder", "unlimited"]
 
 CORE_VERSION: Final[str]
 """
@@ -29,6 +29,20 @@ class Backend:
         A new in-process memory backend with default settings.
         """
     def __repr__(self, /) -> str: ...
+    def aacquire_all(self, /, parts: Sequence[tuple[Limiter, str | None, int] | tuple[Limiter, str | None]], wait_timeout: float | None = None) -> Future[CombinedDecision]:
+        """
+        asyncio form of `acquire_all`.
+        """
+    def acheck_all(self, /, parts: Sequence[tuple[Limiter, str | None, int] | tuple[Limiter, str | None]]) -> Future[CombinedDecision]:
+        """
+        asyncio form of `check_all`.
+        """
+    def acquire_all(self, /, parts: Sequence[tuple[Limiter, str | None, int] | tuple[Limiter, str | None]], wait_timeout: float | None = None) -> CombinedDecision:
+        """
+        Like `check_all`, waiting up to `wait_timeout` seconds (default: the shortest of the
+        parts' limiters') for a step that admits every part; raises `OverLimit` with the
+        combination's `retry_after` when waiting cannot succeed in time.
+        """
     def bucket(self, /, name: str, limit: int, interval: float | str) -> Limiter:
         """
         `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
@@ -39,6 +53,15 @@ class Backend:
         `limit` per calendar `period` (`"day"`, `"week"` from Monday, `"month"`, `"year"`) in IANA
         time zone `tz` (default UTC); months start on day `anchor` (1-31, clamped to the month's
         last day; default 1).
+        """
+    def check_all(self, /, parts: Sequence[tuple[Limiter, str | None, int] | tuple[Limiter, str | None]]) -> CombinedDecision:
+        """
+        Decides every part `(limiter, key, cost)` in one atomic step at one instant: all are
+        admitted and consume their cost, or none consumes anything. Never waits. On Redis it is
+        one script call; on a Redis Cluster the parts' keys must share one slot (limiters built
+        with `"colocate": "tenant"` and keys of one tenant), or `InvalidArgument` names `parts`
+        and the limiters. A bad part raises `InvalidArgument` naming it (`parts[1].cost`) before
+        anything is written. Leased token buckets and partitions cannot take part.
         """
     def clear_limit(self, /, name: str, key: str | None = None) -> None:
         """
@@ -255,6 +278,40 @@ class Backoff:
         Seconds to wait before running the job again for its reschedule `attempt` (1-based),
         when the limiter asked for `retry_after` seconds (`OverLimit.retry_after`); None once
         `attempt > max_reschedules` (the job should fail with `OverLimit`).
+        """
+
+@final
+class CombinedDecision:
+    """
+    What `Backend.check_all` decided: every part admitted (and consumed), or none consumed
+    anything. Truthy when allowed.
+    """
+    def __bool__(self, /) -> bool: ...
+    def __repr__(self, /) -> str: ...
+    @property
+    def allowed(self, /) -> bool:
+        """
+        Whether every part was admitted; when false, no part consumed anything.
+        """
+    def arelease(self, /) -> Future[None]:
+        """
+        asyncio form of `release`.
+        """
+    @property
+    def parts(self, /) -> list[Decision]:
+        """
+        Each part's decision, in the order of the parts. In a refused combination a part may say
+        `allowed` (alone it would have passed) but consumed nothing and holds no lease.
+        """
+    def release(self, /) -> None:
+        """
+        Releases the lease of every admitted concurrent part.
+        """
+    @property
+    def retry_after(self, /) -> float:
+        """
+        Seconds until the combination may be admitted: 0 when allowed, else the longest
+        `retry_after` of the parts that refused.
         """
 
 @final

@@ -136,6 +136,20 @@ module Ratekeeper
       Ratekeeper.check_status!(Native.rk_backend_clear_limit(@ptr, Args.name(name), Args.key(key)))
     end
 
+    # Several limits at once, all or nothing: decides every part `[limiter, key, cost]` (cost
+    # defaults to 1) in one atomic step at one instant; all are admitted and consume, or none
+    # consumes anything. Never waits. On a Redis Cluster the parts' keys must share one slot
+    # (limiters whose spec says "colocate" => "tenant", keys of one tenant). A bad part raises
+    # InvalidArgument naming it ("parts[1].cost") before anything is written.
+    def check_all(parts) = run_all(parts, nil)
+
+    # Like `check_all`, waiting up to `wait_timeout` seconds (default: the shortest of the
+    # parts' limiters' default wait timeouts) for a step that admits every part; raises
+    # OverLimit with the combination's `retry_after` when waiting cannot succeed in time.
+    def acquire_all(parts, wait_timeout: nil)
+      run_all(parts, wait_timeout.nil? ? Native::WAIT_DEFAULT : Args.seconds(wait_timeout, "wait_timeout"))
+    end
+
     # Sends this process's pending metrics and registrations to Redis now.
     def flush
       Ratekeeper.check_status!(Native.rk_backend_flush(@ptr))
@@ -157,6 +171,50 @@ module Ratekeeper
     # Every limiter's metrics in the Prometheus text format.
     def prometheus(fleet: false)
       Native.take_string { |out| Native.rk_backend_prometheus(@ptr, fleet, out) }
+    end
+
+    private
+
+    # The C array of parts (its keys kept alive with it), then the call.
+    def run_all(parts, wait)
+      Ratekeeper.invalid!("parts", "must be an Array of [limiter, key, cost]") unless parts.is_a?(Array)
+      limiters = []
+      keys = []
+      native = FFI::MemoryPointer.new(Native::CheckAllPart, [parts.size, 1].max)
+      strings = parts.each_with_index.map do |part, i|
+        unless part.is_a?(Array) && (2..3).cover?(part.size) && part[0].is_a?(Limiter)
+          Ratekeeper.invalid!("parts[#{i}]", "must be [limiter, key, cost] with a Ratekeeper::Limiter")
+        end
+        key = Args.string(part[1], "parts[#{i}].key")
+        cost = Args.count(part.fetch(2, 1), "parts[#{i}].cost")
+        limiters << part[0]
+        keys << key
+        entry = Native::CheckAllPart.new(native + (i * Native::CheckAllPart.size))
+        entry[:limiter] = part[0].ptr
+        entry[:key] = key.nil? ? nil : FFI::MemoryPointer.from_string(key)
+        entry[:cost] = cost
+        entry[:key]
+      end
+      decisions = FFI::MemoryPointer.new(Native::Decision, [parts.size, 1].max)
+      allowed = FFI::MemoryPointer.new(:bool)
+      retry_us = FFI::MemoryPointer.new(:uint64)
+      status = if wait.nil?
+                 Native.rk_backend_check_all(@ptr, native, parts.size, decisions, allowed, retry_us)
+               else
+                 Native.rk_backend_acquire_all(@ptr, native, parts.size, wait, decisions, allowed, retry_us)
+               end
+      strings.clear
+      if status == Native::OVER_LIMIT
+        retry_after = retry_us.read(:uint64) / 1_000_000.0
+        raise OverLimit.new("the combination is over its limits; retry in #{retry_after.round(3)} s",
+                            retry_after: retry_after)
+      end
+      Ratekeeper.check_status!(status)
+      results = Array.new(parts.size) do |i|
+        Decision.from_native(Native::Decision.new(decisions + (i * Native::Decision.size)))
+      end
+      CombinedDecision.new(allowed: allowed.read(:bool), retry_after_us: retry_us.read(:uint64), parts: results,
+                           limiters: limiters, keys: keys)
     end
   end
 end

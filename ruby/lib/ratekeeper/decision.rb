@@ -65,6 +65,23 @@ module Ratekeeper
   # cost, exactly once: the settle id, the cost charged, when, the limiter, and the call's key.
   SettleTicket = Struct.new(:id, :cost, :charged_at_us, :limiter, :key, keyword_init: true)
 
+  # What `Backend#check_all` decided: every part admitted (and consumed), or none consumed
+  # anything. `parts` holds each part's Decision, in order (in a refused combination a part may
+  # say allowed, alone it would have passed, but it consumed nothing and holds no lease);
+  # `retry_after` is the longest of the refused parts'.
+  CombinedDecision = Struct.new(:allowed, :retry_after_us, :parts, :limiters, :keys, keyword_init: true) do
+    alias_method :allowed?, :allowed
+
+    # Seconds until the combination may be admitted (0.0 when allowed).
+    def retry_after = retry_after_us / 1_000_000.0
+
+    # Releases the lease of every admitted concurrent part.
+    def release
+      parts.each_with_index { |decision, i| limiters[i].release(decision.lease, key: keys[i]) if decision.lease }
+      nil
+    end
+  end
+
   # A clock that moves only when told (tests): a memory backend built on it
   # (`Backend.memory(clock:)`) reads time from it, and waits wake when it passes their deadline.
   class ManualClock

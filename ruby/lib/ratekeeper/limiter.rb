@@ -242,6 +242,8 @@ module Ratekeeper
 
     def inspect = "#<Ratekeeper::Limiter #{@name} #{spec_json}>"
 
+    def ptr = @ptr # :nodoc:
+
     # The limiter's spec as canonical JSON text (the same in every language).
     def spec_json
       len = FFI::MemoryPointer.new(:size_t)

@@ -52,6 +52,11 @@ module Ratekeeper
              :settle, SettleTicket
     end
 
+    # `rk_check_all_part`.
+    class CheckAllPart < FFI::Struct
+      layout :limiter, :pointer, :key, :pointer, :cost, :uint64
+    end
+
     # `rk_window_limit`.
     class WindowLimit < FFI::Struct
       layout :limit, :uint64, :interval_secs, :double
@@ -109,6 +114,8 @@ module Ratekeeper
     call :rk_limiter_peek, [:pointer, :string, Decision.by_ref], :int, blocking: true
     call :rk_limiter_acquire, [:pointer, :string, :uint64, :double, Decision.by_ref], :int, blocking: true
     call :rk_limiter_release, [:pointer, :string, Lease.by_ref], :int, blocking: true
+    call :rk_backend_check_all, %i[pointer pointer size_t pointer pointer pointer], :int, blocking: true
+    call :rk_backend_acquire_all, %i[pointer pointer size_t double pointer pointer pointer], :int, blocking: true
     call :rk_limiter_extend, [:pointer, :string, Lease.by_ref], :int, blocking: true
     call :rk_limiter_reset, %i[pointer string], :int, blocking: true
     call :rk_limiter_points_used, [:pointer, :string, :uint64, :uint64, Decision.by_ref], :int, blocking: true

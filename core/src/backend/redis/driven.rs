@@ -90,7 +90,7 @@ impl Limiter {
         backend.ensure_live_task();
         let over = self.override_for(key);
         let algorithm = over.as_ref().map_or(self.algorithm(), |o| &o.algorithm);
-        let call = backend.prepare(self.kind(), self.name(), key, algorithm, op)?;
+        let call = backend.prepare_for(self.kind(), self.name(), key, algorithm, op, self.colocate())?;
         Ok(Driven::Send(DrivenCall {
             limiter: self.clone(),
             backend: backend.clone(),

@@ -2,12 +2,14 @@
 //!
 //! - The hash tag comes first, before any user-supplied text, so a `{` or `}` inside a key can
 //!   never move it; every key of one check shares it, so one script's keys live in one Cluster
-//!   slot. It is a hash of (kind, name, key), so identities spread over all slots.
+//!   slot. It is a hash of (kind, name, key), so identities spread over all slots; a limiter
+//!   that co-locates (see [`Colocate::Tenant`]) takes it from the key's tenant alone, so every
+//!   co-located limiter's keys of one tenant share a slot (what `check_all` needs on a Cluster).
 //! - The layout is injective: prefix, kind and name contain no `:` (names are `[A-Za-z0-9_-]`,
 //!   prefixes are validated), and the role is a fixed token before the key, so the key is simply
 //!   the rest of the string.
 
-use crate::engine::Kind;
+use crate::engine::{Colocate, Kind};
 use crate::error::{Error, Result};
 
 /// Checks a key prefix: 1..64 characters from `[A-Za-z0-9_.-]` (no `:`, `{` or `}`).
@@ -45,8 +47,25 @@ pub(crate) struct KeyBuilder<'k> {
 impl<'k> KeyBuilder<'k> {
     /// The keys of `key` for limiter `name` of `kind`, under `prefix`.
     pub(crate) fn new(prefix: &str, kind: Kind, name: &str, key: &'k str) -> Self {
-        let tag = fnv1a(&[kind.as_str().as_bytes(), name.as_bytes(), key.as_bytes()]);
+        KeyBuilder::for_limiter(prefix, kind, name, key, Colocate::Identity)
+    }
+
+    /// The keys of `key` for limiter `name` of `kind`, under `prefix`, with the hash tag
+    /// `colocate` says.
+    pub(crate) fn for_limiter(prefix: &str, kind: Kind, name: &str, key: &'k str, colocate: Colocate) -> Self {
+        let tag = match colocate {
+            Colocate::Identity => fnv1a(&[kind.as_str().as_bytes(), name.as_bytes(), key.as_bytes()]),
+            // A marker part keeps a tenant's tag apart from any identity's.
+            Colocate::Tenant => fnv1a(&[b"colocate:tenant", Colocate::tenant_of(key).as_bytes()]),
+        };
         KeyBuilder { head: format!("{prefix}:{{{tag:016x}}}:{}:{name}:", kind.as_str()), key }
+    }
+
+    /// The hash tag (between the braces), which decides the Cluster slot.
+    pub(crate) fn hash_tag(&self) -> String {
+        let open = self.head.find('{').map_or(0, |i| i + 1);
+        let close = self.head[open..].find('}').map_or(self.head.len(), |i| open + i);
+        self.head[open..close].to_owned()
     }
 
     /// The key for `role` (a short fixed token such as `s`, `h`, `z`).
@@ -71,6 +90,20 @@ mod tests {
         let braces = KeyBuilder::new("rk", Kind::Bucket, "a", "}{x}").key("h");
         assert!(braces.ends_with("h:}{x}"), "{braces}");
         assert_eq!(braces.find('}'), Some(20), "the first `}}` closes our tag");
+    }
+
+    /// Co-located limiters share a tag per tenant, whatever their kind and name; the default
+    /// tag is unchanged (existing data keeps its keys).
+    #[test]
+    fn colocated_keys_share_their_tenants_tag() {
+        let a = KeyBuilder::for_limiter("rk", Kind::TokenBucket, "a", "acme:u1", Colocate::Tenant);
+        let b = KeyBuilder::for_limiter("rk", Kind::Calendar, "b", "acme:u2", Colocate::Tenant);
+        let c = KeyBuilder::for_limiter("rk", Kind::Calendar, "b", "other:u2", Colocate::Tenant);
+        assert_eq!(a.hash_tag(), b.hash_tag());
+        assert_ne!(a.hash_tag(), c.hash_tag());
+        let plain = KeyBuilder::new("rk", Kind::Bucket, "a", "b:c");
+        assert_eq!(plain.hash_tag(), format!("{:016x}", fnv1a(&[b"bucket", b"a", b"b:c"])));
+        assert_ne!(a.key("s"), b.key("s"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! comes from the server's `TIME`, every key carries a TTL, and a failure policy decides what a
 //! call does when Redis cannot answer within the per-call deadline.
 
+pub(crate) mod check_all;
 pub(crate) mod config;
 pub(crate) mod connection;
 pub mod driven;
@@ -14,6 +15,7 @@ pub(crate) mod resp;
 pub(crate) mod scripts;
 pub(crate) mod sync_client;
 mod views;
+pub(crate) use check_all::RedisPart;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -103,6 +105,8 @@ struct AbandonOnDrop<'a> {
     lease: Option<(Concurrent, u128)>,
     /// Set once the check is handed to a connection: before that it cannot have run.
     sent: AtomicBool,
+    /// Where the limiter's keys take their hash tag from.
+    colocate: crate::engine::Colocate,
 }
 
 impl<'a> AbandonOnDrop<'a> {
@@ -118,7 +122,7 @@ impl<'a> AbandonOnDrop<'a> {
             (Algorithm::Concurrent(c), Op::Check { lease_id, .. }) => Some((*c, lease_id)),
             _ => None,
         };
-        AbandonOnDrop { backend, kind, name, key, lease, sent: AtomicBool::new(false) }
+        AbandonOnDrop { backend, kind, name, key, lease, sent: AtomicBool::new(false), colocate: Default::default() }
     }
 
     fn disarm(&mut self) {
@@ -130,7 +134,7 @@ impl Drop for AbandonOnDrop<'_> {
     fn drop(&mut self) {
         if let Some((c, lease_id)) = self.lease {
             if *self.sent.get_mut() {
-                self.backend.abandon_later(self.kind, self.name, self.key, c, lease_id);
+                self.backend.abandon_later(self.kind, self.name, self.key, c, lease_id, self.colocate);
             }
         }
     }
@@ -146,6 +150,8 @@ pub(crate) struct Failover {
     /// Under [`FailurePolicy::Fallback`]: the limiter scaled by the divisor, and its namespace in
     /// [`RedisBackend::fallback`].
     pub fallback: Option<(Algorithm, u32)>,
+    /// Where the limiter's keys take their hash tag from (see [`crate::Colocate`]).
+    pub colocate: crate::engine::Colocate,
 }
 
 /// Counters of what the failure policy did.
@@ -181,6 +187,8 @@ pub(crate) struct RedisBackend {
     pub(crate) live: Live,
     /// The process whose background task (see [`live`]) serves this backend; 0: none yet.
     live_task_pid: AtomicU32,
+    /// Whether this is a Cluster (where a `check_all` combination needs one slot).
+    cluster: bool,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -230,6 +238,7 @@ impl RedisBackend {
                 true,
             ),
             live_task_pid: AtomicU32::new(0),
+            cluster: config.cluster,
         })
     }
 
@@ -263,7 +272,7 @@ impl RedisBackend {
         allow_fallback: bool,
     ) -> Result<Failover> {
         if !allow_fallback {
-            return Ok(Failover { policy: FailurePolicy::FailClosed, fallback: None });
+            return Ok(Failover { policy: FailurePolicy::FailClosed, fallback: None, colocate: Default::default() });
         }
         let fallback = match self.policy {
             FailurePolicy::Fallback { divisor } => {
@@ -271,7 +280,7 @@ impl RedisBackend {
             }
             _ => None,
         };
-        Ok(Failover { policy: self.policy, fallback })
+        Ok(Failover { policy: self.policy, fallback, colocate: Default::default() })
     }
 
     /// Runs `op` for (`kind`, `name`, `key`), applying the failure policy when Redis fails.
@@ -288,9 +297,10 @@ impl RedisBackend {
         if let Some(released) = self.fallback_release(key, failover, op) {
             return released;
         }
-        let remote = match self.prepare(kind, name, key, algorithm, op) {
+        let remote = match self.prepare_for(kind, name, key, algorithm, op, failover.colocate) {
             Ok(call) => {
                 let mut abandon = AbandonOnDrop::new(self, kind, name, key, algorithm, op);
+                abandon.colocate = failover.colocate;
                 let reply =
                     scripts::run_cmd(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent).await;
                 let outcome = reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply));
@@ -318,8 +328,9 @@ impl RedisBackend {
         if let Some(released) = self.fallback_release(key, failover, op) {
             return released;
         }
-        let remote = self.prepare(kind, name, key, algorithm, op).and_then(|call| {
+        let remote = self.prepare_for(kind, name, key, algorithm, op, failover.colocate).and_then(|call| {
             let mut abandon = AbandonOnDrop::new(self, kind, name, key, algorithm, op);
+            abandon.colocate = failover.colocate;
             let reply =
                 scripts::run_cmd_blocking(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent);
             let outcome = reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply));
@@ -394,16 +405,18 @@ impl RedisBackend {
 
     /// The script call that performs `op`: the engine's script, its keys by role, then the
     /// verb, the instant (empty: the server's TIME) and the engine's arguments.
-    pub(crate) fn prepare(
+    /// `colocate` says where the limiter's keys take their hash tag from.
+    pub(crate) fn prepare_for(
         &self,
         kind: Kind,
         name: &str,
         key: &str,
         algorithm: &Algorithm,
         op: Op,
+        colocate: crate::engine::Colocate,
     ) -> Result<ScriptCall> {
         let Some(script) = algorithm.script() else { return Err(not_applicable(algorithm, op)) };
-        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, colocate);
         let roles = algorithm.keys(op);
         let held = pause::applies_to(op);
         let settle_id = settle::id_of(op);
@@ -465,8 +478,17 @@ impl RedisBackend {
     /// Abandons lease `lease_id` of a concurrent limiter in the background, never blocking the
     /// caller: sent again (it is idempotent) until Redis answers, for at most `lock_timeout`,
     /// after which the lease, if granted, may be reclaimed anyway.
-    fn abandon_later(self: &Arc<Self>, kind: Kind, name: &str, key: &str, c: Concurrent, lease_id: u128) {
-        let Ok(call) = self.prepare(kind, name, key, &Algorithm::Concurrent(c), Op::Abandon { lease_id }) else {
+    fn abandon_later(
+        self: &Arc<Self>,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        c: Concurrent,
+        lease_id: u128,
+        colocate: crate::engine::Colocate,
+    ) {
+        let abandon = Op::Abandon { lease_id };
+        let Ok(call) = self.prepare_for(kind, name, key, &Algorithm::Concurrent(c), abandon, colocate) else {
             return;
         };
         let backend = Arc::downgrade(self);
@@ -489,8 +511,15 @@ impl RedisBackend {
     }
 
     /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
-    pub(crate) async fn reset(&self, kind: Kind, name: &str, key: &str, algorithm: &Algorithm) -> Result<()> {
-        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+    pub(crate) async fn reset(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        algorithm: &Algorithm,
+        colocate: crate::engine::Colocate,
+    ) -> Result<()> {
+        let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, colocate);
         let mut pipe = redis::pipe();
         // A reset forgets a pause and a block too: they are state of the same identity.
         let state = algorithm.state_keys().iter().chain([&pause::ROLE, &block::ROLE]);
@@ -520,7 +549,7 @@ impl RedisBackend {
             self.fallback.pause(*namespace, key, duration);
         }
         let script: &'static LuaScript = &pause::SCRIPT;
-        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut cmd = script.evalsha(1);
         cmd.arg(keys.key(pause::ROLE)).arg("pause");
         match self.manual_clock.as_ref().map(|clock| clock.now_micros()) {
@@ -539,7 +568,7 @@ impl RedisBackend {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.resume(*namespace, key);
         }
-        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(pause::ROLE));
         let (deleted,): (u64,) = self.query(&pipe).await?;
@@ -562,7 +591,7 @@ impl RedisBackend {
             self.fallback.block(*namespace, key, duration, mode);
         }
         let script: &'static LuaScript = &block::SCRIPT;
-        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut cmd = script.evalsha(1);
         cmd.arg(keys.key(block::ROLE)).arg(mode.verb());
         match self.manual_clock.as_ref().map(|clock| clock.now_micros()) {
@@ -581,7 +610,7 @@ impl RedisBackend {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.unblock(*namespace, key);
         }
-        let keys = KeyBuilder::new(&self.prefix, kind, name, key);
+        let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(block::ROLE));
         let (deleted,): (u64,) = self.query(&pipe).await?;
@@ -790,7 +819,14 @@ mod tests {
         let backend = RedisBackend::new(RedisConfig::new("redis://127.0.0.1:1")).unwrap();
         let algorithm = spec.compile().unwrap();
         let call = backend
-            .prepare(spec.kind(), "n", "k", &algorithm, Op::Check { cost: 1, lease_id: 0, waiter: None })
+            .prepare_for(
+                spec.kind(),
+                "n",
+                "k",
+                &algorithm,
+                Op::Check { cost: 1, lease_id: 0, waiter: None },
+                Default::default(),
+            )
             .unwrap();
         let args: Vec<Vec<u8>> = call
             .cmd

@@ -48,8 +48,13 @@ const SCAN_COUNT: usize = 1_000;
 
 impl RedisBackend {
     /// The holders and waiters of `key` of concurrent limiter `name`.
-    pub(crate) async fn concurrent_use(&self, name: &str, key: &str) -> Result<ConcurrentUse> {
-        let keys = KeyBuilder::new(&self.prefix, Kind::Concurrent, name, key);
+    pub(crate) async fn concurrent_use(
+        &self,
+        name: &str,
+        key: &str,
+        colocate: crate::engine::Colocate,
+    ) -> Result<ConcurrentUse> {
+        let keys = KeyBuilder::for_limiter(&self.prefix, Kind::Concurrent, name, key, colocate);
         let mut eval = redis::cmd("EVAL");
         eval.arg(HOLDERS_SCRIPT).arg(3).arg(keys.key("h")).arg(keys.key("g")).arg(keys.key("q"));
         match self.manual_clock.as_ref().map(|clock| clock.now_micros()) {
