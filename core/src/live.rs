@@ -121,6 +121,12 @@ pub(crate) struct NameState {
 }
 
 impl NameState {
+    /// Whether any override exists for the name.
+    #[inline(always)]
+    pub(crate) fn has_overrides(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
     /// The override that applies to `key` of a limiter of `kind`, if any.
     #[inline]
     pub(crate) fn lookup(&self, kind: Kind, key: &str) -> Option<Arc<Compiled>> {

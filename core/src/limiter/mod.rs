@@ -22,6 +22,7 @@ mod block;
 mod check_all;
 mod constructors;
 mod deny;
+mod fast;
 mod inspect;
 mod leased;
 mod partitions;
@@ -68,6 +69,8 @@ struct Inner {
     live: Option<Arc<NameState>>,
     /// A leased token bucket on Redis: this process's leases (shared by the copies).
     pool: Option<Arc<leased::LeasePool>>,
+    /// Why checks must take the general path, if they must (see `fast.rs`).
+    slow_path: Arc<fast::SlowPath>,
     /// Where the limiter's Redis keys take their hash tag from.
     colocate: Colocate,
     /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
@@ -119,6 +122,7 @@ impl Limiter {
                 metrics: Arc::default(),
                 live: None,
                 pool: None,
+                slow_path: Arc::default(),
                 colocate: Colocate::Identity,
                 settle_identity: 0,
                 shadow: false,
@@ -182,6 +186,7 @@ impl Limiter {
                 metrics,
                 live,
                 pool,
+                slow_path: Arc::default(),
                 colocate: Colocate::Identity,
                 shadow: false,
             }),
@@ -493,6 +498,9 @@ impl Limiter {
     /// an admitted call holds a lease (in the decision) that must be released.
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
+        if let Some(decision) = self.fast_check(key, cost) {
+            return Ok(decision);
+        }
         let outcome = self.run(key, op).await?;
         Ok(self.ticketed_granted(outcome, None, key, cost))
     }
@@ -501,6 +509,9 @@ impl Limiter {
     #[inline]
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
+        if let Some(decision) = self.fast_check(key, cost) {
+            return Ok(decision);
+        }
         let outcome = self.run_blocking(key, op)?;
         Ok(self.ticketed_granted(outcome, None, key, cost))
     }
