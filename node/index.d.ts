@@ -37,8 +37,11 @@ export interface CheckAllPart {
 
 /** One part's decision in a `CombinedDecision`, in the order of the parts. */
 export interface CombinedPart {
+  /** The part's limiter. */
   limiter: Limiter;
+  /** The part's key (absent: the limiter's shared key). */
   key?: string;
+  /** The part's cost. */
   cost: number;
   /**
    * What this part decided at the combination's instant. In a refused combination a part may
@@ -53,6 +56,7 @@ export interface CombinedDecision {
   allowed: boolean;
   /** 0 when allowed; else the longest `retryAfterMs` of the parts that refused. */
   retryAfterMs: number;
+  /** Each part's decision, in the order of the parts. */
   parts: CombinedPart[];
   /** Releases the lease of every admitted concurrent part. */
   release(): Promise<void>;
