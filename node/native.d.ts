@@ -134,7 +134,13 @@ export declare class NativeBackend {
    * `remaining` are 2^53. Without a name it is `Limiter.unlimited()`.
    */
   unlimited(name?: string): Limiter
-
+  /** Internal (index.js): `backend.checkAll(parts)`, the parts as handles, keys and costs. */
+  checkAll(handles: number[], keys: Array<string | null>, costs: number[]): NativeReply
+  /**
+   * Internal (index.js): `backend.acquireAll(parts, options)`, the parts as handles, keys
+   * and costs; `canceller` aborts the wait.
+   */
+  acquireAll(handles: number[], keys: Array<string | null>, costs: number[], options?: AcquireAllOptions, canceller?: unknown): NativeReply
   /** Every limiter the backend knows as JSON text (`backend.limiters()` parses it). */
   limitersJson(): NativeReply
   /** Overrides `name`'s spec (JSON text), or one key's (`backend.setLimit` takes an object). */
