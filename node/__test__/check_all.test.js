@@ -68,6 +68,15 @@ async function acquireAllGivesUp(backend) {
 test('checkAll is all or nothing on memory', () => allOrNothing(Backend.memory()));
 test('acquireAll gives up with the retry on memory', () => acquireAllGivesUp(Backend.memory()));
 
+test('an admitted combination is settled part by part with each part\'s limiter', async () => {
+  const backend = Backend.memory();
+  const quota = backend.bucket('node-settle-quota', 10, 'hour');
+  const combined = await backend.checkAll([{ limiter: quota, key: 'acme', cost: 5 }]);
+  const [part] = combined.parts;
+  assert.equal((await part.limiter.settle(part.decision, 2)).remaining, 8);
+  assert.equal((await part.limiter.settle(JSON.parse(JSON.stringify(part.decision)), 2)).remaining, 8, 'once');
+});
+
 test('acquireAll waits for a release of a concurrent part, and an abort ends the wait', async () => {
   const backend = Backend.memory();
   const slots = backend.concurrent('node-wait', 1);
