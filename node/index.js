@@ -463,6 +463,12 @@ function partsOf(parts) {
     if (part.key != null && typeof part.key !== 'string') {
       throw invalidArgument(`parts[${i}].key`, 'must be a string, null or undefined');
     }
+    // The native call would replace a lone surrogate silently: refuse it, as every key is.
+    if (typeof part.key === 'string' && !part.key.isWellFormed()) {
+      const lone = [...part.key].find((ch) => ch.length === 1 && ch >= '\uD800' && ch <= '\uDFFF');
+      const code = lone.charCodeAt(0).toString(16).toUpperCase();
+      throw invalidArgument(`parts[${i}].key`, `must be a well-formed Unicode string; found a lone surrogate U+${code}`);
+    }
     if (part.cost !== undefined && typeof part.cost !== 'number') {
       throw invalidArgument(`parts[${i}].cost`, 'must be a number');
     }

@@ -113,6 +113,7 @@ test('bad parts are typed errors naming the part, and write nothing', async () =
     [[{ limiter: bucket, key: 't1', cost: '1' }], 'parts[0].cost'],
     [[{ limiter: bucket, key: 7 }], 'parts[0].key'],
     [[{ limiter: bucket, key: 'k'.repeat(2000) }], 'parts[0].key'],
+    [[{ limiter: bucket, key: 't1\uD800' }], 'parts[0].key'],
     [[null], 'parts[0]'],
     [[{ limiter: 'not a limiter', key: 't1' }], 'parts[0].limiter'],
     [[{ limiter: bucket, key: 't1' }, { limiter: leased, key: 't1' }], 'parts[1]'],
