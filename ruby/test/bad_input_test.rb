@@ -71,11 +71,27 @@ class BadInputTest < Minitest::Test
       Ratekeeper::Limiter.concurrent(a["name"], a["limit"], backend: backend, **o["lock_timeout", "wait_timeout", "allow_fallback"])
     when "calendar" then Ratekeeper::Limiter.calendar(a["name"], a["limit"], a["period"], backend: backend, **o["tz", "anchor"])
     when "limiter" then Ratekeeper::Limiter.from_spec(a["name"], a["spec"], backend: backend)
+    when "check_all" then check_all(a["parts"], backend)
     when "set_limit" then backend.set_limit(a["name"], a["spec"], key: a["key"])
     when "clear_limit" then backend.clear_limit(a["name"], key: a["key"])
     when "manual_clock" then Ratekeeper::ManualClock.new(a["start_us"])
     when "advance" then Ratekeeper::ManualClock.new(0).advance(a["seconds"])
     else call_on_limiter(c, a, backend)
+    end
+  end
+
+  # Backend#check_all with each part's limiter built from its spec on `backend` (or, with
+  # `other_backend`, on another); no part's state may change.
+  def check_all(parts, backend)
+    other = Ratekeeper::Backend.memory
+    built = parts.each_with_index.map do |p, i|
+      Ratekeeper::Limiter.from_spec("part#{i}", p["limiter"], backend: p["other_backend"] ? other : backend)
+    end
+    before = built.map { |l| l.peek("t1").to_h.except(:decided_at_us) }
+    begin
+      backend.check_all(parts.zip(built).map { |p, l| [l, p["key"], p.fetch("cost", 1)] })
+    ensure
+      assert_equal before, built.map { |l| l.peek("t1").to_h.except(:decided_at_us) }, "a refused check_all changed a part"
     end
   end
 
