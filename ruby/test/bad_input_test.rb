@@ -58,7 +58,8 @@ class BadInputTest < Minitest::Test
     when "memory" then Ratekeeper::Backend.memory(max_keys: a["max_keys"])
     when "redis"
       Ratekeeper::Backend.redis(a["url"], **o["prefix", "failure_policy", "fallback_divisor", "deadline", "connect_timeout",
-                                              "tls_ca_file", "tls_ca_data", "tls_cert_file", "tls_key_file"])
+                                              "tls_ca_file", "tls_ca_data", "tls_cert_file", "tls_key_file",
+                                              "deny_cache", "deny_cache_max_entries"])
     when "cluster" then Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline"])
     when "bucket" then Ratekeeper::Limiter.bucket(a["name"], a["limit"], a["interval"], backend: backend)
     when "window" then Ratekeeper::Limiter.window(a["name"], a["limit"], a["interval"], backend: backend)
@@ -121,6 +122,11 @@ class BadInputTest < Minitest::Test
       when "with_max_pause" then limiter.with_max_pause(a["max_pause"])
       when "with_shadow" then limiter.with_shadow(a["shadow"])
       when "resume" then limiter.resume(key: a["key"])
+      when "block" then limiter.block(a["duration"], key: a["key"])
+      when "unblock" then limiter.unblock(key: a["key"])
+      when "with_block_for" then limiter.with_block_for(a["block_for"])
+      when "with_shadow" then limiter.with_shadow(a["shadow"])
+      when "with_deny_cache" then limiter.with_deny_cache(a["on"])
       when "within_limit"
         limiter.within_limit(key: a["key"], cost: a["cost"], wait_timeout: a["wait_timeout"], policy: a["policy"]&.to_sym) { flunk "the block ran" }
       when "settle" then limiter.settle(settle_decision(c, limiter, a["decision"]), a["actual"])
