@@ -235,6 +235,19 @@ export declare class NativeLimiter {
    * `blockForMs`.
    */
   withBlockFor(blockForMs: number | null): NativeLimiter
+  /**
+   * Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
+   * instead, with the `shadow` of its spec).
+   */
+  get shadow(): boolean
+  /**
+   * The same limiter (same state and metrics) in shadow mode (`true`) or enforcing (`false`).
+   * In shadow mode a call the limit would refuse is admitted: `allowed` and `shadowRefused`
+   * are true, nothing is consumed, `remaining` and `retryAfterMs` say what enforcement would
+   * have said; `acquire` never waits, `withinLimit` runs its function, a concurrent limiter
+   * grants no lease to it. Counted in `metrics().shadowRefused`.
+   */
+  withShadow(shadow: boolean): NativeLimiter
   /** Whether this limiter remembers refusals in process (see `withDenyCache`). */
   get denyCache(): boolean
   /**
@@ -457,6 +470,11 @@ export interface CalendarOptions {
   anchor?: number
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options of `backend.concurrent()`. */
@@ -472,6 +490,11 @@ export interface ConcurrentOptions {
    * tokens increasing within the process only). Default false.
    */
   allowFallback?: boolean
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** The version of the ratekeeper core this addon is built from. */
@@ -507,6 +530,12 @@ export interface Decision {
   limits?: Array<LimitStatus>
   /** What `limiter.settle` reads: set on admitted calls of counting limiters, else absent. */
   settle?: SettleTicket
+  /**
+   * Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+   * is true, nothing was consumed, no lease was granted); `remaining` and `retryAfterMs` say
+   * what enforcement would have said.
+   */
+  shadowRefused: boolean
 }
 
 /** The `{ fallback: n }` form of `failurePolicy`. */
@@ -545,12 +574,22 @@ export interface LeasedOptions {
   leaseTtlMs?: number
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options shared by every limiter constructor. */
 export interface LimiterOptions {
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** The state of one limit of a multi-limit limiter. */
@@ -621,6 +660,11 @@ export interface Metrics {
    */
   blocked: number
   /**
+   * Checks a limiter in shadow mode would have refused and admitted instead (counted in
+   * neither `allowed` nor `refused`).
+   */
+  shadowRefused: number
+  /**
    * Checks a Redis limiter refused from its deny cache, with no round trip; also counted in
    * `refused`.
    */
@@ -681,6 +725,11 @@ export interface PartitionsOptions {
   priority?: boolean
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options of `Backend.redis()` and `Backend.cluster()`. */
