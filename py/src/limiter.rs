@@ -14,8 +14,7 @@ use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 use crate::aio::{self, Payload};
 use crate::args::{
     Cost, Flag, Headers, Key, PActual, PBlockFor, PCost, PDenyCache, PDuration, PEstimate, PMaxPause, PShadow,
-    PWaitTimeout,
-    Seconds, Status, Timeout,
+    PWaitTimeout, Seconds, Status, Timeout,
 };
 use crate::decision::{Decision, Lease, Metrics};
 use crate::errors::{guard, guard_detached};

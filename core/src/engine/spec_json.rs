@@ -138,7 +138,8 @@ impl LimiterSpec {
 
     /// The canonical JSON form of this spec.
     pub fn to_json(&self) -> String {
-        LimiterConfig { spec: self.clone(), wait_timeout: None, block_for: None, colocate: None, shadow: false }.to_json()
+        LimiterConfig { spec: self.clone(), wait_timeout: None, block_for: None, colocate: None, shadow: false }
+            .to_json()
     }
 }
 
