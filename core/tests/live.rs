@@ -325,3 +325,84 @@ fn a_dropped_limiter_is_registered_and_counted_by_flush() {
     // Once registered and flushed, the dropped object is let go: nothing more to send.
     assert!(b.metrics_blocking(false).unwrap().is_empty(), "{:?}", b.metrics_blocking(false));
 }
+
+/// A cost the limiter's own spec allows but a live override's smaller limit never can is
+/// refused, not an error: an operator lowering a limit must not turn a valid call into a panic
+/// or a script error. The exact sliding window refuses it until every admission now in the
+/// window has left (a whole interval when none is), on memory and on Redis alike. (It panicked
+/// on memory, an index past the log's end, found by `tests/c/fuzz_abi.c` with seed 27; the
+/// script failed on an empty log.)
+#[test]
+fn a_cost_above_an_overrides_limit_is_refused_on_memory_and_redis() {
+    let server = RedisServer::start();
+    let redis = Backend::redis_with(RedisConfig::new(server.url()).prefix("over")).unwrap();
+    for backend in [Backend::memory(), redis] {
+        let limiter = backend.window("w", 10, MINUTE).unwrap();
+        backend
+            .set_limit_blocking(
+                "w",
+                &LimiterSpec::Window { windows: vec![ratekeeper::WindowLimit { limit: 2, interval: MINUTE }] },
+                None,
+            )
+            .unwrap();
+        let refused = eventually_decided(&limiter, "empty", 5);
+        assert!(!refused.allowed, "{refused:?}");
+        assert_eq!(refused.retry_after, MINUTE, "an empty window: a whole interval");
+        assert!(limiter.check_blocking(Some("k"), 1).unwrap().allowed);
+        let refused = limiter.check_blocking(Some("k"), 5).unwrap();
+        assert!(!refused.allowed, "{refused:?}");
+        assert!(refused.retry_after > Duration::ZERO && refused.retry_after <= MINUTE, "{refused:?}");
+    }
+}
+
+/// The decision of a check of `cost` on `key` once the override is in effect (a Redis backend
+/// reads it from its poller).
+fn eventually_decided(limiter: &ratekeeper::Limiter, key: &str, cost: u64) -> ratekeeper::Decision {
+    let mut last = None;
+    eventually("the override", || {
+        let d = limiter.check_blocking(Some(key), cost).unwrap();
+        let done = !d.allowed;
+        last = Some(d);
+        done
+    });
+    last.unwrap()
+}
+
+/// Every counting kind refuses a cost above a live override's smaller limit (never an error or
+/// a panic) with a `retry_after` above zero, on a used key and on a fresh one, on memory and on
+/// Redis. (The fixed and sliding windows refused with a zero `retry_after` on memory, and on
+/// Redis for a fresh key: an `acquire` would have spun until its timeout.)
+#[test]
+fn every_kind_refuses_a_cost_above_an_overrides_limit() {
+    let server = RedisServer::start();
+    let pairs = [
+        (r#"{"kind":"bucket","limit":10,"interval":60}"#, r#"{"kind":"bucket","limit":2,"interval":60}"#),
+        (r#"{"kind":"windows","windows":[[10,60],[20,600]]}"#, r#"{"kind":"windows","windows":[[2,60],[3,600]]}"#),
+        (r#"{"kind":"sliding_window","limits":[[60,10]]}"#, r#"{"kind":"sliding_window","limits":[[60,2]]}"#),
+        (r#"{"kind":"token_bucket","rate":1,"capacity":10}"#, r#"{"kind":"token_bucket","rate":1,"capacity":2}"#),
+        (r#"{"kind":"leaky","size":10,"drain":10}"#, r#"{"kind":"leaky","size":2,"drain":10}"#),
+        (r#"{"kind":"points","capacity":10,"refill":10}"#, r#"{"kind":"points","capacity":2,"refill":10}"#),
+        (
+            r#"{"kind":"calendar","limit":10,"period":"day","tz":"UTC"}"#,
+            r#"{"kind":"calendar","limit":2,"period":"day","tz":"UTC"}"#,
+        ),
+    ];
+    let redis = Backend::redis_with(RedisConfig::new(server.url()).prefix("kinds")).unwrap();
+    let mut wrong = Vec::new();
+    for (b, backend) in [Backend::memory(), redis].into_iter().enumerate() {
+        for (i, (own, smaller)) in pairs.iter().enumerate() {
+            let name = format!("k{i}");
+            let limiter = backend.limiter_from_json(&name, own).unwrap();
+            backend.set_limit_json_blocking(&name, smaller, None).unwrap();
+            assert!(limiter.check_blocking(Some("a"), 1).unwrap().allowed, "{own}");
+            let refused = eventually_decided(&limiter, "a", 5);
+            let fresh = limiter.check_blocking(Some("fresh"), 5).unwrap();
+            for d in [refused, fresh] {
+                if d.allowed || d.retry_after == Duration::ZERO {
+                    wrong.push(format!("{} {own}: {d:?}", ["memory", "redis"][b]));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -138,8 +138,11 @@ for i = 1, n do
       local mid = math.floor((lo + hi) / 2)
       if tonumber(redis.call('ZRANGE', log, mid, mid)[1]) >= target then hi = mid else lo = mid + 1 end
     end
+    -- When no departure frees enough (the cost alone is above the limit: a live override's
+    -- smaller limit), the search ends on the newest admission in the window, or on none when
+    -- the window is empty: refused for a whole interval (as Log::evaluate says).
     local found = redis.call('ZRANGE', log, lo, lo, 'WITHSCORES')
-    w_retry = tonumber(found[2]) + interval - now
+    if count > 0 and found[2] then w_retry = tonumber(found[2]) + interval - now else w_retry = interval end
   end
   local w_reset = 0
   if count > 0 then w_reset = newest_at + interval - now end

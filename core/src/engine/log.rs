@@ -178,7 +178,14 @@ impl Log {
                 // Cumulative sums relative to the dropped prefix grow monotonically from index 0.
                 let target = state.cum_before(first).wrapping_sub(state.dropped_cum) + over;
                 let k = state.entries.partition_point(|&(_, cum)| cum.wrapping_sub(state.dropped_cum) < target);
-                state.entries[k].0 + interval - now
+                match state.entries.get(k) {
+                    Some(entry) => entry.0 + interval - now,
+                    // No departure frees enough: the cost alone is above the limit (a live
+                    // override's smaller limit). Refused until the window is empty, or for a
+                    // whole interval when it already is; `log.lua` says the same.
+                    None if count == 0 => interval,
+                    None => state.entries.back().map_or(interval, |e| e.0 + interval - now),
+                }
             };
             let reset = if count == 0 { 0 } else { state.entries.back().map_or(0, |e| e.0 + interval - now) };
             combine.push(interval, limit, limit.saturating_sub(count), retry, reset);

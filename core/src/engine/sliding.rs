@@ -145,7 +145,9 @@ impl Counts for Counter {
 
     fn freeing(&self, over: u64) -> Option<u64> {
         let k = self.blocks.partition_point(|&(_, cum)| cum.wrapping_sub(self.floor) < over);
-        self.blocks.get(k).map(|b| b.0)
+        // When no block frees enough (the cost alone is above the limit: a live override's
+        // smaller limit), the newest, as `sliding.lua`'s search ends on it.
+        self.blocks.get(k).or(self.blocks.back()).map(|b| b.0)
     }
 
     fn record(&mut self, block: u64, cost: u64) {
@@ -349,7 +351,9 @@ impl Sliding {
             let over = total.saturating_add(asked).saturating_sub(params.limit);
             let retry = match (allowed, over) {
                 (true, _) | (_, 0) => 0,
-                _ => counter.freeing(over).map_or(0, |b| params.expiry_of(b).saturating_sub(now)),
+                // Nothing counted, yet refused: the cost alone is above the limit (a live
+                // override's smaller limit). Refused until the current block has left.
+                _ => params.expiry_of(counter.freeing(over).unwrap_or(params.block_id(now))).saturating_sub(now),
             };
             let reset = counter.newest().map_or(0, |b| params.expiry_of(b).saturating_sub(now));
             combine.push(params.duration_us, params.limit, params.limit.saturating_sub(total), retry, reset);
