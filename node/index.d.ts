@@ -4,6 +4,7 @@
 // generated from the Rust sources (native.d.ts, regenerated and checked by scripts/test-node).
 
 import type {
+  AcquireAllOptions,
   AcquireOptions,
   BackendStats,
   CalendarOptions,
@@ -23,6 +24,39 @@ import type {
 
 export { Backoff, ManualClock, UtilizationShedder, coreVersion } from './native';
 export type * from './native';
+
+/** One part of `backend.checkAll` / `acquireAll`. */
+export interface CheckAllPart {
+  /** A limiter of the same backend (not a leased token bucket nor a partitions limiter). */
+  limiter: Limiter;
+  /** The key (default: the limiter's shared key). */
+  key?: string | null;
+  /** The cost (default 1). */
+  cost?: number;
+}
+
+/** One part's decision in a `CombinedDecision`, in the order of the parts. */
+export interface CombinedPart {
+  limiter: Limiter;
+  key?: string;
+  cost: number;
+  /**
+   * What this part decided at the combination's instant. In a refused combination a part may
+   * say `allowed` (alone it would have passed) but consumed nothing and holds no lease.
+   */
+  decision: Decision;
+}
+
+/** What `checkAll` / `acquireAll` decided: every part admitted, or none consumed anything. */
+export interface CombinedDecision {
+  /** Whether every part was admitted; when false, no part consumed anything. */
+  allowed: boolean;
+  /** 0 when allowed; else the longest `retryAfterMs` of the parts that refused. */
+  retryAfterMs: number;
+  parts: CombinedPart[];
+  /** Releases the lease of every admitted concurrent part. */
+  release(): Promise<void>;
+}
 
 /** What `withinLimit` resolves with when `policy: 'ignore'` skipped the block. */
 export declare const SKIPPED: unique symbol;
@@ -275,6 +309,20 @@ export declare class Backend {
    * `ERR_INVALID_ARGUMENT` whose `parameter` is the field's path (`rate`, `windows[1]`).
    */
   limiter(name: string, spec: LimiterSpec | string): Limiter;
+  /**
+   * Decides every part (a limiter of this backend, a key, a cost) in one atomic step at one
+   * instant: all are admitted and consume their cost, or none consumes anything. Never waits.
+   * On a Redis Cluster the parts' keys must share one slot (build the limiters with
+   * `colocate: 'tenant'`), else `ERR_INVALID_ARGUMENT` naming `parts`. Bad parts are refused
+   * naming them (`parts[1].cost`) before anything is written.
+   */
+  checkAll(parts: CheckAllPart[]): Promise<CombinedDecision>;
+  /**
+   * Like `checkAll`, waiting up to `waitTimeoutMs` (default: the shortest of the parts'
+   * limiters' `waitTimeoutMs`) for a step that admits every part; then rejects with
+   * `ERR_OVER_LIMIT` carrying the combination's `retryAfterMs`.
+   */
+  acquireAll(parts: CheckAllPart[], options?: AcquireAllOptions): Promise<CombinedDecision>;
 }
 
 /**

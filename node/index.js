@@ -215,6 +215,8 @@ const { limiterCheck, limiterCheckSync, limiterPeek, limiterPeekSync } = native;
 
 /** The native object of a public `Backend` (anything else is passed on for the native check). */
 let nativeBackendOf;
+/** The handle of a public `Limiter`; undefined for anything else. */
+let limiterHandleOf;
 
 /**
  * A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
@@ -233,6 +235,10 @@ class Limiter {
   #handle() {
     const h = this[HANDLE];
     return h !== 0 ? h : (this[HANDLE] = this.#native.handle());
+  }
+
+  static {
+    limiterHandleOf = (limiter) => (limiter !== null && typeof limiter === 'object' && #native in limiter ? limiter.#handle() : undefined);
   }
 
   /** A limiter that always allows and touches no backend (admins, tests). */
@@ -440,6 +446,55 @@ class Limiter {
 }
 
 /**
+ * `checkAll`'s parts as the native call takes them: limiter handles, keys and costs (a part
+ * that is not `{ limiter, key?, cost? }` is refused naming it; the core checks the values).
+ */
+function partsOf(parts) {
+  if (!Array.isArray(parts)) throw invalidArgument('parts', 'must be an array of { limiter, key, cost } objects');
+  const handles = [];
+  const keys = [];
+  const costs = [];
+  parts.forEach((part, i) => {
+    if (part === null || typeof part !== 'object') {
+      throw invalidArgument(`parts[${i}]`, 'must be a { limiter, key, cost } object');
+    }
+    const handle = limiterHandleOf(part.limiter);
+    if (handle === undefined) throw invalidArgument(`parts[${i}].limiter`, 'must be a Limiter');
+    if (part.key != null && typeof part.key !== 'string') {
+      throw invalidArgument(`parts[${i}].key`, 'must be a string, null or undefined');
+    }
+    if (part.cost !== undefined && typeof part.cost !== 'number') {
+      throw invalidArgument(`parts[${i}].cost`, 'must be a number');
+    }
+    handles.push(handle);
+    keys.push(part.key == null ? null : part.key);
+    costs.push(part.cost === undefined ? 1 : part.cost);
+  });
+  return [handles, keys, costs];
+}
+
+/**
+ * The public combined decision: each part carries its `limiter` beside its key, cost and
+ * decision, and `release()` gives back every admitted concurrent part's lease (each is tried;
+ * the first failure rejects).
+ */
+function combinedDecision(combined, parts) {
+  const decided = combined.parts.map((p, i) => ({ limiter: parts[i].limiter, key: p.key, cost: p.cost, decision: p.decision }));
+  return {
+    allowed: combined.allowed,
+    retryAfterMs: combined.retryAfterMs,
+    parts: decided,
+    async release() {
+      const released = await Promise.allSettled(
+        decided.filter((p) => p.decision.lease).map((p) => p.limiter.release(p.decision.lease)),
+      );
+      const failed = released.find((r) => r.status === 'rejected');
+      if (failed) throw failed.reason;
+    },
+  };
+}
+
+/**
  * Where limiter state lives; every limiter built from one backend shares it. `new Backend()` is
  * an in-process memory backend.
  */
@@ -517,6 +572,41 @@ class Backend {
   }
   limiterFromJson(name, specJson) {
     return new Limiter(WRAP, this.#native.limiterFromJson(name, specJson));
+  }
+
+  // Several limits at once, all or nothing (see node/src/check_all.rs).
+  checkAll(parts) {
+    return promisedCall(() => {
+      const [handles, keys, costs] = partsOf(parts);
+      return this.#native.checkAll(handles, keys, costs);
+    }).then((combined) => combinedDecision(combined, parts));
+  }
+  acquireAll(parts, options) {
+    const signal = options == null ? undefined : options.signal;
+    let shaped;
+    try {
+      shaped = partsOf(parts);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const [handles, keys, costs] = shaped;
+    const wrap = (combined) => combinedDecision(combined, parts);
+    if (signal == null) return promisedCall(() => this.#native.acquireAll(handles, keys, costs, options)).then(wrap);
+    if (!isAbortSignal(signal)) return Promise.reject(invalidArgument('signal', 'must be an AbortSignal'));
+    if (signal.aborted) return Promise.reject(abortError(signal));
+    const canceller = newCanceller();
+    const onAbort = () => cancel(canceller);
+    signal.addEventListener('abort', onAbort, { once: true });
+    return promisedCall(() => this.#native.acquireAll(handles, keys, costs, options, canceller)).then(
+      (combined) => {
+        signal.removeEventListener('abort', onAbort);
+        return wrap(combined);
+      },
+      (error) => {
+        signal.removeEventListener('abort', onAbort);
+        throw signal.aborted ? abortError(signal) : error;
+      },
+    );
   }
 
   // Operating it: the registry, live limits, metrics and the Prometheus exposition. Registry

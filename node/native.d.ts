@@ -134,6 +134,7 @@ export declare class NativeBackend {
    * `remaining` are 2^53. Without a name it is `Limiter.unlimited()`.
    */
   unlimited(name?: string): Limiter
+
   /** Every limiter the backend knows as JSON text (`backend.limiters()` parses it). */
   limitersJson(): NativeReply
   /** Overrides `name`'s spec (JSON text), or one key's (`backend.setLimit` takes an object). */
@@ -361,6 +362,17 @@ export declare class UtilizationShedder {
    * `ERR_SHED` with the current drop chance.
    */
   check(priority: number): void
+}
+
+/** Options of `backend.acquireAll()`. */
+export interface AcquireAllOptions {
+  /**
+   * How long to wait at most (default: the shortest of the parts' limiters' `waitTimeoutMs`;
+   * 0: do not wait).
+   */
+  waitTimeoutMs?: number
+  /** Aborts the wait: the Promise then rejects with an `AbortError` (`code: 'ABORT_ERR'`). */
+  signal?: AbortSignal
 }
 
 /** Options of `limiter.acquire()`. */
@@ -591,6 +603,36 @@ export interface Metrics {
    * by the limiter's state; also counted in `refused`.
    */
   blocked: number
+}
+
+/**
+ * What `checkAll` decided: every part admitted (and consumed), or none consumed anything.
+ * index.js adds each part's limiter and `release()` (the public shape is `CombinedDecision`
+ * in index.d.ts).
+ */
+export interface NativeCombinedDecision {
+  /** Whether every part was admitted; when false, no part consumed anything. */
+  allowed: boolean
+  /** 0 when allowed; else the longest `retryAfterMs` of the parts that refused. */
+  retryAfterMs: number
+  /** Each part's decision, in the order of the parts. */
+  parts: Array<NativePartDecision>
+}
+
+/**
+ * One part's decision in a [`CombinedDecision`] (index.js adds the part's `limiter`: the
+ * public shape is `CombinedPart` in index.d.ts).
+ */
+export interface NativePartDecision {
+  /** The part's key (absent: the limiter's shared key). */
+  key?: string
+  /** The part's cost. */
+  cost: number
+  /**
+   * What this part decided at the combination's instant. In a refused combination a part
+   * may say `allowed` (alone it would have passed) but consumed nothing and holds no lease.
+   */
+  decision: Decision
 }
 
 /**

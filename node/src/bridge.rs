@@ -56,6 +56,8 @@ pub enum Payload {
     /// A yes or no (`resume`), as 1 or 0 (`false` reads as "nothing" in index.js, which turns
     /// the number into a boolean). Settled through the drain only, as `Pause`.
     Flag(bool),
+    /// A `checkAll` / `acquireAll` result.
+    Combined(ratekeeper::CombinedDecision),
 }
 
 pub type Outcome = Result<Payload, ratekeeper::Error>;
@@ -241,6 +243,9 @@ fn payload_value(env: sys::napi_env, payload: Payload) -> napi::Result<sys::napi
             Payload::Pause(None) => bool::to_napi_value(env, false),
             Payload::Pause(Some(d)) => f64::to_napi_value(env, d.as_micros() as f64 / 1e3),
             Payload::Flag(b) => f64::to_napi_value(env, f64::from(u8::from(b))),
+            Payload::Combined(c) => {
+                crate::check_all::CombinedDecision::to_napi_value(env, crate::check_all::CombinedDecision::new(c))
+            }
         }
     }
 }

@@ -19,6 +19,7 @@ mod args;
 mod backend;
 mod backoff;
 mod bridge;
+mod check_all;
 mod clock;
 mod decision;
 mod driven;

@@ -77,6 +77,14 @@ impl Drop for Limiter {
     }
 }
 
+/// The core limiter registered as `handle` on this thread, and whether it is in-process
+/// (`backend.checkAll` passes its parts' limiters by handle).
+pub(crate) fn limiter_of_handle(handle: u32) -> Option<(ratekeeper::Limiter, bool)> {
+    let limiter = HANDLES.with(|h| h.borrow().slots.get((handle as usize).wrapping_sub(1)).copied())?;
+    // SAFETY: as in `by_handle`: a registered, non-null pointer is a live limiter.
+    (!limiter.is_null()).then(|| unsafe { ((*limiter).inner.clone(), (*limiter).local) })
+}
+
 /// Runs `f` on the limiter registered as `handle` on this thread.
 fn by_handle<T>(env: &Env, handle: u32, f: impl FnOnce(&Limiter) -> napi::Result<T>) -> napi::Result<T> {
     let limiter = HANDLES.with(|h| h.borrow().slots.get((handle as usize).wrapping_sub(1)).copied());
@@ -153,7 +161,7 @@ impl Limiter {
 }
 
 /// Lets `index.js` abort a waiting `acquire` from an `AbortSignal`.
-pub struct Canceller(Arc<watch::Sender<bool>>);
+pub struct Canceller(pub(crate) Arc<watch::Sender<bool>>);
 
 /// Internal (`index.js`): a canceller for one `acquire`.
 #[napi(skip_typescript)]

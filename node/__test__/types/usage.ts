@@ -12,6 +12,7 @@ import {
   rateLimitHeaders,
   setRateLimitHeaders,
   httpStatus,
+  type CombinedDecision,
   type Decision,
   type Lease,
   type Permit,
@@ -38,6 +39,21 @@ async function main(): Promise<void> {
   console.log(heldPartitions.length);
   await ingest.close();
   memory.limiter('p', { kind: 'partitions', total_rate: 100, partitions: 20, lease_ttl: 15 });
+  const quota = memory.bucket('quota', 1000, 'day');
+  const inFlight = memory.concurrent('in-flight', 4);
+  const combined: CombinedDecision = await memory.checkAll([
+    { limiter: quota, key: 'acme', cost: 2 },
+    { limiter: inFlight, key: 'acme' },
+  ]);
+  const partRetry: number = combined.retryAfterMs + combined.parts[0].decision.retryAfterMs;
+  const partLimiter: Limiter = combined.parts[1].limiter;
+  console.log(combined.allowed, partRetry, partLimiter.name);
+  await combined.release();
+  await memory.acquireAll([{ limiter: quota }], { waitTimeoutMs: 100, signal: new AbortController().signal });
+  // @ts-expect-error a part is an object with a limiter, not a tuple
+  await memory.checkAll([[quota, 'acme', 1]]);
+  // @ts-expect-error the cost is a number
+  await memory.checkAll([{ limiter: quota, cost: '2' }]);
   const erp = memory.concurrent('erp', 50, { lockTimeoutMs: 30_000, waitTimeoutMs: 5000 });
   const granted = await erp.acquire('tenant-3', { waitTimeoutMs: 1000, signal: AbortSignal.timeout(100) });
   const lease: Lease | undefined = granted.lease;
