@@ -3,11 +3,11 @@ and a per-tenant concurrency cap, checked together with the estimated tokens (pr
 output) and settled with the real usage once the model has answered. An abusive API key is
 blocked for an hour after going over its request rate.
 
-The model is simulated (a seeded random generator), so the report is the same on every run
+The model is simulated (a seeded generator), so the report is the same on every run
 from an empty Redis."""
 
 import os
-import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ratekeeper
@@ -24,7 +24,25 @@ in_flight = backend.limiter("tenant-in-flight", {"kind": "concurrent", "limit": 
 requests = backend.limiter("key-requests", {"kind": "window", "limit": 20, "interval": 60, "block_for": 3600})
 
 MAX_OUTPUT = 2_000
-model = random.Random(9)  # the simulated model: same answers every run
+
+
+def seeded(seed: int) -> Callable[[int, int], int]:
+    """The simulated model: a small seeded generator (mulberry32, as the Node example's), so
+    every run, in either language, gets the same answers."""
+    state = seed
+
+    def between(low: int, high: int) -> int:
+        nonlocal state
+        state = (state + 0x6D2B79F5) & 0xFFFFFFFF
+        t = state
+        t = ((t ^ (t >> 15)) * (t | 1)) & 0xFFFFFFFF
+        t ^= (t + (((t ^ (t >> 7)) * (t | 61)) & 0xFFFFFFFF)) & 0xFFFFFFFF
+        return low + ((t ^ (t >> 14)) * (high - low + 1) >> 32)
+
+    return between
+
+
+model = seeded(10)
 
 
 @dataclass
@@ -48,7 +66,7 @@ def serve(wave: list[tuple[str, str]]) -> None:
         if not requests.check(f"{tenant}:{user}").allowed:
             report.refused_by_key += 1
             continue
-        prompt = model.randint(200, 1_200)
+        prompt = model(200, 1_200)
         estimate = prompt + MAX_OUTPUT
         combined = backend.check_all(
             [(tokens, f"{tenant}:{user}", estimate), (quota, tenant, estimate), (in_flight, tenant, 1)]
@@ -63,7 +81,7 @@ def serve(wave: list[tuple[str, str]]) -> None:
                 report.refused_by_rate += 1
             continue
         report.admitted += 1
-        used = prompt + model.randint(100, MAX_OUTPUT)  # what the response says it used
+        used = prompt + model(100, MAX_OUTPUT)  # what the response says it used
         rate, month, _ = combined.parts
         tokens.settle(rate, used)
         quota.settle(month, used)
