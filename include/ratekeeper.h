@@ -478,7 +478,9 @@ void rk_backend_free(struct rk_backend *backend);
  *   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
  *   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
  *   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
- *   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now;
+ *   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now; `deny_cache`
+ *   (`true`: limiters remember refusals in process, see `rk_limiter_with_deny_cache`; default
+ *   `false`) and `deny_cache_max_entries` (default 10,000);
  * - `client`: the language this process's limiters are listed under in the registry
  *   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
  *   backend a process makes fixes it.
@@ -1321,6 +1323,23 @@ enum rk_status rk_limiter_unblock(const struct rk_limiter *limiter,
 enum rk_status rk_limiter_with_block_for(const struct rk_limiter *limiter,
                                          double block_for_secs,
                                          struct rk_limiter **limiter_out);
+
+/**
+ * \brief A copy of `limiter` (same state and metrics) with the deny cache on or off, whatever
+ * its backend's `deny_cache`: on, a refusal with `retry_after_us` R is remembered in this
+ * process, and until R has passed a check of the same key with at least the refused cost is
+ * refused from memory, with no round trip (counted in the metrics' `refused_locally`).
+ * `rk_limiter_reset`, `rk_limiter_unblock` and a live override seen by this process end the
+ * entries they affect. Only Redis limiters of the counting kinds use it.
+ *
+ * \param limiter The limiter to copy.
+ * \param on Whether the copy remembers refusals.
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_limiter_with_deny_cache(const struct rk_limiter *limiter,
+                                          bool on,
+                                          struct rk_limiter **limiter_out);
 
 /**
  * \brief Creates a backoff policy. Sidekiq's default is `base` 300, `jitter` 300,

@@ -281,6 +281,12 @@ class Limiter {
   withBlockFor(blockForMs) {
     return new Limiter(WRAP, this.#native.withBlockFor(blockForMs));
   }
+  get denyCache() {
+    return this.#native.denyCache;
+  }
+  withDenyCache(on) {
+    return new Limiter(WRAP, this.#native.withDenyCache(on));
+  }
 
   check(key, cost) {
     try {

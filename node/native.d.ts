@@ -229,6 +229,17 @@ export declare class NativeLimiter {
    * `blockForMs`.
    */
   withBlockFor(blockForMs: number | null): NativeLimiter
+  /** Whether this limiter remembers refusals in process (see `withDenyCache`). */
+  get denyCache(): boolean
+  /**
+   * The same limiter (same state and metrics) with the deny cache on or off: on, a refusal
+   * with `retryAfterMs` R is remembered in this process, and until R has passed a check of
+   * the same key with at least the refused cost is refused from memory, with no round trip
+   * (counted in `metrics().refusedLocally`). A `reset`, an `unblock` or a live override seen
+   * by this process ends the entries they affect. Only Redis limiters of the counting kinds
+   * use it. A `on` that is not a boolean throws `ERR_INVALID_ARGUMENT` naming `denyCache`.
+   */
+  withDenyCache(on: boolean): NativeLimiter
   /** The same limiter (same state) with another default wait timeout (0: never wait). */
   withWaitTimeout(waitTimeoutMs: number): NativeLimiter
   /**
@@ -603,6 +614,11 @@ export interface Metrics {
    * by the limiter's state; also counted in `refused`.
    */
   blocked: number
+  /**
+   * Checks a Redis limiter refused from its deny cache, with no round trip; also counted in
+   * `refused`.
+   */
+  refusedLocally: number
 }
 
 /**

@@ -8,9 +8,9 @@
 //!
 //! Three scripts run the same GCRA checks (server TIME, pipelined 500 at a time, one key that
 //! always admits): `without pause check` is the GCRA script with the pause check cut out (what
-//! every call ran before pauses existed), `with pause check` is the script as shipped (one GET
-//! of a missing key more), `paused` is the shipped script on a paused key (the refusal that
-//! skips the engine). The rows alternate for `ROUNDS` rounds and each row reports its median.
+//! every call ran before pauses existed), `with pause check` is the script as shipped (its hold
+//! check: one MGET of the pause and block keys, both missing), `paused` is the shipped script on
+//! a paused key (the refusal that skips the engine). The rows alternate for `ROUNDS` rounds and each row reports its median.
 //!
 //! The benchmark starts its own `redis-server` on a free loopback port (never 6379, no
 //! persistence) and stops it by pid at the end.
@@ -73,8 +73,8 @@ fn main() {
 
     let rows: [(&str, &str, &[&str]); 3] = [
         ("without pause check", &sha_before, &["{b}:s"]),
-        ("with pause check (not paused)", &sha_after, &["{b}:s", "{b}:p"]),
-        ("with pause check (paused)", &sha_after, &["{b}:s", "{b}:paused"]),
+        ("with pause check (not paused)", &sha_after, &["{b}:s", "{b}:p", "{b}:bk"]),
+        ("with pause check (paused)", &sha_after, &["{b}:s", "{b}:paused", "{b}:bk"]),
     ];
     let mut results = vec![Vec::new(); rows.len()];
     for _ in 0..ROUNDS {

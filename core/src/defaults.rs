@@ -40,6 +40,10 @@ pub const DEFAULT_BACKOFF_JITTER: Duration = Duration::from_secs(300);
 /// Sidekiq's default number of reschedules before the job fails: 20 (about a day).
 pub const DEFAULT_MAX_RESCHEDULES: u32 = 20;
 
+/// The most refusals a Redis backend's deny cache remembers (see
+/// [`crate::RedisConfig::deny_cache`]): each entry is a key and a decision, a few hundred bytes.
+pub const DEFAULT_DENY_CACHE_MAX_ENTRIES: usize = 10_000;
+
 /// Former name of [`DEFAULT_LEASED_LEASE_TTL`].
 #[deprecated(note = "renamed DEFAULT_LEASED_LEASE_TTL (it is the leased limiter's lease_ttl)")]
 pub const DEFAULT_LEASED_TTL: Duration = DEFAULT_LEASED_LEASE_TTL;

@@ -73,6 +73,9 @@ pub struct Metrics {
     /// Checks refused by a block (`block_for` after a refusal, or `block` by hand) rather than
     /// by the limiter's state; also counted in [`Metrics::refused`].
     pub blocked: u64,
+    /// Checks a Redis limiter refused from its deny cache, with no round trip (see
+    /// [`crate::Limiter::with_deny_cache`]); also counted in [`Metrics::refused`].
+    pub refused_locally: u64,
 }
 
 impl Metrics {
@@ -98,7 +101,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 2;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 3;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.
@@ -132,6 +135,7 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "lat_inf",
     "pauses_clamped",
     "blocked",
+    "refused_locally",
 ];
 
 /// One counter per field.
@@ -157,12 +161,14 @@ pub(crate) enum Counter {
     /// After the latency buckets (slots 13 to 26).
     PausesClamped = 27,
     Blocked = 28,
+    RefusedLocally = 29,
 }
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
-const _: () =
-    assert!(Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::Blocked as usize + 1);
+const _: () = assert!(
+    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::RefusedLocally as usize + 1
+);
 
 impl Counters {
     #[inline]
@@ -402,6 +408,7 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         latency_buckets: std::array::from_fn(|i| v[FIRST_BUCKET + i]),
         pauses_clamped: v[Counter::PausesClamped as usize],
         blocked: v[Counter::Blocked as usize],
+        refused_locally: v[Counter::RefusedLocally as usize],
     }
 }
 
@@ -426,6 +433,7 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
     v[FIRST_BUCKET..FIRST_BUCKET + BUCKETS].copy_from_slice(&m.latency_buckets);
     v[Counter::PausesClamped as usize] = m.pauses_clamped;
     v[Counter::Blocked as usize] = m.blocked;
+    v[Counter::RefusedLocally as usize] = m.refused_locally;
     v
 }
 

@@ -141,6 +141,13 @@ impl Collector for Snapshot {
             "Checks refused by a block (block_for after a refusal, or block by hand).",
             None,
             all().filter(|s| s.metrics.blocked > 0).map(|s| (labels(s), s.metrics.blocked)),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_refused_locally",
+            "Checks a Redis limiter refused from its deny cache, with no round trip.",
+            None,
+            all().filter(|s| s.metrics.refused_locally > 0).map(|s| (labels(s), s.metrics.refused_locally)),
         )
     }
 }

@@ -31,6 +31,8 @@ const FIELDS: &[&str] = &[
     "tls_ca_data",
     "tls_cert_file",
     "tls_key_file",
+    "deny_cache",
+    "deny_cache_max_entries",
     "max_keys",
     "shards",
     "client",
@@ -224,6 +226,14 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
     if let Some(tls) = tls(&fields)? {
         config = config.tls(tls);
     }
+    match fields.0.get("deny_cache") {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(on)) => config = config.deny_cache(*on),
+        Some(other) => return Err(Error::invalid("deny_cache", format!("must be true or false, got {other}"))),
+    }
+    if let Some(max) = fields.whole("deny_cache_max_entries", u64::from(u32::MAX))? {
+        config = config.deny_cache_max_entries(max as usize);
+    }
     if let Some(clock) = clock {
         config = config.clock(clock);
     }
@@ -242,7 +252,9 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
 ///   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
 ///   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
 ///   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
-///   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now;
+///   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now; `deny_cache`
+///   (`true`: limiters remember refusals in process, see `rk_limiter_with_deny_cache`; default
+///   `false`) and `deny_cache_max_entries` (default 10,000);
 /// - `client`: the language this process's limiters are listed under in the registry
 ///   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
 ///   backend a process makes fixes it.

@@ -1,6 +1,7 @@
 //! Blocking: keep a limiter's key refused for a while, after a refusal (`block_for`,
 //! `rk_limiter_with_block_for` or `"block_for"` in a JSON spec) or by hand
-//! (`rk_limiter_block`), and end a block early (`rk_limiter_unblock`).
+//! (`rk_limiter_block`), and end a block early (`rk_limiter_unblock`); and the deny cache that
+//! remembers refusals in process (`rk_limiter_with_deny_cache`).
 
 use std::os::raw::c_char;
 
@@ -98,6 +99,31 @@ pub extern "C" fn rk_limiter_with_block_for(
         let limiter = &arg_ref("limiter", limiter)?.inner;
         let block_for = duration_from_secs("block_for", block_for_secs)?;
         publish(out, limiter.with_block_for(Some(block_for))?);
+        Ok(())
+    }
+}
+
+/// \brief A copy of `limiter` (same state and metrics) with the deny cache on or off, whatever
+/// its backend's `deny_cache`: on, a refusal with `retry_after_us` R is remembered in this
+/// process, and until R has passed a check of the same key with at least the refused cost is
+/// refused from memory, with no round trip (counted in the metrics' `refused_locally`).
+/// `rk_limiter_reset`, `rk_limiter_unblock` and a live override seen by this process end the
+/// entries they affect. Only Redis limiters of the counting kinds use it.
+///
+/// \param limiter The limiter to copy.
+/// \param on Whether the copy remembers refusals.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK or #RK_NULL_PARAMETER.
+#[no_mangle]
+pub extern "C" fn rk_limiter_with_deny_cache(
+    limiter: *const rk_limiter,
+    on: bool,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        let out = Out::new("limiter_out", limiter_out)?;
+        let limiter = &arg_ref("limiter", limiter)?.inner;
+        publish(out, limiter.with_deny_cache(on)?);
         Ok(())
     }
 }

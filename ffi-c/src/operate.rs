@@ -183,6 +183,7 @@ pub extern "C" fn rk_backend_metrics_json(
                         "reclaimed": m.reclaimed,
                         "pauses_clamped": m.pauses_clamped,
                         "blocked": m.blocked,
+                        "refused_locally": m.refused_locally,
                     },
                 })
             })

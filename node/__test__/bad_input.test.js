@@ -206,6 +206,7 @@ function limiterCalls(c, a) {
     block: [() => limiter.block(ms(a.duration), a.key)],
     unblock: [() => limiter.unblock(a.key)],
     with_block_for: [() => limiter.withBlockFor(ms(a.block_for))],
+    with_deny_cache: [() => limiter.withDenyCache(a.on)],
     settle: [
       () => limiter.settle(settleDecision(c, limiter, a.decision), a.actual),
       () => limiter.settleSync(settleDecision(c, limiter, a.decision), a.actual),

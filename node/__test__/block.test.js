@@ -80,3 +80,22 @@ test('bad durations reject naming them, before anything is written', async () =>
   await assert.rejects(limiter.unblock('k'.repeat(1025)), { code: 'ERR_INVALID_ARGUMENT', parameter: 'key' });
   assert.equal((await limiter.check('k')).allowed, true, 'nothing was blocked');
 });
+
+test('the deny cache answers a remembered refusal in process, until reset', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const clock = new ManualClock(START_US);
+  const backend = Backend.redis(server.url, { ...options, prefix: prefix(), clock });
+  const plain = backend.tokenBucket('api', 1, 1);
+  assert.equal(plain.denyCache, false);
+  const cached = plain.withDenyCache(true);
+  assert.equal(cached.denyCache, true);
+  assert.equal((await cached.check('k')).allowed, true);
+  assert.equal((await cached.check('k')).retryAfterMs, 1000);
+  clock.advance(250);
+  for (let i = 0; i < 20; i++) assert.equal((await cached.check('k')).retryAfterMs, 750);
+  assert.equal(cached.metrics().refusedLocally, 20);
+  await cached.reset('k');
+  assert.equal((await cached.check('k')).allowed, true, 'reset forgets the remembered refusal');
+  assert.throws(() => plain.withDenyCache('yes'), { code: 'ERR_INVALID_ARGUMENT', parameter: 'denyCache' });
+});

@@ -164,6 +164,9 @@ pub struct Metrics {
     /// Checks refused by a block (`blockForMs` after a refusal, or `block` by hand) rather than
     /// by the limiter's state; also counted in `refused`.
     pub blocked: f64,
+    /// Checks a Redis limiter refused from its deny cache, with no round trip; also counted in
+    /// `refused`.
+    pub refused_locally: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -185,6 +188,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             reclaimed: m.reclaimed as f64,
             pauses_clamped: m.pauses_clamped as f64,
             blocked: m.blocked as f64,
+            refused_locally: m.refused_locally as f64,
         }
     }
 }

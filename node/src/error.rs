@@ -35,6 +35,7 @@ pub fn js_parameter(core: &str) -> Cow<'_, str> {
         "duration" => "durationMs",
         "max_pause" => "maxPauseMs",
         "block_for" => "blockForMs",
+        "deny_cache" => "denyCache",
         "precision" => "precisionMs",
         "deadline" => "deadlineMs",
         "connect_timeout" => "connectTimeoutMs",

@@ -287,6 +287,29 @@ impl Limiter {
         })
     }
 
+    /// Whether this limiter remembers refusals in process (see `withDenyCache`).
+    #[napi(getter)]
+    pub fn deny_cache(&self) -> bool {
+        self.inner.deny_cache()
+    }
+
+    /// The same limiter (same state and metrics) with the deny cache on or off: on, a refusal
+    /// with `retryAfterMs` R is remembered in this process, and until R has passed a check of
+    /// the same key with at least the refused cost is refused from memory, with no round trip
+    /// (counted in `metrics().refusedLocally`). A `reset`, an `unblock` or a live override seen
+    /// by this process ends the entries they affect. Only Redis limiters of the counting kinds
+    /// use it. A `on` that is not a boolean throws `ERR_INVALID_ARGUMENT` naming `denyCache`.
+    #[napi(ts_args_type = "on: boolean")]
+    pub fn with_deny_cache(&self, env: Env, on: Option<Unknown<'_>>) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let on = args::required(Js::opt(&on), "deny_cache")?.boolean("deny_cache")?;
+                Ok(Limiter::new(self.inner.with_deny_cache(on)?, self.local))
+            };
+            core(&env, build())
+        })
+    }
+
     /// The same limiter (same state) with another default wait timeout (0: never wait).
     #[napi(ts_args_type = "waitTimeoutMs: number")]
     pub fn with_wait_timeout(&self, env: Env, wait_timeout_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {

@@ -14,9 +14,9 @@ use ratekeeper::{
 use crate::args::Key;
 use crate::args::{
     invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout,
-    PDeadline, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName, PPartitions, PPeriod, PPrefix,
-    PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile, PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl,
-    PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
+    PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName,
+    PPartitions, PPeriod, PPrefix, PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile, PTlsCertFile, PTlsKeyFile,
+    PTotalRate, PTz, PUrl, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -258,6 +258,10 @@ macro_rules! backend_pymethods {
             /// - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
             ///   `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
             /// - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
+            /// - `deny_cache`: remember refusals in this process (default `False`): a check of at
+            ///   least the refused cost is refused from memory until its `retry_after`, with no
+            ///   round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
+            ///   holds (default 10,000).
             #[staticmethod]
             #[pyo3(signature = (url, *, $($option = None),*))]
             #[allow(clippy::too_many_arguments)]
@@ -315,6 +319,12 @@ impl RedisOptions<'_> {
         }
         if let Some(t) = self.connect_timeout {
             config = config.connect_timeout(t.0);
+        }
+        if let Some(on) = self.deny_cache {
+            config = config.deny_cache(on.0);
+        }
+        if let Some(n) = self.deny_cache_max_entries {
+            config = config.deny_cache_max_entries(usize::try_from(n.0).unwrap_or(usize::MAX));
         }
         // Which parameter the CA came from, to name it if its PEM is bad.
         let ca_parameter = if self.tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
@@ -378,6 +388,8 @@ backend_pymethods! {
         tls_cert_file: Path<PTlsCertFile>,
         tls_key_file: Path<PTlsKeyFile>,
         clock: ClockArg,
+        deny_cache: Flag<PDenyCache>,
+        deny_cache_max_entries: Count<PDenyCacheMaxEntries>,
     }
 
     /// A new in-process memory backend with default settings.

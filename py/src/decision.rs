@@ -397,11 +397,18 @@ impl Metrics {
         self.inner.blocked
     }
 
+    /// Checks a Redis limiter refused from its deny cache, with no round trip; also counted
+    /// in `refused`.
+    #[getter]
+    fn refused_locally(&self) -> u64 {
+        self.inner.refused_locally
+    }
+
     fn __repr__(&self) -> String {
         let m = &self.inner;
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
-             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={})",
+             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, refused_locally={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -415,7 +422,8 @@ impl Metrics {
             m.overages,
             m.reclaimed,
             m.pauses_clamped,
-            m.blocked
+            m.blocked,
+            m.refused_locally
         )
     }
 }

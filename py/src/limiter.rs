@@ -13,8 +13,8 @@ use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 
 use crate::aio::{self, Payload};
 use crate::args::{
-    Cost, Headers, Key, PActual, PBlockFor, PCost, PDuration, PEstimate, PMaxPause, PWaitTimeout, Seconds, Status,
-    Timeout,
+    Cost, Flag, Headers, Key, PActual, PBlockFor, PCost, PDenyCache, PDuration, PEstimate, PMaxPause, PWaitTimeout,
+    Seconds, Status, Timeout,
 };
 use crate::decision::{Decision, Lease, Metrics};
 use crate::errors::{guard, guard_detached};
@@ -241,6 +241,25 @@ impl Limiter {
         let py = slf.py();
         let this = slf.get();
         let inner = guard(py, || this.inner.with_block_for(block_for.map(|b| b.0)))?;
+        Limiter::wrap(py, inner, this.remote)
+    }
+
+    /// Whether this limiter remembers refusals in process (see `with_deny_cache`).
+    #[getter]
+    fn deny_cache(&self) -> bool {
+        self.inner.deny_cache()
+    }
+
+    /// The same limiter (same state and metrics) with the deny cache on or off, whatever its
+    /// backend's `deny_cache`: on, a refusal with `retry_after` R is remembered in this
+    /// process, and until R has passed a check of the same key with at least the refused cost
+    /// is refused from memory, with no round trip (counted in `metrics().refused_locally`). A
+    /// `reset`, an `unblock` or a live override seen by this process ends the entries they
+    /// affect. Only Redis limiters of the counting kinds use it.
+    fn with_deny_cache<'py>(slf: &Bound<'py, Self>, on: Flag<PDenyCache>) -> PyResult<PyLimiter<'py>> {
+        let py = slf.py();
+        let this = slf.get();
+        let inner = guard(py, || this.inner.with_deny_cache(on.0))?;
         Limiter::wrap(py, inner, this.remote)
     }
 

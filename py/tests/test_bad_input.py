@@ -222,6 +222,8 @@ def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
             limiter.unblock(a.get("key"))
         elif name == "with_block_for":
             limiter.with_block_for(a["block_for"])
+        elif name == "with_deny_cache":
+            limiter.with_deny_cache(a["on"])
         elif name == "within_limit":
             options = {k: a[k] for k in ("policy", "wait_timeout") if k in a}
             with limiter.within_limit(a.get("key"), a.get("cost", 1), **options):

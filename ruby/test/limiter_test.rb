@@ -145,6 +145,10 @@ class LimiterTest < Minitest::Test
     assert_operator strict.check("u").retry_after, :>=, 299
     from_spec = Ratekeeper::Limiter.from_spec("strict", { kind: "bucket", limit: 1, interval: 60 }, backend: @backend)
     assert_operator from_spec.check("u").retry_after, :>, 290, "the block is the key's, whoever asks"
+    cached = strict.with_deny_cache(true)
+    assert_operator cached.check("u").retry_after, :>, 290, "a blocked key, remembered in process"
+    assert_operator cached.check("u").retry_after, :>, 290
+    assert_raises(Ratekeeper::InvalidArgument) { strict.with_deny_cache("yes") }
   end
 
   def test_the_registry_lists_the_limiters_used

@@ -164,6 +164,7 @@ def limiter_tokens(call, a, c)
   when "block" then [spec, key, dbl(a["duration"], "duration_secs")]
   when "unblock" then [spec, key]
   when "with_block_for" then [spec, key, dbl(a["block_for"], "block_for_secs")]
+  when "with_deny_cache" then raise NotExpressible, "C's `on` is a bool: #{a['on'].inspect} cannot be passed"
   when "observe"
     raise NotExpressible, "rk_limiter_observe has no max_pause (C bounds pauses per limiter)" if a.key?("max_pause")
     h = a["headers"]

@@ -1521,6 +1521,18 @@ static void test_block(const fixture *f) {
   CHECK(check1(from_json, "j", 1).allowed);
   CHECK(check1(from_json, "j", 1).retry_after_us >= 60u * 1000000u);
   rk_limiter_free(from_json);
+
+  /* The deny cache: a copy that remembers refusals answers the same refusal again. */
+  rk_limiter *cached = NULL;
+  must(rk_limiter_with_deny_cache(strict, true, &cached), cached, "with_deny_cache");
+  CHECK_OK(rk_limiter_block(l, "d", 60.0, NULL));
+  rk_decision first = check1(cached, "d", 1);
+  rk_decision again = check1(cached, "d", 1);
+  CHECK(!first.allowed && !again.allowed && again.retry_after_us <= first.retry_after_us);
+  CHECK_STATUS(rk_limiter_with_deny_cache(NULL, true, &cached), RK_NULL_PARAMETER);
+  CHECK_OK(rk_limiter_unblock(cached, "d", NULL));
+  CHECK(check1(cached, "d", 1).allowed); /* unblock forgets the remembered refusal */
+  rk_limiter_free(cached);
   rk_limiter_free(strict);
   rk_limiter_free(l);
   rk_backend_free(b);

@@ -65,6 +65,7 @@ impl Limiter {
     /// other state, and a pause, are kept.
     pub async fn unblock(&self, key: Option<&str>) -> Result<bool> {
         let key = validate_key(key)?;
+        self.forget_refusal(key);
         match &self.inner.target {
             Target::Redis { backend, failover } => backend.unblock(self.kind(), &self.inner.name, key, failover).await,
             _ => Ok(self.unblock_local(key)),

@@ -21,6 +21,7 @@ use partitions::{partition_source, PartitionSet};
 mod block;
 mod check_all;
 mod constructors;
+mod deny;
 mod inspect;
 mod leased;
 mod partitions;
@@ -54,6 +55,9 @@ struct Inner {
     max_pause: Duration,
     /// How long a refusal blocks the key (see [`Limiter::with_block_for`]).
     block_for: Option<Duration>,
+    /// Whether refusals are remembered in process (`None`: the backend's default; see
+    /// [`Limiter::with_deny_cache`]).
+    deny_cache: Option<bool>,
     /// Whether the backend's `fail_open` / `fallback` policy applies (see
     /// [`Limiter::with_allow_fallback`]).
     allow_fallback: bool,
@@ -107,6 +111,7 @@ impl Limiter {
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
                 block_for: None,
+                deny_cache: None,
                 allow_fallback: true,
                 metrics: Arc::default(),
                 live: None,
@@ -168,6 +173,7 @@ impl Limiter {
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
                 block_for: None,
+                deny_cache: None,
                 allow_fallback,
                 metrics,
                 live,
@@ -348,12 +354,17 @@ impl Limiter {
             Target::Redis { backend, failover } => {
                 backend.ensure_live_task();
                 let over = self.override_for(key);
+                if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
+                    return Ok(refused);
+                }
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
                 self.record(op, &result, Some(started));
-                self.block_after_refusal(key, op, result).await
+                let result = self.block_after_refusal(key, op, result).await;
+                self.remember_refusal(key, op, &result, over);
+                result
             }
             Target::Partitions(set) => {
                 let result = set.run(key, op).await;
@@ -375,12 +386,17 @@ impl Limiter {
             Target::Redis { backend, failover } => {
                 backend.ensure_live_task();
                 let over = self.override_for(key);
+                if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
+                    return Ok(refused);
+                }
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
                 self.record(op, &result, Some(started));
-                self.block_after_refusal_blocking(key, op, result)
+                let result = self.block_after_refusal_blocking(key, op, result);
+                self.remember_refusal(key, op, &result, over);
+                result
             }
             _ => self.run_local(key, op),
         }
@@ -503,6 +519,7 @@ impl Limiter {
         match &self.inner.target {
             Target::Partitions(set) => set.release(Some(key)).await,
             Target::Redis { backend, .. } => {
+                self.forget_refusal(key);
                 backend.reset(self.kind(), &self.inner.name, key, &self.inner.algorithm, self.colocate()).await?;
                 self.forget_lease(key);
                 Ok(())

@@ -103,6 +103,8 @@ impl Limiter {
     /// naming `actual`. Nothing is written in either case.
     pub async fn settle(&self, decision: &Decision, actual: u64) -> Result<Decision> {
         let (key, op) = self.settle_op(decision, actual)?;
+        // A refund may admit what this process remembers as refused (the deny cache).
+        self.forget_refusal(key);
         let outcome = match &self.inner.target {
             Target::Memory { .. } => self.settle_local(key, op),
             _ => self.run(key, op).await,
@@ -113,6 +115,8 @@ impl Limiter {
     /// Blocking form of [`Limiter::settle`].
     pub fn settle_blocking(&self, decision: &Decision, actual: u64) -> Result<Decision> {
         let (key, op) = self.settle_op(decision, actual)?;
+        // A refund may admit what this process remembers as refused (the deny cache).
+        self.forget_refusal(key);
         let outcome = match &self.inner.target {
             Target::Memory { .. } => self.settle_local(key, op),
             _ => self.run_blocking(key, op),

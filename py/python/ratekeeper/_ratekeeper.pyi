@@ -68,7 +68,7 @@ class Backend:
         Removes the override of `name`, or of one `key` of it (nothing if there is none).
         """
     @staticmethod
-    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None) -> Backend:
+    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None) -> Backend:
         """
         A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
         redirections are followed. Takes the same options as `Backend.redis`.
@@ -158,7 +158,7 @@ class Backend:
         `prometheus_client` registry.
         """
     @staticmethod
-    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None) -> Backend:
+    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None) -> Backend:
         """
         A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…`
         (TLS). Nothing connects until the first call; backends for the same URL share one
@@ -173,6 +173,10 @@ class Backend:
         - `tls_ca_file` / `tls_ca_data`: the CA that signed the server's certificate (PEM);
           `tls_cert_file` + `tls_key_file`: a client certificate for mutual TLS.
         - `clock`: a `ManualClock` whose time is sent with every call instead of the server's.
+        - `deny_cache`: remember refusals in this process (default `False`): a check of at
+          least the refused cost is refused from memory until its `retry_after`, with no
+          round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
+          holds (default 10,000).
         """
     def set_limit(self, /, name: str, spec: str | Mapping[str, Any], key: str | None = None) -> None:
         """
@@ -676,6 +680,12 @@ class Metrics:
         Checks the backend refused.
         """
     @property
+    def refused_locally(self, /) -> int:
+        """
+        Checks a Redis limiter refused from its deny cache, with no round trip; also counted
+        in `refused`.
+        """
+    @property
     def wait_time(self, /) -> float:
         """
         Total time spent waiting by the leases granted after waiting.
@@ -813,6 +823,11 @@ class NativeLimiter:
         processes may lease them at once instead of after `lease_ttl`), the unspent tokens of a
         leased limiter's leases; a later call leases anew. Does nothing on other limiters.
         """
+    @property
+    def deny_cache(self, /) -> bool:
+        """
+        Whether this limiter remembers refusals in process (see `with_deny_cache`).
+        """
     def extend(self, /, lease: Lease, key: str | None = None) -> None:
         """
         Renews a concurrent lease for another `lock_timeout` from now. Raises `LeaseLost` if it
@@ -936,6 +951,15 @@ class NativeLimiter:
         the block says so too. A spec carries it as `"block_for": seconds`. A `block_for` that
         is not a positive number of seconds up to 100 years raises `InvalidArgument` naming
         `block_for`.
+        """
+    def with_deny_cache(self, /, on: bool) -> Limiter:
+        """
+        The same limiter (same state and metrics) with the deny cache on or off, whatever its
+        backend's `deny_cache`: on, a refusal with `retry_after` R is remembered in this
+        process, and until R has passed a check of the same key with at least the refused cost
+        is refused from memory, with no round trip (counted in `metrics().refused_locally`). A
+        `reset`, an `unblock` or a live override seen by this process ends the entries they
+        affect. Only Redis limiters of the counting kinds use it.
         """
     def with_max_pause(self, /, max_pause: float) -> Limiter:
         """

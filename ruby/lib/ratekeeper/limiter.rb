@@ -371,6 +371,15 @@ module Ratekeeper
       self.class.new(ptr, @name, { policy: @policy, reschedule: @reschedule, ttl: @ttl, wait_timeout: @wait_timeout, backend: @backend })
     end
 
+    # A copy of this limiter (same state) with the deny cache on or off: on, a refusal is
+    # remembered in this process and later checks of the same key (at least as costly) are
+    # refused from memory until its retry_after, with no round trip to Redis.
+    def with_deny_cache(on)
+      Ratekeeper.invalid!("deny_cache", "must be true or false, got #{on.inspect}") unless [true, false].include?(on)
+      ptr = Native.handle(:rk_limiter_free) { |out| Native.rk_limiter_with_deny_cache(@ptr, on, out) }
+      self.class.new(ptr, @name, { policy: @policy, reschedule: @reschedule, ttl: @ttl, wait_timeout: @wait_timeout, backend: @backend })
+    end
+
     # A copy of this limiter (same state) whose pauses, from `pause` or `observe`, last at most
     # `seconds` (default one hour): a longer one asked for is shortened and counted in the
     # metrics' `pauses_clamped`.

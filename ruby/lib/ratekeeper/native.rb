@@ -128,6 +128,7 @@ module Ratekeeper
     call :rk_limiter_block, %i[pointer string double pointer], :int, blocking: true
     call :rk_limiter_unblock, %i[pointer string pointer], :int, blocking: true
     call :rk_limiter_with_block_for, %i[pointer double pointer], :int
+    call :rk_limiter_with_deny_cache, %i[pointer bool pointer], :int
 
     call :rk_backoff_new, %i[double double uint32 uint64 pointer], :int
     call :rk_backoff_reschedule_in, %i[pointer uint32 uint64 pointer pointer], :int

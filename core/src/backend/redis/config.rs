@@ -10,7 +10,7 @@ use super::redact::redact_url;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
-use crate::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_PREFIX};
+use crate::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_DENY_CACHE_MAX_ENTRIES, DEFAULT_PREFIX};
 
 /// What a limiter does when Redis cannot answer within the deadline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -110,6 +110,13 @@ pub struct RedisConfig {
     /// Where time comes from: `None` (default) uses the Redis server's `TIME`, so client clocks do
     /// not matter; a manual clock sends its time with every call (tests and vectors).
     pub clock: Option<Arc<dyn Clock>>,
+    /// Whether limiters remember refusals in process (the deny cache; default `false`): after
+    /// a refusal with `retry_after` R, a check of the same limiter and key with at least the
+    /// refused cost is refused locally until R has passed, with no round trip. A limiter may
+    /// say otherwise ([`crate::Limiter::with_deny_cache`]).
+    pub deny_cache: bool,
+    /// The most refusals the deny cache holds (default [`DEFAULT_DENY_CACHE_MAX_ENTRIES`]).
+    pub deny_cache_max_entries: usize,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -124,6 +131,8 @@ impl std::fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("tls", &self.tls)
             .field("clock", &self.clock)
+            .field("deny_cache", &self.deny_cache)
+            .field("deny_cache_max_entries", &self.deny_cache_max_entries)
             .finish()
     }
 }
@@ -140,6 +149,8 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             tls: None,
             clock: None,
+            deny_cache: false,
+            deny_cache_max_entries: DEFAULT_DENY_CACHE_MAX_ENTRIES,
         }
     }
 
@@ -178,6 +189,18 @@ impl RedisConfig {
     /// Sets TLS material for `rediss://` URLs.
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Turns the deny cache on or off for the backend's limiters (see [`RedisConfig::deny_cache`]).
+    pub fn deny_cache(mut self, on: bool) -> Self {
+        self.deny_cache = on;
+        self
+    }
+
+    /// Sets the most refusals the deny cache holds (at least 1).
+    pub fn deny_cache_max_entries(mut self, max_entries: usize) -> Self {
+        self.deny_cache_max_entries = max_entries;
         self
     }
 

@@ -80,9 +80,11 @@ impl Limiter {
             return Ok(Driven::Done(decision));
         }
         // A leased limiter's round trips take leases (see `leased_check`), on the runtime; so
-        // does a check that may start a block (`block_for`: a second command after a refusal).
+        // does a check that may start a block (`block_for`: a second command after a refusal),
+        // and one of a limiter with a deny cache (answered from memory, remembered after).
         if matches!(self.algorithm(), Algorithm::Concurrent(_) | Algorithm::Leased(_))
             || (self.block_for().is_some() && matches!(op, Op::Check { .. }))
+            || self.deny_cache()
             || !backend.connections().drivable()
         {
             return Ok(Driven::Unsupported);

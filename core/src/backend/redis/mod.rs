@@ -5,6 +5,7 @@
 pub(crate) mod check_all;
 pub(crate) mod config;
 pub(crate) mod connection;
+pub(crate) mod deny_cache;
 pub mod driven;
 pub(crate) mod keys;
 pub(crate) mod live;
@@ -187,6 +188,8 @@ pub(crate) struct RedisBackend {
     pub(crate) live: Live,
     /// The process whose background task (see [`live`]) serves this backend; 0: none yet.
     live_task_pid: AtomicU32,
+    /// Refusals remembered in process (see [`deny_cache`]).
+    pub(crate) deny_cache: deny_cache::DenyCache,
     /// Whether this is a Cluster (where a `check_all` combination needs one slot).
     cluster: bool,
 }
@@ -220,6 +223,10 @@ impl RedisBackend {
         if let Some(tls) = &config.tls {
             tls.validate()?;
         }
+        if config.deny_cache_max_entries == 0 {
+            return Err(Error::invalid("deny_cache_max_entries", "must be at least 1"));
+        }
+        let deny_cache = deny_cache::DenyCache::new(config.deny_cache, config.deny_cache_max_entries);
         let manual_clock = config.clock.clone().filter(|c| c.is_manual());
         let fallback_clock = config.clock.clone().unwrap_or_else(|| Arc::new(crate::clock::SystemClock));
         Ok(RedisBackend {
@@ -238,6 +245,7 @@ impl RedisBackend {
                 true,
             ),
             live_task_pid: AtomicU32::new(0),
+            deny_cache,
             cluster: config.cluster,
         })
     }
