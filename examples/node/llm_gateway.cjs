@@ -13,8 +13,12 @@ const backend = Backend.redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
 const tokens = backend.limiter('user-tokens', { kind: 'token_bucket', rate: 1, capacity: 12_000, colocate: 'tenant' });
 const quota = backend.limiter('tenant-quota', { kind: 'calendar', limit: 20_000, period: 'month', anchor: 15, colocate: 'tenant' });
 const inFlight = backend.limiter('tenant-in-flight', { kind: 'concurrent', limit: 2, lock_timeout: 120, colocate: 'tenant' });
-// Per API key: 20 requests a minute; a key that goes over is kept out for an hour, fleet-wide.
-const requests = backend.limiter('key-requests', { kind: 'window', limit: 20, interval: 60, block_for: 3600 });
+// Per API key: 20 requests a minute; a key that goes over is kept out for an hour, fleet-wide,
+// and this process remembers the refusal (the deny cache): the blocked key's next requests are
+// refused without a round trip to Redis.
+const requests = backend
+  .limiter('key-requests', { kind: 'window', limit: 20, interval: 60, block_for: 3600 })
+  .withDenyCache(true);
 
 const MAX_OUTPUT = 2_000;
 
@@ -86,6 +90,7 @@ async function main() {
   console.log(`refused by the tenant's concurrency cap: ${report.byConcurrency}`);
   console.log(`refused by the API key's block: ${report.byKey}`);
   console.log(`tokens settled back: ${report.settledBack}`);
+  console.log(`refused locally (deny cache): ${requests.metrics().refusedLocally}`);
   const [acme, globex] = [await quota.peek('acme'), await quota.peek('globex')];
   console.log(`quota left this month: acme ${acme.remaining}, globex ${globex.remaining}`);
 }

@@ -20,8 +20,11 @@ quota = backend.limiter(
     "tenant-quota", {"kind": "calendar", "limit": 20_000, "period": "month", "anchor": 15, "colocate": "tenant"}
 )
 in_flight = backend.limiter("tenant-in-flight", {"kind": "concurrent", "limit": 2, "lock_timeout": 120, "colocate": "tenant"})
-# Per API key: 20 requests a minute; a key that goes over is kept out for an hour, fleet-wide.
+# Per API key: 20 requests a minute; a key that goes over is kept out for an hour, fleet-wide,
+# and this process remembers the refusal (the deny cache): the blocked key's next requests are
+# refused without a round trip to Redis.
 requests = backend.limiter("key-requests", {"kind": "window", "limit": 20, "interval": 60, "block_for": 3600})
+requests = requests.with_deny_cache(True)
 
 MAX_OUTPUT = 2_000
 
@@ -107,4 +110,5 @@ print(f"refused by the tenant's monthly quota: {report.refused_by_quota}")
 print(f"refused by the tenant's concurrency cap: {report.refused_by_concurrency}")
 print(f"refused by the API key's block: {report.refused_by_key}")
 print(f"tokens settled back: {report.settled_back}")
+print(f"refused locally (deny cache): {requests.metrics().refused_locally}")
 print(f"quota left this month: acme {quota.peek('acme').remaining}, globex {quota.peek('globex').remaining}")
