@@ -322,6 +322,12 @@ typedef struct rk_decision {
    * What `rk_limiter_settle` reads (see #rk_settle_ticket).
    */
   struct rk_settle_ticket settle;
+  /**
+   * Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+   * is true, nothing was consumed, no lease was granted); `remaining` and `retry_after_us`
+   * say what enforcement would have said.
+   */
+  bool shadow_refused;
 } rk_decision;
 
 /**
@@ -822,6 +828,26 @@ enum rk_status rk_limiter_with_allow_fallback(const struct rk_limiter *limiter,
                                               struct rk_limiter **limiter_out);
 
 /**
+ * \brief Creates a copy of `limiter` (same state and metrics) in shadow mode (`shadow` true)
+ * or enforcing (`shadow` false).
+ *
+ * In shadow mode a call the limit would refuse is admitted: the decision has `allowed` and
+ * `shadow_refused` true, nothing is consumed, `remaining` and `retry_after_us` say what
+ * enforcement would have said; `rk_limiter_acquire` never waits and a concurrent limiter grants
+ * no lease to it (there is nothing to release). A live override of the limiter or of a key
+ * decides instead, with the `shadow` field of its spec. Counted in the metrics'
+ * `shadow_refused`. A spec given as JSON may say `"shadow": true` instead.
+ *
+ * \param limiter The limiter to copy.
+ * \param shadow Whether the copy is in shadow mode.
+ * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_limiter_with_shadow(const struct rk_limiter *limiter,
+                                      bool shadow,
+                                      struct rk_limiter **limiter_out);
+
+/**
  * \brief A copy of `limiter` (same state and metrics) whose pauses last at most
  * `max_pause_secs` (default one hour): a longer pause asked of `rk_limiter_pause` or
  * `rk_limiter_observe` is shortened to it and counted in the metrics' `pauses_clamped`.
@@ -1164,7 +1190,8 @@ enum rk_status rk_backend_limiters_json(const struct rk_backend *backend,
  * `latency_buckets_us` (`[[upper bound in µs or null for infinite, count], ...]`, not
  * cumulative; checks that went to Redis), and for concurrent limiters `held`, `held_time_us`,
  * `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`; `pauses_clamped` counts pauses
- * shortened to the limiter's `max_pause`; `blocked` counts checks refused by a block.
+ * shortened to the limiter's `max_pause`; `blocked` counts checks refused by a block;
+ * `shadow_refused` the checks a limiter in shadow mode would have refused and admitted instead.
  *
  * \param backend The backend.
  * \param fleet False for this process's metrics; true for every process's (read from Redis

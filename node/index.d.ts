@@ -37,8 +37,11 @@ export interface CheckAllPart {
 
 /** One part's decision in a `CombinedDecision`, in the order of the parts. */
 export interface CombinedPart {
+  /** The part's limiter. */
   limiter: Limiter;
+  /** The part's key (absent: the limiter's shared key). */
   key?: string;
+  /** The part's cost. */
   cost: number;
   /**
    * What this part decided at the combination's instant. In a refused combination a part may
@@ -53,6 +56,7 @@ export interface CombinedDecision {
   allowed: boolean;
   /** 0 when allowed; else the longest `retryAfterMs` of the parts that refused. */
   retryAfterMs: number;
+  /** Each part's decision, in the order of the parts. */
   parts: CombinedPart[];
   /** Releases the lease of every admitted concurrent part. */
   release(): Promise<void>;
@@ -163,6 +167,8 @@ export interface LimiterMetrics {
   pausesClamped: number;
   /** Checks refused by a block (`blockForMs` after a refusal, or `block` by hand). */
   blocked: number;
+  /** Checks a limiter in shadow mode would have refused and admitted instead. */
+  shadowRefused: number;
   /** Checks a Redis limiter refused from its deny cache, with no round trip. */
   refusedLocally: number;
 }
@@ -394,6 +400,19 @@ export declare class Limiter {
    * this process ends the entries they affect. Only Redis limiters of the counting kinds use it.
    */
   withDenyCache(on: boolean): Limiter
+  /**
+   * Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
+   * instead, with the `shadow` of its spec).
+   */
+  get shadow(): boolean
+  /**
+   * The same limiter (same state and metrics) in shadow mode (`true`) or enforcing (`false`).
+   * In shadow mode a call the limit would refuse is admitted: `allowed` and `shadowRefused` are
+   * true, nothing is consumed, `remaining` and `retryAfterMs` say what enforcement would have
+   * said; `acquire` never waits, `withinLimit` runs its function, a concurrent limiter grants no
+   * lease to it. Counted in `metrics().shadowRefused`. A spec carries it as `shadow: true`.
+   */
+  withShadow(shadow: boolean): Limiter
   /**
    * Takes `cost` (default 1) for `key` if the limit allows, never waiting. A refused call
    * consumes nothing and resolves with `allowed: false` and the exact `retryAfterMs`. On a

@@ -102,6 +102,7 @@ function plainDecision(buffer, o, key) {
       id === 0
         ? undefined
         : { id, limiter: buffer[o + 7], cost: buffer[o + 8], chargedAtUs: buffer[o + 5], key: key == null ? undefined : key },
+    shadowRefused: false,
   };
 }
 
@@ -271,6 +272,9 @@ class Limiter {
   get blockForMs() {
     return this.#native.blockForMs;
   }
+  get shadow() {
+    return this.#native.shadow;
+  }
 
   withMaxPause(maxPauseMs) {
     return new Limiter(WRAP, this.#native.withMaxPause(maxPauseMs));
@@ -280,6 +284,9 @@ class Limiter {
   }
   withBlockFor(blockForMs) {
     return new Limiter(WRAP, this.#native.withBlockFor(blockForMs));
+  }
+  withShadow(shadow) {
+    return new Limiter(WRAP, this.#native.withShadow(shadow));
   }
   get denyCache() {
     return this.#native.denyCache;
@@ -468,6 +475,12 @@ function partsOf(parts) {
     if (handle === undefined) throw invalidArgument(`parts[${i}].limiter`, 'must be a Limiter');
     if (part.key != null && typeof part.key !== 'string') {
       throw invalidArgument(`parts[${i}].key`, 'must be a string, null or undefined');
+    }
+    // The native call would replace a lone surrogate silently: refuse it, as every key is.
+    if (typeof part.key === 'string' && !part.key.isWellFormed()) {
+      const lone = [...part.key].find((ch) => ch.length === 1 && ch >= '\uD800' && ch <= '\uDFFF');
+      const code = lone.charCodeAt(0).toString(16).toUpperCase();
+      throw invalidArgument(`parts[${i}].key`, `must be a well-formed Unicode string; found a lone surrogate U+${code}`);
     }
     if (part.cost !== undefined && typeof part.cost !== 'number') {
       throw invalidArgument(`parts[${i}].cost`, 'must be a number');

@@ -134,7 +134,13 @@ export declare class NativeBackend {
    * `remaining` are 2^53. Without a name it is `Limiter.unlimited()`.
    */
   unlimited(name?: string): Limiter
-
+  /** Internal (index.js): `backend.checkAll(parts)`, the parts as handles, keys and costs. */
+  checkAll(handles: number[], keys: Array<string | null>, costs: number[]): NativeReply
+  /**
+   * Internal (index.js): `backend.acquireAll(parts, options)`, the parts as handles, keys
+   * and costs; `canceller` aborts the wait.
+   */
+  acquireAll(handles: number[], keys: Array<string | null>, costs: number[], options?: AcquireAllOptions, canceller?: unknown): NativeReply
   /** Every limiter the backend knows as JSON text (`backend.limiters()` parses it). */
   limitersJson(): NativeReply
   /** Overrides `name`'s spec (JSON text), or one key's (`backend.setLimit` takes an object). */
@@ -229,6 +235,19 @@ export declare class NativeLimiter {
    * `blockForMs`.
    */
   withBlockFor(blockForMs: number | null): NativeLimiter
+  /**
+   * Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
+   * instead, with the `shadow` of its spec).
+   */
+  get shadow(): boolean
+  /**
+   * The same limiter (same state and metrics) in shadow mode (`true`) or enforcing (`false`).
+   * In shadow mode a call the limit would refuse is admitted: `allowed` and `shadowRefused`
+   * are true, nothing is consumed, `remaining` and `retryAfterMs` say what enforcement would
+   * have said; `acquire` never waits, `withinLimit` runs its function, a concurrent limiter
+   * grants no lease to it. Counted in `metrics().shadowRefused`.
+   */
+  withShadow(shadow: boolean): NativeLimiter
   /** Whether this limiter remembers refusals in process (see `withDenyCache`). */
   get denyCache(): boolean
   /**
@@ -451,6 +470,11 @@ export interface CalendarOptions {
   anchor?: number
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options of `backend.concurrent()`. */
@@ -466,6 +490,11 @@ export interface ConcurrentOptions {
    * tokens increasing within the process only). Default false.
    */
   allowFallback?: boolean
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** The version of the ratekeeper core this addon is built from. */
@@ -501,6 +530,12 @@ export interface Decision {
   limits?: Array<LimitStatus>
   /** What `limiter.settle` reads: set on admitted calls of counting limiters, else absent. */
   settle?: SettleTicket
+  /**
+   * Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+   * is true, nothing was consumed, no lease was granted); `remaining` and `retryAfterMs` say
+   * what enforcement would have said.
+   */
+  shadowRefused: boolean
 }
 
 /** The `{ fallback: n }` form of `failurePolicy`. */
@@ -539,12 +574,22 @@ export interface LeasedOptions {
   leaseTtlMs?: number
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options shared by every limiter constructor. */
 export interface LimiterOptions {
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** The state of one limit of a multi-limit limiter. */
@@ -615,6 +660,11 @@ export interface Metrics {
    */
   blocked: number
   /**
+   * Checks a limiter in shadow mode would have refused and admitted instead (counted in
+   * neither `allowed` nor `refused`).
+   */
+  shadowRefused: number
+  /**
    * Checks a Redis limiter refused from its deny cache, with no round trip; also counted in
    * `refused`.
    */
@@ -675,6 +725,11 @@ export interface PartitionsOptions {
   priority?: boolean
   /** How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait). */
   waitTimeoutMs?: number
+  /**
+   * Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+   * consuming nothing (default false). See `limiter.withShadow`.
+   */
+  shadow?: boolean
 }
 
 /** Options of `Backend.redis()` and `Backend.cluster()`. */

@@ -113,6 +113,9 @@ pub struct LimiterView {
     pub refused: u64,
     /// Checks that failed (Redis unreachable under `fail_closed`), summed over every process.
     pub errors: u64,
+    /// Checks a limiter in shadow mode would have refused and admitted instead, summed over
+    /// every process (not in `allowed` nor in `refused`).
+    pub shadow_refused: u64,
     /// Current use and the last hour (the page's list reads them; `limits` does not).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageView>,
@@ -237,6 +240,7 @@ fn view(info: &LimiterInfo, counts: Option<&(u64, u64, u64)>) -> LimiterView {
         allowed,
         refused,
         errors,
+        shadow_refused: 0,
         usage: None,
     }
 }
@@ -305,13 +309,21 @@ pub async fn limiters(backend: &Backend) -> Result<Vec<LimiterView>, Failure> {
     let infos = backend.limiters().await?;
     // Fleet totals per name (a name used with two kinds has two series: sum them).
     let mut counts: HashMap<String, (u64, u64, u64)> = HashMap::new();
+    let mut shadowed: HashMap<String, u64> = HashMap::new();
     for (name, _kind, m) in backend.metrics(true).await? {
+        *shadowed.entry(name.clone()).or_default() += m.shadow_refused;
         let c = counts.entry(name).or_default();
         c.0 += m.allowed + m.failed_open + m.fell_back;
         c.1 += m.refused;
         c.2 += m.errors;
     }
-    Ok(infos.iter().map(|info| view(info, counts.get(&info.name))).collect())
+    Ok(infos
+        .iter()
+        .map(|info| LimiterView {
+            shadow_refused: shadowed.get(&info.name).copied().unwrap_or(0),
+            ..view(info, counts.get(&info.name))
+        })
+        .collect())
 }
 
 /// The registry's entry for `name`.
@@ -342,12 +354,13 @@ pub async fn inspect(backend: &Backend, name: &str, key: Option<&str>) -> Result
         .or_else(|| info.overrides.iter().find(|(k, _)| k.is_none()))
         .map_or(info.spec.as_str(), |(_, spec)| spec.as_str());
     let metrics = limiters(backend).await?.into_iter().find(|v| v.name == name);
+    let shadow_refused = metrics.as_ref().map_or(0, |v| v.shadow_refused);
     let counts = metrics.map(|v| (v.allowed, v.refused, v.errors));
     // The holders of the key inspected (the limiter's own when none), as the peek above.
     let usage = usage(backend, &limiter, Some(key.unwrap_or("")), BUSIEST_SHOWN).await?;
     Ok(InspectView {
         effective_spec: json(effective),
-        limiter: view(&info, counts.as_ref()),
+        limiter: LimiterView { shadow_refused, ..view(&info, counts.as_ref()) },
         key: key.map(str::to_owned),
         allowed_now: decision.allowed,
         limit: decision.limit,

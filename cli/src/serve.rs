@@ -439,6 +439,7 @@ mod tests {
             allowed,
             refused,
             errors: 0,
+            shadow_refused: 0,
             usage: None,
         }
     }

@@ -90,7 +90,12 @@ fn ordinal(n: u64) -> String {
 /// (or a shape) these words do not know.
 pub fn spec_words(spec: &str) -> String {
     let Ok(s) = serde_json::from_str::<Value>(spec) else { return spec.to_owned() };
-    words(&s).unwrap_or_else(|| s.to_string())
+    match words(&s) {
+        // Shadow mode is an option of every kind: said after the limit it does not enforce.
+        Some(w) if s.get("shadow") == Some(&Value::Bool(true)) => format!("{w}, in shadow mode"),
+        Some(w) => w,
+        None => s.to_string(),
+    }
 }
 
 fn words(s: &Value) -> Option<String> {

@@ -170,6 +170,11 @@ fn operate(backend: &[&str]) {
     ok_with(&["set", "api", r#"{"kind":"window","limit":7,"interval":60}"#, "--key", "tenant-7"]);
     let table = ok_with(&["limits"]);
     assert!(table.contains("  5 per minute  tenant-7=7 per minute  "), "{table}");
+    // A limiter or key in shadow mode says so in words.
+    ok_with(&["set", "api", r#"{"kind":"window","limit":9,"interval":60,"shadow":true}"#, "--key", "tenant-9"]);
+    let table = ok_with(&["limits"]);
+    assert!(table.contains("tenant-9=9 per minute, in shadow mode"), "{table}");
+    ok_with(&["unset", "api", "--key", "tenant-9"]);
     let listed: Value = serde_json::from_str(&ok_with(&["limits", "--json"])).unwrap();
     let api = &listed.as_array().unwrap()[0];
     assert_eq!(api["spec"], serde_json::json!({"kind": "window", "limit": 5, "interval": 60}));

@@ -30,6 +30,11 @@ pub struct Decision {
     /// call's cost and its actual cost, exactly once: set on admitted calls of counting kinds,
     /// `None` on refusals, peeks and kinds that cannot be settled.
     pub settle: Option<SettleTicket>,
+    /// Shadow mode only: the limiter would have refused this call and admitted it instead
+    /// (`allowed` is true, nothing was consumed, no lease was granted). `remaining` and
+    /// `retry_after` say what enforcement would have said: `retry_after` is the time until the
+    /// same call would be admitted, the one allowed decision where it is not zero.
+    pub shadow_refused: bool,
 }
 
 /// The part of an admitted decision that a settle reads: whose state was charged, how much,
@@ -118,6 +123,7 @@ impl Decision {
             decided_at_micros: 0,
             limits: None,
             settle: None,
+            shadow_refused: false,
         }
     }
 
@@ -150,6 +156,7 @@ impl Decision {
             decided_at_micros: 0,
             limits: None,
             settle: None,
+            shadow_refused: false,
         }
     }
 }

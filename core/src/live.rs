@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::engine::{Algorithm, Kind, LimiterSpec};
+use crate::engine::{Algorithm, Kind, LimiterConfig, LimiterSpec};
 use crate::error::{Error, Result};
 use crate::metrics::{LimiterMetrics, Metrics};
 
@@ -74,6 +74,9 @@ pub(crate) struct Compiled {
     pub(crate) algorithm: Algorithm,
     /// The algorithm scaled for the in-memory fallback, under the `fallback` policy.
     pub(crate) fallback: Option<Algorithm>,
+    /// Whether the override puts its limiter (or key) in shadow mode: an override replaces the
+    /// whole spec, so one without `"shadow": true` enforces.
+    pub(crate) shadow: bool,
 }
 
 /// One name's overrides.
@@ -118,6 +121,12 @@ pub(crate) struct NameState {
 }
 
 impl NameState {
+    /// Whether any override exists for the name.
+    #[inline(always)]
+    pub(crate) fn has_overrides(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
     /// The override that applies to `key` of a limiter of `kind`, if any.
     #[inline]
     pub(crate) fn lookup(&self, kind: Kind, key: &str) -> Option<Arc<Compiled>> {
@@ -141,6 +150,23 @@ impl NameState {
         members.retain(|m| {
             m.alive() || (self.keep_dropped && (!m.metrics.settled() || !registered.is_some_and(|at| at >= m.joined)))
         });
+    }
+
+    /// Records that the limiter object counting into `metrics` now decides with `spec_json` (its
+    /// shadow mode was switched): the registry hears of it at the next flush.
+    pub(crate) fn respec(&self, metrics: &Arc<LimiterMetrics>, spec_json: String) {
+        crate::fork::section(|| {
+            let mut members = self.members.lock();
+            let mut changed = false;
+            for m in members.iter_mut().filter(|m| Arc::ptr_eq(&m.metrics, metrics) && m.spec_json != spec_json) {
+                m.spec_json.clone_from(&spec_json);
+                changed = true;
+            }
+            drop(members);
+            if changed {
+                *self.registered.lock() = None;
+            }
+        })
     }
 
     /// The name.
@@ -247,8 +273,9 @@ impl Live {
         state.clone()
     }
 
-    /// Validates and compiles an override.
-    pub(crate) fn compile(&self, spec: &LimiterSpec) -> Result<Compiled> {
+    /// Validates and compiles an override (its spec and whether it is in shadow mode).
+    pub(crate) fn compile(&self, config: &LimiterConfig) -> Result<Compiled> {
+        let spec = &config.spec;
         if matches!(spec, LimiterSpec::Unlimited) {
             return Err(Error::invalid(
                 "spec",
@@ -260,7 +287,7 @@ impl Live {
             Some(divisor) => Some(spec.scaled(divisor).compile()?),
             None => None,
         };
-        Ok(Compiled { spec: spec.clone(), algorithm, fallback })
+        Ok(Compiled { spec: spec.clone(), algorithm, fallback, shadow: config.shadow })
     }
 
     /// A ticket for a read of the override table: take it before sending the read, and pass it
@@ -311,7 +338,7 @@ impl Live {
         &self,
         name: &str,
         key: Option<&str>,
-        spec: Option<&LimiterSpec>,
+        spec: Option<&LimiterConfig>,
         identity: Option<String>,
     ) {
         let mut held = self.table.lock();
@@ -345,7 +372,9 @@ impl Live {
     fn install(&self, state: &NameState, entries: &HashMap<Option<String>, String>) {
         let mut overrides = NameOverrides::default();
         for (key, json) in entries {
-            let Ok(compiled) = LimiterSpec::from_json(json).and_then(|spec| self.compile(&spec)) else { continue };
+            let Ok(compiled) = LimiterConfig::from_json(json).and_then(|config| self.compile(&config)) else {
+                continue;
+            };
             match key {
                 None => overrides.all = Some(Arc::new(compiled)),
                 Some(key) => {
@@ -462,8 +491,8 @@ mod tests {
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("api", &bucket(5), &metrics);
         assert!(state.lookup(Kind::TokenBucket, "a").is_none());
-        live.set_local("api", None, Some(&bucket(50)), None);
-        live.set_local("api", Some("a"), Some(&bucket(500)), None);
+        live.set_local("api", None, Some(&bucket(50).into()), None);
+        live.set_local("api", Some("a"), Some(&bucket(500).into()), None);
         let capacity = |key| match state.lookup(Kind::TokenBucket, key).map(|c| c.spec.clone()) {
             Some(LimiterSpec::TokenBucket { capacity, .. }) => Some(capacity),
             _ => None,
@@ -496,7 +525,7 @@ mod tests {
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("api", &bucket(1), &metrics);
         let sent_before = live.ticket();
-        live.set_local("api", Some("k"), Some(&bucket(9)), Some("e/5/t5".into()));
+        live.set_local("api", Some("k"), Some(&bucket(9).into()), Some("e/5/t5".into()));
         assert!(!live.replace_table(OverrideTable::new(), "e/4/t4".into(), sent_before), "read before the write");
         assert!(state.lookup(Kind::TokenBucket, "k").is_some());
         assert_eq!(live.identity(), "e/5/t5");

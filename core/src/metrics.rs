@@ -73,16 +73,19 @@ pub struct Metrics {
     /// Checks refused by a block (`block_for` after a refusal, or `block` by hand) rather than
     /// by the limiter's state; also counted in [`Metrics::refused`].
     pub blocked: u64,
+    /// Checks a limiter in shadow mode would have refused and admitted instead (see
+    /// [`crate::Limiter::with_shadow`]); they are not in `allowed` nor in `refused`.
+    pub shadow_refused: u64,
     /// Checks a Redis limiter refused from its deny cache, with no round trip (see
     /// [`crate::Limiter::with_deny_cache`]); also counted in [`Metrics::refused`].
     pub refused_locally: u64,
 }
 
 impl Metrics {
-    /// Checks that reached a decision or an error: allowed, refused, errors, failed open and
-    /// fell back.
+    /// Checks that reached a decision or an error: allowed, refused, shadow-refused, errors,
+    /// failed open and fell back.
     pub fn checks(&self) -> u64 {
-        self.allowed + self.refused + self.errors + self.failed_open + self.fell_back
+        self.allowed + self.refused + self.shadow_refused + self.errors + self.failed_open + self.fell_back
     }
 
     /// The number of latencies counted in [`Metrics::latency_buckets`].
@@ -101,7 +104,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 3;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 4;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.
@@ -135,6 +138,7 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "lat_inf",
     "pauses_clamped",
     "blocked",
+    "shadow_refused",
     "refused_locally",
 ];
 
@@ -161,7 +165,8 @@ pub(crate) enum Counter {
     /// After the latency buckets (slots 13 to 26).
     PausesClamped = 27,
     Blocked = 28,
-    RefusedLocally = 29,
+    ShadowRefused = 29,
+    RefusedLocally = 30,
 }
 
 /// The slot of the first latency bucket.
@@ -408,6 +413,7 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         latency_buckets: std::array::from_fn(|i| v[FIRST_BUCKET + i]),
         pauses_clamped: v[Counter::PausesClamped as usize],
         blocked: v[Counter::Blocked as usize],
+        shadow_refused: v[Counter::ShadowRefused as usize],
         refused_locally: v[Counter::RefusedLocally as usize],
     }
 }
@@ -433,6 +439,7 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
     v[FIRST_BUCKET..FIRST_BUCKET + BUCKETS].copy_from_slice(&m.latency_buckets);
     v[Counter::PausesClamped as usize] = m.pauses_clamped;
     v[Counter::Blocked as usize] = m.blocked;
+    v[Counter::ShadowRefused as usize] = m.shadow_refused;
     v[Counter::RefusedLocally as usize] = m.refused_locally;
     v
 }

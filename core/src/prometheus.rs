@@ -48,13 +48,14 @@ impl Collector for Snapshot {
         counters(
             &mut encoder,
             "ratekeeper_checks",
-            "Checks by outcome: allowed or refused by the backend, errors, failed open or fell back while Redis failed.",
+            "Checks by outcome: allowed or refused by the backend, shadow_refused (admitted by a limiter in shadow mode), errors, failed open or fell back while Redis failed.",
             None,
             all().flat_map(|s| {
                 let m = &s.metrics;
                 [
                     ("allowed", m.allowed),
                     ("refused", m.refused),
+                    ("shadow_refused", m.shadow_refused),
                     ("error", m.errors),
                     ("failed_open", m.failed_open),
                     ("fell_back", m.fell_back),
@@ -170,13 +171,17 @@ mod tests {
 
     #[test]
     fn renders_counters_and_histograms_with_limiter_labels() {
-        let mut m = Metrics { allowed: 3, refused: 2, ..Metrics::default() };
+        let mut m = Metrics { allowed: 3, refused: 2, shadow_refused: 4, ..Metrics::default() };
         m.latency_buckets[0] = 2;
         m.latency_buckets[13] = 1;
         m.latency_sum = Duration::from_millis(1500);
         let text = render(vec![Series { name: "api".into(), kind: "token_bucket", concurrent: false, metrics: m }]);
         assert!(
             text.contains(r#"ratekeeper_checks_total{limiter="api",kind="token_bucket",outcome="allowed"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ratekeeper_checks_total{limiter="api",kind="token_bucket",outcome="shadow_refused"} 4"#),
             "{text}"
         );
         assert!(

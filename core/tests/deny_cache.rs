@@ -144,3 +144,29 @@ fn off_unless_the_backend_or_the_limiter_says_so() {
     let err = Backend::redis_with(RedisConfig::new(server.url()).deny_cache_max_entries(0)).unwrap_err();
     assert_eq!(err.parameter(), Some("deny_cache_max_entries"));
 }
+
+/// A limiter in shadow mode never refuses, so its would-be refusals are not remembered: a deny
+/// cache that kept them would refuse from memory what shadow mode admits. Switched to
+/// enforcing, the same limiter remembers its refusals again.
+#[test]
+fn a_shadow_limiter_remembers_no_refusal() {
+    let server = RedisServer::start();
+    let (backend, _clock) = manual(&server, "dcs", true);
+    let shadow = backend.token_bucket("api", 1.0, 1).unwrap().with_shadow(true).unwrap();
+    assert!(shadow.check_blocking(Some("k"), 1).unwrap().allowed);
+    for _ in 0..5 {
+        let d = shadow.check_blocking(Some("k"), 1).unwrap();
+        assert!(d.allowed && d.shadow_refused, "{d:?}");
+    }
+    assert_eq!(shadow.metrics().refused_locally, 0);
+    assert_eq!(shadow.metrics().shadow_refused, 5);
+
+    let enforcing = shadow.with_shadow(false).unwrap();
+    assert!(!enforcing.check_blocking(Some("k"), 1).unwrap().allowed);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    assert!(!enforcing.check_blocking(Some("k"), 1).unwrap().allowed);
+    assert_eq!(script_calls(&server), 0, "the enforcing limiter's second refusal is answered in process");
+    // The shadow limiter shares the key but not the enforcing one's decisions: still admitted.
+    let d = shadow.check_blocking(Some("k"), 1).unwrap();
+    assert!(d.allowed && d.shadow_refused, "{d:?}");
+}

@@ -118,6 +118,10 @@ pub struct rk_decision {
     pub lease: rk_lease,
     /// What `rk_limiter_settle` reads (see #rk_settle_ticket).
     pub settle: rk_settle_ticket,
+    /// Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+    /// is true, nothing was consumed, no lease was granted); `remaining` and `retry_after_us`
+    /// say what enforcement would have said.
+    pub shadow_refused: bool,
 }
 
 fn micros(duration: Duration) -> u64 {
@@ -142,6 +146,7 @@ impl From<&Decision> for rk_decision {
                 charged_at_us: t.charged_at_micros,
                 limiter: t.limiter,
             }),
+            shadow_refused: d.shadow_refused,
         }
     }
 }

@@ -475,6 +475,34 @@ pub extern "C" fn rk_limiter_with_allow_fallback(
     }
 }
 
+/// \brief Creates a copy of `limiter` (same state and metrics) in shadow mode (`shadow` true)
+/// or enforcing (`shadow` false).
+///
+/// In shadow mode a call the limit would refuse is admitted: the decision has `allowed` and
+/// `shadow_refused` true, nothing is consumed, `remaining` and `retry_after_us` say what
+/// enforcement would have said; `rk_limiter_acquire` never waits and a concurrent limiter grants
+/// no lease to it (there is nothing to release). A live override of the limiter or of a key
+/// decides instead, with the `shadow` field of its spec. Counted in the metrics'
+/// `shadow_refused`. A spec given as JSON may say `"shadow": true` instead.
+///
+/// \param limiter The limiter to copy.
+/// \param shadow Whether the copy is in shadow mode.
+/// \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
+/// \return #RK_OK or #RK_NULL_PARAMETER.
+#[no_mangle]
+pub extern "C" fn rk_limiter_with_shadow(
+    limiter: *const rk_limiter,
+    shadow: bool,
+    limiter_out: *mut *mut rk_limiter,
+) -> rk_status {
+    ffi_status! {
+        let out = Out::new("limiter_out", limiter_out)?;
+        let limiter = &arg_ref("limiter", limiter)?.inner;
+        publish(out, limiter.with_shadow(shadow)?);
+        Ok(())
+    }
+}
+
 /// \brief A copy of `limiter` (same state and metrics) whose pauses last at most
 /// `max_pause_secs` (default one hour): a longer pause asked of `rk_limiter_pause` or
 /// `rk_limiter_observe` is shortened to it and counted in the metrics' `pauses_clamped`.

@@ -137,7 +137,8 @@ pub extern "C" fn rk_backend_limiters_json(backend: *const rk_backend, json_out:
 /// `latency_buckets_us` (`[[upper bound in µs or null for infinite, count], ...]`, not
 /// cumulative; checks that went to Redis), and for concurrent limiters `held`, `held_time_us`,
 /// `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`; `pauses_clamped` counts pauses
-/// shortened to the limiter's `max_pause`; `blocked` counts checks refused by a block.
+/// shortened to the limiter's `max_pause`; `blocked` counts checks refused by a block;
+/// `shadow_refused` the checks a limiter in shadow mode would have refused and admitted instead.
 ///
 /// \param backend The backend.
 /// \param fleet False for this process's metrics; true for every process's (read from Redis
@@ -183,6 +184,7 @@ pub extern "C" fn rk_backend_metrics_json(
                         "reclaimed": m.reclaimed,
                         "pauses_clamped": m.pauses_clamped,
                         "blocked": m.blocked,
+                        "shadow_refused": m.shadow_refused,
                         "refused_locally": m.refused_locally,
                     },
                 })

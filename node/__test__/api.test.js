@@ -25,7 +25,7 @@ test('check, checkSync, peek and reset on a token bucket', async () => {
   assert.equal(limiter.kind, 'token_bucket');
   const first = await limiter.check('user-1');
   const { settle, ...plain } = first;
-  assert.deepEqual(plain, { allowed: true, limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 100, decidedAtUs: START_US });
+  assert.deepEqual(plain, { allowed: true, limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 100, decidedAtUs: START_US, shadowRefused: false });
   // An admitted call carries what `settle` needs: the key, the cost, the instant, an id.
   assert.equal(settle.key, 'user-1');
   assert.equal(settle.cost, 1);
@@ -39,7 +39,7 @@ test('check, checkSync, peek and reset on a token bucket', async () => {
   assert.equal((await limiter.peek('user-1')).remaining, 0, 'a refused call consumes nothing');
   assert.equal((await limiter.check('user-2')).remaining, 4, 'keys do not share state');
   clock.advance(100);
-  assert.deepEqual(limiter.peekSync('user-1'), { allowed: true, limit: 5, remaining: 1, retryAfterMs: 0, resetAfterMs: 400, decidedAtUs: START_US + 100_000, settle: undefined });
+  assert.deepEqual(limiter.peekSync('user-1'), { allowed: true, limit: 5, remaining: 1, retryAfterMs: 0, resetAfterMs: 400, decidedAtUs: START_US + 100_000, settle: undefined, shadowRefused: false });
   assert.equal(await limiter.reset('user-1'), undefined);
   assert.equal((await limiter.peek('user-1')).remaining, 5);
   assert.equal((await limiter.check(null, 0)).remaining, 5, 'cost 0 is always admitted and records nothing');

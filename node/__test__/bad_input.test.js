@@ -124,6 +124,8 @@ function calls(c) {
       return { thunks: [() => freshBackend().unlimited(a.name)] };
     case 'limiter':
       return { thunks: [() => freshBackend().limiter(a.name, a.spec)] };
+    case 'check_all':
+      return checkAll(a.parts);
     case 'set_limit':
     case 'clear_limit': {
       const backend = freshBackend();
@@ -211,9 +213,26 @@ function limiterCalls(c, a) {
       () => limiter.settle(settleDecision(c, limiter, a.decision), a.actual),
       () => limiter.settleSync(settleDecision(c, limiter, a.decision), a.actual),
     ],
+    with_shadow: [() => limiter.withShadow(a.shadow)],
   }[c.call];
   assert.ok(thunks, `the table names a call this runner does not know: ${c.call}`);
   return { thunks, untouched: () => assert.deepEqual(snapshot(limiter), before, 'a refused call changed the state') };
+}
+
+/**
+ * `backend.checkAll` and `acquireAll` with each part's limiter built from its spec on one fresh
+ * memory backend (or, with `other_backend`, on another); no part's state may change.
+ */
+function checkAll(parts) {
+  const backend = freshBackend();
+  const other = freshBackend();
+  const built = parts.map((p, i) => (p.other_backend ? other : backend).limiter(`part${i}`, p.limiter));
+  const shaped = parts.map((p, i) => ({ limiter: built[i], key: p.key, cost: p.cost }));
+  const before = built.map(snapshot);
+  return {
+    thunks: [() => backend.checkAll(shaped), () => backend.acquireAll(shaped, { waitTimeoutMs: 0 })],
+    untouched: () => assert.deepEqual(built.map(snapshot), before, 'a refused check_all changed a part'),
+  };
 }
 
 /** Runs a thunk; returns what it threw or rejected with (undefined if it did neither). */

@@ -150,7 +150,10 @@ function buildCore(options) {
 class Core {
   constructor(settings) {
     Object.assign(this, settings);
-    /** Requests that shadow mode let through although a limit refused them. */
+    /**
+     * Requests let through although a limit refused them: by this option's shadow mode, or by
+     * a limiter in shadow mode (its decision says `shadowRefused`).
+     */
     this.shadowRefused = 0;
   }
 
@@ -201,9 +204,10 @@ class Core {
     }
     const pk = this.partitionKey === null ? null : this.partitionKey(key);
     outcome.headers = rateLimitFields(this.standardHeaders, outcome.policies, pk);
-    if (outcome.refusing.length === 0) return outcome;
-    if (this.shadow) {
-      this.shadowRefused += 1;
+    if (outcome.refusing.length === 0 || this.shadow) {
+      // One rule for both shadow modes (this option's, a limiter's): a request let through
+      // although a limit refused it.
+      if (outcome.refusing.length > 0 || outcome.shadowed.length > 0) this.shadowRefused += 1;
       return outcome;
     }
     await outcome.giveBack();
@@ -221,6 +225,7 @@ class Outcome {
     this.taken = []; // [{ entry, decision, ticket }]: what to settle after the response
     this.policies = []; // header members of every decision
     this.refusing = []; // [{ entry, decision }]: the entries that refused
+    this.shadowed = []; // [{ entry, decision }]: limiters in shadow mode that would have refused
     this.shed = false;
     this.refused = false;
     this.completed = false;
@@ -236,7 +241,9 @@ class Outcome {
     }
     const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
     this.policies.push(...members(entry.name, entry.shape, decision));
-    if (decision.allowed) this.taken.push({ entry, decision });
+    // A shadow refusal took nothing: there is nothing to settle or give back.
+    if (decision.shadowRefused) this.shadowed.push({ entry, decision });
+    else if (decision.allowed) this.taken.push({ entry, decision });
     else this.refusing.push({ entry, decision });
   }
 

@@ -82,8 +82,11 @@ options!(RedisOptions {
 pub struct LimiterOptions {
     /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
     pub wait_timeout_ms: Option<f64>,
+    /// Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+    /// consuming nothing (default false). See `limiter.withShadow`.
+    pub shadow: Option<bool>,
 }
-options!(LimiterOptions { wait_timeout_ms });
+options!(LimiterOptions { wait_timeout_ms, shadow });
 
 /// Options of `backend.concurrent()`.
 #[napi(object, object_to_js = false)]
@@ -98,8 +101,11 @@ pub struct ConcurrentOptions {
     /// (fencing token 0) and `fallback` an in-process limiter (a limit per process, its fencing
     /// tokens increasing within the process only). Default false.
     pub allow_fallback: Option<bool>,
+    /// Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+    /// consuming nothing (default false). See `limiter.withShadow`.
+    pub shadow: Option<bool>,
 }
-options!(ConcurrentOptions { lock_timeout_ms, wait_timeout_ms, allow_fallback });
+options!(ConcurrentOptions { lock_timeout_ms, wait_timeout_ms, allow_fallback, shadow });
 
 /// Options of `backend.partitions()`.
 #[napi(object, object_to_js = false)]
@@ -115,8 +121,11 @@ pub struct PartitionsOptions {
     pub priority: Option<bool>,
     /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
     pub wait_timeout_ms: Option<f64>,
+    /// Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+    /// consuming nothing (default false). See `limiter.withShadow`.
+    pub shadow: Option<bool>,
 }
-options!(PartitionsOptions { lease_ttl_ms, reserved, priority, wait_timeout_ms });
+options!(PartitionsOptions { lease_ttl_ms, reserved, priority, wait_timeout_ms, shadow });
 
 /// Options of `backend.calendar()`.
 #[napi(object, object_to_js = false)]
@@ -129,8 +138,11 @@ pub struct CalendarOptions {
     pub anchor: Option<f64>,
     /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
     pub wait_timeout_ms: Option<f64>,
+    /// Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+    /// consuming nothing (default false). See `limiter.withShadow`.
+    pub shadow: Option<bool>,
 }
-options!(CalendarOptions { tz, anchor, wait_timeout_ms });
+options!(CalendarOptions { tz, anchor, wait_timeout_ms, shadow });
 
 /// Options of `backend.leased()`.
 #[napi(object, object_to_js = false)]
@@ -142,8 +154,11 @@ pub struct LeasedOptions {
     pub lease_ttl_ms: Option<f64>,
     /// How long `acquire` and `withinLimit` wait by default (default 5000 ms; 0: never wait).
     pub wait_timeout_ms: Option<f64>,
+    /// Shadow mode: a call the limit would refuse is admitted with `shadowRefused: true`,
+    /// consuming nothing (default false). See `limiter.withShadow`.
+    pub shadow: Option<bool>,
 }
-options!(LeasedOptions { chunk, lease_ttl_ms, wait_timeout_ms });
+options!(LeasedOptions { chunk, lease_ttl_ms, wait_timeout_ms, shadow });
 
 /// One window of `backend.windows()`: at most `limit` admissions in any span of `intervalMs`.
 #[napi(object, object_to_js = false)]
@@ -258,10 +273,19 @@ fn name(value: &Option<Unknown<'_>>) -> CoreResult<String> {
     args::required(Js::opt(value), "name")?.string("name")
 }
 
-/// Applies the `waitTimeoutMs` option.
-fn with_wait_timeout(limiter: ratekeeper::Limiter, wait_timeout_ms: Option<f64>, local: bool) -> CoreResult<Limiter> {
+/// Applies the `waitTimeoutMs` and `shadow` options.
+fn with_wait_timeout(
+    limiter: ratekeeper::Limiter,
+    wait_timeout_ms: Option<f64>,
+    shadow: Option<bool>,
+    local: bool,
+) -> CoreResult<Limiter> {
     let limiter = match wait_timeout_ms {
         Some(ms) => limiter.with_wait_timeout(timeout_from_millis("wait_timeout", ms)?)?,
+        None => limiter,
+    };
+    let limiter = match shadow {
+        Some(shadow) => limiter.with_shadow(shadow)?,
         None => limiter,
     };
     Ok(Limiter::new(limiter, local))
@@ -270,7 +294,8 @@ fn with_wait_timeout(limiter: ratekeeper::Limiter, wait_timeout_ms: Option<f64>,
 /// Applies a limiter constructor's `LimiterOptions`.
 fn with_options(limiter: ratekeeper::Limiter, options: &Option<Unknown<'_>>, local: bool) -> CoreResult<Limiter> {
     let options = options::optional::<LimiterOptions>(options)?;
-    with_wait_timeout(limiter, options.and_then(|o| o.wait_timeout_ms), local)
+    let (wait, shadow) = options.map_or((None, None), |o| (o.wait_timeout_ms, o.shadow));
+    with_wait_timeout(limiter, wait, shadow, local)
 }
 
 impl Backend {
@@ -365,7 +390,7 @@ impl Backend {
                     .inner
                     .concurrent(&name, limit, lock.unwrap_or(ratekeeper::DEFAULT_LOCK_TIMEOUT))?
                     .with_allow_fallback(o.allow_fallback.unwrap_or(false))?;
-                with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
+                with_wait_timeout(limiter, o.wait_timeout_ms, o.shadow, self.is_local())
             };
             core(&env, build())
         })
@@ -554,7 +579,7 @@ impl Backend {
                     reserved: o.reserved.map(|r| cost_from_f64("reserved", r)).transpose()?.unwrap_or(0),
                     priority: o.priority.unwrap_or(false),
                 };
-                with_wait_timeout(self.inner.limiter(&name, spec)?, o.wait_timeout_ms, self.is_local())
+                with_wait_timeout(self.inner.limiter(&name, spec)?, o.wait_timeout_ms, o.shadow, self.is_local())
             };
             core(&env, build())
         })
@@ -589,7 +614,7 @@ impl Backend {
                     chunk,
                     ttl.unwrap_or(ratekeeper::DEFAULT_LEASED_LEASE_TTL),
                 )?;
-                with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
+                with_wait_timeout(limiter, o.wait_timeout_ms, o.shadow, self.is_local())
             };
             core(&env, build())
         })
@@ -663,7 +688,7 @@ impl Backend {
                 let period = CalendarPeriod::parse(&args::required(Js::opt(&period), "period")?.string("period")?)?;
                 let anchor = o.anchor.map(|a| count_from_f64("anchor", a).map(|a| a.min(255) as u8)).transpose()?;
                 let limiter = self.inner.calendar(&name, limit, period, o.tz.as_deref().unwrap_or("UTC"), anchor)?;
-                with_wait_timeout(limiter, o.wait_timeout_ms, self.is_local())
+                with_wait_timeout(limiter, o.wait_timeout_ms, o.shadow, self.is_local())
             };
             core(&env, build())
         })

@@ -10,7 +10,8 @@
 //! - `undefined`: a plain decision, written to the environment's `syncOut` Float64Array;
 //! - a number: the id of a call still running (index.js keeps its Promise's settle functions);
 //! - `null`: done, nothing to return;
-//! - an object: the result itself (a decision with a lease or per-limit details, metrics, …),
+//! - an object: the result itself (a decision with a lease, per-limit details or
+//!   `shadowRefused`, metrics, …),
 //!   or `false` for the `null` of a critical request's fleet ticket;
 //! - or it throws (index.js turns that into a rejection for Promise-returning methods).
 //!
@@ -224,7 +225,7 @@ fn write_decision(out: *mut f64, d: &ratekeeper::Decision) {
 }
 
 fn is_plain(d: &ratekeeper::Decision) -> bool {
-    d.lease.is_none() && d.limits.is_none()
+    d.lease.is_none() && d.limits.is_none() && !d.shadow_refused
 }
 
 /// A payload as a JavaScript value (the slow path: an object made through N-API).

@@ -106,7 +106,10 @@ fn borrowed(parts: &Parts) -> Vec<(&ratekeeper::Limiter, Option<&str>, u64)> {
 #[napi]
 impl Backend {
     /// Internal (index.js): `backend.checkAll(parts)`, the parts as handles, keys and costs.
-    #[napi(skip_typescript)]
+    #[napi(
+        ts_args_type = "handles: number[], keys: Array<string | null>, costs: number[]",
+        ts_return_type = "NativeReply"
+    )]
     pub fn check_all(
         &self,
         env: Env,
@@ -123,7 +126,10 @@ impl Backend {
 
     /// Internal (index.js): `backend.acquireAll(parts, options)`, the parts as handles, keys
     /// and costs; `canceller` aborts the wait.
-    #[napi(skip_typescript)]
+    #[napi(
+        ts_args_type = "handles: number[], keys: Array<string | null>, costs: number[], options?: AcquireAllOptions, canceller?: unknown",
+        ts_return_type = "NativeReply"
+    )]
     pub fn acquire_all(
         &self,
         env: Env,

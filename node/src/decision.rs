@@ -36,6 +36,10 @@ pub struct Decision {
     pub limits: Option<Vec<LimitStatus>>,
     /// What `limiter.settle` reads: set on admitted calls of counting limiters, else absent.
     pub settle: Option<crate::settle::SettleTicket>,
+    /// Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+    /// is true, nothing was consumed, no lease was granted); `remaining` and `retryAfterMs` say
+    /// what enforcement would have said.
+    pub shadow_refused: bool,
 }
 
 /// The state of one limit of a multi-limit limiter.
@@ -104,6 +108,7 @@ impl Decision {
                     .collect()
             }),
             settle: d.settle.as_ref().map(crate::settle::SettleTicket::new),
+            shadow_refused: d.shadow_refused,
         }
     }
 }
@@ -164,6 +169,9 @@ pub struct Metrics {
     /// Checks refused by a block (`blockForMs` after a refusal, or `block` by hand) rather than
     /// by the limiter's state; also counted in `refused`.
     pub blocked: f64,
+    /// Checks a limiter in shadow mode would have refused and admitted instead (counted in
+    /// neither `allowed` nor `refused`).
+    pub shadow_refused: f64,
     /// Checks a Redis limiter refused from its deny cache, with no round trip; also counted in
     /// `refused`.
     pub refused_locally: f64,
@@ -188,6 +196,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             reclaimed: m.reclaimed as f64,
             pauses_clamped: m.pauses_clamped as f64,
             blocked: m.blocked as f64,
+            shadow_refused: m.shadow_refused as f64,
             refused_locally: m.refused_locally as f64,
         }
     }

@@ -287,6 +287,29 @@ impl Limiter {
         })
     }
 
+    /// Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
+    /// instead, with the `shadow` of its spec).
+    #[napi(getter)]
+    pub fn shadow(&self) -> bool {
+        self.inner.shadow()
+    }
+
+    /// The same limiter (same state and metrics) in shadow mode (`true`) or enforcing (`false`).
+    /// In shadow mode a call the limit would refuse is admitted: `allowed` and `shadowRefused`
+    /// are true, nothing is consumed, `remaining` and `retryAfterMs` say what enforcement would
+    /// have said; `acquire` never waits, `withinLimit` runs its function, a concurrent limiter
+    /// grants no lease to it. Counted in `metrics().shadowRefused`.
+    #[napi(ts_args_type = "shadow: boolean")]
+    pub fn with_shadow(&self, env: Env, shadow: Option<Unknown<'_>>) -> napi::Result<Limiter> {
+        guard(&env, || {
+            let build = || {
+                let shadow = args::required(Js::opt(&shadow), "shadow")?.boolean("shadow")?;
+                Ok(Limiter::new(self.inner.with_shadow(shadow)?, self.local))
+            };
+            core(&env, build())
+        })
+    }
+
     /// Whether this limiter remembers refusals in process (see `withDenyCache`).
     #[napi(getter)]
     pub fn deny_cache(&self) -> bool {

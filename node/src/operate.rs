@@ -76,6 +76,7 @@ fn metrics_json(metrics: Vec<(String, ratekeeper::Kind, ratekeeper::Metrics)>) -
                     "reclaimed": m.reclaimed,
                     "pausesClamped": m.pauses_clamped,
                     "blocked": m.blocked,
+                    "shadowRefused": m.shadow_refused,
                     "refusedLocally": m.refused_locally,
                 },
             })

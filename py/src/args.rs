@@ -52,7 +52,7 @@ params! {
     PRetryAfter = "retry_after", PSeed = "seed", PDelay = "delay",
     PTotalRate = "total_rate", PPartitions = "partitions", PLeaseTtl = "lease_ttl", PReserved = "reserved",
     PMaxPause = "max_pause", PTlsCaFile = "tls_ca_file", PTlsCertFile = "tls_cert_file",
-    PTlsKeyFile = "tls_key_file", PBlockFor = "block_for", PDenyCache = "deny_cache",
+    PTlsKeyFile = "tls_key_file", PBlockFor = "block_for", PShadow = "shadow", PDenyCache = "deny_cache",
     PDenyCacheMaxEntries = "deny_cache_max_entries",
 }
 

@@ -98,6 +98,14 @@ impl Decision {
         self.inner.decided_at_micros
     }
 
+    /// Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+    /// is True, nothing was consumed, no lease was granted); `remaining` and `retry_after` say
+    /// what enforcement would have said.
+    #[getter]
+    fn shadow_refused(&self) -> bool {
+        self.inner.shadow_refused
+    }
+
     /// The lease a concurrent limiter granted (release it when done), else None.
     #[getter]
     fn lease(&self) -> Option<Lease> {
@@ -124,7 +132,7 @@ impl Decision {
     fn __repr__(&self) -> String {
         let d = &self.inner;
         format!(
-            "Decision(allowed={}, limit={}, remaining={}, retry_after={}, reset_after={}{})",
+            "Decision(allowed={}, limit={}, remaining={}, retry_after={}, reset_after={}{}{})",
             if d.allowed { "True" } else { "False" },
             d.limit,
             d.remaining,
@@ -133,7 +141,8 @@ impl Decision {
             match &d.lease {
                 Some(l) => format!(", lease=Lease(fencing_token={})", l.fencing_token),
                 None => String::new(),
-            }
+            },
+            if d.shadow_refused { ", shadow_refused=True" } else { "" }
         )
     }
 }
@@ -397,6 +406,13 @@ impl Metrics {
         self.inner.blocked
     }
 
+    /// Checks a limiter in shadow mode would have refused and admitted instead (counted in
+    /// neither `allowed` nor `refused`).
+    #[getter]
+    fn shadow_refused(&self) -> u64 {
+        self.inner.shadow_refused
+    }
+
     /// Checks a Redis limiter refused from its deny cache, with no round trip; also counted
     /// in `refused`.
     #[getter]
@@ -408,7 +424,8 @@ impl Metrics {
         let m = &self.inner;
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
-             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, refused_locally={})",
+             immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, \
+             shadow_refused={}, refused_locally={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -423,6 +440,7 @@ impl Metrics {
             m.reclaimed,
             m.pauses_clamped,
             m.blocked,
+            m.shadow_refused,
             m.refused_locally
         )
     }

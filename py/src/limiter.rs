@@ -13,7 +13,8 @@ use pyo3::{type_hint_identifier, type_hint_subscript, type_hint_union};
 
 use crate::aio::{self, Payload};
 use crate::args::{
-    Cost, Flag, Headers, Key, PActual, PBlockFor, PCost, PDenyCache, PDuration, PEstimate, PMaxPause, PWaitTimeout,
+    Cost, Flag, Headers, Key, PActual, PBlockFor, PCost, PDenyCache, PDuration, PEstimate, PMaxPause, PShadow,
+    PWaitTimeout,
     Seconds, Status, Timeout,
 };
 use crate::decision::{Decision, Lease, Metrics};
@@ -241,6 +242,25 @@ impl Limiter {
         let py = slf.py();
         let this = slf.get();
         let inner = guard(py, || this.inner.with_block_for(block_for.map(|b| b.0)))?;
+        Limiter::wrap(py, inner, this.remote)
+    }
+
+    /// Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
+    /// instead, with the `shadow` of its spec).
+    #[getter]
+    fn shadow(&self) -> bool {
+        self.inner.shadow()
+    }
+
+    /// The same limiter (same state and metrics) in shadow mode (`True`) or enforcing
+    /// (`False`). In shadow mode a call the limit would refuse is admitted: `allowed` is True,
+    /// `shadow_refused` is True, nothing is consumed, `remaining` and `retry_after` say what
+    /// enforcement would have said; `acquire` never waits, `within_limit` runs its block, a
+    /// concurrent limiter grants no lease to it. Counted in `metrics().shadow_refused`.
+    fn with_shadow<'py>(slf: &Bound<'py, Self>, shadow: Flag<PShadow>) -> PyResult<PyLimiter<'py>> {
+        let py = slf.py();
+        let this = slf.get();
+        let inner = guard(py, || this.inner.with_shadow(shadow.0))?;
         Limiter::wrap(py, inner, this.remote)
     }
 

@@ -232,6 +232,8 @@ def limiter_call(case: dict[str, Any], name: str, a: dict[str, Any]) -> None:
             limiter.with_wait_timeout(a["wait_timeout"])
         elif name == "settle":
             limiter.settle(settle_decision(case, limiter, a["decision"]), a["actual"])
+        elif name == "with_shadow":
+            limiter.with_shadow(a["shadow"])
         else:
             raise AssertionError(f"the table names a call this runner does not know: {name}")
     finally:

@@ -58,7 +58,8 @@ class BadInputTest < Minitest::Test
     when "memory" then Ratekeeper::Backend.memory(max_keys: a["max_keys"])
     when "redis"
       Ratekeeper::Backend.redis(a["url"], **o["prefix", "failure_policy", "fallback_divisor", "deadline", "connect_timeout",
-                                              "tls_ca_file", "tls_ca_data", "tls_cert_file", "tls_key_file"])
+                                              "tls_ca_file", "tls_ca_data", "tls_cert_file", "tls_key_file",
+                                              "deny_cache", "deny_cache_max_entries"])
     when "cluster" then Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline"])
     when "bucket" then Ratekeeper::Limiter.bucket(a["name"], a["limit"], a["interval"], backend: backend)
     when "window" then Ratekeeper::Limiter.window(a["name"], a["limit"], a["interval"], backend: backend)
@@ -71,11 +72,27 @@ class BadInputTest < Minitest::Test
       Ratekeeper::Limiter.concurrent(a["name"], a["limit"], backend: backend, **o["lock_timeout", "wait_timeout", "allow_fallback"])
     when "calendar" then Ratekeeper::Limiter.calendar(a["name"], a["limit"], a["period"], backend: backend, **o["tz", "anchor"])
     when "limiter" then Ratekeeper::Limiter.from_spec(a["name"], a["spec"], backend: backend)
+    when "check_all" then check_all(a["parts"], backend)
     when "set_limit" then backend.set_limit(a["name"], a["spec"], key: a["key"])
     when "clear_limit" then backend.clear_limit(a["name"], key: a["key"])
     when "manual_clock" then Ratekeeper::ManualClock.new(a["start_us"])
     when "advance" then Ratekeeper::ManualClock.new(0).advance(a["seconds"])
     else call_on_limiter(c, a, backend)
+    end
+  end
+
+  # Backend#check_all with each part's limiter built from its spec on `backend` (or, with
+  # `other_backend`, on another); no part's state may change.
+  def check_all(parts, backend)
+    other = Ratekeeper::Backend.memory
+    built = parts.each_with_index.map do |p, i|
+      Ratekeeper::Limiter.from_spec("part#{i}", p["limiter"], backend: p["other_backend"] ? other : backend)
+    end
+    before = built.map { |l| l.peek("t1").to_h.except(:decided_at_us) }
+    begin
+      backend.check_all(parts.zip(built).map { |p, l| [l, p["key"], p.fetch("cost", 1)] })
+    ensure
+      assert_equal before, built.map { |l| l.peek("t1").to_h.except(:decided_at_us) }, "a refused check_all changed a part"
     end
   end
 
@@ -103,7 +120,13 @@ class BadInputTest < Minitest::Test
       when "pause" then limiter.pause(a["duration"], key: a["key"])
       when "observe" then limiter.observe(a["status"], a["headers"], key: a["key"])
       when "with_max_pause" then limiter.with_max_pause(a["max_pause"])
+      when "with_shadow" then limiter.with_shadow(a["shadow"])
       when "resume" then limiter.resume(key: a["key"])
+      when "block" then limiter.block(a["duration"], key: a["key"])
+      when "unblock" then limiter.unblock(key: a["key"])
+      when "with_block_for" then limiter.with_block_for(a["block_for"])
+      when "with_shadow" then limiter.with_shadow(a["shadow"])
+      when "with_deny_cache" then limiter.with_deny_cache(a["on"])
       when "within_limit"
         limiter.within_limit(key: a["key"], cost: a["cost"], wait_timeout: a["wait_timeout"], policy: a["policy"]&.to_sym) { flunk "the block ran" }
       when "settle" then limiter.settle(settle_decision(c, limiter, a["decision"]), a["actual"])

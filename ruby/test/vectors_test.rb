@@ -24,13 +24,21 @@ class VectorsTest < Minitest::Test
   # as a count, as the vectors expect of 1.5 and as typed languages do), the special spellings.
   def self.num(value) = SPECIALS.fetch(value, value)
 
+  # Shadow mode is an option of every kind: the gem's limiters take it by `with_shadow`.
   def self.build(backend, spec)
+    limiter = build_kind(backend, spec)
+    spec["shadow"] == true ? limiter.with_shadow(true) : limiter
+  end
+
+  def self.build_kind(backend, spec)
     kind = spec["kind"]
     name = spec["name"]
     n = ->(field) { num(spec[field]) }
     opts = { backend: backend }
-    # A limiter option (`block_for`) is carried by the spec as data: build it from the data.
-    return Ratekeeper::Limiter.from_spec(name, spec.reject { |k, _| k == "name" }, **opts) if spec.key?("block_for")
+    # A limiter option (`block_for`, `colocate`) is carried by the spec as data: build it from
+    # the data; so is a kind without a named constructor here (`leased`).
+    as_data = spec.key?("block_for") || spec.key?("colocate") || kind == "leased"
+    return Ratekeeper::Limiter.from_spec(name, spec.reject { |k, _| k == "name" }, **opts) if as_data
 
     case kind
     when "concurrent" then Ratekeeper::Limiter.concurrent(name, n["limit"], lock_timeout: n["lock_timeout"], **opts)
@@ -82,7 +90,45 @@ class VectorsTest < Minitest::Test
     h = { "allowed" => d.allowed, "limit" => d.limit, "remaining" => d.remaining,
           "retry_after_us" => d.retry_after_us, "reset_after_us" => d.reset_after_us }
     h["fencing_token"] = d.lease.fencing_token if with_token && d.lease
+    h["shadow_refused"] = true if d.shadow_refused
     h
+  end
+
+  # A `check_all` step: `parts` (each {limiter, key, cost}), then `expect` (allowed,
+  # retry_after_us and one decision per part) or `error`. Admitted concurrent parts hold leases,
+  # saved (in order) under the names of `save_leases` when given.
+  def check_all_step(backend, built, step, index, leases)
+    parts = step.fetch("parts").map do |p|
+      [built.fetch(p["limiter"]), self.class.key_of(p), p.key?("cost") ? self.class.num(p["cost"]) : 1]
+    end
+    where = "step #{index}: check_all"
+    outcome =
+      begin
+        backend.check_all(parts)
+      rescue Ratekeeper::Error => e
+        e
+      end
+    if step.key?("error")
+      assert_error(step["error"], outcome.is_a?(Ratekeeper::Error) ? outcome : nil, {}, where)
+      return
+    end
+    flunk "#{where}: expected success, got #{outcome.message}" if outcome.is_a?(Ratekeeper::Error)
+    expect = step.fetch("expect")
+    assert_equal [expect["allowed"], expect["retry_after_us"]], [outcome.allowed, outcome.retry_after_us], where
+    assert_equal expect["parts"].size, outcome.parts.size, "#{where}: one decision per part"
+    saved = []
+    expect["parts"].zip(outcome.parts, parts).each_with_index do |(expected, decision, (limiter, _, _)), i|
+      wants_lease = outcome.allowed && limiter.kind == "concurrent"
+      assert_equal wants_lease, !decision.lease.nil?, "#{where}: parts[#{i}]: lease present"
+      expected = expected.dup
+      expected.delete("limits") # per-limit details: the C ABI's decision has none
+      assert_equal expected.sort.to_h, decision_h(decision, expected.key?("fencing_token")).sort.to_h, "#{where}: parts[#{i}]"
+      saved << decision.lease if decision.lease
+    end
+    return unless step.key?("save_leases")
+
+    assert_equal step["save_leases"].size, saved.size, "#{where}: leases to save"
+    step["save_leases"].zip(saved).each { |name, lease| leases[name] = lease }
   end
 
   def run_case(c)
@@ -109,6 +155,10 @@ class VectorsTest < Minitest::Test
       op = step["op"]
       if op == "advance"
         clock.advance_us(step["us"])
+        next
+      end
+      if op == "check_all"
+        check_all_step(backend, built, step, index, leases)
         next
       end
       limiter = built.fetch(step["limiter"])
@@ -149,7 +199,8 @@ class VectorsTest < Minitest::Test
     end
   end
 
-  files = Dir[File.join(REPO_ROOT, "tests/vectors/*.json")].sort
+  # Vectors of calls not every binding has yet live in subdirectories (check_all/).
+  files = Dir[File.join(REPO_ROOT, "tests/vectors/*.json")].sort + Dir[File.join(REPO_ROOT, "tests/vectors/check_all/*.json")].sort
   cases = files.flat_map { |path| JSON.parse(File.read(path)).fetch("cases").map { |c| [File.basename(path, ".json"), c] } }
 
   define_method(:test_enough_cases_run) do

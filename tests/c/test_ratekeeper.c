@@ -404,6 +404,38 @@ static void test_live_limits(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* Shadow mode: a copy made by rk_limiter_with_shadow, or a spec saying "shadow": true, admits
+ * what it would refuse (shadow_refused), consumes nothing then, and grants no lease. */
+static void test_shadow(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *enforcing = NULL, *shadow = NULL, *slots = NULL;
+  must(rk_limiter_new_leaky(b, "c-shadow", 1, 3600.0, &enforcing), enforcing, "leaky");
+  must(rk_limiter_with_shadow(enforcing, true, &shadow), shadow, "with_shadow");
+  char buf[128];
+  size_t n = 0;
+  CHECK_OK(rk_limiter_spec_json(shadow, buf, sizeof buf, &n));
+  CHECK(strcmp(buf, "{\"kind\":\"leaky\",\"size\":1,\"drain\":3600,\"shadow\":true}") == 0);
+  rk_decision first = check1(shadow, "k", 1), second = check1(shadow, "k", 1);
+  CHECK(first.allowed && !first.shadow_refused);
+  CHECK(second.allowed && second.shadow_refused && second.retry_after_us > 0);
+  rk_decision d = {0};
+  CHECK_OK(rk_limiter_acquire(shadow, "k", 1, 3600.0, &d)); /* never waits */
+  CHECK(d.allowed && d.shadow_refused);
+  rk_decision refused = check1(enforcing, "k", 1);
+  CHECK(!refused.allowed && !refused.shadow_refused);
+  must(rk_limiter_new_from_json(b, "c-shadow-slots", "{\"kind\":\"concurrent\",\"limit\":1,\"shadow\":true}", &slots),
+       slots, "concurrent from json");
+  rk_decision held = check1(slots, "k", 1), extra = check1(slots, "k", 1);
+  CHECK(held.has_lease && !held.shadow_refused);
+  CHECK(extra.allowed && extra.shadow_refused && !extra.has_lease);
+  CHECK_OK(rk_limiter_release(slots, "k", &held.lease));
+  CHECK_FAILS(rk_limiter_with_shadow(NULL, true, &slots), RK_NULL_PARAMETER, "limiter");
+  rk_limiter_free(slots);
+  rk_limiter_free(shadow);
+  rk_limiter_free(enforcing);
+  rk_backend_free(b);
+}
+
 static void test_concurrent(const fixture *f) {
   rk_backend *b = new_backend(f);
   rk_limiter *l = NULL;
@@ -1674,6 +1706,7 @@ static const test_case TESTS[] = {
     {"live_limits", test_live_limits, true},
     {"concurrent", test_concurrent, true},
     {"check_all", test_check_all, true},
+    {"shadow", test_shadow, true},
     {"acquire woken by release", test_acquire_woken_by_release, true},
     {"acquire waits for refill", test_acquire_waits_for_refill, true},
     {"16 threads share one bucket", test_threads_share_one_bucket, true},

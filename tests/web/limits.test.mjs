@@ -122,6 +122,16 @@ try {
   assert.equal(await page.locator(`${row("py-uploads")} td.spec code`).textContent(), '{"capacity":10,"kind":"token_bucket","rate":5}');
   assert.ok(await page.locator(`${row("py-uploads")} td.spec code`).isVisible());
 
+  begin("a limiter in shadow mode says so, with its shadow refusals");
+  // One call an hour, checked three times in shadow mode: two would-be refusals, admitted.
+  const shadow = billingBackend.limiter("rollout", { kind: "window", limit: 1, interval: 3600, shadow: true });
+  for (let i = 0; i < 3; i++) assert.equal((await shadow.check("acct-1")).allowed, true);
+  await billingBackend.flush();
+  await page.waitForSelector(`${row("rollout")} .total-shadow`);
+  assert.equal(await page.locator(`${row("rollout")} td.spec summary`).textContent(), "1 per hour, in shadow mode");
+  assert.equal(await cell("rollout", "total-shadow"), "(2 shadow-refused)");
+  assert.equal(await cell("rollout", "total-refused"), "0", "nothing was refused");
+
   begin("the numbers move while the load runs");
   for (const name of Object.keys(languages)) {
     const before = count(await cell(name, "total-allowed"));

@@ -115,7 +115,9 @@ function renderList(data) {
         td("Used by", { class: "users" }, el("span", { class: "user-list" }, l.users.join(", ")),
           el("span", { class: "processes" }, `${num(l.processes)} ${l.processes === 1 ? "process" : "processes"}`)),
         td("Last seen", { class: "seen last-seen" }, l.waiting ? WAITING : ago(data.now - l.last_seen)),
-        td("Allowed / refused", { class: "num total" }, ...pair("total", num(l.allowed), num(l.refused), l.refused > 0)),
+        td("Allowed / refused", { class: "num total" }, ...pair("total", num(l.allowed), num(l.refused), l.refused > 0),
+          ...(l.shadow_refused > 0 ? [el("span", { class: "total-shadow", title: "admitted by shadow mode; enforcing would have refused them" },
+            ` (${num(l.shadow_refused)} shadow-refused)`)] : [])),
         td("Last minute", { class: "num minute" }, ...pair("minute", lastMinute(l, "allowed"), lastMinute(l, "refused"), false)),
         td("In use now", { class: "usage" }, usageText(l)),
         td("Last hour", { class: "chart" }, l.usage ? historyChart(l.usage.history, { width: 170, height: 28, compact: true }) : "–"),
@@ -151,6 +153,7 @@ async function renderDetail(name) {
     ["conflict", d.conflict ? conflictText(d) : "–"],
     ["allowed, all keys", num(d.allowed)],
     ["refused, all keys", num(d.refused)],
+    ["shadow-refused, all keys", num(d.shadow_refused)],
   ]);
   dl($("#inspect-result"), [
     ["key", d.key === null ? "(no key: the limiter's own)" : d.key],

@@ -51,6 +51,12 @@ function calendarWords(s) {
 // this page does not know.
 function specWords(spec) {
   const s = typeof spec === "string" ? JSON.parse(spec) : spec;
+  const words = kindWords(s);
+  // Shadow mode is an option of every kind: said after the limit it does not enforce.
+  return s.shadow === true && words !== JSON.stringify(s) ? `${words}, in shadow mode` : words;
+}
+
+function kindWords(s) {
   switch (s.kind) {
     case "window":
       return `${fmt(s.limit)} ${per(s.interval)}`;

@@ -21,6 +21,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::blocks::Blocks;
 use crate::clock::{Clock, SystemClock};
 use crate::engine::block::{self, BlockMode};
+use crate::engine::gcra::{Figures, Gcra};
 use crate::engine::leased::Leased;
 use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
@@ -44,7 +45,7 @@ pub struct MemoryConfig {
 
 impl Default for MemoryConfig {
     fn default() -> Self {
-        MemoryConfig { max_keys: 1_000_000, shards: 64, clock: Arc::new(SystemClock) }
+        MemoryConfig { max_keys: 1_000_000, shards: 64, clock: system_clock() }
     }
 }
 
@@ -66,6 +67,13 @@ impl MemoryConfig {
         self.shards = shards;
         self
     }
+}
+
+/// The one system clock every default configuration shares, so that a backend can tell it
+/// from a clock of the caller's by identity.
+fn system_clock() -> Arc<dyn Clock> {
+    static SYSTEM: std::sync::LazyLock<Arc<dyn Clock>> = std::sync::LazyLock::new(|| Arc::new(SystemClock));
+    SYSTEM.clone()
 }
 
 /// Generates the per-key [`State`] of any engine, one variant per engine of the table in
@@ -154,6 +162,39 @@ impl Slot {
     fn is(&self, namespace: u32, key: &[u8]) -> bool {
         self.namespace == namespace && self.key.as_bytes() == key
     }
+
+    /// [`Slot::is`] for a probe made once per call: an inline key compares as two fixed-size
+    /// arrays (a few register compares) instead of a call to `memcmp` per candidate slot.
+    #[inline(always)]
+    fn matches(&self, namespace: u32, probe: &Probe<'_>) -> bool {
+        if self.namespace != namespace {
+            return false;
+        }
+        match (&self.key, probe) {
+            (StoredKey::Inline { len, bytes }, Probe::Inline { len: l, bytes: b }) => len == l && bytes == b,
+            (StoredKey::Heap(stored), Probe::Heap(key)) => **stored == **key,
+            _ => false,
+        }
+    }
+}
+
+/// A key as it is looked up: padded like an inline [`StoredKey`] when it fits in one.
+enum Probe<'a> {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(&'a [u8]),
+}
+
+impl<'a> Probe<'a> {
+    #[inline(always)]
+    fn new(key: &'a [u8]) -> Probe<'a> {
+        if key.len() <= INLINE_KEY {
+            let mut bytes = [0; INLINE_KEY];
+            bytes[..key.len()].copy_from_slice(key);
+            Probe::Inline { len: key.len() as u8, bytes }
+        } else {
+            Probe::Heap(key)
+        }
+    }
 }
 
 /// One key's state: 64 bytes, aligned so that a lookup touches one cache line (plus the heap
@@ -218,6 +259,8 @@ pub(crate) struct MemoryBackend {
     hasher: foldhash::fast::RandomState,
     namespaces: Mutex<HashMap<(Kind, Box<str>), u32>>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// `clock` is the system clock: read it without a call through the trait object.
+    system_clock: bool,
     /// Slots examined by sweeps so far: what the sweeps cost (read by tests).
     swept_slots: AtomicUsize,
     /// Calls that found state last recorded by another configuration of the same name.
@@ -251,6 +294,10 @@ impl MemoryBackend {
             return Err(Error::invalid("shards", "must be between 1 and 65536"));
         }
         let shards = config.shards.next_power_of_two();
+        let system_clock = Arc::ptr_eq(&config.clock, &system_clock());
+        if system_clock {
+            super::wall_clock::prepare();
+        }
         Ok(MemoryBackend {
             shards: (0..shards).map(|_| Padded(Mutex::new(Shard::default()))).collect(),
             shard_shift: 64 - shards.trailing_zeros(),
@@ -258,6 +305,7 @@ impl MemoryBackend {
             max_keys: config.max_keys,
             hasher: foldhash::fast::RandomState::default(),
             namespaces: Mutex::new(HashMap::new()),
+            system_clock,
             clock: config.clock,
             swept_slots: AtomicUsize::new(0),
             config_mismatches: AtomicU64::new(0),
@@ -267,6 +315,16 @@ impl MemoryBackend {
             blocks: Blocks::default(),
             settled: Mutex::default(),
         })
+    }
+
+    /// The backend clock's reading, in microseconds.
+    #[inline(always)]
+    pub(crate) fn now_micros(&self) -> u64 {
+        if self.system_clock {
+            super::wall_clock::now_micros()
+        } else {
+            self.clock.now_micros()
+        }
     }
 
     /// Keys currently held (expired ones included until swept).
@@ -315,7 +373,7 @@ impl MemoryBackend {
     /// decision is built in place; a new key takes the out-of-line [`MemoryBackend::insert`].
     #[inline(always)]
     pub(crate) fn execute(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
-        let now = self.clock.now_micros();
+        let now = self.now_micros();
         if self.blocks.any() && pause::applies_to(op) {
             if let Some(refused) = self.blocked(namespace, key, now, algorithm) {
                 return Ok(refused);
@@ -327,9 +385,10 @@ impl MemoryBackend {
             }
         }
         let hash = self.hash(namespace, key.as_bytes());
+        let probe = Probe::new(key.as_bytes());
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
-        if let Some(slot) = shard.table.find_mut(hash, |s| s.is(namespace, key.as_bytes())) {
+        if let Some(slot) = shard.table.find_mut(hash, |s| s.matches(namespace, &probe)) {
             // The commonest call, a GCRA check (token bucket, leaky, points), is `apply`'s first
             // arm written out, so that its decision goes straight into the return slot. An
             // admitted check only moves the expiry later, so the shard's lower bound holds.
@@ -337,12 +396,14 @@ impl MemoryBackend {
             | (Algorithm::Leased(Leased { gcra: g, .. }), State::Leased(tat), Op::Check { cost, .. }) =
                 (algorithm, &mut slot.state, op)
             {
-                let mut e = g.evaluate(tat, now, cost, true);
-                if e.changed {
+                let figures = g.figures(tat, now, cost, true);
+                if figures.changed {
                     slot.expires_at = g.expires_at(tat);
                 }
-                e.decision.decided_at_micros = now;
-                return Ok(Outcome::of(e.decision));
+                drop(guard);
+                let mut decision = figures.decision(g.capacity);
+                decision.decided_at_micros = now;
+                return Ok(Outcome::of(decision));
             }
             let outcome = update(slot, &mut shard.earliest_expiry, algorithm, now, op);
             drop(guard);
@@ -350,6 +411,28 @@ impl MemoryBackend {
         }
         let shard = guard;
         self.insert(shard, now, hash, namespace, key, algorithm, op)
+    }
+
+    /// A GCRA check of `cost` on a key this backend holds in GCRA state, with no pause or block
+    /// in effect anywhere in the backend: its figures and the instant it was decided at. `None`
+    /// (nothing done) for any other call, which [`MemoryBackend::execute`] then decides.
+    #[inline(always)]
+    pub(crate) fn check_gcra(&self, namespace: u32, key: &str, gcra: &Gcra, cost: u64) -> Option<(Figures, u64)> {
+        if self.pauses_held.load(Ordering::Acquire) != 0 || self.blocks.any() {
+            return None;
+        }
+        let now = self.now_micros();
+        let hash = self.hash(namespace, key.as_bytes());
+        let probe = Probe::new(key.as_bytes());
+        let mut shard = self.shard(hash).lock();
+        let slot = shard.table.find_mut(hash, |s| s.matches(namespace, &probe))?;
+        let State::Gcra(tat) = &mut slot.state else { return None };
+        // An admitted check only moves the expiry later, so the shard's lower bound holds.
+        let figures = gcra.figures(tat, now, cost, true);
+        if figures.changed {
+            slot.expires_at = gcra.expires_at(tat);
+        }
+        Some((figures, now))
     }
 
     /// Runs a settle once per id: a repeat of an applied one is a peek. The id is remembered as
@@ -504,7 +587,7 @@ impl MemoryBackend {
     /// the pause in effect. Ended pauses of the namespace are dropped on the way, so the map
     /// holds no more than the pauses in effect plus those ended since the last one was set.
     pub(crate) fn pause(&self, namespace: u32, key: &str, duration: std::time::Duration) -> std::time::Duration {
-        let now = self.clock.now_micros();
+        let now = self.now_micros();
         let wanted = now.saturating_add(crate::params::micros(duration).max(1));
         let mut pauses = self.pauses.lock();
         let keys = pauses.entry(namespace).or_default();
@@ -528,7 +611,7 @@ impl MemoryBackend {
         if self.pauses_held.load(Ordering::Acquire) == 0 {
             return false;
         }
-        let now = self.clock.now_micros();
+        let now = self.now_micros();
         let mut pauses = self.pauses.lock();
         match pauses.get_mut(&namespace).and_then(|keys| keys.remove(key)) {
             Some(until) => {
@@ -563,7 +646,7 @@ impl MemoryBackend {
 
     /// What an operator sees of concurrent key (`namespace`, `key`): its holders and waiters.
     pub(crate) fn concurrent_use(&self, namespace: u32, key: &str) -> ConcurrentUse {
-        let now = self.clock.now_micros();
+        let now = self.now_micros();
         let hash = self.hash(namespace, key.as_bytes());
         let shard = self.shard(hash).lock();
         match shard.table.find(hash, |s| s.is(namespace, key.as_bytes())).map(|slot| &slot.state) {
@@ -574,7 +657,7 @@ impl MemoryBackend {
 
     /// Up to `max` keys of `namespace` whose state has not expired, one shard lock at a time.
     pub(crate) fn keys_of(&self, namespace: u32, max: usize) -> Vec<String> {
-        let now = self.clock.now_micros();
+        let now = self.now_micros();
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.0.lock();

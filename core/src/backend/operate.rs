@@ -4,7 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Backend, BackendInner};
-use crate::engine::{Kind, LimiterSpec};
+use crate::engine::{Kind, LimiterConfig, LimiterSpec};
 use crate::error::{Error, Result};
 use crate::live::{client, LimiterInfo};
 use crate::metrics::Metrics;
@@ -54,7 +54,8 @@ impl Backend {
                     let Some((_, spec)) = overrides.iter().find(|(key, _)| key.is_none()).or(overrides.first()) else {
                         continue;
                     };
-                    let kind = LimiterSpec::from_json(spec).map(|s| s.kind().as_str().to_owned()).unwrap_or_default();
+                    let kind =
+                        LimiterConfig::from_json(spec).map(|c| c.spec.kind().as_str().to_owned()).unwrap_or_default();
                     out.push(LimiterInfo {
                         name,
                         kind,
@@ -86,27 +87,44 @@ impl Backend {
     /// one of another kind than the registered limiter is refused. Bad input is
     /// [`Error::InvalidArgument`] before anything is written.
     pub async fn set_limit(&self, name: &str, spec: &LimiterSpec, key: Option<&str>) -> Result<()> {
+        self.set_override(name, &LimiterConfig::from(spec.clone()), key).await
+    }
+
+    /// [`Backend::set_limit`] with the spec's options: an override whose config says
+    /// `shadow: true` puts the limiter (or the key) in shadow mode, and one that does not
+    /// enforces (an override replaces the whole spec). `wait_timeout` belongs to a limiter
+    /// object, not to an override, and is refused.
+    pub async fn set_override(&self, name: &str, config: &LimiterConfig, key: Option<&str>) -> Result<()> {
+        if config.wait_timeout.is_some() {
+            return Err(Error::invalid_field("wait_timeout", "is a limiter option: an override cannot set it"));
+        }
+        let spec = &config.spec;
         validate_name(name)?;
         if let Some(key) = key {
             validate_key(Some(key))?;
         }
         match &*self.inner {
             BackendInner::Redis(redis) => {
-                redis.live.compile(spec)?;
-                redis.write_override(name, key, Some(spec)).await
+                redis.live.compile(config)?;
+                redis.write_override(name, key, Some(config)).await
             }
             BackendInner::Memory(memory) => {
-                memory.live.compile(spec)?;
+                memory.live.compile(config)?;
                 if let Some(entry) = memory.live.members().into_iter().find(|e| e.state.name() == name) {
                     let kind = entry.per_kind[0].0;
                     if kind != spec.kind() {
                         return Err(kind_mismatch(name, kind, spec.kind()));
                     }
                 }
-                memory.live.set_local(name, key, Some(spec), None);
+                memory.live.set_local(name, key, Some(config), None);
                 Ok(())
             }
         }
+    }
+
+    /// Blocking form of [`Backend::set_override`].
+    pub fn set_override_blocking(&self, name: &str, config: &LimiterConfig, key: Option<&str>) -> Result<()> {
+        block_on(self.set_override(name, config, key))
     }
 
     /// Blocking form of [`Backend::set_limit`].
@@ -116,8 +134,7 @@ impl Backend {
 
     /// [`Backend::set_limit`] with a JSON spec; a bad field is named by its path.
     pub async fn set_limit_json(&self, name: &str, spec: &str, key: Option<&str>) -> Result<()> {
-        let spec = LimiterSpec::from_json(spec)?;
-        self.set_limit(name, &spec, key).await
+        self.set_override(name, &LimiterConfig::from_json(spec)?, key).await
     }
 
     /// Blocking form of [`Backend::set_limit_json`].

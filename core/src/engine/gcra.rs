@@ -59,6 +59,25 @@ pub(crate) struct Gcra {
 /// instant) is a full bucket.
 pub(crate) type GcraState = u64;
 
+/// One GCRA evaluation as plain figures (see [`Gcra::figures`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Figures {
+    pub allowed: bool,
+    /// The state was written.
+    pub changed: bool,
+    pub remaining: u64,
+    pub retry_us: u64,
+    pub reset_us: u64,
+}
+
+impl Figures {
+    /// The decision these figures make, for a bucket of `capacity`.
+    #[inline(always)]
+    pub(crate) fn decision(self, capacity: u64) -> crate::Decision {
+        decision(self.allowed, capacity, self.remaining, self.retry_us, self.reset_us)
+    }
+}
+
 impl Gcra {
     /// Compiles `token_bucket(rate, capacity)`: `rate` tokens per second (at most 1,000,000).
     pub(crate) fn token_bucket(rate: f64, capacity: u64) -> Result<Gcra> {
@@ -134,7 +153,7 @@ impl Gcra {
 
     /// Ticks from `now` (microseconds) to `tat`, 0 when `tat` is past, at most `max_ahead` (a
     /// state written under another spec may run further ahead).
-    #[inline]
+    #[inline(always)]
     fn used(&self, tat: GcraState, now: u64) -> u64 {
         let ahead_ns = tat.saturating_sub(now.saturating_mul(NS_PER_US));
         // Nanosecond ticks are the common case: skip the division (a slow instruction) for them.
@@ -143,7 +162,7 @@ impl Gcra {
     }
 
     /// `ticks` as microseconds, rounded up: a caller that waits `retry_after` is admitted.
-    #[inline]
+    #[inline(always)]
     fn micros(&self, ticks: u64) -> u64 {
         // In 64 bits whenever the product fits (every call short of extreme horizons): a 128-bit
         // division is a library call, far slower than the constant division here.
@@ -156,6 +175,15 @@ impl Gcra {
     /// Evaluates a call of `cost` (or a peek when `commit` is false, which asks about cost 1).
     #[inline]
     pub(crate) fn evaluate(&self, tat: &mut GcraState, now: u64, cost: u64, commit: bool) -> Evaluation {
+        let f = self.figures(tat, now, cost, commit);
+        Evaluation { decision: f.decision(self.capacity), changed: f.changed }
+    }
+
+    /// The rule of [`Gcra::evaluate`], answering in scalars: the memory backend's hot path keeps
+    /// them in registers and builds the decision once, in its caller's return slot, instead of
+    /// moving a whole `Decision` through the evaluation.
+    #[inline(always)]
+    pub(crate) fn figures(&self, tat: &mut GcraState, now: u64, cost: u64, commit: bool) -> Figures {
         let used = self.used(*tat, now);
         let asked = if commit { cost } else { 1 };
         let after = used + asked * self.emission;
@@ -164,16 +192,21 @@ impl Gcra {
         let allowed = after <= self.tau || asked == 0;
         let available = || self.tau.saturating_sub(used) / self.emission;
         if !allowed {
-            let d = decision(false, self.capacity, available(), self.micros(after - self.tau), self.micros(used));
-            return Evaluation { decision: d, changed: false };
+            let (remaining, retry_us, reset_us) = (available(), self.micros(after - self.tau), self.micros(used));
+            return Figures { allowed: false, changed: false, remaining, retry_us, reset_us };
         }
         if !commit || cost == 0 {
-            let d = decision(true, self.capacity, available(), 0, self.micros(used));
-            return Evaluation { decision: d, changed: false };
+            return Figures {
+                allowed: true,
+                changed: false,
+                remaining: available(),
+                retry_us: 0,
+                reset_us: self.micros(used),
+            };
         }
         *tat = now.saturating_mul(NS_PER_US).saturating_add(after * self.tick_ns);
         let remaining = (self.tau - after) / self.emission;
-        Evaluation { decision: decision(true, self.capacity, remaining, 0, self.micros(after)), changed: true }
+        Figures { allowed: true, changed: true, remaining, retry_us: 0, reset_us: self.micros(after) }
     }
 
     /// Runs `op` (a check, a peek, or an adjustment followed by a peek) on `tat` at `now`: the one

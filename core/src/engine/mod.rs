@@ -138,6 +138,7 @@ pub(crate) fn fingerprint(values: impl IntoIterator<Item = u64>) -> u64 {
 }
 
 /// A single-limit decision from microsecond figures.
+#[inline(always)]
 pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64, reset_us: u64) -> Decision {
     Decision {
         allowed,
@@ -149,6 +150,7 @@ pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64,
         decided_at_micros: 0,
         limits: None,
         settle: None,
+        shadow_refused: false,
     }
 }
 

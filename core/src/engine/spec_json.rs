@@ -14,7 +14,8 @@
 //! The canonical form — what [`LimiterConfig::to_json`] writes and what every language reads
 //! back — has its keys in a fixed order, every field of the kind filled in (defaults included),
 //! whole numbers written without a fraction, `wait_timeout` only when it is not the default and
-//! `block_for` only when it is set.
+//! `block_for` only when it is set, `shadow` only when true (so a spec without them keeps its form
+//! and its fingerprint).
 //! Parsing is strict: an unknown kind or field, a wrong type or a bad value is an
 //! [`Error::InvalidArgument`] naming the field by its path (`rate`, `windows[1]`), and nothing is
 //! built.
@@ -43,6 +44,17 @@ pub struct LimiterConfig {
     /// Where the limiter's Redis keys take their hash tag from (see [`Colocate`]); `None` for
     /// [`Colocate::Identity`]. The JSON form writes it only when it is not the default.
     pub colocate: Option<Colocate>,
+    /// Shadow mode: every decision is computed and counted as usual, but a would-be refusal is
+    /// admitted (`allowed` true, `shadow_refused` true) and consumes nothing. See
+    /// `docs/src/concepts/shadow.md`.
+    pub shadow: bool,
+}
+
+impl From<LimiterSpec> for LimiterConfig {
+    /// A spec with the default options: the default wait timeout, no block, enforcing.
+    fn from(spec: LimiterSpec) -> LimiterConfig {
+        LimiterConfig { spec, wait_timeout: None, block_for: None, colocate: None, shadow: false }
+    }
 }
 
 impl LimiterConfig {
@@ -66,8 +78,9 @@ impl LimiterConfig {
         let wait_timeout = fields.optional_timeout("wait_timeout")?;
         let block_for = fields.optional_seconds("block_for")?;
         let colocate = fields.optional_string("colocate")?.map(Colocate::from_name).transpose()?;
+        let shadow = fields.optional_bool("shadow")?.unwrap_or(false);
         fields.reject_unknown(kind)?;
-        let config = LimiterConfig { spec, wait_timeout, block_for, colocate };
+        let config = LimiterConfig { spec, wait_timeout, block_for, colocate, shadow };
         config.validate()?;
         Ok(config)
     }
@@ -95,20 +108,24 @@ impl LimiterConfig {
         if let Some(colocate) = self.colocate.filter(|c| *c != Colocate::Identity) {
             json.put("colocate", colocate.as_str().into());
         }
+        if self.shadow {
+            json.put("shadow", Value::Bool(true));
+        }
         let fields: Vec<String> = json.0.iter().map(|(key, value)| format!("{}:{value}", Value::from(*key))).collect();
         format!("{{{}}}", fields.join(","))
     }
 }
 
 impl LimiterSpec {
-    /// Parses a JSON spec (see [`LimiterConfig`]); a `wait_timeout` in it is refused here, since a
-    /// bare spec has nowhere to keep it.
+    /// Parses a JSON spec (see [`LimiterConfig`]); a `wait_timeout`, `block_for` or `shadow` in
+    /// it is refused here, since a bare spec has nowhere to keep it.
     pub fn from_json(json: &str) -> Result<LimiterSpec> {
         let config = LimiterConfig::from_json(json)?;
         let options = [
             ("wait_timeout", config.wait_timeout.is_some()),
             ("block_for", config.block_for.is_some()),
             ("colocate", config.colocate.is_some()),
+            ("shadow", config.shadow),
         ];
         if let Some((option, _)) = options.into_iter().find(|(_, set)| *set) {
             return Err(Error::invalid_field(
@@ -121,7 +138,7 @@ impl LimiterSpec {
 
     /// The canonical JSON form of this spec.
     pub fn to_json(&self) -> String {
-        LimiterConfig { spec: self.clone(), wait_timeout: None, block_for: None, colocate: None }.to_json()
+        LimiterConfig { spec: self.clone(), wait_timeout: None, block_for: None, colocate: None, shadow: false }.to_json()
     }
 }
 
@@ -413,6 +430,15 @@ mod tests {
                 r#"{"kind":"concurrent","limit":1,"block_for":60,"wait_timeout":0}"#,
                 r#"{"kind":"concurrent","limit":1,"lock_timeout":30,"wait_timeout":0,"block_for":60}"#,
             ),
+            (
+                r#"{"shadow":true,"kind":"leaky","size":4,"drain":0.5}"#,
+                r#"{"kind":"leaky","size":4,"drain":0.5,"shadow":true}"#,
+            ),
+            (r#"{"kind":"leaky","size":4,"drain":0.5,"shadow":false}"#, r#"{"kind":"leaky","size":4,"drain":0.5}"#),
+            (
+                r#"{"kind":"concurrent","limit":1,"wait_timeout":0,"shadow":true}"#,
+                r#"{"kind":"concurrent","limit":1,"lock_timeout":30,"wait_timeout":0,"shadow":true}"#,
+            ),
         ] {
             let config = LimiterConfig::from_json(given).unwrap();
             assert_eq!(config.to_json(), canonical, "from {given}");
@@ -454,6 +480,8 @@ mod tests {
             (r#"{"kind":"calendar","limit":5,"period":"month","anchor":32}"#, "anchor"),
             (r#"{"kind":"calendar","limit":5,"period":"month","anchor":-1}"#, "anchor"),
             (r#"{"kind":"unlimited","limit":5}"#, "limit"),
+            (r#"{"kind":"leaky","size":4,"drain":1,"shadow":"yes"}"#, "shadow"),
+            (r#"{"kind":"leaky","size":4,"drain":1,"shadow":1}"#, "shadow"),
         ] {
             assert_eq!(parameter(json), path, "{json}");
         }
@@ -474,6 +502,12 @@ mod tests {
             assert_eq!(LimiterConfig::from_json(&json).unwrap_err().parameter(), Some("colocate"), "{bad}");
         }
         assert_eq!(LimiterSpec::from_json(json).unwrap_err().parameter(), Some("colocate"));
+    }
+
+    #[test]
+    fn a_bare_spec_refuses_the_shadow_option() {
+        let e = LimiterSpec::from_json(r#"{"kind":"leaky","size":4,"drain":2,"shadow":true}"#).unwrap_err();
+        assert_eq!(e.parameter(), Some("shadow"));
     }
 
     #[test]

@@ -18,7 +18,8 @@ impl Backend {
     }
 
     /// Builds a limiter from a JSON spec (see [`LimiterConfig`]), applying the options it carries
-    /// (`wait_timeout`, `block_for`, `colocate`). A bad field is [`crate::Error::InvalidArgument`] naming its path.
+    /// (`wait_timeout`, `block_for`, `colocate`, `shadow`). A bad field is [`crate::Error::InvalidArgument`]
+    /// naming its path.
     pub fn limiter_from_json(&self, name: &str, json: &str) -> Result<Limiter> {
         self.limiter_from_config(name, LimiterConfig::from_json(json)?)
     }
@@ -29,12 +30,13 @@ impl Backend {
     /// consume: it is an ordinary limiter otherwise.)
     pub fn observer_from_json(&self, name: &str, json: &str) -> Result<Limiter> {
         validate_name(name)?;
-        Limiter::build_as(self, name, LimiterConfig::from_json(json)?.spec, false)
+        let config = LimiterConfig::from_json(json)?;
+        Limiter::build_as(self, name, config.spec, false)?.with_shadow(config.shadow)
     }
 
     /// Builds a limiter from a spec and its options.
     pub fn limiter_from_config(&self, name: &str, config: LimiterConfig) -> Result<Limiter> {
-        let mut limiter = self.limiter(name, config.spec)?;
+        let mut limiter = self.limiter(name, config.spec)?.with_shadow(config.shadow)?;
         if let Some(colocate) = config.colocate {
             limiter = limiter.with_colocate(colocate);
         }

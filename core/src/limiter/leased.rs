@@ -233,15 +233,19 @@ impl LeasePool {
 impl Limiter {
     /// A leased check: spent from this process's lease when it holds enough, else one round
     /// trip that gives back what is left and takes a new lease.
-    pub(crate) async fn leased_check(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {
+    ///
+    /// With `shadow`, a round trip's refusal is counted as shadow-refused but returned as the
+    /// refusal it is (the caller applies shadow mode): the lease's bookkeeping follows what
+    /// enforcement decides, so a would-be refusal is remembered like a refusal.
+    pub(crate) async fn leased_check(&self, pool: &LeasePool, key: &str, cost: u64, shadow: bool) -> Result<Outcome> {
         let slot = pool.slot(key);
-        if let Some(d) = self.leased_local(pool, &slot, cost) {
+        if let Some(d) = self.leased_local(pool, &slot, cost, shadow) {
             return Ok(Outcome::of(d));
         }
         let lease_lock = slot.lease_lock();
         let mut lease = lease_lock.lock().await;
         // Another caller may have taken a lease while this one waited.
-        if let Some(d) = self.leased_local(pool, &slot, cost) {
+        if let Some(d) = self.leased_local(pool, &slot, cost, shadow) {
             return Ok(Outcome::of(d));
         }
         let Target::Redis { backend, failover } = &self.inner.target else {
@@ -272,7 +276,7 @@ impl Limiter {
         lease.id = 0;
         let started = Instant::now();
         let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-        self.record(Op::Check { cost, lease_id: 0, waiter: None }, &result, Some(started));
+        self.record(Op::Check { cost, lease_id: 0, waiter: None }, &result, Some(started), shadow);
         let outcome = result?;
         let d = &outcome.decision;
         if outcome.served != Served::Backend {
@@ -293,11 +297,21 @@ impl Limiter {
         Ok(outcome)
     }
 
-    /// [`LeasePool::local`], counted in the limiter's metrics.
+    /// [`LeasePool::local`], counted in the limiter's metrics; a remembered refusal is admitted
+    /// as shadow-refused when `shadow`.
     #[inline]
-    fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64) -> Option<Decision> {
-        let d = pool.local(slot, cost, pool.local.now_micros())?;
-        self.inner.metrics.add(if d.allowed { Counter::Allowed } else { Counter::Refused }, 1);
+    fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64, shadow: bool) -> Option<Decision> {
+        let mut d = pool.local(slot, cost, pool.local.now_micros())?;
+        let counter = match (d.allowed, shadow) {
+            (true, _) => Counter::Allowed,
+            (false, true) => Counter::ShadowRefused,
+            (false, false) => Counter::Refused,
+        };
+        self.inner.metrics.add(counter, 1);
+        if shadow && !d.allowed {
+            d.allowed = true;
+            d.shadow_refused = true;
+        }
         Some(d)
     }
 
@@ -317,7 +331,7 @@ impl Limiter {
     pub(crate) fn leased_local_now(&self, key: &str, op: Op) -> Option<Decision> {
         let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) else { return None };
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        self.leased_local(pool, &slot, cost)
+        self.leased_local(pool, &slot, cost, self.shadow_for(key))
     }
 
     /// Answers a check without any I/O when this process can: on the memory backend, for
@@ -335,13 +349,19 @@ impl Limiter {
 
     /// The blocking form of [`Limiter::leased_check`]: a local spend involves no runtime.
     #[inline]
-    pub(crate) fn leased_check_blocking(&self, pool: &LeasePool, key: &str, cost: u64) -> Result<Outcome> {
+    pub(crate) fn leased_check_blocking(
+        &self,
+        pool: &LeasePool,
+        key: &str,
+        cost: u64,
+        shadow: bool,
+    ) -> Result<Outcome> {
         if key.is_empty() {
-            if let Some(d) = self.leased_local(pool, &pool.unkeyed, cost) {
+            if let Some(d) = self.leased_local(pool, &pool.unkeyed, cost, shadow) {
                 return Ok(Outcome::of(d));
             }
         }
-        crate::runtime::block_on(self.leased_check(pool, key, cost))
+        crate::runtime::block_on(self.leased_check(pool, key, cost, shadow))
     }
 
     /// Gives every lease's unspent tokens back to the shared bucket (see [`Limiter::close`]). A

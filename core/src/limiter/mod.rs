@@ -22,12 +22,14 @@ mod block;
 mod check_all;
 mod constructors;
 mod deny;
+mod fast;
 mod inspect;
 mod leased;
 mod partitions;
 mod pause;
 mod release;
 mod settle;
+mod shadow;
 mod waiting;
 
 use crate::defaults::{DEFAULT_MAX_PAUSE, DEFAULT_WAIT_TIMEOUT};
@@ -67,11 +69,15 @@ struct Inner {
     live: Option<Arc<NameState>>,
     /// A leased token bucket on Redis: this process's leases (shared by the copies).
     pool: Option<Arc<leased::LeasePool>>,
+    /// Why checks must take the general path, if they must (see `fast.rs`).
+    slow_path: Arc<fast::SlowPath>,
     /// Where the limiter's Redis keys take their hash tag from.
     colocate: Colocate,
     /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
     /// be settled); see `settle.rs`.
     settle_identity: u64,
+    /// Shadow mode (see [`Limiter::with_shadow`]); a live override decides instead.
+    shadow: bool,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -116,8 +122,10 @@ impl Limiter {
                 metrics: Arc::default(),
                 live: None,
                 pool: None,
+                slow_path: Arc::default(),
                 colocate: Colocate::Identity,
                 settle_identity: 0,
+                shadow: false,
             }),
         }
     }
@@ -178,7 +186,9 @@ impl Limiter {
                 metrics,
                 live,
                 pool,
+                slow_path: Arc::default(),
                 colocate: Colocate::Identity,
+                shadow: false,
             }),
         })
     }
@@ -288,6 +298,7 @@ impl Limiter {
             wait_timeout: Some(self.inner.wait_timeout),
             block_for: self.inner.block_for,
             colocate: (colocate != Colocate::Identity).then_some(colocate),
+            shadow: self.inner.shadow,
         }
     }
 
@@ -347,29 +358,38 @@ impl Limiter {
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            let result = self.leased_check(pool, key, cost).await;
-            return self.block_after_refusal(key, op, result).await;
+            let shadow = self.shadow_for(key);
+            let result = self.leased_check(pool, key, cost, shadow).await;
+            let result = self.block_after_refusal(key, op, result).await;
+            return self.shadowed(op, shadow, result);
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
                 backend.ensure_live_task();
                 let over = self.override_for(key);
-                if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
-                    return Ok(refused);
+                let shadow = self.shadow_under(over.as_deref());
+                // A limiter in shadow mode never refuses, so it neither reads nor writes the deny
+                // cache (another handle of the same name may be enforcing).
+                if !shadow {
+                    if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
+                        return Ok(refused);
+                    }
                 }
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-                self.record(op, &result, Some(started));
+                self.record(op, &result, Some(started), shadow);
+                // A would-be refusal blocks as an enforced one would: shadow mode reports the block.
                 let result = self.block_after_refusal(key, op, result).await;
-                self.remember_refusal(key, op, &result, over);
-                result
+                if !shadow {
+                    self.remember_refusal(key, op, &result, over);
+                }
+                self.shadowed(op, shadow, result)
             }
             Target::Partitions(set) => {
                 let result = set.run(key, op).await;
-                self.record(op, &result, None);
-                result
+                self.conclude(op, result, None, self.shadow_for(key))
             }
             _ => self.run_local(key, op),
         }
@@ -379,24 +399,33 @@ impl Limiter {
     #[inline]
     fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
         if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            let result = self.leased_check_blocking(pool, key, cost);
-            return self.block_after_refusal_blocking(key, op, result);
+            let shadow = self.shadow_for(key);
+            let result = self.leased_check_blocking(pool, key, cost, shadow);
+            let result = self.block_after_refusal_blocking(key, op, result);
+            return self.shadowed(op, shadow, result);
         }
         match &self.inner.target {
             Target::Redis { backend, failover } => {
                 backend.ensure_live_task();
                 let over = self.override_for(key);
-                if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
-                    return Ok(refused);
+                let shadow = self.shadow_under(over.as_deref());
+                // A limiter in shadow mode never refuses, so it neither reads nor writes the deny
+                // cache (another handle of the same name may be enforcing).
+                if !shadow {
+                    if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
+                        return Ok(refused);
+                    }
                 }
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
                 let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
-                self.record(op, &result, Some(started));
+                self.record(op, &result, Some(started), shadow);
                 let result = self.block_after_refusal_blocking(key, op, result);
-                self.remember_refusal(key, op, &result, over);
-                result
+                if !shadow {
+                    self.remember_refusal(key, op, &result, over);
+                }
+                self.shadowed(op, shadow, result)
             }
             _ => self.run_local(key, op),
         }
@@ -408,25 +437,26 @@ impl Limiter {
     pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
             Target::Memory { backend, namespace } => {
-                let result = match self.override_for(key) {
-                    None => backend.execute(*namespace, key, &self.inner.algorithm, op),
-                    Some(over) => backend.execute(*namespace, key, &over.algorithm, op),
+                let (result, shadow) = match self.override_for(key) {
+                    None => (backend.execute(*namespace, key, &self.inner.algorithm, op), self.inner.shadow),
+                    Some(over) => (backend.execute(*namespace, key, &over.algorithm, op), over.shadow),
                 };
-                self.record(op, &result, None);
-                self.block_after_refusal_local(key, op, result)
+                self.record(op, &result, None, shadow);
+                let result = self.block_after_refusal_local(key, op, result);
+                self.shadowed(op, shadow, result)
             }
             Target::Partitions(set) => {
                 let result = set.run_blocking(key, op);
-                self.record(op, &result, None);
-                result
+                self.conclude(op, result, None, self.shadow_for(key))
             }
             _ => Ok(Outcome::of(Decision::unlimited())),
         }
     }
 
-    /// Counts a check in the limiter's metrics, with its latency when it went to Redis.
+    /// Counts a check in the limiter's metrics, with its latency when it went to Redis; a
+    /// refusal the backend made while `shadow` counts as shadow-refused.
     #[inline]
-    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>) {
+    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>, shadow: bool) {
         if !matches!(op, Op::Check { .. }) {
             return;
         }
@@ -434,6 +464,7 @@ impl Limiter {
         let counter = match result {
             Ok(outcome) => match outcome.served {
                 Served::Backend if outcome.decision.allowed => Counter::Allowed,
+                Served::Backend if shadow => Counter::ShadowRefused,
                 Served::Backend => Counter::Refused,
                 Served::FailedOpen => Counter::FailedOpen,
                 Served::FellBack => Counter::FellBack,
@@ -467,6 +498,9 @@ impl Limiter {
     /// an admitted call holds a lease (in the decision) that must be released.
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
+        if let Some(decision) = self.fast_check(key, cost) {
+            return Ok(decision);
+        }
         let outcome = self.run(key, op).await?;
         Ok(self.ticketed_granted(outcome, None, key, cost))
     }
@@ -475,6 +509,9 @@ impl Limiter {
     #[inline]
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
+        if let Some(decision) = self.fast_check(key, cost) {
+            return Ok(decision);
+        }
         let outcome = self.run_blocking(key, op)?;
         Ok(self.ticketed_granted(outcome, None, key, cost))
     }
@@ -485,7 +522,7 @@ impl Limiter {
         if let Algorithm::Concurrent(_) = self.inner.algorithm {
             let m = &self.inner.metrics;
             m.add(Counter::Reclaimed, outcome.reclaimed);
-            if outcome.decision.allowed {
+            if outcome.decision.lease.is_some() {
                 m.add(Counter::Held, 1);
                 match waited {
                     None => m.add(Counter::Immediate, 1),

@@ -55,7 +55,9 @@ impl Limiter {
     /// in-memory fallback decided charged the fallback, which a settle could not reach.
     #[inline]
     pub(crate) fn ticketed(&self, mut decision: Decision, served: Served, key: &str, cost: u64) -> Decision {
-        if decision.allowed && self.inner.settle_identity != 0 && served == Served::Backend {
+        // A shadow refusal is admitted but charged nothing: there is nothing to settle.
+        if decision.allowed && !decision.shadow_refused && self.inner.settle_identity != 0 && served == Served::Backend
+        {
             decision.settle = Some(SettleTicket {
                 key: key.into(),
                 cost,

@@ -96,12 +96,14 @@ impl Limiter {
         let deadline = started.saturating_add(micros(wait));
         let mut attempts = 0;
         let mut waiter_id = None;
+        // A shadowed call never waits, so it is never counted among the waiters.
+        let may_wait = deadline > started && !self.shadow_for(key);
         loop {
             let (_, mut op) = self.check_op(Some(key), cost)?;
             // A concurrent limiter counts this caller among the key's waiters while it waits
             // (operators see them); the id of its first lease names it over every attempt.
             if let Op::Check { lease_id, waiter, .. } = &mut op {
-                if *lease_id != 0 && deadline > started {
+                if *lease_id != 0 && may_wait {
                     let id = *waiter_id.get_or_insert(*lease_id);
                     *waiter = Some(Waiter { id, wait_us: deadline.saturating_sub(clock.now_micros()) });
                 }

@@ -100,9 +100,15 @@ fn build_limiter_of_kind(backend: &Backend, spec: &Value) -> Result<Built, Malfo
     };
     let name_req = || name.ok_or_else(|| format!("a {kind} limiter needs a `name`"));
     // A limiter option (`block_for`) is carried by the spec as data: such a limiter is built
-    // from its JSON form, as the bindings build it.
+    // from its JSON form, as the bindings build it. Shadow mode is an option of every kind: the
+    // named constructors' limiters take it by `with_shadow`, specs as data as a field.
     let kind = if obj.contains_key("block_for") { "<as data>" } else { kind };
-    Ok(match kind {
+    let shadow = match obj.get("shadow") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(format!("`shadow` must be a boolean, got {other}")),
+    };
+    let built = match kind {
         "concurrent" => {
             let limit = core!(count("limit", field(obj, "limit")?));
             let lock_timeout = core!(duration("lock_timeout", field(obj, "lock_timeout")?));
@@ -184,9 +190,10 @@ fn build_limiter_of_kind(backend: &Backend, spec: &Value) -> Result<Built, Malfo
             let mut spec = obj.clone();
             spec.remove("name");
             spec.remove("colocate");
-            backend.limiter_from_json(name_req()?, &Value::Object(spec).to_string())
+            return Ok(backend.limiter_from_json(name_req()?, &Value::Object(spec).to_string()));
         }
-    })
+    };
+    Ok(built.and_then(|limiter| limiter.with_shadow(shadow)))
 }
 
 /// The same limiter rebuilt from its canonical JSON spec, which must read back unchanged: every
@@ -232,6 +239,9 @@ fn decision_json(d: &Decision) -> Value {
     if let Some(lease) = &d.lease {
         v["fencing_token"] = json!(lease.fencing_token);
     }
+    if d.shadow_refused {
+        v["shadow_refused"] = json!(true);
+    }
     v
 }
 
@@ -269,8 +279,16 @@ fn exp_u64(obj: &Map<String, Value>, name: &str) -> Result<u64, Malformed> {
 /// well-formed), so the two compare with `==`.
 fn normalise_expect(expect: &Value, with_token: bool) -> Result<Value, Malformed> {
     let obj = expect.as_object().ok_or("`expect` must be an object")?;
-    const KNOWN: [&str; 7] =
-        ["allowed", "limit", "remaining", "retry_after_us", "reset_after_us", "limits", "fencing_token"];
+    const KNOWN: [&str; 8] = [
+        "allowed",
+        "limit",
+        "remaining",
+        "retry_after_us",
+        "reset_after_us",
+        "limits",
+        "fencing_token",
+        "shadow_refused",
+    ];
     if let Some(unknown) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(format!("unknown field `{unknown}` in `expect`"));
     }
@@ -295,6 +313,12 @@ fn normalise_expect(expect: &Value, with_token: bool) -> Result<Value, Malformed
             }));
         }
         v["limits"] = Value::Array(out);
+    }
+    // Absent means false: only a shadow limiter's would-be refusals carry it.
+    match obj.get("shadow_refused") {
+        None | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => v["shadow_refused"] = json!(true),
+        Some(_) => return Err("`shadow_refused` must be a boolean".into()),
     }
     if with_token {
         if let Some(token) = obj.get("fencing_token") {
@@ -605,7 +629,7 @@ fn run_case_inner(
                 let expected = normalise_expect(expect, op == "check").map_err(|m| format!("step {index}: {m}"))?;
                 let mut actual = decision_json(&d);
                 // A lease comes with exactly the admitted checks of a concurrent limiter.
-                let wants_lease = op == "check" && is_concurrent && d.allowed;
+                let wants_lease = op == "check" && is_concurrent && d.allowed && !d.shadow_refused;
                 if d.lease.is_some() != wants_lease {
                     fail(format!("lease present: {}, expected {wants_lease}", d.lease.is_some()));
                 }

@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, Union
+from typing import Any, Generic, Literal, TypeGuard, TypeVar, Union
 
 from ._ratekeeper import Decision, FleetShedder, Lease, NativeLimiter
 from .errors import BackendRejected, BackendUnavailable, InvalidArgument, Shed, Timeout
@@ -159,7 +159,7 @@ class Admission:
             try:
                 if outcome.ticket is not None and gate.shedder is not None:
                     yield _Call(gate.shedder.leave, gate.shedder.aleave, (outcome.ticket,))
-                if gate.limiter is None or outcome.decision is None or not outcome.decision.allowed:
+                if gate.limiter is None or not _consumed(outcome.decision):
                     continue
                 lease = outcome.decision.lease
                 if lease is not None:
@@ -241,7 +241,8 @@ class Policy(Generic[Req]):
         self.trusted_proxies = _networks(trusted_proxies)
         self.peer = peer
         self.header = header
-        #: Requests that shadow mode let through although a limiter refused them (this process).
+        #: Requests let through although a limit refused them (this process): by this option's
+        #: shadow mode, or by a limiter in shadow mode (its decision says ``shadow_refused``).
         self.shadow_refused = 0
 
     def counts(self, status: int) -> bool:
@@ -308,11 +309,16 @@ class Policy(Generic[Req]):
                 break
         pk = self.partition_key(key) if self.partition_key is not None else None
         admission.headers = _rate_headers(self.headers, admission.outcomes, pk)
-        if not refusing:
-            return admission
-        if self.shadow:
-            self.shadow_refused += 1
-            log.info("ratekeeper: shadow mode let through a request refused by %s", ", ".join(o.gate.name for o in refusing))
+        if not refusing or self.shadow:
+            # One rule for both shadow modes (this option's, a limiter's): a request let through
+            # although a limit refused it.
+            shadowed = refusing + [o for o in admission.outcomes if o.decision is not None and o.decision.shadow_refused]
+            if shadowed:
+                self.shadow_refused += 1
+                log.info(
+                    "ratekeeper: shadow mode let through a request refused by %s",
+                    ", ".join(o.gate.name for o in shadowed),
+                )
             return admission
         yield from _give_back(admission)
         admission.refusal = _refusal(refusing, shed, admission.headers)
@@ -372,6 +378,12 @@ def _window(spec: dict[str, Any]) -> float | None:
     return None
 
 
+def _consumed(decision: Decision | None) -> TypeGuard[Decision]:
+    """Whether the call behind ``decision`` took something that a settle may give back: an
+    admission (a refusal, enforced or shadow, consumed nothing)."""
+    return decision is not None and decision.allowed and not decision.shadow_refused
+
+
 def _give_back(admission: Admission) -> _Steps:
     """Undoes what the limiters before a refusal took, where the kind can: leases and shedder
     tickets are released, refundable charges refunded. Window-like charges stay (documented)."""
@@ -381,7 +393,7 @@ def _give_back(admission: Admission) -> _Steps:
             if outcome.ticket is not None and gate.shedder is not None:
                 yield _Call(gate.shedder.leave, gate.shedder.aleave, (outcome.ticket,))
                 continue
-            if gate.limiter is None or outcome.decision is None or not outcome.decision.allowed:
+            if gate.limiter is None or not _consumed(outcome.decision):
                 continue
             if outcome.decision.lease is not None:
                 yield _Call(gate.limiter.release, gate.limiter.arelease, (outcome.decision.lease, admission.key))

@@ -389,6 +389,13 @@ class Decision:
         """
         `retry_after` in whole microseconds (exact).
         """
+    @property
+    def shadow_refused(self, /) -> bool:
+        """
+        Shadow mode only: the limiter would have refused this call and admitted it (`allowed`
+        is True, nothing was consumed, no lease was granted); `remaining` and `retry_after` say
+        what enforcement would have said.
+        """
 
 @final
 class FleetShedder:
@@ -686,6 +693,12 @@ class Metrics:
         in `refused`.
         """
     @property
+    def shadow_refused(self, /) -> int:
+        """
+        Checks a limiter in shadow mode would have refused and admitted instead (counted in
+        neither `allowed` nor `refused`).
+        """
+    @property
     def wait_time(self, /) -> float:
         """
         Total time spent waiting by the leases granted after waiting.
@@ -922,6 +935,12 @@ class NativeLimiter:
         another limiter's) raises `InvalidArgument` naming `decision`; nothing is written.
         """
     @property
+    def shadow(self, /) -> bool:
+        """
+        Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
+        instead, with the `shadow` of its spec).
+        """
+    @property
     def spec(self, /) -> dict[str, Any]:
         """
         The limiter's spec as data (a dict in the canonical JSON form, durations in seconds):
@@ -967,6 +986,14 @@ class NativeLimiter:
         (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
         counted in `metrics().pauses_clamped`. A `max_pause` that is not a positive number of
         seconds up to 100 years raises `InvalidArgument` naming `max_pause`.
+        """
+    def with_shadow(self, /, shadow: bool) -> Limiter:
+        """
+        The same limiter (same state and metrics) in shadow mode (`True`) or enforcing
+        (`False`). In shadow mode a call the limit would refuse is admitted: `allowed` is True,
+        `shadow_refused` is True, nothing is consumed, `remaining` and `retry_after` say what
+        enforcement would have said; `acquire` never waits, `within_limit` runs its block, a
+        concurrent limiter grants no lease to it. Counted in `metrics().shadow_refused`.
         """
     def with_wait_timeout(self, /, wait_timeout: float) -> Limiter:
         """

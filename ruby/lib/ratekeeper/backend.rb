@@ -34,6 +34,8 @@ module Ratekeeper
     # takes over); every call returns within `deadline` seconds (default 0.2); a connection is
     # given `connect_timeout` seconds (default 1). TLS: `tls_ca_file` or `tls_ca_data` (PEM) for
     # the server's CA, `tls_cert_file` with `tls_key_file` for mutual TLS, read and checked now.
+    # `deny_cache: true` remembers refusals in this process until their retry_after (at most
+    # `deny_cache_max_entries` of them, default 10,000): see Limiter#with_deny_cache.
     def self.redis(url, **options)
       from_config({ kind: "redis", url: Args.string(url, "url", allow_nil: false) }.merge(redis_options(**options)), :redis)
     end
@@ -47,7 +49,8 @@ module Ratekeeper
     end
 
     def self.redis_options(prefix: nil, failure_policy: nil, fallback_divisor: nil, deadline: nil, connect_timeout: nil,
-                           tls_ca_file: nil, tls_ca_data: nil, tls_cert_file: nil, tls_key_file: nil) # :nodoc:
+                           tls_ca_file: nil, tls_ca_data: nil, tls_cert_file: nil, tls_key_file: nil,
+                           deny_cache: nil, deny_cache_max_entries: nil) # :nodoc:
       options = { prefix: Args.string(prefix, "prefix") }
       unless failure_policy.nil?
         policy = failure_policy.to_s
@@ -68,6 +71,13 @@ module Ratekeeper
         options[name] = Args.string(path.respond_to?(:to_path) ? path.to_path : path, name.to_s)
       end
       options[:tls_ca_data] = Args.string(tls_ca_data, "tls_ca_data")
+      unless deny_cache.nil? || [true, false].include?(deny_cache)
+        Ratekeeper.invalid!("deny_cache", "must be true or false, got #{deny_cache.inspect}")
+      end
+      options[:deny_cache] = deny_cache
+      unless deny_cache_max_entries.nil?
+        options[:deny_cache_max_entries] = Args.count(deny_cache_max_entries, "deny_cache_max_entries")
+      end
       options.compact
     end
     private_class_method :redis_options

@@ -24,9 +24,14 @@ module Ratekeeper
   # The result of a check, peek or acquire: one shape for every limiter. Durations are exact
   # microseconds (`*_us`) with float-second readers (`retry_after`, `reset_after`); a refused
   # call consumed nothing.
+  #
+  # `shadow_refused` is true only in shadow mode, on a call the limit would have refused and
+  # admitted instead (nothing consumed, no lease; `remaining` and `retry_after_us` say what
+  # enforcement would have said).
   Decision = Struct.new(:allowed, :limit, :remaining, :retry_after_us, :reset_after_us,
-                        :decided_at_us, :lease, :settle, keyword_init: true) do
+                        :decided_at_us, :lease, :settle, :shadow_refused, keyword_init: true) do
     alias_method :allowed?, :allowed
+    alias_method :shadow_refused?, :shadow_refused
 
     # Seconds until the same call could succeed (0.0 when allowed).
     def retry_after = retry_after_us / 1_000_000.0
@@ -44,7 +49,7 @@ module Ratekeeper
       new(allowed: d[:allowed], limit: d[:limit], remaining: d[:remaining],
           retry_after_us: d[:retry_after_us], reset_after_us: d[:reset_after_us],
           decided_at_us: d[:decided_at_us], lease: d[:has_lease] ? Lease.from_native(d[:lease]) : nil,
-          settle: settle)
+          settle: settle, shadow_refused: d[:shadow_refused])
     end
 
     # The C struct for this decision (what `rk_limiter_settle` reads).

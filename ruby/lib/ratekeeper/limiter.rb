@@ -371,6 +371,15 @@ module Ratekeeper
       self.class.new(ptr, @name, { policy: @policy, reschedule: @reschedule, ttl: @ttl, wait_timeout: @wait_timeout, backend: @backend })
     end
 
+    # A copy of this limiter (same state and metrics) in shadow mode (`true`) or enforcing
+    # (`false`): a call the limit would refuse is admitted with `shadow_refused` set, consuming
+    # nothing; `acquire` never waits. A live override's `shadow` decides instead.
+    def with_shadow(shadow)
+      Ratekeeper.invalid!("shadow", "must be true or false, got #{shadow.inspect}") unless [true, false].include?(shadow)
+      ptr = Native.handle(:rk_limiter_free) { |out| Native.rk_limiter_with_shadow(@ptr, shadow, out) }
+      self.class.new(ptr, @name, { policy: @policy, reschedule: @reschedule, ttl: @ttl, wait_timeout: @wait_timeout, backend: @backend })
+    end
+
     # A copy of this limiter (same state) with the deny cache on or off: on, a refusal is
     # remembered in this process and later checks of the same key (at least as costly) are
     # refused from memory until its retry_after, with no round trip to Redis.

@@ -49,7 +49,8 @@ module Ratekeeper
     class Decision < FFI::Struct
       layout :allowed, :bool, :limit, :uint64, :remaining, :uint64, :retry_after_us, :uint64,
              :reset_after_us, :uint64, :decided_at_us, :uint64, :has_lease, :bool, :lease, Lease,
-             :settle, SettleTicket
+             :settle, SettleTicket,
+             :shadow_refused, :bool
     end
 
     # `rk_check_all_part`.
@@ -128,6 +129,7 @@ module Ratekeeper
     call :rk_limiter_block, %i[pointer string double pointer], :int, blocking: true
     call :rk_limiter_unblock, %i[pointer string pointer], :int, blocking: true
     call :rk_limiter_with_block_for, %i[pointer double pointer], :int
+    call :rk_limiter_with_shadow, %i[pointer bool pointer], :int
     call :rk_limiter_with_deny_cache, %i[pointer bool pointer], :int
 
     call :rk_backoff_new, %i[double double uint32 uint64 pointer], :int

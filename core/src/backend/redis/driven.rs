@@ -156,7 +156,8 @@ impl DrivenCall {
         };
         let failover = Limiter::failover_for(failover, self.over.as_deref());
         let outcome = self.backend.apply_policy(remote, &self.key, self.algorithm(), &failover, self.op);
-        self.limiter.record(self.op, &outcome, Some(self.started));
+        let shadow = self.limiter.shadow_under(self.over.as_deref());
+        let outcome = self.limiter.conclude(self.op, outcome, Some(self.started), shadow);
         Ok(self.limiter.ticketed_op(outcome?, &self.key, self.op))
     }
 }

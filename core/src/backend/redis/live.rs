@@ -15,7 +15,7 @@ use redis::Value;
 
 use super::connection::Conn;
 use super::RedisBackend;
-use crate::engine::{Kind, LimiterSpec};
+use crate::engine::{Kind, LimiterConfig};
 use crate::error::{Error, Result};
 use crate::live::{client, LimiterInfo, OverrideTable};
 use crate::metrics::{from_values, Metrics, FIELDS};
@@ -220,12 +220,19 @@ impl RedisBackend {
     }
 
     /// Writes an override (`Some(spec)`) or clears one, and applies it in this process at once.
-    pub(crate) async fn write_override(&self, name: &str, key: Option<&str>, spec: Option<&LimiterSpec>) -> Result<()> {
+    pub(crate) async fn write_override(
+        &self,
+        name: &str,
+        key: Option<&str>,
+        spec: Option<&LimiterConfig>,
+    ) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut eval = redis::cmd("EVAL");
         eval.arg(OVERRIDE_SCRIPT).arg(2).arg(keys.overrides()).arg(keys.limiter(name));
         match spec {
-            Some(spec) => eval.arg("set").arg(override_field(name, key)).arg(spec.to_json()).arg(spec.kind().as_str()),
+            Some(config) => {
+                eval.arg("set").arg(override_field(name, key)).arg(config.to_json()).arg(config.spec.kind().as_str())
+            }
             None => eval.arg("clear").arg(override_field(name, key)).arg("").arg(""),
         };
         let mut pipe = redis::pipe();
@@ -243,7 +250,7 @@ impl RedisBackend {
                      (one name, one kind); if two limiters of different kinds use the name {name:?} (two \
                      apps on one Redis), give each its own name or key prefix",
                     String::from_utf8_lossy(kind),
-                    spec.map_or("", |s| s.kind().as_str()),
+                    spec.map_or("", |c| c.spec.kind().as_str()),
                 ),
             )),
             other => Err(Error::BackendRejected {
@@ -310,7 +317,7 @@ impl RedisBackend {
             else {
                 continue;
             };
-            let kind = LimiterSpec::from_json(&spec).map(|s| s.kind().as_str().to_owned()).unwrap_or_default();
+            let kind = LimiterConfig::from_json(&spec).map(|c| c.spec.kind().as_str().to_owned()).unwrap_or_default();
             out.push(LimiterInfo {
                 name,
                 kind,

@@ -1,0 +1,84 @@
+//! The fast path of a check: a token bucket, leaky bucket or points limiter on the memory
+//! backend, with nothing unusual about the limiter or the key, decided without the general
+//! path's `Outcome` (see the benchmarks page: moving a whole decision through the general path
+//! cost more than the limiter's arithmetic).
+//!
+//! **For policies on the check path.** A policy that must see every check of a limiter (a
+//! shadow limit, a block list, a deny cache, …) calls [`SlowPath::require`] with a reason of
+//! its own when it is configured on the limiter, and [`SlowPath::release`] when it no longer
+//! applies; while any reason is set, every check takes the general path. What the fast path
+//! checks by itself: the limiter is a GCRA limiter on the memory backend that does not block
+//! keys after a refusal and is not in shadow mode, the name has no live override, the key is already held and no pause or
+//! block is in effect (the backend's own counts);
+//! anything else takes the general path, which decides exactly as before.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use super::{Limiter, Target};
+use crate::decision::Decision;
+use crate::engine::{Algorithm, Served};
+use crate::metrics::Counter;
+
+/// The reasons a limiter's checks must take the general path: one bit each, shared by the
+/// copies of a limiter (`with_wait_timeout`, …). Clear: the fast path may answer.
+#[derive(Debug, Default)]
+pub(crate) struct SlowPath(AtomicU32);
+
+impl SlowPath {
+    /// Sets `reason` (one bit, a policy's own constant): checks take the general path until it
+    /// is released.
+    #[allow(dead_code)] // the hook for the policies on the check path
+    pub(crate) fn require(&self, reason: u32) {
+        self.0.fetch_or(reason, Ordering::Release);
+    }
+
+    /// Clears `reason`.
+    #[allow(dead_code)]
+    pub(crate) fn release(&self, reason: u32) {
+        self.0.fetch_and(!reason, Ordering::Release);
+    }
+
+    /// Whether no reason is set.
+    #[inline(always)]
+    pub(crate) fn is_clear(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+}
+
+impl Limiter {
+    /// The fast path's decision of a check of `cost` on `key` (both validated), or `None` when
+    /// the check must take the general path.
+    #[inline(always)]
+    pub(crate) fn fast_check(&self, key: &str, cost: u64) -> Option<Decision> {
+        let inner = &*self.inner;
+        let (Target::Memory { backend, namespace }, Algorithm::Gcra(gcra)) = (&inner.target, &inner.algorithm) else {
+            return None;
+        };
+        // A limiter that blocks keys after a refusal (`with_block_for`) starts its blocks on the
+        // general path, and a limiter in shadow mode turns refusals into admissions there.
+        if !inner.slow_path.is_clear()
+            || inner.shadow
+            || inner.block_for.is_some()
+            || inner.live.as_ref().is_some_and(|live| live.has_overrides())
+        {
+            return None;
+        }
+        let (figures, now) = backend.check_gcra(*namespace, key, gcra, cost)?;
+        inner.metrics.add(if figures.allowed { Counter::Allowed } else { Counter::Refused }, 1);
+        // Built field by field in the caller's return slot.
+        let decision = Decision {
+            allowed: figures.allowed,
+            limit: gcra.capacity,
+            remaining: figures.remaining,
+            retry_after: if figures.allowed { Duration::ZERO } else { Duration::from_micros(figures.retry_us) },
+            reset_after: Duration::from_micros(figures.reset_us),
+            lease: None,
+            decided_at_micros: now,
+            limits: None,
+            settle: None,
+            shadow_refused: false,
+        };
+        Some(self.ticketed(decision, Served::Backend, key, cost))
+    }
+}
