@@ -95,8 +95,19 @@ export interface WithinLimitOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * The options every spec may carry besides its kind's fields (durations in seconds): see
+ * `withWaitTimeout`, `withBlockFor`, `withShadow` and the co-location rule of `checkAll`.
+ */
+export interface SpecOptions {
+  wait_timeout?: number;
+  block_for?: number;
+  shadow?: boolean;
+  colocate?: 'identity' | 'tenant';
+}
+
 /** A limiter spec as data: the same JSON in every language, durations in seconds. */
-export type LimiterSpec =
+export type LimiterSpec = SpecOptions & (
   | { kind: 'token_bucket'; rate: number; capacity: number; wait_timeout?: number }
   | { kind: 'leased'; rate: number; capacity: number; chunk?: number; lease_ttl?: number; wait_timeout?: number }
   | { kind: 'bucket' | 'window'; limit: number; interval: number; wait_timeout?: number }
@@ -119,7 +130,8 @@ export type LimiterSpec =
       priority?: boolean;
       wait_timeout?: number;
     }
-  | { kind: 'unlimited'; wait_timeout?: number };
+  | { kind: 'unlimited'; wait_timeout?: number }
+);
 
 /** A limiter as the registry (Redis) or this process (memory) knows it. */
 export interface LimiterInfo {

@@ -297,3 +297,30 @@ fn cluster_check_all_needs_one_slot() {
     assert!(!over.allowed);
     assert_eq!(remaining(&quota, "tenant3"), 9);
 }
+
+/// A part in shadow mode never refuses the combination: it is checked on its own after the
+/// enforcing parts were admitted (consuming what it admits, `shadow_refused` beyond), and only
+/// peeked when they were refused, on memory and on Redis. (Before, a shadow part's refusal
+/// refused the whole combination: enforcement of a limit being rolled out in shadow mode.)
+#[test]
+fn a_part_in_shadow_mode_never_refuses_the_combination() {
+    let server = RedisServer::start();
+    let redis = Backend::redis_with(RedisConfig::new(server.url()).prefix("shadowall")).unwrap();
+    for backend in [Backend::memory(), redis] {
+        let enforced = backend.bucket("enforced", 3, HOUR).unwrap();
+        let shadow = backend.bucket("shadow", 1, HOUR).unwrap().with_shadow(true).unwrap();
+        let parts = [(&shadow, Some("k"), 1), (&enforced, Some("k"), 1)];
+        let first = backend.check_all_blocking(&parts).unwrap();
+        assert!(first.allowed && first.parts[0].decision.allowed && !first.parts[0].decision.shadow_refused);
+        for _ in 0..2 {
+            let d = backend.check_all_blocking(&parts).unwrap();
+            assert!(d.allowed, "{d:?}");
+            assert_eq!(d.parts[0].limiter.name(), "shadow", "parts keep their order");
+            assert!(d.parts[0].decision.shadow_refused, "{d:?}");
+        }
+        assert_eq!(remaining(&enforced, "k"), 0, "the enforcing part consumed each time");
+        let refused = backend.check_all_blocking(&parts).unwrap();
+        assert!(!refused.allowed, "the enforcing part refuses: {refused:?}");
+        assert_eq!(shadow.metrics().shadow_refused, 2, "the refused combination only peeked the shadow part");
+    }
+}

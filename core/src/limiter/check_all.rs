@@ -86,6 +86,7 @@ impl CombinedDecision {
 }
 
 /// A part, validated.
+#[derive(Clone, Copy)]
 struct Prepared<'a> {
     limiter: &'a Limiter,
     key: &'a str,
@@ -241,8 +242,45 @@ impl Backend {
             .collect()
     }
 
-    /// Runs a validated combination on this backend.
+    /// Runs a validated combination on this backend: its enforcing parts in one atomic step,
+    /// then its parts in shadow mode (see `with_shadow_parts`).
     async fn decide_all(&self, parts: &[Prepared<'_>]) -> Result<Decided> {
+        let Some((enforced, shadow)) = split_shadow(parts) else { return self.decide_enforced(parts).await };
+        let mut decided = self.decide_enforced(&enforced).await?;
+        let mut shadowed = Vec::with_capacity(shadow.len());
+        for (i, part) in shadow {
+            let key = Some(part.key);
+            let decision = if decided.combined.allowed {
+                part.limiter.check(key, part.cost).await?
+            } else {
+                part.limiter.peek(key).await?
+            };
+            shadowed.push((i, part, decision));
+        }
+        with_shadow_parts(&mut decided, shadowed);
+        Ok(decided)
+    }
+
+    /// Blocking form of `decide_all`.
+    fn decide_all_blocking(&self, parts: &[Prepared<'_>]) -> Result<Decided> {
+        let Some((enforced, shadow)) = split_shadow(parts) else { return self.decide_enforced_blocking(parts) };
+        let mut decided = self.decide_enforced_blocking(&enforced)?;
+        let mut shadowed = Vec::with_capacity(shadow.len());
+        for (i, part) in shadow {
+            let key = Some(part.key);
+            let decision = if decided.combined.allowed {
+                part.limiter.check_blocking(key, part.cost)?
+            } else {
+                part.limiter.peek_blocking(key)?
+            };
+            shadowed.push((i, part, decision));
+        }
+        with_shadow_parts(&mut decided, shadowed);
+        Ok(decided)
+    }
+
+    /// Runs enforcing parts on this backend, in one atomic step.
+    async fn decide_enforced(&self, parts: &[Prepared<'_>]) -> Result<Decided> {
         match &*self.inner {
             BackendInner::Redis(redis) => {
                 let overrides: Vec<_> = parts.iter().map(|p| p.limiter.override_for(p.key)).collect();
@@ -274,12 +312,12 @@ impl Backend {
                 let result = if remote.is_empty() { Ok((true, Vec::new())) } else { redis.execute_all(&remote).await };
                 finish(parts, result, Some(started))
             }
-            BackendInner::Memory(_) => self.decide_all_blocking(parts),
+            BackendInner::Memory(_) => self.decide_enforced_blocking(parts),
         }
     }
 
-    /// Runs a validated combination, blocking the calling thread on Redis.
-    fn decide_all_blocking(&self, parts: &[Prepared<'_>]) -> Result<Decided> {
+    /// Runs enforcing parts in one atomic step, blocking the calling thread on Redis.
+    fn decide_enforced_blocking(&self, parts: &[Prepared<'_>]) -> Result<Decided> {
         match &*self.inner {
             BackendInner::Memory(memory) => {
                 let overrides: Vec<_> = parts.iter().map(|p| p.limiter.override_for(p.key)).collect();
@@ -331,6 +369,34 @@ impl Backend {
                 finish(parts, result, Some(started))
             }
         }
+    }
+}
+
+/// The parts of a combination split into enforcing ones and those in shadow mode for their key
+/// (with their index), or `None` when no part is in shadow mode.
+#[allow(clippy::type_complexity)]
+fn split_shadow<'a>(parts: &[Prepared<'a>]) -> Option<(Vec<Prepared<'a>>, Vec<(usize, Prepared<'a>)>)> {
+    let shadow: Vec<bool> = parts.iter().map(|p| p.limiter.shadow_for(p.key)).collect();
+    if !shadow.contains(&true) {
+        return None;
+    }
+    let enforced = parts.iter().zip(&shadow).filter(|(_, s)| !**s).map(|(p, _)| *p).collect();
+    let in_shadow = parts.iter().enumerate().filter(|(i, _)| shadow[*i]).map(|(i, p)| (i, *p)).collect();
+    Some((enforced, in_shadow))
+}
+
+/// Puts the decisions of the parts in shadow mode back at their places among the parts. A part
+/// in shadow mode never refuses, so it takes no part in the atomic step: it is checked on its
+/// own after the enforcing parts were admitted (consuming what it admits, `shadow_refused` when
+/// enforcement would have refused), and only peeked when they were refused (consuming nothing,
+/// as the combination).
+fn with_shadow_parts(decided: &mut Decided, shadowed: Vec<(usize, Prepared<'_>, Decision)>) {
+    for (i, part, decision) in shadowed {
+        let at = i.min(decided.combined.parts.len());
+        decided.combined.parts.insert(
+            at,
+            PartDecision { limiter: part.limiter.clone(), key: part.key.to_owned(), cost: part.cost, decision },
+        );
     }
 }
 

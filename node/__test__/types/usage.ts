@@ -39,6 +39,10 @@ async function main(): Promise<void> {
   console.log(heldPartitions.length);
   await ingest.close();
   memory.limiter('p', { kind: 'partitions', total_rate: 100, partitions: 20, lease_ttl: 15 });
+  // The options every spec may carry (the LLM gateway guide's specs).
+  memory.limiter('q', { kind: 'bucket', limit: 5, interval: 60, colocate: 'tenant', block_for: 3600, shadow: true });
+  // @ts-expect-error: colocate is 'identity' or 'tenant'
+  memory.limiter('r', { kind: 'bucket', limit: 5, interval: 60, colocate: 'slot' });
   const quota = memory.bucket('quota', 1000, 'day');
   const inFlight = memory.concurrent('in-flight', 4);
   const combined: CombinedDecision = await memory.checkAll([
