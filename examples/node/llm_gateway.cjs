@@ -19,6 +19,10 @@ const inFlight = backend.limiter('tenant-in-flight', { kind: 'concurrent', limit
 const requests = backend
   .limiter('key-requests', { kind: 'window', limit: 20, interval: 60, block_for: 3600 })
   .withDenyCache(true);
+// Being rolled out: at most 6 requests per tenant an hour. In shadow mode it decides and counts
+// as if enforced but never refuses; once its shadow refusals look right, a live override
+// without "shadow" enforces it in every process.
+const hourly = backend.limiter('tenant-hourly', { kind: 'window', limit: 6, interval: 3600, shadow: true, colocate: 'tenant' });
 
 const MAX_OUTPUT = 2_000;
 
@@ -53,6 +57,7 @@ async function serve(wave) {
       { limiter: tokens, key: `${tenant}:${user}`, cost: estimate },
       { limiter: quota, key: tenant, cost: estimate },
       { limiter: inFlight, key: tenant, cost: 1 },
+      { limiter: hourly, key: tenant, cost: 1 },
     ]);
     const [rate, month, slots] = combined.parts.map((part) => part.decision);
     if (!combined.allowed) {
@@ -74,7 +79,7 @@ async function serve(wave) {
 async function main() {
   for (const [limiter, key] of [
     [tokens, 'acme:alice'], [tokens, 'acme:bob'], [tokens, 'globex:mallory'], [requests, 'globex:mallory'],
-    [quota, 'acme'], [quota, 'globex'], [inFlight, 'acme'], [inFlight, 'globex'],
+    [quota, 'acme'], [quota, 'globex'], [inFlight, 'acme'], [inFlight, 'globex'], [hourly, 'acme'], [hourly, 'globex'],
   ]) {
     await limiter.reset(key);
   }
@@ -91,6 +96,7 @@ async function main() {
   console.log(`refused by the API key's block: ${report.byKey}`);
   console.log(`tokens settled back: ${report.settledBack}`);
   console.log(`refused locally (deny cache): ${requests.metrics().refusedLocally}`);
+  console.log(`would be refused by the new hourly cap (shadow mode): ${hourly.metrics().shadowRefused}`);
   const [acme, globex] = [await quota.peek('acme'), await quota.peek('globex')];
   console.log(`quota left this month: acme ${acme.remaining}, globex ${globex.remaining}`);
 }

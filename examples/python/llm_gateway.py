@@ -1,7 +1,8 @@
 """An LLM gateway: every request passes a per-user token rate, a per-tenant monthly token quota
 and a per-tenant concurrency cap, checked together with the estimated tokens (prompt + max
 output) and settled with the real usage once the model has answered. An abusive API key is
-blocked for an hour after going over its request rate.
+blocked for an hour after going over its request rate. A new per-tenant hourly cap is being
+rolled out in shadow mode: it counts what it would refuse and refuses nothing.
 
 The model is simulated (a seeded generator), so the report is the same on every run
 from an empty Redis."""
@@ -25,6 +26,12 @@ in_flight = backend.limiter("tenant-in-flight", {"kind": "concurrent", "limit": 
 # refused without a round trip to Redis.
 requests = backend.limiter("key-requests", {"kind": "window", "limit": 20, "interval": 60, "block_for": 3600})
 requests = requests.with_deny_cache(True)
+# Being rolled out: at most 6 requests per tenant an hour. In shadow mode it decides and counts
+# as if enforced but never refuses; once its shadow refusals look right, a live override
+# without "shadow" enforces it in every process.
+hourly = backend.limiter(
+    "tenant-hourly", {"kind": "window", "limit": 6, "interval": 3600, "shadow": True, "colocate": "tenant"}
+)
 
 MAX_OUTPUT = 2_000
 
@@ -72,10 +79,10 @@ def serve(wave: list[tuple[str, str]]) -> None:
         prompt = model(200, 1_200)
         estimate = prompt + MAX_OUTPUT
         combined = backend.check_all(
-            [(tokens, f"{tenant}:{user}", estimate), (quota, tenant, estimate), (in_flight, tenant, 1)]
+            [(tokens, f"{tenant}:{user}", estimate), (quota, tenant, estimate), (in_flight, tenant, 1), (hourly, tenant, 1)]
         )
         if not combined.allowed:
-            rate, month, slots = combined.parts
+            rate, month, slots, _ = combined.parts
             if not slots.allowed:
                 report.refused_by_concurrency += 1
             elif not month.allowed:
@@ -85,7 +92,7 @@ def serve(wave: list[tuple[str, str]]) -> None:
             continue
         report.admitted += 1
         used = prompt + model(100, MAX_OUTPUT)  # what the response says it used
-        rate, month, _ = combined.parts
+        rate, month, _, _ = combined.parts
         tokens.settle(rate, used)
         quota.settle(month, used)
         report.settled_back += estimate - used
@@ -96,7 +103,7 @@ def serve(wave: list[tuple[str, str]]) -> None:
 
 for limiter, key in [(tokens, "acme:alice"), (tokens, "acme:bob"), (tokens, "globex:mallory"), (requests, "globex:mallory")]:
     limiter.reset(key)
-for limiter, key in [(quota, "acme"), (quota, "globex"), (in_flight, "acme"), (in_flight, "globex")]:
+for limiter, key in [(quota, "acme"), (quota, "globex"), (in_flight, "acme"), (in_flight, "globex"), (hourly, "acme"), (hourly, "globex")]:
     limiter.reset(key)
 
 for _ in range(6):
@@ -111,4 +118,5 @@ print(f"refused by the tenant's concurrency cap: {report.refused_by_concurrency}
 print(f"refused by the API key's block: {report.refused_by_key}")
 print(f"tokens settled back: {report.settled_back}")
 print(f"refused locally (deny cache): {requests.metrics().refused_locally}")
+print(f"would be refused by the new hourly cap (shadow mode): {hourly.metrics().shadow_refused}")
 print(f"quota left this month: acme {quota.peek('acme').remaining}, globex {quota.peek('globex').remaining}")
