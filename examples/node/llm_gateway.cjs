@@ -78,7 +78,8 @@ async function serve(wave) {
 
 async function main() {
   for (const [limiter, key] of [
-    [tokens, 'acme:alice'], [tokens, 'acme:bob'], [tokens, 'globex:mallory'], [requests, 'globex:mallory'],
+    [tokens, 'acme:alice'], [tokens, 'acme:bob'], [tokens, 'globex:mallory'],
+    [requests, 'acme:alice'], [requests, 'acme:bob'], [requests, 'globex:mallory'],
     [quota, 'acme'], [quota, 'globex'], [inFlight, 'acme'], [inFlight, 'globex'], [hourly, 'acme'], [hourly, 'globex'],
   ]) {
     await limiter.reset(key);

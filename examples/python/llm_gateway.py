@@ -101,8 +101,9 @@ def serve(wave: list[tuple[str, str]]) -> None:
         combined.release()  # frees the concurrency slots
 
 
-for limiter, key in [(tokens, "acme:alice"), (tokens, "acme:bob"), (tokens, "globex:mallory"), (requests, "globex:mallory")]:
-    limiter.reset(key)
+for user in ["acme:alice", "acme:bob", "globex:mallory"]:
+    tokens.reset(user)
+    requests.reset(user)
 for limiter, key in [(quota, "acme"), (quota, "globex"), (in_flight, "acme"), (in_flight, "globex"), (hourly, "acme"), (hourly, "globex")]:
     limiter.reset(key)
 
