@@ -260,3 +260,22 @@ fn cluster_blocks_every_kind() {
     }
     assert!(limiter.check_blocking(Some("user-30"), 1).unwrap().allowed);
 }
+
+/// On the memory backend with the system clock, a block and the checks it refuses read one
+/// clock: a check right after `block(key, d)` is refused for at most `d`. (The block read the
+/// system clock and the checks the time-stamp counter's reading of it, which may lag it by a
+/// few microseconds between anchorings: `retry_after` came out above `d`, seen in the C suite.)
+#[test]
+fn a_block_and_its_refusals_read_one_clock() {
+    let backend = Backend::memory();
+    let limiter = backend.token_bucket("one-clock", 0.001, 5).unwrap();
+    // The counter's calibration runs in the background: let it finish, so the checks use it.
+    std::thread::sleep(Duration::from_millis(400));
+    let block = Duration::from_secs(3600);
+    for i in 0..20_000 {
+        let key = format!("k{}", i % 64);
+        limiter.block_blocking(Some(&key), block).unwrap();
+        let d = limiter.check_blocking(Some(&key), 1).unwrap();
+        assert!(!d.allowed && d.retry_after <= block, "{i}: {d:?}");
+    }
+}

@@ -441,7 +441,7 @@ impl MemoryBackend {
         let Some(id) = crate::engine::settle::id_of(op) else { return self.execute(namespace, key, algorithm, op) };
         // Held across the settle, so that two settles of one id never both apply.
         let mut settled = self.settled.lock();
-        let now = self.clock.now_micros();
+        let now = self.now_micros();
         if settled.contains(namespace, id, now) {
             let outcome = self.execute(namespace, key, algorithm, Op::Peek)?;
             return Ok(Outcome { settle_repeated: true, ..outcome });
@@ -572,7 +572,7 @@ impl MemoryBackend {
         duration: std::time::Duration,
         mode: BlockMode,
     ) -> std::time::Duration {
-        let now = self.clock.now_micros();
+        let now = self.now_micros();
         let in_effect = self.blocks.set(namespace, key, now, crate::params::micros(duration), mode);
         std::time::Duration::from_micros(in_effect)
     }
@@ -580,7 +580,7 @@ impl MemoryBackend {
     /// Ends the block of (`namespace`, `key`), if one is in effect (see `Limiter::unblock`);
     /// returns whether one was.
     pub(crate) fn unblock(&self, namespace: u32, key: &str) -> bool {
-        self.blocks.remove(namespace, key, self.clock.now_micros())
+        self.blocks.remove(namespace, key, self.now_micros())
     }
 
     /// Pauses (`namespace`, `key`) for `duration` unless a longer pause is in effect; returns

@@ -34,7 +34,7 @@ impl MemoryBackend {
     /// Runs every part at one instant; returns whether all were admitted and each part's
     /// outcome. When one refused (or failed), nothing any part did is kept.
     pub(crate) fn execute_all(&self, parts: &[Part<'_>]) -> Result<(bool, Vec<Outcome>)> {
-        let now = self.clock.now_micros();
+        let now = self.now_micros();
         // Blocks and pauses first, before any shard lock (each is set under its own lock alone),
         // in the order `execute` checks them.
         let paused: Vec<Option<Outcome>> = parts
