@@ -283,30 +283,8 @@ impl Backend {
     async fn decide_enforced(&self, parts: &[Prepared<'_>]) -> Result<Decided> {
         match &*self.inner {
             BackendInner::Redis(redis) => {
-                let overrides: Vec<_> = parts.iter().map(|p| p.limiter.override_for(p.key)).collect();
-                let failovers: Vec<_> = parts
-                    .iter()
-                    .zip(&overrides)
-                    .map(|(p, over)| match &p.limiter.inner.target {
-                        Target::Redis { failover, .. } => Some(Limiter::failover_for(failover, over.as_deref())),
-                        _ => None,
-                    })
-                    .collect();
-                let remote: Vec<RedisPart<'_>> = parts
-                    .iter()
-                    .zip(&overrides)
-                    .zip(&failovers)
-                    .filter_map(|((p, over), failover)| {
-                        Some(RedisPart {
-                            kind: p.limiter.kind(),
-                            name: p.limiter.name(),
-                            key: p.key,
-                            algorithm: over.as_ref().map_or(&p.limiter.inner.algorithm, |o| &o.algorithm),
-                            failover: failover.as_deref()?,
-                            op: p.op,
-                        })
-                    })
-                    .collect();
+                let context = RedisContext::of(parts);
+                let remote = context.parts(parts);
                 redis.ensure_live_task();
                 let started = std::time::Instant::now();
                 let result = if remote.is_empty() { Ok((true, Vec::new())) } else { redis.execute_all(&remote).await };
@@ -338,30 +316,8 @@ impl Backend {
                 finish(parts, result, None)
             }
             BackendInner::Redis(redis) => {
-                let overrides: Vec<_> = parts.iter().map(|p| p.limiter.override_for(p.key)).collect();
-                let failovers: Vec<_> = parts
-                    .iter()
-                    .zip(&overrides)
-                    .map(|(p, over)| match &p.limiter.inner.target {
-                        Target::Redis { failover, .. } => Some(Limiter::failover_for(failover, over.as_deref())),
-                        _ => None,
-                    })
-                    .collect();
-                let remote: Vec<RedisPart<'_>> = parts
-                    .iter()
-                    .zip(&overrides)
-                    .zip(&failovers)
-                    .filter_map(|((p, over), failover)| {
-                        Some(RedisPart {
-                            kind: p.limiter.kind(),
-                            name: p.limiter.name(),
-                            key: p.key,
-                            algorithm: over.as_ref().map_or(&p.limiter.inner.algorithm, |o| &o.algorithm),
-                            failover: failover.as_deref()?,
-                            op: p.op,
-                        })
-                    })
-                    .collect();
+                let context = RedisContext::of(parts);
+                let remote = context.parts(parts);
                 redis.ensure_live_task();
                 let started = std::time::Instant::now();
                 let result =
@@ -369,6 +325,47 @@ impl Backend {
                 finish(parts, result, Some(started))
             }
         }
+    }
+}
+
+/// What each part of a combination decides under on Redis: its live override, if any, and the
+/// failure policy that follows from it.
+struct RedisContext<'a> {
+    overrides: Vec<Option<std::sync::Arc<crate::live::Compiled>>>,
+    failovers: Vec<Option<std::borrow::Cow<'a, crate::backend::Failover>>>,
+}
+
+impl<'a> RedisContext<'a> {
+    fn of(parts: &[Prepared<'a>]) -> RedisContext<'a> {
+        let overrides: Vec<_> = parts.iter().map(|p| p.limiter.override_for(p.key)).collect();
+        let failovers = parts
+            .iter()
+            .zip(&overrides)
+            .map(|(p, over)| match &p.limiter.inner.target {
+                Target::Redis { failover, .. } => Some(Limiter::failover_for(failover, over.as_deref())),
+                _ => None,
+            })
+            .collect();
+        RedisContext { overrides, failovers }
+    }
+
+    /// The parts the Redis backend runs (unlimited parts need none).
+    fn parts<'b>(&'b self, parts: &'b [Prepared<'a>]) -> Vec<RedisPart<'b>> {
+        parts
+            .iter()
+            .zip(&self.overrides)
+            .zip(&self.failovers)
+            .filter_map(|((p, over), failover)| {
+                Some(RedisPart {
+                    kind: p.limiter.kind(),
+                    name: p.limiter.name(),
+                    key: p.key,
+                    algorithm: over.as_ref().map_or(&p.limiter.inner.algorithm, |o| &o.algorithm),
+                    failover: failover.as_deref()?,
+                    op: p.op,
+                })
+            })
+            .collect()
     }
 }
 
