@@ -98,3 +98,57 @@ fn blocking_calls_drive_their_own_connections_over_tls() {
     let config = RedisConfig::new(server.url()).tls(TlsConfig::with_ca_pem(ca)).deadline(Duration::from_secs(5));
     blocking_calls_drive_their_own_connections(&server, Backend::redis_with(config).unwrap());
 }
+
+/// Does nothing: a handler an application installed (SIGCHLD, SIGTERM, Python's own), whose
+/// only effect here is that the signal interrupts system calls.
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// A signal caught while a thread is blocked in a call interrupts the call's read (`EINTR`): the
+/// socket has a read timeout (the deadline), and Linux never restarts those reads, `SA_RESTART`
+/// or not. A process stopped and continued (SIGSTOP/SIGCONT, a frozen container) sees the same.
+/// The call goes on reading within its deadline (it used to fail with "Interrupted system call").
+fn a_signal_caught_during_a_blocking_call_does_not_fail_it(server: &RedisServer, backend: Backend) {
+    // SAFETY: installs a handler that does nothing, with a zeroed (then filled) sigaction.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0);
+    }
+    let limiter = backend.token_bucket("signalled", 1.0, 100).unwrap();
+    assert!(limiter.check_blocking(Some("warm"), 1).unwrap().allowed, "connected, script loaded");
+    // A hung server holds the next call in its read while signals arrive.
+    server.pause();
+    let (thread_tx, thread_rx) = std::sync::mpsc::channel();
+    let caller = std::thread::spawn(move || {
+        // SAFETY: pthread_self has no preconditions.
+        thread_tx.send(unsafe { libc::pthread_self() } as usize).unwrap();
+        limiter.check_blocking(Some("k"), 1)
+    });
+    let thread = thread_rx.recv().unwrap() as libc::pthread_t;
+    // Several, so that one lands while the call waits in its read whatever the scheduling.
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: the caller thread is alive until joined below.
+        assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
+    }
+    server.resume();
+    let decision = caller.join().unwrap().expect("the call is answered once the server resumes");
+    assert!(decision.allowed, "{decision:?}");
+}
+
+#[test]
+fn a_signal_caught_during_a_blocking_call_does_not_fail_it_on_redis() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(10))).unwrap();
+    a_signal_caught_during_a_blocking_call_does_not_fail_it(&server, backend);
+}
+
+#[test]
+fn a_signal_caught_during_a_blocking_call_does_not_fail_it_over_tls() {
+    let server = RedisServer::start_tls();
+    let ca = server.tls.as_ref().unwrap().ca_pem();
+    let config = RedisConfig::new(server.url()).tls(TlsConfig::with_ca_pem(ca)).deadline(Duration::from_secs(10));
+    a_signal_caught_during_a_blocking_call_does_not_fail_it(&server, Backend::redis_with(config).unwrap());
+}

@@ -237,9 +237,13 @@ impl SyncConnection {
             if self.filled == self.input.len() {
                 self.input.resize(self.input.len() * 2, 0);
             }
-            match reader.read(&mut self.input[self.filled..])? {
-                0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
-                n => self.filled += n,
+            match reader.read(&mut self.input[self.filled..]) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+                Ok(n) => self.filled += n,
+                // A signal caught by the process (or a stop and continue) ends a read on a socket
+                // with a timeout early, whatever SA_RESTART says: read on, within the deadline.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
