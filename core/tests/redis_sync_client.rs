@@ -33,7 +33,9 @@ fn connections_received(server: &RedisServer) -> u64 {
 }
 
 fn blocking_calls_drive_their_own_connections(server: &RedisServer, backend: Backend) {
-    let limiter = backend.token_bucket("direct", 1.0, 1_000_000).unwrap();
+    // Refills one token in 1000 s: the remaining count after each call is exact however slowly the
+    // machine runs the calls.
+    let limiter = backend.token_bucket("direct", 0.001, 1_000_000).unwrap();
 
     // One blocking call, then long enough for the runtime's watchdog to have pinged a shared
     // connection twice, had there been one: the only connection's last command is the script
@@ -107,15 +109,11 @@ extern "C" fn ignore_signal(_: libc::c_int) {}
 /// socket has a read timeout (the deadline), and Linux never restarts those reads, `SA_RESTART`
 /// or not. A process stopped and continued (SIGSTOP/SIGCONT, a frozen container) sees the same.
 /// The call goes on reading within its deadline (it used to fail with "Interrupted system call").
-fn a_signal_caught_during_a_blocking_call_does_not_fail_it(server: &RedisServer, backend: Backend) {
-    // SAFETY: installs a handler that does nothing, with a zeroed (then filled) sigaction.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        action.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut action.sa_mask);
-        assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0);
-    }
+fn a_signal_during_a_blocking_call_does_not_fail_it(
+    server: &RedisServer,
+    backend: Backend,
+    interrupt: impl Fn(libc::pthread_t),
+) {
     let limiter = backend.token_bucket("signalled", 1.0, 100).unwrap();
     assert!(limiter.check_blocking(Some("warm"), 1).unwrap().allowed, "connected, script loaded");
     // A hung server holds the next call in its read while signals arrive.
@@ -130,19 +128,44 @@ fn a_signal_caught_during_a_blocking_call_does_not_fail_it(server: &RedisServer,
     // Several, so that one lands while the call waits in its read whatever the scheduling.
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(100));
-        // SAFETY: the caller thread is alive until joined below.
-        assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
+        interrupt(thread);
     }
     server.resume();
     let decision = caller.join().unwrap().expect("the call is answered once the server resumes");
     assert!(decision.allowed, "{decision:?}");
 }
 
+/// Sends SIGUSR1, handled by [`ignore_signal`], to `thread`.
+fn signal_thread(thread: libc::pthread_t) {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    // SAFETY: installs a handler that does nothing, with a zeroed (then filled) sigaction.
+    INSTALLED.call_once(|| unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0);
+    });
+    // SAFETY: the caller thread is alive until joined.
+    assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
+}
+
+/// Stops this process and has another continue it, as a shell's job control, a container
+/// freeze or a benchmark that pauses background work does.
+fn stop_and_continue(_: libc::pthread_t) {
+    let pid = std::process::id();
+    let status = std::process::Command::new("sh")
+        .args(["-c", &format!("kill -STOP {pid}; sleep 0.05; kill -CONT {pid}")])
+        .status()
+        .expect("run sh");
+    assert!(status.success());
+}
+
 #[test]
 fn a_signal_caught_during_a_blocking_call_does_not_fail_it_on_redis() {
     let server = RedisServer::start();
     let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(10))).unwrap();
-    a_signal_caught_during_a_blocking_call_does_not_fail_it(&server, backend);
+    a_signal_during_a_blocking_call_does_not_fail_it(&server, backend, signal_thread);
 }
 
 #[test]
@@ -150,5 +173,12 @@ fn a_signal_caught_during_a_blocking_call_does_not_fail_it_over_tls() {
     let server = RedisServer::start_tls();
     let ca = server.tls.as_ref().unwrap().ca_pem();
     let config = RedisConfig::new(server.url()).tls(TlsConfig::with_ca_pem(ca)).deadline(Duration::from_secs(10));
-    a_signal_caught_during_a_blocking_call_does_not_fail_it(&server, Backend::redis_with(config).unwrap());
+    a_signal_during_a_blocking_call_does_not_fail_it(&server, Backend::redis_with(config).unwrap(), signal_thread);
+}
+
+#[test]
+fn a_stop_and_continue_during_a_blocking_call_does_not_fail_it() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(10))).unwrap();
+    a_signal_during_a_blocking_call_does_not_fail_it(&server, backend, stop_and_continue);
 }
