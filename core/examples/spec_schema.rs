@@ -28,8 +28,10 @@ const SAMPLES: &[&str] = &[
 ];
 
 /// Strings tried for every string field; the schema lists those the parser accepts as an enum
-/// (when it refuses some of them: a field that takes any string, like `tz`, stays open).
-const STRING_CANDIDATES: &[&str] = &["second", "minute", "hour", "day", "week", "month", "year", "decade"];
+/// (when it refuses some of them: a field that takes any string, like `tz`, stays open). The
+/// candidates are every word some field takes (`period`'s, `colocate`'s) and a few no field does.
+const STRING_CANDIDATES: &[&str] =
+    &["second", "minute", "hour", "day", "week", "month", "year", "decade", "identity", "tenant", "key"];
 
 fn parse(spec: &Map<String, Value>) -> Result<LimiterConfig, ratekeeper::Error> {
     LimiterConfig::from_json(&Value::Object(spec.clone()).to_string())
