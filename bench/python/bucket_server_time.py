@@ -1,13 +1,17 @@
 """Server time of the fixed-window `bucket` check (INFO commandstats), same run: today's script
 against the script before the configuration fingerprint (commit be5c4f4) and the one before the
-fixed-window fast path (commit d14bed1), on one redis-server, rounds interleaved.
+fixed-window fast path (commit d14bed1), and today's script taken apart (without the hold check,
+without the fingerprint, the wrapper alone) to show what each part costs; on one redis-server,
+rounds interleaved.
 
     python3 bench/python/bucket_server_time.py [--quick]
 
-Each round sends 50,000 pipelined EVALSHA calls per script, each on a new key (the first check
-of a window: read, write, expire), with the arguments the library sends (`check`, the server's
-TIME, cost 1, limit 1,000 per minute). Needs only redis-server and git (the older scripts are
-read from the repository's history); writes bench/results/bench-bucket-server-time.json.
+Each round sends 20,000 pipelined EVALSHA calls per script in two modes: each call on a new key
+(the first check of a window: read, write, expire) and calls on 1,000 keys already written in
+the current window (read, increment). The arguments are the library's of each script's era
+(`check`, the server's TIME, cost 1, limit 1,000 per minute). Needs only redis-server and git
+(the older scripts are read from the repository's history); writes
+bench/results/bench-bucket-server-time.json.
 """
 
 from __future__ import annotations
@@ -28,7 +32,12 @@ sys.path.insert(0, str(HERE))
 import report  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-ROUNDS, CALLS = (3, 5_000) if QUICK else (7, 50_000)
+ROUNDS, CALLS = (3, 5_000) if QUICK else (5, 20_000)
+# The first check of a window (read, write, expire), and a check in a window already written
+# (read, increment): the Node benchmark's calls are mostly the second.
+NEW, SAME = "new key", "same window"
+MODES = (NEW, SAME)
+HOT_KEYS = 1000
 
 
 def git_show(commit: str, path: str) -> str:
@@ -41,22 +50,58 @@ def rust_const(source: str, name: str) -> str:
     return match.group(1)
 
 
-def script(rust: str, lua: str) -> str:
-    """The script as core/src/engine/script.rs assembles it (wrapper, now, pause check, body)."""
-    return (rust_const(rust, "BATCH_WRAPPER").replace("__NOW__", rust_const(rust, "NOW_US"), 1)
-            .replace("__PAUSE__", rust_const(rust, "PAUSE_PRELUDE"), 1).replace("__BODY__", lua, 1))
+def script(rust: str, lua: str, hold: str | None = None) -> str:
+    """The script as core/src/engine/script.rs assembles it (wrapper, now, hold check, body, settle) at
+    any commit since the pause check (whose prelude was `PAUSE_PRELUDE` before blocks made it
+    `HOLD_PRELUDE`); `hold` replaces the hold check's text."""
+    text = rust_const(rust, "BATCH_WRAPPER").replace("__NOW__", rust_const(rust, "NOW_US"), 1)
+    for placeholder, const in (("__PAUSE__", "PAUSE_PRELUDE"), ("__HOLD__", "HOLD_PRELUDE"), ("__SETTLE__", "SETTLE")):
+        if placeholder in text:
+            text = text.replace(placeholder, hold if hold is not None and const != "SETTLE" else rust_const(rust, const), 1)
+    return text.replace("__BODY__", lua, 1)
 
 
-def scripts() -> dict[str, tuple[bool, str]]:
-    """name -> (takes today's arguments, text)."""
+# The hold check's keys taken off KEYS without reading them: what the script costs without it.
+NO_HOLD = "if ARGV[1] == 'check' or ARGV[1] == 'peek' then table.remove(KEYS) table.remove(KEYS) end"
+# A body that reads the clock and answers as an empty window would: the wrapper's own cost.
+EMPTY_BODY = "local now = now_us(ARGV)\nreturn {now, 0, 0, -1, -1}\n"
+
+
+def without_fingerprint(lua: str) -> str:
+    """Today's fixed-window path with the fingerprint neither read nor written (a stored window
+    passes for one of this configuration)."""
+    stripped = (lua.replace("local got = redis.call('HMGET', h, 'cfg', p .. 'c', p .. 'n')",
+                            "local got = redis.call('HMGET', h, p .. 'c', p .. 'n')")
+                .replace("local cfg, c, stored = got[1], tonumber(got[2]), tonumber(got[3])",
+                         "local c, stored = tonumber(got[1]), tonumber(got[2])\n  local cfg = got[2] and ARGV[4]")
+                .replace("if cfg_changes then redis.call('HSET', h, 'cfg', ARGV[4]) end", "")
+                .replace(", 'cfg', ARGV[4])", ")"))
+    assert "'cfg'" not in stripped and "got[3]" not in stripped, "the fixed-window path changed: update without_fingerprint"
+    return stripped
+
+
+# How each variant is called: the keys and arguments of its era.
+OLD, PAUSE, HOLD = "hash only, no fingerprint", "hash and pause key", "hash, pause and block keys"
+
+
+def scripts() -> dict[str, tuple[str, str]]:
+    """name -> (how it is called, text). The first three are the committed comparison; the others
+    take today's script apart to show what each part costs."""
     old_rust = git_show("be5c4f4", "core/src/backend/redis/scripts.rs")
     old = rust_const(old_rust, "BATCH_WRAPPER").replace("__BODY__", git_show("be5c4f4", "core/src/scripts/sliding.lua"), 1)
+    rust = (REPO / "core/src/engine/script.rs").read_text()
+    lua = (REPO / "core/src/engine/sliding.lua").read_text()
+    fast = lua[:lua.index("local fmt = function")]  # the fixed-window path, which every call here takes
     return {
-        "today": (True, script((REPO / "core/src/engine/script.rs").read_text(),
-                               (REPO / "core/src/engine/sliding.lua").read_text())),
+        "today": (HOLD, script(rust, lua)),
         "before the fixed-window fast path (d14bed1)": (
-            True, script(git_show("d14bed1", "core/src/engine/script.rs"), git_show("d14bed1", "core/src/engine/sliding.lua"))),
-        "before the configuration fingerprint (be5c4f4)": (False, old),
+            PAUSE, script(git_show("d14bed1", "core/src/engine/script.rs"), git_show("d14bed1", "core/src/engine/sliding.lua"))),
+        "before the configuration fingerprint (be5c4f4)": (OLD, old),
+        "today without the hold check": (HOLD, script(rust, lua, NO_HOLD)),
+        "today without the fingerprint": (HOLD, script(rust, without_fingerprint(fast))),
+        "today without the hold check and the fingerprint": (HOLD, script(rust, without_fingerprint(fast), NO_HOLD)),
+        "the wrapper, the hold check and TIME (no body)": (HOLD, script(rust, EMPTY_BODY)),
+        "the wrapper and TIME (no hold check, no body)": (HOLD, script(rust, EMPTY_BODY, NO_HOLD)),
     }
 
 
@@ -122,54 +167,69 @@ def main() -> None:
                 time.sleep(0.05)
         variants = scripts()
         shas = {name: conn.call("SCRIPT", "LOAD", text) for name, (_, text) in variants.items()}
-        samples: dict[str, list[float]] = {name: [] for name in variants}
-        cpu: dict[str, list[float]] = {name: [] for name in variants}
-        key = 0
+        samples: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
+        cpu: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
+        fresh = 0
         for _ in range(ROUNDS):
-            for name, (today, _) in variants.items():
-                calls = []
-                for _ in range(CALLS):
-                    key += 1
-                    tag = f"{{rk:{key:016x}}}"
-                    if today:  # KEYS: the hash, the pause key; ARGV: op, now, cost, fingerprint, limits
-                        calls.append(command("EVALSHA", shas[name], 2, f"{tag}:b:s", f"{tag}:b:p", "check", "", 1,
-                                             "12345678901234567890", 1, 1000, 60_000_000, 60_000_000, 1))
-                    else:  # KEYS: the hash; ARGV: op, now, cost, limits
-                        calls.append(command("EVALSHA", shas[name], 1, f"{tag}:b:s", "check", "", 1, 1, 1000,
-                                             60_000_000, 60_000_000, 1))
-                conn.call("CONFIG", "RESETSTAT")
-                cpu_before = cpu_seconds(server.pid)
-                for i in range(0, CALLS, 1000):
-                    conn.pipeline(calls[i:i + 1000])
-                cpu[name].append((cpu_seconds(server.pid) - cpu_before) * 1e6 / CALLS)
-                info = conn.call("INFO", "commandstats").decode()  # type: ignore[union-attr]
-                found = re.search(r"cmdstat_evalsha:calls=(\d+),usec=(\d+)", info)
-                assert found and int(found.group(1)) == CALLS, info
-                samples[name].append(int(found.group(2)) / CALLS)
+            for mode in MODES:
+                for name, (era, _) in variants.items():
+                    calls = []
+                    for i in range(CALLS):
+                        fresh += 1
+                        # A new key each call, or one of HOT_KEYS keys of this variant (written
+                        # below before the clock starts) in the window they were written in.
+                        tag = f"{{rk:{fresh:016x}}}" if mode == NEW else f"{{rk:{name}:{i % HOT_KEYS}}}"
+                        calls.append(call(shas[name], era, tag))
+                    if mode == SAME:
+                        conn.pipeline(calls[:HOT_KEYS])
+                    conn.call("CONFIG", "RESETSTAT")
+                    cpu_before = cpu_seconds(server.pid)
+                    for i in range(0, CALLS, 1000):
+                        conn.pipeline(calls[i:i + 1000])
+                    cpu[name, mode].append((cpu_seconds(server.pid) - cpu_before) * 1e6 / CALLS)
+                    info = conn.call("INFO", "commandstats").decode()  # type: ignore[union-attr]
+                    found = re.search(r"cmdstat_evalsha:calls=(\d+),usec=(\d+)", info)
+                    assert found and int(found.group(1)) == CALLS, info
+                    samples[name, mode].append(int(found.group(2)) / CALLS)
     finally:
         server.terminate()
         server.wait()
-    medians = {name: statistics.median(v) for name, v in samples.items()}
-    cpu_medians = {name: statistics.median(v) for name, v in cpu.items()}
-    for name, v in samples.items():
-        print(f"{name}: median {medians[name]:.2f} µs per call (redis-server CPU {cpu_medians[name]:.2f} µs), "
-              f"rounds {' '.join(f'{x:.2f}' for x in v)}")
-    today, before_fast, before_fp = medians.values()
-    cpu_today, cpu_before_fast, cpu_before_fp = cpu_medians.values()
-    rows = [
-        report.row("today's script", today, "the script before the fingerprint", before_fp, unit="server µs per call",
-                   target=0.99, headline=False, higher_is_better=False),
-        report.row("today's script", today, "the script before the fast path", before_fast, unit="server µs per call",
-                   higher_is_better=False),
-        report.row("today's script, redis-server CPU (whole server, commands included)", cpu_today,
-                   "the script before the fingerprint", cpu_before_fp, unit="µs per call", higher_is_better=False),
-        report.row("today's script, redis-server CPU (whole server, commands included)", cpu_today,
-                   "the script before the fast path", cpu_before_fast, unit="µs per call", higher_is_better=False),
-    ]
-    report.write("bench-bucket-server-time", "Redis", "Server time of a fixed-window `bucket` check on a new key",
+    medians = {k: statistics.median(v) for k, v in samples.items()}
+    cpu_medians = {k: statistics.median(v) for k, v in cpu.items()}
+    for (name, mode), v in samples.items():
+        print(f"{mode}: {name}: median {medians[name, mode]:.2f} µs per call "
+              f"(redis-server CPU {cpu_medians[name, mode]:.2f} µs), rounds {' '.join(f'{x:.2f}' for x in v)}")
+    names = list(variants)
+    today, before_fast, before_fp = names[:3]
+    rows = []
+    for mode in MODES:
+        rows += [
+            report.row(f"{mode}: today's script", medians[today, mode], "the script before the fingerprint",
+                       medians[before_fp, mode], unit="server µs per call", target=0.99 if mode == NEW else None,
+                       headline=False, higher_is_better=False),
+            report.row(f"{mode}: today's script", medians[today, mode], "the script before the fast path",
+                       medians[before_fast, mode], unit="server µs per call", higher_is_better=False),
+            report.row(f"{mode}: today's script, redis-server CPU (whole server, commands included)",
+                       cpu_medians[today, mode], "the script before the fingerprint", cpu_medians[before_fp, mode],
+                       unit="µs per call", higher_is_better=False),
+        ]
+        # The parts: each stripped script against today's whole one.
+        rows += [report.row(f"{mode}: {name}", medians[name, mode], "today's whole script", medians[today, mode],
+                            unit="server µs per call", higher_is_better=False) for name in names[3:]]
+    report.write("bench-bucket-server-time", "Redis", "Server time of a fixed-window `bucket` check, and of its parts",
                  "python3 bench/python/bucket_server_time.py",
-                 f"INFO commandstats over {CALLS:,} pipelined EVALSHA calls per script and round, each on a new key, "
+                 f"INFO commandstats over {CALLS:,} pipelined EVALSHA calls per script, mode and round, "
                  f"{ROUNDS} interleaved rounds, medians", rows)
+
+
+def call(sha: bytes, era: str, tag: str) -> bytes:
+    """One check as the library of `era` sends it (cost 1, 1,000 per minute, the server's TIME)."""
+    if era == OLD:  # KEYS: the hash; ARGV: op, now, cost, limits
+        return command("EVALSHA", sha, 1, f"{tag}:b:s", "check", "", 1, 1, 1000, 60_000_000, 60_000_000, 1)
+    keys = [f"{tag}:b:s", f"{tag}:b:p"] + ([f"{tag}:b:k"] if era == HOLD else [])
+    # ARGV: op, now, cost, fingerprint, limits
+    return command("EVALSHA", sha, len(keys), *keys, "check", "", 1, "12345678901234567890", 1, 1000, 60_000_000,
+                   60_000_000, 1)
 
 
 if __name__ == "__main__":
