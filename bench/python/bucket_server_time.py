@@ -240,8 +240,8 @@ def main() -> None:
                             unit="server µs per call", higher_is_better=False) for name in names[3:]]
     report.write("bench-bucket-server-time", "Redis", "Server time of a fixed-window `bucket` check, and of its parts",
                  "python3 bench/python/bucket_server_time.py",
-                 f"INFO commandstats over {CALLS:,} pipelined EVALSHA calls per script, mode and round, "
-                 f"{ROUNDS} interleaved rounds, medians", rows)
+                 f"INFO commandstats over {CALLS:,} pipelined checks per script, mode and round, "
+                 f"{ROUNDS} interleaved rounds, medians; run under bench/quiet (other processes paused)", rows)
 
 
 def call(era: str, tag: str) -> tuple[list[str], list[object]]:
