@@ -68,6 +68,8 @@ def script(rust: str, lua: str, hold: str | None = None) -> str:
 NO_HOLD = "if ARGV[1] == 'check' or ARGV[1] == 'peek' then table.remove(KEYS) table.remove(KEYS) end"
 # A body that reads the clock and answers as an empty window would: the wrapper's own cost.
 EMPTY_BODY = "local now = now_us(ARGV)\nreturn {now, 0, 0, -1, -1}\n"
+# The same reply without reading the clock: what invoking a script costs the server.
+CONSTANT_BODY = "return {1, 0, 0, -1, -1}\n"
 
 
 def without_fingerprint(lua: str) -> str:
@@ -86,6 +88,8 @@ def without_fingerprint(lua: str) -> str:
 # How each variant is called: the keys and arguments of its era.
 OLD, PAUSE, HOLD = "hash only, no fingerprint", "hash and pause key", "hash, pause and block keys"
 TOKEN = "the token bucket today"
+# Called with today's keys and arguments, but not run in batches (it has no batch wrapper).
+BARE = "today's calls, no wrapper"
 
 
 def scripts() -> dict[str, tuple[str, str]]:
@@ -106,6 +110,8 @@ def scripts() -> dict[str, tuple[str, str]]:
         "today without the hold check and the fingerprint": (HOLD, script(rust, without_fingerprint(fast), NO_HOLD)),
         "the wrapper, the hold check and TIME (no body)": (HOLD, script(rust, EMPTY_BODY)),
         "the wrapper and TIME (no hold check, no body)": (HOLD, script(rust, EMPTY_BODY, NO_HOLD)),
+        "the wrapper alone (no TIME, no hold check, no body)": (HOLD, script(rust, CONSTANT_BODY, NO_HOLD)),
+        "the invocation alone (a script that returns the same reply)": (BARE, CONSTANT_BODY),
         "the token bucket's script (gcra.lua), same calls": (TOKEN, script(rust, (REPO / "core/src/engine/gcra.lua").read_text())),
     }
 
@@ -184,7 +190,7 @@ def main() -> None:
         for mode in MODES:
             for name, (era, _) in variants.items():
                 if mode == BATCHED and era not in (HOLD, TOKEN):
-                    continue  # the older scripts are compared one call at a time
+                    continue  # the older scripts (and the bare one) are compared one call at a time
                 # New keys (the server is emptied before each round), or HOT_KEYS keys of this
                 # variant, written before the clock starts, in the window they were written in.
                 calls = [call(era, f"{{rk:{name}:{i if mode == NEW else i % HOT_KEYS}}}") for i in range(CALLS)]
@@ -220,6 +226,7 @@ def main() -> None:
                   f"(redis-server CPU {cpu_medians[name, mode]:.2f} µs), rounds {' '.join(f'{x:.2f}' for x in v)}")
     names = list(variants)
     today, before_fast, before_fp = names[:3]
+    token = next(name for name, (era, _) in variants.items() if era == TOKEN)
     rows = []
     for mode in MODES:
         if mode != BATCHED:
@@ -233,11 +240,12 @@ def main() -> None:
         rows.append(report.row(f"{mode}: today's script, redis-server CPU (whole server, commands included)",
                                cpu_medians[today, mode], *((("the script before the fingerprint",
                                                               cpu_medians[before_fp, mode]) if mode != BATCHED else
-                                                             ("the token bucket's script", cpu_medians[names[-1], mode]))),
+                                                             ("the token bucket's script", cpu_medians[token, mode]))),
                                unit="µs per call", higher_is_better=False))
         # The parts: each stripped script (and the token bucket's) against today's whole one.
         rows += [report.row(f"{mode}: {name}", medians[name, mode], "today's whole script", medians[today, mode],
-                            unit="server µs per call", higher_is_better=False) for name in names[3:]]
+                            unit="server µs per call", higher_is_better=False) for name in names[3:]
+                 if (name, mode) in medians]
     report.write("bench-bucket-server-time", "Redis", "Server time of a fixed-window `bucket` check, and of its parts",
                  "python3 bench/python/bucket_server_time.py",
                  f"INFO commandstats over {CALLS:,} pipelined checks per script, mode and round, "
@@ -250,6 +258,8 @@ def call(era: str, tag: str) -> tuple[list[str], list[object]]:
     exhausts, so no check is refused; the server's TIME."""
     if era == OLD:  # KEYS: the hash; ARGV: op, now, cost, limits
         return [f"{tag}:b:s"], ["check", "", 1, 1, 10**9, 60_000_000, 60_000_000, 1]
+    if era == BARE:
+        era = HOLD
     if era == TOKEN:  # KEYS: the state, the pause and block keys; ARGV: op, now, tick, T, tau, max ahead, cost, 0
         return [f"{tag}:t:s", f"{tag}:t:p", f"{tag}:t:bk"], ["check", "", 1, 1000, 10**15, 16 * 10**15, 1, 0]
     keys = [f"{tag}:b:s", f"{tag}:b:p"] + ([f"{tag}:b:k"] if era == HOLD else [])
