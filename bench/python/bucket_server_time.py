@@ -68,19 +68,6 @@ def script(rust: str, lua: str, hold: str | None = None) -> str:
 NO_HOLD = "if ARGV[1] == 'check' or ARGV[1] == 'peek' then table.remove(KEYS) table.remove(KEYS) end"
 # A body that reads the clock and answers as an empty window would: the wrapper's own cost.
 EMPTY_BODY = "local now = now_us(ARGV)\nreturn {now, 0, 0, -1, -1}\n"
-# `now_us` reading TIME once per script invocation: the calls of one batch would share an
-# instant (today each reads its own). Measured, not used.
-NOW_ONCE = """
-local invocation_now
-local function now_us(ARGV)
-  if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
-  if not invocation_now then
-    local t = redis.call('TIME')
-    invocation_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return invocation_now
-end
-"""
 # The same reply without reading the clock: what invoking a script costs the server.
 CONSTANT_BODY = "return {1, 0, 0, -1, -1}\n"
 
@@ -124,8 +111,6 @@ def scripts() -> dict[str, tuple[str, str]]:
         "the wrapper, the hold check and TIME (no body)": (HOLD, script(rust, EMPTY_BODY)),
         "the wrapper and TIME (no hold check, no body)": (HOLD, script(rust, EMPTY_BODY, NO_HOLD)),
         "the wrapper alone (no TIME, no hold check, no body)": (HOLD, script(rust, CONSTANT_BODY, NO_HOLD)),
-        "today with TIME read once per invocation (a batch's calls share it)": (
-            HOLD, script(rust, lua).replace(rust_const(rust, "NOW_US"), NOW_ONCE, 1)),
         "the invocation alone (a script that returns the same reply)": (BARE, CONSTANT_BODY),
         "the token bucket's script (gcra.lua), same calls": (TOKEN, script(rust, (REPO / "core/src/engine/gcra.lua").read_text())),
     }
