@@ -18,5 +18,5 @@ if ARGV[1] == 'extend' then
   local current = tonumber(redis.call('GET', KEYS[1]) or '')
   if current and current >= wanted then return {current - now, now} end
 end
-redis.call('SET', KEYS[1], string.format('%d', wanted), 'PX', string.format('%d', math.ceil(block / 1000)))
+redis.call('SET', KEYS[1], string.format('%d', wanted), 'PX', string.format('%d', math.ceil(block / 1000) + CLOCK_SLACK_MS))
 return {block, now}

@@ -49,7 +49,7 @@ if ARGV[1] == 'settle' then
   end
   if settled ~= count then
     redis.call('HSET', h, 'e', fmt(ends), 'c', fmt(settled))
-    redis.call('PEXPIRE', h, fmt(math.ceil((ends - now) / 1000) + 1000))
+    redis.call('PEXPIRE', h, fmt(math.ceil((ends - now) / 1000) + 1000 + CLOCK_SLACK_MS))
   end
   return {now, ends, count}
 end
@@ -64,7 +64,7 @@ if allowed and commit and cost > 0 then
   else
     redis.call('HSET', h, 'e', fmt(ends), 'c', ARGV[3])
     -- The count is worthless once its period ends; one second of slack (see gcra.lua).
-    redis.call('PEXPIRE', h, fmt(math.ceil((ends - now) / 1000) + 1000))
+    redis.call('PEXPIRE', h, fmt(math.ceil((ends - now) / 1000) + 1000 + CLOCK_SLACK_MS))
   end
 end
 return {now, ends, count}

@@ -34,7 +34,7 @@ local fmt = function(x) return string.format('%d', x) end
 -- a token is never lower than `now`.
 local function touch(key, until_us)
   -- One second of slack: see gcra.lua.
-  if until_us > now then redis.call('PEXPIRE', key, fmt(math.ceil((until_us - now) / 1000) + 1000)) end
+  if until_us > now then redis.call('PEXPIRE', key, fmt(math.ceil((until_us - now) / 1000) + 1000 + CLOCK_SLACK_MS)) end
 end
 local function latest_expiry()
   local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')

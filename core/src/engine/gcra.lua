@@ -86,7 +86,7 @@ if new_used > 0 then
   -- fmod is exact on doubles, so the split into microseconds and ticks is too.
   local rest = math.fmod(new_used, per)
   local new_us = now + (new_used - rest) / per
-  local ttl_ms = math.ceil((new_used - rest) / per / 1000) + 1001
+  local ttl_ms = math.ceil((new_used - rest) / per / 1000) + 1001 + CLOCK_SLACK_MS
   local value
   if rest == 0 then
     value = string.format('%d', new_us)

@@ -125,7 +125,7 @@ if op == 'check' or op == 'peek' then
     if ARGV[10] ~= '0' then
       redis.call('HSET', KEYS[2], ARGV[10],
         string.format('%d:%d:%d:%d:%d', granted, T, tick, math.floor(used / per), now + lease_ms * 1000))
-      redis.call('PEXPIRE', KEYS[2], lease_ms + 1000)
+      redis.call('PEXPIRE', KEYS[2], lease_ms + 1000 + CLOCK_SLACK_MS)
     end
   end
 end
@@ -135,7 +135,7 @@ if used ~= before then
   if used > 0 then
     local rest = math.fmod(used, per)
     local new_us = now + (used - rest) / per
-    local ttl_ms = math.ceil((used - rest) / per / 1000) + 1001
+    local ttl_ms = math.ceil((used - rest) / per / 1000) + 1001 + CLOCK_SLACK_MS
     local value
     if rest == 0 then
       value = string.format('%d', new_us)

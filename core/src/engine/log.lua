@@ -114,7 +114,7 @@ if record then
 end
 if record or trimmed then
   -- One second of slack: see gcra.lua.
-  local ttl = fmt(math.ceil(longest / 1000) + 1000)
+  local ttl = fmt(math.ceil(longest / 1000) + 1000 + CLOCK_SLACK_MS)
   redis.call('PEXPIRE', log, ttl)
   redis.call('SET', dropped_key, fmt(dropped), 'PX', ttl)
   redis.call('SET', seen_key, fmt(longest) .. ':' .. ((record or not seen_cfg) and fingerprint or seen_cfg), 'PX', ttl)

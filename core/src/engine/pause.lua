@@ -14,5 +14,5 @@ local pause = tonumber(ARGV[3])
 local wanted = now + pause
 local current = tonumber(redis.call('GET', KEYS[1]) or '')
 if current and current >= wanted then return {current - now, now} end
-redis.call('SET', KEYS[1], string.format('%d', wanted), 'PX', string.format('%d', math.ceil(pause / 1000)))
+redis.call('SET', KEYS[1], string.format('%d', wanted), 'PX', string.format('%d', math.ceil(pause / 1000) + CLOCK_SLACK_MS))
 return {pause, now}

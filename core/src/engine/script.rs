@@ -71,9 +71,20 @@ return replies
 /// The one way a script reads "now" (µs): the caller's instant in ARGV[2] (a manual clock), or
 /// else the Redis server's TIME, so that client clocks never matter. Every engine's `.lua`
 /// calls `now_us(ARGV)`.
+///
+/// It also sets `CLOCK_SLACK_MS`, real time every TTL a script sets gets beyond its state's
+/// lifetime by the clock it decides with: none on the server's own clock (its TTLs keep their
+/// own second of slack); an hour on a caller's clock, whose time need not pass with real time,
+/// so that a stall between two calls (a loaded machine, a paused process, a debugger) never
+/// expires state that clock still holds live.
 pub(super) const NOW_US: &str = r#"
+local CLOCK_SLACK_MS = 0
 local function now_us(ARGV)
-  if ARGV[2] ~= '' then return tonumber(ARGV[2]) end
+  if ARGV[2] ~= '' then
+    CLOCK_SLACK_MS = 3600000
+    return tonumber(ARGV[2])
+  end
+  CLOCK_SLACK_MS = 0
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end

@@ -65,7 +65,7 @@ if n == 1 and ARGV[9] == '1' and ARGV[1] ~= 'settle' then
       else
         redis.call('HSET', h, p .. 'n', string.format('%d', block), p .. 'c', ARGV[3])
       end
-      local ttl = math.ceil(((block + 1) * precision - now) / 1000) + 1000
+      local ttl = math.ceil(((block + 1) * precision - now) / 1000) + 1000 + CLOCK_SLACK_MS
       if not cfg or redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, string.format('%d', ttl)) end
     end
   elseif commit and cost > 0 then
@@ -186,11 +186,11 @@ if ARGV[1] == 'settle' then
           end
           redis.call('HSET', h, unpack(sets))
         end
-        local ttl = math.ceil((ends - now) / 1000) + 1000
+        local ttl = math.ceil((ends - now) / 1000) + 1000 + CLOCK_SLACK_MS
         if redis.call('PTTL', z) < ttl then redis.call('PEXPIRE', z, fmt(ttl)) end
         l.c = after
       end
-      local ttl = math.ceil((ends - now) / 1000) + 1000
+      local ttl = math.ceil((ends - now) / 1000) + 1000 + CLOCK_SLACK_MS
       if redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, fmt(ttl)) end
       l.total, l.newest, l.n = l.total + units, block, block
       if l.blocks == 1 then l.freeing = block end
@@ -324,7 +324,7 @@ if allowed and commit and cost > 0 then
   -- The expiry only moves when a block is new, and only ever later: another configuration of
   -- this name may need the keys longer.
   if new_h or new_z then
-    local ttl = math.ceil((expire_at - now) / 1000) + 1000
+    local ttl = math.ceil((expire_at - now) / 1000) + 1000 + CLOCK_SLACK_MS
     -- A hash with no `cfg` was empty: it has no expiry to compare with.
     if not cfg or redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, fmt(ttl)) end
     if new_z and redis.call('PTTL', z) < ttl then redis.call('PEXPIRE', z, fmt(ttl)) end

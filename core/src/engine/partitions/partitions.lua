@@ -31,7 +31,7 @@ local me = ARGV[6]
 local fmt = function(x) return string.format('%d', x) end
 local function touch(key)
   -- One second of slack: see gcra.lua.
-  redis.call('PEXPIRE', key, fmt(math.ceil(ttl / 1000) + 1000))
+  redis.call('PEXPIRE', key, fmt(math.ceil(ttl / 1000) + 1000 + CLOCK_SLACK_MS))
 end
 
 -- Every live lease of the pool: index -> {member, expiry, token}.
