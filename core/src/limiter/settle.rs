@@ -13,6 +13,7 @@ use super::{Limiter, Target};
 use crate::decision::{Decision, SettleTicket};
 use crate::engine::{Algorithm, Kind, Op, Outcome, Served};
 use crate::error::{Error, Result};
+use crate::metrics::Counter;
 use crate::params::validate_cost;
 
 /// The identity settle tickets name a limiter by: its kind, name and state (limiters of one
@@ -187,8 +188,18 @@ impl Limiter {
         }
     }
 
-    /// The decision a settle reports.
-    fn settled(&self, _op: Op, outcome: Result<Outcome>) -> Result<Decision> {
-        Ok(outcome?.decision)
+    /// The decision a settle reports; a settle applied (not a repeat, nor one that failed open
+    /// and changed nothing) is counted in the limiter's metrics.
+    fn settled(&self, op: Op, outcome: Result<Outcome>) -> Result<Decision> {
+        let outcome = outcome?;
+        if let (Op::Settle { cost, actual, .. }, false, false) =
+            (op, outcome.settle_repeated, outcome.served == Served::FailedOpen)
+        {
+            let m = &self.inner.metrics;
+            m.add(Counter::Settles, 1);
+            m.add(Counter::SettleCharged, actual.saturating_sub(cost));
+            m.add(Counter::SettleRefunded, cost.saturating_sub(actual));
+        }
+        Ok(outcome.decision)
     }
 }
