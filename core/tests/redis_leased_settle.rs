@@ -233,3 +233,50 @@ fn random_fleet_traffic_with_settles_stays_within_the_leased_rule_over_every_spa
     }
     assert!(refunded > 100 && charged > 100, "settles in the mix: {refunded} refunded, {charged} charged");
 }
+
+/// A block reaches a process spending a lease it already holds: another process blocks the
+/// key, and within the live poll the holder refuses from its lease too, until the block ends
+/// (`unblock`, from the other process). The blocking process itself refuses at once.
+fn a_block_from_another_process_stops_spending_from_a_held_lease(config: &dyn Fn() -> RedisConfig) {
+    let (a, b) = (Backend::redis_with(config()).unwrap(), Backend::redis_with(config()).unwrap());
+    let holder = a.leased("held", 0.001, 1000, Some(100), Duration::from_secs(60)).unwrap();
+    let blocker = b.leased("held", 0.001, 1000, Some(100), Duration::from_secs(60)).unwrap();
+    assert!(holder.check_blocking(Some("k"), 1).unwrap().allowed, "a lease of 100 taken");
+    assert!(blocker.check_blocking(Some("k"), 1).unwrap().allowed, "and another");
+    blocker.block_blocking(Some("k"), Duration::from_secs(30)).unwrap();
+    let refused = blocker.check_blocking(Some("k"), 1).unwrap();
+    assert!(!refused.allowed && refused.retry_after > Duration::from_secs(29), "the blocker at once: {refused:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        let d = holder.check_blocking(Some("k"), 1).unwrap();
+        if !d.allowed {
+            break d;
+        }
+        assert!(std::time::Instant::now() < deadline, "the holder kept spending its lease past the block");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(refused.retry_after > Duration::from_secs(25), "refused for the block: {refused:?}");
+    assert!(holder.metrics().blocked >= 1);
+    blocker.unblock_blocking(Some("k")).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !holder.check_blocking(Some("k"), 1).unwrap().allowed {
+        assert!(std::time::Instant::now() < deadline, "the holder stayed blocked after the unblock");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_block_from_another_process_stops_spending_from_a_held_lease_standalone() {
+    let server = RedisServer::start();
+    a_block_from_another_process_stops_spending_from_a_held_lease(&|| {
+        RedisConfig::new(server.url()).prefix("leased-block")
+    });
+}
+
+#[test]
+fn a_block_from_another_process_stops_spending_from_a_held_lease_on_a_cluster() {
+    let cluster = support::RedisCluster::start();
+    a_block_from_another_process_stops_spending_from_a_held_lease(&|| {
+        RedisConfig::cluster(cluster.seeds()).prefix("leased-block")
+    });
+}

@@ -37,11 +37,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
+use crate::backend::redis::leased_blocks::BlockWatcher;
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, LocalClock, SystemClock};
 use crate::decision::Decision;
 use crate::engine::leased::Leased;
-use crate::engine::{decision, Algorithm, Op, Outcome, Served};
+use crate::engine::{decision, Algorithm, Colocate, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::params::micros;
@@ -68,6 +69,9 @@ pub(crate) struct LeasePool {
     pid: AtomicU32,
     /// Serialises the reset of a forked child's slots.
     forking: parking_lot::Mutex<()>,
+    /// The limiter's name and where its keys take their hash tag from (to read their blocks).
+    name: Box<str>,
+    colocate: Colocate,
 }
 
 /// One key's lease.
@@ -82,6 +86,10 @@ struct Slot {
     /// When Redis granted the current lease (µs, Redis's clock; 0: unknown): the instant a
     /// spend's settle ticket carries, by which a refund finds the lease (see `leased.lua`).
     granted_at: AtomicU64,
+    /// A block holds until this instant (µs, the local clock): set by a block from this
+    /// process at once, and from others' when the live task reads it (see
+    /// `backend::redis::leased_blocks`). The lease's tokens are kept for after it.
+    blocked_until: AtomicU64,
     /// A refusal from Redis holds until this instant (µs, the local clock) for calls of at
     /// least `refused_cost`.
     refused_until: AtomicU64,
@@ -120,6 +128,7 @@ impl Slot {
             lapses_at: AtomicU64::new(0),
             full_at: AtomicU64::new(0),
             granted_at: AtomicU64::new(0),
+            blocked_until: AtomicU64::new(0),
             refused_until: AtomicU64::new(0),
             refused_cost: AtomicU64::new(u64::MAX),
             lease: parking_lot::Mutex::new(Arc::new(tokio::sync::Mutex::new(LeaseState { id: 0, want }))),
@@ -137,6 +146,7 @@ impl Slot {
         self.lapses_at.store(0, Ordering::Release);
         self.full_at.store(0, Ordering::Release);
         self.granted_at.store(0, Ordering::Release);
+        self.blocked_until.store(0, Ordering::Release);
         self.refused_until.store(0, Ordering::Release);
         self.refused_cost.store(u64::MAX, Ordering::Release);
         *self.lease.lock() = Arc::new(tokio::sync::Mutex::new(LeaseState { id: 0, want }));
@@ -144,7 +154,7 @@ impl Slot {
 }
 
 impl LeasePool {
-    pub(crate) fn new(leased: Leased, clock: Arc<dyn Clock>) -> LeasePool {
+    pub(crate) fn new(leased: Leased, clock: Arc<dyn Clock>, name: &str, colocate: Colocate) -> LeasePool {
         let local = LocalClock::beside(&clock);
         let (pid, _) = forked_since(0);
         LeasePool {
@@ -155,6 +165,8 @@ impl LeasePool {
             local,
             pid: AtomicU32::new(pid),
             forking: parking_lot::Mutex::new(()),
+            name: name.into(),
+            colocate,
         }
     }
 
@@ -211,6 +223,13 @@ impl LeasePool {
     #[inline]
     fn local(&self, slot: &Slot, cost: u64, now: u64) -> Option<Outcome> {
         self.after_fork();
+        let blocked_until = slot.blocked_until.load(Ordering::Acquire);
+        if now < blocked_until {
+            let retry = blocked_until - now;
+            let mut d = decision(false, self.leased.gcra.capacity, 0, retry, retry);
+            d.decided_at_micros = self.clock.now_micros();
+            return Some(Outcome { blocked: true, ..Outcome::of(d) });
+        }
         if now < slot.lapses_at.load(Ordering::Acquire) {
             // Read before the spend: if a renewal lands in between, this is the older grant,
             // whose lease a refund gives back to no more generously (its low is no higher).
@@ -316,13 +335,16 @@ impl Limiter {
     #[inline]
     fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64, shadow: bool) -> Option<Outcome> {
         let mut outcome = pool.local(slot, cost, pool.local.now_micros())?;
-        let d = &mut outcome.decision;
-        let counter = match (d.allowed, shadow) {
+        let counter = match (outcome.decision.allowed, shadow) {
             (true, _) => Counter::Allowed,
             (false, true) => Counter::ShadowRefused,
             (false, false) => Counter::Refused,
         };
         self.inner.metrics.add(counter, 1);
+        if outcome.blocked {
+            self.inner.metrics.add(Counter::Blocked, 1);
+        }
+        let d = &mut outcome.decision;
         if shadow && !d.allowed {
             d.allowed = true;
             d.shadow_refused = true;
@@ -413,6 +435,15 @@ impl Limiter {
         }
     }
 
+    /// Applies a block of `key` this process made (`None`: an unblock) to its lease at once;
+    /// other processes' leases learn of it from the live task.
+    pub(crate) fn block_lease(&self, key: &str, block: Option<std::time::Duration>) {
+        if let Some(pool) = &self.inner.pool {
+            let until = block.map_or(0, |d| pool.local.now_micros().saturating_add(micros(d)));
+            pool.slot(key).blocked_until.store(until, Ordering::Release);
+        }
+    }
+
     /// Forgets `key`'s lease (after a reset deleted it in Redis).
     pub(crate) fn forget_lease(&self, key: &str) {
         if let Some(pool) = &self.inner.pool {
@@ -423,10 +454,35 @@ impl Limiter {
     }
 }
 
-/// The lease pool of a limiter built on `backend`, if it is a leased one.
-pub(crate) fn pool_for(algorithm: &Algorithm, backend: &RedisBackend) -> Option<Arc<LeasePool>> {
-    match algorithm {
-        Algorithm::Leased(leased) => Some(Arc::new(LeasePool::new(*leased, backend.fallback.clock.clone()))),
-        _ => None,
+/// The lease pool of a limiter `name` built on `backend`, if it is a leased one; the backend
+/// keeps its held keys' blocks up to date.
+pub(crate) fn pool_for(
+    algorithm: &Algorithm,
+    backend: &RedisBackend,
+    name: &str,
+    colocate: Colocate,
+) -> Option<Arc<LeasePool>> {
+    let Algorithm::Leased(leased) = algorithm else { return None };
+    let pool = Arc::new(LeasePool::new(*leased, backend.fallback.clock.clone(), name, colocate));
+    let watcher: Arc<dyn BlockWatcher> = pool.clone();
+    backend.watchers.watch(Arc::downgrade(&watcher));
+    Some(pool)
+}
+
+impl BlockWatcher for LeasePool {
+    fn identity(&self) -> (&str, Colocate) {
+        (&self.name, self.colocate)
+    }
+
+    fn watched_keys(&self) -> Vec<Box<str>> {
+        let watched =
+            |slot: &Slot| slot.tokens.load(Ordering::Relaxed) > 0 || slot.blocked_until.load(Ordering::Relaxed) > 0;
+        self.slots().into_iter().filter(|(_, slot)| watched(slot)).map(|(key, _)| key).collect()
+    }
+
+    fn block_read(&self, key: &str, until_micros: Option<u64>) {
+        let left = until_micros.map_or(0, |until| until.saturating_sub(self.clock.now_micros()));
+        let until = if left == 0 { 0 } else { self.local.now_micros().saturating_add(left) };
+        self.slot(key).blocked_until.store(until, Ordering::Release);
     }
 }
