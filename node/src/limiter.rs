@@ -100,7 +100,7 @@ fn by_handle<T>(env: &Env, handle: u32, f: impl FnOnce(&Limiter) -> napi::Result
 /// Internal (index.js): `limiter.check(key, cost)` by handle. The arguments arrive as passed
 /// (`undefined` when left out) and are read by their expected type first (see
 /// [`args::with_key_arg`]): N-API's optional arguments would ask every value for its type.
-#[napi(skip_typescript)]
+/// Exported by [`crate::hot_calls`].
 pub fn limiter_check(env: Env, handle: u32, key: Unknown<'_>, cost: Unknown<'_>) -> napi::Result<ReplyValue> {
     by_handle(&env, handle, |l| {
         if l.local {
@@ -112,20 +112,17 @@ pub fn limiter_check(env: Env, handle: u32, key: Unknown<'_>, cost: Unknown<'_>)
 }
 
 /// Internal (index.js): `limiter.checkSync(key, cost)` by handle (arguments as in
-/// [`limiter_check`]).
-#[napi(skip_typescript)]
+/// [`limiter_check`]). Exported by [`crate::hot_calls`].
 pub fn limiter_check_sync(env: Env, handle: u32, key: Unknown<'_>, cost: Unknown<'_>) -> napi::Result<ReplyValue> {
     by_handle(&env, handle, |l| l.check_now_args(env, key, cost))
 }
 
-/// Internal (index.js): `limiter.peek(key)` by handle.
-#[napi(skip_typescript)]
+/// Internal (index.js): `limiter.peek(key)` by handle. Exported by [`crate::hot_calls`].
 pub fn limiter_peek(env: Env, handle: u32, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
     by_handle(&env, handle, |l| l.peek(env, key))
 }
 
-/// Internal (index.js): `limiter.peekSync(key)` by handle.
-#[napi(skip_typescript)]
+/// Internal (index.js): `limiter.peekSync(key)` by handle. Exported by [`crate::hot_calls`].
 pub fn limiter_peek_sync(env: Env, handle: u32, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
     by_handle(&env, handle, |l| l.peek_sync(env, key))
 }
