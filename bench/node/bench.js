@@ -18,7 +18,8 @@
 //   floor                an `unlimited` limiter's awaited check: a native call, the decision
 //                        object and a Promise, with no limiter work — what any awaited check
 //                        of this binding costs at least
-// BENCH_ONLY=memory (a substring of scenario names) runs some scenarios only.
+// BENCH_ONLY=memory (a substring of scenario names) runs some scenarios only; BENCH_NO_BUILD=1
+// skips the release build (build it first, outside the benchmark lock).
 // ratekeeper's token bucket (GCRA, one Lua script per check) is compared with RLF's default
 // fixed window (one Lua script per check); the fixed-window `bucket` runs too, for reference.
 'use strict';
@@ -143,8 +144,12 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const fmt = (n) => (n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : `${Math.round(n / 100) / 10}k`);
 
 async function main() {
-  console.log('building node/ in release …');
-  execFileSync(process.execPath, [path.join(root, 'node', 'scripts', 'build.js')], { stdio: 'inherit' });
+  if (process.env.BENCH_NO_BUILD) {
+    console.log('BENCH_NO_BUILD: the addon as built (node node/scripts/build.js builds it in release)');
+  } else {
+    console.log('building node/ in release …');
+    execFileSync(process.execPath, [path.join(root, 'node', 'scripts', 'build.js')], { stdio: 'inherit' });
+  }
   const rk = require(path.join(root, 'node'));
   const Redis = require('ioredis');
   const { RateLimiterRedis, RateLimiterMemory } = require('rate-limiter-flexible');

@@ -231,36 +231,42 @@ impl Js {
 /// a string, or `undefined`/`null` for the limiter's single shared key.
 #[inline]
 pub fn with_key<T>(value: &Option<Unknown<'_>>, f: impl FnOnce(Option<&str>) -> CoreResult<T>) -> CoreResult<T> {
+    match Js::opt(value) {
+        None => f(None),
+        Some(v) => with_key_arg(v, f),
+    }
+}
+
+/// [`with_key`] for an argument passed as is (`undefined` when left out). The string is read
+/// first, into a buffer on the stack; the value's type is asked for only when it is not a
+/// string, so a string key costs one N-API call.
+#[inline]
+pub fn with_key_arg<T>(v: Js, f: impl FnOnce(Option<&str>) -> CoreResult<T>) -> CoreResult<T> {
     const CAPACITY: usize = 2048;
-    thread_local! {
-        static BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; CAPACITY]);
-    }
-    let Some(v) = Js::opt(value) else { return f(None) };
-    if v.value_type() != ValueType::String {
-        return Err(v.wrong("key", "a string"));
-    }
-    let mut f = Some(f);
-    let fast = BUFFER.with(|buffer| {
-        // Re-entrant use (a key read inside `f`) falls back to the allocating path.
-        let mut buffer = buffer.try_borrow_mut().ok()?;
-        let mut written = 0usize;
+    let mut buffer = [std::mem::MaybeUninit::<u8>::uninit(); CAPACITY];
+    let mut written = 0usize;
+    let status =
         unsafe { sys::napi_get_value_string_utf8(v.env, v.value, buffer.as_mut_ptr().cast(), CAPACITY, &mut written) };
-        if written >= CAPACITY - 4 {
-            return None; // maybe cut short: keys this long are refused by the core anyway
+    if status != sys::Status::napi_ok {
+        // Not a string: absent, or of the wrong type.
+        return if v.is_nullish() { f(None) } else { Err(v.wrong("key", "a string")) };
+    }
+    if written >= CAPACITY - 4 {
+        // Maybe cut short: keys this long are refused by the core, with the whole key's length.
+        let key = v.string("key")?;
+        return f(Some(&key));
+    }
+    // SAFETY: napi wrote `written` bytes (and a terminating zero after them).
+    let bytes = unsafe { std::slice::from_raw_parts(buffer.as_ptr().cast::<u8>(), written) };
+    match std::str::from_utf8(bytes) {
+        Ok(key) => {
+            v.well_formed("key", key)?;
+            f(Some(key))
         }
-        let key = std::str::from_utf8(&buffer[..written]).ok()?;
-        if let Err(e) = v.well_formed("key", key) {
-            return Some(Err(e));
-        }
-        Some(f.take()?(Some(key)))
-    });
-    match (fast, f) {
-        (Some(result), _) => result,
-        (None, Some(f)) => {
+        Err(_) => {
             let key = v.string("key")?;
             f(Some(&key))
         }
-        (None, None) => unreachable!("`f` runs at most once"),
     }
 }
 
@@ -280,6 +286,25 @@ pub fn cost(value: Option<Js>, parameter: &'static str, default: u64) -> CoreRes
         None => Ok(default),
         Some(v) => cost_from_f64(parameter, v.number(parameter)?),
     }
+}
+
+/// [`cost`] for an argument passed as is (`undefined` when left out): the number is read first;
+/// the value's type is asked for only when it is not a number.
+#[inline]
+pub fn cost_arg(v: Js, parameter: &'static str, default: u64) -> CoreResult<u64> {
+    let mut number = 0f64;
+    if unsafe { sys::napi_get_value_double(v.env, v.value, &mut number) } == sys::Status::napi_ok {
+        return cost_from_f64(parameter, number);
+    }
+    if v.is_nullish() {
+        return Ok(default);
+    }
+    cost(Some(v), parameter, default)
+}
+
+/// An argument passed as is, as napi's `Option` reads it: `None` for `undefined` and `null`.
+pub fn present(value: Unknown<'_>) -> Option<Unknown<'_>> {
+    (!Js::of(&value).is_nullish()).then_some(value)
 }
 
 /// A limit, capacity or size: a whole number in 1..=2^53.

@@ -7,6 +7,7 @@
 //!   function per environment; index.js makes the Promises.
 //! - [`driven`]: Redis calls on a connection the JavaScript thread polls itself (libuv).
 //! - [`error`]: the one conversion of core errors into `Error` objects with a stable `code`.
+//! - [`hot_calls`]: the by-handle check and peek, exported without napi-rs's per-call glue.
 //! - [`args`]: reading JavaScript arguments; [`options`]: options objects (typed, unknown
 //!   keys refused); [`decision`]: the results.
 //! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
@@ -24,6 +25,7 @@ mod clock;
 mod decision;
 mod driven;
 mod error;
+mod hot_calls;
 mod limiter;
 mod operate;
 mod options;

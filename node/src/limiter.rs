@@ -97,36 +97,32 @@ fn by_handle<T>(env: &Env, handle: u32, f: impl FnOnce(&Limiter) -> napi::Result
     }
 }
 
-/// Internal (index.js): `limiter.check(key, cost)` by handle.
-#[napi(skip_typescript)]
-pub fn limiter_check(
-    env: Env,
-    handle: u32,
-    key: Option<Unknown<'_>>,
-    cost: Option<Unknown<'_>>,
-) -> napi::Result<ReplyValue> {
-    by_handle(&env, handle, |l| l.check(env, key, cost))
+/// Internal (index.js): `limiter.check(key, cost)` by handle. The arguments arrive as passed
+/// (`undefined` when left out) and are read by their expected type first (see
+/// [`args::with_key_arg`]): N-API's optional arguments would ask every value for its type.
+/// Exported by [`crate::hot_calls`].
+pub fn limiter_check(env: Env, handle: u32, key: Unknown<'_>, cost: Unknown<'_>) -> napi::Result<ReplyValue> {
+    by_handle(&env, handle, |l| {
+        if l.local {
+            l.check_now_args(env, key, cost)
+        } else {
+            l.check(env, args::present(key), args::present(cost))
+        }
+    })
 }
 
-/// Internal (index.js): `limiter.checkSync(key, cost)` by handle.
-#[napi(skip_typescript)]
-pub fn limiter_check_sync(
-    env: Env,
-    handle: u32,
-    key: Option<Unknown<'_>>,
-    cost: Option<Unknown<'_>>,
-) -> napi::Result<ReplyValue> {
-    by_handle(&env, handle, |l| l.check_sync(env, key, cost))
+/// Internal (index.js): `limiter.checkSync(key, cost)` by handle (arguments as in
+/// [`limiter_check`]). Exported by [`crate::hot_calls`].
+pub fn limiter_check_sync(env: Env, handle: u32, key: Unknown<'_>, cost: Unknown<'_>) -> napi::Result<ReplyValue> {
+    by_handle(&env, handle, |l| l.check_now_args(env, key, cost))
 }
 
-/// Internal (index.js): `limiter.peek(key)` by handle.
-#[napi(skip_typescript)]
+/// Internal (index.js): `limiter.peek(key)` by handle. Exported by [`crate::hot_calls`].
 pub fn limiter_peek(env: Env, handle: u32, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
     by_handle(&env, handle, |l| l.peek(env, key))
 }
 
-/// Internal (index.js): `limiter.peekSync(key)` by handle.
-#[napi(skip_typescript)]
+/// Internal (index.js): `limiter.peekSync(key)` by handle. Exported by [`crate::hot_calls`].
 pub fn limiter_peek_sync(env: Env, handle: u32, key: Option<Unknown<'_>>) -> napi::Result<ReplyValue> {
     by_handle(&env, handle, |l| l.peek_sync(env, key))
 }
@@ -134,13 +130,23 @@ pub fn limiter_peek_sync(env: Env, handle: u32, key: Option<Unknown<'_>>) -> nap
 impl Limiter {
     /// A check answered during the call (blocking on Redis), the key read without allocating.
     fn check_now(&self, env: &Env, key: &Option<Unknown<'_>>, cost: u64) -> napi::Result<ReplyValue> {
-        let outcome = args::with_key(key, |key| {
-            let decision = self.inner.check_blocking(key, cost)?;
-            // The key travels with a lease only.
-            let key = decision.lease.as_ref().and(key).map(str::to_owned);
-            Ok(Payload::Decision(decision, key))
-        });
+        let outcome = args::with_key(key, |key| self.check_blocking(key, cost));
         reply(env, outcome)
+    }
+
+    /// [`Limiter::check_now`] with its arguments as passed (the by-handle calls).
+    fn check_now_args(&self, env: Env, key: Unknown<'_>, cost: Unknown<'_>) -> napi::Result<ReplyValue> {
+        guard(&env, || {
+            let cost = core(&env, args::cost_arg(Js::of(&cost), "cost", 1))?;
+            reply(&env, args::with_key_arg(Js::of(&key), |key| self.check_blocking(key, cost)))
+        })
+    }
+
+    fn check_blocking(&self, key: Option<&str>, cost: u64) -> crate::bridge::Outcome {
+        let decision = self.inner.check_blocking(key, cost)?;
+        // The key travels with a lease only.
+        let key = decision.lease.as_ref().and(key).map(str::to_owned);
+        Ok(Payload::Decision(decision, key))
     }
 
     /// Sends a driven call on the JavaScript thread's own connection (see [`crate::driven`]);

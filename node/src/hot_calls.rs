@@ -1,0 +1,117 @@
+//! The by-handle calls of `Limiter` that an in-process check takes (`limiterCheck`,
+//! `limiterCheckSync`, `limiterPeek`, `limiterPeekSync`), exported as plain N-API callbacks.
+//!
+//! napi-rs's generated glue for a function with arguments opens a native-borrow scope per call:
+//! a heap-allocated, mutex-guarded record pushed on a thread-local stack and popped after the
+//! return value's conversion, so that a returned async task can keep borrowed arguments alive.
+//! These calls borrow nothing and return no task, and on the memory backend that scope cost as
+//! much as the limiter's own work (`docs/src/benchmarks.md`), so they skip the glue: each reads
+//! its arguments with `napi_get_cb_info` and calls the same Rust function the glue would.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+
+use napi::bindgen_prelude::{FromNapiValue, Object};
+use napi::{sys, Env, JsError, JsValue, Unknown};
+use napi_derive::napi;
+
+use crate::bridge::ReplyValue;
+use crate::limiter;
+
+/// The arguments of the current call: up to `N`, `undefined` for those left out.
+unsafe fn arguments<const N: usize>(env: sys::napi_env, info: sys::napi_callback_info) -> [sys::napi_value; N] {
+    let mut argv = [ptr::null_mut(); N];
+    let mut argc = N;
+    unsafe { sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()) };
+    argv
+}
+
+/// Runs a call's body: its value, or its error thrown (a panic becomes a thrown error too: no
+/// panic crosses into JavaScript).
+unsafe fn respond(env: sys::napi_env, body: impl FnOnce(Env) -> napi::Result<ReplyValue>) -> sys::napi_value {
+    let result = catch_unwind(AssertUnwindSafe(|| body(Env::from_raw(env))))
+        .unwrap_or_else(|_| Err(napi::Error::from_reason("ratekeeper: a by-handle call panicked")));
+    match result {
+        Ok(value) => value.0,
+        Err(error) => {
+            unsafe { JsError::from(error).throw_into(env) };
+            ptr::null_mut()
+        }
+    }
+}
+
+/// The limiter handle: index.js passes the number it was given.
+unsafe fn handle(env: sys::napi_env, value: sys::napi_value) -> napi::Result<u32> {
+    unsafe { u32::from_napi_value(env, value) }
+}
+
+unsafe extern "C" fn check(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe {
+        let [h, key, cost] = arguments::<3>(env, info);
+        respond(env, |e| {
+            limiter::limiter_check(
+                e,
+                handle(env, h)?,
+                Unknown::from_raw_unchecked(env, key),
+                Unknown::from_raw_unchecked(env, cost),
+            )
+        })
+    }
+}
+
+unsafe extern "C" fn check_sync(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe {
+        let [h, key, cost] = arguments::<3>(env, info);
+        respond(env, |e| {
+            limiter::limiter_check_sync(
+                e,
+                handle(env, h)?,
+                Unknown::from_raw_unchecked(env, key),
+                Unknown::from_raw_unchecked(env, cost),
+            )
+        })
+    }
+}
+
+unsafe extern "C" fn peek(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe {
+        let [h, key] = arguments::<2>(env, info);
+        respond(env, |e| limiter::limiter_peek(e, handle(env, h)?, Option::<Unknown>::from_napi_value(env, key)?))
+    }
+}
+
+unsafe extern "C" fn peek_sync(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe {
+        let [h, key] = arguments::<2>(env, info);
+        respond(env, |e| limiter::limiter_peek_sync(e, handle(env, h)?, Option::<Unknown>::from_napi_value(env, key)?))
+    }
+}
+
+type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
+
+/// Adds the calls to the addon's exports (run once per environment, when it loads the addon).
+#[napi(module_exports)]
+pub fn export_hot_calls(exports: Object<'_>, env: Env) -> napi::Result<()> {
+    let calls: [(&std::ffi::CStr, Callback); 4] = [
+        (c"limiterCheck", check),
+        (c"limiterCheckSync", check_sync),
+        (c"limiterPeek", peek),
+        (c"limiterPeekSync", peek_sync),
+    ];
+    let (raw_env, raw_exports) = (env.raw(), exports.value().value);
+    for (name, callback) in calls {
+        let mut function = ptr::null_mut();
+        napi::check_status!(unsafe {
+            sys::napi_create_function(
+                raw_env,
+                name.as_ptr(),
+                name.to_bytes().len() as isize,
+                Some(callback),
+                ptr::null_mut(),
+                &mut function,
+            )
+        })?;
+        napi::check_status!(unsafe { sys::napi_set_named_property(raw_env, raw_exports, name.as_ptr(), function) })?;
+    }
+    Ok(())
+}
