@@ -1,13 +1,19 @@
 """Server time of the fixed-window `bucket` check (INFO commandstats), same run: today's script
 against the script before the configuration fingerprint (commit be5c4f4) and the one before the
-fixed-window fast path (commit d14bed1), on one redis-server, rounds interleaved.
+fixed-window fast path (commit d14bed1), and today's script taken apart (without the hold check,
+without the fingerprint, the wrapper alone) to show what each part costs; on one redis-server,
+rounds interleaved.
 
     python3 bench/python/bucket_server_time.py [--quick]
 
-Each round sends 50,000 pipelined EVALSHA calls per script, each on a new key (the first check
-of a window: read, write, expire), with the arguments the library sends (`check`, the server's
-TIME, cost 1, limit 1,000 per minute). Needs only redis-server and git (the older scripts are
-read from the repository's history); writes bench/results/bench-bucket-server-time.json.
+Each round sends 20,000 pipelined checks per script (built before the first round) in three
+modes: each call on a new key (the first check of a window: read, write, expire); calls on
+1,000 keys already written in the current window (read, increment); and the same in batches of
+64 calls per EVALSHA, as Node's 64 checks in flight reach the server, where the token bucket's
+script runs beside it for comparison. The arguments are the library's of each script's era
+(`check`, the server's TIME, cost 1, limits that refuse nothing); the median of 11 rounds
+counts. Needs only redis-server and git (the older scripts are read from the repository's
+history); writes bench/results/bench-bucket-server-time.json.
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ sys.path.insert(0, str(HERE))
 import report  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-ROUNDS, CALLS = (3, 5_000) if QUICK else (7, 50_000)
+ROUNDS, CALLS = (3, 5_000) if QUICK else (11, 20_000)
+# The first check of a window (read, write, expire), and a check in a window already written
+# (read, increment): the Node benchmark's calls are mostly the second.
+NEW, SAME, BATCHED = "new key", "same window", "same window, 64 per batch"
+MODES = (NEW, SAME, BATCHED)
+HOT_KEYS = 1000
+BATCH = 64
 
 
 def git_show(commit: str, path: str) -> str:
@@ -41,22 +53,66 @@ def rust_const(source: str, name: str) -> str:
     return match.group(1)
 
 
-def script(rust: str, lua: str) -> str:
-    """The script as core/src/engine/script.rs assembles it (wrapper, now, pause check, body)."""
-    return (rust_const(rust, "BATCH_WRAPPER").replace("__NOW__", rust_const(rust, "NOW_US"), 1)
-            .replace("__PAUSE__", rust_const(rust, "PAUSE_PRELUDE"), 1).replace("__BODY__", lua, 1))
+def script(rust: str, lua: str, hold: str | None = None) -> str:
+    """The script as core/src/engine/script.rs assembles it (wrapper, now, hold check, body, settle) at
+    any commit since the pause check (whose prelude was `PAUSE_PRELUDE` before blocks made it
+    `HOLD_PRELUDE`); `hold` replaces the hold check's text."""
+    text = rust_const(rust, "BATCH_WRAPPER").replace("__NOW__", rust_const(rust, "NOW_US"), 1)
+    for placeholder, const in (("__PAUSE__", "PAUSE_PRELUDE"), ("__HOLD__", "HOLD_PRELUDE"), ("__SETTLE__", "SETTLE")):
+        if placeholder in text:
+            text = text.replace(placeholder, hold if hold is not None and const != "SETTLE" else rust_const(rust, const), 1)
+    return text.replace("__BODY__", lua, 1)
 
 
-def scripts() -> dict[str, tuple[bool, str]]:
-    """name -> (takes today's arguments, text)."""
+# The hold check's keys taken off KEYS without reading them: what the script costs without it.
+NO_HOLD = "if ARGV[1] == 'check' or ARGV[1] == 'peek' then table.remove(KEYS) table.remove(KEYS) end"
+# A body that reads the clock and answers as an empty window would: the wrapper's own cost.
+EMPTY_BODY = "local now = now_us(ARGV)\nreturn {now, 0, 0, -1, -1}\n"
+# The same reply without reading the clock: what invoking a script costs the server.
+CONSTANT_BODY = "return {1, 0, 0, -1, -1}\n"
+
+
+def without_fingerprint(lua: str) -> str:
+    """Today's fixed-window path with the fingerprint neither read nor written (a stored window
+    passes for one of this configuration)."""
+    stripped = (lua.replace("local got = redis.call('HMGET', h, 'cfg', p .. 'c', p .. 'n')",
+                            "local got = redis.call('HMGET', h, p .. 'c', p .. 'n')")
+                .replace("local cfg, c, stored = got[1], tonumber(got[2]), tonumber(got[3])",
+                         "local c, stored = tonumber(got[1]), tonumber(got[2])\n  local cfg = got[2] and ARGV[4]")
+                .replace("if cfg_changes then redis.call('HSET', h, 'cfg', ARGV[4]) end", "")
+                .replace(", 'cfg', ARGV[4])", ")"))
+    assert "'cfg'" not in stripped and "got[3]" not in stripped, "the fixed-window path changed: update without_fingerprint"
+    return stripped
+
+
+# How each variant is called: the keys and arguments of its era.
+OLD, PAUSE, HOLD = "hash only, no fingerprint", "hash and pause key", "hash, pause and block keys"
+TOKEN = "the token bucket today"
+# Called with today's keys and arguments, but not run in batches (it has no batch wrapper).
+BARE = "today's calls, no wrapper"
+
+
+def scripts() -> dict[str, tuple[str, str]]:
+    """name -> (how it is called, text). The first three are the committed comparison; the others
+    take today's script apart to show what each part costs."""
     old_rust = git_show("be5c4f4", "core/src/backend/redis/scripts.rs")
     old = rust_const(old_rust, "BATCH_WRAPPER").replace("__BODY__", git_show("be5c4f4", "core/src/scripts/sliding.lua"), 1)
+    rust = (REPO / "core/src/engine/script.rs").read_text()
+    lua = (REPO / "core/src/engine/sliding.lua").read_text()
+    fast = lua[:lua.index("local fmt = function")]  # the fixed-window path, which every call here takes
     return {
-        "today": (True, script((REPO / "core/src/engine/script.rs").read_text(),
-                               (REPO / "core/src/engine/sliding.lua").read_text())),
+        "today": (HOLD, script(rust, lua)),
         "before the fixed-window fast path (d14bed1)": (
-            True, script(git_show("d14bed1", "core/src/engine/script.rs"), git_show("d14bed1", "core/src/engine/sliding.lua"))),
-        "before the configuration fingerprint (be5c4f4)": (False, old),
+            PAUSE, script(git_show("d14bed1", "core/src/engine/script.rs"), git_show("d14bed1", "core/src/engine/sliding.lua"))),
+        "before the configuration fingerprint (be5c4f4)": (OLD, old),
+        "today without the hold check": (HOLD, script(rust, lua, NO_HOLD)),
+        "today without the fingerprint": (HOLD, script(rust, without_fingerprint(fast))),
+        "today without the hold check and the fingerprint": (HOLD, script(rust, without_fingerprint(fast), NO_HOLD)),
+        "the wrapper, the hold check and TIME (no body)": (HOLD, script(rust, EMPTY_BODY)),
+        "the wrapper and TIME (no hold check, no body)": (HOLD, script(rust, EMPTY_BODY, NO_HOLD)),
+        "the wrapper alone (no TIME, no hold check, no body)": (HOLD, script(rust, CONSTANT_BODY, NO_HOLD)),
+        "the invocation alone (a script that returns the same reply)": (BARE, CONSTANT_BODY),
+        "the token bucket's script (gcra.lua), same calls": (TOKEN, script(rust, (REPO / "core/src/engine/gcra.lua").read_text())),
     }
 
 
@@ -90,9 +146,14 @@ class Connection:
         return self.read()
 
     def pipeline(self, commands: list[bytes]) -> None:
-        self.sock.sendall(b"".join(commands))
-        for _ in commands:
-            self.read()
+        """Sends `commands` and a PING, and reads up to the PING's reply without parsing the
+        others (so that this process takes as little CPU from the server as it can), refusing
+        an error among them. No script reply holds a simple string, so `+PONG` ends them."""
+        self.sock.sendall(b"".join(commands) + command("PING"))
+        received = bytearray()
+        while not received.endswith(b"+PONG\r\n"):
+            received += self.reader.read1(1 << 20)
+        assert not received.startswith(b"-") and b"\r\n-" not in received, bytes(received[:300])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -122,54 +183,95 @@ def main() -> None:
                 time.sleep(0.05)
         variants = scripts()
         shas = {name: conn.call("SCRIPT", "LOAD", text) for name, (_, text) in variants.items()}
-        samples: dict[str, list[float]] = {name: [] for name in variants}
-        cpu: dict[str, list[float]] = {name: [] for name in variants}
-        key = 0
+        samples: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
+        cpu: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
+        # Every command is built once, before the first round: the measured rounds send bytes only.
+        runs = {}
+        for mode in MODES:
+            for name, (era, _) in variants.items():
+                if mode == BATCHED and era not in (HOLD, TOKEN):
+                    continue  # the older scripts (and the bare one) are compared one call at a time
+                # New keys (the server is emptied before each round), or HOT_KEYS keys of this
+                # variant, written before the clock starts, in the window they were written in.
+                calls = [call(era, f"{{rk:{name}:{i if mode == NEW else i % HOT_KEYS}}}") for i in range(CALLS)]
+                if mode == BATCHED:
+                    # As 64 checks in flight travel from Node: one batched invocation (see
+                    # `BATCH_WRAPPER` in core/src/engine/script.rs).
+                    runs[name, mode] = [batched(shas[name], calls[i:i + BATCH]) for i in range(0, CALLS, BATCH)]
+                else:
+                    runs[name, mode] = [command("EVALSHA", shas[name], len(k), *k, *a) for k, a in calls]
         for _ in range(ROUNDS):
-            for name, (today, _) in variants.items():
-                calls = []
-                for _ in range(CALLS):
-                    key += 1
-                    tag = f"{{rk:{key:016x}}}"
-                    if today:  # KEYS: the hash, the pause key; ARGV: op, now, cost, fingerprint, limits
-                        calls.append(command("EVALSHA", shas[name], 2, f"{tag}:b:s", f"{tag}:b:p", "check", "", 1,
-                                             "12345678901234567890", 1, 1000, 60_000_000, 60_000_000, 1))
-                    else:  # KEYS: the hash; ARGV: op, now, cost, limits
-                        calls.append(command("EVALSHA", shas[name], 1, f"{tag}:b:s", "check", "", 1, 1, 1000,
-                                             60_000_000, 60_000_000, 1))
+            for (name, mode), commands in runs.items():
+                if mode == NEW:
+                    conn.call("FLUSHALL", "SYNC")
+                else:
+                    conn.pipeline(commands[:HOT_KEYS // (BATCH if mode == BATCHED else 1)])
                 conn.call("CONFIG", "RESETSTAT")
                 cpu_before = cpu_seconds(server.pid)
-                for i in range(0, CALLS, 1000):
-                    conn.pipeline(calls[i:i + 1000])
-                cpu[name].append((cpu_seconds(server.pid) - cpu_before) * 1e6 / CALLS)
+                for i in range(0, len(commands), 2000):
+                    conn.pipeline(commands[i:i + 2000])
+                cpu[name, mode].append((cpu_seconds(server.pid) - cpu_before) * 1e6 / CALLS)
                 info = conn.call("INFO", "commandstats").decode()  # type: ignore[union-attr]
                 found = re.search(r"cmdstat_evalsha:calls=(\d+),usec=(\d+)", info)
-                assert found and int(found.group(1)) == CALLS, info
-                samples[name].append(int(found.group(2)) / CALLS)
+                assert found and int(found.group(1)) == len(commands), info
+                samples[name, mode].append(int(found.group(2)) / CALLS)
     finally:
         server.terminate()
         server.wait()
-    medians = {name: statistics.median(v) for name, v in samples.items()}
-    cpu_medians = {name: statistics.median(v) for name, v in cpu.items()}
-    for name, v in samples.items():
-        print(f"{name}: median {medians[name]:.2f} µs per call (redis-server CPU {cpu_medians[name]:.2f} µs), "
-              f"rounds {' '.join(f'{x:.2f}' for x in v)}")
-    today, before_fast, before_fp = medians.values()
-    cpu_today, cpu_before_fast, cpu_before_fp = cpu_medians.values()
-    rows = [
-        report.row("today's script", today, "the script before the fingerprint", before_fp, unit="server µs per call",
-                   target=0.99, headline=False, higher_is_better=False),
-        report.row("today's script", today, "the script before the fast path", before_fast, unit="server µs per call",
-                   higher_is_better=False),
-        report.row("today's script, redis-server CPU (whole server, commands included)", cpu_today,
-                   "the script before the fingerprint", cpu_before_fp, unit="µs per call", higher_is_better=False),
-        report.row("today's script, redis-server CPU (whole server, commands included)", cpu_today,
-                   "the script before the fast path", cpu_before_fast, unit="µs per call", higher_is_better=False),
-    ]
-    report.write("bench-bucket-server-time", "Redis", "Server time of a fixed-window `bucket` check on a new key",
+    medians = {k: statistics.median(v) for k, v in samples.items() if v}
+    cpu_medians = {k: statistics.median(v) for k, v in cpu.items() if v}
+    for (name, mode), v in samples.items():
+        if v:
+            print(f"{mode}: {name}: median {medians[name, mode]:.2f} µs per call "
+                  f"(redis-server CPU {cpu_medians[name, mode]:.2f} µs), rounds {' '.join(f'{x:.2f}' for x in v)}")
+    names = list(variants)
+    today, before_fast, before_fp = names[:3]
+    token = next(name for name, (era, _) in variants.items() if era == TOKEN)
+    rows = []
+    for mode in MODES:
+        if mode != BATCHED:
+            rows += [
+                report.row(f"{mode}: today's script", medians[today, mode], "the script before the fingerprint",
+                           medians[before_fp, mode], unit="server µs per call", target=0.99 if mode == NEW else None,
+                           headline=False, higher_is_better=False),
+                report.row(f"{mode}: today's script", medians[today, mode], "the script before the fast path",
+                           medians[before_fast, mode], unit="server µs per call", higher_is_better=False),
+            ]
+        rows.append(report.row(f"{mode}: today's script, redis-server CPU (whole server, commands included)",
+                               cpu_medians[today, mode], *((("the script before the fingerprint",
+                                                              cpu_medians[before_fp, mode]) if mode != BATCHED else
+                                                             ("the token bucket's script", cpu_medians[token, mode]))),
+                               unit="µs per call", higher_is_better=False))
+        # The parts: each stripped script (and the token bucket's) against today's whole one.
+        rows += [report.row(f"{mode}: {name}", medians[name, mode], "today's whole script", medians[today, mode],
+                            unit="server µs per call", higher_is_better=False) for name in names[3:]
+                 if (name, mode) in medians]
+    report.write("bench-bucket-server-time", "Redis", "Server time of a fixed-window `bucket` check, and of its parts",
                  "python3 bench/python/bucket_server_time.py",
-                 f"INFO commandstats over {CALLS:,} pipelined EVALSHA calls per script and round, each on a new key, "
-                 f"{ROUNDS} interleaved rounds, medians", rows)
+                 f"INFO commandstats over {CALLS:,} pipelined checks per script, mode and round, "
+                 f"{ROUNDS} interleaved rounds, medians; run under bench/quiet (other processes paused)", rows)
+
+
+def call(era: str, tag: str) -> tuple[list[str], list[object]]:
+    """One check's keys and arguments as the library of `era` sends them: cost 1; the bucket
+    10^9 per minute, the token bucket 10^6 per second (the Node benchmark's) with a burst no run
+    exhausts, so no check is refused; the server's TIME."""
+    if era == OLD:  # KEYS: the hash; ARGV: op, now, cost, limits
+        return [f"{tag}:b:s"], ["check", "", 1, 1, 10**9, 60_000_000, 60_000_000, 1]
+    if era == BARE:
+        era = HOLD
+    if era == TOKEN:  # KEYS: the state, the pause and block keys; ARGV: op, now, tick, T, tau, max ahead, cost, 0
+        return [f"{tag}:t:s", f"{tag}:t:p", f"{tag}:t:bk"], ["check", "", 1, 1000, 10**15, 16 * 10**15, 1, 0]
+    keys = [f"{tag}:b:s", f"{tag}:b:p"] + ([f"{tag}:b:k"] if era == HOLD else [])
+    # ARGV: op, now, cost, fingerprint, limits
+    return keys, ["check", "", 1, "5211818389484841", 1, 10**9, 60_000_000, 60_000_000, 1]
+
+
+def batched(sha: bytes, calls: list[tuple[list[str], list[object]]]) -> bytes:
+    """Calls of one shape as one `batch-same` invocation (see `scripts::batch` in the Redis backend)."""
+    keys = [k for ks, _ in calls for k in ks]
+    args = [a for _, a_s in calls for a in a_s]
+    return command("EVALSHA", sha, len(keys), *keys, "batch-same", len(calls), len(calls[0][0]), len(calls[0][1]), *args)
 
 
 if __name__ == "__main__":

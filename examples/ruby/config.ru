@@ -11,7 +11,8 @@ API_LIMIT = Ratekeeper::Limiter.window("api", Integer(ENV.fetch("API_LIMIT", "10
 use Ratekeeper::Rack,
     limiter: API_LIMIT,
     skip: ->(env) { env["PATH_INFO"] == "/health" },   # not limited, no header
-    headers: "draft-11"                                 # RateLimit-Policy + RateLimit
+    headers: "draft-11",                                # RateLimit-Policy + RateLimit
+    partition_key_secret: ENV["RATEKEEPER_PK_SECRET"]   # RateLimit's pk: a keyed hash of the client
 
 run ->(env) { [200, { "content-type" => "text/plain" }, ["hello\n"]] }
 # --8<-- [end:rack]

@@ -270,9 +270,13 @@ class Outcome {
     this.headers.unshift(['Retry-After', String(this.retryAfterSeconds)]);
   }
 
-  /** Whether the response must be watched to finish this request (release, refund, charge). */
+  /**
+   * Whether the response must be watched to finish this request: a shedder slot or a lease to
+   * give back, or a charge that `count` decides after the response. A plain check under
+   * `count: 'all'` has nothing left to do, so its response is not watched.
+   */
   get pending() {
-    return this.taken.length > 0;
+    return this.taken.some(({ entry, decision }) => entry.shedder || entry.mode !== 'check' || decision.lease);
   }
 
   /**

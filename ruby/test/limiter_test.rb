@@ -215,6 +215,22 @@ class LimiterTest < Minitest::Test
     assert open.window("down", 1, 1).check.allowed?
   end
 
+  def test_a_redis_backend_on_a_manual_clock_takes_its_time_from_the_clock
+    # The start of an hour (fixed windows are aligned to the epoch).
+    clock = Ratekeeper::ManualClock.new(1_699_999_200_000_000)
+    limiter = Ratekeeper::Limiter.bucket("clocked", 1, 3600, backend: redis_backend(clock: clock))
+    assert limiter.check.allowed?
+    refused = limiter.check
+    refute refused.allowed?
+    # The window ends when the clock says, not when the server's would.
+    assert_equal 3600 * 1_000_000, refused.retry_after_us
+    clock.advance(3600)
+    assert limiter.check.allowed?
+    [-> { redis_backend(clock: 5) }, -> { Ratekeeper::Backend.cluster([redis_url], clock: Object.new) }].each do |bad|
+      assert_equal "clock", assert_raises(Ratekeeper::InvalidArgument) { bad.call }.parameter
+    end
+  end
+
   def test_backend_options_beyond_the_positional_constructor
     # connect_timeout and TLS material reach the library through rk_backend_new_from_json.
     timed = redis_backend(connect_timeout: 2, deadline: 1)

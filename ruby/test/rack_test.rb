@@ -8,6 +8,7 @@ require "rack"
 require "rack/mock"
 require "ratekeeper/rack"
 require "net/http"
+require "open3"
 
 class RackTest < Minitest::Test
   OK_APP = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
@@ -125,11 +126,65 @@ class RackTest < Minitest::Test
     assert_equal "count", assert_raises(Ratekeeper::InvalidArgument) { Ratekeeper::Rack.new(OK_APP, limiter: concurrent, count: "failures") }.parameter
   end
 
+  PK_SECRET = "a-secret-of-at-least-16-bytes"
+
+  # A draft-11 field parsed by a real Structured Fields parser (http-sfv, through RK_PYTHON, the
+  # venv of scripts/test-python): [[name, params]], a byte sequence as its base64.
+  def sf_list(field)
+    python = ENV.fetch("RK_PYTHON") { flunk "RK_PYTHON (a Python with http-sfv) is required: run scripts/test-ruby" }
+    out, err, status = Open3.capture3(python, "-c", <<~PY, field)
+      import base64, json, sys, http_sfv
+      parsed = http_sfv.List()
+      parsed.parse(sys.argv[1].encode())
+      show = lambda v: {"bytes": base64.b64encode(v).decode()} if isinstance(v, bytes) else v
+      print(json.dumps([[str(m.value), {k: show(v) for k, v in m.params.items()}] for m in parsed]))
+    PY
+    assert status.success?, "http-sfv could not parse #{field.inspect}: #{err}"
+    JSON.parse(out)
+  end
+
+  def test_partition_key_is_a_keyed_hash_of_the_key_as_in_python_and_node
+    # The vectors py/tests/http/test_options.py and node/__test__/http-options.test.js pin:
+    # the first 16 bytes of HMAC-SHA256(secret, key), base64.
+    limiter = Ratekeeper::Limiter.window("pk", 5, 3600, backend: @backend)
+    by_address = app(limiter, partition_key_secret: PK_SECRET)
+    r = by_address.get("/", "REMOTE_ADDR" => "203.0.113.7")
+    assert_equal [["pk", { "r" => 4, "t" => Integer(r.headers["RateLimit"][/t=(\d+)/, 1]), "pk" => { "bytes" => "gX8SmNME1631O1g30Jsyag==" } }]],
+                 sf_list(r.headers["RateLimit"])
+    refute_includes r.headers["RateLimit"], "203.0.113.7", "the raw key is never sent"
+    assert_equal [["pk", { "q" => 5, "w" => 3600 }]], sf_list(r.headers["RateLimit-Policy"]), "the policy has no pk"
+    assert_equal r.headers["RateLimit"], by_address.get("/", "REMOTE_ADDR" => "203.0.113.7").headers["RateLimit"].sub("r=3", "r=4"),
+                 "one client, one partition"
+    refute_equal r.headers["RateLimit"][/pk=[^,]*/], by_address.get("/", "REMOTE_ADDR" => "198.51.100.9").headers["RateLimit"][/pk=[^,]*/]
+    # A refusal carries the same field.
+    by_user = app(Ratekeeper::Limiter.window("pk-user", 1, 60, backend: @backend), key: ->(_env) { "user-42" },
+                  partition_key_secret: PK_SECRET.b)
+    by_user.get("/")
+    refused = by_user.get("/")
+    assert_equal 429, refused.status
+    assert_equal({ "bytes" => "kkSzpvOQVe/EiDuWzJQTlg==" }, sf_list(refused.headers["RateLimit"]).dig(0, 1, "pk"))
+    # Without a secret, no pk.
+    assert_nil sf_list(app(limiter).get("/", "REMOTE_ADDR" => "10.0.0.1").headers["RateLimit"]).dig(0, 1, "pk")
+  end
+
+  def test_a_refused_partition_key_secret_is_never_shown
+    limiter = Ratekeeper::Limiter.window("pk-opts", 1, 60, backend: @backend)
+    [["fifteen-bytes!!", "draft-11"], [PK_SECRET, "draft-7"], [PK_SECRET, nil], [12_345, "draft-11"], [:a_secret_of_16_bytes, "draft-11"]].each do |secret, headers|
+      error = assert_raises(Ratekeeper::InvalidArgument, [secret, headers].inspect) do
+        Ratekeeper::Rack.new(OK_APP, limiter: limiter, partition_key_secret: secret, headers: headers)
+      end
+      assert_equal "partition_key_secret", error.parameter
+      [error.message, error.inspect, error.full_message].each { |text| refute_includes text, secret.to_s }
+    end
+    middleware = Ratekeeper::Rack.new(OK_APP, limiter: limiter, partition_key_secret: PK_SECRET)
+    refute_includes middleware.inspect, PK_SECRET, "the middleware does not show it either"
+  end
+
   def test_the_example_behind_puma_with_client_processes
     redis = RedisServer.new
     port = RedisServer.free_port
     limit = 40
-    env = { "REDIS_URL" => redis.url, "API_LIMIT" => limit.to_s,
+    env = { "REDIS_URL" => redis.url, "API_LIMIT" => limit.to_s, "RATEKEEPER_PK_SECRET" => PK_SECRET,
             "RUBYLIB" => [File.expand_path("../lib", __dir__), ENV["RUBYLIB"]].compact.join(":") }
     log = File.join(Dir.tmpdir, "rk-puma-#{port}.log")
     puma = Process.spawn(env, "puma", "-b", "tcp://127.0.0.1:#{port}", "-w", "2", "-t", "2:4",
@@ -138,9 +193,10 @@ class RackTest < Minitest::Test
     clients = 4.times.map do
       IO.popen([RbConfig.ruby, "-rnet/http", "-rjson", "-e", <<~RUBY])
         Net::HTTP.start("127.0.0.1", #{port}) do |http|
-          codes = 25.times.map { http.get("/").code }
+          responses = 25.times.map { http.get("/") }
           health = http.get("/health")
-          puts JSON.generate(codes: codes.tally, health: [health.code, health["RateLimit"]])
+          puts JSON.generate(codes: responses.map(&:code).tally, health: [health.code, health["RateLimit"]],
+                             fields: responses.map { |r| r["RateLimit"] }.uniq { |f| f[/pk=[^,;]*/] })
         end
       RUBY
     end
@@ -151,13 +207,32 @@ class RackTest < Minitest::Test
     assert_equal limit, ok, "every client is 127.0.0.1: one limit, exactly #{limit} admitted across Puma's workers"
     assert_equal 100 - limit, refused
     assert(reports.all? { |r| r["health"] == ["200", nil] }, reports.inspect)
+    # Every answer (admitted or refused, from either worker) carries the client's one partition
+    # key: HMAC-SHA256 of its key under the secret, as Python's hmac computes it.
+    fields = reports.flat_map { |r| r["fields"] }
+    pks = fields.map { |f| sf_list(f).dig(0, 1, "pk", "bytes") }.uniq
+    assert_equal [python_pk(PK_SECRET, "127.0.0.1")], pks, fields.inspect
   ensure
     if puma
-      Process.kill("TERM", puma)
-      Process.wait(puma)
+      begin
+        Process.kill("TERM", puma)
+        Process.wait(puma)
+      rescue Errno::ESRCH, Errno::ECHILD
+        nil # puma had exited already (its log says why): the server below is still stopped
+      end
     end
     redis&.stop
     File.delete(log) if log && File.exist?(log) && passed?
+  end
+
+  # The pk of `key` by Python's hmac, an implementation apart from the gem's.
+  def python_pk(secret, key)
+    out, status = Open3.capture2(ENV.fetch("RK_PYTHON"), "-c", <<~PY, secret, key)
+      import base64, hashlib, hmac, sys
+      print(base64.b64encode(hmac.new(sys.argv[1].encode(), sys.argv[2].encode(), hashlib.sha256).digest()[:16]).decode())
+    PY
+    assert status.success?
+    out.strip
   end
 
   def wait_for_http(port, log)

@@ -10,8 +10,13 @@ require_relative "support/redis_server"
 REPO_ROOT = File.expand_path("../..", __dir__)
 
 module TestHelpers
+  # This run's mark (a server reused across runs), and a count that tells this run's prefixes
+  # apart: random draws for every test could collide (the vectors alone draw hundreds).
+  RUN = rand(1 << 30)
+  PREFIXES = (0..).each
+
   # A key prefix no other test (or run) shares.
-  def unique_prefix = "rkrb#{Process.pid}x#{rand(1 << 30)}"
+  def unique_prefix = "rkrb#{Process.pid}x#{RUN}x#{PREFIXES.next}"
 
   def redis_url = RedisServer.shared.url
 

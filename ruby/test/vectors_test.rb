@@ -1,8 +1,12 @@
 # frozen_string_literal: true
 
-# The shared conformance vectors (tests/vectors/*.json) through the gem: every case builds its
-# limiters with the gem's named constructors on a memory backend driven by a ManualClock and
-# compares each decision and error with the one every other language gets. One test per case.
+# The shared conformance vectors (tests/vectors/*.json and tests/vectors/check_all/) through the
+# gem, so through the C ABI: every case builds its limiters with the gem's named constructors on
+# a fresh backend driven by a ManualClock, and compares each decision and error with the one
+# every other language gets. Each case runs on memory, on a real redis-server and on a real
+# 3-master Redis Cluster (test/support: free loopback ports, stopped by pid); on Redis and
+# Cluster each case has its own key prefix, so the cases share one server and one cluster, as
+# the Python runner's do. One test per case and backend.
 #
 # The gem spells a few parameters as Sidekiq does (`count` for a bucket's, window's or
 # concurrent limiter's limit; `count` and `interval` for a points limiter's capacity and
@@ -131,9 +135,24 @@ class VectorsTest < Minitest::Test
     step["save_leases"].zip(saved).each { |name, lease| leases[name] = lease }
   end
 
-  def run_case(c)
+  # Tests check behaviour, not latency: generous deadlines, so a loaded machine does not turn a
+  # slow answer into a Timeout.
+  REDIS_OPTIONS = { deadline: 5, connect_timeout: 5 }.freeze
+  BACKENDS = %w[memory redis cluster].freeze
+
+  # A fresh backend of `kind` on `clock` (Redis and Cluster: a key prefix of its own).
+  def backend_for(kind, clock)
+    case kind
+    when "memory" then Ratekeeper::Backend.memory(clock: clock)
+    when "redis" then Ratekeeper::Backend.redis(redis_url, prefix: unique_prefix, clock: clock, **REDIS_OPTIONS)
+    when "cluster" then Ratekeeper::Backend.cluster(RedisCluster.shared.seeds, prefix: unique_prefix, clock: clock, **REDIS_OPTIONS)
+    else raise "unknown backend #{kind}"
+    end
+  end
+
+  def run_case(c, backend_kind)
     clock = Ratekeeper::ManualClock.new(c.fetch("start_us"))
-    backend = Ratekeeper::Backend.memory(clock: clock)
+    backend = backend_for(backend_kind, clock)
     built = {}
     build_error = nil
     c["limiters"].sort.each do |id, spec|
@@ -207,7 +226,9 @@ class VectorsTest < Minitest::Test
     assert_operator cases.size, :>=, MIN_CASES, "the vectors directory holds too few cases"
   end
 
-  cases.each_with_index do |(file, c), i|
-    define_method("test_#{file}_#{i}_#{c['name'].gsub(/[^A-Za-z0-9]+/, '_')}") { run_case(c) }
+  BACKENDS.each do |backend|
+    cases.each_with_index do |(file, c), i|
+      define_method("test_#{backend}_#{file}_#{i}_#{c['name'].gsub(/[^A-Za-z0-9]+/, '_')}") { run_case(c, backend) }
+    end
   end
 end

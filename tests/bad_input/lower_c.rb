@@ -6,7 +6,8 @@
 #
 # Tokens, in the C function's argument order: `s:<hex bytes>` a string, `N` NULL, `u:<n>` an
 # unsigned integer, `d:<n>` a double (`nan`, `inf`, `-inf` included); arrays are a `u:<length>`
-# token followed by their elements. Durations are seconds, as in the table and the C API, except
+# token followed by their elements. A `check_all` part is four tokens: its limiter's spec (JSON
+# text), its key, its cost and `u:1` when its limiter is built on another backend (else `u:0`). Durations are seconds, as in the table and the C API, except
 # `rk_manual_clock_advance` and `rk_backoff_reschedule_in`, which take microseconds.
 #
 # What C cannot express (a string where C takes a uint64_t, -1 for an unsigned parameter, an
@@ -137,6 +138,14 @@ def tokens(call, a, c)
     retry_after = a.fetch("retry_after", 0)
     raise NotExpressible, "C's `retry_after_us` is a uint64_t: #{retry_after.inspect} s cannot be passed" unless retry_after.is_a?(Numeric) && retry_after >= 0
     [u32(a["attempt"], "attempt"), u64((retry_after * 1_000_000).round, "retry_after_us")]
+  when "check_all"
+    parts = a["parts"]
+    [*list(parts, "parts"), *parts.each_with_index.flat_map do |p, i|
+      # A part: its limiter's spec, its key, its cost, and whether its limiter is built on
+      # another backend than the call's.
+      [spec_json(p.fetch("limiter")), str(p["key"], "parts[#{i}].key"), u64(p.fetch("cost", 1), "parts[#{i}].cost"),
+       "u:#{p["other_backend"] ? 1 : 0}"]
+    end]
   when "manual_clock" then [u64(a["start_us"], "start_us")]
   when "advance"
     s = a["seconds"]

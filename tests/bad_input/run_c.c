@@ -3,7 +3,8 @@
  * parameter and the arguments as tokens) from stdin, makes each call, and checks its status,
  * that the last error message names the parameter (its first `quoted` word), and that nothing
  * was written: a limiter's peeks of the shared key and of key "k" are unchanged, and a backend
- * lists no override after a refused set_limit. Cases C cannot express arrive as "skip" lines
+ * lists no override after a refused set_limit; a refused check_all leaves every part's peek of
+ * key "t1" unchanged. Cases C cannot express arrive as "skip" lines
  * and are reported with their reason. Ends with "N passed, N failed" (scripts/test-c). */
 #include <math.h>
 #include <stdio.h>
@@ -104,15 +105,26 @@ typedef struct {
   uint64_t remaining, retry_after_us;
 } peeked_t;
 
+/* Field by field: a struct's padding bytes are unspecified, so memcmp may see a difference
+ * where there is none (or none where there is one, if the compiler reuses storage). */
+static bool same_peek(const peeked_t *a, const peeked_t *b) {
+  return a->allowed == b->allowed && a->remaining == b->remaining && a->retry_after_us == b->retry_after_us;
+}
+
+static bool peek_key(const rk_limiter *l, const char *key, peeked_t *out) {
+  rk_decision d;
+  if (rk_limiter_peek(l, key, &d) != RK_OK) return false;
+  *out = (peeked_t){d.allowed, d.remaining, d.retry_after_us};
+  return true;
+}
+
 /* What peeks of the shared key and of key "k" see: a refused call must not change it. */
 static bool snapshot(const rk_limiter *l, peeked_t out[2]) {
-  const char *keys[2] = {NULL, "k"};
-  for (int i = 0; i < 2; i++) {
-    rk_decision d;
-    if (rk_limiter_peek(l, keys[i], &d) != RK_OK) return false;
-    out[i] = (peeked_t){d.allowed, d.remaining, d.retry_after_us};
-  }
-  return true;
+  return peek_key(l, NULL, &out[0]) && peek_key(l, "k", &out[1]);
+}
+
+static bool same_snapshot(const peeked_t a[2], const peeked_t b[2]) {
+  return same_peek(&a[0], &b[0]) && same_peek(&a[1], &b[1]);
 }
 
 /* Whether a backend lists an override (a refused set_limit must write none). */
@@ -131,6 +143,54 @@ static rk_backend *fresh_backend(void) {
   rk_backend_new_memory_with_clock(clock, &b);
   rk_manual_clock_free(clock);
   return b;
+}
+
+/* A check_all part is four tokens (lower_c.rb): at most this many parts fit in a line. */
+#define MAX_PARTS (MAX_TOKENS / 4)
+
+/* rk_backend_check_all with each part's limiter built from its spec on one fresh backend (or,
+ * for a part marked so, on another); a refused call must change no part's state (each part's
+ * limiter peeked at key "t1", the key the table's parts use, before and after). */
+static rk_status run_check_all(args_t *a, bool *untouched, char *param, size_t plen) {
+  rk_status st = RK_UNKNOWN_ERROR;
+  rk_backend *b = fresh_backend(), *other = fresh_backend();
+  rk_limiter *built[MAX_PARTS] = {0};
+  rk_check_all_part parts[MAX_PARTS];
+  peeked_t before[MAX_PARTS], after[MAX_PARTS];
+  size_t n = (size_t)arg_u64(a);
+  if (n > MAX_PARTS) {
+    a->bad = "too many parts";
+    n = 0;
+  }
+  for (size_t i = 0; i < n && !a->bad; i++) {
+    const char *spec = arg_str(a);
+    const char *key = arg_str(a);
+    uint64_t cost = arg_u64(a);
+    bool on_other = arg_u64(a) != 0;
+    char name[32];
+    snprintf(name, sizeof name, "part%zu", i);
+    if (a->bad || rk_limiter_new_from_json(on_other ? other : b, name, spec, &built[i]) != RK_OK ||
+        !peek_key(built[i], "t1", &before[i])) {
+      fprintf(stderr, "    part %zu's limiter is refused: %s\n", i, last_error());
+      if (!a->bad) a->bad = "bad part limiter spec";
+    }
+    parts[i] = (rk_check_all_part){.limiter = built[i], .key = key, .cost = cost};
+  }
+  if (!a->bad) {
+    rk_decision decisions[MAX_PARTS];
+    bool allowed = false;
+    uint64_t retry_after_us = 0;
+    /* `parts` is never NULL, even with no parts: the case is about the count. */
+    st = rk_backend_check_all(b, parts, n, decisions, &allowed, &retry_after_us);
+    named_parameter(param, plen);
+    for (size_t i = 0; i < n; i++) {
+      if (!peek_key(built[i], "t1", &after[i]) || !same_peek(&before[i], &after[i])) *untouched = false;
+    }
+  }
+  for (size_t i = 0; i < MAX_PARTS; i++) rk_limiter_free(built[i]);
+  rk_backend_free(other);
+  rk_backend_free(b);
+  return st;
 }
 
 /* Makes the call; returns its status. `untouched` is cleared when it wrote state. The status
@@ -186,6 +246,8 @@ static rk_status run(const char *call, args_t *a, bool *untouched, char *param, 
       st = rk_backoff_reschedule_in(bo, attempt, retry_after, &again, &delay);
     }
     rk_backoff_free(bo);
+  } else if (strcmp(call, "check_all") == 0) {
+    st = run_check_all(a, untouched, param, plen);
   } else if (strcmp(call, "set_limit") == 0 || strcmp(call, "clear_limit") == 0) {
     b = fresh_backend();
     const char *name = arg_str(a);
@@ -313,7 +375,7 @@ static rk_status run(const char *call, args_t *a, bool *untouched, char *param, 
           a->bad = "unknown call";
         }
         named_parameter(param, plen);
-        *untouched = snapshot(l, after) && memcmp(before, after, sizeof before) == 0;
+        *untouched = snapshot(l, after) && same_snapshot(before, after);
       }
     }
   }

@@ -36,16 +36,19 @@ module Ratekeeper
     # the server's CA, `tls_cert_file` with `tls_key_file` for mutual TLS, read and checked now.
     # `deny_cache: true` remembers refusals in this process until their retry_after (at most
     # `deny_cache_max_entries` of them, default 10,000): see Limiter#with_deny_cache.
-    def self.redis(url, **options)
-      from_config({ kind: "redis", url: Args.string(url, "url", allow_nil: false) }.merge(redis_options(**options)), :redis)
+    # `clock`: a `ManualClock` for tests; the scripts then take their time from it instead of the
+    # server's, so a test on a real Redis is exact (every process sharing the keys must use it).
+    def self.redis(url, clock: nil, **options)
+      config = { kind: "redis", url: Args.string(url, "url", allow_nil: false) }.merge(redis_options(**options))
+      from_config(config, :redis, clock: clock)
     end
 
     # A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); the other
-    # options are those of `Backend.redis`.
-    def self.cluster(seeds, **options)
+    # options (`clock:` included) are those of `Backend.redis`.
+    def self.cluster(seeds, clock: nil, **options)
       Ratekeeper.invalid!("seeds", "must be an Array of URLs, got #{seeds.inspect}") unless seeds.is_a?(Array)
       seeds = seeds.each_with_index.map { |s, i| Args.string(s, "seeds[#{i}]", allow_nil: false) }
-      from_config({ kind: "cluster", seeds: seeds }.merge(redis_options(**options)), :cluster)
+      from_config({ kind: "cluster", seeds: seeds }.merge(redis_options(**options)), :cluster, clock: clock)
     end
 
     def self.redis_options(prefix: nil, failure_policy: nil, fallback_divisor: nil, deadline: nil, connect_timeout: nil,
@@ -82,15 +85,19 @@ module Ratekeeper
     end
     private_class_method :redis_options
 
-    # Builds a backend through `rk_backend_new_from_json`, naming Ruby to the registry.
-    def self.from_config(config, kind) # :nodoc:
+    # Builds a backend through `rk_backend_new_from_json` (`_with_clock` given a clock), naming
+    # Ruby to the registry.
+    def self.from_config(config, kind, clock: nil) # :nodoc:
+      Ratekeeper.invalid!("clock", "must be a Ratekeeper::ManualClock") unless clock.nil? || clock.is_a?(ManualClock)
       config.each do |field, value|
         Array(value).each do |v|
           Ratekeeper.invalid!(field.to_s, "is not valid UTF-8") if v.is_a?(String) && !v.valid_encoding?
         end
       end
       json = JSON.generate(config.merge(client: "ruby #{RUBY_VERSION}"))
-      new(Native.handle(:rk_backend_free) { |out| Native.rk_backend_new_from_json(json, out) }, kind)
+      new(Native.handle(:rk_backend_free) do |out|
+        clock ? Native.rk_backend_new_from_json_with_clock(json, clock.ptr, out) : Native.rk_backend_new_from_json(json, out)
+      end, kind)
     end
     private_class_method :from_config
 

@@ -88,7 +88,9 @@ module Ratekeeper
   end
 
   # A clock that moves only when told (tests): a memory backend built on it
-  # (`Backend.memory(clock:)`) reads time from it, and waits wake when it passes their deadline.
+  # (`Backend.memory(clock:)`) reads time from it, a Redis or Cluster one (`Backend.redis(url,
+  # clock:)`, `Backend.cluster(seeds, clock:)`) sends its time with every call instead of the
+  # server's, and waits wake when it passes their deadline.
   class ManualClock
     attr_reader :ptr # :nodoc:
 

@@ -81,6 +81,7 @@ module Ratekeeper
     call :rk_string_free, [:pointer], :void
 
     call :rk_backend_new_from_json, %i[string pointer], :int
+    call :rk_backend_new_from_json_with_clock, %i[string pointer pointer], :int
     call :rk_backend_new_memory_with_clock, %i[pointer pointer], :int
     call :rk_backend_free, [:pointer], :void
     call :rk_backend_set_limit, %i[pointer string string string], :int, blocking: true

@@ -4,6 +4,7 @@ require "ratekeeper"
 require "ipaddr"
 require "json"
 require "logger"
+require "openssl"
 
 module Ratekeeper
   # Rack middleware (Rails, Sinatra, Hanami, any Rack app) with the options and header forms of
@@ -22,6 +23,9 @@ module Ratekeeper
   #   headers:         "draft-11" (default), "draft-7", "draft-6", "legacy", or nil / false
   #   on_refused:      ->(env, refusal) { [status, headers, body] } (default: 429 problem+json)
   #   shadow:          true: decide and send headers, log what would be refused, never refuse
+  #   partition_key_secret: a String of at least 16 bytes (draft-11 only): each RateLimit member
+  #                    carries `pk=:<base64>:`, the first 16 bytes of HMAC-SHA256 of the request's
+  #                    key under the secret, never the key itself (the secret is never shown)
   #
   # Under Puma (threads and forked workers) and any other server one middleware instance is
   # shared: it keeps no per-request state of its own (the limiters are thread- and fork-safe).
@@ -33,6 +37,11 @@ module Ratekeeper
     # The kinds whose charge can be given back (`points_used(cost, 0)`).
     REFUNDABLE = %w[token_bucket leaky points].freeze
     BACKEND_ERRORS = [BackendUnavailable, TimeoutError, BackendRejected].freeze
+    # The shortest partition key secret accepted, in bytes (128 bits), and how much of the HMAC
+    # `pk` carries: as in the Python and Node middleware, so one client sees one partition
+    # across a fleet of all three.
+    PK_MIN_SECRET_BYTES = 16
+    PK_BYTES = 16
 
     # Why a request is refused and the response ratekeeper would answer with (`on_refused`
     # receives it): `reason` "quota-exceeded" (429) or "backend-failure" (503).
@@ -48,7 +57,7 @@ module Ratekeeper
     attr_reader :shadow_refused
 
     def initialize(app, limiter:, key: nil, trusted_proxies: nil, cost: 1, skip: nil, count: "all",
-                   headers: "draft-11", on_refused: nil, shadow: false, logger: nil)
+                   headers: "draft-11", on_refused: nil, shadow: false, logger: nil, partition_key_secret: nil)
       @app = app
       limiters = limiter.is_a?(Array) ? limiter : [limiter]
       if limiters.empty? || !limiters.all?(Limiter)
@@ -67,6 +76,7 @@ module Ratekeeper
         Ratekeeper.invalid!("headers", "must be \"draft-11\", \"draft-7\", \"draft-6\", \"legacy\" or nil, got #{headers.inspect}")
       end
       Ratekeeper.invalid!("shadow", "must be true or false, got #{shadow.inspect}") unless [true, false].include?(shadow)
+      @partition_key = partition_key(partition_key_secret, headers&.to_s)
       @gates = limiters.map { |one| gate(one, count) }
       @key = key
       @trusted = networks(trusted_proxies)
@@ -91,7 +101,7 @@ module Ratekeeper
       end
 
       status, headers, body = @app.call(env)
-      rate_headers(outcomes).each { |name, value| headers[name] = value }
+      rate_headers(outcomes, key).each { |name, value| headers[name] = value }
       settle(outcomes, key, cost, status)
       [status, headers, body]
     rescue Exception # rubocop:disable Lint/RescueException -- the app raised: settle as a 500, re-raise
@@ -143,7 +153,7 @@ module Ratekeeper
         return [outcomes, nil]
       end
       give_back(outcomes, key, cost)
-      [outcomes, refusal(refusing, rate_headers(outcomes))]
+      [outcomes, refusal(refusing, rate_headers(outcomes, key))]
     end
 
     # Undoes what the limiters before a refusal took, where the kind can.
@@ -186,7 +196,25 @@ module Ratekeeper
       "\"#{text.gsub('\\') { '\\\\' }.gsub('"', '\\"')}\""
     end
 
-    def rate_headers(outcomes)
+    # The draft-11 `pk` parameter: the RateLimit field is visible to the client, so it never
+    # carries the key itself (an IP address, a user id) but a keyed hash of it; an unkeyed hash
+    # would not hide it (every IPv4 address can be hashed in minutes). Returns the function from
+    # a key to its `pk` (base64), or nil without a secret. No error shows the secret.
+    def partition_key(secret, headers)
+      return nil if secret.nil?
+
+      Ratekeeper.invalid!("partition_key_secret", "must be a String, got a #{secret.class}") unless secret.is_a?(String)
+      raw = secret.b
+      if raw.bytesize < PK_MIN_SECRET_BYTES
+        Ratekeeper.invalid!("partition_key_secret", "must be at least #{PK_MIN_SECRET_BYTES} bytes, got #{raw.bytesize}")
+      end
+      unless headers == "draft-11"
+        Ratekeeper.invalid!("partition_key_secret", "applies only to headers: \"draft-11\" (pk is a draft-11 parameter)")
+      end
+      ->(key) { [OpenSSL::HMAC.digest("SHA256", raw, key.to_s.b)[0, PK_BYTES]].pack("m0") }
+    end
+
+    def rate_headers(outcomes, key)
       return {} if @headers.nil? || outcomes.empty?
 
       statuses = outcomes.map do |o|
@@ -196,9 +224,10 @@ module Ratekeeper
       end
       w = ->(s) { s[:window]&.positive? ? ";w=#{[1, ceil(s[:window])].max}" : "" }
       if @headers == "draft-11"
+        partition = @partition_key ? ";pk=:#{@partition_key.call(key)}:" : ""
         return {
           "RateLimit-Policy" => statuses.map { |s| "#{sf_string(s[:name])};q=#{s[:limit]}#{w[s]}" }.join(", "),
-          "RateLimit" => statuses.map { |s| "#{sf_string(s[:name])};r=#{s[:remaining]};t=#{s[:reset]}" }.join(", ")
+          "RateLimit" => statuses.map { |s| "#{sf_string(s[:name])};r=#{s[:remaining]};t=#{s[:reset]}#{partition}" }.join(", ")
         }
       end
       # One limit for the older forms: the one that refused (longest wait), else the least left.

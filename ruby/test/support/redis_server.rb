@@ -76,3 +76,36 @@ class RedisServer
     self.class.run("stop", pid.to_s)
   end
 end
+
+# A real 3-master Redis Cluster on free loopback ports (never 6379), started by the shared
+# fixture (`rk-test-redis start --cluster`) and stopped by pid. `RK_TEST_REDIS_CLUSTER_SEEDS`
+# (comma-separated URLs) reuses one the caller started.
+class RedisCluster
+  attr_reader :seeds, :pids
+
+  # The suite's shared cluster (started on first use, stopped at exit).
+  def self.shared
+    @shared ||=
+      if ENV["RK_TEST_REDIS_CLUSTER_SEEDS"]
+        Struct.new(:seeds).new(ENV["RK_TEST_REDIS_CLUSTER_SEEDS"].split(","))
+      else
+        cluster = new
+        at_exit { cluster.stop }
+        cluster
+      end
+  end
+
+  def initialize
+    servers = JSON.parse(RedisServer.run("start", "--cluster", "--json")).fetch("servers")
+    @pids = servers.map { |s| s.fetch("pid") }
+    @seeds = servers.map { |s| s.fetch("url") }
+  end
+
+  def stop
+    return if @pids.empty?
+
+    pids = @pids
+    @pids = []
+    RedisServer.run("stop", *pids.map(&:to_s))
+  end
+end
