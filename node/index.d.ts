@@ -183,6 +183,12 @@ export interface LimiterMetrics {
   shadowRefused: number;
   /** Checks a Redis limiter refused from its deny cache, with no round trip. */
   refusedLocally: number;
+  /** Settles applied (`settle`); a repeat of one already applied is not counted. */
+  settles: number;
+  /** Units the applied settles charged (calls that cost more than checked). */
+  settleCharged: number;
+  /** Units the applied settles asked to refund (calls that cost less than checked); a kind's rule may give back less. */
+  settleRefunded: number;
 }
 
 /** Options of `observe` and `observeResponse`. */

@@ -669,6 +669,15 @@ export interface Metrics {
    * `refused`.
    */
   refusedLocally: number
+  /** Settles applied (`settle`); a repeat of one already applied is not counted. */
+  settles: number
+  /** Units the applied settles charged (calls that cost more than checked). */
+  settleCharged: number
+  /**
+   * Units the applied settles asked to refund (calls that cost less than checked); a kind's
+   * rule may give back less.
+   */
+  settleRefunded: number
 }
 
 /**
@@ -754,6 +763,15 @@ export interface RedisOptions {
    * server's `TIME`.
    */
   clock?: ManualClock
+  /**
+   * Remember refusals in this process for every limiter of the backend (default false): a
+   * check of the same key with at least the refused cost is refused from memory until the
+   * refusal's `retryAfterMs` has passed, with no round trip (counted in
+   * `metrics().refusedLocally`). `limiter.withDenyCache` sets it per limiter.
+   */
+  denyCache?: boolean
+  /** The most refusals the deny cache holds (default 10000; at least 1). */
+  denyCacheMaxEntries?: number
 }
 
 /** Names this process's language in the registry (index.js calls it with Node's version). */

@@ -79,6 +79,16 @@ pub struct Metrics {
     /// Checks a Redis limiter refused from its deny cache, with no round trip (see
     /// [`crate::Limiter::with_deny_cache`]); also counted in [`Metrics::refused`].
     pub refused_locally: u64,
+    /// Settles applied (see [`crate::Limiter::settle`]); a repeat of one already applied
+    /// changes nothing and is not counted.
+    pub settles: u64,
+    /// Units the applied settles charged: the sum of `actual − cost` over those that cost more
+    /// than checked.
+    pub settle_charged: u64,
+    /// Units the applied settles asked to refund: the sum of `cost − actual` over those that
+    /// cost less than checked. A kind's rule may give back less (never beyond full, never to a
+    /// window that rolled over).
+    pub settle_refunded: u64,
 }
 
 impl Metrics {
@@ -104,7 +114,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 4;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 7;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.
@@ -140,11 +150,21 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "blocked",
     "shadow_refused",
     "refused_locally",
+    "settles",
+    "settle_charged",
+    "settle_refunded",
 ];
 
 /// One counter per field.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Counters([AtomicU64; COUNTERS]);
+
+// Written out: the standard library derives `Default` for arrays of at most 32.
+impl Default for Counters {
+    fn default() -> Self {
+        Counters(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
 
 /// Which counter.
 #[derive(Debug, Clone, Copy)]
@@ -167,12 +187,15 @@ pub(crate) enum Counter {
     Blocked = 28,
     ShadowRefused = 29,
     RefusedLocally = 30,
+    Settles = 31,
+    SettleCharged = 32,
+    SettleRefunded = 33,
 }
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
 const _: () = assert!(
-    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::RefusedLocally as usize + 1
+    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::SettleRefunded as usize + 1
 );
 
 impl Counters {
@@ -415,6 +438,9 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         blocked: v[Counter::Blocked as usize],
         shadow_refused: v[Counter::ShadowRefused as usize],
         refused_locally: v[Counter::RefusedLocally as usize],
+        settles: v[Counter::Settles as usize],
+        settle_charged: v[Counter::SettleCharged as usize],
+        settle_refunded: v[Counter::SettleRefunded as usize],
     }
 }
 
@@ -441,6 +467,9 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
     v[Counter::Blocked as usize] = m.blocked;
     v[Counter::ShadowRefused as usize] = m.shadow_refused;
     v[Counter::RefusedLocally as usize] = m.refused_locally;
+    v[Counter::Settles as usize] = m.settles;
+    v[Counter::SettleCharged as usize] = m.settle_charged;
+    v[Counter::SettleRefunded as usize] = m.settle_refunded;
     v
 }
 

@@ -149,6 +149,29 @@ impl Collector for Snapshot {
             "Checks a Redis limiter refused from its deny cache, with no round trip.",
             None,
             all().filter(|s| s.metrics.refused_locally > 0).map(|s| (labels(s), s.metrics.refused_locally)),
+        )?;
+        let settled = || all().filter(|s| s.metrics.settles > 0);
+        counters(
+            &mut encoder,
+            "ratekeeper_settles",
+            "Settles applied: calls corrected to their actual cost once known (a repeat is not counted).",
+            None,
+            settled().map(|s| (labels(s), s.metrics.settles)),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_settled_units",
+            "Units settles charged (the call cost more than checked) or asked to refund (it cost less).",
+            None,
+            settled().flat_map(|s| {
+                [("charged", s.metrics.settle_charged), ("refunded", s.metrics.settle_refunded)].into_iter().map(
+                    move |(direction, n)| {
+                        let mut l = labels(s);
+                        l.push(("direction", direction));
+                        (l, n)
+                    },
+                )
+            }),
         )
     }
 }

@@ -138,7 +138,10 @@ pub extern "C" fn rk_backend_limiters_json(backend: *const rk_backend, json_out:
 /// cumulative; checks that went to Redis), and for concurrent limiters `held`, `held_time_us`,
 /// `immediate`, `waited`, `wait_time_us`, `overages`, `reclaimed`; `pauses_clamped` counts pauses
 /// shortened to the limiter's `max_pause`; `blocked` counts checks refused by a block;
-/// `shadow_refused` the checks a limiter in shadow mode would have refused and admitted instead.
+/// `shadow_refused` the checks a limiter in shadow mode would have refused and admitted instead;
+/// `refused_locally` the checks refused from the deny cache; `settles` the settles applied
+/// (a repeat is not counted), `settle_charged` and `settle_refunded` the units they charged and
+/// asked to refund.
 ///
 /// \param backend The backend.
 /// \param fleet False for this process's metrics; true for every process's (read from Redis
@@ -186,6 +189,9 @@ pub extern "C" fn rk_backend_metrics_json(
                         "blocked": m.blocked,
                         "shadow_refused": m.shadow_refused,
                         "refused_locally": m.refused_locally,
+                        "settles": m.settles,
+                        "settle_charged": m.settle_charged,
+                        "settle_refunded": m.settle_refunded,
                     },
                 })
             })

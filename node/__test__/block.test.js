@@ -99,3 +99,36 @@ test('the deny cache answers a remembered refusal in process, until reset', asyn
   assert.equal((await cached.check('k')).allowed, true, 'reset forgets the remembered refusal');
   assert.throws(() => plain.withDenyCache('yes'), { code: 'ERR_INVALID_ARGUMENT', parameter: 'denyCache' });
 });
+
+test('the deny cache as a backend option: every limiter of a Redis or Cluster backend remembers refusals', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const cluster = await RedisCluster.start();
+  t.after(() => cluster.destroy());
+  const makers = [(o) => Backend.redis(server.url, o), (o) => Backend.cluster(cluster.seeds, o)];
+  for (const make of makers) {
+    const clock = new ManualClock(START_US);
+    const backend = make({ ...options, prefix: prefix(), clock, denyCache: true, denyCacheMaxEntries: 1 });
+    const api = backend.tokenBucket('api', 1, 1);
+    assert.equal(api.denyCache, true, 'on for the backend: on for its limiters');
+    assert.equal(backend.tokenBucket('own', 1, 1).withDenyCache(false).denyCache, false, "the limiter's own wins");
+    for (const key of ['a', 'b']) {
+      assert.equal((await api.check(key)).allowed, true);
+      assert.equal((await api.check(key)).retryAfterMs, 1000);
+    }
+    clock.advance(250);
+    // At most one entry: b's refusal took a's place, so a asks Redis again.
+    for (let i = 0; i < 5; i++) assert.equal((await api.check('b')).retryAfterMs, 750);
+    assert.equal(api.metrics().refusedLocally, 5);
+    assert.equal((await api.check('a')).retryAfterMs, 750);
+    assert.equal(api.metrics().refusedLocally, 5, 'a was no longer remembered');
+    assert.equal((await api.check('a')).retryAfterMs, 750);
+    assert.equal(api.metrics().refusedLocally, 6, 'a is remembered again');
+    assert.equal(make({ ...options, prefix: prefix() }).tokenBucket('api', 1, 1).denyCache, false, 'off by default');
+  }
+  for (const [option, bad] of [['denyCache', 'yes'], ['denyCache', 1], ['denyCacheMaxEntries', 0], ['denyCacheMaxEntries', 1.5], ['denyCacheMaxEntries', -1], ['denyCacheMaxEntries', 'many']]) {
+    for (const make of makers) {
+      assert.throws(() => make({ ...options, [option]: bad }), { code: 'ERR_INVALID_ARGUMENT', parameter: option }, `${option}: ${bad}`);
+    }
+  }
+});

@@ -57,3 +57,27 @@ test('bad settles are typed errors naming the parameter', async () => {
   assert.throws(() => limiter.settleSync(d, -1), (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === 'actual');
   assert.equal((await limiter.peek('u')).remaining, 9, 'nothing was written');
 });
+
+test('a leased decision stored as JSON is settled by another process, and settles are counted', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.stop());
+  const prefix = `node-settle-leased-${process.pid}`;
+  const [first, second] = [0, 1].map(() => Backend.redis(server.url, { prefix }));
+  const mine = first.leased('llm', 0.001, 100, { chunk: 1 });
+  const theirs = second.leased('llm', 0.001, 100, { chunk: 1 });
+  const d = await mine.check('k', 8);
+  const stored = JSON.parse(JSON.stringify(d));
+  assert.equal((await theirs.settle(stored, 3)).remaining, 97, 'refunded 5 from another backend');
+  assert.equal((await mine.settle(d, 3)).remaining, 97, 'a repeat applies nothing');
+  const charged = await mine.check('k', 2);
+  assert.equal((await mine.settle(charged, 6)).remaining, 91, 'charged 4');
+  const counts = (m) => [m.settles, m.settleCharged, m.settleRefunded];
+  assert.deepEqual(counts(theirs.metrics()), [1, 0, 5]);
+  assert.deepEqual(counts(mine.metrics()), [1, 4, 0], 'the repeat is not counted');
+  await Promise.all([first.flush(), second.flush()]);
+  const fleet = (await first.metrics({ fleet: true })).find((l) => l.name === 'llm');
+  assert.deepEqual(counts(fleet.metrics), [2, 4, 5]);
+  const text = await first.prometheus({ fleet: true });
+  assert.match(text, /^ratekeeper_settles_total\{limiter="llm",kind="leased"\} 2$/m);
+  assert.match(text, /^ratekeeper_settled_units_total\{limiter="llm",kind="leased",direction="refunded"\} 5$/m);
+});

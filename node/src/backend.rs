@@ -67,6 +67,13 @@ pub struct RedisOptions {
     /// server's `TIME`.
     #[napi(ts_type = "ManualClock")]
     pub clock: Option<ClockOption>,
+    /// Remember refusals in this process for every limiter of the backend (default false): a
+    /// check of the same key with at least the refused cost is refused from memory until the
+    /// refusal's `retryAfterMs` has passed, with no round trip (counted in
+    /// `metrics().refusedLocally`). `limiter.withDenyCache` sets it per limiter.
+    pub deny_cache: Option<bool>,
+    /// The most refusals the deny cache holds (default 10000; at least 1).
+    pub deny_cache_max_entries: Option<f64>,
 }
 options!(RedisOptions {
     prefix,
@@ -74,7 +81,9 @@ options!(RedisOptions {
     deadline_ms,
     connect_timeout_ms,
     tls: TlsOptions,
-    clock
+    clock,
+    deny_cache,
+    deny_cache_max_entries
 });
 
 /// Options shared by every limiter constructor.
@@ -249,6 +258,14 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
     }
     if let Some(ClockOption(clock)) = o.clock {
         config = config.clock(clock);
+    }
+    if let Some(on) = o.deny_cache {
+        config = config.deny_cache(on);
+    }
+    if let Some(n) = o.deny_cache_max_entries {
+        config = config.deny_cache_max_entries(
+            usize::try_from(count_from_f64("deny_cache_max_entries", n)?).unwrap_or(usize::MAX),
+        );
     }
     ratekeeper::Backend::redis_with(config)
 }

@@ -175,6 +175,13 @@ pub struct Metrics {
     /// Checks a Redis limiter refused from its deny cache, with no round trip; also counted in
     /// `refused`.
     pub refused_locally: f64,
+    /// Settles applied (`settle`); a repeat of one already applied is not counted.
+    pub settles: f64,
+    /// Units the applied settles charged (calls that cost more than checked).
+    pub settle_charged: f64,
+    /// Units the applied settles asked to refund (calls that cost less than checked); a kind's
+    /// rule may give back less.
+    pub settle_refunded: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -198,6 +205,9 @@ impl From<ratekeeper::Metrics> for Metrics {
             blocked: m.blocked as f64,
             shadow_refused: m.shadow_refused as f64,
             refused_locally: m.refused_locally as f64,
+            settles: m.settles as f64,
+            settle_charged: m.settle_charged as f64,
+            settle_refunded: m.settle_refunded as f64,
         }
     }
 }

@@ -78,6 +78,9 @@ fn metrics_json(metrics: Vec<(String, ratekeeper::Kind, ratekeeper::Metrics)>) -
                     "blocked": m.blocked,
                     "shadowRefused": m.shadow_refused,
                     "refusedLocally": m.refused_locally,
+                    "settles": m.settles,
+                    "settleCharged": m.settle_charged,
+                    "settleRefunded": m.settle_refunded,
                 },
             })
         })

@@ -420,12 +420,31 @@ impl Metrics {
         self.inner.refused_locally
     }
 
+    /// Settles applied (`settle`, `asettle`); a repeat of one already applied is not counted.
+    #[getter]
+    fn settles(&self) -> u64 {
+        self.inner.settles
+    }
+
+    /// Units the applied settles charged (calls that cost more than checked).
+    #[getter]
+    fn settle_charged(&self) -> u64 {
+        self.inner.settle_charged
+    }
+
+    /// Units the applied settles asked to refund (calls that cost less than checked); a kind's
+    /// rule may give back less.
+    #[getter]
+    fn settle_refunded(&self) -> u64 {
+        self.inner.settle_refunded
+    }
+
     fn __repr__(&self) -> String {
         let m = &self.inner;
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
              immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, \
-             shadow_refused={}, refused_locally={})",
+             shadow_refused={}, refused_locally={}, settles={}, settle_charged={}, settle_refunded={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -441,7 +460,10 @@ impl Metrics {
             m.pauses_clamped,
             m.blocked,
             m.shadow_refused,
-            m.refused_locally
+            m.refused_locally,
+            m.settles,
+            m.settle_charged,
+            m.settle_refunded
         )
     }
 }

@@ -111,6 +111,9 @@ pub(crate) struct Outcome {
     /// For a settle: its id had been applied already, so this call changed nothing.
     #[allow(dead_code)] // set by every backend; read by tests of the backends
     pub settle_repeated: bool,
+    /// For an admitted leased check: the instant (µs, Redis's clock) the tokens it spent were
+    /// granted at, which its settle ticket carries (a refund finds their lease by it).
+    pub charged_at: Option<u64>,
 }
 
 /// Who decided a call (see [`Outcome::served`]).
@@ -137,6 +140,7 @@ impl Outcome {
             granted: 0,
             blocked: false,
             settle_repeated: false,
+            charged_at: None,
         }
     }
 }

@@ -6,7 +6,7 @@
 --          '<granted>:<T>:<ns per tick>:<low, µs>:<lapses at, µs>', the price of the lease's
 --          tokens kept with it and the least the bucket has held used since it was granted (see
 --          the give-back below)
--- ARGV[1]  'check' (take) | 'peek' | 'return'
+-- ARGV[1]  'check' (take) | 'peek' | 'return' | 'settle'
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  nanoseconds per tick; ARGV[4] T (ticks per token); ARGV[5] tau = capacity * T;
 -- ARGV[6]  max_ahead; ARGV[7] capacity
@@ -15,6 +15,9 @@
 -- ARGV[10] the new lease's id (take; '0': a plain check, which keeps no lease)
 -- ARGV[11] the id of a lease to give tokens back to ('0': none); ARGV[12] how many
 -- ARGV[13] lease TTL in milliseconds
+-- A settle (see `Leased` in core/src/engine/leased.rs) passes the call's cost in ARGV[8], its
+-- actual cost in ARGV[9] and the instant its tokens were granted (µs) in ARGV[10]; ARGV[11]
+-- and ARGV[12] are '0'.
 -- Returns {allowed, capacity, remaining, retry_us, reset_us, now, granted}.
 -- A give-back deletes the lease's entry, so a second one (a retried call whose first reply
 -- was lost) gives nothing back, and it never gives back more than the lease was granted, nor
@@ -85,8 +88,14 @@ end
 if op ~= 'peek' and ARGV[11] ~= '0' then
   local held = redis.call('HGET', KEYS[2], ARGV[11])
   if held then
-    redis.call('HDEL', KEYS[2], ARGV[11])
     local granted, lease_T, lease_tick, low = string.match(held, '^(%d+):(%d+):(%d+):(%d+):%d+$')
+    if granted then
+      -- Kept with nothing left to give back, so that a settle of a call spent from it still
+      -- finds its low (the table's expiry and pruning end it).
+      redis.call('HSET', KEYS[2], ARGV[11], (string.gsub(held, '^%d+', '0')))
+    else
+      redis.call('HDEL', KEYS[2], ARGV[11])
+    end
     if not granted then
       -- Entries written before leases kept their low: '<granted>:<T>:<tick>:<lapses at>' and,
       -- before they kept their price, '<granted>:<lapses at>'. They lapse within a second or so
@@ -108,10 +117,46 @@ if op ~= 'peek' and ARGV[11] ~= '0' then
   end
 end
 
+if op == 'settle' then
+  local estimate, actual = tonumber(ARGV[8]), tonumber(ARGV[9])
+  if actual >= estimate then
+    -- A charge: debt on the shared bucket, up to max_ahead, as gcra.lua's settle.
+    local room = max_ahead - used
+    if room > 0 then
+      if actual - estimate > (room - math.fmod(room, T)) / T then
+        used = max_ahead
+      else
+        used = used + (actual - estimate) * T
+      end
+    end
+  else
+    -- A refund: as a give-back of the lease the call's tokens were granted in (found by its
+    -- grant instant, ARGV[10]), priced as that lease was granted and at most its low: the
+    -- bucket gets back only what it would hold had those tokens never been taken. A lease
+    -- Redis no longer holds refunds nothing.
+    local at = tonumber(ARGV[10])
+    local back_ticks
+    local all = redis.call('HGETALL', KEYS[2])
+    for i = 1, #all, 2 do
+      local lease_T, lease_tick, low, lapses = string.match(all[i + 1], '^%d+:(%d+):(%d+):(%d+):(%d+)$')
+      if lapses and tonumber(lapses) - lease_ms * 1000 == at then
+        local ticks = math.floor((estimate - actual) * tonumber(lease_T) * tonumber(lease_tick) / tick)
+        ticks = math.min(ticks, math.floor(tonumber(low) * per))
+        back_ticks = math.min(back_ticks or ticks, ticks)
+      end
+    end
+    if back_ticks then
+      back_ticks = math.min(back_ticks, used)
+      used = used - back_ticks
+      refunded_us = math.ceil(back_ticks / per)
+    end
+  end
+end
+
 local allowed, retry_us, granted = 1, 0, 0
-if op == 'check' or op == 'peek' then
+if op == 'check' or op == 'peek' or op == 'settle' then
   local need = cost
-  if op == 'peek' then need = 1 end
+  if op ~= 'check' then need = 1 end
   if need * T > tau - used then
     allowed = 0
     retry_us = math.ceil((need * T - (tau - used)) / per)

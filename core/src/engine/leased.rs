@@ -5,6 +5,11 @@
 //! token bucket: a take is a check of its cost and a give-back changes nothing. On Redis,
 //! `leased.lua` takes up to a lease's worth of tokens from the shared bucket in one atomic call
 //! and gives unspent ones back exactly once per lease.
+//!
+//! A settle (see `docs/src/concepts/settle.md`) works on the shared bucket, so that it is exact
+//! from any process: a charge is debt on the bucket, as for a token bucket; a refund is a
+//! give-back to the lease the call's tokens were granted in (named by the ticket's instant,
+//! the grant's), bounded by that lease's low, so the leased rule holds with settles in the mix.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -75,7 +80,7 @@ impl Engine for Leased {
     type State = GcraState;
 
     /// The token bucket: a take admits exactly its cost (no lease is kept in memory), a
-    /// give-back reads as a peek.
+    /// give-back reads as a peek, and a settle is the token bucket's.
     #[inline]
     fn apply(&self, tat: &mut GcraState, now: u64, op: Op, changed: &mut bool) -> Result<Outcome> {
         let mut outcome = match op {
@@ -83,7 +88,7 @@ impl Engine for Leased {
                 self.gcra.apply(tat, now, Op::Check { cost, lease_id: 0, waiter: None }, changed)?
             }
             Op::GiveBack { .. } => self.gcra.apply(tat, now, Op::Peek, changed)?,
-            Op::Check { .. } | Op::Peek => self.gcra.apply(tat, now, op, changed)?,
+            Op::Check { .. } | Op::Peek | Op::Settle { .. } => self.gcra.apply(tat, now, op, changed)?,
             _ => return Err(not_applicable(op, self)),
         };
         if let (Op::Take { cost, .. }, true) = (op, outcome.decision.allowed) {
@@ -105,13 +110,16 @@ impl Engine for Leased {
     }
 
     /// `tick_ns T tau max_ahead capacity cost want lease_id back_id back lease_ms`; a plain
-    /// check is a take of exactly its cost that keeps no lease open.
+    /// check is a take of exactly its cost that keeps no lease open; a settle passes its cost,
+    /// actual cost and the instant its tokens were granted in place of `cost want lease_id`.
     fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         let (cost, want, lease_id, back_id, back) = match op {
             Op::Take { cost, want, lease_id, back_id, back } => (cost, want.max(cost), lease_id, back_id, back),
             Op::Check { cost, .. } => (cost, cost, 0, 0, 0),
             Op::GiveBack { lease_id, tokens } => (0, 0, 0, lease_id, tokens),
             Op::Peek => (0, 0, 0, 0, 0),
+            // The refund's lease is found by the instant its tokens were granted (see `leased.lua`).
+            Op::Settle { cost, actual, at, .. } => (cost, actual, at, 0, 0),
             _ => return Err(not_applicable(op, self)),
         };
         let g = &self.gcra;

@@ -66,6 +66,8 @@ impl Limiter {
     pub async fn unblock(&self, key: Option<&str>) -> Result<bool> {
         let key = validate_key(key)?;
         self.forget_refusal(key);
+        self.block_lease(key, None);
+        self.forget_leased_refusal(key);
         match &self.inner.target {
             Target::Redis { backend, failover } => backend.unblock(self.kind(), &self.inner.name, key, failover).await,
             _ => Ok(self.unblock_local(key)),
@@ -84,7 +86,10 @@ impl Limiter {
     async fn block_key(&self, key: &str, duration: Duration, mode: BlockMode) -> Result<Duration> {
         match &self.inner.target {
             Target::Redis { backend, failover } => {
-                backend.block(self.kind(), &self.inner.name, key, failover, duration, mode).await
+                let in_effect = backend.block(self.kind(), &self.inner.name, key, failover, duration, mode).await?;
+                // A leased limiter's lease is spent without a round trip: it must know at once.
+                self.block_lease(key, Some(in_effect));
+                Ok(in_effect)
             }
             _ => Ok(self.block_local(key, duration, mode)),
         }

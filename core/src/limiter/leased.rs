@@ -37,11 +37,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
+use crate::backend::redis::leased_blocks::BlockWatcher;
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, LocalClock, SystemClock};
 use crate::decision::Decision;
 use crate::engine::leased::Leased;
-use crate::engine::{decision, Algorithm, Op, Outcome, Served};
+use crate::engine::{decision, Algorithm, Colocate, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::params::micros;
@@ -68,6 +69,9 @@ pub(crate) struct LeasePool {
     pid: AtomicU32,
     /// Serialises the reset of a forked child's slots.
     forking: parking_lot::Mutex<()>,
+    /// The limiter's name and where its keys take their hash tag from (to read their blocks).
+    name: Box<str>,
+    colocate: Colocate,
 }
 
 /// One key's lease.
@@ -79,6 +83,13 @@ struct Slot {
     lapses_at: AtomicU64,
     /// When the shared bucket was full again, as of the last grant (µs, the local clock).
     full_at: AtomicU64,
+    /// When Redis granted the current lease (µs, Redis's clock; 0: unknown): the instant a
+    /// spend's settle ticket carries, by which a refund finds the lease (see `leased.lua`).
+    granted_at: AtomicU64,
+    /// A block holds until this instant (µs, the local clock): set by a block from this
+    /// process at once, and from others' when the live task reads it (see
+    /// `backend::redis::leased_blocks`). The lease's tokens are kept for after it.
+    blocked_until: AtomicU64,
     /// A refusal from Redis holds until this instant (µs, the local clock) for calls of at
     /// least `refused_cost`.
     refused_until: AtomicU64,
@@ -116,6 +127,8 @@ impl Slot {
             tokens: AtomicU64::new(0),
             lapses_at: AtomicU64::new(0),
             full_at: AtomicU64::new(0),
+            granted_at: AtomicU64::new(0),
+            blocked_until: AtomicU64::new(0),
             refused_until: AtomicU64::new(0),
             refused_cost: AtomicU64::new(u64::MAX),
             lease: parking_lot::Mutex::new(Arc::new(tokio::sync::Mutex::new(LeaseState { id: 0, want }))),
@@ -132,6 +145,8 @@ impl Slot {
         self.tokens.store(0, Ordering::Release);
         self.lapses_at.store(0, Ordering::Release);
         self.full_at.store(0, Ordering::Release);
+        self.granted_at.store(0, Ordering::Release);
+        self.blocked_until.store(0, Ordering::Release);
         self.refused_until.store(0, Ordering::Release);
         self.refused_cost.store(u64::MAX, Ordering::Release);
         *self.lease.lock() = Arc::new(tokio::sync::Mutex::new(LeaseState { id: 0, want }));
@@ -139,7 +154,7 @@ impl Slot {
 }
 
 impl LeasePool {
-    pub(crate) fn new(leased: Leased, clock: Arc<dyn Clock>) -> LeasePool {
+    pub(crate) fn new(leased: Leased, clock: Arc<dyn Clock>, name: &str, colocate: Colocate) -> LeasePool {
         let local = LocalClock::beside(&clock);
         let (pid, _) = forked_since(0);
         LeasePool {
@@ -150,6 +165,8 @@ impl LeasePool {
             local,
             pid: AtomicU32::new(pid),
             forking: parking_lot::Mutex::new(()),
+            name: name.into(),
+            colocate,
         }
     }
 
@@ -201,11 +218,22 @@ impl LeasePool {
     }
 
     /// Spends `cost` from `slot`'s lease, or answers from a remembered refusal; `None` when it
-    /// takes a round trip. `now` is on the local clock.
+    /// takes a round trip. `now` is on the local clock. A spend's outcome carries when its
+    /// lease was granted.
     #[inline]
-    fn local(&self, slot: &Slot, cost: u64, now: u64) -> Option<Decision> {
+    fn local(&self, slot: &Slot, cost: u64, now: u64) -> Option<Outcome> {
         self.after_fork();
+        let blocked_until = slot.blocked_until.load(Ordering::Acquire);
+        if now < blocked_until {
+            let retry = blocked_until - now;
+            let mut d = decision(false, self.leased.gcra.capacity, 0, retry, retry);
+            d.decided_at_micros = self.clock.now_micros();
+            return Some(Outcome { blocked: true, ..Outcome::of(d) });
+        }
         if now < slot.lapses_at.load(Ordering::Acquire) {
+            // Read before the spend: if a renewal lands in between, this is the older grant,
+            // whose lease a refund gives back to no more generously (its low is no higher).
+            let granted_at = slot.granted_at.load(Ordering::Acquire);
             let mut tokens = slot.tokens.load(Ordering::Relaxed);
             while tokens >= cost {
                 match slot.tokens.compare_exchange_weak(tokens, tokens - cost, Ordering::AcqRel, Ordering::Relaxed) {
@@ -213,7 +241,8 @@ impl LeasePool {
                         let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now);
                         let mut d = decision(true, self.leased.gcra.capacity, tokens - cost, 0, reset_us);
                         d.decided_at_micros = self.clock.now_micros();
-                        return Some(d);
+                        let charged_at = (granted_at != 0).then_some(granted_at);
+                        return Some(Outcome { charged_at, ..Outcome::of(d) });
                     }
                     Err(now_held) => tokens = now_held,
                 }
@@ -224,7 +253,7 @@ impl LeasePool {
             let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now).max(until - now);
             let mut d = decision(false, self.leased.gcra.capacity, 0, until - now, reset_us);
             d.decided_at_micros = self.clock.now_micros();
-            return Some(d);
+            return Some(Outcome::of(d));
         }
         None
     }
@@ -239,14 +268,14 @@ impl Limiter {
     /// enforcement decides, so a would-be refusal is remembered like a refusal.
     pub(crate) async fn leased_check(&self, pool: &LeasePool, key: &str, cost: u64, shadow: bool) -> Result<Outcome> {
         let slot = pool.slot(key);
-        if let Some(d) = self.leased_local(pool, &slot, cost, shadow) {
-            return Ok(Outcome::of(d));
+        if let Some(outcome) = self.leased_local(pool, &slot, cost, shadow) {
+            return Ok(outcome);
         }
         let lease_lock = slot.lease_lock();
         let mut lease = lease_lock.lock().await;
         // Another caller may have taken a lease while this one waited.
-        if let Some(d) = self.leased_local(pool, &slot, cost, shadow) {
-            return Ok(Outcome::of(d));
+        if let Some(outcome) = self.leased_local(pool, &slot, cost, shadow) {
+            return Ok(outcome);
         }
         let Target::Redis { backend, failover } = &self.inner.target else {
             // A lease pool is only built for a limiter on Redis.
@@ -285,11 +314,15 @@ impl Limiter {
         }
         if d.allowed {
             lease.id = lease_id;
+            // Before the tokens: a spender that takes them reads this grant's instant or an
+            // older one (see `LeasePool::local`).
+            slot.granted_at.store(d.decided_at_micros, Ordering::Release);
             slot.full_at.store(now.saturating_add(micros(d.reset_after)), Ordering::Relaxed);
             slot.tokens.store(outcome.granted.saturating_sub(cost), Ordering::Release);
             slot.lapses_at.store(now.saturating_add(lease_us), Ordering::Release);
             let mut outcome = outcome;
             outcome.decision.remaining = outcome.granted.saturating_sub(cost);
+            outcome.charged_at = Some(outcome.decision.decided_at_micros);
             return Ok(outcome);
         }
         slot.refused_cost.store(cost, Ordering::Relaxed);
@@ -300,19 +333,23 @@ impl Limiter {
     /// [`LeasePool::local`], counted in the limiter's metrics; a remembered refusal is admitted
     /// as shadow-refused when `shadow`.
     #[inline]
-    fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64, shadow: bool) -> Option<Decision> {
-        let mut d = pool.local(slot, cost, pool.local.now_micros())?;
-        let counter = match (d.allowed, shadow) {
+    fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64, shadow: bool) -> Option<Outcome> {
+        let mut outcome = pool.local(slot, cost, pool.local.now_micros())?;
+        let counter = match (outcome.decision.allowed, shadow) {
             (true, _) => Counter::Allowed,
             (false, true) => Counter::ShadowRefused,
             (false, false) => Counter::Refused,
         };
         self.inner.metrics.add(counter, 1);
+        if outcome.blocked {
+            self.inner.metrics.add(Counter::Blocked, 1);
+        }
+        let d = &mut outcome.decision;
         if shadow && !d.allowed {
             d.allowed = true;
             d.shadow_refused = true;
         }
-        Some(d)
+        Some(outcome)
     }
 
     /// An admitted spend from this process's lease of `key`, if it holds `cost` (no refusal:
@@ -320,9 +357,9 @@ impl Limiter {
     #[inline]
     pub(crate) fn leased_spend(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Decision> {
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        let d = pool.local(&slot, cost, pool.local.now_micros()).filter(|d| d.allowed)?;
+        let outcome = pool.local(&slot, cost, pool.local.now_micros()).filter(|o| o.decision.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
-        Some(d)
+        Some(self.ticketed_at(outcome.decision, Served::Backend, key, cost, outcome.charged_at))
     }
 
     /// A leased check answered in-process (from the lease, or a remembered refusal), if it can
@@ -331,7 +368,8 @@ impl Limiter {
     pub(crate) fn leased_local_now(&self, key: &str, op: Op) -> Option<Decision> {
         let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) else { return None };
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        self.leased_local(pool, &slot, cost, self.shadow_for(key))
+        let outcome = self.leased_local(pool, &slot, cost, self.shadow_for(key))?;
+        Some(self.ticketed_at(outcome.decision, outcome.served, key, cost, outcome.charged_at))
     }
 
     /// Answers a check without any I/O when this process can: on the memory backend, for
@@ -357,8 +395,8 @@ impl Limiter {
         shadow: bool,
     ) -> Result<Outcome> {
         if key.is_empty() {
-            if let Some(d) = self.leased_local(pool, &pool.unkeyed, cost, shadow) {
-                return Ok(Outcome::of(d));
+            if let Some(outcome) = self.leased_local(pool, &pool.unkeyed, cost, shadow) {
+                return Ok(outcome);
             }
         }
         crate::runtime::block_on(self.leased_check(pool, key, cost, shadow))
@@ -389,6 +427,23 @@ impl Limiter {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Forgets the refusal from Redis this process remembers for `key` (after a settle, whose
+    /// refund may admit it sooner).
+    pub(crate) fn forget_leased_refusal(&self, key: &str) {
+        if let Some(pool) = &self.inner.pool {
+            pool.slot(key).refused_until.store(0, Ordering::Release);
+        }
+    }
+
+    /// Applies a block of `key` this process made (`None`: an unblock) to its lease at once;
+    /// other processes' leases learn of it from the live task.
+    pub(crate) fn block_lease(&self, key: &str, block: Option<std::time::Duration>) {
+        if let Some(pool) = &self.inner.pool {
+            let until = block.map_or(0, |d| pool.local.now_micros().saturating_add(micros(d)));
+            pool.slot(key).blocked_until.store(until, Ordering::Release);
+        }
+    }
+
     /// Forgets `key`'s lease (after a reset deleted it in Redis).
     pub(crate) fn forget_lease(&self, key: &str) {
         if let Some(pool) = &self.inner.pool {
@@ -399,10 +454,35 @@ impl Limiter {
     }
 }
 
-/// The lease pool of a limiter built on `backend`, if it is a leased one.
-pub(crate) fn pool_for(algorithm: &Algorithm, backend: &RedisBackend) -> Option<Arc<LeasePool>> {
-    match algorithm {
-        Algorithm::Leased(leased) => Some(Arc::new(LeasePool::new(*leased, backend.fallback.clock.clone()))),
-        _ => None,
+/// The lease pool of a limiter `name` built on `backend`, if it is a leased one; the backend
+/// keeps its held keys' blocks up to date.
+pub(crate) fn pool_for(
+    algorithm: &Algorithm,
+    backend: &RedisBackend,
+    name: &str,
+    colocate: Colocate,
+) -> Option<Arc<LeasePool>> {
+    let Algorithm::Leased(leased) = algorithm else { return None };
+    let pool = Arc::new(LeasePool::new(*leased, backend.fallback.clock.clone(), name, colocate));
+    let watcher: Arc<dyn BlockWatcher> = pool.clone();
+    backend.watchers.watch(Arc::downgrade(&watcher));
+    Some(pool)
+}
+
+impl BlockWatcher for LeasePool {
+    fn identity(&self) -> (&str, Colocate) {
+        (&self.name, self.colocate)
+    }
+
+    fn watched_keys(&self) -> Vec<Box<str>> {
+        let watched =
+            |slot: &Slot| slot.tokens.load(Ordering::Relaxed) > 0 || slot.blocked_until.load(Ordering::Relaxed) > 0;
+        self.slots().into_iter().filter(|(_, slot)| watched(slot)).map(|(key, _)| key).collect()
+    }
+
+    fn block_read(&self, key: &str, until_micros: Option<u64>) {
+        let left = until_micros.map_or(0, |until| until.saturating_sub(self.clock.now_micros()));
+        let until = if left == 0 { 0 } else { self.local.now_micros().saturating_add(left) };
+        self.slot(key).blocked_until.store(until, Ordering::Release);
     }
 }

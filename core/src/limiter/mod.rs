@@ -167,7 +167,7 @@ impl Limiter {
             }
         };
         let pool = match &target {
-            Target::Redis { backend, .. } => leased::pool_for(&algorithm, backend),
+            Target::Redis { backend, failover } => leased::pool_for(&algorithm, backend, name, failover.colocate),
             _ => None,
         };
         let settle_identity = settle::identity(&algorithm, &target, spec.kind(), name);

@@ -13,27 +13,36 @@ use super::{Limiter, Target};
 use crate::decision::{Decision, SettleTicket};
 use crate::engine::{Algorithm, Kind, Op, Outcome, Served};
 use crate::error::{Error, Result};
+use crate::metrics::Counter;
 use crate::params::validate_cost;
 
-/// The identity settle tickets name a limiter by: its kind, name and backend (limiters of one
-/// name on one backend share state, so they settle each other's decisions); 0 for a limiter
-/// whose decisions cannot be settled.
+/// The identity settle tickets name a limiter by: its kind, name and state (limiters of one
+/// name on one state settle each other's decisions); 0 for a limiter whose decisions cannot be
+/// settled. The state of a memory backend is that backend; on Redis it is the key prefix, so
+/// that a decision checked in one process is settled in another (a job carries its ticket).
 pub(super) fn identity(algorithm: &Algorithm, target: &Target, kind: Kind, name: &str) -> u64 {
     if !settles(algorithm) {
         return 0;
     }
-    let backend = match target {
-        Target::Memory { backend, .. } => std::sync::Arc::as_ptr(backend) as usize as u64,
-        Target::Redis { backend, .. } => std::sync::Arc::as_ptr(backend) as usize as u64,
-        Target::Partitions(_) | Target::Nowhere => return 0,
-    };
-    let bytes = kind.as_str().bytes().chain([0xff]).chain(name.bytes()).map(u64::from);
-    crate::engine::fingerprint(bytes.chain([backend]))
+    let bytes = kind.as_str().bytes().chain([0xff]).chain(name.bytes()).chain([0xff]).map(u64::from);
+    match target {
+        Target::Memory { backend, .. } => {
+            crate::engine::fingerprint(bytes.chain([std::sync::Arc::as_ptr(backend) as usize as u64]))
+        }
+        // Marked apart from the memory backend's pointer, whose bytes a prefix could spell.
+        Target::Redis { backend, .. } => {
+            crate::engine::fingerprint(bytes.chain([0x100]).chain(backend.prefix().bytes().map(u64::from)))
+        }
+        Target::Partitions(_) | Target::Nowhere => 0,
+    }
 }
 
 /// Whether an engine has a settle rule.
 fn settles(algorithm: &Algorithm) -> bool {
-    matches!(algorithm, Algorithm::Gcra(_) | Algorithm::Calendar(_) | Algorithm::Sliding(_) | Algorithm::Log(_))
+    matches!(
+        algorithm,
+        Algorithm::Gcra(_) | Algorithm::Calendar(_) | Algorithm::Sliding(_) | Algorithm::Log(_) | Algorithm::Leased(_)
+    )
 }
 
 /// A settle id: unique per process and call, and across processes (a random prefix mixed with
@@ -78,14 +87,29 @@ impl Limiter {
     /// backend decided it: a call allowed while failing open charged nothing, and one the
     /// in-memory fallback decided charged the fallback, which a settle could not reach.
     #[inline]
-    pub(crate) fn ticketed(&self, mut decision: Decision, served: Served, key: &str, cost: u64) -> Decision {
+    pub(crate) fn ticketed(&self, decision: Decision, served: Served, key: &str, cost: u64) -> Decision {
+        self.ticketed_at(decision, served, key, cost, None)
+    }
+
+    /// [`Limiter::ticketed`], for a call whose charge was made at `charged_at` (µs) rather than
+    /// at its decision's instant: a leased call's tokens were taken from the shared bucket when
+    /// their lease was granted.
+    #[inline]
+    pub(crate) fn ticketed_at(
+        &self,
+        mut decision: Decision,
+        served: Served,
+        key: &str,
+        cost: u64,
+        charged_at: Option<u64>,
+    ) -> Decision {
         // A shadow refusal is admitted but charged nothing: there is nothing to settle.
         if decision.allowed && !decision.shadow_refused && self.inner.settle_identity != 0 && served == Served::Backend
         {
             decision.settle = Some(SettleTicket {
                 key: key.into(),
                 cost,
-                charged_at_micros: decision.decided_at_micros,
+                charged_at_micros: charged_at.unwrap_or(decision.decided_at_micros),
                 id: next_settle_id(),
                 limiter: self.inner.settle_identity,
             });
@@ -117,8 +141,8 @@ impl Limiter {
         key: &str,
         cost: u64,
     ) -> Decision {
-        let served = outcome.served;
-        self.ticketed(self.granted(outcome, waited), served, key, cost)
+        let (served, charged_at) = (outcome.served, outcome.charged_at);
+        self.ticketed_at(self.granted(outcome, waited), served, key, cost, charged_at)
     }
 
     /// Adds a settle ticket to the decision of `op` on `key` when `op` is a check (the calls that
@@ -126,7 +150,7 @@ impl Limiter {
     #[inline]
     pub(crate) fn ticketed_op(&self, outcome: Outcome, key: &str, op: Op) -> Decision {
         match op {
-            Op::Check { cost, .. } => self.ticketed(outcome.decision, outcome.served, key, cost),
+            Op::Check { cost, .. } => self.ticketed_at(outcome.decision, outcome.served, key, cost, outcome.charged_at),
             _ => outcome.decision,
         }
     }
@@ -144,8 +168,10 @@ impl Limiter {
     /// naming `actual`. Nothing is written in either case.
     pub async fn settle(&self, decision: &Decision, actual: u64) -> Result<Decision> {
         let (key, op) = self.settle_op(decision, actual)?;
-        // A refund may admit what this process remembers as refused (the deny cache).
+        // A refund may admit what this process remembers as refused (the deny cache, a lease's
+        // remembered refusal).
         self.forget_refusal(key);
+        self.forget_leased_refusal(key);
         let outcome = match &self.inner.target {
             Target::Memory { .. } => self.settle_local(key, op),
             _ => self.run(key, op).await,
@@ -156,8 +182,10 @@ impl Limiter {
     /// Blocking form of [`Limiter::settle`].
     pub fn settle_blocking(&self, decision: &Decision, actual: u64) -> Result<Decision> {
         let (key, op) = self.settle_op(decision, actual)?;
-        // A refund may admit what this process remembers as refused (the deny cache).
+        // A refund may admit what this process remembers as refused (the deny cache, a lease's
+        // remembered refusal).
         self.forget_refusal(key);
+        self.forget_leased_refusal(key);
         let outcome = match &self.inner.target {
             Target::Memory { .. } => self.settle_local(key, op),
             _ => self.run_blocking(key, op),
@@ -173,7 +201,7 @@ impl Limiter {
                 "was refused: a refused call consumed nothing, so there is nothing to settle"
             } else {
                 "cannot be settled: only an admitted call of a counting limiter (token_bucket, leaky, points, \
-                 bucket, window, sliding_window, calendar) carries a settle ticket"
+                 bucket, window, sliding_window, calendar, leased) carries a settle ticket"
             };
             return Err(Error::invalid("decision", why));
         };
@@ -199,9 +227,19 @@ impl Limiter {
         }
     }
 
-    /// The decision a settle reports.
-    fn settled(&self, _op: Op, outcome: Result<Outcome>) -> Result<Decision> {
-        Ok(outcome?.decision)
+    /// The decision a settle reports; a settle applied (not a repeat, nor one that failed open
+    /// and changed nothing) is counted in the limiter's metrics.
+    fn settled(&self, op: Op, outcome: Result<Outcome>) -> Result<Decision> {
+        let outcome = outcome?;
+        if let (Op::Settle { cost, actual, .. }, false, false) =
+            (op, outcome.settle_repeated, outcome.served == Served::FailedOpen)
+        {
+            let m = &self.inner.metrics;
+            m.add(Counter::Settles, 1);
+            m.add(Counter::SettleCharged, actual.saturating_sub(cost));
+            m.add(Counter::SettleRefunded, cost.saturating_sub(actual));
+        }
+        Ok(outcome.decision)
     }
 }
 

@@ -693,6 +693,22 @@ class Metrics:
         in `refused`.
         """
     @property
+    def settle_charged(self, /) -> int:
+        """
+        Units the applied settles charged (calls that cost more than checked).
+        """
+    @property
+    def settle_refunded(self, /) -> int:
+        """
+        Units the applied settles asked to refund (calls that cost less than checked); a kind's
+        rule may give back less.
+        """
+    @property
+    def settles(self, /) -> int:
+        """
+        Settles applied (`settle`, `asettle`); a repeat of one already applied is not counted.
+        """
+    @property
     def shadow_refused(self, /) -> int:
         """
         Checks a limiter in shadow mode would have refused and admitted instead (counted in

@@ -137,17 +137,20 @@ impl RedisBackend {
     }
 
     /// Reads the override table's identity and, when it is not the one this process holds (a
-    /// write, or a table that lost its history), the overrides.
+    /// write, or a table that lost its history), the overrides; and the count of leased blocks
+    /// (see [`super::leased_blocks`]).
     async fn poll_overrides(&self, own: &mut Option<Conn>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET").arg(keys.overrides()).arg(&IDENTITY_FIELDS[..]);
-        let (fields,): (Vec<Option<String>>,) = self.query_via(Some(&mut *own), &pipe).await?;
+        pipe.get(super::leased_blocks::counter_key(&self.prefix));
+        let (fields, blocks): (Vec<Option<String>>, Option<String>) = self.query_via(Some(&mut *own), &pipe).await?;
+        let blocks = self.blocks_counted(blocks, own).await;
         let [epoch, version, written]: [Option<String>; 3] = fields.try_into().unwrap_or_default();
         if identity_of([epoch, version, written]) == self.live.identity() {
-            return Ok(());
+            return blocks;
         }
-        self.reload_overrides(Some(own)).await
+        self.reload_overrides(Some(own)).await.and(blocks)
     }
 
     /// Reads the overrides with their identity (one `HGETALL`: no write falls between them) and

@@ -8,6 +8,7 @@ pub(crate) mod connection;
 pub(crate) mod deny_cache;
 pub mod driven;
 pub(crate) mod keys;
+pub(crate) mod leased_blocks;
 pub(crate) mod live;
 pub(crate) mod partitions;
 pub(crate) mod redact;
@@ -192,6 +193,8 @@ pub(crate) struct RedisBackend {
     pub(crate) deny_cache: deny_cache::DenyCache,
     /// Whether this is a Cluster (where a `check_all` combination needs one slot).
     cluster: bool,
+    /// The leased limiters whose held keys' blocks the live task keeps up to date.
+    pub(crate) watchers: leased_blocks::Watchers,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -247,6 +250,7 @@ impl RedisBackend {
             live_task_pid: AtomicU32::new(0),
             deny_cache,
             cluster: config.cluster,
+            watchers: leased_blocks::Watchers::default(),
         })
     }
 
@@ -609,6 +613,10 @@ impl RedisBackend {
         cmd.arg(crate::params::micros(duration).max(1));
         let sent = AtomicBool::new(false);
         let reply = scripts::run_cmd(&self.connections, self.deadline, script, cmd, &sent).await?;
+        if kind == Kind::Leased {
+            // The block stands if this fails: other processes see it at their next round trip.
+            let _ = self.announce_leased_block().await;
+        }
         block::in_effect(&reply)
     }
 
@@ -622,6 +630,9 @@ impl RedisBackend {
         let mut pipe = redis::pipe();
         pipe.del(keys.key(block::ROLE));
         let (deleted,): (u64,) = self.query(&pipe).await?;
+        if kind == Kind::Leased && deleted > 0 {
+            let _ = self.announce_leased_block().await;
+        }
         Ok(deleted > 0)
     }
 
