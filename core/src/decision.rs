@@ -42,8 +42,9 @@ pub struct Decision {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct SettleTicket {
-    /// The key the call was charged to.
-    pub key: std::sync::Arc<str>,
+    /// The key the call was charged to (held in the ticket itself when short: see
+    /// [`SettleKey`](crate::SettleKey)).
+    pub key: crate::SettleKey,
     /// The cost the call was charged with.
     pub cost: u64,
     /// The instant the charge was made at (µs since the epoch, by the deciding clock): it names

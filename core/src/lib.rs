@@ -26,9 +26,11 @@ mod fork;
 mod limiter;
 mod live;
 mod metrics;
+mod padded;
 pub mod params;
 mod prometheus;
 mod runtime;
+mod settle_key;
 mod shedder;
 pub mod upstream;
 mod views;
@@ -50,6 +52,7 @@ pub use limiter::{CombinedDecision, Limiter, PartDecision, PartitionsHeld, Permi
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};
 pub use runtime::{block_on, runtime};
+pub use settle_key::SettleKey;
 pub use shedder::{FleetShedder, FleetTicket, UtilizationConfig, UtilizationShedder};
 pub use views::{
     ConcurrentUse, Holder, KeyUse, MinuteCounts, HISTORY_MINUTES, MAX_HOLDERS_SHOWN, MAX_KEYS_EXAMINED,

@@ -140,9 +140,7 @@ impl StoredKey {
     #[inline]
     fn new(key: &[u8]) -> StoredKey {
         if key.len() <= INLINE_KEY {
-            let mut bytes = [0; INLINE_KEY];
-            bytes[..key.len()].copy_from_slice(key);
-            StoredKey::Inline { len: key.len() as u8, bytes }
+            StoredKey::Inline { len: key.len() as u8, bytes: crate::padded::padded(key) }
         } else {
             StoredKey::Heap(key.into())
         }
@@ -188,9 +186,7 @@ impl<'a> Probe<'a> {
     #[inline(always)]
     fn new(key: &'a [u8]) -> Probe<'a> {
         if key.len() <= INLINE_KEY {
-            let mut bytes = [0; INLINE_KEY];
-            bytes[..key.len()].copy_from_slice(key);
-            Probe::Inline { len: key.len() as u8, bytes }
+            Probe::Inline { len: key.len() as u8, bytes: crate::padded::padded(key) }
         } else {
             Probe::Heap(key)
         }
@@ -246,15 +242,26 @@ impl Shard {
     }
 }
 
-/// Keeps each shard's lock on its own cache line.
+/// Keeps each shard's lock (and each counter written by inserts) on its own cache line.
 #[repr(align(128))]
 struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 /// The memory backend. See the module documentation.
 pub(crate) struct MemoryBackend {
     shards: Box<[Padded<Mutex<Shard>>]>,
     shard_shift: u32,
-    len: AtomicUsize,
+    /// Written by every insert and sweep: on a cache line of its own, so that those writes do
+    /// not evict the fields every check reads (the shards, the hasher) from other cores.
+    len: Padded<AtomicUsize>,
     max_keys: usize,
     hasher: foldhash::fast::RandomState,
     namespaces: Mutex<HashMap<(Kind, Box<str>), u32>>,
@@ -262,7 +269,7 @@ pub(crate) struct MemoryBackend {
     /// `clock` is the system clock: read it without a call through the trait object.
     system_clock: bool,
     /// Slots examined by sweeps so far: what the sweeps cost (read by tests).
-    swept_slots: AtomicUsize,
+    swept_slots: Padded<AtomicUsize>,
     /// Calls that found state last recorded by another configuration of the same name.
     pub(crate) config_mismatches: AtomicU64,
     /// Live overrides and the limiters built from this backend.
@@ -301,13 +308,13 @@ impl MemoryBackend {
         Ok(MemoryBackend {
             shards: (0..shards).map(|_| Padded(Mutex::new(Shard::default()))).collect(),
             shard_shift: 64 - shards.trailing_zeros(),
-            len: AtomicUsize::new(0),
+            len: Padded(AtomicUsize::new(0)),
             max_keys: config.max_keys,
             hasher: foldhash::fast::RandomState::default(),
             namespaces: Mutex::new(HashMap::new()),
             system_clock,
             clock: config.clock,
-            swept_slots: AtomicUsize::new(0),
+            swept_slots: Padded(AtomicUsize::new(0)),
             config_mismatches: AtomicU64::new(0),
             live: crate::live::Live::new(None, false),
             pauses: Mutex::new(HashMap::new()),
@@ -413,9 +420,10 @@ impl MemoryBackend {
         self.insert(shard, now, hash, namespace, key, algorithm, op)
     }
 
-    /// A GCRA check of `cost` on a key this backend holds in GCRA state, with no pause or block
-    /// in effect anywhere in the backend: its figures and the instant it was decided at. `None`
-    /// (nothing done) for any other call, which [`MemoryBackend::execute`] then decides.
+    /// A GCRA check of `cost` on a key this backend holds in GCRA state or does not hold, with no
+    /// pause or block in effect anywhere in the backend: its figures and the instant it was
+    /// decided at. `None` (nothing done) for any other call, which [`MemoryBackend::execute`]
+    /// then decides.
     #[inline(always)]
     pub(crate) fn check_gcra(&self, namespace: u32, key: &str, gcra: &Gcra, cost: u64) -> Option<(Figures, u64)> {
         if self.pauses_held.load(Ordering::Acquire) != 0 || self.blocks.any() {
@@ -424,8 +432,11 @@ impl MemoryBackend {
         let now = self.now_micros();
         let hash = self.hash(namespace, key.as_bytes());
         let probe = Probe::new(key.as_bytes());
-        let mut shard = self.shard(hash).lock();
-        let slot = shard.table.find_mut(hash, |s| s.matches(namespace, &probe))?;
+        let mut guard = self.shard(hash).lock();
+        let shard = &mut *guard;
+        let Some(slot) = shard.table.find_mut(hash, |s| s.matches(namespace, &probe)) else {
+            return self.insert_gcra(shard, now, hash, namespace, key, gcra, cost);
+        };
         let State::Gcra(tat) = &mut slot.state else { return None };
         // An admitted check only moves the expiry later, so the shard's lower bound holds.
         let figures = gcra.figures(tat, now, cost, true);
@@ -433,6 +444,51 @@ impl MemoryBackend {
             slot.expires_at = gcra.expires_at(tat);
         }
         Some((figures, now))
+    }
+
+    /// [`MemoryBackend::check_gcra`] on a key its locked `shard` does not hold: the key's first
+    /// check, or the first since its state expired and was swept (a key refilling faster than it
+    /// is checked is dropped between checks, so with many keys this is the common case). `None`
+    /// (nothing done) when the backend is full: [`MemoryBackend::insert`] reclaims or refuses.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn insert_gcra(
+        &self,
+        shard: &mut Shard,
+        now: u64,
+        hash: u64,
+        namespace: u32,
+        key: &str,
+        gcra: &Gcra,
+        cost: u64,
+    ) -> Option<(Figures, u64)> {
+        let mut tat = crate::engine::gcra::GcraState::default();
+        let figures = gcra.figures(&mut tat, now, cost, true);
+        let expires_at = gcra.expires_at(&tat);
+        if !figures.changed || expires_at <= now {
+            return Some((figures, now)); // nothing worth keeping: do not insert
+        }
+        if self.len.load(Ordering::Relaxed) >= self.max_keys {
+            return None;
+        }
+        let slot = Slot { key: StoredKey::new(key.as_bytes()), expires_at, state: State::Gcra(tat), namespace };
+        self.add_slot(shard, hash, slot, now);
+        Some((figures, now))
+    }
+
+    /// Inserts `slot` (a key `shard` does not hold, within `max_keys`) and sweeps the shard when
+    /// its turn has come.
+    #[inline]
+    fn add_slot(&self, shard: &mut Shard, hash: u64, slot: Slot, now: u64) {
+        shard.earliest_expiry = shard.earliest_expiry.min(slot.expires_at);
+        shard.table.insert_unique(hash, slot, |s| self.hash(s.namespace, s.key.as_bytes()));
+        self.len.fetch_add(1, Ordering::Relaxed);
+        shard.inserts_since_sweep += 1;
+        if shard.inserts_since_sweep > shard.held_after_sweep.max(64) {
+            self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
+            let removed = shard.sweep(now);
+            self.len.fetch_sub(removed, Ordering::Relaxed);
+        }
     }
 
     /// Runs a settle once per id: a repeat of an applied one is a peek. The id is remembered as
@@ -518,15 +574,7 @@ impl MemoryBackend {
                 continue;
             }
             let slot = Slot { key: StoredKey::new(key.as_bytes()), expires_at, state, namespace };
-            shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
-            shard.table.insert_unique(hash, slot, |s| self.hash(s.namespace, s.key.as_bytes()));
-            self.len.fetch_add(1, Ordering::Relaxed);
-            shard.inserts_since_sweep += 1;
-            if shard.inserts_since_sweep > shard.held_after_sweep.max(64) {
-                self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
-                let removed = shard.sweep(now);
-                self.len.fetch_sub(removed, Ordering::Relaxed);
-            }
+            self.add_slot(&mut shard, hash, slot, now);
             return Ok(outcome);
         }
     }

@@ -8,7 +8,7 @@
 //! its own when it is configured on the limiter, and [`SlowPath::release`] when it no longer
 //! applies; while any reason is set, every check takes the general path. What the fast path
 //! checks by itself: the limiter is a GCRA limiter on the memory backend that does not block
-//! keys after a refusal and is not in shadow mode, the name has no live override, the key is already held and no pause or
+//! keys after a refusal and is not in shadow mode, the name has no live override, the key holds GCRA state or none (a new key is inserted there too) and no pause or
 //! block is in effect (the backend's own counts);
 //! anything else takes the general path, which decides exactly as before.
 
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::{Limiter, Target};
 use crate::decision::Decision;
-use crate::engine::{Algorithm, Served};
+use crate::engine::Algorithm;
 use crate::metrics::Counter;
 
 /// The reasons a limiter's checks must take the general path: one bit each, shared by the
@@ -76,9 +76,9 @@ impl Limiter {
             lease: None,
             decided_at_micros: now,
             limits: None,
-            settle: None,
+            settle: if figures.allowed { self.fast_ticket(key, cost, now) } else { None },
             shadow_refused: false,
         };
-        Some(self.ticketed(decision, Served::Backend, key, cost))
+        Some(decision)
     }
 }

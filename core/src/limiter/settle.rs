@@ -47,15 +47,39 @@ fn settles(algorithm: &Algorithm) -> bool {
 
 /// A settle id: unique per process and call, and across processes (a random prefix mixed with
 /// the pid), so that two processes' settles of one key never share an id.
+#[inline]
 fn next_settle_id() -> u64 {
     static PREFIX: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(1);
     let prefix = *PREFIX.get_or_init(|| {
         use std::hash::BuildHasher;
         foldhash::fast::RandomState::default().hash_one((std::process::id(), std::time::SystemTime::now()))
     });
-    // Kept below 2^53 so every binding's numbers hold it exactly; never 0.
-    ((prefix ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)) & ((1 << 53) - 1)).max(1)
+    // Kept below 2^53 so every binding's numbers hold it exactly; never 0. Multiplying by an odd
+    // constant is one-to-one below 2^53, so distinct counts give distinct ids.
+    ((prefix ^ next_count().wrapping_mul(0x9e37_79b9_7f4a_7c15)) & ((1 << 53) - 1)).max(1)
+}
+
+/// How many counts a thread takes from the process's counter at a time.
+const COUNTS_PER_THREAD_BLOCK: u64 = 1 << 16;
+
+/// A count never returned before in this process. Each thread takes a block of counts from one
+/// shared counter and hands them out alone: a shared counter written by every check moved its
+/// cache line between the cores of threads checking at once.
+#[inline]
+fn next_count() -> u64 {
+    use std::cell::Cell;
+    static BLOCKS: AtomicU64 = AtomicU64::new(1);
+    // The next count of this thread's block and the end of the block (equal: no block yet).
+    thread_local!(static BLOCK: Cell<(u64, u64)> = const { Cell::new((0, 0)) });
+    BLOCK.with(|block| {
+        let (mut next, mut end) = block.get();
+        if next == end {
+            next = BLOCKS.fetch_add(COUNTS_PER_THREAD_BLOCK, Ordering::Relaxed);
+            end = next + COUNTS_PER_THREAD_BLOCK;
+        }
+        block.set((next + 1, end));
+        next
+    })
 }
 
 impl Limiter {
@@ -91,6 +115,21 @@ impl Limiter {
             });
         }
         decision
+    }
+
+    /// The settle ticket of a check of `cost` on `key` that the fast path admitted at `at`
+    /// (served by the backend, never in shadow mode), built in place in the decision: passing
+    /// the whole decision through [`Limiter::ticketed`] copied it twice.
+    #[inline(always)]
+    pub(super) fn fast_ticket(&self, key: &str, cost: u64, at: u64) -> Option<SettleTicket> {
+        let limiter = self.inner.settle_identity;
+        (limiter != 0).then(|| SettleTicket {
+            key: key.into(),
+            cost,
+            charged_at_micros: at,
+            id: next_settle_id(),
+            limiter,
+        })
     }
 
     /// [`Limiter::granted`](super::Limiter) with the decision's settle ticket.
@@ -176,7 +215,7 @@ impl Limiter {
             ));
         }
         let op = Op::Settle { id: ticket.id, cost: ticket.cost, actual, at: ticket.charged_at_micros };
-        Ok((&ticket.key, op))
+        Ok((ticket.key.as_str(), op))
     }
 
     /// Runs a settle on the memory backend, once per id.
@@ -201,5 +240,27 @@ impl Limiter {
             m.add(Counter::SettleRefunded, cost.saturating_sub(actual));
         }
         Ok(outcome.decision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids taken by threads at once, past the end of a thread's first block, are all distinct,
+    /// non-zero and below 2^53.
+    #[test]
+    fn settle_ids_are_unique_across_threads() {
+        let per_thread = COUNTS_PER_THREAD_BLOCK as usize + 1_000;
+        let taken: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let handles: Vec<_> =
+                (0..4).map(|_| s.spawn(move || (0..per_thread).map(|_| next_settle_id()).collect())).collect();
+            handles.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        let mut all: Vec<u64> = taken.into_iter().flatten().collect();
+        assert!(all.iter().all(|&id| id != 0 && id < 1 << 53));
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 4 * per_thread, "an id was handed out twice");
     }
 }
