@@ -6,10 +6,11 @@
 //! copies that overlap in the middle cover every length between their size and twice it, and
 //! compile to a pair of loads and stores.
 
-/// `bytes` (at most `N` bytes, `N` at least 16) at the start of an array of `N` zeros.
+/// `bytes` (at most `N` bytes, `N` from 16 to 32) at the start of an array of `N` zeros.
 #[inline(always)]
 pub(crate) fn padded<const N: usize>(bytes: &[u8]) -> [u8; N] {
-    const { assert!(N >= 16) };
+    // Two overlapping 16-byte copies reach at most 32 bytes.
+    const { assert!(N >= 16 && N <= 32) };
     let mut out = [0u8; N];
     let len = bytes.len();
     debug_assert!(len <= N);
