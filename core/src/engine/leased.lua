@@ -19,8 +19,9 @@
 -- actual cost in ARGV[9] and the instant its tokens were granted (µs) in ARGV[10]; ARGV[11]
 -- and ARGV[12] are '0'.
 -- Returns {allowed, capacity, remaining, retry_us, reset_us, now, granted}.
--- A give-back deletes the lease's entry, so a second one (a retried call whose first reply
--- was lost) gives nothing back, and it never gives back more than the lease was granted, nor
+-- A give-back zeroes the lease's granted count (the entry stays until it lapses, for a
+-- settle's refund to find its low), so a second one (a retried call whose first reply was
+-- lost) gives nothing back, and it never gives back more than the lease was granted, nor
 -- more than the bucket would hold had those tokens never been taken: a bucket that has refilled
 -- since the grant (its use fell to `low`) was refilled for them already. A
 -- grant takes at most half of what is available (but always the cost), so that one process
