@@ -9,9 +9,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{runtime, Backend, Clock, Decision, ErrorKind, Limiter, ManualClock, RedisConfig};
+use ratekeeper::{runtime, Backend, Clock, Decision, Limiter, ManualClock, RedisConfig};
 use ratekeeper_test_support::judge::{self, Record, Rule};
-use support::RedisServer;
+use support::{settle_with_lost_reply, RedisServer};
 
 const START: u64 = 1_800_000_000_000_000;
 const TTL: Duration = Duration::from_secs(1);
@@ -131,20 +131,6 @@ fn a_refund_reaches_a_lease_given_back_since() {
     a.close_blocking().unwrap();
     assert_eq!(remaining(&a), 8, "3 given back");
     assert_eq!(a.settle_blocking(&d, 0).expect("settle").remaining, 10);
-}
-
-/// Stops the server, settles (the request is sent, the reply never comes: the call times out),
-/// resumes it (it runs the request it had received).
-fn settle_with_lost_reply(server: &RedisServer, limiter: &Limiter, decision: &Decision, actual: u64, blocking: bool) {
-    server.pause();
-    let lost = if blocking {
-        limiter.settle_blocking(decision, actual)
-    } else {
-        runtime().block_on(limiter.settle(decision, actual))
-    };
-    server.resume();
-    let error = lost.expect_err("the server was stopped: the settle's reply cannot arrive");
-    assert!(matches!(error.kind(), ErrorKind::Timeout | ErrorKind::BackendUnavailable), "{error:?}");
 }
 
 #[test]

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use ratekeeper::{runtime, Backend, Decision, ErrorKind, Limiter, RedisConfig};
-use support::RedisServer;
+use ratekeeper::{runtime, Backend, Limiter, RedisConfig};
+use support::{settle_with_lost_reply, RedisServer};
 
 /// A token bucket that refills so slowly that time never shows in `remaining` during a test.
 fn limiter(backend: &Backend, name: &str) -> Limiter {
@@ -17,23 +17,6 @@ fn limiter(backend: &Backend, name: &str) -> Limiter {
 
 fn remaining(limiter: &Limiter, key: &str) -> u64 {
     limiter.peek_blocking(Some(key)).expect("peek").remaining
-}
-
-/// Stops the server, settles (the request is sent, the reply never comes: the call times out),
-/// resumes the server (which runs the request it had received), and returns the error.
-fn settle_with_lost_reply(server: &RedisServer, limiter: &Limiter, decision: &Decision, actual: u64, blocking: bool) {
-    server.pause();
-    let lost = if blocking {
-        limiter.settle_blocking(decision, actual)
-    } else {
-        runtime().block_on(limiter.settle(decision, actual))
-    };
-    server.resume();
-    let error = lost.expect_err("the server was stopped: the settle's reply cannot arrive");
-    assert!(
-        matches!(error.kind(), ErrorKind::Timeout | ErrorKind::BackendUnavailable),
-        "a lost reply is a timeout or an unavailable backend, got {error:?}"
-    );
 }
 
 #[test]
