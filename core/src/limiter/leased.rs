@@ -108,6 +108,14 @@ struct LeaseState {
     want: u64,
 }
 
+/// What a spend from a lease leaves: the lease's tokens, how long until the shared bucket is
+/// full again (µs), and when the lease was granted (Redis's clock), if known.
+struct Spent {
+    remaining: u64,
+    reset_us: u64,
+    charged_at: Option<u64>,
+}
+
 /// A process-unique lease id below 2^53 (exact in Lua): a random prefix mixed with the
 /// current pid (so a forked child, which inherits the seed and the counter, never repeats its
 /// parent's ids), and a counter.
@@ -217,6 +225,41 @@ impl LeasePool {
         all
     }
 
+    /// Takes `cost` from `slot`'s lease if it is current (`now`, the local clock) and holds
+    /// that many: the one place a lease's tokens are spent.
+    #[inline(always)]
+    fn spend(slot: &Slot, cost: u64, now: u64) -> Option<Spent> {
+        if now >= slot.lapses_at.load(Ordering::Acquire) {
+            return None;
+        }
+        // Read before the spend: if a renewal lands in between, this is the older grant, whose
+        // lease a refund gives back to no more generously (its low is no higher).
+        let granted_at = slot.granted_at.load(Ordering::Acquire);
+        let mut tokens = slot.tokens.load(Ordering::Relaxed);
+        while tokens >= cost {
+            match slot.tokens.compare_exchange_weak(tokens, tokens - cost, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => {
+                    return Some(Spent {
+                        remaining: tokens - cost,
+                        reset_us: slot.full_at.load(Ordering::Relaxed).saturating_sub(now),
+                        charged_at: (granted_at != 0).then_some(granted_at),
+                    })
+                }
+                Err(now_held) => tokens = now_held,
+            }
+        }
+        None
+    }
+
+    /// [`LeasePool::spend`] unless `slot`'s key is blocked at `now` (the local clock).
+    #[inline(always)]
+    fn spend_unblocked(&self, slot: &Slot, cost: u64, now: u64) -> Option<Spent> {
+        if now < slot.blocked_until.load(Ordering::Acquire) {
+            return None;
+        }
+        Self::spend(slot, cost, now)
+    }
+
     /// Spends `cost` from `slot`'s lease, or answers from a remembered refusal; `None` when it
     /// takes a round trip. `now` is on the local clock. A spend's outcome carries when its
     /// lease was granted.
@@ -230,23 +273,10 @@ impl LeasePool {
             d.decided_at_micros = self.clock.now_micros();
             return Some(Outcome { blocked: true, ..Outcome::of(d) });
         }
-        if now < slot.lapses_at.load(Ordering::Acquire) {
-            // Read before the spend: if a renewal lands in between, this is the older grant,
-            // whose lease a refund gives back to no more generously (its low is no higher).
-            let granted_at = slot.granted_at.load(Ordering::Acquire);
-            let mut tokens = slot.tokens.load(Ordering::Relaxed);
-            while tokens >= cost {
-                match slot.tokens.compare_exchange_weak(tokens, tokens - cost, Ordering::AcqRel, Ordering::Relaxed) {
-                    Ok(_) => {
-                        let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now);
-                        let mut d = decision(true, self.leased.gcra.capacity, tokens - cost, 0, reset_us);
-                        d.decided_at_micros = self.clock.now_micros();
-                        let charged_at = (granted_at != 0).then_some(granted_at);
-                        return Some(Outcome { charged_at, ..Outcome::of(d) });
-                    }
-                    Err(now_held) => tokens = now_held,
-                }
-            }
+        if let Some(spent) = Self::spend(slot, cost, now) {
+            let mut d = decision(true, self.leased.gcra.capacity, spent.remaining, 0, spent.reset_us);
+            d.decided_at_micros = self.clock.now_micros();
+            return Some(Outcome { charged_at: spent.charged_at, ..Outcome::of(d) });
         }
         let until = slot.refused_until.load(Ordering::Acquire);
         if now < until && cost >= slot.refused_cost.load(Ordering::Relaxed) {
@@ -360,6 +390,45 @@ impl Limiter {
         let outcome = pool.local(&slot, cost, pool.local.now_micros()).filter(|o| o.decision.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
         Some(self.ticketed_at(outcome.decision, Served::Backend, key, cost, outcome.charged_at))
+    }
+
+    /// The fast path of a leased check (validated `key` and `cost`): a spend from this
+    /// process's lease, built in place, when nothing unusual applies — the same conditions as the
+    /// memory backend's fast path (see `limiter::fast`), and the key not blocked. `None`: the
+    /// general path decides, exactly as before (a refusal, a round trip, a block, an override,
+    /// shadow mode, `block_for`).
+    #[inline(always)]
+    pub(crate) fn fast_leased(&self, key: &str, cost: u64) -> Option<Decision> {
+        let inner = &*self.inner;
+        let pool = inner.pool.as_deref()?;
+        if !inner.slow_path.is_clear()
+            || inner.shadow
+            || inner.block_for.is_some()
+            || inner.live.as_ref().is_some_and(|live| live.has_overrides())
+        {
+            return None;
+        }
+        pool.after_fork();
+        let now = pool.local.now_micros();
+        let spent = if key.is_empty() {
+            pool.spend_unblocked(&pool.unkeyed, cost, now)
+        } else {
+            pool.spend_unblocked(&pool.slot(key), cost, now)
+        }?;
+        inner.metrics.add(Counter::Allowed, 1);
+        let decided_at = pool.clock.now_micros();
+        Some(Decision {
+            allowed: true,
+            limit: pool.leased.gcra.capacity,
+            remaining: spent.remaining,
+            retry_after: std::time::Duration::ZERO,
+            reset_after: std::time::Duration::from_micros(spent.reset_us),
+            lease: None,
+            decided_at_micros: decided_at,
+            limits: None,
+            settle: self.fast_ticket(key, cost, spent.charged_at.unwrap_or(decided_at)),
+            shadow_refused: false,
+        })
     }
 
     /// A leased check answered in-process (from the lease, or a remembered refusal), if it can

@@ -501,6 +501,9 @@ impl Limiter {
         if let Some(decision) = self.fast_check(key, cost) {
             return Ok(decision);
         }
+        if let Some(decision) = self.fast_leased(key, cost) {
+            return Ok(decision);
+        }
         let outcome = self.run(key, op).await?;
         Ok(self.ticketed_granted(outcome, None, key, cost))
     }
@@ -510,6 +513,17 @@ impl Limiter {
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
         let (key, op) = self.check_op(key, cost)?;
         if let Some(decision) = self.fast_check(key, cost) {
+            return Ok(decision);
+        }
+        self.check_general_blocking(key, op, cost)
+    }
+
+    /// [`Limiter::check_blocking`] past the memory backend's fast path: a leased limiter's own
+    /// fast path, else the general path. Kept out of line so that the memory fast path's caller
+    /// stays as small as it was.
+    #[inline(never)]
+    fn check_general_blocking(&self, key: &str, op: Op, cost: u64) -> Result<Decision> {
+        if let Some(decision) = self.fast_leased(key, cost) {
             return Ok(decision);
         }
         let outcome = self.run_blocking(key, op)?;
