@@ -58,6 +58,8 @@ def script(rust: str, lua: str, hold: str | None = None) -> str:
     any commit since the pause check (whose prelude was `PAUSE_PRELUDE` before blocks made it
     `HOLD_PRELUDE`); `hold` replaces the hold check's text."""
     text = rust_const(rust, "BATCH_WRAPPER").replace("__NOW__", rust_const(rust, "NOW_US"), 1)
+    if "__SETTLE_CHARGE__" in text:  # an include_str! of its own file, which rust_const cannot read
+        text = text.replace("__SETTLE_CHARGE__", (REPO / "core/src/engine/settle_charge.lua").read_text(), 1)
     for placeholder, const in (("__PAUSE__", "PAUSE_PRELUDE"), ("__HOLD__", "HOLD_PRELUDE"), ("__SETTLE__", "SETTLE")):
         if placeholder in text:
             text = text.replace(placeholder, hold if hold is not None and const != "SETTLE" else rust_const(rust, const), 1)

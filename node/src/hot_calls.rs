@@ -7,6 +7,8 @@
 //! These calls borrow nothing and return no task, and on the memory backend that scope cost as
 //! much as the limiter's own work (`docs/src/benchmarks.md`), so they skip the glue: each reads
 //! its arguments with `napi_get_cb_info` and calls the same Rust function the glue would.
+//!
+//! The four share one body, [`hot_call`], given the operation and the answer's shape.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -17,6 +19,65 @@ use napi_derive::napi;
 
 use crate::bridge::ReplyValue;
 use crate::limiter;
+
+/// What a hot call does to the limiter its handle names.
+#[derive(Clone, Copy)]
+enum Operation {
+    /// `(handle, key, cost)`: counts the call.
+    Check,
+    /// `(handle, key)`: reads the state without counting.
+    Peek,
+}
+
+/// How a hot call answers.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// For the awaited `check` and `peek`: the decision when it is known during the call (an
+    /// in-process limiter), else the id of a reply to come (index.js's `promised` makes either
+    /// a Promise).
+    Awaited,
+    /// For `checkSync` and `peekSync`: the decision itself (blocking on Redis).
+    Sync,
+}
+
+/// The one body of the four calls: reads the operation's arguments, runs it on the limiter the
+/// handle names in the shape asked for, and returns its value or throws its error (a panic
+/// becomes a thrown error too: no panic crosses into JavaScript). Inlined into each callback
+/// with constant arguments, so each keeps only its own branch: no per-call dispatch.
+#[inline(always)]
+unsafe fn hot_call(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    operation: Operation,
+    shape: Shape,
+) -> sys::napi_value {
+    unsafe {
+        match operation {
+            Operation::Check => {
+                let [h, key, cost] = arguments::<3>(env, info);
+                respond(env, |e| {
+                    let handle = handle(env, h)?;
+                    let (key, cost) = (Unknown::from_raw_unchecked(env, key), Unknown::from_raw_unchecked(env, cost));
+                    match shape {
+                        Shape::Awaited => limiter::limiter_check(e, handle, key, cost),
+                        Shape::Sync => limiter::limiter_check_sync(e, handle, key, cost),
+                    }
+                })
+            }
+            Operation::Peek => {
+                let [h, key] = arguments::<2>(env, info);
+                respond(env, |e| {
+                    let handle = handle(env, h)?;
+                    let key = Option::<Unknown>::from_napi_value(env, key)?;
+                    match shape {
+                        Shape::Awaited => limiter::limiter_peek(e, handle, key),
+                        Shape::Sync => limiter::limiter_peek_sync(e, handle, key),
+                    }
+                })
+            }
+        }
+    }
+}
 
 /// The arguments of the current call: up to `N`, `undefined` for those left out.
 unsafe fn arguments<const N: usize>(env: sys::napi_env, info: sys::napi_callback_info) -> [sys::napi_value; N] {
@@ -46,45 +107,19 @@ unsafe fn handle(env: sys::napi_env, value: sys::napi_value) -> napi::Result<u32
 }
 
 unsafe extern "C" fn check(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    unsafe {
-        let [h, key, cost] = arguments::<3>(env, info);
-        respond(env, |e| {
-            limiter::limiter_check(
-                e,
-                handle(env, h)?,
-                Unknown::from_raw_unchecked(env, key),
-                Unknown::from_raw_unchecked(env, cost),
-            )
-        })
-    }
+    unsafe { hot_call(env, info, Operation::Check, Shape::Awaited) }
 }
 
 unsafe extern "C" fn check_sync(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    unsafe {
-        let [h, key, cost] = arguments::<3>(env, info);
-        respond(env, |e| {
-            limiter::limiter_check_sync(
-                e,
-                handle(env, h)?,
-                Unknown::from_raw_unchecked(env, key),
-                Unknown::from_raw_unchecked(env, cost),
-            )
-        })
-    }
+    unsafe { hot_call(env, info, Operation::Check, Shape::Sync) }
 }
 
 unsafe extern "C" fn peek(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    unsafe {
-        let [h, key] = arguments::<2>(env, info);
-        respond(env, |e| limiter::limiter_peek(e, handle(env, h)?, Option::<Unknown>::from_napi_value(env, key)?))
-    }
+    unsafe { hot_call(env, info, Operation::Peek, Shape::Awaited) }
 }
 
 unsafe extern "C" fn peek_sync(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    unsafe {
-        let [h, key] = arguments::<2>(env, info);
-        respond(env, |e| limiter::limiter_peek_sync(e, handle(env, h)?, Option::<Unknown>::from_napi_value(env, key)?))
-    }
+    unsafe { hot_call(env, info, Operation::Peek, Shape::Sync) }
 }
 
 type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;

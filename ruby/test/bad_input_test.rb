@@ -27,17 +27,10 @@ class BadInputTest < Minitest::Test
     "reschedule_in retry_after above 100 years" => NO_BACKOFF
   }.freeze
   # The table's http_middleware cases run through the Rack middleware, whose options are
-  # Python's (the table spells them as Node does unless `args_python` is given). Where the gem
-  # differs from Python and Node, the case is skipped saying how.
+  # Python's (the table spells them as Node does unless `args_python` is given).
   RACK_OPTION = { "keyGenerator" => "key", "standardHeaders" => "headers", "handler" => "on_refused",
                   "trustedProxies" => "trusted_proxies", "windowMs" => "window_ms",
                   "partitionKeySecret" => "partition_key_secret" }.freeze
-  RACK_DIFFERS = {
-    "http middleware cost 0" => "the Rack middleware accepts a cost of 0 (Python and Node refuse it)",
-    "http middleware cost above the capacity" =>
-      "the Rack middleware does not compare a fixed cost with its limiters' capacities when built (Python and Node do)",
-    "http middleware trusted proxies not a list" => "the Rack middleware takes one address or range as well as an Array"
-  }.freeze
   # Ruby's keyword arguments refuse a missing or unknown option before the middleware's code
   # runs: an ArgumentError naming the keyword, not InvalidArgument.
   RACK_KEYWORD_ERRORS = ["http middleware without a limiter", "http middleware unknown option"].freeze
@@ -170,7 +163,6 @@ class BadInputTest < Minitest::Test
   cases.each_with_index do |c, i|
     define_method("test_#{i}_#{c['name'].gsub(/[^A-Za-z0-9]+/, '_')}") do
       skip SKIP[c["name"]] if SKIP.key?(c["name"])
-      skip RACK_DIFFERS[c["name"]] if RACK_DIFFERS.key?(c["name"])
       if RACK_KEYWORD_ERRORS.include?(c["name"])
         error = assert_raises(ArgumentError) { call(c, nil) }
         assert_includes error.message, ":#{c.fetch('parameter').fetch('python')}"

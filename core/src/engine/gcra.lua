@@ -15,7 +15,9 @@
 -- ARGV[8]  actual (adjust, settle)
 -- Returns {tat_us, tat_ns, now}: the TAT before this call (microseconds, and nanoseconds within
 -- the microsecond) and the instant it was decided at. A refused check sets `refused` (see script.rs).
--- Written inline, without local functions: a closure per call costs the server measurably.
+-- Written inline, without local functions: a closure per call costs the server measurably (a
+-- settle's charge is `settle_charge` of the script's prelude, settle_charge.lua, defined once
+-- per invocation).
 -- Every figure stays below 2^53 ticks (the caller chooses the tick so), where doubles are exact;
 -- absolute instants are kept in microseconds (a nanosecond instant would exceed 2^53).
 -- Every number written is formatted with %d: tostring() would serialise large ones as
@@ -67,15 +69,7 @@ else
   -- it (never beyond full).
   local estimate, actual = tonumber(ARGV[7]), tonumber(ARGV[8])
   if actual >= estimate then
-    local room = max_ahead - used
-    -- Whole units that fit in the room, without multiplying a possibly huge difference by T.
-    if room <= 0 then
-      new_used = used
-    elseif actual - estimate > (room - math.fmod(room, T)) / T then
-      new_used = max_ahead
-    else
-      new_used = used + (actual - estimate) * T
-    end
+    new_used = settle_charge(used, actual - estimate, T, max_ahead)
   else
     new_used = math.max(used - (estimate - actual) * T, 0)
   end

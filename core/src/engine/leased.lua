@@ -122,14 +122,7 @@ if op == 'settle' then
   local estimate, actual = tonumber(ARGV[8]), tonumber(ARGV[9])
   if actual >= estimate then
     -- A charge: debt on the shared bucket, up to max_ahead, as gcra.lua's settle.
-    local room = max_ahead - used
-    if room > 0 then
-      if actual - estimate > (room - math.fmod(room, T)) / T then
-        used = max_ahead
-      else
-        used = used + (actual - estimate) * T
-      end
-    end
+    used = settle_charge(used, actual - estimate, T, max_ahead)
   else
     -- A refund: as a give-back of the lease the call's tokens were granted in (found by its
     -- grant instant, ARGV[10]), priced as that lease was granted and at most its low: the

@@ -30,7 +30,8 @@ pub(crate) struct LuaScript {
 /// behind design choices").
 ///
 /// Every call also passes through the hold check ([`HOLD_PRELUDE`]: pauses and blocks), written once here for
-/// every engine, and every script reads "now" through the one helper [`NOW_US`].
+/// every engine, and every script reads "now" through the one helper [`NOW_US`]; a settle's
+/// charge is the one helper [`SETTLE_CHARGE`].
 ///
 /// An engine's body that refuses a check sets `refused` (declared here, so that bodies can set
 /// it), and so does the hold check: the combined script of `check_all`
@@ -38,6 +39,7 @@ pub(crate) struct LuaScript {
 /// reply; a single call ignores it.
 const BATCH_WRAPPER: &str = r#"
 __NOW__
+__SETTLE_CHARGE__
 local refused = false
 local function run(KEYS, ARGV)
 __HOLD__
@@ -89,6 +91,12 @@ local function now_us(ARGV)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 "#;
+
+/// The charge of a settle above its estimate, as debt up to `max_ahead`: one Lua function,
+/// `settle_charge`, that the engines keeping a bucket's use in ticks call. It is part of the
+/// prelude of every script (and of `check_all`'s), outside the per-call body, so it is defined
+/// once per invocation, not once per call of a batch.
+pub(super) const SETTLE_CHARGE: &str = include_str!("settle_charge.lua");
 
 /// The hold check every engine's script starts with: pauses (see `Limiter::pause`) and blocks
 /// (see `Limiter::block`). A check or peek passes two keys more than its engine's own, last in
@@ -162,6 +170,7 @@ impl LuaScript {
     pub(crate) fn new(name: &'static str, engine: &'static str) -> Self {
         let body = BATCH_WRAPPER
             .replacen("__NOW__", NOW_US, 1)
+            .replacen("__SETTLE_CHARGE__", SETTLE_CHARGE, 1)
             .replacen("__HOLD__", HOLD_PRELUDE, 1)
             .replacen("__BODY__", engine, 1)
             .replacen("__SETTLE__", SETTLE, 1);

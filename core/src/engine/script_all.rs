@@ -20,7 +20,7 @@
 
 use std::sync::LazyLock;
 
-use super::script::{LuaScript, HOLD_PRELUDE, NOW_US};
+use super::script::{LuaScript, HOLD_PRELUDE, NOW_US, SETTLE_CHARGE};
 
 /// The engines that can take part, by the name of their script, in the order of their index
 /// in the combined script (1-based). The leased token bucket spends in process and leased
@@ -102,6 +102,7 @@ return out
 /// The combined script (see the module documentation).
 pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| {
     let mut body = String::from(NOW_US);
+    body.push_str(SETTLE_CHARGE);
     body.push_str("local refused = false\nlocal engines = {}\n");
     for (i, (_, engine)) in ENGINES.iter().enumerate() {
         body.push_str(&format!("engines[{}] = function(KEYS, ARGV)\n", i + 1));

@@ -16,8 +16,10 @@ module Ratekeeper
   #   limiter:         a Limiter, or an Array checked in order (a request passes when all do)
   #   key:             ->(env) { String }: the identity counted (default: the client address,
   #                    IPv6 grouped by /56; proxy headers only from `trusted_proxies`)
-  #   trusted_proxies: addresses or CIDR ranges whose Forwarded / X-Forwarded-For are believed
-  #   cost:            a whole number, or ->(env) { Integer } (default 1)
+  #   trusted_proxies: an Array of addresses or CIDR ranges whose Forwarded / X-Forwarded-For
+  #                    are believed
+  #   cost:            a whole number >= 1 and at most each limiter's capacity, or
+  #                    ->(env) { Integer } (default 1)
   #   skip:            ->(env) { true }: not limited at all (no backend call, no header)
   #   count:           "all" (default), "failures" (status >= 400) or "successes"
   #   headers:         "draft-11" (default), "draft-7", "draft-6", "legacy", or nil / false
@@ -66,9 +68,7 @@ module Ratekeeper
       { key: key, skip: skip, on_refused: on_refused }.each do |name, value|
         Ratekeeper.invalid!(name, "must respond to call, got #{value.inspect}") unless value.nil? || value.respond_to?(:call)
       end
-      unless cost.respond_to?(:call) || (cost.is_a?(Integer) && cost >= 0)
-        Ratekeeper.invalid!("cost", "must be a whole number >= 0 or respond to call, got #{cost.inspect}")
-      end
+      fixed_cost(cost, limiters) unless cost.respond_to?(:call)
       count = count.to_s
       Ratekeeper.invalid!("count", "must be \"all\", \"failures\" or \"successes\", got #{count.inspect}") unless COUNTS.include?(count)
       headers = nil if headers == false
@@ -110,6 +110,30 @@ module Ratekeeper
     end
 
     private
+
+    # A fixed cost is a whole number >= 1 that each limiter can admit at least once: the core
+    # would refuse a larger one on every request, so it is refused here, as Python and Node do.
+    def fixed_cost(cost, limiters)
+      unless cost.is_a?(Integer) && cost >= 1
+        Ratekeeper.invalid!("cost", "must be a whole number >= 1 or respond to call, got #{cost.inspect}")
+      end
+      limiters.each do |one|
+        most = capacity(one.spec)
+        next if most.nil? || cost <= most
+
+        Ratekeeper.invalid!("cost", "#{cost} exceeds the capacity of #{one.name.inspect} (#{most}); no request could ever be admitted")
+      end
+    end
+
+    # The most one call can cost on a limiter of this spec (nil: no such bound known here).
+    def capacity(spec)
+      field = %w[capacity size limit].find { |name| spec[name].is_a?(Integer) }
+      return spec[field] if field
+      return spec["windows"].map { |limit, _interval| limit.to_i }.min if spec["windows"]&.any? # [[limit, interval], ...]
+      return spec["limits"].map { |_interval, limit| limit.to_i }.min if spec["limits"]&.any? # [[interval, limit(, precision)], ...]
+
+      nil
+    end
 
     def gate(limiter, count)
       kind = limiter.kind
@@ -269,7 +293,12 @@ module Ratekeeper
     def networks(trusted)
       return [] if trusted.nil?
 
-      Array(trusted).map do |item|
+      # One String is not taken as a list of one: Python and Node refuse it, so one
+      # configuration means the same in every language.
+      unless trusted.is_a?(Array)
+        Ratekeeper.invalid!("trusted_proxies", "must be an Array of IP addresses or CIDR ranges, got #{trusted.inspect}")
+      end
+      trusted.map do |item|
         Ratekeeper.invalid!("trusted_proxies", "must be IP addresses or CIDR ranges, got #{item.inspect}") unless item.is_a?(String)
         IPAddr.new(item.strip)
       rescue IPAddr::Error => e
