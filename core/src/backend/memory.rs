@@ -71,7 +71,7 @@ impl MemoryConfig {
 
 /// The one system clock every default configuration shares, so that a backend can tell it
 /// from a clock of the caller's by identity.
-fn system_clock() -> Arc<dyn Clock> {
+pub(crate) fn system_clock() -> Arc<dyn Clock> {
     static SYSTEM: std::sync::LazyLock<Arc<dyn Clock>> = std::sync::LazyLock::new(|| Arc::new(SystemClock));
     SYSTEM.clone()
 }

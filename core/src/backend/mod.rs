@@ -4,7 +4,7 @@ mod blocks;
 pub(crate) mod memory;
 mod operate;
 pub(crate) mod redis;
-mod wall_clock;
+pub(crate) mod wall_clock;
 
 /// The Redis backend types a limiter holds.
 pub(crate) use self::redis::{Failover, RedisBackend};

@@ -63,6 +63,10 @@ pub(crate) struct LeasePool {
     leased: Leased,
     /// The backend's clock: the wall-clock instant decisions carry.
     clock: Arc<dyn Clock>,
+    /// Whether `clock` is the system clock, read as the memory backend reads it (see
+    /// `backend::wall_clock`): a spend from a lease reads a clock twice, and the system clock's
+    /// `clock_gettime` was the larger part of it.
+    system_clock: bool,
     /// The clock of the slots' deadlines (see the module documentation).
     local: LocalClock,
     /// The process the slots belong to (see [`LeasePool::after_fork`]).
@@ -164,12 +168,17 @@ impl Slot {
 impl LeasePool {
     pub(crate) fn new(leased: Leased, clock: Arc<dyn Clock>, name: &str, colocate: Colocate) -> LeasePool {
         let local = LocalClock::beside(&clock);
+        let system_clock = Arc::ptr_eq(&clock, &crate::backend::memory::system_clock());
+        if system_clock {
+            crate::backend::wall_clock::prepare();
+        }
         let (pid, _) = forked_since(0);
         LeasePool {
             unkeyed: Arc::new(Slot::new(leased.chunk)),
             keyed: RwLock::default(),
             leased,
             clock,
+            system_clock,
             local,
             pid: AtomicU32::new(pid),
             forking: parking_lot::Mutex::new(()),
@@ -186,6 +195,16 @@ impl LeasePool {
         let (pid, forked) = forked_since(self.pid.load(Ordering::Acquire));
         if forked {
             self.forget_parent(pid);
+        }
+    }
+
+    /// The wall-clock instant a decision carries, now.
+    #[inline(always)]
+    fn wall_micros(&self) -> u64 {
+        if self.system_clock {
+            crate::backend::wall_clock::now_micros()
+        } else {
+            self.clock.now_micros()
         }
     }
 
@@ -270,19 +289,19 @@ impl LeasePool {
         if now < blocked_until {
             let retry = blocked_until - now;
             let mut d = decision(false, self.leased.gcra.capacity, 0, retry, retry);
-            d.decided_at_micros = self.clock.now_micros();
+            d.decided_at_micros = self.wall_micros();
             return Some(Outcome { blocked: true, ..Outcome::of(d) });
         }
         if let Some(spent) = Self::spend(slot, cost, now) {
             let mut d = decision(true, self.leased.gcra.capacity, spent.remaining, 0, spent.reset_us);
-            d.decided_at_micros = self.clock.now_micros();
+            d.decided_at_micros = self.wall_micros();
             return Some(Outcome { charged_at: spent.charged_at, ..Outcome::of(d) });
         }
         let until = slot.refused_until.load(Ordering::Acquire);
         if now < until && cost >= slot.refused_cost.load(Ordering::Relaxed) {
             let reset_us = slot.full_at.load(Ordering::Relaxed).saturating_sub(now).max(until - now);
             let mut d = decision(false, self.leased.gcra.capacity, 0, until - now, reset_us);
-            d.decided_at_micros = self.clock.now_micros();
+            d.decided_at_micros = self.wall_micros();
             return Some(Outcome::of(d));
         }
         None
@@ -416,7 +435,7 @@ impl Limiter {
             pool.spend_unblocked(&pool.slot(key), cost, now)
         }?;
         inner.metrics.add(Counter::Allowed, 1);
-        let decided_at = pool.clock.now_micros();
+        let decided_at = pool.wall_micros();
         Some(Decision {
             allowed: true,
             limit: pool.leased.gcra.capacity,

@@ -231,7 +231,7 @@ impl RedisBackend {
         }
         let deny_cache = deny_cache::DenyCache::new(config.deny_cache, config.deny_cache_max_entries);
         let manual_clock = config.clock.clone().filter(|c| c.is_manual());
-        let fallback_clock = config.clock.clone().unwrap_or_else(|| Arc::new(crate::clock::SystemClock));
+        let fallback_clock = config.clock.clone().unwrap_or_else(crate::backend::memory::system_clock);
         Ok(RedisBackend {
             connections: Connections::for_config(&config)?,
             prefix: config.prefix,
