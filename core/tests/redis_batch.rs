@@ -169,3 +169,38 @@ fn calls_of_one_batch_share_the_instant_of_their_invocation() {
     }
     panic!("the concurrent checks were never batched");
 }
+
+/// A batch whose calls differ only in their cost charges each call its own cost: the arguments are
+/// written once for all only when every call has the same.
+#[test]
+fn calls_of_one_limiter_at_different_costs_keep_their_costs_in_a_batch() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.bucket("costs", 4, Duration::from_secs(3600)).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let cost = |t: usize| if t % 2 == 0 { 3 } else { 1 };
+    for round in 0..10 {
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        // Each task on its own key: what is left there is what its own cost left.
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (limiter, key) = (limiter.clone(), format!("r{round}-{t}"));
+                runtime().spawn(async move { limiter.check(Some(&key), cost(t)).await })
+            })
+            .collect();
+        for (t, task) in tasks.into_iter().enumerate() {
+            let decision = ratekeeper::block_on(task).expect("a check task").expect("Redis answers");
+            assert!(decision.allowed, "task {t}: {decision:?}");
+            assert_eq!(decision.remaining, 4 - cost(t), "task {t}: {decision:?}");
+        }
+        let invocations = commandstat(&server, "evalsha");
+        for t in 0..TASKS {
+            let left = limiter.peek_blocking(Some(&format!("r{round}-{t}"))).unwrap().remaining;
+            assert_eq!(left, 4 - cost(t), "task {t} was charged its own cost");
+        }
+        if invocations < TASKS as u64 {
+            return; // batched at least once
+        }
+    }
+    panic!("the concurrent checks were never batched");
+}

@@ -20,8 +20,10 @@ pub(crate) struct LuaScript {
 /// - one call: `EVALSHA sha <n> keys… args…`, exactly as the `.lua` file documents;
 /// - a batch of calls (see the Redis backend's `scripts::batch`): `EVALSHA sha <all keys> keys… 'batch' <n> (<keys_i>
 ///   <args_i>)… args…`, or `… 'batch-same' <n> <keys> <args> args…` when every call has the
-///   same number of keys and of arguments (the usual case: one shape written once costs the
-///   server less), answered with one reply per call. The calls run one after the other,
+///   same number of keys and of arguments (one shape written once costs the server less), or
+///   `… 'batch-shared' <n> <keys> <args> args` when every call also has the same arguments
+///   (the usual case: checks of one limiter at one cost, told apart by their keys), written
+///   once for all; answered with one reply per call. The calls run one after the other,
 ///   each exactly as if alone, and each call's error is its own: the others are still answered.
 ///   They arrived together, so they share one instant: the server's TIME is read once per
 ///   invocation (see [`NOW_US`]).
@@ -45,7 +47,8 @@ __HOLD__
 __BODY__
 end
 __SETTLE__
-local same = ARGV[1] == 'batch-same'
+local shared = ARGV[1] == 'batch-shared'
+local same = shared or ARGV[1] == 'batch-same'
 if ARGV[1] == 'settle' then return settle(KEYS, ARGV) end
 if ARGV[1] ~= 'batch' and not same then return run(KEYS, ARGV) end
 local n = tonumber(ARGV[2])
@@ -57,6 +60,7 @@ for i = 1, n do
   local keys, args = {}, {}
   for j = 1, key_count do keys[j] = KEYS[k]; k = k + 1 end
   for j = 1, arg_count do args[j] = ARGV[a]; a = a + 1 end
+  if shared then a = 5 end
   local ok, reply = pcall(args[1] == 'settle' and settle or run, keys, args)
   if ok then
     replies[i] = reply
