@@ -1,16 +1,19 @@
 """Server time of the fixed-window `bucket` check (INFO commandstats), same run: today's script
-against the script before the configuration fingerprint (commit be5c4f4) and the one before the
-fixed-window fast path (commit d14bed1), and today's script taken apart (without the hold check,
-without the fingerprint, the wrapper alone) to show what each part costs; on one redis-server,
-rounds interleaved.
+against the script before the configuration fingerprint (commit be5c4f4), the one before the
+fixed-window fast path (commit d14bed1) and today's body in the prelude before TIME was read once
+per invocation and the hold check asked EXISTS first (commit 8760ad9), and today's script taken
+apart (without the hold check, without the fingerprint, the wrapper alone, the bare invocation
+with other argument and reply shapes) to show what each part costs; on one redis-server, rounds
+interleaved.
 
     python3 bench/python/bucket_server_time.py [--quick]
 
 Each round sends 20,000 pipelined checks per script (built before the first round) in three
 modes: each call on a new key (the first check of a window: read, write, expire); calls on
 1,000 keys already written in the current window (read, increment); and the same in batches of
-64 calls per EVALSHA, as Node's 64 checks in flight reach the server, where the token bucket's
-script runs beside it for comparison. The arguments are the library's of each script's era
+64 calls per EVALSHA, as Node's 64 checks in flight reach the server (their arguments written
+once, `batch-shared`, where the script knows it), where the token bucket's script runs beside
+it for comparison. The arguments are the library's of each script's era
 (`check`, the server's TIME, cost 1, limits that refuse nothing); the median of 11 rounds
 counts. Needs only redis-server and git (the older scripts are read from the repository's
 history); writes bench/results/bench-bucket-server-time.json.
@@ -72,6 +75,8 @@ NO_HOLD = "if ARGV[1] == 'check' or ARGV[1] == 'peek' then table.remove(KEYS) ta
 EMPTY_BODY = "local now = now_us(ARGV)\nreturn {now, 0, 0, -1, -1}\n"
 # The same reply without reading the clock: what invoking a script costs the server.
 CONSTANT_BODY = "return {1, 0, 0, -1, -1}\n"
+# A one-integer reply: what the reply's five elements cost beyond one.
+ONE_INTEGER_BODY = "return 1\n"
 
 
 def without_fingerprint(lua: str) -> str:
@@ -92,6 +97,14 @@ OLD, PAUSE, HOLD = "hash only, no fingerprint", "hash and pause key", "hash, pau
 TOKEN = "the token bucket today"
 # Called with today's keys and arguments, but not run in batches (it has no batch wrapper).
 BARE = "today's calls, no wrapper"
+# Today's keys with the arguments packed into one delimited string (not run in batches).
+PACKED = "today's keys, one packed argument, no wrapper"
+# The prelude (wrapper, now, hold check) before TIME was read once per invocation and the hold
+# check asked EXISTS first.
+PREVIOUS_PRELUDE = "8760ad9"
+# Today's script in batches that write every call's arguments (`batch-same`), as before the
+# calls of a batch with the same arguments wrote them once (`batch-shared`).
+ARGS_PER_CALL = "today's script, batched with every call's arguments (batch-same)"
 
 
 def scripts() -> dict[str, tuple[str, str]]:
@@ -107,6 +120,9 @@ def scripts() -> dict[str, tuple[str, str]]:
         "before the fixed-window fast path (d14bed1)": (
             PAUSE, script(git_show("d14bed1", "core/src/engine/script.rs"), git_show("d14bed1", "core/src/engine/sliding.lua"))),
         "before the configuration fingerprint (be5c4f4)": (OLD, old),
+        f"today's body in the prelude before one TIME per invocation and EXISTS ({PREVIOUS_PRELUDE})": (
+            HOLD, script(git_show(PREVIOUS_PRELUDE, "core/src/engine/script.rs"), lua)),
+        ARGS_PER_CALL: (HOLD, script(rust, lua)),
         "today without the hold check": (HOLD, script(rust, lua, NO_HOLD)),
         "today without the fingerprint": (HOLD, script(rust, without_fingerprint(fast))),
         "today without the hold check and the fingerprint": (HOLD, script(rust, without_fingerprint(fast), NO_HOLD)),
@@ -114,6 +130,8 @@ def scripts() -> dict[str, tuple[str, str]]:
         "the wrapper and TIME (no hold check, no body)": (HOLD, script(rust, EMPTY_BODY, NO_HOLD)),
         "the wrapper alone (no TIME, no hold check, no body)": (HOLD, script(rust, CONSTANT_BODY, NO_HOLD)),
         "the invocation alone (a script that returns the same reply)": (BARE, CONSTANT_BODY),
+        "the invocation alone, one packed argument (same keys, same reply)": (PACKED, CONSTANT_BODY),
+        "the invocation alone, a one-integer reply (same keys and arguments)": (BARE, ONE_INTEGER_BODY),
         "the token bucket's script (gcra.lua), same calls": (TOKEN, script(rust, (REPO / "core/src/engine/gcra.lua").read_text())),
     }
 
@@ -193,13 +211,16 @@ def main() -> None:
             for name, (era, _) in variants.items():
                 if mode == BATCHED and era not in (HOLD, TOKEN):
                     continue  # the older scripts (and the bare one) are compared one call at a time
+                if mode != BATCHED and name == ARGS_PER_CALL:
+                    continue  # one call at a time it is today's script
                 # New keys (the server is emptied before each round), or HOT_KEYS keys of this
                 # variant, written before the clock starts, in the window they were written in.
                 calls = [call(era, f"{{rk:{name}:{i if mode == NEW else i % HOT_KEYS}}}") for i in range(CALLS)]
                 if mode == BATCHED:
                     # As 64 checks in flight travel from Node: one batched invocation (see
                     # `BATCH_WRAPPER` in core/src/engine/script.rs).
-                    runs[name, mode] = [batched(shas[name], calls[i:i + BATCH]) for i in range(0, CALLS, BATCH)]
+                    shared = "batch-shared" in variants[name][1] and name != ARGS_PER_CALL
+                    runs[name, mode] = [batched(shas[name], calls[i:i + BATCH], shared) for i in range(0, CALLS, BATCH)]
                 else:
                     runs[name, mode] = [command("EVALSHA", shas[name], len(k), *k, *a) for k, a in calls]
         for _ in range(ROUNDS):
@@ -227,7 +248,7 @@ def main() -> None:
             print(f"{mode}: {name}: median {medians[name, mode]:.2f} µs per call "
                   f"(redis-server CPU {cpu_medians[name, mode]:.2f} µs), rounds {' '.join(f'{x:.2f}' for x in v)}")
     names = list(variants)
-    today, before_fast, before_fp = names[:3]
+    today, before_fast, before_fp, before_prelude = names[:4]
     token = next(name for name, (era, _) in variants.items() if era == TOKEN)
     rows = []
     for mode in MODES:
@@ -239,6 +260,9 @@ def main() -> None:
                 report.row(f"{mode}: today's script", medians[today, mode], "the script before the fast path",
                            medians[before_fast, mode], unit="server µs per call", higher_is_better=False),
             ]
+        rows.append(report.row(f"{mode}: today's script", medians[today, mode],
+                               f"the prelude before one TIME per invocation and EXISTS ({PREVIOUS_PRELUDE})",
+                               medians[before_prelude, mode], unit="server µs per call", higher_is_better=False))
         rows.append(report.row(f"{mode}: today's script, redis-server CPU (whole server, commands included)",
                                cpu_medians[today, mode], *((("the script before the fingerprint",
                                                               cpu_medians[before_fp, mode]) if mode != BATCHED else
@@ -246,7 +270,7 @@ def main() -> None:
                                unit="µs per call", higher_is_better=False))
         # The parts: each stripped script (and the token bucket's) against today's whole one.
         rows += [report.row(f"{mode}: {name}", medians[name, mode], "today's whole script", medians[today, mode],
-                            unit="server µs per call", higher_is_better=False) for name in names[3:]
+                            unit="server µs per call", higher_is_better=False) for name in names[4:]
                  if (name, mode) in medians]
     report.write("bench-bucket-server-time", "Redis", "Server time of a fixed-window `bucket` check, and of its parts",
                  "python3 bench/python/bucket_server_time.py",
@@ -260,6 +284,9 @@ def call(era: str, tag: str) -> tuple[list[str], list[object]]:
     exhausts, so no check is refused; the server's TIME."""
     if era == OLD:  # KEYS: the hash; ARGV: op, now, cost, limits
         return [f"{tag}:b:s"], ["check", "", 1, 1, 10**9, 60_000_000, 60_000_000, 1]
+    if era == PACKED:
+        keys, args = call(HOLD, tag)
+        return keys, ["|".join(str(a) for a in args)]
     if era == BARE:
         era = HOLD
     if era == TOKEN:  # KEYS: the state, the pause and block keys; ARGV: op, now, tick, T, tau, max ahead, cost, 0
@@ -269,9 +296,14 @@ def call(era: str, tag: str) -> tuple[list[str], list[object]]:
     return keys, ["check", "", 1, "5211818389484841", 1, 10**9, 60_000_000, 60_000_000, 1]
 
 
-def batched(sha: bytes, calls: list[tuple[list[str], list[object]]]) -> bytes:
-    """Calls of one shape as one `batch-same` invocation (see `scripts::batch` in the Redis backend)."""
+def batched(sha: bytes, calls: list[tuple[list[str], list[object]]], shared: bool) -> bytes:
+    """Calls of one shape as one batched invocation, as `scripts::batch` in the Redis backend
+    writes them: `batch-shared` (the arguments once) when `shared` and every call has the same,
+    else `batch-same` (every call's arguments)."""
     keys = [k for ks, _ in calls for k in ks]
+    if shared and all(a_s == calls[0][1] for _, a_s in calls):
+        return command("EVALSHA", sha, len(keys), *keys, "batch-shared", len(calls), len(calls[0][0]),
+                       len(calls[0][1]), *calls[0][1])
     args = [a for _, a_s in calls for a in a_s]
     return command("EVALSHA", sha, len(keys), *keys, "batch-same", len(calls), len(calls[0][0]), len(calls[0][1]), *args)
 

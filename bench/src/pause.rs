@@ -9,7 +9,7 @@
 //! Three scripts run the same GCRA checks (server TIME, pipelined 500 at a time, one key that
 //! always admits): `without pause check` is the GCRA script with the pause check cut out (what
 //! every call ran before pauses existed), `with pause check` is the script as shipped (its hold
-//! check: one MGET of the pause and block keys, both missing), `paused` is the shipped script on
+//! check: one EXISTS of the pause and block keys, both missing), `paused` is the shipped script on
 //! a paused key (the refusal that skips the engine). The rows alternate for `ROUNDS` rounds and each row reports its median.
 //!
 //! The benchmark starts its own `redis-server` on a free loopback port (never 6379, no

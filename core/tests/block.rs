@@ -192,7 +192,7 @@ fn redis_block_is_fleet_wide() {
 }
 
 /// On Redis (the server's TIME): the block is one key beside the limiter's, with its hash tag
-/// and a TTL of the block; a blocked check is one EVALSHA with one MGET and nothing else, and
+/// and a TTL of the block; a blocked check is one EVALSHA with one EXISTS and one MGET and nothing else, and
 /// `acquire` waits the block out.
 #[test]
 fn redis_block_key_has_the_tag_and_the_ttl_and_costs_no_round_trip() {
@@ -227,6 +227,7 @@ fn redis_block_key_has_the_tag_and_the_ttl_and_costs_no_round_trip() {
     };
     assert_eq!(calls("evalsha") + calls("eval"), 5, "{stats}");
     assert_eq!(calls("mget"), 5, "{stats}");
+    assert_eq!(calls("exists"), 5, "{stats}");
     assert_eq!(calls("set") + calls("del") + calls("get"), 0, "a blocked refusal writes nothing: {stats}");
 
     let short = backend.token_bucket("short", 100.0, 100).unwrap();

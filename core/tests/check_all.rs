@@ -331,3 +331,23 @@ fn a_part_in_shadow_mode_never_refuses_the_combination() {
         assert_eq!(shadow.metrics().shadow_refused, 2, "the refused combination only peeked the shadow part");
     }
 }
+
+/// On the server's TIME, a combination's state lives as long as a single check's would: the
+/// server's clock needs none of the hour of slack a caller's (manual) clock gets, so a
+/// combined check keeps no key an hour longer than its window.
+#[test]
+fn redis_check_all_on_the_server_clock_keeps_the_server_clocks_ttls() {
+    let server = RedisServer::start();
+    let backend = Backend::redis(&server.url()).unwrap();
+    let second = Duration::from_secs(1);
+    let a = backend.bucket("ttl-a", 5, second).unwrap();
+    let b = backend.window("ttl-b", 5, second).unwrap();
+    assert!(backend.check_all_blocking(&[(&a, Some("k"), 1), (&b, Some("k"), 1)]).unwrap().allowed);
+    let keys: Vec<String> = server.cli(&["KEYS", "*ttl-*:k*"]).lines().map(str::to_owned).collect();
+    assert!(!keys.is_empty(), "the parts wrote their state");
+    for key in &keys {
+        let ttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
+        // A one-second window and the server clock's one second of slack.
+        assert!((0..=2_100).contains(&ttl), "{key}: PTTL {ttl} ms");
+    }
+}

@@ -301,9 +301,10 @@ fn redis_pause_key_has_the_tag_and_the_ttl_and_costs_no_round_trip() {
             .map_or(0, |v| v.parse::<u64>().unwrap())
     };
     assert_eq!(calls("evalsha") + calls("eval"), 5, "{stats}");
-    // Inside the scripts: one MGET of the pause and block keys and one TIME per call; the engine
+    // Inside the scripts: one EXISTS and one MGET of the pause and block keys and one TIME per call; the engine
     // ran nothing.
     assert_eq!(calls("mget"), 5, "{stats}");
+    assert_eq!(calls("exists"), 5, "{stats}");
     assert_eq!(calls("get"), 0, "{stats}");
     assert_eq!(calls("set") + calls("del"), 0, "a paused refusal writes nothing: {stats}");
 }

@@ -139,3 +139,68 @@ fn calls_of_one_script_with_different_shapes_share_a_batch() {
     }
     panic!("the concurrent checks were never batched");
 }
+
+/// The calls of one batch arrived together and share one instant: the script reads the server's
+/// TIME once per invocation, so a round of concurrent checks is decided at no more instants than
+/// it took invocations.
+#[test]
+fn calls_of_one_batch_share_the_instant_of_their_invocation() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.bucket("one-instant", 1_000, Duration::from_secs(3600)).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    for round in 0..10 {
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let results = concurrent_checks(&limiter, |t| format!("r{round}-{t}"));
+        let invocations = commandstat(&server, "evalsha");
+        let mut instants: Vec<u64> =
+            results.iter().map(|r| r.as_ref().expect("Redis answers").decided_at_micros).collect();
+        assert!(instants.iter().all(|&t| t > 0), "decided on the server's clock: {instants:?}");
+        instants.sort_unstable();
+        instants.dedup();
+        assert!(
+            instants.len() as u64 <= invocations,
+            "{} instants for {invocations} script invocations: the calls of a batch read TIME each",
+            instants.len()
+        );
+        if invocations < TASKS as u64 {
+            return; // batched at least once
+        }
+    }
+    panic!("the concurrent checks were never batched");
+}
+
+/// A batch whose calls differ only in their cost charges each call its own cost: the arguments are
+/// written once for all only when every call has the same.
+#[test]
+fn calls_of_one_limiter_at_different_costs_keep_their_costs_in_a_batch() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.bucket("costs", 4, Duration::from_secs(3600)).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let cost = |t: usize| if t % 2 == 0 { 3 } else { 1 };
+    for round in 0..10 {
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        // Each task on its own key: what is left there is what its own cost left.
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (limiter, key) = (limiter.clone(), format!("r{round}-{t}"));
+                runtime().spawn(async move { limiter.check(Some(&key), cost(t)).await })
+            })
+            .collect();
+        for (t, task) in tasks.into_iter().enumerate() {
+            let decision = ratekeeper::block_on(task).expect("a check task").expect("Redis answers");
+            assert!(decision.allowed, "task {t}: {decision:?}");
+            assert_eq!(decision.remaining, 4 - cost(t), "task {t}: {decision:?}");
+        }
+        let invocations = commandstat(&server, "evalsha");
+        for t in 0..TASKS {
+            let left = limiter.peek_blocking(Some(&format!("r{round}-{t}"))).unwrap().remaining;
+            assert_eq!(left, 4 - cost(t), "task {t} was charged its own cost");
+        }
+        if invocations < TASKS as u64 {
+            return; // batched at least once
+        }
+    }
+    panic!("the concurrent checks were never batched");
+}

@@ -824,9 +824,9 @@ fn monitor_args(line: &str) -> Option<(f64, Vec<&str>)> {
 }
 
 /// The waiters a script call checks for: ARGV[6] of each `check` in it, alone or in a batch
-/// (`batch-same`: count, keys and arguments per call, then the calls; `batch`: count, keys and
-/// arguments of each call, then the calls). A check that will not wait (the first holder's) has
-/// none.
+/// (`batch-same`: count, keys and arguments per call, then the calls; `batch-shared`: the same
+/// with the one call's arguments that every call has; `batch`: count, keys and arguments of each
+/// call, then the calls). A check that will not wait (the first holder's) has none.
 fn waiters_checked<'a>(args: &[&'a str]) -> Vec<&'a str> {
     let script = args.first().is_some_and(|c| c.eq_ignore_ascii_case("evalsha") || c.eq_ignore_ascii_case("eval"));
     let argv = match args.get(2).and_then(|n| n.parse::<usize>().ok()) {
@@ -836,6 +836,7 @@ fn waiters_checked<'a>(args: &[&'a str]) -> Vec<&'a str> {
     let number = |i: usize| argv.get(i).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
     let calls: Vec<&[&str]> = match argv.first() {
         Some(&"batch-same") => argv.get(4..).unwrap_or_default().chunks(number(3).max(1)).take(number(1)).collect(),
+        Some(&"batch-shared") => vec![argv.get(4..).unwrap_or_default(); number(1)],
         Some(&"batch") => {
             let mut at = 2 * number(1) + 2;
             (0..number(1))

@@ -3,8 +3,8 @@
 //!
 //! A block is checked where a pause is, before any engine runs: in the memory backend and, on
 //! Redis, by the hold check every engine's script starts with (`HOLD_PRELUDE` in
-//! [`super::script`]), which reads the pause key and the block key in one `MGET`, so a blocked
-//! check costs no extra round trip. It has a key of its own (same identity, same hash tag) so
+//! [`super::script`]), which looks for the pause key and the block key in one `EXISTS` (and reads
+//! them in one `MGET` when one exists), so a blocked check costs no extra round trip. It has a key of its own (same identity, same hash tag) so
 //! that pauses and blocks stay apart: `resume` ends a pause only, `unblock` a block only, and
 //! metrics count blocked refusals apart. A blocked refusal consumes nothing and says how long
 //! the block has left.

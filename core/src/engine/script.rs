@@ -20,10 +20,13 @@ pub(crate) struct LuaScript {
 /// - one call: `EVALSHA sha <n> keys… args…`, exactly as the `.lua` file documents;
 /// - a batch of calls (see the Redis backend's `scripts::batch`): `EVALSHA sha <all keys> keys… 'batch' <n> (<keys_i>
 ///   <args_i>)… args…`, or `… 'batch-same' <n> <keys> <args> args…` when every call has the
-///   same number of keys and of arguments (the usual case: one shape written once costs the
-///   server less), answered with one reply per call. The calls run one after the other,
-///   each exactly as if alone (each reads the server's TIME itself, so every decision keeps its
-///   own instant), and each call's error is its own: the others are still answered.
+///   same number of keys and of arguments (one shape written once costs the server less), or
+///   `… 'batch-shared' <n> <keys> <args> args` when every call also has the same arguments
+///   (the usual case: checks of one limiter at one cost, told apart by their keys), written
+///   once for all; answered with one reply per call. The calls run one after the other,
+///   each exactly as if alone, and each call's error is its own: the others are still answered.
+///   They arrived together, so they share one instant: the server's TIME is read once per
+///   invocation (see [`NOW_US`]).
 ///
 /// A batch costs the server one script invocation, one command parse and one reply write
 /// instead of one per call; what that saves is measured in the README (Benchmarks: "Figures
@@ -46,7 +49,8 @@ __HOLD__
 __BODY__
 end
 __SETTLE__
-local same = ARGV[1] == 'batch-same'
+local shared = ARGV[1] == 'batch-shared'
+local same = shared or ARGV[1] == 'batch-same'
 if ARGV[1] == 'settle' then return settle(KEYS, ARGV) end
 if ARGV[1] ~= 'batch' and not same then return run(KEYS, ARGV) end
 local n = tonumber(ARGV[2])
@@ -58,6 +62,7 @@ for i = 1, n do
   local keys, args = {}, {}
   for j = 1, key_count do keys[j] = KEYS[k]; k = k + 1 end
   for j = 1, arg_count do args[j] = ARGV[a]; a = a + 1 end
+  if shared then a = 5 end
   local ok, reply = pcall(args[1] == 'settle' and settle or run, keys, args)
   if ok then
     replies[i] = reply
@@ -74,6 +79,13 @@ return replies
 /// else the Redis server's TIME, so that client clocks never matter. Every engine's `.lua`
 /// calls `now_us(ARGV)`.
 ///
+/// The server's TIME is read once per invocation (`server_now`): every call of a batch, and a
+/// settle and the peek or body it runs, decide at the instant the invocation began, as calls
+/// that arrive together on a manual clock do. A `redis.call` is a large share of a short
+/// check's server time, and every engine already decides calls of equal instants exactly
+/// (a manual clock sends them): a log or a lease table keys its entries by count or id, never
+/// by instant alone.
+///
 /// It also sets `CLOCK_SLACK_MS`, real time every TTL a script sets gets beyond its state's
 /// lifetime by the clock it decides with: none on the server's own clock (its TTLs keep their
 /// own second of slack); an hour on a caller's clock, whose time need not pass with real time,
@@ -81,14 +93,18 @@ return replies
 /// expires state that clock still holds live.
 pub(super) const NOW_US: &str = r#"
 local CLOCK_SLACK_MS = 0
+local server_now
 local function now_us(ARGV)
   if ARGV[2] ~= '' then
     CLOCK_SLACK_MS = 3600000
     return tonumber(ARGV[2])
   end
   CLOCK_SLACK_MS = 0
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not server_now then
+    local t = redis.call('TIME')
+    server_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return server_now
 end
 "#;
 
@@ -102,17 +118,19 @@ pub(super) const SETTLE_CHARGE: &str = include_str!("settle_charge.lua");
 /// (see `Limiter::block`). A check or peek passes two keys more than its engine's own, last in
 /// KEYS: the pause key, then the block key, of the same identity (same hash tag, so the same
 /// Cluster slot). They are taken off KEYS before the engine's body runs, so engines index their
-/// keys exactly as their `.lua` files document. Both are read in one MGET. While the block key
+/// keys exactly as their `.lua` files document. While the block key
 /// holds an instant (µs) after now and no pause ends later, the call is answered
 /// `{-2, remaining µs, now}`; while the pause key does, `{-1, remaining µs, now}` (no engine's
 /// reply starts with a negative number); the engine's body does not run: a held refusal reads
-/// and writes nothing else. Unheld, the cost is one MGET of two missing keys; `now` (ARGV[2],
-/// or the server's TIME) is read only when a hold exists.
+/// and writes nothing else. Unheld, the cost is one EXISTS of two missing keys (an integer
+/// reply costs the server less than MGET's two nils; the MGET runs only when one exists); `now`
+/// (ARGV[2], or the server's TIME) is read only when a hold exists.
 pub(super) const HOLD_PRELUDE: &str = r#"
 if ARGV[1] == 'check' or ARGV[1] == 'peek' then
   local block_key = table.remove(KEYS)
-  local held = redis.call('MGET', table.remove(KEYS), block_key)
-  if held[1] or held[2] then
+  local pause_key = table.remove(KEYS)
+  if redis.call('EXISTS', pause_key, block_key) > 0 then
+    local held = redis.call('MGET', pause_key, block_key)
     local now = now_us(ARGV)
     local paused_until, blocked_until = tonumber(held[1]) or 0, tonumber(held[2]) or 0
     if blocked_until > now and blocked_until >= paused_until then

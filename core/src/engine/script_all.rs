@@ -12,7 +12,10 @@
 //! Calling convention: `EVALSHA sha <all keys> keys… now n (engine key_count arg_count)… args…`
 //! where `now` is the caller's instant (a manual clock) or `''` (the server's TIME), `engine`
 //! is a 1-based index into [`ENGINES`], and each part's keys and arguments are exactly those of
-//! its single call (its own instant, ARGV[2], is replaced by the shared one). The hold keys
+//! its single call (its own instant, ARGV[2], is replaced by the shared one: the caller's, or
+//! `''`, so that every part reads the server's TIME through `now_us`, which reads it once per
+//! invocation and keeps the server clock's TTLs; a part handed the server's instant as a
+//! string would take it for a caller's clock and keep its state an hour longer). The hold keys
 //! (pause, block) are last among a part's keys and only read, so they are not snapshotted.
 //!
 //! Reply: `{allowed (1|0), n, len_1, reply_1…, len_2, reply_2…}`, flat so that it reads as one
@@ -42,10 +45,6 @@ pub(crate) fn engine_index(name: &str) -> Option<usize> {
 const RUNNER: &str = r#"
 local n = tonumber(ARGV[2])
 local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-end
 local saved, replies = {}, {}
 local function restore(upto)
   for i = upto, 1, -1 do

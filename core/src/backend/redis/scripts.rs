@@ -45,7 +45,13 @@ pub(crate) fn batch(calls: &[&Cmd]) -> Cmd {
     for key in keys {
         cmd.arg(key);
     }
-    if shape.first().is_some_and(|first| shape.iter().all(|s| s == first)) {
+    let same_shape = shape.first().is_some_and(|first| shape.iter().all(|s| s == first));
+    let arg_count = shape.first().map_or(0, |s| s.1);
+    if same_shape && arg_count > 0 && args.chunks(arg_count).all(|call| call == &args[..arg_count]) {
+        // Every call of one limiter with one cost (the usual batch): its arguments once.
+        cmd.arg("batch-shared").arg(shape.len()).arg(shape[0].0).arg(arg_count);
+        args.truncate(arg_count);
+    } else if same_shape {
         cmd.arg("batch-same").arg(shape.len()).arg(shape[0].0).arg(shape[0].1);
     } else {
         cmd.arg("batch").arg(shape.len());
