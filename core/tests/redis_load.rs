@@ -714,7 +714,8 @@ fn gcra_never_over(admits: &[(u64, u64, u64)], adjusts: &[(u64, i64)], t_us: u64
 /// the count the server itself reported (`limit − 1 − remaining`). Fencing tokens increase.
 fn concurrent_never_over(grants: &[(u64, u64, u64, u64)], limit: u64) -> Result<(), String> {
     let mut grants = grants.to_vec();
-    grants.sort_unstable();
+    // The grants of one batched script share its instant; their fencing tokens keep their order.
+    grants.sort_unstable_by_key(|&(g, _, _, token)| (g, token));
     let mut held: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
     let mut last_token = 0;
     for &(g, hold_us, remaining, token) in &grants {
@@ -984,7 +985,9 @@ fn script_flush_storm_neither_fails_nor_miscounts() {
         &errors[..3.min(errors.len())]
     );
     let mut decisions: Vec<(u64, bool, u64)> = results.into_iter().map(Result::unwrap).collect();
-    decisions.sort_unstable();
+    // The calls of one batched script share its instant: within an instant, admissions come in
+    // the order they counted down, before any refusal.
+    decisions.sort_unstable_by_key(|&(t, allowed, remaining)| (t, Reverse(allowed), Reverse(remaining)));
     assert_eq!(decisions.len(), 10_000);
     assert!(side_errors.is_empty(), "the other scripts failed during the storm: {side_errors:?}");
     assert!(side_rounds >= 10, "only {side_rounds} rounds of the other scripts ran during the storm");
