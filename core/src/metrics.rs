@@ -217,6 +217,7 @@ const STRIPES: usize = 16;
 
 /// The stripe of the calling thread: its own (0 to `STRIPES - 2`), given once and never reused, or
 /// the last one, shared by every thread past the first `STRIPES - 1`.
+#[inline(always)]
 fn stripe() -> usize {
     use std::cell::Cell;
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -241,7 +242,7 @@ struct Striped([Padded<[AtomicU64; 2]>; STRIPES]);
 struct Padded<T>(T);
 
 impl Striped {
-    #[inline]
+    #[inline(always)]
     fn add(&self, which: usize) {
         let stripe = stripe();
         let cell = &self.0[stripe].0[which];
@@ -403,6 +404,13 @@ impl LimiterMetrics {
             Counter::Refused if n == 1 => self.decided.add(1),
             _ => self.local.add_slot(counter as usize, n),
         }
+    }
+
+    /// Counts one decided check (the fast path's count: always inlined, one plain add to the
+    /// calling thread's stripe).
+    #[inline(always)]
+    pub(crate) fn add_decided(&self, allowed: bool) {
+        self.decided.add(if allowed { 0 } else { 1 });
     }
 
     /// Counts one check's client-side latency.

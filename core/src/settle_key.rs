@@ -11,9 +11,12 @@ use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
+use crate::padded::InlineBytes;
+
 /// The longest key held inside the ticket: the ticket's key then takes as much room as a shared
-/// one (a length, the bytes and the variant's tag fill the width of a wide pointer plus a word).
-const INLINE: usize = 22;
+/// one (the bytes, their length and the variant's tag fill the width of a wide pointer plus a
+/// word).
+const INLINE: usize = InlineBytes::MAX;
 
 /// The key of a [`SettleTicket`](crate::SettleTicket): a string, read through `Deref<Target =
 /// str>` (`&ticket.key`, `ticket.key.to_string()`, `ticket.key.is_empty()`, …).
@@ -22,7 +25,7 @@ pub struct SettleKey(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    Inline { len: u8, bytes: [u8; INLINE] },
+    Inline(InlineBytes),
     Shared(Arc<str>),
 }
 
@@ -33,7 +36,7 @@ impl SettleKey {
         match &self.0 {
             // The bytes were copied whole from a `str`, so they are UTF-8: the fallback is never
             // taken, and keeps this free of `unsafe`.
-            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..*len as usize]).unwrap_or_default(),
+            Repr::Inline(bytes) => std::str::from_utf8(bytes.as_bytes()).unwrap_or_default(),
             Repr::Shared(key) => key,
         }
     }
@@ -42,11 +45,28 @@ impl SettleKey {
 impl From<&str> for SettleKey {
     #[inline(always)]
     fn from(key: &str) -> Self {
+        SettleKey::inline(key).unwrap_or_else(|| SettleKey::shared(key))
+    }
+}
+
+impl SettleKey {
+    /// `key` held in the ticket itself, when it is short enough.
+    #[inline(always)]
+    pub(crate) fn inline(key: &str) -> Option<SettleKey> {
+        // A plain branch: `bool::then`'s closure is compiled out of line.
         if key.len() <= INLINE {
-            SettleKey(Repr::Inline { len: key.len() as u8, bytes: crate::padded::padded(key.as_bytes()) })
+            Some(SettleKey(Repr::Inline(InlineBytes::new(key.as_bytes()))))
         } else {
-            SettleKey(Repr::Shared(key.into()))
+            None
         }
+    }
+
+    /// A long key, behind an `Arc`: out of line, so that the inline case stays small enough to
+    /// be built in place in the decision.
+    #[cold]
+    #[inline(never)]
+    fn shared(key: &str) -> SettleKey {
+        SettleKey(Repr::Shared(key.into()))
     }
 }
 

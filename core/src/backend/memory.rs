@@ -25,6 +25,7 @@ use crate::engine::gcra::{Figures, Gcra};
 use crate::engine::leased::Leased;
 use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
+use crate::padded::InlineBytes;
 use crate::views::ConcurrentUse;
 
 mod check_all;
@@ -128,11 +129,11 @@ crate::engine::kinds::for_each_engine!(memory_state);
 
 /// Keys up to this many bytes are stored in the slot itself (user ids, IPv4 addresses, ...);
 /// longer ones (up to [`crate::params::MAX_KEY_BYTES`]) on the heap.
-const INLINE_KEY: usize = 22;
+const INLINE_KEY: usize = InlineBytes::MAX;
 
 /// A stored key.
 enum StoredKey {
-    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Inline(InlineBytes),
     Heap(Box<[u8]>),
 }
 
@@ -140,7 +141,7 @@ impl StoredKey {
     #[inline]
     fn new(key: &[u8]) -> StoredKey {
         if key.len() <= INLINE_KEY {
-            StoredKey::Inline { len: key.len() as u8, bytes: crate::padded::padded(key) }
+            StoredKey::Inline(InlineBytes::new(key))
         } else {
             StoredKey::Heap(key.into())
         }
@@ -149,7 +150,7 @@ impl StoredKey {
     #[inline]
     fn as_bytes(&self) -> &[u8] {
         match self {
-            StoredKey::Inline { len, bytes } => &bytes[..*len as usize],
+            StoredKey::Inline(bytes) => bytes.as_bytes(),
             StoredKey::Heap(bytes) => bytes,
         }
     }
@@ -161,24 +162,25 @@ impl Slot {
         self.namespace == namespace && self.key.as_bytes() == key
     }
 
-    /// [`Slot::is`] for a probe made once per call: an inline key compares as two fixed-size
-    /// arrays (a few register compares) instead of a call to `memcmp` per candidate slot.
+    /// [`Slot::is`] for a probe made once per call: an inline key compares as three words
+    /// (length included) instead of a call to `memcmp` per candidate slot.
     #[inline(always)]
     fn matches(&self, namespace: u32, probe: &Probe<'_>) -> bool {
         if self.namespace != namespace {
             return false;
         }
         match (&self.key, probe) {
-            (StoredKey::Inline { len, bytes }, Probe::Inline { len: l, bytes: b }) => len == l && bytes == b,
+            (StoredKey::Inline(stored), Probe::Inline(probe)) => stored == probe,
             (StoredKey::Heap(stored), Probe::Heap(key)) => **stored == **key,
             _ => false,
         }
     }
 }
 
-/// A key as it is looked up: padded like an inline [`StoredKey`] when it fits in one.
+/// A key as it is looked up: held like an inline [`StoredKey`] when it fits in one (three
+/// words, built in registers).
 enum Probe<'a> {
-    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Inline(InlineBytes),
     Heap(&'a [u8]),
 }
 
@@ -186,7 +188,7 @@ impl<'a> Probe<'a> {
     #[inline(always)]
     fn new(key: &'a [u8]) -> Probe<'a> {
         if key.len() <= INLINE_KEY {
-            Probe::Inline { len: key.len() as u8, bytes: crate::padded::padded(key) }
+            Probe::Inline(InlineBytes::new(key))
         } else {
             Probe::Heap(key)
         }

@@ -47,7 +47,7 @@ fn settles(algorithm: &Algorithm) -> bool {
 
 /// A settle id: unique per process and call, and across processes (a random prefix mixed with
 /// the pid), so that two processes' settles of one key never share an id.
-#[inline]
+#[inline(always)]
 fn next_settle_id() -> u64 {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     let prefix = *PREFIX.get_or_init(|| {
@@ -65,7 +65,7 @@ const COUNTS_PER_THREAD_BLOCK: u64 = 1 << 16;
 /// A count never returned before in this process. Each thread takes a block of counts from one
 /// shared counter and hands them out alone: a shared counter written by every check moved its
 /// cache line between the cores of threads checking at once.
-#[inline]
+#[inline(always)]
 fn next_count() -> u64 {
     use std::cell::Cell;
     static BLOCKS: AtomicU64 = AtomicU64::new(1);
@@ -117,19 +117,10 @@ impl Limiter {
         decision
     }
 
-    /// The settle ticket of a check of `cost` on `key` that the fast path admitted at `at`
-    /// (served by the backend, never in shadow mode), built in place in the decision: passing
-    /// the whole decision through [`Limiter::ticketed`] copied it twice.
+    /// A settle id for the fast path, which builds its tickets in place.
     #[inline(always)]
-    pub(super) fn fast_ticket(&self, key: &str, cost: u64, at: u64) -> Option<SettleTicket> {
-        let limiter = self.inner.settle_identity;
-        (limiter != 0).then(|| SettleTicket {
-            key: key.into(),
-            cost,
-            charged_at_micros: at,
-            id: next_settle_id(),
-            limiter,
-        })
+    pub(super) fn next_settle_id(&self) -> u64 {
+        next_settle_id()
     }
 
     /// [`Limiter::granted`](super::Limiter) with the decision's settle ticket.
