@@ -40,7 +40,7 @@ use std::time::Instant;
 use crate::backend::redis::leased_blocks::BlockWatcher;
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, LocalClock, SystemClock};
-use crate::decision::Decision;
+use crate::decision::{Decision, SettleTicket};
 use crate::engine::leased::Leased;
 use crate::engine::{decision, Algorithm, Colocate, Op, Outcome, Served};
 use crate::error::Result;
@@ -436,6 +436,14 @@ impl Limiter {
         }?;
         inner.metrics.add(Counter::Allowed, 1);
         let decided_at = pool.wall_micros();
+        let limiter = inner.settle_identity;
+        let settle = (limiter != 0).then(|| SettleTicket {
+            key: key.into(),
+            cost,
+            charged_at_micros: spent.charged_at.unwrap_or(decided_at),
+            id: self.next_settle_id(),
+            limiter,
+        });
         Some(Decision {
             allowed: true,
             limit: pool.leased.gcra.capacity,
@@ -445,7 +453,7 @@ impl Limiter {
             lease: None,
             decided_at_micros: decided_at,
             limits: None,
-            settle: self.fast_ticket(key, cost, spent.charged_at.unwrap_or(decided_at)),
+            settle,
             shadow_refused: false,
         })
     }
