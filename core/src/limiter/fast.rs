@@ -47,6 +47,19 @@ impl SlowPath {
 }
 
 impl Limiter {
+    /// Whether nothing about the limiter sends its checks down the general path: no policy's
+    /// reason, no shadow mode, no `block_for`, no live override of its name. A limiter that
+    /// blocks keys after a refusal starts its blocks on the general path, and one in shadow mode
+    /// turns refusals into admissions there. Shared by every fast path (memory, leased).
+    #[inline(always)]
+    pub(super) fn nothing_unusual(&self) -> bool {
+        let inner = &*self.inner;
+        inner.slow_path.is_clear()
+            && !inner.shadow
+            && inner.block_for.is_none()
+            && !inner.live.as_ref().is_some_and(|live| live.has_overrides())
+    }
+
     /// The fast path's decision of a check of `cost` on `key` (both validated), or `None` when
     /// the check must take the general path.
     #[inline(always)]
@@ -55,13 +68,7 @@ impl Limiter {
         let (Target::Memory { backend, namespace }, Algorithm::Gcra(gcra)) = (&inner.target, &inner.algorithm) else {
             return None;
         };
-        // A limiter that blocks keys after a refusal (`with_block_for`) starts its blocks on the
-        // general path, and a limiter in shadow mode turns refusals into admissions there.
-        if !inner.slow_path.is_clear()
-            || inner.shadow
-            || inner.block_for.is_some()
-            || inner.live.as_ref().is_some_and(|live| live.has_overrides())
-        {
+        if !self.nothing_unusual() {
             return None;
         }
         let (figures, now) = backend.check_gcra(*namespace, key, gcra, cost)?;

@@ -420,11 +420,7 @@ impl Limiter {
     pub(crate) fn fast_leased(&self, key: &str, cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
         let pool = inner.pool.as_deref()?;
-        if !inner.slow_path.is_clear()
-            || inner.shadow
-            || inner.block_for.is_some()
-            || inner.live.as_ref().is_some_and(|live| live.has_overrides())
-        {
+        if !self.nothing_unusual() {
             return None;
         }
         pool.after_fork();
