@@ -484,49 +484,66 @@ impl Limiter {
         }
     }
 
-    #[inline]
-    pub(crate) fn check_op<'k>(&self, key: Option<&'k str>, cost: u64) -> Result<(&'k str, Op)> {
+    /// A check's key and cost, validated: the key (`""` for `None`).
+    #[inline(always)]
+    pub(crate) fn validate_check<'k>(&self, key: Option<&'k str>, cost: u64) -> Result<&'k str> {
         let key = validate_key(key)?;
         validate_cost("cost", cost)?;
         self.inner.algorithm.validate_cost(cost)?;
+        Ok(key)
+    }
+
+    /// The operation of a check of `cost` (validated): a concurrent limiter's carries a new
+    /// lease id.
+    #[inline]
+    pub(crate) fn check_op_of(&self, cost: u64) -> Op {
         let lease_id = if matches!(self.inner.algorithm, Algorithm::Concurrent(_)) { next_lease_id() } else { 0 };
-        Ok((key, Op::Check { cost, lease_id, waiter: None }))
+        Op::Check { cost, lease_id, waiter: None }
+    }
+
+    /// [`Limiter::validate_check`] and [`Limiter::check_op_of`].
+    #[inline]
+    pub(crate) fn check_op<'k>(&self, key: Option<&'k str>, cost: u64) -> Result<(&'k str, Op)> {
+        let key = self.validate_check(key, cost)?;
+        Ok((key, self.check_op_of(cost)))
     }
 
     /// Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
     /// nothing and returns `allowed: false` with the exact `retry_after`. On a concurrent limiter
     /// an admitted call holds a lease (in the decision) that must be released.
     pub async fn check(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
-        let (key, op) = self.check_op(key, cost)?;
+        let key = self.validate_check(key, cost)?;
         if let Some(decision) = self.fast_check(key, cost) {
             return Ok(decision);
         }
         if let Some(decision) = self.fast_leased(key, cost) {
             return Ok(decision);
         }
-        let outcome = self.run(key, op).await?;
+        let outcome = self.run(key, self.check_op_of(cost)).await?;
         Ok(self.ticketed_granted(outcome, None, key, cost))
     }
 
     /// Blocking form of [`Limiter::check`].
     #[inline]
     pub fn check_blocking(&self, key: Option<&str>, cost: u64) -> Result<Decision> {
-        let (key, op) = self.check_op(key, cost)?;
+        // The operation is built past the fast path, which does not need it: built first, it
+        // was returned from an outlined call through memory and copied twice.
+        let key = self.validate_check(key, cost)?;
         if let Some(decision) = self.fast_check(key, cost) {
             return Ok(decision);
         }
-        self.check_general_blocking(key, op, cost)
+        self.check_general_blocking(key, cost)
     }
 
     /// [`Limiter::check_blocking`] past the memory backend's fast path: a leased limiter's own
     /// fast path, else the general path. Kept out of line so that the memory fast path's caller
     /// stays as small as it was.
     #[inline(never)]
-    fn check_general_blocking(&self, key: &str, op: Op, cost: u64) -> Result<Decision> {
+    fn check_general_blocking(&self, key: &str, cost: u64) -> Result<Decision> {
         if let Some(decision) = self.fast_leased(key, cost) {
             return Ok(decision);
         }
-        let outcome = self.run_blocking(key, op)?;
+        let outcome = self.run_blocking(key, self.check_op_of(cost))?;
         Ok(self.ticketed_granted(outcome, None, key, cost))
     }
 
