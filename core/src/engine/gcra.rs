@@ -18,6 +18,7 @@ use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::decision;
+use super::divisor::Divisor;
 use super::script::LuaScript;
 use crate::error::{Error, Result};
 use std::time::Duration;
@@ -53,6 +54,8 @@ pub(crate) struct Gcra {
     pub max_ahead: u64,
     /// The burst size, reported as the decision's `limit`.
     pub capacity: u64,
+    /// `emission`, prepared for the division of every decision's `remaining`.
+    per_unit: Divisor,
 }
 
 /// Per-key state: the theoretical arrival time in nanoseconds since the epoch; 0 (or any past
@@ -146,7 +149,8 @@ impl Gcra {
                     ),
                 ));
             }
-            return Ok(Gcra { tick_ns: NS_PER_US / ticks_per_us, emission, tau, max_ahead, capacity });
+            let per_unit = Divisor::new(emission);
+            return Ok(Gcra { tick_ns: NS_PER_US / ticks_per_us, emission, tau, max_ahead, capacity, per_unit });
         }
         Err(Error::invalid(capacity_name, "times the time per unit exceeds 2^53 microseconds"))
     }
@@ -190,7 +194,7 @@ impl Gcra {
         // Cost 0 is always admitted (it records nothing), even when an overcharge reported through
         // `points_used` has pushed `used` beyond `tau`.
         let allowed = after <= self.tau || asked == 0;
-        let available = || self.tau.saturating_sub(used) / self.emission;
+        let available = || self.per_unit.divide(self.tau.saturating_sub(used));
         if !allowed {
             let (remaining, retry_us, reset_us) = (available(), self.micros(after - self.tau), self.micros(used));
             return Figures { allowed: false, changed: false, remaining, retry_us, reset_us };
@@ -205,7 +209,7 @@ impl Gcra {
             };
         }
         *tat = now.saturating_mul(NS_PER_US).saturating_add(after * self.tick_ns);
-        let remaining = (self.tau - after) / self.emission;
+        let remaining = self.per_unit.divide(self.tau - after);
         Figures { allowed: true, changed: true, remaining, retry_us: 0, reset_us: self.micros(after) }
     }
 

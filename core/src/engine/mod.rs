@@ -21,6 +21,7 @@ pub(crate) mod calendar_period;
 pub(crate) mod colocate;
 pub(crate) mod concurrent;
 pub(crate) mod contract;
+pub(crate) mod divisor;
 pub mod gcra;
 pub(crate) mod kinds;
 pub(crate) mod leased;
