@@ -8,6 +8,9 @@
 //!
 //! `--round-robin` walks the 100k keys in order instead of in a fixed pseudo-random order.
 //!
+//! `--one-key` runs only the one-key scenario and writes no results: for paired runs of two
+//! builds, one after the other.
+//!
 //! `--full-backend` runs only the full-backend scenario instead: a default memory backend
 //! (max_keys 1,000,000) filled with live keys (a token bucket refilling one token per hour, so
 //! nothing expires during the run), then 10,000 new keys, each refused because the backend is
@@ -268,13 +271,15 @@ fn full_backend() {
 fn main() {
     let mut quick = false;
     let mut round_robin = false;
+    let mut one_key_only = false;
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--quick" => quick = true,
             "--round-robin" => round_robin = true,
+            "--one-key" => one_key_only = true,
             "--full-backend" => return full_backend(),
             _ => {
-                eprintln!("unknown argument {arg:?}; usage: bench-memory [--quick] [--round-robin] [--full-backend]");
+                eprintln!("unknown argument {arg:?}; usage: bench-memory [--quick] [--round-robin] [--one-key] [--full-backend]");
                 std::process::exit(2);
             }
         }
@@ -308,7 +313,8 @@ fn main() {
         settings.rounds, settings.round
     );
     let mut rows = Vec::new();
-    for (name, work, threads) in scenarios {
+    let scenarios = if one_key_only { &scenarios[..1] } else { &scenarios[..] };
+    for &(name, work, threads) in scenarios {
         // Fresh limiters per scenario, so each starts from a full bucket and an empty table.
         let (rk, gov) = new_pair();
         let (r, g) = scenario(&rk, &gov, work, threads, &settings);
@@ -329,6 +335,9 @@ fn main() {
     println!("|---|---:|---:|---:|");
     for (name, r, g) in &rows {
         println!("| {name} | {} | {} | {:.2} |", millions(r.median), millions(g.median), r.median / g.median);
+    }
+    if one_key_only {
+        return;
     }
     let mut report = Report::new(
         "bench-memory",
