@@ -33,3 +33,38 @@ pub fn settle_with_lost_reply(
         "a lost reply is a timeout or an unavailable backend, got {error:?}"
     );
 }
+
+/// The calls each command had in `stats` (an `INFO commandstats` reply); 0 for a command never
+/// called.
+pub fn command_calls(stats: &str, command: &str) -> u64 {
+    stats
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|v| v.split(',').next())
+        .map_or(0, |v| v.parse::<u64>().unwrap())
+}
+
+/// `INFO commandstats` over a window that holds `calls` and nothing a backend's background task
+/// sends. Every Redis backend polls its live limits every 200 ms (an `HMGET` and a `GET`) and,
+/// every fifth poll, flushes its metrics (an `EVAL`): a window that caught one counted commands
+/// the calls never sent. So the window opens just after a poll (seen by its `HMGET`), when the
+/// next is furthest away, and is taken again if a poll still fell in it (a slow machine).
+/// `calls` runs once per window: it must be repeatable (refusals, reads).
+pub fn commandstats_between_polls(server: &RedisServer, mut calls: impl FnMut()) -> String {
+    for _ in 0..20 {
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        wait_until("a live-limits poll (is a Redis backend open?)", std::time::Duration::from_secs(2), || {
+            command_calls(&server.cli(&["INFO", "commandstats"]), "hmget") > 0
+        });
+        // The poll's flush, when due, follows it at once.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        calls();
+        let stats = server.cli(&["INFO", "commandstats"]);
+        if command_calls(&stats, "hmget") == 0 {
+            return stats;
+        }
+    }
+    panic!("every window of 20 held a live-limits poll");
+}
