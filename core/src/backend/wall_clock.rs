@@ -55,8 +55,8 @@ struct CounterClock {
     offset: AtomicU64,
     /// The counter's microseconds since `start` after which the next reading re-anchors.
     next_anchor: AtomicU64,
-    /// quanta reads the time-stamp counter, so a reading may execute the instruction itself:
-    /// quanta's reading is a call that was not inlined, a tenth of a one-key check.
+    /// quanta reads the time-stamp counter, so a reading may execute the instruction itself,
+    /// inlined in the check (quanta's reading is a call the compiler does not inline).
     reads_tsc: bool,
 }
 
