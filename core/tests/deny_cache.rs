@@ -18,17 +18,7 @@ const SECOND: Duration = Duration::from_secs(1);
 /// Script calls the server ran since the last `CONFIG RESETSTAT`.
 fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.cli(&["INFO", "commandstats"]);
-    ["evalsha", "eval"]
-        .iter()
-        .filter_map(|cmd| {
-            stats
-                .lines()
-                .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
-                .and_then(|l| l.split("calls=").nth(1))
-                .and_then(|v| v.split(',').next())
-                .map(|v| v.parse::<u64>().unwrap())
-        })
-        .sum()
+    ["evalsha", "eval"].iter().map(|cmd| support::command_calls(&stats, cmd)).sum()
 }
 
 fn manual(server: &RedisServer, prefix: &str, deny_cache: bool) -> (Backend, ManualClock) {

@@ -12,13 +12,7 @@ use support::RedisServer;
 const TASKS: usize = 64;
 
 fn commandstat(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    support::command_calls(&server.cli(&["INFO", "commandstats"]), command)
 }
 
 /// Runs `TASKS` concurrent checks of `limiter` on the keys `key_of(task)`, returning the results

@@ -112,12 +112,7 @@ fn wait_blocked(conns: &mut [redis::Connection], n: usize) -> Duration {
 /// Calls of `command` (e.g. `evalsha`) the server has run so far.
 fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(conn).expect("INFO commandstats");
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    support::command_calls(&info, command)
 }
 
 /// The server's clock (`TIME`) in microseconds.

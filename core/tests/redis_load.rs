@@ -870,12 +870,7 @@ fn no_over_admission_across_processes_on_redis_cluster() {
 
 /// How many times `command` ran on `server` (INFO commandstats).
 fn command_calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    support::command_calls(&server.cli(&["INFO", "commandstats"]), command)
 }
 
 /// Meanwhile, every other script (GCRA check and adjust, the log, concurrent check and
