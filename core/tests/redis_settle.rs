@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use ratekeeper::{runtime, Backend, Limiter, RedisConfig};
-use support::{settle_with_lost_reply, RedisServer};
+use ratekeeper::{Backend, Limiter, RedisConfig};
+use support::{settle_retried_after_a_lost_reply, RedisServer};
 
 /// A token bucket that refills so slowly that time never shows in `remaining` during a test.
 fn limiter(backend: &Backend, name: &str) -> Limiter {
@@ -25,26 +25,11 @@ fn a_settle_retried_after_its_reply_was_lost_applies_once() {
     let config = RedisConfig::new(server.url()).prefix("settle-lost").deadline(Duration::from_millis(300));
     let backend = Backend::redis_with(config).expect("a Redis backend");
     for blocking in [true, false] {
-        let limiter = limiter(&backend, if blocking { "blocking" } else { "async" });
-        let decision = limiter.check_blocking(Some("k"), 8).expect("check");
-        assert_eq!(decision.remaining, 2);
-
-        settle_with_lost_reply(&server, &limiter, &decision, 3, blocking);
-        // The server ran the settle it had received before it stopped: the refund applied...
-        assert_eq!(remaining(&limiter, "k"), 7, "blocking {blocking}: the lost settle applied on the server");
-        // ...and the caller's retry (both forms) applies nothing more, and reports the state.
-        let retried = limiter.settle_blocking(&decision, 3).expect("retry");
-        assert_eq!((retried.allowed, retried.remaining), (true, 7), "blocking {blocking}");
-        let retried = runtime().block_on(limiter.settle(&decision, 3)).expect("retry");
-        assert_eq!(retried.remaining, 7, "blocking {blocking}");
-        assert_eq!(remaining(&limiter, "k"), 7, "blocking {blocking}: applied once");
-
-        // A charge retried after a lost reply is charged once too.
-        let charged = limiter.check_blocking(Some("c"), 2).expect("check");
-        settle_with_lost_reply(&server, &limiter, &charged, 6, blocking);
-        assert_eq!(remaining(&limiter, "c"), 4);
-        assert_eq!(limiter.settle_blocking(&charged, 6).expect("retry").remaining, 4);
-        assert_eq!(remaining(&limiter, "c"), 4, "blocking {blocking}: charged once");
+        // A refund (8 checked, 3 used), then a charge (2 checked, 6 used).
+        for (charged, actual) in [(8, 3), (2, 6)] {
+            let make = |name: &str| limiter(&backend, name);
+            settle_retried_after_a_lost_reply(&server, make, Some("k"), (10, charged, actual), blocking);
+        }
     }
 }
 

@@ -10,21 +10,53 @@ pub use ratekeeper_test_support::{
     GIVE_UP,
 };
 
-/// Stops the server, settles (the request is sent, the reply never comes: the call times out),
-/// resumes the server (which runs the request it had received), and checks the call failed as a
-/// lost reply does (a timeout or an unavailable backend).
-pub fn settle_with_lost_reply(
+/// A settle whose reply was lost, then retried. On a limiter from `make` (given a name), checks
+/// `charged` on `key`, then settles it to `actual` with the server stopped: the call times out
+/// (a lost reply). Then it resumes the server and retries the settle in both forms. Whatever the
+/// lost call did, the settle applies once: `remaining` ends at `capacity - actual`, and in
+/// between shows only the state before the settle or the settled one.
+///
+/// The case this is about is the lost call having run on the server before its retry, which the
+/// retry must then not apply again. That needs the request written before the call's deadline.
+/// On a loaded machine it may not be: the call then gave up unsent, and its retry applies it.
+/// So the scenario runs again, on a new limiter, up to 5 times, until the lost call is seen to
+/// have run.
+pub fn settle_retried_after_a_lost_reply(
     server: &RedisServer,
-    limiter: &ratekeeper::Limiter,
-    decision: &ratekeeper::Decision,
-    actual: u64,
+    make: impl Fn(&str) -> ratekeeper::Limiter,
+    key: Option<&str>,
+    (capacity, charged, actual): (u64, u64, u64),
     blocking: bool,
 ) {
+    for attempt in 0..5 {
+        let limiter = make(&format!("{}-{charged}-{actual}-{attempt}", if blocking { "blocking" } else { "async" }));
+        if lost_settle_then_retries(server, &limiter, key, (capacity, charged, actual), blocking) {
+            return;
+        }
+        eprintln!("blocking {blocking}: the lost settle of {charged} to {actual} never ran on the server; again");
+    }
+    panic!("blocking {blocking}: in 5 attempts, no settle of {charged} to {actual} sent to a stopped server ran there");
+}
+
+/// One attempt of [`settle_retried_after_a_lost_reply`]: true when the lost call ran on the
+/// server before its retry.
+fn lost_settle_then_retries(
+    server: &RedisServer,
+    limiter: &ratekeeper::Limiter,
+    key: Option<&str>,
+    (capacity, charged, actual): (u64, u64, u64),
+    blocking: bool,
+) -> bool {
+    let remaining = || limiter.peek_blocking(key).expect("peek").remaining;
+    let decision = limiter.check_blocking(key, charged).expect("check");
+    let (before, settled) = (capacity - charged, capacity - actual);
+    assert_eq!(remaining(), before);
+
     server.pause();
     let lost = if blocking {
-        limiter.settle_blocking(decision, actual)
+        limiter.settle_blocking(&decision, actual)
     } else {
-        ratekeeper::runtime().block_on(limiter.settle(decision, actual))
+        ratekeeper::runtime().block_on(limiter.settle(&decision, actual))
     };
     server.resume();
     let error = lost.expect_err("the server was stopped: the settle's reply cannot arrive");
@@ -32,6 +64,26 @@ pub fn settle_with_lost_reply(
         matches!(error.kind(), ratekeeper::ErrorKind::Timeout | ratekeeper::ErrorKind::BackendUnavailable),
         "a lost reply is a timeout or an unavailable backend, got {error:?}"
     );
+    // A request the server had received runs as soon as it resumes; the peek may travel on
+    // another connection, so it is given a moment to follow.
+    let waited = std::time::Instant::now();
+    let mut seen = remaining();
+    while seen == before && waited.elapsed() < std::time::Duration::from_secs(1) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        seen = remaining();
+    }
+    assert!(
+        seen == before || seen == settled,
+        "blocking {blocking}: {seen} remaining after a lost settle of {charged} to {actual}"
+    );
+
+    // The retries, in both forms, apply it once in all, and report the settled state.
+    let retried = limiter.settle_blocking(&decision, actual).expect("retry");
+    assert_eq!((retried.allowed, retried.remaining), (true, settled), "blocking {blocking}");
+    let retried = ratekeeper::runtime().block_on(limiter.settle(&decision, actual)).expect("retry");
+    assert_eq!(retried.remaining, settled, "blocking {blocking}");
+    assert_eq!(remaining(), settled, "blocking {blocking}: {charged} settled to {actual} once");
+    seen == settled
 }
 
 /// The calls each command had in `stats` (an `INFO commandstats` reply); 0 for a command never
