@@ -292,6 +292,8 @@ test('cost: a whole number >= 1 within every limiter capacity, checked when buil
   for (const cost of [0, 1.5, 4, -1]) {
     assert.throws(() => rateLimit({ limiter, cost }), { code: 'ERR_INVALID_ARGUMENT', parameter: 'cost' }, String(cost));
   }
+  // The core's bound holds on a limiter with no capacity (the bad-input table has the cost above it).
+  assert.ok(rateLimit({ limiter: backend.unlimited('u'), cost: 2 ** 53 }));
 });
 
 test('shadow: headers as enforced, nothing refused, would-be refusals counted', async () => {

@@ -108,6 +108,8 @@ function buildCore(options) {
     if (!(Number.isInteger(cost) && cost >= 1)) {
       throw invalidArgument('cost', `must be a whole number >= 1 or a function of the request, got ${String(cost)}`);
     }
+    // The core's bound, which no capacity check catches on a limiter without one (unlimited).
+    if (cost > 2 ** 53) throw invalidArgument('cost', `must be at most 2^53, got ${cost}`);
     for (const entry of entries) {
       const most = entry.limiter ? capacity(entry.limiter.spec) : null;
       // The core would refuse every such call at request time: say so now, not as a 500 per request.

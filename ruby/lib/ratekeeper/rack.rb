@@ -117,6 +117,8 @@ module Ratekeeper
       unless cost.is_a?(Integer) && cost >= 1
         Ratekeeper.invalid!("cost", "must be a whole number >= 1 or respond to call, got #{cost.inspect}")
       end
+      # The core's bound, which no capacity check catches on a limiter without one (unlimited).
+      Ratekeeper.invalid!("cost", "must be at most 2^53, got #{cost}") if cost > 2**53
       limiters.each do |one|
         most = capacity(one.spec)
         next if most.nil? || cost <= most
