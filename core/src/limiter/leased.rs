@@ -481,7 +481,12 @@ impl Limiter {
     /// validated first, as by `check`.
     #[inline]
     pub fn check_local(&self, key: Option<&str>, cost: u64) -> Result<Option<Decision>> {
-        let (key, op) = self.check_op(key, cost)?;
+        // The fast paths first, as `check_blocking` takes them.
+        let key = self.validate_check(key, cost)?;
+        if let Some(decision) = self.fast_check(key, cost).or_else(|| self.fast_leased(key, cost)) {
+            return Ok(Some(decision));
+        }
+        let op = self.check_op_of(cost);
         match &self.inner.target {
             Target::Redis { .. } => Ok(self.leased_local_now(key, op)),
             _ => self.run_local(key, op).map(|outcome| Some(self.ticketed_granted(outcome, None, key, cost))),
