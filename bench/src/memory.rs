@@ -176,6 +176,8 @@ fn round<C: Checker>(checker: &C, work: &Workload, threads: usize, duration: Dur
 }
 
 struct Measured {
+    /// Every round's rate, in the order run.
+    rounds: Vec<f64>,
     median: f64,
     best: f64,
     admitted: f64,
@@ -221,6 +223,7 @@ fn scenario(
     }
     let [mut a, mut b] = rates;
     let measure = |rates: &mut Vec<f64>, (admitted, calls): (u64, u64)| Measured {
+        rounds: rates.clone(),
         best: rates.iter().copied().fold(0.0, f64::max),
         median: median(rates),
         admitted: admitted as f64 / calls as f64,
@@ -327,6 +330,10 @@ fn main() {
             millions(g.best),
             g.admitted * 100.0
         );
+        // Each round beside the other library's: this VM alternates between a fast and a slow
+        // state for seconds at a time, and the rounds show which state each median came from.
+        let rounds = |m: &Measured| m.rounds.iter().map(|r| format!("{:.1}", r / 1e6)).collect::<Vec<_>>().join(" ");
+        eprintln!("    rounds (M checks/s): ratekeeper {}; governor {}", rounds(&r), rounds(&g));
         rows.push((name, r, g));
     }
 

@@ -81,6 +81,13 @@ impl InlineBytes {
         }
     }
 
+    /// The three words as stored: what a hash of the bytes reads (the length included, so two
+    /// byte strings of different lengths never share their words).
+    #[inline(always)]
+    pub(crate) fn words(&self) -> [u64; 3] {
+        [self.head[0], self.head[1], self.tail.get()]
+    }
+
     /// How many bytes are held.
     #[inline(always)]
     pub(crate) fn len(&self) -> usize {
@@ -99,6 +106,36 @@ impl InlineBytes {
 }
 
 const _: () = assert!(size_of::<InlineBytes>() == 24);
+
+/// A key as a call holds it: in three words when it fits in an [`InlineBytes`], else the bytes
+/// themselves. Made once per call, then compared with stored keys, hashed and copied into the
+/// settle ticket, so that a short key's bytes are read and padded once.
+#[derive(Clone, Copy)]
+pub(crate) enum KeyBytes<'a> {
+    /// At most [`InlineBytes::MAX`] bytes.
+    Short(InlineBytes),
+    /// Longer.
+    Long(&'a [u8]),
+}
+
+impl<'a> KeyBytes<'a> {
+    #[inline(always)]
+    pub(crate) fn new(key: &'a [u8]) -> KeyBytes<'a> {
+        if key.len() <= InlineBytes::MAX {
+            KeyBytes::Short(InlineBytes::new(key))
+        } else {
+            KeyBytes::Long(key)
+        }
+    }
+}
+
+/// The high and low halves of the full product of `x` and `y`, folded by xor: every bit of the
+/// result depends on every bit of both (foldhash's and wyhash's mixing step).
+#[inline(always)]
+pub(crate) fn folded_multiply(x: u64, y: u64) -> u64 {
+    let full = u128::from(x) * u128::from(y);
+    (full as u64) ^ ((full >> 64) as u64)
+}
 
 #[cfg(test)]
 mod tests {

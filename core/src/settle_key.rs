@@ -61,6 +61,13 @@ impl SettleKey {
         }
     }
 
+    /// A key of at most [`INLINE`] bytes, already held in words by the caller (bytes of a
+    /// `str`).
+    #[inline(always)]
+    pub(crate) fn of_short(bytes: InlineBytes) -> SettleKey {
+        SettleKey(Repr::Inline(bytes))
+    }
+
     /// A long key, behind an `Arc`: out of line, so that the inline case stays small enough to
     /// be built in place in the decision.
     #[cold]

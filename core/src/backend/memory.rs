@@ -25,7 +25,7 @@ use crate::engine::gcra::{Figures, Gcra};
 use crate::engine::leased::Leased;
 use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
-use crate::padded::InlineBytes;
+use crate::padded::{folded_multiply, InlineBytes, KeyBytes};
 use crate::views::ConcurrentUse;
 
 mod check_all;
@@ -147,6 +147,15 @@ impl StoredKey {
         }
     }
 
+    /// [`StoredKey::new`] of a key made once per call.
+    #[inline]
+    fn of(key: &KeyBytes<'_>) -> StoredKey {
+        match key {
+            KeyBytes::Short(bytes) => StoredKey::Inline(*bytes),
+            KeyBytes::Long(bytes) => StoredKey::Heap((*bytes).into()),
+        }
+    }
+
     #[inline]
     fn as_bytes(&self) -> &[u8] {
         match self {
@@ -162,35 +171,17 @@ impl Slot {
         self.namespace == namespace && self.key.as_bytes() == key
     }
 
-    /// [`Slot::is`] for a probe made once per call: an inline key compares as three words
-    /// (length included) instead of a call to `memcmp` per candidate slot.
+    /// [`Slot::is`] for a key made once per call: a short key compares as three words (length
+    /// included) instead of a call to `memcmp` per candidate slot.
     #[inline(always)]
-    fn matches(&self, namespace: u32, probe: &Probe<'_>) -> bool {
+    fn matches(&self, namespace: u32, key: &KeyBytes<'_>) -> bool {
         if self.namespace != namespace {
             return false;
         }
-        match (&self.key, probe) {
-            (StoredKey::Inline(stored), Probe::Inline(probe)) => stored == probe,
-            (StoredKey::Heap(stored), Probe::Heap(key)) => **stored == **key,
+        match (&self.key, key) {
+            (StoredKey::Inline(stored), KeyBytes::Short(key)) => stored == key,
+            (StoredKey::Heap(stored), KeyBytes::Long(key)) => **stored == **key,
             _ => false,
-        }
-    }
-}
-
-/// A key as it is looked up: held like an inline [`StoredKey`] when it fits in one (three
-/// words, built in registers).
-enum Probe<'a> {
-    Inline(InlineBytes),
-    Heap(&'a [u8]),
-}
-
-impl<'a> Probe<'a> {
-    #[inline(always)]
-    fn new(key: &'a [u8]) -> Probe<'a> {
-        if key.len() <= INLINE_KEY {
-            Probe::Inline(InlineBytes::new(key))
-        } else {
-            Probe::Heap(key)
         }
     }
 }
@@ -260,12 +251,16 @@ impl<T> std::ops::Deref for Padded<T> {
 /// The memory backend. See the module documentation.
 pub(crate) struct MemoryBackend {
     shards: Box<[Padded<Mutex<Shard>>]>,
-    shard_shift: u32,
+    /// The number of shards less one (a power of two less one).
+    shard_mask: usize,
     /// Written by every insert and sweep: on a cache line of its own, so that those writes do
     /// not evict the fields every check reads (the shards, the hasher) from other cores.
     len: Padded<AtomicUsize>,
     max_keys: usize,
+    /// Hashes long keys.
     hasher: foldhash::fast::RandomState,
+    /// This backend's random seeds of the hash of short keys.
+    seeds: [u64; 4],
     namespaces: Mutex<HashMap<(Kind, Box<str>), u32>>,
     pub(crate) clock: Arc<dyn Clock>,
     /// `clock` is the system clock: read it without a call through the trait object.
@@ -304,15 +299,18 @@ impl MemoryBackend {
         }
         let shards = config.shards.next_power_of_two();
         let system_clock = Arc::ptr_eq(&config.clock, &system_clock());
+        let hasher = foldhash::fast::RandomState::default();
+        let seeds = std::array::from_fn(|i| hasher.hash_one(i));
         if system_clock {
             super::wall_clock::prepare();
         }
         Ok(MemoryBackend {
             shards: (0..shards).map(|_| Padded(Mutex::new(Shard::default()))).collect(),
-            shard_shift: 64 - shards.trailing_zeros(),
+            shard_mask: shards - 1,
             len: Padded(AtomicUsize::new(0)),
             max_keys: config.max_keys,
-            hasher: foldhash::fast::RandomState::default(),
+            hasher,
+            seeds,
             namespaces: Mutex::new(HashMap::new()),
             system_clock,
             clock: config.clock,
@@ -359,21 +357,48 @@ impl MemoryBackend {
         &self.shards[self.shard_index(hash)].0
     }
 
-    /// The shard of `hash`. Top bits choose it; hashbrown uses the low and top-7 bits within
-    /// it, which is fine: shards only see their own keys.
+    /// The shard of `hash`, chosen by bits that hashbrown does not read within the shard: it
+    /// places a key by the low bits and tells keys apart by the top seven. Shards chosen by the
+    /// top bits left every key of a shard with the same top six, and so the same tag or one of
+    /// two, which made every lookup compare the key of most slots of its group.
     #[inline]
     fn shard_index(&self, hash: u64) -> usize {
-        if self.shard_shift == 64 {
-            0
-        } else {
-            (hash >> self.shard_shift) as usize
+        (hash >> 32) as usize & self.shard_mask
+    }
+
+    /// The hash of (`namespace`, `key`): the same for a call's key and for a stored slot.
+    #[inline]
+    fn hash(&self, namespace: u32, key: &[u8]) -> u64 {
+        self.hash_key(namespace, &KeyBytes::new(key))
+    }
+
+    /// [`MemoryBackend::hash`] of a key made once per call. A short key is hashed from the
+    /// three words it is already held in, with two folded multiplies of the backend's random
+    /// seeds (foldhash's own step for a string of up to 16 bytes), rather than read again byte
+    /// by byte; a long one by foldhash.
+    #[inline(always)]
+    fn hash_key(&self, namespace: u32, key: &KeyBytes<'_>) -> u64 {
+        match key {
+            KeyBytes::Short(bytes) => self.hash_short(namespace, bytes),
+            KeyBytes::Long(bytes) => self.hasher.hash_one((namespace, bytes)),
         }
     }
 
-    /// The hash of (`namespace`, `key`): the same for a probe and for a stored slot.
+    #[inline(always)]
+    fn hash_short(&self, namespace: u32, bytes: &InlineBytes) -> u64 {
+        let [head, middle, tail] = bytes.words();
+        let [s0, s1, s2, s3] = self.seeds;
+        let words = folded_multiply(head ^ s0, middle ^ s1);
+        folded_multiply(words ^ tail ^ s2, u64::from(namespace) ^ s3)
+    }
+
+    /// The hash of a stored slot's key, as [`MemoryBackend::hash`] of its bytes.
     #[inline]
-    fn hash(&self, namespace: u32, key: &[u8]) -> u64 {
-        self.hasher.hash_one((namespace, key))
+    fn hash_stored(&self, slot: &Slot) -> u64 {
+        match &slot.key {
+            StoredKey::Inline(bytes) => self.hash_short(slot.namespace, bytes),
+            StoredKey::Heap(bytes) => self.hasher.hash_one((slot.namespace, &bytes[..])),
+        }
     }
 
     /// Runs `op` on the state of (`namespace`, `key`).
@@ -393,11 +418,11 @@ impl MemoryBackend {
                 return Ok(refused);
             }
         }
-        let hash = self.hash(namespace, key.as_bytes());
-        let probe = Probe::new(key.as_bytes());
+        let bytes = KeyBytes::new(key.as_bytes());
+        let hash = self.hash_key(namespace, &bytes);
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
-        if let Some(slot) = shard.table.find_mut(hash, |s| s.matches(namespace, &probe)) {
+        if let Some(slot) = shard.table.find_mut(hash, |s| s.matches(namespace, &bytes)) {
             // The commonest call, a GCRA check (token bucket, leaky, points), is `apply`'s first
             // arm written out, so that its decision goes straight into the return slot. An
             // admitted check only moves the expiry later, so the shard's lower bound holds.
@@ -425,19 +450,25 @@ impl MemoryBackend {
     /// A GCRA check of `cost` on a key this backend holds in GCRA state or does not hold, with no
     /// pause or block in effect anywhere in the backend: its figures and the instant it was
     /// decided at. `None` (nothing done) for any other call, which [`MemoryBackend::execute`]
-    /// then decides.
+    /// then decides. The key is given as [`KeyBytes::new`] made it: the caller keeps it for the
+    /// settle ticket.
     #[inline(always)]
-    pub(crate) fn check_gcra(&self, namespace: u32, key: &str, gcra: &Gcra, cost: u64) -> Option<(Figures, u64)> {
+    pub(crate) fn check_gcra(
+        &self,
+        namespace: u32,
+        bytes: &KeyBytes<'_>,
+        gcra: &Gcra,
+        cost: u64,
+    ) -> Option<(Figures, u64)> {
         if self.pauses_held.load(Ordering::Acquire) != 0 || self.blocks.any() {
             return None;
         }
         let now = self.now_micros();
-        let hash = self.hash(namespace, key.as_bytes());
-        let probe = Probe::new(key.as_bytes());
+        let hash = self.hash_key(namespace, bytes);
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
-        let Some(slot) = shard.table.find_mut(hash, |s| s.matches(namespace, &probe)) else {
-            return self.insert_gcra(shard, now, hash, namespace, key, gcra, cost);
+        let Some(slot) = shard.table.find_mut(hash, |s| s.matches(namespace, bytes)) else {
+            return self.insert_gcra(shard, now, hash, namespace, bytes, gcra, cost);
         };
         let State::Gcra(tat) = &mut slot.state else { return None };
         // An admitted check only moves the expiry later, so the shard's lower bound holds.
@@ -460,7 +491,7 @@ impl MemoryBackend {
         now: u64,
         hash: u64,
         namespace: u32,
-        key: &str,
+        key: &KeyBytes<'_>,
         gcra: &Gcra,
         cost: u64,
     ) -> Option<(Figures, u64)> {
@@ -473,7 +504,7 @@ impl MemoryBackend {
         if self.len.load(Ordering::Relaxed) >= self.max_keys {
             return None;
         }
-        let slot = Slot { key: StoredKey::new(key.as_bytes()), expires_at, state: State::Gcra(tat), namespace };
+        let slot = Slot { key: StoredKey::of(key), expires_at, state: State::Gcra(tat), namespace };
         self.add_slot(shard, hash, slot, now);
         Some((figures, now))
     }
@@ -483,7 +514,7 @@ impl MemoryBackend {
     #[inline]
     fn add_slot(&self, shard: &mut Shard, hash: u64, slot: Slot, now: u64) {
         shard.earliest_expiry = shard.earliest_expiry.min(slot.expires_at);
-        shard.table.insert_unique(hash, slot, |s| self.hash(s.namespace, s.key.as_bytes()));
+        shard.table.insert_unique(hash, slot, |s| self.hash_stored(s));
         self.len.fetch_add(1, Ordering::Relaxed);
         shard.inserts_since_sweep += 1;
         if shard.inserts_since_sweep > shard.held_after_sweep.max(64) {
@@ -777,6 +808,46 @@ mod tests {
     fn the_state_of_every_engine_fits_in_24_bytes() {
         assert_eq!(size_of::<super::State>(), 24);
         assert_eq!(size_of::<super::Slot>(), 64);
+    }
+
+    /// The keys one shard holds spread over hashbrown's tags (the top seven bits of the hash,
+    /// which tell keys of one probe group apart), and over its shards: choosing the shard by the
+    /// top bits left every key of a shard with one or two tags, so each lookup compared the key
+    /// of most slots in its group.
+    #[test]
+    fn the_keys_of_one_shard_spread_over_every_tag() {
+        let memory = super::MemoryBackend::new(MemoryConfig::default().shards(64)).unwrap();
+        let mut tags = std::collections::HashSet::new();
+        let mut shards = std::collections::HashSet::new();
+        for i in 0..20_000 {
+            let key = format!("user-{i:08}");
+            let hash = memory.hash(0, key.as_bytes());
+            shards.insert(memory.shard_index(hash));
+            if memory.shard_index(hash) == 0 {
+                tags.insert(hash >> 57);
+            }
+        }
+        assert_eq!(shards.len(), 64, "every shard is used");
+        assert!(tags.len() >= 100, "the keys of shard 0 use {} of the 128 tags", tags.len());
+    }
+
+    /// A key is found again whatever its length, by its stored bytes as by the call's: the hash
+    /// of a short key (its three words) and of a long one (foldhash) is the same for a call's
+    /// key and for the stored slot, also when the table grows and rehashes them.
+    #[test]
+    fn a_stored_key_hashes_as_the_key_of_a_call() {
+        let memory = super::MemoryBackend::new(MemoryConfig::default()).unwrap();
+        for len in 0..=40 {
+            let key = "k".repeat(len);
+            let slot = super::Slot {
+                key: super::StoredKey::new(key.as_bytes()),
+                expires_at: 0,
+                state: super::State::Gcra(Default::default()),
+                namespace: 7,
+            };
+            assert_eq!(memory.hash_stored(&slot), memory.hash(7, key.as_bytes()), "length {len}");
+            assert_ne!(memory.hash(7, key.as_bytes()), memory.hash(8, key.as_bytes()), "length {len}");
+        }
     }
 
     /// A backend full of live keys refuses each new key without re-examining every slot: the

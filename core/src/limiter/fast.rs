@@ -18,6 +18,7 @@ use std::time::Duration;
 use super::{Limiter, Target};
 use crate::decision::{Decision, SettleTicket};
 use crate::engine::Algorithm;
+use crate::padded::KeyBytes;
 use crate::SettleKey;
 
 /// The reasons a limiter's checks must take the general path: one bit each, shared by the
@@ -71,7 +72,8 @@ impl Limiter {
         if !self.nothing_unusual() {
             return None;
         }
-        let (figures, now) = backend.check_gcra(*namespace, key, gcra, cost)?;
+        let bytes = KeyBytes::new(key.as_bytes());
+        let (figures, now) = backend.check_gcra(*namespace, &bytes, gcra, cost)?;
         inner.metrics.add_decided(figures.allowed);
         // Built field by field in the caller's return slot, once per kind of settle ticket: a
         // ticket chosen by a branch and put in once was merged on the stack in pieces and read
@@ -95,9 +97,9 @@ impl Limiter {
         }
         let id = self.next_settle_id();
         let ticket = |key: SettleKey| SettleTicket { key, cost, charged_at_micros: now, id, limiter };
-        Some(match SettleKey::inline(key) {
-            Some(inline) => decision(Some(ticket(inline))),
-            None => decision(Some(ticket(key.into()))),
+        Some(match bytes {
+            KeyBytes::Short(short) => decision(Some(ticket(SettleKey::of_short(short)))),
+            KeyBytes::Long(_) => decision(Some(ticket(key.into()))),
         })
     }
 }

@@ -146,7 +146,7 @@ impl MemoryBackend {
         }
         let slot = Slot { key: StoredKey::new(part.key.as_bytes()), expires_at, state, namespace: part.namespace };
         shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
-        shard.table.insert_unique(hash, slot, |s| self.hash(s.namespace, s.key.as_bytes()));
+        shard.table.insert_unique(hash, slot, |s| self.hash_stored(s));
         self.len.fetch_add(1, Ordering::Relaxed);
         Ok((outcome, Undo::Remove))
     }
