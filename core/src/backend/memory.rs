@@ -198,8 +198,14 @@ struct Slot {
 
 const _: () = assert!(size_of::<Slot>() == 64);
 
+#[repr(C)] // the table and the hint first, on the lock's cache line
 struct Shard {
     table: HashTable<Slot>,
+    /// The hash and bucket of the key this shard found last: a key checked again and again (a
+    /// limiter without keys, a hot key) is found by one comparison of its hash and one of its
+    /// key, not by a probe of the table. Only a hint: the bucket may since hold another key or
+    /// none, so the key is compared before the bucket is used.
+    hint: (u64, usize),
     inserts_since_sweep: usize,
     /// Slots left by the last sweep. The next sweep comes after at least as many inserts (and
     /// at least 64), so sweeping costs O(1) per insert.
@@ -212,11 +218,34 @@ struct Shard {
 
 impl Default for Shard {
     fn default() -> Self {
-        Shard { table: HashTable::new(), inserts_since_sweep: 0, held_after_sweep: 0, earliest_expiry: u64::MAX }
+        Shard {
+            table: HashTable::new(),
+            hint: (0, 0),
+            inserts_since_sweep: 0,
+            held_after_sweep: 0,
+            earliest_expiry: u64::MAX,
+        }
     }
 }
 
 impl Shard {
+    /// The slot of the key `hash` and `is` describe, through the hint when it names it; the
+    /// hint then names the slot found.
+    #[inline(always)]
+    fn find_hinted(&mut self, hash: u64, is: impl Fn(&Slot) -> bool) -> Option<&mut Slot> {
+        let (hinted_hash, hinted) = self.hint;
+        // The hashes first: another key's check reads nothing more (the hint is on the line
+        // the lock was just taken on).
+        let index = if hinted_hash == hash && self.table.get_bucket(hinted).is_some_and(&is) {
+            hinted
+        } else {
+            let index = self.table.find_bucket_index(hash, is)?;
+            self.hint = (hash, index);
+            index
+        };
+        self.table.get_bucket_mut(index)
+    }
+
     /// Drops every slot whose state has expired; returns how many.
     fn sweep(&mut self, now: u64) -> usize {
         let before = self.table.len();
@@ -467,7 +496,7 @@ impl MemoryBackend {
         let hash = self.hash_key(namespace, bytes);
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
-        let Some(slot) = shard.table.find_mut(hash, |s| s.matches(namespace, bytes)) else {
+        let Some(slot) = shard.find_hinted(hash, |s| s.matches(namespace, bytes)) else {
             return self.insert_gcra(shard, now, hash, namespace, bytes, gcra, cost);
         };
         let State::Gcra(tat) = &mut slot.state else { return None };
@@ -829,6 +858,43 @@ mod tests {
         }
         assert_eq!(shards.len(), 64, "every shard is used");
         assert!(tags.len() >= 100, "the keys of shard 0 use {} of the 128 tags", tags.len());
+    }
+
+    /// The shard's hint names the bucket of the key found last; once that key is gone and
+    /// another holds its bucket, the first key's next check is its own (a new key), not the
+    /// other's.
+    #[test]
+    fn a_hint_to_a_bucket_another_key_took_is_not_followed() {
+        let backend = Backend::memory_with(MemoryConfig::default().shards(1)).unwrap();
+        let BackendInner::Memory(memory) = &*backend.inner else { panic!("a memory backend") };
+        let bucket_of = |key: &str| {
+            let hash = memory.hash(0, key.as_bytes());
+            memory.shards[0].lock().table.find_bucket_index(hash, |s| s.is(0, key.as_bytes()))
+        };
+        let limiter = backend.token_bucket("hint", 1.0 / 3600.0, 10).unwrap();
+        assert_eq!(limiter.check_blocking(Some("a"), 2).unwrap().remaining, 8);
+        assert_eq!(limiter.check_blocking(Some("a"), 1).unwrap().remaining, 7, "found: the hint names a");
+        let a_bucket = bucket_of("a").expect("a is held");
+        limiter.reset_blocking(Some("a")).unwrap();
+        // Another key in the bucket `a` had (and the hint still names).
+        let other = (0..1_000)
+            .map(|i| format!("b{i}"))
+            .find(|key| {
+                assert_eq!(limiter.check_blocking(Some(key), 5).unwrap().remaining, 5);
+                bucket_of(key) == Some(a_bucket) || {
+                    limiter.reset_blocking(Some(key)).unwrap();
+                    false
+                }
+            })
+            .expect("some key takes the bucket a left");
+        assert_eq!(memory.shards[0].lock().hint.1, a_bucket, "the hint still names a's bucket");
+        assert_eq!(limiter.check_blocking(Some("a"), 1).unwrap().remaining, 9, "a is new again");
+        assert_eq!(limiter.check_blocking(Some(&other), 1).unwrap().remaining, 4, "{other} kept its own state");
+        for _ in 0..3 {
+            assert!(limiter.check_blocking(Some("a"), 1).unwrap().allowed);
+        }
+        assert_eq!(limiter.peek_blocking(Some("a")).unwrap().remaining, 6);
+        assert_eq!(limiter.peek_blocking(Some(&other)).unwrap().remaining, 4);
     }
 
     /// A key is found again whatever its length, by its stored bytes as by the call's: the hash
