@@ -1,9 +1,10 @@
 //! Short byte strings read into zero-padded words in registers, without a call to `memcpy`.
 //!
-//! The hot path copies the key twice (the memory backend's lookup probe and the settle ticket's
-//! key): a slice copy of a length known only at run time compiles to a call into the C
-//! library's `memcpy`, which costs more than the copy itself for a few bytes. Two fixed-size
-//! loads that overlap in the middle cover every length between their size and twice it.
+//! The hot path holds a short key as words (a [`KeyBytes`], made once per check: the memory
+//! backend's lookup and hash, and the settle ticket's key): a slice copy of a length known only
+//! at run time compiles to a call into the C library's `memcpy`, which costs more than the copy
+//! itself for a few bytes. Two fixed-size loads that overlap in the middle cover every length
+//! between their size and twice it.
 //!
 //! The bytes are combined in registers rather than by two overlapping stores into a buffer:
 //! reading such a buffer back in wider pieces straddles both stores, which the CPU cannot
@@ -119,6 +120,7 @@ pub(crate) enum KeyBytes<'a> {
 }
 
 impl<'a> KeyBytes<'a> {
+    /// `key` as words when it is short enough, else as it is.
     #[inline(always)]
     pub(crate) fn new(key: &'a [u8]) -> KeyBytes<'a> {
         if key.len() <= InlineBytes::MAX {
@@ -129,8 +131,8 @@ impl<'a> KeyBytes<'a> {
     }
 }
 
-/// The high and low halves of the full product of `x` and `y`, folded by xor: every bit of the
-/// result depends on every bit of both (foldhash's and wyhash's mixing step).
+/// The high and low halves of the full 128-bit product of `x` and `y`, folded by xor: the
+/// mixing step of foldhash and wyhash.
 #[inline(always)]
 pub(crate) fn folded_multiply(x: u64, y: u64) -> u64 {
     let full = u128::from(x) * u128::from(y);

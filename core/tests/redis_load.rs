@@ -2,9 +2,9 @@
 //!
 //! 1. over-admission across OS processes: 8 processes × 8 tasks × 400 attempts (1,000 with
 //!    `RATEKEEPER_LONG_TESTS=1`) against every limiter kind on one standalone Redis; nothing is admitted beyond the limit, and at least
-//!    95% of the theoretical maximum over the contended span is (for the exact sliding windows
-//!    also 95% of what a model limiter admits from the same arrivals; for the concurrent
-//!    limiter, slot occupancy sampled from the server);
+//!    95% of the theoretical maximum over the contended span is (for the exact sliding windows,
+//!    95% of what a model limiter admits from the same arrivals, the theoretical maximum being
+//!    printed; for the concurrent limiter, slot occupancy sampled from the server);
 //! 2. a `SCRIPT FLUSH` storm: no errors, counts exact;
 //! 3. every key has a TTL, and idle state disappears;
 //! 4. the over-admission check (lighter: 4 processes × 4 tasks × 1,000 attempts) on a 3-master
@@ -796,7 +796,11 @@ fn run_suite(target: &Target, jobs: &[Job], processes: u64, tasks: u64, attempts
                         ));
                     }
                 }
-                if v.fraction() < 0.95 {
+                // Where the arrivals were recorded, the floor is what a model limiter admits from
+                // them: the theoretical maximum assumes a call the instant a slot frees, which
+                // eight worker processes on a loaded two-core machine do not keep up (a window
+                // run admitted 94.1% of it, and exactly what the model admits from its arrivals).
+                if v.given_arrivals.is_none() && v.fraction() < 0.95 {
                     failures.push(format!(
                         "{}: admitted {} of a theoretical {:.1} ({:.1}%) — below 95%",
                         job.label(),

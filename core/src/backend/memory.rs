@@ -857,7 +857,8 @@ mod tests {
             }
         }
         assert_eq!(shards.len(), 64, "every shard is used");
-        assert!(tags.len() >= 100, "the keys of shard 0 use {} of the 128 tags", tags.len());
+        // About 312 keys over 128 tags use about 116 of them; top bits gave 2.
+        assert!(tags.len() >= 64, "the keys of shard 0 use {} of the 128 tags", tags.len());
     }
 
     /// The shard's hint names the bucket of the key found last; once that key is gone and
