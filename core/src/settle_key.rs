@@ -11,7 +11,7 @@ use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::padded::InlineBytes;
+use crate::padded::{InlineBytes, KeyBytes};
 
 /// The longest key held inside the ticket: the ticket's key then takes as much room as a shared
 /// one (the bytes, their length and the variant's tag fill the width of a wide pointer plus a
@@ -53,11 +53,9 @@ impl SettleKey {
     /// `key` held in the ticket itself, when it is short enough.
     #[inline(always)]
     pub(crate) fn inline(key: &str) -> Option<SettleKey> {
-        // A plain branch: `bool::then`'s closure is compiled out of line.
-        if key.len() <= INLINE {
-            Some(SettleKey(Repr::Inline(InlineBytes::new(key.as_bytes()))))
-        } else {
-            None
+        match KeyBytes::new(key.as_bytes()) {
+            KeyBytes::Short(bytes) => Some(SettleKey::of_short(bytes)),
+            KeyBytes::Long(_) => None,
         }
     }
 

@@ -127,11 +127,8 @@ macro_rules! memory_state {
 }
 crate::engine::kinds::for_each_engine!(memory_state);
 
-/// Keys up to this many bytes are stored in the slot itself (user ids, IPv4 addresses, ...);
-/// longer ones (up to [`crate::params::MAX_KEY_BYTES`]) on the heap.
-const INLINE_KEY: usize = InlineBytes::MAX;
-
-/// A stored key.
+/// A stored key: up to [`InlineBytes::MAX`] bytes in the slot itself (user ids, IPv4
+/// addresses, ...), longer ones (up to [`crate::params::MAX_KEY_BYTES`]) on the heap.
 enum StoredKey {
     Inline(InlineBytes),
     Heap(Box<[u8]>),
@@ -140,11 +137,7 @@ enum StoredKey {
 impl StoredKey {
     #[inline]
     fn new(key: &[u8]) -> StoredKey {
-        if key.len() <= INLINE_KEY {
-            StoredKey::Inline(InlineBytes::new(key))
-        } else {
-            StoredKey::Heap(key.into())
-        }
+        StoredKey::of(&KeyBytes::new(key))
     }
 
     /// [`StoredKey::new`] of a key made once per call.
@@ -424,10 +417,11 @@ impl MemoryBackend {
     /// The hash of a stored slot's key, as [`MemoryBackend::hash`] of its bytes.
     #[inline]
     fn hash_stored(&self, slot: &Slot) -> u64 {
-        match &slot.key {
-            StoredKey::Inline(bytes) => self.hash_short(slot.namespace, bytes),
-            StoredKey::Heap(bytes) => self.hasher.hash_one((slot.namespace, &bytes[..])),
-        }
+        let key = match &slot.key {
+            StoredKey::Inline(bytes) => KeyBytes::Short(*bytes),
+            StoredKey::Heap(bytes) => KeyBytes::Long(bytes),
+        };
+        self.hash_key(slot.namespace, &key)
     }
 
     /// Runs `op` on the state of (`namespace`, `key`).
