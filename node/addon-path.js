@@ -13,8 +13,8 @@ function platformPackage() {
   return `@ratekeeper/${process.platform}-${process.arch}${abi}`;
 }
 
-/** Platforms with a prebuilt addon package on npm (scripts/package builds them). */
-const PREBUILT = ['@ratekeeper/linux-x64-gnu'];
+/** Platforms with a prebuilt addon package on npm (scripts/package builds them, for glibc 2.17+). */
+const PREBUILT = ['@ratekeeper/linux-x64-gnu', '@ratekeeper/linux-arm64-gnu'];
 
 /**
  * What to do when no addon loads: on a platform with a prebuilt package, install it (npm
@@ -34,7 +34,8 @@ function missingAddon(prebuilt) {
   return (
     `ratekeeper: no native addon for this machine: neither ${__dirname}/ratekeeper.node (a ` +
     `build from source) nor a prebuilt package (${prebuilt}) is installed. Prebuilt addons ` +
-    `exist for ${PREBUILT.map((p) => p.replace('@ratekeeper/', '')).join(', ')}; elsewhere build ` +
+    `exist for ${PREBUILT.map((p) => p.replace('@ratekeeper/', '')).join(' and ')} (glibc 2.17 or later); ` +
+    'elsewhere build ' +
     'from the source repository with `npm install ./node` (needs Rust: https://rustup.rs), or ' +
     'run `npm run build` in the package folder of a source checkout.'
   );

@@ -3,9 +3,10 @@
 require_relative "lib/ratekeeper/version"
 
 # A platform gem when the prebuilt library is in place (scripts/package copies it to
-# lib/ratekeeper/native/libratekeeper.so): `gem build` then makes ratekeeper-VER-x86_64-linux.gem,
-# which installs with no Rust toolchain. Without it, a plain gem that loads RATEKEEPER_LIB or the
-# system's libratekeeper (the C tarball).
+# lib/ratekeeper/native/libratekeeper.so): `gem build` then makes ratekeeper-VER-x86_64-linux.gem
+# or ratekeeper-VER-aarch64-linux.gem, the platform of that library's machine, which installs with
+# no Rust toolchain. Without it, a plain gem that loads RATEKEEPER_LIB or the system's
+# libratekeeper (the C tarball).
 Gem::Specification.new do |s|
   s.name = "ratekeeper"
   s.version = Ratekeeper::VERSION
@@ -23,7 +24,10 @@ Gem::Specification.new do |s|
   native = "lib/ratekeeper/native/libratekeeper.so"
   if File.exist?(File.join(__dir__, native))
     s.files << native
-    s.platform = Gem::Platform.new("x86_64-linux")
+    # e_machine, at byte 18 of an ELF header (little-endian): 0x3e x86-64, 0xb7 AArch64.
+    machine = File.binread(File.join(__dir__, native), 2, 18).unpack1("v")
+    cpu = { 0x3e => "x86_64", 0xb7 => "aarch64" }.fetch(machine) { raise "#{native}: unknown ELF machine #{machine}" }
+    s.platform = Gem::Platform.new("#{cpu}-linux")
   end
   s.add_dependency "ffi", ">= 1.15", "< 2"
   s.metadata = { "rubygems_mfa_required" => "true" }

@@ -33,7 +33,7 @@ function noCargo() {
   console.error(
     'ratekeeper: building the native addon from source needs Rust, and `cargo` is not on PATH. ' +
       'Install Rust (https://rustup.rs, then open a new shell) and run the install again, or ' +
-      'install the published package, which ships a prebuilt addon for linux-x64-gnu.',
+      'install the published package, which ships a prebuilt addon for linux-x64-gnu and linux-arm64-gnu (glibc 2.17+).',
   );
   process.exit(1);
 }

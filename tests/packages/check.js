@@ -6,14 +6,15 @@ const path = require('node:path');
 const { Backend } = require('ratekeeper');
 
 async function main() {
-  // The addon must be the prebuilt one, not a build from source.
-  const addon = require.resolve('@ratekeeper/linux-x64-gnu');
+  // The addon must be this machine's prebuilt one (linux-x64-gnu, linux-arm64-gnu), not a build
+  // from source.
+  const addon = require.resolve(`@ratekeeper/linux-${process.arch}-gnu`);
   assert.ok(addon.includes(`${path.sep}node_modules${path.sep}`), addon);
   const backend = Backend.redis(process.env.REDIS_URL, { prefix: 'packages-node' });
   const limiter = backend.tokenBucket('installed', 1, 1);
   const first = await limiter.check();
   const second = await limiter.check();
-  console.log(`node: allowed=${first.allowed} then allowed=${second.allowed} retryAfterMs=${second.retryAfterMs}`);
+  console.log(`node (${process.arch}, ${process.version}): allowed=${first.allowed} then allowed=${second.allowed} retryAfterMs=${second.retryAfterMs}`);
   // A bucket of one: the first check is allowed, the second refused.
   assert.ok(first.allowed && !second.allowed && second.retryAfterMs > 0);
   // In the registry before the process ends: the installed CLI's `limits` lists it next.

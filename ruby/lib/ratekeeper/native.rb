@@ -20,7 +20,27 @@ module Ratekeeper
       ENV["RATEKEEPER_LIB"] || (File.exist?(BUNDLED) ? BUNDLED : "ratekeeper")
     end
 
-    ffi_lib library_path
+    # What to do when no library loads: RATEKEEPER_LIB names a file that is not one; or this is
+    # the plain gem (no prebuilt library for this platform) and the system has none either.
+    def self.missing_library(error)
+      return "ratekeeper: RATEKEEPER_LIB=#{ENV['RATEKEEPER_LIB']} does not load: #{error.message}" if ENV["RATEKEEPER_LIB"]
+
+      "ratekeeper: no libratekeeper to load on #{Gem::Platform.local}: this gem carries none (the prebuilt " \
+        "library comes in the platform gems for #{PREBUILT.join(' and ')}, which `gem install ratekeeper` " \
+        "picks there), and the system has none. Build it from the source repository with Rust " \
+        "(https://rustup.rs): `cargo build --release -p ratekeeper-ffi`, then set RATEKEEPER_LIB to " \
+        "target/release/libratekeeper.so (or install it where the dynamic loader looks). " \
+        "(#{error.message})"
+    end
+
+    # The platforms whose gem carries the library (scripts/package builds them).
+    PREBUILT = %w[x86_64-linux aarch64-linux].freeze
+
+    begin
+      ffi_lib library_path
+    rescue LoadError => e
+      raise LoadError, missing_library(e)
+    end
 
     # `rk_wait_default`: the limiter's own default wait.
     WAIT_DEFAULT = -1.0
