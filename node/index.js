@@ -458,6 +458,10 @@ class Limiter {
   }
 }
 
+/** A lone surrogate: in a `u` pattern a string is read by code points, so only an unpaired
+ * surrogate is one (String.prototype.isWellFormed, which says the same, needs Node 20). */
+const LONE_SURROGATE = /\p{Surrogate}/u;
+
 /**
  * `checkAll`'s parts as the native call takes them: limiter handles, keys and costs (a part
  * that is not `{ limiter, key?, cost? }` is refused naming it; the core checks the values).
@@ -477,9 +481,9 @@ function partsOf(parts) {
       throw invalidArgument(`parts[${i}].key`, 'must be a string, null or undefined');
     }
     // The native call would replace a lone surrogate silently: refuse it, as every key is.
-    if (typeof part.key === 'string' && !part.key.isWellFormed()) {
-      const lone = [...part.key].find((ch) => ch.length === 1 && ch >= '\uD800' && ch <= '\uDFFF');
-      const code = lone.charCodeAt(0).toString(16).toUpperCase();
+    const lone = typeof part.key === 'string' ? LONE_SURROGATE.exec(part.key) : null;
+    if (lone) {
+      const code = lone[0].charCodeAt(0).toString(16).toUpperCase();
       throw invalidArgument(`parts[${i}].key`, `must be a well-formed Unicode string; found a lone surrogate U+${code}`);
     }
     if (part.cost !== undefined && typeof part.cost !== 'number') {
