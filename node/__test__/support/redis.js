@@ -36,6 +36,11 @@ function rkTestRedis(args, input) {
       if (error) reject(new Error(`rk-test-redis ${args.join(' ')} failed: ${stderr.trim() || error.message}`));
       else resolve(stdout);
     });
+    // A command that reads no input may have exited before the write: its exit status, not the
+    // closed pipe (EPIPE, an uncaught error otherwise), is the answer.
+    child.stdin.on('error', (error) => {
+      if (error.code !== 'EPIPE') reject(error);
+    });
     child.stdin.end(input ?? '');
   });
 }
