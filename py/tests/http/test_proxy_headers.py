@@ -74,9 +74,30 @@ def redis_server_module() -> Iterator[RedisServer]:
 @pytest.mark.parametrize("scenario", list(CLIENT))
 def test_a_client_varying_a_proxy_header_is_still_one_client(served: tuple[Server, str, str], scenario: str) -> None:
     server, redis_url, prefix = served
+    judge(server, redis_url, prefix, request_headers, scenario)
+
+
+def test_behind_a_proxy_that_sets_forwarded_only_its_line_counts(redis_server_module: RedisServer) -> None:
+    # proxy_header="Forwarded": the client varies X-Forwarded-For and writes a Forwarded line of
+    # its own; the proxy adds its line after it.
+    prefix = unique_prefix()
+    env = options(redis=redis_server_module.url, prefix=prefix, trusted_proxies=["127.0.0.1"], proxy_header="Forwarded",
+                  limiters=[["proxied", {"kind": "window", "limit": LIMIT, "interval": INTERVAL}]])
+
+    def lines(scenario: str) -> list[tuple[str, str]]:
+        return [("X-Forwarded-For", spoofed()), ("Forwarded", f"for={spoofed()}"),
+                ("Forwarded", f'for="{CLIENT[scenario]}:4711";proto=http')]
+
+    with uvicorn("starlette_app:app", env=env) as server:
+        judge(server, redis_server_module.url, prefix, lines, "forwarded")
+
+
+def judge(server: Server, redis_url: str, prefix: str, lines: Callable[[str], list[tuple[str, str]]],
+          scenario: str) -> None:
+    """Sends the 10 requests of ``scenario`` and judges what was admitted, and under which key."""
     started = time.time()
     with httpx.Client(base_url=server.url, timeout=30) as client:
-        statuses = [client.get("/", headers=request_headers(scenario)).status_code for _ in range(REQUESTS)]
+        statuses = [client.get("/", headers=lines(scenario)).status_code for _ in range(REQUESTS)]
     windows = int(time.time() // INTERVAL) - int(started // INTERVAL) + 1
     assert set(statuses) <= {200, 429}, statuses
     admitted = statuses.count(200)
