@@ -11,8 +11,10 @@ sends 10 requests against 2 a minute, varying a header a proxy does not strip:
 - its own ``X-Forwarded-For: <random>`` line, followed by the line the proxy adds (HAProxy adds
   a line of its own rather than appending to the client's).
 
-Either way the client is one client: at most 2 of its 10 requests may pass (per fixed window
-the run touched), and its key is the proxy's word, not the client's."""
+Either way the client is one client: at most 2 of its 10 requests may pass (per minute the run
+touched), and its key is the proxy's word, not the client's. The same holds for the documented
+example (examples/python/http/behind_proxy.py) behind nginx, an ALB and Cloudflare, and for a
+proxy that sets ``Forwarded`` (``proxy_header="Forwarded"``)."""
 
 from __future__ import annotations
 
@@ -23,10 +25,13 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from ratekeeper import Backend
+from ratekeeper import Backend, Limiter
 
 from ..conftest import RedisServer, unique_prefix
-from .support import Server, gunicorn, options, uvicorn
+from .support import Server, example, gunicorn, options, uvicorn
+
+# The example the docs include (docs/src/guides/http/python.md), served as it is.
+EXAMPLE_DIR, EXAMPLE_MODULE = example("examples/python/http/behind_proxy.py")
 
 LIMIT = 2
 INTERVAL = 60
@@ -74,7 +79,7 @@ def redis_server_module() -> Iterator[RedisServer]:
 @pytest.mark.parametrize("scenario", list(CLIENT))
 def test_a_client_varying_a_proxy_header_is_still_one_client(served: tuple[Server, str, str], scenario: str) -> None:
     server, redis_url, prefix = served
-    judge(server, redis_url, prefix, request_headers, scenario)
+    judge(server, proxied(redis_url, prefix), lambda: request_headers(scenario), CLIENT[scenario])
 
 
 def test_behind_a_proxy_that_sets_forwarded_only_its_line_counts(redis_server_module: RedisServer) -> None:
@@ -89,20 +94,46 @@ def test_behind_a_proxy_that_sets_forwarded_only_its_line_counts(redis_server_mo
                 ("Forwarded", f'for="{CLIENT[scenario]}:4711";proto=http')]
 
     with uvicorn("starlette_app:app", env=env) as server:
-        judge(server, redis_server_module.url, prefix, lines, "forwarded")
+        judge(server, proxied(redis_server_module.url, prefix), lambda: lines("forwarded"), CLIENT["forwarded"])
 
 
-def judge(server: Server, redis_url: str, prefix: str, lines: Callable[[str], list[tuple[str, str]]],
-          scenario: str) -> None:
-    """Sends the 10 requests of ``scenario`` and judges what was admitted, and under which key."""
+# What each deployment of the example sends the app: the client forges a Forwarded header and
+# X-Forwarded-For entries of its own; each proxy appends the address it was connected from.
+DEPLOYMENTS: dict[str, Callable[[], list[tuple[str, str]]]] = {
+    "nginx": lambda: [("Forwarded", f"for={spoofed()}"), ("X-Forwarded-For", f"{spoofed()}, 203.0.113.7")],
+    "alb": lambda: [("Forwarded", f"for={spoofed()}"), ("X-Forwarded-For", f"{spoofed()}, 203.0.113.7")],
+    # Cloudflare appends the client, then nginx appends Cloudflare's edge (173.245.48.5).
+    "cloudflare": lambda: [("Forwarded", f"for={spoofed()}"),
+                           ("X-Forwarded-For", f"{spoofed()}, 203.0.113.7, 173.245.48.5")],
+}
+
+
+@pytest.mark.parametrize("deployment", list(DEPLOYMENTS))
+def test_the_behind_a_proxy_example(deployment: str) -> None:
+    redis = RedisServer()
+    try:
+        # The ALB's VPC is the loopback network here: the test connects from 127.0.0.1.
+        env = {"REDIS_URL": redis.url, "API_LIMIT": str(LIMIT), "PROXY": deployment, "VPC_CIDR": "127.0.0.0/8"}
+        with uvicorn(f"{EXAMPLE_MODULE}:app", cwd=EXAMPLE_DIR, env=env) as server:
+            judge(server, Backend.redis(redis.url).window("api", LIMIT, "minute"), DEPLOYMENTS[deployment], "203.0.113.7")
+    finally:
+        redis.stop()
+
+
+def proxied(redis_url: str, prefix: str) -> Limiter:
+    """The test apps' limiter, as this process sees it."""
+    return Backend.redis(redis_url, prefix=prefix).window("proxied", LIMIT, INTERVAL)
+
+
+def judge(server: Server, limiter: Limiter, lines: Callable[[], list[tuple[str, str]]], key: str) -> None:
+    """Sends 10 requests with the header ``lines`` and judges what was admitted, and under which key."""
     started = time.time()
     with httpx.Client(base_url=server.url, timeout=30) as client:
-        statuses = [client.get("/", headers=lines(scenario)).status_code for _ in range(REQUESTS)]
+        statuses = [client.get("/", headers=lines()).status_code for _ in range(REQUESTS)]
     windows = int(time.time() // INTERVAL) - int(started // INTERVAL) + 1
     assert set(statuses) <= {200, 429}, statuses
     admitted = statuses.count(200)
     assert 1 <= admitted <= LIMIT * windows, f"{admitted} of {REQUESTS} admitted: {statuses}"
     # The requests were counted under the address the proxy gave, not under the client's.
     if time.time() - started < INTERVAL:
-        limiter = Backend.redis(redis_url, prefix=prefix).window("proxied", LIMIT, INTERVAL)
-        assert limiter.peek(CLIENT[scenario]).remaining < LIMIT, "not counted under the proxy's address"
+        assert limiter.peek(key).remaining < LIMIT, "not counted under the address the proxy gave"
