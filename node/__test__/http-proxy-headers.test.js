@@ -134,3 +134,40 @@ for (const [framework, start] of Object.entries(FRAMEWORKS)) {
     });
   }
 }
+
+// The documented example (examples/node/http/behind-proxy.cjs, docs/src/guides/http/node.md)
+// as its own process on a real Redis, for each deployment it names: what each sends the app
+// when the client forges a Forwarded header and X-Forwarded-For entries of its own, each proxy
+// appending the address it was connected from.
+const DEPLOYMENTS = {
+  nginx: () => [`Forwarded: for=${spoofed()}`, `X-Forwarded-For: ${spoofed()}, 203.0.113.7`],
+  alb: () => [`Forwarded: for=${spoofed()}`, `X-Forwarded-For: ${spoofed()}, 203.0.113.7`],
+  // Cloudflare appends the client, then nginx appends Cloudflare's edge (173.245.48.5).
+  cloudflare: () => [`Forwarded: for=${spoofed()}`, `X-Forwarded-For: ${spoofed()}, 203.0.113.7, 173.245.48.5`],
+};
+
+for (const [deployment, lines] of Object.entries(DEPLOYMENTS)) {
+  test(`the behind-a-proxy example, behind ${deployment}: 2 of 10 admitted, counted under the client`, async () => {
+    const { RedisServer } = require('./support/redis.js');
+    const { startApp } = require('./support/http-apps.js');
+    const redis = await RedisServer.start();
+    const url = `redis://127.0.0.1:${redis.port}`;
+    // The ALB's VPC is the loopback network here: the test connects from 127.0.0.1.
+    const app = await startApp('behind-proxy.cjs', { REDIS_URL: url, API_LIMIT: String(LIMIT), PROXY: deployment, VPC_CIDR: '127.0.0.0/8' });
+    try {
+      const started = Date.now();
+      const statuses = [];
+      for (let i = 0; i < REQUESTS; i++) statuses.push(await rawGet(app.port, lines()));
+      // A window limiter admits at most LIMIT in any minute: LIMIT per minute the run touched.
+      const minutes = Math.floor(Date.now() / 60_000) - Math.floor(started / 60_000) + 1;
+      const admitted = statuses.filter((s) => s === 200).length;
+      assert.ok(admitted >= 1 && admitted <= LIMIT * minutes, `statuses: ${statuses}`);
+      assert.equal(statuses.filter((s) => s !== 200 && s !== 429).length, 0, `statuses: ${statuses}`);
+      const limiter = Backend.redis(url).window('api', LIMIT, 'minute');
+      assert.ok((await limiter.peek('203.0.113.7')).remaining < LIMIT, "counted under the client's address");
+    } finally {
+      await app.stop();
+      await redis.destroy();
+    }
+  });
+}
