@@ -1,0 +1,75 @@
+# frozen_string_literal: true
+
+# A client cannot choose its own rate-limit key behind a trusted proxy (issue #41, items 1-3):
+# the Rack middleware behind a real Puma. The test plays a trusted proxy on 127.0.0.1 in front
+# of one client, which sends 10 requests against 2 a minute, varying a header the proxy does
+# not strip: `Forwarded: for=<random>` beside the proxy's constant `X-Forwarded-For` (nginx, ALB
+# and HAProxy append to X-Forwarded-For and pass Forwarded through), or its own
+# `X-Forwarded-For` line followed by the one the proxy adds (HAProxy). Requests are written on a
+# raw socket, so each header line reaches Puma as sent. At most 2 may pass (per minute the run
+# touched), counted under the address the proxy gave.
+require_relative "test_helper"
+require_relative "support/puma_server"
+require "json"
+require "socket"
+
+class RackProxyTest < Minitest::Test
+  LIMIT = 2
+  REQUESTS = 10
+  APP = File.expand_path("support/proxy_app.ru", __dir__)
+
+  def setup
+    @redis = RedisServer.shared
+    @prefix = unique_prefix
+  end
+
+  def spoofed = "198.18.#{rand(256)}.#{rand(1..254)}"
+
+  # GET / with these header lines, as they are; the response's status.
+  def raw_get(port, lines)
+    TCPSocket.open("127.0.0.1", port) do |socket|
+      socket.write((["GET / HTTP/1.1", "Host: 127.0.0.1", *lines, "Connection: close", "", ""]).join("\r\n"))
+      Integer(socket.read[%r{\AHTTP/1\.1 (\d{3})}, 1] || flunk("no status line"))
+    end
+  end
+
+  def serve(env)
+    PumaServer.new(APP, { "REDIS_URL" => @redis.url, "RK_PREFIX" => @prefix, "API_LIMIT" => LIMIT.to_s }.merge(env))
+  end
+
+  # Sends the requests and judges what passed, and under which key.
+  def judge(port, client, limiter_name: "proxied", backend: Ratekeeper::Backend.redis(@redis.url, prefix: @prefix))
+    started = Time.now.to_i
+    statuses = Array.new(REQUESTS) { raw_get(port, yield) }
+    minutes = Time.now.to_i / 60 - started / 60 + 1
+    admitted = statuses.count(200)
+    assert_equal [], statuses - [200, 429]
+    assert_operator admitted, :>=, 1, statuses.inspect
+    assert_operator admitted, :<=, LIMIT * minutes, "#{admitted} of #{REQUESTS} admitted: #{statuses.inspect}"
+    limiter = Ratekeeper::Limiter.window(limiter_name, LIMIT, :minute, backend: backend)
+    assert_operator limiter.peek(client).remaining, :<, LIMIT, "counted under the address the proxy gave"
+  end
+
+  def test_a_client_varying_forwarded_is_one_client
+    puma = serve("TRUSTED_PROXIES" => '["127.0.0.1"]')
+    judge(puma.port, "203.0.113.7") { ["Forwarded: for=#{spoofed}", "X-Forwarded-For: 203.0.113.7"] }
+  ensure
+    puma&.stop(keep_log: !passed?)
+  end
+
+  def test_a_client_writing_its_own_first_x_forwarded_for_line_is_one_client
+    puma = serve("TRUSTED_PROXIES" => '["127.0.0.1"]')
+    judge(puma.port, "203.0.113.8") { ["X-Forwarded-For: #{spoofed}", "X-Forwarded-For: 203.0.113.8"] }
+  ensure
+    puma&.stop(keep_log: !passed?)
+  end
+
+  def test_behind_a_proxy_that_sets_forwarded_only_its_line_counts
+    puma = serve("TRUSTED_PROXIES" => '["127.0.0.1"]', "PROXY_HEADER" => "Forwarded")
+    judge(puma.port, "203.0.113.9") do
+      ["X-Forwarded-For: #{spoofed}", "Forwarded: for=#{spoofed}", "Forwarded: for=\"203.0.113.9:4711\";proto=http"]
+    end
+  ensure
+    puma&.stop(keep_log: !passed?)
+  end
+end
