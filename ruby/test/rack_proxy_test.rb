@@ -72,4 +72,27 @@ class RackProxyTest < Minitest::Test
   ensure
     puma&.stop(keep_log: !passed?)
   end
+
+  # The documented example (examples/ruby/behind_proxy.ru) for each deployment it names: what
+  # each sends the app when the client forges a Forwarded header and X-Forwarded-For entries of
+  # its own, each proxy appending the address it was connected from. Cloudflare appends the
+  # client, then nginx appends Cloudflare's edge (173.245.48.5). The ALB's VPC is the loopback
+  # network here: the test connects from 127.0.0.1.
+  DEPLOYMENTS = {
+    "nginx" => ->(spoof) { ["Forwarded: for=#{spoof}", "X-Forwarded-For: #{spoof}, 203.0.113.7"] },
+    "alb" => ->(spoof) { ["Forwarded: for=#{spoof}", "X-Forwarded-For: #{spoof}, 203.0.113.7"] },
+    "cloudflare" => ->(spoof) { ["Forwarded: for=#{spoof}", "X-Forwarded-For: #{spoof}, 203.0.113.7, 173.245.48.5"] }
+  }.freeze
+
+  DEPLOYMENTS.each do |deployment, lines|
+    define_method("test_the_behind_a_proxy_example_behind_#{deployment}") do
+      redis = RedisServer.new
+      env = { "REDIS_URL" => redis.url, "API_LIMIT" => LIMIT.to_s, "PROXY" => deployment, "VPC_CIDR" => "127.0.0.0/8" }
+      puma = PumaServer.new(File.join(REPO_ROOT, "examples/ruby/behind_proxy.ru"), env)
+      judge(puma.port, "203.0.113.7", limiter_name: "api", backend: Ratekeeper::Backend.redis(redis.url)) { lines.call(spoofed) }
+    ensure
+      puma&.stop(keep_log: !passed?)
+      redis&.stop
+    end
+  end
 end

@@ -146,6 +146,24 @@ class RackTest < Minitest::Test
     # An untrusted peer's header is not read.
     assert_equal 200, client.get("/", "REMOTE_ADDR" => "198.51.100.1", "HTTP_X_FORWARDED_FOR" => "203.0.113.8").status
     assert_equal 1, limiter.peek("203.0.113.8").remaining
+    # Nor is a Forwarded header: only the proxy header (default X-Forwarded-For) is read.
+    assert_equal 429, client.get("/", "REMOTE_ADDR" => "10.1.0.5", "HTTP_FORWARDED" => "for=198.51.100.77",
+                                      "HTTP_X_FORWARDED_FOR" => "203.0.113.7").status
+  end
+
+  def test_proxy_header_forwarded_reads_forwarded_only
+    limiter = Ratekeeper::Limiter.window("addr-fwd", 1, 60, backend: @backend)
+    client = app(limiter, trusted_proxies: ["10.1.0.0/16"], proxy_header: "forwarded")
+    via = ->(fields) { client.get("/", { "REMOTE_ADDR" => "10.1.0.5" }.merge(fields)).status }
+    assert_equal 200, via.call("HTTP_FORWARDED" => 'for="[2001:db8:0:ab12::1]:4711";proto=https')
+    assert_equal 429, via.call("HTTP_FORWARDED" => "for=9.9.9.9, for=2001:db8:0:abff::2, for=10.1.0.9"), "one /56, behind two proxies"
+    assert_equal 200, via.call("HTTP_X_FORWARDED_FOR" => "4.4.4.4", "HTTP_FORWARDED" => "for=5.5.5.5")
+    assert_equal 429, via.call("HTTP_X_FORWARDED_FOR" => "6.6.6.6", "HTTP_FORWARDED" => "for=5.5.5.5"), "X-Forwarded-For is not read"
+    ["X-Forwarded-For", "Forwarded", "FORWARDED", :forwarded].each { |name| Ratekeeper::Rack.new(OK_APP, limiter: limiter, proxy_header: name) }
+    [nil, "", "CF-Connecting-IP", :x_forwarded_for, ["Forwarded"]].each do |value|
+      error = assert_raises(Ratekeeper::InvalidArgument, value.inspect) { Ratekeeper::Rack.new(OK_APP, limiter: limiter, proxy_header: value) }
+      assert_equal "proxy_header", error.parameter
+    end
   end
 
   def test_a_failed_backend_answers_503_never_500
@@ -157,7 +175,8 @@ class RackTest < Minitest::Test
 
   def test_bad_options_name_the_option
     limiter = Ratekeeper::Limiter.window("opts", 1, 60, backend: @backend)
-    { limiter: [], cost: -1, count: "some", headers: "draft-99", shadow: "yes", key: "ip", trusted_proxies: ["nope"] }.each do |option, value|
+    { limiter: [], cost: -1, count: "some", headers: "draft-99", shadow: "yes", key: "ip", trusted_proxies: ["nope"],
+      proxy_header: "X-Real-IP" }.each do |option, value|
       error = assert_raises(Ratekeeper::InvalidArgument, option.to_s) do
         Ratekeeper::Rack.new(OK_APP, limiter: limiter, **{ option => value })
       end
