@@ -33,8 +33,12 @@ class RackProxyTest < Minitest::Test
     end
   end
 
-  def serve(env)
-    PumaServer.new(APP, { "REDIS_URL" => @redis.url, "RK_PREFIX" => @prefix, "API_LIMIT" => LIMIT.to_s }.merge(env))
+  # Runs the block with a Puma serving `rackup` with `env`, stopped after it.
+  def with_puma(rackup, env)
+    puma = PumaServer.new(rackup, env)
+    yield puma.port
+  ensure
+    puma&.stop(keep_log: !passed?)
   end
 
   # Sends the requests and judges what passed, and under which key.
@@ -50,27 +54,24 @@ class RackProxyTest < Minitest::Test
     assert_operator limiter.peek(client).remaining, :<, LIMIT, "counted under the address the proxy gave"
   end
 
-  def test_a_client_varying_forwarded_is_one_client
-    puma = serve("TRUSTED_PROXIES" => '["127.0.0.1"]')
-    judge(puma.port, "203.0.113.7") { ["Forwarded: for=#{spoofed}", "X-Forwarded-For: 203.0.113.7"] }
-  ensure
-    puma&.stop(keep_log: !passed?)
-  end
+  # The client's address as the proxy reports it (one key per scenario), the app's proxy header,
+  # and one request's header lines as the app receives them, in order.
+  SCENARIOS = {
+    "varying_forwarded" => ["203.0.113.7", {}, ->(spoof) { ["Forwarded: for=#{spoof}", "X-Forwarded-For: 203.0.113.7"] }],
+    "writing_its_own_first_x_forwarded_for_line" =>
+      ["203.0.113.8", {}, ->(spoof) { ["X-Forwarded-For: #{spoof}", "X-Forwarded-For: 203.0.113.8"] }],
+    # A proxy that sets Forwarded: the client varies X-Forwarded-For and writes a Forwarded line of
+    # its own before the proxy's.
+    "before_a_proxy_that_sets_forwarded" =>
+      ["203.0.113.9", { "PROXY_HEADER" => "Forwarded" },
+       ->(spoof) { ["X-Forwarded-For: #{spoof}", "Forwarded: for=#{spoof}", "Forwarded: for=\"203.0.113.9:4711\";proto=http"] }]
+  }.freeze
 
-  def test_a_client_writing_its_own_first_x_forwarded_for_line_is_one_client
-    puma = serve("TRUSTED_PROXIES" => '["127.0.0.1"]')
-    judge(puma.port, "203.0.113.8") { ["X-Forwarded-For: #{spoofed}", "X-Forwarded-For: 203.0.113.8"] }
-  ensure
-    puma&.stop(keep_log: !passed?)
-  end
-
-  def test_behind_a_proxy_that_sets_forwarded_only_its_line_counts
-    puma = serve("TRUSTED_PROXIES" => '["127.0.0.1"]', "PROXY_HEADER" => "Forwarded")
-    judge(puma.port, "203.0.113.9") do
-      ["X-Forwarded-For: #{spoofed}", "Forwarded: for=#{spoofed}", "Forwarded: for=\"203.0.113.9:4711\";proto=http"]
+  SCENARIOS.each do |name, (client, env, lines)|
+    define_method("test_a_client_#{name}_is_one_client") do
+      env = { "REDIS_URL" => @redis.url, "RK_PREFIX" => @prefix, "API_LIMIT" => LIMIT.to_s, "TRUSTED_PROXIES" => '["127.0.0.1"]' }.merge(env)
+      with_puma(APP, env) { |port| judge(port, client) { lines.call(spoofed) } }
     end
-  ensure
-    puma&.stop(keep_log: !passed?)
   end
 
   # The documented example (examples/ruby/behind_proxy.ru) for each deployment it names: what
@@ -88,10 +89,10 @@ class RackProxyTest < Minitest::Test
     define_method("test_the_behind_a_proxy_example_behind_#{deployment}") do
       redis = RedisServer.new
       env = { "REDIS_URL" => redis.url, "API_LIMIT" => LIMIT.to_s, "PROXY" => deployment, "VPC_CIDR" => "127.0.0.0/8" }
-      puma = PumaServer.new(File.join(REPO_ROOT, "examples/ruby/behind_proxy.ru"), env)
-      judge(puma.port, "203.0.113.7", limiter_name: "api", backend: Ratekeeper::Backend.redis(redis.url)) { lines.call(spoofed) }
+      with_puma(File.join(REPO_ROOT, "examples/ruby/behind_proxy.ru"), env) do |port|
+        judge(port, "203.0.113.7", limiter_name: "api", backend: Ratekeeper::Backend.redis(redis.url)) { lines.call(spoofed) }
+      end
     ensure
-      puma&.stop(keep_log: !passed?)
       redis&.stop
     end
   end
