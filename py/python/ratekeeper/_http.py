@@ -628,7 +628,7 @@ def _networks(trusted: Iterable[str] | None) -> tuple[_Network, ...]:
 
 def _proxy_header(name: object) -> str:
     """The ``proxy_header`` option as the lower-case field name to read."""
-    if isinstance(name, str) and name.strip().lower() in ("x-forwarded-for", "forwarded"):
+    if isinstance(name, str) and name.strip().lower() in (known.lower() for known in PROXY_HEADERS):
         return name.strip().lower()
     raise InvalidArgument(
         f'invalid argument `proxy_header`: must be "X-Forwarded-For" or "Forwarded" (the header your proxy sets), got {name!r}',
