@@ -190,3 +190,43 @@ test('otel: annotate adds the decision to the active span, and nothing without o
     await provider.shutdown();
   }
 });
+
+test('otel: the express middleware puts each decision on the request span (real node:http server and client)', async (t) => {
+  const express = require('express');
+  const http = require('node:http');
+  const { rateLimit } = require('../http/express.js');
+  const server = await RedisServer.start();
+  t.after(() => server.stop());
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  const exporter = new InMemorySpanExporter();
+  const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  const tracer = provider.getTracer('test');
+  const backend = Backend.redis(server.url, { prefix: `otelhttp${process.pid}` });
+  const app = express();
+  app.use(rateLimit({ limiter: backend.window('api', 1, 'hour') }));
+  app.get('/', (req, res) => res.send('hello'));
+  // Each request in its own active server span, as @opentelemetry/instrumentation-http makes one.
+  const web = http.createServer((req, res) =>
+    tracer.startActiveSpan(`${req.method} ${req.url}`, (span) => {
+      res.on('finish', () => span.end());
+      app(req, res);
+    }),
+  );
+  await new Promise((resolve) => web.listen(0, '127.0.0.1', resolve));
+  try {
+    const url = `http://127.0.0.1:${web.address().port}/`;
+    const statuses = [];
+    for (let i = 0; i < 2; i++) statuses.push((await fetch(url)).status);
+    assert.deepEqual(statuses, [200, 429]);
+    const spans = exporter.getFinishedSpans();
+    assert.equal(spans.length, 2);
+    const events = spans.map((s) => s.events.map((e) => [e.name, e.attributes['ratekeeper.limiter'], e.attributes['ratekeeper.outcome']]));
+    assert.deepEqual(events, [[['ratekeeper.decision', 'api', 'admitted']], [['ratekeeper.decision', 'api', 'refused']]]);
+    assert.ok(spans[1].events[0].attributes['ratekeeper.retry_after'] > 0);
+    assert.ok(!JSON.stringify(spans.map((s) => s.events)).includes('127.0.0.1'), 'the key (the client address) is no attribute');
+  } finally {
+    await new Promise((resolve) => web.close(resolve));
+    context.disable();
+    await provider.shutdown();
+  }
+});

@@ -12,6 +12,14 @@ const { HEADER_FORMS, policyShape, members, rateLimitFields } = require('./heade
 const { clientKey, proxyHeaderName, trustedProxyList } = require('./client-address.js');
 const { partitionKeyOf } = require('./partition-key.js');
 
+// Each decision goes on the request's active span when @opentelemetry/api is installed.
+let annotate = null;
+try {
+  ({ annotate } = require('../otel.js'));
+} catch (e) {
+  if (e.code !== 'MODULE_NOT_FOUND') throw e;
+}
+
 /** Every option, in every framework's adapter. */
 const OPTIONS = [
   'limiter',
@@ -245,6 +253,7 @@ class Outcome {
       return;
     }
     const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
+    if (annotate) annotate(entry.limiter, decision);
     this.policies.push(...members(entry.name, entry.shape, decision));
     // A shadow refusal took nothing: there is nothing to settle or give back.
     if (decision.shadowRefused) this.shadowed.push({ entry, decision });

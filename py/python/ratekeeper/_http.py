@@ -27,6 +27,11 @@ from typing import Any, Generic, Literal, TypeGuard, TypeVar, Union
 from ._ratekeeper import Decision, FleetShedder, Lease, NativeLimiter
 from .errors import BackendRejected, BackendUnavailable, InvalidArgument, Shed, Timeout
 
+try:  # Each decision goes on the request's span when OpenTelemetry is there (ratekeeper[otel]).
+    from .otel import annotate as _annotate
+except ImportError:
+    _annotate = None
+
 __all__ = [
     "BACKEND_FAILURE_RETRY_AFTER",
     "Admission",
@@ -315,6 +320,8 @@ class Policy(Generic[Req]):
                 return admission
             else:
                 admission.outcomes.append(outcome)
+                if _annotate is not None and outcome.decision is not None:
+                    _annotate(gate.limiter, outcome.decision)
                 if outcome.decision is not None and not outcome.decision.allowed:
                     refusing.append(outcome)
             if refusing and not self.shadow:

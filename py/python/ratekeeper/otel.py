@@ -70,18 +70,6 @@ _COUNTERS: tuple[tuple[str, str, str, _Counts], ...] = (
         "Leases granted by concurrent limiters, by whether the caller waited.",
         lambda m: [({"ratekeeper.wait": "immediate"}, m.immediate), ({"ratekeeper.wait": "waited"}, m.waited)],
     ),
-    (
-        "ratekeeper.leases.wait.time",
-        "s",
-        "Total time callers waited for the concurrent leases granted after waiting.",
-        lambda m: [({}, m.wait_time)],
-    ),
-    (
-        "ratekeeper.leases.held.time",
-        "s",
-        "Total time concurrent leases were held, measured at release.",
-        lambda m: [({}, m.held_time)],
-    ),
 )
 
 
