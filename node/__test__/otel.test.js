@@ -230,3 +230,28 @@ test('otel: the express middleware puts each decision on the request span (real 
     await provider.shutdown();
   }
 });
+
+test('otel: the documented setup', async () => {
+  // --8<-- [start:setup]
+  const { MeterProvider, PeriodicExportingMetricReader, InMemoryMetricExporter } = require('@opentelemetry/sdk-metrics');
+  const { Backend } = require('ratekeeper');
+  const { instrument } = require('ratekeeper/otel');
+
+  // The application's provider; in production a PeriodicExportingMetricReader of an OTLPMetricExporter.
+  const exporter = new InMemoryMetricExporter(0 /* cumulative */);
+  const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
+  const meterProvider = new MeterProvider({ readers: [reader] });
+
+  const backend = Backend.memory();
+  instrument(backend, { meterProvider }); // no meterProvider: the global one
+  const api = backend.tokenBucket('api', 10, 2);
+  for (let i = 0; i < 3; i++) await api.check('user-42');
+  // ratekeeper.decisions{ratekeeper.limiter="api", ratekeeper.kind="token_bucket",
+  //                      ratekeeper.outcome="admitted"} = 2, ...{outcome="refused"} = 1
+  // --8<-- [end:setup]
+  await reader.forceFlush();
+  const [decisions] = exporter.getMetrics()[0].scopeMetrics[0].metrics.filter((m) => m.descriptor.name === 'ratekeeper.decisions');
+  const counts = Object.fromEntries(decisions.dataPoints.filter((p) => p.value).map((p) => [p.attributes['ratekeeper.outcome'], p.value]));
+  assert.deepEqual(counts, { admitted: 2, refused: 1 });
+  await meterProvider.shutdown();
+});

@@ -161,3 +161,28 @@ def test_annotate_adds_the_decision_to_the_current_span(allowed: bool) -> None:
     assert attributes["ratekeeper.kind"] == "token_bucket"
     assert attributes["ratekeeper.outcome"] == ("admitted" if allowed else "refused")
     assert (attributes["ratekeeper.retry_after"] == 0.0) == allowed
+
+
+def test_the_documented_setup() -> None:
+    """The Observability page's example: instrument a backend on the application's provider."""
+    # --8<-- [start:setup]
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import ratekeeper
+    import ratekeeper.otel
+
+    # The application's provider; in production a PeriodicExportingMetricReader(OTLPMetricExporter()).
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+
+    backend = ratekeeper.Backend.memory()
+    ratekeeper.otel.instrument(backend, meter_provider=provider)  # None: the global provider
+    api = backend.token_bucket("api", rate=10, capacity=2)
+    for _ in range(3):
+        api.check("user-42")
+    # ratekeeper.decisions{ratekeeper.limiter="api", ratekeeper.kind="token_bucket",
+    #                      ratekeeper.outcome="admitted"} = 2, ...{outcome="refused"} = 1
+    # --8<-- [end:setup]
+    assert counted(reader) == {("ratekeeper.decisions", "api", "admitted"): 2,
+                               ("ratekeeper.decisions", "api", "refused"): 1}
