@@ -1,7 +1,8 @@
 'use strict';
 // ratekeeper/otel through the OpenTelemetry SDK's in-memory metric exporter and span exporter:
 // exact counts for one scripted sequence of decisions on memory and on a real redis-server, the
-// limited key in no attribute, and a decision event on the active span.
+// limited key in no attribute, and a decision event on the active span. The region `setup` of this
+// file (node/__test__/otel.test.js) is the example of docs/src/operating/observability.md.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');

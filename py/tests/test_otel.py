@@ -1,6 +1,7 @@
 """ratekeeper.otel through the OpenTelemetry SDK's in-memory reader and span exporter: exact counts
 for one scripted sequence of decisions on memory and on a real Redis server, the limited key in
-no attribute, and a decision event on the current span."""
+no attribute, and a decision event on the current span. The region `setup` of this file
+(py/tests/test_otel.py) is the example of docs/src/operating/observability.md."""
 
 from __future__ import annotations
 
