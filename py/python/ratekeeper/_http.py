@@ -27,7 +27,9 @@ from typing import Any, Generic, Literal, TypeGuard, TypeVar, Union
 from ._ratekeeper import Decision, FleetShedder, Lease, NativeLimiter
 from .errors import BackendRejected, BackendUnavailable, InvalidArgument, Shed, Timeout
 
-try:  # Each decision goes on the request's span when OpenTelemetry is there (ratekeeper[otel]).
+# Each decision goes on the request's span when OpenTelemetry is there (ratekeeper[otel]).
+_annotate: Callable[[NativeLimiter, Decision], None] | None
+try:
     from .otel import annotate as _annotate
 except ImportError:
     _annotate = None
