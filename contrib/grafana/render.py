@@ -211,11 +211,13 @@ def main() -> None:
         server.wait()
     cards = []
     for panel in dashboard["panels"]:
-        series: dict[str, list[float]] = defaultdict(list)
+        steps = len(snapshots) - WINDOW
+        # A series that appears late (a first clamped pause) starts where it appeared.
+        series: dict[str, list[float]] = defaultdict(lambda: [math.nan] * steps)
         for target in panel["targets"]:
-            for i in range(WINDOW, len(snapshots)):
+            for step, i in enumerate(range(WINDOW, len(snapshots))):
                 for group, value in evaluate(target["expr"], snapshots[i - WINDOW], snapshots[i], WINDOW).items():
-                    series[legend(target["legendFormat"], target["expr"], group)].append(value)
+                    series[legend(target["legendFormat"], target["expr"], group)][step] = value
         cards.append(f'<div class="panel"><h2>{html.escape(panel["title"])}</h2>'
                      f'{svg(dict(series), panel["fieldConfig"]["defaults"]["unit"])}</div>')
     page = HERE / "render.html"
@@ -229,7 +231,7 @@ def main() -> None:
         f"(rate window {WINDOW} s)</h1><div class=grid>{''.join(cards)}</div>")
     try:
         subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={args.out}", "--window-size=1360,860", page.as_uri()],
+                        f"--screenshot={args.out}", "--window-size=1360,900", page.as_uri()],
                        check=True, capture_output=True, timeout=120)
     finally:
         page.unlink()
