@@ -93,27 +93,37 @@ class _Registration:
 
     def __init__(self, meter: metrics.Meter) -> None:
         self.backends: list[Backend] = []
-        for name, unit, description, counts in _COUNTERS:
-            meter.create_observable_counter(name, [self._callback(counts)], unit=unit, description=description)
+        self._rows: list[tuple[str, str, Metrics]] = []
+        for index, (name, unit, description, counts) in enumerate(_COUNTERS):
+            meter.create_observable_counter(name, [self._callback(counts, index == 0)], unit=unit,
+                                            description=description)
 
-    def _callback(self, counts: _Counts) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        return lambda _options: _observe(self.backends, counts)
+    def _callback(self, counts: _Counts, first: bool) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            # The API has no batch callback in Python: the SDK runs a meter's callbacks in the
+            # order the instruments were made, so the first reads every backend and the others
+            # reuse that read. A collection costs one `metrics()` per backend, not one per
+            # instrument.
+            if first:
+                self._rows = [row for backend in self.backends for row in backend.metrics()]
+            return _observe(self._rows, counts)
+
+        return observe
 
 
-def _observe(backends: list[Backend], counts: _Counts) -> list[Observation]:
+def _observe(rows: list[tuple[str, str, Metrics]], counts: _Counts) -> list[Observation]:
     totals: dict[tuple[tuple[str, str], ...], int | float] = {}
-    for backend in backends:
-        for name, kind, m in backend.metrics():
-            values = list(counts(m))
-            # A limiter with no count of this instrument is not a series of it (settles of a
-            # limiter never settled, leases of a kind without leases); a cumulative count, once
-            # non-zero, stays so, so a series never disappears.
-            if not any(value for _, value in values):
-                continue
-            for extra, value in values:
-                attributes = (("ratekeeper.limiter", name), ("ratekeeper.kind", kind), *extra.items())
-                # Two backends (or two processes' limiters read fleet-wide) of one name add up.
-                totals[attributes] = totals.get(attributes, 0) + value
+    for name, kind, m in rows:
+        values = list(counts(m))
+        # A limiter with no count of this instrument is not a series of it (settles of a
+        # limiter never settled, leases of a kind without leases); a cumulative count, once
+        # non-zero, stays so, so a series never disappears.
+        if not any(value for _, value in values):
+            continue
+        for extra, value in values:
+            attributes = (("ratekeeper.limiter", name), ("ratekeeper.kind", kind), *extra.items())
+            # Two backends' limiters of one name add up.
+            totals[attributes] = totals.get(attributes, 0) + value
     return [Observation(value, dict(attributes)) for attributes, value in totals.items()]
 
 
