@@ -113,7 +113,11 @@ function instrument(backend, options) {
   if (backend === null || typeof backend !== 'object' || typeof backend.metrics !== 'function') {
     throw invalidOption('backend', 'must be a ratekeeper Backend');
   }
-  const known = registration(options?.meterProvider ?? api.metrics.getMeterProvider());
+  const provider = options?.meterProvider ?? api.metrics.getMeterProvider();
+  if (provider === null || typeof provider !== 'object' || typeof provider.getMeter !== 'function') {
+    throw invalidOption('meterProvider', 'must be an OpenTelemetry MeterProvider');
+  }
+  const known = registration(provider);
   known.backends.add(backend);
   return {
     close() {

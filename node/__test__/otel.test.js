@@ -155,6 +155,8 @@ test('otel: bad options are typed errors naming the parameter', () => {
   assert.throws(() => otel.instrument(backend, { meterprovider: {} }), (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === 'meterprovider');
   assert.throws(() => otel.instrument(backend, 3), (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === 'options');
   assert.throws(() => otel.instrument({}, {}), (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === 'backend');
+  assert.throws(() => otel.instrument(backend, { meterProvider: 3 }), (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === 'meterProvider');
+  otel.instrument(backend).close(); // the global provider (a no-op one here)
 });
 
 test('otel: annotate adds the decision to the active span, and nothing without one', async () => {

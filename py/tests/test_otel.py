@@ -187,3 +187,12 @@ def test_the_documented_setup() -> None:
     # --8<-- [end:setup]
     assert counted(reader) == {("ratekeeper.decisions", "api", "admitted"): 2,
                                ("ratekeeper.decisions", "api", "refused"): 1}
+
+
+def test_bad_arguments_are_typed_errors_naming_the_parameter() -> None:
+    with pytest.raises(ratekeeper.InvalidArgument) as e:
+        otel.instrument("redis://localhost")  # type: ignore[arg-type]
+    assert e.value.parameter == "backend"
+    with pytest.raises(ratekeeper.InvalidArgument) as e:
+        otel.instrument(ratekeeper.Backend.memory(), meter_provider=InMemoryMetricReader())  # type: ignore[arg-type]
+    assert e.value.parameter == "meter_provider"

@@ -22,6 +22,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import TracerProvider
 
 from ._ratekeeper import Backend, Decision, Metrics, NativeLimiter
+from .errors import InvalidArgument
 
 __all__ = ["OUTCOMES", "Instrumentation", "annotate", "instrument", "outcome_of"]
 
@@ -140,7 +141,13 @@ def instrument(
     ``tracer_provider`` is accepted for the same call in every language; the decision's span
     event goes on the current span (see :func:`annotate`), which needs no provider of its own."""
     del tracer_provider
+    if not isinstance(backend, Backend):
+        raise InvalidArgument(f"invalid argument `backend`: must be a ratekeeper.Backend, got {backend!r}", "backend")
     provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+    if not isinstance(provider, MeterProvider):
+        raise InvalidArgument(
+            f"invalid argument `meter_provider`: must be an OpenTelemetry MeterProvider, got {provider!r}",
+            "meter_provider")
     known = _registrations.get(id(provider))
     if known is None or known[0] is not provider:
         from . import __version__
