@@ -1,9 +1,9 @@
 """ratekeeper's metrics through the OpenTelemetry API, beside an application's own.
 
 ``instrument(backend)`` registers asynchronous (observable) instruments on a meter taken from
-the application's meter provider (the global one unless given). At each collection their one
-callback reads ``backend.metrics()`` (the counts the core keeps anyway, this process's) and
-reports them; a check costs nothing more when instrumented. The names, their attributes and
+the application's meter provider (the global one unless given). At each collection they read
+``backend.metrics()`` once (the counts the core keeps anyway, this process's) and report them;
+a check costs nothing more when instrumented. The names, their attributes and
 their mapping to ASP.NET Core's and Envoy's are on the docs' Observability page. The limited key
 is never an attribute (one series per user would be unbounded cardinality): only the limiter's
 name, its kind and the outcome are.
