@@ -26,6 +26,8 @@ mod fork;
 mod limiter;
 mod live;
 mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod padded;
 pub mod params;
 mod prometheus;
