@@ -1,7 +1,8 @@
 //! `ratekeeper::otel` (feature `otel`) through the OpenTelemetry SDK's in-memory metric exporter:
 //! exact counts for the scripted sequence the Python and Node tests run, on memory and on a real
 //! `redis-server`; the limited key in no attribute; a closed instrumentation reads nothing more.
-//! Run with `cargo test -p ratekeeper --features otel --test otel`.
+//! Run with `cargo test -p ratekeeper --features otel --test otel`; the region `setup` of this
+//! file (core/tests/otel.rs) is the example of docs/src/operating/observability.md.
 #![cfg(feature = "otel")]
 
 mod support;
@@ -135,4 +136,30 @@ fn a_scripted_sequence_is_counted_exactly_on_memory() {
 fn a_scripted_sequence_is_counted_exactly_on_redis() {
     let server = RedisServer::start();
     check_sequence(&Backend::redis_with(RedisConfig::new(server.url()).prefix("otel")).expect("a Redis backend"));
+}
+
+#[test]
+fn the_documented_setup() {
+    // --8<-- [start:setup]
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+    use ratekeeper::{otel, Backend};
+
+    // The application's provider; in production a PeriodicReader of an OTLP exporter.
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder().with_reader(PeriodicReader::builder(exporter.clone()).build()).build();
+
+    let backend = Backend::memory();
+    // Reports while `_instrumentation` lives; `opentelemetry::global::meter_provider()` for the global one.
+    let _instrumentation = otel::instrument(&backend, &provider);
+    let api = backend.token_bucket("api", 10.0, 2).expect("a limiter");
+    for _ in 0..3 {
+        api.check_blocking(Some("user-42"), 1).expect("a decision");
+    }
+    // ratekeeper.decisions{ratekeeper.limiter="api", ratekeeper.kind="token_bucket",
+    //                      ratekeeper.outcome="admitted"} = 2, ...{outcome="refused"} = 1
+    // --8<-- [end:setup]
+    let meter = Meter { provider, exporter };
+    let counted = meter.counted();
+    assert_eq!(counted["ratekeeper.decisions api admitted"], 2);
+    assert_eq!(counted["ratekeeper.decisions api refused"], 1);
 }
