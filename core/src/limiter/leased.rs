@@ -301,7 +301,7 @@ impl LeasePool {
             let retry = blocked_until - now;
             let mut d = decision(false, self.leased.gcra.capacity, 0, retry, retry);
             d.decided_at_micros = self.wall_micros();
-            return Some(Outcome { blocked: true, ..Outcome::of(d) });
+            return Some(Outcome { blocked: true, held: true, ..Outcome::of(d) });
         }
         if let Some(spent) = Self::spend(slot, cost, now) {
             let mut d = decision(true, self.leased.gcra.capacity, spent.remaining, 0, spent.reset_us);
