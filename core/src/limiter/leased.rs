@@ -626,6 +626,13 @@ impl BlockWatcher for LeasePool {
         self.slots().into_iter().filter(|(_, slot)| watched(slot)).map(|(key, _)| key).collect()
     }
 
+    fn forget_refused(&self, key: Option<&str>) {
+        match key {
+            Some(key) => self.slot(key).refused_until.store(0, Ordering::Release),
+            None => self.slots().iter().for_each(|(_, slot)| slot.refused_until.store(0, Ordering::Release)),
+        }
+    }
+
     fn block_read(&self, key: &str, until_micros: Option<u64>) {
         let left = until_micros.map_or(0, |until| until.saturating_sub(self.clock.now_micros()));
         let until = if left == 0 { 0 } else { self.local.now_micros().saturating_add(left) };

@@ -75,6 +75,7 @@ impl Limiter {
     pub async fn resume(&self, key: Option<&str>) -> Result<bool> {
         let key = validate_key(key)?;
         self.forget_refusal(key);
+        self.forget_leased_refusal(key);
         match &self.inner.target {
             Target::Redis { backend, failover } => backend.resume(self.kind(), &self.inner.name, key, failover).await,
             _ => Ok(self.resume_local(key)),

@@ -1,6 +1,6 @@
 //! Resets, resumes and unblocks reach the deny caches of other processes. A process remembers
-//! refusals (see [`super::deny_cache`]) for up to their `retry_after`: a block's or a pause's
-//! whole length. When an operator lets a key back in from another process (the CLI, the Limits
+//! refusals (see [`super::deny_cache`], and a leased token bucket's lease pool) for up to their
+//! `retry_after`: a block's or a pause's whole length. When an operator lets a key back in from another process (the CLI, the Limits
 //! page, another worker), every process must forget its remembered refusals of that key, or it
 //! keeps refusing from memory what Redis now admits.
 //!
@@ -9,7 +9,8 @@
 //! and a sorted set of the latest [`FEED_LEN`] clears scored by their count
 //! (`…:{registry}:cleared`), both with a TTL of [`FEED_TTL`]. The live task (see
 //! [`super::live`]) reads the counter with the overrides' identity, five times a second, and
-//! when it moved reads the clears after the last it applied and forgets their keys' entries.
+//! when it moved reads the clears after the last it applied and forgets their keys' entries (and
+//! the leased limiters' remembered refusals of those keys).
 //! When it cannot be sure it saw every clear (the counter went back: the feed expired or Redis
 //! lost it; or the oldest clear it reads is not the next one: more than [`FEED_LEN`] clears since
 //! its last poll), it forgets every entry: each one only saves a round trip.
@@ -48,9 +49,10 @@ fn feed_key(prefix: &str) -> String {
     format!("{prefix}:{{registry}}:cleared")
 }
 
-/// Whether limiters of `kind` may remember refusals (see `Limiter::with_deny_cache`).
+/// Whether limiters of `kind` may remember refusals: the counting kinds in the deny cache (see
+/// `Limiter::with_deny_cache`), a leased token bucket in its lease pool.
 fn remembers(kind: Kind) -> bool {
-    !matches!(kind, Kind::Concurrent | Kind::Leased | Kind::Partitions | Kind::Unlimited)
+    !matches!(kind, Kind::Concurrent | Kind::Partitions | Kind::Unlimited)
 }
 
 impl RedisBackend {
@@ -78,7 +80,6 @@ impl RedisBackend {
         let seen = *cache.feed_seen.lock();
         let from = match seen {
             Some(seen) if seen == count => return Ok(()),
-            Some(seen) if seen < count && !cache.is_empty() => seen,
             None => {
                 // The first poll: the clears before it predate this process's entries (but for
                 // one made while this process's first refusals were in flight, which then lives
@@ -86,13 +87,21 @@ impl RedisBackend {
                 *cache.feed_seen.lock() = Some(count);
                 return Ok(());
             }
-            _ => {
-                // A counter that went back, or nothing to forget.
+            Some(seen) if seen > count => {
+                // The counter went back: the feed expired, or Redis lost it.
                 cache.forget_for_another_process(None);
+                self.leased_forget(None);
                 *cache.feed_seen.lock() = Some(count);
                 return Ok(());
             }
+            Some(seen) => seen,
         };
+        if cache.is_empty() && self.watchers.live().is_empty() {
+            // Nothing remembered to forget (a refusal in flight is not remembered after this).
+            cache.forget_for_another_process(Some(&[]));
+            *cache.feed_seen.lock() = Some(count);
+            return Ok(());
+        }
         let mut pipe = redis::pipe();
         pipe.cmd("ZRANGEBYSCORE").arg(feed_key(self.prefix())).arg(format!("({from}")).arg("+inf");
         let (clears,): (Vec<Vec<u8>>,) = self.query_via(Some(own), &pipe).await?;
@@ -111,10 +120,33 @@ impl RedisBackend {
         }
         if complete && next > count {
             cache.forget_for_another_process(Some(&named));
+            self.leased_forget(Some(&named));
         } else {
             cache.forget_for_another_process(None);
+            self.leased_forget(None);
         }
         *cache.feed_seen.lock() = Some(count.max(next - 1));
         Ok(())
+    }
+
+    /// Has every leased limiter of this process forget its remembered refusals of the leased
+    /// clears among `named` (every refusal: `None`).
+    fn leased_forget(&self, named: Option<&[String]>) {
+        let pools = self.watchers.live();
+        let Some(named) = named else {
+            pools.iter().for_each(|pool| pool.forget_refused(None));
+            return;
+        };
+        let leased = Kind::Leased.as_str();
+        for clear in named {
+            let mut parts = clear.splitn(3, '\0');
+            let (Some(kind), Some(name), Some(key)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            if kind != leased {
+                continue;
+            }
+            for pool in pools.iter().filter(|pool| pool.identity().0 == name) {
+                pool.forget_refused(Some(key));
+            }
+        }
     }
 }
