@@ -8,6 +8,7 @@ import "C"
 import (
 	"encoding/json"
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,8 +34,18 @@ func (b *Backend) newLimiter(name string, build func(*C.rk_backend, *C.char, **C
 func newLimiterHandle(ptr *C.rk_limiter, b *Backend, name string) *Limiter {
 	l := &Limiter{ptr: ptr, backend: b, name: name}
 	l.kind = l.specKind()
-	runtime.SetFinalizer(l, (*Limiter).Close)
+	runtime.SetFinalizer(l, finalizeLimiter)
 	return l
+}
+
+// finalizedLimiters counts limiters freed by their finalizer (a forgotten Close); the tests
+// read it.
+var finalizedLimiters atomic.Int64
+
+// finalizeLimiter is the safety net for a limiter nobody closed.
+func finalizeLimiter(l *Limiter) {
+	finalizedLimiters.Add(1)
+	l.Close()
 }
 
 // Window is an exact sliding window: never more than limit admissions in any span of
