@@ -73,17 +73,29 @@ func WithConnectTimeout(d time.Duration) Option {
 // WithTLSCAFile trusts the PEM CA certificate(s) in path for rediss:// URLs (read now).
 func WithTLSCAFile(path string) Option { return func(c *config) { c.fields["tls_ca_file"] = path } }
 
-// WithTLSClientCert presents the PEM certificate and key in these files (mutual TLS).
+// WithTLSCAData trusts the PEM CA certificate(s) in pem for rediss:// URLs.
+func WithTLSCAData(pem string) Option { return func(c *config) { c.fields["tls_ca_data"] = pem } }
+
+// WithTLSClientCert presents the PEM certificate and key in these files (mutual TLS); an empty
+// name is left out, so the library names what is missing.
 func WithTLSClientCert(certFile, keyFile string) Option {
 	return func(c *config) {
-		c.fields["tls_cert_file"] = certFile
-		c.fields["tls_key_file"] = keyFile
+		for field, path := range map[string]string{"tls_cert_file": certFile, "tls_key_file": keyFile} {
+			if path != "" {
+				c.fields[field] = path
+			}
+		}
 	}
 }
 
 // WithDenyCache makes the backend's limiters remember refusals in this process until their
 // RetryAfter, refusing repeats without a round trip (Redis limiters of the counting kinds).
 func WithDenyCache(on bool) Option { return func(c *config) { c.fields["deny_cache"] = on } }
+
+// WithDenyCacheMaxEntries bounds the refusals the deny cache remembers (default 10,000).
+func WithDenyCacheMaxEntries(n uint64) Option {
+	return func(c *config) { c.fields["deny_cache_max_entries"] = n }
+}
 
 // WithMaxKeys bounds a memory backend's keys (default 1,000,000).
 func WithMaxKeys(n uint64) Option { return func(c *config) { c.fields["max_keys"] = n } }

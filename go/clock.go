@@ -19,8 +19,11 @@ type ManualClock struct {
 	handle closer
 }
 
-// NewManualClock returns a clock reading start.
+// NewManualClock returns a clock reading start (not before the Unix epoch).
 func NewManualClock(start time.Time) (*ManualClock, error) {
+	if start.UnixMicro() < 0 {
+		return nil, invalidArgument("start", "must not be before the Unix epoch, got "+start.String())
+	}
 	c := &ManualClock{}
 	err := call(func() status { return C.rk_manual_clock_new(C.uint64_t(start.UnixMicro()), &c.ptr) })
 	if err != nil {
@@ -30,12 +33,13 @@ func NewManualClock(start time.Time) (*ManualClock, error) {
 	return c, nil
 }
 
-// Advance moves the clock forward by d (rounded down to whole microseconds; negative is 0).
-func (c *ManualClock) Advance(d time.Duration) error {
-	if d < 0 {
-		d = 0
+// Advance moves the clock forward by (rounded down to whole microseconds; a clock never goes
+// back, so a negative duration is ErrInvalidArgument).
+func (c *ManualClock) Advance(by time.Duration) error {
+	if by < 0 {
+		return invalidArgument("by", "must not be negative, got "+by.String())
 	}
-	return c.AdvanceMicros(uint64(d / time.Microsecond))
+	return c.AdvanceMicros(uint64(by / time.Microsecond))
 }
 
 // AdvanceMicros moves the clock forward by us microseconds.
