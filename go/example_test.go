@@ -7,6 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	ratekeeper "github.com/ratekeeper/ratekeeper/go"
@@ -96,4 +99,36 @@ func Example_errors() {
 	// Output:
 	// bad parameter: limit
 	// over limit, retry within the hour: true
+}
+
+func Example_middleware() {
+	backend, _ := ratekeeper.NewMemory()
+	defer backend.Close()
+	// --8<-- [start:middleware]
+	limiter, err := backend.Window("api", 2, time.Minute) // 2 per minute per client address
+	if err != nil {
+		panic(err)
+	}
+	limit := ratekeeper.Middleware(limiter, ratekeeper.MiddlewareOptions{
+		TrustedProxies: []string{"10.0.0.0/8"}, // read X-Forwarded-For only from these
+	})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
+	server := httptest.NewServer(limit(mux)) // http.ListenAndServe(":8080", limit(mux))
+	defer server.Close()
+
+	for i := 0; i < 3; i++ {
+		resp, err := http.Get(server.URL)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Printf("%d RateLimit: %s Retry-After: %q\n", resp.StatusCode, resp.Header.Get("RateLimit"), resp.Header.Get("Retry-After"))
+	}
+	// --8<-- [end:middleware]
+
+	// Output:
+	// 200 RateLimit: "api";r=1;t=60 Retry-After: ""
+	// 200 RateLimit: "api";r=0;t=60 Retry-After: ""
+	// 429 RateLimit: "api";r=0;t=60 Retry-After: "60"
 }
