@@ -210,22 +210,26 @@ func TestInvalidArgumentsNameTheParameter(t *testing.T) {
 	}
 }
 
-func TestAnUnreachableRedisIsUnavailable(t *testing.T) {
-	// A port nobody listens on.
+// unreachableRedis is a Redis URL of a loopback port nobody listens on.
+func unreachableRedis(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	b := must[*Backend](t)(NewRedis("redis://"+addr, WithDeadline(200*time.Millisecond)))
+	defer l.Close()
+	return "redis://" + l.Addr().String()
+}
+
+func TestAnUnreachableRedisIsUnavailable(t *testing.T) {
+	url := unreachableRedis(t)
+	b := must[*Backend](t)(NewRedis(url, WithDeadline(200*time.Millisecond)))
 	defer b.Close()
 	lim := must[*Limiter](t)(b.TokenBucket("tb", 10, 10))
-	_, err = lim.Check(context.Background(), "k")
+	_, err := lim.Check(context.Background(), "k")
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Check returned %v, want ErrUnavailable", err)
 	}
-	open := must[*Backend](t)(NewRedis("redis://"+addr, WithFailurePolicy(FailOpen), WithDeadline(200*time.Millisecond)))
+	open := must[*Backend](t)(NewRedis(url, WithFailurePolicy(FailOpen), WithDeadline(200*time.Millisecond)))
 	defer open.Close()
 	lim = must[*Limiter](t)(open.TokenBucket("tb", 10, 10))
 	if d := must[Decision](t)(lim.Check(context.Background(), "k")); !d.Allowed {

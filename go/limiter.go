@@ -133,30 +133,40 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, actual uint64) (Decisi
 // Pause refuses every check of key, in every process sharing the backend, for d (at most the
 // limiter's max pause); a longer pause extends one in effect. Returns the pause in effect.
 func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
-	var us C.uint64_t
-	err := l.keyCall(ctx, key, func(p *C.rk_limiter, k *C.char) status { return C.rk_limiter_pause(p, k, seconds(d), &us) })
-	return micros(us), err
+	return l.durationCall(ctx, key, func(p *C.rk_limiter, k *C.char, out *C.uint64_t) status {
+		return C.rk_limiter_pause(p, k, seconds(d), out)
+	})
 }
 
 // Resume ends the pause of key now; reports whether one was in effect.
 func (l *Limiter) Resume(ctx context.Context, key string) (bool, error) {
-	var was C.bool
-	err := l.keyCall(ctx, key, func(p *C.rk_limiter, k *C.char) status { return C.rk_limiter_resume(p, k, &was) })
-	return bool(was), err
+	return l.flagCall(ctx, key, func(p *C.rk_limiter, k *C.char, out *C.bool) status { return C.rk_limiter_resume(p, k, out) })
 }
 
 // Block refuses every check of key, in every process sharing the backend, for d from now
 // (replacing a block in effect). Returns the block in effect.
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
-	var us C.uint64_t
-	err := l.keyCall(ctx, key, func(p *C.rk_limiter, k *C.char) status { return C.rk_limiter_block(p, k, seconds(d), &us) })
-	return micros(us), err
+	return l.durationCall(ctx, key, func(p *C.rk_limiter, k *C.char, out *C.uint64_t) status {
+		return C.rk_limiter_block(p, k, seconds(d), out)
+	})
 }
 
 // Unblock ends the block of key now; reports whether one was in effect.
 func (l *Limiter) Unblock(ctx context.Context, key string) (bool, error) {
+	return l.flagCall(ctx, key, func(p *C.rk_limiter, k *C.char, out *C.bool) status { return C.rk_limiter_unblock(p, k, out) })
+}
+
+// durationCall runs a call on a key that returns a duration in microseconds (a pause, a block).
+func (l *Limiter) durationCall(ctx context.Context, key string, f func(*C.rk_limiter, *C.char, *C.uint64_t) status) (time.Duration, error) {
+	var us C.uint64_t
+	err := l.keyCall(ctx, key, func(p *C.rk_limiter, k *C.char) status { return f(p, k, &us) })
+	return micros(us), err
+}
+
+// flagCall runs a call on a key that reports whether something was in effect.
+func (l *Limiter) flagCall(ctx context.Context, key string, f func(*C.rk_limiter, *C.char, *C.bool) status) (bool, error) {
 	var was C.bool
-	err := l.keyCall(ctx, key, func(p *C.rk_limiter, k *C.char) status { return C.rk_limiter_unblock(p, k, &was) })
+	err := l.keyCall(ctx, key, func(p *C.rk_limiter, k *C.char) status { return f(p, k, &was) })
 	return bool(was), err
 }
 

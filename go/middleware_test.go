@@ -2,11 +2,11 @@ package ratekeeper
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -55,7 +55,7 @@ func TestMiddlewareBehindARealServerWithClientProcesses(t *testing.T) {
 				t.Errorf("client process: %v", err)
 				return
 			}
-			scanner := bufio.NewScanner(bytesReader(out))
+			scanner := bufio.NewScanner(bytes.NewReader(out))
 			for scanner.Scan() {
 				var r response
 				if err := json.Unmarshal(scanner.Bytes(), &r); err != nil {
@@ -131,27 +131,8 @@ func TestMiddlewareBehindARealServerWithClientProcesses(t *testing.T) {
 	}
 }
 
-func bytesReader(b []byte) io.Reader { return &sliceReader{b} }
-
-type sliceReader struct{ b []byte }
-
-func (s *sliceReader) Read(p []byte) (int, error) {
-	if len(s.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, s.b)
-	s.b = s.b[n:]
-	return n, nil
-}
-
 func TestMiddlewareAnswers503WhenTheBackendFailsClosed(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	b := must[*Backend](t)(NewRedis("redis://"+addr, WithDeadline(200*time.Millisecond)))
+	b := must[*Backend](t)(NewRedis(unreachableRedis(t), WithDeadline(200*time.Millisecond)))
 	defer b.Close()
 	lim := must[*Limiter](t)(b.Window("api", 30, time.Hour))
 	var handled atomic.Bool
