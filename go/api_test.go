@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -324,5 +325,38 @@ func TestSettleAndShadowAndBlock(t *testing.T) {
 	}
 	if !must[bool](t)(w.Unblock(ctx, "k")) {
 		t.Fatal("Unblock saw no block")
+	}
+}
+
+func TestObservePausesForAnUpstreams429(t *testing.T) {
+	ctx := context.Background()
+	lim := must[*Limiter](t)(memory(t).TokenBucket("upstream", 10, 10))
+	h := http.Header{}
+	h.Set("Retry-After", "10")
+	pause := must[time.Duration](t)(lim.Observe(ctx, "partner", 429, h))
+	if pause < 10*time.Second || pause > 11*time.Second {
+		t.Fatalf("paused %v for Retry-After: 10", pause)
+	}
+	if d := must[Decision](t)(lim.Check(ctx, "partner")); d.Allowed || d.RetryAfter < 9*time.Second {
+		t.Fatalf("a check during the pause: %+v", d)
+	}
+	if none := must[time.Duration](t)(lim.Observe(ctx, "other", 200, h)); none != 0 {
+		t.Fatalf("a 200 paused for %v", none)
+	}
+}
+
+func TestCheckAllWithOneLimiterTwice(t *testing.T) {
+	b := memory(t)
+	w := must[*Limiter](t)(b.Window("w", 3, time.Hour))
+	all := must[AllDecision](t)(b.CheckAll(context.Background(), Part{w, "a", 2}, Part{w, "b", 2}))
+	if !all.Allowed || all.Parts[0].Remaining != 1 || all.Parts[1].Remaining != 1 {
+		t.Fatalf("%+v", all)
+	}
+	all = must[AllDecision](t)(b.CheckAll(context.Background(), Part{w, "a", 2}, Part{w, "b", 1}))
+	if all.Allowed || all.RetryAfter <= 0 {
+		t.Fatalf("a part over its limit let the combination through: %+v", all)
+	}
+	if d := must[Decision](t)(w.Peek(context.Background(), "b")); d.Remaining != 1 {
+		t.Fatalf("a refused combination consumed: b has %d left, want 1", d.Remaining)
 	}
 }

@@ -50,14 +50,20 @@ func (b *Backend) CheckAll(ctx context.Context, parts ...Part) (AllDecision, err
 	view := unsafe.Slice(cparts, len(parts)+1)
 	var keys []*C.char
 	defer func() { freeCStrings(keys) }()
+	// Each limiter's handle is held open once (a read lock taken twice can deadlock against a
+	// Close waiting between the two).
+	entered := map[*Limiter]bool{}
 	for i, p := range parts {
 		if p.Limiter == nil {
 			return AllDecision{}, invalidArgument(fmt.Sprintf("parts[%d].limiter", i), "must not be nil")
 		}
-		if !p.Limiter.handle.enter() {
-			return AllDecision{}, closedError()
+		if !entered[p.Limiter] {
+			if !p.Limiter.handle.enter() {
+				return AllDecision{}, closedError()
+			}
+			entered[p.Limiter] = true
+			defer p.Limiter.handle.leave()
 		}
-		defer p.Limiter.handle.leave()
 		view[i].limiter = p.Limiter.ptr
 		view[i].cost = C.uint64_t(p.Cost)
 		if p.Key != "" {

@@ -1,6 +1,7 @@
 package ratekeeper
 
 import (
+	"bufio"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"log"
 	"math"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -298,8 +300,30 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	return s.ResponseWriter.Write(b)
 }
 
-// Unwrap lets http.ResponseController reach the writer underneath.
+// Unwrap lets http.ResponseController (Go 1.20+) reach the writer underneath.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush passes a handler's flush (streaming, server-sent events) to the writer underneath.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		if s.status == 0 {
+			s.status = http.StatusOK
+		}
+		f.Flush()
+	}
+}
+
+// Hijack passes a handler's hijack (WebSocket upgrades) to the writer underneath.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("ratekeeper: the response writer cannot be hijacked")
+	}
+	if s.status == 0 {
+		s.status = http.StatusSwitchingProtocols
+	}
+	return h.Hijack()
+}
 
 // serve decides one request.
 func (p *policy) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {

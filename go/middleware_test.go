@@ -152,6 +152,27 @@ func TestMiddlewareAnswers503WhenTheBackendFailsClosed(t *testing.T) {
 	}
 }
 
+// A handler behind the middleware can still stream (http.Flusher) and upgrade (http.Hijacker).
+func TestMiddlewareKeepsFlushAndHijack(t *testing.T) {
+	lim := must[*Limiter](t)(memory(t).Window("api", 30, time.Hour))
+	server := httptest.NewServer(Middleware(lim, MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, flusher := w.(http.Flusher)
+		_, hijacker := w.(http.Hijacker)
+		fmt.Fprintf(w, "%v %v", flusher, hijacker)
+		w.(http.Flusher).Flush()
+	})))
+	defer server.Close()
+	resp, err := http.Get(server.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != "true true" {
+		t.Fatalf("the handler saw Flusher, Hijacker: %s", body)
+	}
+}
+
 func TestMiddlewareCountsFailuresOnly(t *testing.T) {
 	lim := must[*Limiter](t)(memory(t).TokenBucket("login", 0.001, 2))
 	var fail atomic.Bool

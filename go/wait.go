@@ -48,10 +48,14 @@ func (l *Limiter) WaitN(ctx context.Context, key string, cost uint64) (Decision,
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d.RetryAfter {
 			return Decision{}, &OverLimitError{RetryAfter: d.RetryAfter}
 		}
+		sleep := d.RetryAfter
+		if sleep < time.Millisecond {
+			sleep = time.Millisecond // a refusal always says when; never spin if one does not
+		}
 		if timer == nil {
-			timer = time.NewTimer(d.RetryAfter)
+			timer = time.NewTimer(sleep)
 		} else {
-			timer.Reset(d.RetryAfter)
+			timer.Reset(sleep)
 		}
 		select {
 		case <-ctx.Done():
