@@ -3,9 +3,12 @@ package ratekeeper
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -358,5 +361,41 @@ func TestCheckAllWithOneLimiterTwice(t *testing.T) {
 	}
 	if d := must[Decision](t)(w.Peek(context.Background(), "b")); d.Remaining != 1 {
 		t.Fatalf("a refused combination consumed: b has %d left, want 1", d.Remaining)
+	}
+}
+
+func TestLiveLimitsAndMetrics(t *testing.T) {
+	ctx := context.Background()
+	b := redisBackend(t)
+	w := must[*Limiter](t)(b.Window("live", 1, time.Hour))
+	if d := must[Decision](t)(w.Check(ctx, "k")); !d.Allowed || d.Limit != 1 {
+		t.Fatalf("%+v", d)
+	}
+	if err := b.SetLimit("live", `{"kind":"window","limit":5,"interval":3600}`, ""); err != nil {
+		t.Fatal(err)
+	}
+	if d := must[Decision](t)(w.Check(ctx, "k")); !d.Allowed || d.Limit != 5 {
+		t.Fatalf("after SetLimit to 5: %+v", d)
+	}
+	if err := b.ClearLimit("live", ""); err != nil {
+		t.Fatal(err)
+	}
+	if d := must[Decision](t)(w.Check(ctx, "k")); d.Allowed || d.Limit != 1 {
+		t.Fatalf("after ClearLimit: %+v", d)
+	}
+	m := must[Metrics](t)(w.Metrics())
+	if m.Name != "live" || m.Allowed != 2 || m.Refused != 1 {
+		t.Fatalf("metrics %+v, want 2 allowed and 1 refused", m)
+	}
+	server := httptest.NewServer(b.PrometheusHandler())
+	defer server.Close()
+	resp, err := http.Get(server.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `ratekeeper_checks_total{limiter="live",kind="window",outcome="refused"} 1`) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 }

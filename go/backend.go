@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"net/http"
 	"runtime"
 	"strings"
 	"time"
@@ -266,6 +267,20 @@ func (b *Backend) Metrics() ([]Metrics, error) {
 func (b *Backend) Prometheus(fleet bool) ([]byte, error) {
 	return b.ownedText(func(p *C.rk_backend, out **C.char) status {
 		return C.rk_backend_prometheus(p, C.bool(fleet), out)
+	})
+}
+
+// PrometheusHandler serves this process's metrics in the Prometheus text format (mount it at
+// /metrics); a backend failure is a 503.
+func (b *Backend) PrometheusHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		text, err := b.Prometheus(false)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_, _ = w.Write(text)
 	})
 }
 
