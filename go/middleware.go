@@ -38,8 +38,11 @@ const (
 
 // Which responses a request is charged for (MiddlewareOptions.Count).
 const (
-	CountAll       = "all"
-	CountFailures  = "failures"
+	// CountAll charges every request, before the handler runs (the default).
+	CountAll = "all"
+	// CountFailures charges requests answered with a status of 400 or more (a login route).
+	CountFailures = "failures"
+	// CountSuccesses charges requests answered with a status below 400.
 	CountSuccesses = "successes"
 )
 
