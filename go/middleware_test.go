@@ -173,33 +173,38 @@ func TestMiddlewareKeepsFlushAndHijack(t *testing.T) {
 	}
 }
 
+// Count: CountFailures on a refundable kind (charged before, refunded after a success) and on
+// a window (peeked before, charged after a failure).
 func TestMiddlewareCountsFailuresOnly(t *testing.T) {
-	lim := must[*Limiter](t)(memory(t).TokenBucket("login", 0.001, 2))
-	var fail atomic.Bool
-	server := httptest.NewServer(Middleware(lim, MiddlewareOptions{Count: CountFailures})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if fail.Load() {
-			w.WriteHeader(401)
-		}
-	})))
-	defer server.Close()
-	status := func() int {
-		resp, err := http.Get(server.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	fail.Store(false)
-	for i := 0; i < 5; i++ {
-		if s := status(); s != 200 {
-			t.Fatalf("a success was limited: %d", s)
-		}
-	}
-	fail.Store(true)
-	got := []int{status(), status(), status()}
-	if fmt.Sprint(got) != "[401 401 429]" {
-		t.Fatalf("failures after successes: %v, want [401 401 429]", got)
+	b := memory(t)
+	for _, lim := range []*Limiter{must[*Limiter](t)(b.TokenBucket("login", 0.001, 2)), must[*Limiter](t)(b.Window("login-w", 2, time.Hour))} {
+		t.Run(lim.Kind(), func(t *testing.T) {
+			var fail atomic.Bool
+			server := httptest.NewServer(Middleware(lim, MiddlewareOptions{Count: CountFailures})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if fail.Load() {
+					w.WriteHeader(401)
+				}
+			})))
+			defer server.Close()
+			status := func() int {
+				resp, err := http.Get(server.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			for i := 0; i < 5; i++ {
+				if s := status(); s != 200 {
+					t.Fatalf("a success was limited: %d", s)
+				}
+			}
+			fail.Store(true)
+			got := []int{status(), status(), status()}
+			if fmt.Sprint(got) != "[401 401 429]" {
+				t.Fatalf("failures after successes: %v, want [401 401 429]", got)
+			}
+		})
 	}
 }
 
