@@ -80,9 +80,10 @@ type MiddlewareOptions struct {
 	Shadow bool
 	// TrustedProxies are the addresses or CIDR ranges of proxies whose ProxyHeader is believed.
 	TrustedProxies []string
-	// ProxyHeader is the one header naming the client behind a trusted proxy (default
-	// X-Forwarded-For; "Forwarded" reads RFC 7239's for= values). The client is the right-most
-	// address of its chain that is not a trusted proxy.
+	// ProxyHeader is the one header naming the client behind a trusted proxy, and the only one
+	// read: "X-Forwarded-For" (the default: nginx, AWS ALB, HAProxy, Cloudflare) or "Forwarded"
+	// (RFC 7239's for= values), matched without regard to case; every line of it is read, in
+	// order. The client is the right-most address of its chain that is not a trusted proxy.
 	ProxyHeader string
 	// PartitionKeySecret, at least 16 bytes, makes draft-11's RateLimit carry pk, the first 16
 	// bytes of HMAC-SHA256(secret, key) (never the key itself, which the client would see).
@@ -157,8 +158,13 @@ func newPolicy(lim *Limiter, opts MiddlewareOptions) (*policy, error) {
 	if p.Headers == "" {
 		p.Headers = Draft11
 	}
-	if p.ProxyHeader == "" {
+	switch strings.ToLower(strings.TrimSpace(p.ProxyHeader)) {
+	case "", "x-forwarded-for":
 		p.ProxyHeader = "X-Forwarded-For"
+	case "forwarded":
+		p.ProxyHeader = "Forwarded"
+	default:
+		return nil, invalidArgument("ProxyHeader", fmt.Sprintf(`must be "X-Forwarded-For" or "Forwarded" (the header your proxy sets), got %q`, p.ProxyHeader))
 	}
 	switch p.Headers {
 	case Draft11, Draft7, Draft6, Legacy, NoHeaders:
@@ -421,7 +427,7 @@ func (p *policy) clientKey(r *http.Request) string {
 	if p.isTrusted(addr) {
 		var chain []string
 		value := strings.Join(r.Header.Values(p.ProxyHeader), ",")
-		if strings.EqualFold(p.ProxyHeader, "Forwarded") {
+		if p.ProxyHeader == "Forwarded" {
 			chain = forwardedFor(value)
 		} else {
 			for _, hop := range strings.Split(value, ",") {

@@ -214,7 +214,7 @@ func TestClientKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forwarded, err := newPolicy(lim, MiddlewareOptions{TrustedProxies: []string{"127.0.0.1"}, ProxyHeader: "Forwarded"})
+	forwarded, err := newPolicy(lim, MiddlewareOptions{TrustedProxies: []string{"127.0.0.1"}, ProxyHeader: "forwarded"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +232,7 @@ func TestClientKey(t *testing.T) {
 		{p, "127.0.0.1:1", map[string]string{"X-Forwarded-For": "garbage, 10.0.0.1"}, "10.0.0.1"},
 		{forwarded, "127.0.0.1:1", map[string]string{"Forwarded": `for=198.51.100.1, for="[2001:db8::1]:80"`}, "2001:db8::/56"},
 		{forwarded, "127.0.0.1:1", map[string]string{"X-Forwarded-For": "203.0.113.7"}, "127.0.0.1"},
+		{p, "127.0.0.1:1", map[string]string{"Forwarded": "for=198.51.100.1"}, "127.0.0.1"}, // X-Forwarded-For's policy ignores Forwarded
 	}
 	for _, c := range cases {
 		r := httptest.NewRequest("GET", "/", nil)
@@ -242,6 +243,14 @@ func TestClientKey(t *testing.T) {
 		if got := c.p.clientKey(r); got != c.want {
 			t.Errorf("peer %s, %v: key %q, want %q", c.peer, c.header, got, c.want)
 		}
+	}
+	// Every line of the header, in order: the right-most hop is on the last line.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "127.0.0.1:1"
+	r.Header.Add("X-Forwarded-For", "198.51.100.9")
+	r.Header.Add("X-Forwarded-For", "203.0.113.8, 10.0.0.2")
+	if got := p.clientKey(r); got != "203.0.113.8" {
+		t.Errorf("two X-Forwarded-For lines: key %q, want 203.0.113.8", got)
 	}
 }
 
@@ -261,6 +270,7 @@ func TestMiddlewareOptionsAreValidated(t *testing.T) {
 		{"Headers", tb, MiddlewareOptions{Headers: "draft-8"}},
 		{"TrustedProxies", tb, MiddlewareOptions{TrustedProxies: []string{"10.0.0.0/33"}}},
 		{"TrustedProxies", tb, MiddlewareOptions{TrustedProxies: []string{"proxy.local"}}},
+		{"ProxyHeader", tb, MiddlewareOptions{ProxyHeader: "X-Real-IP"}},
 		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte("fifteen-bytes!!")}},
 		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte("a-secret-of-at-least-16-bytes"), Headers: Draft7}},
 	}
