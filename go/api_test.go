@@ -3,10 +3,8 @@ package ratekeeper
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -387,14 +385,7 @@ func TestLiveLimitsAndMetrics(t *testing.T) {
 	if m.Name != "live" || m.Allowed != 2 || m.Refused != 1 {
 		t.Fatalf("metrics %+v, want 2 allowed and 1 refused", m)
 	}
-	server := httptest.NewServer(b.PrometheusHandler())
-	defer server.Close()
-	resp, err := http.Get(server.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	resp, body := getOnce(t, b.PrometheusHandler())
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `ratekeeper_checks_total{limiter="live",kind="window",outcome="refused"} 1`) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}

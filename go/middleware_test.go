@@ -136,17 +136,11 @@ func TestMiddlewareAnswers503WhenTheBackendFailsClosed(t *testing.T) {
 	defer b.Close()
 	lim := must[*Limiter](t)(b.Window("api", 30, time.Hour))
 	var handled atomic.Bool
-	server := httptest.NewServer(Middleware(lim, MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	resp, raw := getOnce(t, Middleware(lim, MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handled.Store(true)
 	})))
-	defer server.Close()
-	resp, err := http.Get(server.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var body map[string]any
-	json.NewDecoder(resp.Body).Decode(&body)
+	json.Unmarshal(raw, &body)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("Content-Type") != "application/problem+json" || body["status"] != 503.0 || handled.Load() {
 		t.Fatalf("status %d, Retry-After %q, %s, body %v, handler ran: %v", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), body, handled.Load())
 	}
@@ -155,19 +149,12 @@ func TestMiddlewareAnswers503WhenTheBackendFailsClosed(t *testing.T) {
 // A handler behind the middleware can still stream (http.Flusher) and upgrade (http.Hijacker).
 func TestMiddlewareKeepsFlushAndHijack(t *testing.T) {
 	lim := must[*Limiter](t)(memory(t).Window("api", 30, time.Hour))
-	server := httptest.NewServer(Middleware(lim, MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, body := getOnce(t, Middleware(lim, MiddlewareOptions{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, flusher := w.(http.Flusher)
 		_, hijacker := w.(http.Hijacker)
 		fmt.Fprintf(w, "%v %v", flusher, hijacker)
 		w.(http.Flusher).Flush()
 	})))
-	defer server.Close()
-	resp, err := http.Get(server.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	if string(body) != "true true" {
 		t.Fatalf("the handler saw Flusher, Hijacker: %s", body)
 	}

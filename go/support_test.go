@@ -3,6 +3,9 @@ package ratekeeper
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,6 +98,23 @@ func clusterSeeds(t testing.TB) []string {
 // uniquePrefix is a key prefix no other test of this process uses.
 func uniquePrefix() string {
 	return "go" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(prefixes.Add(1), 10)
+}
+
+// getOnce serves h on a real loopback server and makes one GET: the response and its body.
+func getOnce(t *testing.T, h http.Handler) (*http.Response, []byte) {
+	t.Helper()
+	server := httptest.NewServer(h)
+	defer server.Close()
+	resp, err := http.Get(server.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
 }
 
 func TestMain(m *testing.M) {
