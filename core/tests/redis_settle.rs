@@ -54,3 +54,37 @@ fn concurrent_settles_of_one_decision_apply_once_on_a_cluster() {
         }
     }
 }
+
+/// A settle is not an admission: with Redis gone, it is refused with the backend's error under
+/// every failure policy (`fail_open` charged nothing to settle; the in-memory `fallback` never
+/// held the charge the ticket names), so that the caller knows the correction did not apply and
+/// can retry it. The retry, once Redis is back (empty: no persistence), is answered by Redis.
+#[test]
+fn a_settle_with_redis_down_errors_under_every_failure_policy() {
+    use ratekeeper::{ErrorKind, FailurePolicy};
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen, FailurePolicy::Fallback { divisor: 2 }] {
+        let mut server = RedisServer::start();
+        let config = RedisConfig::new(server.url())
+            .prefix("settle-down")
+            .deadline(Duration::from_millis(300))
+            .failure_policy(policy);
+        let backend = Backend::redis_with(config).expect("a Redis backend");
+        let bucket = limiter(&backend, "tb");
+        let decision = bucket.check_blocking(Some("k"), 8).expect("check");
+        assert!(decision.settle.is_some(), "{policy:?}: a ticket");
+        server.kill();
+        for blocking in [true, false] {
+            let settled = if blocking {
+                bucket.settle_blocking(&decision, 3)
+            } else {
+                ratekeeper::block_on(bucket.settle(&decision, 3))
+            };
+            match settled {
+                Err(e) if matches!(e.kind(), ErrorKind::BackendUnavailable | ErrorKind::Timeout) => {}
+                other => panic!("{policy:?}, blocking {blocking}: a settle that never reached Redis returned {other:?}"),
+            }
+        }
+        server.restart();
+        support::wait_until("the retried settle", Duration::from_secs(20), || bucket.settle_blocking(&decision, 3).is_ok());
+    }
+}

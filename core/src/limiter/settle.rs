@@ -218,13 +218,12 @@ impl Limiter {
         }
     }
 
-    /// The decision a settle reports; a settle applied (not a repeat, nor one that failed open
-    /// and changed nothing) is counted in the limiter's metrics.
+    /// The decision a settle reports; a settle applied (not a repeat) is counted in the
+    /// limiter's metrics. A settle never fails open nor falls back (the backend returns its
+    /// error: the correction did not apply).
     fn settled(&self, op: Op, outcome: Result<Outcome>) -> Result<Decision> {
         let outcome = outcome?;
-        if let (Op::Settle { cost, actual, .. }, false, false) =
-            (op, outcome.settle_repeated, outcome.served == Served::FailedOpen)
-        {
+        if let (Op::Settle { cost, actual, .. }, false) = (op, outcome.settle_repeated) {
             let m = &self.inner.metrics;
             m.add(Counter::Settles, 1);
             m.add(Counter::SettleCharged, actual.saturating_sub(cost));

@@ -391,6 +391,13 @@ impl RedisBackend {
             }
             Err(e) => return Err(e),
         };
+        // A settle is not an admission: failing open would report a correction that never
+        // applied, and the fallback never held the charge the ticket names. The caller is told,
+        // and may retry it (it applies once).
+        if matches!(op, Op::Settle { .. }) {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(error);
+        }
         match (failover.policy, &failover.fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
@@ -404,8 +411,7 @@ impl RedisBackend {
                     }
                     other => other,
                 };
-                // A settle is applied once by the fallback too (`settle` runs other calls as is).
-                let outcome = self.fallback.settle(*namespace, key, algorithm, op)?;
+                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
                 Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
