@@ -45,18 +45,46 @@ fn settles(algorithm: &Algorithm) -> bool {
     )
 }
 
-/// A settle id: unique per process and call, and across processes (a random prefix mixed with
-/// the pid), so that two processes' settles of one key never share an id.
+/// A settle id: unique per process and call, and across processes (a prefix derived from the
+/// pid and a random seed), so that two processes' settles of one key never share an id. A
+/// forked child inherits its parent's seed and counter; its pid gives it a prefix of its own
+/// (two children of one preloaded parent would otherwise make the same ids, and the second's
+/// settles would be skipped as repeats).
 #[inline(always)]
 fn next_settle_id() -> u64 {
-    static PREFIX: OnceLock<u64> = OnceLock::new();
-    let prefix = *PREFIX.get_or_init(|| {
-        use std::hash::BuildHasher;
-        foldhash::fast::RandomState::default().hash_one((std::process::id(), std::time::SystemTime::now()))
-    });
     // Kept below 2^53 so every binding's numbers hold it exactly; never 0. Multiplying by an odd
     // constant is one-to-one below 2^53, so distinct counts give distinct ids.
-    ((prefix ^ next_count().wrapping_mul(0x9e37_79b9_7f4a_7c15)) & ((1 << 53) - 1)).max(1)
+    ((id_prefix() ^ next_count().wrapping_mul(0x9e37_79b9_7f4a_7c15)) & ((1 << 53) - 1)).max(1)
+}
+
+/// This process's id prefix: a hash of its pid under a seed drawn once (and inherited by forked
+/// children). Cached per thread with the pid it was made for; the pid is cached process-wide
+/// and forgotten in a forked child (`runtime::forked_since`), so a fork is noticed without a
+/// system call.
+#[inline(always)]
+fn id_prefix() -> u64 {
+    use std::cell::Cell;
+    thread_local!(static PREFIX: Cell<(u32, u64)> = const { Cell::new((0, 0)) });
+    PREFIX.with(|cached| {
+        let (pid, prefix) = cached.get();
+        let (now_pid, forked) = crate::runtime::forked_since(pid);
+        if !forked {
+            return prefix;
+        }
+        let prefix = prefix_of(now_pid);
+        cached.set((now_pid, prefix));
+        prefix
+    })
+}
+
+/// The id prefix of process `pid`.
+#[cold]
+fn prefix_of(pid: u32) -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: OnceLock<u64> = OnceLock::new();
+    let seed =
+        *SEED.get_or_init(|| foldhash::fast::RandomState::default().hash_one(std::time::SystemTime::now()));
+    foldhash::fast::FixedState::with_seed(seed).hash_one(pid)
 }
 
 /// How many counts a thread takes from the process's counter at a time.
