@@ -88,3 +88,36 @@ fn a_settle_with_redis_down_errors_under_every_failure_policy() {
         support::wait_until("the retried settle", Duration::from_secs(20), || bucket.settle_blocking(&decision, 3).is_ok());
     }
 }
+
+/// The record of applied settles holds the ids of the settle window (an hour), not of the
+/// state's whole life: on a monthly quota, the ids of settles made hours ago are gone, and
+/// their decisions are refused (a repeat could not be told apart), not applied again.
+#[test]
+fn the_record_of_applied_settles_holds_only_the_settle_window() {
+    use std::sync::Arc;
+    let server = RedisServer::start();
+    let clock = Arc::new(ratekeeper::ManualClock::new(1_700_000_000_000_000));
+    let config = RedisConfig::new(server.url()).prefix("settle-window").clock(clock.clone());
+    let backend = Backend::redis_with(config).expect("a Redis backend");
+    let quota = backend.limiter_from_json("quota", r#"{"kind":"calendar","limit":1000000,"period":"month"}"#).expect("a limiter");
+    let early: Vec<_> = (0..5)
+        .map(|_| {
+            let d = quota.check_blocking(Some("tenant"), 10).expect("check");
+            quota.settle_blocking(&d, 4).expect("settle");
+            d
+        })
+        .collect();
+    let records = || server.cli(&["--scan", "--pattern", "*settled*"]);
+    let record = records();
+    assert_eq!(record.lines().count(), 1, "one record: {record:?}");
+    assert_eq!(server.cli(&["ZCARD", &record]), "5");
+    clock.advance_micros(2 * 3600 * 1_000_000);
+    let d = quota.check_blocking(Some("tenant"), 10).expect("check");
+    quota.settle_blocking(&d, 4).expect("settle");
+    assert_eq!(server.cli(&["ZCARD", &record]), "1", "the ids of settles two hours old are still held");
+    let before = remaining(&quota, "tenant");
+    let old = quota.settle_blocking(&early[0], 4).expect_err("a decision two hours old is past the settle window");
+    assert_eq!(old.kind(), ratekeeper::ErrorKind::InvalidArgument, "{old}");
+    assert!(old.to_string().contains("decision"), "{old}");
+    assert_eq!(remaining(&quota, "tenant"), before, "a refused settle wrote nothing");
+}

@@ -182,9 +182,11 @@ impl Limiter {
     /// A charge is applied even past the limit (the work is done): later calls wait until the
     /// debt is paid back. A refund never gives back more than the call took, nor to a window
     /// that has rolled over. A decision that cannot be settled (refused, from a concurrent,
-    /// unlimited or partitions limiter, or from another limiter) is
-    /// [`Error::InvalidArgument`] naming `decision`; an `actual` that is not a cost is one
-    /// naming `actual`. Nothing is written in either case.
+    /// unlimited or partitions limiter, from another limiter, or older than the
+    /// [`SETTLE_WINDOW`](crate::SETTLE_WINDOW)) is [`Error::InvalidArgument`] naming
+    /// `decision`; an `actual` that is not a cost is one naming `actual`. Nothing is written in
+    /// either case. A settle that cannot reach Redis returns the backend's error whatever the
+    /// failure policy (it is not an admission): retry it, it applies once.
     pub async fn settle(&self, decision: &Decision, actual: u64) -> Result<Decision> {
         let (key, op) = self.settle_op(decision, actual)?;
         // A refund may admit what this process remembers as refused (the deny cache, a lease's

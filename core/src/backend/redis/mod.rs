@@ -458,8 +458,8 @@ impl RedisBackend {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        if let Some(id) = settle_id {
-            cmd.arg(id);
+        if let Some((id, until)) = settle_id {
+            cmd.arg(id).arg(until);
         }
         algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
