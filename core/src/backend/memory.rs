@@ -303,6 +303,9 @@ pub(crate) struct MemoryBackend {
     blocks: Blocks,
     /// Settles applied (see `Limiter::settle`): a repeat of one is a peek.
     settled: Mutex<crate::engine::settle::SettledIds>,
+    /// The key sealing this backend's settle tickets (see `settle_seal`): random, made at
+    /// first use.
+    seal_key: std::sync::OnceLock<Arc<crate::settle_seal::SealKey>>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -343,7 +346,13 @@ impl MemoryBackend {
             pauses_held: AtomicUsize::new(0),
             blocks: Blocks::default(),
             settled: Mutex::default(),
+            seal_key: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The key sealing this backend's settle tickets.
+    pub(crate) fn seal_key(&self) -> Arc<crate::settle_seal::SealKey> {
+        self.seal_key.get_or_init(|| Arc::new(crate::settle_seal::SealKey::random().0)).clone()
     }
 
     /// The backend clock's reading, in microseconds.

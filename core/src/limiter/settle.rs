@@ -235,6 +235,22 @@ impl Limiter {
                 ),
             ));
         }
+        // No admitted call of this limiter costs more than its capacity (under its spec, or a
+        // live override of the key's): a ticket that says so was not issued by it.
+        let capacity = match self.override_for(&ticket.key) {
+            Some(over) => self.inner.algorithm.capacity().max(over.algorithm.capacity()),
+            None => self.inner.algorithm.capacity(),
+        };
+        if ticket.cost > capacity {
+            return Err(Error::invalid(
+                "decision",
+                format!(
+                    "says it was charged {}, more than {:?} admits in one call ({capacity}): it was not issued by this limiter",
+                    ticket.cost,
+                    self.name()
+                ),
+            ));
+        }
         let op = Op::Settle { id: ticket.id, cost: ticket.cost, actual, at: ticket.charged_at_micros };
         Ok((ticket.key.as_str(), op))
     }

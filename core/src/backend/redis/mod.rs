@@ -15,6 +15,7 @@ pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+mod seal;
 pub(crate) mod sync_client;
 mod views;
 pub(crate) use check_all::RedisPart;
@@ -195,6 +196,8 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// The leased limiters whose held keys' blocks the live task keeps up to date.
     pub(crate) watchers: leased_blocks::Watchers,
+    /// The key sealing settle tickets, once read from Redis (see [`seal`]).
+    seal_key: parking_lot::Mutex<Option<Arc<crate::settle_seal::SealKey>>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -251,6 +254,7 @@ impl RedisBackend {
             deny_cache,
             cluster: config.cluster,
             watchers: leased_blocks::Watchers::default(),
+            seal_key: parking_lot::Mutex::new(None),
         })
     }
 
