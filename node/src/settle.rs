@@ -23,6 +23,10 @@ pub struct SettleTicket {
     pub charged_at_us: f64,
     /// The key the call was charged to (absent: the limiter's shared key).
     pub key: Option<String>,
+    /// Present in the ticket's JSON form only (`JSON.stringify` adds it): what proves a ticket
+    /// that comes back from outside the process unchanged. A ticket without it, or with any
+    /// field changed, is settled only in the process that issued it.
+    pub seal: Option<String>,
 }
 
 impl SettleTicket {
@@ -34,6 +38,7 @@ impl SettleTicket {
             cost: t.cost as f64,
             charged_at_us: t.charged_at_micros as f64,
             key: (!t.key.is_empty()).then(|| t.key.to_string()),
+            seal: None,
         }
     }
 }
