@@ -141,3 +141,21 @@ test('forged or altered settle tickets are refused and change nothing, on redis'
     other.tokenBucket('tb', 0.001, 10),
   );
 });
+
+// A settle is not an admission: with Redis gone it rejects with the backend's error under every
+// failure policy (it did not apply, so the caller can retry it).
+test('a settle with redis killed rejects under fail_open and fallback too', async (t) => {
+  for (const failurePolicy of ['fail_closed', 'fail_open', { fallback: 2 }]) {
+    const server = await RedisServer.start();
+    t.after(() => server.stop());
+    const backend = Backend.redis(server.url, { prefix: `node-settle-down-${process.pid}`, deadlineMs: 300, failurePolicy });
+    const limiter = backend.tokenBucket('tb', 0.001, 10);
+    const d = await limiter.check('k', 8);
+    await server.stop();
+    await assert.rejects(
+      limiter.settle(d, 3),
+      (e) => e.code === codes.BACKEND_UNAVAILABLE || e.code === codes.TIMEOUT,
+      JSON.stringify(failurePolicy),
+    );
+  }
+});
