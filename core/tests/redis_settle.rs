@@ -81,11 +81,15 @@ fn a_settle_with_redis_down_errors_under_every_failure_policy() {
             };
             match settled {
                 Err(e) if matches!(e.kind(), ErrorKind::BackendUnavailable | ErrorKind::Timeout) => {}
-                other => panic!("{policy:?}, blocking {blocking}: a settle that never reached Redis returned {other:?}"),
+                other => {
+                    panic!("{policy:?}, blocking {blocking}: a settle that never reached Redis returned {other:?}")
+                }
             }
         }
         server.restart();
-        support::wait_until("the retried settle", Duration::from_secs(20), || bucket.settle_blocking(&decision, 3).is_ok());
+        support::wait_until("the retried settle", Duration::from_secs(20), || {
+            bucket.settle_blocking(&decision, 3).is_ok()
+        });
     }
 }
 
@@ -99,7 +103,9 @@ fn the_record_of_applied_settles_holds_only_the_settle_window() {
     let clock = Arc::new(ratekeeper::ManualClock::new(1_700_000_000_000_000));
     let config = RedisConfig::new(server.url()).prefix("settle-window").clock(clock.clone());
     let backend = Backend::redis_with(config).expect("a Redis backend");
-    let quota = backend.limiter_from_json("quota", r#"{"kind":"calendar","limit":1000000,"period":"month"}"#).expect("a limiter");
+    let quota = backend
+        .limiter_from_json("quota", r#"{"kind":"calendar","limit":1000000,"period":"month"}"#)
+        .expect("a limiter");
     let early: Vec<_> = (0..5)
         .map(|_| {
             let d = quota.check_blocking(Some("tenant"), 10).expect("check");

@@ -248,7 +248,14 @@ impl Gcra {
     /// the part not yet refilled is still held by the bucket, and giving it back never admits
     /// more than had the call cost `actual`. `points_used` (no instant) is Sidekiq's unbounded
     /// correction, applied as it is told.
-    pub(crate) fn adjust(&self, tat: &mut GcraState, now: u64, estimate: u64, actual: u64, charged_at: Option<u64>) -> bool {
+    pub(crate) fn adjust(
+        &self,
+        tat: &mut GcraState,
+        now: u64,
+        estimate: u64,
+        actual: u64,
+        charged_at: Option<u64>,
+    ) -> bool {
         let used = self.used(*tat, now);
         let new_used = if actual >= estimate {
             let extra = u128::from(actual - estimate) * u128::from(self.emission);

@@ -74,7 +74,10 @@ impl Limiter {
     /// The ticket of `decision`, if it is this limiter's.
     fn ticket_of<'d>(&self, decision: &'d Decision) -> Result<&'d SettleTicket> {
         let Some(ticket) = &decision.settle else {
-            return Err(Error::invalid("decision", "carries no settle ticket: only an admitted call of a counting limiter can be settled"));
+            return Err(Error::invalid(
+                "decision",
+                "carries no settle ticket: only an admitted call of a counting limiter can be settled",
+            ));
         };
         self.own_ticket(ticket)?;
         Ok(ticket)
@@ -85,7 +88,10 @@ impl Limiter {
         if ticket.limiter == 0 || ticket.limiter != self.inner.settle_identity {
             return Err(Error::invalid(
                 "decision",
-                format!("was made by another limiter than {:?}: settle it with the limiter that checked it", self.name()),
+                format!(
+                    "was made by another limiter than {:?}: settle it with the limiter that checked it",
+                    self.name()
+                ),
             ));
         }
         Ok(())

@@ -82,8 +82,7 @@ fn id_prefix() -> u64 {
 fn prefix_of(pid: u32) -> u64 {
     use std::hash::BuildHasher;
     static SEED: OnceLock<u64> = OnceLock::new();
-    let seed =
-        *SEED.get_or_init(|| foldhash::fast::RandomState::default().hash_one(std::time::SystemTime::now()));
+    let seed = *SEED.get_or_init(|| foldhash::fast::RandomState::default().hash_one(std::time::SystemTime::now()));
     foldhash::fast::FixedState::with_seed(seed).hash_one(pid)
 }
 
