@@ -10,6 +10,17 @@ use crate::error::rk_status;
 use crate::limiter::rk_limiter;
 use crate::panic::ffi_status;
 
+/// The limiter and the core decision (with its settle ticket for `key`) a settle call names.
+fn settle_args<'a>(
+    limiter: *const rk_limiter,
+    key: *const c_char,
+    decision: *const rk_decision,
+) -> Result<(&'a ratekeeper::Limiter, Decision), crate::error::Failure> {
+    let limiter = &arg_ref("limiter", limiter)?.inner;
+    let key = arg_opt_str("key", key)?;
+    Ok((limiter, core_decision(arg_ref("decision", decision)?, key)))
+}
+
 /// The core decision `decision` stands for, with its settle ticket for `key`.
 fn core_decision(decision: &rk_decision, key: Option<&str>) -> Decision {
     let mut d = Decision::from_parts(
@@ -53,9 +64,7 @@ pub extern "C" fn rk_limiter_settle(
 ) -> rk_status {
     ffi_status! {
         let out = Out::new("decision_out", decision_out)?;
-        let limiter = &arg_ref("limiter", limiter)?.inner;
-        let key = arg_opt_str("key", key)?;
-        let decision = core_decision(arg_ref("decision", decision)?, key);
+        let (limiter, decision) = settle_args(limiter, key, decision)?;
         out.write(rk_decision::from(&limiter.settle_blocking(&decision, actual)?));
         Ok(())
     }
@@ -92,9 +101,7 @@ pub extern "C" fn rk_limiter_seal_ticket(
 ) -> rk_status {
     ffi_status! {
         let out = Out::new("seal_out", seal_out)?;
-        let limiter = &arg_ref("limiter", limiter)?.inner;
-        let key = arg_opt_str("key", key)?;
-        let decision = core_decision(arg_ref("decision", decision)?, key);
+        let (limiter, decision) = settle_args(limiter, key, decision)?;
         let Some(ticket) = &decision.settle else {
             return Err(ratekeeper::Error::invalid("decision", "carries no settle ticket (`settle.settleable` is false)").into());
         };
@@ -131,10 +138,8 @@ pub extern "C" fn rk_limiter_settle_sealed(
 ) -> rk_status {
     ffi_status! {
         let out = Out::new("decision_out", decision_out)?;
-        let limiter = &arg_ref("limiter", limiter)?.inner;
-        let key = arg_opt_str("key", key)?;
+        let (limiter, decision) = settle_args(limiter, key, decision)?;
         let seal = crate::args::arg_str("seal", seal)?;
-        let decision = core_decision(arg_ref("decision", decision)?, key);
         out.write(rk_decision::from(&limiter.settle_sealed_blocking(&decision, actual, seal)?));
         Ok(())
     }
