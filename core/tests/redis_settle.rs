@@ -127,3 +127,41 @@ fn the_record_of_applied_settles_holds_only_the_settle_window() {
     assert!(old.to_string().contains("decision"), "{old}");
     assert_eq!(remaining(&quota, "tenant"), before, "a refused settle wrote nothing");
 }
+
+/// A ticket rebuilt from outside data settles with its seal on another backend of the same Redis
+/// and prefix (the secret is shared through Redis), and only unchanged: another key, cost, id or
+/// instant, a made-up seal or a backend of another prefix is refused naming `decision`, and
+/// nothing is written.
+#[test]
+fn a_sealed_ticket_settles_in_another_process_and_only_unchanged() {
+    use ratekeeper::{Decision, ErrorKind, SettleTicket};
+    let server = RedisServer::start();
+    let backend = |prefix: &str| Backend::redis_with(RedisConfig::new(server.url()).prefix(prefix)).expect("a backend");
+    let (mine, theirs, stranger) = (backend("sealed"), backend("sealed"), backend("sealed-other"));
+    let (mine, theirs, stranger) = (limiter(&mine, "tb"), limiter(&theirs, "tb"), limiter(&stranger, "tb"));
+    mine.check_blocking(Some("victim"), 9).expect("check");
+    let decision = mine.check_blocking(Some("attacker"), 5).expect("check");
+    let t = decision.settle.clone().expect("a ticket");
+    let seal = mine.seal_blocking(&t).expect("a seal");
+    let rebuilt = |key: &str, cost: u64, at: u64, id: u64| {
+        let mut d = Decision::from_parts(true, 0, 0, Duration::ZERO, Duration::ZERO);
+        d.settle = Some(SettleTicket::from_parts(key, cost, at, id, t.limiter));
+        d
+    };
+    let forged = [
+        (rebuilt("victim", 9, t.charged_at_micros, t.id), seal.clone()),
+        (rebuilt("attacker", 9, t.charged_at_micros, t.id), seal.clone()),
+        (rebuilt("attacker", 5, t.charged_at_micros - 1, t.id), seal.clone()),
+        (rebuilt("attacker", 5, t.charged_at_micros, t.id + 1), seal.clone()),
+        (rebuilt("attacker", 5, t.charged_at_micros, t.id), "ab".repeat(32)),
+    ];
+    for (d, seal) in &forged {
+        let e = theirs.settle_sealed_blocking(d, 0, seal).expect_err("a forged ticket");
+        assert!(e.kind() == ErrorKind::InvalidArgument && e.to_string().contains("decision"), "{e}");
+    }
+    let e = stranger.settle_sealed_blocking(&decision, 0, &seal).expect_err("another prefix");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert_eq!((remaining(&mine, "victim"), remaining(&mine, "attacker")), (1, 5), "nothing was written");
+    let genuine = rebuilt("attacker", 5, t.charged_at_micros, t.id);
+    assert_eq!(theirs.settle_sealed_blocking(&genuine, 0, &seal).expect("the genuine ticket").remaining, 10);
+}
