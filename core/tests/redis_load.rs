@@ -1,14 +1,19 @@
 //! Load tests on real Redis servers, judged by the server's own clock (`decided_at_micros`):
 //!
-//! 1. over-admission across OS processes: 8 processes × 8 tasks × 400 attempts (1,000 with
-//!    `RATEKEEPER_LONG_TESTS=1`) against every limiter kind on one standalone Redis; nothing is admitted beyond the limit, and at least
-//!    95% of the theoretical maximum over the contended span is (for the exact sliding windows,
-//!    95% of what a model limiter admits from the same arrivals, the theoretical maximum being
-//!    printed; for the concurrent limiter, slot occupancy sampled from the server);
+//! 1. over-admission across OS processes: 8 processes × 8 tasks calling for 3 s (8 s with
+//!    `RATEKEEPER_LONG_TESTS=1`) against every limiter kind on one standalone Redis; nothing is
+//!    admitted beyond the limit, and at least 95% of what a model limiter admits from the same
+//!    arrivals is (the theoretical maximum over the contended span is printed beside it; for the
+//!    concurrent limiter, slot occupancy sampled from the server);
 //! 2. a `SCRIPT FLUSH` storm: no errors, counts exact;
 //! 3. every key has a TTL, and idle state disappears;
-//! 4. the over-admission check (lighter: 4 processes × 4 tasks × 1,000 attempts) on a 3-master
+//! 4. the over-admission check (lighter: 4 processes × 4 tasks for the same time) on a 3-master
 //!    Redis Cluster.
+//!
+//! Every job is bounded by time, not by a number of calls: a machine that runs the calls faster
+//! (or slower) makes more (or fewer) of them in the same windows, so the contention each job
+//! reaches does not depend on the machine's speed, and neither does the verdict: the floor is
+//! judged against the arrivals the server actually saw.
 //!
 //! Worker processes are this test executable run again with `--exact load_worker`; the job is
 //! described by `RK_LOAD_*` environment variables, and the worker prints one `RKLOAD …` line per
@@ -30,13 +35,13 @@ use ratekeeper::{runtime, Backend, Limiter, RedisConfig, SlidingLimit, WindowLim
 use ratekeeper_test_support::judge::{self, Record, Rule};
 use support::{RedisCluster, RedisServer};
 
-/// Attempts per task: the lean default of the test command, or the full shape with
-/// `RATEKEEPER_LONG_TESTS=1`.
-fn attempts_per_task() -> u64 {
+/// How long every task of a job calls: the lean default of the test command, or the full shape
+/// with `RATEKEEPER_LONG_TESTS=1`.
+fn calling_time() -> Duration {
     if std::env::var("RATEKEEPER_LONG_TESTS").as_deref() == Ok("1") {
-        1000
+        Duration::from_secs(8)
     } else {
-        400
+        Duration::from_secs(3)
     }
 }
 
@@ -229,11 +234,11 @@ struct TaskLog {
     admitted: u64,
 }
 
-async fn worker_task(job: Job, limiter: Limiter, attempts: u64, seed: u64) -> TaskLog {
+async fn worker_task(job: Job, limiter: Limiter, until: Instant, seed: u64) -> TaskLog {
     let mut rng = Rng::new(seed);
     let mut log = TaskLog::default();
     let key = Some(KEY);
-    for _ in 0..attempts {
+    while Instant::now() < until {
         let cost = match &job {
             Job::Token { max_cost, .. } => rng.range(1, *max_cost),
             Job::Points { max_estimate, .. } => rng.range(1, *max_estimate),
@@ -252,9 +257,9 @@ async fn worker_task(job: Job, limiter: Limiter, attempts: u64, seed: u64) -> Ta
         }
         log.last_us = log.last_us.max(d.decided_at_micros);
         if !d.allowed {
-            if let Job::Window { .. } = job {
-                // Refusals too: the parent replays every arrival through a model limiter.
-                log.lines.push(format!("R {}", d.decided_at_micros));
+            // Refusals too: the parent replays every arrival through a model limiter.
+            if !matches!(job, Job::Concurrent { .. }) {
+                log.lines.push(format!("R {} {cost}", d.decided_at_micros));
             }
             continue;
         }
@@ -293,7 +298,7 @@ fn load_worker() {
     let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent"));
     let job = Job::decode(&encoded);
     let tasks: u64 = env("RK_LOAD_TASKS").parse().unwrap();
-    let attempts: u64 = env("RK_LOAD_ATTEMPTS").parse().unwrap();
+    let calling = Duration::from_micros(env("RK_LOAD_CALLING_US").parse().unwrap());
     let seed: u64 = env("RK_LOAD_SEED").parse().unwrap();
     let target = match std::env::var("RK_LOAD_SEEDS") {
         Ok(seeds) => Target::Cluster(seeds.split(',').map(str::to_owned).collect()),
@@ -309,9 +314,10 @@ fn load_worker() {
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).expect("the parent's start signal");
 
+    let until = Instant::now() + calling;
     let logs = runtime().block_on(async {
         let handles: Vec<_> = (0..tasks)
-            .map(|t| tokio::spawn(worker_task(job.clone(), limiter.clone(), attempts, seed * 1000 + t)))
+            .map(|t| tokio::spawn(worker_task(job.clone(), limiter.clone(), until, seed * 1000 + t)))
             .collect();
         let mut logs = Vec::new();
         for h in handles {
@@ -337,8 +343,8 @@ fn load_worker() {
 struct Collected {
     /// (server time, cost, remaining) of every admitted check.
     admits: Vec<(u64, u64, u64)>,
-    /// Server times of refused checks (window jobs).
-    refusals: Vec<u64>,
+    /// (server time, cost) of refused checks (every job but concurrent).
+    refusals: Vec<(u64, u64)>,
     /// (server time, actual − estimate) of every `points_used`.
     adjusts: Vec<(u64, i64)>,
     /// (grant server time, hold µs lower bound, remaining at grant, fencing token).
@@ -351,13 +357,13 @@ struct Collected {
     wall: Duration,
 }
 
-fn spawn_worker(target: &Target, job: &Job, prefix: &str, tasks: u64, attempts: u64, seed: u64) -> Child {
+fn spawn_worker(target: &Target, job: &Job, prefix: &str, tasks: u64, calling: Duration, seed: u64) -> Child {
     let exe = std::env::current_exe().expect("the test executable");
     let mut cmd = Command::new(exe);
     cmd.args(["--exact", "load_worker", "--nocapture", "--test-threads=1"])
         .env("RK_LOAD_JOB", job.encode())
         .env("RK_LOAD_TASKS", tasks.to_string())
-        .env("RK_LOAD_ATTEMPTS", attempts.to_string())
+        .env("RK_LOAD_CALLING_US", calling.as_micros().to_string())
         .env("RK_LOAD_PREFIX", prefix)
         .env("RK_LOAD_SEED", seed.to_string())
         .stdin(Stdio::piped())
@@ -394,10 +400,10 @@ impl Drop for Workers {
     }
 }
 
-fn run_job(target: &Target, job: &Job, processes: u64, tasks: u64, attempts: u64) -> Collected {
+fn run_job(target: &Target, job: &Job, processes: u64, tasks: u64, calling: Duration) -> Collected {
     let prefix = unique_prefix("ld");
     let mut workers =
-        Workers((0..processes).map(|p| spawn_worker(target, job, &prefix, tasks, attempts, p + 1)).collect());
+        Workers((0..processes).map(|p| spawn_worker(target, job, &prefix, tasks, calling, p + 1)).collect());
     let children = &mut workers.0;
     // `true`: a worker is ready; `false`: a worker's output ended before it was.
     let (ready_tx, ready_rx) = mpsc::channel::<bool>();
@@ -495,7 +501,7 @@ fn run_job(target: &Target, job: &Job, processes: u64, tasks: u64, attempts: u64
             match tag {
                 "A" => c.admits.push((u(0), u(1), u(2))),
                 "J" => c.adjusts.push((u(0), n[1])),
-                "R" => c.refusals.push(u(0)),
+                "R" => c.refusals.push((u(0), u(1))),
                 "C" => c.grants.push((u(0), u(1), u(2), u(3))),
                 "T" => c.tasks.push((u(0), u(1), u(2), u(3))),
                 other => panic!("unexpected worker line {other:?}"),
@@ -513,9 +519,32 @@ struct Verdict {
     /// The most any correct limiter could admit in that span.
     theoretical: f64,
     span_us: u64,
-    /// Window jobs: the most a limiter could admit given when the calls actually reached the
-    /// server (a model replay), and how many of the library's decisions the model disagrees with.
-    given_arrivals: Option<(u64, u64)>,
+    /// Every job but concurrent: what a model limiter admits from the calls as they actually
+    /// reached the server.
+    given_arrivals: Option<Replay>,
+}
+
+/// A model limiter's replay of the calls that reached the server in the contended span.
+#[derive(Debug, Clone, Copy)]
+struct Replay {
+    /// Units the library admitted among those calls.
+    library: u64,
+    /// Units the model admits from the same calls: the most a correct limiter could admit given
+    /// when they arrived (the floor is judged against it, not against the theoretical maximum,
+    /// which assumes a call the instant a unit frees: eight worker processes on a loaded
+    /// two-core machine do not keep up with that, and a faster machine would).
+    model: u64,
+    /// Calls the model decides otherwise than the library did.
+    differ: u64,
+}
+
+/// Every call that reached the server, `(instant µs, cost, admitted by the library)`, in server
+/// order: within one instant (a batched script's calls share it) admissions first.
+fn arrivals(c: &Collected) -> Vec<(u64, u64, bool)> {
+    let mut arrivals: Vec<(u64, u64, bool)> = c.admits.iter().map(|a| (a.0, a.1, true)).collect();
+    arrivals.extend(c.refusals.iter().map(|&(t, cost)| (t, cost, false)));
+    arrivals.sort_unstable_by_key(|&(t, cost, admitted)| (t, !admitted, cost));
+    arrivals
 }
 
 impl Verdict {
@@ -541,6 +570,7 @@ fn judge(job: &Job, c: &Collected) -> Result<Verdict, String> {
     let mut admits = c.admits.clone();
     admits.sort_unstable();
     let in_span = |t: u64| t <= tc;
+    let arrivals = arrivals(c);
     match job {
         Job::Bucket { limit, interval_us } => {
             bucket_never_over(&admits, *limit, *interval_us)?;
@@ -549,10 +579,15 @@ fn judge(job: &Job, c: &Collected) -> Result<Verdict, String> {
             let end = tc / interval_us * interval_us;
             let windows = tc / interval_us - t0 / interval_us;
             if windows < 10 {
-                return Err(format!("only {windows} windows in the contended span: retune"));
+                return Err(format!("only {windows} windows in the contended span: the job ran too briefly"));
             }
             let admitted = admits.iter().filter(|a| a.0 < end).map(|a| a.1).sum();
-            Ok(Verdict { admitted, theoretical: (limit * windows) as f64, span_us: end - t0, given_arrivals: None })
+            Ok(Verdict {
+                admitted,
+                theoretical: (limit * windows) as f64,
+                span_us: end - t0,
+                given_arrivals: Some(replay_bucket(*limit, *interval_us, &arrivals, end)),
+            })
         }
         Job::Window { windows } => {
             window_never_over(&admits, windows)?;
@@ -561,15 +596,11 @@ fn judge(job: &Job, c: &Collected) -> Result<Verdict, String> {
             // taken at once), and `tc` may fall just before one.
             let end = admits.iter().map(|a| a.0).filter(|&t| in_span(t)).max().unwrap_or(t0);
             let admitted = admits.iter().filter(|a| a.0 <= end).count() as u64;
-            let mut arrivals: Vec<(u64, bool)> = admits.iter().map(|a| (a.0, true)).collect();
-            arrivals.extend(c.refusals.iter().map(|&t| (t, false)));
-            arrivals.sort_unstable();
-            let given_arrivals = Some(replay_log(windows, &arrivals, end));
             Ok(Verdict {
                 admitted,
                 theoretical: greedy_log(windows, t0, end) as f64,
                 span_us: end - t0,
-                given_arrivals,
+                given_arrivals: Some(replay_log(windows, &arrivals, end)),
             })
         }
         Job::Sliding { limits } => {
@@ -583,7 +614,7 @@ fn judge(job: &Job, c: &Collected) -> Result<Verdict, String> {
                 admitted,
                 theoretical: greedy_sliding(limits, t0, end - 1) as f64,
                 span_us: end - t0,
-                given_arrivals: None,
+                given_arrivals: Some(replay_sliding(limits, &arrivals, end)),
             })
         }
         Job::Token { .. } | Job::Leaky { .. } | Job::Points { .. } => {
@@ -593,7 +624,12 @@ fn judge(job: &Job, c: &Collected) -> Result<Verdict, String> {
             let net: i64 = admits.iter().filter(|a| in_span(a.0)).map(|a| a.1 as i64).sum::<i64>()
                 + c.adjusts.iter().filter(|a| in_span(a.0)).map(|a| a.1).sum::<i64>();
             let theoretical = capacity as f64 + span_us as f64 / t_us as f64;
-            Ok(Verdict { admitted: net.max(0) as u64, theoretical, span_us, given_arrivals: None })
+            Ok(Verdict {
+                admitted: net.max(0) as u64,
+                theoretical,
+                span_us,
+                given_arrivals: Some(replay_gcra(t_us, capacity, &arrivals, &c.adjusts, tc)),
+            })
         }
         Job::Concurrent { limit, .. } => {
             concurrent_never_over(&c.grants, *limit)?;
@@ -638,24 +674,93 @@ fn sliding_never_over(admits: &[(u64, u64, u64)], limits: &[(u64, u64, u64)]) ->
     })
 }
 
-/// Replays the calls that reached the server up to `end` (server time, library's decision)
-/// through a model of exact sliding windows that admits whenever every window allows — the
-/// most any limiter could admit from these arrivals. Returns (model's admissions, decisions
-/// where the library and the model differ).
-fn replay_log(windows: &[(u64, u64)], arrivals: &[(u64, bool)], end: u64) -> (u64, u64) {
+/// Counts a model's decisions on the calls that reached the server up to `end` (inclusive
+/// when `inclusive`): `model` decides each call, given its instant and cost, and records it when
+/// it admits.
+fn replay(arrivals: &[(u64, u64, bool)], end: u64, inclusive: bool, mut model: impl FnMut(u64, u64) -> bool) -> Replay {
+    let mut out = Replay { library: 0, model: 0, differ: 0 };
+    for &(t, cost, library) in arrivals.iter().filter(|a| a.0 < end || (inclusive && a.0 == end)) {
+        let admits = model(t, cost);
+        out.library += if library { cost } else { 0 };
+        out.model += if admits { cost } else { 0 };
+        out.differ += u64::from(admits != library);
+    }
+    out
+}
+
+/// Exact sliding windows that admit whenever every window allows: the most any limiter could
+/// admit from these arrivals.
+fn replay_log(windows: &[(u64, u64)], arrivals: &[(u64, u64, bool)], end: u64) -> Replay {
     let mut admitted: Vec<u64> = Vec::new();
-    let mut disagreements = 0;
-    for &(t, library) in arrivals.iter().filter(|a| a.0 <= end) {
-        let model = windows.iter().all(|&(limit, interval)| {
+    replay(arrivals, end, true, |t, _| {
+        let admits = windows.iter().all(|&(limit, interval)| {
             let gone = admitted.partition_point(|&s| s + interval <= t);
             ((admitted.len() - gone) as u64) < limit
         });
-        if model {
+        if admits {
             admitted.push(t);
         }
-        disagreements += u64::from(model != library);
-    }
-    (admitted.len() as u64, disagreements)
+        admits
+    })
+}
+
+/// Fixed windows aligned to `interval_us`, `limit` units each.
+fn replay_bucket(limit: u64, interval_us: u64, arrivals: &[(u64, u64, bool)], end: u64) -> Replay {
+    let (mut window, mut used) = (u64::MAX, 0);
+    replay(arrivals, end, false, |t, cost| {
+        if t / interval_us != window {
+            (window, used) = (t / interval_us, 0);
+        }
+        let admits = used + cost <= limit;
+        used += if admits { cost } else { 0 };
+        admits
+    })
+}
+
+/// Sub-bucket limits counted by blocks, as the limiter counts (see `sliding_never_over`).
+fn replay_sliding(limits: &[(u64, u64, u64)], arrivals: &[(u64, u64, bool)], end: u64) -> Replay {
+    let mut admitted: Vec<u64> = Vec::new(); // instants of admitted units (cost 1)
+    replay(arrivals, end, false, |t, cost| {
+        let admits = limits.iter().all(|&(limit, duration, precision)| {
+            let first_block = (t / precision + 1).saturating_sub(duration.div_ceil(precision));
+            let inside = admitted.len() - admitted.partition_point(|&s| s / precision < first_block);
+            inside as u64 + cost <= limit
+        });
+        if admits {
+            admitted.extend(std::iter::repeat(t).take(cost as usize));
+        }
+        admits
+    })
+}
+
+/// GCRA with the run's `points_used` corrections applied at their instants, as the script
+/// applies them (a charge up to 16 capacities ahead, a refund never beyond full).
+fn replay_gcra(t_us: u64, capacity: u64, arrivals: &[(u64, u64, bool)], adjusts: &[(u64, i64)], end: u64) -> Replay {
+    let (t_us, tau) = (i128::from(t_us), i128::from(capacity * t_us));
+    let mut adjusts = adjusts.to_vec();
+    adjusts.sort_unstable();
+    let mut next_adjust = 0;
+    let mut tat: i128 = 0;
+    replay(arrivals, end, true, |t, cost| {
+        let now = i128::from(t);
+        // Corrections made before this call (at its instant too: the lenient order).
+        while let Some(&(at, units)) = adjusts.get(next_adjust).filter(|a| a.0 <= t) {
+            let used = (tat - i128::from(at)).max(0);
+            let used = if units >= 0 {
+                (used + i128::from(units) * t_us).min(16 * tau)
+            } else {
+                (used + i128::from(units) * t_us).max(0)
+            };
+            tat = i128::from(at) + used;
+            next_adjust += 1;
+        }
+        let used = (tat - now).max(0);
+        let admits = used + i128::from(cost) * t_us <= tau;
+        if admits {
+            tat = now + used + i128::from(cost) * t_us;
+        }
+        admits
+    })
 }
 
 /// The most admissions of cost 1 in `[t0, tc]` under exact sliding windows: admitting each as
@@ -755,7 +860,7 @@ fn redis_cpu(target: &Target) -> f64 {
 }
 
 /// Runs every job, prints a table and fails with every violation found.
-fn run_suite(target: &Target, jobs: &[Job], processes: u64, tasks: u64, attempts: u64) {
+fn run_suite(target: &Target, jobs: &[Job], processes: u64, tasks: u64, calling: Duration) {
     let mut failures = Vec::new();
     let suite_started = Instant::now();
     eprintln!(
@@ -765,14 +870,20 @@ fn run_suite(target: &Target, jobs: &[Job], processes: u64, tasks: u64, attempts
     let only = std::env::var("RK_LOAD_ONLY").ok();
     for job in jobs.iter().filter(|j| only.as_deref().map_or(true, |o| o.split(',').any(|o| o == j.label()))) {
         let cpu_before = redis_cpu(target);
-        let c = run_job(target, job, processes, tasks, attempts);
+        let c = run_job(target, job, processes, tasks, calling);
         let cpu = redis_cpu(target) - cpu_before;
         let attempts: u64 = c.tasks.iter().map(|t| t.2).sum();
         let admitted: u64 = c.tasks.iter().map(|t| t.3).sum();
         match judge(job, &c) {
             Ok(v) => {
-                let replay = v.given_arrivals.map(|(model, differ)| {
-                    format!("{model} → {:.1}%, {differ} decisions differ", v.admitted as f64 * 100.0 / model as f64)
+                let replay = v.given_arrivals.map(|r| {
+                    format!(
+                        "{} of {} → {:.1}%, {} decisions differ",
+                        r.library,
+                        r.model,
+                        r.library as f64 * 100.0 / r.model as f64,
+                        r.differ
+                    )
                 });
                 eprintln!(
                     "{:<15} {:>9} {:>9} {:>9.0} {:>12.1} {:>8.1}% {:>8.2} {:>8.2}  {}",
@@ -786,28 +897,25 @@ fn run_suite(target: &Target, jobs: &[Job], processes: u64, tasks: u64, attempts
                     cpu,
                     replay.unwrap_or_default()
                 );
-                if let Some((model, differ)) = v.given_arrivals {
-                    if (v.admitted as f64) < 0.95 * model as f64 {
-                        failures.push(format!(
-                            "{}: admitted {} where a model limiter given the same arrivals admits {model} \
-                             ({differ} decisions differ)",
-                            job.label(),
-                            v.admitted
-                        ));
-                    }
-                }
-                // Where the arrivals were recorded, the floor is what a model limiter admits from
-                // them: the theoretical maximum assumes a call the instant a slot frees, which
-                // eight worker processes on a loaded two-core machine do not keep up (a window
-                // run admitted 94.1% of it, and exactly what the model admits from its arrivals).
-                if v.given_arrivals.is_none() && v.fraction() < 0.95 {
-                    failures.push(format!(
-                        "{}: admitted {} of a theoretical {:.1} ({:.1}%) — below 95%",
+                match v.given_arrivals {
+                    // The floor is what a model limiter admits from the arrivals the server saw.
+                    Some(r) if (r.library as f64) < 0.95 * r.model as f64 => failures.push(format!(
+                        "{}: admitted {} units where a model limiter given the same arrivals admits {} ({} decisions differ)",
+                        job.label(),
+                        r.library,
+                        r.model,
+                        r.differ
+                    )),
+                    Some(_) => {}
+                    // Concurrent: how full the server's own count of holders was.
+                    None if v.fraction() < 0.95 => failures.push(format!(
+                        "{}: held {} of {:.1} slot samples ({:.1}%) — below 95%",
                         job.label(),
                         v.admitted,
                         v.theoretical,
                         v.fraction() * 100.0
-                    ));
+                    )),
+                    None => {}
                 }
                 if admitted * 2 > attempts {
                     failures.push(format!(
@@ -849,7 +957,7 @@ fn standalone_jobs() -> Vec<Job> {
 fn no_over_admission_across_processes_on_redis() {
     let _heavy = heavy_lock();
     let server = RedisServer::start();
-    run_suite(&Target::Standalone(server.url()), &standalone_jobs(), 8, 8, attempts_per_task());
+    run_suite(&Target::Standalone(server.url()), &standalone_jobs(), 8, 8, calling_time());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -865,7 +973,7 @@ fn no_over_admission_across_processes_on_redis_cluster() {
         Job::Window { windows: vec![(10, 100 * MS)] },
         Job::Concurrent { limit: 4, lock_us: 30_000 * MS, hold_min_us: 10 * MS, hold_max_us: 30 * MS },
     ];
-    run_suite(&Target::Cluster(cluster.seeds()), &jobs, 4, 4, 1000);
+    run_suite(&Target::Cluster(cluster.seeds()), &jobs, 4, 4, calling_time());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1233,4 +1341,27 @@ fn judges_catch_over_admission() {
     assert_eq!(greedy_log(&[(2, 100 * MS)], 0, 250 * MS), 6);
     assert_eq!(greedy_log(&[(5, 50 * MS), (8, 500 * MS)], 0, 499_999), 8);
     assert_eq!(greedy_sliding(&[(2, 100 * MS, 50 * MS)], 0, 199_999), 4);
+}
+
+// The model limiters the floor is judged against, on synthetic arrivals `(µs, cost, library)`.
+#[test]
+fn models_replay_the_arrivals() {
+    let counts = |r: Replay| (r.library, r.model, r.differ);
+    // Fixed windows of 100 ms, limit 2: the third call of a window is refused, the next window
+    // starts afresh; the library refused one call the model admits.
+    let calls = [(0, 1, true), (10, 1, true), (20, 1, false), (100_000, 1, false), (100_001, 1, true)];
+    assert_eq!(counts(replay_bucket(2, 100 * MS, &calls, 200 * MS)), (3, 4, 1));
+    // Exact sliding window, 2 per 100 ms: the call at 100 ms is admitted once the first is gone.
+    let calls = [(0, 1, true), (10, 1, true), (50_000, 1, false), (100_000, 1, true)];
+    assert_eq!(counts(replay_log(&[(2, 100 * MS)], &calls, 100 * MS)), (3, 3, 0));
+    // Sub-buckets: 2 per 2 blocks of 50 ms; a call in the third block finds the first gone.
+    let calls = [(0, 1, true), (60_000, 1, true), (70_000, 1, true), (100_000, 1, true)];
+    assert_eq!(counts(replay_sliding(&[(2, 100 * MS, 50 * MS)], &calls, 150 * MS)), (4, 3, 1));
+    // GCRA, 100 ms per unit, capacity 2: a burst of 2, then one unit per 100 ms; a refund at
+    // 50 ms gives one back, a charge at 150 ms takes one.
+    let calls = [(0, 2, true), (60_000, 1, false), (100_000, 1, true), (200_000, 1, false)];
+    assert_eq!(counts(replay_gcra(100 * MS, 2, &calls, &[(50_000, -1), (150_000, 1)], 200 * MS)), (3, 4, 1));
+    assert_eq!(counts(replay_gcra(100 * MS, 2, &calls, &[], 200 * MS)), (3, 4, 1));
+    // A charge of 2 at 150 ms leaves nothing for the call at 200 ms.
+    assert_eq!(counts(replay_gcra(100 * MS, 2, &calls, &[(150_000, 2)], 200 * MS)), (3, 3, 0));
 }

@@ -140,7 +140,7 @@ def check_all(parts: list[dict[str, Any]]) -> None:
 # The table's HTTP middleware cases are spelled with Node's option names unless they carry
 # `args_python`; the Python names of the same options.
 PYTHON_OPTION = {"keyGenerator": "key", "standardHeaders": "headers", "handler": "on_refused",
-                 "trustedProxies": "trusted_proxies", "windowMs": "window_ms",
+                 "trustedProxies": "trusted_proxies", "proxyHeader": "proxy_header", "windowMs": "window_ms",
                  "partitionKeySecret": "partition_key_secret"}
 
 

@@ -102,32 +102,58 @@ fn block_sums(admitted: &[(u64, u64)], limit: u64, block_us: u64, blocks: u64) -
 }
 
 fn rate(admitted: &[(u64, u64)], corrections: &[(u64, i64)], capacity: u64, emission_us: u64) -> Result<(), String> {
-    // (time, units, is_admission); at equal instants refunds first, the lenient order.
-    let mut events: Vec<(u64, i64, bool)> = admitted.iter().map(|&(t, c)| (t, c as i64, true)).collect();
-    events.extend(corrections.iter().map(|&(t, d)| (t, d, false)));
-    events.sort_by_key(|e| (e.0, e.1));
-    let (t_us, tau) = (emission_us as i128, (capacity * emission_us) as i128);
-    let mut charged: i128 = 0; // Σ units × T so far
-    let mut best: Option<(i128, u64)> = None; // min over admissions a of (charged before a − t_a)
-    for &(t, units, admission) in &events {
-        if admission {
-            let before = charged - t as i128;
+    // What one server instant holds. A batched script decides several calls at one instant in
+    // an order the record does not keep, so the judge takes the lenient order at both ends of a
+    // span: at its first instant the charges came before the first admission and the refunds
+    // after it; at its last instant the refunds came before the last admission and the charges
+    // after it. (Between the two instants every correction counts.)
+    #[derive(Default)]
+    struct Instant {
+        admitted: i128,
+        charged: i128,
+        refunded: i128,
+    }
+    let mut instants: BTreeMap<u64, Instant> = BTreeMap::new();
+    for &(t, cost) in admitted {
+        instants.entry(t).or_default().admitted += i128::from(cost);
+    }
+    for &(t, units) in corrections {
+        let at = instants.entry(t).or_default();
+        if units >= 0 {
+            at.charged += i128::from(units);
+        } else {
+            at.refunded += i128::from(units);
+        }
+    }
+    // In units × T: GCRA's theoretical arrival time only grows by what is charged, and an
+    // admission needs it within tau of now, so the units charged from admission a through
+    // admission b never exceed capacity + (t_b − t_a) / T.
+    let (t_us, tau) = (i128::from(emission_us), i128::from(capacity) * i128::from(emission_us));
+    let mut charged: i128 = 0; // Σ units × T at instants before the current one
+    let mut best: Option<(i128, u64)> = None; // min over earlier first instants of (charged before − t)
+    for (&t, at) in &instants {
+        let ti = i128::from(t);
+        if at.admitted > 0 {
+            let through = charged + (at.admitted + at.refunded) * t_us; // the span's last instant
+            let alone = (at.admitted + at.refunded) * t_us; // a span of this instant only
+            let (excess, from, units) = match best {
+                Some((b, from)) if through - ti - b > alone => {
+                    (through - ti - b - tau, from, (through - ti - b) / t_us)
+                }
+                _ => (alone - tau, t, alone / t_us),
+            };
+            if excess > 0 {
+                return Err(format!(
+                    "from {from} µs to {t} µs, {units} units were charged: more than capacity {capacity} + elapsed/T ({emission_us} µs per unit) by {:.2} units",
+                    excess as f64 / t_us as f64
+                ));
+            }
+            let before = charged + at.charged * t_us - ti; // the span's first instant
             if best.map_or(true, |(b, _)| before < b) {
                 best = Some((before, t));
             }
         }
-        charged += units as i128 * t_us;
-        if admission {
-            let (b, from) = best.unwrap();
-            let excess = charged - t as i128 - b - tau;
-            if excess > 0 {
-                return Err(format!(
-                    "from {from} µs to {t} µs, {} units were charged: more than capacity {capacity} + elapsed/T ({emission_us} µs per unit) by {:.2} units",
-                    (charged - (b + from as i128)) / t_us,
-                    excess as f64 / t_us as f64
-                ));
-            }
-        }
+        charged += (at.admitted + at.charged + at.refunded) * t_us;
     }
     Ok(())
 }
@@ -174,6 +200,27 @@ mod tests {
         // A correction charges (or refunds) units between admissions.
         assert!(judge(rule, &rec(vec![(0, 1), (10, 1)], vec![(5, 1)])).is_err());
         assert!(judge(rule, &rec(vec![(0, 2), (10, 1)], vec![(5, -1)])).is_ok());
+    }
+
+    #[test]
+    fn rate_leaves_the_order_within_one_instant_open() {
+        // One batched script decides several calls at one server instant, in an order the record
+        // does not keep. Capacity 2, 100 ms per unit.
+        let rule = Rule::Rate { capacity: 2, emission_us: 100_000 };
+        let rec = |admitted: Vec<(u64, u64)>, corrections: Vec<(u64, i64)>| Record { admitted, corrections };
+        // A refund at the first admission's instant may have come after it (a check and a
+        // settle in one batch): 2 admitted, 1 refunded, 1 admitted is within capacity.
+        assert!(judge(rule, &rec(vec![(0, 2), (10, 1)], vec![(0, -1)])).is_ok());
+        // A charge at the last admission's instant may have come after it.
+        assert!(judge(rule, &rec(vec![(0, 1), (10, 1)], vec![(10, 1)])).is_ok());
+        // …but a charge between the two instants is surely between them.
+        assert!(judge(rule, &rec(vec![(0, 1), (10, 1)], vec![(5, 1)])).is_err());
+        // One instant alone: its admissions and refunds, never its charges, count against capacity.
+        assert!(judge(rule, &rec(vec![(0, 2)], vec![(0, 1)])).is_ok());
+        assert!(judge(rule, &rec(vec![(0, 3)], vec![(0, -1)])).is_ok());
+        assert!(judge(rule, &rec(vec![(0, 3)], vec![])).is_err());
+        // Charges at earlier instants still count.
+        assert!(judge(rule, &rec(vec![(0, 1), (10, 1), (20, 1)], vec![(10, 1)])).is_err());
     }
 
     #[test]

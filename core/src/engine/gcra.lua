@@ -16,7 +16,8 @@
 -- ARGV[9]  settle: the instant the call was charged (µs); a refund gives back at most what of
 --          the call's charge time has not yet refilled since then (see `Gcra::adjust`)
 -- Returns {tat_us, tat_ns, now}: the TAT before this call (microseconds, and nanoseconds within
--- the microsecond) and the instant it was decided at. A refused check sets `refused` (see script.rs).
+-- the microsecond) and the instant it was decided at. A refused check sets `refused`;
+-- a dry check writes nothing (see script.rs).
 -- Written inline, without local functions: a closure per call costs the server measurably (a
 -- settle's charge is `settle_charge` of the script's prelude, settle_charge.lua, defined once
 -- per invocation).
@@ -65,6 +66,8 @@ if op == 'check' then
     refused = cost > 0
     return {tat_us, tat_ns, now}
   end
+  -- Admitted: a `check_all` deciding before it writes (`dry`, see script.rs) stops here.
+  if dry then return {tat_us, tat_ns, now} end
   new_used = used + cost * T
 else
   -- adjust or settle: charge the difference, possibly beyond capacity up to max_ahead (debt), or refund

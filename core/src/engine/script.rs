@@ -39,11 +39,13 @@ pub(crate) struct LuaScript {
 /// An engine's body that refuses a check sets `refused` (declared here, so that bodies can set
 /// it), and so does the hold check: the combined script of `check_all`
 /// ([`super::script_all`]) reads it to know which part refused without decoding every engine's
-/// reply; a single call ignores it.
+/// reply; a single call ignores it. That script also sets `dry` while it decides its parts: an
+/// engine's body then decides a check, and answers it as usual, without recording it (it may
+/// still drop state that no longer counts, as a peek does); a single call never sets it.
 const BATCH_WRAPPER: &str = r#"
 __NOW__
 __SETTLE_CHARGE__
-local refused = false
+local refused, dry = false, false
 local function run(KEYS, ARGV)
 __HOLD__
 __BODY__

@@ -3,6 +3,7 @@
 //! call does when Redis cannot answer within the per-call deadline.
 
 pub(crate) mod check_all;
+pub(crate) mod cleared;
 pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod deny_cache;
@@ -532,7 +533,8 @@ impl RedisBackend {
         });
     }
 
-    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
+    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken,
+    /// and other processes forget their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn reset(
         &self,
         kind: Kind,
@@ -553,7 +555,9 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (list.ttl_us / 1000).max(1) as i64).ignore();
         }
-        self.query(&pipe).await
+        self.query::<()>(&pipe).await?;
+        self.announce_cleared(kind, name, key).await;
+        Ok(())
     }
 
     /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect (see
@@ -585,7 +589,8 @@ impl RedisBackend {
     }
 
     /// Ends the pause of (`kind`, `name`, `key`) by deleting its key (see `Limiter::resume`),
-    /// in the fallback limiter too; returns whether Redis held one.
+    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
+    /// their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn resume(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.resume(*namespace, key);
@@ -594,6 +599,9 @@ impl RedisBackend {
         let mut pipe = redis::pipe();
         pipe.del(keys.key(pause::ROLE));
         let (deleted,): (u64,) = self.query(&pipe).await?;
+        if deleted > 0 {
+            self.announce_cleared(kind, name, key).await;
+        }
         Ok(deleted > 0)
     }
 
@@ -631,7 +639,8 @@ impl RedisBackend {
     }
 
     /// Ends the block of (`kind`, `name`, `key`) by deleting its key (see `Limiter::unblock`),
-    /// in the fallback limiter too; returns whether Redis held one.
+    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
+    /// their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn unblock(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.unblock(*namespace, key);
@@ -642,6 +651,9 @@ impl RedisBackend {
         let (deleted,): (u64,) = self.query(&pipe).await?;
         if kind == Kind::Leased && deleted > 0 {
             let _ = self.announce_leased_block().await;
+        }
+        if deleted > 0 {
+            self.announce_cleared(kind, name, key).await;
         }
         Ok(deleted > 0)
     }
