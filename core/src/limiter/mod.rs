@@ -28,6 +28,7 @@ mod leased;
 mod partitions;
 mod pause;
 mod release;
+mod seal;
 mod settle;
 mod shadow;
 mod waiting;

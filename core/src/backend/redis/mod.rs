@@ -16,6 +16,7 @@ pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+mod seal;
 pub(crate) mod sync_client;
 mod views;
 pub(crate) use check_all::RedisPart;
@@ -196,6 +197,8 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// The leased limiters whose held keys' blocks the live task keeps up to date.
     pub(crate) watchers: leased_blocks::Watchers,
+    /// The key sealing settle tickets, once read from Redis (see [`seal`]).
+    seal_key: parking_lot::Mutex<Option<Arc<crate::settle_seal::SealKey>>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -252,6 +255,7 @@ impl RedisBackend {
             deny_cache,
             cluster: config.cluster,
             watchers: leased_blocks::Watchers::default(),
+            seal_key: parking_lot::Mutex::new(None),
         })
     }
 
@@ -392,6 +396,13 @@ impl RedisBackend {
             }
             Err(e) => return Err(e),
         };
+        // A settle is not an admission: failing open would report a correction that never
+        // applied, and the fallback never held the charge the ticket names. The caller is told,
+        // and may retry it (it applies once).
+        if matches!(op, Op::Settle { .. }) {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(error);
+        }
         match (failover.policy, &failover.fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
@@ -405,8 +416,7 @@ impl RedisBackend {
                     }
                     other => other,
                 };
-                // A settle is applied once by the fallback too (`settle` runs other calls as is).
-                let outcome = self.fallback.settle(*namespace, key, algorithm, op)?;
+                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
                 Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
@@ -453,8 +463,8 @@ impl RedisBackend {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        if let Some(id) = settle_id {
-            cmd.arg(id);
+        if let Some((id, until)) = settle_id {
+            cmd.arg(id).arg(until);
         }
         algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
