@@ -258,5 +258,5 @@ def test_every_case_names_a_parameter_in_every_language() -> None:
     names = [c["name"] for c in CASES]
     assert len(names) == len(set(names)), "case names are unique"
     for case in CASES:
-        assert set(case["parameter"]) == {"python", "node", "c"}, case["name"]
+        assert set(case["parameter"]) == {"python", "node", "c", "go"}, case["name"]
         assert case["error"] in CLASSES, case["name"]
