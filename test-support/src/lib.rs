@@ -9,12 +9,14 @@
 pub mod cluster;
 pub mod judge;
 pub mod ports;
+pub mod sentinel;
 pub mod server;
 pub mod timing;
 pub mod tls;
 
 pub use cluster::RedisCluster;
 pub use ports::{free_port, scratch_dir};
+pub use sentinel::SentinelGroup;
 pub use server::{signal_pid, DetachedServer, RedisServer};
 pub use timing::{wait_until, SchedulingNoise, Watchdog, GIVE_UP};
 pub use tls::Certificates;

@@ -112,6 +112,28 @@ impl RedisServer {
         Self::spawn("cluster", strings(&CLUSTER_NODE_ARGS), None)
     }
 
+    /// A Sentinel (`redis-server sentinel.conf --sentinel`) monitoring the primary on
+    /// `primary_port` as `service`, judging it down after `down_after` (quorum 2).
+    pub fn start_sentinel(primary_port: u16, service: &str, down_after: Duration) -> RedisServer {
+        let dir = scratch_dir("sentinel");
+        let port = free_port();
+        // The file is the sentinel's own: it rewrites it as it learns the group.
+        let conf = format!(
+            "sentinel monitor {service} 127.0.0.1 {primary_port} 2\n\
+             sentinel down-after-milliseconds {service} {}\n\
+             sentinel failover-timeout {service} 10000\n\
+             sentinel parallel-syncs {service} 2\n",
+            down_after.as_millis()
+        );
+        std::fs::write(dir.join("sentinel.conf"), conf).expect("write sentinel.conf");
+        let args = strings(&["sentinel.conf", "--sentinel", "--bind", "127.0.0.1", "--protected-mode", "no", "--port"]);
+        let mut args = args;
+        args.push(port.to_string());
+        let mut server = RedisServer { port, dir, child: None, args, tls: None, owns_dir: true };
+        server.launch_on_free_port();
+        server
+    }
+
     /// `tls`: `None` for plain TCP, `Some(None)` for TLS with fresh certificates.
     fn spawn(label: &str, extra: Vec<String>, tls: Option<Option<Certificates>>) -> RedisServer {
         let dir = scratch_dir(label);
@@ -240,6 +262,11 @@ impl RedisServer {
         }
         let out = cmd.args(args).output().expect("run redis-cli");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Whether the process is still running (not killed by [`Self::kill`]).
+    pub fn pid_alive(&self) -> bool {
+        self.child.is_some()
     }
 
     /// SIGKILL, as a crash would.

@@ -15,6 +15,7 @@ pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+pub(crate) mod sentinel;
 pub(crate) mod sync_client;
 mod views;
 pub(crate) use check_all::RedisPart;
@@ -204,15 +205,16 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
-    pub(crate) fn new(config: RedisConfig) -> Result<Self> {
+    pub(crate) fn new(mut config: RedisConfig) -> Result<Self> {
         crate::engine::script::prepare_all();
+        sentinel::from_url_if_any(&mut config)?;
         validate_prefix(&config.prefix)?;
         validate_duration("deadline", config.deadline)?;
         validate_duration("connect_timeout", config.connect_timeout)?;
         if let FailurePolicy::Fallback { divisor: 0 } = config.failure_policy {
             return Err(Error::invalid("divisor", "the fallback divisor must be at least 1"));
         }
-        for (i, url) in config.urls.iter().enumerate() {
+        for (i, url) in config.urls.iter().enumerate().filter(|_| config.sentinel.is_none()) {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
                 let message = format!("must start with redis:// or rediss://, got {:?}", redact::redact_url(url));
                 // A cluster's URLs are its seeds: name the one at fault, as the caller passed it.

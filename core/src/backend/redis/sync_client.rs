@@ -50,16 +50,21 @@ impl SyncTarget {
     /// a cluster (slots are routed by the cluster client), a TLS URL asking for no hostname
     /// verification, or a configuration the async client will report as invalid itself.
     pub(crate) fn for_config(config: &RedisConfig) -> Option<SyncTarget> {
-        if config.cluster || config.urls.len() != 1 {
+        if config.cluster || config.urls.len() != 1 || config.sentinel.is_some() {
             return None;
         }
         let client = redis::Client::open(config.urls[0].as_str()).ok()?;
-        let info = client.get_connection_info();
+        SyncTarget::new(client.get_connection_info(), config.tls.as_ref())
+    }
+
+    /// The target of the server `info` names (TLS material from `tls`), or `None` where the
+    /// async client serves instead (see [`Self::for_config`]).
+    pub(crate) fn new(info: &redis::ConnectionInfo, tls_material: Option<&TlsConfig>) -> Option<SyncTarget> {
         let (host, port, tls) = match info.addr() {
             ConnectionAddr::Tcp(host, port) => (host.clone(), *port, None),
             ConnectionAddr::TcpTls { host, port, insecure: false, .. } => {
                 let name = ServerName::try_from(host.clone()).ok()?;
-                (host.clone(), *port, Some((tls_config(config.tls.as_ref())?, name)))
+                (host.clone(), *port, Some((tls_config(tls_material)?, name)))
             }
             _ => return None,
         };
