@@ -121,7 +121,7 @@ impl RedisServer {
         let conf = format!(
             "sentinel monitor {service} 127.0.0.1 {primary_port} 2\n\
              sentinel down-after-milliseconds {service} {}\n\
-             sentinel failover-timeout {service} 10000\n\
+             sentinel failover-timeout {service} 4000\n\
              sentinel parallel-syncs {service} 2\n",
             down_after.as_millis()
         );

@@ -107,6 +107,8 @@ pub(crate) struct Connections {
     sync_target: Option<SyncTarget>,
     /// Where the connections go, for error messages (see [`servers_of`]).
     servers: String,
+    /// How many replicas acknowledge each writing call (see [`RedisConfig::replica_acks`]).
+    replica_acks: u32,
 }
 
 /// What one process holds of a connection set. A forked child must not use its parent's: the
@@ -178,6 +180,7 @@ struct SetKey {
     connect_timeout: Duration,
     /// A Sentinel configuration's identity (see [`super::sentinel::SentinelConfig::identity`]).
     sentinel: Option<String>,
+    replica_acks: u32,
 }
 
 /// Writes every queued call as one pipeline and hands each caller its own reply. Calls of the
@@ -337,6 +340,22 @@ fn not_redis(e: &redis::RedisError) -> bool {
     text.contains("protocol error") || text.contains("unexpected type byte")
 }
 
+/// `WAIT 0 0`: answered at once by a server that has WAIT (no replica needs to acknowledge).
+fn wait_probe() -> Cmd {
+    redis::cmd("WAIT").arg(0).arg(0).to_owned()
+}
+
+/// The error of a server that refused the `WAIT` probe: `replica_acks` cannot work there.
+fn lacks_wait(e: &redis::RedisError) -> Error {
+    Error::BackendRejected {
+        code: e.code().unwrap_or("ERR").to_owned(),
+        message: format!(
+            "this server refuses WAIT ({e}), which replica_acks needs to know that replicas hold each \
+             call's writes; use a server with WAIT, or set replica_acks to 0"
+        ),
+    }
+}
+
 /// A failed connect (see [`connect_failure`]); the sentinels' answer is worded already.
 fn open_failure(e: ConnectError, servers: &str) -> Error {
     match e {
@@ -384,6 +403,7 @@ impl Connections {
             client_cert: config.tls.as_ref().and_then(|t| t.client_cert_and_key_pem.clone()),
             connect_timeout: config.connect_timeout,
             sentinel: config.sentinel.as_ref().map(|s| s.identity()),
+            replica_acks: config.replica_acks,
         };
         let mut registry = registry().lock();
         if let Some(existing) = registry.get(&key).and_then(Weak::upgrade) {
@@ -433,6 +453,7 @@ impl Connections {
             local: AtomicPtr::new(Box::into_raw(Box::new(Local::new(forked_since(0).0)))),
             sync_target: SyncTarget::for_config(config),
             servers,
+            replica_acks: config.replica_acks,
         })
     }
 
@@ -446,11 +467,9 @@ impl Connections {
     async fn open(&self) -> std::result::Result<Conn, ConnectError> {
         let config =
             AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout)).set_response_timeout(None);
-        match &self.client {
-            Client::Single(client) => {
-                Ok(Conn::Single(client.get_multiplexed_async_connection_with_config(&config).await?))
-            }
-            Client::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
+        let mut conn = match &self.client {
+            Client::Single(client) => Conn::Single(client.get_multiplexed_async_connection_with_config(&config).await?),
+            Client::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
             Client::Sentinel(route) => {
                 let (asking, until) = (route.clone(), Instant::now() + self.connect_timeout);
                 let (host, port) = tokio::task::spawn_blocking(move || asking.primary(until))
@@ -461,9 +480,14 @@ impl Connections {
                 let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
                 let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
                 route.confirm_role(&role, &host, port).map_err(ConnectError::Sentinel)?;
-                Ok(Conn::Single(conn))
+                Conn::Single(conn)
             }
+        };
+        if self.replica_acks > 0 {
+            let probe: redis::RedisResult<Value> = wait_probe().query_async(&mut conn).await;
+            probe.and_then(|v| v.extract_error()).map_err(|e| ConnectError::Sentinel(lacks_wait(&e)))?;
         }
+        Ok(conn)
     }
 
     /// The shared connection and its generation; starts a background connect when there is
@@ -668,16 +692,39 @@ impl Connections {
     /// A new sync connection by `until`: to the standalone server, or to the primary the
     /// sentinels name (its role confirmed). Only for a set with a sync target or a Sentinel.
     fn connect_sync(&self, until: Instant) -> std::result::Result<SyncConnection, ConnectError> {
-        match (&self.client, &self.sync_target) {
-            (Client::Sentinel(route), _) => route.connect_sync(until),
-            (_, Some(target)) => Ok(target.connect(until)?),
-            (_, None) => Err(ConnectError::Sentinel(unavailable("no sync connection to this server"))),
+        let mut conn = match (&self.client, &self.sync_target) {
+            (Client::Sentinel(route), _) => route.connect_sync(until)?,
+            (_, Some(target)) => target.connect(until)?,
+            (_, None) => return Err(ConnectError::Sentinel(unavailable("no sync connection to this server"))),
+        };
+        if self.replica_acks > 0 {
+            match conn.request(&wait_probe(), until).and_then(|v| v.extract_error()) {
+                Ok(_) => {}
+                Err(e) if scripts::is_timeout(&e) || e.is_io_error() => return Err(ConnectError::Redis(e)),
+                Err(e) => return Err(ConnectError::Sentinel(lacks_wait(&e))),
+            }
         }
+        Ok(conn)
+    }
+
+    /// Where the connections go, for messages (never a password).
+    pub(crate) fn servers(&self) -> &str {
+        &self.servers
+    }
+
+    /// How many replicas must acknowledge each writing call (0: none, no `WAIT`).
+    pub(crate) fn replica_acks(&self) -> u32 {
+        self.replica_acks
     }
 
     /// True when [`Self::connect_driven`] can connect: a plain standalone server, or a plain
     /// Sentinel-managed primary.
     pub(crate) fn drivable(&self) -> bool {
+        // A call whose writes replicas acknowledge takes a connection of its own (see
+        // [`scripts::run_cmd`]): the event loop's one connection would wait behind each WAIT.
+        if self.replica_acks > 0 {
+            return false;
+        }
         match &self.client {
             Client::Sentinel(route) => !route.node_tls(),
             _ => self.sync_target.as_ref().is_some_and(SyncTarget::is_plain),

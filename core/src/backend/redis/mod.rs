@@ -545,7 +545,7 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (list.ttl_us / 1000).max(1) as i64).ignore();
         }
-        self.query(&pipe).await
+        self.query_acked(&pipe).await
     }
 
     /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect (see
@@ -585,7 +585,7 @@ impl RedisBackend {
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(pause::ROLE));
-        let (deleted,): (u64,) = self.query(&pipe).await?;
+        let (deleted,): (u64,) = self.query_acked(&pipe).await?;
         Ok(deleted > 0)
     }
 
@@ -631,7 +631,7 @@ impl RedisBackend {
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(block::ROLE));
-        let (deleted,): (u64,) = self.query(&pipe).await?;
+        let (deleted,): (u64,) = self.query_acked(&pipe).await?;
         if kind == Kind::Leased && deleted > 0 {
             let _ = self.announce_leased_block().await;
         }
@@ -641,6 +641,27 @@ impl RedisBackend {
     /// Runs a pipeline (not a script) within the deadline.
     async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         self.query_via(None, pipe).await
+    }
+
+    /// [`Self::query`] for a pipeline that writes state: with `replica_acks`, it runs on a
+    /// dedicated connection followed by `WAIT`, and fails as unavailable when too few replicas
+    /// acknowledged within the deadline (see [`scripts::acknowledged`]).
+    async fn query_acked<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
+        let acks = self.connections.replica_acks();
+        if acks == 0 {
+            return self.query(pipe).await;
+        }
+        let until = tokio::time::Instant::now() + self.deadline;
+        let timed_out = || self.connections.timeout(self.deadline);
+        let acked = async {
+            let mut conn = self.connections.dedicated().await?;
+            let value = pipe.query_async::<T>(&mut conn).await.map_err(|e| scripts::redis_failure(&e))?;
+            let wait = scripts::wait_for(acks, until.saturating_duration_since(tokio::time::Instant::now()));
+            let count = wait.query_async::<redis::Value>(&mut conn).await.map_err(|e| scripts::redis_failure(&e))?;
+            self.connections.give_back(conn);
+            scripts::acknowledged(&self.connections, Some(acks), Some(count), self.deadline).map(|()| value)
+        };
+        tokio::time::timeout_at(until, acked).await.map_err(|_| timed_out())?
     }
 
     /// Runs a pipeline within the deadline on `own` connection (opened, and named

@@ -243,6 +243,9 @@ struct Sentinel {
     target: Option<SyncTarget>,
 }
 
+/// A data node's address and its sync target.
+type NodeTarget = ((String, u16), Arc<SyncTarget>);
+
 /// How the connections of a [`SentinelConfig`] find the primary.
 pub(crate) struct SentinelRoute {
     service: String,
@@ -254,7 +257,7 @@ pub(crate) struct SentinelRoute {
     /// `Some`: the data nodes speak TLS, trusting this material (`None` inside: system roots).
     node_tls: Option<Option<TlsConfig>>,
     /// The sync target of the primary last connected to, reused while the sentinels name it.
-    node_target: Mutex<Option<((String, u16), Arc<SyncTarget>)>>,
+    node_target: Mutex<Option<NodeTarget>>,
 }
 
 impl SentinelRoute {

@@ -199,6 +199,23 @@ impl SyncConnection {
     /// Sends `cmd` and reads its reply (server errors included, as values), by `until`. After
     /// an error the connection must be dropped: a reply may still be on its way.
     pub(crate) fn request(&mut self, cmd: &Cmd, until: Instant) -> RedisResult<Value> {
+        self.send(&[cmd], until)?;
+        let reply = self.read_reply(until);
+        self.last_used = Instant::now();
+        reply
+    }
+
+    /// Sends `first` and `second` in one write and reads both replies, by `until` (a script and
+    /// the `WAIT` for its writes: one round trip).
+    pub(crate) fn request_pair(&mut self, first: &Cmd, second: &Cmd, until: Instant) -> RedisResult<(Value, Value)> {
+        self.send(&[first, second], until)?;
+        let replies = self.read_reply(until).and_then(|a| Ok((a, self.read_reply(until)?)));
+        self.last_used = Instant::now();
+        replies
+    }
+
+    /// Writes `cmds` as one write, the socket's timeouts set to what is left until `until`.
+    fn send(&mut self, cmds: &[&Cmd], until: Instant) -> RedisResult<()> {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(io::Error::from(io::ErrorKind::TimedOut).into());
@@ -214,7 +231,9 @@ impl SyncConnection {
             self.read_timeout = Some(left);
         }
         self.out.clear();
-        cmd.write_packed_command(&mut self.out);
+        for cmd in cmds {
+            cmd.write_packed_command(&mut self.out);
+        }
         match &mut self.stream {
             Stream::Plain(tcp) => tcp.write_all(&self.out)?,
             Stream::Tls(tls) => {
@@ -222,9 +241,7 @@ impl SyncConnection {
                 tls.flush()?;
             }
         }
-        let reply = self.read_reply(until);
-        self.last_used = Instant::now();
-        reply
+        Ok(())
     }
 
     /// Reads one whole reply (one request at a time: nothing is left over after it).
