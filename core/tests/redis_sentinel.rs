@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ratekeeper::driven::Driven;
 use ratekeeper::{runtime, Backend, Decision, Limiter, RedisConfig, Result, DEFAULT_DEADLINE};
 use ratekeeper_test_support::sentinel::{DOWN_AFTER, SERVICE};
 use support::vectors::CallStyle;
@@ -56,6 +57,16 @@ fn vectors_and_a_sentinel_down_on_a_sentinel_backend() {
     };
     support::vectors::run_conformance("sentinel", CallStyle::Blocking, &make);
     support::vectors::run_conformance("sentinel", CallStyle::Async, &make);
+
+    // An event loop's own connection (Node's) goes to the primary too; with replica_acks its
+    // calls take the runtime's path (a WAIT would hold up the loop's one connection).
+    let limiter = Backend::redis(&url).unwrap().window("driven", 10, Duration::from_secs(60)).unwrap();
+    let Ok(Driven::Send(call)) = limiter.drive_check(Some("k"), 1) else { panic!("a Sentinel backend is driven") };
+    let stream = call.endpoint().connect().expect("a driven connection");
+    assert_eq!(Some(stream.peer_addr().unwrap().port()), group.primary_port());
+    let acked = Backend::redis_with(RedisConfig::new(url.clone()).replica_acks(1)).unwrap();
+    let acked = acked.window("driven", 10, Duration::from_secs(60)).unwrap();
+    assert!(matches!(acked.drive_check(Some("k"), 1), Ok(Driven::Unsupported)));
 
     // The first sentinel, asked first, is gone: the others still lead to the primary, on a new
     // connection set (another connect timeout makes another set).
