@@ -15,7 +15,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{runtime, Backend, ErrorKind, FailurePolicy, Limiter, RedisConfig, Result};
-use support::{RedisServer, SentinelGroup, GIVE_UP};
+use support::{RedisCluster, RedisServer, SentinelGroup, GIVE_UP};
 
 const WINDOW: u64 = 100;
 
@@ -58,6 +58,22 @@ fn without_replicas_a_check_fails_as_unavailable_and_a_peek_does_not_wait() {
         assert!(result.expect("fail_open admits a call its replicas did not acknowledge").allowed);
     }
     assert_eq!(backend.stats().failed_open, 2);
+}
+
+/// On a Cluster the script and its WAIT travel together to the primary of the call's slot (the
+/// cluster client routes the pair by the script's keys); these primaries have no replica.
+#[test]
+fn on_a_cluster_without_replicas_a_check_fails_as_unavailable() {
+    let cluster = RedisCluster::start();
+    let config = RedisConfig::cluster(cluster.seeds()).replica_acks(1).deadline(Duration::from_secs(1));
+    let limiter = window(config);
+    for key in ["a", "b"] {
+        for result in both_styles(&limiter, key) {
+            let error = result.expect_err("no replica can acknowledge");
+            assert!(error.to_string().contains("0 of the 1 replicas"), "{error}");
+        }
+        assert_eq!(limiter.peek_blocking(Some(key)).unwrap().remaining, WINDOW - 2);
+    }
 }
 
 #[test]
@@ -135,4 +151,49 @@ fn without_replica_acks_a_lossy_failover_over_admits() {
     let total = admitted_across_a_lossy_failover(0);
     println!("over-admission without replica_acks: {} (expected 40)", total.saturating_sub(WINDOW));
     assert!(total > WINDOW, "the scenario lost no admission ({total}): it no longer shows what WAIT prevents");
+}
+
+/// What `replica_acks=1` costs against 0 on the Sentinel group: calls per second, sequential
+/// (blocking calls) and 64 in flight (async calls), each for two seconds. Printed, not asserted
+/// (a debug build on a shared machine: compare the columns). Only with `RATEKEEPER_LONG_TESTS=1`.
+#[test]
+fn the_cost_of_one_replica_ack() {
+    if std::env::var("RATEKEEPER_LONG_TESTS").as_deref() != Ok("1") {
+        println!("skipped: set RATEKEEPER_LONG_TESTS=1");
+        return;
+    }
+    let group = SentinelGroup::start();
+    let run_for = Duration::from_secs(2);
+    for acks in [0, 1, 0, 1] {
+        let limiter =
+            Backend::redis_with(RedisConfig::new(group.url()).replica_acks(acks).prefix(format!("cost{acks}")))
+                .unwrap()
+                .window("w", 1 << 40, Duration::from_secs(3600))
+                .unwrap();
+        limiter.check_blocking(Some("warm"), 1).unwrap();
+        let (mut sequential, began) = (0u64, Instant::now());
+        while began.elapsed() < run_for {
+            limiter.check_blocking(Some("k"), 1).unwrap();
+            sequential += 1;
+        }
+        let sequential = sequential as f64 / began.elapsed().as_secs_f64();
+        let (in_flight, began) = runtime().block_on(async {
+            let (mut done, began) = (0u64, Instant::now());
+            while began.elapsed() < run_for {
+                let calls: Vec<_> = (0..64)
+                    .map(|i| {
+                        let limiter = limiter.clone();
+                        tokio::spawn(async move { limiter.check(Some(&format!("k{i}")), 1).await })
+                    })
+                    .collect();
+                for call in calls {
+                    call.await.unwrap().unwrap();
+                    done += 1;
+                }
+            }
+            (done, began)
+        });
+        let in_flight = in_flight as f64 / began.elapsed().as_secs_f64();
+        println!("replica_acks={acks}: sequential {sequential:.0} calls/s, 64 in flight {in_flight:.0} calls/s");
+    }
 }
