@@ -41,10 +41,14 @@ fn without_replicas_a_check_fails_as_unavailable_and_a_peek_does_not_wait() {
     // A peek writes nothing: answered without waiting, and it shows both checks ran on the
     // primary (a shortfall is not retried, and not undone).
     assert_eq!(closed.peek_blocking(Some("k")).unwrap().remaining, WINDOW - 2);
-    // Pauses (a script) and resets (a pipeline) write state: they wait too.
+    // Pauses (a script), resets (a pipeline) and overrides write state: they wait too.
+    let backend =
+        Backend::redis_with(RedisConfig::new(server.url()).replica_acks(1).prefix("closed").deadline(deadline));
+    let spec = ratekeeper::LimiterSpec::Bucket { limit: 5, interval: Duration::from_secs(60) };
     for (what, result) in [
         ("pause", closed.pause_blocking(Some("k"), Duration::from_secs(1)).map(drop)),
         ("reset", closed.reset_blocking(Some("k"))),
+        ("set_limit", backend.unwrap().set_limit_blocking("other", &spec, None)),
     ] {
         let error = result.expect_err(what);
         assert_eq!(error.kind(), ErrorKind::BackendUnavailable, "{what}: {error}");
