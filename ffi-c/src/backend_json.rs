@@ -138,6 +138,16 @@ fn tls(fields: &Fields) -> Result<Option<TlsConfig>, Error> {
     Ok(Some(tls))
 }
 
+/// The strings of the array `list` (field `parameter`); an item that is not one is named by its
+/// index (`seeds[1]`), as the core names one it refuses.
+fn strings(list: &[Value], parameter: &str, what: &str) -> Result<Vec<String>, Error> {
+    let item = |(i, value): (usize, &Value)| match value {
+        Value::String(s) => Ok(s.clone()),
+        other => Err(Error::invalid_field(format!("{parameter}[{i}]"), format!("must be {what}, got {other}"))),
+    };
+    list.iter().enumerate().map(item).collect()
+}
+
 /// The fields of a `sentinel` object; anything else is refused, naming it.
 const SENTINEL_FIELDS: &[&str] = &[
     "addresses",
@@ -179,18 +189,7 @@ fn sentinel(value: &Value, node_tls: Option<&TlsConfig>) -> Result<SentinelConfi
     let Some(Value::Array(list)) = map.get("addresses") else {
         return Err(Error::invalid("sentinel.addresses", "must be an array of \"host:port\" strings"));
     };
-    let mut addresses = Vec::with_capacity(list.len());
-    for (i, address) in list.iter().enumerate() {
-        match address {
-            Value::String(s) => addresses.push(s.clone()),
-            other => {
-                return Err(Error::invalid_field(
-                    format!("sentinel.addresses[{i}]"),
-                    format!("must be a string, got {other}"),
-                ))
-            }
-        }
-    }
+    let addresses = strings(list, "sentinel.addresses", "a \"host:port\" string")?;
     let service = text("service")?.ok_or_else(|| Error::invalid("sentinel.service", "is required"))?;
     let mut config = SentinelConfig::new(addresses, service);
     config.username = text("username")?;
@@ -301,19 +300,7 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
                     return Err(Error::invalid(field, "applies only to its own kind (a cluster takes seeds)"));
                 }
             }
-            let mut urls = Vec::with_capacity(seeds.len());
-            for (i, seed) in seeds.iter().enumerate() {
-                match seed {
-                    Value::String(s) => urls.push(s.clone()),
-                    other => {
-                        return Err(Error::invalid_field(
-                            format!("seeds[{i}]"),
-                            format!("must be a URL string, got {other}"),
-                        ))
-                    }
-                }
-            }
-            RedisConfig::cluster(urls)
+            RedisConfig::cluster(strings(seeds, "seeds", "a URL string")?)
         }
         other => {
             return Err(Error::invalid(

@@ -56,7 +56,7 @@ params! {
     PDenyCacheMaxEntries = "deny_cache_max_entries",
     PReplicaAcks = "replica_acks", PService = "service", PUsername = "username", PPassword = "password", PDb = "db",
     PTls = "tls", PSentinelUsername = "sentinel_username", PSentinelPassword = "sentinel_password",
-    PSentinelTls = "sentinel_tls", PSentinels = "sentinels",
+    PSentinelTls = "sentinel_tls", PSentinels = "sentinels", PSeeds = "seeds",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {

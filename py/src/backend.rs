@@ -15,9 +15,9 @@ use crate::args::Key;
 use crate::args::{
     invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout, PDb,
     PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName,
-    PPartitions, PPassword, PPeriod, PPrefix, PPriority, PRate, PRefill, PReplicaAcks, PReserved, PSentinelPassword,
-    PSentinelTls, PSentinelUsername, PSentinels, PService, PSize, PTls, PTlsCaFile, PTlsCertFile, PTlsKeyFile,
-    PTotalRate, PTz, PUrl, PUsername, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
+    PPartitions, PPassword, PPeriod, PPrefix, PPriority, PRate, PRefill, PReplicaAcks, PReserved, PSeeds,
+    PSentinelPassword, PSentinelTls, PSentinelUsername, PSentinels, PService, PSize, PTls, PTlsCaFile, PTlsCertFile,
+    PTlsKeyFile, PTotalRate, PTz, PUrl, PUsername, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -77,6 +77,22 @@ fn items<'py>(obj: Borrowed<'_, 'py, PyAny>, parameter: &'static str) -> PyResul
     iter.collect()
 }
 
+/// The strings of the sequence `obj` (parameter `parameter`, each `hint`, e.g. `host:port`); an
+/// item that is not one is named by its index (`seeds[1]`), as the core names one it refuses.
+fn strings<P: Param>(obj: Borrowed<'_, '_, PyAny>, hint: &str) -> PyResult<Vec<String>> {
+    let mut strings = Vec::new();
+    for (i, item) in items(obj, P::NAME)?.into_iter().enumerate() {
+        strings.push(item.extract::<Text<'_, P>>().map(|t| t.0.to_owned()).map_err(|_| {
+            let message = format!(
+                "must be a str ({hint}), got {}",
+                item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            );
+            crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("{}[{i}]", P::NAME), message))
+        })?);
+    }
+    Ok(strings)
+}
+
 /// Redis Cluster seed URLs.
 pub(crate) struct Seeds(Vec<String>);
 
@@ -85,17 +101,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Seeds {
     const INPUT_TYPE: PyStaticExpr = type_hint_subscript!(SEQUENCE, STR);
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let mut seeds = Vec::new();
-        for (i, item) in items(obj, "seeds")?.into_iter().enumerate() {
-            seeds.push(item.extract::<Text<'_, PUrl>>().map(|t| t.0.to_owned()).map_err(|_| {
-                // The seed at fault, by its index (as the core names a seed of the wrong scheme).
-                let message = format!(
-                    "must be a str (redis://host:port), got {}",
-                    item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-                );
-                crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("seeds[{i}]"), message))
-            })?);
-        }
+        let seeds = strings::<PSeeds>(obj, "redis://host:port")?;
         if seeds.is_empty() {
             return Err(invalid(obj.py(), "seeds", "at least one seed node is required".into()));
         }
@@ -111,17 +117,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Sentinels {
     const INPUT_TYPE: PyStaticExpr = type_hint_subscript!(SEQUENCE, STR);
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let mut sentinels = Vec::new();
-        for (i, item) in items(obj, "sentinels")?.into_iter().enumerate() {
-            sentinels.push(item.extract::<Text<'_, PSentinels>>().map(|t| t.0.to_owned()).map_err(|_| {
-                let message = format!(
-                    "must be a str (host:port), got {}",
-                    item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-                );
-                crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("sentinels[{i}]"), message))
-            })?);
-        }
-        Ok(Sentinels(sentinels))
+        Ok(Sentinels(strings::<PSentinels>(obj, "host:port")?))
     }
 }
 
