@@ -43,7 +43,7 @@ pub struct SentinelConfig {
     pub password: Option<String>,
     /// The data nodes' database number.
     pub db: i64,
-    /// Whether the data nodes speak TLS (the certificates are [`super::config::RedisConfig::tls`]).
+    /// Whether the data nodes speak TLS (the certificates are [`crate::RedisConfig::tls`]).
     pub tls: bool,
     /// The sentinels' user, if any (their ACL is separate from the data nodes').
     pub sentinel_username: Option<String>,
