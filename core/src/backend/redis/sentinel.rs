@@ -467,6 +467,23 @@ mod tests {
         }
     }
 
+    /// Only a server whose ROLE says primary is used: a replica (a failover under way, a
+    /// sentinel behind) is refused, naming the service and no password.
+    #[test]
+    fn a_replica_named_as_primary_is_refused() {
+        let mut config = SentinelConfig::from_url("redis+sentinel://:secret@127.0.0.1:1/svc").unwrap();
+        config.sentinel_password = Some("secret2".into());
+        let route = SentinelRoute::new(&config, None).unwrap();
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert!(route
+            .confirm_role(&Value::Array(vec![bulk("master"), Value::Int(0), Value::Array(vec![])]), "h", 1)
+            .is_ok());
+        let replica = Value::Array(vec![bulk("slave"), bulk("h"), Value::Int(2), bulk("connected"), Value::Int(0)]);
+        let error = route.confirm_role(&replica, "h", 1).expect_err("a replica").to_string();
+        assert!(error.contains("\"svc\"") && error.contains("h:1") && !error.contains("secret"), "{error}");
+        assert!(!route.describe().contains("secret") && route.describe().contains("127.0.0.1:1"));
+    }
+
     #[test]
     fn bad_urls_and_fields_are_refused_naming_the_parameter_and_no_password() {
         assert_eq!(parameter(SentinelConfig::from_url("redis+sentinel://u:secret@h1:1")), "url");
