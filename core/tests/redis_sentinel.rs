@@ -215,3 +215,43 @@ fn a_planned_failover_fails_no_call_past_its_deadline() {
     let counted = 1_000_000 - limiter.peek_blocking(Some("k")).unwrap().remaining;
     println!("admitted {admitted_total}, counted on the new primary {counted}");
 }
+
+/// The sentinels' password differs from the data nodes': each is given where it belongs, and a
+/// wrong one is named as the refusal it is, with no password in the message.
+#[test]
+fn the_sentinels_credentials_are_separate_from_the_data_nodes() {
+    let group = SentinelGroup::start_with(Some(("nodesecret", "sentinelsecret")));
+    let backend_with = |node: &str, sentinel: &str| {
+        let mut config = RedisConfig::sentinel(group.sentinel_addresses(), SERVICE).deadline(Duration::from_secs(2));
+        let sentinels = config.sentinel.as_mut().expect("a Sentinel configuration");
+        sentinels.password = Some(node.into());
+        sentinels.sentinel_password = Some(sentinel.into());
+        Backend::redis_with(config.prefix(prefix())).unwrap().window("w", 10, Duration::from_secs(60)).unwrap()
+    };
+    let limiter = backend_with("nodesecret", "sentinelsecret");
+    for style in [Style::Blocking, Style::Async] {
+        assert!(style.check(&limiter, "k").unwrap_or_else(|e| panic!("{style:?}: {e}")).allowed);
+    }
+    // The URL's credentials are the data nodes'.
+    let url = format!("redis+sentinel://:nodesecret@{}/{SERVICE}", group.sentinel_addresses().join(","));
+    let mut config = RedisConfig::new(url).deadline(Duration::from_secs(2)).prefix(prefix());
+    let mut sentinel = ratekeeper::SentinelConfig::from_url(&config.urls[0]).unwrap();
+    sentinel.sentinel_password = Some("sentinelsecret".into());
+    config.sentinel = Some(sentinel);
+    let from_url = Backend::redis_with(config).unwrap().window("w", 10, Duration::from_secs(60)).unwrap();
+    assert!(from_url.check_blocking(Some("k"), 1).unwrap().allowed);
+
+    for (node, sentinel, what) in [("nodesecret", "wrong", "sentinel"), ("wrong", "sentinelsecret", "data node")] {
+        let limiter = backend_with(node, sentinel);
+        for style in [Style::Blocking, Style::Async] {
+            let error = style.check(&limiter, "k").expect_err("a wrong password");
+            let message = error.to_string();
+            assert!(!message.contains("secret") && !message.contains("wrong"), "{what}, {style:?}: {message}");
+            if what == "sentinel" {
+                assert!(message.contains(SERVICE) && message.contains("WRONGPASS"), "{style:?}: {message}");
+            } else {
+                assert_eq!(error.kind(), ratekeeper::ErrorKind::BackendRejected, "{style:?}: {message}");
+            }
+        }
+    }
+}

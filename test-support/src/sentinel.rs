@@ -25,11 +25,25 @@ impl SentinelGroup {
     /// Starts a primary, two replicas of it and three sentinels, and waits until every sentinel
     /// knows both replicas and the other two sentinels, and both replicas are in sync.
     pub fn start() -> SentinelGroup {
-        let primary = RedisServer::start();
-        let replica_args = |port: u16| vec!["--replicaof".to_string(), "127.0.0.1".to_string(), port.to_string()];
+        SentinelGroup::start_with(None)
+    }
+
+    /// [`Self::start`] with `passwords`: the data nodes' (`requirepass`, `masterauth`) and the
+    /// sentinels' own (`requirepass`), which differ.
+    pub fn start_with(passwords: Option<(&str, &str)>) -> SentinelGroup {
+        let auth: Vec<String> = match passwords {
+            Some((nodes, _)) => ["--requirepass", nodes, "--masterauth", nodes].map(String::from).to_vec(),
+            None => Vec::new(),
+        };
+        let primary = RedisServer::start_with(&auth);
+        let replica_args = |port: u16| {
+            let mut args = vec!["--replicaof".to_string(), "127.0.0.1".to_string(), port.to_string()];
+            args.extend(auth.iter().cloned());
+            args
+        };
         let replicas: Vec<RedisServer> = (0..2).map(|_| RedisServer::start_with(&replica_args(primary.port))).collect();
         let sentinels: Vec<RedisServer> =
-            (0..3).map(|_| RedisServer::start_sentinel(primary.port, SERVICE, DOWN_AFTER)).collect();
+            (0..3).map(|_| RedisServer::start_sentinel(primary.port, SERVICE, DOWN_AFTER, passwords)).collect();
         let mut nodes = vec![primary];
         nodes.extend(replicas);
         let group = SentinelGroup { nodes, sentinels };
