@@ -31,6 +31,7 @@ pub mod params;
 mod prometheus;
 mod runtime;
 mod settle_key;
+mod settle_seal;
 mod shedder;
 pub mod upstream;
 mod views;

@@ -9,7 +9,7 @@
 const { FleetShedder, Limiter, codes, ceilSeconds } = require('../index.js');
 const { invalidArgument } = require('./errors.js');
 const { HEADER_FORMS, policyShape, members, rateLimitFields } = require('./headers.js');
-const { clientKey, trustedProxyList } = require('./client-address.js');
+const { clientKey, proxyHeaderName, trustedProxyList } = require('./client-address.js');
 const { partitionKeyOf } = require('./partition-key.js');
 
 /** Every option, in every framework's adapter. */
@@ -24,6 +24,7 @@ const OPTIONS = [
   'handler',
   'shadow',
   'trustedProxies',
+  'proxyHeader',
   'partitionKeySecret',
 ];
 
@@ -132,6 +133,7 @@ function buildCore(options) {
   const handler = optionalFunction(options, 'handler');
   const requestWasSuccessful = optionalFunction(options, 'requestWasSuccessful') ?? ((status) => status < 400);
   const trusted = trustedProxyList(options.trustedProxies);
+  const proxyHeader = proxyHeaderName(options.proxyHeader);
   const partitionKey = partitionKeyOf(options.partitionKeySecret, standardHeaders);
 
   return new Core({
@@ -145,6 +147,7 @@ function buildCore(options) {
     handler,
     requestWasSuccessful,
     trusted,
+    proxyHeader,
     partitionKey,
   });
 }
@@ -161,7 +164,7 @@ class Core {
 
   /**
    * The rate-limiting key of a request: `keyGenerator`'s, or the client address (IPv6 by
-   * /56) from the peer address and, behind trusted proxies only, the forwarding headers.
+   * /56) from the peer address and, behind trusted proxies only, the `proxyHeader` they set.
    */
   async key(request, peer, header) {
     if (this.keyGenerator) {
@@ -169,7 +172,7 @@ class Core {
       if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
       return key;
     }
-    return clientKey(peer, header, this.trusted);
+    return clientKey(peer, header, this.trusted, this.proxyHeader);
   }
 
   /**

@@ -3,6 +3,7 @@
 //! call does when Redis cannot answer within the per-call deadline.
 
 pub(crate) mod check_all;
+pub(crate) mod cleared;
 pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod deny_cache;
@@ -15,6 +16,7 @@ pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+mod seal;
 pub(crate) mod sentinel;
 pub(crate) mod sync_client;
 mod views;
@@ -196,6 +198,8 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// The leased limiters whose held keys' blocks the live task keeps up to date.
     pub(crate) watchers: leased_blocks::Watchers,
+    /// The key sealing settle tickets, once read from Redis (see [`seal`]).
+    seal_key: parking_lot::Mutex<Option<Arc<crate::settle_seal::SealKey>>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -253,6 +257,7 @@ impl RedisBackend {
             deny_cache,
             cluster: config.cluster,
             watchers: leased_blocks::Watchers::default(),
+            seal_key: parking_lot::Mutex::new(None),
         })
     }
 
@@ -393,6 +398,13 @@ impl RedisBackend {
             }
             Err(e) => return Err(e),
         };
+        // A settle is not an admission: failing open would report a correction that never
+        // applied, and the fallback never held the charge the ticket names. The caller is told,
+        // and may retry it (it applies once).
+        if matches!(op, Op::Settle { .. }) {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(error);
+        }
         match (failover.policy, &failover.fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
@@ -406,8 +418,7 @@ impl RedisBackend {
                     }
                     other => other,
                 };
-                // A settle is applied once by the fallback too (`settle` runs other calls as is).
-                let outcome = self.fallback.settle(*namespace, key, algorithm, op)?;
+                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
                 Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
@@ -454,8 +465,8 @@ impl RedisBackend {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        if let Some(id) = settle_id {
-            cmd.arg(id);
+        if let Some((id, until)) = settle_id {
+            cmd.arg(id).arg(until);
         }
         algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
@@ -524,7 +535,8 @@ impl RedisBackend {
         });
     }
 
-    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
+    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken,
+    /// and other processes forget their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn reset(
         &self,
         kind: Kind,
@@ -545,7 +557,9 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (list.ttl_us / 1000).max(1) as i64).ignore();
         }
-        self.query_acked(&pipe).await
+        self.query_acked::<()>(&pipe).await?;
+        self.announce_cleared(kind, name, key).await;
+        Ok(())
     }
 
     /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect (see
@@ -577,7 +591,8 @@ impl RedisBackend {
     }
 
     /// Ends the pause of (`kind`, `name`, `key`) by deleting its key (see `Limiter::resume`),
-    /// in the fallback limiter too; returns whether Redis held one.
+    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
+    /// their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn resume(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.resume(*namespace, key);
@@ -586,6 +601,9 @@ impl RedisBackend {
         let mut pipe = redis::pipe();
         pipe.del(keys.key(pause::ROLE));
         let (deleted,): (u64,) = self.query_acked(&pipe).await?;
+        if deleted > 0 {
+            self.announce_cleared(kind, name, key).await;
+        }
         Ok(deleted > 0)
     }
 
@@ -623,7 +641,8 @@ impl RedisBackend {
     }
 
     /// Ends the block of (`kind`, `name`, `key`) by deleting its key (see `Limiter::unblock`),
-    /// in the fallback limiter too; returns whether Redis held one.
+    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
+    /// their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn unblock(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.unblock(*namespace, key);
@@ -634,6 +653,9 @@ impl RedisBackend {
         let (deleted,): (u64,) = self.query_acked(&pipe).await?;
         if kind == Kind::Leased && deleted > 0 {
             let _ = self.announce_leased_block().await;
+        }
+        if deleted > 0 {
+            self.announce_cleared(kind, name, key).await;
         }
         Ok(deleted > 0)
     }
