@@ -60,6 +60,23 @@ func str(v any, param string) (string, error) {
 }
 
 // u64 is a table value as a uint64.
+// strs is a []string parameter (seeds, sentinels), or why Go cannot pass v as one.
+func strs(v any, param string) ([]string, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, cannot("Go's %s are a []string: %v cannot be passed", param, v)
+	}
+	out := []string{}
+	for _, item := range list {
+		s, err := str(item, param+"[i]")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 func u64(v any, param string) (uint64, error) {
 	n, err := count(v)
 	if err != nil {
@@ -496,17 +513,9 @@ func runBadCase(t *testing.T, c badCase) error {
 		if err != nil {
 			return err
 		}
-		list, ok := a["sentinels"].([]any)
-		if !ok {
-			return cannot("Go's sentinels are a []string: %v cannot be passed", a["sentinels"])
-		}
-		sentinels := []string{}
-		for _, s := range list {
-			address, err := str(s, "sentinels[i]")
-			if err != nil {
-				return err
-			}
-			sentinels = append(sentinels, address)
+		sentinels, err := strs(a["sentinels"], "sentinels")
+		if err != nil {
+			return err
 		}
 		service, err := str(a["service"], "service")
 		if err != nil {
@@ -527,17 +536,9 @@ func runBadCase(t *testing.T, c badCase) error {
 			_, err = NewRedis(url, opts...)
 			return err
 		}
-		list, ok := a["seeds"].([]any)
-		if !ok {
-			return cannot("Go's seeds are a []string: %v cannot be passed", a["seeds"])
-		}
-		seeds := []string{}
-		for _, s := range list {
-			seed, err := str(s, "seeds[i]")
-			if err != nil {
-				return err
-			}
-			seeds = append(seeds, seed)
+		seeds, err := strs(a["seeds"], "seeds")
+		if err != nil {
+			return err
 		}
 		_, err = NewCluster(seeds, opts...)
 		return err
