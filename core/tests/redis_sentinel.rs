@@ -83,6 +83,20 @@ fn vectors_and_a_sentinel_down_on_a_sentinel_backend() {
     }
     assert_eq!(limiter.peek_blocking(Some("k")).unwrap().remaining, 8, "both checks counted once");
 
+    // The next sentinel hangs (SIGSTOP: it accepts connections and never answers): it gets its
+    // share of the time left, and the last one still leads to the primary.
+    group.sentinels[1].pause();
+    let config = RedisConfig::sentinel(group.sentinel_addresses(), SERVICE)
+        .connect_timeout(Duration::from_millis(2500))
+        .deadline(Duration::from_secs(3))
+        .prefix(prefix());
+    let limiter = Backend::redis_with(config).unwrap().window("w", 10, Duration::from_secs(60)).unwrap();
+    for style in [Style::Blocking, Style::Async] {
+        let decision = style.check(&limiter, "k").unwrap_or_else(|e| panic!("{style:?} with a sentinel hung: {e}"));
+        assert!(decision.allowed, "{style:?}: {decision:?}");
+    }
+    group.sentinels[1].resume();
+
     // Only the dead sentinel: the error names the service and the sentinel tried, and no
     // password (neither the data nodes' nor the sentinels').
     let mut config = RedisConfig::new(format!("redis+sentinel://:nodesecret@127.0.0.1:{dead}/{SERVICE}"));

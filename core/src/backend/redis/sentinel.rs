@@ -348,9 +348,14 @@ impl SentinelRoute {
     /// One sentinel's answer: the primary's host and port, or why there is none.
     fn ask(&self, sentinel: &Sentinel, until: Instant) -> std::result::Result<(String, u16), String> {
         let Some(target) = &sentinel.target else { return Err("not reachable with this configuration".into()) };
-        let mut conn = target.connect(until).map_err(|e| e.to_string())?;
+        // A socket timeout reads "Resource temporarily unavailable": say what it means.
+        let why = |e: redis::RedisError| match super::scripts::is_timeout(&e) {
+            true => "did not answer in time".to_owned(),
+            false => e.to_string(),
+        };
+        let mut conn = target.connect(until).map_err(why)?;
         let ask = redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(&self.service).to_owned();
-        let reply = conn.request(&ask, until).map_err(|e| e.to_string())?;
+        let reply = conn.request(&ask, until).map_err(why)?;
         match reply.extract_error().map_err(|e| e.to_string())? {
             Value::Nil => Err(format!("does not monitor {:?}", self.service)),
             reply => {
