@@ -1,5 +1,6 @@
 //! What every test suite of ratekeeper shares: real `redis-server` processes (standalone, a
-//! 3-master Redis Cluster, TLS with certificates from a fresh CA) started on free loopback ports
+//! 3-master Redis Cluster with or without replicas, a Sentinel group, TLS with certificates from
+//! a fresh CA) started on free loopback ports
 //! (never 6379) and stopped by pid, and the over-admission judge.
 //!
 //! The Rust tests use this library directly; the Python, Node and Ruby fixtures run its binary,
