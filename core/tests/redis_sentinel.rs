@@ -47,6 +47,21 @@ impl Style {
     }
 }
 
+/// A window limiter on a new connection set of `group` (each `connect_timeout` makes its own, so
+/// the sentinels are asked afresh, in order), whose blocking and async checks both admit.
+fn both_styles_admit(group: &SentinelGroup, connect_timeout: Duration, what: &str) -> Limiter {
+    let config = RedisConfig::sentinel(group.sentinel_addresses(), SERVICE)
+        .connect_timeout(connect_timeout)
+        .deadline(connect_timeout + Duration::from_millis(500))
+        .prefix(prefix());
+    let limiter = Backend::redis_with(config).unwrap().window("w", 10, Duration::from_secs(60)).unwrap();
+    for style in [Style::Blocking, Style::Async] {
+        let decision = style.check(&limiter, "k").unwrap_or_else(|e| panic!("{style:?} {what}: {e}"));
+        assert!(decision.allowed, "{style:?} {what}: {decision:?}");
+    }
+    limiter
+}
+
 #[test]
 fn vectors_and_a_sentinel_down_on_a_sentinel_backend() {
     let mut group = SentinelGroup::start();
@@ -72,29 +87,13 @@ fn vectors_and_a_sentinel_down_on_a_sentinel_backend() {
     // connection set (another connect timeout makes another set).
     let dead = group.sentinels[0].port;
     group.sentinels[0].kill();
-    let config = RedisConfig::sentinel(group.sentinel_addresses(), SERVICE)
-        .connect_timeout(Duration::from_millis(1500))
-        .deadline(Duration::from_secs(2))
-        .prefix(prefix());
-    let limiter = Backend::redis_with(config).unwrap().window("w", 10, Duration::from_secs(60)).unwrap();
-    for style in [Style::Blocking, Style::Async] {
-        let decision = style.check(&limiter, "k").unwrap_or_else(|e| panic!("{style:?} with a sentinel down: {e}"));
-        assert!(decision.allowed, "{style:?}: {decision:?}");
-    }
+    let limiter = both_styles_admit(&group, Duration::from_millis(1500), "with a sentinel down");
     assert_eq!(limiter.peek_blocking(Some("k")).unwrap().remaining, 8, "both checks counted once");
 
     // The next sentinel hangs (SIGSTOP: it accepts connections and never answers): it gets its
     // share of the time left, and the last one still leads to the primary.
     group.sentinels[1].pause();
-    let config = RedisConfig::sentinel(group.sentinel_addresses(), SERVICE)
-        .connect_timeout(Duration::from_millis(2500))
-        .deadline(Duration::from_secs(3))
-        .prefix(prefix());
-    let limiter = Backend::redis_with(config).unwrap().window("w", 10, Duration::from_secs(60)).unwrap();
-    for style in [Style::Blocking, Style::Async] {
-        let decision = style.check(&limiter, "k").unwrap_or_else(|e| panic!("{style:?} with a sentinel hung: {e}"));
-        assert!(decision.allowed, "{style:?}: {decision:?}");
-    }
+    both_styles_admit(&group, Duration::from_millis(2500), "with a sentinel hung");
     group.sentinels[1].resume();
 
     // Only the dead sentinel: the error names the service and the sentinel tried, and no
