@@ -92,8 +92,12 @@ return replies
 /// lifetime by the clock it decides with: none on the server's own clock (its TTLs keep their
 /// own second of slack); an hour on a caller's clock, whose time need not pass with real time,
 /// so that a stall between two calls (a loaded machine, a paused process, a debugger) never
-/// expires state that clock still holds live.
+/// expires state that clock still holds live. And it binds `unpack` in every Lua the servers
+/// embed (5.1's global, 5.4's `table.unpack`).
 pub(super) const NOW_US: &str = r#"
+-- Lua 5.1 (Redis, Valkey, KeyDB) has `unpack`; Lua 5.4 (Dragonfly) only `table.unpack`. Read
+-- through `table` first: Redis refuses a script that reads a global it does not define.
+local unpack = table.unpack or unpack
 local CLOCK_SLACK_MS = 0
 local server_now
 local function now_us(ARGV)
