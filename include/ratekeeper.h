@@ -648,6 +648,24 @@ enum rk_status rk_limiter_new_windows(const struct rk_backend *backend,
                                       struct rk_limiter **limiter_out);
 
 /**
+ * \brief Parses a rate string as `limits`, slowapi and flask-limiter write it (`"5/minute"`,
+ * `"100 per hour"`, `"25/5s; 300/minute"`) into windows for `rk_limiter_new_windows`, or, for
+ * one rate, the `limit` and `interval_secs` of `rk_limiter_new_window` / `rk_limiter_new_bucket`.
+ *
+ * \param rate The rate text (UTF-8): a count, `/` or `per`, a duration with its unit; several
+ * separated by `;` or `,`.
+ * \param windows_out An array of `windows_capacity` windows that receives the rates.
+ * \param windows_capacity How many windows `windows_out` holds; more rates are an error.
+ * \param windows_len_out Receives how many rates were parsed.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT naming `rate`
+ * (nothing is written then).
+ */
+enum rk_status rk_parse_rate(const char *rate,
+                             struct rk_window_limit *windows_out,
+                             size_t windows_capacity,
+                             size_t *windows_len_out);
+
+/**
  * \brief Creates a sliding-window limiter of several `(duration, limit, precision)` limits over
  * sub-buckets, checked atomically; only admitted calls count (Carlson's).
  *

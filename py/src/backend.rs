@@ -13,10 +13,10 @@ use ratekeeper::{
 
 use crate::args::Key;
 use crate::args::{
-    invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout,
-    PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName,
-    PPartitions, PPeriod, PPrefix, PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile, PTlsCertFile, PTlsKeyFile,
-    PTotalRate, PTz, PUrl, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
+    invalid, Cost, Count, Flag, Float, Interval, LimitOrRate, PAllowFallback, PAnchor, PCapacity, PChunk,
+    PConnectTimeout, PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout,
+    PMaxKeys, PName, PPartitions, PPeriod, PPrefix, PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile,
+    PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -102,16 +102,24 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Seeds {
     }
 }
 
-/// `windows(name, [(limit, interval), ...])`.
+/// `windows(name, [(limit, interval), ...])` or a rate string, `windows(name, "25/5s; 300/minute")`.
 pub(crate) struct Windows(Vec<WindowLimit>);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for Windows {
     type Error = PyErr;
-    const INPUT_TYPE: PyStaticExpr =
-        type_hint_subscript!(SEQUENCE, type_hint_subscript!(TUPLE, INT, type_hint_union!(FLOAT, STR)));
+    const INPUT_TYPE: PyStaticExpr = type_hint_union!(
+        type_hint_subscript!(SEQUENCE, type_hint_subscript!(TUPLE, INT, type_hint_union!(FLOAT, STR))),
+        STR
+    );
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let py = obj.py();
+        if let Ok(text) = obj.cast::<PyString>() {
+            let rates = ratekeeper::parse_rates("rate", text.to_str()?).map_err(|e| crate::errors::to_py_err(py, e))?;
+            return Ok(Windows(
+                rates.into_iter().map(|r| WindowLimit { limit: r.limit, interval: r.interval }).collect(),
+            ));
+        }
         let mut windows = Vec::new();
         for item in items(obj, "windows")? {
             let parts = items(item.as_borrowed(), "windows")?;
@@ -473,32 +481,38 @@ backend_pymethods! {
         self.wrap(py, limiter)
     }
 
-    /// `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
-    /// `"day"`), windows aligned to multiples of `interval` since the epoch.
+    /// `limit` per fixed window of `interval` (seconds, `"minute"` or a duration with its unit,
+    /// `"1m"`), windows aligned to multiples of `interval` since the epoch; or a rate string in
+    /// place of both: `bucket("api", "100/minute")`.
+    #[pyo3(signature = (name, limit, interval=None))]
     fn bucket<'py>(
         &self,
         py: Python<'py>,
         name: Text<'_, PName>,
-        limit: Count<PLimit>,
-        interval: Interval,
+        limit: LimitOrRate,
+        interval: Option<Interval>,
     ) -> PyResult<PyLimiter<'py>> {
-        self.wrap(py, guard(py, || self.inner.bucket(name.0, limit.0, interval.0)))
+        let (limit, interval) = limit.with_interval(py, interval)?;
+        self.wrap(py, guard(py, || self.inner.bucket(name.0, limit, interval)))
     }
 
     /// Exact sliding window: never more than `limit` admissions in any span of `interval`
-    /// (seconds or a name, as for `bucket`).
+    /// (as for `bucket`); or a rate string in place of both: `window("login", "5/minute")`.
+    #[pyo3(signature = (name, limit, interval=None))]
     fn window<'py>(
         &self,
         py: Python<'py>,
         name: Text<'_, PName>,
-        limit: Count<PLimit>,
-        interval: Interval,
+        limit: LimitOrRate,
+        interval: Option<Interval>,
     ) -> PyResult<PyLimiter<'py>> {
-        self.wrap(py, guard(py, || self.inner.window(name.0, limit.0, interval.0)))
+        let (limit, interval) = limit.with_interval(py, interval)?;
+        self.wrap(py, guard(py, || self.inner.window(name.0, limit, interval)))
     }
 
     /// Several exact sliding windows checked and recorded together, e.g.
-    /// `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
+    /// `windows("api", [(25, 5), (300, 60)])` or `windows("api", "25/5s; 300/minute")`;
+    /// decisions carry one `limits` entry per window.
     fn windows<'py>(&self, py: Python<'py>, name: Text<'_, PName>, windows: Windows) -> PyResult<PyLimiter<'py>> {
         self.wrap(py, guard(py, || self.inner.windows(name.0, &windows.0)))
     }

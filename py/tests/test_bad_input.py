@@ -77,6 +77,8 @@ def call(case: dict[str, Any]) -> None:
         ratekeeper.Backend.redis(a["url"], **redis_options(a))
     elif name == "cluster":
         ratekeeper.Backend.cluster(a["seeds"], **redis_options(a))
+    elif name in ("bucket", "window") and "rate" in a:
+        getattr(fresh_backend(), name)(a["name"], a["rate"])
     elif name in ("bucket", "window"):
         getattr(fresh_backend(), name)(a["name"], a["limit"], a["interval"])
     elif name == "windows":

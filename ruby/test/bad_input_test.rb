@@ -67,8 +67,12 @@ class BadInputTest < Minitest::Test
                                               "tls_ca_file", "tls_ca_data", "tls_cert_file", "tls_key_file",
                                               "deny_cache", "deny_cache_max_entries"])
     when "cluster" then Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline"])
-    when "bucket" then Ratekeeper::Limiter.bucket(a["name"], a["limit"], a["interval"], backend: backend)
-    when "window" then Ratekeeper::Limiter.window(a["name"], a["limit"], a["interval"], backend: backend)
+    when "bucket", "window"
+      if a.key?("rate")
+        Ratekeeper::Limiter.public_send(c["call"], a["name"], a["rate"], backend: backend)
+      else
+        Ratekeeper::Limiter.public_send(c["call"], a["name"], a["limit"], a["interval"], backend: backend)
+      end
     when "windows" then Ratekeeper::Limiter.window(a["name"], a["windows"], backend: backend)
     when "sliding_window" then Ratekeeper::Limiter.sliding_window(a["name"], a["limits"], backend: backend)
     when "token_bucket" then Ratekeeper::Limiter.token_bucket(a["name"], a["rate"], a["capacity"], backend: backend)

@@ -192,6 +192,9 @@ JSON.parse(File.read(path))["cases"].each do |c|
     call, toks =
       if c["call"] == "redis" && !(a.keys - POSITIONAL_REDIS).empty?
         backend_json(a)
+      elsif a.key?("rate") || (c["call"] == "windows" && a["windows"].is_a?(String))
+        # A rate string (`window(name, "5/minute")` elsewhere) is C's rk_parse_rate.
+        ["parse_rate", [str(a.fetch("rate") { a["windows"] }, "rate")]]
       else
         [c["call"], tokens(c["call"], a, c)]
       end

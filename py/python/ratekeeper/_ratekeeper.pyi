@@ -43,10 +43,11 @@ class Backend:
         parts' limiters') for a step that admits every part; raises `OverLimit` with the
         combination's `retry_after` when waiting cannot succeed in time.
         """
-    def bucket(self, /, name: str, limit: int, interval: float | str) -> Limiter:
+    def bucket(self, /, name: str, limit: int | str, interval: float | str | None = None) -> Limiter:
         """
-        `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
-        `"day"`), windows aligned to multiples of `interval` since the epoch.
+        `limit` per fixed window of `interval` (seconds, `"minute"` or a duration with its unit,
+        `"1m"`), windows aligned to multiples of `interval` since the epoch; or a rate string in
+        place of both: `bucket("api", "100/minute")`.
         """
     def calendar(self, /, name: str, limit: int, period: str, tz: str | None = None, anchor: int | None = None) -> Limiter:
         """
@@ -203,15 +204,16 @@ class Backend:
         A limiter that always allows and touches no backend (`ratekeeper.unlimited()` is the
         same without a name).
         """
-    def window(self, /, name: str, limit: int, interval: float | str) -> Limiter:
+    def window(self, /, name: str, limit: int | str, interval: float | str | None = None) -> Limiter:
         """
         Exact sliding window: never more than `limit` admissions in any span of `interval`
-        (seconds or a name, as for `bucket`).
+        (as for `bucket`); or a rate string in place of both: `window("login", "5/minute")`.
         """
-    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]]) -> Limiter:
+    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]] | str) -> Limiter:
         """
         Several exact sliding windows checked and recorded together, e.g.
-        `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
+        `windows("api", [(25, 5), (300, 60)])` or `windows("api", "25/5s; 300/minute")`;
+        decisions carry one `limits` entry per window.
         """
 
 @final
