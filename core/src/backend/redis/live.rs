@@ -263,6 +263,16 @@ impl RedisBackend {
         }
     }
 
+    /// Removes `name` from the registry (its entry and its place in the names); see
+    /// `Backend::forget_limiter`.
+    pub(crate) async fn forget(&self, name: &str) -> Result<bool> {
+        let keys = RegistryKeys(&self.prefix);
+        let mut pipe = redis::pipe();
+        pipe.zrem(keys.names(), name).del(keys.limiter(name));
+        let (listed, _deleted): (u64, u64) = self.query(&pipe).await?;
+        Ok(listed > 0)
+    }
+
     /// Every limiter in the registry, with its overrides.
     pub(crate) async fn registry(&self) -> Result<Vec<LimiterInfo>> {
         let keys = RegistryKeys(&self.prefix);
