@@ -655,11 +655,20 @@ export declare function isRatekeeperError(error: unknown): error is RatekeeperEr
 /** Milliseconds as whole seconds, rounded up. */
 export declare function ceilSeconds(ms: number): number;
 
+/** Which header fields `rateLimitHeaders` writes, and the draft-11 policy's name. */
+export interface RateLimitHeadersOptions {
+  /** `'draft-11'` (default, as the HTTP middleware), `'draft-7'`, `'draft-6'` or `'legacy'`. */
+  form?: 'draft-11' | 'draft-7' | 'draft-6' | 'legacy';
+  /** The draft-11 policy item's name (default `'default'`; the middleware uses the limiter's name). */
+  policy?: string;
+}
+
 /**
- * The response headers for a decision: `RateLimit-Limit`, `RateLimit-Remaining`,
- * `RateLimit-Reset` (seconds, rounded up) and, when refused, `Retry-After` (seconds, rounded up).
+ * The response headers for a decision, draft-11 by default as the HTTP middleware writes them
+ * (`RateLimit-Policy: "default";q=5`, `RateLimit: "default";r=0;t=10`), or another `form`; when
+ * refused, `Retry-After`. Times are whole seconds, rounded up.
  */
-export declare function rateLimitHeaders(decision: Decision): Record<string, string>;
+export declare function rateLimitHeaders(decision: Decision, options?: RateLimitHeadersOptions): Record<string, string>;
 
 /** `Retry-After` for an `ERR_OVER_LIMIT` error (`{}` for any other error). */
 export declare function retryAfterHeaders(error: unknown): Record<string, string>;
@@ -667,8 +676,9 @@ export declare function retryAfterHeaders(error: unknown): Record<string, string
 /** 429 for a refused decision or `ERR_OVER_LIMIT`, 503 for `ERR_SHED`, otherwise `undefined`. */
 export declare function httpStatus(decisionOrError: Decision | unknown): 429 | 503 | undefined;
 
-/** Sets the headers of `rateLimitHeaders(decision)` on a Node/Express response. */
+/** Sets the headers of `rateLimitHeaders(decision, options)` on a Node/Express response. */
 export declare function setRateLimitHeaders(
   response: { setHeader(name: string, value: string): unknown },
   decision: Decision,
+  options?: RateLimitHeadersOptions,
 ): void;

@@ -42,7 +42,7 @@ pub use backend::{
 };
 pub use backoff::Backoff;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
-pub use decision::{http_seconds, Decision, Lease, LimitStatus, SettleTicket};
+pub use decision::{http_seconds, Decision, HeaderForm, Lease, LimitStatus, SettleTicket};
 #[allow(deprecated)]
 pub use defaults::*;
 pub use engine::gcra::MAX_AHEAD_CAPACITIES;

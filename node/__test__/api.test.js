@@ -242,12 +242,25 @@ test('backend statistics and memory keys', async () => {
 
 test('HTTP helpers round Retry-After up to whole seconds', async () => {
   const refused = { allowed: false, limit: 10, remaining: 0, retryAfterMs: 1000.001, resetAfterMs: 59000, decidedAtUs: 1 };
+  // Issue 46: draft-11 by default, as the HTTP middleware writes them (it was draft-6).
   assert.deepEqual(rk.rateLimitHeaders(refused), {
+    'RateLimit-Policy': '"default";q=10',
+    RateLimit: '"default";r=0;t=59',
+    'Retry-After': '2',
+  });
+  assert.deepEqual(rk.rateLimitHeaders(refused, { policy: 'api "v1"' }).RateLimit, '"api \\"v1\\"";r=0;t=59');
+  assert.deepEqual(rk.rateLimitHeaders(refused, { form: 'draft-6' }), {
     'RateLimit-Limit': '10',
     'RateLimit-Remaining': '0',
     'RateLimit-Reset': '59',
     'Retry-After': '2',
   });
+  assert.deepEqual(rk.rateLimitHeaders({ ...refused, allowed: true }, { form: 'legacy' }), {
+    'X-RateLimit-Limit': '10',
+    'X-RateLimit-Remaining': '0',
+    'X-RateLimit-Reset': '59',
+  });
+  assert.throws(() => rk.rateLimitHeaders(refused, { form: 'draft-99' }), { code: 'ERR_INVALID_ARGUMENT', parameter: 'form' });
   assert.equal(rk.ceilSeconds(999), 1);
   assert.equal(rk.ceilSeconds(1000), 1);
   assert.equal(rk.ceilSeconds(0.001), 1);

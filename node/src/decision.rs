@@ -2,6 +2,7 @@
 //! are milliseconds (fractional: exact to the microsecond), instants are microseconds since the
 //! epoch (exact in a JavaScript number until the year 2255).
 
+use napi::Env;
 use napi_derive::napi;
 
 use crate::args::Js;
@@ -258,12 +259,15 @@ pub fn http_seconds(ms: f64) -> f64 {
 /// in order, as `[name, value, name, value, …]`.
 #[napi(skip_typescript)]
 pub fn http_headers(
+    env: Env,
     allowed: bool,
     limit: f64,
     remaining: f64,
     retry_after_ms: f64,
     reset_after_ms: f64,
-) -> Vec<String> {
+    form: Option<String>,
+    policy: Option<String>,
+) -> napi::Result<Vec<String>> {
     let decision = ratekeeper::Decision::from_parts(
         allowed,
         limit.max(0.0) as u64,
@@ -271,5 +275,13 @@ pub fn http_headers(
         duration_of_ms(retry_after_ms),
         duration_of_ms(reset_after_ms),
     );
-    decision.http_headers().into_iter().flat_map(|(name, value)| [name.to_owned(), value.to_string()]).collect()
+    let form = match form.as_deref() {
+        None => ratekeeper::HeaderForm::Draft11,
+        Some(name) => crate::error::core(&env, ratekeeper::HeaderForm::from_name("form", name))?,
+    };
+    Ok(decision
+        .rate_limit_headers(form, policy.as_deref().unwrap_or("default"))
+        .into_iter()
+        .flat_map(|(name, value)| [name.to_owned(), value])
+        .collect())
 }

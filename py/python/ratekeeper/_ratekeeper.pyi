@@ -346,10 +346,13 @@ class Decision:
         """
         `decided_at` in whole microseconds since the epoch (exact).
         """
-    def headers(self, /) -> dict[str, str]:
+    def headers(self, /, form: str = "draft-11", policy: str = "default") -> dict[str, str]:
         """
-        HTTP rate-limit headers: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
-        (seconds until full, rounded up) and, when refused, `Retry-After` (rounded up).
+        HTTP rate-limit headers in `form`, draft-11 by default as the HTTP middleware writes
+        them (`RateLimit-Policy: "default";q=5`, `RateLimit: "default";r=0;t=10`; `policy` names
+        the item, e.g. the limiter's name), or `"draft-7"`, `"draft-6"` (`RateLimit-Limit`,
+        `-Remaining`, `-Reset`), `"legacy"` (`X-RateLimit-*`); when refused, `Retry-After`. Times
+        are whole seconds, rounded up.
         """
     @property
     def lease(self, /) -> Lease | None:
