@@ -258,6 +258,7 @@ pub fn http_seconds(ms: f64) -> f64 {
 /// Internal (http.js): the core's rate-limit headers for a decision given as its plain values,
 /// in order, as `[name, value, name, value, …]`.
 #[napi(skip_typescript)]
+#[allow(clippy::too_many_arguments)] // a decision's plain values, in order, and the two options
 pub fn http_headers(
     env: Env,
     allowed: bool,
