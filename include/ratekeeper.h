@@ -486,7 +486,10 @@ void rk_backend_free(struct rk_backend *backend);
  *   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
  *   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now; `deny_cache`
  *   (`true`: limiters remember refusals in process, see `rk_limiter_with_deny_cache`; default
- *   `false`) and `deny_cache_max_entries` (default 10,000);
+ *   `false`) and `deny_cache_max_entries` (default 10,000); `on_conflict` (`"warn"`, the
+ *   default: a limiter whose spec differs from the one live processes use under its name is
+ *   built, said once on stderr and counted in `spec_conflicts`; `"raise"`: refused with
+ *   #RK_INVALID_ARGUMENT naming `spec`);
  * - `client`: the language this process's limiters are listed under in the registry
  *   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
  *   backend a process makes fixes it.
@@ -1212,7 +1215,8 @@ enum rk_status rk_backend_limiters_json(const struct rk_backend *backend,
  * `shadow_refused` the checks a limiter in shadow mode would have refused and admitted instead;
  * `refused_locally` the checks refused from the deny cache; `settles` the settles applied
  * (a repeat is not counted), `settle_charged` and `settle_refunded` the units they charged and
- * asked to refund.
+ * asked to refund; `spec_conflicts` the registrations that found the name used with another
+ * spec by a live process.
  *
  * \param backend The backend.
  * \param fleet False for this process's metrics; true for every process's (read from Redis

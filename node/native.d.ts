@@ -689,6 +689,11 @@ export interface Metrics {
    * rule may give back less.
    */
   settleRefunded: number
+  /**
+   * Registrations (about one a minute) that found the name used with another spec by a live
+   * process on the same Redis (one name, two limits; see `onConflict`).
+   */
+  specConflicts: number
 }
 
 /**
@@ -783,6 +788,14 @@ export interface RedisOptions {
   denyCache?: boolean
   /** The most refusals the deny cache holds (default 10000; at least 1). */
   denyCacheMaxEntries?: number
+  /**
+   * What building a limiter whose spec differs from the one live processes use under its
+   * name does: `'warn'` (default: build it, warn once on stderr naming both specs, count it in
+   * `metrics().specConflicts`, show it in `limiters()`), or `'raise'` (read the registry
+   * first and throw `ERR_INVALID_ARGUMENT` naming `spec`). `setLimit` changes a limit
+   * fleet-wide.
+   */
+  onConflict?: 'warn' | 'raise'
 }
 
 /** Names this process's language in the registry (index.js calls it with Node's version). */

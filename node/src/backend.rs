@@ -72,6 +72,13 @@ pub struct RedisOptions {
     pub deny_cache: Option<bool>,
     /// The most refusals the deny cache holds (default 10000; at least 1).
     pub deny_cache_max_entries: Option<f64>,
+    /// What building a limiter whose spec differs from the one live processes use under its
+    /// name does: `'warn'` (default: build it, warn once on stderr naming both specs, count it in
+    /// `metrics().specConflicts`, show it in `limiters()`), or `'raise'` (read the registry
+    /// first and throw `ERR_INVALID_ARGUMENT` naming `spec`). `setLimit` changes a limit
+    /// fleet-wide.
+    #[napi(ts_type = "'warn' | 'raise'")]
+    pub on_conflict: Option<String>,
 }
 options!(RedisOptions {
     prefix,
@@ -81,7 +88,8 @@ options!(RedisOptions {
     tls: TlsOptions,
     clock,
     deny_cache,
-    deny_cache_max_entries
+    deny_cache_max_entries,
+    on_conflict
 });
 
 /// Options shared by every limiter constructor.
@@ -259,6 +267,9 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
     }
     if let Some(on) = o.deny_cache {
         config = config.deny_cache(on);
+    }
+    if let Some(on_conflict) = o.on_conflict {
+        config = config.on_conflict(ratekeeper::OnConflict::from_name("on_conflict", &on_conflict)?);
     }
     if let Some(n) = o.deny_cache_max_entries {
         config = config.deny_cache_max_entries(

@@ -183,6 +183,9 @@ pub struct Metrics {
     /// Units the applied settles asked to refund (calls that cost less than checked); a kind's
     /// rule may give back less.
     pub settle_refunded: f64,
+    /// Registrations (about one a minute) that found the name used with another spec by a live
+    /// process on the same Redis (one name, two limits; see `onConflict`).
+    pub spec_conflicts: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -209,6 +212,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             settles: m.settles as f64,
             settle_charged: m.settle_charged as f64,
             settle_refunded: m.settle_refunded as f64,
+            spec_conflicts: m.spec_conflicts as f64,
         }
     }
 }

@@ -15,8 +15,9 @@ use crate::args::Key;
 use crate::args::{
     invalid, Cost, Count, Flag, Float, Interval, LimitOrRate, PAllowFallback, PAnchor, PCapacity, PChunk,
     PConnectTimeout, PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout,
-    PMaxKeys, PName, PPartitions, PPeriod, PPrefix, PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile,
-    PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
+    PMaxKeys, PName, POnConflict, PPartitions, PPeriod, PPrefix, PPriority, PRate, PRefill, PReserved, PSize,
+    PTlsCaFile, PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl, PWaitTimeout, Param, PolicyName, Seconds, SpecArg,
+    Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -270,6 +271,11 @@ macro_rules! backend_pymethods {
             ///   least the refused cost is refused from memory until its `retry_after`, with no
             ///   round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
             ///   holds (default 10,000).
+            /// - `on_conflict`: what building a limiter whose spec differs from the one live
+            ///   processes use under its name does: `"warn"` (default: build it, warn once on
+            ///   stderr naming both specs, count it in `metrics().spec_conflicts`, show it in
+            ///   `limiters()`), or `"raise"` (read the registry first and raise `InvalidArgument`
+            ///   naming `spec`). `set_limit` is how to change a limit fleet-wide.
             #[staticmethod]
             #[pyo3(signature = (url, *, $($option = None),*))]
             #[allow(clippy::too_many_arguments)]
@@ -333,6 +339,11 @@ impl RedisOptions<'_> {
         }
         if let Some(n) = self.deny_cache_max_entries {
             config = config.deny_cache_max_entries(usize::try_from(n.0).unwrap_or(usize::MAX));
+        }
+        if let Some(on) = self.on_conflict {
+            config = config.on_conflict(
+                ratekeeper::OnConflict::from_name("on_conflict", on.0).map_err(|e| crate::errors::to_py_err(py, e))?,
+            );
         }
         // Which parameter the CA came from, to name it if its PEM is bad.
         let ca_parameter = if self.tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
@@ -398,6 +409,7 @@ backend_pymethods! {
         clock: ClockArg,
         deny_cache: Flag<PDenyCache>,
         deny_cache_max_entries: Count<PDenyCacheMaxEntries>,
+        on_conflict: Text<'a, POnConflict>,
     }
 
     /// A new in-process memory backend with default settings.

@@ -425,6 +425,13 @@ impl Metrics {
         self.inner.refused_locally
     }
 
+    /// Registrations (about one a minute) that found the name used with another spec by a live
+    /// process on the same Redis (one name, two limits; see `on_conflict`).
+    #[getter]
+    fn spec_conflicts(&self) -> u64 {
+        self.inner.spec_conflicts
+    }
+
     /// Settles applied (`settle`, `asettle`); a repeat of one already applied is not counted.
     #[getter]
     fn settles(&self) -> u64 {
@@ -449,7 +456,7 @@ impl Metrics {
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
              immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, \
-             shadow_refused={}, refused_locally={}, settles={}, settle_charged={}, settle_refunded={})",
+             shadow_refused={}, refused_locally={}, settles={}, settle_charged={}, settle_refunded={}, spec_conflicts={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -468,7 +475,8 @@ impl Metrics {
             m.refused_locally,
             m.settles,
             m.settle_charged,
-            m.settle_refunded
+            m.settle_refunded,
+            m.spec_conflicts
         )
     }
 }

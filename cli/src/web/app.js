@@ -91,8 +91,13 @@ function keepOpen(details, name) {
 // An override no process has used yet (set ahead of a deploy).
 const WAITING = "waiting for a first user";
 
-// One name, one kind: what the registry reported about a use it could not take.
+// One name, one spec and one kind: what the registry reported (two specs in use, or a use of
+// another kind it could not take).
 function conflictText(l) {
+  if (l.conflict.includes(" specs in use: ")) {
+    return `${l.conflict} (one name, one spec: each process enforces its own number on the same counter; ` +
+      "give every process the same spec, or change it fleet-wide with an override)";
+  }
   return `${l.conflict} (one name, one kind: this ${l.kind} keeps the name; rename the other)`;
 }
 

@@ -69,7 +69,7 @@ class Backend:
         Removes the override of `name`, or of one `key` of it (nothing if there is none).
         """
     @staticmethod
-    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None) -> Backend:
+    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, on_conflict: str | None = None) -> Backend:
         """
         A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
         redirections are followed. Takes the same options as `Backend.redis`.
@@ -159,7 +159,7 @@ class Backend:
         `prometheus_client` registry.
         """
     @staticmethod
-    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None) -> Backend:
+    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, on_conflict: str | None = None) -> Backend:
         """
         A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…`
         (TLS). Nothing connects until the first call; backends for the same URL share one
@@ -178,6 +178,11 @@ class Backend:
           least the refused cost is refused from memory until its `retry_after`, with no
           round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
           holds (default 10,000).
+        - `on_conflict`: what building a limiter whose spec differs from the one live
+          processes use under its name does: `"warn"` (default: build it, warn once on
+          stderr naming both specs, count it in `metrics().spec_conflicts`, show it in
+          `limiters()`), or `"raise"` (read the registry first and raise `InvalidArgument`
+          naming `spec`). `set_limit` is how to change a limit fleet-wide.
         """
     def set_limit(self, /, name: str, spec: str | Mapping[str, Any], key: str | None = None) -> None:
         """
@@ -718,6 +723,12 @@ class Metrics:
         """
         Checks a limiter in shadow mode would have refused and admitted instead (counted in
         neither `allowed` nor `refused`).
+        """
+    @property
+    def spec_conflicts(self, /) -> int:
+        """
+        Registrations (about one a minute) that found the name used with another spec by a live
+        process on the same Redis (one name, two limits; see `on_conflict`).
         """
     @property
     def wait_time(self, /) -> float:

@@ -36,6 +36,8 @@ module Ratekeeper
     # the server's CA, `tls_cert_file` with `tls_key_file` for mutual TLS, read and checked now.
     # `deny_cache: true` remembers refusals in this process until their retry_after (at most
     # `deny_cache_max_entries` of them, default 10,000): see Limiter#with_deny_cache.
+    # `on_conflict: :raise` refuses to build a limiter whose spec differs from the one live
+    # processes use under its name (default :warn: build it, say so once on stderr, count it).
     # `clock`: a `ManualClock` for tests; the scripts then take their time from it instead of the
     # server's, so a test on a real Redis is exact (every process sharing the keys must use it).
     def self.redis(url, clock: nil, **options)
@@ -53,7 +55,7 @@ module Ratekeeper
 
     def self.redis_options(prefix: nil, failure_policy: nil, fallback_divisor: nil, deadline: nil, connect_timeout: nil,
                            tls_ca_file: nil, tls_ca_data: nil, tls_cert_file: nil, tls_key_file: nil,
-                           deny_cache: nil, deny_cache_max_entries: nil) # :nodoc:
+                           deny_cache: nil, deny_cache_max_entries: nil, on_conflict: nil) # :nodoc:
       options = { prefix: Args.string(prefix, "prefix") }
       unless failure_policy.nil?
         policy = failure_policy.to_s
@@ -81,6 +83,7 @@ module Ratekeeper
       unless deny_cache_max_entries.nil?
         options[:deny_cache_max_entries] = Args.count(deny_cache_max_entries, "deny_cache_max_entries")
       end
+      options[:on_conflict] = on_conflict.to_s unless on_conflict.nil? # checked by the library
       options.compact
     end
     private_class_method :redis_options

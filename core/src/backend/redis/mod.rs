@@ -15,6 +15,7 @@ pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+mod spec_conflicts;
 pub(crate) mod sync_client;
 mod views;
 pub(crate) use check_all::RedisPart;
@@ -195,6 +196,8 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// The leased limiters whose held keys' blocks the live task keeps up to date.
     pub(crate) watchers: leased_blocks::Watchers,
+    /// What building a limiter whose spec differs from the live processes' does.
+    on_conflict: config::OnConflict,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -251,12 +254,18 @@ impl RedisBackend {
             deny_cache,
             cluster: config.cluster,
             watchers: leased_blocks::Watchers::default(),
+            on_conflict: config.on_conflict,
         })
     }
 
     /// The connection set: equal configurations share one (and so one driven connection).
     pub(crate) fn connections(&self) -> &Arc<Connections> {
         &self.connections
+    }
+
+    /// What building a limiter whose spec differs from the live processes' does.
+    pub(crate) fn on_conflict(&self) -> config::OnConflict {
+        self.on_conflict
     }
 
     /// The key prefix (namespace).
