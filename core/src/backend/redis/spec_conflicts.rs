@@ -1,5 +1,5 @@
 //! One name, two specs: what the registry records of the spec each live process uses (see
-//! `register.lua`: `pspec:<process>` = "<fingerprint> <user>", `fp:<fingerprint>` = the spec),
+//! `register.lua`: `pspec:<process>` = `"<fingerprint> <user>"`, `fp:<fingerprint>` = the spec),
 //! read back as the conflict `limiters()` shows, and read before building a limiter under
 //! [`crate::OnConflict::Raise`].
 
