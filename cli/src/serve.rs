@@ -180,6 +180,7 @@ fn router(app: App, guard: Guard) -> Router {
         .route("/api/limiters/{name}/resume", post(resume))
         .route("/api/limiters/{name}/block", post(block))
         .route("/api/limiters/{name}/unblock", post(unblock))
+        .route("/api/limiters/{name}/forget", post(forget))
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(guard, serve_guard::guard))
 }
@@ -449,6 +450,16 @@ async fn unblock(
     let key = q.key.filter(|k| !k.is_empty());
     let unblocked = ops::unblock(&app.backend, &name, key.as_deref()).await?;
     Ok(Json(json!({ "ok": true, "name": name, "key": key, "unblocked": unblocked })))
+}
+
+/// Removes a limiter from the registry (`"forgotten"`: whether it was listed); see
+/// `ratekeeper forget`.
+async fn forget(State(app): State<App>, headers: HeaderMap, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    authorize(&app, &headers)?;
+    let _slot = app.slot()?;
+    let forgotten = app.backend.forget_limiter(&name).await?;
+    app.forget_list().await;
+    Ok(Json(json!({ "ok": true, "name": name, "forgotten": forgotten })))
 }
 
 fn now() -> f64 {

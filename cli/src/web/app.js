@@ -294,6 +294,16 @@ $("#block-form").addEventListener("submit", (event) => {
   }
 });
 
+$("#forget-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const name = currentName();
+  const out = $("#action-result");
+  write("POST", `/api/limiters/${encodeURIComponent(name)}/forget`).then(
+    (r) => { out.className = "result ok"; out.textContent = r.forgotten ? `forgot ${name}` : `${name} was not listed`; refresh(); },
+    (e) => { out.className = "result error"; out.textContent = `refused: ${e.message}`; },
+  );
+});
+
 $("#override-form").addEventListener("submit", (event) => {
   event.preventDefault();
   const name = encodeURIComponent(currentName());
