@@ -253,7 +253,8 @@ typedef struct rk_lease {
  * \brief What `rk_limiter_settle` needs to settle an admitted call with its actual cost, exactly
  * once: set (`settleable`) on admitted calls of counting limiters, all zero otherwise. Pass the
  * whole `rk_decision` back; the fields are for storing it (e.g. in a job's arguments) and
- * rebuilding it.
+ * rebuilding it: store its seal too (#rk_limiter_seal_ticket) and settle the rebuilt decision
+ * with #rk_limiter_settle_sealed, which refuses a ticket altered on the way.
  */
 typedef struct rk_settle_ticket {
   /**
@@ -347,6 +348,17 @@ typedef struct rk_check_all_part {
    */
   uint64_t cost;
 } rk_check_all_part;
+
+/**
+ * \brief The seal of a settle ticket (see #rk_limiter_seal_ticket): 64 lowercase hex digits
+ * and a terminating NUL.
+ */
+typedef struct rk_settle_seal {
+  /**
+   * The seal, NUL-terminated.
+   */
+  char hex[65];
+} rk_settle_seal;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1077,7 +1089,8 @@ enum rk_status rk_backend_acquire_all(const struct rk_backend *backend,
  * \param decision_out Receives the state after the settle, as a peek reports it.
  * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT (naming
  *         `decision` for a decision that cannot be settled: refused, of a concurrent or
- *         unlimited limiter, or another limiter's; naming `actual` above 2^53),
+ *         unlimited limiter, another limiter's, older than the settle window (an hour), or
+ *         charged more than the limiter's capacity; naming `actual` above 2^53),
  *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
  */
 enum rk_status rk_limiter_settle(const struct rk_limiter *limiter,
@@ -1085,6 +1098,46 @@ enum rk_status rk_limiter_settle(const struct rk_limiter *limiter,
                                  const struct rk_decision *decision,
                                  uint64_t actual,
                                  struct rk_decision *decision_out);
+
+/**
+ * \brief The seal of `decision`'s settle ticket, for a ticket stored outside the process (a
+ * job's arguments, a queue message): store it with the ticket's fields and pass it to
+ * #rk_limiter_settle_sealed, in any process on the same backend (on Redis: the same Redis and
+ * key prefix, whose shared secret the first seal reads or creates there).
+ *
+ * \param limiter The limiter that made the decision.
+ * \param key The key the call was checked with, or NULL for the limiter's single shared key.
+ * \param decision The decision `rk_limiter_check` or `rk_limiter_acquire` returned.
+ * \param seal_out Receives the seal.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT (naming
+ *         `decision` for a decision without a ticket or of another limiter),
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_seal_ticket(const struct rk_limiter *limiter,
+                                      const char *key,
+                                      const struct rk_decision *decision,
+                                      struct rk_settle_seal *seal_out);
+
+/**
+ * \brief #rk_limiter_settle for a decision rebuilt from data stored outside the process, with
+ * the seal #rk_limiter_seal_ticket gave for it: settled only if the seal matches the ticket
+ * and `key` (a field changed, a ticket made up, or a seal of another Redis or prefix is
+ * #RK_INVALID_ARGUMENT naming `decision`, and nothing is written).
+ *
+ * \param limiter The limiter that made the decision.
+ * \param key The key the call was checked with, or NULL for the limiter's single shared key.
+ * \param decision The rebuilt decision.
+ * \param actual What the call really cost (0..=2^53).
+ * \param seal The ticket's seal (64 hex digits, NUL-terminated).
+ * \param decision_out Receives the state after the settle, as a peek reports it.
+ * \return As #rk_limiter_settle.
+ */
+enum rk_status rk_limiter_settle_sealed(const struct rk_limiter *limiter,
+                                        const char *key,
+                                        const struct rk_decision *decision,
+                                        uint64_t actual,
+                                        const char *seal,
+                                        struct rk_decision *decision_out);
 
 /**
  * \brief Creates a partitions limiter: `total_rate` units per second split into `partitions`

@@ -517,10 +517,12 @@ export declare class Limiter {
    * Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
    * its `actual` cost: the difference is charged or refunded exactly once, however often the
    * same decision is settled (a retry after a timeout is safe; a decision stored as JSON
-   * settles like the original). A charge applies even past the limit (later calls wait the
-   * debt out); a refund never gives back more than the call took, nor to a window that has
-   * rolled over. Resolves with the state after it, as `peek` reports it. A decision that
-   * cannot be settled (refused; concurrent, unlimited or partitions; another limiter's)
+   * settles like the original, in any process on the same backend: its ticket's JSON carries
+   * a `seal`). A charge applies even past the limit (later calls wait the debt out); a refund
+   * never gives back more than the call took, nor to a window that has rolled over. Resolves
+   * with the state after it, as `peek` reports it. A decision that cannot be settled (refused;
+   * concurrent, unlimited or partitions; another limiter's; older than the settle window, an
+   * hour; a ticket from outside the process whose seal is missing or does not match it)
    * rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
    */
   settle(decision: Decision, actual: number): Promise<Decision>

@@ -333,14 +333,24 @@ export declare class NativeLimiter {
    * the limit (later calls wait the debt out); a refund never gives back more than the call
    * took, nor to a window that has rolled over. Resolves with the state after it, as `peek`
    * reports it. A decision that cannot be settled (refused; concurrent, unlimited or
-   * partitions; another limiter's) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+   * partitions; another limiter's; older than the settle window; `sealed` and its ticket's
+   * seal missing or not matching it) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+   * `sealed`: the ticket came from outside this process (index.js passes it for any ticket
+   * it did not issue), so its seal is checked first.
    */
-  settle(decision: Decision, actual: number): NativeReply
+  settle(decision: Decision, actual: number, sealed?: boolean): NativeReply
   /**
    * `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
    * round trip).
    */
-  settleSync(decision: Decision, actual: number): NativeReply
+  settleSync(decision: Decision, actual: number, sealed?: boolean): NativeReply
+  /**
+   * The seal of `ticket` (a settle ticket of this limiter's decision), which its JSON form
+   * carries (index.js's `toJSON`). On Redis the first one reads (or creates) the fleet's
+   * secret in Redis, blocking the thread for that round trip; later ones are computed in
+   * process.
+   */
+  sealTicket(ticket: SettleTicket): string
   /**
    * Pauses `key` for `duration`, in every process sharing the backend: until it ends,
    * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
@@ -803,8 +813,9 @@ export declare function setClientLanguage(language: string): void
 
 /**
  * What `limiter.settle` needs to settle an admitted call with its actual cost, exactly once:
- * present on admitted calls of counting limiters, absent otherwise. A plain value: it may be
- * stored (e.g. with a job) and the decision given back later.
+ * present on admitted calls of counting limiters, absent otherwise. It may be stored as JSON
+ * (e.g. with a job) and the decision given back later: serialized, it carries a `seal`, without
+ * which (or with a field changed) a ticket from outside the process is refused.
  */
 export interface SettleTicket {
   /** The settle id made at check time: a settle of one id applies once. */
@@ -817,6 +828,12 @@ export interface SettleTicket {
   chargedAtUs: number
   /** The key the call was charged to (absent: the limiter's shared key). */
   key?: string
+  /**
+   * Present in the ticket's JSON form only (`JSON.stringify` adds it): what proves a ticket
+   * that comes back from outside the process unchanged. A ticket without it, or with any
+   * field changed, is settled only in the process that issued it.
+   */
+  seal?: string
 }
 
 /** One limit of `backend.slidingWindow()` (or the tuple `[durationMs, limit, precisionMs?]`). */

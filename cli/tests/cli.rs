@@ -352,6 +352,39 @@ fn block_and_unblock_a_key() {
     assert!(code != 0 && err.contains("no limiter \"nope\" in the registry"), "{code} {err}");
 }
 
+/// An operator's `unblock` and `reset` from the CLI, another process, reach an application's
+/// deny cache within its live poll: the application stops refusing the key from memory. (Before,
+/// it kept refusing from its cache until the remembered refusal's end: here the block's 600 s,
+/// or the window's hour.)
+#[test]
+fn the_clis_unblock_and_reset_reach_an_applications_deny_cache() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let config = ratekeeper::RedisConfig::new(url.clone()).deny_cache(true);
+    let backend = ratekeeper::Backend::redis_with(config).unwrap();
+    let limiter = backend.window("login", 2, Duration::from_secs(3600)).unwrap();
+    assert!(limiter.check_blocking(Some("mallory"), 1).unwrap().allowed);
+    backend.flush_blocking().unwrap();
+    ok(&["--redis", &url, "block", "login", "600", "--key", "mallory"]);
+    for _ in 0..3 {
+        assert!(!limiter.check_blocking(Some("mallory"), 1).unwrap().allowed);
+    }
+    assert!(limiter.metrics().refused_locally >= 2, "the refusal is remembered: {:?}", limiter.metrics());
+    ok(&["--redis", &url, "unblock", "login", "--key", "mallory"]);
+    wait_until("the CLI's unblock to reach the application", HANG, || {
+        limiter.check_blocking(Some("mallory"), 1).unwrap().allowed
+    });
+
+    assert!(!limiter.check_blocking(Some("mallory"), 1).unwrap().allowed, "the window is full");
+    let remembered = limiter.metrics().refused_locally;
+    assert!(!limiter.check_blocking(Some("mallory"), 1).unwrap().allowed);
+    assert_eq!(limiter.metrics().refused_locally, remembered + 1);
+    ok(&["--redis", &url, "reset", "login", "--key", "mallory"]);
+    wait_until("the CLI's reset to reach the application", HANG, || {
+        limiter.check_blocking(Some("mallory"), 1).unwrap().allowed
+    });
+}
+
 /// A `ratekeeper run` in the background; a test that fails while it runs stops it (SIGTERM,
 /// which `run` passes to its command) rather than leaving it behind.
 struct Background(Option<std::process::Child>);

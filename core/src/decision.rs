@@ -60,6 +60,9 @@ pub struct SettleTicket {
 
 impl SettleTicket {
     /// Rebuilds a ticket from its parts (bindings carry tickets across the language boundary).
+    /// A ticket rebuilt from data that left the process is settled with
+    /// [`Limiter::settle_sealed`](crate::Limiter::settle_sealed) and the seal
+    /// [`Limiter::seal`](crate::Limiter::seal) gave for it, which refuses one changed on the way.
     pub fn from_parts(key: &str, cost: u64, charged_at_micros: u64, id: u64, limiter: u64) -> Self {
         SettleTicket { key: key.into(), cost, charged_at_micros, id, limiter }
     }

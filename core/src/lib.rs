@@ -26,12 +26,15 @@ mod fork;
 mod limiter;
 mod live;
 mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod padded;
 pub mod params;
 mod prometheus;
 mod rate;
 mod runtime;
 mod settle_key;
+mod settle_seal;
 mod shedder;
 pub mod upstream;
 mod views;

@@ -351,13 +351,37 @@ test('keys: the peer address by default; forwarding headers only behind trustedP
     assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '2.2.2.2' }))).status, 200);
     // A client cannot pick its key by prepending: the rightmost untrusted hop is the client.
     assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '9.9.9.9, 2.2.2.2' }))).status, 429);
-    assert.equal((await trusted.get('/', via({ forwarded: 'for=1.1.1.1;proto=https' }))).status, 429);
+    // Nor by a Forwarded header: only proxyHeader (default X-Forwarded-For) is read.
+    assert.equal((await trusted.get('/', via({ forwarded: 'for=3.3.3.3', 'x-forwarded-for': '2.2.2.2' }))).status, 429);
     // IPv6 addresses in one /56 share a key; the next /56 is another client.
-    assert.equal((await trusted.get('/', via({ forwarded: 'for="[2001:db8:0:ab12::1]:4711"' }))).status, 200);
+    assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '2001:db8:0:ab12::1' }))).status, 200);
     assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '2001:db8:0:abff:ffff::2' }))).status, 429);
     assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '2001:db8:0:ac00::1' }))).status, 200);
   } finally {
     await trusted.close();
+  }
+  const forwarded = await serve({ limiter: backend.window('c', 1, 'minute'), trustedProxies: ['127.0.0.1', '::1'], proxyHeader: 'forwarded' });
+  try {
+    const via = (headers) => ({ headers });
+    assert.equal((await forwarded.get('/', via({ forwarded: 'for="[2001:db8:0:ab12::1]:4711";proto=https' }))).status, 200);
+    assert.equal((await forwarded.get('/', via({ forwarded: 'for=9.9.9.9, for=2001:db8:0:abff::2' }))).status, 429, 'one /56');
+    assert.equal((await forwarded.get('/', via({ 'x-forwarded-for': '4.4.4.4', forwarded: 'for=5.5.5.5' }))).status, 200);
+    assert.equal((await forwarded.get('/', via({ 'x-forwarded-for': '6.6.6.6', forwarded: 'for=5.5.5.5' }))).status, 429, 'X-Forwarded-For is not read');
+  } finally {
+    await forwarded.close();
+  }
+});
+
+test('proxyHeader: X-Forwarded-For or Forwarded, in any case; anything else is refused when built', () => {
+  const limiter = Backend.memory().window('p', 1, 'minute');
+  for (const proxyHeader of ['X-Forwarded-For', 'Forwarded', 'x-forwarded-for', 'FORWARDED', undefined]) {
+    rateLimit({ limiter, trustedProxies: ['10.0.0.0/8'], proxyHeader });
+  }
+  for (const proxyHeader of ['X-Real-IP', 'CF-Connecting-IP', '', null, 1, ['X-Forwarded-For']]) {
+    assert.throws(() => rateLimit({ limiter, trustedProxies: ['10.0.0.0/8'], proxyHeader }), {
+      code: 'ERR_INVALID_ARGUMENT',
+      parameter: 'proxyHeader',
+    });
   }
 });
 

@@ -545,35 +545,64 @@ impl Limiter {
     /// the limit (later calls wait the debt out); a refund never gives back more than the call
     /// took, nor to a window that has rolled over. Resolves with the state after it, as `peek`
     /// reports it. A decision that cannot be settled (refused; concurrent, unlimited or
-    /// partitions; another limiter's) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
-    #[napi(ts_args_type = "decision: Decision, actual: number", ts_return_type = "NativeReply")]
+    /// partitions; another limiter's; older than the settle window; `sealed` and its ticket's
+    /// seal missing or not matching it) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+    /// `sealed`: the ticket came from outside this process (index.js passes it for any ticket
+    /// it did not issue), so its seal is checked first.
+    #[napi(ts_args_type = "decision: Decision, actual: number, sealed?: boolean", ts_return_type = "NativeReply")]
     pub fn settle(
         &self,
         env: Env,
         decision: Option<Unknown<'_>>,
         actual: Option<Unknown<'_>>,
+        sealed: Option<bool>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let (decision, actual) = core(&env, settle_args(&decision, &actual))?;
+            let (decision, actual, seal) = core(&env, settle_args(&decision, &actual, sealed))?;
             let limiter = self.inner.clone();
-            run(&env, self.local, async move { Ok(Payload::Decision(limiter.settle(&decision, actual).await?, None)) })
+            run(&env, self.local, async move {
+                let settled = match seal {
+                    Some(seal) => limiter.settle_sealed(&decision, actual, &seal).await?,
+                    None => limiter.settle(&decision, actual).await?,
+                };
+                Ok(Payload::Decision(settled, None))
+            })
         })
     }
 
     /// `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
     /// round trip).
-    #[napi(ts_args_type = "decision: Decision, actual: number", ts_return_type = "NativeReply")]
+    #[napi(ts_args_type = "decision: Decision, actual: number, sealed?: boolean", ts_return_type = "NativeReply")]
     pub fn settle_sync(
         &self,
         env: Env,
         decision: Option<Unknown<'_>>,
         actual: Option<Unknown<'_>>,
+        sealed: Option<bool>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let outcome = settle_args(&decision, &actual).and_then(|(decision, actual)| {
-                Ok(Payload::Decision(self.inner.settle_blocking(&decision, actual)?, None))
+            let outcome = settle_args(&decision, &actual, sealed).and_then(|(decision, actual, seal)| {
+                let settled = match seal {
+                    Some(seal) => self.inner.settle_sealed_blocking(&decision, actual, &seal)?,
+                    None => self.inner.settle_blocking(&decision, actual)?,
+                };
+                Ok(Payload::Decision(settled, None))
             });
             reply(&env, outcome)
+        })
+    }
+
+    /// The seal of `ticket` (a settle ticket of this limiter's decision), which its JSON form
+    /// carries (index.js's `toJSON`). On Redis the first one reads (or creates) the fleet's
+    /// secret in Redis, blocking the thread for that round trip; later ones are computed in
+    /// process.
+    #[napi(ts_args_type = "ticket: SettleTicket")]
+    pub fn seal_ticket(&self, env: Env, ticket: Option<Unknown<'_>>) -> napi::Result<String> {
+        guard(&env, || {
+            let sealed = args::required(Js::opt(&ticket), "decision")
+                .and_then(crate::settle::ticket_from_js)
+                .and_then(|(ticket, _)| self.inner.seal_blocking(&ticket));
+            core(&env, sealed)
         })
     }
 
@@ -688,12 +717,24 @@ impl Limiter {
     }
 }
 
-/// The arguments of `settle`: the decision (with its ticket), then the actual cost.
+/// The arguments of `settle`: the decision (with its ticket), then the actual cost; when
+/// `sealed`, the ticket's seal, which it must carry.
 fn settle_args(
     decision: &Option<Unknown<'_>>,
     actual: &Option<Unknown<'_>>,
-) -> ratekeeper::Result<(ratekeeper::Decision, u64)> {
-    let decision = crate::settle::decision_from_js(Js::opt(decision))?;
+    sealed: Option<bool>,
+) -> ratekeeper::Result<(ratekeeper::Decision, u64, Option<String>)> {
+    let (decision, seal) = crate::settle::decision_from_js(Js::opt(decision))?;
     let actual = cost(Some(args::required(Js::opt(actual), "actual")?), "actual", 0)?;
-    Ok((decision, actual))
+    if sealed != Some(true) || decision.settle.is_none() {
+        return Ok((decision, actual, None));
+    }
+    match seal {
+        Some(seal) => Ok((decision, actual, Some(seal))),
+        None => Err(ratekeeper::Error::invalid(
+            "decision",
+            "its settle ticket was not issued in this process and carries no seal: store a decision as \
+             JSON.stringify makes it (the seal comes with it), and give it back unchanged",
+        )),
+    }
 }

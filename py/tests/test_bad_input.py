@@ -142,7 +142,7 @@ def check_all(parts: list[dict[str, Any]]) -> None:
 # The table's HTTP middleware cases are spelled with Node's option names unless they carry
 # `args_python`; the Python names of the same options.
 PYTHON_OPTION = {"keyGenerator": "key", "standardHeaders": "headers", "handler": "on_refused",
-                 "trustedProxies": "trusted_proxies", "windowMs": "window_ms",
+                 "trustedProxies": "trusted_proxies", "proxyHeader": "proxy_header", "windowMs": "window_ms",
                  "partitionKeySecret": "partition_key_secret"}
 
 
@@ -260,5 +260,5 @@ def test_every_case_names_a_parameter_in_every_language() -> None:
     names = [c["name"] for c in CASES]
     assert len(names) == len(set(names)), "case names are unique"
     for case in CASES:
-        assert set(case["parameter"]) == {"python", "node", "c"}, case["name"]
+        assert set(case["parameter"]) == {"python", "node", "c", "go"}, case["name"]
         assert case["error"] in CLASSES, case["name"]

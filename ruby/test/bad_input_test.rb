@@ -29,7 +29,7 @@ class BadInputTest < Minitest::Test
   # The table's http_middleware cases run through the Rack middleware, whose options are
   # Python's (the table spells them as Node does unless `args_python` is given).
   RACK_OPTION = { "keyGenerator" => "key", "standardHeaders" => "headers", "handler" => "on_refused",
-                  "trustedProxies" => "trusted_proxies", "windowMs" => "window_ms",
+                  "trustedProxies" => "trusted_proxies", "proxyHeader" => "proxy_header", "windowMs" => "window_ms",
                   "partitionKeySecret" => "partition_key_secret" }.freeze
   # Ruby's keyword arguments refuse a missing or unknown option before the middleware's code
   # runs: an ArgumentError naming the keyword, not InvalidArgument.

@@ -263,6 +263,14 @@ static void one_call(void) {
     verify(rk_limiter_settle(below(8) ? l : NULL, key, below(8) ? &decision : NULL, pick_count(),
                              below(8) ? &settled : NULL),
            "rk_limiter_settle");
+    /* Its seal, then a sealed settle with that seal, a random string or nothing. */
+    rk_settle_seal seal;
+    memset(&seal, 0, sizeof seal);
+    verify(rk_limiter_seal_ticket(below(8) ? l : NULL, key, below(8) ? &decision : NULL, below(8) ? &seal : NULL),
+           "rk_limiter_seal_ticket");
+    verify(rk_limiter_settle_sealed(below(8) ? l : NULL, key, below(8) ? &decision : NULL, pick_count(),
+                                    below(2) ? seal.hex : pick_string(), below(8) ? &settled : NULL),
+           "rk_limiter_settle_sealed");
     break;
   }
   case 21: {

@@ -283,6 +283,30 @@ static void test_settle(const fixture *f) {
   CHECK_FAILS(rk_limiter_settle(l, "q", NULL, 0, &d), RK_NULL_PARAMETER, "decision");
   CHECK_FAILS(rk_limiter_settle(l, "q", &checked, 0, NULL), RK_NULL_PARAMETER, "decision_out");
   CHECK_U64(peek1(l, "q").remaining, 0);
+  /* A decision stored outside the process (its fields, and its seal) settles only unchanged:
+   * another key, cost or id is refused naming `decision`, and writes nothing. */
+  rk_decision stored = check1(l, "s", 4);
+  rk_settle_seal seal;
+  CHECK_OK(rk_limiter_seal_ticket(l, "s", &stored, &seal));
+  CHECK_U64(strlen(seal.hex), 64);
+  rk_decision forged = stored;
+  forged.settle.cost = 9;
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "s", &forged, 0, seal.hex, &d), RK_INVALID_ARGUMENT, "decision");
+  forged = stored;
+  forged.settle.id += 1;
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "s", &forged, 0, seal.hex, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "q", &stored, 0, seal.hex, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "s", &stored, 0, "00", &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "s", &stored, 0, NULL, &d), RK_NULL_PARAMETER, "seal");
+  CHECK_FAILS(rk_limiter_seal_ticket(l, "s", &refused, &seal), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_seal_ticket(l, "s", &stored, NULL), RK_NULL_PARAMETER, "seal_out");
+  /* A ticket that says it cost more than the limiter admits in one call was not issued by it. */
+  forged = stored;
+  forged.settle.cost = 11;
+  CHECK_FAILS(rk_limiter_settle(l, "s", &forged, 0, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_U64(peek1(l, "s").remaining, 6);
+  CHECK_OK(rk_limiter_settle_sealed(l, "s", &stored, 1, seal.hex, &d));
+  CHECK_U64(d.remaining, 9);
   rk_limiter_free(mutex);
   rk_limiter_free(other);
   rk_limiter_free(l);

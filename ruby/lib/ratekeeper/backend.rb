@@ -195,7 +195,9 @@ module Ratekeeper
 
     private
 
-    # The C array of parts (its keys kept alive with it), then the call.
+    # The C array of parts, then the call. The keys' C strings are held in `strings` until the
+    # call has returned: the struct that points at one does not keep it alive, and the call
+    # runs without the GVL, so a collection during it would free them.
     def run_all(parts, wait)
       Ratekeeper.invalid!("parts", "must be an Array of [limiter, key, cost]") unless parts.is_a?(Array)
       limiters = []
@@ -210,10 +212,11 @@ module Ratekeeper
         limiters << part[0]
         keys << key
         entry = Native::CheckAllPart.new(native + (i * Native::CheckAllPart.size))
+        string = key.nil? ? nil : FFI::MemoryPointer.from_string(key)
         entry[:limiter] = part[0].ptr
-        entry[:key] = key.nil? ? nil : FFI::MemoryPointer.from_string(key)
+        entry[:key] = string
         entry[:cost] = cost
-        entry[:key]
+        string
       end
       decisions = FFI::MemoryPointer.new(Native::Decision, [parts.size, 1].max)
       allowed = FFI::MemoryPointer.new(:bool)
@@ -223,6 +226,7 @@ module Ratekeeper
                else
                  Native.rk_backend_acquire_all(@ptr, native, parts.size, wait, decisions, allowed, retry_us)
                end
+      # Referenced after the call, so that the strings are alive until it returned.
       strings.clear
       if status == Native::OVER_LIMIT
         retry_after = retry_us.read(:uint64) / 1_000_000.0
@@ -230,8 +234,9 @@ module Ratekeeper
                             retry_after: retry_after)
       end
       Ratekeeper.check_status!(status)
+      # Each part's decision keeps its key, so that `limiter.settle(part, actual)` settles it.
       results = Array.new(parts.size) do |i|
-        Decision.from_native(Native::Decision.new(decisions + (i * Native::Decision.size)))
+        Decision.from_native(Native::Decision.new(decisions + (i * Native::Decision.size)), keys[i])
       end
       CombinedDecision.new(allowed: allowed.read(:bool), retry_after_us: retry_us.read(:uint64), parts: results,
                            limiters: limiters, keys: keys)

@@ -335,14 +335,37 @@ module Ratekeeper
     # Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
     # its `actual` cost: the difference is charged or refunded exactly once, however often the
     # same decision is settled (a retry after a timeout is safe). Returns the state after it.
-    # A decision that cannot be settled raises InvalidArgument naming `decision`.
-    def settle(decision, actual)
+    # A decision that cannot be settled raises InvalidArgument naming `decision`. A decision
+    # rebuilt from data stored outside the process (a job's arguments) passes the `seal:` that
+    # #seal gave for it: it is settled only if no field of its ticket was changed.
+    def settle(decision, actual, seal: nil)
       Ratekeeper.invalid!("decision", "must be a Ratekeeper::Decision") unless decision.is_a?(Decision)
       out = Native::Decision.new
       key = decision.settle&.key
-      Ratekeeper.check_status!(Native.rk_limiter_settle(@ptr, Args.key(key), decision.to_native,
-                                                        Args.count(actual, "actual"), out))
+      actual = Args.count(actual, "actual")
+      status = if seal.nil?
+                 if decision.settle && !decision.settle.issued?
+                   Ratekeeper.invalid!("decision", "its settle ticket was not issued in this process and comes without " \
+                                                   "its seal: pass seal: (Limiter#seal) with a decision rebuilt from data")
+                 end
+                 Native.rk_limiter_settle(@ptr, Args.key(key), decision.to_native, actual, out)
+               else
+                 Ratekeeper.invalid!("seal", "must be a String, got #{seal.class}") unless seal.is_a?(String)
+                 Native.rk_limiter_settle_sealed(@ptr, Args.key(key), decision.to_native, actual, seal, out)
+               end
+      Ratekeeper.check_status!(status)
       Decision.from_native(out, key)
+    end
+
+    # The seal of `decision`'s settle ticket (64 hex digits): store it with a decision that
+    # leaves the process and pass it to #settle as `seal:` (any process on the same Redis and
+    # key prefix settles it; a ticket changed on the way is refused).
+    def seal(decision)
+      Ratekeeper.invalid!("decision", "must be a Ratekeeper::Decision") unless decision.is_a?(Decision)
+      out = Native::SettleSeal.new
+      Ratekeeper.check_status!(Native.rk_limiter_seal_ticket(@ptr, Args.key(decision.settle&.key), decision.to_native,
+                                                             out))
+      out[:hex].to_s
     end
 
     # Refuses every call of `key` in every process for `duration` seconds (a third party said

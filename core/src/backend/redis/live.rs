@@ -137,15 +137,17 @@ impl RedisBackend {
     }
 
     /// Reads the override table's identity and, when it is not the one this process holds (a
-    /// write, or a table that lost its history), the overrides; and the count of leased blocks
-    /// (see [`super::leased_blocks`]).
+    /// write, or a table that lost its history), the overrides; the count of leased blocks
+    /// (see [`super::leased_blocks`]); and the count of clears (see [`super::cleared`]).
     async fn poll_overrides(&self, own: &mut Option<Conn>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET").arg(keys.overrides()).arg(&IDENTITY_FIELDS[..]);
         pipe.get(super::leased_blocks::counter_key(&self.prefix));
-        let (fields, blocks): (Vec<Option<String>>, Option<String>) = self.query_via(Some(&mut *own), &pipe).await?;
-        let blocks = self.blocks_counted(blocks, own).await;
+        pipe.get(super::cleared::counter_key(&self.prefix));
+        let (fields, blocks, clears): (Vec<Option<String>>, Option<String>, Option<String>) =
+            self.query_via(Some(&mut *own), &pipe).await?;
+        let blocks = self.blocks_counted(blocks, own).await.and(self.clears_counted(clears, own).await);
         let [epoch, version, written]: [Option<String>; 3] = fields.try_into().unwrap_or_default();
         if identity_of([epoch, version, written]) == self.live.identity() {
             return blocks;

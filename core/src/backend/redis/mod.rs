@@ -3,6 +3,7 @@
 //! call does when Redis cannot answer within the per-call deadline.
 
 pub(crate) mod check_all;
+pub(crate) mod cleared;
 pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod deny_cache;
@@ -15,6 +16,7 @@ pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+mod seal;
 mod spec_conflicts;
 pub(crate) mod sync_client;
 mod views;
@@ -196,6 +198,8 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// The leased limiters whose held keys' blocks the live task keeps up to date.
     pub(crate) watchers: leased_blocks::Watchers,
+    /// The key sealing settle tickets, once read from Redis (see [`seal`]).
+    seal_key: parking_lot::Mutex<Option<Arc<crate::settle_seal::SealKey>>>,
     /// What building a limiter whose spec differs from the live processes' does.
     on_conflict: config::OnConflict,
 }
@@ -254,6 +258,7 @@ impl RedisBackend {
             deny_cache,
             cluster: config.cluster,
             watchers: leased_blocks::Watchers::default(),
+            seal_key: parking_lot::Mutex::new(None),
             on_conflict: config.on_conflict,
         })
     }
@@ -400,6 +405,13 @@ impl RedisBackend {
             }
             Err(e) => return Err(e),
         };
+        // A settle is not an admission: failing open would report a correction that never
+        // applied, and the fallback never held the charge the ticket names. The caller is told,
+        // and may retry it (it applies once).
+        if matches!(op, Op::Settle { .. }) {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(error);
+        }
         match (failover.policy, &failover.fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
@@ -413,8 +425,7 @@ impl RedisBackend {
                     }
                     other => other,
                 };
-                // A settle is applied once by the fallback too (`settle` runs other calls as is).
-                let outcome = self.fallback.settle(*namespace, key, algorithm, op)?;
+                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
                 Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
@@ -461,8 +472,8 @@ impl RedisBackend {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        if let Some(id) = settle_id {
-            cmd.arg(id);
+        if let Some((id, until)) = settle_id {
+            cmd.arg(id).arg(until);
         }
         algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
@@ -531,7 +542,8 @@ impl RedisBackend {
         });
     }
 
-    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
+    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken,
+    /// and other processes forget their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn reset(
         &self,
         kind: Kind,
@@ -552,7 +564,9 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (list.ttl_us / 1000).max(1) as i64).ignore();
         }
-        self.query(&pipe).await
+        self.query::<()>(&pipe).await?;
+        self.announce_cleared(kind, name, key).await;
+        Ok(())
     }
 
     /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect (see
@@ -584,7 +598,8 @@ impl RedisBackend {
     }
 
     /// Ends the pause of (`kind`, `name`, `key`) by deleting its key (see `Limiter::resume`),
-    /// in the fallback limiter too; returns whether Redis held one.
+    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
+    /// their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn resume(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.resume(*namespace, key);
@@ -593,6 +608,9 @@ impl RedisBackend {
         let mut pipe = redis::pipe();
         pipe.del(keys.key(pause::ROLE));
         let (deleted,): (u64,) = self.query(&pipe).await?;
+        if deleted > 0 {
+            self.announce_cleared(kind, name, key).await;
+        }
         Ok(deleted > 0)
     }
 
@@ -630,7 +648,8 @@ impl RedisBackend {
     }
 
     /// Ends the block of (`kind`, `name`, `key`) by deleting its key (see `Limiter::unblock`),
-    /// in the fallback limiter too; returns whether Redis held one.
+    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
+    /// their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn unblock(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.unblock(*namespace, key);
@@ -641,6 +660,9 @@ impl RedisBackend {
         let (deleted,): (u64,) = self.query(&pipe).await?;
         if kind == Kind::Leased && deleted > 0 {
             let _ = self.announce_leased_block().await;
+        }
+        if deleted > 0 {
+            self.announce_cleared(kind, name, key).await;
         }
         Ok(deleted > 0)
     }
