@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"runtime"
 	"strings"
@@ -98,6 +99,11 @@ func WithDenyCacheMaxEntries(n uint64) Option {
 	return func(c *config) { c.fields["deny_cache_max_entries"] = n }
 }
 
+// WithReplicaAcks makes each call that writes state wait until n replicas acknowledged its
+// writes (WAIT) before it admits (default 0: no waiting). Too few within the deadline fail the
+// call with ErrUnavailable, and the failure policy decides (FailOpen then admits it).
+func WithReplicaAcks(n uint32) Option { return func(c *config) { c.fields["replica_acks"] = n } }
+
 // WithMaxKeys bounds a memory backend's keys (default 1,000,000).
 func WithMaxKeys(n uint64) Option { return func(c *config) { c.fields["max_keys"] = n } }
 
@@ -124,6 +130,28 @@ func NewCluster(seeds []string, opts ...Option) (*Backend, error) {
 		seeds = []string{}
 	}
 	return newBackend(map[string]any{"kind": "cluster", "seeds": seeds}, opts)
+}
+
+// NewSentinel returns a backend on a Sentinel-managed primary named service (the name in the
+// sentinels' "sentinel monitor" line), found through any of sentinels ("host:port", port 26379
+// when left out): every connection asks the sentinels where the primary is and confirms its role
+// first, so a failover is followed and no call goes to a replica. The options are those of
+// NewRedis; credentials and a database go in the URL form instead, given to NewRedis:
+// redis+sentinel://[user:password@]host:port[,host:port...]/service[/db].
+func NewSentinel(sentinels []string, service string, opts ...Option) (*Backend, error) {
+	if sentinels == nil {
+		sentinels = []string{}
+	}
+	place := map[string]any{"addresses": sentinels, "service": service}
+	b, err := newBackend(map[string]any{"kind": "sentinel", "sentinel": place}, opts)
+	var e *Error
+	if errors.As(err, &e) && strings.HasPrefix(e.Parameter, "sentinel.") {
+		// The library names the fields of its JSON object; Go's are the arguments.
+		named := strings.TrimPrefix(strings.Replace(e.Parameter, "sentinel.addresses", "sentinels", 1), "sentinel.")
+		e.Message = strings.Replace(e.Message, "`"+e.Parameter+"`", "`"+named+"`", 1)
+		e.Parameter = named
+	}
+	return b, err
 }
 
 // clientName is how this process's limiters are listed in the registry ("go 1.19.8").

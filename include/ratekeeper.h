@@ -488,11 +488,18 @@ void rk_backend_free(struct rk_backend *backend);
  * constructors, plus those they have no parameter for (a connect timeout, TLS material).
  *
  * Fields (all optional; durations in seconds):
- * - `kind`: `"memory"`, `"redis"` or `"cluster"` (default: `"cluster"` with `seeds`,
- *   `"redis"` with `url`, else `"memory"`);
+ * - `kind`: `"memory"`, `"redis"`, `"cluster"` or `"sentinel"` (default: `"cluster"` with
+ *   `seeds`, `"sentinel"` with `sentinel`, `"redis"` with `url`, else `"memory"`);
  * - memory: `max_keys` (default 1,000,000); `shards`, the number of lock shards (1 to 65536,
  *   rounded up to a power of two; default 64);
- * - Redis: `url` (`redis://` or `rediss://`), or `seeds` (an array of URLs) for a cluster;
+ * - Redis: `url` (`redis://`, `rediss://` or `redis+sentinel://`), or `seeds` (an array of
+ *   URLs) for a cluster, or `sentinel` for a Sentinel-managed primary: `{"addresses":
+ *   ["host:port", …], "service": "…"}` with, optionally, the data nodes' `username`,
+ *   `password`, `db` and `tls` (true: TLS with the `tls_*` material) and the sentinels' own
+ *   `sentinel_username`, `sentinel_password` and `sentinel_tls` (true: TLS, trusting the same
+ *   material); `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`)
+ *   before it admits (default 0), too few within the deadline failing the call as unavailable
+ *   for the failure policy to decide (`"fail_open"` then admits);
  *   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
  *   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
  *   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and

@@ -18,6 +18,7 @@ import type {
   Metrics,
   PartitionsOptions,
   RedisOptions,
+  SentinelOptions,
   SlidingLimitOptions,
   WindowLimitOptions,
 } from './native';
@@ -247,6 +248,14 @@ export declare class Backend {
   static redis(url: string, options?: RedisOptions): Backend
   /** A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs). */
   static cluster(seeds: string[], options?: RedisOptions): Backend
+  /**
+   * A Sentinel-managed primary found through any of `sentinels` (`'host:port'`): every
+   * connection asks the sentinels where the primary is and confirms its role first, so a
+   * failover is followed and no call goes to a replica. Takes `Backend.redis()`'s options too
+   * (`tls`: the data nodes speak TLS); `sentinelUsername`, `sentinelPassword` and `sentinelTls`
+   * are the sentinels' own.
+   */
+  static sentinel(options: { sentinels: string[] } & SentinelOptions & RedisOptions): Backend
   /** Keys held by a memory backend (expired ones included until swept); `null` for Redis. */
   get memoryKeys(): number | null
   /** What the failure policy has done so far (all 0 for memory backends). */

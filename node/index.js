@@ -592,6 +592,14 @@ class Backend {
   static cluster(seeds, options) {
     return new Backend(WRAP, NativeBackend.cluster(seeds, options));
   }
+  static sentinel(options) {
+    if (options === null || typeof options !== 'object') return new Backend(WRAP, NativeBackend.sentinel(options));
+    // Where the primary is found, apart from the options every Redis backend takes.
+    const { sentinels, service, username, password, db, sentinelUsername, sentinelPassword, sentinelTls, ...redis } =
+      options;
+    const sentinel = { service, username, password, db, sentinelUsername, sentinelPassword, sentinelTls };
+    return new Backend(WRAP, NativeBackend.sentinel(sentinels, sentinel, redis));
+  }
 
   get memoryKeys() {
     return this.#native.memoryKeys;

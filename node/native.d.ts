@@ -63,6 +63,14 @@ export declare class NativeBackend {
   static redis(url: string, options?: RedisOptions): NativeBackend
   /** A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs). */
   static cluster(seeds: string[], options?: RedisOptions): NativeBackend
+  /**
+   * A Sentinel-managed primary, found through any of `sentinels` (`'host:port'`): every connection
+   * asks the sentinels where the primary is and confirms its role first, so a failover is
+   * followed and no call goes to a replica. `options` are `Backend.redis()`'s (`tls`: the data
+   * nodes speak TLS). The URL form `redis+sentinel://[user:password@]host:port[,…]/service[/db]`
+   * works wherever a Redis URL does.
+   */
+  static sentinel(sentinels: string[], sentinel: SentinelOptions, options?: RedisOptions): NativeBackend
   /** Keys held by a memory backend (expired ones included until swept); `null` for Redis. */
   get memoryKeys(): number | null
   /** What the failure policy has done so far (all 0 for memory backends). */
@@ -806,6 +814,33 @@ export interface RedisOptions {
    * fleet-wide.
    */
   onConflict?: 'warn' | 'raise'
+  /**
+   * How many replicas must acknowledge each call's writes (`WAIT`) before it admits (default
+   * 0: no waiting); too few within `deadlineMs` fail the call as unavailable, and
+   * `failurePolicy` decides (`'fail_open'` then admits).
+   */
+  replicaAcks?: number
+}
+
+/**
+ * Where a Sentinel-managed primary is found (`Backend.sentinel()`; the rest of its options are
+ * `RedisOptions`, with `tls` the data nodes' TLS).
+ */
+export interface SentinelOptions {
+  /** The name the sentinels know the primary by (their `sentinel monitor` line). */
+  service?: string
+  /** The data nodes' user (ACL). */
+  username?: string
+  /** The data nodes' password. */
+  password?: string
+  /** The data nodes' database number (default 0). */
+  db?: number
+  /** The sentinels' user (their ACL is separate from the data nodes'). */
+  sentinelUsername?: string
+  /** The sentinels' password. */
+  sentinelPassword?: string
+  /** The sentinels speak TLS, trusting these certificates (separate from the data nodes'). */
+  sentinelTls?: TlsOptions
 }
 
 /** Names this process's language in the registry (index.js calls it with Node's version). */

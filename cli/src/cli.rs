@@ -24,15 +24,29 @@ pub struct Cli {
 /// The backend every subcommand talks to (global: accepted before or after the subcommand).
 #[derive(Debug, Args, Clone, Default)]
 pub struct BackendArgs {
-    /// Redis URL (`redis://`, `rediss://`, with user and password) [env: RATEKEEPER_REDIS_URL,
-    /// used when neither --redis nor --cluster is given].
+    /// Redis URL (`redis://`, `rediss://`, `redis+sentinel://`, with user and password) [env:
+    /// RATEKEEPER_REDIS_URL, used when none of --redis, --cluster, --sentinel is given].
     // The variable is read by `ops::connect`, not by clap: clap would count it as `--redis`, and
     // `--cluster` would then conflict with a variable set for another purpose.
     #[arg(long, global = true, value_name = "URL", conflicts_with = "cluster")]
     pub redis: Option<String>,
     /// Redis Cluster seed node URL; repeat it or give a comma-separated list.
-    #[arg(long, global = true, value_name = "SEED", value_delimiter = ',')]
+    #[arg(long, global = true, value_name = "SEED", value_delimiter = ',', conflicts_with = "sentinel")]
     pub cluster: Vec<String>,
+    /// A Sentinel-managed primary: its sentinels, `host:port`; repeat it or give a comma-separated
+    /// list (with --service). `--redis redis+sentinel://…` does the same.
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        value_delimiter = ',',
+        requires = "service",
+        conflicts_with = "redis"
+    )]
+    pub sentinel: Vec<String>,
+    /// The name the sentinels know the primary by (with --sentinel).
+    #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
+    pub service: Option<String>,
     /// Key prefix (namespace) of the limiters: the one the processes were given, or the
     /// library's default.
     // The default is the core's constant (one source), so the help cannot name another.
@@ -263,6 +277,19 @@ mod tests {
         assert_eq!((run.name.as_str(), run.wait), ("job", 2.5));
         assert_eq!(run.command, ["sh", "-c", "exit 3"]);
         assert!(Cli::try_parse_from(["ratekeeper", "run", "job"]).is_err());
+    }
+
+    #[test]
+    fn sentinels_repeat_or_split_on_commas_and_need_a_service() {
+        let cli = Cli::try_parse_from(["ratekeeper", "--sentinel", "a:1,b:2", "--service", "s", "limits"]).unwrap();
+        assert_eq!(
+            (cli.backend.sentinel, cli.backend.service.as_deref()),
+            (vec!["a:1".into(), "b:2".into()], Some("s"))
+        );
+        assert!(Cli::try_parse_from(["ratekeeper", "--sentinel", "a:1", "limits"]).is_err(), "no --service");
+        assert!(Cli::try_parse_from(["ratekeeper", "--service", "s", "limits"]).is_err(), "no --sentinel");
+        let both = ["ratekeeper", "--sentinel", "a:1", "--service", "s", "--cluster", "redis://c:1", "limits"];
+        assert!(Cli::try_parse_from(both).is_err());
     }
 
     #[test]

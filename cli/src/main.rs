@@ -54,7 +54,8 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             }
             // The README's first command stays on memory unless a flag says otherwise: a
             // RATEKEEPER_REDIS_URL set for the operator commands does not move it.
-            let explicit = cli.backend.redis.is_some() || !cli.backend.cluster.is_empty();
+            let explicit =
+                cli.backend.redis.is_some() || !cli.backend.cluster.is_empty() || !cli.backend.sentinel.is_empty();
             let backend = if explicit { ops::connect(&cli.backend)? } else { None };
             let backend = backend.unwrap_or_else(Backend::memory);
             demo::run(&config, &backend)?;

@@ -57,6 +57,9 @@ pub fn connect(args: &BackendArgs) -> Result<Option<Backend>, Failure> {
     let mut config = match (&args.redis, args.cluster.is_empty()) {
         (Some(url), _) => RedisConfig::new(url.clone()),
         (None, false) => RedisConfig::cluster(args.cluster.clone()),
+        (None, true) if !args.sentinel.is_empty() => {
+            RedisConfig::sentinel(args.sentinel.clone(), args.service.clone().unwrap_or_default())
+        }
         (None, true) => match from_env() {
             Some(url) => RedisConfig::new(url),
             None => return Ok(None),

@@ -7,8 +7,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use ratekeeper_test_support::sentinel::SERVICE;
 use serde_json::Value;
-use support::{mask, ratekeeper, run, wait_until, RedisCluster, RedisServer};
+use support::{mask, ratekeeper, run, wait_until, RedisCluster, RedisServer, SentinelGroup};
 
 /// A generous hang guard for things that happen in milliseconds.
 const HANG: Duration = Duration::from_secs(60);
@@ -231,6 +232,12 @@ fn operate_a_standalone_redis() {
 fn operate_a_cluster() {
     let cluster = RedisCluster::start();
     operate(&["--cluster", &cluster.seeds().join(",")]);
+}
+
+#[test]
+fn operate_a_sentinel_managed_primary() {
+    let group = SentinelGroup::start();
+    operate(&["--sentinel", &group.sentinel_addresses().join(","), "--service", SERVICE]);
 }
 
 #[test]

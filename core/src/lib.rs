@@ -41,7 +41,8 @@ mod views;
 
 pub use backend::redis::driven;
 pub use backend::{
-    lua_sources, redact_url, Backend, BackendStats, FailurePolicy, MemoryConfig, OnConflict, RedisConfig, TlsConfig,
+    lua_sources, redact_url, Backend, BackendStats, FailurePolicy, MemoryConfig, OnConflict, RedisConfig,
+    SentinelConfig, TlsConfig,
 };
 pub use backoff::Backoff;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};

@@ -45,7 +45,7 @@ function args(c) {
 function redisOptions(a) {
   const options = {};
   for (const [k, v] of Object.entries(a)) {
-    if (k === 'url' || k === 'seeds') continue;
+    if (k === 'url' || k === 'seeds' || k === 'sentinels' || k === 'service') continue;
     if (k === 'prefix') options.prefix = v;
     else if (k === 'failure_policy') options.failurePolicy = v === 'fallback' ? { fallback: a.fallback_divisor } : v;
     else if (k === 'fallback_divisor') {
@@ -54,6 +54,8 @@ function redisOptions(a) {
     else if (k === 'connect_timeout') options.connectTimeoutMs = ms(v);
     else if (k === 'tls_ca_data') options.tls = { ...options.tls, ca: v };
     else if (k === 'tls_cert') options.tls = { ...options.tls, cert: v };
+    else if (k === 'replica_acks') options.replicaAcks = v;
+    else if (k === 'db') options.db = v;
     else throw new NotExpressible(`Node has no option for ${k}`);
   }
   return options;
@@ -86,6 +88,10 @@ function calls(c) {
     case 'cluster': {
       const options = redisOptions(a);
       return { thunks: [() => Backend.cluster(a.seeds, options)] };
+    }
+    case 'sentinel': {
+      const options = redisOptions(a);
+      return { thunks: [() => Backend.sentinel({ sentinels: a.sentinels, service: a.service, ...options })] };
     }
     case 'bucket':
     case 'window':

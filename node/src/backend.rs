@@ -79,6 +79,10 @@ pub struct RedisOptions {
     /// fleet-wide.
     #[napi(ts_type = "'warn' | 'raise'")]
     pub on_conflict: Option<String>,
+    /// How many replicas must acknowledge each call's writes (`WAIT`) before it admits (default
+    /// 0: no waiting); too few within `deadlineMs` fail the call as unavailable, and
+    /// `failurePolicy` decides (`'fail_open'` then admits).
+    pub replica_acks: Option<f64>,
 }
 options!(RedisOptions {
     prefix,
@@ -89,7 +93,37 @@ options!(RedisOptions {
     clock,
     deny_cache,
     deny_cache_max_entries,
-    on_conflict
+    on_conflict,
+    replica_acks
+});
+
+/// Where a Sentinel-managed primary is found (`Backend.sentinel()`; the rest of its options are
+/// `RedisOptions`, with `tls` the data nodes' TLS).
+#[napi(object, object_to_js = false)]
+pub struct SentinelOptions {
+    /// The name the sentinels know the primary by (their `sentinel monitor` line).
+    pub service: Option<String>,
+    /// The data nodes' user (ACL).
+    pub username: Option<String>,
+    /// The data nodes' password.
+    pub password: Option<String>,
+    /// The data nodes' database number (default 0).
+    pub db: Option<f64>,
+    /// The sentinels' user (their ACL is separate from the data nodes').
+    pub sentinel_username: Option<String>,
+    /// The sentinels' password.
+    pub sentinel_password: Option<String>,
+    /// The sentinels speak TLS, trusting these certificates (separate from the data nodes').
+    pub sentinel_tls: Option<TlsOptions>,
+}
+options!(SentinelOptions {
+    service,
+    username,
+    password,
+    db,
+    sentinel_username,
+    sentinel_password,
+    sentinel_tls: TlsOptions
 });
 
 /// Options shared by every limiter constructor.
@@ -252,15 +286,10 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
         config = config.connect_timeout(duration_from_millis("connect_timeout", ms)?);
     }
     if let Some(tls) = o.tls {
-        let mut t = TlsConfig::default();
-        t.ca_cert_pem = tls.ca.map(|Pem(ca)| ca);
-        match (tls.cert, tls.key) {
-            (Some(Pem(cert)), Some(Pem(key))) => t.client_cert_and_key_pem = Some((cert, key)),
-            (None, None) => {}
-            (Some(_), None) => return Err(Error::invalid_field("tls.key", "is required with `cert`")),
-            (None, Some(_)) => return Err(Error::invalid_field("tls.cert", "is required with `key`")),
+        if let Some(sentinel) = &mut config.sentinel {
+            sentinel.tls = true;
         }
-        config = config.tls(t);
+        config = config.tls(tls_config(tls, "tls")?);
     }
     if let Some(ClockOption(clock)) = o.clock {
         config = config.clock(clock);
@@ -276,7 +305,61 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
             usize::try_from(count_from_f64("deny_cache_max_entries", n)?).unwrap_or(usize::MAX),
         );
     }
+    if let Some(n) = o.replica_acks {
+        let n = cost_from_f64("replica_acks", n)?;
+        let n =
+            u32::try_from(n).map_err(|_| Error::invalid("replica_acks", format!("must be at most {}", u32::MAX)))?;
+        config = config.replica_acks(n);
+    }
     ratekeeper::Backend::redis_with(config)
+}
+
+/// The TLS material of `tls`, its parts named under `parameter` (`tls.key`).
+fn tls_config(tls: TlsOptions, parameter: &str) -> CoreResult<TlsConfig> {
+    let mut t = TlsConfig::default();
+    t.ca_cert_pem = tls.ca.map(|Pem(ca)| ca);
+    match (tls.cert, tls.key) {
+        (Some(Pem(cert)), Some(Pem(key))) => t.client_cert_and_key_pem = Some((cert, key)),
+        (None, None) => {}
+        (Some(_), None) => return Err(Error::invalid_field(format!("{parameter}.key"), "is required with `cert`")),
+        (None, Some(_)) => return Err(Error::invalid_field(format!("{parameter}.cert"), "is required with `key`")),
+    }
+    Ok(t)
+}
+
+/// A required array of strings (`seeds`, `sentinels`); an item of the wrong type is named by its
+/// index, as the core names one it refuses.
+fn strings(value: &Option<Unknown<'_>>, parameter: &'static str) -> CoreResult<Vec<String>> {
+    let list = args::required(Js::opt(value), parameter)?.array(parameter)?;
+    let item = |(i, s): (usize, Js)| {
+        s.string(parameter).map_err(|e| match e {
+            Error::InvalidArgument { message, .. } => Error::invalid_field(format!("{parameter}[{i}]"), message),
+            other => other,
+        })
+    };
+    list.into_iter().enumerate().map(item).collect()
+}
+
+/// The configuration of a Sentinel-managed primary behind `sentinels` from `Backend.sentinel()`'s
+/// options.
+fn sentinel_config(sentinels: Vec<String>, o: Option<SentinelOptions>) -> CoreResult<RedisConfig> {
+    let o = o.ok_or_else(|| Error::invalid("service", "is required (the name the sentinels monitor)"))?;
+    let service = o.service.ok_or_else(|| Error::invalid("service", "is required (the name the sentinels monitor)"))?;
+    let mut sentinel = ratekeeper::SentinelConfig::new(sentinels.clone(), service.clone());
+    sentinel.username = o.username;
+    sentinel.password = o.password;
+    if let Some(db) = o.db {
+        if !(db.is_finite() && db.fract() == 0.0 && db >= 0.0 && db <= i32::MAX as f64) {
+            return Err(Error::invalid("db", format!("must be a whole number from 0, got {db}")));
+        }
+        sentinel.db = db as i64;
+    }
+    sentinel.sentinel_username = o.sentinel_username;
+    sentinel.sentinel_password = o.sentinel_password;
+    sentinel.sentinel_tls = o.sentinel_tls.map(|t| tls_config(t, "sentinelTls")).transpose()?;
+    let mut config = RedisConfig::sentinel(sentinels, service);
+    config.sentinel = Some(sentinel);
+    Ok(config)
 }
 
 /// The count and interval of `bucket` / `window`: `(name, limit, interval, options?)` with the
@@ -368,22 +451,29 @@ impl Backend {
     #[napi(factory, ts_args_type = "seeds: string[], options?: RedisOptions")]
     pub fn cluster(env: Env, seeds: Option<Unknown<'_>>, options: Option<Unknown<'_>>) -> napi::Result<Self> {
         guard(&env, || {
-            let result = args::required(Js::opt(&seeds), "seeds")
-                .and_then(|s| s.array("seeds"))
-                .and_then(|list| {
-                    // A seed of the wrong type is named by its index, as the core names one of
-                    // the wrong scheme.
-                    let seed = |(i, s): (usize, Js)| {
-                        s.string("seeds").map_err(|e| match e {
-                            Error::InvalidArgument { message, .. } => {
-                                Error::invalid_field(format!("seeds[{i}]"), message)
-                            }
-                            other => other,
-                        })
-                    };
-                    list.into_iter().enumerate().map(seed).collect::<CoreResult<Vec<_>>>()
-                })
+            let result = strings(&seeds, "seeds")
                 .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), options::optional(&options)?));
+            flush_at_exit(&env);
+            Ok(Backend { inner: core(&env, result)? })
+        })
+    }
+
+    /// A Sentinel-managed primary, found through any of `sentinels` (`'host:port'`): every connection
+    /// asks the sentinels where the primary is and confirms its role first, so a failover is
+    /// followed and no call goes to a replica. `options` are `Backend.redis()`'s (`tls`: the data
+    /// nodes speak TLS). The URL form `redis+sentinel://[user:password@]host:port[,…]/service[/db]`
+    /// works wherever a Redis URL does.
+    #[napi(factory, ts_args_type = "sentinels: string[], sentinel: SentinelOptions, options?: RedisOptions")]
+    pub fn sentinel(
+        env: Env,
+        sentinels: Option<Unknown<'_>>,
+        sentinel: Option<Unknown<'_>>,
+        options: Option<Unknown<'_>>,
+    ) -> napi::Result<Self> {
+        guard(&env, || {
+            let result = strings(&sentinels, "sentinels")
+                .and_then(|sentinels| sentinel_config(sentinels, options::optional::<SentinelOptions>(&sentinel)?))
+                .and_then(|config| redis_backend(config, options::optional(&options)?));
             flush_at_exit(&env);
             Ok(Backend { inner: core(&env, result)? })
         })

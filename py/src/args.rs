@@ -53,7 +53,10 @@ params! {
     PTotalRate = "total_rate", PPartitions = "partitions", PLeaseTtl = "lease_ttl", PReserved = "reserved",
     PMaxPause = "max_pause", PTlsCaFile = "tls_ca_file", PTlsCertFile = "tls_cert_file",
     PTlsKeyFile = "tls_key_file", PBlockFor = "block_for", PShadow = "shadow", PDenyCache = "deny_cache",
-    PDenyCacheMaxEntries = "deny_cache_max_entries", POnConflict = "on_conflict",
+    PDenyCacheMaxEntries = "deny_cache_max_entries",
+    PReplicaAcks = "replica_acks", PService = "service", PUsername = "username", PPassword = "password", PDb = "db",
+    PTls = "tls", PSentinelUsername = "sentinel_username", PSentinelPassword = "sentinel_password",
+    PSentinelTls = "sentinel_tls", PSentinels = "sentinels", PSeeds = "seeds", POnConflict = "on_conflict",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {

@@ -14,10 +14,11 @@ use ratekeeper::{
 use crate::args::Key;
 use crate::args::{
     invalid, Cost, Count, Flag, Float, Interval, LimitOrRate, PAllowFallback, PAnchor, PCapacity, PChunk,
-    PConnectTimeout, PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout,
-    PMaxKeys, PName, POnConflict, PPartitions, PPeriod, PPrefix, PPriority, PRate, PRefill, PReserved, PSize,
-    PTlsCaFile, PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl, PWaitTimeout, Param, PolicyName, Seconds, SpecArg,
-    Text, Timeout,
+    PConnectTimeout, PDb, PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit,
+    PLockTimeout, PMaxKeys, PName, POnConflict, PPartitions, PPassword, PPeriod, PPrefix, PPriority, PRate, PRefill,
+    PReplicaAcks, PReserved, PSeeds, PSentinelPassword, PSentinelTls, PSentinelUsername, PSentinels, PService, PSize,
+    PTls, PTlsCaFile, PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl, PUsername, PWaitTimeout, Param, PolicyName,
+    Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -77,6 +78,22 @@ fn items<'py>(obj: Borrowed<'_, 'py, PyAny>, parameter: &'static str) -> PyResul
     iter.collect()
 }
 
+/// The strings of the sequence `obj` (parameter `parameter`, each `hint`, e.g. `host:port`); an
+/// item that is not one is named by its index (`seeds[1]`), as the core names one it refuses.
+fn strings<P: Param>(obj: Borrowed<'_, '_, PyAny>, hint: &str) -> PyResult<Vec<String>> {
+    let mut strings = Vec::new();
+    for (i, item) in items(obj, P::NAME)?.into_iter().enumerate() {
+        strings.push(item.extract::<Text<'_, P>>().map(|t| t.0.to_owned()).map_err(|_| {
+            let message = format!(
+                "must be a str ({hint}), got {}",
+                item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            );
+            crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("{}[{i}]", P::NAME), message))
+        })?);
+    }
+    Ok(strings)
+}
+
 /// Redis Cluster seed URLs.
 pub(crate) struct Seeds(Vec<String>);
 
@@ -85,21 +102,23 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Seeds {
     const INPUT_TYPE: PyStaticExpr = type_hint_subscript!(SEQUENCE, STR);
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let mut seeds = Vec::new();
-        for (i, item) in items(obj, "seeds")?.into_iter().enumerate() {
-            seeds.push(item.extract::<Text<'_, PUrl>>().map(|t| t.0.to_owned()).map_err(|_| {
-                // The seed at fault, by its index (as the core names a seed of the wrong scheme).
-                let message = format!(
-                    "must be a str (redis://host:port), got {}",
-                    item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-                );
-                crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("seeds[{i}]"), message))
-            })?);
-        }
+        let seeds = strings::<PSeeds>(obj, "redis://host:port")?;
         if seeds.is_empty() {
             return Err(invalid(obj.py(), "seeds", "at least one seed node is required".into()));
         }
         Ok(Seeds(seeds))
+    }
+}
+
+/// Sentinel addresses (`"host:port"`), checked by the core (each named `sentinels[i]`).
+pub(crate) struct Sentinels(Vec<String>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Sentinels {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_subscript!(SEQUENCE, STR);
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Sentinels(strings::<PSentinels>(obj, "host:port")?))
     }
 }
 
@@ -271,6 +290,9 @@ macro_rules! backend_pymethods {
             ///   least the refused cost is refused from memory until its `retry_after`, with no
             ///   round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
             ///   holds (default 10,000).
+            /// - `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`)
+            ///   before it admits (default 0: no waiting); too few within `deadline` fail the call as
+            ///   unavailable, and `failure_policy` decides (`"fail_open"` then admits).
             /// - `on_conflict`: what building a limiter whose spec differs from the one live
             ///   processes use under its name does: `"warn"` (default: build it, warn once on
             ///   stderr naming both specs, count it in `metrics().spec_conflicts`, show it in
@@ -292,6 +314,54 @@ macro_rules! backend_pymethods {
             fn cluster<$lt>(py: Python<'_>, seeds: Seeds, $($option: Option<$ty>),*) -> PyResult<Self> {
                 let options = RedisOptions { $($option),* };
                 Backend::connect(py, options.apply(py, RedisConfig::cluster(seeds.0))?, "cluster")
+            }
+
+            /// A Sentinel-managed primary named `service` (the name in the sentinels' `sentinel
+            /// monitor` line), found through any of `sentinels` (`"host:port"`, port 26379 when left
+            /// out). Every connection asks the sentinels where the primary is and confirms its role
+            /// before any call, so a failover is followed and no call goes to a replica.
+            ///
+            /// - `username`, `password`, `db`, `tls`: the data nodes' (primary's) credentials,
+            ///   database and TLS (its certificates: the `tls_*` options);
+            /// - `sentinel_username`, `sentinel_password`, `sentinel_tls`: the sentinels' own (with
+            ///   `sentinel_tls`, they are trusted with the same `tls_*` certificates).
+            ///
+            /// Takes the same options as `Backend.redis`. The URL form
+            /// `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]` works
+            /// wherever a Redis URL does.
+            #[staticmethod]
+            #[pyo3(signature = (
+                sentinels, service, *, username = None, password = None, db = None, tls = None,
+                sentinel_username = None, sentinel_password = None, sentinel_tls = None, $($option = None),*
+            ))]
+            #[allow(clippy::too_many_arguments)]
+            fn sentinel<$lt>(
+                py: Python<'_>,
+                sentinels: Sentinels,
+                service: Text<$lt, PService>,
+                username: Option<Text<$lt, PUsername>>,
+                password: Option<Text<$lt, PPassword>>,
+                db: Option<Cost<PDb>>,
+                tls: Option<Flag<PTls>>,
+                sentinel_username: Option<Text<$lt, PSentinelUsername>>,
+                sentinel_password: Option<Text<$lt, PSentinelPassword>>,
+                sentinel_tls: Option<Flag<PSentinelTls>>,
+                $($option: Option<$ty>),*
+            ) -> PyResult<Self> {
+                let options = RedisOptions { $($option),* };
+                let mut sentinel = ratekeeper::SentinelConfig::new(sentinels.0, service.0.to_owned());
+                sentinel.username = username.map(|u| u.0.to_owned());
+                sentinel.password = password.map(|p| p.0.to_owned());
+                sentinel.db = db.map_or(0, |d| i64::try_from(d.0).unwrap_or(i64::MAX));
+                sentinel.tls = tls.is_some_and(|t| t.0);
+                sentinel.sentinel_username = sentinel_username.map(|u| u.0.to_owned());
+                sentinel.sentinel_password = sentinel_password.map(|p| p.0.to_owned());
+                let mut config = options.apply(py, RedisConfig::sentinel(sentinel.sentinels.clone(), &sentinel.service))?;
+                if sentinel_tls.is_some_and(|t| t.0) {
+                    sentinel.sentinel_tls = Some(config.tls.clone().unwrap_or_default());
+                }
+                config.sentinel = Some(sentinel);
+                Backend::connect(py, config, "sentinel")
             }
 
             $($methods)*
@@ -378,6 +448,11 @@ impl RedisOptions<'_> {
         if let Some(c) = self.clock {
             config = config.clock(c.0);
         }
+        if let Some(n) = self.replica_acks {
+            let n = u32::try_from(n.0)
+                .map_err(|_| invalid(py, "replica_acks", format!("must be at most {}, got {}", u32::MAX, n.0)))?;
+            config = config.replica_acks(n);
+        }
         Ok(config)
     }
 }
@@ -409,6 +484,7 @@ backend_pymethods! {
         clock: ClockArg,
         deny_cache: Flag<PDenyCache>,
         deny_cache_max_entries: Count<PDenyCacheMaxEntries>,
+        replica_acks: Cost<PReplicaAcks>,
         on_conflict: Text<'a, POnConflict>,
     }
 
@@ -438,7 +514,7 @@ backend_pymethods! {
         Ok(Backend { inner, kind: "memory" })
     }
 
-    /// `"memory"`, `"redis"` or `"cluster"`.
+    /// `"memory"`, `"redis"`, `"cluster"` or `"sentinel"`.
     #[getter]
     fn kind(&self) -> &'static str {
         self.kind

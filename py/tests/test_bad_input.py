@@ -55,7 +55,7 @@ def arguments(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def redis_options(a: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in a.items() if k not in ("url", "seeds")}
+    return {k: v for k, v in a.items() if k not in ("url", "seeds", "sentinels", "service")}
 
 
 def fresh_backend() -> ratekeeper.Backend:
@@ -79,6 +79,8 @@ def call(case: dict[str, Any]) -> None:
         ratekeeper.Backend.cluster(a["seeds"], **redis_options(a))
     elif name in ("bucket", "window") and "rate" in a:
         getattr(fresh_backend(), name)(a["name"], a["rate"])
+    elif name == "sentinel":
+        ratekeeper.Backend.sentinel(a["sentinels"], a["service"], **redis_options(a))
     elif name in ("bucket", "window"):
         getattr(fresh_backend(), name)(a["name"], a["limit"], a["interval"])
     elif name == "windows":

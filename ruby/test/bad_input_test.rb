@@ -65,8 +65,11 @@ class BadInputTest < Minitest::Test
     when "redis"
       Ratekeeper::Backend.redis(a["url"], **o["prefix", "failure_policy", "fallback_divisor", "deadline", "connect_timeout",
                                               "tls_ca_file", "tls_ca_data", "tls_cert_file", "tls_key_file",
-                                              "deny_cache", "deny_cache_max_entries"])
-    when "cluster" then Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline"])
+                                              "deny_cache", "deny_cache_max_entries", "replica_acks"])
+    when "cluster"
+      Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline", "replica_acks"])
+    when "sentinel"
+      Ratekeeper::Backend.sentinel(a["sentinels"], a["service"], **o["db", "prefix", "deadline", "replica_acks"])
     when "bucket", "window"
       if a.key?("rate")
         Ratekeeper::Limiter.public_send(c["call"], a["name"], a["rate"], backend: backend)

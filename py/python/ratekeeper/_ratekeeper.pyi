@@ -69,7 +69,7 @@ class Backend:
         Removes the override of `name`, or of one `key` of it (nothing if there is none).
         """
     @staticmethod
-    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, on_conflict: str | None = None) -> Backend:
+    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, replica_acks: int | None = None, on_conflict: str | None = None) -> Backend:
         """
         A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
         redirections are followed. Takes the same options as `Backend.redis`.
@@ -94,7 +94,7 @@ class Backend:
     @property
     def kind(self, /) -> str:
         """
-        `"memory"`, `"redis"` or `"cluster"`.
+        `"memory"`, `"redis"`, `"cluster"` or `"sentinel"`.
         """
     def leaky(self, /, name: str, size: int, drain: float) -> Limiter:
         """
@@ -159,7 +159,7 @@ class Backend:
         `prometheus_client` registry.
         """
     @staticmethod
-    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, on_conflict: str | None = None) -> Backend:
+    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, replica_acks: int | None = None, on_conflict: str | None = None) -> Backend:
         """
         A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…`
         (TLS). Nothing connects until the first call; backends for the same URL share one
@@ -178,11 +178,31 @@ class Backend:
           least the refused cost is refused from memory until its `retry_after`, with no
           round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
           holds (default 10,000).
+        - `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`)
+          before it admits (default 0: no waiting); too few within `deadline` fail the call as
+          unavailable, and `failure_policy` decides (`"fail_open"` then admits).
         - `on_conflict`: what building a limiter whose spec differs from the one live
           processes use under its name does: `"warn"` (default: build it, warn once on
           stderr naming both specs, count it in `metrics().spec_conflicts`, show it in
           `limiters()`), or `"raise"` (read the registry first and raise `InvalidArgument`
           naming `spec`). `set_limit` is how to change a limit fleet-wide.
+        """
+    @staticmethod
+    def sentinel(sentinels: Sequence[str], service: str, *, username: str | None = None, password: str | None = None, db: int | None = None, tls: bool | None = None, sentinel_username: str | None = None, sentinel_password: str | None = None, sentinel_tls: bool | None = None, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, replica_acks: int | None = None, on_conflict: str | None = None) -> Backend:
+        """
+        A Sentinel-managed primary named `service` (the name in the sentinels' `sentinel
+        monitor` line), found through any of `sentinels` (`"host:port"`, port 26379 when left
+        out). Every connection asks the sentinels where the primary is and confirms its role
+        before any call, so a failover is followed and no call goes to a replica.
+
+        - `username`, `password`, `db`, `tls`: the data nodes' (primary's) credentials,
+          database and TLS (its certificates: the `tls_*` options);
+        - `sentinel_username`, `sentinel_password`, `sentinel_tls`: the sentinels' own (with
+          `sentinel_tls`, they are trusted with the same `tls_*` certificates).
+
+        Takes the same options as `Backend.redis`. The URL form
+        `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]` works
+        wherever a Redis URL does.
         """
     def set_limit(self, /, name: str, spec: str | Mapping[str, Any], key: str | None = None) -> None:
         """

@@ -36,6 +36,9 @@ module Ratekeeper
     # the server's CA, `tls_cert_file` with `tls_key_file` for mutual TLS, read and checked now.
     # `deny_cache: true` remembers refusals in this process until their retry_after (at most
     # `deny_cache_max_entries` of them, default 10,000): see Limiter#with_deny_cache.
+    # `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`) before it
+    # admits (default 0); too few within `deadline` fail the call as unavailable, and the failure
+    # policy decides (:fail_open then admits).
     # `on_conflict: :raise` refuses to build a limiter whose spec differs from the one live
     # processes use under its name (default :warn: build it, say so once on stderr, count it).
     # `clock`: a `ManualClock` for tests; the scripts then take their time from it instead of the
@@ -53,9 +56,46 @@ module Ratekeeper
       from_config({ kind: "cluster", seeds: seeds }.merge(redis_options(**options)), :cluster, clock: clock)
     end
 
+    # A Sentinel-managed primary named `service` (the name in the sentinels' `sentinel monitor`
+    # line), found through any of `sentinels` ("host:port", port 26379 when left out): every
+    # connection asks the sentinels where the primary is and confirms its role first, so a
+    # failover is followed and no call goes to a replica. `username`, `password`, `db` and `tls`
+    # (true: TLS with the `tls_*` certificates) are the data nodes'; `sentinel_username`,
+    # `sentinel_password` and `sentinel_tls` (true: TLS, trusting the same certificates) the
+    # sentinels' own. The other options are those of `Backend.redis`. A
+    # `redis+sentinel://[user:password@]host:port[,host:port]/service[/db]` URL given to
+    # `Backend.redis` (or `REDIS_URL`) does the same.
+    def self.sentinel(sentinels, service, username: nil, password: nil, db: nil, tls: nil, sentinel_username: nil,
+                      sentinel_password: nil, sentinel_tls: nil, clock: nil, **options)
+      Ratekeeper.invalid!("sentinels", "must be an Array of \"host:port\", got #{sentinels.inspect}") unless sentinels.is_a?(Array)
+      place = {
+        addresses: sentinels.each_with_index.map { |s, i| Args.string(s, "sentinels[#{i}]", allow_nil: false) },
+        service: Args.string(service, "service", allow_nil: false),
+        username: Args.string(username, "username"), password: Args.string(password, "password"),
+        sentinel_username: Args.string(sentinel_username, "sentinel_username"),
+        sentinel_password: Args.string(sentinel_password, "sentinel_password")
+      }
+      place[:db] = Args.count(db, "db", Args::U32_MAX) unless db.nil?
+      { tls: tls, sentinel_tls: sentinel_tls }.each do |name, on|
+        next if on.nil?
+
+        Ratekeeper.invalid!(name.to_s, "must be true or false, got #{on.inspect}") unless [true, false].include?(on)
+        place[name] = on
+      end
+      config = { kind: "sentinel", sentinel: place.compact }.merge(redis_options(**options))
+      from_config(config, :sentinel, clock: clock)
+    rescue InvalidArgument => e
+      # The C ABI names the fields of its `sentinel` object; Ruby's are the arguments.
+      raise e unless e.parameter.to_s.start_with?("sentinel.")
+
+      parameter = e.parameter.sub("sentinel.addresses", "sentinels").sub("sentinel.", "")
+      raise InvalidArgument.new(e.message.sub(e.parameter, parameter), parameter: parameter)
+    end
+
     def self.redis_options(prefix: nil, failure_policy: nil, fallback_divisor: nil, deadline: nil, connect_timeout: nil,
                            tls_ca_file: nil, tls_ca_data: nil, tls_cert_file: nil, tls_key_file: nil,
-                           deny_cache: nil, deny_cache_max_entries: nil, on_conflict: nil) # :nodoc:
+                           deny_cache: nil, deny_cache_max_entries: nil, replica_acks: nil,
+                           on_conflict: nil) # :nodoc:
       options = { prefix: Args.string(prefix, "prefix") }
       unless failure_policy.nil?
         policy = failure_policy.to_s
@@ -83,6 +123,7 @@ module Ratekeeper
       unless deny_cache_max_entries.nil?
         options[:deny_cache_max_entries] = Args.count(deny_cache_max_entries, "deny_cache_max_entries")
       end
+      options[:replica_acks] = Args.count(replica_acks, "replica_acks", Args::U32_MAX) unless replica_acks.nil?
       options[:on_conflict] = on_conflict.to_s unless on_conflict.nil? # checked by the library
       options.compact
     end

@@ -113,6 +113,8 @@ impl TlsConfig {
     }
 }
 
+pub use super::sentinel::SentinelConfig;
+
 /// Configuration of a Redis or Redis Cluster backend. Its `Debug` form hides the user and
 /// password of every URL (see [`super::redact::redact_url`]).
 #[derive(Clone)]
@@ -146,6 +148,12 @@ pub struct RedisConfig {
     /// What building a limiter whose spec differs from the live processes' does (default
     /// [`OnConflict::Warn`]).
     pub on_conflict: OnConflict,
+    /// A Sentinel-managed primary, found through its sentinels (see [`RedisConfig::sentinel`]);
+    /// `None` for a standalone server or a cluster. A `redis+sentinel://` URL in `urls` fills it.
+    pub sentinel: Option<SentinelConfig>,
+    /// How many replicas must acknowledge each call's writes (`WAIT`) before its decision
+    /// admits (default 0: no waiting). See the backends page for what it guarantees.
+    pub replica_acks: u32,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -163,6 +171,8 @@ impl std::fmt::Debug for RedisConfig {
             .field("deny_cache", &self.deny_cache)
             .field("deny_cache_max_entries", &self.deny_cache_max_entries)
             .field("on_conflict", &self.on_conflict)
+            .field("sentinel", &self.sentinel)
+            .field("replica_acks", &self.replica_acks)
             .finish()
     }
 }
@@ -182,7 +192,28 @@ impl RedisConfig {
             deny_cache: false,
             deny_cache_max_entries: DEFAULT_DENY_CACHE_MAX_ENTRIES,
             on_conflict: OnConflict::Warn,
+            sentinel: None,
+            replica_acks: 0,
         }
+    }
+
+    /// A Sentinel-managed primary named `service`, found through any of `sentinels`
+    /// (`host:port`, port 26379 when left out). Set the data nodes' credentials, database and
+    /// TLS, and the sentinels' own, on [`RedisConfig::sentinel`]'s fields; the URL form
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]` (given to
+    /// [`RedisConfig::new`]) does the same.
+    pub fn sentinel<S: Into<String>>(sentinels: impl IntoIterator<Item = S>, service: impl Into<String>) -> Self {
+        let sentinel = SentinelConfig::new(sentinels.into_iter().map(Into::into).collect(), service.into());
+        let mut config = RedisConfig::new(sentinel.display_url());
+        config.sentinel = Some(sentinel);
+        config
+    }
+
+    /// Sets how many replicas must acknowledge each call's writes (see
+    /// [`RedisConfig::replica_acks`]).
+    pub fn replica_acks(mut self, replicas: u32) -> Self {
+        self.replica_acks = replicas;
+        self
     }
 
     /// A Redis Cluster reached through any of `seeds`.

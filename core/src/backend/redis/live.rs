@@ -255,7 +255,8 @@ impl RedisBackend {
         };
         let mut pipe = redis::pipe();
         pipe.add_command(eval);
-        let (reply,): (Vec<Value>,) = self.query(&pipe).await?;
+        // With `replica_acks`, an override is acknowledged like any write of state.
+        let (reply,): (Vec<Value>,) = self.query_acked(&pipe).await?;
         match reply.as_slice() {
             [Value::Int(1), Value::BulkString(identity)] => {
                 self.live.set_local(name, key, spec, Some(String::from_utf8_lossy(identity).into_owned()));

@@ -17,6 +17,7 @@ pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
 mod seal;
+pub(crate) mod sentinel;
 mod spec_conflicts;
 pub(crate) mod sync_client;
 mod views;
@@ -211,15 +212,16 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
-    pub(crate) fn new(config: RedisConfig) -> Result<Self> {
+    pub(crate) fn new(mut config: RedisConfig) -> Result<Self> {
         crate::engine::script::prepare_all();
+        sentinel::from_url_if_any(&mut config)?;
         validate_prefix(&config.prefix)?;
         validate_duration("deadline", config.deadline)?;
         validate_duration("connect_timeout", config.connect_timeout)?;
         if let FailurePolicy::Fallback { divisor: 0 } = config.failure_policy {
             return Err(Error::invalid("divisor", "the fallback divisor must be at least 1"));
         }
-        for (i, url) in config.urls.iter().enumerate() {
+        for (i, url) in config.urls.iter().enumerate().filter(|_| config.sentinel.is_none()) {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
                 let message = format!("must start with redis:// or rediss://, got {:?}", redact::redact_url(url));
                 // A cluster's URLs are its seeds: name the one at fault, as the caller passed it.
@@ -564,7 +566,7 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (list.ttl_us / 1000).max(1) as i64).ignore();
         }
-        self.query::<()>(&pipe).await?;
+        self.query_acked::<()>(&pipe).await?;
         self.announce_cleared(kind, name, key).await;
         Ok(())
     }
@@ -607,7 +609,7 @@ impl RedisBackend {
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(pause::ROLE));
-        let (deleted,): (u64,) = self.query(&pipe).await?;
+        let (deleted,): (u64,) = self.query_acked(&pipe).await?;
         if deleted > 0 {
             self.announce_cleared(kind, name, key).await;
         }
@@ -657,7 +659,7 @@ impl RedisBackend {
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(block::ROLE));
-        let (deleted,): (u64,) = self.query(&pipe).await?;
+        let (deleted,): (u64,) = self.query_acked(&pipe).await?;
         if kind == Kind::Leased && deleted > 0 {
             let _ = self.announce_leased_block().await;
         }
@@ -670,6 +672,27 @@ impl RedisBackend {
     /// Runs a pipeline (not a script) within the deadline.
     async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         self.query_via(None, pipe).await
+    }
+
+    /// [`Self::query`] for a pipeline that writes state: with `replica_acks`, it runs on a
+    /// dedicated connection followed by `WAIT`, and fails as unavailable when too few replicas
+    /// acknowledged within the deadline (see [`scripts::acknowledged`]).
+    async fn query_acked<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
+        let acks = self.connections.replica_acks();
+        if acks == 0 {
+            return self.query(pipe).await;
+        }
+        let until = tokio::time::Instant::now() + self.deadline;
+        let timed_out = || self.connections.timeout(self.deadline);
+        let acked = async {
+            let mut conn = self.connections.dedicated().await?;
+            let value = pipe.query_async::<T>(&mut conn).await.map_err(|e| scripts::redis_failure(&e))?;
+            let wait = scripts::wait_for(acks, until.saturating_duration_since(tokio::time::Instant::now()));
+            let count = wait.query_async::<redis::Value>(&mut conn).await.map_err(|e| scripts::redis_failure(&e))?;
+            self.connections.give_back(conn);
+            scripts::acknowledged(&self.connections, Some(acks), Some(count), self.deadline).map(|()| value)
+        };
+        tokio::time::timeout_at(until, acked).await.map_err(|_| timed_out())?
     }
 
     /// Runs a pipeline within the deadline on `own` connection (opened, and named
