@@ -505,7 +505,10 @@ void rk_backend_free(struct rk_backend *backend);
  *   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
  *   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now; `deny_cache`
  *   (`true`: limiters remember refusals in process, see `rk_limiter_with_deny_cache`; default
- *   `false`) and `deny_cache_max_entries` (default 10,000);
+ *   `false`) and `deny_cache_max_entries` (default 10,000); `on_conflict` (`"warn"`, the
+ *   default: a limiter whose spec differs from the one live processes use under its name is
+ *   built, said once on stderr and counted in `spec_conflicts`; `"raise"`: refused with
+ *   #RK_INVALID_ARGUMENT naming `spec`);
  * - `client`: the language this process's limiters are listed under in the registry
  *   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
  *   backend a process makes fixes it.
@@ -665,6 +668,24 @@ enum rk_status rk_limiter_new_windows(const struct rk_backend *backend,
                                       const struct rk_window_limit *windows,
                                       size_t windows_len,
                                       struct rk_limiter **limiter_out);
+
+/**
+ * \brief Parses a rate string as `limits`, slowapi and flask-limiter write it (`"5/minute"`,
+ * `"100 per hour"`, `"25/5s; 300/minute"`) into windows for `rk_limiter_new_windows`, or, for
+ * one rate, the `limit` and `interval_secs` of `rk_limiter_new_window` / `rk_limiter_new_bucket`.
+ *
+ * \param rate The rate text (UTF-8): a count, `/` or `per`, a duration with its unit; several
+ * separated by `;` or `,`.
+ * \param windows_out An array of `windows_capacity` windows that receives the rates.
+ * \param windows_capacity How many windows `windows_out` holds; more rates are an error.
+ * \param windows_len_out Receives how many rates were parsed.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT naming `rate`
+ * (nothing is written then).
+ */
+enum rk_status rk_parse_rate(const char *rate,
+                             struct rk_window_limit *windows_out,
+                             size_t windows_capacity,
+                             size_t *windows_len_out);
 
 /**
  * \brief Creates a sliding-window limiter of several `(duration, limit, precision)` limits over
@@ -1254,7 +1275,8 @@ enum rk_status rk_backend_limiters_json(const struct rk_backend *backend,
  * `shadow_refused` the checks a limiter in shadow mode would have refused and admitted instead;
  * `refused_locally` the checks refused from the deny cache; `settles` the settles applied
  * (a repeat is not counted), `settle_charged` and `settle_refunded` the units they charged and
- * asked to refund.
+ * asked to refund; `spec_conflicts` the registrations that found the name used with another
+ * spec by a live process.
  *
  * \param backend The backend.
  * \param fleet False for this process's metrics; true for every process's (read from Redis

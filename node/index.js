@@ -326,14 +326,14 @@ class Limiter {
     return this.#native.shadow;
   }
 
-  withMaxPause(maxPauseMs) {
-    return new Limiter(WRAP, this.#native.withMaxPause(maxPauseMs));
+  withMaxPause(maxPause) {
+    return new Limiter(WRAP, this.#native.withMaxPause(maxPause));
   }
-  withWaitTimeout(waitTimeoutMs) {
-    return new Limiter(WRAP, this.#native.withWaitTimeout(waitTimeoutMs));
+  withWaitTimeout(waitTimeout) {
+    return new Limiter(WRAP, this.#native.withWaitTimeout(waitTimeout));
   }
-  withBlockFor(blockForMs) {
-    return new Limiter(WRAP, this.#native.withBlockFor(blockForMs));
+  withBlockFor(blockFor) {
+    return new Limiter(WRAP, this.#native.withBlockFor(blockFor));
   }
   withShadow(shadow) {
     return new Limiter(WRAP, this.#native.withShadow(shadow));
@@ -426,15 +426,15 @@ class Limiter {
   settleSync(decision, actual) {
     return value(this.#native.settleSync(decision, actual, needsSeal(decision)));
   }
-  pause(durationMs, key) {
-    return promisedCall(() => this.#native.pause(durationMs, key));
+  pause(duration, key) {
+    return promisedCall(() => this.#native.pause(duration, key));
   }
   /** Resolves with whether a pause was in effect (the native reply is 1 or 0). */
   resume(key) {
     return promisedCall(() => this.#native.resume(key)).then((ended) => ended === 1);
   }
-  block(durationMs, key) {
-    return promisedCall(() => this.#native.block(durationMs, key));
+  block(duration, key) {
+    return promisedCall(() => this.#native.block(duration, key));
   }
   /** Resolves with whether a block was in effect (the native reply is 1 or 0). */
   unblock(key) {
@@ -632,11 +632,11 @@ class Backend {
   leased(name, rate, capacity, options) {
     return new Limiter(WRAP, this.#native.leased(name, rate, capacity, options));
   }
-  leaky(name, size, drainMs, options) {
-    return new Limiter(WRAP, this.#native.leaky(name, size, drainMs, options));
+  leaky(name, size, drain, options) {
+    return new Limiter(WRAP, this.#native.leaky(name, size, drain, options));
   }
-  points(name, capacity, refillMs, options) {
-    return new Limiter(WRAP, this.#native.points(name, capacity, refillMs, options));
+  points(name, capacity, refill, options) {
+    return new Limiter(WRAP, this.#native.points(name, capacity, refill, options));
   }
   calendar(name, limit, period, options) {
     return new Limiter(WRAP, this.#native.calendar(name, limit, period, options));

@@ -73,9 +73,9 @@ pub enum Command {
     Inspect {
         /// The limiter's name.
         name: String,
-        /// The key (a tenant, a user id); none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -86,34 +86,34 @@ pub enum Command {
         name: String,
         /// The new spec as JSON, e.g. '{"kind":"window","limit":200,"interval":60}'.
         spec: String,
-        /// Override only this key (a tenant's plan).
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// Remove an override: the limiter (or key) goes back to the spec in the code.
     Unset {
         /// The limiter's name.
         name: String,
-        /// Remove the override of this key only.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// Forget a limiter's state for one key (its counts, tokens or holders).
     Reset {
         /// The limiter's name (it must be in the registry: its spec says what to reset).
         name: String,
-        /// The key; none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// End a pause early (one that `pause` or `observe` wrote after a third party's 429 or
     /// 503), in every process; the key's other state is kept.
     Resume {
         /// The limiter's name (it must be in the registry).
         name: String,
-        /// The key; none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// Block a key for SECONDS, in every process: its checks are refused until the block ends
     /// (or `unblock`, or `reset`), consuming nothing. Replaces a block in effect.
@@ -122,18 +122,25 @@ pub enum Command {
         name: String,
         /// How long, in seconds (fractions allowed).
         seconds: f64,
-        /// The key; none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// End a block early (one that `block` or a limiter's `block_for` wrote), in every process;
     /// the key's other state, and a pause, are kept.
     Unblock {
         /// The limiter's name (it must be in the registry).
         name: String,
-        /// The key; none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
+    },
+    /// Remove a limiter from the registry (`limits`, the page): for a limiter no process uses
+    /// any more. Its state and overrides are left alone; a process that still uses it
+    /// registers it again.
+    Forget {
+        /// The limiter's name.
+        name: String,
     },
     /// Run a command under a fleet-wide limit: by default a mutex (a concurrent limiter of 1).
     ///
@@ -155,6 +162,24 @@ pub enum Command {
         /// The directory to write them into (created if missing).
         dir: PathBuf,
     },
+}
+
+/// A key given after the name, as the page shows it (`inspect api tenant-7`), or as `--key`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct KeyArg {
+    /// The key (a tenant, a user id).
+    #[arg(value_name = "KEY", conflicts_with = "key_flag")]
+    positional: Option<String>,
+    /// The key, as a flag (the same as the positional KEY).
+    #[arg(long = "key", id = "key_flag", value_name = "KEY")]
+    flag: Option<String>,
+}
+
+impl KeyArg {
+    /// The key, however it was given.
+    pub fn get(&self) -> Option<&str> {
+        self.positional.as_deref().or(self.flag.as_deref())
+    }
 }
 
 /// `ratekeeper demo`'s options. The defaults are the numbers of the Azure story.

@@ -277,6 +277,33 @@ fn reset_forgets_a_key() {
     assert_eq!(once("b"), 75, "only key a was reset");
 }
 
+/// Issue 46: the key goes after the name, as the page shows it (`inspect api tenant-7` was
+/// refused with `unexpected argument`); `--key` still works, and both at once is a usage error.
+/// `forget` removes a limiter from the registry (it stayed listed for 90 days).
+#[test]
+fn the_key_is_positional_and_forget_removes_a_limiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let spec = r#"{"kind":"window","limit":1,"interval":3600}"#;
+    assert_eq!(run(&["--redis", &url, "run", "daily", "--spec", spec, "--key", "a", "--", "true"]).0, 0);
+    let by_position: Value = serde_json::from_str(&ok(&["--redis", &url, "inspect", "daily", "a", "--json"])).unwrap();
+    let by_flag: Value =
+        serde_json::from_str(&ok(&["--redis", &url, "inspect", "daily", "--key", "a", "--json"])).unwrap();
+    assert_eq!(by_position["key"], "a", "{by_position}");
+    assert_eq!(by_position["state"], by_flag["state"]);
+    assert_eq!(run(&["--redis", &url, "inspect", "daily", "a", "--key", "b"]).0, 2, "one key, given once");
+    ok(&["--redis", &url, "reset", "daily", "a"]);
+    assert_eq!(
+        run(&["--redis", &url, "run", "daily", "--spec", spec, "--key", "a", "--", "true"]).0,
+        0,
+        "reset by position"
+    );
+    assert!(ok(&["--redis", &url, "limits"]).contains("daily"));
+    assert!(ok(&["--redis", &url, "forget", "daily"]).contains("is forgotten"));
+    assert!(!ok(&["--redis", &url, "limits"]).contains("daily"), "no longer listed");
+    assert!(ok(&["--redis", &url, "forget", "daily"]).contains("was not in the registry"));
+}
+
 /// `resume` ends a pause a process wrote (after a third party's 429), for one key, keeping the
 /// key's other state; a key that is not paused says so.
 #[test]

@@ -35,6 +35,7 @@ const FIELDS: &[&str] = &[
     "tls_key_file",
     "deny_cache",
     "deny_cache_max_entries",
+    "on_conflict",
     "max_keys",
     "shards",
     "client",
@@ -335,6 +336,15 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
     if let Some(max) = fields.whole("deny_cache_max_entries", u64::from(u32::MAX))? {
         config = config.deny_cache_max_entries(max as usize);
     }
+    match fields.0.get("on_conflict") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(name)) => {
+            config = config.on_conflict(ratekeeper::OnConflict::from_name("on_conflict", name)?)
+        }
+        Some(other) => {
+            return Err(Error::invalid("on_conflict", format!("must be \"warn\" or \"raise\", got {other}")))
+        }
+    }
     if let Some(acks) = fields.whole("replica_acks", u64::from(u32::MAX))? {
         config = config.replica_acks(acks as u32);
     }
@@ -367,7 +377,10 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
 ///   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
 ///   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now; `deny_cache`
 ///   (`true`: limiters remember refusals in process, see `rk_limiter_with_deny_cache`; default
-///   `false`) and `deny_cache_max_entries` (default 10,000);
+///   `false`) and `deny_cache_max_entries` (default 10,000); `on_conflict` (`"warn"`, the
+///   default: a limiter whose spec differs from the one live processes use under its name is
+///   built, said once on stderr and counted in `spec_conflicts`; `"raise"`: refused with
+///   #RK_INVALID_ARGUMENT naming `spec`);
 /// - `client`: the language this process's limiters are listed under in the registry
 ///   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
 ///   backend a process makes fixes it.

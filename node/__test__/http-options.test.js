@@ -478,14 +478,25 @@ test('backend failure follows the failure policy: fail_open admits, fail_closed 
   const open = Backend.redis(`redis://127.0.0.1:${port}`, { failurePolicy: 'fail_open', deadlineMs: 100, connectTimeoutMs: 100 });
   const closed = Backend.redis(`redis://127.0.0.1:${port}`, { deadlineMs: 100, connectTimeoutMs: 100 });
   const a = await serve({ limiter: open.window('api', 1, 'minute') });
-  const b = await serve({ limiter: closed.window('api', 1, 'minute') });
+  const closedLimiter = closed.window('api', 1, 'minute');
+  const b = await serve({ limiter: closedLimiter });
+  // Issue 46: a 503 said nothing in Node. The middleware says why once (not per request) and the
+  // limiter's metrics count every failure.
+  const warnings = [];
+  const warn = console.warn;
+  console.warn = (...args) => warnings.push(args.join(' '));
   try {
     assert.deepEqual(await statuses(a, 3), [200, 200, 200]);
     const r = await b.get();
     assert.equal(r.status, 503);
     assert.equal(r.headers.get('retry-after'), '1');
     assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    assert.deepEqual(await statuses(b, 2), [503, 503]);
+    assert.equal(warnings.length, 1, `one warning for the outage: ${JSON.stringify(warnings)}`);
+    assert.match(warnings[0], /ratekeeper: 'api' failed closed, answering 503/);
+    assert.equal(closedLimiter.metrics().errors, 3, 'every failure counted');
   } finally {
+    console.warn = warn;
     await a.close();
     await b.close();
   }

@@ -20,13 +20,13 @@ test('Backend.sentinel follows a killed primary to the promoted replica, with it
   try {
     const p = prefix();
     const backend = Backend.sentinel({ sentinels: group.addresses, service: group.service, prefix: p, deadlineMs: 1000 });
-    const limiter = backend.window('w', 1000, 3_600_000);
+    const limiter = backend.window('w', 1000, '1h');
     for (let i = 0; i < 10; i++) {
       assert.ok((await limiter.check('k')).allowed);
       assert.ok(limiter.checkSync('k').allowed);
     }
     const url = `redis+sentinel://${group.addresses.join(',')}/${group.service}`;
-    const same = Backend.redis(url, { prefix: p, deadlineMs: 1000 }).window('w', 1000, 3_600_000);
+    const same = Backend.redis(url, { prefix: p, deadlineMs: 1000 }).window('w', 1000, '1h');
     assert.strictEqual(same.peekSync('k').remaining, 980);
 
     const old = group.primaryPort();
@@ -64,13 +64,13 @@ test('Backend.sentinel follows a killed primary to the promoted replica, with it
     const acked = Backend.sentinel({ ...where, prefix: prefix(), replicaAcks: 1 });
     await waitUntil('the other replica following the new primary', GIVE_UP_MS, async () => {
       try {
-        return (await acked.window('w', 10, 60_000).check('k')).allowed;
+        return (await acked.window('w', 10, '1m').check('k')).allowed;
       } catch {
         return false;
       }
     });
     const tooMany = Backend.sentinel({ ...where, prefix: prefix(), replicaAcks: 3 });
-    await assert.rejects(tooMany.window('w', 10, 60_000).check('k'), { code: 'ERR_BACKEND_UNAVAILABLE' });
+    await assert.rejects(tooMany.window('w', 10, '1m').check('k'), { code: 'ERR_BACKEND_UNAVAILABLE' });
   } finally {
     await group.destroy();
   }

@@ -168,6 +168,8 @@ class Core {
      * a limiter in shadow mode (its decision says `shadowRefused`).
      */
     this.shadowRefused = 0;
+    /** Names whose backend is failing closed now: each outage is logged once (see `decide`). */
+    this.failing = new Set();
   }
 
   /**
@@ -197,13 +199,19 @@ class Core {
     for (const entry of this.entries) {
       try {
         await outcome.take(entry);
+        this.failing.delete(entry.name);
       } catch (error) {
         if (error != null && error.code === codes.SHED) {
           outcome.shed = true;
           outcome.refusing.push({ entry, decision: null });
         } else if (isBackendFailure(error)) {
           // The backend failed closed (fail_open / fallback backends answer instead): a 503
-          // with a short Retry-After, never a 500. Shadow mode lets the request through.
+          // with a short Retry-After, never a 500. Shadow mode lets the request through. Why is
+          // said once per outage (the limiter's metrics count each failure in `errors`).
+          if (!this.failing.has(entry.name)) {
+            this.failing.add(entry.name);
+            console.warn(`ratekeeper: '${entry.name}' failed closed, answering 503 until its backend answers (each failure counts in the limiter's metrics().errors): ${error.message}`);
+          }
           if (this.shadow) continue;
           await outcome.giveBack();
           outcome.refuse('unavailable');

@@ -5,12 +5,10 @@ use std::time::Duration;
 
 use napi::{Env, Unknown};
 use napi_derive::napi;
-use ratekeeper::params::{
-    cost_from_f64, count_from_f64, duration_from_millis, interval_from_name, timeout_from_millis,
-};
+use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, timeout_from_millis};
 use ratekeeper::{CalendarPeriod, Error, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
 
-use crate::args::{self, count, millis, opt_millis, Js};
+use crate::args::{self, count, Js};
 use crate::decision::BackendStats;
 use crate::error::{core, guard};
 use crate::limiter::Limiter;
@@ -74,6 +72,13 @@ pub struct RedisOptions {
     pub deny_cache: Option<bool>,
     /// The most refusals the deny cache holds (default 10000; at least 1).
     pub deny_cache_max_entries: Option<f64>,
+    /// What building a limiter whose spec differs from the one live processes use under its
+    /// name does: `'warn'` (default: build it, warn once on stderr naming both specs, count it in
+    /// `metrics().specConflicts`, show it in `limiters()`), or `'raise'` (read the registry
+    /// first and throw `ERR_INVALID_ARGUMENT` naming `spec`). `setLimit` changes a limit
+    /// fleet-wide.
+    #[napi(ts_type = "'warn' | 'raise'")]
+    pub on_conflict: Option<String>,
     /// How many replicas must acknowledge each call's writes (`WAIT`) before it admits (default
     /// 0: no waiting); too few within `deadlineMs` fail the call as unavailable, and
     /// `failurePolicy` decides (`'fail_open'` then admits).
@@ -88,6 +93,7 @@ options!(RedisOptions {
     clock,
     deny_cache,
     deny_cache_max_entries,
+    on_conflict,
     replica_acks
 });
 
@@ -291,6 +297,9 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
     if let Some(on) = o.deny_cache {
         config = config.deny_cache(on);
     }
+    if let Some(on_conflict) = o.on_conflict {
+        config = config.on_conflict(ratekeeper::OnConflict::from_name("on_conflict", &on_conflict)?);
+    }
     if let Some(n) = o.deny_cache_max_entries {
         config = config.deny_cache_max_entries(
             usize::try_from(count_from_f64("deny_cache_max_entries", n)?).unwrap_or(usize::MAX),
@@ -353,20 +362,26 @@ fn sentinel_config(sentinels: Vec<String>, o: Option<SentinelOptions>) -> CoreRe
     Ok(config)
 }
 
-/// A named interval (`'second'`, `'minute'`, `'hour'`, `'day'`) or milliseconds.
-fn interval(value: Option<Js>) -> CoreResult<Duration> {
-    let v = args::required(value, "interval")?;
-    match v.string("interval") {
-        // The core's message offers "a number of seconds" (Python's and C's unit); here a
-        // number is milliseconds.
-        Ok(name) => interval_from_name("interval", &name).map_err(|_| {
-            Error::invalid(
-                "interval",
-                format!("must be 'second', 'minute', 'hour', 'day' or a number of milliseconds, got {name:?}"),
-            )
-        }),
-        Err(_) => millis(Some(v), "interval"),
+/// The count and interval of `bucket` / `window`: `(name, limit, interval, options?)` with the
+/// interval a string with its unit, or `(name, rate, options?)` with a rate string such as
+/// `'5/minute'` (then the third argument is the options). Returns the options argument too.
+fn count_and_interval<'a, 'e>(
+    limit: &'a Option<Unknown<'e>>,
+    interval: &'a Option<Unknown<'e>>,
+    options: &'a Option<Unknown<'e>>,
+) -> CoreResult<(u64, Duration, &'a Option<Unknown<'e>>)> {
+    let first = args::required(Js::opt(limit), "limit")?;
+    let then = Js::opt(interval);
+    // `(name, '5', '1s')`: a count written as text, not a rate (a rate takes no interval).
+    let rate_form = then.is_none_or(|v| v.value_type() == napi::ValueType::Object);
+    if first.value_type() == napi::ValueType::String && rate_form {
+        if options.is_some() {
+            return Err(Error::invalid("options", "comes third after a rate string: (name, '5/minute', options)"));
+        }
+        let rate = ratekeeper::parse_rate("rate", &first.string("rate")?)?;
+        return Ok((rate.limit, rate.interval, interval));
     }
+    Ok((count(Some(first), "limit")?, args::duration_text(Js::opt(interval), "interval")?, options))
 }
 
 fn name(value: &Option<Unknown<'_>>) -> CoreResult<String> {
@@ -503,10 +518,11 @@ impl Backend {
         })
     }
 
-    /// `limit` per fixed window of `interval` (milliseconds, or `'second'`, `'minute'`, `'hour'`,
-    /// `'day'`), windows aligned to multiples of the interval since the epoch.
+    /// `limit` per fixed window of `interval` (a string with its unit: `'1m'`, `'60s'`,
+    /// `'minute'`), windows aligned to multiples of the interval since the epoch; or a rate
+    /// string in place of both: `bucket('api', '100/minute')`.
     #[napi(
-        ts_args_type = "name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions"
+        ts_args_type = "name: string, limit: number | string, interval?: string | LimiterOptions, options?: LimiterOptions"
     )]
     pub fn bucket(
         &self,
@@ -519,20 +535,18 @@ impl Backend {
         guard(&env, || {
             let build = || {
                 let name = self::name(&name)?;
-                let spec = LimiterSpec::Bucket {
-                    limit: count(Js::opt(&limit), "limit")?,
-                    interval: self::interval(Js::opt(&interval))?,
-                };
-                with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
+                let (limit, interval, options) = count_and_interval(&limit, &interval, &options)?;
+                let spec = LimiterSpec::Bucket { limit, interval };
+                with_options(self.inner.limiter(&name, spec)?, options, self.is_local())
             };
             core(&env, build())
         })
     }
 
-    /// Exact sliding window: never more than `limit` admissions in any span of `interval`
-    /// (milliseconds or a named interval).
+    /// Exact sliding window: never more than `limit` admissions in any span of `interval` (a
+    /// string with its unit); or a rate string in place of both: `window('api', '5/minute')`.
     #[napi(
-        ts_args_type = "name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions"
+        ts_args_type = "name: string, limit: number | string, interval?: string | LimiterOptions, options?: LimiterOptions"
     )]
     pub fn window(
         &self,
@@ -545,19 +559,18 @@ impl Backend {
         guard(&env, || {
             let build = || {
                 let name = self::name(&name)?;
-                let window = WindowLimit {
-                    limit: count(Js::opt(&limit), "limit")?,
-                    interval: self::interval(Js::opt(&interval))?,
-                };
-                with_options(self.inner.windows(&name, &[window])?, &options, self.is_local())
+                let (limit, interval, options) = count_and_interval(&limit, &interval, &options)?;
+                let window = WindowLimit { limit, interval };
+                with_options(self.inner.windows(&name, &[window])?, options, self.is_local())
             };
             core(&env, build())
         })
     }
 
     /// Several exact sliding windows checked and recorded together (e.g. 25 per 5 s AND 300 per
-    /// 60 s); decisions carry each window's state in `limits`.
-    #[napi(ts_args_type = "name: string, windows: WindowLimitOptions[], options?: LimiterOptions")]
+    /// 60 s): `[{ limit, intervalMs }, …]` or a rate string `'25/5s; 300/minute'`; decisions
+    /// carry each window's state in `limits`.
+    #[napi(ts_args_type = "name: string, windows: WindowLimitOptions[] | string, options?: LimiterOptions")]
     pub fn windows(
         &self,
         env: Env,
@@ -568,13 +581,18 @@ impl Backend {
         guard(&env, || {
             let build = || {
                 let name = self::name(&name)?;
-                let list = args::required(Js::opt(&windows), "windows")?.array("windows")?;
-                let mut parsed = Vec::with_capacity(list.len());
-                for w in list {
+                let given = args::required(Js::opt(&windows), "windows")?;
+                let mut parsed = Vec::new();
+                if given.value_type() == napi::ValueType::String {
+                    for rate in ratekeeper::parse_rates("rate", &given.string("windows")?)? {
+                        parsed.push(WindowLimit { limit: rate.limit, interval: rate.interval });
+                    }
+                }
+                for w in if parsed.is_empty() { given.array("windows")? } else { Vec::new() } {
                     let w: WindowLimitOptions = options::read(w, "windows")?;
                     parsed.push(WindowLimit {
                         limit: count_from_f64("limit", w.limit)?,
-                        interval: duration_from_millis("interval", w.interval_ms)?,
+                        interval: duration_from_millis("intervalMs", w.interval_ms)?,
                     });
                 }
                 with_options(self.inner.windows(&name, &parsed)?, &options, self.is_local())
@@ -584,9 +602,10 @@ impl Backend {
     }
 
     /// Several limits in one atomic check over sub-buckets of `precisionMs` (Carlson's sliding
-    /// window): `[{ durationMs, limit, precisionMs? }, …]` or `[[durationMs, limit, precisionMs?], …]`.
+    /// window): `[{ durationMs, limit, precisionMs? }, …]` or `[[duration, limit, precision?], …]`
+    /// with the tuple's durations strings with units (`['1h', 1000, '1m']`).
     #[napi(
-        ts_args_type = "name: string, limits: Array<SlidingLimitOptions | [number, number] | [number, number, number]>, options?: LimiterOptions"
+        ts_args_type = "name: string, limits: Array<SlidingLimitOptions | [string, number] | [string, number, string]>, options?: LimiterOptions"
     )]
     pub fn sliding_window(
         &self,
@@ -605,26 +624,24 @@ impl Backend {
                         Ok(tuple) if (2..=3).contains(&tuple.len()) => {
                             (Some(tuple[0]), Some(tuple[1]), tuple.get(2).copied())
                         }
-                        Ok(_) => {
-                            return Err(Error::invalid("limits", "each limit is [durationMs, limit, precisionMs?]"))
-                        }
+                        Ok(_) => return Err(Error::invalid("limits", "each limit is [duration, limit, precision?]")),
                         Err(_) => {
                             let o: SlidingLimitOptions = options::read(l, "limits")?;
                             parsed.push(SlidingLimit {
-                                duration: duration_from_millis("duration", o.duration_ms)?,
+                                duration: duration_from_millis("durationMs", o.duration_ms)?,
                                 limit: count_from_f64("limit", o.limit)?,
                                 precision: o
                                     .precision_ms
-                                    .map(|ms| duration_from_millis("precision", ms))
+                                    .map(|ms| duration_from_millis("precisionMs", ms))
                                     .transpose()?,
                             });
                             continue;
                         }
                     };
                     parsed.push(SlidingLimit {
-                        duration: millis(duration, "duration")?,
+                        duration: args::duration_text(duration, "duration")?,
                         limit: count(limit, "limit")?,
-                        precision: opt_millis(precision, "precision")?,
+                        precision: args::opt_duration_text(precision, "precision")?,
                     });
                 }
                 with_options(self.inner.sliding_window(&name, &parsed)?, &options, self.is_local())
@@ -727,14 +744,15 @@ impl Backend {
         })
     }
 
-    /// A burst of `size`, then one call per `drainMs / size`; full again after `drainMs` idle.
-    #[napi(ts_args_type = "name: string, size: number, drainMs: number, options?: LimiterOptions")]
+    /// A burst of `size`, then one call per `drain / size`; full again after `drain` idle
+    /// (`drain` a string with its unit: `'1m'`).
+    #[napi(ts_args_type = "name: string, size: number, drain: string, options?: LimiterOptions")]
     pub fn leaky(
         &self,
         env: Env,
         name: Option<Unknown<'_>>,
         size: Option<Unknown<'_>>,
-        drain_ms: Option<Unknown<'_>>,
+        drain: Option<Unknown<'_>>,
         options: Option<Unknown<'_>>,
     ) -> napi::Result<Limiter> {
         guard(&env, || {
@@ -742,7 +760,7 @@ impl Backend {
                 let name = self::name(&name)?;
                 let spec = LimiterSpec::Leaky {
                     size: count(Js::opt(&size), "size")?,
-                    drain: millis(Js::opt(&drain_ms), "drain")?,
+                    drain: args::duration_text(Js::opt(&drain), "drain")?,
                 };
                 with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
             };
@@ -750,15 +768,16 @@ impl Backend {
         })
     }
 
-    /// A leaky bucket of `capacity` points refilled in `refillMs`: a call gives an estimate, and
-    /// `pointsUsed` (or the permit of `withinLimit`) charges or refunds the difference.
-    #[napi(ts_args_type = "name: string, capacity: number, refillMs: number, options?: LimiterOptions")]
+    /// A leaky bucket of `capacity` points refilled in `refill` (a string with its unit): a call
+    /// gives an estimate, and `pointsUsed` (or the permit of `withinLimit`) charges or refunds the
+    /// difference.
+    #[napi(ts_args_type = "name: string, capacity: number, refill: string, options?: LimiterOptions")]
     pub fn points(
         &self,
         env: Env,
         name: Option<Unknown<'_>>,
         capacity: Option<Unknown<'_>>,
-        refill_ms: Option<Unknown<'_>>,
+        refill: Option<Unknown<'_>>,
         options: Option<Unknown<'_>>,
     ) -> napi::Result<Limiter> {
         guard(&env, || {
@@ -766,7 +785,7 @@ impl Backend {
                 let name = self::name(&name)?;
                 let spec = LimiterSpec::Points {
                     capacity: count(Js::opt(&capacity), "capacity")?,
-                    refill: millis(Js::opt(&refill_ms), "refill")?,
+                    refill: args::duration_text(Js::opt(&refill), "refill")?,
                 };
                 with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
             };

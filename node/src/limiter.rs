@@ -12,7 +12,7 @@ use ratekeeper::params::{cost_from_f64, timeout_from_millis};
 use ratekeeper::Error;
 use tokio::sync::watch;
 
-use crate::args::{self, cost, opt_timeout, Js};
+use crate::args::{self, cost, Js};
 use crate::bridge::{reply, run, Payload, ReplyValue};
 use crate::decision::{lease_from_js, Metrics};
 use crate::error::{core, guard};
@@ -253,15 +253,16 @@ impl Limiter {
         self.inner.max_pause().as_micros() as f64 / 1e3
     }
 
-    /// The same limiter (same state and metrics) whose pauses last at most `maxPauseMs`
-    /// (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
-    /// counted in `metrics().pausesClamped`. A `maxPauseMs` that is not a positive number up to
-    /// 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
-    #[napi(ts_args_type = "maxPauseMs: number")]
+    /// The same limiter (same state and metrics) whose pauses last at most `maxPause` (a
+    /// string with its unit, e.g. `'10m'`; default one hour): a longer pause asked of `pause` or
+    /// `observe` is shortened to it and counted in `metrics().pausesClamped`. A `maxPause` that
+    /// is not a positive duration up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+    /// `maxPause`.
+    #[napi(ts_args_type = "maxPause: string")]
     pub fn with_max_pause(&self, env: Env, max_pause_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
         guard(&env, || {
             let build = || {
-                let max_pause = args::millis(Js::opt(&max_pause_ms), "max_pause")?;
+                let max_pause = args::duration_text(Js::opt(&max_pause_ms), "maxPause")?;
                 Ok(Limiter::new(self.inner.with_max_pause(max_pause)?, self.local))
             };
             core(&env, build())
@@ -276,17 +277,17 @@ impl Limiter {
     }
 
     /// The same limiter (same state and metrics) whose refusals block the key for
-    /// `blockForMs` (`null`: they block nothing): after a refused check, every `check`, `peek`
+    /// `blockFor` (a string with its unit, e.g. `'15m'`; `null`: they block nothing): after a refused check, every `check`, `peek`
     /// and `acquire` of this limiter and key, in every process sharing the backend, is refused
     /// with `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that
-    /// starts the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs`
-    /// that is not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming
-    /// `blockForMs`.
-    #[napi(ts_args_type = "blockForMs: number | null")]
+    /// starts the block says so too. A spec carries it as `block_for` (seconds). A `blockFor`
+    /// that is not a positive duration up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+    /// `blockFor`.
+    #[napi(ts_args_type = "blockFor: string | null")]
     pub fn with_block_for(&self, env: Env, block_for_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
         guard(&env, || {
             let build = || {
-                let block_for = args::opt_millis(Js::opt(&block_for_ms), "block_for")?;
+                let block_for = args::opt_duration_text(Js::opt(&block_for_ms), "blockFor")?;
                 Ok(Limiter::new(self.inner.with_block_for(block_for)?, self.local))
             };
             core(&env, build())
@@ -339,14 +340,14 @@ impl Limiter {
         })
     }
 
-    /// The same limiter (same state) with another default wait timeout (0: never wait).
-    #[napi(ts_args_type = "waitTimeoutMs: number")]
+    /// The same limiter (same state) with another default wait timeout, a string with its unit
+    /// (`'5s'`; `0`: never wait).
+    #[napi(ts_args_type = "waitTimeout: string | 0")]
     pub fn with_wait_timeout(&self, env: Env, wait_timeout_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
         guard(&env, || {
             let build = || {
-                let wait =
-                    opt_timeout(Some(args::required(Js::opt(&wait_timeout_ms), "wait_timeout")?), "wait_timeout")?;
-                Ok(Limiter::new(self.inner.with_wait_timeout(wait.unwrap_or_default())?, self.local))
+                let wait = args::timeout_text(Js::opt(&wait_timeout_ms), "waitTimeout")?;
+                Ok(Limiter::new(self.inner.with_wait_timeout(wait)?, self.local))
             };
             core(&env, build())
         })
@@ -605,14 +606,14 @@ impl Limiter {
         })
     }
 
-    /// Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
+    /// Pauses `key` for `duration`, in every process sharing the backend: until it ends,
     /// `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
     /// nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
     /// `withMaxPause`). A longer pause extends the one in effect; a shorter one never shortens
     /// it; `resume` ends it. Resolves with the pause in effect (ms). On Redis the check costs
-    /// no extra round trip. A `durationMs` that is not a positive number rejects with
-    /// `ERR_INVALID_ARGUMENT` naming `durationMs`.
-    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "NativeReply")]
+    /// no extra round trip. `duration` is a string with its unit (`'30s'`); anything else rejects
+    /// with `ERR_INVALID_ARGUMENT` naming `duration`.
+    #[napi(ts_args_type = "duration: string, key?: string | null", ts_return_type = "NativeReply")]
     pub fn pause(
         &self,
         env: Env,
@@ -620,7 +621,7 @@ impl Limiter {
         key: Option<Unknown<'_>>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let parse = || Ok((args::millis(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
+            let parse = || Ok((args::duration_text(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
             let (duration, key) = core(&env, parse())?;
             let limiter = self.inner.clone();
             // Never inline: see `Payload::Pause`.
@@ -664,14 +665,14 @@ impl Limiter {
         })
     }
 
-    /// Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+    /// Blocks `key` for `duration` from now, in every process sharing the backend: until it
     /// ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
     /// the block's remaining time (consuming nothing) and `acquire` waits it out. The block
     /// replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
     /// alone. Resolves with the block in effect (ms). On Redis the check costs no extra round
-    /// trip. A `durationMs` that is not a positive number rejects with `ERR_INVALID_ARGUMENT`
-    /// naming `durationMs`.
-    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "NativeReply")]
+    /// trip. `duration` is a string with its unit (`'15m'`); anything else rejects with
+    /// `ERR_INVALID_ARGUMENT` naming `duration`.
+    #[napi(ts_args_type = "duration: string, key?: string | null", ts_return_type = "NativeReply")]
     pub fn block(
         &self,
         env: Env,
@@ -679,7 +680,7 @@ impl Limiter {
         key: Option<Unknown<'_>>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let parse = || Ok((args::millis(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
+            let parse = || Ok((args::duration_text(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
             let (duration, key) = core(&env, parse())?;
             let limiter = self.inner.clone();
             // Never inline: see `Payload::Pause`.

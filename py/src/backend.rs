@@ -13,11 +13,12 @@ use ratekeeper::{
 
 use crate::args::Key;
 use crate::args::{
-    invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout, PDb,
-    PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName,
-    PPartitions, PPassword, PPeriod, PPrefix, PPriority, PRate, PRefill, PReplicaAcks, PReserved, PSeeds,
-    PSentinelPassword, PSentinelTls, PSentinelUsername, PSentinels, PService, PSize, PTls, PTlsCaFile, PTlsCertFile,
-    PTlsKeyFile, PTotalRate, PTz, PUrl, PUsername, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
+    invalid, Cost, Count, Flag, Float, Interval, LimitOrRate, PAllowFallback, PAnchor, PCapacity, PChunk,
+    PConnectTimeout, PDb, PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit,
+    PLockTimeout, PMaxKeys, PName, POnConflict, PPartitions, PPassword, PPeriod, PPrefix, PPriority, PRate, PRefill,
+    PReplicaAcks, PReserved, PSeeds, PSentinelPassword, PSentinelTls, PSentinelUsername, PSentinels, PService, PSize,
+    PTls, PTlsCaFile, PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl, PUsername, PWaitTimeout, Param, PolicyName,
+    Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -121,16 +122,24 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Sentinels {
     }
 }
 
-/// `windows(name, [(limit, interval), ...])`.
+/// `windows(name, [(limit, interval), ...])` or a rate string, `windows(name, "25/5s; 300/minute")`.
 pub(crate) struct Windows(Vec<WindowLimit>);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for Windows {
     type Error = PyErr;
-    const INPUT_TYPE: PyStaticExpr =
-        type_hint_subscript!(SEQUENCE, type_hint_subscript!(TUPLE, INT, type_hint_union!(FLOAT, STR)));
+    const INPUT_TYPE: PyStaticExpr = type_hint_union!(
+        type_hint_subscript!(SEQUENCE, type_hint_subscript!(TUPLE, INT, type_hint_union!(FLOAT, STR))),
+        STR
+    );
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let py = obj.py();
+        if let Ok(text) = obj.cast::<PyString>() {
+            let rates = ratekeeper::parse_rates("rate", text.to_str()?).map_err(|e| crate::errors::to_py_err(py, e))?;
+            return Ok(Windows(
+                rates.into_iter().map(|r| WindowLimit { limit: r.limit, interval: r.interval }).collect(),
+            ));
+        }
         let mut windows = Vec::new();
         for item in items(obj, "windows")? {
             let parts = items(item.as_borrowed(), "windows")?;
@@ -284,6 +293,11 @@ macro_rules! backend_pymethods {
             /// - `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`)
             ///   before it admits (default 0: no waiting); too few within `deadline` fail the call as
             ///   unavailable, and `failure_policy` decides (`"fail_open"` then admits).
+            /// - `on_conflict`: what building a limiter whose spec differs from the one live
+            ///   processes use under its name does: `"warn"` (default: build it, warn once on
+            ///   stderr naming both specs, count it in `metrics().spec_conflicts`, show it in
+            ///   `limiters()`), or `"raise"` (read the registry first and raise `InvalidArgument`
+            ///   naming `spec`). `set_limit` is how to change a limit fleet-wide.
             #[staticmethod]
             #[pyo3(signature = (url, *, $($option = None),*))]
             #[allow(clippy::too_many_arguments)]
@@ -396,6 +410,11 @@ impl RedisOptions<'_> {
         if let Some(n) = self.deny_cache_max_entries {
             config = config.deny_cache_max_entries(usize::try_from(n.0).unwrap_or(usize::MAX));
         }
+        if let Some(on) = self.on_conflict {
+            config = config.on_conflict(
+                ratekeeper::OnConflict::from_name("on_conflict", on.0).map_err(|e| crate::errors::to_py_err(py, e))?,
+            );
+        }
         // Which parameter the CA came from, to name it if its PEM is bad.
         let ca_parameter = if self.tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
         let ca = match (self.tls_ca_file, self.tls_ca_data) {
@@ -466,6 +485,7 @@ backend_pymethods! {
         deny_cache: Flag<PDenyCache>,
         deny_cache_max_entries: Count<PDenyCacheMaxEntries>,
         replica_acks: Cost<PReplicaAcks>,
+        on_conflict: Text<'a, POnConflict>,
     }
 
     /// A new in-process memory backend with default settings.
@@ -549,32 +569,38 @@ backend_pymethods! {
         self.wrap(py, limiter)
     }
 
-    /// `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
-    /// `"day"`), windows aligned to multiples of `interval` since the epoch.
+    /// `limit` per fixed window of `interval` (seconds, `"minute"` or a duration with its unit,
+    /// `"1m"`), windows aligned to multiples of `interval` since the epoch; or a rate string in
+    /// place of both: `bucket("api", "100/minute")`.
+    #[pyo3(signature = (name, limit, interval=None))]
     fn bucket<'py>(
         &self,
         py: Python<'py>,
         name: Text<'_, PName>,
-        limit: Count<PLimit>,
-        interval: Interval,
+        limit: LimitOrRate,
+        interval: Option<Interval>,
     ) -> PyResult<PyLimiter<'py>> {
-        self.wrap(py, guard(py, || self.inner.bucket(name.0, limit.0, interval.0)))
+        let (limit, interval) = limit.with_interval(py, interval)?;
+        self.wrap(py, guard(py, || self.inner.bucket(name.0, limit, interval)))
     }
 
     /// Exact sliding window: never more than `limit` admissions in any span of `interval`
-    /// (seconds or a name, as for `bucket`).
+    /// (as for `bucket`); or a rate string in place of both: `window("login", "5/minute")`.
+    #[pyo3(signature = (name, limit, interval=None))]
     fn window<'py>(
         &self,
         py: Python<'py>,
         name: Text<'_, PName>,
-        limit: Count<PLimit>,
-        interval: Interval,
+        limit: LimitOrRate,
+        interval: Option<Interval>,
     ) -> PyResult<PyLimiter<'py>> {
-        self.wrap(py, guard(py, || self.inner.window(name.0, limit.0, interval.0)))
+        let (limit, interval) = limit.with_interval(py, interval)?;
+        self.wrap(py, guard(py, || self.inner.window(name.0, limit, interval)))
     }
 
     /// Several exact sliding windows checked and recorded together, e.g.
-    /// `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
+    /// `windows("api", [(25, 5), (300, 60)])` or `windows("api", "25/5s; 300/minute")`;
+    /// decisions carry one `limits` entry per window.
     fn windows<'py>(&self, py: Python<'py>, name: Text<'_, PName>, windows: Windows) -> PyResult<PyLimiter<'py>> {
         self.wrap(py, guard(py, || self.inner.windows(name.0, &windows.0)))
     }

@@ -77,6 +77,8 @@ def call(case: dict[str, Any]) -> None:
         ratekeeper.Backend.redis(a["url"], **redis_options(a))
     elif name == "cluster":
         ratekeeper.Backend.cluster(a["seeds"], **redis_options(a))
+    elif name in ("bucket", "window") and "rate" in a:
+        getattr(fresh_backend(), name)(a["name"], a["rate"])
     elif name == "sentinel":
         ratekeeper.Backend.sentinel(a["sentinels"], a["service"], **redis_options(a))
     elif name in ("bucket", "window"):

@@ -70,8 +70,12 @@ class BadInputTest < Minitest::Test
       Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline", "replica_acks"])
     when "sentinel"
       Ratekeeper::Backend.sentinel(a["sentinels"], a["service"], **o["db", "prefix", "deadline", "replica_acks"])
-    when "bucket" then Ratekeeper::Limiter.bucket(a["name"], a["limit"], a["interval"], backend: backend)
-    when "window" then Ratekeeper::Limiter.window(a["name"], a["limit"], a["interval"], backend: backend)
+    when "bucket", "window"
+      if a.key?("rate")
+        Ratekeeper::Limiter.public_send(c["call"], a["name"], a["rate"], backend: backend)
+      else
+        Ratekeeper::Limiter.public_send(c["call"], a["name"], a["limit"], a["interval"], backend: backend)
+      end
     when "windows" then Ratekeeper::Limiter.window(a["name"], a["windows"], backend: backend)
     when "sliding_window" then Ratekeeper::Limiter.sliding_window(a["name"], a["limits"], backend: backend)
     when "token_bucket" then Ratekeeper::Limiter.token_bucket(a["name"], a["rate"], a["capacity"], backend: backend)

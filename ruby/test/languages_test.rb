@@ -45,7 +45,7 @@ class LanguagesTest < Minitest::Test
     const [url, prefix, start, attempts] = process.argv.slice(1);
     (async () => {
       const backend = rk.Backend.redis(url, { prefix, deadlineMs: 5000 });
-      const scarce = backend.window("scarce", 200, 3600 * 1000);
+      const scarce = backend.window("scarce", 200, "1h");
       const plenty = backend.bucket("plenty", 100000, "day");
       await new Promise((r) => setTimeout(r, Math.max(Number(start) * 1000 - Date.now(), 0)));
       let s = 0, p = 0;

@@ -74,6 +74,18 @@ class LimiterTest < Minitest::Test
     assert_equal "windows", multi.kind
   end
 
+  def test_rate_strings_stand_for_a_count_and_an_interval
+    login = Ratekeeper::Limiter.window("login", "5/minute", backend: @backend)
+    assert_equal({ "kind" => "window", "limit" => 5, "interval" => 60 }, login.spec.slice("kind", "limit", "interval"))
+    api = Ratekeeper::Limiter.bucket("api", "100 per hour", backend: @backend)
+    assert_equal({ "kind" => "bucket", "limit" => 100, "interval" => 3600 }, api.spec.slice("kind", "limit", "interval"))
+    both = Ratekeeper::Limiter.window("both", "25/5s; 300/minute", backend: @backend)
+    assert_equal [[25, 5], [300, 60]], both.spec["windows"]
+    error = assert_raises(Ratekeeper::InvalidArgument) { Ratekeeper::Limiter.window("w", "5/minte", backend: @backend) }
+    assert_equal "rate", error.parameter
+    assert_match(/unknown unit "minte"/, error.message)
+  end
+
   def test_unlimited_always_runs
     assert_equal 3, Ratekeeper::Limiter.unlimited.within_limit { 3 }
   end

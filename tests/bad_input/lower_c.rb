@@ -200,6 +200,9 @@ JSON.parse(File.read(path))["cases"].each do |c|
         backend_json(a, c["call"])
       elsif c["call"] == "sentinel"
         backend_json(a, "sentinel")
+      elsif a.key?("rate") || (c["call"] == "windows" && a["windows"].is_a?(String))
+        # A rate string (`window(name, "5/minute")` elsewhere) is C's rk_parse_rate.
+        ["parse_rate", [str(a.fetch("rate") { a["windows"] }, "rate")]]
       else
         [c["call"], tokens(c["call"], a, c)]
       end

@@ -12,7 +12,7 @@ pub(crate) use self::redis::{Failover, RedisBackend};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use self::redis::config::{FailurePolicy, RedisConfig, SentinelConfig, TlsConfig};
+pub use self::redis::config::{FailurePolicy, OnConflict, RedisConfig, SentinelConfig, TlsConfig};
 pub use self::redis::redact::redact_url;
 pub use crate::engine::script::sources as lua_sources;
 pub(crate) use memory::MemoryBackend;

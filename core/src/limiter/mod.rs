@@ -155,6 +155,10 @@ impl Limiter {
                 Target::Memory { backend: memory.clone(), namespace: memory.namespace(spec.kind(), name) }
             }
             (_, BackendInner::Redis(redis)) => {
+                if join && redis.on_conflict() == crate::OnConflict::Raise {
+                    // One read of the registry, before anything is joined or registered.
+                    crate::runtime::block_on(redis.refuse_spec_conflict(name, &spec))?;
+                }
                 let failover = redis.failover(spec.kind(), name, &spec, allow_fallback)?;
                 Target::Redis { backend: redis.clone(), failover }
             }

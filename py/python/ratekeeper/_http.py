@@ -255,6 +255,8 @@ class Policy(Generic[Req]):
         self.headers: HeaderForm | None = headers
         self.on_refused = on_refused
         self.shadow = shadow
+        #: Names whose backend is failing closed now: each outage is logged once.
+        self._failing: set[str] = set()
         self.trusted_proxies = _networks(trusted_proxies)
         self.proxy_header = _proxy_header(proxy_header)
         self.peer = peer
@@ -307,13 +309,22 @@ class Policy(Generic[Req]):
                     outcome.decision = yield _Call(gate.limiter.peek, gate.limiter.apeek, (key,))
                 else:
                     outcome.decision = yield _Call(gate.limiter.check, gate.limiter.acheck, (key, cost))
+                self._failing.discard(gate.name)
             except Shed:
                 shed = True
                 refusing.append(outcome)
             except (BackendUnavailable, Timeout, BackendRejected) as e:
                 # The backend failed closed (a fail_open/fallback backend answers instead of
-                # raising): a 503 with a short Retry-After, never a 500.
-                log.warning("ratekeeper: %s failed closed: %s", gate.name, e)
+                # raising): a 503 with a short Retry-After, never a 500. Why is said once per
+                # outage; the limiter's metrics count each failure (``errors``).
+                if gate.name not in self._failing:
+                    self._failing.add(gate.name)
+                    log.warning(
+                        "ratekeeper: %r failed closed, answering 503 until its backend answers "
+                        "(each failure counts in the limiter's metrics().errors): %s",
+                        gate.name,
+                        e,
+                    )
                 if self.shadow:
                     continue
                 yield from _give_back(admission)

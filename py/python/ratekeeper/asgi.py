@@ -1,5 +1,5 @@
 """Rate limiting for ASGI apps (Starlette, FastAPI): :class:`RateLimitMiddleware`, for HTTP
-requests and WebSocket handshakes. Install with ``pip install "ratekeeper[fastapi]"`` (or
+requests and WebSocket handshakes. Install with the wheel's ``[fastapi]`` extra (or
 ``[starlette]``).
 
 Options and their meaning: ``docs/src/guides/http/index.md`` (the same in every language).

@@ -1,6 +1,6 @@
 """Rate limiting for Django (sync and async views, WSGI and ASGI): the :func:`ratelimit` view
 decorator, :class:`RateLimitMiddleware` for every request, and :func:`exempt`. Install with
-``pip install "ratekeeper[django]"``.
+the wheel's ``[django]`` extra.
 
 Options and their meaning: ``docs/src/guides/http/index.md`` (the same in every language).
 """

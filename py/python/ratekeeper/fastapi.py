@@ -1,5 +1,5 @@
 """Per-route rate limits for FastAPI: the dependency :func:`limit`. Install with
-``pip install "ratekeeper[fastapi]"``. For every route at once (and WebSockets), use
+the wheel's ``[fastapi]`` extra. For every route at once (and WebSockets), use
 :class:`ratekeeper.asgi.RateLimitMiddleware`.
 
 Options and their meaning: ``docs/src/guides/http/index.md`` (the same in every language).

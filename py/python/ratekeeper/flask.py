@@ -1,4 +1,4 @@
-"""Rate limiting for Flask: :class:`RateLimiter`. Install with ``pip install "ratekeeper[flask]"``.
+"""Rate limiting for Flask: :class:`RateLimiter`. Install with the wheel's ``[flask]`` extra.
 
 Options and their meaning: ``docs/src/guides/http/index.md`` (the same in every language).
 """

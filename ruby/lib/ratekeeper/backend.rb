@@ -39,6 +39,8 @@ module Ratekeeper
     # `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`) before it
     # admits (default 0); too few within `deadline` fail the call as unavailable, and the failure
     # policy decides (:fail_open then admits).
+    # `on_conflict: :raise` refuses to build a limiter whose spec differs from the one live
+    # processes use under its name (default :warn: build it, say so once on stderr, count it).
     # `clock`: a `ManualClock` for tests; the scripts then take their time from it instead of the
     # server's, so a test on a real Redis is exact (every process sharing the keys must use it).
     def self.redis(url, clock: nil, **options)
@@ -92,7 +94,8 @@ module Ratekeeper
 
     def self.redis_options(prefix: nil, failure_policy: nil, fallback_divisor: nil, deadline: nil, connect_timeout: nil,
                            tls_ca_file: nil, tls_ca_data: nil, tls_cert_file: nil, tls_key_file: nil,
-                           deny_cache: nil, deny_cache_max_entries: nil, replica_acks: nil) # :nodoc:
+                           deny_cache: nil, deny_cache_max_entries: nil, replica_acks: nil,
+                           on_conflict: nil) # :nodoc:
       options = { prefix: Args.string(prefix, "prefix") }
       unless failure_policy.nil?
         policy = failure_policy.to_s
@@ -121,6 +124,7 @@ module Ratekeeper
         options[:deny_cache_max_entries] = Args.count(deny_cache_max_entries, "deny_cache_max_entries")
       end
       options[:replica_acks] = Args.count(replica_acks, "replica_acks", Args::U32_MAX) unless replica_acks.nil?
+      options[:on_conflict] = on_conflict.to_s unless on_conflict.nil? # checked by the library
       options.compact
     end
     private_class_method :redis_options

@@ -51,8 +51,11 @@ module Ratekeeper
       end
 
       # `count` per fixed window of `interval` (:second, :minute, :hour, :day or seconds),
-      # windows aligned to the epoch.
-      def bucket(name, count, interval, **options)
+      # windows aligned to the epoch; or a rate string in place of both
+      # (`bucket("api", "100/minute")`).
+      def bucket(name, count, interval = nil, **options)
+        return from_rate(name, count, interval, :rk_limiter_new_bucket, options) if count.is_a?(String)
+
         build(name, options, SIDEKIQ_NAMES) do |b, n, out|
           Native.rk_limiter_new_bucket(b, n, Args.count(count, "count"), Args.seconds(interval, "interval"), out)
         end
@@ -60,8 +63,10 @@ module Ratekeeper
 
       # Never more than `count` in any span of `interval` (exact sliding window). `count` may
       # instead be several `[count, interval]` pairs checked together
-      # (`window("api", [[25, 5], [300, 60]])`).
+      # (`window("api", [[25, 5], [300, 60]])`), or a rate string: `window("login", "5/minute")`,
+      # `window("api", "25/5s; 300/minute")`.
       def window(name, count, interval = nil, **options)
+        return from_rate(name, count, interval, :rk_limiter_new_windows, options) if count.is_a?(String)
         # No interval: the multi-window form (whose argument is checked as `windows`).
         return windows(name, count, **options) if count.is_a?(Array) || (interval.nil? && !count.is_a?(Integer))
 
@@ -170,6 +175,19 @@ module Ratekeeper
           w[:interval_secs] = Args.seconds(pair[1], "interval")
         end
         build(name, options) { |b, n, out| Native.rk_limiter_new_windows(b, n, array, pairs.size, out) }
+      end
+
+      # A bucket or window from a rate string, which carries its own interval.
+      def from_rate(name, text, interval, constructor, options)
+        Ratekeeper.invalid!("count", "must be a whole number, got #{text.inspect} (a rate string such as '5/minute' takes no interval)") unless interval.nil?
+        array, len = Args.rates(text, "rate")
+        if constructor == :rk_limiter_new_windows
+          return build(name, options) { |b, n, out| Native.rk_limiter_new_windows(b, n, array, len, out) }
+        end
+
+        Ratekeeper.invalid!("rate", "must be one rate such as '5/minute' for a bucket, got #{text.inspect}") unless len == 1
+        w = Native::WindowLimit.new(array)
+        build(name, options) { |b, n, out| Native.rk_limiter_new_bucket(b, n, w[:limit], w[:interval_secs], out) }
       end
 
       # Checks the shared options, then builds the C limiter with the block.

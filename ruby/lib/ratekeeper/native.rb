@@ -105,6 +105,7 @@ module Ratekeeper
     call :rk_limiter_new_bucket, %i[pointer string uint64 double pointer], :int
     call :rk_limiter_new_window, %i[pointer string uint64 double pointer], :int
     call :rk_limiter_new_windows, %i[pointer string pointer size_t pointer], :int
+    call :rk_parse_rate, %i[string pointer size_t pointer], :int
     call :rk_limiter_new_sliding_window, %i[pointer string pointer size_t pointer], :int
     call :rk_limiter_new_token_bucket, %i[pointer string double uint64 pointer], :int
     call :rk_limiter_new_leased, %i[pointer string double uint64 uint64 double pointer], :int

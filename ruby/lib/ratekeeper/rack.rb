@@ -5,6 +5,7 @@ require "ipaddr"
 require "json"
 require "logger"
 require "openssl"
+require "set"
 
 module Ratekeeper
   # Rack middleware (Rails, Sinatra, Hanami, any Rack app) with the options and header forms of
@@ -162,18 +163,26 @@ module Ratekeeper
       end
     end
 
+    # Names whose backend is failing closed now (each outage is logged once).
+    def failing = (@failing ||= Set.new)
+
     def admit(key, cost)
       outcomes = []
       refusing = []
       shadowed = []
       @gates.each do |g|
         decision = g.mode == :peek ? g.limiter.peek(key) : g.limiter.check(key, cost: cost)
+        failing.delete(g.name)
         outcomes << Outcome.new(g, decision)
         refusing << outcomes.last unless decision.allowed?
         shadowed << outcomes.last if decision.shadow_refused?
         break if refusing.any? && !@shadow
       rescue *BACKEND_ERRORS => e
-        @logger.warn("#{g.name} failed closed: #{e.message}")
+        # Why is said once per outage; the limiter's metrics count each failure (`errors`).
+        if failing.add?(g.name)
+          @logger.warn("#{g.name.inspect} failed closed, answering 503 until its backend answers " \
+                       "(each failure counts in the limiter's metrics errors): #{e.message}")
+        end
         next if @shadow
 
         give_back(outcomes, key, cost)

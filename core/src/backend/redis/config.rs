@@ -12,6 +12,32 @@ use crate::error::{Error, Result};
 
 use crate::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_DENY_CACHE_MAX_ENTRIES, DEFAULT_PREFIX};
 
+/// What a process does when it builds a limiter whose spec differs from the one live processes
+/// use under the same name on the same Redis (one name, two limits: each would enforce its own
+/// number on the shared counter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnConflict {
+    /// Build it, say so once on stderr (naming both specs and who uses each), count it in the
+    /// limiter's `spec_conflicts` and show it in the registry (`limits`, `inspect`, the page).
+    #[default]
+    Warn,
+    /// Refuse to build it: the constructor reads the registry (one round trip) and fails with an
+    /// invalid-argument error naming `spec` when a live process uses another spec.
+    Raise,
+}
+
+impl OnConflict {
+    /// Reads `"warn"` or `"raise"`; anything else is an invalid-argument error naming `parameter`.
+    pub fn from_name(parameter: &'static str, name: &str) -> crate::Result<OnConflict> {
+        match name {
+            "warn" => Ok(OnConflict::Warn),
+            "raise" => Ok(OnConflict::Raise),
+            other => Err(crate::Error::invalid(parameter, format!("must be \"warn\" or \"raise\", got {other:?}"))),
+        }
+    }
+}
+
 /// What a limiter does when Redis cannot answer within the deadline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -119,6 +145,9 @@ pub struct RedisConfig {
     pub deny_cache: bool,
     /// The most refusals the deny cache holds (default [`DEFAULT_DENY_CACHE_MAX_ENTRIES`]).
     pub deny_cache_max_entries: usize,
+    /// What building a limiter whose spec differs from the live processes' does (default
+    /// [`OnConflict::Warn`]).
+    pub on_conflict: OnConflict,
     /// A Sentinel-managed primary, found through its sentinels (see [`RedisConfig::sentinel`]);
     /// `None` for a standalone server or a cluster. A `redis+sentinel://` URL in `urls` fills it.
     pub sentinel: Option<SentinelConfig>,
@@ -141,6 +170,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("clock", &self.clock)
             .field("deny_cache", &self.deny_cache)
             .field("deny_cache_max_entries", &self.deny_cache_max_entries)
+            .field("on_conflict", &self.on_conflict)
             .field("sentinel", &self.sentinel)
             .field("replica_acks", &self.replica_acks)
             .finish()
@@ -161,6 +191,7 @@ impl RedisConfig {
             clock: None,
             deny_cache: false,
             deny_cache_max_entries: DEFAULT_DENY_CACHE_MAX_ENTRIES,
+            on_conflict: OnConflict::Warn,
             sentinel: None,
             replica_acks: 0,
         }
@@ -220,6 +251,13 @@ impl RedisConfig {
     /// Sets TLS material for `rediss://` URLs.
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Sets what building a limiter whose spec differs from the live processes' does (see
+    /// [`OnConflict`]).
+    pub fn on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = on_conflict;
         self
     }
 

@@ -214,14 +214,27 @@ impl RedisBackend {
         let process = format!("{}:{}", gethostname::gethostname().to_string_lossy(), std::process::id());
         eval.arg(REGISTRY_TTL.as_millis() as u64).arg(client()).arg(process).arg(MAX_USERS_PER_LIMITER);
         for (name, kind, spec) in due {
-            eval.arg(name).arg(kind.as_str()).arg(spec);
+            eval.arg(name).arg(kind.as_str()).arg(spec).arg(crate::live::spec_fingerprint(spec));
         }
         let mut pipe = redis::pipe();
         pipe.add_command(eval);
-        // The names the registry holds with another kind (see register.lua): the entry shows the
-        // conflict; this process's limiter keeps deciding with its own spec and state.
-        let (_conflicts,): (Vec<String>,) = self.query_via(own, &pipe).await?;
+        // The names a live process uses with another spec (see register.lua): said once and
+        // counted; this process's limiter keeps deciding with its own spec. (A name held with
+        // another kind is recorded in its entry.)
+        let (conflicts,): (Vec<String>,) = self.query_via(own, &pipe).await?;
+        for c in conflicts.chunks_exact(3) {
+            let Some((_, _, mine)) = due.iter().find(|(name, ..)| *name == c[0]) else { continue };
+            self.live.spec_conflict(&c[0], mine, &c[1], &c[2]);
+        }
         Ok(())
+    }
+
+    /// One limiter's registry hash (see register.lua).
+    pub(crate) async fn registry_entry(&self, name: &str) -> Result<HashMap<String, String>> {
+        let mut pipe = redis::pipe();
+        pipe.hgetall(RegistryKeys(&self.prefix).limiter(name));
+        let (hash,): (HashMap<String, String>,) = self.query(&pipe).await?;
+        Ok(hash)
     }
 
     /// Writes an override (`Some(spec)`) or clears one, and applies it in this process at once.
@@ -266,6 +279,16 @@ impl RedisBackend {
         }
     }
 
+    /// Removes `name` from the registry (its entry and its place in the names); see
+    /// `Backend::forget_limiter`.
+    pub(crate) async fn forget(&self, name: &str) -> Result<bool> {
+        let keys = RegistryKeys(&self.prefix);
+        let mut pipe = redis::pipe();
+        pipe.zrem(keys.names(), name).del(keys.limiter(name));
+        let (listed, _deleted): (u64, u64) = self.query(&pipe).await?;
+        Ok(listed > 0)
+    }
+
     /// Every limiter in the registry, with its overrides.
     pub(crate) async fn registry(&self) -> Result<Vec<LimiterInfo>> {
         let keys = RegistryKeys(&self.prefix);
@@ -301,6 +324,7 @@ impl RedisBackend {
             let mut overrides = by_name.remove(name).unwrap_or_default();
             overrides.sort();
             let conflict = hash.get("conflict").filter(|_| seen("conflict_seen") + 180_000 >= now_ms).cloned();
+            let conflict = conflict.or_else(|| super::spec_conflicts::spec_conflict(&hash, now_ms));
             out.push(LimiterInfo {
                 conflict,
                 waiting: false,

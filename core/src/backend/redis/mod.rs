@@ -18,6 +18,7 @@ pub(crate) mod resp;
 pub(crate) mod scripts;
 mod seal;
 pub(crate) mod sentinel;
+mod spec_conflicts;
 pub(crate) mod sync_client;
 mod views;
 pub(crate) use check_all::RedisPart;
@@ -200,6 +201,8 @@ pub(crate) struct RedisBackend {
     pub(crate) watchers: leased_blocks::Watchers,
     /// The key sealing settle tickets, once read from Redis (see [`seal`]).
     seal_key: parking_lot::Mutex<Option<Arc<crate::settle_seal::SealKey>>>,
+    /// What building a limiter whose spec differs from the live processes' does.
+    on_conflict: config::OnConflict,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -258,12 +261,18 @@ impl RedisBackend {
             cluster: config.cluster,
             watchers: leased_blocks::Watchers::default(),
             seal_key: parking_lot::Mutex::new(None),
+            on_conflict: config.on_conflict,
         })
     }
 
     /// The connection set: equal configurations share one (and so one driven connection).
     pub(crate) fn connections(&self) -> &Arc<Connections> {
         &self.connections
+    }
+
+    /// What building a limiter whose spec differs from the live processes' does.
+    pub(crate) fn on_conflict(&self) -> config::OnConflict {
+        self.on_conflict
     }
 
     /// The key prefix (namespace).
