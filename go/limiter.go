@@ -28,6 +28,11 @@ type Limiter struct {
 	name    string
 	kind    string
 	handle  closer
+	// started: checks may go through rk_limiter_check_start and wait in Go's scheduler
+	// (limiters whose every check is a Redis round trip; see lone for which do); otherwise the
+	// blocking rk_limiter_check, which answers in-process calls (memory; a leased or partitions
+	// limiter's local tokens) without a hand-over to another thread.
+	started bool
 }
 
 // use runs f with the limiter's handle held open.
@@ -83,6 +88,12 @@ func (l *Limiter) CheckN(ctx context.Context, key string, cost uint64) (Decision
 	k, err := keyText(key)
 	if err != nil {
 		return Decision{}, err
+	}
+	if l.started {
+		if !lone.CompareAndSwap(false, true) {
+			return l.checkStarted(ctx, key, k, cost)
+		}
+		defer lone.Store(false)
 	}
 	var raw C.rk_decision
 	if err := l.use(func(p *C.rk_limiter) status { return C.rk_limiter_check(p, k.ptr(), C.uint64_t(cost), &raw) }); err != nil {
