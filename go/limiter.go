@@ -19,9 +19,11 @@ import (
 // are the identities limited (a user id, an IP; up to 1 KiB of UTF-8); the empty key is the
 // limiter's single shared key. Safe for concurrent use by many goroutines; Close it when done.
 //
-// Calls on a Redis backend block their goroutine (and the OS thread under it, which Go's
-// scheduler replaces while the call lasts) for at most the backend's deadline; the context is
-// checked before the call and by every wait, but a call in flight runs to its deadline.
+// A Check on a Redis backend made while another is in flight waits in Go's scheduler, holding
+// no OS thread, and returns ctx.Err() as soon as ctx is done; a lone one is made on its caller's
+// thread (faster alone) and runs to at most the backend's deadline. Other calls on a Redis
+// backend block their goroutine (and the OS thread under it, which Go's scheduler replaces
+// while the call lasts) for at most the deadline; the context is checked before each.
 type Limiter struct {
 	ptr     *C.rk_limiter
 	backend *Backend
