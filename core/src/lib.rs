@@ -54,7 +54,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use limiter::{CombinedDecision, Limiter, PartDecision, PartitionsHeld, Permit, Policy, MAX_CHECK_ALL_PARTS};
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};
-pub use runtime::{block_on, runtime};
+pub use runtime::{block_on, runtime, CatchPanic};
 pub use settle_key::SettleKey;
 pub use shedder::{FleetShedder, FleetTicket, UtilizationConfig, UtilizationShedder};
 pub use views::{

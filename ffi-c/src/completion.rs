@@ -4,15 +4,11 @@
 //! the caller is held while the call waits for Redis, so a language with its own scheduler (Go's
 //! goroutines) can wait in that scheduler instead of in a blocked OS thread.
 
-use std::any::Any;
 use std::ffi::{c_void, CString};
 use std::future::Future;
 use std::os::raw::c_char;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use ratekeeper::Decision;
+use ratekeeper::{CatchPanic, Decision};
 
 use crate::args::{arg_opt_str, arg_ref};
 use crate::calls::rk_decision;
@@ -93,23 +89,6 @@ where
         };
         completion.complete(result);
     });
-}
-
-/// A future whose panics are caught (as the entry points' panic boundary catches the blocking
-/// calls').
-struct CatchPanic<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchPanic<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Err(payload) => Poll::Ready(Err(payload)),
-        }
-    }
 }
 
 /// \brief Starts `rk_limiter_check` without waiting for it: returns at once, and `callback`

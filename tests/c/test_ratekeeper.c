@@ -1217,13 +1217,19 @@ static int silent_listener(int *port) {
   return fd;
 }
 
+/* A silent listener and its redis:// URL (in `url`, 64 bytes); the listener's fd, or -1. */
+static int silent_redis(int *port, char url[64]) {
+  int fd = silent_listener(port);
+  if (fd >= 0) snprintf(url, 64, "redis://127.0.0.1:%d", *port);
+  return fd;
+}
+
 static void test_failure_policies(const fixture *f) {
   (void)f;
   int port = 0;
-  int fd = silent_listener(&port);
-  if (!CHECK(fd >= 0)) return;
   char url[64];
-  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  int fd = silent_redis(&port, url);
+  if (!CHECK(fd >= 0)) return;
   rk_backend *closed = NULL, *open = NULL, *fallback = NULL;
   CHECK_OK(rk_backend_new_redis(url, "dead", RK_FAIL_CLOSED, 0, 0.1, &closed));
   CHECK_OK(rk_backend_new_redis(url, "dead", RK_FAIL_OPEN, 0, 0.1, &open));
@@ -1336,10 +1342,9 @@ static int watchdog_stop(watchdog *w) {
 static void test_hung_redis_times_out_at_the_deadline(const fixture *f) {
   (void)f;
   int port = 0;
-  int fd = silent_listener(&port);
-  if (!CHECK(fd >= 0)) return;
   char url[64];
-  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  int fd = silent_redis(&port, url);
+  if (!CHECK(fd >= 0)) return;
   const char *seeds[] = {url};
   rk_backend *backends[2] = {NULL, NULL};
   CHECK_OK(rk_backend_new_redis(url, "hung", RK_FAIL_CLOSED, 0, 2.0, &backends[0]));
@@ -1860,10 +1865,9 @@ static void test_check_start(const fixture *f) {
 static void test_check_start_on_a_hung_redis(const fixture *f) {
   (void)f;
   int port = 0;
-  int fd = silent_listener(&port);
-  if (!CHECK(fd >= 0)) return;
   char url[64];
-  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  int fd = silent_redis(&port, url);
+  if (!CHECK(fd >= 0)) return;
   rk_backend *b = NULL;
   CHECK_OK(rk_backend_new_redis(url, "hung", RK_FAIL_CLOSED, 0, 2.0, &b));
   rk_limiter *l = NULL;
