@@ -43,13 +43,17 @@ func must[T any](t *testing.T) func(T, error) T {
 	}
 }
 
-// Many goroutines on one limit admit exactly the limit, on memory and on a real Redis.
+// Many goroutines on one limit admit exactly the limit, on memory, a real Redis and a Cluster.
 func TestManyGoroutinesAdmitExactlyTheLimit(t *testing.T) {
-	for _, kind := range []string{"memory", "redis"} {
+	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			b := memory(t)
-			if kind == "redis" {
+			switch kind {
+			case "redis":
 				b = redisBackend(t)
+			case "cluster": // most of these checks are started (see lone): on a Cluster too
+				b = must[*Backend](t)(NewCluster(clusterSeeds(t), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second)))
+				t.Cleanup(func() { b.Close() })
 			}
 			lim := must[*Limiter](t)(b.Window("exact", 500, time.Hour))
 			var allowed atomic.Int64
@@ -129,11 +133,15 @@ func TestWaitWaitsForTheLimit(t *testing.T) {
 }
 
 func TestAcquireWaitsForARelease(t *testing.T) {
-	for _, kind := range []string{"memory", "redis"} {
+	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			b := memory(t)
-			if kind == "redis" {
+			switch kind {
+			case "redis":
 				b = redisBackend(t)
+			case "cluster": // most of these checks are started (see lone): on a Cluster too
+				b = must[*Backend](t)(NewCluster(clusterSeeds(t), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second)))
+				t.Cleanup(func() { b.Close() })
 			}
 			mutex := must[*Limiter](t)(b.Concurrent("mutex", 1, 30*time.Second))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

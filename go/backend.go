@@ -20,6 +20,7 @@ import (
 type Backend struct {
 	ptr    *C.rk_backend
 	handle closer
+	remote bool // Redis, Cluster or Sentinel: a check is a round trip
 }
 
 // Option configures a backend (NewMemory, NewRedis, NewCluster).
@@ -173,7 +174,7 @@ func newBackend(fields map[string]any, opts []Option) (*Backend, error) {
 		return nil, invalidArgument("options", err.Error())
 	}
 	jsText, _ := text(string(js), "options")
-	b := &Backend{}
+	b := &Backend{remote: c.fields["kind"] != "memory"}
 	if c.clock != nil {
 		if !c.clock.handle.enter() {
 			return nil, closedError()

@@ -34,6 +34,7 @@ func (b *Backend) newLimiter(name string, build func(*C.rk_backend, *C.char, **C
 func newLimiterHandle(ptr *C.rk_limiter, b *Backend, name string) *Limiter {
 	l := &Limiter{ptr: ptr, backend: b, name: name}
 	l.kind = l.specKind()
+	l.started = b != nil && b.remote && l.kind != "leased" && l.kind != "partitions"
 	runtime.SetFinalizer(l, finalizeLimiter)
 	return l
 }

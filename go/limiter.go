@@ -19,15 +19,22 @@ import (
 // are the identities limited (a user id, an IP; up to 1 KiB of UTF-8); the empty key is the
 // limiter's single shared key. Safe for concurrent use by many goroutines; Close it when done.
 //
-// Calls on a Redis backend block their goroutine (and the OS thread under it, which Go's
-// scheduler replaces while the call lasts) for at most the backend's deadline; the context is
-// checked before the call and by every wait, but a call in flight runs to its deadline.
+// A Check on a Redis backend made while another is in flight waits in Go's scheduler, holding
+// no OS thread, and returns ctx.Err() as soon as ctx is done; a lone one is made on its caller's
+// thread (faster alone) and runs to at most the backend's deadline. Other calls on a Redis
+// backend block their goroutine (and the OS thread under it, which Go's scheduler replaces
+// while the call lasts) for at most the deadline; the context is checked before each.
 type Limiter struct {
 	ptr     *C.rk_limiter
 	backend *Backend
 	name    string
 	kind    string
 	handle  closer
+	// started: checks may go through rk_limiter_check_start and wait in Go's scheduler
+	// (limiters whose every check is a Redis round trip; see lone for which do); otherwise the
+	// blocking rk_limiter_check, which answers in-process calls (memory; a leased or partitions
+	// limiter's local tokens) without a hand-over to another thread.
+	started bool
 }
 
 // use runs f with the limiter's handle held open.
@@ -83,6 +90,12 @@ func (l *Limiter) CheckN(ctx context.Context, key string, cost uint64) (Decision
 	k, err := keyText(key)
 	if err != nil {
 		return Decision{}, err
+	}
+	if l.started {
+		if !lone.CompareAndSwap(false, true) {
+			return l.checkStarted(ctx, key, k, cost)
+		}
+		defer lone.Store(false)
 	}
 	var raw C.rk_decision
 	if err := l.use(func(p *C.rk_limiter) status { return C.rk_limiter_check(p, k.ptr(), C.uint64_t(cost), &raw) }); err != nil {

@@ -332,6 +332,28 @@ typedef struct rk_decision {
 } rk_decision;
 
 /**
+ * \brief The callback of a call that completes later (`rk_limiter_check_start`).
+ *
+ * Called exactly once per submitted call, from one of ratekeeper's runtime threads, never the
+ * thread that submitted it (it may run before the submitting function has returned):
+ * - `user_data`: what was given with the call;
+ * - `status`: #RK_OK, or why the call failed (as the blocking form would have returned it);
+ * - `decision`: on #RK_OK the decision, else NULL; valid only until the callback returns
+ *   (copy it);
+ * - `error_message`: on failure what `rk_last_error_message` would have said (the thread-local
+ *   message belongs to another thread); `""` on #RK_OK. Never NULL; valid only until the
+ *   callback returns.
+ *
+ * The callback must return quickly and must not block: the runtime's few threads (2 to 4)
+ * drive every call of the process. It must not call ratekeeper's blocking functions. Hand the
+ * result to your own thread or scheduler instead.
+ */
+typedef void (*rk_completion_fn)(void *user_data,
+                                 enum rk_status status,
+                                 const struct rk_decision *decision,
+                                 const char *error_message);
+
+/**
  * \brief One part of `rk_backend_check_all`: a limiter, a key and a cost.
  */
 typedef struct rk_check_all_part {
@@ -1031,6 +1053,36 @@ enum rk_status rk_limiter_points_used(const struct rk_limiter *limiter,
                                       struct rk_decision *decision_out);
 
 /**
+ * \brief Starts `rk_limiter_check` without waiting for it: returns at once, and `callback`
+ * receives the decision later, from one of ratekeeper's runtime threads.
+ *
+ * On a Redis backend the check is sent over the backend's multiplexed connection, pipelined
+ * with every other call in flight, and no thread of the caller waits for the reply. On the
+ * memory backend the blocking `rk_limiter_check` is faster (it answers in about 100 ns; this
+ * form adds a hand-over to another thread).
+ *
+ * The key is copied before this function returns. The limiter may be freed while checks are
+ * in flight: they complete. Bad values of `key` (too long) or `cost` are reported through the
+ * callback (#RK_INVALID_ARGUMENT), before any state is touched.
+ *
+ * \param limiter The limiter.
+ * \param key The identity limited (up to 1 KiB of UTF-8), or NULL for the limiter's single
+ *        shared key.
+ * \param cost What the call consumes (0..=2^53).
+ * \param callback Called exactly once with the result when this function returns #RK_OK; never
+ *        called when it returns anything else. See #rk_completion_fn.
+ * \param user_data Handed to `callback` unchanged; may be NULL; must be usable from another
+ *        thread.
+ * \return #RK_OK (submitted: `callback` will be called), or, with nothing submitted,
+ *         #RK_NULL_PARAMETER (`limiter` or `callback`) or #RK_INVALID_UTF8 (`key`).
+ */
+enum rk_status rk_limiter_check_start(const struct rk_limiter *limiter,
+                                      const char *key,
+                                      uint64_t cost,
+                                      rk_completion_fn callback,
+                                      void *user_data);
+
+/**
  * \brief Decides every part in one atomic step at one instant: all are admitted and consume
  * their cost, or none consumes anything. Never waits.
  *
@@ -1518,6 +1570,17 @@ enum rk_status rk_test_panic(void);
  * `RK_TEST_HOOKS` is defined. Never call it in production code.
  */
 void rk_test_panic_next_call(void);
+#endif
+
+#if defined(RK_TEST_HOOKS)
+/**
+ * \brief TEST ONLY: makes the next call submitted by a `*_start` function (from any thread)
+ * panic inside its task on ratekeeper's runtime; its callback then receives #RK_PANIC.
+ *
+ * Exported only by builds with the cargo feature `test-hooks`; declared only when
+ * `RK_TEST_HOOKS` is defined. Never call it in production code.
+ */
+void rk_test_panic_next_task(void);
 #endif
 
 #ifdef __cplusplus

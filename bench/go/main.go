@@ -7,7 +7,8 @@
 //   - redis: ratekeeper's Check on a token bucket against a redigo client running a GCRA script
 //     by EVALSHA on the same redis-server (the client floor for Go), sequential and with 64
 //     goroutines in flight; during the 64-goroutine runs a goroutine sleeping 1 ms at a time
-//     records how late it wakes, to show the blocking cgo calls do not hold the scheduler.
+//     records how late it wakes, and the OS threads each contender's rounds created are
+//     counted (runtime/pprof's threadcreate), to show what the calls in flight hold.
 //
 // Rounds alternate between ratekeeper and its peer; the output is one `name<TAB>value` line per
 // figure (medians of the rounds, checks per second).
@@ -18,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -97,15 +99,22 @@ func alternate(workers int, contenders map[string]func()) {
 	}
 	sort.Strings(names)
 	results := map[string][]float64{}
+	threads := map[string]int{}
 	for r := 0; r < *rounds; r++ {
 		for _, name := range names {
+			before := threadsCreated()
 			results[name] = append(results[name], measure(workers, contenders[name]))
+			threads[name] += threadsCreated() - before
 		}
 	}
 	for _, name := range names {
-		fmt.Printf("%s\t%.0f\n", name, median(results[name]))
+		fmt.Printf("%s\t%.0f\nthreads_%s\t%d\n", name, median(results[name]), name, threads[name])
 	}
 }
+
+// threadsCreated is the number of OS threads the process has created so far (Go keeps them,
+// so what a contender's rounds add is what its calls needed beyond what was there).
+func threadsCreated() int { return pprof.Lookup("threadcreate").Count() }
 
 // lateness records how late a goroutine sleeping 1 ms at a time wakes, until stop.
 func lateness(stop <-chan struct{}) (p99, worst time.Duration) {

@@ -57,7 +57,7 @@ pub use limiter::{CombinedDecision, Limiter, PartDecision, PartitionsHeld, Permi
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};
 pub use rate::{parse_duration, parse_rate, parse_rates, Rate};
-pub use runtime::{block_on, runtime};
+pub use runtime::{block_on, runtime, CatchPanic};
 pub use settle_key::SettleKey;
 pub use shedder::{FleetShedder, FleetTicket, UtilizationConfig, UtilizationShedder};
 pub use views::{
