@@ -24,7 +24,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 # The files that may hold blocks: the README and every page of the docs.
 PAGES = [REPO / "README.md", *sorted((REPO / "docs" / "src").rglob("*.md"))]
-AREAS = ["Redis", "memory", "leased", "Python", "Node", "C", "HTTP middleware"]
+AREAS = ["Redis", "memory", "leased", "Python", "Node", "C", "Go", "HTTP middleware"]
 BLOCK = re.compile(r"(<!-- bench:begin (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- bench:end (?P=name) -->)", re.S)
 
 

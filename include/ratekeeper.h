@@ -253,7 +253,8 @@ typedef struct rk_lease {
  * \brief What `rk_limiter_settle` needs to settle an admitted call with its actual cost, exactly
  * once: set (`settleable`) on admitted calls of counting limiters, all zero otherwise. Pass the
  * whole `rk_decision` back; the fields are for storing it (e.g. in a job's arguments) and
- * rebuilding it.
+ * rebuilding it: store its seal too (#rk_limiter_seal_ticket) and settle the rebuilt decision
+ * with #rk_limiter_settle_sealed, which refuses a ticket altered on the way.
  */
 typedef struct rk_settle_ticket {
   /**
@@ -331,6 +332,28 @@ typedef struct rk_decision {
 } rk_decision;
 
 /**
+ * \brief The callback of a call that completes later (`rk_limiter_check_start`).
+ *
+ * Called exactly once per submitted call, from one of ratekeeper's runtime threads, never the
+ * thread that submitted it (it may run before the submitting function has returned):
+ * - `user_data`: what was given with the call;
+ * - `status`: #RK_OK, or why the call failed (as the blocking form would have returned it);
+ * - `decision`: on #RK_OK the decision, else NULL; valid only until the callback returns
+ *   (copy it);
+ * - `error_message`: on failure what `rk_last_error_message` would have said (the thread-local
+ *   message belongs to another thread); `""` on #RK_OK. Never NULL; valid only until the
+ *   callback returns.
+ *
+ * The callback must return quickly and must not block: the runtime's few threads (2 to 4)
+ * drive every call of the process. It must not call ratekeeper's blocking functions. Hand the
+ * result to your own thread or scheduler instead.
+ */
+typedef void (*rk_completion_fn)(void *user_data,
+                                 enum rk_status status,
+                                 const struct rk_decision *decision,
+                                 const char *error_message);
+
+/**
  * \brief One part of `rk_backend_check_all`: a limiter, a key and a cost.
  */
 typedef struct rk_check_all_part {
@@ -347,6 +370,17 @@ typedef struct rk_check_all_part {
    */
   uint64_t cost;
 } rk_check_all_part;
+
+/**
+ * \brief The seal of a settle ticket (see #rk_limiter_seal_ticket): 64 lowercase hex digits
+ * and a terminating NUL.
+ */
+typedef struct rk_settle_seal {
+  /**
+   * The seal, NUL-terminated.
+   */
+  char hex[65];
+} rk_settle_seal;
 
 #ifdef __cplusplus
 extern "C" {
@@ -476,17 +510,27 @@ void rk_backend_free(struct rk_backend *backend);
  * constructors, plus those they have no parameter for (a connect timeout, TLS material).
  *
  * Fields (all optional; durations in seconds):
- * - `kind`: `"memory"`, `"redis"` or `"cluster"` (default: `"cluster"` with `seeds`,
- *   `"redis"` with `url`, else `"memory"`);
+ * - `kind`: `"memory"`, `"redis"`, `"cluster"` or `"sentinel"` (default: `"cluster"` with
+ *   `seeds`, `"sentinel"` with `sentinel`, `"redis"` with `url`, else `"memory"`);
  * - memory: `max_keys` (default 1,000,000); `shards`, the number of lock shards (1 to 65536,
  *   rounded up to a power of two; default 64);
- * - Redis: `url` (`redis://` or `rediss://`), or `seeds` (an array of URLs) for a cluster;
+ * - Redis: `url` (`redis://`, `rediss://` or `redis+sentinel://`), or `seeds` (an array of
+ *   URLs) for a cluster, or `sentinel` for a Sentinel-managed primary: `{"addresses":
+ *   ["host:port", …], "service": "…"}` with, optionally, the data nodes' `username`,
+ *   `password`, `db` and `tls` (true: TLS with the `tls_*` material) and the sentinels' own
+ *   `sentinel_username`, `sentinel_password` and `sentinel_tls` (true: TLS, trusting the same
+ *   material); `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`)
+ *   before it admits (default 0), too few within the deadline failing the call as unavailable
+ *   for the failure policy to decide (`"fail_open"` then admits);
  *   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
  *   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
  *   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
  *   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now; `deny_cache`
  *   (`true`: limiters remember refusals in process, see `rk_limiter_with_deny_cache`; default
- *   `false`) and `deny_cache_max_entries` (default 10,000);
+ *   `false`) and `deny_cache_max_entries` (default 10,000); `on_conflict` (`"warn"`, the
+ *   default: a limiter whose spec differs from the one live processes use under its name is
+ *   built, said once on stderr and counted in `spec_conflicts`; `"raise"`: refused with
+ *   #RK_INVALID_ARGUMENT naming `spec`);
  * - `client`: the language this process's limiters are listed under in the registry
  *   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
  *   backend a process makes fixes it.
@@ -646,6 +690,24 @@ enum rk_status rk_limiter_new_windows(const struct rk_backend *backend,
                                       const struct rk_window_limit *windows,
                                       size_t windows_len,
                                       struct rk_limiter **limiter_out);
+
+/**
+ * \brief Parses a rate string as `limits`, slowapi and flask-limiter write it (`"5/minute"`,
+ * `"100 per hour"`, `"25/5s; 300/minute"`) into windows for `rk_limiter_new_windows`, or, for
+ * one rate, the `limit` and `interval_secs` of `rk_limiter_new_window` / `rk_limiter_new_bucket`.
+ *
+ * \param rate The rate text (UTF-8): a count, `/` or `per`, a duration with its unit; several
+ * separated by `;` or `,`.
+ * \param windows_out An array of `windows_capacity` windows that receives the rates.
+ * \param windows_capacity How many windows `windows_out` holds; more rates are an error.
+ * \param windows_len_out Receives how many rates were parsed.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT naming `rate`
+ * (nothing is written then).
+ */
+enum rk_status rk_parse_rate(const char *rate,
+                             struct rk_window_limit *windows_out,
+                             size_t windows_capacity,
+                             size_t *windows_len_out);
 
 /**
  * \brief Creates a sliding-window limiter of several `(duration, limit, precision)` limits over
@@ -991,6 +1053,36 @@ enum rk_status rk_limiter_points_used(const struct rk_limiter *limiter,
                                       struct rk_decision *decision_out);
 
 /**
+ * \brief Starts `rk_limiter_check` without waiting for it: returns at once, and `callback`
+ * receives the decision later, from one of ratekeeper's runtime threads.
+ *
+ * On a Redis backend the check is sent over the backend's multiplexed connection, pipelined
+ * with every other call in flight, and no thread of the caller waits for the reply. On the
+ * memory backend the blocking `rk_limiter_check` is faster (it answers in about 100 ns; this
+ * form adds a hand-over to another thread).
+ *
+ * The key is copied before this function returns. The limiter may be freed while checks are
+ * in flight: they complete. Bad values of `key` (too long) or `cost` are reported through the
+ * callback (#RK_INVALID_ARGUMENT), before any state is touched.
+ *
+ * \param limiter The limiter.
+ * \param key The identity limited (up to 1 KiB of UTF-8), or NULL for the limiter's single
+ *        shared key.
+ * \param cost What the call consumes (0..=2^53).
+ * \param callback Called exactly once with the result when this function returns #RK_OK; never
+ *        called when it returns anything else. See #rk_completion_fn.
+ * \param user_data Handed to `callback` unchanged; may be NULL; must be usable from another
+ *        thread.
+ * \return #RK_OK (submitted: `callback` will be called), or, with nothing submitted,
+ *         #RK_NULL_PARAMETER (`limiter` or `callback`) or #RK_INVALID_UTF8 (`key`).
+ */
+enum rk_status rk_limiter_check_start(const struct rk_limiter *limiter,
+                                      const char *key,
+                                      uint64_t cost,
+                                      rk_completion_fn callback,
+                                      void *user_data);
+
+/**
  * \brief Decides every part in one atomic step at one instant: all are admitted and consume
  * their cost, or none consumes anything. Never waits.
  *
@@ -1056,7 +1148,8 @@ enum rk_status rk_backend_acquire_all(const struct rk_backend *backend,
  * \param decision_out Receives the state after the settle, as a peek reports it.
  * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT (naming
  *         `decision` for a decision that cannot be settled: refused, of a concurrent or
- *         unlimited limiter, or another limiter's; naming `actual` above 2^53),
+ *         unlimited limiter, another limiter's, older than the settle window (an hour), or
+ *         charged more than the limiter's capacity; naming `actual` above 2^53),
  *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
  */
 enum rk_status rk_limiter_settle(const struct rk_limiter *limiter,
@@ -1064,6 +1157,46 @@ enum rk_status rk_limiter_settle(const struct rk_limiter *limiter,
                                  const struct rk_decision *decision,
                                  uint64_t actual,
                                  struct rk_decision *decision_out);
+
+/**
+ * \brief The seal of `decision`'s settle ticket, for a ticket stored outside the process (a
+ * job's arguments, a queue message): store it with the ticket's fields and pass it to
+ * #rk_limiter_settle_sealed, in any process on the same backend (on Redis: the same Redis and
+ * key prefix, whose shared secret the first seal reads or creates there).
+ *
+ * \param limiter The limiter that made the decision.
+ * \param key The key the call was checked with, or NULL for the limiter's single shared key.
+ * \param decision The decision `rk_limiter_check` or `rk_limiter_acquire` returned.
+ * \param seal_out Receives the seal.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8, #RK_INVALID_ARGUMENT (naming
+ *         `decision` for a decision without a ticket or of another limiter),
+ *         #RK_BACKEND_UNAVAILABLE or #RK_TIMEOUT.
+ */
+enum rk_status rk_limiter_seal_ticket(const struct rk_limiter *limiter,
+                                      const char *key,
+                                      const struct rk_decision *decision,
+                                      struct rk_settle_seal *seal_out);
+
+/**
+ * \brief #rk_limiter_settle for a decision rebuilt from data stored outside the process, with
+ * the seal #rk_limiter_seal_ticket gave for it: settled only if the seal matches the ticket
+ * and `key` (a field changed, a ticket made up, or a seal of another Redis or prefix is
+ * #RK_INVALID_ARGUMENT naming `decision`, and nothing is written).
+ *
+ * \param limiter The limiter that made the decision.
+ * \param key The key the call was checked with, or NULL for the limiter's single shared key.
+ * \param decision The rebuilt decision.
+ * \param actual What the call really cost (0..=2^53).
+ * \param seal The ticket's seal (64 hex digits, NUL-terminated).
+ * \param decision_out Receives the state after the settle, as a peek reports it.
+ * \return As #rk_limiter_settle.
+ */
+enum rk_status rk_limiter_settle_sealed(const struct rk_limiter *limiter,
+                                        const char *key,
+                                        const struct rk_decision *decision,
+                                        uint64_t actual,
+                                        const char *seal,
+                                        struct rk_decision *decision_out);
 
 /**
  * \brief Creates a partitions limiter: `total_rate` units per second split into `partitions`
@@ -1194,7 +1327,8 @@ enum rk_status rk_backend_limiters_json(const struct rk_backend *backend,
  * `shadow_refused` the checks a limiter in shadow mode would have refused and admitted instead;
  * `refused_locally` the checks refused from the deny cache; `settles` the settles applied
  * (a repeat is not counted), `settle_charged` and `settle_refunded` the units they charged and
- * asked to refund.
+ * asked to refund; `spec_conflicts` the registrations that found the name used with another
+ * spec by a live process.
  *
  * \param backend The backend.
  * \param fleet False for this process's metrics; true for every process's (read from Redis
@@ -1436,6 +1570,17 @@ enum rk_status rk_test_panic(void);
  * `RK_TEST_HOOKS` is defined. Never call it in production code.
  */
 void rk_test_panic_next_call(void);
+#endif
+
+#if defined(RK_TEST_HOOKS)
+/**
+ * \brief TEST ONLY: makes the next call submitted by a `*_start` function (from any thread)
+ * panic inside its task on ratekeeper's runtime; its callback then receives #RK_PANIC.
+ *
+ * Exported only by builds with the cargo feature `test-hooks`; declared only when
+ * `RK_TEST_HOOKS` is defined. Never call it in production code.
+ */
+void rk_test_panic_next_task(void);
 #endif
 
 #ifdef __cplusplus

@@ -28,7 +28,8 @@ function missingAddon(prebuilt) {
       `ratekeeper: the prebuilt addon package ${prebuilt} is not installed. npm installs it with ` +
       'ratekeeper as an optional dependency, unless optional dependencies are left out ' +
       '(--omit=optional, --no-optional, or the ratekeeper tarball installed alone). Install it: ' +
-      `npm install ${prebuilt}@${version}`
+      `npm install ${prebuilt}@${version} (before that name is published, the release's file: ` +
+      `npm install ${prebuilt.replace(/^@/, '').replace('/', '-')}-${version}.tgz)`
     );
   }
   return (

@@ -1,10 +1,11 @@
 'use strict';
 // HTTP helpers: a decision (or a ratekeeper error) as response headers and a status code.
-// Headers follow the IETF RateLimit header fields draft (RateLimit-Limit, RateLimit-Remaining,
-// RateLimit-Reset) and RFC 9110's Retry-After; times are whole seconds, rounded up, so a client
+// Headers follow the IETF RateLimit header fields draft (draft-11's RateLimit-Policy and
+// RateLimit by default, as the middleware; draft-7, draft-6, legacy on request) and RFC 9110's
+// Retry-After; times are whole seconds, rounded up, so a client
 // that waits as told is never early.
 
-// The rules live in the core (`Decision::http_headers`, `http_seconds`); these are wrappers.
+// The rules live in the core (`Decision::rate_limit_headers`, `http_seconds`); these are wrappers.
 const native = require('./addon.js');
 
 /** Milliseconds as whole seconds, rounded up (exact to the microsecond first). */
@@ -13,16 +14,22 @@ function ceilSeconds(ms) {
 }
 
 /**
- * The response headers for a decision: `RateLimit-Limit`, `RateLimit-Remaining`,
- * `RateLimit-Reset` (seconds until the limit is full again) and, when refused, `Retry-After`.
+ * The response headers for a decision, draft-11 by default as the HTTP middleware writes them
+ * (`RateLimit-Policy: "default";q=5`, `RateLimit: "default";r=0;t=10`; `options.policy` names
+ * the item, e.g. the limiter's name), or `options.form` `'draft-7'`, `'draft-6'`
+ * (`RateLimit-Limit`, `-Remaining`, `-Reset`), `'legacy'` (`X-RateLimit-*`); when refused,
+ * `Retry-After`. Times are whole seconds, rounded up.
  */
-function rateLimitHeaders(decision) {
+function rateLimitHeaders(decision, options) {
+  const { form, policy } = options ?? {};
   const pairs = native.httpHeaders(
     Boolean(decision.allowed),
     Number(decision.limit),
     Number(decision.remaining),
     Number(decision.retryAfterMs),
     Number(decision.resetAfterMs),
+    form,
+    policy == null ? undefined : String(policy),
   );
   const headers = {};
   for (let i = 0; i < pairs.length; i += 2) headers[pairs[i]] = pairs[i + 1];
@@ -51,9 +58,9 @@ function httpStatus(decisionOrError) {
   return decisionOrError.allowed ? undefined : 429;
 }
 
-/** Sets the headers of `rateLimitHeaders(decision)` on a Node/Express response. */
-function setRateLimitHeaders(response, decision) {
-  for (const [name, value] of Object.entries(rateLimitHeaders(decision))) response.setHeader(name, value);
+/** Sets the headers of `rateLimitHeaders(decision, options)` on a Node/Express response. */
+function setRateLimitHeaders(response, decision, options) {
+  for (const [name, value] of Object.entries(rateLimitHeaders(decision, options))) response.setHeader(name, value);
 }
 
 module.exports = { ceilSeconds, rateLimitHeaders, retryAfterHeaders, httpStatus, setRateLimitHeaders };

@@ -18,12 +18,35 @@ import type {
   Metrics,
   PartitionsOptions,
   RedisOptions,
+  SentinelOptions,
   SlidingLimitOptions,
   WindowLimitOptions,
 } from './native';
 
 export { Backoff, ManualClock, UtilizationShedder, coreVersion } from './native';
 export type * from './native';
+
+/** A unit a `Duration` may carry. */
+export type DurationUnit =
+  | 'ms' | 'millisecond' | 'milliseconds'
+  | 's' | 'sec' | 'secs' | 'second' | 'seconds'
+  | 'm' | 'min' | 'mins' | 'minute' | 'minutes'
+  | 'h' | 'hr' | 'hrs' | 'hour' | 'hours'
+  | 'd' | 'day' | 'days';
+
+/**
+ * A duration given where no name shows its unit (a positional argument): a string with its
+ * unit, `'60s'`, `'500ms'`, `'1m'`, `'2 hours'`, or a unit alone, `'minute'`. A bare number is
+ * refused there: `window('b', 5, 60)` meant 60 ms in Node and 60 s in Python, Ruby, C and
+ * specs. Numbers are milliseconds only in options whose names end in `Ms` (`waitTimeoutMs`).
+ */
+export type Duration = `${number}${DurationUnit}` | `${number} ${DurationUnit}` | 'second' | 'minute' | 'hour' | 'day';
+
+/**
+ * A rate as `limits`, slowapi and flask-limiter write it: `'5/minute'`, `'100 per hour'`,
+ * `'25/5s'`; several separated by `;` for `windows` (`'25/5s; 300/minute'`).
+ */
+export type RateText = `${number}/${string}` | `${number} per ${string}` | `${string};${string}`;
 
 /** One part of `backend.checkAll` / `acquireAll`. */
 export interface CheckAllPart {
@@ -225,6 +248,14 @@ export declare class Backend {
   static redis(url: string, options?: RedisOptions): Backend
   /** A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs). */
   static cluster(seeds: string[], options?: RedisOptions): Backend
+  /**
+   * A Sentinel-managed primary found through any of `sentinels` (`'host:port'`): every
+   * connection asks the sentinels where the primary is and confirms its role first, so a
+   * failover is followed and no call goes to a replica. Takes `Backend.redis()`'s options too
+   * (`tls`: the data nodes speak TLS); `sentinelUsername`, `sentinelPassword` and `sentinelTls`
+   * are the sentinels' own.
+   */
+  static sentinel(options: { sentinels: string[] } & SentinelOptions & RedisOptions): Backend
   /** Keys held by a memory backend (expired ones included until swept); `null` for Redis. */
   get memoryKeys(): number | null
   /** What the failure policy has done so far (all 0 for memory backends). */
@@ -236,25 +267,30 @@ export declare class Backend {
    */
   concurrent(name: string, limit: number, options?: ConcurrentOptions): Limiter
   /**
-   * `limit` per fixed window of `interval` (milliseconds, or `'second'`, `'minute'`, `'hour'`,
-   * `'day'`), windows aligned to multiples of the interval since the epoch.
+   * `limit` per fixed window of `interval`, windows aligned to multiples of the interval since
+   * the epoch: `bucket('api', 100, '1m')`, or a rate string in place of both,
+   * `bucket('api', '100/minute')`. A bare number as the interval is refused (see `Duration`).
    */
-  bucket(name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions): Limiter
+  bucket(name: string, limit: number, interval: Duration, options?: LimiterOptions): Limiter
+  bucket(name: string, rate: RateText, options?: LimiterOptions): Limiter
   /**
-   * Exact sliding window: never more than `limit` admissions in any span of `interval`
-   * (milliseconds or a named interval).
+   * Exact sliding window: never more than `limit` admissions in any span of `interval`:
+   * `window('api', 5, '1m')`, or a rate string in place of both, `window('api', '5/minute')`.
    */
-  window(name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions): Limiter
+  window(name: string, limit: number, interval: Duration, options?: LimiterOptions): Limiter
+  window(name: string, rate: RateText, options?: LimiterOptions): Limiter
   /**
    * Several exact sliding windows checked and recorded together (e.g. 25 per 5 s AND 300 per
-   * 60 s); decisions carry each window's state in `limits`.
+   * 60 s): `[{ limit, intervalMs }, …]` or `'25/5s; 300/minute'`; decisions carry each
+   * window's state in `limits`.
    */
-  windows(name: string, windows: WindowLimitOptions[], options?: LimiterOptions): Limiter
+  windows(name: string, windows: WindowLimitOptions[] | RateText, options?: LimiterOptions): Limiter
   /**
    * Several limits in one atomic check over sub-buckets of `precisionMs` (Carlson's sliding
-   * window): `[{ durationMs, limit, precisionMs? }, …]` or `[[durationMs, limit, precisionMs?], …]`.
+   * window): `[{ durationMs, limit, precisionMs? }, …]` or `[[duration, limit, precision?], …]`
+   * with the tuple's durations strings with units (`['1h', 1000, '1m']`).
    */
-  slidingWindow(name: string, limits: Array<SlidingLimitOptions | [number, number] | [number, number, number]>, options?: LimiterOptions): Limiter
+  slidingWindow(name: string, limits: Array<SlidingLimitOptions | [Duration, number] | [Duration, number, Duration]>, options?: LimiterOptions): Limiter
   /** Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens. */
   tokenBucket(name: string, rate: number, capacity: number, options?: LimiterOptions): Limiter
   /**
@@ -274,13 +310,14 @@ export declare class Backend {
    * it. On the memory backend: the token bucket.
    */
   leased(name: string, rate: number, capacity: number, options?: LeasedOptions): Limiter
-  /** A burst of `size`, then one call per `drainMs / size`; full again after `drainMs` idle. */
-  leaky(name: string, size: number, drainMs: number, options?: LimiterOptions): Limiter
+  /** A burst of `size`, then one call per `drain / size`; full again after `drain` idle (`'1m'`). */
+  leaky(name: string, size: number, drain: Duration, options?: LimiterOptions): Limiter
   /**
-   * A leaky bucket of `capacity` points refilled in `refillMs`: a call gives an estimate, and
-   * `pointsUsed` (or the permit of `withinLimit`) charges or refunds the difference.
+   * A leaky bucket of `capacity` points refilled in `refill` (`'20s'`): a call gives an
+   * estimate, and `pointsUsed` (or the permit of `withinLimit`) charges or refunds the
+   * difference.
    */
-  points(name: string, capacity: number, refillMs: number, options?: LimiterOptions): Limiter
+  points(name: string, capacity: number, refill: Duration, options?: LimiterOptions): Limiter
   /**
    * `limit` per calendar `period` (`'day'`, `'week'` from Monday, `'month'`, `'year'`) in the
    * IANA time zone `tz` (default UTC); months start on day `anchor`.
@@ -386,28 +423,28 @@ export declare class Limiter {
   /** The longest pause `pause` and `observe` write, in milliseconds (default 3600000). */
   get maxPauseMs(): number
   /**
-   * The same limiter (same state and metrics) whose pauses last at most `maxPauseMs`
-   * (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
-   * counted in `metrics().pausesClamped`. A `maxPauseMs` that is not a positive number up to
-   * 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
+   * The same limiter (same state and metrics) whose pauses last at most `maxPause` (`'10m'`;
+   * default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
+   * counted in `metrics().pausesClamped`. A `maxPause` that is not a positive duration up to
+   * 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPause`.
    */
-  withMaxPause(maxPauseMs: number): Limiter
-  /** The same limiter (same state) with another default wait timeout (0: never wait). */
-  withWaitTimeout(waitTimeoutMs: number): Limiter
+  withMaxPause(maxPause: Duration): Limiter
+  /** The same limiter (same state) with another default wait timeout (`'5s'`; `0`: never wait). */
+  withWaitTimeout(waitTimeout: Duration | 0): Limiter
   /**
    * How long a refusal blocks the key, in milliseconds (`null`: a refusal blocks nothing, the
    * default; see `withBlockFor`).
    */
   get blockForMs(): number | null
   /**
-   * The same limiter (same state and metrics) whose refusals block the key for `blockForMs`
-   * (`null`: they block nothing): after a refused check, every `check`, `peek` and `acquire`
+   * The same limiter (same state and metrics) whose refusals block the key for `blockFor`
+   * (`'15m'`; `null`: they block nothing): after a refused check, every `check`, `peek` and `acquire`
    * of this limiter and key, in every process sharing the backend, is refused with
    * `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that starts
-   * the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs` that is
-   * not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming `blockForMs`.
+   * the block says so too. A spec carries it as `block_for` (seconds). A `blockFor` that is
+   * not a positive duration up to 100 years throws `ERR_INVALID_ARGUMENT` naming `blockFor`.
    */
-  withBlockFor(blockForMs: number | null): Limiter
+  withBlockFor(blockFor: Duration | null): Limiter
   /** Whether this limiter remembers refusals in process (see `withDenyCache`). */
   get denyCache(): boolean
   /**
@@ -489,10 +526,12 @@ export declare class Limiter {
    * Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
    * its `actual` cost: the difference is charged or refunded exactly once, however often the
    * same decision is settled (a retry after a timeout is safe; a decision stored as JSON
-   * settles like the original). A charge applies even past the limit (later calls wait the
-   * debt out); a refund never gives back more than the call took, nor to a window that has
-   * rolled over. Resolves with the state after it, as `peek` reports it. A decision that
-   * cannot be settled (refused; concurrent, unlimited or partitions; another limiter's)
+   * settles like the original, in any process on the same backend: its ticket's JSON carries
+   * a `seal`). A charge applies even past the limit (later calls wait the debt out); a refund
+   * never gives back more than the call took, nor to a window that has rolled over. Resolves
+   * with the state after it, as `peek` reports it. A decision that cannot be settled (refused;
+   * concurrent, unlimited or partitions; another limiter's; older than the settle window, an
+   * hour; a ticket from outside the process whose seal is missing or does not match it)
    * rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
    */
   settle(decision: Decision, actual: number): Promise<Decision>
@@ -502,15 +541,15 @@ export declare class Limiter {
    */
   settleSync(decision: Decision, actual: number): Decision
   /**
-   * Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
+   * Pauses `key` for `duration` (`'30s'`), in every process sharing the backend: until it ends,
    * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
    * nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
    * `withMaxPause`). A longer pause extends the one in effect; a shorter one never shortens
    * it; `resume` ends it. Resolves with the pause in effect (ms). On Redis the check costs
-   * no extra round trip. A `durationMs` that is not a positive number rejects with
-   * `ERR_INVALID_ARGUMENT` naming `durationMs`.
+   * no extra round trip. A `duration` that is not a positive duration with its unit rejects
+   * with `ERR_INVALID_ARGUMENT` naming `duration`.
    */
-  pause(durationMs: number, key?: string | null): Promise<number>
+  pause(duration: Duration, key?: string | null): Promise<number>
   /**
    * Ends the pause of `key` now, in every process sharing the backend (an operator's
    * override of a pause that is wrong or no longer needed); the key's other state is kept.
@@ -518,14 +557,14 @@ export declare class Limiter {
    */
   resume(key?: string | null): Promise<boolean>
   /**
-   * Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+   * Blocks `key` for `duration` (`'15m'`) from now, in every process sharing the backend: until it
    * ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
    * the block's remaining time (consuming nothing) and `acquire` waits it out. The block
    * replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
-   * alone. Resolves with the block in effect (ms). A `durationMs` that is not a positive
-   * number rejects with `ERR_INVALID_ARGUMENT` naming `durationMs`.
+   * alone. Resolves with the block in effect (ms). A `duration` that is not a positive
+   * duration with its unit rejects with `ERR_INVALID_ARGUMENT` naming `duration`.
    */
-  block(durationMs: number, key?: string | null): Promise<number>
+  block(duration: Duration, key?: string | null): Promise<number>
   /**
    * Ends the block of `key` now, in every process sharing the backend; the key's other state,
    * and a pause, are kept. Resolves with whether a block was in effect.
@@ -627,11 +666,20 @@ export declare function isRatekeeperError(error: unknown): error is RatekeeperEr
 /** Milliseconds as whole seconds, rounded up. */
 export declare function ceilSeconds(ms: number): number;
 
+/** Which header fields `rateLimitHeaders` writes, and the draft-11 policy's name. */
+export interface RateLimitHeadersOptions {
+  /** `'draft-11'` (default, as the HTTP middleware), `'draft-7'`, `'draft-6'` or `'legacy'`. */
+  form?: 'draft-11' | 'draft-7' | 'draft-6' | 'legacy';
+  /** The draft-11 policy item's name (default `'default'`; the middleware uses the limiter's name). */
+  policy?: string;
+}
+
 /**
- * The response headers for a decision: `RateLimit-Limit`, `RateLimit-Remaining`,
- * `RateLimit-Reset` (seconds, rounded up) and, when refused, `Retry-After` (seconds, rounded up).
+ * The response headers for a decision, draft-11 by default as the HTTP middleware writes them
+ * (`RateLimit-Policy: "default";q=5`, `RateLimit: "default";r=0;t=10`), or another `form`; when
+ * refused, `Retry-After`. Times are whole seconds, rounded up.
  */
-export declare function rateLimitHeaders(decision: Decision): Record<string, string>;
+export declare function rateLimitHeaders(decision: Decision, options?: RateLimitHeadersOptions): Record<string, string>;
 
 /** `Retry-After` for an `ERR_OVER_LIMIT` error (`{}` for any other error). */
 export declare function retryAfterHeaders(error: unknown): Record<string, string>;
@@ -639,8 +687,9 @@ export declare function retryAfterHeaders(error: unknown): Record<string, string
 /** 429 for a refused decision or `ERR_OVER_LIMIT`, 503 for `ERR_SHED`, otherwise `undefined`. */
 export declare function httpStatus(decisionOrError: Decision | unknown): 429 | 503 | undefined;
 
-/** Sets the headers of `rateLimitHeaders(decision)` on a Node/Express response. */
+/** Sets the headers of `rateLimitHeaders(decision, options)` on a Node/Express response. */
 export declare function setRateLimitHeaders(
   response: { setHeader(name: string, value: string): unknown },
   decision: Decision,
+  options?: RateLimitHeadersOptions,
 ): void;

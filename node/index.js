@@ -84,12 +84,56 @@ const records = new Float64Array(RECORD * CAPACITY);
 const syncOut = new Float64Array(9);
 const running = new Map();
 
+/** Whether `ticket` is a SettleTicket this process issued (not one rebuilt from JSON). */
+let issuedHere;
+
+/**
+ * A settle ticket this process issued: `{ id, limiter, cost, chargedAtUs, key }`, read by
+ * `limiter.settle`. Its JSON form (`JSON.stringify`) adds a `seal` made by the limiter that
+ * issued it: a ticket that comes back from outside the process (a job, a queue message) is
+ * settled only with its seal, and only if no field was changed.
+ */
+class SettleTicket {
+  #owner;
+
+  constructor(id, limiter, cost, chargedAtUs, key, owner) {
+    this.id = id;
+    this.limiter = limiter;
+    this.cost = cost;
+    this.chargedAtUs = chargedAtUs;
+    this.key = key;
+    this.#owner = owner;
+  }
+
+  toJSON() {
+    const { id, limiter, cost, chargedAtUs, key } = this;
+    return { id, limiter, cost, chargedAtUs, key, seal: this.#owner.sealTicket(this) };
+  }
+
+  static {
+    issuedHere = (ticket) => ticket !== null && typeof ticket === 'object' && #owner in ticket;
+  }
+}
+/** Whether `decision`'s ticket must show its seal to be settled: it was not issued here. */
+function needsSeal(decision) {
+  return !(decision !== null && typeof decision === 'object' && issuedHere(decision.settle));
+}
+
+/** `result` (a native object result) with its plain settle ticket issued by `owner`. */
+function withTicket(result, owner) {
+  const t = result.settle;
+  if (t != null && owner !== undefined && !issuedHere(t)) {
+    result.settle = new SettleTicket(t.id, t.limiter, t.cost, t.chargedAtUs, t.key, owner);
+  }
+  return result;
+}
+
 /**
  * A plain decision from `buffer` at offset `o` (six fields, then its settle ticket's id,
  * limiter and cost; id 0: none, `settle` is then undefined). The ticket's key is the call's:
- * `key` (absent for the limiter's shared key).
+ * `key` (absent for the limiter's shared key); `owner` the native limiter that issued it.
  */
-function plainDecision(buffer, o, key) {
+function plainDecision(buffer, o, key, owner) {
   const id = buffer[o + 6];
   return {
     allowed: buffer[o] === 1,
@@ -101,7 +145,7 @@ function plainDecision(buffer, o, key) {
     settle:
       id === 0
         ? undefined
-        : { id, limiter: buffer[o + 7], cost: buffer[o + 8], chargedAtUs: buffer[o + 5], key: key == null ? undefined : key },
+        : new SettleTicket(id, buffer[o + 7], buffer[o + 8], buffer[o + 5], key == null ? undefined : key, owner),
     shadowRefused: false,
   };
 }
@@ -116,8 +160,8 @@ function onSettled(count, values) {
     running.delete(id);
     if (settle === undefined) continue;
     if (kind === 0) {
-      settle.resolve(plainDecision(records, o + 2, settle.key));
-    } else if (kind === 1) settle.resolve(value(values[v++]));
+      settle.resolve(plainDecision(records, o + 2, settle.key, settle.owner));
+    } else if (kind === 1) settle.resolve(value(values[v++], settle.key, settle.owner));
     else if (kind === 2) settle.reject(values[v++]);
     else settle.resolve(undefined);
   }
@@ -125,20 +169,23 @@ function onSettled(count, values) {
 
 native.initBridge(onSettled, records, syncOut);
 
-/** The public value of a synchronous native result (`key`: the call's, for a settle ticket). */
-function value(result, key) {
-  if (result === undefined) return plainDecision(syncOut, 0, key);
+/**
+ * The public value of a synchronous native result (`key`: the call's, for a settle ticket;
+ * `owner`: the native limiter of a call whose decision may carry one).
+ */
+function value(result, key, owner) {
+  if (result === undefined) return plainDecision(syncOut, 0, key, owner);
   if (result === null) return undefined;
   if (result === false) return null; // a critical request's fleet ticket
-  return result;
+  return owner === undefined ? result : withTicket(result, owner);
 }
 
-/** A Promise of a native result (`key`: the call's, for a settle ticket). */
-function promised(result, key) {
+/** A Promise of a native result (`key`, `owner`: as for `value`). */
+function promised(result, key, owner) {
   if (typeof result === 'number') {
-    return new Promise((resolve, reject) => running.set(result, { resolve, reject, key }));
+    return new Promise((resolve, reject) => running.set(result, { resolve, reject, key, owner }));
   }
-  return Promise.resolve(value(result, key));
+  return Promise.resolve(value(result, key, owner));
 }
 
 /** A Promise of what `call` returns natively: a throw becomes a rejection. */
@@ -218,6 +265,8 @@ const { limiterCheck, limiterCheckSync, limiterPeek, limiterPeekSync } = native;
 let nativeBackendOf;
 /** The handle of a public `Limiter`; undefined for anything else. */
 let limiterHandleOf;
+/** The native limiter of a Limiter (undefined for anything else). */
+let nativeLimiterOf;
 
 /**
  * A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
@@ -240,6 +289,7 @@ class Limiter {
 
   static {
     limiterHandleOf = (limiter) => (limiter !== null && typeof limiter === 'object' && #native in limiter ? limiter.#handle() : undefined);
+    nativeLimiterOf = (limiter) => (limiter !== null && typeof limiter === 'object' && #native in limiter ? limiter.#native : undefined);
   }
 
   /** A limiter that always allows and touches no backend (admins, tests). */
@@ -276,14 +326,14 @@ class Limiter {
     return this.#native.shadow;
   }
 
-  withMaxPause(maxPauseMs) {
-    return new Limiter(WRAP, this.#native.withMaxPause(maxPauseMs));
+  withMaxPause(maxPause) {
+    return new Limiter(WRAP, this.#native.withMaxPause(maxPause));
   }
-  withWaitTimeout(waitTimeoutMs) {
-    return new Limiter(WRAP, this.#native.withWaitTimeout(waitTimeoutMs));
+  withWaitTimeout(waitTimeout) {
+    return new Limiter(WRAP, this.#native.withWaitTimeout(waitTimeout));
   }
-  withBlockFor(blockForMs) {
-    return new Limiter(WRAP, this.#native.withBlockFor(blockForMs));
+  withBlockFor(blockFor) {
+    return new Limiter(WRAP, this.#native.withBlockFor(blockFor));
   }
   withShadow(shadow) {
     return new Limiter(WRAP, this.#native.withShadow(shadow));
@@ -297,13 +347,13 @@ class Limiter {
 
   check(key, cost) {
     try {
-      return promised(limiterCheck(this.#handle(), key, cost), key);
+      return promised(limiterCheck(this.#handle(), key, cost), key, this.#native);
     } catch (error) {
       return Promise.reject(error);
     }
   }
   checkSync(key, cost) {
-    return value(limiterCheckSync(this.#handle(), key, cost), key);
+    return value(limiterCheckSync(this.#handle(), key, cost), key, this.#native);
   }
   peek(key) {
     try {
@@ -325,7 +375,7 @@ class Limiter {
       } catch (error) {
         return Promise.reject(error);
       }
-      return promised(result, key);
+      return promised(result, key, this.#native);
     }
     if (!isAbortSignal(signal)) {
       return Promise.reject(invalidArgument('signal', 'must be an AbortSignal'));
@@ -337,10 +387,10 @@ class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (typeof result !== 'number') return promised(result, key);
+    if (typeof result !== 'number') return promised(result, key, this.#native);
     const onAbort = () => cancel(canceller);
     signal.addEventListener('abort', onAbort, { once: true });
-    return promised(result, key).then(
+    return promised(result, key, this.#native).then(
       (decision) => {
         signal.removeEventListener('abort', onAbort);
         return decision;
@@ -371,20 +421,20 @@ class Limiter {
     return promisedCall(() => this.#native.pointsUsed(key, estimate, actual));
   }
   settle(decision, actual) {
-    return promisedCall(() => this.#native.settle(decision, actual));
+    return promisedCall(() => this.#native.settle(decision, actual, needsSeal(decision)));
   }
   settleSync(decision, actual) {
-    return value(this.#native.settleSync(decision, actual));
+    return value(this.#native.settleSync(decision, actual, needsSeal(decision)));
   }
-  pause(durationMs, key) {
-    return promisedCall(() => this.#native.pause(durationMs, key));
+  pause(duration, key) {
+    return promisedCall(() => this.#native.pause(duration, key));
   }
   /** Resolves with whether a pause was in effect (the native reply is 1 or 0). */
   resume(key) {
     return promisedCall(() => this.#native.resume(key)).then((ended) => ended === 1);
   }
-  block(durationMs, key) {
-    return promisedCall(() => this.#native.block(durationMs, key));
+  block(duration, key) {
+    return promisedCall(() => this.#native.block(duration, key));
   }
   /** Resolves with whether a block was in effect (the native reply is 1 or 0). */
   unblock(key) {
@@ -502,7 +552,12 @@ function partsOf(parts) {
  * the first failure rejects).
  */
 function combinedDecision(combined, parts) {
-  const decided = combined.parts.map((p, i) => ({ limiter: parts[i].limiter, key: p.key, cost: p.cost, decision: p.decision }));
+  const decided = combined.parts.map((p, i) => ({
+    limiter: parts[i].limiter,
+    key: p.key,
+    cost: p.cost,
+    decision: withTicket(p.decision, nativeLimiterOf(parts[i].limiter)),
+  }));
   return {
     allowed: combined.allowed,
     retryAfterMs: combined.retryAfterMs,
@@ -541,6 +596,14 @@ class Backend {
   static cluster(seeds, options) {
     return new Backend(WRAP, NativeBackend.cluster(seeds, options));
   }
+  static sentinel(options) {
+    if (options === null || typeof options !== 'object') return new Backend(WRAP, NativeBackend.sentinel(options));
+    // Where the primary is found, apart from the options every Redis backend takes.
+    const { sentinels, service, username, password, db, sentinelUsername, sentinelPassword, sentinelTls, ...redis } =
+      options;
+    const sentinel = { service, username, password, db, sentinelUsername, sentinelPassword, sentinelTls };
+    return new Backend(WRAP, NativeBackend.sentinel(sentinels, sentinel, redis));
+  }
 
   get memoryKeys() {
     return this.#native.memoryKeys;
@@ -573,11 +636,11 @@ class Backend {
   leased(name, rate, capacity, options) {
     return new Limiter(WRAP, this.#native.leased(name, rate, capacity, options));
   }
-  leaky(name, size, drainMs, options) {
-    return new Limiter(WRAP, this.#native.leaky(name, size, drainMs, options));
+  leaky(name, size, drain, options) {
+    return new Limiter(WRAP, this.#native.leaky(name, size, drain, options));
   }
-  points(name, capacity, refillMs, options) {
-    return new Limiter(WRAP, this.#native.points(name, capacity, refillMs, options));
+  points(name, capacity, refill, options) {
+    return new Limiter(WRAP, this.#native.points(name, capacity, refill, options));
   }
   calendar(name, limit, period, options) {
     return new Limiter(WRAP, this.#native.calendar(name, limit, period, options));

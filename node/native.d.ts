@@ -63,6 +63,14 @@ export declare class NativeBackend {
   static redis(url: string, options?: RedisOptions): NativeBackend
   /** A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs). */
   static cluster(seeds: string[], options?: RedisOptions): NativeBackend
+  /**
+   * A Sentinel-managed primary, found through any of `sentinels` (`'host:port'`): every connection
+   * asks the sentinels where the primary is and confirms its role first, so a failover is
+   * followed and no call goes to a replica. `options` are `Backend.redis()`'s (`tls`: the data
+   * nodes speak TLS). The URL form `redis+sentinel://[user:password@]host:port[,…]/service[/db]`
+   * works wherever a Redis URL does.
+   */
+  static sentinel(sentinels: string[], sentinel: SentinelOptions, options?: RedisOptions): NativeBackend
   /** Keys held by a memory backend (expired ones included until swept); `null` for Redis. */
   get memoryKeys(): number | null
   /** What the failure policy has done so far (all 0 for memory backends). */
@@ -74,25 +82,28 @@ export declare class NativeBackend {
    */
   concurrent(name: string, limit: number, options?: ConcurrentOptions): Limiter
   /**
-   * `limit` per fixed window of `interval` (milliseconds, or `'second'`, `'minute'`, `'hour'`,
-   * `'day'`), windows aligned to multiples of the interval since the epoch.
+   * `limit` per fixed window of `interval` (a string with its unit: `'1m'`, `'60s'`,
+   * `'minute'`), windows aligned to multiples of the interval since the epoch; or a rate
+   * string in place of both: `bucket('api', '100/minute')`.
    */
-  bucket(name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions): Limiter
+  bucket(name: string, limit: number | string, interval?: string | LimiterOptions, options?: LimiterOptions): Limiter
   /**
-   * Exact sliding window: never more than `limit` admissions in any span of `interval`
-   * (milliseconds or a named interval).
+   * Exact sliding window: never more than `limit` admissions in any span of `interval` (a
+   * string with its unit); or a rate string in place of both: `window('api', '5/minute')`.
    */
-  window(name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions): Limiter
+  window(name: string, limit: number | string, interval?: string | LimiterOptions, options?: LimiterOptions): Limiter
   /**
    * Several exact sliding windows checked and recorded together (e.g. 25 per 5 s AND 300 per
-   * 60 s); decisions carry each window's state in `limits`.
+   * 60 s): `[{ limit, intervalMs }, …]` or a rate string `'25/5s; 300/minute'`; decisions
+   * carry each window's state in `limits`.
    */
-  windows(name: string, windows: WindowLimitOptions[], options?: LimiterOptions): Limiter
+  windows(name: string, windows: WindowLimitOptions[] | string, options?: LimiterOptions): Limiter
   /**
    * Several limits in one atomic check over sub-buckets of `precisionMs` (Carlson's sliding
-   * window): `[{ durationMs, limit, precisionMs? }, …]` or `[[durationMs, limit, precisionMs?], …]`.
+   * window): `[{ durationMs, limit, precisionMs? }, …]` or `[[duration, limit, precision?], …]`
+   * with the tuple's durations strings with units (`['1h', 1000, '1m']`).
    */
-  slidingWindow(name: string, limits: Array<SlidingLimitOptions | [number, number] | [number, number, number]>, options?: LimiterOptions): Limiter
+  slidingWindow(name: string, limits: Array<SlidingLimitOptions | [string, number] | [string, number, string]>, options?: LimiterOptions): Limiter
   /** Refills `rate` tokens per second up to `capacity`; a call asks for `cost` tokens. */
   tokenBucket(name: string, rate: number, capacity: number, options?: LimiterOptions): Limiter
   /**
@@ -112,13 +123,17 @@ export declare class NativeBackend {
    * it. On the memory backend: the token bucket.
    */
   leased(name: string, rate: number, capacity: number, options?: LeasedOptions): Limiter
-  /** A burst of `size`, then one call per `drainMs / size`; full again after `drainMs` idle. */
-  leaky(name: string, size: number, drainMs: number, options?: LimiterOptions): Limiter
   /**
-   * A leaky bucket of `capacity` points refilled in `refillMs`: a call gives an estimate, and
-   * `pointsUsed` (or the permit of `withinLimit`) charges or refunds the difference.
+   * A burst of `size`, then one call per `drain / size`; full again after `drain` idle
+   * (`drain` a string with its unit: `'1m'`).
    */
-  points(name: string, capacity: number, refillMs: number, options?: LimiterOptions): Limiter
+  leaky(name: string, size: number, drain: string, options?: LimiterOptions): Limiter
+  /**
+   * A leaky bucket of `capacity` points refilled in `refill` (a string with its unit): a call
+   * gives an estimate, and `pointsUsed` (or the permit of `withinLimit`) charges or refunds the
+   * difference.
+   */
+  points(name: string, capacity: number, refill: string, options?: LimiterOptions): Limiter
   /**
    * `limit` per calendar `period` (`'day'`, `'week'` from Monday, `'month'`, `'year'`) in the
    * IANA time zone `tz` (default UTC); months start on day `anchor`.
@@ -214,12 +229,13 @@ export declare class NativeLimiter {
   /** The longest pause `pause` and `observe` write, in milliseconds (default 3600000). */
   get maxPauseMs(): number
   /**
-   * The same limiter (same state and metrics) whose pauses last at most `maxPauseMs`
-   * (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
-   * counted in `metrics().pausesClamped`. A `maxPauseMs` that is not a positive number up to
-   * 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
+   * The same limiter (same state and metrics) whose pauses last at most `maxPause` (a
+   * string with its unit, e.g. `'10m'`; default one hour): a longer pause asked of `pause` or
+   * `observe` is shortened to it and counted in `metrics().pausesClamped`. A `maxPause` that
+   * is not a positive duration up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+   * `maxPause`.
    */
-  withMaxPause(maxPauseMs: number): NativeLimiter
+  withMaxPause(maxPause: string): NativeLimiter
   /**
    * How long a refusal blocks the key, in milliseconds (`null`: a refusal blocks nothing,
    * the default; see `withBlockFor`).
@@ -227,14 +243,14 @@ export declare class NativeLimiter {
   get blockForMs(): number | null
   /**
    * The same limiter (same state and metrics) whose refusals block the key for
-   * `blockForMs` (`null`: they block nothing): after a refused check, every `check`, `peek`
+   * `blockFor` (a string with its unit, e.g. `'15m'`; `null`: they block nothing): after a refused check, every `check`, `peek`
    * and `acquire` of this limiter and key, in every process sharing the backend, is refused
    * with `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that
-   * starts the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs`
-   * that is not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming
-   * `blockForMs`.
+   * starts the block says so too. A spec carries it as `block_for` (seconds). A `blockFor`
+   * that is not a positive duration up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+   * `blockFor`.
    */
-  withBlockFor(blockForMs: number | null): NativeLimiter
+  withBlockFor(blockFor: string | null): NativeLimiter
   /**
    * Whether the limiter is in shadow mode (a live override of the limiter or of a key decides
    * instead, with the `shadow` of its spec).
@@ -259,8 +275,11 @@ export declare class NativeLimiter {
    * use it. A `on` that is not a boolean throws `ERR_INVALID_ARGUMENT` naming `denyCache`.
    */
   withDenyCache(on: boolean): NativeLimiter
-  /** The same limiter (same state) with another default wait timeout (0: never wait). */
-  withWaitTimeout(waitTimeoutMs: number): NativeLimiter
+  /**
+   * The same limiter (same state) with another default wait timeout, a string with its unit
+   * (`'5s'`; `0`: never wait).
+   */
+  withWaitTimeout(waitTimeout: string | 0): NativeLimiter
   /**
    * Takes `cost` (default 1) for `key` if the limit allows, never waiting. A refused call
    * consumes nothing and resolves with `allowed: false` and the exact `retryAfterMs`. On a
@@ -322,24 +341,34 @@ export declare class NativeLimiter {
    * the limit (later calls wait the debt out); a refund never gives back more than the call
    * took, nor to a window that has rolled over. Resolves with the state after it, as `peek`
    * reports it. A decision that cannot be settled (refused; concurrent, unlimited or
-   * partitions; another limiter's) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+   * partitions; another limiter's; older than the settle window; `sealed` and its ticket's
+   * seal missing or not matching it) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+   * `sealed`: the ticket came from outside this process (index.js passes it for any ticket
+   * it did not issue), so its seal is checked first.
    */
-  settle(decision: Decision, actual: number): NativeReply
+  settle(decision: Decision, actual: number, sealed?: boolean): NativeReply
   /**
    * `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
    * round trip).
    */
-  settleSync(decision: Decision, actual: number): NativeReply
+  settleSync(decision: Decision, actual: number, sealed?: boolean): NativeReply
   /**
-   * Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
+   * The seal of `ticket` (a settle ticket of this limiter's decision), which its JSON form
+   * carries (index.js's `toJSON`). On Redis the first one reads (or creates) the fleet's
+   * secret in Redis, blocking the thread for that round trip; later ones are computed in
+   * process.
+   */
+  sealTicket(ticket: SettleTicket): string
+  /**
+   * Pauses `key` for `duration`, in every process sharing the backend: until it ends,
    * `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
    * nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
    * `withMaxPause`). A longer pause extends the one in effect; a shorter one never shortens
    * it; `resume` ends it. Resolves with the pause in effect (ms). On Redis the check costs
-   * no extra round trip. A `durationMs` that is not a positive number rejects with
-   * `ERR_INVALID_ARGUMENT` naming `durationMs`.
+   * no extra round trip. `duration` is a string with its unit (`'30s'`); anything else rejects
+   * with `ERR_INVALID_ARGUMENT` naming `duration`.
    */
-  pause(durationMs: number, key?: string | null): NativeReply
+  pause(duration: string, key?: string | null): NativeReply
   /**
    * Ends the pause of `key` now, in every process sharing the backend (an operator's
    * override of a pause that is wrong or no longer needed); the key's other state is kept.
@@ -347,15 +376,15 @@ export declare class NativeLimiter {
    */
   resume(key?: string | null): NativeReply
   /**
-   * Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+   * Blocks `key` for `duration` from now, in every process sharing the backend: until it
    * ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
    * the block's remaining time (consuming nothing) and `acquire` waits it out. The block
    * replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
    * alone. Resolves with the block in effect (ms). On Redis the check costs no extra round
-   * trip. A `durationMs` that is not a positive number rejects with `ERR_INVALID_ARGUMENT`
-   * naming `durationMs`.
+   * trip. `duration` is a string with its unit (`'15m'`); anything else rejects with
+   * `ERR_INVALID_ARGUMENT` naming `duration`.
    */
-  block(durationMs: number, key?: string | null): NativeReply
+  block(duration: string, key?: string | null): NativeReply
   /**
    * Ends the block of `key` now, in every process sharing the backend; the key's other
    * state, and a pause, are kept. Resolves with whether a block was in effect.
@@ -678,6 +707,11 @@ export interface Metrics {
    * rule may give back less.
    */
   settleRefunded: number
+  /**
+   * Registrations (about one a minute) that found the name used with another spec by a live
+   * process on the same Redis (one name, two limits; see `onConflict`).
+   */
+  specConflicts: number
 }
 
 /**
@@ -772,6 +806,41 @@ export interface RedisOptions {
   denyCache?: boolean
   /** The most refusals the deny cache holds (default 10000; at least 1). */
   denyCacheMaxEntries?: number
+  /**
+   * What building a limiter whose spec differs from the one live processes use under its
+   * name does: `'warn'` (default: build it, warn once on stderr naming both specs, count it in
+   * `metrics().specConflicts`, show it in `limiters()`), or `'raise'` (read the registry
+   * first and throw `ERR_INVALID_ARGUMENT` naming `spec`). `setLimit` changes a limit
+   * fleet-wide.
+   */
+  onConflict?: 'warn' | 'raise'
+  /**
+   * How many replicas must acknowledge each call's writes (`WAIT`) before it admits (default
+   * 0: no waiting); too few within `deadlineMs` fail the call as unavailable, and
+   * `failurePolicy` decides (`'fail_open'` then admits).
+   */
+  replicaAcks?: number
+}
+
+/**
+ * Where a Sentinel-managed primary is found (`Backend.sentinel()`; the rest of its options are
+ * `RedisOptions`, with `tls` the data nodes' TLS).
+ */
+export interface SentinelOptions {
+  /** The name the sentinels know the primary by (their `sentinel monitor` line). */
+  service?: string
+  /** The data nodes' user (ACL). */
+  username?: string
+  /** The data nodes' password. */
+  password?: string
+  /** The data nodes' database number (default 0). */
+  db?: number
+  /** The sentinels' user (their ACL is separate from the data nodes'). */
+  sentinelUsername?: string
+  /** The sentinels' password. */
+  sentinelPassword?: string
+  /** The sentinels speak TLS, trusting these certificates (separate from the data nodes'). */
+  sentinelTls?: TlsOptions
 }
 
 /** Names this process's language in the registry (index.js calls it with Node's version). */
@@ -779,8 +848,9 @@ export declare function setClientLanguage(language: string): void
 
 /**
  * What `limiter.settle` needs to settle an admitted call with its actual cost, exactly once:
- * present on admitted calls of counting limiters, absent otherwise. A plain value: it may be
- * stored (e.g. with a job) and the decision given back later.
+ * present on admitted calls of counting limiters, absent otherwise. It may be stored as JSON
+ * (e.g. with a job) and the decision given back later: serialized, it carries a `seal`, without
+ * which (or with a field changed) a ticket from outside the process is refused.
  */
 export interface SettleTicket {
   /** The settle id made at check time: a settle of one id applies once. */
@@ -793,6 +863,12 @@ export interface SettleTicket {
   chargedAtUs: number
   /** The key the call was charged to (absent: the limiter's shared key). */
   key?: string
+  /**
+   * Present in the ticket's JSON form only (`JSON.stringify` adds it): what proves a ticket
+   * that comes back from outside the process unchanged. A ticket without it, or with any
+   * field changed, is settled only in the process that issued it.
+   */
+  seal?: string
 }
 
 /** One limit of `backend.slidingWindow()` (or the tuple `[durationMs, limit, precisionMs?]`). */

@@ -163,7 +163,7 @@ async function main() {
   const keys = Array.from({ length: KEYS }, (_, i) => `user-${i}`);
 
   const rkToken = backend.tokenBucket('bench', 1e6, 1e9);
-  const rkBucket = backend.bucket('bench', 1e12, 1000);
+  const rkBucket = backend.bucket('bench', 1e12, '1s');
   const rlfRedis = new RateLimiterRedis({ storeClient: ioredis, points: 1e12, duration: 1, keyPrefix: 'rlf' });
   const rkMemory = rk.Backend.memory().tokenBucket('bench', 1e6, 1e9);
   const rlfMemory = new RateLimiterMemory({ points: 1e12, duration: 1 });

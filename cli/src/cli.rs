@@ -24,15 +24,29 @@ pub struct Cli {
 /// The backend every subcommand talks to (global: accepted before or after the subcommand).
 #[derive(Debug, Args, Clone, Default)]
 pub struct BackendArgs {
-    /// Redis URL (`redis://`, `rediss://`, with user and password) [env: RATEKEEPER_REDIS_URL,
-    /// used when neither --redis nor --cluster is given].
+    /// Redis URL (`redis://`, `rediss://`, `redis+sentinel://`, with user and password) [env:
+    /// RATEKEEPER_REDIS_URL, used when none of --redis, --cluster, --sentinel is given].
     // The variable is read by `ops::connect`, not by clap: clap would count it as `--redis`, and
     // `--cluster` would then conflict with a variable set for another purpose.
     #[arg(long, global = true, value_name = "URL", conflicts_with = "cluster")]
     pub redis: Option<String>,
     /// Redis Cluster seed node URL; repeat it or give a comma-separated list.
-    #[arg(long, global = true, value_name = "SEED", value_delimiter = ',')]
+    #[arg(long, global = true, value_name = "SEED", value_delimiter = ',', conflicts_with = "sentinel")]
     pub cluster: Vec<String>,
+    /// A Sentinel-managed primary: its sentinels, `host:port`; repeat it or give a comma-separated
+    /// list (with --service). `--redis redis+sentinel://…` does the same.
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        value_delimiter = ',',
+        requires = "service",
+        conflicts_with = "redis"
+    )]
+    pub sentinel: Vec<String>,
+    /// The name the sentinels know the primary by (with --sentinel).
+    #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
+    pub service: Option<String>,
     /// Key prefix (namespace) of the limiters: the one the processes were given, or the
     /// library's default.
     // The default is the core's constant (one source), so the help cannot name another.
@@ -59,9 +73,9 @@ pub enum Command {
     Inspect {
         /// The limiter's name.
         name: String,
-        /// The key (a tenant, a user id); none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -72,34 +86,34 @@ pub enum Command {
         name: String,
         /// The new spec as JSON, e.g. '{"kind":"window","limit":200,"interval":60}'.
         spec: String,
-        /// Override only this key (a tenant's plan).
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// Remove an override: the limiter (or key) goes back to the spec in the code.
     Unset {
         /// The limiter's name.
         name: String,
-        /// Remove the override of this key only.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// Forget a limiter's state for one key (its counts, tokens or holders).
     Reset {
         /// The limiter's name (it must be in the registry: its spec says what to reset).
         name: String,
-        /// The key; none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// End a pause early (one that `pause` or `observe` wrote after a third party's 429 or
     /// 503), in every process; the key's other state is kept.
     Resume {
         /// The limiter's name (it must be in the registry).
         name: String,
-        /// The key; none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// Block a key for SECONDS, in every process: its checks are refused until the block ends
     /// (or `unblock`, or `reset`), consuming nothing. Replaces a block in effect.
@@ -108,18 +122,25 @@ pub enum Command {
         name: String,
         /// How long, in seconds (fractions allowed).
         seconds: f64,
-        /// The key; none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// End a block early (one that `block` or a limiter's `block_for` wrote), in every process;
     /// the key's other state, and a pause, are kept.
     Unblock {
         /// The limiter's name (it must be in the registry).
         name: String,
-        /// The key; none for the limiter's own key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
+        /// The key: `NAME KEY` or `--key KEY`; none for the limiter's own key.
+        #[command(flatten)]
+        key: KeyArg,
+    },
+    /// Remove a limiter from the registry (`limits`, the page): for a limiter no process uses
+    /// any more. Its state and overrides are left alone; a process that still uses it
+    /// registers it again.
+    Forget {
+        /// The limiter's name.
+        name: String,
     },
     /// Run a command under a fleet-wide limit: by default a mutex (a concurrent limiter of 1).
     ///
@@ -141,6 +162,24 @@ pub enum Command {
         /// The directory to write them into (created if missing).
         dir: PathBuf,
     },
+}
+
+/// A key given after the name, as the page shows it (`inspect api tenant-7`), or as `--key`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct KeyArg {
+    /// The key (a tenant, a user id).
+    #[arg(value_name = "KEY", conflicts_with = "key_flag")]
+    positional: Option<String>,
+    /// The key, as a flag (the same as the positional KEY).
+    #[arg(long = "key", id = "key_flag", value_name = "KEY")]
+    flag: Option<String>,
+}
+
+impl KeyArg {
+    /// The key, however it was given.
+    pub fn get(&self) -> Option<&str> {
+        self.positional.as_deref().or(self.flag.as_deref())
+    }
 }
 
 /// `ratekeeper demo`'s options. The defaults are the numbers of the Azure story.
@@ -238,6 +277,19 @@ mod tests {
         assert_eq!((run.name.as_str(), run.wait), ("job", 2.5));
         assert_eq!(run.command, ["sh", "-c", "exit 3"]);
         assert!(Cli::try_parse_from(["ratekeeper", "run", "job"]).is_err());
+    }
+
+    #[test]
+    fn sentinels_repeat_or_split_on_commas_and_need_a_service() {
+        let cli = Cli::try_parse_from(["ratekeeper", "--sentinel", "a:1,b:2", "--service", "s", "limits"]).unwrap();
+        assert_eq!(
+            (cli.backend.sentinel, cli.backend.service.as_deref()),
+            (vec!["a:1".into(), "b:2".into()], Some("s"))
+        );
+        assert!(Cli::try_parse_from(["ratekeeper", "--sentinel", "a:1", "limits"]).is_err(), "no --service");
+        assert!(Cli::try_parse_from(["ratekeeper", "--service", "s", "limits"]).is_err(), "no --sentinel");
+        let both = ["ratekeeper", "--sentinel", "a:1", "--service", "s", "--cluster", "redis://c:1", "limits"];
+        assert!(Cli::try_parse_from(both).is_err());
     }
 
     #[test]

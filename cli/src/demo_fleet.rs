@@ -47,8 +47,8 @@ struct Counts {
 
 /// The parent: serves, spawns `processes` workers, prints the outcome.
 pub fn run(config: &Config, args: &DemoArgs, backend: &BackendArgs, processes: usize) -> Result<(), String> {
-    if backend.redis.is_none() && backend.cluster.is_empty() {
-        return Err("`--processes` needs --redis or --cluster: the processes share partitions there".into());
+    if backend.redis.is_none() && backend.cluster.is_empty() && backend.sentinel.is_empty() {
+        return Err("`--processes` needs --redis, --cluster or --sentinel: the processes share partitions there".into());
     }
     if !(1..=64).contains(&processes) {
         return Err("`--processes` must be between 1 and 64".into());
@@ -127,6 +127,12 @@ fn spawn_workers(addr: SocketAddr, args: &DemoArgs, backend: &BackendArgs, n: us
         }
         for seed in &backend.cluster {
             cmd.args(["--cluster", seed]);
+        }
+        for sentinel in &backend.sentinel {
+            cmd.args(["--sentinel", sentinel]);
+        }
+        if let Some(service) = &backend.service {
+            cmd.args(["--service", service]);
         }
         if let Some(prefix) = &backend.prefix {
             cmd.args(["--prefix", prefix]);

@@ -54,7 +54,8 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             }
             // The README's first command stays on memory unless a flag says otherwise: a
             // RATEKEEPER_REDIS_URL set for the operator commands does not move it.
-            let explicit = cli.backend.redis.is_some() || !cli.backend.cluster.is_empty();
+            let explicit =
+                cli.backend.redis.is_some() || !cli.backend.cluster.is_empty() || !cli.backend.sentinel.is_empty();
             let backend = if explicit { ops::connect(&cli.backend)? } else { None };
             let backend = backend.unwrap_or_else(Backend::memory);
             demo::run(&config, &backend)?;
@@ -70,7 +71,7 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Inspect { name, key, json } => {
             let backend = ops::connect_redis(&cli.backend)?;
-            let view = block_on(ops::inspect(&backend, name, key.as_deref()))?;
+            let view = block_on(ops::inspect(&backend, name, key.get()))?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&view).expect("views serialize"));
             } else {
@@ -79,35 +80,43 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Set { name, spec, key } => {
             let backend = ops::connect_redis(&cli.backend)?;
-            backend.set_limit_json_blocking(name, spec, key.as_deref())?;
-            println!("{} now decides with {spec}", target(name, key.as_deref()));
+            backend.set_limit_json_blocking(name, spec, key.get())?;
+            println!("{} now decides with {spec}", target(name, key.get()));
         }
         Command::Unset { name, key } => {
             let backend = ops::connect_redis(&cli.backend)?;
-            backend.clear_limit_blocking(name, key.as_deref())?;
-            println!("{} is back to its own spec", target(name, key.as_deref()));
+            backend.clear_limit_blocking(name, key.get())?;
+            println!("{} is back to its own spec", target(name, key.get()));
         }
         Command::Reset { name, key } => {
             let backend = ops::connect_redis(&cli.backend)?;
-            block_on(ops::reset(&backend, name, key.as_deref()))?;
-            println!("{} is reset", target(name, key.as_deref()));
+            block_on(ops::reset(&backend, name, key.get()))?;
+            println!("{} is reset", target(name, key.get()));
         }
         Command::Resume { name, key } => {
             let backend = ops::connect_redis(&cli.backend)?;
-            let was_paused = block_on(ops::resume(&backend, name, key.as_deref()))?;
-            let who = target(name, key.as_deref());
+            let was_paused = block_on(ops::resume(&backend, name, key.get()))?;
+            let who = target(name, key.get());
             println!("{who} {}", if was_paused { "is resumed" } else { "was not paused" });
         }
         Command::Block { name, seconds, key } => {
             let backend = ops::connect_redis(&cli.backend)?;
-            let in_effect = block_on(ops::block(&backend, name, key.as_deref(), *seconds))?;
-            println!("{} is blocked for {}s", target(name, key.as_deref()), in_effect.as_secs_f64());
+            let in_effect = block_on(ops::block(&backend, name, key.get(), *seconds))?;
+            println!("{} is blocked for {}s", target(name, key.get()), in_effect.as_secs_f64());
         }
         Command::Unblock { name, key } => {
             let backend = ops::connect_redis(&cli.backend)?;
-            let was_blocked = block_on(ops::unblock(&backend, name, key.as_deref()))?;
-            let who = target(name, key.as_deref());
+            let was_blocked = block_on(ops::unblock(&backend, name, key.get()))?;
+            let who = target(name, key.get());
             println!("{who} {}", if was_blocked { "is unblocked" } else { "was not blocked" });
+        }
+        Command::Forget { name } => {
+            let backend = ops::connect_redis(&cli.backend)?;
+            if backend.forget_limiter_blocking(name)? {
+                println!("limiter {name:?} is forgotten (a process still using it registers it again within a minute)");
+            } else {
+                println!("limiter {name:?} was not in the registry");
+            }
         }
         Command::Run(args) => {
             let backend = ops::connect_redis(&cli.backend)?;

@@ -57,6 +57,9 @@ pub fn connect(args: &BackendArgs) -> Result<Option<Backend>, Failure> {
     let mut config = match (&args.redis, args.cluster.is_empty()) {
         (Some(url), _) => RedisConfig::new(url.clone()),
         (None, false) => RedisConfig::cluster(args.cluster.clone()),
+        (None, true) if !args.sentinel.is_empty() => {
+            RedisConfig::sentinel(args.sentinel.clone(), args.service.clone().unwrap_or_default())
+        }
         (None, true) => match from_env() {
             Some(url) => RedisConfig::new(url),
             None => return Ok(None),
@@ -483,11 +486,16 @@ pub fn table(views: &[LimiterView], now: SystemTime) -> String {
 const WAITING: &str = "waiting for a first user";
 
 fn conflict_text(v: &LimiterView) -> String {
-    format!(
-        "{} (one name, one kind: this {} keeps the name; rename the other)",
-        v.conflict.as_deref().unwrap_or(""),
-        v.kind
-    )
+    let conflict = v.conflict.as_deref().unwrap_or("");
+    // Two specs of one kind (the registry says "N specs in use: …"), or another kind.
+    if conflict.contains(" specs in use: ") {
+        format!(
+            "{conflict} (one name, one spec: each process enforces its own number on the same counter; give \
+             every process the same spec, or change it fleet-wide with `ratekeeper set`)"
+        )
+    } else {
+        format!("{conflict} (one name, one kind: this {} keeps the name; rename the other)", v.kind)
+    }
 }
 
 /// `text` safe to print on a terminal: control characters (an escape sequence in a key name

@@ -78,15 +78,25 @@ const MINUTE: Duration = Duration::from_secs(60);
 #[derive(Default)]
 struct History {
     samples: VecDeque<(Instant, FleetCounts)>,
+    /// When each limiter's fleet totals were last seen to move (seconds since the epoch): the
+    /// registry's `last_seen` is renewed once a minute per process, the totals every second.
+    moved: HashMap<String, f64>,
 }
 
 /// Each limiter's fleet totals (allowed, refused) at one sample, by name.
 type FleetCounts = HashMap<String, (u64, u64)>;
 
 impl History {
+    /// When `v` was last used: the registry's `last_seen`, or later when this server saw its
+    /// fleet totals move (within the page's 2 s poll while the page is read).
+    fn last_seen(&self, v: &ops::LimiterView) -> f64 {
+        self.moved.get(&v.name).map_or(v.last_seen, |&moved| moved.max(v.last_seen))
+    }
+
     /// The counts since the baseline sample (the newest one at least a minute old, else the
     /// oldest) for every limiter, with the seconds they span; then records `views` as a sample.
-    fn last_minute(&mut self, now: Instant, views: &[ops::LimiterView]) -> HashMap<String, Value> {
+    /// `now_epoch` is `now` in seconds since the epoch, for [`History::last_seen`].
+    fn last_minute(&mut self, now: Instant, now_epoch: f64, views: &[ops::LimiterView]) -> HashMap<String, Value> {
         while self.samples.len() > 1 && now.duration_since(self.samples[1].0) >= MINUTE {
             self.samples.pop_front();
         }
@@ -104,6 +114,13 @@ impl History {
                         "seconds": seconds,
                     }),
                 );
+            }
+        }
+        if let Some((_, newest)) = self.samples.back() {
+            for v in views {
+                if newest.get(&v.name).is_some_and(|&(a, r)| (a, r) != (v.allowed, v.refused)) {
+                    self.moved.insert(v.name.clone(), now_epoch);
+                }
             }
         }
         // Bounded even if many clients poll at once.
@@ -163,6 +180,7 @@ fn router(app: App, guard: Guard) -> Router {
         .route("/api/limiters/{name}/resume", post(resume))
         .route("/api/limiters/{name}/block", post(block))
         .route("/api/limiters/{name}/unblock", post(unblock))
+        .route("/api/limiters/{name}/forget", post(forget))
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(guard, serve_guard::guard))
 }
@@ -281,17 +299,35 @@ async fn list(State(app): State<App>) -> ApiResult<Json<Value>> {
 /// A fresh `/api/limiters` answer.
 async fn list_now(app: &App) -> ApiResult<Value> {
     let views = ops::limiters_with_usage(&app.backend, LIST_BUSIEST).await?;
-    let mut recent = app.history.lock().expect("history lock").last_minute(Instant::now(), &views);
+    let now_epoch = now();
+    let mut history = app.history.lock().expect("history lock");
+    let mut recent = history.last_minute(Instant::now(), now_epoch, &views);
     let limiters: Vec<Value> = views
         .into_iter()
         .map(|v| {
-            let last_minute = recent.remove(&v.name).unwrap_or(Value::Null);
+            // No baseline yet (the first read): the last whole minute of the fleet's history.
+            let last_minute = recent.remove(&v.name).or_else(|| previous_minute(&v, now_epoch)).unwrap_or(Value::Null);
+            let last_seen = history.last_seen(&v);
             let mut value = serde_json::to_value(v).expect("views serialize");
             value["last_minute"] = last_minute;
+            value["last_seen"] = json!(last_seen);
             value
         })
         .collect();
+    drop(history);
     Ok(json!({ "now": now(), "writable": app.token.is_some(), "limiters": limiters }))
+}
+
+/// The counts of the minute before the current one (by the Redis server's minutes), from a
+/// limiter's history: what the page shows under "Last minute" before it has a baseline of its own.
+fn previous_minute(v: &ops::LimiterView, now_epoch: f64) -> Option<Value> {
+    let history = &v.usage.as_ref()?.history;
+    let current = (now_epoch / 60.0).floor() * 60.0;
+    let (allowed, refused) = history
+        .iter()
+        .filter(|m| m.start >= current - 60.0 && m.start < current)
+        .fold((0, 0), |(a, r), m| (a + m.allowed, r + m.refused));
+    Some(json!({ "allowed": allowed, "refused": refused, "seconds": 60.0 }))
 }
 
 /// The `key` of a request, in the query string or the JSON body.
@@ -416,6 +452,16 @@ async fn unblock(
     Ok(Json(json!({ "ok": true, "name": name, "key": key, "unblocked": unblocked })))
 }
 
+/// Removes a limiter from the registry (`"forgotten"`: whether it was listed); see
+/// `ratekeeper forget`.
+async fn forget(State(app): State<App>, headers: HeaderMap, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    authorize(&app, &headers)?;
+    let _slot = app.slot()?;
+    let forgotten = app.backend.forget_limiter(&name).await?;
+    app.forget_list().await;
+    Ok(Json(json!({ "ok": true, "name": name, "forgotten": forgotten })))
+}
+
 fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
@@ -448,15 +494,47 @@ mod tests {
     fn last_minute_counts_are_differences_from_a_minute_ago() {
         let mut history = History::default();
         let t0 = Instant::now();
-        assert!(history.last_minute(t0, &[view("a", 10, 1)]).is_empty(), "no baseline on the first read");
+        assert!(history.last_minute(t0, 0.0, &[view("a", 10, 1)]).is_empty(), "no baseline on the first read");
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let recent = history.last_minute(at(30), &[view("a", 40, 2), view("b", 5, 0)]);
+        let recent = history.last_minute(at(30), 30.0, &[view("a", 40, 2), view("b", 5, 0)]);
         assert_eq!(recent["a"], json!({ "allowed": 30, "refused": 1, "seconds": 30.0 }));
         assert_eq!(recent["b"], json!({ "allowed": 5, "refused": 0, "seconds": 30.0 }), "new since the baseline");
-        history.last_minute(at(61), &[view("a", 100, 2)]);
+        history.last_minute(at(61), 61.0, &[view("a", 100, 2)]);
         // At 95 s the baseline is the newest sample at least a minute old: the one at 30 s.
-        let recent = history.last_minute(at(95), &[view("a", 130, 9)]);
+        let recent = history.last_minute(at(95), 95.0, &[view("a", 130, 9)]);
         assert_eq!(recent["a"], json!({ "allowed": 90, "refused": 7, "seconds": 65.0 }));
         assert_eq!(history.samples.front().unwrap().0, at(30));
+    }
+
+    /// Issue 46: "Last seen" lagged traffic by 20–40 s (the registry is renewed once a minute);
+    /// it follows the fleet totals the page reads every 2 s.
+    #[test]
+    fn last_seen_follows_the_totals() {
+        let mut history = History::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        history.last_minute(t0, 1000.0, &[view("a", 10, 1), view("b", 5, 0)]);
+        history.last_minute(at(2), 1002.0, &[view("a", 11, 1), view("b", 5, 0)]);
+        let (a, b) = (view("a", 11, 1), view("b", 5, 0));
+        assert_eq!(history.last_seen(&a), 1002.0, "moved between the reads");
+        assert_eq!(history.last_seen(&b), 0.0, "did not move: the registry's");
+    }
+
+    /// Issue 46: "Last minute" showed `– / –` on the first load; it shows the previous whole
+    /// minute of the fleet's history until the page has a baseline.
+    #[test]
+    fn the_first_read_shows_the_previous_minute_from_history() {
+        let mut v = view("a", 10, 1);
+        v.usage = Some(ops::UsageView {
+            concurrent: None,
+            busiest_keys: vec![],
+            history: vec![
+                ops::MinuteView { start: 1020.0, allowed: 4, refused: 1 },
+                ops::MinuteView { start: 1080.0, allowed: 7, refused: 2 },
+                ops::MinuteView { start: 1140.0, allowed: 9, refused: 0 },
+            ],
+        });
+        assert_eq!(previous_minute(&v, 1150.0), Some(json!({ "allowed": 7, "refused": 2, "seconds": 60.0 })));
+        assert_eq!(previous_minute(&view("b", 0, 0), 1150.0), None, "no usage read");
     }
 }

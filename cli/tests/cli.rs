@@ -7,8 +7,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use ratekeeper_test_support::sentinel::SERVICE;
 use serde_json::Value;
-use support::{mask, ratekeeper, run, wait_until, RedisCluster, RedisServer};
+use support::{mask, ratekeeper, run, wait_until, RedisCluster, RedisServer, SentinelGroup};
 
 /// A generous hang guard for things that happen in milliseconds.
 const HANG: Duration = Duration::from_secs(60);
@@ -234,6 +235,12 @@ fn operate_a_cluster() {
 }
 
 #[test]
+fn operate_a_sentinel_managed_primary() {
+    let group = SentinelGroup::start();
+    operate(&["--sentinel", &group.sentinel_addresses().join(","), "--service", SERVICE]);
+}
+
+#[test]
 fn the_environment_names_the_redis() {
     let server = RedisServer::start();
     let out = ratekeeper().env("RATEKEEPER_REDIS_URL", server.url()).args(["run", "x", "--", "true"]).output().unwrap();
@@ -268,6 +275,33 @@ fn reset_forgets_a_key() {
     ok(&["--redis", &url, "reset", "daily", "--key", "a"]);
     assert_eq!(once("a"), 0);
     assert_eq!(once("b"), 75, "only key a was reset");
+}
+
+/// Issue 46: the key goes after the name, as the page shows it (`inspect api tenant-7` was
+/// refused with `unexpected argument`); `--key` still works, and both at once is a usage error.
+/// `forget` removes a limiter from the registry (it stayed listed for 90 days).
+#[test]
+fn the_key_is_positional_and_forget_removes_a_limiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let spec = r#"{"kind":"window","limit":1,"interval":3600}"#;
+    assert_eq!(run(&["--redis", &url, "run", "daily", "--spec", spec, "--key", "a", "--", "true"]).0, 0);
+    let by_position: Value = serde_json::from_str(&ok(&["--redis", &url, "inspect", "daily", "a", "--json"])).unwrap();
+    let by_flag: Value =
+        serde_json::from_str(&ok(&["--redis", &url, "inspect", "daily", "--key", "a", "--json"])).unwrap();
+    assert_eq!(by_position["key"], "a", "{by_position}");
+    assert_eq!(by_position["state"], by_flag["state"]);
+    assert_eq!(run(&["--redis", &url, "inspect", "daily", "a", "--key", "b"]).0, 2, "one key, given once");
+    ok(&["--redis", &url, "reset", "daily", "a"]);
+    assert_eq!(
+        run(&["--redis", &url, "run", "daily", "--spec", spec, "--key", "a", "--", "true"]).0,
+        0,
+        "reset by position"
+    );
+    assert!(ok(&["--redis", &url, "limits"]).contains("daily"));
+    assert!(ok(&["--redis", &url, "forget", "daily"]).contains("is forgotten"));
+    assert!(!ok(&["--redis", &url, "limits"]).contains("daily"), "no longer listed");
+    assert!(ok(&["--redis", &url, "forget", "daily"]).contains("was not in the registry"));
 }
 
 /// `resume` ends a pause a process wrote (after a third party's 429), for one key, keeping the
@@ -323,6 +357,39 @@ fn block_and_unblock_a_key() {
     assert_eq!(once("mallory"), 0, "nothing was blocked");
     let (code, _, err) = run(&["--redis", &url, "unblock", "nope"]);
     assert!(code != 0 && err.contains("no limiter \"nope\" in the registry"), "{code} {err}");
+}
+
+/// An operator's `unblock` and `reset` from the CLI, another process, reach an application's
+/// deny cache within its live poll: the application stops refusing the key from memory. (Before,
+/// it kept refusing from its cache until the remembered refusal's end: here the block's 600 s,
+/// or the window's hour.)
+#[test]
+fn the_clis_unblock_and_reset_reach_an_applications_deny_cache() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let config = ratekeeper::RedisConfig::new(url.clone()).deny_cache(true);
+    let backend = ratekeeper::Backend::redis_with(config).unwrap();
+    let limiter = backend.window("login", 2, Duration::from_secs(3600)).unwrap();
+    assert!(limiter.check_blocking(Some("mallory"), 1).unwrap().allowed);
+    backend.flush_blocking().unwrap();
+    ok(&["--redis", &url, "block", "login", "600", "--key", "mallory"]);
+    for _ in 0..3 {
+        assert!(!limiter.check_blocking(Some("mallory"), 1).unwrap().allowed);
+    }
+    assert!(limiter.metrics().refused_locally >= 2, "the refusal is remembered: {:?}", limiter.metrics());
+    ok(&["--redis", &url, "unblock", "login", "--key", "mallory"]);
+    wait_until("the CLI's unblock to reach the application", HANG, || {
+        limiter.check_blocking(Some("mallory"), 1).unwrap().allowed
+    });
+
+    assert!(!limiter.check_blocking(Some("mallory"), 1).unwrap().allowed, "the window is full");
+    let remembered = limiter.metrics().refused_locally;
+    assert!(!limiter.check_blocking(Some("mallory"), 1).unwrap().allowed);
+    assert_eq!(limiter.metrics().refused_locally, remembered + 1);
+    ok(&["--redis", &url, "reset", "login", "--key", "mallory"]);
+    wait_until("the CLI's reset to reach the application", HANG, || {
+        limiter.check_blocking(Some("mallory"), 1).unwrap().allowed
+    });
 }
 
 /// A `ratekeeper run` in the background; a test that fails while it runs stops it (SIGTERM,

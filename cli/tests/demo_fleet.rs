@@ -27,5 +27,5 @@ fn eight_processes_share_partitions_without_a_throttled_request() {
 fn processes_need_a_shared_backend() {
     let (code, _, err) = run(&["demo", "--processes", "8"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--processes` needs --redis or --cluster"), "{err}");
+    assert!(err.contains("--processes` needs --redis, --cluster or --sentinel"), "{err}");
 }

@@ -121,7 +121,11 @@ fn reads_the_registry_metrics_and_the_page() {
 
     let list = server.get_json("/api/limiters");
     assert_eq!(list["writable"], false);
-    assert_eq!(list["limiters"][0]["last_minute"], Value::Null, "no baseline before the first read");
+    // No baseline of its own before the first read: the previous whole minute of the history
+    // (issue 46: it was null, shown as "– / –").
+    let first = &list["limiters"][0]["last_minute"];
+    assert_eq!(first["seconds"], 60.0, "{first}");
+    assert!(first["allowed"].as_u64().is_some_and(|n| n <= 1), "{first}");
     let api = &list["limiters"][0];
     assert_eq!(
         (api["name"].as_str(), api["kind"].as_str(), api["allowed"].as_u64()),
@@ -232,6 +236,15 @@ fn writes_need_the_token() {
     let (status, _, body) = server.request("POST", "/api/limiters/api/override", &good, Some("{\"spek\":1}"));
     assert_eq!(status, 400, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["parameter"], "body");
+
+    // Forget (issue 46): the limiter leaves the registry, behind the token.
+    assert_eq!(server.request("POST", "/api/limiters/api/forget", &[], None).0, 401);
+    drop(api);
+    drop(backend);
+    let (status, _, body) = server.request("POST", "/api/limiters/api/forget", &good, None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["forgotten"], true, "{body}");
+    assert_eq!(server.get_json("/api/limiters")["limiters"], json!([]), "no longer listed");
 }
 
 #[test]

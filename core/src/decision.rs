@@ -60,6 +60,9 @@ pub struct SettleTicket {
 
 impl SettleTicket {
     /// Rebuilds a ticket from its parts (bindings carry tickets across the language boundary).
+    /// A ticket rebuilt from data that left the process is settled with
+    /// [`Limiter::settle_sealed`](crate::Limiter::settle_sealed) and the seal
+    /// [`Limiter::seal`](crate::Limiter::seal) gave for it, which refuses one changed on the way.
     pub fn from_parts(key: &str, cost: u64, charged_at_micros: u64, id: u64, limiter: u64) -> Self {
         SettleTicket { key: key.into(), cost, charged_at_micros, id, limiter }
     }
@@ -144,6 +147,42 @@ impl Decision {
         headers
     }
 
+    /// The rate-limit header fields of this decision in `form` (the IETF RateLimit header
+    /// fields draft; draft-11 is the default of every binding, as of the HTTP middleware), for
+    /// the policy named `policy` (draft-11's item name; the middleware uses the limiter's name),
+    /// and `Retry-After` when refused. Times are whole seconds rounded up.
+    pub fn rate_limit_headers(&self, form: HeaderForm, policy: &str) -> Vec<(&'static str, String)> {
+        let reset = http_seconds(self.reset_after);
+        let mut headers = match form {
+            HeaderForm::Draft11 => {
+                let name = sf_string(policy);
+                vec![
+                    ("RateLimit-Policy", format!("{name};q={}", self.limit)),
+                    ("RateLimit", format!("{name};r={};t={reset}", self.remaining)),
+                ]
+            }
+            HeaderForm::Draft7 => vec![
+                ("RateLimit-Policy", self.limit.to_string()),
+                ("RateLimit", format!("limit={}, remaining={}, reset={reset}", self.limit, self.remaining)),
+            ],
+            HeaderForm::Draft6 => self
+                .http_headers()
+                .into_iter()
+                .filter(|(n, _)| *n != "Retry-After")
+                .map(|(n, v)| (n, v.to_string()))
+                .collect(),
+            HeaderForm::Legacy => vec![
+                ("X-RateLimit-Limit", self.limit.to_string()),
+                ("X-RateLimit-Remaining", self.remaining.to_string()),
+                ("X-RateLimit-Reset", reset.to_string()),
+            ],
+        };
+        if !self.allowed {
+            headers.push(("Retry-After", http_seconds(self.retry_after).to_string()));
+        }
+        headers
+    }
+
     /// A decision that always allows: used by the unlimited limiter. Its limit and remaining are
     /// 2^53, the largest integer every binding's numbers hold exactly (and the largest cost).
     pub(crate) fn unlimited() -> Self {
@@ -160,4 +199,42 @@ impl Decision {
             shadow_refused: false,
         }
     }
+}
+
+/// The form of the rate-limit header fields (draft-ietf-httpapi-ratelimit-headers): draft-11's
+/// `RateLimit-Policy` + `RateLimit` structured fields (the default everywhere), draft-7's,
+/// draft-6's `RateLimit-Limit` / `-Remaining` / `-Reset`, or the legacy `X-RateLimit-*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderForm {
+    /// `RateLimit-Policy: "api";q=100` and `RateLimit: "api";r=99;t=60`.
+    #[default]
+    Draft11,
+    /// `RateLimit-Policy: 100` and `RateLimit: limit=100, remaining=99, reset=60`.
+    Draft7,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`.
+    Draft6,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
+    Legacy,
+}
+
+impl HeaderForm {
+    /// Reads `"draft-11"`, `"draft-7"`, `"draft-6"` or `"legacy"`; anything else is an
+    /// invalid-argument error naming `parameter`.
+    pub fn from_name(parameter: &'static str, name: &str) -> crate::Result<HeaderForm> {
+        match name {
+            "draft-11" => Ok(HeaderForm::Draft11),
+            "draft-7" => Ok(HeaderForm::Draft7),
+            "draft-6" => Ok(HeaderForm::Draft6),
+            "legacy" => Ok(HeaderForm::Legacy),
+            other => Err(crate::Error::invalid(
+                parameter,
+                format!("must be \"draft-11\", \"draft-7\", \"draft-6\" or \"legacy\", got {other:?}"),
+            )),
+        }
+    }
+}
+
+/// A structured-field string (RFC 9651): quoted, with `\` and `"` escaped.
+fn sf_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }

@@ -44,6 +44,13 @@ pub const DEFAULT_MAX_RESCHEDULES: u32 = 20;
 /// [`crate::RedisConfig::deny_cache`]): each entry is a key and a decision, a few hundred bytes.
 pub const DEFAULT_DENY_CACHE_MAX_ENTRIES: usize = 10_000;
 
+/// How long after its check a decision can be settled (see [`crate::Limiter::settle`]): a
+/// backend remembers each applied settle's id that long, so that a repeat within it applies
+/// nothing; a settle of an older decision is refused (invalid argument naming `decision`), as
+/// a repeat could no longer be told from a first settle. It bounds the record of applied
+/// settles to the settles of the last hour, however long the state it corrects lives.
+pub const SETTLE_WINDOW: Duration = Duration::from_secs(3600);
+
 /// Former name of [`DEFAULT_LEASED_LEASE_TTL`].
 #[deprecated(note = "renamed DEFAULT_LEASED_LEASE_TTL (it is the leased limiter's lease_ttl)")]
 pub const DEFAULT_LEASED_TTL: Duration = DEFAULT_LEASED_LEASE_TTL;

@@ -26,22 +26,27 @@ mod fork;
 mod limiter;
 mod live;
 mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod padded;
 pub mod params;
 mod prometheus;
+mod rate;
 mod runtime;
 mod settle_key;
+mod settle_seal;
 mod shedder;
 pub mod upstream;
 mod views;
 
 pub use backend::redis::driven;
 pub use backend::{
-    lua_sources, redact_url, Backend, BackendStats, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig,
+    lua_sources, redact_url, Backend, BackendStats, FailurePolicy, MemoryConfig, OnConflict, RedisConfig,
+    SentinelConfig, TlsConfig,
 };
 pub use backoff::Backoff;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
-pub use decision::{http_seconds, Decision, Lease, LimitStatus, SettleTicket};
+pub use decision::{http_seconds, Decision, HeaderForm, Lease, LimitStatus, SettleTicket};
 #[allow(deprecated)]
 pub use defaults::*;
 pub use engine::gcra::MAX_AHEAD_CAPACITIES;
@@ -51,7 +56,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use limiter::{CombinedDecision, Limiter, PartDecision, PartitionsHeld, Permit, Policy, MAX_CHECK_ALL_PARTS};
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};
-pub use runtime::{block_on, runtime};
+pub use rate::{parse_duration, parse_rate, parse_rates, Rate};
+pub use runtime::{block_on, runtime, CatchPanic};
 pub use settle_key::SettleKey;
 pub use shedder::{FleetShedder, FleetTicket, UtilizationConfig, UtilizationShedder};
 pub use views::{

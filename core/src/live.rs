@@ -15,7 +15,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::engine::{Algorithm, Kind, LimiterConfig, LimiterSpec};
 use crate::error::{Error, Result};
-use crate::metrics::{LimiterMetrics, Metrics};
+use crate::metrics::{Counter, LimiterMetrics, Metrics};
 
 /// Who uses a limiter, as the registry shows it: a language and its version, set by each
 /// binding when it loads (Rust by default), and this library's version.
@@ -65,6 +65,24 @@ pub struct LimiterInfo {
     /// Whether no process has registered the name yet: an override set ahead of a deploy. Its
     /// `kind` and `spec` are the override's, `users` is empty and the times are the Unix epoch.
     pub waiting: bool,
+}
+
+/// The fingerprint of a canonical spec the registry records per process: 64-bit FNV-1a, in
+/// hex (specs that differ only in their JSON's spelling are canonical first, so equal).
+pub(crate) fn spec_fingerprint(spec_json: &str) -> String {
+    let hash =
+        spec_json.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{hash:016x}")
+}
+
+/// The one warning (and the text of `OnConflict::Raise`'s error) about a name used with two
+/// specs: both specs, who uses each, and the way out.
+pub(crate) fn conflict_warning(name: &str, mine: &str, me: &str, other: &str, who: &str) -> String {
+    format!(
+        "ratekeeper: limiter {name:?} is used with two specs on this Redis: {mine} here ({me}) and {other} by \
+         {who}; each process enforces its own number on the same counter. Give both the same spec, \
+         or change a limit fleet-wide with set_limit (ratekeeper set {name} SPEC_JSON)"
+    )
 }
 
 /// An override, compiled for the backend it applies on.
@@ -118,6 +136,9 @@ pub(crate) struct NameState {
     registered: Mutex<Option<Instant>>,
     /// When this process built the name's first limiter.
     created: SystemTime,
+    /// The other specs this process was told live processes use under the name: each is said
+    /// once (see [`Live::spec_conflict`]).
+    told: Mutex<Vec<String>>,
 }
 
 impl NameState {
@@ -264,6 +285,7 @@ impl Live {
                 members: Mutex::default(),
                 registered: Mutex::new(None),
                 created: SystemTime::now(),
+                told: Mutex::default(),
             });
             if let Some(entries) = self.table.lock().entries.get(name) {
                 self.install(&state, entries);
@@ -454,6 +476,26 @@ impl Live {
             }
             due
         })
+    }
+
+    /// The registry said that a live process (`who`) uses `name` with `other`, not the spec
+    /// `mine` this process uses: counts it in the name's `spec_conflicts` and says it once per
+    /// other spec on stderr, naming both specs and who uses each (a binding's own logging is not
+    /// reachable from the background task that registers).
+    pub(crate) fn spec_conflict(&self, name: &str, mine: &str, other: &str, who: &str) {
+        let Some(state) = self.names.lock().get(name).cloned() else { return };
+        let members = state.members.lock();
+        if let Some(m) = members.iter().find(|m| m.spec_json == mine).or(members.first()) {
+            m.metrics.add(Counter::SpecConflicts, 1);
+        }
+        drop(members);
+        let mut told = state.told.lock();
+        if told.iter().any(|t| t == other) {
+            return;
+        }
+        told.push(other.to_owned());
+        drop(told);
+        eprintln!("{}", conflict_warning(name, mine, &client(), other, who));
     }
 
     /// Forgets that `names` were registered, so the next round sends them again (their

@@ -89,6 +89,10 @@ pub struct Metrics {
     /// cost less than checked. A kind's rule may give back less (never beyond full, never to a
     /// window that rolled over).
     pub settle_refunded: u64,
+    /// Registrations (about one a minute) that found this limiter's name used with another spec
+    /// by a live process on the same Redis: one name, two limits (see
+    /// [`crate::RedisConfig::on_conflict`]). Each is also said once on stderr.
+    pub spec_conflicts: u64,
 }
 
 impl Metrics {
@@ -114,7 +118,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 7;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 8;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.
@@ -153,6 +157,7 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "settles",
     "settle_charged",
     "settle_refunded",
+    "spec_conflicts",
 ];
 
 /// One counter per field.
@@ -190,12 +195,13 @@ pub(crate) enum Counter {
     Settles = 31,
     SettleCharged = 32,
     SettleRefunded = 33,
+    SpecConflicts = 34,
 }
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
 const _: () = assert!(
-    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::SettleRefunded as usize + 1
+    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::SpecConflicts as usize + 1
 );
 
 impl Counters {
@@ -449,6 +455,7 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         settles: v[Counter::Settles as usize],
         settle_charged: v[Counter::SettleCharged as usize],
         settle_refunded: v[Counter::SettleRefunded as usize],
+        spec_conflicts: v[Counter::SpecConflicts as usize],
     }
 }
 
@@ -478,6 +485,7 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
     v[Counter::Settles as usize] = m.settles;
     v[Counter::SettleCharged as usize] = m.settle_charged;
     v[Counter::SettleRefunded as usize] = m.settle_refunded;
+    v[Counter::SpecConflicts as usize] = m.spec_conflicts;
     v
 }
 

@@ -160,21 +160,11 @@ pub fn status_from_f64(parameter: &'static str, status: f64) -> Result<u16> {
     }
 }
 
-/// Parses a named interval (`second`, `minute`, `hour`, `day`), as Sidekiq's limiters accept.
+/// Parses an interval given as text: a name (`second`, `minute`, `hour`, `day`, as Sidekiq's
+/// limiters accept) or a duration with its unit (`"60s"`, `"1m"`, `"500ms"`); see
+/// [`crate::parse_duration`].
 pub fn interval_from_name(parameter: &'static str, name: &str) -> Result<Duration> {
-    let seconds = match name {
-        "second" => 1,
-        "minute" => 60,
-        "hour" => 3600,
-        "day" => 86_400,
-        other => {
-            return Err(Error::invalid(
-                parameter,
-                format!("must be `second`, `minute`, `hour`, `day` or a number of seconds, got {other:?}"),
-            ))
-        }
-    };
-    Ok(Duration::from_secs(seconds))
+    crate::rate::parse_duration(parameter, name)
 }
 
 /// A duration as whole microseconds (validated durations always fit).

@@ -150,6 +150,13 @@ impl Collector for Snapshot {
             None,
             all().filter(|s| s.metrics.refused_locally > 0).map(|s| (labels(s), s.metrics.refused_locally)),
         )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_spec_conflicts",
+            "Registrations that found the limiter's name used with another spec by a live process.",
+            None,
+            all().filter(|s| s.metrics.spec_conflicts > 0).map(|s| (labels(s), s.metrics.spec_conflicts)),
+        )?;
         let settled = || all().filter(|s| s.metrics.settles > 0);
         counters(
             &mut encoder,

@@ -5,8 +5,10 @@
 //! fresh runtime for the child. The inherited one is leaked, never dropped: dropping it would
 //! wait for worker threads that do not exist in the child.
 
+use std::any::Any;
 use std::future::Future;
-use std::pin::pin;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -105,6 +107,24 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
         match future.as_mut().poll(&mut context) {
             Poll::Ready(output) => return output,
             Poll::Pending => thread::park(),
+        }
+    }
+}
+
+/// A future whose panic becomes an `Err` carrying the payload: for a binding that runs a call on
+/// [`runtime()`] and must still report its end (a Node promise to settle, a C callback to call)
+/// rather than let the panic end the task silently.
+pub struct CatchPanic<F>(pub Pin<Box<F>>);
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = std::result::Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(payload) => Poll::Ready(Err(payload)),
         }
     }
 }

@@ -118,6 +118,25 @@ fn block_for_semantics(backend: &Backend, clock: &ManualClock, name: &str) {
     }
 }
 
+/// A refusal caused by a hold (a pause, or a block already in effect) starts no `block_for`
+/// block: `resume` ends a pause and the key is back at once, for every kind. (Before, a check
+/// refused by a pause started a block that `resume` cannot end: the key stayed refused for
+/// `block_for` after the operator resumed it.)
+fn a_pause_starts_no_block(backend: &Backend, clock: &ManualClock, name: &str) {
+    for plain in every_kind(backend, name) {
+        let kind = format!("{:?}", plain.kind());
+        let blocking = plain.with_block_for(Some(30 * SECOND)).unwrap();
+        blocking.pause_blocking(Some("k"), 10 * SECOND).unwrap();
+        let paused = blocking.check_blocking(Some("k"), 1).unwrap();
+        assert_eq!((paused.allowed, paused.retry_after), (false, 10 * SECOND), "{kind}: the pause's own refusal");
+        assert!(blocking.resume_blocking(Some("k")).unwrap(), "{kind}");
+        let back = blocking.check_blocking(Some("k"), 1).unwrap();
+        assert!(back.allowed, "{kind}: resumed, yet refused: {back:?}");
+        assert!(!blocking.unblock_blocking(Some("k")).unwrap(), "{kind}: the pause started no block");
+        clock.advance(HOUR);
+    }
+}
+
 /// Bad durations are refused naming their parameter, before anything is written.
 fn bad_blocks_write_nothing(backend: &Backend) {
     let limiter = backend.token_bucket("bad", 1.0, 1).unwrap();
@@ -139,6 +158,7 @@ fn memory_blocks() {
     let (backend, clock) = memory();
     block_semantics(&backend, &clock, "b");
     block_for_semantics(&backend, &clock, "f");
+    a_pause_starts_no_block(&backend, &clock, "p");
     bad_blocks_write_nothing(&backend);
 }
 
@@ -156,6 +176,7 @@ fn redis_blocks_with_a_manual_clock() {
     let (backend, clock) = redis_manual(&server, "manual");
     block_semantics(&backend, &clock, "b");
     block_for_semantics(&backend, &clock, "f");
+    a_pause_starts_no_block(&backend, &clock, "p");
     bad_blocks_write_nothing(&backend);
     // The async forms answer alike.
     let limiter = backend.token_bucket("async", 1.0, 1).unwrap();

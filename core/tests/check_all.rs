@@ -90,6 +90,23 @@ fn all_or_nothing(backend: &Backend, name: &str) {
     let fits = backend.check_all_blocking(&[(tb, Some("t1:twice"), 2), (tb, Some("t1:twice"), 1)]).unwrap();
     assert!(fits.allowed);
     assert_eq!(remaining(tb, "t1:twice"), 2);
+    // The same for a concurrent limiter: each part takes a slot, and 5 + 1 do not fit in 5.
+    let conc = &kinds[6];
+    let slots: Vec<(&Limiter, Option<&str>, u64)> = (0..6).map(|_| (conc, Some("t1:twice"), 1)).collect();
+    let over = backend.check_all_blocking(&slots).unwrap();
+    assert!(!over.allowed && !over.parts[5].decision.allowed && over.parts[4].decision.allowed, "{over:?}");
+    assert!(over.retry_after > Duration::ZERO);
+    assert_eq!(remaining(conc, "t1:twice"), 5);
+    let five = backend.check_all_blocking(&slots[..5]).unwrap();
+    assert!(five.allowed);
+    assert_eq!(remaining(conc, "t1:twice"), 0);
+    five.release_blocking().unwrap();
+    // Limiters of one name and kind share state; with different specs one step cannot decide
+    // both, and the combination is refused before anything is written.
+    let other_spec = backend.token_bucket(tb.name(), 1.0, 5).unwrap().with_colocate(Colocate::Tenant);
+    let e = backend.check_all_blocking(&[(tb, Some("t1:twice"), 1), (&other_spec, Some("t1:twice"), 1)]).unwrap_err();
+    assert_eq!((e.kind(), e.parameter()), (ErrorKind::InvalidArgument, Some("parts[1]")), "{e}");
+    assert_eq!(remaining(tb, "t1:twice"), 2);
 
     // Every kind, as the part that refuses, undoes the others (each engine says it refused).
     let witness =
@@ -350,4 +367,50 @@ fn redis_check_all_on_the_server_clock_keeps_the_server_clocks_ttls() {
         // A one-second window and the server clock's one second of slack.
         assert!((0..=2_100).contains(&ttl), "{key}: PTTL {ttl} ms");
     }
+}
+
+/// Creates, on `server`, the user `app` with the common ACL `+@all -@dangerous` (no RESTORE,
+/// no DEBUG, no KEYS…) and returns its URL.
+fn restricted_user(server: &RedisServer) -> String {
+    let set = server.cli(&["ACL", "SETUSER", "app", "on", ">app-secret", "~*", "&*", "+@all", "-@dangerous"]);
+    assert_eq!(set, "OK", "ACL SETUSER");
+    format!("redis://app:app-secret@127.0.0.1:{}", server.port)
+}
+
+/// A refused combination as a user without `@dangerous` (the common `+@all -@dangerous` ACL):
+/// it is refused as a decision, not an error, and consumes nothing. (Before, the rollback
+/// RESTOREd the admitted part's key, which this ACL forbids: the call failed with
+/// BackendRejected after the admitted part had consumed, 8 left where 9 were.) An admitted
+/// combination needs no snapshot either: the server ran no DUMP.
+#[test]
+fn check_all_under_an_acl_without_dangerous_commands() {
+    let server = RedisServer::start();
+    let backend = Backend::redis(&restricted_user(&server)).unwrap();
+    let a = backend.bucket("acl-a", 10, HOUR).unwrap();
+    let b = backend.bucket("acl-b", 1, HOUR).unwrap();
+    let admitted = backend.check_all_blocking(&[(&a, Some("k"), 1), (&b, Some("k"), 1)]).unwrap();
+    assert!(admitted.allowed, "{admitted:?}");
+    assert_eq!(remaining(&a, "k"), 9);
+    let refused = backend.check_all_blocking(&[(&a, Some("k"), 1), (&b, Some("k"), 1)]);
+    let refused = refused.expect("a refused combination is a decision, not an error");
+    assert!(!refused.allowed && refused.parts[0].decision.allowed && !refused.parts[1].decision.allowed);
+    assert_eq!(remaining(&a, "k"), 9, "the refused combination consumed nothing");
+    let stats = server.cli(&["INFO", "commandstats"]);
+    assert!(!stats.contains("cmdstat_dump:") && !stats.contains("cmdstat_restore:"), "{stats}");
+}
+
+/// The same on a 3-master Cluster, every master with the restricted user: co-located parts of
+/// one tenant, refused by one, consume nothing.
+#[test]
+fn cluster_check_all_under_an_acl_without_dangerous_commands() {
+    let cluster = RedisCluster::start();
+    let seeds: Vec<String> = cluster.nodes.iter().map(restricted_user).collect();
+    let backend = Backend::redis_with(RedisConfig::cluster(seeds)).unwrap();
+    let a = backend.token_bucket("cacl-a", 1.0 / 3600.0, 10).unwrap().with_colocate(Colocate::Tenant);
+    let b = backend.window("cacl-b", 1, HOUR).unwrap().with_colocate(Colocate::Tenant);
+    let parts = [(&a, Some("t1:user"), 1), (&b, Some("t1"), 1)];
+    assert!(backend.check_all_blocking(&parts).unwrap().allowed);
+    let refused = backend.check_all_blocking(&parts).expect("a refused combination is a decision, not an error");
+    assert!(!refused.allowed);
+    assert_eq!(remaining(&a, "t1:user"), 9, "the refused combination consumed nothing");
 }

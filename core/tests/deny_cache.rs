@@ -97,6 +97,8 @@ fn reset_unblock_and_an_override_end_an_entry() {
     assert_eq!(strict.check_blocking(Some("k"), 1).unwrap().retry_after, 7200 * SECOND);
     assert_eq!(script_calls(&server), 0);
     assert!(strict.unblock_blocking(Some("k")).unwrap());
+    // (The unblock told the other processes with a script of its own.)
+    server.cli(&["CONFIG", "RESETSTAT"]);
     let after = limiter.check_blocking(Some("k"), 1).unwrap();
     assert_eq!(after.retry_after, 3600 * SECOND, "the limit's own refusal: {after:?}");
     assert_eq!(script_calls(&server), 1, "Redis was asked");
@@ -159,4 +161,87 @@ fn a_shadow_limiter_remembers_no_refusal() {
     // The shadow limiter shares the key but not the enforcing one's decisions: still admitted.
     let d = shadow.check_blocking(Some("k"), 1).unwrap();
     assert!(d.allowed && d.shadow_refused, "{d:?}");
+}
+
+/// `resume` in this process forgets the key's remembered refusal at once, as `reset` and
+/// `unblock` do. (Before, a key paused then resumed was still refused from the cache until the
+/// pause's end.)
+#[test]
+fn resume_ends_an_entry() {
+    let server = RedisServer::start();
+    let (backend, _clock) = manual(&server, "resume", true);
+    let limiter = backend.bucket("upstream", 5, Duration::from_secs(3600)).unwrap();
+    limiter.pause_blocking(Some("k"), 600 * SECOND).unwrap();
+    assert_eq!(limiter.check_blocking(Some("k"), 1).unwrap().retry_after, 600 * SECOND);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    assert!(!limiter.check_blocking(Some("k"), 1).unwrap().allowed);
+    assert_eq!(script_calls(&server), 0, "the paused refusal is remembered");
+    assert!(limiter.resume_blocking(Some("k")).unwrap());
+    let back = limiter.check_blocking(Some("k"), 1).unwrap();
+    assert!(back.allowed, "resumed, yet refused from the cache: {back:?}");
+}
+
+/// What another process does to a key (an operator's `unblock`, `reset` or `resume`, from the
+/// CLI or the Limits page) reaches this process's remembered refusals within its live poll:
+/// the key is let back in without waiting out the remembered `retry_after`. Two backends on one
+/// server stand for two processes; their manual clocks never move, so only the poll can end an
+/// entry. (Before, the application kept refusing from its cache until the refusal's
+/// `retry_after`: up to the block's or the pause's whole length.)
+#[test]
+fn another_processs_unblock_reset_and_resume_end_an_entry() {
+    let server = RedisServer::start();
+    let (app, _app_clock) = manual(&server, "fleet", true);
+    let (operator, _operator_clock) = manual(&server, "fleet", true);
+    let hour = Duration::from_secs(3600);
+    let limiter = app.bucket("logins", 2, hour).unwrap();
+    let ops = operator.bucket("logins", 2, hour).unwrap();
+    let remembered = |key: &str| {
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let d = limiter.check_blocking(Some(key), 1).unwrap();
+        !d.allowed && script_calls(&server) == 0
+    };
+    let let_back_in = |what: &str, key: &str| {
+        support::wait_until(what, Duration::from_secs(30), || limiter.check_blocking(Some(key), 1).unwrap().allowed);
+    };
+
+    ops.block_blocking(Some("blocked"), 2 * hour).unwrap();
+    assert!(!limiter.check_blocking(Some("blocked"), 1).unwrap().allowed);
+    assert!(remembered("blocked"));
+    assert!(ops.unblock_blocking(Some("blocked")).unwrap());
+    let_back_in("the operator's unblock to reach the application", "blocked");
+
+    ops.pause_blocking(Some("paused"), hour).unwrap();
+    assert!(!limiter.check_blocking(Some("paused"), 1).unwrap().allowed);
+    assert!(remembered("paused"));
+    assert!(ops.resume_blocking(Some("paused")).unwrap());
+    let_back_in("the operator's resume to reach the application", "paused");
+
+    for _ in 0..2 {
+        assert!(limiter.check_blocking(Some("spent"), 1).unwrap().allowed);
+    }
+    assert!(!limiter.check_blocking(Some("spent"), 1).unwrap().allowed);
+    assert!(remembered("spent"));
+    ops.reset_blocking(Some("spent")).unwrap();
+    let_back_in("the operator's reset to reach the application", "spent");
+}
+
+/// Limiters of one name and kind with another spec, or another key layout (`colocate`), keep
+/// their remembered refusals apart: each is decided by its own spec on its own state. (Before,
+/// the cache was keyed by kind, name and key alone: a refusal of one answered for the other.)
+#[test]
+fn limiters_of_one_name_with_other_specs_or_layouts_keep_their_refusals_apart() {
+    let server = RedisServer::start();
+    let (backend, _clock) = manual(&server, "specs", true);
+    let small = backend.token_bucket("api", 1.0 / 3600.0, 1).unwrap();
+    assert!(small.check_blocking(Some("t:k"), 1).unwrap().allowed);
+    assert!(!small.check_blocking(Some("t:k"), 1).unwrap().allowed);
+    // Same name and kind, another spec: the same state, decided by its own capacity.
+    let large = backend.token_bucket("api", 1.0 / 3600.0, 100).unwrap();
+    let d = large.check_blocking(Some("t:k"), 1).unwrap();
+    assert!(d.allowed, "the larger spec has room: {d:?}");
+    // Same spec, co-located: other keys in Redis, fresh state.
+    let colocated = small.with_colocate(ratekeeper::Colocate::Tenant);
+    let d = colocated.check_blocking(Some("t:k"), 1).unwrap();
+    assert!(d.allowed, "the co-located limiter's own state has room: {d:?}");
+    assert!(!small.check_blocking(Some("t:k"), 1).unwrap().allowed);
 }

@@ -339,3 +339,29 @@ fn cluster_pauses_every_kind_on_every_master() {
         assert!(held > 0, "every master holds some pauses");
     }
 }
+
+/// A leased token bucket remembers a refusal from Redis until its `retry_after`, a paused one
+/// too: `resume` forgets it at once in the process that resumes, and within their live poll in
+/// the others (two backends on one server stand for two processes; their manual clocks never
+/// move, so only the resume can end the remembered refusal). (Before, both kept refusing from
+/// memory until the pause's end.)
+#[test]
+fn resume_reaches_a_leased_limiters_remembered_refusal() {
+    let server = RedisServer::start();
+    let (app, _app_clock) = redis_manual(&server);
+    let (operator, _operator_clock) = redis_manual(&server);
+    let limiter = app.leased("leased-paused", 100.0, 100, Some(10), HOUR).unwrap();
+    let ops = operator.leased("leased-paused", 100.0, 100, Some(10), HOUR).unwrap();
+    limiter.pause_blocking(Some("here"), HOUR).unwrap();
+    assert!(!limiter.check_blocking(Some("here"), 1).unwrap().allowed);
+    assert!(limiter.resume_blocking(Some("here")).unwrap());
+    let back = limiter.check_blocking(Some("here"), 1).unwrap();
+    assert!(back.allowed, "resumed in this process, yet refused from memory: {back:?}");
+
+    ops.pause_blocking(Some("there"), HOUR).unwrap();
+    assert!(!limiter.check_blocking(Some("there"), 1).unwrap().allowed);
+    assert!(ops.resume_blocking(Some("there")).unwrap());
+    support::wait_until("another process's resume to reach the leased limiter", Duration::from_secs(30), || {
+        limiter.check_blocking(Some("there"), 1).unwrap().allowed
+    });
+}

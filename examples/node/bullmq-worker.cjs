@@ -5,7 +5,7 @@ const { limited } = require('ratekeeper/bullmq');
 
 const url = new URL(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
 const connection = { host: url.hostname, port: Number(url.port), maxRetriesPerRequest: null };
-const stripe = Backend.redis(url.href).bucket('stripe-api', 20, 10_000); // 20 calls per 10 s
+const stripe = Backend.redis(url.href).bucket('stripe-api', 20, '10s'); // 20 calls per 10 s
 
 const processor = limited(stripe, async (job) => `charged ${job.data.customerId}`, {
   key: (job) => null, // or a function of the job, e.g. its tenant

@@ -4,7 +4,7 @@
 # --8<-- [start:rack]
 require "ratekeeper/rack"
 
-Ratekeeper::Limiter.configure { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
+Ratekeeper::Limiter.configure { |c| c.redis = { url: ENV.fetch("REDIS_URL", "redis://localhost:6379") } }
 
 API_LIMIT = Ratekeeper::Limiter.window("api", Integer(ENV.fetch("API_LIMIT", "100")), :minute)
 

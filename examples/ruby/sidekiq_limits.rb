@@ -4,10 +4,12 @@
 require "ratekeeper/sidekiq"
 
 Ratekeeper::Limiter.configure do |config|
-  config.redis = { url: ENV.fetch("REDIS_URL") }
+  config.redis = { url: ENV.fetch("REDIS_URL", "redis://localhost:6379") }
 end
 # --8<-- [end:setup]
 
+# Stand-ins for the calls the page's jobs make; they record what ran.
+$calls ||= []
 def call_erp = $calls << :erp
 def call_stripe(user_id) = $calls << [:stripe, user_id]
 def call_shopify(query) = $calls << [:shopify, query]

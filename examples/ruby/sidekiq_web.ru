@@ -4,8 +4,8 @@
 require "sidekiq/web"
 require "ratekeeper/sidekiq/web" # adds the "Limits" tab
 
-Sidekiq.configure_client { |config| config.redis = { url: ENV.fetch("REDIS_URL") } }
-Ratekeeper::Limiter.configure { |config| config.redis = { url: ENV.fetch("REDIS_URL") } }
+Sidekiq.configure_client { |config| config.redis = { url: ENV.fetch("REDIS_URL", "redis://localhost:6379") } }
+Ratekeeper::Limiter.configure { |config| config.redis = { url: ENV.fetch("REDIS_URL", "redis://localhost:6379") } }
 
 use Rack::Session::Cookie, secret: ENV.fetch("SESSION_SECRET") { SecureRandom.hex(32) }, same_site: true, max_age: 86_400
 run Sidekiq::Web

@@ -8,7 +8,7 @@ use std::os::raw::c_char;
 use std::sync::Arc;
 
 use ratekeeper::params::duration_from_secs;
-use ratekeeper::{Backend, Clock, Error, FailurePolicy, MemoryConfig, RedisConfig, TlsConfig};
+use ratekeeper::{Backend, Clock, Error, FailurePolicy, MemoryConfig, RedisConfig, SentinelConfig, TlsConfig};
 use serde_json::{Map, Value};
 
 use crate::args::{arg_ref, arg_str, Out};
@@ -22,6 +22,8 @@ const FIELDS: &[&str] = &[
     "kind",
     "url",
     "seeds",
+    "sentinel",
+    "replica_acks",
     "prefix",
     "failure_policy",
     "fallback_divisor",
@@ -33,6 +35,7 @@ const FIELDS: &[&str] = &[
     "tls_key_file",
     "deny_cache",
     "deny_cache_max_entries",
+    "on_conflict",
     "max_keys",
     "shards",
     "client",
@@ -136,6 +139,94 @@ fn tls(fields: &Fields) -> Result<Option<TlsConfig>, Error> {
     Ok(Some(tls))
 }
 
+/// The strings of the array `list` (field `parameter`); an item that is not one is named by its
+/// index (`seeds[1]`), as the core names one it refuses.
+fn strings(list: &[Value], parameter: &str, what: &str) -> Result<Vec<String>, Error> {
+    let item = |(i, value): (usize, &Value)| match value {
+        Value::String(s) => Ok(s.clone()),
+        other => Err(Error::invalid_field(format!("{parameter}[{i}]"), format!("must be {what}, got {other}"))),
+    };
+    list.iter().enumerate().map(item).collect()
+}
+
+/// The fields of a `sentinel` object; anything else is refused, naming it.
+const SENTINEL_FIELDS: &[&str] = &[
+    "addresses",
+    "service",
+    "username",
+    "password",
+    "db",
+    "tls",
+    "sentinel_username",
+    "sentinel_password",
+    "sentinel_tls",
+];
+
+/// A Sentinel-managed primary from the `sentinel` object (its fields named `sentinel.…`);
+/// `node_tls` is the data nodes' TLS material, which the sentinels trust too with
+/// `sentinel_tls`.
+fn sentinel(value: &Value, node_tls: Option<&TlsConfig>) -> Result<SentinelConfig, Error> {
+    let Value::Object(map) = value else {
+        return Err(Error::invalid(
+            "sentinel",
+            format!("must be an object {{\"addresses\": [...], \"service\": ...}}, got {value}"),
+        ));
+    };
+    if let Some(unknown) = map.keys().find(|k| !SENTINEL_FIELDS.contains(&k.as_str())) {
+        return Err(Error::invalid("sentinel", format!("has an unknown field {unknown:?}")));
+    }
+    let text = |field: &str| match map.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(Error::invalid_field(format!("sentinel.{field}"), format!("must be a string, got {other}"))),
+    };
+    let flag = |field: &str| match map.get(field) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(on)) => Ok(*on),
+        Some(other) => {
+            Err(Error::invalid_field(format!("sentinel.{field}"), format!("must be true or false, got {other}")))
+        }
+    };
+    let Some(Value::Array(list)) = map.get("addresses") else {
+        return Err(Error::invalid("sentinel.addresses", "must be an array of \"host:port\" strings"));
+    };
+    let addresses = strings(list, "sentinel.addresses", "a \"host:port\" string")?;
+    let service = text("service")?.ok_or_else(|| Error::invalid("sentinel.service", "is required"))?;
+    let mut config = SentinelConfig::new(addresses, service);
+    config.username = text("username")?;
+    config.password = text("password")?;
+    config.db = match map.get("db") {
+        None | Some(Value::Null) => 0,
+        Some(Value::Number(n)) => {
+            n.as_i64().ok_or_else(|| Error::invalid("sentinel.db", format!("must be a whole number, got {n}")))?
+        }
+        Some(other) => return Err(Error::invalid("sentinel.db", format!("must be a whole number, got {other}"))),
+    };
+    config.tls = flag("tls")?;
+    config.sentinel_username = text("sentinel_username")?;
+    config.sentinel_password = text("sentinel_password")?;
+    if flag("sentinel_tls")? {
+        config.sentinel_tls = Some(node_tls.cloned().unwrap_or_default());
+    }
+    Ok(config)
+}
+
+/// The core's error about a Sentinel configuration, named by its place in the JSON
+/// (`sentinels[1]` is `sentinel.addresses[1]`, `service` is `sentinel.service`).
+fn in_sentinel_object(error: Error) -> Error {
+    match error {
+        Error::InvalidArgument { parameter, message } => {
+            let parameter = match parameter.as_ref() {
+                p if p.starts_with("sentinels") => p.replacen("sentinels", "sentinel.addresses", 1),
+                p @ ("service" | "db") => format!("sentinel.{p}"),
+                p => p.to_owned(),
+            };
+            Error::invalid_field(parameter, message)
+        }
+        other => other,
+    }
+}
+
 /// Reads the configuration and builds the backend it describes (on `clock`, when given),
 /// naming it to the registry.
 fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<String>), Error> {
@@ -151,6 +242,7 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
     let kind = match fields.str("kind")? {
         Some(kind) => kind,
         None if fields.0.contains_key("seeds") => "cluster",
+        None if fields.0.contains_key("sentinel") => "sentinel",
         None if fields.0.contains_key("url") => "redis",
         None => "memory",
     };
@@ -175,10 +267,27 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
         }
         "redis" => {
             let url = fields.str("url")?.ok_or_else(|| Error::invalid("url", "is required with kind \"redis\""))?;
-            if fields.0.contains_key("seeds") {
-                return Err(Error::invalid("seeds", "applies only to kind \"cluster\""));
+            for field in ["seeds", "sentinel"] {
+                if fields.0.contains_key(field) {
+                    return Err(Error::invalid(field, "applies only to its own kind (\"cluster\", \"sentinel\")"));
+                }
             }
             RedisConfig::new(url)
+        }
+        "sentinel" => {
+            for field in ["url", "seeds"] {
+                if fields.0.contains_key(field) {
+                    return Err(Error::invalid(field, "applies only to kind \"redis\" or \"cluster\""));
+                }
+            }
+            let value = fields
+                .0
+                .get("sentinel")
+                .ok_or_else(|| Error::invalid("sentinel", "is required with kind \"sentinel\""))?;
+            let sentinel = sentinel(value, tls(&fields)?.as_ref())?;
+            let mut config = RedisConfig::sentinel(sentinel.sentinels.clone(), sentinel.service.clone());
+            config.sentinel = Some(sentinel);
+            config
         }
         "cluster" => {
             let Some(Value::Array(seeds)) = fields.0.get("seeds") else {
@@ -187,25 +296,18 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
             if seeds.is_empty() {
                 return Err(Error::invalid("seeds", "at least one seed node is required"));
             }
-            if fields.0.contains_key("url") {
-                return Err(Error::invalid("url", "applies only to kind \"redis\" (a cluster takes seeds)"));
-            }
-            let mut urls = Vec::with_capacity(seeds.len());
-            for (i, seed) in seeds.iter().enumerate() {
-                match seed {
-                    Value::String(s) => urls.push(s.clone()),
-                    other => {
-                        return Err(Error::invalid_field(
-                            format!("seeds[{i}]"),
-                            format!("must be a URL string, got {other}"),
-                        ))
-                    }
+            for field in ["url", "sentinel"] {
+                if fields.0.contains_key(field) {
+                    return Err(Error::invalid(field, "applies only to its own kind (a cluster takes seeds)"));
                 }
             }
-            RedisConfig::cluster(urls)
+            RedisConfig::cluster(strings(seeds, "seeds", "a URL string")?)
         }
         other => {
-            return Err(Error::invalid("kind", format!("must be \"memory\", \"redis\" or \"cluster\", got {other:?}")))
+            return Err(Error::invalid(
+                "kind",
+                format!("must be \"memory\", \"redis\", \"cluster\" or \"sentinel\", got {other:?}"),
+            ))
         }
     };
     for field in ["max_keys", "shards"] {
@@ -234,27 +336,51 @@ fn build(json: &str, clock: Option<Arc<dyn Clock>>) -> Result<(Backend, Option<S
     if let Some(max) = fields.whole("deny_cache_max_entries", u64::from(u32::MAX))? {
         config = config.deny_cache_max_entries(max as usize);
     }
+    match fields.0.get("on_conflict") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(name)) => {
+            config = config.on_conflict(ratekeeper::OnConflict::from_name("on_conflict", name)?)
+        }
+        Some(other) => {
+            return Err(Error::invalid("on_conflict", format!("must be \"warn\" or \"raise\", got {other}")))
+        }
+    }
+    if let Some(acks) = fields.whole("replica_acks", u64::from(u32::MAX))? {
+        config = config.replica_acks(acks as u32);
+    }
     if let Some(clock) = clock {
         config = config.clock(clock);
     }
-    Ok((Backend::redis_with(config)?, client))
+    let is_sentinel = config.sentinel.is_some() && kind == "sentinel";
+    let backend = Backend::redis_with(config).map_err(|e| if is_sentinel { in_sentinel_object(e) } else { e })?;
+    Ok((backend, client))
 }
 
 /// \brief Creates a backend from its configuration as JSON: every option of the other
 /// constructors, plus those they have no parameter for (a connect timeout, TLS material).
 ///
 /// Fields (all optional; durations in seconds):
-/// - `kind`: `"memory"`, `"redis"` or `"cluster"` (default: `"cluster"` with `seeds`,
-///   `"redis"` with `url`, else `"memory"`);
+/// - `kind`: `"memory"`, `"redis"`, `"cluster"` or `"sentinel"` (default: `"cluster"` with
+///   `seeds`, `"sentinel"` with `sentinel`, `"redis"` with `url`, else `"memory"`);
 /// - memory: `max_keys` (default 1,000,000); `shards`, the number of lock shards (1 to 65536,
 ///   rounded up to a power of two; default 64);
-/// - Redis: `url` (`redis://` or `rediss://`), or `seeds` (an array of URLs) for a cluster;
+/// - Redis: `url` (`redis://`, `rediss://` or `redis+sentinel://`), or `seeds` (an array of
+///   URLs) for a cluster, or `sentinel` for a Sentinel-managed primary: `{"addresses":
+///   ["host:port", …], "service": "…"}` with, optionally, the data nodes' `username`,
+///   `password`, `db` and `tls` (true: TLS with the `tls_*` material) and the sentinels' own
+///   `sentinel_username`, `sentinel_password` and `sentinel_tls` (true: TLS, trusting the same
+///   material); `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`)
+///   before it admits (default 0), too few within the deadline failing the call as unavailable
+///   for the failure policy to decide (`"fail_open"` then admits);
 ///   `prefix`; `failure_policy` (`"fail_closed"`, `"fail_open"`, `"fallback"`) and
 ///   `fallback_divisor` (with `"fallback"` only, default 1); `deadline` (default 0.2);
 ///   `connect_timeout` (default 1); `tls_ca_file` or `tls_ca_data` (PEM text), and
 ///   `tls_cert_file` with `tls_key_file` (mutual TLS), read and checked now; `deny_cache`
 ///   (`true`: limiters remember refusals in process, see `rk_limiter_with_deny_cache`; default
-///   `false`) and `deny_cache_max_entries` (default 10,000);
+///   `false`) and `deny_cache_max_entries` (default 10,000); `on_conflict` (`"warn"`, the
+///   default: a limiter whose spec differs from the one live processes use under its name is
+///   built, said once on stderr and counted in `spec_conflicts`; `"raise"`: refused with
+///   #RK_INVALID_ARGUMENT naming `spec`);
 /// - `client`: the language this process's limiters are listed under in the registry
 ///   (`rk_backend_limiters_json`'s `users`, e.g. `"ruby 3.1.2"`; default `"c"`); the first
 ///   backend a process makes fixes it.

@@ -74,7 +74,8 @@ impl From<&rk_lease> for Lease {
 /// \brief What `rk_limiter_settle` needs to settle an admitted call with its actual cost, exactly
 /// once: set (`settleable`) on admitted calls of counting limiters, all zero otherwise. Pass the
 /// whole `rk_decision` back; the fields are for storing it (e.g. in a job's arguments) and
-/// rebuilding it.
+/// rebuilding it: store its seal too (#rk_limiter_seal_ticket) and settle the rebuilt decision
+/// with #rk_limiter_settle_sealed, which refuses a ticket altered on the way.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

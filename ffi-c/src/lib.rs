@@ -22,7 +22,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 // cbindgen writes the header in the order of these modules (errors, backends, clocks, limiters, calls,
-// upstream feedback, backoff, test hooks); the blank lines keep rustfmt from sorting them.
+// calls completing through a callback, upstream feedback, backoff, test hooks); the blank lines keep rustfmt from sorting them.
 pub mod error;
 
 pub mod backend;
@@ -34,6 +34,8 @@ pub mod clock;
 pub mod limiter;
 
 pub mod calls;
+
+pub mod completion;
 
 pub mod check_all;
 

@@ -187,6 +187,49 @@ pub extern "C" fn rk_limiter_new_windows(
     }
 }
 
+/// \brief Parses a rate string as `limits`, slowapi and flask-limiter write it (`"5/minute"`,
+/// `"100 per hour"`, `"25/5s; 300/minute"`) into windows for `rk_limiter_new_windows`, or, for
+/// one rate, the `limit` and `interval_secs` of `rk_limiter_new_window` / `rk_limiter_new_bucket`.
+///
+/// \param rate The rate text (UTF-8): a count, `/` or `per`, a duration with its unit; several
+/// separated by `;` or `,`.
+/// \param windows_out An array of `windows_capacity` windows that receives the rates.
+/// \param windows_capacity How many windows `windows_out` holds; more rates are an error.
+/// \param windows_len_out Receives how many rates were parsed.
+/// \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT naming `rate`
+/// (nothing is written then).
+#[no_mangle]
+pub extern "C" fn rk_parse_rate(
+    rate: *const c_char,
+    windows_out: *mut rk_window_limit,
+    windows_capacity: usize,
+    windows_len_out: *mut usize,
+) -> rk_status {
+    ffi_status! {
+        let text = arg_str("rate", rate)?;
+        let len_out = Out::new("windows_len_out", windows_len_out)?;
+        if windows_out.is_null() {
+            return Err(Failure::null("windows_out"));
+        }
+        let rates = ratekeeper::parse_rates("rate", text)?;
+        if rates.len() > windows_capacity {
+            return Err(ratekeeper::Error::invalid(
+                "rate",
+                format!("holds {} rates, more than windows_capacity ({windows_capacity})", rates.len()),
+            )
+            .into());
+        }
+        for (i, r) in rates.iter().enumerate() {
+            let w = rk_window_limit { limit: r.limit, interval_secs: r.interval.as_secs_f64() };
+            // SAFETY: the caller's contract: `windows_out` holds `windows_capacity` windows, and
+            // `i` < rates.len() <= windows_capacity.
+            unsafe { windows_out.add(i).write(w) };
+        }
+        len_out.write(rates.len());
+        Ok(())
+    }
+}
+
 /// \brief Creates a sliding-window limiter of several `(duration, limit, precision)` limits over
 /// sub-buckets, checked atomically; only admitted calls count (Carlson's).
 ///

@@ -141,7 +141,8 @@ pub extern "C" fn rk_backend_limiters_json(backend: *const rk_backend, json_out:
 /// `shadow_refused` the checks a limiter in shadow mode would have refused and admitted instead;
 /// `refused_locally` the checks refused from the deny cache; `settles` the settles applied
 /// (a repeat is not counted), `settle_charged` and `settle_refunded` the units they charged and
-/// asked to refund.
+/// asked to refund; `spec_conflicts` the registrations that found the name used with another
+/// spec by a live process.
 ///
 /// \param backend The backend.
 /// \param fleet False for this process's metrics; true for every process's (read from Redis
@@ -192,6 +193,7 @@ pub extern "C" fn rk_backend_metrics_json(
                         "settles": m.settles,
                         "settle_charged": m.settle_charged,
                         "settle_refunded": m.settle_refunded,
+                        "spec_conflicts": m.spec_conflicts,
                     },
                 })
             })

@@ -36,15 +36,23 @@ impl PanicValue for *const c_char {
 /// Records the panic as the thread's last error and returns the entry point's panic value.
 #[cold]
 pub(crate) fn caught<T: PanicValue>(payload: Box<dyn Any + Send>) -> T {
+    set_last_error(&panic_message(payload));
+    T::panic_value()
+}
+
+/// The message a caught panic is reported with (here, and by the calls that complete through a
+/// callback, whose panics happen on a runtime thread). Consumes the payload.
+#[cold]
+pub(crate) fn panic_message(payload: Box<dyn Any + Send>) -> String {
     let message = payload
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)");
-    set_last_error(&format!("internal panic (a bug in ratekeeper; please report it): {message}"));
+    let message = format!("internal panic (a bug in ratekeeper; please report it): {message}");
     // Dropping a panic payload can itself panic; never let that escape either.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
-    T::panic_value()
+    message
 }
 
 /// Runs the body of an `extern "C"` function, turning a panic into the function's panic value.

@@ -47,3 +47,29 @@ pub extern "C" fn rk_test_panic_next_call() {
         PANIC_NEXT_CALL.with(|armed| armed.set(true));
     }
 }
+
+#[cfg(feature = "test-hooks")]
+static PANIC_NEXT_TASK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Called first inside every call submitted to the runtime (`rk_limiter_check_start`): panics
+/// there, on a runtime thread, if `rk_test_panic_next_task` armed it.
+#[inline(always)]
+pub(crate) fn maybe_panic_in_task() {
+    #[cfg(feature = "test-hooks")]
+    if PANIC_NEXT_TASK.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        panic!("forced by rk_test_panic_next_task");
+    }
+}
+
+/// \brief TEST ONLY: makes the next call submitted by a `*_start` function (from any thread)
+/// panic inside its task on ratekeeper's runtime; its callback then receives #RK_PANIC.
+///
+/// Exported only by builds with the cargo feature `test-hooks`; declared only when
+/// `RK_TEST_HOOKS` is defined. Never call it in production code.
+#[cfg(feature = "test-hooks")]
+#[no_mangle]
+pub extern "C" fn rk_test_panic_next_task() {
+    ffi_boundary! {
+        PANIC_NEXT_TASK.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}

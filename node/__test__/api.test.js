@@ -50,13 +50,13 @@ test('every limiter kind is built and checked', async () => {
   const limiters = [
     backend.concurrent('c', 2),
     backend.bucket('b', 2, 'second'),
-    backend.bucket('b2', 2, 1000),
+    backend.bucket('b2', 2, '1s'),
     backend.window('w', 2, 'minute'),
     backend.windows('ws', [{ limit: 25, intervalMs: 5000 }, { limit: 300, intervalMs: 60000 }]),
-    backend.slidingWindow('s', [{ durationMs: 1000, limit: 2, precisionMs: 100 }, [60000, 10]]),
+    backend.slidingWindow('s', [{ durationMs: 1000, limit: 2, precisionMs: 100 }, ['1m', 10]]),
     backend.tokenBucket('t', 5, 2),
-    backend.leaky('l', 2, 1000),
-    backend.points('p', 100, 1000),
+    backend.leaky('l', 2, '1s'),
+    backend.points('p', 100, '1s'),
     backend.unlimited(),
     backend.unlimited('named'),
     Limiter.unlimited(),
@@ -183,14 +183,14 @@ test('withinLimit: raise, ignore, release on success and on error, points refund
   await assert.rejects(pool.withinLimit(() => 1, { policy: 'sometimes' }), { code: 'ERR_INVALID_ARGUMENT', parameter: 'policy' });
 
   const clock = new ManualClock(START_US);
-  const graphql = Backend.memory({ clock }).points('shopify', 1000, 20000);
+  const graphql = Backend.memory({ clock }).points('shopify', 1000, '20s');
   const after = await graphql.withinLimit(async (permit) => {
     assert.equal(permit.decision.remaining, 800);
     return permit.pointsUsed(50); // refund 150
   }, { key: 'shop-7', cost: 200 });
   assert.equal(after.remaining, 950);
   assert.equal((await graphql.pointsUsed('shop-7', 50, 100)).remaining, 900);
-  await assert.rejects(backend.bucket('b', 1, 1000).pointsUsed(null, 1, 1), { code: 'ERR_INVALID_ARGUMENT' });
+  await assert.rejects(backend.bucket('b', 1, '1s').pointsUsed(null, 1, 1), { code: 'ERR_INVALID_ARGUMENT' });
 });
 
 test('fleet shedder: critical traffic bypasses, the rest sheds with ERR_SHED', async () => {
@@ -233,7 +233,7 @@ test('utilization shedder follows the manual clock', () => {
 test('backend statistics and memory keys', async () => {
   const backend = Backend.memory({ maxKeys: 2 });
   assert.deepEqual(backend.stats(), { failedOpen: 0, fellBack: 0, failed: 0, rejected: 0, configMismatches: 0 });
-  const limiter = backend.bucket('b', 1, 60000);
+  const limiter = backend.bucket('b', 1, '1m');
   await limiter.check('a');
   await limiter.check('b');
   assert.equal(backend.memoryKeys, 2);
@@ -242,12 +242,25 @@ test('backend statistics and memory keys', async () => {
 
 test('HTTP helpers round Retry-After up to whole seconds', async () => {
   const refused = { allowed: false, limit: 10, remaining: 0, retryAfterMs: 1000.001, resetAfterMs: 59000, decidedAtUs: 1 };
+  // Issue 46: draft-11 by default, as the HTTP middleware writes them (it was draft-6).
   assert.deepEqual(rk.rateLimitHeaders(refused), {
+    'RateLimit-Policy': '"default";q=10',
+    RateLimit: '"default";r=0;t=59',
+    'Retry-After': '2',
+  });
+  assert.deepEqual(rk.rateLimitHeaders(refused, { policy: 'api "v1"' }).RateLimit, '"api \\"v1\\"";r=0;t=59');
+  assert.deepEqual(rk.rateLimitHeaders(refused, { form: 'draft-6' }), {
     'RateLimit-Limit': '10',
     'RateLimit-Remaining': '0',
     'RateLimit-Reset': '59',
     'Retry-After': '2',
   });
+  assert.deepEqual(rk.rateLimitHeaders({ ...refused, allowed: true }, { form: 'legacy' }), {
+    'X-RateLimit-Limit': '10',
+    'X-RateLimit-Remaining': '0',
+    'X-RateLimit-Reset': '59',
+  });
+  assert.throws(() => rk.rateLimitHeaders(refused, { form: 'draft-99' }), { code: 'ERR_INVALID_ARGUMENT', parameter: 'form' });
   assert.equal(rk.ceilSeconds(999), 1);
   assert.equal(rk.ceilSeconds(1000), 1);
   assert.equal(rk.ceilSeconds(0.001), 1);
@@ -294,7 +307,7 @@ test('ESM and CommonJS export the same API', async () => {
 });
 
 test('isRatekeeperError and codes', async () => {
-  const error = await Backend.memory().bucket('e', 1, 1000).check('k', 2).catch((e) => e);
+  const error = await Backend.memory().bucket('e', 1, '1s').check('k', 2).catch((e) => e);
   assert.ok(error instanceof Error);
   assert.equal(error.code, rk.codes.INVALID_ARGUMENT);
   assert.equal(rk.isRatekeeperError(error), true);
@@ -305,10 +318,10 @@ test('specs as data: build from an object or JSON text, read back, bad fields na
   const backend = rk.Backend.memory();
   const named = [
     backend.tokenBucket('tb', 10, 20),
-    backend.window('w', 100, 60_000),
-    backend.slidingWindow('sw', [[60_000, 100, 1_000], [1_000, 10, 100]]),
+    backend.window('w', 100, '1m'),
+    backend.slidingWindow('sw', [['1m', 100, '1s'], ['1s', 10, '100ms']]),
     backend.concurrent('c', 10, { lockTimeoutMs: 30_000, waitTimeoutMs: 2_000 }),
-    backend.leaky('l', 4, 500),
+    backend.leaky('l', 4, '500ms'),
     backend.calendar('cal', 1000, 'month', { tz: 'Europe/Berlin', anchor: 15 }),
   ];
   for (const limiter of named) {

@@ -32,6 +32,9 @@ function value(v) {
 
 /** Seconds to milliseconds; anything that is not a number (a bad value) passes unchanged. */
 const ms = (v) => (typeof v === 'number' ? v * 1000 : v);
+// A positional duration is a string with its unit (the table's seconds written `${n}s`); a number
+// the table gives that is not finite stays a number, which Node refuses as a bare number.
+const dur = (v) => (typeof v === 'number' && Number.isFinite(v) ? `${v}s` : v);
 
 function args(c) {
   if (c.skip && c.skip.node) throw new NotExpressible(c.skip.node);
@@ -42,7 +45,7 @@ function args(c) {
 function redisOptions(a) {
   const options = {};
   for (const [k, v] of Object.entries(a)) {
-    if (k === 'url' || k === 'seeds') continue;
+    if (k === 'url' || k === 'seeds' || k === 'sentinels' || k === 'service') continue;
     if (k === 'prefix') options.prefix = v;
     else if (k === 'failure_policy') options.failurePolicy = v === 'fallback' ? { fallback: a.fallback_divisor } : v;
     else if (k === 'fallback_divisor') {
@@ -51,6 +54,8 @@ function redisOptions(a) {
     else if (k === 'connect_timeout') options.connectTimeoutMs = ms(v);
     else if (k === 'tls_ca_data') options.tls = { ...options.tls, ca: v };
     else if (k === 'tls_cert') options.tls = { ...options.tls, cert: v };
+    else if (k === 'replica_acks') options.replicaAcks = v;
+    else if (k === 'db') options.db = v;
     else throw new NotExpressible(`Node has no option for ${k}`);
   }
   return options;
@@ -84,9 +89,14 @@ function calls(c) {
       const options = redisOptions(a);
       return { thunks: [() => Backend.cluster(a.seeds, options)] };
     }
+    case 'sentinel': {
+      const options = redisOptions(a);
+      return { thunks: [() => Backend.sentinel({ sentinels: a.sentinels, service: a.service, ...options })] };
+    }
     case 'bucket':
     case 'window':
-      return { thunks: [() => freshBackend()[c.call](a.name, a.limit, typeof a.interval === 'string' ? a.interval : ms(a.interval))] };
+      if ('rate' in a) return { thunks: [() => freshBackend()[c.call](a.name, a.rate)] };
+      return { thunks: [() => freshBackend()[c.call](a.name, a.limit, dur(a.interval))] };
     case 'windows':
       return {
         thunks: [
@@ -100,13 +110,13 @@ function calls(c) {
         ],
       };
     case 'sliding_window':
-      return { thunks: [() => freshBackend().slidingWindow(a.name, a.limits.map((l) => [ms(l[0]), l[1], ...l.slice(2).map(ms)].slice(0, l.length)))] };
+      return { thunks: [() => freshBackend().slidingWindow(a.name, a.limits.map((l) => [dur(l[0]), l[1], ...l.slice(2).map(dur)].slice(0, l.length)))] };
     case 'token_bucket':
       return { thunks: [() => freshBackend().tokenBucket(a.name, a.rate, a.capacity)] };
     case 'leaky':
-      return { thunks: [() => freshBackend().leaky(a.name, a.size, ms(a.drain))] };
+      return { thunks: [() => freshBackend().leaky(a.name, a.size, dur(a.drain))] };
     case 'points':
-      return { thunks: [() => freshBackend().points(a.name, a.capacity, ms(a.refill))] };
+      return { thunks: [() => freshBackend().points(a.name, a.capacity, dur(a.refill))] };
     case 'concurrent': {
       const options = {};
       if ('lock_timeout' in a) options.lockTimeoutMs = ms(a.lock_timeout);
@@ -190,7 +200,7 @@ function limiterCalls(c, a) {
     acquire: [() => limiter.acquire(a.key, { cost, waitTimeoutMs: ms(a.wait_timeout) })],
     reset: [() => limiter.reset(a.key)],
     points_used: [() => limiter.pointsUsed(a.key, a.estimate, a.actual)],
-    pause: [() => limiter.pause(ms(a.duration), a.key)],
+    pause: [() => limiter.pause(dur(a.duration), a.key)],
     observe: [() => limiter.observe(a.status, a.headers, a.key, 'max_pause' in a ? { maxPauseMs: ms(a.max_pause) } : undefined)],
     resume: [() => limiter.resume(a.key)],
     within_limit: [
@@ -203,11 +213,11 @@ function limiterCalls(c, a) {
         }, options);
       },
     ],
-    with_wait_timeout: [() => limiter.withWaitTimeout(ms(a.wait_timeout))],
-    with_max_pause: [() => limiter.withMaxPause(ms(a.max_pause))],
-    block: [() => limiter.block(ms(a.duration), a.key)],
+    with_wait_timeout: [() => limiter.withWaitTimeout(dur(a.wait_timeout))],
+    with_max_pause: [() => limiter.withMaxPause(dur(a.max_pause))],
+    block: [() => limiter.block(dur(a.duration), a.key)],
     unblock: [() => limiter.unblock(a.key)],
-    with_block_for: [() => limiter.withBlockFor(ms(a.block_for))],
+    with_block_for: [() => limiter.withBlockFor(dur(a.block_for))],
     with_deny_cache: [() => limiter.withDenyCache(a.on)],
     settle: [
       () => limiter.settle(settleDecision(c, limiter, a.decision), a.actual),

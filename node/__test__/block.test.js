@@ -20,7 +20,7 @@ async function blockSemantics(makeBackend) {
   const limiter = backend.tokenBucket('api', 0.01, 5);
   assert.equal((await limiter.check('k')).allowed, true);
   assert.equal(await limiter.unblock('k'), false);
-  assert.equal(await limiter.block(10_000, 'k'), 10_000);
+  assert.equal(await limiter.block('10s', 'k'), 10_000);
   for (let i = 0; i < 3; i++) {
     const d = await limiter.check('k');
     assert.equal(d.allowed, false);
@@ -31,16 +31,16 @@ async function blockSemantics(makeBackend) {
   assert.equal((await limiter.check('other')).allowed, true, 'other keys are not blocked');
   assert.equal(await limiter.resume('k'), false, 'a block is not a pause');
   assert.equal(limiter.metrics().blocked, 3);
-  assert.equal(await limiter.block(2500, 'k'), 2500, 'a block by hand replaces the one in effect');
+  assert.equal(await limiter.block('2500ms', 'k'), 2500, 'a block by hand replaces the one in effect');
   assert.equal(await limiter.unblock('k'), true);
   const back = await limiter.check('k');
   assert.equal(back.allowed, true);
   assert.equal(back.remaining, 3, 'the blocked refusals consumed nothing');
 
   // block_for: as an option, and in a spec.
-  const plain = backend.bucket('login', 1, 60_000);
+  const plain = backend.bucket('login', 1, '1m');
   assert.equal(plain.blockForMs, null);
-  const strict = plain.withBlockFor(600_000);
+  const strict = plain.withBlockFor('10m');
   assert.equal(strict.blockForMs, 600_000);
   assert.equal(strict.spec.block_for, 600);
   assert.equal(backend.limiter('login', { kind: 'bucket', limit: 1, interval: 60, block_for: 600 }).blockForMs, 600_000);
@@ -74,8 +74,8 @@ test('block, unblock and block_for on a Redis Cluster', async (t) => {
 test('bad durations reject naming them, before anything is written', async () => {
   const limiter = Backend.memory().tokenBucket('api', 100, 100);
   for (const bad of [0, -1, NaN, Infinity, '10']) {
-    await assert.rejects(limiter.block(bad, 'k'), { code: 'ERR_INVALID_ARGUMENT', parameter: 'durationMs' });
-    assert.throws(() => limiter.withBlockFor(bad), { code: 'ERR_INVALID_ARGUMENT', parameter: 'blockForMs' });
+    await assert.rejects(limiter.block(bad, 'k'), { code: 'ERR_INVALID_ARGUMENT', parameter: 'duration' });
+    assert.throws(() => limiter.withBlockFor(bad), { code: 'ERR_INVALID_ARGUMENT', parameter: 'blockFor' });
   }
   await assert.rejects(limiter.unblock('k'.repeat(1025)), { code: 'ERR_INVALID_ARGUMENT', parameter: 'key' });
   assert.equal((await limiter.check('k')).allowed, true, 'nothing was blocked');

@@ -102,7 +102,7 @@ test(`${JOBS} jobs against ${LIMIT} per ${WINDOW_MS} ms over ${PROCESSES} BullMQ
   // Take all of a fresh window's calls (not sent to the API) at its very start, so the first
   // jobs are refused whatever the workers' speed (which this test does not assume). The buckets
   // are aligned to the epoch; Redis runs on this host, so its TIME is this clock.
-  const filler = Backend.redis(redis.url, { prefix: config.prefix, deadlineMs: 5000 }).bucket('upstream', LIMIT, WINDOW_MS);
+  const filler = Backend.redis(redis.url, { prefix: config.prefix, deadlineMs: 5000 }).bucket('upstream', LIMIT, `${WINDOW_MS}ms`);
   await new Promise((r) => setTimeout(r, WINDOW_MS - (Date.now() % WINDOW_MS)));
   assert.equal((await filler.check(null, LIMIT)).allowed, true);
 
@@ -138,7 +138,7 @@ test(`${JOBS} jobs against ${LIMIT} per ${WINDOW_MS} ms over ${PROCESSES} BullMQ
 test('limited() refuses bad arguments when the processor is made, naming them', () => {
   const { limited } = require('../bullmq');
   const { Backoff: B } = require('..');
-  const limiter = Backend.memory().bucket('b', 1, 1000);
+  const limiter = Backend.memory().bucket('b', 1, '1s');
   const processor = async () => {};
   const cases = [
     [() => limited('stripe', processor), 'limiter'],

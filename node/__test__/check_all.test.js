@@ -102,7 +102,7 @@ test('bad parts are typed errors naming the part, and write nothing', async () =
   const backend = Backend.memory();
   const bucket = colocated(backend, 'node-bad', { kind: 'bucket', limit: 5, interval: 60 });
   const leased = backend.leased('node-leased', 1, 5);
-  const other = Backend.memory().bucket('other', 5, 60);
+  const other = Backend.memory().bucket('other', 5, '60ms');
   for (const [parts, parameter] of [
     [[], 'parts'],
     ['t1', 'parts'],

@@ -11,39 +11,46 @@ const { freePort, watchdog } = require('./support/redis.js');
 const net = require('node:net');
 
 const backend = Backend.memory();
-const bucket = backend.bucket('b', 5, 1000);
+const bucket = backend.bucket('b', 5, '1s');
 const mutex = backend.concurrent('m', 1);
 
 /** [description, thunk, parameter]: every thunk must throw or reject with ERR_INVALID_ARGUMENT. */
 const cases = [
-  ['name with a space', () => backend.bucket('a b', 1, 1000), 'name'],
-  ['empty name', () => backend.bucket('', 1, 1000), 'name'],
-  ['name not a string', () => backend.bucket(42, 1, 1000), 'name'],
+  ['name with a space', () => backend.bucket('a b', 1, '1s'), 'name'],
+  ['empty name', () => backend.bucket('', 1, '1s'), 'name'],
+  ['name not a string', () => backend.bucket(42, 1, '1s'), 'name'],
   ['missing name', () => backend.tokenBucket(), 'name'],
-  ['limit 0', () => backend.bucket('b', 0, 1000), 'limit'],
-  ['limit 1.5', () => backend.window('b', 1.5, 1000), 'limit'],
-  ['limit NaN', () => backend.bucket('b', NaN, 1000), 'limit'],
-  ['limit above 2^53', () => backend.bucket('b', 2 ** 53 + 2, 1000), 'limit'],
-  ['limit a string', () => backend.bucket('b', 'ten', 1000), 'limit'],
-  ['interval name', () => backend.bucket('b', 1, 'fortnight'), 'intervalMs'],
-  ['interval 0', () => backend.window('b', 1, 0), 'intervalMs'],
-  ['interval Infinity', () => backend.bucket('b', 1, Infinity), 'intervalMs'],
+  ['limit 0', () => backend.bucket('b', 0, '1s'), 'limit'],
+  ['limit 1.5', () => backend.window('b', 1.5, '1s'), 'limit'],
+  ['limit NaN', () => backend.bucket('b', NaN, '1s'), 'limit'],
+  ['limit above 2^53', () => backend.bucket('b', 2 ** 53 + 2, '1s'), 'limit'],
+  ['limit a string before an interval', () => backend.bucket('b', 'ten', '1s'), 'limit'],
+  ['limit a string read as a rate', () => backend.bucket('b', 'ten'), 'rate'],
+  ['interval name', () => backend.bucket('b', 1, 'fortnight'), 'interval'],
+  ['interval 0', () => backend.window('b', 1, '0s'), 'interval'],
+  ['interval a bare number', () => backend.window('b', 1, 60), 'interval'],
+  ['rate with an unknown unit', () => backend.window('b', '5/minte'), 'rate'],
+  ['rate without a count', () => backend.bucket('b', 'five/minute'), 'rate'],
+  ['rate then options then more', () => backend.bucket('b', '5/minute', {}, {}), 'options'],
+  ['windows rate with a bare number', () => backend.windows('w', '25/5; 300/minute'), 'rate'],
+  ['interval Infinity', () => backend.bucket('b', 1, Infinity), 'interval'],
   ['lockTimeoutMs negative', () => backend.concurrent('c', 1, { lockTimeoutMs: -1 }), 'lockTimeoutMs'],
   ['waitTimeoutMs negative', () => backend.concurrent('c', 1, { waitTimeoutMs: -5 }), 'waitTimeoutMs'],
-  ['waitTimeoutMs a string', () => backend.bucket('b', 1, 1000, { waitTimeoutMs: 'soon' }), 'waitTimeoutMs'],
-  ['options not an object', () => backend.bucket('b', 1, 1000, 7), 'options'],
+  ['waitTimeoutMs a string', () => backend.bucket('b', 1, '1s', { waitTimeoutMs: 'soon' }), 'waitTimeoutMs'],
+  ['options not an object', () => backend.bucket('b', 1, '1s', 7), 'options'],
   ['no windows', () => backend.windows('w', []), 'windows'],
   ['window without interval', () => backend.windows('w', [{ limit: 1 }]), 'windows.intervalMs'],
   ['no sliding limits', () => backend.slidingWindow('s', []), 'limits'],
   ['sliding tuple too long', () => backend.slidingWindow('s', [[1000, 1, 1, 1]]), 'limits'],
   ['precision too fine', () => backend.slidingWindow('s', [{ durationMs: 10000, limit: 1, precisionMs: 0.001 }]), 'precisionMs'],
-  ['durationMs 0', () => backend.slidingWindow('s', [[0, 1]]), 'durationMs'],
+  ['durationMs 0', () => backend.slidingWindow('s', [{ durationMs: 0, limit: 1 }]), 'durationMs'],
+  ['tuple duration a bare number', () => backend.slidingWindow('s', [[1000, 1]]), 'duration'],
   ['rate 0', () => backend.tokenBucket('t', 0, 1), 'rate'],
   ['rate above 1e6', () => backend.tokenBucket('t', 2e6, 1), 'rate'],
   ['capacity 0', () => backend.tokenBucket('t', 1, 0), 'capacity'],
-  ['size 0', () => backend.leaky('l', 0, 1000), 'size'],
-  ['drainMs NaN', () => backend.leaky('l', 1, NaN), 'drainMs'],
-  ['refillMs negative', () => backend.points('p', 10, -1), 'refillMs'],
+  ['size 0', () => backend.leaky('l', 0, '1s'), 'size'],
+  ['drain NaN', () => backend.leaky('l', 1, NaN), 'drain'],
+  ['refill negative', () => backend.points('p', 10, '-1s'), 'refill'],
   ['unlimited bad name', () => backend.unlimited('no!'), 'name'],
   ['check key not a string', () => bucket.check(5), 'key'],
   ['check key above 1 KiB', () => bucket.check('k'.repeat(1025)), 'key'],
@@ -55,13 +62,13 @@ const cases = [
   ['concurrent cost 2', () => mutex.check('k', 2), 'cost'],
   ['acquire waitTimeoutMs NaN', () => bucket.acquire('k', { waitTimeoutMs: NaN }), 'waitTimeoutMs'],
   ['acquire cost a boolean', () => bucket.acquire('k', { cost: true }), 'cost'],
-  ['withWaitTimeout negative', () => bucket.withWaitTimeout(-1), 'waitTimeoutMs'],
+  ['withWaitTimeout negative', () => bucket.withWaitTimeout(-1), 'waitTimeout'],
   ['release without a lease', () => mutex.release(), 'lease'],
   ['release a malformed lease', () => mutex.release({ id: 'xyz' }), 'lease'],
   ['release on a bucket', () => bucket.release({ id: '1', fencingToken: 1, grantedAtUs: 1 }), 'lease'],
   ['pointsUsed on a bucket', () => bucket.pointsUsed('k', 1, 1), 'actual'],
-  ['pointsUsed actual missing', () => backend.points('p', 10, 1000).pointsUsed('k', 1), 'actual'],
-  ['pointsUsed estimate above capacity', () => backend.points('p', 10, 1000).pointsUsed('k', 11, 1), 'estimate'],
+  ['pointsUsed actual missing', () => backend.points('p', 10, '1s').pointsUsed('k', 1), 'actual'],
+  ['pointsUsed estimate above capacity', () => backend.points('p', 10, '1s').pointsUsed('k', 11, 1), 'estimate'],
   // Strings that are not Unicode scalar values (lone surrogates) are refused, never turned into
   // U+FFFD (which would make two different keys share state).
   ['check key with a lone high surrogate', () => bucket.check('user-\uD800'), 'key'],
@@ -70,10 +77,10 @@ const cases = [
   ['peekSync key with a lone surrogate', () => bucket.peekSync('\uD800'), 'key'],
   ['acquire key with a lone surrogate', () => bucket.acquire('\uD800'), 'key'],
   ['reset key with a lone surrogate', () => bucket.reset('\uD800'), 'key'],
-  ['pointsUsed key with a lone surrogate', () => backend.points('p', 10, 1000).pointsUsed('\uD800', 1, 1), 'key'],
+  ['pointsUsed key with a lone surrogate', () => backend.points('p', 10, '1s').pointsUsed('\uD800', 1, 1), 'key'],
   ['withinLimit key with a lone surrogate', () => bucket.withinLimit(() => 1, { key: '\uD800' }), 'key'],
   ['release a lease whose key has a lone surrogate', () => mutex.release({ id: '1', fencingToken: 1, grantedAtUs: 1, key: '\uD800' }), 'key'],
-  ['name with a lone surrogate', () => backend.bucket('b\uD800', 1, 1000), 'name'],
+  ['name with a lone surrogate', () => backend.bucket('b\uD800', 1, '1s'), 'name'],
   ['memory maxKeys 0', () => Backend.memory({ maxKeys: 0 }), 'maxKeys'],
   ['memory clock not a ManualClock', () => Backend.memory({ clock: {} }), 'clock'],
   ['redis url scheme', () => Backend.redis('http://127.0.0.1:1'), 'url'],
@@ -124,15 +131,15 @@ const unknownOptions = [
   ['Backend.redis failurePolicy', () => Backend.redis(redisUrl, { failurePolicy: { fallback: 2, divisor: 2 } }), 'failurePolicy.divisor'],
   ['Backend.cluster', () => Backend.cluster([redisUrl], { prefx: 'a' }), 'prefx'],
   ['concurrent', () => backend.concurrent('c', 1, { lockTimeout: 5 }), 'lockTimeout'],
-  ['bucket', () => backend.bucket('b', 1, 1000, { waitTimeoutt: 5 }), 'waitTimeoutt'],
-  ['window', () => backend.window('w', 1, 1000, { waitTimeout: 5 }), 'waitTimeout'],
+  ['bucket', () => backend.bucket('b', 1, '1s', { waitTimeoutt: 5 }), 'waitTimeoutt'],
+  ['window', () => backend.window('w', 1, '1s', { waitTimeout: 5 }), 'waitTimeout'],
   ['windows', () => backend.windows('w', [{ limit: 1, intervalMs: 1000 }], { wait: 5 }), 'wait'],
   ['windows element', () => backend.windows('w', [{ limit: 1, intervalMs: 1000, interval: 5 }]), 'windows.interval'],
-  ['slidingWindow', () => backend.slidingWindow('s', [[1000, 1]], { waitTimeoutMS: 5 }), 'waitTimeoutMS'],
+  ['slidingWindow', () => backend.slidingWindow('s', [['1s', 1]], { waitTimeoutMS: 5 }), 'waitTimeoutMS'],
   ['slidingWindow element', () => backend.slidingWindow('s', [{ durationMs: 1000, limit: 1, precison: 10 }]), 'limits.precison'],
   ['tokenBucket', () => backend.tokenBucket('t', 1, 1, { burst: 5 }), 'burst'],
-  ['leaky', () => backend.leaky('l', 1, 1000, { drainMs: 5 }), 'drainMs'],
-  ['points', () => backend.points('p', 1, 1000, { refillMs: 5 }), 'refillMs'],
+  ['leaky', () => backend.leaky('l', 1, '1s', { drainMs: 5 }), 'drainMs'],
+  ['points', () => backend.points('p', 1, '1s', { refillMs: 5 }), 'refillMs'],
   ['calendar', () => backend.calendar('k', 1, 'day', { timezone: 'UTC' }), 'timezone'],
   ['acquire', () => bucket.acquire('k', { waitTimeout: 5 }), 'waitTimeout'],
   ['withinLimit', () => bucket.withinLimit(() => 1, { keys: 'k' }), 'keys'],
@@ -196,7 +203,7 @@ for (const [thunk, parameter, message] of wrongOptionTypes) {
 }
 
 test('an option whose value is undefined or null counts as absent; every known option is accepted', async () => {
-  const l = backend.bucket('known-options', 1, 1000, { waitTimeoutMs: undefined });
+  const l = backend.bucket('known-options', 1, '1s', { waitTimeoutMs: undefined });
   assert.equal((await l.acquire('k', { cost: null, waitTimeoutMs: 0, signal: undefined })).allowed, true);
   assert.equal(await l.withinLimit(() => 7, { key: 'j', cost: 1, policy: 'raise', waitTimeoutMs: 0, signal: undefined }), 7);
   backend.concurrent('known-options', 1, { lockTimeoutMs: 1000, waitTimeoutMs: 0, allowFallback: false });
@@ -216,7 +223,7 @@ test('a key with a lone surrogate never shares state with its U+FFFD twin', asyn
 });
 
 test('a permit reports pointsUsed once; an actual above capacity is charged as debt', async () => {
-  const points = Backend.memory().points('p', 10, 10_000);
+  const points = Backend.memory().points('p', 10, '10s');
   await points.withinLimit(
     async (permit) => {
       assert.equal((await permit.pointsUsed(1)).remaining, 9);
@@ -237,7 +244,7 @@ test('Promise-returning calls reject instead of throwing', () => {
 
 test('over limit carries retryAfterMs; lease lost and shed keep their codes', async () => {
   const clock = new ManualClock(1_700_000_000_000_000);
-  const limiter = Backend.memory({ clock }).bucket('o', 1, 1000).withWaitTimeout(0);
+  const limiter = Backend.memory({ clock }).bucket('o', 1, '1s').withWaitTimeout(0);
   await limiter.check();
   const over = await limiter.acquire().catch((e) => e);
   assert.equal(over.code, 'ERR_OVER_LIMIT');
@@ -279,7 +286,7 @@ test('a dead Redis: fail_closed errors within the deadline, fail_open allows, fa
   assert.equal(open.stats().failedOpen, 1);
 
   const fallback = Backend.redis(dead, { deadlineMs: 100, failurePolicy: { fallback: 2 } });
-  const limiter = fallback.bucket('f', 4, 60000);
+  const limiter = fallback.bucket('f', 4, '1m');
   const decisions = [];
   for (let i = 0; i < 3; i++) decisions.push(await limiter.check('k'));
   assert.deepEqual(decisions.map((d) => d.allowed), [true, true, false], 'the fallback holds limit / 2');
@@ -293,7 +300,7 @@ test('a dead Redis: concurrent limiters fail closed under fail_open and fallback
     const backend = Backend.redis(dead, { deadlineMs: 100, connectTimeoutMs: 100, failurePolicy });
     const mutex = backend.concurrent('m', 1, { lockTimeoutMs: 60000 });
     assert.equal(mutex.allowsFallback, false);
-    assert.equal(backend.bucket('b', 4, 60000).allowsFallback, true);
+    assert.equal(backend.bucket('b', 4, '1m').allowsFallback, true);
     const error = await mutex.check('k').catch((e) => e);
     assert.ok(['ERR_BACKEND_UNAVAILABLE', 'ERR_TIMEOUT'].includes(error.code), error.message);
     assert.equal(backend.stats().failed, 1);
@@ -311,14 +318,40 @@ test('a dead Redis: concurrent limiters fail closed under fail_open and fallback
   }
 });
 
-test('a bad interval name says the number is milliseconds (issue 15: it said seconds)', () => {
-  for (const make of [(i) => backend.bucket('b', 1, i), (i) => backend.window('b', 1, i)]) {
-    assert.throws(() => make('fortnight'), (error) => {
-      assert.equal(error.code, 'ERR_INVALID_ARGUMENT');
-      assert.equal(error.parameter, 'intervalMs');
-      assert.match(error.message, /'second', 'minute', 'hour', 'day' or a number of milliseconds/);
-      assert.doesNotMatch(error.message, /number of seconds/);
-      return true;
-    });
-  }
+test('a bare number where a duration goes is refused in every positional place, saying why (issue 46: it meant ms here, s elsewhere)', async () => {
+  const throwsBare = (parameter) => (error) => {
+    assert.equal(error.code, 'ERR_INVALID_ARGUMENT');
+    assert.equal(error.parameter, parameter);
+    assert.match(error.message, /must be a string with its unit \('60s', '500ms', '1m' or 'minute'\), got the bare number 60/);
+    assert.match(error.message, /seconds in Python, Ruby, C and specs/);
+    return true;
+  };
+  assert.throws(() => backend.bucket('b', 5, 60), throwsBare('interval'));
+  assert.throws(() => backend.window('b', 5, 60), throwsBare('interval'));
+  assert.throws(() => backend.leaky('l', 5, 60), throwsBare('drain'));
+  assert.throws(() => backend.points('p', 5, 60), throwsBare('refill'));
+  assert.throws(() => bucket.withMaxPause(60), throwsBare('maxPause'));
+  assert.throws(() => bucket.withBlockFor(60), throwsBare('blockFor'));
+  assert.throws(() => bucket.withWaitTimeout(60), throwsBare('waitTimeout'));
+  await assert.rejects(bucket.pause(60, 'k'), throwsBare('duration'));
+  await assert.rejects(bucket.block(60, 'k'), throwsBare('duration'));
+});
+
+test('durations with units and rate strings mean the same as the spec says (issue 46)', () => {
+  const interval = (limiter) => JSON.parse(limiter.specJson).interval;
+  assert.equal(interval(backend.window('w1', 5, '60s')), 60);
+  assert.equal(interval(backend.window('w2', 5, '1m')), 60);
+  assert.equal(interval(backend.window('w3', 5, 'minute')), 60);
+  assert.equal(interval(backend.bucket('b1', 5, '500ms')), 0.5);
+  const rate = JSON.parse(backend.window('w4', '5/minute').specJson);
+  assert.deepEqual([rate.kind, rate.limit, rate.interval], ['window', 5, 60]);
+  const perHour = JSON.parse(backend.bucket('b2', '100 per hour', { waitTimeoutMs: 0 }).specJson);
+  assert.deepEqual([perHour.kind, perHour.limit, perHour.interval], ['bucket', 100, 3600]);
+  assert.equal(backend.bucket('b3', '100 per hour', { waitTimeoutMs: 0 }).waitTimeoutMs, 0);
+  const both = JSON.parse(backend.windows('w5', '25/5s; 300/minute').specJson);
+  assert.deepEqual(both.windows, [[25, 5], [300, 60]]);
+  assert.equal(bucket.withWaitTimeout('2s').waitTimeoutMs, 2000);
+  assert.equal(bucket.withWaitTimeout('0s').waitTimeoutMs, 0);
+  assert.equal(bucket.withMaxPause('10m').maxPauseMs, 600_000);
+  assert.equal(bucket.withBlockFor('15m').blockForMs, 900_000);
 });

@@ -351,13 +351,37 @@ test('keys: the peer address by default; forwarding headers only behind trustedP
     assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '2.2.2.2' }))).status, 200);
     // A client cannot pick its key by prepending: the rightmost untrusted hop is the client.
     assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '9.9.9.9, 2.2.2.2' }))).status, 429);
-    assert.equal((await trusted.get('/', via({ forwarded: 'for=1.1.1.1;proto=https' }))).status, 429);
+    // Nor by a Forwarded header: only proxyHeader (default X-Forwarded-For) is read.
+    assert.equal((await trusted.get('/', via({ forwarded: 'for=3.3.3.3', 'x-forwarded-for': '2.2.2.2' }))).status, 429);
     // IPv6 addresses in one /56 share a key; the next /56 is another client.
-    assert.equal((await trusted.get('/', via({ forwarded: 'for="[2001:db8:0:ab12::1]:4711"' }))).status, 200);
+    assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '2001:db8:0:ab12::1' }))).status, 200);
     assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '2001:db8:0:abff:ffff::2' }))).status, 429);
     assert.equal((await trusted.get('/', via({ 'x-forwarded-for': '2001:db8:0:ac00::1' }))).status, 200);
   } finally {
     await trusted.close();
+  }
+  const forwarded = await serve({ limiter: backend.window('c', 1, 'minute'), trustedProxies: ['127.0.0.1', '::1'], proxyHeader: 'forwarded' });
+  try {
+    const via = (headers) => ({ headers });
+    assert.equal((await forwarded.get('/', via({ forwarded: 'for="[2001:db8:0:ab12::1]:4711";proto=https' }))).status, 200);
+    assert.equal((await forwarded.get('/', via({ forwarded: 'for=9.9.9.9, for=2001:db8:0:abff::2' }))).status, 429, 'one /56');
+    assert.equal((await forwarded.get('/', via({ 'x-forwarded-for': '4.4.4.4', forwarded: 'for=5.5.5.5' }))).status, 200);
+    assert.equal((await forwarded.get('/', via({ 'x-forwarded-for': '6.6.6.6', forwarded: 'for=5.5.5.5' }))).status, 429, 'X-Forwarded-For is not read');
+  } finally {
+    await forwarded.close();
+  }
+});
+
+test('proxyHeader: X-Forwarded-For or Forwarded, in any case; anything else is refused when built', () => {
+  const limiter = Backend.memory().window('p', 1, 'minute');
+  for (const proxyHeader of ['X-Forwarded-For', 'Forwarded', 'x-forwarded-for', 'FORWARDED', undefined]) {
+    rateLimit({ limiter, trustedProxies: ['10.0.0.0/8'], proxyHeader });
+  }
+  for (const proxyHeader of ['X-Real-IP', 'CF-Connecting-IP', '', null, 1, ['X-Forwarded-For']]) {
+    assert.throws(() => rateLimit({ limiter, trustedProxies: ['10.0.0.0/8'], proxyHeader }), {
+      code: 'ERR_INVALID_ARGUMENT',
+      parameter: 'proxyHeader',
+    });
   }
 });
 
@@ -454,14 +478,25 @@ test('backend failure follows the failure policy: fail_open admits, fail_closed 
   const open = Backend.redis(`redis://127.0.0.1:${port}`, { failurePolicy: 'fail_open', deadlineMs: 100, connectTimeoutMs: 100 });
   const closed = Backend.redis(`redis://127.0.0.1:${port}`, { deadlineMs: 100, connectTimeoutMs: 100 });
   const a = await serve({ limiter: open.window('api', 1, 'minute') });
-  const b = await serve({ limiter: closed.window('api', 1, 'minute') });
+  const closedLimiter = closed.window('api', 1, 'minute');
+  const b = await serve({ limiter: closedLimiter });
+  // Issue 46: a 503 said nothing in Node. The middleware says why once (not per request) and the
+  // limiter's metrics count every failure.
+  const warnings = [];
+  const warn = console.warn;
+  console.warn = (...args) => warnings.push(args.join(' '));
   try {
     assert.deepEqual(await statuses(a, 3), [200, 200, 200]);
     const r = await b.get();
     assert.equal(r.status, 503);
     assert.equal(r.headers.get('retry-after'), '1');
     assert.equal(r.headers.get('content-type'), 'application/problem+json');
+    assert.deepEqual(await statuses(b, 2), [503, 503]);
+    assert.equal(warnings.length, 1, `one warning for the outage: ${JSON.stringify(warnings)}`);
+    assert.match(warnings[0], /ratekeeper: 'api' failed closed, answering 503/);
+    assert.equal(closedLimiter.metrics().errors, 3, 'every failure counted');
   } finally {
+    console.warn = warn;
     await a.close();
     await b.close();
   }

@@ -58,7 +58,7 @@ test('redis: a limit set by one backend reaches another; fleet metrics and the r
   const options = { deadlineMs: 5000, connectTimeoutMs: 5000, prefix: 'nodelive' };
   const ops = Backend.redis(server.url, options);
   const worker = Backend.redis(server.url, options);
-  const jobs = worker.window('jobs', 3, 60_000); // Node takes milliseconds; specs are in seconds
+  const jobs = worker.window('jobs', 3, '1m'); // a positional duration carries its unit; specs are in seconds
   for (let i = 0; i < 5; i++) await jobs.check('k');
   await ops.setLimit('jobs', { kind: 'window', limit: 10, interval: 60 });
   await waitUntil('the worker applies the override', 20000, async () => (await jobs.peek('k')).limit === 10);

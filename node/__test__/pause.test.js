@@ -24,7 +24,7 @@ async function pauseSemantics(makeBackend) {
   const clock = new ManualClock(START_US);
   const limiter = makeBackend(clock).tokenBucket('api', 0.01, 5); // 12 s refill 0.12 tokens
   assert.equal((await limiter.check('k')).allowed, true);
-  assert.equal(await limiter.pause(10_000, 'k'), 10_000);
+  assert.equal(await limiter.pause('10s', 'k'), 10_000);
   for (let i = 0; i < 3; i++) {
     const d = await limiter.check('k');
     assert.equal(d.allowed, false);
@@ -34,8 +34,8 @@ async function pauseSemantics(makeBackend) {
   assert.equal((await limiter.peek('k')).retryAfterMs, 10_000);
   assert.equal((await limiter.check('other')).allowed, true, 'other keys are not paused');
   clock.advance(4000);
-  assert.equal(await limiter.pause(2500, 'k'), 6000, 'a shorter pause never shortens');
-  assert.equal(await limiter.pause(8000, 'k'), 8000, 'a longer one extends');
+  assert.equal(await limiter.pause('2500ms', 'k'), 6000, 'a shorter pause never shortens');
+  assert.equal(await limiter.pause('8s', 'k'), 8000, 'a longer one extends');
   clock.advance(8000);
   const back = await limiter.check('k');
   assert.equal(back.allowed, true);
@@ -67,7 +67,7 @@ async function pauseSemantics(makeBackend) {
 
   // acquire waits out the pause, by the manual clock.
   const waiter = makeBackend(clock).tokenBucket('waiter', 100, 100);
-  await waiter.pause(5000);
+  await waiter.pause('5s');
   await assert.rejects(waiter.acquire(null, { waitTimeoutMs: 1000 }), (e) => e.code === 'ERR_OVER_LIMIT' && e.retryAfterMs === 5000);
   const waiting = waiter.acquire(null, { waitTimeoutMs: 10_000 });
   assert.equal(await isPending(waiting), true);
@@ -95,18 +95,20 @@ async function boundedAndResumable(makeBackend) {
   assert.equal((await limiter.check('k')).allowed, true);
   assert.equal(await other.resume('k'), false, 'nothing left to resume');
   // Per limiter and per call.
-  const short = limiter.withMaxPause(10_000);
+  const short = limiter.withMaxPause('10s');
   assert.equal(short.maxPauseMs, 10_000);
   assert.equal(await short.observe(429, hostile, 'a'), 10_000);
   assert.equal(await short.observe(429, hostile, 'b', { maxPauseMs: 5000 }), 5000);
   const response = new Response(null, { status: 429, headers: hostile });
   assert.equal(await limiter.observeResponse(response, 'c', { maxPauseMs: 2000 }), 2000);
-  assert.equal(await limiter.pause(2 * HOUR, 'd'), HOUR, 'pause is bounded too');
+  assert.equal(await limiter.pause('2h', 'd'), HOUR, 'pause is bounded too');
   assert.equal(limiter.metrics().pausesClamped, 6, 'copies share their metrics');
   clock.advance(10_000);
   assert.equal((await short.check('a')).allowed, true);
+  for (const bad of [0, -1, NaN, Infinity, '10', '0s', '-1s', 10_000]) {
+    assert.throws(() => limiter.withMaxPause(bad), { code: 'ERR_INVALID_ARGUMENT', parameter: 'maxPause' });
+  }
   for (const bad of [0, -1, NaN, Infinity, '10']) {
-    assert.throws(() => limiter.withMaxPause(bad), { code: 'ERR_INVALID_ARGUMENT', parameter: 'maxPauseMs' });
     await assert.rejects(limiter.observe(429, hostile, 'e', { maxPauseMs: bad }), {
       code: 'ERR_INVALID_ARGUMENT',
       parameter: 'maxPauseMs',
@@ -144,8 +146,8 @@ test('pause and observe on a Redis Cluster', async (t) => {
 
 test('bad arguments reject naming them, before anything is written', async () => {
   const limiter = Backend.memory().tokenBucket('api', 100, 100);
-  for (const bad of [0, -1, NaN, Infinity, '3', null, undefined]) {
-    await assert.rejects(limiter.pause(bad, 'k'), (e) => e.code === 'ERR_INVALID_ARGUMENT' && e.parameter === 'durationMs', String(bad));
+  for (const bad of [0, -1, NaN, Infinity, '3', '0s', '-1s', 3000, null, undefined]) {
+    await assert.rejects(limiter.pause(bad, 'k'), (e) => e.code === 'ERR_INVALID_ARGUMENT' && e.parameter === 'duration', String(bad));
   }
   for (const [status, headers, parameter] of [
     [99, {}, 'status'],

@@ -16,7 +16,7 @@ test('NOPERM and WRONGPASS are ERR_BACKEND_REJECTED, not failed open', async (t)
   for (const [password, redisCode] of [['secret', 'NOPERM'], ['wrong', 'WRONGPASS']]) {
     const url = `redis://limited:${password}@127.0.0.1:${server.port}`;
     const backend = Backend.redis(url, { failurePolicy: 'fail_open', deadlineMs: 1000 });
-    const limiter = backend.window('w', 10, 60000);
+    const limiter = backend.window('w', 10, '1m');
     for (const call of [() => limiter.check('k'), () => limiter.peek('k')]) {
       const error = await call().then(
         (d) => assert.fail(`admitted: ${JSON.stringify(d)}`),
@@ -40,7 +40,7 @@ test('a server that accepts and never answers is ERR_TIMEOUT at the deadline', a
     listener.close();
   });
   const url = `redis://127.0.0.1:${listener.address().port}`;
-  const limiter = Backend.redis(url, { deadlineMs: 1500 }).window('w', 10, 60000);
+  const limiter = Backend.redis(url, { deadlineMs: 1500 }).window('w', 10, '1m');
   for (let i = 0; i < 2; i++) {
     // An ordering, not a latency bound: the call times out while its connection still hangs,
     // before a watchdog (at 4 deadlines + 2 s) ends the hang by closing the held connections.

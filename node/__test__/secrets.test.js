@@ -45,11 +45,11 @@ test('a wrong password and a working backend hide it', async () => {
     assert.equal(server.cli('ACL', 'SETUSER', 'alice', 'on', `>${SECRET}`, '~*', '&*', '+@all'), 'OK');
     const texts = [];
     const wrong = Backend.redis(`redis://alice:${SECRET}-wrong@127.0.0.1:${server.port}`, { prefix: 'sec' });
-    const error = await wrong.window('secret-w', 1, 1000).check().then(() => null, (e) => e);
+    const error = await wrong.window('secret-w', 1, '1s').check().then(() => null, (e) => e);
     assert.ok(error, 'a wrong password fails the check');
     texts.push(shown(error));
     const right = Backend.redis(`redis://alice:${SECRET}@127.0.0.1:${server.port}`, { prefix: 'sec' });
-    const limiter = right.window('secret-w', 5, 1000);
+    const limiter = right.window('secret-w', 5, '1s');
     assert.ok((await limiter.check()).allowed, 'the right password works: the checks below see a live backend');
     await right.flush();
     texts.push(util.inspect(wrong), util.inspect(right), util.inspect(limiter));

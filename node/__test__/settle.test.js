@@ -81,3 +81,81 @@ test('a leased decision stored as JSON is settled by another process, and settle
   assert.match(text, /^ratekeeper_settles_total\{limiter="llm",kind="leased"\} 2$/m);
   assert.match(text, /^ratekeeper_settled_units_total\{limiter="llm",kind="leased",direction="refunded"\} 5$/m);
 });
+
+// A ticket that comes back from outside the process (JSON) is settled only as it was issued:
+// one with its key, cost, id or instant altered, or made up, or with its seal removed, is refused
+// with ERR_INVALID_ARGUMENT naming `decision`, and changes nothing; on Redis another backend of
+// the same prefix settles the genuine one (the secret is shared through Redis), a backend of
+// another prefix does not.
+async function forgedTicketsAreRefused(mine, theirs, stranger) {
+  await mine.check('victim', 9);
+  const d = await mine.check('attacker', 5);
+  const stored = JSON.parse(JSON.stringify(d));
+  const left = async () => [(await mine.peek('victim')).remaining, (await mine.peek('attacker')).remaining];
+  const before = await left();
+  assert.deepEqual(before, [1, 5]);
+  const forge = (change) => {
+    const copy = JSON.parse(JSON.stringify(stored));
+    change(copy.settle);
+    return copy;
+  };
+  const forgeries = [
+    forge((t) => { t.key = 'victim'; t.cost = 9; }),
+    forge((t) => { t.key = 'victim'; }),
+    forge((t) => { t.cost = 10; }),
+    forge((t) => { t.id += 1; }),
+    forge((t) => { t.chargedAtUs -= 1; }),
+    forge((t) => { delete t.seal; }),
+    forge((t) => { t.seal = 'ab'.repeat(32); }),
+    { allowed: true, settle: { id: 12345, limiter: stored.settle.limiter, cost: 9, chargedAtUs: stored.settle.chargedAtUs, key: 'victim' } },
+  ];
+  for (const forged of forgeries) {
+    await assert.rejects(
+      mine.settle(forged, 0),
+      (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === 'decision',
+      JSON.stringify(forged.settle),
+    );
+  }
+  assert.deepEqual(await left(), before, 'a forged ticket changed nothing');
+  if (stranger) {
+    await assert.rejects(stranger.settle(stored, 0), (e) => e.code === codes.INVALID_ARGUMENT && e.parameter === 'decision');
+  }
+  assert.equal((await theirs.settle(stored, 0)).remaining, 10, 'the genuine ticket settles');
+}
+
+test('forged or altered settle tickets are refused and change nothing, on memory', async () => {
+  const backend = Backend.memory();
+  const limiter = backend.tokenBucket('tb', 0.001, 10);
+  await forgedTicketsAreRefused(limiter, limiter, null);
+});
+
+test('forged or altered settle tickets are refused and change nothing, on redis', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.stop());
+  const prefix = `node-settle-forged-${process.pid}`;
+  const [first, second] = [0, 1].map(() => Backend.redis(server.url, { prefix }));
+  const other = Backend.redis(server.url, { prefix: `${prefix}-other` });
+  await forgedTicketsAreRefused(
+    first.tokenBucket('tb', 0.001, 10),
+    second.tokenBucket('tb', 0.001, 10),
+    other.tokenBucket('tb', 0.001, 10),
+  );
+});
+
+// A settle is not an admission: with Redis gone it rejects with the backend's error under every
+// failure policy (it did not apply, so the caller can retry it).
+test('a settle with redis killed rejects under fail_open and fallback too', async (t) => {
+  for (const failurePolicy of ['fail_closed', 'fail_open', { fallback: 2 }]) {
+    const server = await RedisServer.start();
+    t.after(() => server.stop());
+    const backend = Backend.redis(server.url, { prefix: `node-settle-down-${process.pid}`, deadlineMs: 300, failurePolicy });
+    const limiter = backend.tokenBucket('tb', 0.001, 10);
+    const d = await limiter.check('k', 8);
+    await server.stop();
+    await assert.rejects(
+      limiter.settle(d, 3),
+      (e) => e.code === codes.BACKEND_UNAVAILABLE || e.code === codes.TIMEOUT,
+      JSON.stringify(failurePolicy),
+    );
+  }
+});

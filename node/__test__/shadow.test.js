@@ -15,7 +15,7 @@ const HOUR_MS = 3_600_000;
 
 test('the shadow option: a constructor option, a spec field, withShadow', () => {
   const backend = Backend.memory();
-  const byOption = backend.leaky('a', 1, HOUR_MS, { shadow: true });
+  const byOption = backend.leaky('a', 1, '1h', { shadow: true });
   assert.equal(byOption.shadow, true);
   assert.deepEqual(byOption.spec, { kind: 'leaky', size: 1, drain: 3600, shadow: true });
   const bySpec = backend.limiter('b', { kind: 'leaky', size: 1, drain: 3600, shadow: true });
@@ -25,14 +25,14 @@ test('the shadow option: a constructor option, a spec field, withShadow', () => 
   assert.equal('shadow' in enforcing.spec, false, 'printed only when true');
   assert.throws(() => bySpec.withShadow('yes'), (e) => e.code === 'ERR_INVALID_ARGUMENT' && e.parameter === 'shadow');
   assert.throws(
-    () => backend.leaky('c', 1, HOUR_MS, { shadow: 1 }),
+    () => backend.leaky('c', 1, '1h', { shadow: 1 }),
     (e) => e.code === 'ERR_INVALID_ARGUMENT' && e.parameter === 'shadow',
   );
 });
 
 test('a shadow limiter admits what it would refuse, never waits, runs the function', async () => {
   const backend = Backend.memory();
-  const limiter = backend.leaky('jobs', 1, HOUR_MS).withShadow(true);
+  const limiter = backend.leaky('jobs', 1, '1h').withShadow(true);
   const first = await limiter.check('k');
   assert.deepEqual([first.allowed, first.shadowRefused], [true, false]);
   const started = Date.now();
@@ -59,7 +59,7 @@ test('redis: an override switches shadow mode in another process', async (t) => 
   const options = { deadlineMs: 5000, connectTimeoutMs: 5000, prefix: 'nodeshadow' };
   const ops = Backend.redis(server.url, options);
   const worker = Backend.redis(server.url, options);
-  const api = worker.leaky('api', 1, HOUR_MS);
+  const api = worker.leaky('api', 1, '1h');
   assert.equal((await api.check('k')).allowed, true);
   assert.equal((await api.check('k')).allowed, false);
   await ops.setLimit('api', { kind: 'leaky', size: 1, drain: 3600, shadow: true }, 'k');
@@ -79,10 +79,10 @@ const header = () => undefined;
 
 test('the middleware counts a shadow limiter\'s refusals by the same rule as its own shadow option', async () => {
   const backend = Backend.memory();
-  const core = buildCore({ limiter: backend.window('new', 1, HOUR_MS, { shadow: true }) });
+  const core = buildCore({ limiter: backend.window('new', 1, '1h', { shadow: true }) });
   for (let i = 0; i < 3; i++) assert.equal((await core.decide(request, peer, header)).refused, false);
   assert.equal(core.shadowRefused, 2);
-  const own = buildCore({ limiter: backend.window('old', 1, HOUR_MS), shadow: true });
+  const own = buildCore({ limiter: backend.window('old', 1, '1h'), shadow: true });
   for (let i = 0; i < 2; i++) assert.equal((await own.decide(request, peer, header)).refused, false);
   assert.equal(own.shadowRefused, 1);
 });

@@ -1,8 +1,9 @@
 'use strict';
 // The client address an HTTP request comes from, as a rate-limiting key: the peer's address,
-// or, only when the peer is one of `trustedProxies`, the address those proxies forwarded
-// (`Forwarded`, else `X-Forwarded-For`). The same rule, and the same key text, as Python's
-// middleware (ratekeeper._http.client_key), so one client shares one limit across languages. IPv6 addresses are grouped by /56, the block one
+// or, only when the peer is one of `trustedProxies`, the address those proxies forwarded in the
+// one header the operator names (`proxyHeader`: `X-Forwarded-For`, else `Forwarded`). The same
+// rule, and the same key text, as Python's middleware (ratekeeper._http.client_key), so one
+// client shares one limit across languages. IPv6 addresses are grouped by /56, the block one
 // subscriber usually holds, so one client cannot spread over 2^72 addresses of its own.
 
 const net = require('node:net');
@@ -84,6 +85,18 @@ function trustedProxyList(trustedProxies) {
   return trustedProxies.length > 0 ? list : null;
 }
 
+/**
+ * The `proxyHeader` option as the lower-case field name to read. Only that header is read: a
+ * proxy that appends to X-Forwarded-For passes a client's own Forwarded through untouched (and
+ * the reverse), so reading the other would let the client choose its key.
+ */
+function proxyHeaderName(value) {
+  if (value === undefined) return 'x-forwarded-for';
+  const name = typeof value === 'string' ? value.trim().toLowerCase() : null;
+  if (name === 'x-forwarded-for' || name === 'forwarded') return name;
+  throw invalidArgument('proxyHeader', `must be 'X-Forwarded-For' or 'Forwarded' (the header your proxy sets), got ${JSON.stringify(value)}`);
+}
+
 /** An address as a header or the peer gives it (`[v6]:port`, `v4:port`, quoted), or null. */
 function parseAddress(text) {
   let value = text.trim().replace(/^"|"$/g, '');
@@ -111,19 +124,20 @@ function forwardedFor(value) {
 }
 
 /**
- * The default key: the client address, IPv6 grouped by /56. Proxy headers are read only when
- * the peer is one of `trusted`; the client is then the right-most address of the chain that
- * is not a trusted proxy (the left-most entries are the client's own writing). `Forwarded`
- * wins over `X-Forwarded-For`. A request without a peer address is counted as `unknown`.
+ * The default key: the client address, IPv6 grouped by /56. The proxy header (`proxyHeader`,
+ * from `proxyHeaderName`) is read only when the peer is one of `trusted`, and no other: the
+ * client is then the right-most address of its chain that is not a trusted proxy (the
+ * left-most entries are the client's own writing). Every line of the header counts, in order:
+ * `header(name)` returns them joined by commas (node:http and the Fetch API's Headers do), or an
+ * array of them. A request without a peer address is counted as `unknown`.
  */
-function clientKey(peer, header, trusted) {
+function clientKey(peer, header, trusted, proxyHeader = 'x-forwarded-for') {
   let address = peer ? parseAddress(peer) : null;
   if (address === null) return peer || 'unknown';
   if (trusted !== null && isTrusted(trusted, address)) {
-    const forwarded = header('forwarded');
-    const chain = forwarded
-      ? forwardedFor(forwarded)
-      : String(header('x-forwarded-for') ?? '').split(',').filter((hop) => hop.trim());
+    const given = header(proxyHeader) ?? '';
+    const value = Array.isArray(given) ? given.join(',') : String(given);
+    const chain = proxyHeader === 'forwarded' ? forwardedFor(value) : value.split(',').filter((hop) => hop.trim());
     for (let i = chain.length - 1; i >= 0; i--) {
       const hop = parseAddress(chain[i]);
       if (hop === null) break; // an obfuscated or unknown hop: the last address known stands
@@ -134,4 +148,4 @@ function clientKey(peer, header, trusted) {
   return addressKey(address);
 }
 
-module.exports = { addressKey, clientKey, trustedProxyList };
+module.exports = { addressKey, clientKey, proxyHeaderName, trustedProxyList };

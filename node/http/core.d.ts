@@ -5,6 +5,9 @@ import type { FleetShedder, Limiter } from '../index';
 /** The RateLimit header field forms: draft-11 (default), draft-7, draft-6, legacy `X-RateLimit-*`. */
 export type HeaderForm = 'draft-11' | 'draft-7' | 'draft-6' | 'legacy';
 
+/** The `proxyHeader` values. */
+export type ProxyHeader = 'X-Forwarded-For' | 'Forwarded';
+
 /** An RFC 9457 problem body, as the default refusal sends it (`application/problem+json`). */
 export interface ProblemDetails {
   /** `https://iana.org/assignments/http-problem-types#quota-exceeded` (429), `#temporary-reduced-capacity` (503, shed), or `about:blank` (503, backend unavailable). */
@@ -65,10 +68,18 @@ export interface RateLimitOptions<Req, Handler> {
   /** Decide and send the fields, but never refuse; would-be refusals are counted (`shadowRefused`, the limiter's `refused` metric). */
   shadow?: boolean;
   /**
-   * Proxies whose `Forwarded` / `X-Forwarded-For` are believed: IP addresses or CIDR ranges.
-   * Default none: the peer address is the client.
+   * Proxies whose `proxyHeader` is believed: IP addresses or CIDR ranges. Default none: the
+   * peer address is the client.
    */
   trustedProxies?: ReadonlyArray<string>;
+  /**
+   * The one header your trusted proxies write the client's address into, and the only one read
+   * (matched without regard to case): `'X-Forwarded-For'` (default: nginx, AWS ALB, HAProxy's
+   * `option forwardfor`, Cloudflare) or `'Forwarded'` (RFC 7239). The client is the right-most
+   * address of it that is not a trusted proxy. Never name a header your proxy passes through
+   * from the client unchanged: the client would choose its own key.
+   */
+  proxyHeader?: ProxyHeader;
   /**
    * Adds draft-11's `pk` (partition key) to each `RateLimit` member: the first 16 bytes of
    * HMAC-SHA256 of the request's key under this secret, base64 — a keyed hash, so the client

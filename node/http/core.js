@@ -9,8 +9,16 @@
 const { FleetShedder, Limiter, codes, ceilSeconds } = require('../index.js');
 const { invalidArgument } = require('./errors.js');
 const { HEADER_FORMS, policyShape, members, rateLimitFields } = require('./headers.js');
-const { clientKey, trustedProxyList } = require('./client-address.js');
+const { clientKey, proxyHeaderName, trustedProxyList } = require('./client-address.js');
 const { partitionKeyOf } = require('./partition-key.js');
+
+// Each decision goes on the request's active span when @opentelemetry/api is installed.
+let annotate = null;
+try {
+  ({ annotate } = require('../otel.js'));
+} catch (e) {
+  if (e.code !== 'MODULE_NOT_FOUND') throw e;
+}
 
 /** Every option, in every framework's adapter. */
 const OPTIONS = [
@@ -24,6 +32,7 @@ const OPTIONS = [
   'handler',
   'shadow',
   'trustedProxies',
+  'proxyHeader',
   'partitionKeySecret',
 ];
 
@@ -132,6 +141,7 @@ function buildCore(options) {
   const handler = optionalFunction(options, 'handler');
   const requestWasSuccessful = optionalFunction(options, 'requestWasSuccessful') ?? ((status) => status < 400);
   const trusted = trustedProxyList(options.trustedProxies);
+  const proxyHeader = proxyHeaderName(options.proxyHeader);
   const partitionKey = partitionKeyOf(options.partitionKeySecret, standardHeaders);
 
   return new Core({
@@ -145,6 +155,7 @@ function buildCore(options) {
     handler,
     requestWasSuccessful,
     trusted,
+    proxyHeader,
     partitionKey,
   });
 }
@@ -157,11 +168,13 @@ class Core {
      * a limiter in shadow mode (its decision says `shadowRefused`).
      */
     this.shadowRefused = 0;
+    /** Names whose backend is failing closed now: each outage is logged once (see `decide`). */
+    this.failing = new Set();
   }
 
   /**
    * The rate-limiting key of a request: `keyGenerator`'s, or the client address (IPv6 by
-   * /56) from the peer address and, behind trusted proxies only, the forwarding headers.
+   * /56) from the peer address and, behind trusted proxies only, the `proxyHeader` they set.
    */
   async key(request, peer, header) {
     if (this.keyGenerator) {
@@ -169,7 +182,7 @@ class Core {
       if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
       return key;
     }
-    return clientKey(peer, header, this.trusted);
+    return clientKey(peer, header, this.trusted, this.proxyHeader);
   }
 
   /**
@@ -186,13 +199,19 @@ class Core {
     for (const entry of this.entries) {
       try {
         await outcome.take(entry);
+        this.failing.delete(entry.name);
       } catch (error) {
         if (error != null && error.code === codes.SHED) {
           outcome.shed = true;
           outcome.refusing.push({ entry, decision: null });
         } else if (isBackendFailure(error)) {
           // The backend failed closed (fail_open / fallback backends answer instead): a 503
-          // with a short Retry-After, never a 500. Shadow mode lets the request through.
+          // with a short Retry-After, never a 500. Shadow mode lets the request through. Why is
+          // said once per outage (the limiter's metrics count each failure in `errors`).
+          if (!this.failing.has(entry.name)) {
+            this.failing.add(entry.name);
+            console.warn(`ratekeeper: '${entry.name}' failed closed, answering 503 until its backend answers (each failure counts in the limiter's metrics().errors): ${error.message}`);
+          }
           if (this.shadow) continue;
           await outcome.giveBack();
           outcome.refuse('unavailable');
@@ -242,6 +261,7 @@ class Outcome {
       return;
     }
     const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
+    if (annotate) annotate(entry.limiter, decision);
     this.policies.push(...members(entry.name, entry.shape, decision));
     // A shadow refusal took nothing: there is nothing to settle or give back.
     if (decision.shadowRefused) this.shadowed.push({ entry, decision });

@@ -3,7 +3,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RateLimitOptions, RefusalInfo } from './core';
 
-export type { HeaderForm, ProblemDetails, RateLimitOptions, RefusalInfo } from './core';
+export type { HeaderForm, ProblemDetails, ProxyHeader, RateLimitOptions, RefusalInfo } from './core';
 
 /** A refusal handler: answers the response (headers and Retry-After are already set). */
 export type ExpressRefusalHandler<Req, Res> = (request: Req, response: Res, next: (error?: unknown) => void, info: RefusalInfo) => unknown;

@@ -3,7 +3,7 @@
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
 import type { RateLimitOptions, RefusalInfo } from './core';
 
-export type { HeaderForm, ProblemDetails, RateLimitOptions, RefusalInfo } from './core';
+export type { HeaderForm, ProblemDetails, ProxyHeader, RateLimitOptions, RefusalInfo } from './core';
 
 /** The options of one route's limit (`config.rateLimit`), or of the plugin. */
 export type FastifyRateLimitOptions = RateLimitOptions<FastifyRequest, (request: FastifyRequest, reply: FastifyReply, info: RefusalInfo) => unknown>;

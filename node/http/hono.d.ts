@@ -3,7 +3,7 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { RateLimitOptions, RefusalInfo } from './core';
 
-export type { HeaderForm, ProblemDetails, RateLimitOptions, RefusalInfo } from './core';
+export type { HeaderForm, ProblemDetails, ProxyHeader, RateLimitOptions, RefusalInfo } from './core';
 
 /** The options; the request functions receive Hono's `Context`. */
 export type HonoRateLimitOptions = RateLimitOptions<Context, (c: Context, info: RefusalInfo) => Response | Promise<Response>>;

@@ -4,7 +4,7 @@ import type { CanActivate, CustomDecorator, ExecutionContext } from '@nestjs/com
 import { HttpException } from '@nestjs/common';
 import type { RateLimitOptions, RefusalInfo } from './core';
 
-export type { HeaderForm, ProblemDetails, RateLimitOptions, RefusalInfo } from './core';
+export type { HeaderForm, ProblemDetails, ProxyHeader, RateLimitOptions, RefusalInfo } from './core';
 
 /** The options; the request functions receive the platform's request. */
 export type NestRateLimitOptions = RateLimitOptions<any, (request: any, response: any, info: RefusalInfo) => unknown>;

@@ -13,7 +13,7 @@ use napi::bindgen_prelude::{
     Utf16String,
 };
 use napi::{sys, JsValue, Unknown, ValueType};
-use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, status_from_f64, timeout_from_millis};
+use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, status_from_f64};
 use ratekeeper::Error;
 
 use crate::runtime::CoreResult;
@@ -312,19 +312,56 @@ pub fn count(value: Option<Js>, parameter: &'static str) -> CoreResult<u64> {
     count_from_f64(parameter, required(value, parameter)?.number(parameter)?)
 }
 
-/// A duration in milliseconds.
-pub fn millis(value: Option<Js>, parameter: &'static str) -> CoreResult<Duration> {
-    duration_from_millis(parameter, required(value, parameter)?.number(parameter)?)
+/// A duration given where no name shows its unit (a positional argument, a tuple's element): a
+/// string with its unit (`'60s'`, `'500ms'`, `'1m'`, `'minute'`), parsed by the core. A bare
+/// number is refused: `window('b', 5, 60)` meant 60 ms here and 60 s in Python, Ruby, C and
+/// specs. Numbers are milliseconds only in options whose names end in `Ms`.
+pub fn duration_text(value: Option<Js>, parameter: &'static str) -> CoreResult<Duration> {
+    let v = required(value, parameter)?;
+    match v.value_type() {
+        ValueType::String => ratekeeper::parse_duration(parameter, &v.string(parameter)?),
+        ValueType::Number | ValueType::BigInt => Err(bare_number(parameter, v.number(parameter)?)),
+        _ => Err(v.wrong(parameter, "a string with a unit, e.g. '60s', '500ms' or '1m'")),
+    }
+}
+
+/// [`duration_text`], or nothing when the value is absent.
+pub fn opt_duration_text(value: Option<Js>, parameter: &'static str) -> CoreResult<Option<Duration>> {
+    value.map(|v| duration_text(Some(v), parameter)).transpose()
+}
+
+/// A timeout given positionally: [`duration_text`], or zero ("do not wait") written as `0`,
+/// which means the same in every unit.
+pub fn timeout_text(value: Option<Js>, parameter: &'static str) -> CoreResult<Duration> {
+    let v = required(value, parameter)?;
+    if matches!(v.value_type(), ValueType::Number) && v.number(parameter)? == 0.0 {
+        return Ok(Duration::ZERO);
+    }
+    if v.value_type() == ValueType::String {
+        let text = v.string(parameter)?;
+        let digits = text.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()).trim();
+        if !digits.is_empty() && digits.parse::<f64>() == Ok(0.0) {
+            return Ok(Duration::ZERO);
+        }
+        return ratekeeper::parse_duration(parameter, &text);
+    }
+    duration_text(Some(v), parameter)
+}
+
+fn bare_number(parameter: &'static str, value: f64) -> Error {
+    Error::invalid(
+        parameter,
+        format!(
+            "must be a string with its unit ('60s', '500ms', '1m' or 'minute'), got the bare number {value}: \
+             a number here once meant milliseconds, while the same call means seconds in Python, Ruby, \
+             C and specs (write '{value}ms' for the old meaning)"
+        ),
+    )
 }
 
 /// An optional duration in milliseconds.
 pub fn opt_millis(value: Option<Js>, parameter: &'static str) -> CoreResult<Option<Duration>> {
     value.map(|v| duration_from_millis(parameter, v.number(parameter)?)).transpose()
-}
-
-/// An optional timeout in milliseconds; 0 means "do not wait".
-pub fn opt_timeout(value: Option<Js>, parameter: &'static str) -> CoreResult<Option<Duration>> {
-    value.map(|v| timeout_from_millis(parameter, v.number(parameter)?)).transpose()
 }
 
 /// A required argument.

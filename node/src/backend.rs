@@ -5,12 +5,10 @@ use std::time::Duration;
 
 use napi::{Env, Unknown};
 use napi_derive::napi;
-use ratekeeper::params::{
-    cost_from_f64, count_from_f64, duration_from_millis, interval_from_name, timeout_from_millis,
-};
+use ratekeeper::params::{cost_from_f64, count_from_f64, duration_from_millis, timeout_from_millis};
 use ratekeeper::{CalendarPeriod, Error, LimiterSpec, MemoryConfig, RedisConfig, SlidingLimit, TlsConfig, WindowLimit};
 
-use crate::args::{self, count, millis, opt_millis, Js};
+use crate::args::{self, count, Js};
 use crate::decision::BackendStats;
 use crate::error::{core, guard};
 use crate::limiter::Limiter;
@@ -74,6 +72,17 @@ pub struct RedisOptions {
     pub deny_cache: Option<bool>,
     /// The most refusals the deny cache holds (default 10000; at least 1).
     pub deny_cache_max_entries: Option<f64>,
+    /// What building a limiter whose spec differs from the one live processes use under its
+    /// name does: `'warn'` (default: build it, warn once on stderr naming both specs, count it in
+    /// `metrics().specConflicts`, show it in `limiters()`), or `'raise'` (read the registry
+    /// first and throw `ERR_INVALID_ARGUMENT` naming `spec`). `setLimit` changes a limit
+    /// fleet-wide.
+    #[napi(ts_type = "'warn' | 'raise'")]
+    pub on_conflict: Option<String>,
+    /// How many replicas must acknowledge each call's writes (`WAIT`) before it admits (default
+    /// 0: no waiting); too few within `deadlineMs` fail the call as unavailable, and
+    /// `failurePolicy` decides (`'fail_open'` then admits).
+    pub replica_acks: Option<f64>,
 }
 options!(RedisOptions {
     prefix,
@@ -83,7 +92,38 @@ options!(RedisOptions {
     tls: TlsOptions,
     clock,
     deny_cache,
-    deny_cache_max_entries
+    deny_cache_max_entries,
+    on_conflict,
+    replica_acks
+});
+
+/// Where a Sentinel-managed primary is found (`Backend.sentinel()`; the rest of its options are
+/// `RedisOptions`, with `tls` the data nodes' TLS).
+#[napi(object, object_to_js = false)]
+pub struct SentinelOptions {
+    /// The name the sentinels know the primary by (their `sentinel monitor` line).
+    pub service: Option<String>,
+    /// The data nodes' user (ACL).
+    pub username: Option<String>,
+    /// The data nodes' password.
+    pub password: Option<String>,
+    /// The data nodes' database number (default 0).
+    pub db: Option<f64>,
+    /// The sentinels' user (their ACL is separate from the data nodes').
+    pub sentinel_username: Option<String>,
+    /// The sentinels' password.
+    pub sentinel_password: Option<String>,
+    /// The sentinels speak TLS, trusting these certificates (separate from the data nodes').
+    pub sentinel_tls: Option<TlsOptions>,
+}
+options!(SentinelOptions {
+    service,
+    username,
+    password,
+    db,
+    sentinel_username,
+    sentinel_password,
+    sentinel_tls: TlsOptions
 });
 
 /// Options shared by every limiter constructor.
@@ -246,15 +286,10 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
         config = config.connect_timeout(duration_from_millis("connect_timeout", ms)?);
     }
     if let Some(tls) = o.tls {
-        let mut t = TlsConfig::default();
-        t.ca_cert_pem = tls.ca.map(|Pem(ca)| ca);
-        match (tls.cert, tls.key) {
-            (Some(Pem(cert)), Some(Pem(key))) => t.client_cert_and_key_pem = Some((cert, key)),
-            (None, None) => {}
-            (Some(_), None) => return Err(Error::invalid_field("tls.key", "is required with `cert`")),
-            (None, Some(_)) => return Err(Error::invalid_field("tls.cert", "is required with `key`")),
+        if let Some(sentinel) = &mut config.sentinel {
+            sentinel.tls = true;
         }
-        config = config.tls(t);
+        config = config.tls(tls_config(tls, "tls")?);
     }
     if let Some(ClockOption(clock)) = o.clock {
         config = config.clock(clock);
@@ -262,28 +297,91 @@ fn redis_backend(mut config: RedisConfig, options: Option<RedisOptions>) -> Core
     if let Some(on) = o.deny_cache {
         config = config.deny_cache(on);
     }
+    if let Some(on_conflict) = o.on_conflict {
+        config = config.on_conflict(ratekeeper::OnConflict::from_name("on_conflict", &on_conflict)?);
+    }
     if let Some(n) = o.deny_cache_max_entries {
         config = config.deny_cache_max_entries(
             usize::try_from(count_from_f64("deny_cache_max_entries", n)?).unwrap_or(usize::MAX),
         );
     }
+    if let Some(n) = o.replica_acks {
+        let n = cost_from_f64("replica_acks", n)?;
+        let n =
+            u32::try_from(n).map_err(|_| Error::invalid("replica_acks", format!("must be at most {}", u32::MAX)))?;
+        config = config.replica_acks(n);
+    }
     ratekeeper::Backend::redis_with(config)
 }
 
-/// A named interval (`'second'`, `'minute'`, `'hour'`, `'day'`) or milliseconds.
-fn interval(value: Option<Js>) -> CoreResult<Duration> {
-    let v = args::required(value, "interval")?;
-    match v.string("interval") {
-        // The core's message offers "a number of seconds" (Python's and C's unit); here a
-        // number is milliseconds.
-        Ok(name) => interval_from_name("interval", &name).map_err(|_| {
-            Error::invalid(
-                "interval",
-                format!("must be 'second', 'minute', 'hour', 'day' or a number of milliseconds, got {name:?}"),
-            )
-        }),
-        Err(_) => millis(Some(v), "interval"),
+/// The TLS material of `tls`, its parts named under `parameter` (`tls.key`).
+fn tls_config(tls: TlsOptions, parameter: &str) -> CoreResult<TlsConfig> {
+    let mut t = TlsConfig::default();
+    t.ca_cert_pem = tls.ca.map(|Pem(ca)| ca);
+    match (tls.cert, tls.key) {
+        (Some(Pem(cert)), Some(Pem(key))) => t.client_cert_and_key_pem = Some((cert, key)),
+        (None, None) => {}
+        (Some(_), None) => return Err(Error::invalid_field(format!("{parameter}.key"), "is required with `cert`")),
+        (None, Some(_)) => return Err(Error::invalid_field(format!("{parameter}.cert"), "is required with `key`")),
     }
+    Ok(t)
+}
+
+/// A required array of strings (`seeds`, `sentinels`); an item of the wrong type is named by its
+/// index, as the core names one it refuses.
+fn strings(value: &Option<Unknown<'_>>, parameter: &'static str) -> CoreResult<Vec<String>> {
+    let list = args::required(Js::opt(value), parameter)?.array(parameter)?;
+    let item = |(i, s): (usize, Js)| {
+        s.string(parameter).map_err(|e| match e {
+            Error::InvalidArgument { message, .. } => Error::invalid_field(format!("{parameter}[{i}]"), message),
+            other => other,
+        })
+    };
+    list.into_iter().enumerate().map(item).collect()
+}
+
+/// The configuration of a Sentinel-managed primary behind `sentinels` from `Backend.sentinel()`'s
+/// options.
+fn sentinel_config(sentinels: Vec<String>, o: Option<SentinelOptions>) -> CoreResult<RedisConfig> {
+    let o = o.ok_or_else(|| Error::invalid("service", "is required (the name the sentinels monitor)"))?;
+    let service = o.service.ok_or_else(|| Error::invalid("service", "is required (the name the sentinels monitor)"))?;
+    let mut sentinel = ratekeeper::SentinelConfig::new(sentinels.clone(), service.clone());
+    sentinel.username = o.username;
+    sentinel.password = o.password;
+    if let Some(db) = o.db {
+        if !(db.is_finite() && db.fract() == 0.0 && db >= 0.0 && db <= i32::MAX as f64) {
+            return Err(Error::invalid("db", format!("must be a whole number from 0, got {db}")));
+        }
+        sentinel.db = db as i64;
+    }
+    sentinel.sentinel_username = o.sentinel_username;
+    sentinel.sentinel_password = o.sentinel_password;
+    sentinel.sentinel_tls = o.sentinel_tls.map(|t| tls_config(t, "sentinelTls")).transpose()?;
+    let mut config = RedisConfig::sentinel(sentinels, service);
+    config.sentinel = Some(sentinel);
+    Ok(config)
+}
+
+/// The count and interval of `bucket` / `window`: `(name, limit, interval, options?)` with the
+/// interval a string with its unit, or `(name, rate, options?)` with a rate string such as
+/// `'5/minute'` (then the third argument is the options). Returns the options argument too.
+fn count_and_interval<'a, 'e>(
+    limit: &'a Option<Unknown<'e>>,
+    interval: &'a Option<Unknown<'e>>,
+    options: &'a Option<Unknown<'e>>,
+) -> CoreResult<(u64, Duration, &'a Option<Unknown<'e>>)> {
+    let first = args::required(Js::opt(limit), "limit")?;
+    let then = Js::opt(interval);
+    // `(name, '5', '1s')`: a count written as text, not a rate (a rate takes no interval).
+    let rate_form = then.is_none_or(|v| v.value_type() == napi::ValueType::Object);
+    if first.value_type() == napi::ValueType::String && rate_form {
+        if options.is_some() {
+            return Err(Error::invalid("options", "comes third after a rate string: (name, '5/minute', options)"));
+        }
+        let rate = ratekeeper::parse_rate("rate", &first.string("rate")?)?;
+        return Ok((rate.limit, rate.interval, interval));
+    }
+    Ok((count(Some(first), "limit")?, args::duration_text(Js::opt(interval), "interval")?, options))
 }
 
 fn name(value: &Option<Unknown<'_>>) -> CoreResult<String> {
@@ -353,22 +451,29 @@ impl Backend {
     #[napi(factory, ts_args_type = "seeds: string[], options?: RedisOptions")]
     pub fn cluster(env: Env, seeds: Option<Unknown<'_>>, options: Option<Unknown<'_>>) -> napi::Result<Self> {
         guard(&env, || {
-            let result = args::required(Js::opt(&seeds), "seeds")
-                .and_then(|s| s.array("seeds"))
-                .and_then(|list| {
-                    // A seed of the wrong type is named by its index, as the core names one of
-                    // the wrong scheme.
-                    let seed = |(i, s): (usize, Js)| {
-                        s.string("seeds").map_err(|e| match e {
-                            Error::InvalidArgument { message, .. } => {
-                                Error::invalid_field(format!("seeds[{i}]"), message)
-                            }
-                            other => other,
-                        })
-                    };
-                    list.into_iter().enumerate().map(seed).collect::<CoreResult<Vec<_>>>()
-                })
+            let result = strings(&seeds, "seeds")
                 .and_then(|seeds| redis_backend(RedisConfig::cluster(seeds), options::optional(&options)?));
+            flush_at_exit(&env);
+            Ok(Backend { inner: core(&env, result)? })
+        })
+    }
+
+    /// A Sentinel-managed primary, found through any of `sentinels` (`'host:port'`): every connection
+    /// asks the sentinels where the primary is and confirms its role first, so a failover is
+    /// followed and no call goes to a replica. `options` are `Backend.redis()`'s (`tls`: the data
+    /// nodes speak TLS). The URL form `redis+sentinel://[user:password@]host:port[,…]/service[/db]`
+    /// works wherever a Redis URL does.
+    #[napi(factory, ts_args_type = "sentinels: string[], sentinel: SentinelOptions, options?: RedisOptions")]
+    pub fn sentinel(
+        env: Env,
+        sentinels: Option<Unknown<'_>>,
+        sentinel: Option<Unknown<'_>>,
+        options: Option<Unknown<'_>>,
+    ) -> napi::Result<Self> {
+        guard(&env, || {
+            let result = strings(&sentinels, "sentinels")
+                .and_then(|sentinels| sentinel_config(sentinels, options::optional::<SentinelOptions>(&sentinel)?))
+                .and_then(|config| redis_backend(config, options::optional(&options)?));
             flush_at_exit(&env);
             Ok(Backend { inner: core(&env, result)? })
         })
@@ -413,10 +518,11 @@ impl Backend {
         })
     }
 
-    /// `limit` per fixed window of `interval` (milliseconds, or `'second'`, `'minute'`, `'hour'`,
-    /// `'day'`), windows aligned to multiples of the interval since the epoch.
+    /// `limit` per fixed window of `interval` (a string with its unit: `'1m'`, `'60s'`,
+    /// `'minute'`), windows aligned to multiples of the interval since the epoch; or a rate
+    /// string in place of both: `bucket('api', '100/minute')`.
     #[napi(
-        ts_args_type = "name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions"
+        ts_args_type = "name: string, limit: number | string, interval?: string | LimiterOptions, options?: LimiterOptions"
     )]
     pub fn bucket(
         &self,
@@ -429,20 +535,18 @@ impl Backend {
         guard(&env, || {
             let build = || {
                 let name = self::name(&name)?;
-                let spec = LimiterSpec::Bucket {
-                    limit: count(Js::opt(&limit), "limit")?,
-                    interval: self::interval(Js::opt(&interval))?,
-                };
-                with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
+                let (limit, interval, options) = count_and_interval(&limit, &interval, &options)?;
+                let spec = LimiterSpec::Bucket { limit, interval };
+                with_options(self.inner.limiter(&name, spec)?, options, self.is_local())
             };
             core(&env, build())
         })
     }
 
-    /// Exact sliding window: never more than `limit` admissions in any span of `interval`
-    /// (milliseconds or a named interval).
+    /// Exact sliding window: never more than `limit` admissions in any span of `interval` (a
+    /// string with its unit); or a rate string in place of both: `window('api', '5/minute')`.
     #[napi(
-        ts_args_type = "name: string, limit: number, interval: number | 'second' | 'minute' | 'hour' | 'day', options?: LimiterOptions"
+        ts_args_type = "name: string, limit: number | string, interval?: string | LimiterOptions, options?: LimiterOptions"
     )]
     pub fn window(
         &self,
@@ -455,19 +559,18 @@ impl Backend {
         guard(&env, || {
             let build = || {
                 let name = self::name(&name)?;
-                let window = WindowLimit {
-                    limit: count(Js::opt(&limit), "limit")?,
-                    interval: self::interval(Js::opt(&interval))?,
-                };
-                with_options(self.inner.windows(&name, &[window])?, &options, self.is_local())
+                let (limit, interval, options) = count_and_interval(&limit, &interval, &options)?;
+                let window = WindowLimit { limit, interval };
+                with_options(self.inner.windows(&name, &[window])?, options, self.is_local())
             };
             core(&env, build())
         })
     }
 
     /// Several exact sliding windows checked and recorded together (e.g. 25 per 5 s AND 300 per
-    /// 60 s); decisions carry each window's state in `limits`.
-    #[napi(ts_args_type = "name: string, windows: WindowLimitOptions[], options?: LimiterOptions")]
+    /// 60 s): `[{ limit, intervalMs }, …]` or a rate string `'25/5s; 300/minute'`; decisions
+    /// carry each window's state in `limits`.
+    #[napi(ts_args_type = "name: string, windows: WindowLimitOptions[] | string, options?: LimiterOptions")]
     pub fn windows(
         &self,
         env: Env,
@@ -478,13 +581,18 @@ impl Backend {
         guard(&env, || {
             let build = || {
                 let name = self::name(&name)?;
-                let list = args::required(Js::opt(&windows), "windows")?.array("windows")?;
-                let mut parsed = Vec::with_capacity(list.len());
-                for w in list {
+                let given = args::required(Js::opt(&windows), "windows")?;
+                let mut parsed = Vec::new();
+                if given.value_type() == napi::ValueType::String {
+                    for rate in ratekeeper::parse_rates("rate", &given.string("windows")?)? {
+                        parsed.push(WindowLimit { limit: rate.limit, interval: rate.interval });
+                    }
+                }
+                for w in if parsed.is_empty() { given.array("windows")? } else { Vec::new() } {
                     let w: WindowLimitOptions = options::read(w, "windows")?;
                     parsed.push(WindowLimit {
                         limit: count_from_f64("limit", w.limit)?,
-                        interval: duration_from_millis("interval", w.interval_ms)?,
+                        interval: duration_from_millis("intervalMs", w.interval_ms)?,
                     });
                 }
                 with_options(self.inner.windows(&name, &parsed)?, &options, self.is_local())
@@ -494,9 +602,10 @@ impl Backend {
     }
 
     /// Several limits in one atomic check over sub-buckets of `precisionMs` (Carlson's sliding
-    /// window): `[{ durationMs, limit, precisionMs? }, …]` or `[[durationMs, limit, precisionMs?], …]`.
+    /// window): `[{ durationMs, limit, precisionMs? }, …]` or `[[duration, limit, precision?], …]`
+    /// with the tuple's durations strings with units (`['1h', 1000, '1m']`).
     #[napi(
-        ts_args_type = "name: string, limits: Array<SlidingLimitOptions | [number, number] | [number, number, number]>, options?: LimiterOptions"
+        ts_args_type = "name: string, limits: Array<SlidingLimitOptions | [string, number] | [string, number, string]>, options?: LimiterOptions"
     )]
     pub fn sliding_window(
         &self,
@@ -515,26 +624,24 @@ impl Backend {
                         Ok(tuple) if (2..=3).contains(&tuple.len()) => {
                             (Some(tuple[0]), Some(tuple[1]), tuple.get(2).copied())
                         }
-                        Ok(_) => {
-                            return Err(Error::invalid("limits", "each limit is [durationMs, limit, precisionMs?]"))
-                        }
+                        Ok(_) => return Err(Error::invalid("limits", "each limit is [duration, limit, precision?]")),
                         Err(_) => {
                             let o: SlidingLimitOptions = options::read(l, "limits")?;
                             parsed.push(SlidingLimit {
-                                duration: duration_from_millis("duration", o.duration_ms)?,
+                                duration: duration_from_millis("durationMs", o.duration_ms)?,
                                 limit: count_from_f64("limit", o.limit)?,
                                 precision: o
                                     .precision_ms
-                                    .map(|ms| duration_from_millis("precision", ms))
+                                    .map(|ms| duration_from_millis("precisionMs", ms))
                                     .transpose()?,
                             });
                             continue;
                         }
                     };
                     parsed.push(SlidingLimit {
-                        duration: millis(duration, "duration")?,
+                        duration: args::duration_text(duration, "duration")?,
                         limit: count(limit, "limit")?,
-                        precision: opt_millis(precision, "precision")?,
+                        precision: args::opt_duration_text(precision, "precision")?,
                     });
                 }
                 with_options(self.inner.sliding_window(&name, &parsed)?, &options, self.is_local())
@@ -637,14 +744,15 @@ impl Backend {
         })
     }
 
-    /// A burst of `size`, then one call per `drainMs / size`; full again after `drainMs` idle.
-    #[napi(ts_args_type = "name: string, size: number, drainMs: number, options?: LimiterOptions")]
+    /// A burst of `size`, then one call per `drain / size`; full again after `drain` idle
+    /// (`drain` a string with its unit: `'1m'`).
+    #[napi(ts_args_type = "name: string, size: number, drain: string, options?: LimiterOptions")]
     pub fn leaky(
         &self,
         env: Env,
         name: Option<Unknown<'_>>,
         size: Option<Unknown<'_>>,
-        drain_ms: Option<Unknown<'_>>,
+        drain: Option<Unknown<'_>>,
         options: Option<Unknown<'_>>,
     ) -> napi::Result<Limiter> {
         guard(&env, || {
@@ -652,7 +760,7 @@ impl Backend {
                 let name = self::name(&name)?;
                 let spec = LimiterSpec::Leaky {
                     size: count(Js::opt(&size), "size")?,
-                    drain: millis(Js::opt(&drain_ms), "drain")?,
+                    drain: args::duration_text(Js::opt(&drain), "drain")?,
                 };
                 with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
             };
@@ -660,15 +768,16 @@ impl Backend {
         })
     }
 
-    /// A leaky bucket of `capacity` points refilled in `refillMs`: a call gives an estimate, and
-    /// `pointsUsed` (or the permit of `withinLimit`) charges or refunds the difference.
-    #[napi(ts_args_type = "name: string, capacity: number, refillMs: number, options?: LimiterOptions")]
+    /// A leaky bucket of `capacity` points refilled in `refill` (a string with its unit): a call
+    /// gives an estimate, and `pointsUsed` (or the permit of `withinLimit`) charges or refunds the
+    /// difference.
+    #[napi(ts_args_type = "name: string, capacity: number, refill: string, options?: LimiterOptions")]
     pub fn points(
         &self,
         env: Env,
         name: Option<Unknown<'_>>,
         capacity: Option<Unknown<'_>>,
-        refill_ms: Option<Unknown<'_>>,
+        refill: Option<Unknown<'_>>,
         options: Option<Unknown<'_>>,
     ) -> napi::Result<Limiter> {
         guard(&env, || {
@@ -676,7 +785,7 @@ impl Backend {
                 let name = self::name(&name)?;
                 let spec = LimiterSpec::Points {
                     capacity: count(Js::opt(&capacity), "capacity")?,
-                    refill: millis(Js::opt(&refill_ms), "refill")?,
+                    refill: args::duration_text(Js::opt(&refill), "refill")?,
                 };
                 with_options(self.inner.limiter(&name, spec)?, &options, self.is_local())
             };

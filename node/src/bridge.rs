@@ -24,7 +24,6 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
 use std::ptr;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -340,7 +339,7 @@ where
         state.running += 1;
         let shared = state.shared.clone();
         ratekeeper::runtime().spawn(async move {
-            let outcome = CatchPanic(future).await;
+            let outcome = ratekeeper::CatchPanic(future).await;
             shared.complete(Completion { id, outcome });
         });
     });
@@ -485,20 +484,3 @@ pub type NativeReply = napi::bindgen_prelude::Either5<
     bool,
     napi::bindgen_prelude::Object<'static>,
 >;
-
-/// A future whose panic becomes an `Err` carrying it (a bug; it must not unwind into the
-/// runtime, and the call must still settle).
-struct CatchPanic<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchPanic<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
-    }
-}

@@ -2,6 +2,7 @@
 //! are milliseconds (fractional: exact to the microsecond), instants are microseconds since the
 //! epoch (exact in a JavaScript number until the year 2255).
 
+use napi::Env;
 use napi_derive::napi;
 
 use crate::args::Js;
@@ -182,6 +183,9 @@ pub struct Metrics {
     /// Units the applied settles asked to refund (calls that cost less than checked); a kind's
     /// rule may give back less.
     pub settle_refunded: f64,
+    /// Registrations (about one a minute) that found the name used with another spec by a live
+    /// process on the same Redis (one name, two limits; see `onConflict`).
+    pub spec_conflicts: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -208,6 +212,7 @@ impl From<ratekeeper::Metrics> for Metrics {
             settles: m.settles as f64,
             settle_charged: m.settle_charged as f64,
             settle_refunded: m.settle_refunded as f64,
+            spec_conflicts: m.spec_conflicts as f64,
         }
     }
 }
@@ -257,13 +262,17 @@ pub fn http_seconds(ms: f64) -> f64 {
 /// Internal (http.js): the core's rate-limit headers for a decision given as its plain values,
 /// in order, as `[name, value, name, value, …]`.
 #[napi(skip_typescript)]
+#[allow(clippy::too_many_arguments)] // a decision's plain values, in order, and the two options
 pub fn http_headers(
+    env: Env,
     allowed: bool,
     limit: f64,
     remaining: f64,
     retry_after_ms: f64,
     reset_after_ms: f64,
-) -> Vec<String> {
+    form: Option<String>,
+    policy: Option<String>,
+) -> napi::Result<Vec<String>> {
     let decision = ratekeeper::Decision::from_parts(
         allowed,
         limit.max(0.0) as u64,
@@ -271,5 +280,13 @@ pub fn http_headers(
         duration_of_ms(retry_after_ms),
         duration_of_ms(reset_after_ms),
     );
-    decision.http_headers().into_iter().flat_map(|(name, value)| [name.to_owned(), value.to_string()]).collect()
+    let form = match form.as_deref() {
+        None => ratekeeper::HeaderForm::Draft11,
+        Some(name) => crate::error::core(&env, ratekeeper::HeaderForm::from_name("form", name))?,
+    };
+    Ok(decision
+        .rate_limit_headers(form, policy.as_deref().unwrap_or("default"))
+        .into_iter()
+        .flat_map(|(name, value)| [name.to_owned(), value])
+        .collect())
 }

@@ -21,23 +21,20 @@ use napi::bindgen_prelude::{JsObjectValue, Object};
 use napi::{sys, Env, JsValue, Unknown};
 use ratekeeper::{Error, ErrorKind};
 
-/// The JavaScript name of a parameter the core names in snake_case: durations are milliseconds
-/// in JavaScript, so their names end in `Ms`. Names not listed are camelCased (`max_keys` is
+/// The JavaScript name of a parameter the core names in snake_case: durations given as numbers
+/// are milliseconds in JavaScript, so the options carrying them end in `Ms` (positional
+/// durations are strings with units and keep their plain names: `interval`, `duration`). Names not listed are camelCased (`max_keys` is
 /// `maxKeys`), as napi-derive spells the fields of options objects.
 pub fn js_parameter(core: &str) -> Cow<'_, str> {
     Cow::Borrowed(match core {
         "lock_timeout" => "lockTimeoutMs",
         "lease_ttl" => "leaseTtlMs",
         "wait_timeout" => "waitTimeoutMs",
-        "interval" => "intervalMs",
-        "drain" => "drainMs",
-        "refill" => "refillMs",
-        "duration" => "durationMs",
         "max_pause" => "maxPauseMs",
         "block_for" => "blockForMs",
         "deny_cache" => "denyCache",
-        "precision" => "precisionMs",
         "deadline" => "deadlineMs",
+        "precision" => "precisionMs",
         "connect_timeout" => "connectTimeoutMs",
         "seconds_before_shedding" => "beforeSheddingMs",
         "seconds_to_shed_all" => "toShedAllMs",

@@ -12,7 +12,7 @@ use ratekeeper::params::{cost_from_f64, timeout_from_millis};
 use ratekeeper::Error;
 use tokio::sync::watch;
 
-use crate::args::{self, cost, opt_timeout, Js};
+use crate::args::{self, cost, Js};
 use crate::bridge::{reply, run, Payload, ReplyValue};
 use crate::decision::{lease_from_js, Metrics};
 use crate::error::{core, guard};
@@ -253,15 +253,16 @@ impl Limiter {
         self.inner.max_pause().as_micros() as f64 / 1e3
     }
 
-    /// The same limiter (same state and metrics) whose pauses last at most `maxPauseMs`
-    /// (default one hour): a longer pause asked of `pause` or `observe` is shortened to it and
-    /// counted in `metrics().pausesClamped`. A `maxPauseMs` that is not a positive number up to
-    /// 100 years throws `ERR_INVALID_ARGUMENT` naming `maxPauseMs`.
-    #[napi(ts_args_type = "maxPauseMs: number")]
+    /// The same limiter (same state and metrics) whose pauses last at most `maxPause` (a
+    /// string with its unit, e.g. `'10m'`; default one hour): a longer pause asked of `pause` or
+    /// `observe` is shortened to it and counted in `metrics().pausesClamped`. A `maxPause` that
+    /// is not a positive duration up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+    /// `maxPause`.
+    #[napi(ts_args_type = "maxPause: string")]
     pub fn with_max_pause(&self, env: Env, max_pause_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
         guard(&env, || {
             let build = || {
-                let max_pause = args::millis(Js::opt(&max_pause_ms), "max_pause")?;
+                let max_pause = args::duration_text(Js::opt(&max_pause_ms), "maxPause")?;
                 Ok(Limiter::new(self.inner.with_max_pause(max_pause)?, self.local))
             };
             core(&env, build())
@@ -276,17 +277,17 @@ impl Limiter {
     }
 
     /// The same limiter (same state and metrics) whose refusals block the key for
-    /// `blockForMs` (`null`: they block nothing): after a refused check, every `check`, `peek`
+    /// `blockFor` (a string with its unit, e.g. `'15m'`; `null`: they block nothing): after a refused check, every `check`, `peek`
     /// and `acquire` of this limiter and key, in every process sharing the backend, is refused
     /// with `retryAfterMs` = the block's remaining time, consuming nothing; the refusal that
-    /// starts the block says so too. A spec carries it as `block_for` (seconds). A `blockForMs`
-    /// that is not a positive number up to 100 years throws `ERR_INVALID_ARGUMENT` naming
-    /// `blockForMs`.
-    #[napi(ts_args_type = "blockForMs: number | null")]
+    /// starts the block says so too. A spec carries it as `block_for` (seconds). A `blockFor`
+    /// that is not a positive duration up to 100 years throws `ERR_INVALID_ARGUMENT` naming
+    /// `blockFor`.
+    #[napi(ts_args_type = "blockFor: string | null")]
     pub fn with_block_for(&self, env: Env, block_for_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
         guard(&env, || {
             let build = || {
-                let block_for = args::opt_millis(Js::opt(&block_for_ms), "block_for")?;
+                let block_for = args::opt_duration_text(Js::opt(&block_for_ms), "blockFor")?;
                 Ok(Limiter::new(self.inner.with_block_for(block_for)?, self.local))
             };
             core(&env, build())
@@ -339,14 +340,14 @@ impl Limiter {
         })
     }
 
-    /// The same limiter (same state) with another default wait timeout (0: never wait).
-    #[napi(ts_args_type = "waitTimeoutMs: number")]
+    /// The same limiter (same state) with another default wait timeout, a string with its unit
+    /// (`'5s'`; `0`: never wait).
+    #[napi(ts_args_type = "waitTimeout: string | 0")]
     pub fn with_wait_timeout(&self, env: Env, wait_timeout_ms: Option<Unknown<'_>>) -> napi::Result<Limiter> {
         guard(&env, || {
             let build = || {
-                let wait =
-                    opt_timeout(Some(args::required(Js::opt(&wait_timeout_ms), "wait_timeout")?), "wait_timeout")?;
-                Ok(Limiter::new(self.inner.with_wait_timeout(wait.unwrap_or_default())?, self.local))
+                let wait = args::timeout_text(Js::opt(&wait_timeout_ms), "waitTimeout")?;
+                Ok(Limiter::new(self.inner.with_wait_timeout(wait)?, self.local))
             };
             core(&env, build())
         })
@@ -544,46 +545,75 @@ impl Limiter {
     /// the limit (later calls wait the debt out); a refund never gives back more than the call
     /// took, nor to a window that has rolled over. Resolves with the state after it, as `peek`
     /// reports it. A decision that cannot be settled (refused; concurrent, unlimited or
-    /// partitions; another limiter's) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
-    #[napi(ts_args_type = "decision: Decision, actual: number", ts_return_type = "NativeReply")]
+    /// partitions; another limiter's; older than the settle window; `sealed` and its ticket's
+    /// seal missing or not matching it) rejects with `ERR_INVALID_ARGUMENT` naming `decision`.
+    /// `sealed`: the ticket came from outside this process (index.js passes it for any ticket
+    /// it did not issue), so its seal is checked first.
+    #[napi(ts_args_type = "decision: Decision, actual: number, sealed?: boolean", ts_return_type = "NativeReply")]
     pub fn settle(
         &self,
         env: Env,
         decision: Option<Unknown<'_>>,
         actual: Option<Unknown<'_>>,
+        sealed: Option<bool>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let (decision, actual) = core(&env, settle_args(&decision, &actual))?;
+            let (decision, actual, seal) = core(&env, settle_args(&decision, &actual, sealed))?;
             let limiter = self.inner.clone();
-            run(&env, self.local, async move { Ok(Payload::Decision(limiter.settle(&decision, actual).await?, None)) })
+            run(&env, self.local, async move {
+                let settled = match seal {
+                    Some(seal) => limiter.settle_sealed(&decision, actual, &seal).await?,
+                    None => limiter.settle(&decision, actual).await?,
+                };
+                Ok(Payload::Decision(settled, None))
+            })
         })
     }
 
     /// `settle` without a Promise: for memory backends (on Redis it blocks the thread for the
     /// round trip).
-    #[napi(ts_args_type = "decision: Decision, actual: number", ts_return_type = "NativeReply")]
+    #[napi(ts_args_type = "decision: Decision, actual: number, sealed?: boolean", ts_return_type = "NativeReply")]
     pub fn settle_sync(
         &self,
         env: Env,
         decision: Option<Unknown<'_>>,
         actual: Option<Unknown<'_>>,
+        sealed: Option<bool>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let outcome = settle_args(&decision, &actual).and_then(|(decision, actual)| {
-                Ok(Payload::Decision(self.inner.settle_blocking(&decision, actual)?, None))
+            let outcome = settle_args(&decision, &actual, sealed).and_then(|(decision, actual, seal)| {
+                let settled = match seal {
+                    Some(seal) => self.inner.settle_sealed_blocking(&decision, actual, &seal)?,
+                    None => self.inner.settle_blocking(&decision, actual)?,
+                };
+                Ok(Payload::Decision(settled, None))
             });
             reply(&env, outcome)
         })
     }
 
-    /// Pauses `key` for `durationMs`, in every process sharing the backend: until it ends,
+    /// The seal of `ticket` (a settle ticket of this limiter's decision), which its JSON form
+    /// carries (index.js's `toJSON`). On Redis the first one reads (or creates) the fleet's
+    /// secret in Redis, blocking the thread for that round trip; later ones are computed in
+    /// process.
+    #[napi(ts_args_type = "ticket: SettleTicket")]
+    pub fn seal_ticket(&self, env: Env, ticket: Option<Unknown<'_>>) -> napi::Result<String> {
+        guard(&env, || {
+            let sealed = args::required(Js::opt(&ticket), "decision")
+                .and_then(crate::settle::ticket_from_js)
+                .and_then(|(ticket, _)| self.inner.seal_blocking(&ticket));
+            core(&env, sealed)
+        })
+    }
+
+    /// Pauses `key` for `duration`, in every process sharing the backend: until it ends,
     /// `check` and `peek` resolve refused with `retryAfterMs` = the remaining pause (consuming
     /// nothing) and `acquire` waits it out. A pause lasts at most the limiter's `maxPauseMs` (see
     /// `withMaxPause`). A longer pause extends the one in effect; a shorter one never shortens
     /// it; `resume` ends it. Resolves with the pause in effect (ms). On Redis the check costs
-    /// no extra round trip. A `durationMs` that is not a positive number rejects with
-    /// `ERR_INVALID_ARGUMENT` naming `durationMs`.
-    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "NativeReply")]
+    /// no extra round trip. `duration` is a string with its unit (`'30s'`); anything else rejects
+    /// with `ERR_INVALID_ARGUMENT` naming `duration`.
+    #[napi(ts_args_type = "duration: string, key?: string | null", ts_return_type = "NativeReply")]
     pub fn pause(
         &self,
         env: Env,
@@ -591,7 +621,7 @@ impl Limiter {
         key: Option<Unknown<'_>>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let parse = || Ok((args::millis(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
+            let parse = || Ok((args::duration_text(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
             let (duration, key) = core(&env, parse())?;
             let limiter = self.inner.clone();
             // Never inline: see `Payload::Pause`.
@@ -635,14 +665,14 @@ impl Limiter {
         })
     }
 
-    /// Blocks `key` for `durationMs` from now, in every process sharing the backend: until it
+    /// Blocks `key` for `duration` from now, in every process sharing the backend: until it
     /// ends (or `unblock`, or `reset`), `check` and `peek` resolve refused with `retryAfterMs` =
     /// the block's remaining time (consuming nothing) and `acquire` waits it out. The block
     /// replaces the one in effect, shorter or longer. A block is not a pause: `resume` leaves it
     /// alone. Resolves with the block in effect (ms). On Redis the check costs no extra round
-    /// trip. A `durationMs` that is not a positive number rejects with `ERR_INVALID_ARGUMENT`
-    /// naming `durationMs`.
-    #[napi(ts_args_type = "durationMs: number, key?: string | null", ts_return_type = "NativeReply")]
+    /// trip. `duration` is a string with its unit (`'15m'`); anything else rejects with
+    /// `ERR_INVALID_ARGUMENT` naming `duration`.
+    #[napi(ts_args_type = "duration: string, key?: string | null", ts_return_type = "NativeReply")]
     pub fn block(
         &self,
         env: Env,
@@ -650,7 +680,7 @@ impl Limiter {
         key: Option<Unknown<'_>>,
     ) -> napi::Result<ReplyValue> {
         guard(&env, || {
-            let parse = || Ok((args::millis(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
+            let parse = || Ok((args::duration_text(Js::opt(&duration_ms), "duration")?, args::key(&key)?));
             let (duration, key) = core(&env, parse())?;
             let limiter = self.inner.clone();
             // Never inline: see `Payload::Pause`.
@@ -687,12 +717,24 @@ impl Limiter {
     }
 }
 
-/// The arguments of `settle`: the decision (with its ticket), then the actual cost.
+/// The arguments of `settle`: the decision (with its ticket), then the actual cost; when
+/// `sealed`, the ticket's seal, which it must carry.
 fn settle_args(
     decision: &Option<Unknown<'_>>,
     actual: &Option<Unknown<'_>>,
-) -> ratekeeper::Result<(ratekeeper::Decision, u64)> {
-    let decision = crate::settle::decision_from_js(Js::opt(decision))?;
+    sealed: Option<bool>,
+) -> ratekeeper::Result<(ratekeeper::Decision, u64, Option<String>)> {
+    let (decision, seal) = crate::settle::decision_from_js(Js::opt(decision))?;
     let actual = cost(Some(args::required(Js::opt(actual), "actual")?), "actual", 0)?;
-    Ok((decision, actual))
+    if sealed != Some(true) || decision.settle.is_none() {
+        return Ok((decision, actual, None));
+    }
+    match seal {
+        Some(seal) => Ok((decision, actual, Some(seal))),
+        None => Err(ratekeeper::Error::invalid(
+            "decision",
+            "its settle ticket was not issued in this process and carries no seal: store a decision as \
+             JSON.stringify makes it (the seal comes with it), and give it back unchanged",
+        )),
+    }
 }

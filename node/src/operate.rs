@@ -81,6 +81,7 @@ fn metrics_json(metrics: Vec<(String, ratekeeper::Kind, ratekeeper::Metrics)>) -
                     "settles": m.settles,
                     "settleCharged": m.settle_charged,
                     "settleRefunded": m.settle_refunded,
+                    "specConflicts": m.spec_conflicts,
                 },
             })
         })

@@ -54,6 +54,9 @@ params! {
     PMaxPause = "max_pause", PTlsCaFile = "tls_ca_file", PTlsCertFile = "tls_cert_file",
     PTlsKeyFile = "tls_key_file", PBlockFor = "block_for", PShadow = "shadow", PDenyCache = "deny_cache",
     PDenyCacheMaxEntries = "deny_cache_max_entries",
+    PReplicaAcks = "replica_acks", PService = "service", PUsername = "username", PPassword = "password", PDb = "db",
+    PTls = "tls", PSentinelUsername = "sentinel_username", PSentinelPassword = "sentinel_password",
+    PSentinelTls = "sentinel_tls", PSentinels = "sentinels", PSeeds = "seeds", POnConflict = "on_conflict",
 }
 
 pub(crate) fn invalid(py: Python<'_>, parameter: &'static str, message: String) -> PyErr {
@@ -225,6 +228,44 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Interval {
         }
         let s = seconds(obj, "interval")?;
         duration_from_secs("interval", s).map(Interval).map_err(|e| to_py_err(py, e))
+    }
+}
+
+/// The `limit` of `bucket` / `window`: a whole number, or a rate string (`"5/minute"`,
+/// `"100 per hour"`) that gives the interval too.
+pub(crate) enum LimitOrRate {
+    Count(u64),
+    Rate(String),
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for LimitOrRate {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_union!(INT, STR);
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(text) = obj.cast::<PyString>() {
+            return Ok(LimitOrRate::Rate(text.to_str()?.to_owned()));
+        }
+        Ok(LimitOrRate::Count(whole(obj, "limit", 1)?))
+    }
+}
+
+impl LimitOrRate {
+    /// The count and interval: a rate string carries its own interval, a count needs one.
+    pub(crate) fn with_interval(self, py: Python<'_>, interval: Option<Interval>) -> PyResult<(u64, Duration)> {
+        let result = match (self, interval) {
+            (LimitOrRate::Count(limit), Some(Interval(interval))) => Ok((limit, interval)),
+            (LimitOrRate::Count(_), None) => Err(Error::invalid(
+                "interval",
+                "is required after a count (or give a rate string such as \"5/minute\")",
+            )),
+            (LimitOrRate::Rate(text), None) => ratekeeper::parse_rate("rate", &text).map(|r| (r.limit, r.interval)),
+            (LimitOrRate::Rate(text), Some(_)) => Err(Error::invalid(
+                "limit",
+                format!("must be a whole number, got the str {text:?} (a rate string such as \"5/minute\" takes no interval)"),
+            )),
+        };
+        result.map_err(|e| to_py_err(py, e))
     }
 }
 

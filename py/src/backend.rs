@@ -13,10 +13,12 @@ use ratekeeper::{
 
 use crate::args::Key;
 use crate::args::{
-    invalid, Cost, Count, Flag, Float, Interval, PAllowFallback, PAnchor, PCapacity, PChunk, PConnectTimeout,
-    PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit, PLockTimeout, PMaxKeys, PName,
-    PPartitions, PPeriod, PPrefix, PPriority, PRate, PRefill, PReserved, PSize, PTlsCaFile, PTlsCertFile, PTlsKeyFile,
-    PTotalRate, PTz, PUrl, PWaitTimeout, Param, PolicyName, Seconds, SpecArg, Text, Timeout,
+    invalid, Cost, Count, Flag, Float, Interval, LimitOrRate, PAllowFallback, PAnchor, PCapacity, PChunk,
+    PConnectTimeout, PDb, PDeadline, PDenyCache, PDenyCacheMaxEntries, PDivisor, PDrain, PLeaseTtl, PLimit,
+    PLockTimeout, PMaxKeys, PName, POnConflict, PPartitions, PPassword, PPeriod, PPrefix, PPriority, PRate, PRefill,
+    PReplicaAcks, PReserved, PSeeds, PSentinelPassword, PSentinelTls, PSentinelUsername, PSentinels, PService, PSize,
+    PTls, PTlsCaFile, PTlsCertFile, PTlsKeyFile, PTotalRate, PTz, PUrl, PUsername, PWaitTimeout, Param, PolicyName,
+    Seconds, SpecArg, Text, Timeout,
 };
 use crate::clock::ClockArg;
 use crate::decision::Metrics;
@@ -76,6 +78,22 @@ fn items<'py>(obj: Borrowed<'_, 'py, PyAny>, parameter: &'static str) -> PyResul
     iter.collect()
 }
 
+/// The strings of the sequence `obj` (parameter `parameter`, each `hint`, e.g. `host:port`); an
+/// item that is not one is named by its index (`seeds[1]`), as the core names one it refuses.
+fn strings<P: Param>(obj: Borrowed<'_, '_, PyAny>, hint: &str) -> PyResult<Vec<String>> {
+    let mut strings = Vec::new();
+    for (i, item) in items(obj, P::NAME)?.into_iter().enumerate() {
+        strings.push(item.extract::<Text<'_, P>>().map(|t| t.0.to_owned()).map_err(|_| {
+            let message = format!(
+                "must be a str ({hint}), got {}",
+                item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            );
+            crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("{}[{i}]", P::NAME), message))
+        })?);
+    }
+    Ok(strings)
+}
+
 /// Redis Cluster seed URLs.
 pub(crate) struct Seeds(Vec<String>);
 
@@ -84,17 +102,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Seeds {
     const INPUT_TYPE: PyStaticExpr = type_hint_subscript!(SEQUENCE, STR);
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let mut seeds = Vec::new();
-        for (i, item) in items(obj, "seeds")?.into_iter().enumerate() {
-            seeds.push(item.extract::<Text<'_, PUrl>>().map(|t| t.0.to_owned()).map_err(|_| {
-                // The seed at fault, by its index (as the core names a seed of the wrong scheme).
-                let message = format!(
-                    "must be a str (redis://host:port), got {}",
-                    item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-                );
-                crate::errors::to_py_err(obj.py(), ratekeeper::Error::invalid_field(format!("seeds[{i}]"), message))
-            })?);
-        }
+        let seeds = strings::<PSeeds>(obj, "redis://host:port")?;
         if seeds.is_empty() {
             return Err(invalid(obj.py(), "seeds", "at least one seed node is required".into()));
         }
@@ -102,16 +110,36 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Seeds {
     }
 }
 
-/// `windows(name, [(limit, interval), ...])`.
+/// Sentinel addresses (`"host:port"`), checked by the core (each named `sentinels[i]`).
+pub(crate) struct Sentinels(Vec<String>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Sentinels {
+    type Error = PyErr;
+    const INPUT_TYPE: PyStaticExpr = type_hint_subscript!(SEQUENCE, STR);
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Sentinels(strings::<PSentinels>(obj, "host:port")?))
+    }
+}
+
+/// `windows(name, [(limit, interval), ...])` or a rate string, `windows(name, "25/5s; 300/minute")`.
 pub(crate) struct Windows(Vec<WindowLimit>);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for Windows {
     type Error = PyErr;
-    const INPUT_TYPE: PyStaticExpr =
-        type_hint_subscript!(SEQUENCE, type_hint_subscript!(TUPLE, INT, type_hint_union!(FLOAT, STR)));
+    const INPUT_TYPE: PyStaticExpr = type_hint_union!(
+        type_hint_subscript!(SEQUENCE, type_hint_subscript!(TUPLE, INT, type_hint_union!(FLOAT, STR))),
+        STR
+    );
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let py = obj.py();
+        if let Ok(text) = obj.cast::<PyString>() {
+            let rates = ratekeeper::parse_rates("rate", text.to_str()?).map_err(|e| crate::errors::to_py_err(py, e))?;
+            return Ok(Windows(
+                rates.into_iter().map(|r| WindowLimit { limit: r.limit, interval: r.interval }).collect(),
+            ));
+        }
         let mut windows = Vec::new();
         for item in items(obj, "windows")? {
             let parts = items(item.as_borrowed(), "windows")?;
@@ -262,6 +290,14 @@ macro_rules! backend_pymethods {
             ///   least the refused cost is refused from memory until its `retry_after`, with no
             ///   round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
             ///   holds (default 10,000).
+            /// - `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`)
+            ///   before it admits (default 0: no waiting); too few within `deadline` fail the call as
+            ///   unavailable, and `failure_policy` decides (`"fail_open"` then admits).
+            /// - `on_conflict`: what building a limiter whose spec differs from the one live
+            ///   processes use under its name does: `"warn"` (default: build it, warn once on
+            ///   stderr naming both specs, count it in `metrics().spec_conflicts`, show it in
+            ///   `limiters()`), or `"raise"` (read the registry first and raise `InvalidArgument`
+            ///   naming `spec`). `set_limit` is how to change a limit fleet-wide.
             #[staticmethod]
             #[pyo3(signature = (url, *, $($option = None),*))]
             #[allow(clippy::too_many_arguments)]
@@ -278,6 +314,54 @@ macro_rules! backend_pymethods {
             fn cluster<$lt>(py: Python<'_>, seeds: Seeds, $($option: Option<$ty>),*) -> PyResult<Self> {
                 let options = RedisOptions { $($option),* };
                 Backend::connect(py, options.apply(py, RedisConfig::cluster(seeds.0))?, "cluster")
+            }
+
+            /// A Sentinel-managed primary named `service` (the name in the sentinels' `sentinel
+            /// monitor` line), found through any of `sentinels` (`"host:port"`, port 26379 when left
+            /// out). Every connection asks the sentinels where the primary is and confirms its role
+            /// before any call, so a failover is followed and no call goes to a replica.
+            ///
+            /// - `username`, `password`, `db`, `tls`: the data nodes' (primary's) credentials,
+            ///   database and TLS (its certificates: the `tls_*` options);
+            /// - `sentinel_username`, `sentinel_password`, `sentinel_tls`: the sentinels' own (with
+            ///   `sentinel_tls`, they are trusted with the same `tls_*` certificates).
+            ///
+            /// Takes the same options as `Backend.redis`. The URL form
+            /// `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]` works
+            /// wherever a Redis URL does.
+            #[staticmethod]
+            #[pyo3(signature = (
+                sentinels, service, *, username = None, password = None, db = None, tls = None,
+                sentinel_username = None, sentinel_password = None, sentinel_tls = None, $($option = None),*
+            ))]
+            #[allow(clippy::too_many_arguments)]
+            fn sentinel<$lt>(
+                py: Python<'_>,
+                sentinels: Sentinels,
+                service: Text<$lt, PService>,
+                username: Option<Text<$lt, PUsername>>,
+                password: Option<Text<$lt, PPassword>>,
+                db: Option<Cost<PDb>>,
+                tls: Option<Flag<PTls>>,
+                sentinel_username: Option<Text<$lt, PSentinelUsername>>,
+                sentinel_password: Option<Text<$lt, PSentinelPassword>>,
+                sentinel_tls: Option<Flag<PSentinelTls>>,
+                $($option: Option<$ty>),*
+            ) -> PyResult<Self> {
+                let options = RedisOptions { $($option),* };
+                let mut sentinel = ratekeeper::SentinelConfig::new(sentinels.0, service.0.to_owned());
+                sentinel.username = username.map(|u| u.0.to_owned());
+                sentinel.password = password.map(|p| p.0.to_owned());
+                sentinel.db = db.map_or(0, |d| i64::try_from(d.0).unwrap_or(i64::MAX));
+                sentinel.tls = tls.is_some_and(|t| t.0);
+                sentinel.sentinel_username = sentinel_username.map(|u| u.0.to_owned());
+                sentinel.sentinel_password = sentinel_password.map(|p| p.0.to_owned());
+                let mut config = options.apply(py, RedisConfig::sentinel(sentinel.sentinels.clone(), &sentinel.service))?;
+                if sentinel_tls.is_some_and(|t| t.0) {
+                    sentinel.sentinel_tls = Some(config.tls.clone().unwrap_or_default());
+                }
+                config.sentinel = Some(sentinel);
+                Backend::connect(py, config, "sentinel")
             }
 
             $($methods)*
@@ -326,6 +410,11 @@ impl RedisOptions<'_> {
         if let Some(n) = self.deny_cache_max_entries {
             config = config.deny_cache_max_entries(usize::try_from(n.0).unwrap_or(usize::MAX));
         }
+        if let Some(on) = self.on_conflict {
+            config = config.on_conflict(
+                ratekeeper::OnConflict::from_name("on_conflict", on.0).map_err(|e| crate::errors::to_py_err(py, e))?,
+            );
+        }
         // Which parameter the CA came from, to name it if its PEM is bad.
         let ca_parameter = if self.tls_ca_file.is_some() { "tls_ca_file" } else { "tls_ca_data" };
         let ca = match (self.tls_ca_file, self.tls_ca_data) {
@@ -359,6 +448,11 @@ impl RedisOptions<'_> {
         if let Some(c) = self.clock {
             config = config.clock(c.0);
         }
+        if let Some(n) = self.replica_acks {
+            let n = u32::try_from(n.0)
+                .map_err(|_| invalid(py, "replica_acks", format!("must be at most {}, got {}", u32::MAX, n.0)))?;
+            config = config.replica_acks(n);
+        }
         Ok(config)
     }
 }
@@ -390,6 +484,8 @@ backend_pymethods! {
         clock: ClockArg,
         deny_cache: Flag<PDenyCache>,
         deny_cache_max_entries: Count<PDenyCacheMaxEntries>,
+        replica_acks: Cost<PReplicaAcks>,
+        on_conflict: Text<'a, POnConflict>,
     }
 
     /// A new in-process memory backend with default settings.
@@ -418,7 +514,7 @@ backend_pymethods! {
         Ok(Backend { inner, kind: "memory" })
     }
 
-    /// `"memory"`, `"redis"` or `"cluster"`.
+    /// `"memory"`, `"redis"`, `"cluster"` or `"sentinel"`.
     #[getter]
     fn kind(&self) -> &'static str {
         self.kind
@@ -473,32 +569,38 @@ backend_pymethods! {
         self.wrap(py, limiter)
     }
 
-    /// `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
-    /// `"day"`), windows aligned to multiples of `interval` since the epoch.
+    /// `limit` per fixed window of `interval` (seconds, `"minute"` or a duration with its unit,
+    /// `"1m"`), windows aligned to multiples of `interval` since the epoch; or a rate string in
+    /// place of both: `bucket("api", "100/minute")`.
+    #[pyo3(signature = (name, limit, interval=None))]
     fn bucket<'py>(
         &self,
         py: Python<'py>,
         name: Text<'_, PName>,
-        limit: Count<PLimit>,
-        interval: Interval,
+        limit: LimitOrRate,
+        interval: Option<Interval>,
     ) -> PyResult<PyLimiter<'py>> {
-        self.wrap(py, guard(py, || self.inner.bucket(name.0, limit.0, interval.0)))
+        let (limit, interval) = limit.with_interval(py, interval)?;
+        self.wrap(py, guard(py, || self.inner.bucket(name.0, limit, interval)))
     }
 
     /// Exact sliding window: never more than `limit` admissions in any span of `interval`
-    /// (seconds or a name, as for `bucket`).
+    /// (as for `bucket`); or a rate string in place of both: `window("login", "5/minute")`.
+    #[pyo3(signature = (name, limit, interval=None))]
     fn window<'py>(
         &self,
         py: Python<'py>,
         name: Text<'_, PName>,
-        limit: Count<PLimit>,
-        interval: Interval,
+        limit: LimitOrRate,
+        interval: Option<Interval>,
     ) -> PyResult<PyLimiter<'py>> {
-        self.wrap(py, guard(py, || self.inner.window(name.0, limit.0, interval.0)))
+        let (limit, interval) = limit.with_interval(py, interval)?;
+        self.wrap(py, guard(py, || self.inner.window(name.0, limit, interval)))
     }
 
     /// Several exact sliding windows checked and recorded together, e.g.
-    /// `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
+    /// `windows("api", [(25, 5), (300, 60)])` or `windows("api", "25/5s; 300/minute")`;
+    /// decisions carry one `limits` entry per window.
     fn windows<'py>(&self, py: Python<'py>, name: Text<'_, PName>, windows: Windows) -> PyResult<PyLimiter<'py>> {
         self.wrap(py, guard(py, || self.inner.windows(name.0, &windows.0)))
     }

@@ -118,11 +118,16 @@ impl Decision {
         self.inner.limits.as_ref().map(|l| l.iter().map(|s| LimitStatus { inner: *s }).collect())
     }
 
-    /// HTTP rate-limit headers: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
-    /// (seconds until full, rounded up) and, when refused, `Retry-After` (rounded up).
-    fn headers(&self) -> BTreeMap<&'static str, String> {
+    /// HTTP rate-limit headers in `form`, draft-11 by default as the HTTP middleware writes
+    /// them (`RateLimit-Policy: "default";q=5`, `RateLimit: "default";r=0;t=10`; `policy` names
+    /// the item, e.g. the limiter's name), or `"draft-7"`, `"draft-6"` (`RateLimit-Limit`,
+    /// `-Remaining`, `-Reset`), `"legacy"` (`X-RateLimit-*`); when refused, `Retry-After`. Times
+    /// are whole seconds, rounded up.
+    #[pyo3(signature = (form = "draft-11", policy = "default"))]
+    fn headers(&self, py: Python<'_>, form: &str, policy: &str) -> PyResult<BTreeMap<&'static str, String>> {
+        let form = ratekeeper::HeaderForm::from_name("form", form).map_err(|e| crate::errors::to_py_err(py, e))?;
         // The core's rule; a BTreeMap's order happens to be the usual one: RateLimit-*, then Retry-After.
-        self.inner.http_headers().into_iter().map(|(name, value)| (name, value.to_string())).collect()
+        Ok(self.inner.rate_limit_headers(form, policy).into_iter().collect())
     }
 
     fn __bool__(&self) -> bool {
@@ -420,6 +425,13 @@ impl Metrics {
         self.inner.refused_locally
     }
 
+    /// Registrations (about one a minute) that found the name used with another spec by a live
+    /// process on the same Redis (one name, two limits; see `on_conflict`).
+    #[getter]
+    fn spec_conflicts(&self) -> u64 {
+        self.inner.spec_conflicts
+    }
+
     /// Settles applied (`settle`, `asettle`); a repeat of one already applied is not counted.
     #[getter]
     fn settles(&self) -> u64 {
@@ -444,7 +456,7 @@ impl Metrics {
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
              immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, \
-             shadow_refused={}, refused_locally={}, settles={}, settle_charged={}, settle_refunded={})",
+             shadow_refused={}, refused_locally={}, settles={}, settle_charged={}, settle_refunded={}, spec_conflicts={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -463,7 +475,8 @@ impl Metrics {
             m.refused_locally,
             m.settles,
             m.settle_charged,
-            m.settle_refunded
+            m.settle_refunded,
+            m.spec_conflicts
         )
     }
 }

@@ -52,16 +52,23 @@ def test_headers() -> None:
     w.check()
     clock.advance(0.25)
     d = w.check()
-    assert d.headers() == {"RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "10"}
+    # Issue 46: draft-11 by default, as the HTTP middleware writes them (it was draft-6).
+    assert d.headers() == {"RateLimit-Policy": '"default";q=2', "RateLimit": '"default";r=0;t=10'}
+    assert d.headers(policy="w")["RateLimit"] == '"w";r=0;t=10'
+    assert d.headers("draft-6") == {"RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "10"}
     clock.advance(0.5)
     refused = w.check()
     assert refused.retry_after == pytest.approx(9.25)
-    assert refused.headers() == {
+    assert refused.headers(form="draft-6") == {
         "RateLimit-Limit": "2",
         "RateLimit-Remaining": "0",
         "RateLimit-Reset": "10",  # 9.5 s, rounded up
         "Retry-After": "10",  # 9.25 s, rounded up
     }
+    assert refused.headers()["Retry-After"] == "10"
+    with pytest.raises(ratekeeper.InvalidArgument) as caught:
+        refused.headers("draft-99")
+    assert caught.value.parameter == "form"
 
 
 def test_multi_window_limits(make_backend: MakeBackend, calls: Calls) -> None:

@@ -55,7 +55,7 @@ def arguments(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def redis_options(a: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in a.items() if k not in ("url", "seeds")}
+    return {k: v for k, v in a.items() if k not in ("url", "seeds", "sentinels", "service")}
 
 
 def fresh_backend() -> ratekeeper.Backend:
@@ -77,6 +77,10 @@ def call(case: dict[str, Any]) -> None:
         ratekeeper.Backend.redis(a["url"], **redis_options(a))
     elif name == "cluster":
         ratekeeper.Backend.cluster(a["seeds"], **redis_options(a))
+    elif name in ("bucket", "window") and "rate" in a:
+        getattr(fresh_backend(), name)(a["name"], a["rate"])
+    elif name == "sentinel":
+        ratekeeper.Backend.sentinel(a["sentinels"], a["service"], **redis_options(a))
     elif name in ("bucket", "window"):
         getattr(fresh_backend(), name)(a["name"], a["limit"], a["interval"])
     elif name == "windows":
@@ -140,7 +144,7 @@ def check_all(parts: list[dict[str, Any]]) -> None:
 # The table's HTTP middleware cases are spelled with Node's option names unless they carry
 # `args_python`; the Python names of the same options.
 PYTHON_OPTION = {"keyGenerator": "key", "standardHeaders": "headers", "handler": "on_refused",
-                 "trustedProxies": "trusted_proxies", "windowMs": "window_ms",
+                 "trustedProxies": "trusted_proxies", "proxyHeader": "proxy_header", "windowMs": "window_ms",
                  "partitionKeySecret": "partition_key_secret"}
 
 
@@ -258,5 +262,5 @@ def test_every_case_names_a_parameter_in_every_language() -> None:
     names = [c["name"] for c in CASES]
     assert len(names) == len(set(names)), "case names are unique"
     for case in CASES:
-        assert set(case["parameter"]) == {"python", "node", "c"}, case["name"]
+        assert set(case["parameter"]) == {"python", "node", "c", "go"}, case["name"]
         assert case["error"] in CLASSES, case["name"]

@@ -38,7 +38,8 @@ CASES: list[tuple[str, Callable[[], Any]]] = [
     ("wait_timeout", lambda: B.concurrent("c", 1, wait_timeout=-1)),
     ("windows", lambda: B.windows("w", [])),
     ("windows", lambda: B.windows("w", [(1,)])),  # type: ignore[list-item]
-    ("windows", lambda: B.windows("w", "25/5s")),
+    ("rate", lambda: B.windows("w", "25 windows")),  # a str is a rate string ("25/5s")
+    ("windows", lambda: B.windows("w", 25)),  # type: ignore[arg-type]
     ("interval", lambda: B.windows("w", [(5, 1), (10, -1)])),
     ("limits", lambda: B.sliding_window("s", [])),
     ("limits", lambda: B.sliding_window("s", [(1, 2, 3, 4)])),  # type: ignore[list-item]

@@ -180,7 +180,7 @@ NODE_WINDOW = """
 const { Backend } = require(process.argv[1]);
 (async () => {
   const backend = Backend.redis(process.argv[2], { prefix: process.argv[3] });
-  const api = backend.window('api', 5, 60);
+  const api = backend.window('api', 5, '1m');
   await api.check();
   await backend.flush();
   console.log(JSON.stringify(await backend.limiters()));

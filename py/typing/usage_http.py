@@ -31,7 +31,7 @@ def asgi(backend: Backend) -> FastAPI:
     api = backend.window("api", 100, "minute")
     shedder = FleetShedder(backend, "fleet", 500)
     app.add_middleware(RateLimitMiddleware, limiter=[api, shedder], key=by_api_key, headers="draft-7",
-                       on_refused=teapot, trusted_proxies=["10.0.0.0/8"], shadow=False)
+                       on_refused=teapot, trusted_proxies=["10.0.0.0/8"], proxy_header="Forwarded", shadow=False)
     app.add_middleware(RateLimitMiddleware, limiter=api, partition_key_secret=b"a-secret-of-at-least-16-bytes")
     app.add_exception_handler(RateLimited, rate_limited_handler)
     default: Response = refusal_response(Refusal(429, "quota-exceeded", 1, ("api",), (), b"{}"))
@@ -48,6 +48,10 @@ def asgi(backend: Backend) -> FastAPI:
         limit(api, headers="draft-5")  # type: ignore[arg-type]
     except InvalidArgument as e:
         assert e.parameter == "headers"
+    try:
+        limit(api, trusted_proxies=["10.0.0.0/8"], proxy_header="X-Real-IP")  # type: ignore[arg-type]
+    except InvalidArgument as e:
+        assert e.parameter == "proxy_header"
     return app
 
 

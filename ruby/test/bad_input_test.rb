@@ -29,7 +29,7 @@ class BadInputTest < Minitest::Test
   # The table's http_middleware cases run through the Rack middleware, whose options are
   # Python's (the table spells them as Node does unless `args_python` is given).
   RACK_OPTION = { "keyGenerator" => "key", "standardHeaders" => "headers", "handler" => "on_refused",
-                  "trustedProxies" => "trusted_proxies", "windowMs" => "window_ms",
+                  "trustedProxies" => "trusted_proxies", "proxyHeader" => "proxy_header", "windowMs" => "window_ms",
                   "partitionKeySecret" => "partition_key_secret" }.freeze
   # Ruby's keyword arguments refuse a missing or unknown option before the middleware's code
   # runs: an ArgumentError naming the keyword, not InvalidArgument.
@@ -65,10 +65,17 @@ class BadInputTest < Minitest::Test
     when "redis"
       Ratekeeper::Backend.redis(a["url"], **o["prefix", "failure_policy", "fallback_divisor", "deadline", "connect_timeout",
                                               "tls_ca_file", "tls_ca_data", "tls_cert_file", "tls_key_file",
-                                              "deny_cache", "deny_cache_max_entries"])
-    when "cluster" then Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline"])
-    when "bucket" then Ratekeeper::Limiter.bucket(a["name"], a["limit"], a["interval"], backend: backend)
-    when "window" then Ratekeeper::Limiter.window(a["name"], a["limit"], a["interval"], backend: backend)
+                                              "deny_cache", "deny_cache_max_entries", "replica_acks"])
+    when "cluster"
+      Ratekeeper::Backend.cluster(a["seeds"], **o["prefix", "failure_policy", "fallback_divisor", "deadline", "replica_acks"])
+    when "sentinel"
+      Ratekeeper::Backend.sentinel(a["sentinels"], a["service"], **o["db", "prefix", "deadline", "replica_acks"])
+    when "bucket", "window"
+      if a.key?("rate")
+        Ratekeeper::Limiter.public_send(c["call"], a["name"], a["rate"], backend: backend)
+      else
+        Ratekeeper::Limiter.public_send(c["call"], a["name"], a["limit"], a["interval"], backend: backend)
+      end
     when "windows" then Ratekeeper::Limiter.window(a["name"], a["windows"], backend: backend)
     when "sliding_window" then Ratekeeper::Limiter.sliding_window(a["name"], a["limits"], backend: backend)
     when "token_bucket" then Ratekeeper::Limiter.token_bucket(a["name"], a["rate"], a["capacity"], backend: backend)

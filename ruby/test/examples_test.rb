@@ -19,6 +19,14 @@ class ExamplesTest < Minitest::Test
     out
   end
 
+  # Issue 46: run on its own, as pasted (no `$calls = []` set up by a caller), the page crashed
+  # with "undefined method `<<' for nil:NilClass". Every example file runs by itself.
+  def test_every_example_runs_on_its_own
+    %w[sidekiq_limits.rb].each do |file|
+      run_ruby("load #{File.join(EXAMPLES, file).dump}")
+    end
+  end
+
   def test_the_sidekiq_page_runs_with_the_constant_renamed
     out = run_ruby(<<~RUBY)
       $calls = []

@@ -1,12 +1,13 @@
 # frozen_string_literal: true
 
-# One limit spent at once by Ruby, Python, Node and C processes (two of each) on one Redis: the
-# totals are exact. "scarce" (a window of 200) is asked 8 x 60 = 480 times and admits exactly
-# 200 in all; "plenty" (a bucket of 100,000 a day) admits all 480 and has exactly 100,000 - 480
-# left. Every process waits for one start instant so their calls overlap.
+# One limit spent at once by Ruby, Python, Node, C and Go processes (two of each) on one Redis:
+# the totals are exact. "scarce" (a window of 200) is asked 10 x 60 = 600 times and admits
+# exactly 200 in all; "plenty" (a bucket of 100,000 a day) admits all 600 and has exactly
+# 100,000 - 600 left. Every process waits for one start instant so their calls overlap.
 #
 # Needs what scripts/test-ruby provides: RK_PYTHON (a Python with the ratekeeper module),
-# node/ratekeeper.node, RK_C_SPEND (tests/languages/spend.c compiled).
+# node/ratekeeper.node, RK_C_SPEND (tests/languages/spend.c compiled), RK_GO_SPEND
+# (tests/languages/spend.go built against the Go module).
 require_relative "test_helper"
 require "json"
 
@@ -44,7 +45,7 @@ class LanguagesTest < Minitest::Test
     const [url, prefix, start, attempts] = process.argv.slice(1);
     (async () => {
       const backend = rk.Backend.redis(url, { prefix, deadlineMs: 5000 });
-      const scarce = backend.window("scarce", 200, 3600 * 1000);
+      const scarce = backend.window("scarce", 200, "1h");
       const plenty = backend.bucket("plenty", 100000, "day");
       await new Promise((r) => setTimeout(r, Math.max(Number(start) * 1000 - Date.now(), 0)));
       let s = 0, p = 0;
@@ -56,9 +57,10 @@ class LanguagesTest < Minitest::Test
     })().catch((e) => { console.error(e); process.exit(1); });
   NODE
 
-  def test_ruby_python_node_and_c_processes_share_one_limit_exactly
+  def test_ruby_python_node_c_and_go_processes_share_one_limit_exactly
     python = ENV.fetch("RK_PYTHON") { flunk "RK_PYTHON (a Python with ratekeeper) is required: run scripts/test-ruby" }
     c_spend = ENV.fetch("RK_C_SPEND") { flunk "RK_C_SPEND (tests/languages/spend.c compiled) is required: run scripts/test-ruby" }
+    go_spend = ENV.fetch("RK_GO_SPEND") { flunk "RK_GO_SPEND (tests/languages/spend.go built) is required: run scripts/test-ruby" }
     prefix = unique_prefix
     start = (Time.now.to_f + 3.0).to_s # time for every process to load and connect
     args = [redis_url, prefix, start, ATTEMPTS.to_s]
@@ -67,7 +69,8 @@ class LanguagesTest < Minitest::Test
       [{ "RUBYLIB" => rubylib }, [RbConfig.ruby, "-rratekeeper", "-rjson", "-e", RUBY, "--", *args]],
       [{}, [python, "-c", PYTHON, *args]],
       [{ "RK_NODE_PACKAGE" => File.join(REPO_ROOT, "node") }, ["node", "-e", NODE, "--", *args]],
-      [{}, [c_spend, *args]]
+      [{}, [c_spend, *args]],
+      [{}, [go_spend, *args]]
     ]
     procs = commands.flat_map { |env, cmd| PER_LANGUAGE.times.map { IO.popen(env, cmd, err: %i[child out]) } }
     reports = procs.map do |io|
@@ -76,7 +79,7 @@ class LanguagesTest < Minitest::Test
       assert $?.success?, "a worker failed: #{out}"
       JSON.parse(out.lines.last)
     end
-    assert_equal %w[c node python ruby], reports.map { |r| r["language"] }.uniq.sort
+    assert_equal %w[c go node python ruby], reports.map { |r| r["language"] }.uniq.sort
     assert_equal 200, reports.sum { |r| r["scarce"] }, "admitted by the window of 200: #{reports.inspect}"
     assert_equal procs.size * ATTEMPTS, reports.sum { |r| r["plenty"] }
     backend = Ratekeeper::Backend.redis(redis_url, prefix: prefix)

@@ -2,6 +2,7 @@
 
 # The gem's API against a real redis-server: Sidekiq Enterprise's calls as its page shows them,
 # what ratekeeper adds, the error taxonomy, threads and fork.
+require "json"
 require_relative "test_helper"
 
 class LimiterTest < Minitest::Test
@@ -71,6 +72,18 @@ class LimiterTest < Minitest::Test
     assert_equal 30, window.spec["interval"]
     multi = Ratekeeper::Limiter.window("api", [[25, 5], [300, 60]], backend: @backend)
     assert_equal "windows", multi.kind
+  end
+
+  def test_rate_strings_stand_for_a_count_and_an_interval
+    login = Ratekeeper::Limiter.window("login", "5/minute", backend: @backend)
+    assert_equal({ "kind" => "window", "limit" => 5, "interval" => 60 }, login.spec.slice("kind", "limit", "interval"))
+    api = Ratekeeper::Limiter.bucket("api", "100 per hour", backend: @backend)
+    assert_equal({ "kind" => "bucket", "limit" => 100, "interval" => 3600 }, api.spec.slice("kind", "limit", "interval"))
+    both = Ratekeeper::Limiter.window("both", "25/5s; 300/minute", backend: @backend)
+    assert_equal [[25, 5], [300, 60]], both.spec["windows"]
+    error = assert_raises(Ratekeeper::InvalidArgument) { Ratekeeper::Limiter.window("w", "5/minte", backend: @backend) }
+    assert_equal "rate", error.parameter
+    assert_match(/unknown unit "minte"/, error.message)
   end
 
   def test_unlimited_always_runs
@@ -284,5 +297,32 @@ class LimiterTest < Minitest::Test
     assert_equal 9, admitted.sum, "the children share the parent's limit exactly"
     refute window.check.allowed?, "the parent still talks to Redis after its children"
     assert_equal 0, window.peek.remaining
+  end
+
+  # A decision stored outside the process (a job's arguments: its fields as JSON, and its seal)
+  # is settled by another backend on the same Redis and prefix, and only unchanged: another key,
+  # cost or id, or no matching seal, raises InvalidArgument naming `decision` and writes nothing.
+  def test_a_stored_decision_settles_with_its_seal_and_only_unchanged
+    prefix = unique_prefix
+    mine = Ratekeeper::Backend.redis(redis_url, prefix: prefix, deadline: 5).token_bucket("llm", 0.001, 10)
+    theirs = Ratekeeper::Backend.redis(redis_url, prefix: prefix, deadline: 5).token_bucket("llm", 0.001, 10)
+    mine.check("victim", cost: 9)
+    decision = mine.check("attacker", cost: 5)
+    job = JSON.parse(JSON.generate(decision: decision.to_h.merge(settle: decision.settle.to_h), seal: mine.seal(decision)))
+    rebuild = lambda do |**changes|
+      fields = job["decision"].transform_keys(&:to_sym)
+      ticket = Ratekeeper::SettleTicket.new(**fields[:settle].transform_keys(&:to_sym).merge(changes))
+      Ratekeeper::Decision.new(**fields.merge(settle: ticket))
+    end
+    [rebuild.call(key: "victim"), rebuild.call(cost: 9), rebuild.call(id: job["decision"]["settle"]["id"] + 1)].each do |forged|
+      error = assert_raises(Ratekeeper::InvalidArgument) { theirs.settle(forged, 0, seal: job["seal"]) }
+      assert_equal "decision", error.parameter
+    end
+    error = assert_raises(Ratekeeper::InvalidArgument) { theirs.settle(rebuild.call, 0, seal: "00" * 32) }
+    assert_equal "decision", error.parameter
+    error = assert_raises(Ratekeeper::InvalidArgument) { theirs.settle(rebuild.call(key: "victim", cost: 9), 0) }
+    assert_equal "decision", error.parameter, "a rebuilt ticket without its seal"
+    assert_equal [1, 5], [mine.peek("victim").remaining, mine.peek("attacker").remaining], "nothing was written"
+    assert_equal 10, theirs.settle(rebuild.call, 0, seal: job["seal"]).remaining
   end
 end

@@ -4,10 +4,10 @@
 # app (examples/ruby/config.ru) behind a real Puma (2 forked workers, threads) hit by several
 # client processes at once.
 require_relative "test_helper"
+require_relative "support/puma_server"
 require "rack"
 require "rack/mock"
 require "ratekeeper/rack"
-require "net/http"
 require "open3"
 
 class RackTest < Minitest::Test
@@ -93,6 +93,47 @@ class RackTest < Minitest::Test
     assert_equal 2, middleware.shadow_refused
   end
 
+  # A limiter in shadow mode admits what it would refuse, consuming nothing: there is nothing to
+  # give back, neither after the response (count: "failures" refunds a success) nor when a later
+  # limiter refuses. As Python's and Node's middleware, which settle only what was consumed.
+  def test_a_shadow_refusal_consumed_nothing_and_is_never_refunded
+    bucket = Ratekeeper::Limiter.token_bucket("shadow-tb", 0.0001, 2, backend: @backend)
+    bucket.check("10.0.0.1", cost: 2) # spent: the shadow copy would refuse
+    middleware = Ratekeeper::Rack.new(OK_APP, limiter: bucket.with_shadow(true), count: "failures", logger: Logger.new(File::NULL))
+    client = ::Rack::MockRequest.new(middleware)
+    assert_equal 200, client.get("/", "REMOTE_ADDR" => "10.0.0.1").status
+    assert_equal 0, bucket.peek("10.0.0.1").remaining, "a success under count: failures refunded a shadow refusal"
+    assert_equal 1, middleware.shadow_refused, "a limiter's shadow refusal is counted, as the middleware's own"
+
+    window = Ratekeeper::Limiter.window("shadow-w", 1, 60, backend: @backend)
+    window.check("10.0.0.1")
+    client = app([bucket.with_shadow(true), window])
+    assert_equal 429, client.get("/", "REMOTE_ADDR" => "10.0.0.1").status
+    assert_equal 0, bucket.peek("10.0.0.1").remaining, "a later refusal gave back a shadow refusal"
+  end
+
+  # Rack 3's Lint refuses upper-case response header names; every name the middleware writes is
+  # lower case, on an admission, a refusal and a failed backend, in every header form.
+  def test_response_header_names_are_lower_case_under_rack_lint
+    names = [] # the names the middleware answers with (MockResponse adds its own Content-Length)
+    lint = lambda do |inner, **options|
+      middleware = Ratekeeper::Rack.new(inner, logger: Logger.new(File::NULL), **options)
+      recorded = ->(env) { middleware.call(env).tap { |_status, headers, _body| names.concat(headers.keys) } }
+      ::Rack::MockRequest.new(::Rack::Lint.new(recorded))
+    end
+    %w[draft-11 draft-7 draft-6 legacy].each do |form|
+      client = lint.call(OK_APP, limiter: Ratekeeper::Limiter.window("lint-#{form}", 1, 60, backend: @backend), headers: form)
+      assert_equal 200, client.get("/", "REMOTE_ADDR" => "10.0.0.1").status
+      assert_equal 429, client.get("/", "REMOTE_ADDR" => "10.0.0.1").status
+    end
+    down = Ratekeeper::Backend.redis("redis://127.0.0.1:#{RedisServer.free_port}", deadline: 0.2)
+    failed = lint.call(OK_APP, limiter: Ratekeeper::Limiter.window("lint-down", 1, 60, backend: down)).get("/", "REMOTE_ADDR" => "10.0.0.1")
+    assert_equal 503, failed.status
+    assert_includes names, "retry-after"
+    assert_includes names, "ratelimit-policy"
+    assert_equal [], names.uniq.reject { |name| name == name.downcase }, "upper-case response header names"
+  end
+
   def test_client_address_ipv6_groups_and_trusted_proxies
     limiter = Ratekeeper::Limiter.window("addr", 1, 60, backend: @backend)
     client = app(limiter, trusted_proxies: ["10.1.0.0/16"])
@@ -105,6 +146,24 @@ class RackTest < Minitest::Test
     # An untrusted peer's header is not read.
     assert_equal 200, client.get("/", "REMOTE_ADDR" => "198.51.100.1", "HTTP_X_FORWARDED_FOR" => "203.0.113.8").status
     assert_equal 1, limiter.peek("203.0.113.8").remaining
+    # Nor is a Forwarded header: only the proxy header (default X-Forwarded-For) is read.
+    assert_equal 429, client.get("/", "REMOTE_ADDR" => "10.1.0.5", "HTTP_FORWARDED" => "for=198.51.100.77",
+                                      "HTTP_X_FORWARDED_FOR" => "203.0.113.7").status
+  end
+
+  def test_proxy_header_forwarded_reads_forwarded_only
+    limiter = Ratekeeper::Limiter.window("addr-fwd", 1, 60, backend: @backend)
+    client = app(limiter, trusted_proxies: ["10.1.0.0/16"], proxy_header: "forwarded")
+    via = ->(fields) { client.get("/", { "REMOTE_ADDR" => "10.1.0.5" }.merge(fields)).status }
+    assert_equal 200, via.call("HTTP_FORWARDED" => 'for="[2001:db8:0:ab12::1]:4711";proto=https')
+    assert_equal 429, via.call("HTTP_FORWARDED" => "for=9.9.9.9, for=2001:db8:0:abff::2, for=10.1.0.9"), "one /56, behind two proxies"
+    assert_equal 200, via.call("HTTP_X_FORWARDED_FOR" => "4.4.4.4", "HTTP_FORWARDED" => "for=5.5.5.5")
+    assert_equal 429, via.call("HTTP_X_FORWARDED_FOR" => "6.6.6.6", "HTTP_FORWARDED" => "for=5.5.5.5"), "X-Forwarded-For is not read"
+    ["X-Forwarded-For", "Forwarded", "FORWARDED", :forwarded].each { |name| Ratekeeper::Rack.new(OK_APP, limiter: limiter, proxy_header: name) }
+    [nil, "", "CF-Connecting-IP", :x_forwarded_for, ["Forwarded"]].each do |value|
+      error = assert_raises(Ratekeeper::InvalidArgument, value.inspect) { Ratekeeper::Rack.new(OK_APP, limiter: limiter, proxy_header: value) }
+      assert_equal "proxy_header", error.parameter
+    end
   end
 
   def test_a_failed_backend_answers_503_never_500
@@ -116,7 +175,8 @@ class RackTest < Minitest::Test
 
   def test_bad_options_name_the_option
     limiter = Ratekeeper::Limiter.window("opts", 1, 60, backend: @backend)
-    { limiter: [], cost: -1, count: "some", headers: "draft-99", shadow: "yes", key: "ip", trusted_proxies: ["nope"] }.each do |option, value|
+    { limiter: [], cost: -1, count: "some", headers: "draft-99", shadow: "yes", key: "ip", trusted_proxies: ["nope"],
+      proxy_header: "X-Real-IP" }.each do |option, value|
       error = assert_raises(Ratekeeper::InvalidArgument, option.to_s) do
         Ratekeeper::Rack.new(OK_APP, limiter: limiter, **{ option => value })
       end
@@ -182,14 +242,10 @@ class RackTest < Minitest::Test
 
   def test_the_example_behind_puma_with_client_processes
     redis = RedisServer.new
-    port = RedisServer.free_port
     limit = 40
-    env = { "REDIS_URL" => redis.url, "API_LIMIT" => limit.to_s, "RATEKEEPER_PK_SECRET" => PK_SECRET,
-            "RUBYLIB" => [File.expand_path("../lib", __dir__), ENV["RUBYLIB"]].compact.join(":") }
-    log = File.join(Dir.tmpdir, "rk-puma-#{port}.log")
-    puma = Process.spawn(env, "puma", "-b", "tcp://127.0.0.1:#{port}", "-w", "2", "-t", "2:4",
-                         File.join(REPO_ROOT, "examples/ruby/config.ru"), out: log, err: log)
-    wait_for_http(port, log)
+    env = { "REDIS_URL" => redis.url, "API_LIMIT" => limit.to_s, "RATEKEEPER_PK_SECRET" => PK_SECRET }
+    puma = PumaServer.new(File.join(REPO_ROOT, "examples/ruby/config.ru"), env, workers: 2, threads: "2:4")
+    port = puma.port
     clients = 4.times.map do
       IO.popen([RbConfig.ruby, "-rnet/http", "-rjson", "-e", <<~RUBY])
         Net::HTTP.start("127.0.0.1", #{port}) do |http|
@@ -213,16 +269,8 @@ class RackTest < Minitest::Test
     pks = fields.map { |f| sf_list(f).dig(0, 1, "pk", "bytes") }.uniq
     assert_equal [python_pk(PK_SECRET, "127.0.0.1")], pks, fields.inspect
   ensure
-    if puma
-      begin
-        Process.kill("TERM", puma)
-        Process.wait(puma)
-      rescue Errno::ESRCH, Errno::ECHILD
-        nil # puma had exited already (its log says why): the server below is still stopped
-      end
-    end
+    puma&.stop(keep_log: !passed?)
     redis&.stop
-    File.delete(log) if log && File.exist?(log) && passed?
   end
 
   # The pk of `key` by Python's hmac, an implementation apart from the gem's.
@@ -233,16 +281,5 @@ class RackTest < Minitest::Test
     PY
     assert status.success?
     out.strip
-  end
-
-  def wait_for_http(port, log)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
-    loop do
-      Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/health"))
-      return
-    rescue SystemCallError, EOFError
-      flunk "puma did not start:\n#{File.read(log)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      sleep 0.1
-    end
   end
 end

@@ -11,6 +11,8 @@
 #   python_venv VENV        create the venv VENV if missing (installing python3-venv if needed)
 #   rk_test_redis           build the shared fixture binary (test-support) in the workspace's
 #                           one target directory and export RK_TEST_REDIS, its path
+#   go_module_lib           put scripts/test-c's debug libratekeeper (in the shipped form) and the
+#                           header where the Go module's cgo directives look (go/lib/, gitignored)
 # shellcheck shell=bash
 
 root=$PWD
@@ -81,4 +83,18 @@ rk_test_redis() {
   # After `cargo test --workspace` (scripts/test) this only checks that the binary is fresh.
   cargo build --quiet --locked -p ratekeeper-test-support --bin rk-test-redis
   export RK_TEST_REDIS="${CARGO_TARGET_DIR:-$root/target}/debug/rk-test-redis"
+}
+
+go_module_lib() {
+  # The build scripts/test-c makes (a no-op after it), in the form scripts/package ships
+  # (ffi-c/make-static-library), remade only when stale: no second build of the crate.
+  cargo build --quiet --locked -p ratekeeper-ffi --features test-hooks --lib
+  local lib_dir="${CARGO_TARGET_DIR:-$root/target}/debug"
+  local shipped="$lib_dir/static-shipped/libratekeeper.a"
+  if [ ! "$shipped" -nt "$lib_dir/libratekeeper.a" ] || [ ! "$shipped" -nt include/ratekeeper.h ]; then
+    ffi-c/make-static-library "$lib_dir/libratekeeper.a" "$shipped" --test-hooks
+  fi
+  mkdir -p go/lib/linux_amd64 go/lib/include
+  cp "$shipped" go/lib/linux_amd64/libratekeeper.a
+  cp include/ratekeeper.h go/lib/include/ratekeeper.h
 }

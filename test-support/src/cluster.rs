@@ -1,4 +1,4 @@
-//! A Redis Cluster of three masters on free loopback ports.
+//! A Redis Cluster of three masters (with or without a replica each) on free loopback ports.
 
 use std::process::Command;
 use std::time::Duration;
@@ -15,13 +15,31 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts three cluster-enabled nodes, joins them, and waits for `cluster_state:ok`.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_cluster_node()).collect();
+        RedisCluster::start_with(0)
+    }
+
+    /// Three masters with one replica each (six nodes), once every replica's link is up.
+    pub fn start_with_replicas() -> RedisCluster {
+        let cluster = RedisCluster::start_with(1);
+        wait_until("every replica linked to its master", Duration::from_secs(30), || {
+            cluster.nodes.iter().all(|n| {
+                let info = n.cli(&["INFO", "replication"]);
+                info.contains("role:master") && info.contains("connected_slaves:1")
+                    || info.contains("master_link_status:up")
+            })
+        });
+        cluster
+    }
+
+    /// `3 * (1 + replicas)` nodes joined with `replicas` replicas per master.
+    fn start_with(replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas)).map(|_| RedisServer::start_cluster_node()).collect();
         let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
         let out = Command::new("redis-cli")
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("run redis-cli --cluster create");
         assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
@@ -29,6 +47,11 @@ impl RedisCluster {
             nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
         });
         RedisCluster { nodes }
+    }
+
+    /// The node listening on `port`, to stop or kill it.
+    pub fn node_mut(&mut self, port: u16) -> &mut RedisServer {
+        self.nodes.iter_mut().find(|n| n.port == port).expect("a node of the cluster")
     }
 
     /// The nodes' URLs, for a cluster backend's seeds.

@@ -112,6 +112,44 @@ impl RedisServer {
         Self::spawn("cluster", strings(&CLUSTER_NODE_ARGS), None)
     }
 
+    /// A Sentinel (`redis-server sentinel.conf --sentinel`) monitoring the primary on
+    /// `primary_port` as `service`, judging it down after `down_after` (quorum 2); with
+    /// `passwords`, the data nodes' (`requirepass`) and the sentinels' own.
+    pub fn start_sentinel(
+        primary_port: u16,
+        service: &str,
+        down_after: Duration,
+        passwords: Option<(&str, &str)>,
+    ) -> RedisServer {
+        let dir = scratch_dir("sentinel");
+        let port = free_port();
+        // The file is the sentinel's own: it rewrites it as it learns the group.
+        let conf = format!(
+            "sentinel monitor {service} 127.0.0.1 {primary_port} 2\n\
+             sentinel down-after-milliseconds {service} {}\n\
+             sentinel failover-timeout {service} 4000\n\
+             sentinel parallel-syncs {service} 2\n",
+            down_after.as_millis()
+        );
+        let conf = match passwords {
+            // How it reaches the data nodes, and the other sentinels (which share its password).
+            Some((nodes, sentinels)) => {
+                format!("{conf}sentinel auth-pass {service} {nodes}\nsentinel sentinel-pass {sentinels}\n")
+            }
+            None => conf,
+        };
+        std::fs::write(dir.join("sentinel.conf"), conf).expect("write sentinel.conf");
+        let args = strings(&["sentinel.conf", "--sentinel", "--bind", "127.0.0.1", "--protected-mode", "no", "--port"]);
+        let mut args = args;
+        args.push(port.to_string());
+        if let Some((_, sentinels)) = passwords {
+            args.extend(["--requirepass".to_string(), sentinels.to_string()]);
+        }
+        let mut server = RedisServer { port, dir, child: None, args, tls: None, owns_dir: true };
+        server.launch_on_free_port();
+        server
+    }
+
     /// `tls`: `None` for plain TCP, `Some(None)` for TLS with fresh certificates.
     fn spawn(label: &str, extra: Vec<String>, tls: Option<Option<Certificates>>) -> RedisServer {
         let dir = scratch_dir(label);
@@ -235,11 +273,20 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> String {
         let mut cmd = Command::new("redis-cli");
         cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        // A server started with a password is asked with it.
+        if let Some(at) = self.args.iter().position(|a| a == "--requirepass") {
+            cmd.args(["--no-auth-warning", "-a", &self.args[at + 1]]);
+        }
         if let Some(certs) = &self.tls {
             cmd.arg("--tls").arg("--cacert").arg(certs.file("ca.crt"));
         }
         let out = cmd.args(args).output().expect("run redis-cli");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Whether the process is still running (not killed by [`Self::kill`]).
+    pub fn pid_alive(&self) -> bool {
+        self.child.is_some()
     }
 
     /// SIGKILL, as a crash would.

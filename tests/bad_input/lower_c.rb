@@ -74,9 +74,15 @@ end
 
 POSITIONAL_REDIS = %w[url seeds prefix failure_policy fallback_divisor deadline].freeze
 
-# The call and tokens of a `redis` case whose options only rk_backend_new_from_json takes.
-def backend_json(a)
-  json = JSON.generate({ "kind" => "redis" }.merge(a))
+# The call and tokens of a `redis` or `cluster` case whose options only rk_backend_new_from_json
+# takes, and of every `sentinel` case (its `sentinels` and `service` in the `sentinel` object).
+def backend_json(a, kind = "redis")
+  if kind == "sentinel"
+    place = { "addresses" => a["sentinels"], "service" => a["service"] }
+    place["db"] = a["db"] if a.key?("db")
+    a = a.reject { |k, _| %w[sentinels service db].include?(k) }.merge("sentinel" => place)
+  end
+  json = JSON.generate({ "kind" => kind }.merge(a))
 rescue JSON::GeneratorError => e
   raise NotExpressible, "the configuration is not JSON text (#{e.message})"
 else
@@ -190,8 +196,13 @@ JSON.parse(File.read(path))["cases"].each do |c|
     a = c.fetch("args_c", c["args"]).transform_values { |v| value(v) }
     status = STATUS.fetch(c.fetch("c_error", c["error"]))
     call, toks =
-      if c["call"] == "redis" && !(a.keys - POSITIONAL_REDIS).empty?
-        backend_json(a)
+      if %w[redis cluster].include?(c["call"]) && !(a.keys - POSITIONAL_REDIS).empty?
+        backend_json(a, c["call"])
+      elsif c["call"] == "sentinel"
+        backend_json(a, "sentinel")
+      elsif a.key?("rate") || (c["call"] == "windows" && a["windows"].is_a?(String))
+        # A rate string (`window(name, "5/minute")` elsewhere) is C's rk_parse_rate.
+        ["parse_rate", [str(a.fetch("rate") { a["windows"] }, "rate")]]
       else
         [c["call"], tokens(c["call"], a, c)]
       end

@@ -264,6 +264,10 @@ static rk_status run(const char *call, args_t *a, bool *untouched, char *param, 
     const char *spec_or_name = arg_str(a);
     if (strcmp(call, "limiter") == 0) {
       st = rk_limiter_new_from_json(b, spec_or_name, arg_str(a), &l);
+    } else if (strcmp(call, "parse_rate") == 0) {
+      rk_window_limit parsed[16];
+      size_t parsed_len = 0;
+      st = rk_parse_rate(spec_or_name, parsed, 16, &parsed_len);
     } else if (strcmp(call, "bucket") == 0 || strcmp(call, "window") == 0) {
       uint64_t limit = arg_u64(a);
       double interval = arg_f64(a);

@@ -14,10 +14,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -155,6 +157,24 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
   }
 }
 
+/* Checks started with rk_limiter_check_start, and their callbacks (on runtime threads: counted
+ * atomically, judged at the end). A callback must come exactly once, with a declared status
+ * other than RK_PANIC, a decision exactly on RK_OK and a message exactly on failure. */
+static atomic_ullong g_started, g_completed, g_bad_completions;
+
+static void completed(void *user_data, rk_status status, const rk_decision *decision,
+                      const char *message) {
+  bool ok = user_data == (void *)&g_started && status <= RK_BACKEND_REJECTED && status != RK_PANIC &&
+            message != NULL &&
+            (status == RK_OK ? decision != NULL && message[0] == '\0' : decision == NULL && message[0] != '\0');
+  if (!ok) {
+    fprintf(stderr, "    rk_limiter_check_start completed with %s: %s\n", rk_status_name((uint32_t)status),
+            message ? message : "(NULL message)");
+    atomic_fetch_add(&g_bad_completions, 1);
+  }
+  atomic_fetch_add(&g_completed, 1);
+}
+
 /* Runs a constructor writing to `out`, then checks and keeps what it built. */
 #define BUILD(call, what)                                                                         \
   do {                                                                                            \
@@ -209,11 +229,18 @@ static void one_call(void) {
     BUILD(rk_limiter_with_allow_fallback(pick_limiter(), next() & 1, below(8) ? &out : NULL), "rk_limiter_with_allow_fallback");
     break;
   case 9:
-  case 10:
     verify(rk_limiter_check(pick_limiter(), pick_string(), below(2) ? 1 : pick_count(),
                             below(8) ? &decision : NULL),
            "rk_limiter_check");
     break;
+  case 10: {
+    /* The limiter may be freed (replaced by keep) while the check is in flight. */
+    rk_status s = rk_limiter_check_start(pick_limiter(), pick_string(), below(2) ? 1 : pick_count(),
+                                         below(8) ? completed : NULL, &g_started);
+    verify(s, "rk_limiter_check_start");
+    if (s == RK_OK) atomic_fetch_add(&g_started, 1);
+    break;
+  }
   case 11:
     verify(rk_limiter_peek(pick_limiter(), pick_string(), below(8) ? &decision : NULL), "rk_limiter_peek");
     break;
@@ -263,6 +290,14 @@ static void one_call(void) {
     verify(rk_limiter_settle(below(8) ? l : NULL, key, below(8) ? &decision : NULL, pick_count(),
                              below(8) ? &settled : NULL),
            "rk_limiter_settle");
+    /* Its seal, then a sealed settle with that seal, a random string or nothing. */
+    rk_settle_seal seal;
+    memset(&seal, 0, sizeof seal);
+    verify(rk_limiter_seal_ticket(below(8) ? l : NULL, key, below(8) ? &decision : NULL, below(8) ? &seal : NULL),
+           "rk_limiter_seal_ticket");
+    verify(rk_limiter_settle_sealed(below(8) ? l : NULL, key, below(8) ? &decision : NULL, pick_count(),
+                                    below(2) ? seal.hex : pick_string(), below(8) ? &settled : NULL),
+           "rk_limiter_settle_sealed");
     break;
   }
   case 21: {
@@ -494,6 +529,12 @@ int main(void) {
 
   backend_calls(redis_url && *redis_url ? redis_url : "redis://127.0.0.1:1");
   for (uint64_t i = 0; i < iterations; i++) one_call();
+  /* Every started check calls back (bounded wait: a lost callback fails the run). */
+  for (int waited = 0; atomic_load(&g_completed) < atomic_load(&g_started) && waited < 6000; waited++) {
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  }
+  CHECK(atomic_load(&g_completed) == atomic_load(&g_started));
+  CHECK(atomic_load(&g_bad_completions) == 0);
 
   for (size_t i = 0; i < g_n_limiters; i++) rk_limiter_free(g_limiters[i]);
   for (size_t i = 0; i < g_n_backends; i++) rk_backend_free(g_backends[i]);
@@ -502,9 +543,11 @@ int main(void) {
   rk_limiter_free(NULL);
   rk_backend_free(NULL);
 
-  printf("fuzz: seed %llu, %llu calls: %llu admitted or over limit, %llu refused with an error\n",
+  printf("fuzz: seed %llu, %llu calls: %llu admitted or over limit, %llu refused with an error; "
+         "%llu checks started, %llu called back\n",
          (unsigned long long)seed_value, (unsigned long long)g_calls,
-         (unsigned long long)g_ok, (unsigned long long)g_errors);
+         (unsigned long long)g_ok, (unsigned long long)g_errors,
+         (unsigned long long)atomic_load(&g_started), (unsigned long long)atomic_load(&g_completed));
   /* One "test" per run: it passes when no check failed. */
   bool passed = g_check_failures == 0;
   printf("%d passed, %d failed\n", passed ? 1 : 0, passed ? 0 : 1);

@@ -283,6 +283,30 @@ static void test_settle(const fixture *f) {
   CHECK_FAILS(rk_limiter_settle(l, "q", NULL, 0, &d), RK_NULL_PARAMETER, "decision");
   CHECK_FAILS(rk_limiter_settle(l, "q", &checked, 0, NULL), RK_NULL_PARAMETER, "decision_out");
   CHECK_U64(peek1(l, "q").remaining, 0);
+  /* A decision stored outside the process (its fields, and its seal) settles only unchanged:
+   * another key, cost or id is refused naming `decision`, and writes nothing. */
+  rk_decision stored = check1(l, "s", 4);
+  rk_settle_seal seal;
+  CHECK_OK(rk_limiter_seal_ticket(l, "s", &stored, &seal));
+  CHECK_U64(strlen(seal.hex), 64);
+  rk_decision forged = stored;
+  forged.settle.cost = 9;
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "s", &forged, 0, seal.hex, &d), RK_INVALID_ARGUMENT, "decision");
+  forged = stored;
+  forged.settle.id += 1;
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "s", &forged, 0, seal.hex, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "q", &stored, 0, seal.hex, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "s", &stored, 0, "00", &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_settle_sealed(l, "s", &stored, 0, NULL, &d), RK_NULL_PARAMETER, "seal");
+  CHECK_FAILS(rk_limiter_seal_ticket(l, "s", &refused, &seal), RK_INVALID_ARGUMENT, "decision");
+  CHECK_FAILS(rk_limiter_seal_ticket(l, "s", &stored, NULL), RK_NULL_PARAMETER, "seal_out");
+  /* A ticket that says it cost more than the limiter admits in one call was not issued by it. */
+  forged = stored;
+  forged.settle.cost = 11;
+  CHECK_FAILS(rk_limiter_settle(l, "s", &forged, 0, &d), RK_INVALID_ARGUMENT, "decision");
+  CHECK_U64(peek1(l, "s").remaining, 6);
+  CHECK_OK(rk_limiter_settle_sealed(l, "s", &stored, 1, seal.hex, &d));
+  CHECK_U64(d.remaining, 9);
   rk_limiter_free(mutex);
   rk_limiter_free(other);
   rk_limiter_free(l);
@@ -1193,13 +1217,19 @@ static int silent_listener(int *port) {
   return fd;
 }
 
+/* A silent listener and its redis:// URL (in `url`, 64 bytes); the listener's fd, or -1. */
+static int silent_redis(int *port, char url[64]) {
+  int fd = silent_listener(port);
+  if (fd >= 0) snprintf(url, 64, "redis://127.0.0.1:%d", *port);
+  return fd;
+}
+
 static void test_failure_policies(const fixture *f) {
   (void)f;
   int port = 0;
-  int fd = silent_listener(&port);
-  if (!CHECK(fd >= 0)) return;
   char url[64];
-  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  int fd = silent_redis(&port, url);
+  if (!CHECK(fd >= 0)) return;
   rk_backend *closed = NULL, *open = NULL, *fallback = NULL;
   CHECK_OK(rk_backend_new_redis(url, "dead", RK_FAIL_CLOSED, 0, 0.1, &closed));
   CHECK_OK(rk_backend_new_redis(url, "dead", RK_FAIL_OPEN, 0, 0.1, &open));
@@ -1312,10 +1342,9 @@ static int watchdog_stop(watchdog *w) {
 static void test_hung_redis_times_out_at_the_deadline(const fixture *f) {
   (void)f;
   int port = 0;
-  int fd = silent_listener(&port);
-  if (!CHECK(fd >= 0)) return;
   char url[64];
-  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  int fd = silent_redis(&port, url);
+  if (!CHECK(fd >= 0)) return;
   const char *seeds[] = {url};
   rk_backend *backends[2] = {NULL, NULL};
   CHECK_OK(rk_backend_new_redis(url, "hung", RK_FAIL_CLOSED, 0, 2.0, &backends[0]));
@@ -1678,6 +1707,193 @@ static void test_partitions(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* ---------------------------------------------------------------- checks that complete later */
+
+/* Callbacks of rk_limiter_check_start land in slots; the test thread waits on `cond` until
+ * `done` reaches what it submitted (bounded: a lost callback fails the test instead of hanging
+ * it). */
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int done;
+} completions;
+
+typedef struct {
+  completions *c;
+  int calls;
+  rk_status status;
+  bool had_decision, on_submitting_thread;
+  rk_decision decision;
+  char message[512];
+  pthread_t submitter;
+} slot;
+
+static void on_complete(void *user_data, rk_status status, const rk_decision *decision,
+                        const char *error_message) {
+  slot *s = user_data;
+  pthread_mutex_lock(&s->c->lock);
+  s->calls++;
+  s->status = status;
+  s->had_decision = decision != NULL;
+  if (decision) s->decision = *decision;
+  snprintf(s->message, sizeof s->message, "%s", error_message ? error_message : "(NULL)");
+  s->on_submitting_thread = pthread_equal(pthread_self(), s->submitter);
+  s->c->done++;
+  pthread_cond_broadcast(&s->c->cond);
+  pthread_mutex_unlock(&s->c->lock);
+}
+
+/* Waits (60 s at most) until `n` callbacks have come; false if they did not. */
+static bool await_completions(completions *c, int n) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 60;
+  pthread_mutex_lock(&c->lock);
+  while (c->done < n && pthread_cond_timedwait(&c->cond, &c->lock, &until) == 0) {
+  }
+  bool all = c->done >= n;
+  pthread_mutex_unlock(&c->lock);
+  return all;
+}
+
+static int completions_so_far(completions *c) {
+  pthread_mutex_lock(&c->lock);
+  int n = c->done;
+  pthread_mutex_unlock(&c->lock);
+  return n;
+}
+
+#define IN_FLIGHT 150
+
+/* 150 checks in flight at once on a limit of 100: each callback is called exactly once, from a
+ * runtime thread, and exactly 100 are admitted, each with a different `remaining`. */
+static void test_check_start(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_bucket(b, "c-start", 100, CENTURY, &l), l, "bucket");
+  completions c = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  static slot slots[IN_FLIGHT];
+  memset(slots, 0, sizeof slots);
+  for (int i = 0; i < IN_FLIGHT; i++) {
+    slots[i] = (slot){.c = &c, .submitter = pthread_self()};
+    CHECK_OK(rk_limiter_check_start(l, "k", 1, on_complete, &slots[i]));
+  }
+  if (!CHECK(await_completions(&c, IN_FLIGHT))) return; /* slots still referenced: leak, not free */
+  int admitted = 0;
+  bool seen[100] = {false};
+  for (int i = 0; i < IN_FLIGHT; i++) {
+    CHECK_U64((uint64_t)slots[i].calls, 1);
+    CHECK_STATUS(slots[i].status, RK_OK);
+    CHECK(slots[i].had_decision);
+    CHECK(!slots[i].on_submitting_thread);
+    CHECK(strcmp(slots[i].message, "") == 0);
+    if (slots[i].decision.allowed) {
+      admitted++;
+      uint64_t r = slots[i].decision.remaining;
+      if (CHECK(r < 100)) {
+        CHECK(!seen[r]);
+        seen[r] = true;
+      }
+    } else {
+      CHECK(slots[i].decision.retry_after_us > 0);
+    }
+  }
+  CHECK_U64((uint64_t)admitted, 100);
+  CHECK_U64(peek1(l, "k").remaining, 0);
+
+  /* The key is copied before the call returns: freed at once (AddressSanitizer would report a
+   * later read), the check still counts against it. */
+  char *key = strdup("copied-key");
+  slot copied = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_check_start(l, key, 3, on_complete, &copied));
+  free(key);
+  CHECK(await_completions(&c, IN_FLIGHT + 1));
+  CHECK_STATUS(copied.status, RK_OK);
+  CHECK_U64(peek1(l, "copied-key").remaining, 97);
+
+  /* Bad values come through the callback, naming the parameter; nothing is consumed. */
+  char long_key[1100];
+  memset(long_key, 'x', sizeof long_key - 1);
+  long_key[sizeof long_key - 1] = '\0';
+  slot bad_key = {.c = &c, .submitter = pthread_self()};
+  slot bad_cost = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_check_start(l, long_key, 1, on_complete, &bad_key));
+  CHECK_OK(rk_limiter_check_start(l, "copied-key", RK_MAX_COUNT + 1, on_complete, &bad_cost));
+  CHECK(await_completions(&c, IN_FLIGHT + 3));
+  CHECK_STATUS(bad_key.status, RK_INVALID_ARGUMENT);
+  CHECK(!bad_key.had_decision);
+  CHECK(strstr(bad_key.message, "`key`") != NULL);
+  CHECK_STATUS(bad_cost.status, RK_INVALID_ARGUMENT);
+  CHECK(strstr(bad_cost.message, "`cost`") != NULL);
+  CHECK_U64(peek1(l, "copied-key").remaining, 97);
+
+  /* NULL and invalid UTF-8 are refused at once, and then the callback is never called. */
+  slot never = {.c = &c, .submitter = pthread_self()};
+  CHECK_FAILS(rk_limiter_check_start(NULL, "k", 1, on_complete, &never), RK_NULL_PARAMETER,
+              "limiter");
+  CHECK_FAILS(rk_limiter_check_start(l, "k", 1, NULL, &never), RK_NULL_PARAMETER, "callback");
+  CHECK_FAILS(rk_limiter_check_start(l, "\xff", 1, on_complete, &never), RK_INVALID_UTF8, "key");
+
+  /* A panic inside the submitted call reaches the callback as RK_PANIC, with its message. */
+  slot panicked = {.c = &c, .submitter = pthread_self()};
+  rk_test_panic_next_task();
+  CHECK_OK(rk_limiter_check_start(l, "copied-key", 1, on_complete, &panicked));
+  CHECK(await_completions(&c, IN_FLIGHT + 4));
+  CHECK_STATUS(panicked.status, RK_PANIC);
+  CHECK(strstr(panicked.message, "rk_test_panic_next_task") != NULL);
+  CHECK_U64(peek1(l, "copied-key").remaining, 97);
+
+  /* The limiter may be freed while its checks are in flight: they complete. */
+  slot after_free[8];
+  for (int i = 0; i < 8; i++) {
+    after_free[i] = (slot){.c = &c, .submitter = pthread_self()};
+    CHECK_OK(rk_limiter_check_start(l, "freed", 1, on_complete, &after_free[i]));
+  }
+  rk_limiter_free(l);
+  CHECK(await_completions(&c, IN_FLIGHT + 12));
+  for (int i = 0; i < 8; i++) {
+    CHECK_STATUS(after_free[i].status, RK_OK);
+    CHECK(after_free[i].decision.allowed);
+  }
+  CHECK_U64((uint64_t)never.calls, 0);
+  CHECK_U64((uint64_t)completions_so_far(&c), IN_FLIGHT + 12);
+  rk_backend_free(b);
+}
+
+/* Against a Redis that never answers, the call returns at once and the callback receives the
+ * timeout, with the message the blocking call would have left in the thread-local one. */
+static void test_check_start_on_a_hung_redis(const fixture *f) {
+  (void)f;
+  int port = 0;
+  char url[64];
+  int fd = silent_redis(&port, url);
+  if (!CHECK(fd >= 0)) return;
+  rk_backend *b = NULL;
+  CHECK_OK(rk_backend_new_redis(url, "hung", RK_FAIL_CLOSED, 0, 2.0, &b));
+  rk_limiter *l = NULL;
+  must(rk_limiter_new_bucket(b, "c-hung-start", 4, CENTURY, &l), l, "bucket");
+  completions c = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  slot s = {.c = &c, .submitter = pthread_self()};
+  watchdog w;
+  watchdog_start(&w, fd, 30);
+  CHECK_OK(rk_limiter_check_start(l, "k", 1, on_complete, &s));
+  /* Returned while the server still hangs: no answer could have come yet. */
+  CHECK(!atomic_load(&w.fired));
+  CHECK_U64((uint64_t)completions_so_far(&c), 0);
+  CHECK(await_completions(&c, 1));
+  CHECK(!atomic_load(&w.fired)); /* the deadline, not the watchdog closing the socket, ended it */
+  CHECK(!watchdog_stop(&w));
+  CHECK_STATUS(s.status, RK_TIMEOUT);
+  CHECK(!s.had_decision);
+  char expected[256];
+  snprintf(expected, sizeof expected,
+           "timed out: Redis at 127.0.0.1:%d did not answer within 2s; is it reachable from here and not overloaded? A slow link needs a longer deadline", port);
+  CHECK(strcmp(s.message, expected) == 0);
+  rk_limiter_free(l);
+  rk_backend_free(b);
+  close(fd);
+}
+
 static const test_case TESTS[] = {
     {"status names and version", test_status_names_and_version, false},
     {"backoff", test_backoff, false},
@@ -1714,6 +1930,8 @@ static const test_case TESTS[] = {
     {"pause and observe", test_pause_and_observe, true},
     {"block, unblock and block_for", test_block, true},
     {"partitions", test_partitions, true},
+    {"checks that complete through a callback", test_check_start, true},
+    {"a check started on a hung Redis completes with the timeout", test_check_start_on_a_hung_redis, false},
     {"a pause ends by the manual clock", test_pause_ends_by_the_manual_clock, false},
     {"backend from JSON on a manual clock", test_backend_from_json_with_clock, true},
 };

@@ -19,7 +19,7 @@ const ioredis = () => {
 };
 /** ratekeeper's fixed window, the algorithm of every peer here. */
 // A long deadline: on a loaded machine a 503 would stop the run (the peers have none).
-const rkLimiter = () => rk().Backend.redis(REDIS_URL, { deadlineMs: 5000 }).bucket('bench', LIMIT, WINDOW_MS);
+const rkLimiter = () => rk().Backend.redis(REDIS_URL, { deadlineMs: 5000 }).bucket('bench', LIMIT, `${WINDOW_MS}ms`);
 const ready = (port) => console.log(`listening on ${port}`);
 
 async function express() {

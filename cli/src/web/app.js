@@ -91,8 +91,13 @@ function keepOpen(details, name) {
 // An override no process has used yet (set ahead of a deploy).
 const WAITING = "waiting for a first user";
 
-// One name, one kind: what the registry reported about a use it could not take.
+// One name, one spec and one kind: what the registry reported (two specs in use, or a use of
+// another kind it could not take).
 function conflictText(l) {
+  if (l.conflict.includes(" specs in use: ")) {
+    return `${l.conflict} (one name, one spec: each process enforces its own number on the same counter; ` +
+      "give every process the same spec, or change it fleet-wide with an override)";
+  }
   return `${l.conflict} (one name, one kind: this ${l.kind} keeps the name; rename the other)`;
 }
 
@@ -287,6 +292,16 @@ $("#block-form").addEventListener("submit", (event) => {
     const query = [keyQuery, `seconds=${encodeURIComponent(form.seconds.value)}`].filter(Boolean).join("&");
     write("POST", `/api/limiters/${name}/block?${query}`).then((r) => done(`blocked ${who} for ${r.blocked_for}s`), refused);
   }
+});
+
+$("#forget-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const name = currentName();
+  const out = $("#action-result");
+  write("POST", `/api/limiters/${encodeURIComponent(name)}/forget`).then(
+    (r) => { out.className = "result ok"; out.textContent = r.forgotten ? `forgot ${name}` : `${name} was not listed`; refresh(); },
+    (e) => { out.className = "result error"; out.textContent = `refused: ${e.message}`; },
+  );
 });
 
 $("#override-form").addEventListener("submit", (event) => {

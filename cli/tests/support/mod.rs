@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use ratekeeper_test_support::{free_port, scratch_dir, wait_until, RedisCluster, RedisServer};
+pub use ratekeeper_test_support::{free_port, scratch_dir, wait_until, RedisCluster, RedisServer, SentinelGroup};
 
 /// The built `ratekeeper` binary, with no RATEKEEPER_* variables from the environment.
 pub fn ratekeeper() -> Command {

@@ -303,6 +303,9 @@ pub(crate) struct MemoryBackend {
     blocks: Blocks,
     /// Settles applied (see `Limiter::settle`): a repeat of one is a peek.
     settled: Mutex<crate::engine::settle::SettledIds>,
+    /// The key sealing this backend's settle tickets (see `settle_seal`): random, made at
+    /// first use.
+    seal_key: std::sync::OnceLock<Arc<crate::settle_seal::SealKey>>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -343,7 +346,13 @@ impl MemoryBackend {
             pauses_held: AtomicUsize::new(0),
             blocks: Blocks::default(),
             settled: Mutex::default(),
+            seal_key: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The key sealing this backend's settle tickets.
+    pub(crate) fn seal_key(&self) -> Arc<crate::settle_seal::SealKey> {
+        self.seal_key.get_or_init(|| Arc::new(crate::settle_seal::SealKey::random().0)).clone()
     }
 
     /// The backend clock's reading, in microseconds.
@@ -547,10 +556,12 @@ impl MemoryBackend {
         }
     }
 
-    /// Runs a settle once per id: a repeat of an applied one is a peek. The id is remembered as
-    /// long as the state it guards lives (before or after the settle), as on Redis.
+    /// Runs a settle once per id: a repeat of an applied one is a peek. The id is remembered
+    /// until the end of its settle window, past which the settle is refused, as on Redis.
     pub(crate) fn settle(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
-        let Some(id) = crate::engine::settle::id_of(op) else { return self.execute(namespace, key, algorithm, op) };
+        let Some((id, until)) = crate::engine::settle::id_of(op) else {
+            return self.execute(namespace, key, algorithm, op);
+        };
         // Held across the settle, so that two settles of one id never both apply.
         let mut settled = self.settled.lock();
         let now = self.now_micros();
@@ -558,20 +569,12 @@ impl MemoryBackend {
             let outcome = self.execute(namespace, key, algorithm, Op::Peek)?;
             return Ok(Outcome { settle_repeated: true, ..outcome });
         }
-        let before = self.expiry_of(namespace, key);
-        let outcome = self.execute(namespace, key, algorithm, op)?;
-        let until = before.max(self.expiry_of(namespace, key));
-        if until > now {
-            settled.insert(namespace, id, until, now);
+        if settled.refuses(until, now) {
+            return Err(crate::engine::settle::expired());
         }
+        let outcome = self.execute(namespace, key, algorithm, op)?;
+        settled.insert(namespace, id, until, now);
         Ok(outcome)
-    }
-
-    /// The instant after which the state of (`namespace`, `key`) is empty (0: no state).
-    fn expiry_of(&self, namespace: u32, key: &str) -> u64 {
-        let hash = self.hash(namespace, key.as_bytes());
-        let shard = self.shard(hash).lock();
-        shard.table.find(hash, |s| s.is(namespace, key.as_bytes())).map_or(0, |slot| slot.expires_at)
     }
 
     /// Counts a call that found another configuration's state.

@@ -12,7 +12,7 @@ pub(crate) use self::redis::{Failover, RedisBackend};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use self::redis::config::{FailurePolicy, RedisConfig, TlsConfig};
+pub use self::redis::config::{FailurePolicy, OnConflict, RedisConfig, SentinelConfig, TlsConfig};
 pub use self::redis::redact::redact_url;
 pub use crate::engine::script::sources as lua_sources;
 pub(crate) use memory::MemoryBackend;
@@ -80,6 +80,12 @@ impl Backend {
     /// A Redis Cluster reached through any of `seeds`, with default settings.
     pub fn redis_cluster<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Result<Backend> {
         Backend::redis_with(RedisConfig::cluster(seeds))
+    }
+
+    /// A Sentinel-managed primary named `service`, found through any of `sentinels`
+    /// (`host:port`), with default settings (see [`RedisConfig::sentinel`]).
+    pub fn sentinel<S: Into<String>>(sentinels: impl IntoIterator<Item = S>, service: &str) -> Result<Backend> {
+        Backend::redis_with(RedisConfig::sentinel(sentinels, service))
     }
 
     /// A Redis or Redis Cluster backend.

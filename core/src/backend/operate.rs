@@ -163,6 +163,24 @@ impl Backend {
         block_on(self.clear_limit(name, key))
     }
 
+    /// Removes limiter `name` from the registry (`limiters()`, `ratekeeper limits`, the Limits
+    /// page): for a limiter no process uses any more, which the registry would otherwise list
+    /// for its 90-day TTL. Its state, metrics and overrides are left alone, and a process that
+    /// still uses it registers it again within a minute. Returns whether it was listed. Nothing
+    /// to do on the memory backend, whose list is this process's limiters.
+    pub async fn forget_limiter(&self, name: &str) -> Result<bool> {
+        validate_name(name)?;
+        match &*self.inner {
+            BackendInner::Redis(redis) => redis.forget(name).await,
+            BackendInner::Memory(_) => Ok(false),
+        }
+    }
+
+    /// Blocking form of [`Backend::forget_limiter`].
+    pub fn forget_limiter_blocking(&self, name: &str) -> Result<bool> {
+        block_on(self.forget_limiter(name))
+    }
+
     /// Sends this process's pending metric counts and registrations to Redis now, rather than
     /// within the next second (call it before a short-lived process exits). Nothing to do on
     /// the memory backend.

@@ -13,6 +13,7 @@
 --          way) still names the server's period exactly.
 -- ARGV[9]  settle: the actual cost (ARGV[3] is then the cost the call was charged)
 -- ARGV[10] settle: the instant (µs) the call was charged at
+-- A dry check (see script.rs) records nothing.
 -- Returns {now, end of the period containing now, count in it before this call}, or an error
 -- when the server's instant is in none of the three periods.
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
@@ -58,7 +59,7 @@ end
 local asked = commit and cost or 1
 local allowed = asked == 0 or asked <= limit - count
 refused = commit and not allowed
-if allowed and commit and cost > 0 then
+if allowed and commit and cost > 0 and not dry then
   if count > 0 then
     redis.call('HINCRBY', h, 'c', ARGV[3])
   else

@@ -12,6 +12,8 @@
 -- ARGV[5]  lease id (check, release, extend, abandon)
 -- ARGV[6]  check: the waiter id of an acquire about to wait, or ''
 -- ARGV[7]  check: how long that waiter waits (µs)
+-- ARGV[8]  a dry check (see script.rs): the slots the combination asks of this limiter and key,
+--          up to this part (1 when it is the only one); a dry check writes nothing
 -- check/peek return {allowed, limit, remaining, retry_after_us, reset_after_us, now_us,
 -- fencing_token, reclaimed}; release, extend and abandon return {1, now_us, overdue} if the
 -- lease was held (overdue = 1 when its lock_timeout, as last extended, had passed), {0, now_us}
@@ -73,7 +75,13 @@ if op == 'release' or op == 'abandon' then
   return {0, now}
 end
 
-if op == 'check' and redis.call('ZREM', abandoned, ARGV[5]) == 1 then
+local abandoned_id
+if op == 'check' and dry then
+  abandoned_id = redis.call('ZSCORE', abandoned, ARGV[5])
+elseif op == 'check' then
+  abandoned_id = redis.call('ZREM', abandoned, ARGV[5]) == 1
+end
+if abandoned_id then
   -- Its caller gave up and abandoned this lease before the check got here: grant nothing.
   refused = true
   return {0, limit, 0, 0, 0, now, 0, 0}
@@ -82,7 +90,7 @@ end
 local held = redis.call('ZCARD', holders)
 local live = redis.call('ZCOUNT', holders, '(' .. fmt(now), '+inf')
 local reclaimed = 0
-if op == 'check' and held >= limit and live < limit then
+if op == 'check' and not dry and held >= limit and live < limit then
   -- Full only because of overdue holders: reclaim them.
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', holders, '-inf', fmt(now))) do
     redis.call('HDEL', grants, id)
@@ -90,7 +98,7 @@ if op == 'check' and held >= limit and live < limit then
   reclaimed = redis.call('ZREMRANGEBYSCORE', holders, '-inf', fmt(now))
 end
 -- An acquire about to wait is counted among the waiters while refused, and no more once granted.
-local waiter = op == 'check' and ARGV[6] or ''
+local waiter = (op == 'check' and not dry) and ARGV[6] or ''
 if waiter ~= '' then
   local wait = tonumber(ARGV[7])
   if live < limit or wait <= 0 then
@@ -102,19 +110,23 @@ if waiter ~= '' then
     touch(waiters, tonumber(last[2]))
   end
 end
-local allowed = live < limit
+-- A dry check of a combination asks for its slots and every earlier part's on this key.
+local slots = dry and op == 'check' and tonumber(ARGV[8]) or 1
+local allowed = live + slots - 1 < limit
 local function reset_after() return math.max(latest_expiry() - now, 0) end
 if not allowed or op ~= 'check' then
   refused = op == 'check' and not allowed
   local retry = 0
   if not allowed then
-    -- When the live holders drop below the limit: overdue holders still stored (full with
-    -- live ones, nothing was reclaimed) have expired already and do not count.
-    local freeing = redis.call('ZRANGEBYSCORE', holders, '(' .. fmt(now), '+inf', 'WITHSCORES', 'LIMIT', live - limit, 1)
-    retry = tonumber(freeing[2]) - now
+    -- When enough live holders have left: overdue holders still stored (full with live ones,
+    -- nothing was reclaimed) have expired already and do not count. (More slots than the limit
+    -- never fit: a lock_timeout is as long as any wait may need.)
+    local freeing = redis.call('ZRANGEBYSCORE', holders, '(' .. fmt(now), '+inf', 'WITHSCORES', 'LIMIT', live + slots - 1 - limit, 1)
+    retry = freeing[2] and tonumber(freeing[2]) - now or lock
   end
   return {allowed and 1 or 0, limit, limit - math.min(live, limit), retry, reset_after(), now, 0, reclaimed}
 end
+if dry then return {1, limit, limit - live - slots, 0, reset_after(), now, 0, reclaimed} end
 local token = math.max(tonumber(redis.call('GET', token_key) or '0') + 1, now)
 local expires = now + lock
 redis.call('ZADD', holders, fmt(expires), ARGV[5])

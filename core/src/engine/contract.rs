@@ -108,6 +108,9 @@ pub(crate) struct Outcome {
     pub granted: u64,
     /// The call was refused by a block (see [`super::block`]), not by the limiter's state.
     pub blocked: bool,
+    /// The call was refused by a hold, a pause or a block (see [`super::pause`]), not by the
+    /// limiter's state.
+    pub held: bool,
     /// For a settle: its id had been applied already, so this call changed nothing.
     #[allow(dead_code)] // set by every backend; read by tests of the backends
     pub settle_repeated: bool,
@@ -139,6 +142,7 @@ impl Outcome {
             served: Served::Backend,
             granted: 0,
             blocked: false,
+            held: false,
             settle_repeated: false,
             charged_at: None,
         }

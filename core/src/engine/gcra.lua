@@ -13,8 +13,11 @@
 -- ARGV[6]  max_ahead: how far ahead of now the TAT may run (tau plus the largest debt)
 -- ARGV[7]  cost (check) or estimate (adjust, settle)
 -- ARGV[8]  actual (adjust, settle)
+-- ARGV[9]  settle: the instant the call was charged (µs); a refund gives back at most what of
+--          the call's charge time has not yet refilled since then (see `Gcra::adjust`)
 -- Returns {tat_us, tat_ns, now}: the TAT before this call (microseconds, and nanoseconds within
--- the microsecond) and the instant it was decided at. A refused check sets `refused` (see script.rs).
+-- the microsecond) and the instant it was decided at. A refused check sets `refused`;
+-- a dry check writes nothing (see script.rs).
 -- Written inline, without local functions: a closure per call costs the server measurably (a
 -- settle's charge is `settle_charge` of the script's prelude, settle_charge.lua, defined once
 -- per invocation).
@@ -63,6 +66,8 @@ if op == 'check' then
     refused = cost > 0
     return {tat_us, tat_ns, now}
   end
+  -- Admitted: a `check_all` deciding before it writes (`dry`, see script.rs) stops here.
+  if dry then return {tat_us, tat_ns, now} end
   new_used = used + cost * T
 else
   -- adjust or settle: charge the difference, possibly beyond capacity up to max_ahead (debt), or refund
@@ -71,7 +76,14 @@ else
   if actual >= estimate then
     new_used = settle_charge(used, actual - estimate, T, max_ahead)
   else
-    new_used = math.max(used - (estimate - actual) * T, 0)
+    local back = (estimate - actual) * T
+    if op == 'settle' then
+      -- Ticks of the call's charge not yet refilled: its cost, less the time since it was charged
+      -- (compared before subtracting: the product may exceed 2^53 where doubles round).
+      local elapsed, charged = math.max(now - tonumber(ARGV[9]), 0) * per, estimate * T
+      if elapsed >= charged then back = 0 else back = math.min(back, charged - elapsed) end
+    end
+    new_used = math.max(used - back, 0)
   end
   if new_used == used then return {tat_us, tat_ns, now} end
 end

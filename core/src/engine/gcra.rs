@@ -222,7 +222,11 @@ impl Gcra {
         match op {
             Op::Check { cost, .. } => self.evaluate(tat, now, cost, true),
             Op::Adjust { estimate, actual } | Op::Settle { cost: estimate, actual, .. } => {
-                let changed = self.adjust(tat, now, estimate, actual);
+                let charged_at = match op {
+                    Op::Settle { at, .. } => Some(at),
+                    _ => None,
+                };
+                let changed = self.adjust(tat, now, estimate, actual, charged_at);
                 let mut view = *tat;
                 Evaluation { changed, ..self.evaluate(&mut view, now, 1, false) }
             }
@@ -236,19 +240,45 @@ impl Gcra {
     /// Corrects a charge of `estimate` to `actual` (points limiter): the difference is charged,
     /// possibly beyond capacity (debt the bucket waits out, up to `max_ahead`), or refunded
     /// (never beyond full).
-    pub(crate) fn adjust(&self, tat: &mut GcraState, now: u64, estimate: u64, actual: u64) -> bool {
+    ///
+    /// A settle's refund (`charged_at`: the instant the call was charged, µs) gives back at most
+    /// what of the call's charge time has not yet refilled: the call's tokens sit on the bucket's
+    /// schedule no earlier than the call, so `estimate × T` after it they have all refilled,
+    /// and a refund then would give them twice (others may have spent them since). Until then
+    /// the part not yet refilled is still held by the bucket, and giving it back never admits
+    /// more than had the call cost `actual`. `points_used` (no instant) is Sidekiq's unbounded
+    /// correction, applied as it is told.
+    pub(crate) fn adjust(
+        &self,
+        tat: &mut GcraState,
+        now: u64,
+        estimate: u64,
+        actual: u64,
+        charged_at: Option<u64>,
+    ) -> bool {
         let used = self.used(*tat, now);
         let new_used = if actual >= estimate {
             let extra = u128::from(actual - estimate) * u128::from(self.emission);
             (u128::from(used) + extra).min(u128::from(self.max_ahead.max(used))) as u64
         } else {
-            used.saturating_sub((estimate - actual) * self.emission)
+            let mut back = (estimate - actual).saturating_mul(self.emission);
+            if let Some(charged_at) = charged_at {
+                back = back.min(self.unrefilled(estimate, charged_at, now));
+            }
+            used.saturating_sub(back)
         };
         if new_used == used {
             return false;
         }
         *tat = now.saturating_mul(NS_PER_US).saturating_add(new_used * self.tick_ns);
         true
+    }
+
+    /// Ticks of a charge of `cost` made at `charged_at` (µs) that time has not refilled by `now`,
+    /// counting its refill from the instant it was charged.
+    fn unrefilled(&self, cost: u64, charged_at: u64, now: u64) -> u64 {
+        let elapsed_ns = now.saturating_sub(charged_at).saturating_mul(NS_PER_US);
+        cost.saturating_mul(self.emission).saturating_sub(elapsed_ns / self.tick_ns)
     }
 }
 
@@ -310,7 +340,7 @@ impl Engine for Gcra {
     }
 
     /// `tick_ns emission tau max_ahead first second`: a check's cost (and 0), an adjustment's
-    /// estimate and actual, or 0 0 for a peek.
+    /// estimate and actual, or 0 0 for a peek; a settle adds the instant its call was charged.
     fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         let (first, second) = match op {
             Op::Check { cost, .. } => (cost, 0),
@@ -320,6 +350,9 @@ impl Engine for Gcra {
         };
         // Written straight into the command (no per-argument `String`s): the hot path.
         cmd.arg(self.tick_ns).arg(self.emission).arg(self.tau).arg(self.max_ahead).arg(first).arg(second);
+        if let Op::Settle { at, .. } = op {
+            cmd.arg(at);
+        }
         Ok(())
     }
 

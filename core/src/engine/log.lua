@@ -17,7 +17,8 @@
 -- is answered as a peek after it
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, now_us, mismatch} and, for
 -- several windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window
--- appended; mismatch is 1 when another configuration recorded last.
+-- appended; mismatch is 1 when another configuration recorded last. A dry check (see script.rs)
+-- records nothing: its reply counts the window without it.
 
 local log, dropped_key, seen_key = KEYS[1], KEYS[2], KEYS[3]
 local commit = ARGV[1] == 'check'
@@ -108,7 +109,7 @@ for i = 1, n do
 end
 
 refused = commit and not allowed
-local record = allowed and commit and cost > 0
+local record = allowed and commit and cost > 0 and not dry
 if record then
   redis.call('ZADD', log, fmt(now), member(last_cum() + cost))
 end
@@ -122,11 +123,15 @@ end
 
 local newest = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
 local newest_at = newest[2] and tonumber(newest[2])
+-- A dry check that admits answers as if it had recorded its admission now.
+local pending = (dry and commit and allowed) and cost or 0
+if pending > 0 then newest_at = now end
 local best_remaining, best_limit, retry, reset = nil, 0, 0, 0
 local details = {}
 for i = 1, n do
   local limit, interval = tonumber(ARGV[5 + 2 * i]), tonumber(ARGV[6 + 2 * i])
   local count, before = window_count(interval)
+  count = count + pending
   local over = asked - (limit - count)
   local w_retry = 0
   if not allowed and over > 0 then

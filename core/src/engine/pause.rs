@@ -34,7 +34,7 @@ pub(crate) fn applies_to(op: Op) -> bool {
 pub(crate) fn refusal(capacity: u64, remaining_us: u64, now: u64) -> Outcome {
     let mut d = super::decision(false, capacity, 0, remaining_us, remaining_us);
     d.decided_at_micros = now;
-    Outcome::of(d)
+    Outcome { held: true, ..Outcome::of(d) }
 }
 
 /// The refusal a script's reply carries when the pause check answered it, else `None`.

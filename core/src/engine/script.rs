@@ -39,11 +39,13 @@ pub(crate) struct LuaScript {
 /// An engine's body that refuses a check sets `refused` (declared here, so that bodies can set
 /// it), and so does the hold check: the combined script of `check_all`
 /// ([`super::script_all`]) reads it to know which part refused without decoding every engine's
-/// reply; a single call ignores it.
+/// reply; a single call ignores it. That script also sets `dry` while it decides its parts: an
+/// engine's body then decides a check, and answers it as usual, without recording it (it may
+/// still drop state that no longer counts, as a peek does); a single call never sets it.
 const BATCH_WRAPPER: &str = r#"
 __NOW__
 __SETTLE_CHARGE__
-local refused = false
+local refused, dry = false, false
 local function run(KEYS, ARGV)
 __HOLD__
 __BODY__
@@ -90,8 +92,12 @@ return replies
 /// lifetime by the clock it decides with: none on the server's own clock (its TTLs keep their
 /// own second of slack); an hour on a caller's clock, whose time need not pass with real time,
 /// so that a stall between two calls (a loaded machine, a paused process, a debugger) never
-/// expires state that clock still holds live.
+/// expires state that clock still holds live. And it binds `unpack` in every Lua the servers
+/// embed (5.1's global, 5.4's `table.unpack`).
 pub(super) const NOW_US: &str = r#"
+-- Lua 5.1 (Redis, Valkey, KeyDB) has `unpack`; Lua 5.4 (Dragonfly) only `table.unpack`. Read
+-- through `table` first: Redis refuses a script that reads a global it does not define.
+local unpack = table.unpack or unpack
 local CLOCK_SLACK_MS = 0
 local server_now
 local function now_us(ARGV)
@@ -148,15 +154,19 @@ end
 /// Settles apply once per id, written once here for every engine (see `Limiter::settle`). A
 /// settle passes three keys more than its engine's own, last in KEYS: the pause and block keys
 /// (as a check does) and the identity's record of applied settles (a sorted set: settle id →
-/// the instant its record expires), and its id as ARGV[3]; they are taken off before the
-/// engine's body runs. An id already recorded makes the call a peek (the hold check applies to
-/// it), answered `{0, peek reply…}`; otherwise the body settles, the id is recorded for as long as the state
-/// it guards lives (the longest TTL of the engine's keys, before or after the settle: once the
-/// charge it corrects has expired, so has what a repeat could double), and the answer is `{1, settle reply…}`.
+/// the end of its settle window, µs), and as ARGV[3] and ARGV[4] its id and the end of its
+/// window (`SETTLE_WINDOW` after its call was charged); they are taken off before the engine's
+/// body runs. A settle at or past the end of its window is answered `{2}` (refused: its id is
+/// no longer remembered, so a repeat could not be told apart). An id already recorded makes
+/// the call a peek (the hold check applies to it), answered `{0, peek reply…}`; otherwise the
+/// body settles, the id is recorded until the end of its window, whatever the state's TTL (a
+/// repeat after the state rolled over must not apply again), and the answer is
+/// `{1, settle reply…}`. The record holds at most the ids of the last window's settles.
 const SETTLE: &str = r#"
 local function settle(KEYS, ARGV)
   local record = table.remove(KEYS)
   local id = table.remove(ARGV, 3)
+  local ends = tonumber(table.remove(ARGV, 3))
   local now = now_us(ARGV)
   redis.call('ZREMRANGEBYSCORE', record, '-inf', string.format('%d', now))
   local reply
@@ -166,18 +176,14 @@ local function settle(KEYS, ARGV)
     if type(reply) == 'table' and not reply.err then table.insert(reply, 1, 0) end
     return reply
   end
+  if now >= ends then return {2} end
   table.remove(KEYS)
   table.remove(KEYS)
-  local ttl = 0
-  for i = 1, #KEYS do ttl = math.max(ttl, redis.call('PTTL', KEYS[i])) end
   reply = run(KEYS, ARGV)
   if type(reply) ~= 'table' or reply.err then return reply end
-  for i = 1, #KEYS do ttl = math.max(ttl, redis.call('PTTL', KEYS[i])) end
-  if ttl > 0 then
-    redis.call('ZADD', record, string.format('%d', now + ttl * 1000), id)
-    local last = redis.call('ZRANGE', record, -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', record, string.format('%d', math.ceil((tonumber(last[2]) - now) / 1000) + 1))
-  end
+  redis.call('ZADD', record, string.format('%d', ends), id)
+  local last = redis.call('ZRANGE', record, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', record, string.format('%d', math.ceil((tonumber(last[2]) - now) / 1000) + 1 + CLOCK_SLACK_MS))
   table.insert(reply, 1, 1)
   return reply
 end

@@ -29,7 +29,7 @@
 -- Returns {now, mismatch, then per limit: total, newest block or -1, freeing block or -1}: the
 -- units counting before this call, the newest counting block, and (refused calls) the block by
 -- whose end enough units have left; mismatch is 1 when another configuration recorded last.
--- A refused check sets `refused` (see script.rs).
+-- A refused check sets `refused`; a dry check records nothing (see script.rs).
 -- A settle returns the same figures after it, as a peek reads them.
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
 
@@ -53,6 +53,7 @@ if n == 1 and ARGV[9] == '1' and ARGV[1] ~= 'settle' then
   local total, newest = 0, -1
   if stored and stored >= current then total, newest = c, stored end
   if commit and cost > 0 and asked <= limit - total then
+    if dry then return {now, mismatch, total, newest, newest} end
     -- A clock that went back records into the newest block: counts never move back in time.
     local block = math.max(current, newest)
     local cfg_changes = mismatch == 1 or not cfg
@@ -276,7 +277,7 @@ for i = 1, n do
   reply[#reply + 1] = l.freeing
 end
 
-if allowed and commit and cost > 0 then
+if allowed and commit and cost > 0 and not dry then
   local expire_at, new_h, new_z = 0, false, false
   -- The configuration's fingerprint, when it changes, goes with a fixed window's new block (one
   -- HSET), else on its own after the loop.

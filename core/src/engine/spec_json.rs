@@ -168,7 +168,23 @@ impl<'a> JsonFields<'a> {
     }
 
     fn required(&mut self, key: &'static str) -> Result<&'a Value> {
-        self.get(key).ok_or_else(|| Error::invalid_field(key, "is required"))
+        self.get(key).ok_or_else(|| match self.misspelling_of(key) {
+            // `"capacty"` for `capacity`: the field the user wrote is the one to name.
+            Some(written) => Error::invalid_field(
+                written.to_owned(),
+                format!("is not a field of this spec; did you mean {key:?}? ({key:?} is required)"),
+            ),
+            None => Error::invalid_field(key, "is required"),
+        })
+    }
+
+    /// A field of the object that is not a known one and is close to `key` (a typo of it).
+    fn misspelling_of(&self, key: &str) -> Option<&'a str> {
+        self.object
+            .keys()
+            .filter(|k| !self.used.contains(&k.as_str()) && !is_known_field(k))
+            .find(|k| close(k, key))
+            .map(String::as_str)
     }
 
     pub(crate) fn string(&mut self, key: &'static str) -> Result<&'a str> {
@@ -295,13 +311,34 @@ impl<'a> JsonFields<'a> {
 
     fn reject_unknown(&self, kind: &str) -> Result<()> {
         match self.object.keys().find(|k| !self.used.contains(&k.as_str())) {
-            Some(unknown) => Err(Error::invalid_field(
-                unknown.clone(),
-                format!("is not a field of a {kind} spec (fields: {})", self.used[1..].join(", ")),
-            )),
+            Some(unknown) => {
+                let fields = &self.used[1..];
+                let hint = fields
+                    .iter()
+                    .filter(|f| close(unknown, f))
+                    .min_by_key(|f| strsim::damerau_levenshtein(unknown, f))
+                    .map(|f| format!("; did you mean {f:?}?"))
+                    .unwrap_or_default();
+                Err(Error::invalid_field(
+                    unknown.clone(),
+                    format!("is not a field of a {kind} spec{hint} (fields: {})", fields.join(", ")),
+                ))
+            }
             None => Ok(()),
         }
     }
+}
+
+/// Whether `written` is close enough to `field` to be a typo of it: at most two edits (one for
+/// short names), ignoring case.
+fn close(written: &str, field: &str) -> bool {
+    let distance = strsim::damerau_levenshtein(&written.to_ascii_lowercase(), field);
+    distance <= if field.len() <= 4 { 1 } else { 2 }
+}
+
+/// The fields any spec may carry besides its kind's own: never taken for a typo of another.
+fn is_known_field(name: &str) -> bool {
+    matches!(name, "kind" | "wait_timeout" | "block_for" | "colocate" | "shadow")
 }
 
 /// Renames the parameter of an error to the JSON path `path` (`windows[1]`).
@@ -378,6 +415,24 @@ mod tests {
             Err(Error::InvalidArgument { parameter, .. }) => parameter.into_owned(),
             other => panic!("expected InvalidArgument for {json}, got {other:?}"),
         }
+    }
+
+    fn message(json: &str) -> String {
+        LimiterConfig::from_json(json).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_misspelt_field_is_named_with_the_closest_one() {
+        // Issue 46: "capacty" reported `capacity is required`.
+        let json = r#"{"kind":"token_bucket","rate":10,"capacty":20}"#;
+        assert_eq!(parameter(json), "capacty");
+        assert!(message(json).contains(r#"did you mean "capacity"?"#), "{}", message(json));
+        // A typo of an optional field is caught when the unknown fields are refused.
+        let json = r#"{"kind":"calendar","limit":10,"period":"month","ancor":15}"#;
+        assert_eq!(parameter(json), "ancor");
+        assert!(message(json).contains(r#"did you mean "anchor"?"#), "{}", message(json));
+        // Nothing close: the missing field is named, as before.
+        assert_eq!(parameter(r#"{"kind":"token_bucket","rate":10,"burst":20}"#), "capacity");
     }
 
     #[test]

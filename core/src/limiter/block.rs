@@ -110,12 +110,14 @@ impl Limiter {
     }
 
     /// The block a refused check starts under `block_for`: `None` when this `result` starts
-    /// none (no `block_for`, not a check, allowed, already blocked, or not decided by the
-    /// backend: a failure policy's answer blocks nothing).
+    /// none (no `block_for`, not a check, allowed, refused by a hold, or not decided by the
+    /// backend: a failure policy's answer blocks nothing). A refusal a pause or block caused
+    /// says nothing of the caller's use: a block it started would outlive the `resume` that
+    /// ends the pause, and extend a block past what the operator set.
     fn block_to_start(&self, op: Op, result: &Result<Outcome>) -> Option<Duration> {
         let block_for = self.inner.block_for?;
         match (op, result) {
-            (Op::Check { .. }, Ok(o)) if !o.decision.allowed && !o.blocked && o.served == Served::Backend => {
+            (Op::Check { .. }, Ok(o)) if !o.decision.allowed && !o.held && o.served == Served::Backend => {
                 Some(block_for)
             }
             _ => None,

@@ -239,7 +239,8 @@ impl Backend {
                     if matches!(limiter.inner.algorithm, Algorithm::Concurrent(_)) { next_lease_id() } else { 0 };
                 Ok(Prepared { limiter, key, cost: *cost, op: Op::Check { cost: *cost, lease_id, waiter: None } })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()
+            .and_then(refuse_shared_state_of_other_specs)
     }
 
     /// Runs a validated combination on this backend: its enforcing parts in one atomic step,
@@ -326,6 +327,33 @@ impl Backend {
             }
         }
     }
+}
+
+/// Refuses a part that shares its state (same kind, name and key) with an earlier part whose
+/// limiter has another spec. Parts on one state are decided together, each at the cost of the
+/// earlier ones plus its own, which holds only when one rule counts them all; one limiter
+/// twice on a key is fine.
+fn refuse_shared_state_of_other_specs(parts: Vec<Prepared<'_>>) -> Result<Vec<Prepared<'_>>> {
+    for (j, later) in parts.iter().enumerate() {
+        let earlier = parts[..j].iter().position(|p| {
+            p.key == later.key
+                && p.limiter.kind() == later.limiter.kind()
+                && p.limiter.name() == later.limiter.name()
+                && p.limiter.inner.algorithm != later.limiter.inner.algorithm
+        });
+        if let Some(i) = earlier {
+            return Err(Error::invalid_field(
+                format!("parts[{j}]"),
+                format!(
+                    "{:?} shares its state for key {:?} with parts[{i}], a limiter of the same name and kind with \
+                     another spec; one atomic step cannot decide both",
+                    later.limiter.name(),
+                    later.key
+                ),
+            ));
+        }
+    }
+    Ok(parts)
 }
 
 /// What each part of a combination decides under on Redis: its live override, if any, and the

@@ -17,8 +17,11 @@ impl Limiter {
     /// `retry_after` R is remembered in this process, and until R has passed a `check` or
     /// `acquire` of the same limiter and key with at least the refused cost is refused from
     /// memory, with no round trip (counted in [`crate::Metrics::refused_locally`]). A `reset`,
-    /// an `unblock` or a live override seen by this process ends the entries they affect; what
-    /// other processes do is not seen (an entry then lasts until R at most). Only Redis
+    /// a `resume`, an `unblock` or a settle by this process, and a live override seen by it,
+    /// end the entries they affect at once; a `reset`, a `resume` or an `unblock` by another
+    /// process ends them within this process's next live poll (five times a second). Entries
+    /// are kept per spec and key layout: limiters of one name with other specs never share
+    /// them. Only Redis
     /// limiters of the counting kinds use it: a concurrent limiter's slot may be released
     /// before its `retry_after`, and memory, leased and partitions limiters decide in process
     /// already.
@@ -31,9 +34,25 @@ impl Limiter {
         self.deny_cache_of().is_some()
     }
 
-    /// This limiter's `key` as the deny cache names it.
+    /// This limiter's `key` as the deny cache names it: with its configuration (spec and key
+    /// layout), so that limiters of one name with other specs or layouts, which decide on
+    /// their own, never answer for each other.
     fn identity<'a>(&'a self, key: &'a str) -> Identity<'a> {
-        Identity { kind: self.kind(), name: &self.inner.name, key }
+        let config = *self.inner.deny_config.get_or_init(|| {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            format!("{:?}", self.inner.algorithm).hash(&mut hasher);
+            self.inner.colocate.hash(&mut hasher);
+            hasher.finish()
+        });
+        Identity { kind: self.kind(), name: &self.inner.name, key, config }
+    }
+
+    /// What [`Limiter::remember_refusal`] needs to know of the deny cache before a call is sent
+    /// (see `DenyCache::ticket`); 0 when the limiter uses none.
+    #[inline]
+    pub(crate) fn deny_ticket(&self) -> u64 {
+        self.deny_cache_of().map_or(0, |backend| backend.deny_cache.ticket())
     }
 
     /// The backend whose deny cache this limiter uses, if it uses one.
@@ -60,20 +79,29 @@ impl Limiter {
     }
 
     /// Remembers `result` when it is a refusal of check `op` on `key` that Redis decided under
-    /// `over`.
+    /// `over`, sent after [`Limiter::deny_ticket`] returned `ticket`.
     #[inline]
-    pub(crate) fn remember_refusal(&self, key: &str, op: Op, result: &Result<Outcome>, over: Option<Arc<Compiled>>) {
+    pub(crate) fn remember_refusal(
+        &self,
+        key: &str,
+        op: Op,
+        result: &Result<Outcome>,
+        over: Option<Arc<Compiled>>,
+        ticket: u64,
+    ) {
         let (Op::Check { cost, .. }, Ok(outcome)) = (op, result) else { return };
         if outcome.decision.allowed || outcome.served != Served::Backend {
             return;
         }
         let Some(backend) = self.deny_cache_of() else { return };
         let now = backend.fallback.clock.now_micros();
-        backend.deny_cache.remember(self.identity(key), cost, now, &outcome.decision, over);
+        backend.deny_cache.remember(self.identity(key), cost, now, &outcome.decision, over, ticket);
     }
 
-    /// Forgets this process's remembered refusal of `key` (validated), if any: its state
-    /// changed here (reset, unblock, and a settle, which calls this).
+    /// Forgets this process's remembered refusals of `key` (validated), if any: its state
+    /// changed here (reset, resume, unblock, and a settle, which calls this). Other processes
+    /// learn of a reset, a resume or an unblock through the live poll (see
+    /// `backend/redis/cleared.rs`).
     pub(crate) fn forget_refusal(&self, key: &str) {
         if let Target::Redis { backend, .. } = &self.inner.target {
             backend.deny_cache.forget(self.identity(key));

@@ -50,8 +50,9 @@ use crate::runtime::forked_since;
 
 use super::{Limiter, Target};
 
-/// The most keys whose leases a limiter keeps; beyond it, keys holding no tokens are dropped.
-const MAX_KEYS: usize = 10_000;
+/// The most keys whose leases a limiter keeps (fewer in this crate's tests, so that they reach
+/// it quickly).
+const MAX_KEYS: usize = if cfg!(test) { 100 } else { 10_000 };
 
 /// The leases of one limiter in this process, by key.
 #[derive(Debug)]
@@ -122,17 +123,31 @@ struct Spent {
     charged_at: Option<u64>,
 }
 
-/// A process-unique lease id below 2^53 (exact in Lua): a random prefix mixed with the
-/// current pid (so a forked child, which inherits the seed and the counter, never repeats its
-/// parent's ids), and a counter.
+/// A lease id, unique in practice across every process of a fleet: a give-back names its lease,
+/// and a collision would give back into (and so wipe) another process's lease. See
+/// [`lease_id`]. (Lua reads it as a string: every bit of the 64 is used.)
 fn next_lease_id() -> u64 {
     static SEED: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(1);
     use std::hash::BuildHasher;
     let seed = *SEED.get_or_init(|| foldhash::fast::RandomState::default().hash_one(SystemClock.now_micros()));
     let (pid, _) = forked_since(0);
-    let prefix = foldhash::fast::FixedState::with_seed(seed).hash_one(pid) & 0x1f_ffff;
-    (prefix << 32) | (COUNTER.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
+    lease_id(seed, pid, COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The lease id number `counter` of the process `pid` whose random seed is `seed`: SplitMix64
+/// of the counter from a 64-bit starting point of the process's own (its seed and pid: a forked
+/// child, which inherits its parent's seed and counter, starts elsewhere). SplitMix64 is a
+/// bijection of the counter, so one process never repeats an id; two processes' ids are
+/// independent 64-bit values, which collide about once in 2^64 pairs (never 0, which names no
+/// lease).
+fn lease_id(seed: u64, pid: u32, counter: u64) -> u64 {
+    use std::hash::BuildHasher;
+    let start = foldhash::fast::FixedState::with_seed(seed).hash_one(pid);
+    let mut z = start.wrapping_add(counter.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)).max(1)
 }
 
 impl Slot {
@@ -231,10 +246,33 @@ impl LeasePool {
             return slot.clone();
         }
         let mut keyed = self.keyed.write().unwrap_or_else(|e| e.into_inner());
-        if keyed.len() >= MAX_KEYS {
-            keyed.retain(|_, slot| slot.tokens.load(Ordering::Relaxed) > 0);
+        if keyed.len() >= MAX_KEYS && !keyed.contains_key(key) {
+            self.make_room(&mut keyed);
         }
         keyed.entry(key.into()).or_insert_with(|| Arc::new(Slot::new(self.leased.chunk))).clone()
+    }
+
+    /// Brings a full per-key map below [`MAX_KEYS`]: the keys that hold nothing this process
+    /// still uses (no live lease with tokens, no block or refusal it still answers) go first;
+    /// if every key holds a live lease, the leases that lapse soonest go, down to nine tenths
+    /// of the cap. Their unspent tokens are not spent here (under-use, never over-use) and lapse
+    /// with the lease; a later call of such a key takes a new lease. (A caller already holding
+    /// a dropped slot spends from it as granted.)
+    #[cold]
+    fn make_room(&self, keyed: &mut HashMap<Box<str>, Arc<Slot>, foldhash::fast::RandomState>) {
+        let now = self.local.now_micros();
+        keyed.retain(|_, slot| {
+            (slot.tokens.load(Ordering::Relaxed) > 0 && slot.lapses_at.load(Ordering::Relaxed) > now)
+                || slot.blocked_until.load(Ordering::Relaxed) > now
+                || slot.refused_until.load(Ordering::Relaxed) > now
+        });
+        if keyed.len() < MAX_KEYS {
+            return;
+        }
+        let mut lapses: Vec<u64> = keyed.values().map(|s| s.lapses_at.load(Ordering::Relaxed)).collect();
+        let cut = keyed.len() - MAX_KEYS * 9 / 10;
+        let (_, &mut threshold, _) = lapses.select_nth_unstable(cut - 1);
+        keyed.retain(|_, slot| slot.lapses_at.load(Ordering::Relaxed) > threshold);
     }
 
     /// [`LeasePool::spend_unblocked`] on `key`'s slot, under the map's read lock (no reference
@@ -301,7 +339,7 @@ impl LeasePool {
             let retry = blocked_until - now;
             let mut d = decision(false, self.leased.gcra.capacity, 0, retry, retry);
             d.decided_at_micros = self.wall_micros();
-            return Some(Outcome { blocked: true, ..Outcome::of(d) });
+            return Some(Outcome { blocked: true, held: true, ..Outcome::of(d) });
         }
         if let Some(spent) = Self::spend(slot, cost, now) {
             let mut d = decision(true, self.leased.gcra.capacity, spent.remaining, 0, spent.reset_us);
@@ -588,9 +626,20 @@ impl BlockWatcher for LeasePool {
         self.slots().into_iter().filter(|(_, slot)| watched(slot)).map(|(key, _)| key).collect()
     }
 
+    fn forget_refused(&self, key: Option<&str>) {
+        match key {
+            Some(key) => self.slot(key).refused_until.store(0, Ordering::Release),
+            None => self.slots().iter().for_each(|(_, slot)| slot.refused_until.store(0, Ordering::Release)),
+        }
+    }
+
     fn block_read(&self, key: &str, until_micros: Option<u64>) {
         let left = until_micros.map_or(0, |until| until.saturating_sub(self.clock.now_micros()));
         let until = if left == 0 { 0 } else { self.local.now_micros().saturating_add(left) };
         self.slot(key).blocked_until.store(until, Ordering::Release);
     }
 }
+
+#[cfg(test)]
+#[path = "leased_tests.rs"]
+mod tests;

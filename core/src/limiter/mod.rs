@@ -28,6 +28,7 @@ mod leased;
 mod partitions;
 mod pause;
 mod release;
+mod seal;
 mod settle;
 mod shadow;
 mod waiting;
@@ -78,6 +79,9 @@ struct Inner {
     settle_identity: u64,
     /// Shadow mode (see [`Limiter::with_shadow`]); a live override decides instead.
     shadow: bool,
+    /// The deny cache's fingerprint of the spec and key layout, made at first use (see
+    /// `deny.rs`); every changed copy makes its own.
+    deny_config: std::sync::OnceLock<u64>,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -126,6 +130,7 @@ impl Limiter {
                 colocate: Colocate::Identity,
                 settle_identity: 0,
                 shadow: false,
+                deny_config: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -150,6 +155,10 @@ impl Limiter {
                 Target::Memory { backend: memory.clone(), namespace: memory.namespace(spec.kind(), name) }
             }
             (_, BackendInner::Redis(redis)) => {
+                if join && redis.on_conflict() == crate::OnConflict::Raise {
+                    // One read of the registry, before anything is joined or registered.
+                    crate::runtime::block_on(redis.refuse_spec_conflict(name, &spec))?;
+                }
                 let failover = redis.failover(spec.kind(), name, &spec, allow_fallback)?;
                 Target::Redis { backend: redis.clone(), failover }
             }
@@ -189,6 +198,7 @@ impl Limiter {
                 slow_path: Arc::default(),
                 colocate: Colocate::Identity,
                 shadow: false,
+                deny_config: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -240,6 +250,7 @@ impl Limiter {
     fn with(&self, change: impl FnOnce(&mut Inner)) -> Limiter {
         let mut inner = (*self.inner).clone();
         change(&mut inner);
+        inner.deny_config = std::sync::OnceLock::new();
         Limiter { inner: Arc::new(inner) }
     }
 
@@ -375,6 +386,7 @@ impl Limiter {
                         return Ok(refused);
                     }
                 }
+                let ticket = self.deny_ticket();
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
                 let started = Instant::now();
@@ -383,7 +395,7 @@ impl Limiter {
                 // A would-be refusal blocks as an enforced one would: shadow mode reports the block.
                 let result = self.block_after_refusal(key, op, result).await;
                 if !shadow {
-                    self.remember_refusal(key, op, &result, over);
+                    self.remember_refusal(key, op, &result, over, ticket);
                 }
                 self.shadowed(op, shadow, result)
             }
@@ -416,6 +428,7 @@ impl Limiter {
                         return Ok(refused);
                     }
                 }
+                let ticket = self.deny_ticket();
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
                 let started = Instant::now();
@@ -423,7 +436,7 @@ impl Limiter {
                 self.record(op, &result, Some(started), shadow);
                 let result = self.block_after_refusal_blocking(key, op, result);
                 if !shadow {
-                    self.remember_refusal(key, op, &result, over);
+                    self.remember_refusal(key, op, &result, over, ticket);
                 }
                 self.shadowed(op, shadow, result)
             }

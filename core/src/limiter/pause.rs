@@ -69,9 +69,13 @@ impl Limiter {
     /// every process that shares the backend: the operator's answer to a pause that is wrong
     /// or no longer needed. Returns whether a pause was in effect. The key's other state is
     /// kept (unlike [`Limiter::reset`]). Callers already waiting out the pause in `acquire`
-    /// re-check when their wait ends; new calls are decided at once.
+    /// re-check when their wait ends; new calls are decided at once: this process forgets its
+    /// remembered refusals of the key (see [`Limiter::with_deny_cache`]) at once, the other
+    /// processes at their next live poll.
     pub async fn resume(&self, key: Option<&str>) -> Result<bool> {
         let key = validate_key(key)?;
+        self.forget_refusal(key);
+        self.forget_leased_refusal(key);
         match &self.inner.target {
             Target::Redis { backend, failover } => backend.resume(self.kind(), &self.inner.name, key, failover).await,
             _ => Ok(self.resume_local(key)),

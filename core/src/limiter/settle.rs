@@ -45,18 +45,45 @@ fn settles(algorithm: &Algorithm) -> bool {
     )
 }
 
-/// A settle id: unique per process and call, and across processes (a random prefix mixed with
-/// the pid), so that two processes' settles of one key never share an id.
+/// A settle id: unique per process and call, and across processes (a prefix derived from the
+/// pid and a random seed), so that two processes' settles of one key never share an id. A
+/// forked child inherits its parent's seed and counter; its pid gives it a prefix of its own
+/// (two children of one preloaded parent would otherwise make the same ids, and the second's
+/// settles would be skipped as repeats).
 #[inline(always)]
 fn next_settle_id() -> u64 {
-    static PREFIX: OnceLock<u64> = OnceLock::new();
-    let prefix = *PREFIX.get_or_init(|| {
-        use std::hash::BuildHasher;
-        foldhash::fast::RandomState::default().hash_one((std::process::id(), std::time::SystemTime::now()))
-    });
     // Kept below 2^53 so every binding's numbers hold it exactly; never 0. Multiplying by an odd
     // constant is one-to-one below 2^53, so distinct counts give distinct ids.
-    ((prefix ^ next_count().wrapping_mul(0x9e37_79b9_7f4a_7c15)) & ((1 << 53) - 1)).max(1)
+    ((id_prefix() ^ next_count().wrapping_mul(0x9e37_79b9_7f4a_7c15)) & ((1 << 53) - 1)).max(1)
+}
+
+/// This process's id prefix: a hash of its pid under a seed drawn once (and inherited by forked
+/// children). Cached per thread with the pid it was made for; the pid is cached process-wide
+/// and forgotten in a forked child (`runtime::forked_since`), so a fork is noticed without a
+/// system call.
+#[inline(always)]
+fn id_prefix() -> u64 {
+    use std::cell::Cell;
+    thread_local!(static PREFIX: Cell<(u32, u64)> = const { Cell::new((0, 0)) });
+    PREFIX.with(|cached| {
+        let (pid, prefix) = cached.get();
+        let (now_pid, forked) = crate::runtime::forked_since(pid);
+        if !forked {
+            return prefix;
+        }
+        let prefix = prefix_of(now_pid);
+        cached.set((now_pid, prefix));
+        prefix
+    })
+}
+
+/// The id prefix of process `pid`.
+#[cold]
+fn prefix_of(pid: u32) -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: OnceLock<u64> = OnceLock::new();
+    let seed = *SEED.get_or_init(|| foldhash::fast::RandomState::default().hash_one(std::time::SystemTime::now()));
+    foldhash::fast::FixedState::with_seed(seed).hash_one(pid)
 }
 
 /// How many counts a thread takes from the process's counter at a time.
@@ -154,9 +181,11 @@ impl Limiter {
     /// A charge is applied even past the limit (the work is done): later calls wait until the
     /// debt is paid back. A refund never gives back more than the call took, nor to a window
     /// that has rolled over. A decision that cannot be settled (refused, from a concurrent,
-    /// unlimited or partitions limiter, or from another limiter) is
-    /// [`Error::InvalidArgument`] naming `decision`; an `actual` that is not a cost is one
-    /// naming `actual`. Nothing is written in either case.
+    /// unlimited or partitions limiter, from another limiter, or older than the
+    /// [`SETTLE_WINDOW`](crate::SETTLE_WINDOW)) is [`Error::InvalidArgument`] naming
+    /// `decision`; an `actual` that is not a cost is one naming `actual`. Nothing is written in
+    /// either case. A settle that cannot reach Redis returns the backend's error whatever the
+    /// failure policy (it is not an admission): retry it, it applies once.
     pub async fn settle(&self, decision: &Decision, actual: u64) -> Result<Decision> {
         let (key, op) = self.settle_op(decision, actual)?;
         // A refund may admit what this process remembers as refused (the deny cache, a lease's
@@ -205,6 +234,22 @@ impl Limiter {
                 ),
             ));
         }
+        // No admitted call of this limiter costs more than its capacity (under its spec, or a
+        // live override of the key's): a ticket that says so was not issued by it.
+        let capacity = match self.override_for(&ticket.key) {
+            Some(over) => self.inner.algorithm.capacity().max(over.algorithm.capacity()),
+            None => self.inner.algorithm.capacity(),
+        };
+        if ticket.cost > capacity {
+            return Err(Error::invalid(
+                "decision",
+                format!(
+                    "says it was charged {}, more than {:?} admits in one call ({capacity}): it was not issued by this limiter",
+                    ticket.cost,
+                    self.name()
+                ),
+            ));
+        }
         let op = Op::Settle { id: ticket.id, cost: ticket.cost, actual, at: ticket.charged_at_micros };
         Ok((ticket.key.as_str(), op))
     }
@@ -218,13 +263,12 @@ impl Limiter {
         }
     }
 
-    /// The decision a settle reports; a settle applied (not a repeat, nor one that failed open
-    /// and changed nothing) is counted in the limiter's metrics.
+    /// The decision a settle reports; a settle applied (not a repeat) is counted in the
+    /// limiter's metrics. A settle never fails open nor falls back (the backend returns its
+    /// error: the correction did not apply).
     fn settled(&self, op: Op, outcome: Result<Outcome>) -> Result<Decision> {
         let outcome = outcome?;
-        if let (Op::Settle { cost, actual, .. }, false, false) =
-            (op, outcome.settle_repeated, outcome.served == Served::FailedOpen)
-        {
+        if let (Op::Settle { cost, actual, .. }, false) = (op, outcome.settle_repeated) {
             let m = &self.inner.metrics;
             m.add(Counter::Settles, 1);
             m.add(Counter::SettleCharged, actual.saturating_sub(cost));

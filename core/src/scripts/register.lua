@@ -9,19 +9,26 @@
 -- override of another kind than the one registered is reported the same way: it waited for a
 -- first user (or was written by hand) and does not apply to it.
 --
+-- One name, one spec: each process records the fingerprint of the spec it uses
+-- (`pspec:<process>` = "<fingerprint> <user>", `fp:<fingerprint>` = the spec), so the registry
+-- can show every spec in use with its processes. A process of the same kind whose spec differs
+-- from a live process's is told (it warns once and counts it); the entry keeps both.
+--
 -- KEYS[1] the sorted set of names (score: last seen, ms); KEYS[2] the overrides hash; KEYS[3..]
 -- each limiter's registry hash.
 -- ARGV: TTL (ms), user (language, version, host), process (host:pid), the most users kept per
--- limiter (the latest seen), then (name, kind, spec) for each hash in KEYS order.
--- Returns {name, registered kind, ...} for every name whose entry holds another kind.
+-- limiter (the latest seen), then (name, kind, spec, spec fingerprint) for each hash in KEYS
+-- order.
+-- Returns {name, other spec, who uses it, ...} for every name a live process of the same kind
+-- uses with another spec (the first such process).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
 local user, process = 'user:' .. ARGV[2], 'proc:' .. ARGV[3]
 local conflicts = {}
 for i = 3, #KEYS do
-  local at = 5 + (i - 3) * 3
-  local hash, name, kind = KEYS[i], ARGV[at], ARGV[at + 1]
+  local at = 5 + (i - 3) * 4
+  local hash, name, kind, fp = KEYS[i], ARGV[at], ARGV[at + 1], ARGV[at + 3]
   local registered = redis.call('HGET', hash, 'kind')
   local held = false
   if registered and registered ~= kind then
@@ -34,8 +41,6 @@ for i = 3, #KEYS do
   end
   if held then
     redis.call('HSET', hash, 'conflict', kind .. ' used by ' .. ARGV[2] .. ' (' .. ARGV[3] .. ')', 'conflict_seen', now)
-    table.insert(conflicts, name)
-    table.insert(conflicts, registered)
   else
     if registered and registered ~= kind then
       -- The old kind's processes are gone: its users and conflict go with it.
@@ -49,7 +54,8 @@ for i = 3, #KEYS do
       redis.call('HDEL', hash, 'conflict', 'conflict_seen')
     end
     redis.call('HSETNX', hash, 'first_seen', now)
-    redis.call('HSET', hash, 'kind', kind, 'spec', ARGV[at + 2], 'last_seen', now, user, now, process, now)
+    redis.call('HSET', hash, 'kind', kind, 'spec', ARGV[at + 2], 'last_seen', now, user, now, process, now,
+      'pspec:' .. ARGV[3], fp .. ' ' .. ARGV[2], 'fp:' .. fp, ARGV[at + 2])
     local override = redis.call('HGET', KEYS[2], name)
     if override then
       local ok, decoded = pcall(cjson.decode, override)
@@ -63,6 +69,7 @@ for i = 3, #KEYS do
     -- Users beyond the latest `max_users` go too (pod churn names a new host each deploy).
     local fields = redis.call('HGETALL', hash)
     local users = {}
+    local live, specs, fps = {}, {}, {}
     for j = 1, #fields, 2 do
       local field, seen = fields[j], tonumber(fields[j + 1])
       local prefix = string.sub(field, 1, 5)
@@ -70,6 +77,34 @@ for i = 3, #KEYS do
         redis.call('HDEL', hash, field)
       elseif prefix == 'user:' then
         table.insert(users, {field, seen})
+      elseif prefix == 'proc:' then
+        live[string.sub(field, 6)] = true
+      elseif prefix == 'pspec' then
+        specs[string.sub(field, 7)] = fields[j + 1]
+      elseif string.sub(field, 1, 3) == 'fp:' then
+        fps[string.sub(field, 4)] = true
+      end
+    end
+    -- The specs of processes gone (or of another kind, dropped above) go with them; a spec no
+    -- process uses any more goes too.
+    local used, told = {}, false
+    for p, value in pairs(specs) do
+      local other_fp = string.match(value, '^(%S+)')
+      if not live[p] then
+        redis.call('HDEL', hash, 'pspec:' .. p)
+      else
+        used[other_fp] = true
+        if other_fp ~= fp and p ~= ARGV[3] and not told then
+          told = true
+          table.insert(conflicts, name)
+          table.insert(conflicts, redis.call('HGET', hash, 'fp:' .. other_fp) or '')
+          table.insert(conflicts, string.sub(value, #other_fp + 2) .. ' (' .. p .. ')')
+        end
+      end
+    end
+    for f in pairs(fps) do
+      if not used[f] and f ~= fp then
+        redis.call('HDEL', hash, 'fp:' .. f)
       end
     end
     local max_users = tonumber(ARGV[4])

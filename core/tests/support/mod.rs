@@ -6,8 +6,8 @@
 pub mod vectors;
 
 pub use ratekeeper_test_support::{
-    free_port, scratch_dir, signal_pid, wait_until, Certificates, RedisCluster, RedisServer, SchedulingNoise, Watchdog,
-    GIVE_UP,
+    free_port, scratch_dir, signal_pid, wait_until, Certificates, RedisCluster, RedisServer, SchedulingNoise,
+    SentinelGroup, Watchdog, GIVE_UP,
 };
 
 /// A settle whose reply was lost, then retried. On a limiter from `make` (given a name), checks

@@ -15,7 +15,7 @@ const backend = Backend.redis(`redis://127.0.0.1:${config.port}`, { prefix: conf
 
 // Small steps, so the delay is the limiter's retryAfterMs; the jitter spreads refused jobs over
 // the next window.
-const api = backend.bucket('upstream', config.limit, config.windowMs);
+const api = backend.bucket('upstream', config.limit, `${config.windowMs}ms`);
 const backoff = new Backoff({ baseMs: 10, jitterMs: config.windowMs / 2, maxReschedules: 10_000 });
 const callUpstream = limited(
   api,

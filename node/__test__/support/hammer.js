@@ -6,8 +6,8 @@ const rk = require('../..');
 const { url, startAt, durationMs, concurrency, prefix } = JSON.parse(process.argv[2]);
 const backend = rk.Backend.redis(url, { prefix, deadlineMs: 5000 });
 const limiters = {
-  window: backend.window('oa-window', 50, 1000),
-  bucket: backend.bucket('oa-bucket', 50, 1000),
+  window: backend.window('oa-window', 50, '1s'),
+  bucket: backend.bucket('oa-bucket', 50, '1s'),
   tokenBucket: backend.tokenBucket('oa-token', 50, 10),
 };
 

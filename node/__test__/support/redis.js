@@ -204,4 +204,38 @@ function watchdog(ms, action) {
   };
 }
 
-module.exports = { RedisServer, RedisCluster, freePort, waitUntil, watchdog, judge };
+/**
+ * A Sentinel group (`rk-test-redis start --sentinel`): a primary and two replicas (`nodes`, the
+ * primary first) and three sentinels watching them as `service`, down-after 1 s.
+ */
+class RedisSentinelGroup {
+  constructor(servers) {
+    const sentinel = (info) => info.args.includes('--sentinel');
+    this.nodes = servers.filter((s) => !sentinel(s)).map((info) => new RedisServer(info));
+    this.sentinels = servers.filter(sentinel).map((info) => new RedisServer(info));
+    this.service = 'rkprimary';
+  }
+
+  static async start() {
+    return new RedisSentinelGroup(await startServers(['--sentinel']));
+  }
+
+  get addresses() {
+    return this.sentinels.map((s) => `127.0.0.1:${s.port}`);
+  }
+
+  /** The primary's port as the first running sentinel names it (`null`: none answers). */
+  primaryPort() {
+    for (const s of this.sentinels.filter((s) => s.pid !== null)) {
+      const [, port] = s.cli('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.service).split('\n');
+      if (port) return Number(port);
+    }
+    return null;
+  }
+
+  async destroy() {
+    for (const s of [...this.nodes, ...this.sentinels]) await s.destroy();
+  }
+}
+
+module.exports = { RedisServer, RedisCluster, RedisSentinelGroup, freePort, waitUntil, watchdog, judge };

@@ -71,12 +71,17 @@ async function main(): Promise<void> {
   }
   const result: number = await erp.withinLimit(async (permit: Permit) => permit.decision.remaining);
   const maybe: string | typeof SKIPPED = await erp.withinLimit(() => 'done', { policy: 'ignore', key: 'k' });
-  const points = memory.points('shopify', 1000, 20_000);
+  const points = memory.points('shopify', 1000, '20s');
   await points.withinLimit(async (permit) => permit.pointsUsed(50), { key: 'shop', cost: 200 });
   const after: Decision = await points.pointsUsed('shop', 200, 50);
   memory.windows('w', [{ limit: 25, intervalMs: 5000 }, { limit: 300, intervalMs: 60_000 }]);
-  memory.slidingWindow('s', [{ durationMs: 1000, limit: 10, precisionMs: 100 }, [60_000, 100]]);
-  memory.leaky('l', 10, 1000);
+  memory.slidingWindow('s', [{ durationMs: 1000, limit: 10, precisionMs: 100 }, ['1m', 100]]);
+  memory.leaky('l', 10, '1s');
+  memory.window('win', 10, '1s');
+  memory.window('login', '5/minute');
+  memory.bucket('api', '100 per hour', { waitTimeoutMs: 0 });
+  memory.windows('api', '25/5s; 300/minute');
+  // @ts-expect-error a bare number is not a duration (it meant ms here, s elsewhere)
   memory.window('win', 10, 1000);
   Limiter.unlimited();
   const metrics = erp.metrics();
@@ -109,18 +114,18 @@ async function main(): Promise<void> {
     void e.parameter;
   }
   // Upstream feedback: a pause, and the headers of any client.
-  const pausedFor: number = await erp.pause(3000, 'stripe');
+  const pausedFor: number = await erp.pause('3s', 'stripe');
   const fromObject: number | null = await erp.observe(429, { 'retry-after': '3' }, 'stripe');
   const fromHeaders: number | null = await erp.observe(503, new Headers({ 'Retry-After': '3' }));
   const fromPairs: number | null = await erp.observe(429, [['Retry-After', '3']]);
   const fromResponse: number | null = await erp.observeResponse(new Response(null, { status: 429 }), 'stripe');
   void [pausedFor, fromObject, fromHeaders, fromPairs, fromResponse];
-  // @ts-expect-error durations are milliseconds as numbers
-  await erp.pause('3s');
+  // @ts-expect-error a positional duration carries its unit
+  await erp.pause(3000);
   // @ts-expect-error a status is a number
   await erp.observe('429', {});
   // @ts-expect-error limits are numbers
-  memory.bucket('b', '5', 1000);
+  memory.bucket('b', '5', '1s');
   // @ts-expect-error unknown named interval
   memory.bucket('b', 5, 'week');
   // @ts-expect-error failure policies are named

@@ -27,11 +27,20 @@ from typing import Any, Generic, Literal, TypeGuard, TypeVar, Union
 from ._ratekeeper import Decision, FleetShedder, Lease, NativeLimiter
 from .errors import BackendRejected, BackendUnavailable, InvalidArgument, Shed, Timeout
 
+# Each decision goes on the request's span when OpenTelemetry is there (ratekeeper[otel]).
+_annotate: Callable[[NativeLimiter, Decision], None] | None
+try:
+    from .otel import annotate as _annotate
+except ImportError:
+    _annotate = None
+
 __all__ = [
     "BACKEND_FAILURE_RETRY_AFTER",
     "Admission",
     "Count",
     "HeaderForm",
+    "PROXY_HEADERS",
+    "ProxyHeader",
     "LimiterOption",
     "Policy",
     "QUOTA_EXCEEDED",
@@ -45,6 +54,8 @@ Req = TypeVar("Req")
 #: ``headers=`` values; ``None`` sends no rate-limit fields (``Retry-After`` still goes on refusals).
 # (Written as a Union of Literals: stubtest reads a bare multi-value Literal alias as a callable.)
 HeaderForm = Union[Literal["draft-11"], Literal["draft-7"], Literal["draft-6"], Literal["legacy"]]
+#: ``proxy_header=`` values (matched without regard to case).
+ProxyHeader = Union[Literal["X-Forwarded-For"], Literal["Forwarded"]]
 #: ``count=`` values: which responses are charged (decided after the response).
 Count = Union[Literal["all"], Literal["failures"], Literal["successes"]]
 #: What ``limiter=`` takes: one limiter or shedder, or several checked together.
@@ -59,6 +70,11 @@ REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-re
 BACKEND_FAILURE_RETRY_AFTER = 1
 
 _HEADER_FORMS = ("draft-11", "draft-7", "draft-6", "legacy")
+#: ``proxy_header=`` values: the one header a trusted proxy writes the client's address into.
+#: Only that header is read: a proxy that appends to ``X-Forwarded-For`` passes a client's own
+#: ``Forwarded`` through untouched (and the reverse), so reading the other would let the client
+#: choose its key.
+PROXY_HEADERS = ("X-Forwarded-For", "Forwarded")
 _COUNTS = ("all", "failures", "successes")
 # The kinds whose charge can be given back (`points_used(cost, 0)`): `count` charges them before
 # the handler and refunds after; the others are peeked before and charged after.
@@ -192,6 +208,7 @@ class Policy(Generic[Req]):
         peer: Callable[[Req], str | None],
         header: Callable[[Req, str], str | None],
         partition_key_secret: bytes | str | None = None,
+        proxy_header: ProxyHeader = "X-Forwarded-For",
     ) -> None:
         limiters = _limiters(limiter)
         if key is not None and not callable(key):
@@ -238,7 +255,10 @@ class Policy(Generic[Req]):
         self.headers: HeaderForm | None = headers
         self.on_refused = on_refused
         self.shadow = shadow
+        #: Names whose backend is failing closed now: each outage is logged once.
+        self._failing: set[str] = set()
         self.trusted_proxies = _networks(trusted_proxies)
+        self.proxy_header = _proxy_header(proxy_header)
         self.peer = peer
         self.header = header
         #: Requests let through although a limit refused them (this process): by this option's
@@ -256,7 +276,8 @@ class Policy(Generic[Req]):
         """The key ``request`` is counted under (``key``, else the client address)."""
         if self.key is not None:
             return self.key(request)
-        return client_key(self.peer(request), lambda name: self.header(request, name), self.trusted_proxies)
+        return client_key(self.peer(request), lambda name: self.header(request, name), self.trusted_proxies,
+                          self.proxy_header)
 
     def admit(self, request: Req) -> Admission | None:
         """Decides ``request`` (None: skipped, nothing touched)."""
@@ -288,13 +309,22 @@ class Policy(Generic[Req]):
                     outcome.decision = yield _Call(gate.limiter.peek, gate.limiter.apeek, (key,))
                 else:
                     outcome.decision = yield _Call(gate.limiter.check, gate.limiter.acheck, (key, cost))
+                self._failing.discard(gate.name)
             except Shed:
                 shed = True
                 refusing.append(outcome)
             except (BackendUnavailable, Timeout, BackendRejected) as e:
                 # The backend failed closed (a fail_open/fallback backend answers instead of
-                # raising): a 503 with a short Retry-After, never a 500.
-                log.warning("ratekeeper: %s failed closed: %s", gate.name, e)
+                # raising): a 503 with a short Retry-After, never a 500. Why is said once per
+                # outage; the limiter's metrics count each failure (``errors``).
+                if gate.name not in self._failing:
+                    self._failing.add(gate.name)
+                    log.warning(
+                        "ratekeeper: %r failed closed, answering 503 until its backend answers "
+                        "(each failure counts in the limiter's metrics().errors): %s",
+                        gate.name,
+                        e,
+                    )
                 if self.shadow:
                     continue
                 yield from _give_back(admission)
@@ -303,6 +333,8 @@ class Policy(Generic[Req]):
                 return admission
             else:
                 admission.outcomes.append(outcome)
+                if _annotate is not None and outcome.decision is not None:
+                    _annotate(gate.limiter, outcome.decision)
                 if outcome.decision is not None and not outcome.decision.allowed:
                     refusing.append(outcome)
             if refusing and not self.shadow:
@@ -614,6 +646,16 @@ def _networks(trusted: Iterable[str] | None) -> tuple[_Network, ...]:
     return tuple(out)
 
 
+def _proxy_header(name: object) -> str:
+    """The ``proxy_header`` option as the lower-case field name to read."""
+    if isinstance(name, str) and name.strip().lower() in (known.lower() for known in PROXY_HEADERS):
+        return name.strip().lower()
+    raise InvalidArgument(
+        f'invalid argument `proxy_header`: must be "X-Forwarded-For" or "Forwarded" (the header your proxy sets), got {name!r}',
+        "proxy_header",
+    )
+
+
 def _address(text: str) -> _Address | None:
     text = text.strip().strip('"')
     if text.startswith("["):  # [v6] or [v6]:port
@@ -646,16 +688,23 @@ def _group(address: _Address) -> str:
     return str(address)
 
 
-def client_key(peer: str | None, header: Callable[[str], str | None], trusted: Sequence[_Network]) -> str:
-    """The default key: the client address, IPv6 grouped by /56. Proxy headers are read only when
-    the peer is one of ``trusted``; the client is then the right-most address of the chain that
-    is not a trusted proxy."""
+def client_key(
+    peer: str | None,
+    header: Callable[[str], str | None],
+    trusted: Sequence[_Network],
+    proxy_header: str = "x-forwarded-for",
+) -> str:
+    """The default key: the client address, IPv6 grouped by /56. The proxy header
+    (``proxy_header``: ``x-forwarded-for`` or ``forwarded``, every line of it joined in order) is
+    read only when the peer is one of ``trusted``, and no other: the client is then the
+    right-most address of its chain that is not a trusted proxy."""
     address = _address(peer) if peer else None
     if address is None:
         return peer or "unknown"
     if trusted and any(address in net for net in trusted):
-        forwarded = header("forwarded")
-        chain = _forwarded_for(forwarded) if forwarded else [p for p in (header("x-forwarded-for") or "").split(",") if p.strip()]
+        name = proxy_header.lower()
+        value = header(name) or ""
+        chain = _forwarded_for(value) if name == "forwarded" else [p for p in value.split(",") if p.strip()]
         for hop in reversed(chain):
             hop_address = _address(hop)
             if hop_address is None:

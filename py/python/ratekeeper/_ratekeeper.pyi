@@ -43,10 +43,11 @@ class Backend:
         parts' limiters') for a step that admits every part; raises `OverLimit` with the
         combination's `retry_after` when waiting cannot succeed in time.
         """
-    def bucket(self, /, name: str, limit: int, interval: float | str) -> Limiter:
+    def bucket(self, /, name: str, limit: int | str, interval: float | str | None = None) -> Limiter:
         """
-        `limit` per fixed window of `interval` (seconds, or `"second"`, `"minute"`, `"hour"`,
-        `"day"`), windows aligned to multiples of `interval` since the epoch.
+        `limit` per fixed window of `interval` (seconds, `"minute"` or a duration with its unit,
+        `"1m"`), windows aligned to multiples of `interval` since the epoch; or a rate string in
+        place of both: `bucket("api", "100/minute")`.
         """
     def calendar(self, /, name: str, limit: int, period: str, tz: str | None = None, anchor: int | None = None) -> Limiter:
         """
@@ -68,7 +69,7 @@ class Backend:
         Removes the override of `name`, or of one `key` of it (nothing if there is none).
         """
     @staticmethod
-    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None) -> Backend:
+    def cluster(seeds: Sequence[str], *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, replica_acks: int | None = None, on_conflict: str | None = None) -> Backend:
         """
         A Redis Cluster reached through any of `seeds` (`redis://host:port` URLs); MOVED and ASK
         redirections are followed. Takes the same options as `Backend.redis`.
@@ -93,7 +94,7 @@ class Backend:
     @property
     def kind(self, /) -> str:
         """
-        `"memory"`, `"redis"` or `"cluster"`.
+        `"memory"`, `"redis"`, `"cluster"` or `"sentinel"`.
         """
     def leaky(self, /, name: str, size: int, drain: float) -> Limiter:
         """
@@ -158,7 +159,7 @@ class Backend:
         `prometheus_client` registry.
         """
     @staticmethod
-    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None) -> Backend:
+    def redis(url: str, *, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, replica_acks: int | None = None, on_conflict: str | None = None) -> Backend:
         """
         A standalone Redis server: `redis://[user:password@]host:port[/db]` or `rediss://…`
         (TLS). Nothing connects until the first call; backends for the same URL share one
@@ -177,6 +178,31 @@ class Backend:
           least the refused cost is refused from memory until its `retry_after`, with no
           round trip (see `Limiter.with_deny_cache`); `deny_cache_max_entries`: the most it
           holds (default 10,000).
+        - `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`)
+          before it admits (default 0: no waiting); too few within `deadline` fail the call as
+          unavailable, and `failure_policy` decides (`"fail_open"` then admits).
+        - `on_conflict`: what building a limiter whose spec differs from the one live
+          processes use under its name does: `"warn"` (default: build it, warn once on
+          stderr naming both specs, count it in `metrics().spec_conflicts`, show it in
+          `limiters()`), or `"raise"` (read the registry first and raise `InvalidArgument`
+          naming `spec`). `set_limit` is how to change a limit fleet-wide.
+        """
+    @staticmethod
+    def sentinel(sentinels: Sequence[str], service: str, *, username: str | None = None, password: str | None = None, db: int | None = None, tls: bool | None = None, sentinel_username: str | None = None, sentinel_password: str | None = None, sentinel_tls: bool | None = None, prefix: str | None = None, failure_policy: Literal["fail_closed", "fail_open", "fallback"] | None = None, fallback_divisor: int | None = None, deadline: float | None = None, connect_timeout: float | None = None, tls_ca_file: str | PathLike[str] | None = None, tls_ca_data: str | bytes | None = None, tls_cert_file: str | PathLike[str] | None = None, tls_key_file: str | PathLike[str] | None = None, clock: ManualClock | None = None, deny_cache: bool | None = None, deny_cache_max_entries: int | None = None, replica_acks: int | None = None, on_conflict: str | None = None) -> Backend:
+        """
+        A Sentinel-managed primary named `service` (the name in the sentinels' `sentinel
+        monitor` line), found through any of `sentinels` (`"host:port"`, port 26379 when left
+        out). Every connection asks the sentinels where the primary is and confirms its role
+        before any call, so a failover is followed and no call goes to a replica.
+
+        - `username`, `password`, `db`, `tls`: the data nodes' (primary's) credentials,
+          database and TLS (its certificates: the `tls_*` options);
+        - `sentinel_username`, `sentinel_password`, `sentinel_tls`: the sentinels' own (with
+          `sentinel_tls`, they are trusted with the same `tls_*` certificates).
+
+        Takes the same options as `Backend.redis`. The URL form
+        `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]` works
+        wherever a Redis URL does.
         """
     def set_limit(self, /, name: str, spec: str | Mapping[str, Any], key: str | None = None) -> None:
         """
@@ -203,15 +229,16 @@ class Backend:
         A limiter that always allows and touches no backend (`ratekeeper.unlimited()` is the
         same without a name).
         """
-    def window(self, /, name: str, limit: int, interval: float | str) -> Limiter:
+    def window(self, /, name: str, limit: int | str, interval: float | str | None = None) -> Limiter:
         """
         Exact sliding window: never more than `limit` admissions in any span of `interval`
-        (seconds or a name, as for `bucket`).
+        (as for `bucket`); or a rate string in place of both: `window("login", "5/minute")`.
         """
-    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]]) -> Limiter:
+    def windows(self, /, name: str, windows: Sequence[tuple[int, float | str]] | str) -> Limiter:
         """
         Several exact sliding windows checked and recorded together, e.g.
-        `windows("api", [(25, 5), (300, 60)])`; decisions carry one `limits` entry per window.
+        `windows("api", [(25, 5), (300, 60)])` or `windows("api", "25/5s; 300/minute")`;
+        decisions carry one `limits` entry per window.
         """
 
 @final
@@ -344,10 +371,13 @@ class Decision:
         """
         `decided_at` in whole microseconds since the epoch (exact).
         """
-    def headers(self, /) -> dict[str, str]:
+    def headers(self, /, form: str = "draft-11", policy: str = "default") -> dict[str, str]:
         """
-        HTTP rate-limit headers: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
-        (seconds until full, rounded up) and, when refused, `Retry-After` (rounded up).
+        HTTP rate-limit headers in `form`, draft-11 by default as the HTTP middleware writes
+        them (`RateLimit-Policy: "default";q=5`, `RateLimit: "default";r=0;t=10`; `policy` names
+        the item, e.g. the limiter's name), or `"draft-7"`, `"draft-6"` (`RateLimit-Limit`,
+        `-Remaining`, `-Reset`), `"legacy"` (`X-RateLimit-*`); when refused, `Retry-After`. Times
+        are whole seconds, rounded up.
         """
     @property
     def lease(self, /) -> Lease | None:
@@ -713,6 +743,12 @@ class Metrics:
         """
         Checks a limiter in shadow mode would have refused and admitted instead (counted in
         neither `allowed` nor `refused`).
+        """
+    @property
+    def spec_conflicts(self, /) -> int:
+        """
+        Registrations (about one a minute) that found the name used with another spec by a live
+        process on the same Redis (one name, two limits; see `on_conflict`).
         """
     @property
     def wait_time(self, /) -> float:

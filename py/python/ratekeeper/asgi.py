@@ -1,5 +1,5 @@
 """Rate limiting for ASGI apps (Starlette, FastAPI): :class:`RateLimitMiddleware`, for HTTP
-requests and WebSocket handshakes. Install with ``pip install "ratekeeper[fastapi]"`` (or
+requests and WebSocket handshakes. Install with the wheel's ``[fastapi]`` extra (or
 ``[starlette]``).
 
 Options and their meaning: ``docs/src/guides/http/index.md`` (the same in every language).
@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from ._http import Admission, Count, HeaderForm, LimiterOption, Policy, Refusal
+from ._http import Admission, Count, HeaderForm, LimiterOption, Policy, ProxyHeader, Refusal
 
 __all__ = ["RateLimitMiddleware", "Refusal", "header_value", "peer_address", "policy", "refusal_response"]
 
@@ -36,8 +36,12 @@ def peer_address(conn: HTTPConnection) -> str | None:
 
 
 def header_value(conn: HTTPConnection, name: str) -> str | None:
-    """A request header field (``None`` when absent)."""
-    return conn.headers.get(name)
+    """A request header field, every line of it joined by commas in order (``None`` when
+    absent), as gunicorn, Django and node:http join them. Starlette's ``headers.get`` returns the
+    first line only: behind a proxy that adds its own ``X-Forwarded-For`` line after the
+    client's (HAProxy), that first line is the client's own writing."""
+    lines = conn.headers.getlist(name)
+    return ",".join(lines) if lines else None
 
 
 def policy(
@@ -51,13 +55,14 @@ def policy(
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
     trusted_proxies: Iterable[str] | None = None,
+    proxy_header: ProxyHeader = "X-Forwarded-For",
     partition_key_secret: bytes | str | None = None,
 ) -> Policy[HTTPConnection]:
     """The validated options of a Starlette/FastAPI rate limit (raises ``InvalidArgument``
     naming the bad option)."""
     return Policy(
         limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
-        shadow=shadow, trusted_proxies=trusted_proxies, peer=peer_address, header=header_value,
+        shadow=shadow, trusted_proxies=trusted_proxies, proxy_header=proxy_header, peer=peer_address, header=header_value,
         partition_key_secret=partition_key_secret,
     )
 
@@ -92,12 +97,14 @@ class RateLimitMiddleware:
         on_refused: RefusedHandler | None = None,
         shadow: bool = False,
         trusted_proxies: Iterable[str] | None = None,
+        proxy_header: ProxyHeader = "X-Forwarded-For",
         partition_key_secret: bytes | str | None = None,
     ) -> None:
         self.app = app
         self.policy = policy(
             limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
-            shadow=shadow, trusted_proxies=trusted_proxies, partition_key_secret=partition_key_secret,
+            shadow=shadow, trusted_proxies=trusted_proxies, proxy_header=proxy_header,
+            partition_key_secret=partition_key_secret,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

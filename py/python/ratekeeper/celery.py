@@ -1,4 +1,4 @@
-"""Celery integration (``pip install ratekeeper[celery]``): run a task under a limiter and, when
+"""Celery integration (the wheel's ``[celery]`` extra): run a task under a limiter and, when
 the limiter refuses, reschedule the task with backoff instead of failing it — Sidekiq
 Enterprise's limiter middleware, for Celery.
 
@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 try:
     from celery.exceptions import Retry
 except ImportError as _missing:  # an optional extra: say which
-    raise ImportError(f"ratekeeper.celery needs celery: pip install 'ratekeeper[celery]' ({_missing})") from _missing
+    raise ImportError(f"ratekeeper.celery needs celery: pip install celery (the [celery] extra) ({_missing})") from _missing
 
 from ._limiter import Limiter
 from ._ratekeeper import Backoff

@@ -1,6 +1,6 @@
 """Rate limiting for Django (sync and async views, WSGI and ASGI): the :func:`ratelimit` view
 decorator, :class:`RateLimitMiddleware` for every request, and :func:`exempt`. Install with
-``pip install "ratekeeper[django]"``.
+the wheel's ``[django]`` extra.
 
 Options and their meaning: ``docs/src/guides/http/index.md`` (the same in every language).
 """
@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import Resolver404, resolve
 
-from ._http import Admission, Count, HeaderForm, LimiterOption, Policy, Refusal
+from ._http import Admission, Count, HeaderForm, LimiterOption, Policy, ProxyHeader, Refusal
 from .errors import InvalidArgument
 
 __all__ = ["RateLimitMiddleware", "Refusal", "exempt", "ratelimit", "refusal_response"]
@@ -40,6 +40,7 @@ def _peer(request: HttpRequest) -> str | None:
 
 
 def _header(request: HttpRequest, name: str) -> str | None:
+    # Django joins a field's lines by commas in META (its ASGI handler; WSGI servers do the same).
     value = request.headers.get(name)
     return str(value) if value is not None else None
 
@@ -55,13 +56,14 @@ def policy(
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
     trusted_proxies: Iterable[str] | None = None,
+    proxy_header: ProxyHeader = "X-Forwarded-For",
     partition_key_secret: bytes | str | None = None,
 ) -> Policy[HttpRequest]:
     """The validated options of a Django rate limit (raises ``InvalidArgument`` naming the bad
     option)."""
     return Policy(
         limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
-        shadow=shadow, trusted_proxies=trusted_proxies, peer=_peer, header=_header,
+        shadow=shadow, trusted_proxies=trusted_proxies, proxy_header=proxy_header, peer=_peer, header=_header,
         partition_key_secret=partition_key_secret,
     )
 
@@ -140,6 +142,7 @@ def ratelimit(
     on_refused: RefusedHandler | None = None,
     shadow: bool = False,
     trusted_proxies: Iterable[str] | None = None,
+    proxy_header: ProxyHeader = "X-Forwarded-For",
     partition_key_secret: bytes | str | None = None,
 ) -> Callable[[View], View]:
     """A view decorator limiting that view, for sync and async views alike (an async view is
@@ -151,7 +154,8 @@ def ratelimit(
     One limiter object on several views is one shared limit. With ``RateLimitMiddleware`` too,
     a decorated view is limited by both. Every option is validated here."""
     rules = policy(limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
-                   shadow=shadow, trusted_proxies=trusted_proxies, partition_key_secret=partition_key_secret)
+                   shadow=shadow, trusted_proxies=trusted_proxies, proxy_header=proxy_header,
+            partition_key_secret=partition_key_secret)
 
     def decorate(view: View) -> View:
         return cast(View, _limited(rules, view))

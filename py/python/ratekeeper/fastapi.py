@@ -1,5 +1,5 @@
 """Per-route rate limits for FastAPI: the dependency :func:`limit`. Install with
-``pip install "ratekeeper[fastapi]"``. For every route at once (and WebSockets), use
+the wheel's ``[fastapi]`` extra. For every route at once (and WebSockets), use
 :class:`ratekeeper.asgi.RateLimitMiddleware`.
 
 Options and their meaning: ``docs/src/guides/http/index.md`` (the same in every language).
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 from fastapi import HTTPException, Request, Response
 
-from ._http import Count, HeaderForm, LimiterOption, Policy, Refusal
+from ._http import Count, HeaderForm, LimiterOption, Policy, ProxyHeader, Refusal
 from .asgi import header_value, peer_address, refusal_response
 
 __all__ = ["RateLimited", "limit", "rate_limited_handler"]
@@ -53,6 +53,7 @@ def limit(
     on_refused: Callable[[Request, Refusal], Response] | None = None,
     shadow: bool = False,
     trusted_proxies: Iterable[str] | None = None,
+    proxy_header: ProxyHeader = "X-Forwarded-For",
     partition_key_secret: bytes | str | None = None,
 ) -> Callable[[Request, Response], AsyncIterator[None]]:
     """A FastAPI dependency limiting the routes it is attached to::
@@ -66,7 +67,7 @@ def limit(
     returns its own error ``Response`` is seen as a success — use the middleware there."""
     rules: Policy[Request] = Policy(
         limiter, key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused,
-        shadow=shadow, trusted_proxies=trusted_proxies, peer=peer_address, header=header_value,
+        shadow=shadow, trusted_proxies=trusted_proxies, proxy_header=proxy_header, peer=peer_address, header=header_value,
         partition_key_secret=partition_key_secret,
     )
 

@@ -1,4 +1,4 @@
-"""Rate limiting for Flask: :class:`RateLimiter`. Install with ``pip install "ratekeeper[flask]"``.
+"""Rate limiting for Flask: :class:`RateLimiter`. Install with the wheel's ``[flask]`` extra.
 
 Options and their meaning: ``docs/src/guides/http/index.md`` (the same in every language).
 """
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from flask import Flask, Request, Response, current_app, g, request
 
 from . import _ratekeeper
-from ._http import Admission, Count, HeaderForm, LimiterOption, Policy, Refusal
+from ._http import Admission, Count, HeaderForm, LimiterOption, Policy, ProxyHeader, Refusal
 from .errors import InvalidArgument
 
 __all__ = ["RateLimiter", "Refusal", "refusal_response"]
@@ -33,6 +33,7 @@ def _peer(req: Request) -> str | None:
 
 
 def _header(req: Request, name: str) -> str | None:
+    # The WSGI server joins a field's lines by commas in the environ (gunicorn, Werkzeug's own).
     return req.headers.get(name)
 
 
@@ -48,7 +49,7 @@ class RateLimiter:
         def search(): ...
 
     The keyword options (``key``, ``cost``, ``skip``, ``count``, ``headers``, ``on_refused``,
-    ``shadow``, ``trusted_proxies``, ``partition_key_secret``) apply to the default and are inherited by ``limit`` (which
+    ``shadow``, ``trusted_proxies``, ``proxy_header``, ``partition_key_secret``) apply to the default and are inherited by ``limit`` (which
     may override any). ``key``, ``cost``, ``skip`` and ``on_refused`` receive the Flask
     ``request``. Every option is validated here (``InvalidArgument`` naming it)."""
 
@@ -65,11 +66,12 @@ class RateLimiter:
         on_refused: Callable[[Request, Refusal], Response] | None = None,
         shadow: bool = False,
         trusted_proxies: Iterable[str] | None = None,
+        proxy_header: ProxyHeader = "X-Forwarded-For",
         partition_key_secret: bytes | str | None = None,
     ) -> None:
         self._options: dict[str, Any] = dict(
             key=key, cost=cost, skip=skip, count=count, headers=headers, on_refused=on_refused, shadow=shadow,
-            trusted_proxies=trusted_proxies, partition_key_secret=partition_key_secret,
+            trusted_proxies=trusted_proxies, proxy_header=proxy_header, partition_key_secret=partition_key_secret,
         )
         # Validates the options even without a default (an unlimited limiter touches no backend).
         checked = self._policy(default if default is not None else _ratekeeper.unlimited())

@@ -1,4 +1,4 @@
-"""RQ integration (``pip install ratekeeper[rq]``): run a job under a limiter and, when the
+"""RQ integration (the wheel's ``[rq]`` extra): run a job under a limiter and, when the
 limiter refuses, run it again later with backoff instead of failing it — Sidekiq Enterprise's
 limiter middleware, for RQ.
 
@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 try:
     from rq import Retry, get_current_job
 except ImportError as _missing:  # an optional extra: say which
-    raise ImportError(f"ratekeeper.rq needs rq: pip install 'ratekeeper[rq]' ({_missing})") from _missing
+    raise ImportError(f"ratekeeper.rq needs rq: pip install rq (the [rq] extra) ({_missing})") from _missing
 
 from ._limiter import Limiter
 from ._ratekeeper import Backoff

@@ -290,7 +290,11 @@ def test_a_failed_closed_backend_answers_503_with_retry_after(lone_redis: RedisS
         lone_redis.stop()
         refused = httpx.get(closed.url + "/", timeout=10)
         admitted = httpx.get(opened.url + "/", timeout=10)
+        again = [httpx.get(closed.url + "/", timeout=10).status_code for _ in range(2)]
         assert "Traceback" not in closed.output()
+        # Issue 46: why is said once per outage, not per request (Node said nothing).
+        assert closed.output().count("failed closed, answering 503") == 1, closed.output()
+    assert again == [503, 503]
     assert refused.status_code == 503
     assert refused.headers["retry-after"] == "1"
     assert refused.headers["content-type"] == "application/problem+json"

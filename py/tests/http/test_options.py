@@ -64,6 +64,9 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("trusted_proxies a lone string", {"trusted_proxies": "10.0.0.0/8"}, "trusted_proxies"),
     ("trusted proxy prefix 33", {"trusted_proxies": ["10.0.0.0/33"]}, "trusted_proxies"),
     ("trusted proxy a host name", {"trusted_proxies": ["proxy.local"]}, "trusted_proxies"),
+    ("proxy_header X-Real-IP", {"proxy_header": "X-Real-IP"}, "proxy_header"),
+    ("proxy_header None", {"proxy_header": None}, "proxy_header"),
+    ("proxy_header a list of both", {"proxy_header": ["X-Forwarded-For", "Forwarded"]}, "proxy_header"),
     ("partition_key_secret of 15 bytes", {"partition_key_secret": b"fifteen-bytes!!"}, "partition_key_secret"),
     ("partition_key_secret a number", {"partition_key_secret": 12345}, "partition_key_secret"),
     ("partition_key_secret with draft-7", {"partition_key_secret": "a-secret-of-at-least-16-bytes",
@@ -129,15 +132,30 @@ TRUSTED = _networks(["10.0.0.0/8", "2001:db8:ffff::/48"])
     ("203.0.113.9", {"x_forwarded_for": "198.51.100.1"}, (), "203.0.113.9"),
     # Behind a trusted proxy: the right-most address that is not a trusted proxy.
     ("10.0.0.2", {"x_forwarded_for": "6.6.6.6, 198.51.100.1, 10.0.0.7"}, TRUSTED, "198.51.100.1"),
-    ("10.0.0.2", {"forwarded": 'for=6.6.6.6, for="[2001:db8:5:6::1]:4711";proto=https'}, TRUSTED, "2001:db8:5::/56"),
-    ("10.0.0.2", {"forwarded": "for=198.51.100.1:8080", "x_forwarded_for": "6.6.6.6"}, TRUSTED, "198.51.100.1"),
+    ("10.0.0.2", {"x_forwarded_for": "2001:db8:5:6::1"}, TRUSTED, "2001:db8:5::/56"),
+    # Only the proxy's header is read: a client's own Forwarded passes through an appending proxy.
+    ("10.0.0.2", {"forwarded": "for=6.6.6.6", "x_forwarded_for": "198.51.100.1"}, TRUSTED, "198.51.100.1"),
+    ("10.0.0.2", {"forwarded": "for=6.6.6.6"}, TRUSTED, "10.0.0.2"),
     ("10.0.0.2", {}, TRUSTED, "10.0.0.2"),
-    ("10.0.0.2", {"forwarded": "for=unknown"}, TRUSTED, "10.0.0.2"),
+    ("10.0.0.2", {"x_forwarded_for": "unknown"}, TRUSTED, "10.0.0.2"),
     ("not an address", {}, (), "not an address"),
     (None, {}, (), "unknown"),
 ])
 def test_the_default_key(peer: str | None, fields: dict[str, str], trusted: Any, expected: str) -> None:
     assert client_key(peer, headers(**fields), trusted) == expected
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"forwarded": 'for=6.6.6.6, for="[2001:db8:5:6::1]:4711";proto=https'}, "2001:db8:5::/56"),
+    ({"forwarded": "for=198.51.100.1:8080", "x_forwarded_for": "6.6.6.6"}, "198.51.100.1"),
+    ({"forwarded": "for=6.6.6.6,for=198.51.100.1;proto=https, for=10.0.0.9"}, "198.51.100.1"),
+    ({"x_forwarded_for": "198.51.100.1"}, "10.0.0.2"),
+    ({"forwarded": "for=unknown"}, "10.0.0.2"),
+    ({"forwarded": 'for="_hidden", for=198.51.100.1'}, "198.51.100.1"),
+])
+def test_the_default_key_from_forwarded(fields: dict[str, str], expected: str) -> None:
+    for spelling in ("Forwarded", "forwarded", "FORWARDED"):
+        assert client_key("10.0.0.2", headers(**fields), TRUSTED, spelling) == expected
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

@@ -32,6 +32,20 @@ module Ratekeeper
       end
     end
 
+    # The most rates one rate string may hold (`"25/5s; 300/minute"` is two).
+    MAX_RATES = 16
+
+    # A rate string as `limits` and slowapi write it (`"5/minute"`, `"100 per hour"`,
+    # `"25/5s; 300/minute"`), parsed by the library: a filled Native::WindowLimit array and its
+    # length. Errors name `parameter`.
+    def rates(text, parameter)
+      array = FFI::MemoryPointer.new(Native::WindowLimit, MAX_RATES)
+      len = FFI::MemoryPointer.new(:size_t)
+      status = Native.rk_parse_rate(string(text, parameter, allow_nil: false), array, MAX_RATES, len)
+      Ratekeeper.check_status!(status, { "rate" => parameter })
+      [array, len.read(:size_t)]
+    end
+
     # A string for a `const char *` parameter (nil stays NULL). Bytes go as they are: invalid
     # UTF-8 is the library's to report. A Symbol is its name; nothing else is converted (a key of
     # 42 is a mistake in every language: pass "42").

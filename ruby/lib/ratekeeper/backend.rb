@@ -36,6 +36,11 @@ module Ratekeeper
     # the server's CA, `tls_cert_file` with `tls_key_file` for mutual TLS, read and checked now.
     # `deny_cache: true` remembers refusals in this process until their retry_after (at most
     # `deny_cache_max_entries` of them, default 10,000): see Limiter#with_deny_cache.
+    # `replica_acks`: how many replicas must acknowledge each call's writes (`WAIT`) before it
+    # admits (default 0); too few within `deadline` fail the call as unavailable, and the failure
+    # policy decides (:fail_open then admits).
+    # `on_conflict: :raise` refuses to build a limiter whose spec differs from the one live
+    # processes use under its name (default :warn: build it, say so once on stderr, count it).
     # `clock`: a `ManualClock` for tests; the scripts then take their time from it instead of the
     # server's, so a test on a real Redis is exact (every process sharing the keys must use it).
     def self.redis(url, clock: nil, **options)
@@ -51,9 +56,46 @@ module Ratekeeper
       from_config({ kind: "cluster", seeds: seeds }.merge(redis_options(**options)), :cluster, clock: clock)
     end
 
+    # A Sentinel-managed primary named `service` (the name in the sentinels' `sentinel monitor`
+    # line), found through any of `sentinels` ("host:port", port 26379 when left out): every
+    # connection asks the sentinels where the primary is and confirms its role first, so a
+    # failover is followed and no call goes to a replica. `username`, `password`, `db` and `tls`
+    # (true: TLS with the `tls_*` certificates) are the data nodes'; `sentinel_username`,
+    # `sentinel_password` and `sentinel_tls` (true: TLS, trusting the same certificates) the
+    # sentinels' own. The other options are those of `Backend.redis`. A
+    # `redis+sentinel://[user:password@]host:port[,host:port]/service[/db]` URL given to
+    # `Backend.redis` (or `REDIS_URL`) does the same.
+    def self.sentinel(sentinels, service, username: nil, password: nil, db: nil, tls: nil, sentinel_username: nil,
+                      sentinel_password: nil, sentinel_tls: nil, clock: nil, **options)
+      Ratekeeper.invalid!("sentinels", "must be an Array of \"host:port\", got #{sentinels.inspect}") unless sentinels.is_a?(Array)
+      place = {
+        addresses: sentinels.each_with_index.map { |s, i| Args.string(s, "sentinels[#{i}]", allow_nil: false) },
+        service: Args.string(service, "service", allow_nil: false),
+        username: Args.string(username, "username"), password: Args.string(password, "password"),
+        sentinel_username: Args.string(sentinel_username, "sentinel_username"),
+        sentinel_password: Args.string(sentinel_password, "sentinel_password")
+      }
+      place[:db] = Args.count(db, "db", Args::U32_MAX) unless db.nil?
+      { tls: tls, sentinel_tls: sentinel_tls }.each do |name, on|
+        next if on.nil?
+
+        Ratekeeper.invalid!(name.to_s, "must be true or false, got #{on.inspect}") unless [true, false].include?(on)
+        place[name] = on
+      end
+      config = { kind: "sentinel", sentinel: place.compact }.merge(redis_options(**options))
+      from_config(config, :sentinel, clock: clock)
+    rescue InvalidArgument => e
+      # The C ABI names the fields of its `sentinel` object; Ruby's are the arguments.
+      raise e unless e.parameter.to_s.start_with?("sentinel.")
+
+      parameter = e.parameter.sub("sentinel.addresses", "sentinels").sub("sentinel.", "")
+      raise InvalidArgument.new(e.message.sub(e.parameter, parameter), parameter: parameter)
+    end
+
     def self.redis_options(prefix: nil, failure_policy: nil, fallback_divisor: nil, deadline: nil, connect_timeout: nil,
                            tls_ca_file: nil, tls_ca_data: nil, tls_cert_file: nil, tls_key_file: nil,
-                           deny_cache: nil, deny_cache_max_entries: nil) # :nodoc:
+                           deny_cache: nil, deny_cache_max_entries: nil, replica_acks: nil,
+                           on_conflict: nil) # :nodoc:
       options = { prefix: Args.string(prefix, "prefix") }
       unless failure_policy.nil?
         policy = failure_policy.to_s
@@ -81,6 +123,8 @@ module Ratekeeper
       unless deny_cache_max_entries.nil?
         options[:deny_cache_max_entries] = Args.count(deny_cache_max_entries, "deny_cache_max_entries")
       end
+      options[:replica_acks] = Args.count(replica_acks, "replica_acks", Args::U32_MAX) unless replica_acks.nil?
+      options[:on_conflict] = on_conflict.to_s unless on_conflict.nil? # checked by the library
       options.compact
     end
     private_class_method :redis_options
@@ -192,7 +236,9 @@ module Ratekeeper
 
     private
 
-    # The C array of parts (its keys kept alive with it), then the call.
+    # The C array of parts, then the call. The keys' C strings are held in `strings` until the
+    # call has returned: the struct that points at one does not keep it alive, and the call
+    # runs without the GVL, so a collection during it would free them.
     def run_all(parts, wait)
       Ratekeeper.invalid!("parts", "must be an Array of [limiter, key, cost]") unless parts.is_a?(Array)
       limiters = []
@@ -207,10 +253,11 @@ module Ratekeeper
         limiters << part[0]
         keys << key
         entry = Native::CheckAllPart.new(native + (i * Native::CheckAllPart.size))
+        string = key.nil? ? nil : FFI::MemoryPointer.from_string(key)
         entry[:limiter] = part[0].ptr
-        entry[:key] = key.nil? ? nil : FFI::MemoryPointer.from_string(key)
+        entry[:key] = string
         entry[:cost] = cost
-        entry[:key]
+        string
       end
       decisions = FFI::MemoryPointer.new(Native::Decision, [parts.size, 1].max)
       allowed = FFI::MemoryPointer.new(:bool)
@@ -220,6 +267,7 @@ module Ratekeeper
                else
                  Native.rk_backend_acquire_all(@ptr, native, parts.size, wait, decisions, allowed, retry_us)
                end
+      # Referenced after the call, so that the strings are alive until it returned.
       strings.clear
       if status == Native::OVER_LIMIT
         retry_after = retry_us.read(:uint64) / 1_000_000.0
@@ -227,8 +275,9 @@ module Ratekeeper
                             retry_after: retry_after)
       end
       Ratekeeper.check_status!(status)
+      # Each part's decision keeps its key, so that `limiter.settle(part, actual)` settles it.
       results = Array.new(parts.size) do |i|
-        Decision.from_native(Native::Decision.new(decisions + (i * Native::Decision.size)))
+        Decision.from_native(Native::Decision.new(decisions + (i * Native::Decision.size)), keys[i])
       end
       CombinedDecision.new(allowed: allowed.read(:bool), retry_after_us: retry_us.read(:uint64), parts: results,
                            limiters: limiters, keys: keys)

@@ -36,11 +36,12 @@ module Ratekeeper
     end
 
     # Where limiters built by `Ratekeeper::Limiter.concurrent` and friends keep their state: a
-    # URL String, or a Hash with `url:` (or `cluster:`, an Array of seed URLs) and the options of
-    # `Backend.redis` (`prefix:`, `failure_policy:`, `fallback_divisor:`, `deadline:`).
+    # URL String (`redis+sentinel://` included), or a Hash with `url:` (or `cluster:`, an Array of
+    # seed URLs, or `sentinels:` with `service:`, a Sentinel-managed primary) and the options of
+    # `Backend.redis` (`prefix:`, `failure_policy:`, `fallback_divisor:`, `deadline:`, ...).
     def redis=(options)
       options = { url: options } if options.is_a?(String)
-      Ratekeeper.invalid!("redis", "must be a URL or a Hash with url: or cluster:, got #{options.inspect}") unless options.is_a?(Hash)
+      Ratekeeper.invalid!("redis", "must be a URL or a Hash with url:, cluster: or sentinels:, got #{options.inspect}") unless options.is_a?(Hash)
       options = options.transform_keys(&:to_sym)
       @lock.synchronize do
         @redis = options
@@ -68,8 +69,10 @@ module Ratekeeper
       options = options.dup
       if (seeds = options.delete(:cluster))
         Backend.cluster(seeds, **options)
+      elsif (sentinels = options.delete(:sentinels))
+        Backend.sentinel(sentinels, options.delete(:service), **options)
       else
-        url = options.delete(:url) { Ratekeeper.invalid!("redis", "needs url: or cluster:") }
+        url = options.delete(:url) { Ratekeeper.invalid!("redis", "needs url:, cluster: or sentinels: with service:") }
         Backend.redis(url, **options)
       end
     end

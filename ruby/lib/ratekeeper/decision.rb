@@ -44,7 +44,7 @@ module Ratekeeper
       t = d[:settle]
       settle = if t[:settleable]
                  SettleTicket.new(id: t[:id], cost: t[:cost], charged_at_us: t[:charged_at_us],
-                                  limiter: t[:limiter], key: key)
+                                  limiter: t[:limiter], key: key).tap(&:issued!)
                end
       new(allowed: d[:allowed], limit: d[:limit], remaining: d[:remaining],
           retry_after_us: d[:retry_after_us], reset_after_us: d[:reset_after_us],
@@ -68,7 +68,17 @@ module Ratekeeper
 
   # What `Limiter#settle` needs to settle an admitted call of a counting limiter with its actual
   # cost, exactly once: the settle id, the cost charged, when, the limiter, and the call's key.
-  SettleTicket = Struct.new(:id, :cost, :charged_at_us, :limiter, :key, keyword_init: true)
+  #
+  # A ticket this process issued is settled as it is; one rebuilt from data (a job's arguments)
+  # only with the seal `Limiter#seal` gave for it (`settle(decision, actual, seal:)`), which
+  # refuses a ticket changed on the way.
+  SettleTicket = Struct.new(:id, :cost, :charged_at_us, :limiter, :key, keyword_init: true) do
+    # Marks the ticket as issued by this process (Decision.from_native).
+    def issued! = @issued = true
+
+    # Whether this process issued the ticket (not rebuilt from data).
+    def issued? = @issued == true
+  end
 
   # What `Backend#check_all` decided: every part admitted (and consumed), or none consumed
   # anything. `parts` holds each part's Decision, in order (in a refused combination a part may

@@ -51,8 +51,11 @@ module Ratekeeper
       end
 
       # `count` per fixed window of `interval` (:second, :minute, :hour, :day or seconds),
-      # windows aligned to the epoch.
-      def bucket(name, count, interval, **options)
+      # windows aligned to the epoch; or a rate string in place of both
+      # (`bucket("api", "100/minute")`).
+      def bucket(name, count, interval = nil, **options)
+        return from_rate(name, count, interval, :rk_limiter_new_bucket, options) if count.is_a?(String)
+
         build(name, options, SIDEKIQ_NAMES) do |b, n, out|
           Native.rk_limiter_new_bucket(b, n, Args.count(count, "count"), Args.seconds(interval, "interval"), out)
         end
@@ -60,8 +63,10 @@ module Ratekeeper
 
       # Never more than `count` in any span of `interval` (exact sliding window). `count` may
       # instead be several `[count, interval]` pairs checked together
-      # (`window("api", [[25, 5], [300, 60]])`).
+      # (`window("api", [[25, 5], [300, 60]])`), or a rate string: `window("login", "5/minute")`,
+      # `window("api", "25/5s; 300/minute")`.
       def window(name, count, interval = nil, **options)
+        return from_rate(name, count, interval, :rk_limiter_new_windows, options) if count.is_a?(String)
         # No interval: the multi-window form (whose argument is checked as `windows`).
         return windows(name, count, **options) if count.is_a?(Array) || (interval.nil? && !count.is_a?(Integer))
 
@@ -170,6 +175,19 @@ module Ratekeeper
           w[:interval_secs] = Args.seconds(pair[1], "interval")
         end
         build(name, options) { |b, n, out| Native.rk_limiter_new_windows(b, n, array, pairs.size, out) }
+      end
+
+      # A bucket or window from a rate string, which carries its own interval.
+      def from_rate(name, text, interval, constructor, options)
+        Ratekeeper.invalid!("count", "must be a whole number, got #{text.inspect} (a rate string such as '5/minute' takes no interval)") unless interval.nil?
+        array, len = Args.rates(text, "rate")
+        if constructor == :rk_limiter_new_windows
+          return build(name, options) { |b, n, out| Native.rk_limiter_new_windows(b, n, array, len, out) }
+        end
+
+        Ratekeeper.invalid!("rate", "must be one rate such as '5/minute' for a bucket, got #{text.inspect}") unless len == 1
+        w = Native::WindowLimit.new(array)
+        build(name, options) { |b, n, out| Native.rk_limiter_new_bucket(b, n, w[:limit], w[:interval_secs], out) }
       end
 
       # Checks the shared options, then builds the C limiter with the block.
@@ -317,14 +335,37 @@ module Ratekeeper
     # Settles `decision` (an admitted call of this limiter, checked with an estimated cost) to
     # its `actual` cost: the difference is charged or refunded exactly once, however often the
     # same decision is settled (a retry after a timeout is safe). Returns the state after it.
-    # A decision that cannot be settled raises InvalidArgument naming `decision`.
-    def settle(decision, actual)
+    # A decision that cannot be settled raises InvalidArgument naming `decision`. A decision
+    # rebuilt from data stored outside the process (a job's arguments) passes the `seal:` that
+    # #seal gave for it: it is settled only if no field of its ticket was changed.
+    def settle(decision, actual, seal: nil)
       Ratekeeper.invalid!("decision", "must be a Ratekeeper::Decision") unless decision.is_a?(Decision)
       out = Native::Decision.new
       key = decision.settle&.key
-      Ratekeeper.check_status!(Native.rk_limiter_settle(@ptr, Args.key(key), decision.to_native,
-                                                        Args.count(actual, "actual"), out))
+      actual = Args.count(actual, "actual")
+      status = if seal.nil?
+                 if decision.settle && !decision.settle.issued?
+                   Ratekeeper.invalid!("decision", "its settle ticket was not issued in this process and comes without " \
+                                                   "its seal: pass seal: (Limiter#seal) with a decision rebuilt from data")
+                 end
+                 Native.rk_limiter_settle(@ptr, Args.key(key), decision.to_native, actual, out)
+               else
+                 Ratekeeper.invalid!("seal", "must be a String, got #{seal.class}") unless seal.is_a?(String)
+                 Native.rk_limiter_settle_sealed(@ptr, Args.key(key), decision.to_native, actual, seal, out)
+               end
+      Ratekeeper.check_status!(status)
       Decision.from_native(out, key)
+    end
+
+    # The seal of `decision`'s settle ticket (64 hex digits): store it with a decision that
+    # leaves the process and pass it to #settle as `seal:` (any process on the same Redis and
+    # key prefix settles it; a ticket changed on the way is refused).
+    def seal(decision)
+      Ratekeeper.invalid!("decision", "must be a Ratekeeper::Decision") unless decision.is_a?(Decision)
+      out = Native::SettleSeal.new
+      Ratekeeper.check_status!(Native.rk_limiter_seal_ticket(@ptr, Args.key(decision.settle&.key), decision.to_native,
+                                                             out))
+      out[:hex].to_s
     end
 
     # Refuses every call of `key` in every process for `duration` seconds (a third party said

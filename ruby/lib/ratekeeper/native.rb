@@ -65,6 +65,11 @@ module Ratekeeper
       layout :settleable, :bool, :id, :uint64, :cost, :uint64, :charged_at_us, :uint64, :limiter, :uint64
     end
 
+    # `rk_settle_seal`.
+    class SettleSeal < FFI::Struct
+      layout :hex, [:char, 65]
+    end
+
     # `rk_decision`.
     class Decision < FFI::Struct
       layout :allowed, :bool, :limit, :uint64, :remaining, :uint64, :retry_after_us, :uint64,
@@ -120,6 +125,7 @@ module Ratekeeper
     call :rk_limiter_new_bucket, %i[pointer string uint64 double pointer], :int
     call :rk_limiter_new_window, %i[pointer string uint64 double pointer], :int
     call :rk_limiter_new_windows, %i[pointer string pointer size_t pointer], :int
+    call :rk_parse_rate, %i[string pointer size_t pointer], :int
     call :rk_limiter_new_sliding_window, %i[pointer string pointer size_t pointer], :int
     call :rk_limiter_new_token_bucket, %i[pointer string double uint64 pointer], :int
     call :rk_limiter_new_leased, %i[pointer string double uint64 uint64 double pointer], :int
@@ -142,6 +148,9 @@ module Ratekeeper
     call :rk_limiter_reset, %i[pointer string], :int, blocking: true
     call :rk_limiter_points_used, [:pointer, :string, :uint64, :uint64, Decision.by_ref], :int, blocking: true
     call :rk_limiter_settle, [:pointer, :string, Decision.by_ref, :uint64, Decision.by_ref], :int, blocking: true
+    call :rk_limiter_seal_ticket, [:pointer, :string, Decision.by_ref, SettleSeal.by_ref], :int, blocking: true
+    call :rk_limiter_settle_sealed, [:pointer, :string, Decision.by_ref, :uint64, :string, Decision.by_ref], :int,
+         blocking: true
     call :rk_limiter_close, [:pointer], :int, blocking: true
     call :rk_limiter_pause, %i[pointer string double pointer], :int, blocking: true
     call :rk_limiter_observe, %i[pointer string uint32 pointer pointer size_t pointer], :int, blocking: true

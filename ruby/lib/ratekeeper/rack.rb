@@ -5,6 +5,7 @@ require "ipaddr"
 require "json"
 require "logger"
 require "openssl"
+require "set"
 
 module Ratekeeper
   # Rack middleware (Rails, Sinatra, Hanami, any Rack app) with the options and header forms of
@@ -16,8 +17,11 @@ module Ratekeeper
   #   limiter:         a Limiter, or an Array checked in order (a request passes when all do)
   #   key:             ->(env) { String }: the identity counted (default: the client address,
   #                    IPv6 grouped by /56; proxy headers only from `trusted_proxies`)
-  #   trusted_proxies: an Array of addresses or CIDR ranges whose Forwarded / X-Forwarded-For
-  #                    are believed
+  #   trusted_proxies: an Array of addresses or CIDR ranges whose `proxy_header` is believed
+  #   proxy_header:    the one header those proxies write the client's address into, and the
+  #                    only one read: "X-Forwarded-For" (default: nginx, AWS ALB, Cloudflare) or
+  #                    "Forwarded" (RFC 7239); the client is its right-most address that is not
+  #                    a trusted proxy. Never a header the proxy passes through from the client.
   #   cost:            a whole number >= 1 and at most each limiter's capacity, or
   #                    ->(env) { Integer } (default 1)
   #   skip:            ->(env) { true }: not limited at all (no backend call, no header)
@@ -36,6 +40,8 @@ module Ratekeeper
     BACKEND_FAILURE_RETRY_AFTER = 1
     HEADER_FORMS = %w[draft-11 draft-7 draft-6 legacy].freeze
     COUNTS = %w[all failures successes].freeze
+    # `proxy_header:` values (matched without regard to case) and the Rack env key of each.
+    PROXY_HEADERS = { "x-forwarded-for" => "HTTP_X_FORWARDED_FOR", "forwarded" => "HTTP_FORWARDED" }.freeze
     # The kinds whose charge can be given back (`points_used(cost, 0)`).
     REFUNDABLE = %w[token_bucket leaky points].freeze
     BACKEND_ERRORS = [BackendUnavailable, TimeoutError, BackendRejected].freeze
@@ -58,8 +64,8 @@ module Ratekeeper
     # Requests shadow mode let through although a limiter refused them (this process).
     attr_reader :shadow_refused
 
-    def initialize(app, limiter:, key: nil, trusted_proxies: nil, cost: 1, skip: nil, count: "all",
-                   headers: "draft-11", on_refused: nil, shadow: false, logger: nil, partition_key_secret: nil)
+    def initialize(app, limiter:, key: nil, trusted_proxies: nil, proxy_header: "X-Forwarded-For", cost: 1, skip: nil,
+                   count: "all", headers: "draft-11", on_refused: nil, shadow: false, logger: nil, partition_key_secret: nil)
       @app = app
       limiters = limiter.is_a?(Array) ? limiter : [limiter]
       if limiters.empty? || !limiters.all?(Limiter)
@@ -80,6 +86,7 @@ module Ratekeeper
       @gates = limiters.map { |one| gate(one, count) }
       @key = key
       @trusted = networks(trusted_proxies)
+      @proxy_env = proxy_env(proxy_header)
       @cost = cost
       @skip = skip
       @count = count
@@ -156,36 +163,53 @@ module Ratekeeper
       end
     end
 
+    # Names whose backend is failing closed now (each outage is logged once).
+    def failing = (@failing ||= Set.new)
+
     def admit(key, cost)
       outcomes = []
       refusing = []
+      shadowed = []
       @gates.each do |g|
         decision = g.mode == :peek ? g.limiter.peek(key) : g.limiter.check(key, cost: cost)
+        failing.delete(g.name)
         outcomes << Outcome.new(g, decision)
         refusing << outcomes.last unless decision.allowed?
+        shadowed << outcomes.last if decision.shadow_refused?
         break if refusing.any? && !@shadow
       rescue *BACKEND_ERRORS => e
-        @logger.warn("#{g.name} failed closed: #{e.message}")
+        # Why is said once per outage; the limiter's metrics count each failure (`errors`).
+        if failing.add?(g.name)
+          @logger.warn("#{g.name.inspect} failed closed, answering 503 until its backend answers " \
+                       "(each failure counts in the limiter's metrics errors): #{e.message}")
+        end
         next if @shadow
 
         give_back(outcomes, key, cost)
         return [[], backend_failure]
       end
-      return [outcomes, nil] if refusing.empty?
-
-      if @shadow
-        @shadow_refused += 1
-        @logger.info("shadow mode let through a request refused by #{refusing.map { |o| o.gate.name }.join(', ')}")
+      if refusing.empty? || @shadow
+        # One rule for both shadow modes (this option's, a limiter's): a request let through
+        # although a limit refused it.
+        unless (refusing + shadowed).empty?
+          @shadow_refused += 1
+          @logger.info("shadow mode let through a request refused by #{(refusing + shadowed).map { |o| o.gate.name }.join(', ')}")
+        end
         return [outcomes, nil]
       end
       give_back(outcomes, key, cost)
       [outcomes, refusal(refusing, rate_headers(outcomes, key))]
     end
 
+    # Whether the call behind `decision` took something a settle may give back: an admission.
+    # A refusal, enforced or shadow (a limiter in shadow mode admits it, consuming nothing), took
+    # nothing.
+    def consumed?(decision) = decision.allowed? && !decision.shadow_refused?
+
     # Undoes what the limiters before a refusal took, where the kind can.
     def give_back(outcomes, key, cost)
       outcomes.each do |o|
-        next unless o.decision.allowed?
+        next unless consumed?(o.decision)
 
         if o.decision.lease
           o.gate.limiter.release(o.decision.lease, key: key)
@@ -201,7 +225,7 @@ module Ratekeeper
     def settle(outcomes, key, cost, status)
       counted = @count == "all" || ((status.to_i >= 400) == (@count == "failures"))
       outcomes.each do |o|
-        next unless o.decision.allowed?
+        next unless consumed?(o.decision)
 
         if o.decision.lease
           o.gate.limiter.release(o.decision.lease, key: key)
@@ -252,8 +276,8 @@ module Ratekeeper
       if @headers == "draft-11"
         partition = @partition_key ? ";pk=:#{@partition_key.call(key)}:" : ""
         return {
-          "RateLimit-Policy" => statuses.map { |s| "#{sf_string(s[:name])};q=#{s[:limit]}#{w[s]}" }.join(", "),
-          "RateLimit" => statuses.map { |s| "#{sf_string(s[:name])};r=#{s[:remaining]};t=#{s[:reset]}#{partition}" }.join(", ")
+          "ratelimit-policy" => statuses.map { |s| "#{sf_string(s[:name])};q=#{s[:limit]}#{w[s]}" }.join(", "),
+          "ratelimit" => statuses.map { |s| "#{sf_string(s[:name])};r=#{s[:remaining]};t=#{s[:reset]}#{partition}" }.join(", ")
         }
       end
       # One limit for the older forms: the one that refused (longest wait), else the least left.
@@ -261,12 +285,12 @@ module Ratekeeper
       b = refused.any? ? refused.max_by { |s| s[:retry_after] } : statuses.min_by { |s| s[:remaining] }
       case @headers
       when "draft-7"
-        { "RateLimit-Policy" => "#{b[:limit]}#{w[b]}", "RateLimit" => "limit=#{b[:limit]}, remaining=#{b[:remaining]}, reset=#{b[:reset]}" }
+        { "ratelimit-policy" => "#{b[:limit]}#{w[b]}", "ratelimit" => "limit=#{b[:limit]}, remaining=#{b[:remaining]}, reset=#{b[:reset]}" }
       when "draft-6"
-        { "RateLimit-Policy" => "#{b[:limit]}#{w[b]}", "RateLimit-Limit" => b[:limit].to_s,
-          "RateLimit-Remaining" => b[:remaining].to_s, "RateLimit-Reset" => b[:reset].to_s }
+        { "ratelimit-policy" => "#{b[:limit]}#{w[b]}", "ratelimit-limit" => b[:limit].to_s,
+          "ratelimit-remaining" => b[:remaining].to_s, "ratelimit-reset" => b[:reset].to_s }
       else
-        { "X-RateLimit-Limit" => b[:limit].to_s, "X-RateLimit-Remaining" => b[:remaining].to_s, "X-RateLimit-Reset" => b[:reset].to_s }
+        { "x-ratelimit-limit" => b[:limit].to_s, "x-ratelimit-remaining" => b[:remaining].to_s, "x-ratelimit-reset" => b[:reset].to_s }
       end
     end
 
@@ -280,13 +304,13 @@ module Ratekeeper
       names = refusing.map { |o| o.gate.name }
       retry_after = [1, ceil(refusing.map { |o| o.decision.retry_after }.max || 1.0)].max
       Refusal.new(status: 429, reason: "quota-exceeded", retry_after: retry_after, violated_policies: names,
-                  headers: { "Retry-After" => retry_after.to_s }.merge(rate_headers),
+                  headers: { "retry-after" => retry_after.to_s }.merge(rate_headers),
                   body: problem(QUOTA_EXCEEDED, "Too Many Requests", 429, "Rate limit exceeded; retry in #{retry_after} s.", names))
     end
 
     def backend_failure
       Refusal.new(status: 503, reason: "backend-failure", retry_after: BACKEND_FAILURE_RETRY_AFTER, violated_policies: [],
-                  headers: { "Retry-After" => BACKEND_FAILURE_RETRY_AFTER.to_s },
+                  headers: { "retry-after" => BACKEND_FAILURE_RETRY_AFTER.to_s },
                   body: problem("about:blank", "Service Unavailable", 503, "The rate limiter's backend is unavailable.", nil))
     end
 
@@ -306,6 +330,15 @@ module Ratekeeper
       rescue IPAddr::Error => e
         Ratekeeper.invalid!("trusted_proxies", "must be IP addresses or CIDR ranges (#{e.message})")
       end
+    end
+
+    # The Rack env key of the `proxy_header:` option. Rack servers join a field's lines by commas
+    # in the env (Puma, WEBrick), so every line counts, in order.
+    def proxy_env(name)
+      env_key = name.is_a?(String) || name.is_a?(Symbol) ? PROXY_HEADERS[name.to_s.strip.downcase] : nil
+      return env_key if env_key
+
+      Ratekeeper.invalid!("proxy_header", "must be \"X-Forwarded-For\" or \"Forwarded\" (the header your proxy sets), got #{name.inspect}")
     end
 
     def address(text)
@@ -332,15 +365,17 @@ module Ratekeeper
 
     def trusted?(addr) = @trusted.any? { |net| net.family == addr.family && net.include?(addr) }
 
-    # The default key: the client address, IPv6 grouped by /56; proxy headers only when the peer
-    # is trusted, then the right-most address of the chain that is not a trusted proxy.
+    # The default key: the client address, IPv6 grouped by /56; the proxy header (and no other)
+    # only when the peer is trusted, then the right-most address of its chain that is not a
+    # trusted proxy.
     def client_key(env)
       peer = env["REMOTE_ADDR"]
       addr = peer && address(peer)
       return peer || "unknown" if addr.nil?
 
       if @trusted.any? && trusted?(addr)
-        chain = env["HTTP_FORWARDED"] ? forwarded_for(env["HTTP_FORWARDED"]) : env["HTTP_X_FORWARDED_FOR"].to_s.split(",").reject { |p| p.strip.empty? }
+        value = env[@proxy_env].to_s
+        chain = @proxy_env == "HTTP_FORWARDED" ? forwarded_for(value) : value.split(",").reject { |p| p.strip.empty? }
         chain.reverse_each do |hop|
           hop_addr = address(hop)
           break if hop_addr.nil?

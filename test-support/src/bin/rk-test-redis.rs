@@ -3,7 +3,7 @@
 //!
 //! - `start [--cluster | --tls | --tls-certs DIR] [--json] [-- REDIS_ARGS…]` starts a standalone
 //!   server (or a 3-master Cluster, or a TLS-only server) on free loopback ports, never 6379,
-//!   and prints where each server is: its port, pid, URL, directory, arguments (and CA). The
+//!   (`--sentinel`: a Sentinel group, see `SentinelGroup`) and prints where each server is: its port, pid, URL, directory, arguments (and CA). The
 //!   servers keep running after this process exits.
 //! - `launch --dir DIR --json -- REDIS_ARGS…` starts a stopped server again, with the arguments
 //!   and directory `start` printed, on the same port.
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use ratekeeper_test_support::judge::{judge_all, Case};
 use ratekeeper_test_support::ports::SCRATCH_PREFIX;
-use ratekeeper_test_support::{DetachedServer, RedisCluster, RedisServer};
+use ratekeeper_test_support::{DetachedServer, RedisCluster, RedisServer, SentinelGroup};
 
 #[derive(Parser)]
 #[command(about = "Real Redis servers for ratekeeper's tests, and the over-admission judge")]
@@ -34,8 +34,12 @@ enum Action {
     /// Starts a standalone server, a 3-master Cluster or a TLS-only server, and prints where.
     Start {
         /// Three cluster-enabled masters joined into one Cluster.
-        #[arg(long, conflicts_with_all = ["tls", "tls_certs"])]
+        #[arg(long, conflicts_with_all = ["tls", "tls_certs", "sentinel"])]
         cluster: bool,
+        /// A Sentinel group: a primary, two replicas, three sentinels (down-after 1 s), printed
+        /// in that order; the sentinels' arguments include `--sentinel`.
+        #[arg(long, conflicts_with_all = ["tls", "tls_certs"])]
+        sentinel: bool,
         /// TLS only, with certificates from a fresh CA (printed as `ca`).
         #[arg(long)]
         tls: bool,
@@ -84,12 +88,14 @@ fn main() -> ExitCode {
 
 fn run(action: Action) -> Result<(), String> {
     match action {
-        Action::Start { cluster, tls, tls_certs, json, redis_args } => {
-            if cluster && !redis_args.is_empty() {
-                return Err("--cluster takes no redis-server arguments".into());
+        Action::Start { cluster, sentinel, tls, tls_certs, json, redis_args } => {
+            if (cluster || sentinel) && !redis_args.is_empty() {
+                return Err("--cluster and --sentinel take no redis-server arguments".into());
             }
             let servers = if cluster {
                 RedisCluster::start().detach()
+            } else if sentinel {
+                SentinelGroup::start().detach()
             } else if let Some(certs) = tls_certs {
                 vec![RedisServer::start_tls_with(&certs).detach()]
             } else if tls {

@@ -6,6 +6,7 @@
 //! which limiters get by co-locating their keys (see `colocate` in the limiter spec). A
 //! combination whose tags differ is refused before anything is sent.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -30,10 +31,12 @@ pub(crate) struct RedisPart<'a> {
     pub op: Op,
 }
 
-/// The combined call, ready to send, and each part's wake-up list.
+/// The combined call, ready to send, each part's wake-up list, and how each part was decided:
+/// its op (see `decide` in [`crate::engine::script_all`]) and the first part on its state.
 struct CombinedCall {
     cmd: Cmd,
     wake_keys: Vec<Option<String>>,
+    decided: Vec<(Op, usize)>,
 }
 
 /// Abandons, when a combined call ends without an answer after it was sent, the leases its
@@ -63,7 +66,7 @@ impl RedisBackend {
         let call = self.prepare_all(parts)?;
         let mut abandon = self.abandon_all(parts);
         let reply = scripts::run_cmd(self.connections(), self.deadline(), &SCRIPT, call.cmd, &abandon.sent).await;
-        let result = reply.and_then(|reply| self.finish_all(parts, call.wake_keys, &reply));
+        let result = reply.and_then(|reply| self.finish_all(parts, call.wake_keys, call.decided, &reply));
         if result.is_ok() {
             abandon.leases.clear();
         }
@@ -75,7 +78,7 @@ impl RedisBackend {
         let call = self.prepare_all(parts)?;
         let mut abandon = self.abandon_all(parts);
         let reply = scripts::run_cmd_blocking(self.connections(), self.deadline(), &SCRIPT, call.cmd, &abandon.sent);
-        let result = reply.and_then(|reply| self.finish_all(parts, call.wake_keys, &reply));
+        let result = reply.and_then(|reply| self.finish_all(parts, call.wake_keys, call.decided, &reply));
         if result.is_ok() {
             abandon.leases.clear();
         }
@@ -96,8 +99,10 @@ impl RedisBackend {
     }
 
     /// The combined call: each part's single call (see [`RedisBackend::prepare`]), its keys and
-    /// arguments laid end to end after the shapes. On a Cluster, every part must have the same
-    /// hash tag; a combination that spans slots is refused, naming the limiters.
+    /// arguments laid end to end after the shapes, each shape with the cost the part is decided
+    /// at: its own plus every earlier part's on the same state (same first key), or for a
+    /// concurrent part the slots they take. On a Cluster, every part must have the same hash
+    /// tag; a combination that spans slots is refused, naming the limiters.
     fn prepare_all(&self, parts: &[RedisPart<'_>]) -> Result<CombinedCall> {
         if self.cluster {
             let tags: Vec<String> = parts
@@ -125,6 +130,8 @@ impl RedisBackend {
         let mut args: Vec<Vec<u8>> = Vec::new();
         let mut shapes = Vec::with_capacity(parts.len());
         let mut wake_keys = Vec::with_capacity(parts.len());
+        let mut decided = Vec::with_capacity(parts.len());
+        let mut asked: HashMap<Vec<u8>, (u64, usize)> = HashMap::new();
         for (i, part) in parts.iter().enumerate() {
             let call =
                 self.prepare_for(part.kind, part.name, part.key, part.algorithm, part.op, part.failover.colocate)?;
@@ -145,8 +152,18 @@ impl RedisBackend {
             let key_count: usize = std::str::from_utf8(words[2]).ok().and_then(|n| n.parse().ok()).unwrap_or(0);
             keys.extend(words[3..3 + key_count].iter().map(|k| k.to_vec()));
             args.extend(words[3 + key_count..].iter().map(|a| a.to_vec()));
-            shapes.push((engine, key_count, words.len() - 3 - key_count));
+            let (op, decide) = match part.op {
+                Op::Check { cost, lease_id, waiter } => {
+                    let own = if matches!(part.algorithm, Algorithm::Concurrent(_)) { 1 } else { cost };
+                    let (sum, first) = asked.entry(words[3].to_vec()).or_insert((0, i));
+                    *sum += own;
+                    ((Op::Check { cost: cost - own + *sum, lease_id, waiter }, *first), *sum)
+                }
+                other => ((other, i), 0),
+            };
+            shapes.push((engine, key_count, words.len() - 3 - key_count, decide));
             wake_keys.push(call.wake_key);
+            decided.push(op);
         }
         let mut cmd = SCRIPT.evalsha(keys.len());
         for key in &keys {
@@ -157,20 +174,22 @@ impl RedisBackend {
             None => cmd.arg(""),
         };
         cmd.arg(parts.len());
-        for (engine, key_count, arg_count) in shapes {
-            cmd.arg(engine).arg(key_count).arg(arg_count);
+        for (engine, key_count, arg_count, decide) in shapes {
+            cmd.arg(engine).arg(key_count).arg(arg_count).arg(decide);
         }
         for arg in &args {
             cmd.arg(arg.as_slice());
         }
-        Ok(CombinedCall { cmd, wake_keys })
+        Ok(CombinedCall { cmd, wake_keys, decided })
     }
 
-    /// Each part's outcome from the combined reply, read by its own engine.
+    /// Each part's outcome from the combined reply, read by its own engine: as its own check
+    /// when the combination was admitted, else as the check it was decided as.
     fn finish_all(
         self: &Arc<Self>,
         parts: &[RedisPart<'_>],
         wake_keys: Vec<Option<String>>,
+        decided: Vec<(Op, usize)>,
         reply: &[i64],
     ) -> Result<(bool, Vec<Outcome>)> {
         let malformed =
@@ -180,8 +199,25 @@ impl RedisBackend {
             return Err(malformed());
         }
         let mut outcomes = Vec::with_capacity(parts.len());
-        for ((part, wake_key), reply) in parts.iter().zip(wake_keys).zip(replies) {
-            outcomes.push(self.finish(part.algorithm, part.op, wake_key, reply.to_vec())?);
+        // The latest part of each state that its dry run admitted.
+        let mut last_admitted: HashMap<usize, usize> = HashMap::new();
+        for (i, (((part, wake_key), (decided, first)), reply)) in
+            parts.iter().zip(wake_keys).zip(decided).zip(replies).enumerate()
+        {
+            let op = if admitted { part.op } else { decided };
+            let mut outcome = self.finish(part.algorithm, op, wake_key, reply.to_vec())?;
+            if !admitted {
+                // A refused part reports the state the earlier admitted parts on its state
+                // would have left, as when the parts run one after the other.
+                if outcome.decision.allowed {
+                    last_admitted.insert(first, i);
+                } else if let Some(&before) = last_admitted.get(&first) {
+                    let before: &Outcome = &outcomes[before];
+                    outcome.decision.remaining = before.decision.remaining;
+                    outcome.decision.reset_after = before.decision.reset_after;
+                }
+            }
+            outcomes.push(outcome);
         }
         for outcome in &outcomes {
             if outcome.config_mismatch {

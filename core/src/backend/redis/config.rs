@@ -12,6 +12,32 @@ use crate::error::{Error, Result};
 
 use crate::defaults::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_DENY_CACHE_MAX_ENTRIES, DEFAULT_PREFIX};
 
+/// What a process does when it builds a limiter whose spec differs from the one live processes
+/// use under the same name on the same Redis (one name, two limits: each would enforce its own
+/// number on the shared counter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnConflict {
+    /// Build it, say so once on stderr (naming both specs and who uses each), count it in the
+    /// limiter's `spec_conflicts` and show it in the registry (`limits`, `inspect`, the page).
+    #[default]
+    Warn,
+    /// Refuse to build it: the constructor reads the registry (one round trip) and fails with an
+    /// invalid-argument error naming `spec` when a live process uses another spec.
+    Raise,
+}
+
+impl OnConflict {
+    /// Reads `"warn"` or `"raise"`; anything else is an invalid-argument error naming `parameter`.
+    pub fn from_name(parameter: &'static str, name: &str) -> crate::Result<OnConflict> {
+        match name {
+            "warn" => Ok(OnConflict::Warn),
+            "raise" => Ok(OnConflict::Raise),
+            other => Err(crate::Error::invalid(parameter, format!("must be \"warn\" or \"raise\", got {other:?}"))),
+        }
+    }
+}
+
 /// What a limiter does when Redis cannot answer within the deadline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -87,6 +113,8 @@ impl TlsConfig {
     }
 }
 
+pub use super::sentinel::SentinelConfig;
+
 /// Configuration of a Redis or Redis Cluster backend. Its `Debug` form hides the user and
 /// password of every URL (see [`super::redact::redact_url`]).
 #[derive(Clone)]
@@ -117,6 +145,15 @@ pub struct RedisConfig {
     pub deny_cache: bool,
     /// The most refusals the deny cache holds (default [`DEFAULT_DENY_CACHE_MAX_ENTRIES`]).
     pub deny_cache_max_entries: usize,
+    /// What building a limiter whose spec differs from the live processes' does (default
+    /// [`OnConflict::Warn`]).
+    pub on_conflict: OnConflict,
+    /// A Sentinel-managed primary, found through its sentinels (see [`RedisConfig::sentinel`]);
+    /// `None` for a standalone server or a cluster. A `redis+sentinel://` URL in `urls` fills it.
+    pub sentinel: Option<SentinelConfig>,
+    /// How many replicas must acknowledge each call's writes (`WAIT`) before its decision
+    /// admits (default 0: no waiting). See the backends page for what it guarantees.
+    pub replica_acks: u32,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -133,6 +170,9 @@ impl std::fmt::Debug for RedisConfig {
             .field("clock", &self.clock)
             .field("deny_cache", &self.deny_cache)
             .field("deny_cache_max_entries", &self.deny_cache_max_entries)
+            .field("on_conflict", &self.on_conflict)
+            .field("sentinel", &self.sentinel)
+            .field("replica_acks", &self.replica_acks)
             .finish()
     }
 }
@@ -151,7 +191,29 @@ impl RedisConfig {
             clock: None,
             deny_cache: false,
             deny_cache_max_entries: DEFAULT_DENY_CACHE_MAX_ENTRIES,
+            on_conflict: OnConflict::Warn,
+            sentinel: None,
+            replica_acks: 0,
         }
+    }
+
+    /// A Sentinel-managed primary named `service`, found through any of `sentinels`
+    /// (`host:port`, port 26379 when left out). Set the data nodes' credentials, database and
+    /// TLS, and the sentinels' own, on [`RedisConfig::sentinel`]'s fields; the URL form
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]` (given to
+    /// [`RedisConfig::new`]) does the same.
+    pub fn sentinel<S: Into<String>>(sentinels: impl IntoIterator<Item = S>, service: impl Into<String>) -> Self {
+        let sentinel = SentinelConfig::new(sentinels.into_iter().map(Into::into).collect(), service.into());
+        let mut config = RedisConfig::new(sentinel.display_url());
+        config.sentinel = Some(sentinel);
+        config
+    }
+
+    /// Sets how many replicas must acknowledge each call's writes (see
+    /// [`RedisConfig::replica_acks`]).
+    pub fn replica_acks(mut self, replicas: u32) -> Self {
+        self.replica_acks = replicas;
+        self
     }
 
     /// A Redis Cluster reached through any of `seeds`.
@@ -189,6 +251,13 @@ impl RedisConfig {
     /// Sets TLS material for `rediss://` URLs.
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Sets what building a limiter whose spec differs from the live processes' does (see
+    /// [`OnConflict`]).
+    pub fn on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = on_conflict;
         self
     }
 

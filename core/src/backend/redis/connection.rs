@@ -20,6 +20,7 @@ use tokio::sync::{oneshot, Notify};
 
 use super::config::{RedisConfig, TlsConfig};
 use super::scripts;
+use super::sentinel::{ConnectError, SentinelRoute};
 use super::sync_client::{SyncConnection, SyncTarget};
 use crate::error::{Error, Result};
 use crate::runtime::{forked_since, runtime};
@@ -79,6 +80,8 @@ impl ConnectionLike for Conn {
 enum Client {
     Single(redis::Client),
     Cluster(ClusterClient),
+    /// A Sentinel-managed primary: each connection goes where the sentinels name it then.
+    Sentinel(Arc<SentinelRoute>),
 }
 
 #[derive(Default)]
@@ -104,6 +107,8 @@ pub(crate) struct Connections {
     sync_target: Option<SyncTarget>,
     /// Where the connections go, for error messages (see [`servers_of`]).
     servers: String,
+    /// How many replicas acknowledge each writing call (see [`RedisConfig::replica_acks`]).
+    replica_acks: u32,
 }
 
 /// What one process holds of a connection set. A forked child must not use its parent's: the
@@ -173,6 +178,9 @@ struct SetKey {
     ca: Option<Vec<u8>>,
     client_cert: Option<(Vec<u8>, Vec<u8>)>,
     connect_timeout: Duration,
+    /// A Sentinel configuration's identity (see [`super::sentinel::SentinelConfig::identity`]).
+    sentinel: Option<String>,
+    replica_acks: u32,
 }
 
 /// Writes every queued call as one pipeline and hands each caller its own reply. Calls of the
@@ -332,6 +340,30 @@ fn not_redis(e: &redis::RedisError) -> bool {
     text.contains("protocol error") || text.contains("unexpected type byte")
 }
 
+/// `WAIT 0 0`: answered at once by a server that has WAIT (no replica needs to acknowledge).
+fn wait_probe() -> Cmd {
+    redis::cmd("WAIT").arg(0).arg(0).to_owned()
+}
+
+/// The error of a server that refused the `WAIT` probe: `replica_acks` cannot work there.
+fn lacks_wait(e: &redis::RedisError) -> Error {
+    Error::BackendRejected {
+        code: e.code().unwrap_or("ERR").to_owned(),
+        message: format!(
+            "this server refuses WAIT ({e}), which replica_acks needs to know that replicas hold each \
+             call's writes; use a server with WAIT, or set replica_acks to 0"
+        ),
+    }
+}
+
+/// A failed connect (see [`connect_failure`]); the sentinels' answer is worded already.
+fn open_failure(e: ConnectError, servers: &str) -> Error {
+    match e {
+        ConnectError::Redis(e) => connect_failure(&e, servers),
+        ConnectError::Sentinel(error) => error,
+    }
+}
+
 /// The servers of `config` as `host:port` (comma-separated for a cluster's seeds), for error
 /// messages: never the URL itself, which may carry a password.
 fn servers_of(config: &RedisConfig) -> String {
@@ -346,7 +378,7 @@ fn servers_of(config: &RedisConfig) -> String {
     config.urls.iter().map(server).collect::<Vec<_>>().join(", ")
 }
 
-fn certificates(tls: &TlsConfig) -> TlsCertificates {
+pub(crate) fn certificates(tls: &TlsConfig) -> TlsCertificates {
     TlsCertificates {
         client_tls: tls
             .client_cert_and_key_pem
@@ -370,6 +402,8 @@ impl Connections {
             ca: config.tls.as_ref().and_then(|t| t.ca_cert_pem.clone()),
             client_cert: config.tls.as_ref().and_then(|t| t.client_cert_and_key_pem.clone()),
             connect_timeout: config.connect_timeout,
+            sentinel: config.sentinel.as_ref().map(|s| s.identity()),
+            replica_acks: config.replica_acks,
         };
         let mut registry = registry().lock();
         if let Some(existing) = registry.get(&key).and_then(Weak::upgrade) {
@@ -382,13 +416,16 @@ impl Connections {
     }
 
     fn new(config: &RedisConfig) -> Result<Connections> {
-        if config.urls.iter().any(|u| u.starts_with("rediss://")) {
+        let sentinel_tls = config.sentinel.as_ref().is_some_and(|s| s.tls || s.sentinel_tls.is_some());
+        if sentinel_tls || config.urls.iter().any(|u| u.starts_with("rediss://")) {
             // rustls needs one process-wide crypto provider; another library may have set it.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
         let bad_url =
             |e: redis::RedisError| Error::invalid(if config.cluster { "seeds" } else { "url" }, format!("{e}"));
-        let client = if config.cluster {
+        let client = if let Some(sentinel) = &config.sentinel {
+            Client::Sentinel(Arc::new(SentinelRoute::new(sentinel, config.tls.as_ref())?))
+        } else if config.cluster {
             let mut builder = ClusterClientBuilder::new(config.urls.clone())
                 .connection_timeout(config.connect_timeout)
                 .response_timeout(Duration::from_secs(24 * 3600))
@@ -406,12 +443,17 @@ impl Connections {
                 None => Client::Single(redis::Client::open(url).map_err(bad_url)?),
             }
         };
+        let servers = match &client {
+            Client::Sentinel(route) => route.describe(),
+            _ => servers_of(config),
+        };
         Ok(Connections {
             client,
             connect_timeout: config.connect_timeout,
             local: AtomicPtr::new(Box::into_raw(Box::new(Local::new(forked_since(0).0)))),
             sync_target: SyncTarget::for_config(config),
-            servers: servers_of(config),
+            servers,
+            replica_acks: config.replica_acks,
         })
     }
 
@@ -419,16 +461,33 @@ impl Connections {
     /// connection is bounded by its own deadline (a response timeout would add a second timer to
     /// every call), and the commands of dedicated connections (BLPOP) block on purpose, bounded
     /// by the caller.
-    async fn open(&self) -> redis::RedisResult<Conn> {
-        match &self.client {
-            Client::Single(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.connect_timeout))
-                    .set_response_timeout(None);
-                Ok(Conn::Single(client.get_multiplexed_async_connection_with_config(&config).await?))
+    ///
+    /// A Sentinel-managed primary is asked of the sentinels first (on a blocking thread: see
+    /// [`super::sentinel`]), and the new connection confirms its role before it is used.
+    async fn open(&self) -> std::result::Result<Conn, ConnectError> {
+        let config =
+            AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout)).set_response_timeout(None);
+        let mut conn = match &self.client {
+            Client::Single(client) => Conn::Single(client.get_multiplexed_async_connection_with_config(&config).await?),
+            Client::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+            Client::Sentinel(route) => {
+                let (asking, until) = (route.clone(), Instant::now() + self.connect_timeout);
+                let (host, port) = tokio::task::spawn_blocking(move || asking.primary(until))
+                    .await
+                    .map_err(|e| ConnectError::Sentinel(unavailable(format!("asking the sentinels failed: {e}"))))?
+                    .map_err(ConnectError::Sentinel)?;
+                let client = route.node_client(&host, port)?;
+                let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+                let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
+                route.confirm_role(&role, &host, port).map_err(ConnectError::Sentinel)?;
+                Conn::Single(conn)
             }
-            Client::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
+        };
+        if self.replica_acks > 0 {
+            let probe: redis::RedisResult<Value> = wait_probe().query_async(&mut conn).await;
+            probe.and_then(|v| v.extract_error()).map_err(|e| ConnectError::Sentinel(lacks_wait(&e)))?;
         }
+        Ok(conn)
     }
 
     /// The shared connection and its generation; starts a background connect when there is
@@ -512,8 +571,8 @@ impl Connections {
         // `None`: the attempt timed out (see [`Slot::last_failure`]).
         let result = match tokio::time::timeout(self.connect_timeout, self.open()).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) if scripts::is_timeout(&e) => Err(None),
-            Ok(Err(e)) => Err(Some(connect_failure(&e, &self.servers))),
+            Ok(Err(ConnectError::Redis(e))) if scripts::is_timeout(&e) => Err(None),
+            Ok(Err(e)) => Err(Some(open_failure(e, &self.servers))),
             Err(_) => Err(None),
         };
         {
@@ -575,7 +634,7 @@ impl Connections {
         if let Some(conn) = self.local().blocking_pool.lock().pop() {
             return Ok(conn);
         }
-        self.open().await.map_err(|e| connect_failure(&e, &self.servers))
+        self.open().await.map_err(|e| open_failure(e, &self.servers))
     }
 
     /// Returns a dedicated connection to the pool.
@@ -601,7 +660,9 @@ impl Connections {
     /// background connects, that no caller waits for): a server that accepts and does not
     /// answer then ends the call with `Timeout` at its deadline, as it does once connected.
     pub(crate) fn sync_connection(&self, until: Instant, deadline: Duration) -> Result<Option<SyncConnection>> {
-        let Some(target) = &self.sync_target else { return Ok(None) };
+        if self.sync_target.is_none() && !matches!(self.client, Client::Sentinel(_)) {
+            return Ok(None);
+        }
         loop {
             let Some(mut conn) = self.local().sync_pool.lock().pop() else { break };
             if conn.is_usable() {
@@ -613,32 +674,73 @@ impl Connections {
                 return Err(error.clone());
             }
         }
-        match target.connect(until) {
+        match self.connect_sync(until) {
             Ok(conn) => {
                 *self.local().sync_failure.lock() = None;
                 Ok(Some(conn))
             }
             // No back-off after a timeout: see [`Slot::last_failure`].
-            Err(e) if scripts::is_timeout(&e) => Err(self.timeout(deadline)),
+            Err(ConnectError::Redis(e)) if scripts::is_timeout(&e) => Err(self.timeout(deadline)),
             Err(e) => {
-                let error = connect_failure(&e, &self.servers);
+                let error = open_failure(e, &self.servers);
                 *self.local().sync_failure.lock() = Some((Instant::now(), error.clone()));
                 Err(error)
             }
         }
     }
 
-    /// True when [`Self::connect_driven`] can connect: a plain standalone server.
+    /// A new sync connection by `until`: to the standalone server, or to the primary the
+    /// sentinels name (its role confirmed). Only for a set with a sync target or a Sentinel.
+    fn connect_sync(&self, until: Instant) -> std::result::Result<SyncConnection, ConnectError> {
+        let mut conn = match (&self.client, &self.sync_target) {
+            (Client::Sentinel(route), _) => route.connect_sync(until)?,
+            (_, Some(target)) => target.connect(until)?,
+            (_, None) => return Err(ConnectError::Sentinel(unavailable("no sync connection to this server"))),
+        };
+        if self.replica_acks > 0 {
+            match conn.request(&wait_probe(), until).and_then(|v| v.extract_error()) {
+                Ok(_) => {}
+                Err(e) if scripts::is_timeout(&e) || e.is_io_error() => return Err(ConnectError::Redis(e)),
+                Err(e) => return Err(ConnectError::Sentinel(lacks_wait(&e))),
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Where the connections go, for messages (never a password).
+    pub(crate) fn servers(&self) -> &str {
+        &self.servers
+    }
+
+    /// How many replicas must acknowledge each writing call (0: none, no `WAIT`).
+    pub(crate) fn replica_acks(&self) -> u32 {
+        self.replica_acks
+    }
+
+    /// True when [`Self::connect_driven`] can connect: a plain standalone server, or a plain
+    /// Sentinel-managed primary.
     pub(crate) fn drivable(&self) -> bool {
-        self.sync_target.as_ref().is_some_and(SyncTarget::is_plain)
+        // A call whose writes replicas acknowledge takes a connection of its own (see
+        // [`scripts::run_cmd`]): the event loop's one connection would wait behind each WAIT.
+        if self.replica_acks > 0 {
+            return false;
+        }
+        match &self.client {
+            Client::Sentinel(route) => !route.node_tls(),
+            _ => self.sync_target.as_ref().is_some_and(SyncTarget::is_plain),
+        }
     }
 
     /// A new connection, handshaken, for a caller that drives it itself (see
-    /// [`crate::driven`]); `None` unless [`Self::drivable`].
+    /// [`crate::driven`]); `None` unless [`Self::drivable`]. Each one goes to the primary the
+    /// sentinels name at that moment: a driven connection follows a failover by reconnecting.
     pub(crate) fn connect_driven(&self) -> Option<Result<std::net::TcpStream>> {
-        let target = self.sync_target.as_ref().filter(|t| t.is_plain())?;
-        let connected = target.connect(Instant::now() + self.connect_timeout).and_then(SyncConnection::into_plain);
-        Some(connected.map_err(|e| connect_failure(&e, &self.servers)))
+        if !self.drivable() {
+            return None;
+        }
+        let connected =
+            self.connect_sync(Instant::now() + self.connect_timeout).and_then(|conn| Ok(conn.into_plain()?));
+        Some(connected.map_err(|e| open_failure(e, &self.servers)))
     }
 
     /// Returns a sync connection to the pool.

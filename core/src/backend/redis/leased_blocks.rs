@@ -25,6 +25,9 @@ pub(crate) trait BlockWatcher: Send + Sync {
     /// Applies the block of `key` as Redis holds it: the instant (µs, the backend's clock) it
     /// ends, if any.
     fn block_read(&self, key: &str, until_micros: Option<u64>);
+    /// Forgets the refusal from Redis this process remembers for `key` (every key: `None`):
+    /// another process let it back in (see [`super::cleared`]).
+    fn forget_refused(&self, key: Option<&str>);
 }
 
 /// The leased limiters of a backend, and the last count of blocks seen.
@@ -48,7 +51,7 @@ impl Watchers {
         pools.push(pool);
     }
 
-    fn live(&self) -> Vec<std::sync::Arc<dyn BlockWatcher>> {
+    pub(crate) fn live(&self) -> Vec<std::sync::Arc<dyn BlockWatcher>> {
         self.pools.lock().iter().filter_map(Weak::upgrade).collect()
     }
 }

@@ -137,15 +137,17 @@ impl RedisBackend {
     }
 
     /// Reads the override table's identity and, when it is not the one this process holds (a
-    /// write, or a table that lost its history), the overrides; and the count of leased blocks
-    /// (see [`super::leased_blocks`]).
+    /// write, or a table that lost its history), the overrides; the count of leased blocks
+    /// (see [`super::leased_blocks`]); and the count of clears (see [`super::cleared`]).
     async fn poll_overrides(&self, own: &mut Option<Conn>) -> Result<()> {
         let keys = RegistryKeys(&self.prefix);
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET").arg(keys.overrides()).arg(&IDENTITY_FIELDS[..]);
         pipe.get(super::leased_blocks::counter_key(&self.prefix));
-        let (fields, blocks): (Vec<Option<String>>, Option<String>) = self.query_via(Some(&mut *own), &pipe).await?;
-        let blocks = self.blocks_counted(blocks, own).await;
+        pipe.get(super::cleared::counter_key(&self.prefix));
+        let (fields, blocks, clears): (Vec<Option<String>>, Option<String>, Option<String>) =
+            self.query_via(Some(&mut *own), &pipe).await?;
+        let blocks = self.blocks_counted(blocks, own).await.and(self.clears_counted(clears, own).await);
         let [epoch, version, written]: [Option<String>; 3] = fields.try_into().unwrap_or_default();
         if identity_of([epoch, version, written]) == self.live.identity() {
             return blocks;
@@ -212,14 +214,27 @@ impl RedisBackend {
         let process = format!("{}:{}", gethostname::gethostname().to_string_lossy(), std::process::id());
         eval.arg(REGISTRY_TTL.as_millis() as u64).arg(client()).arg(process).arg(MAX_USERS_PER_LIMITER);
         for (name, kind, spec) in due {
-            eval.arg(name).arg(kind.as_str()).arg(spec);
+            eval.arg(name).arg(kind.as_str()).arg(spec).arg(crate::live::spec_fingerprint(spec));
         }
         let mut pipe = redis::pipe();
         pipe.add_command(eval);
-        // The names the registry holds with another kind (see register.lua): the entry shows the
-        // conflict; this process's limiter keeps deciding with its own spec and state.
-        let (_conflicts,): (Vec<String>,) = self.query_via(own, &pipe).await?;
+        // The names a live process uses with another spec (see register.lua): said once and
+        // counted; this process's limiter keeps deciding with its own spec. (A name held with
+        // another kind is recorded in its entry.)
+        let (conflicts,): (Vec<String>,) = self.query_via(own, &pipe).await?;
+        for c in conflicts.chunks_exact(3) {
+            let Some((_, _, mine)) = due.iter().find(|(name, ..)| *name == c[0]) else { continue };
+            self.live.spec_conflict(&c[0], mine, &c[1], &c[2]);
+        }
         Ok(())
+    }
+
+    /// One limiter's registry hash (see register.lua).
+    pub(crate) async fn registry_entry(&self, name: &str) -> Result<HashMap<String, String>> {
+        let mut pipe = redis::pipe();
+        pipe.hgetall(RegistryKeys(&self.prefix).limiter(name));
+        let (hash,): (HashMap<String, String>,) = self.query(&pipe).await?;
+        Ok(hash)
     }
 
     /// Writes an override (`Some(spec)`) or clears one, and applies it in this process at once.
@@ -240,7 +255,8 @@ impl RedisBackend {
         };
         let mut pipe = redis::pipe();
         pipe.add_command(eval);
-        let (reply,): (Vec<Value>,) = self.query(&pipe).await?;
+        // With `replica_acks`, an override is acknowledged like any write of state.
+        let (reply,): (Vec<Value>,) = self.query_acked(&pipe).await?;
         match reply.as_slice() {
             [Value::Int(1), Value::BulkString(identity)] => {
                 self.live.set_local(name, key, spec, Some(String::from_utf8_lossy(identity).into_owned()));
@@ -261,6 +277,16 @@ impl RedisBackend {
                 message: format!("unexpected reply to an override: {other:?}"),
             }),
         }
+    }
+
+    /// Removes `name` from the registry (its entry and its place in the names); see
+    /// `Backend::forget_limiter`.
+    pub(crate) async fn forget(&self, name: &str) -> Result<bool> {
+        let keys = RegistryKeys(&self.prefix);
+        let mut pipe = redis::pipe();
+        pipe.zrem(keys.names(), name).del(keys.limiter(name));
+        let (listed, _deleted): (u64, u64) = self.query(&pipe).await?;
+        Ok(listed > 0)
     }
 
     /// Every limiter in the registry, with its overrides.
@@ -298,6 +324,7 @@ impl RedisBackend {
             let mut overrides = by_name.remove(name).unwrap_or_default();
             overrides.sort();
             let conflict = hash.get("conflict").filter(|_| seen("conflict_seen") + 180_000 >= now_ms).cloned();
+            let conflict = conflict.or_else(|| super::spec_conflicts::spec_conflict(&hash, now_ms));
             out.push(LimiterInfo {
                 conflict,
                 waiting: false,

@@ -3,6 +3,7 @@
 //! call does when Redis cannot answer within the per-call deadline.
 
 pub(crate) mod check_all;
+pub(crate) mod cleared;
 pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod deny_cache;
@@ -15,6 +16,9 @@ pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
 pub(crate) mod scripts;
+mod seal;
+pub(crate) mod sentinel;
+mod spec_conflicts;
 pub(crate) mod sync_client;
 mod views;
 pub(crate) use check_all::RedisPart;
@@ -195,6 +199,10 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// The leased limiters whose held keys' blocks the live task keeps up to date.
     pub(crate) watchers: leased_blocks::Watchers,
+    /// The key sealing settle tickets, once read from Redis (see [`seal`]).
+    seal_key: parking_lot::Mutex<Option<Arc<crate::settle_seal::SealKey>>>,
+    /// What building a limiter whose spec differs from the live processes' does.
+    on_conflict: config::OnConflict,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -204,15 +212,16 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
-    pub(crate) fn new(config: RedisConfig) -> Result<Self> {
+    pub(crate) fn new(mut config: RedisConfig) -> Result<Self> {
         crate::engine::script::prepare_all();
+        sentinel::from_url_if_any(&mut config)?;
         validate_prefix(&config.prefix)?;
         validate_duration("deadline", config.deadline)?;
         validate_duration("connect_timeout", config.connect_timeout)?;
         if let FailurePolicy::Fallback { divisor: 0 } = config.failure_policy {
             return Err(Error::invalid("divisor", "the fallback divisor must be at least 1"));
         }
-        for (i, url) in config.urls.iter().enumerate() {
+        for (i, url) in config.urls.iter().enumerate().filter(|_| config.sentinel.is_none()) {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
                 let message = format!("must start with redis:// or rediss://, got {:?}", redact::redact_url(url));
                 // A cluster's URLs are its seeds: name the one at fault, as the caller passed it.
@@ -251,12 +260,19 @@ impl RedisBackend {
             deny_cache,
             cluster: config.cluster,
             watchers: leased_blocks::Watchers::default(),
+            seal_key: parking_lot::Mutex::new(None),
+            on_conflict: config.on_conflict,
         })
     }
 
     /// The connection set: equal configurations share one (and so one driven connection).
     pub(crate) fn connections(&self) -> &Arc<Connections> {
         &self.connections
+    }
+
+    /// What building a limiter whose spec differs from the live processes' does.
+    pub(crate) fn on_conflict(&self) -> config::OnConflict {
+        self.on_conflict
     }
 
     /// The key prefix (namespace).
@@ -391,6 +407,13 @@ impl RedisBackend {
             }
             Err(e) => return Err(e),
         };
+        // A settle is not an admission: failing open would report a correction that never
+        // applied, and the fallback never held the charge the ticket names. The caller is told,
+        // and may retry it (it applies once).
+        if matches!(op, Op::Settle { .. }) {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(error);
+        }
         match (failover.policy, &failover.fallback) {
             (FailurePolicy::FailOpen, _) => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
@@ -404,8 +427,7 @@ impl RedisBackend {
                     }
                     other => other,
                 };
-                // A settle is applied once by the fallback too (`settle` runs other calls as is).
-                let outcome = self.fallback.settle(*namespace, key, algorithm, op)?;
+                let outcome = self.fallback.execute(*namespace, key, algorithm, op)?;
                 Ok(Outcome { served: Served::FellBack, ..outcome })
             }
             _ => {
@@ -452,8 +474,8 @@ impl RedisBackend {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        if let Some(id) = settle_id {
-            cmd.arg(id);
+        if let Some((id, until)) = settle_id {
+            cmd.arg(id).arg(until);
         }
         algorithm.encode(op, now, &mut cmd)?;
         let wake_key = algorithm.wake_list().map(|list| keys.key(list.role));
@@ -522,7 +544,8 @@ impl RedisBackend {
         });
     }
 
-    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken.
+    /// Forgets every key of (`kind`, `name`, `key`); waiters of a concurrent limiter are woken,
+    /// and other processes forget their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn reset(
         &self,
         kind: Kind,
@@ -543,7 +566,9 @@ impl RedisBackend {
             }
             pipe.pexpire(&wake, (list.ttl_us / 1000).max(1) as i64).ignore();
         }
-        self.query(&pipe).await
+        self.query_acked::<()>(&pipe).await?;
+        self.announce_cleared(kind, name, key).await;
+        Ok(())
     }
 
     /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect (see
@@ -575,7 +600,8 @@ impl RedisBackend {
     }
 
     /// Ends the pause of (`kind`, `name`, `key`) by deleting its key (see `Limiter::resume`),
-    /// in the fallback limiter too; returns whether Redis held one.
+    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
+    /// their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn resume(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.resume(*namespace, key);
@@ -583,7 +609,10 @@ impl RedisBackend {
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(pause::ROLE));
-        let (deleted,): (u64,) = self.query(&pipe).await?;
+        let (deleted,): (u64,) = self.query_acked(&pipe).await?;
+        if deleted > 0 {
+            self.announce_cleared(kind, name, key).await;
+        }
         Ok(deleted > 0)
     }
 
@@ -621,7 +650,8 @@ impl RedisBackend {
     }
 
     /// Ends the block of (`kind`, `name`, `key`) by deleting its key (see `Limiter::unblock`),
-    /// in the fallback limiter too; returns whether Redis held one.
+    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
+    /// their remembered refusals of the key (see [`cleared`]).
     pub(crate) async fn unblock(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.unblock(*namespace, key);
@@ -629,9 +659,12 @@ impl RedisBackend {
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
         pipe.del(keys.key(block::ROLE));
-        let (deleted,): (u64,) = self.query(&pipe).await?;
+        let (deleted,): (u64,) = self.query_acked(&pipe).await?;
         if kind == Kind::Leased && deleted > 0 {
             let _ = self.announce_leased_block().await;
+        }
+        if deleted > 0 {
+            self.announce_cleared(kind, name, key).await;
         }
         Ok(deleted > 0)
     }
@@ -639,6 +672,27 @@ impl RedisBackend {
     /// Runs a pipeline (not a script) within the deadline.
     async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         self.query_via(None, pipe).await
+    }
+
+    /// [`Self::query`] for a pipeline that writes state: with `replica_acks`, it runs on a
+    /// dedicated connection followed by `WAIT`, and fails as unavailable when too few replicas
+    /// acknowledged within the deadline (see [`scripts::acknowledged`]).
+    async fn query_acked<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
+        let acks = self.connections.replica_acks();
+        if acks == 0 {
+            return self.query(pipe).await;
+        }
+        let until = tokio::time::Instant::now() + self.deadline;
+        let timed_out = || self.connections.timeout(self.deadline);
+        let acked = async {
+            let mut conn = self.connections.dedicated().await?;
+            let value = pipe.query_async::<T>(&mut conn).await.map_err(|e| scripts::redis_failure(&e))?;
+            let wait = scripts::wait_for(acks, until.saturating_duration_since(tokio::time::Instant::now()));
+            let count = wait.query_async::<redis::Value>(&mut conn).await.map_err(|e| scripts::redis_failure(&e))?;
+            self.connections.give_back(conn);
+            scripts::acknowledged(&self.connections, Some(acks), Some(count), self.deadline).map(|()| value)
+        };
+        tokio::time::timeout_at(until, acked).await.map_err(|_| timed_out())?
     }
 
     /// Runs a pipeline within the deadline on `own` connection (opened, and named

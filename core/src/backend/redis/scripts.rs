@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::Instant;
@@ -15,6 +16,9 @@ use super::connection::{Conn, Connections};
 use crate::engine::script::LuaScript;
 use crate::error::{Error, Result};
 use crate::runtime::block_on;
+
+/// How long past its timeout a WAIT may end (see [`wait_for`]), with room for the reply.
+const WAIT_OVERRUN: Duration = Duration::from_millis(150);
 
 /// The most calls one batch carries: a batch holds the server for all of them (a few µs each).
 pub(crate) const MAX_BATCH: usize = 128;
@@ -165,6 +169,9 @@ pub(crate) async fn run_cmd(
     evalsha: Cmd,
     sent: &AtomicBool,
 ) -> Result<Vec<i64>> {
+    if let Some(acks) = acks_for(connections, &evalsha) {
+        return run_acked(connections, deadline, script, evalsha, sent, acks).await;
+    }
     let until = Instant::now() + deadline;
     let timed_out = || connections.timeout(deadline);
     // While connected (nearly always) the connection is at hand: no timer is armed for it.
@@ -202,6 +209,117 @@ pub(crate) async fn run_cmd(
     }
 }
 
+/// The replicas a call of `evalsha` waits for: `None` without `replica_acks`, and for a peek,
+/// which writes nothing.
+fn acks_for(connections: &Connections, evalsha: &Cmd) -> Option<u32> {
+    let acks = connections.replica_acks();
+    (acks > 0 && !is_peek(evalsha)).then_some(acks)
+}
+
+/// True for a limiter script's peek: its first argument after the keys is the verb `peek`.
+fn is_peek(evalsha: &Cmd) -> bool {
+    let mut args = evalsha.args_iter().skip(2).filter_map(|a| match a {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let keys = args.next().and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok()).unwrap_or(0);
+    args.nth(keys) == Some(b"peek".as_slice())
+}
+
+/// `WAIT acks timeout`, its timeout short of `left` by enough for its count to come back before
+/// the call's deadline: Redis ends blocked commands only about ten times a second (`hz` 10), so
+/// a WAIT may run up to 100 ms past its timeout. At least 1 ms: 0 would wait forever.
+pub(crate) fn wait_for(acks: u32, left: Duration) -> Cmd {
+    let margin = (left / 4).max(WAIT_OVERRUN);
+    let millis = left.saturating_sub(margin).as_millis().max(1) as u64;
+    redis::cmd("WAIT").arg(acks).arg(millis).to_owned()
+}
+
+/// Ok when the `WAIT` reply `acked` counts at least `acks` replicas (or no WAIT was sent). A
+/// shortfall fails the call as unavailable, for the failure policy to decide (`fail_open` then
+/// admits); it is never retried: the script ran, and its writes stand on the primary.
+pub(crate) fn acknowledged(
+    connections: &Connections,
+    acks: Option<u32>,
+    acked: Option<Value>,
+    deadline: Duration,
+) -> Result<()> {
+    let (Some(acks), Some(acked)) = (acks, acked) else { return Ok(()) };
+    let count = match acked.extract_error() {
+        Ok(Value::Int(count)) => count,
+        Ok(other) => {
+            return Err(Error::BackendUnavailable { message: format!("Redis: WAIT answered {other:?}, not a count") })
+        }
+        Err(e) => return Err(redis_failure(&e)),
+    };
+    if count >= i64::from(acks) {
+        return Ok(());
+    }
+    Err(Error::BackendUnavailable {
+        message: format!(
+            "Redis at {}: {count} of the {acks} replicas replica_acks asks for acknowledged the call's writes within \
+             {deadline:?}; the call ran on the primary and is not retried",
+            connections.servers()
+        ),
+    })
+}
+
+/// [`run_cmd`] for a call whose writes `acks` replicas must acknowledge: the script and its
+/// `WAIT` go in one round trip on a dedicated connection (pooled), since a WAIT holds up every
+/// call queued behind it on a connection and the shared one carries everyone's calls.
+async fn run_acked(
+    connections: &Arc<Connections>,
+    deadline: Duration,
+    script: &LuaScript,
+    evalsha: Cmd,
+    sent: &AtomicBool,
+    acks: u32,
+) -> Result<Vec<i64>> {
+    let until = Instant::now() + deadline;
+    let timed_out = || connections.timeout(deadline);
+    let mut conn = tokio::time::timeout_at(until, connections.dedicated()).await.map_err(|_| timed_out())??;
+    sent.store(true, Ordering::Relaxed);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let paired = async {
+            let pair = |cmd: Cmd| {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd).add_command(wait_for(acks, until.saturating_duration_since(Instant::now())));
+                pipe
+            };
+            let mut replies = conn.req_packed_commands(&pair(evalsha.clone()), 0, 2).await?;
+            if matches!(&replies[0], Value::ServerError(e) if e.code() == "NOSCRIPT") {
+                replies = conn.req_packed_commands(&pair(script.eval_of(&evalsha)), 0, 2).await?;
+            }
+            let acked = replies.pop().unwrap_or(Value::Nil);
+            Ok::<_, RedisError>((parse(replies.pop().unwrap_or(Value::Nil))?, acked))
+        };
+        // A call that outlives its deadline drops its connection: the replies may still come.
+        let reply = tokio::time::timeout_at(until, paired).await.map_err(|_| timed_out())?;
+        match reply {
+            Ok((values, acked)) => {
+                connections.give_back(conn);
+                return acknowledged(connections, Some(acks), Some(acked), deadline).map(|()| values);
+            }
+            Err(e) if retry_again(&e) => {
+                tokio::time::sleep_until((Instant::now() + retry_pause(attempt)).min(until)).await;
+                if Instant::now() >= until {
+                    return Err(timed_out());
+                }
+            }
+            Err(e) => {
+                // A server's error reply leaves the connection between replies; a demoted
+                // server's is dropped, so that the next call connects to the primary.
+                if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) && !demoted(&e) {
+                    connections.give_back(conn);
+                }
+                return Err(redis_failure(&e));
+            }
+        }
+    }
+}
+
 /// How long to wait before retrying after answer number `attempt` proved the script did not
 /// run: the cluster client may be refreshing its slot map, a server may be loading its data.
 fn retry_pause(attempt: u32) -> Duration {
@@ -224,19 +342,27 @@ pub(crate) fn run_cmd_blocking(
         return block_on(run_cmd(connections, deadline, script, evalsha, sent));
     };
     sent.store(true, Ordering::Relaxed);
+    let acks = acks_for(connections, &evalsha);
+    // The script, and the WAIT for its writes in the same write (one round trip).
+    let mut request = |cmd: &Cmd| match acks {
+        None => conn.request(cmd, until).and_then(parse).map(|values| (values, None)),
+        Some(acks) => {
+            let wait = wait_for(acks, until.saturating_duration_since(std::time::Instant::now()));
+            let (reply, acked) = conn.request_pair(cmd, &wait, until)?;
+            Ok((parse(reply)?, Some(acked)))
+        }
+    };
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let reply = match conn.request(&evalsha, until).and_then(parse) {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                conn.request(&script.eval_of(&evalsha), until).and_then(parse)
-            }
+        let reply = match request(&evalsha) {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => request(&script.eval_of(&evalsha)),
             other => other,
         };
         match reply {
-            Ok(values) => {
+            Ok((values, acked)) => {
                 connections.give_back_sync(conn);
-                return Ok(values);
+                return acknowledged(connections, acks, acked, deadline).map(|()| values);
             }
             Err(e) if retry_again(&e) => {
                 let left = until.saturating_duration_since(std::time::Instant::now());

@@ -50,16 +50,21 @@ impl SyncTarget {
     /// a cluster (slots are routed by the cluster client), a TLS URL asking for no hostname
     /// verification, or a configuration the async client will report as invalid itself.
     pub(crate) fn for_config(config: &RedisConfig) -> Option<SyncTarget> {
-        if config.cluster || config.urls.len() != 1 {
+        if config.cluster || config.urls.len() != 1 || config.sentinel.is_some() {
             return None;
         }
         let client = redis::Client::open(config.urls[0].as_str()).ok()?;
-        let info = client.get_connection_info();
+        SyncTarget::new(client.get_connection_info(), config.tls.as_ref())
+    }
+
+    /// The target of the server `info` names (TLS material from `tls`), or `None` where the
+    /// async client serves instead (see [`Self::for_config`]).
+    pub(crate) fn new(info: &redis::ConnectionInfo, tls_material: Option<&TlsConfig>) -> Option<SyncTarget> {
         let (host, port, tls) = match info.addr() {
             ConnectionAddr::Tcp(host, port) => (host.clone(), *port, None),
             ConnectionAddr::TcpTls { host, port, insecure: false, .. } => {
                 let name = ServerName::try_from(host.clone()).ok()?;
-                (host.clone(), *port, Some((tls_config(config.tls.as_ref())?, name)))
+                (host.clone(), *port, Some((tls_config(tls_material)?, name)))
             }
             _ => return None,
         };
@@ -194,6 +199,23 @@ impl SyncConnection {
     /// Sends `cmd` and reads its reply (server errors included, as values), by `until`. After
     /// an error the connection must be dropped: a reply may still be on its way.
     pub(crate) fn request(&mut self, cmd: &Cmd, until: Instant) -> RedisResult<Value> {
+        self.send(&[cmd], until)?;
+        let reply = self.read_reply(until);
+        self.last_used = Instant::now();
+        reply
+    }
+
+    /// Sends `first` and `second` in one write and reads both replies, by `until` (a script and
+    /// the `WAIT` for its writes: one round trip).
+    pub(crate) fn request_pair(&mut self, first: &Cmd, second: &Cmd, until: Instant) -> RedisResult<(Value, Value)> {
+        self.send(&[first, second], until)?;
+        let replies = self.read_reply(until).and_then(|a| Ok((a, self.read_reply(until)?)));
+        self.last_used = Instant::now();
+        replies
+    }
+
+    /// Writes `cmds` as one write, the socket's timeouts set to what is left until `until`.
+    fn send(&mut self, cmds: &[&Cmd], until: Instant) -> RedisResult<()> {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(io::Error::from(io::ErrorKind::TimedOut).into());
@@ -209,7 +231,9 @@ impl SyncConnection {
             self.read_timeout = Some(left);
         }
         self.out.clear();
-        cmd.write_packed_command(&mut self.out);
+        for cmd in cmds {
+            cmd.write_packed_command(&mut self.out);
+        }
         match &mut self.stream {
             Stream::Plain(tcp) => tcp.write_all(&self.out)?,
             Stream::Tls(tls) => {
@@ -217,9 +241,7 @@ impl SyncConnection {
                 tls.flush()?;
             }
         }
-        let reply = self.read_reply(until);
-        self.last_used = Instant::now();
-        reply
+        Ok(())
     }
 
     /// Reads one whole reply (one request at a time: nothing is left over after it).

@@ -5,9 +5,11 @@
 //! tenth while the member holds less than its fair share); calls that find a lease in flight
 //! go on with what is held, unless nothing is, and then wait for it. Nothing runs in the
 //! background: a key nobody uses is not renewed, and its partitions lapse after `lease_ttl`.
+//! A key's pool is dropped once idle (see [`MAX_POOLS`]), so the keys a process ever saw do not
+//! accumulate.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -55,12 +57,20 @@ struct Keys {
     pools: HashMap<Box<str>, Arc<Pool>>,
 }
 
+/// How many keys' pools a set holds before it drops its idle ones (fewer in this crate's tests,
+/// so that they reach it quickly). A pool is idle when nobody has used it for `lease_ttl`, no
+/// lease is in flight, and (on Redis) it holds no live partition: dropping it gives nothing up,
+/// since a new pool starts with no credit (never more than the dropped one had).
+const MAX_POOLS: usize = if cfg!(test) { 100 } else { 10_000 };
+
 /// One key's partitions in this process.
 #[derive(Debug, Default)]
 struct Pool {
     state: Mutex<PoolState>,
     /// Held by the one call that leases; others go on with what is held.
     leasing: tokio::sync::Mutex<()>,
+    /// When a call last took this pool (µs, the set's clock).
+    used_at: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -115,9 +125,13 @@ impl PartitionSet {
             *keys = Keys { member: new_member(pid), pools: HashMap::new() };
             self.pid.store(pid, Ordering::Relaxed);
         }
+        let now = self.now();
         let pool = match keys.pools.get(key) {
             Some(pool) => pool.clone(),
             None => {
+                if keys.pools.len() >= MAX_POOLS {
+                    self.drop_idle(&mut keys.pools, now);
+                }
                 let pool = Arc::new(Pool::default());
                 if let Source::Memory = self.source {
                     let (first, end) = self.params.pool();
@@ -132,7 +146,23 @@ impl PartitionSet {
                 pool
             }
         };
+        pool.used_at.store(now, Ordering::Relaxed);
         (pool, keys.member.clone())
+    }
+
+    /// Drops the idle pools (see [`MAX_POOLS`]) at `now`.
+    #[cold]
+    fn drop_idle(&self, pools: &mut HashMap<Box<str>, Arc<Pool>>, now: u64) {
+        let ttl = self.params.ttl_us;
+        pools.retain(|_, pool| {
+            let recent = now.saturating_sub(pool.used_at.load(Ordering::Relaxed)) < ttl;
+            let Ok(_idle) = pool.leasing.try_lock() else { return true };
+            let holding = match self.source {
+                Source::Memory => false,
+                Source::Redis(_) => pool.state.lock().pacer.held.iter().any(|h| h.deadline > now),
+            };
+            recent || holding
+        });
     }
 
     /// Decides a check or a peek of `key`; a check leases first when the lease is due (a peek
@@ -323,5 +353,50 @@ pub(crate) fn partition_source(backend: &crate::backend::BackendInner) -> Source
     match backend {
         crate::backend::BackendInner::Memory(_) => Source::Memory,
         crate::backend::BackendInner::Redis(redis) => Source::Redis(redis.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use ratekeeper_test_support::RedisServer;
+
+    use super::MAX_POOLS;
+    use crate::limiter::Target;
+    use crate::{Backend, Limiter, ManualClock, MemoryConfig, RedisConfig};
+
+    fn pools(limiter: &Limiter) -> usize {
+        let Target::Partitions(set) = &limiter.inner.target else { panic!("a partitions limiter") };
+        set.keys.lock().pools.len()
+    }
+
+    /// Keys used once and then left alone do not accumulate: once the set holds [`MAX_POOLS`]
+    /// pools, the idle ones (unused for `lease_ttl`, and on Redis holding no live partition)
+    /// are dropped; pools in use are kept. On memory and on a real Redis server. (Before, a
+    /// pool was never dropped: one per key the process ever saw.)
+    #[test]
+    fn idle_pools_are_dropped() {
+        let server = RedisServer::start();
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let memory = Backend::memory_with(MemoryConfig::default().clock(Arc::new(clock.clone()))).unwrap();
+        let redis =
+            Backend::redis_with(RedisConfig::new(server.url()).prefix("pools").clock(Arc::new(clock.clone()))).unwrap();
+        let ttl = Duration::from_secs(2);
+        for backend in [memory, redis] {
+            let limiter = backend.partitions("paced", 1000.0, 4, ttl, 0, false).unwrap();
+            for i in 0..MAX_POOLS {
+                limiter.check_blocking(Some(&format!("old{i}")), 1).unwrap();
+            }
+            assert_eq!(pools(&limiter), MAX_POOLS);
+            // Still in use: a new key finds no idle pool to drop.
+            limiter.check_blocking(Some("busy"), 1).unwrap();
+            assert_eq!(pools(&limiter), MAX_POOLS + 1);
+            clock.advance(ttl * 2);
+            limiter.check_blocking(Some("new"), 1).unwrap();
+            assert!(pools(&limiter) <= 2, "{} pools held after the old keys went idle", pools(&limiter));
+            clock.advance(ttl * 2);
+        }
     }
 }

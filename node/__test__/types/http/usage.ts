@@ -30,6 +30,7 @@ const middleware = rateLimit({
   },
   shadow: false,
   trustedProxies: ['127.0.0.1', '10.0.0.0/8'],
+  proxyHeader: 'Forwarded',
 });
 app.use(middleware);
 const refusedInShadow: number = middleware.shadowRefused;
@@ -38,6 +39,8 @@ rateLimit({ limiter: api, partitionKeySecret: new TextEncoder().encode('a-secret
 rateLimit({ limiter: api, partitionKeySecret: 12345 });
 // @ts-expect-error: an unknown header form
 rateLimit({ limiter: api, standardHeaders: 'draft-8' });
+// @ts-expect-error: the proxy header is X-Forwarded-For or Forwarded
+rateLimit({ limiter: api, proxyHeader: 'X-Real-IP' });
 // @ts-expect-error: count is one of three words
 rateLimit({ limiter: api, count: 'some' });
 // @ts-expect-error: the limiter is required

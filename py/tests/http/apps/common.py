@@ -21,7 +21,7 @@ def configure() -> tuple[dict[str, Any], dict[str, Any]]:
     kwargs: dict[str, Any] = {}
     if limiters:
         kwargs["limiter"] = limiters if len(limiters) > 1 else limiters[0]
-    for name in ("count", "headers", "shadow", "trusted_proxies", "cost"):
+    for name in ("count", "headers", "shadow", "trusted_proxies", "proxy_header", "cost"):
         if name in raw:
             kwargs[name] = raw[name]
     return raw, kwargs

@@ -1,0 +1,103 @@
+"""Python benchmark: what ratekeeper.otel costs a check, instrumentation on against off, in one
+run.
+
+    python bench/python/bench_otel.py            # ~40 s
+    python bench/python/bench_otel.py --quick    # ~10 s
+
+Needs ratekeeper installed in release (`pip install ./py`) with opentelemetry-sdk. Two memory
+token buckets that admit every call (a burst of 10^9), each on its own backend, `check("k")` in
+a plain loop: "off" has no instrumentation; "on" is instrumented on a MeterProvider whose
+periodic reader collects every 100 ms (600 times the SDK's default rate) into an exporter that
+drops the data, so the callbacks' cost falls inside the timed rounds. Rounds alternate off, on,
+...; medians are printed. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData, PeriodicExportingMetricReader
+
+import ratekeeper
+from ratekeeper import otel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report as results  # noqa: E402  (bench/python/report.py, beside this file)
+
+QUICK = "--quick" in sys.argv
+ROUNDS = 3 if QUICK else 7
+ROUND_SECONDS = 1.0 if QUICK else 2.0
+EXPORT_MS = 100
+TARGET = 0.85  # instrumented: at most 15% slower
+
+
+class Dropped(MetricExporter):
+    """Takes every export and keeps nothing (the cost measured is collecting, not shipping)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exports = 0
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **_: object) -> MetricExportResult:
+        self.exports += 1
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **_: object) -> None:
+        pass
+
+
+def rate_of(limiter: ratekeeper.Limiter, seconds: float) -> float:
+    check = limiter.check
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        for _ in range(10_000):
+            check("k")
+        calls += 10_000
+    return calls / elapsed
+
+
+def medians(limiters: Sequence[ratekeeper.Limiter]) -> list[float]:
+    for limiter in limiters:
+        rate_of(limiter, ROUND_SECONDS / 4)
+    rates: list[list[float]] = [[] for _ in limiters]
+    for _ in range(ROUNDS):
+        for i, limiter in enumerate(limiters):
+            rates[i].append(rate_of(limiter, ROUND_SECONDS))
+    return [statistics.median(r) for r in rates]
+
+
+def main() -> None:
+    off = ratekeeper.Backend.memory()
+    on = ratekeeper.Backend.memory()
+    exporter = Dropped()
+    provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter, export_interval_millis=EXPORT_MS)])
+    otel.instrument(on, meter_provider=provider)
+    # A handful of limiters beside the one checked, so each collection reads several.
+    others = [on.token_bucket(f"other-{i}", 10, 10) for i in range(9)]
+    for limiter in others:
+        limiter.check("k")
+    off_rate, on_rate = medians([off.token_bucket("bench", 1_000_000, 10**9), on.token_bucket("bench", 1_000_000, 10**9)])
+    provider.shutdown()
+    ratio = on_rate / off_rate
+    print(f"| memory token_bucket.check (Python) | checks/s (median of {ROUNDS}) |")
+    print("|---|---:|")
+    print(f"| not instrumented | {off_rate:,.0f} |")
+    print(f"| instrumented, collected every {EXPORT_MS} ms | {on_rate:,.0f} |")
+    print(f"on / off = {ratio:.3f} (target ≥ {TARGET}); {exporter.exports} collections")
+    results.write("bench-python-otel", "Python", "ratekeeper.otel instrumentation on against off (Python, memory check)",
+                  "python bench/python/bench_otel.py",
+                  f"median of {ROUNDS} alternating rounds of {ROUND_SECONDS} s; on: collected every {EXPORT_MS} ms",
+                  [results.row(f"memory token_bucket.check, instrumented (collected every {EXPORT_MS} ms)", on_rate,
+                               "not instrumented", off_rate, target=TARGET)])
+
+
+if __name__ == "__main__":
+    main()

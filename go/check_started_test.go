@@ -1,0 +1,185 @@
+package ratekeeper
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pauseWrites pauses the writes (and every script) of all clients of the Redis at url for ms
+// milliseconds with CLIENT PAUSE WRITE, sent on a connection of its own; the returned function
+// ends the pause (CLIENT UNPAUSE is not a write, so it goes through).
+func pauseWrites(t *testing.T, url string, ms int) (unpause func()) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "redis://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies := bufio.NewReader(conn)
+	send := func(command string) {
+		t.Helper()
+		if _, err := conn.Write([]byte(command + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := replies.ReadString('\n'); err != nil || line != "+OK\r\n" {
+			t.Fatalf("%s: %q, %v", command, line, err)
+		}
+	}
+	send("CLIENT PAUSE " + strconv.Itoa(ms) + " WRITE")
+	return func() {
+		send("CLIENT UNPAUSE")
+		conn.Close()
+	}
+}
+
+// A check on Redis made while another is in flight waits in Go's scheduler, not in the library:
+// while Redis holds it (paused), cancelling the context returns context.Canceled at once; the
+// blocking call would have run to its deadline (20 s) and failed with ErrTimeout. The check was
+// sent, so it still counts once Redis answers, and a lease it was granted is given back.
+func TestACheckInFlightOnRedisReturnsWhenTheContextIsCancelled(t *testing.T) {
+	url := redisURL(t)
+	b, err := NewRedis(url, WithPrefix(uniquePrefix()), WithDeadline(20*time.Second), WithConnectTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	window := must[*Limiter](t)(b.Window("cancel", 10, time.Hour))
+	pool := must[*Limiter](t)(b.Concurrent("cancel", 2, time.Hour))
+	// Connected, scripts loaded: the checks below are in flight at Redis.
+	must[Decision](t)(window.Peek(context.Background(), "warm"))
+	for _, lim := range []*Limiter{window, pool} {
+		unpause := pauseWrites(t, url, 60000)
+		// The process's one check on the calling thread, held by Redis until the pause ends.
+		first := make(chan Decision, 1)
+		go func() { first <- must[Decision](t)(lim.Check(context.Background(), "k")) }()
+		for !lone.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			cancel()
+		}()
+		_, err := lim.Check(ctx, "k")
+		unpause()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: a check cancelled while Redis held it returned %v, want context.Canceled", lim.Kind(), err)
+		}
+		if d := <-first; !d.Allowed {
+			t.Fatalf("%s: the first check was refused", lim.Kind())
+		} else if d.Lease != nil {
+			must[struct{}](t)(struct{}{}, d.Lease.Release())
+		}
+	}
+	// The window's cancelled check was sent: it counts (a peek is a round trip after it on the
+	// same connection, so it sees it).
+	if d := must[Decision](t)(window.Peek(context.Background(), "k")); d.Remaining != 8 {
+		t.Fatalf("after the first and the cancelled check %d remain, want 8", d.Remaining)
+	}
+	// The pool's cancelled check was granted a slot: its lease is released when the result
+	// comes (else the slot would be held for the lock timeout, an hour), so both slots free up.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		a := must[Decision](t)(pool.Check(context.Background(), "k"))
+		b := must[Decision](t)(pool.Check(context.Background(), "k"))
+		for _, d := range []Decision{a, b} {
+			if d.Lease != nil {
+				must[struct{}](t)(struct{}{}, d.Lease.Release())
+			}
+		}
+		if a.Allowed && b.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease granted to the cancelled check was never released")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Checks on Redis go through rk_limiter_check_start; on memory (and the unlimited limiter)
+// through the blocking call, which answers in-process faster than a hand-over.
+func TestWhichChecksWaitInTheScheduler(t *testing.T) {
+	r := redisBackend(t)
+	m := memory(t)
+	for _, c := range []struct {
+		lim     *Limiter
+		started bool
+	}{
+		{must[*Limiter](t)(r.Window("w", 1, time.Second)), true},
+		{must[*Limiter](t)(r.Concurrent("c", 1, time.Second)), true},
+		{must[*Limiter](t)(r.Leased("l", 10, 10, 0, 0)), false},
+		{must[*Limiter](t)(m.Window("w", 1, time.Second)), false},
+		{must[*Limiter](t)(Unlimited()), false},
+	} {
+		if c.lim.started != c.started {
+			t.Errorf("%s limiter: started %v, want %v", c.lim.Kind(), c.lim.started, c.started)
+		}
+		if _, err := c.lim.Check(context.Background(), "k"); err != nil {
+			t.Errorf("%s limiter: %v", c.lim.Kind(), err)
+		}
+	}
+}
+
+// Bad input through the started check is the same typed error, naming the parameter.
+func TestAStartedCheckNamesABadParameter(t *testing.T) {
+	lim := must[*Limiter](t)(redisBackend(t).Window("bad", 1, time.Second))
+	lone.Store(true) // as if another check were on its thread: these are started
+	defer lone.Store(false)
+	var e *Error
+	_, err := lim.CheckN(context.Background(), strings.Repeat("k", 2000), 1)
+	if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &e) || e.Parameter != "key" {
+		t.Fatalf("a 2000-byte key: %v, want ErrInvalidArgument naming key", err)
+	}
+	_, err = lim.CheckN(context.Background(), "k", 1<<53+1)
+	if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &e) || e.Parameter != "cost" {
+		t.Fatalf("cost 2^53+1: %v, want ErrInvalidArgument naming cost", err)
+	}
+}
+
+// The ways a check can wait, on memory and on Redis (go test -bench CheckPath -cpu 1,64): how
+// the module chooses per backend and per call. "blocking" is rk_limiter_check on the calling
+// thread; "started" is rk_limiter_check_start for every check (the benchmark holds the lone
+// slot); "chosen" is what Check does.
+func BenchmarkCheckPath(b *testing.B) {
+	for _, backend := range []string{"memory", "redis"} {
+		for _, path := range []string{"blocking", "started", "chosen"} {
+			b.Run(backend+"/"+path, func(b *testing.B) {
+				be, err := NewMemory()
+				if backend == "redis" {
+					be, err = NewRedis(redisURL(b), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second))
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer be.Close()
+				lim, err := be.TokenBucket("bench", 1e6, 1<<50)
+				if err != nil {
+					b.Fatal(err)
+				}
+				switch path {
+				case "blocking":
+					lim.started = false
+				case "started":
+					lim.started = true
+					lone.Store(true)
+					defer lone.Store(false)
+				}
+				ctx := context.Background()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := lim.Check(ctx, "k"); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}

@@ -1,0 +1,3 @@
+module github.com/ratekeeper/ratekeeper/go
+
+go 1.19

@@ -1,0 +1,184 @@
+"""ratekeeper's metrics through the OpenTelemetry API, beside an application's own.
+
+``instrument(backend)`` registers asynchronous (observable) instruments on a meter taken from
+the application's meter provider (the global one unless given). At each collection they read
+``backend.metrics()`` once (the counts the core keeps anyway, this process's) and report them;
+a check costs nothing more when instrumented. The names, their attributes and
+their mapping to ASP.NET Core's and Envoy's are on the docs' Observability page. The limited key
+is never an attribute (one series per user would be unbounded cardinality): only the limiter's
+name, its kind and the outcome are.
+
+``annotate(limiter, decision)`` adds one decision to the current span (if one is recording), as
+the HTTP middleware does for each limiter it asks. Needs the optional extra ``ratekeeper[otel]``
+(``opentelemetry-api``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.trace import TracerProvider
+
+from ._ratekeeper import Backend, Decision, Metrics, NativeLimiter
+from .errors import InvalidArgument
+
+__all__ = ["OUTCOMES", "Instrumentation", "annotate", "instrument", "outcome_of"]
+
+#: ``ratekeeper.outcome`` values and how each is read from a limiter's counts. They partition
+#: the checks: ``refused`` excludes the deny cache's local refusals, which are their own outcome.
+OUTCOMES: tuple[tuple[str, Callable[[Metrics], int]], ...] = (
+    ("admitted", lambda m: m.allowed),
+    ("refused", lambda m: max(m.refused - m.refused_locally, 0)),
+    ("shadow_refused", lambda m: m.shadow_refused),
+    ("refused_locally", lambda m: m.refused_locally),
+    ("failed_open", lambda m: m.failed_open),
+    ("fallback", lambda m: m.fell_back),
+    ("error", lambda m: m.errors),
+)
+
+_Counts = Callable[[Metrics], Iterable[tuple[dict[str, str], int | float]]]
+
+# Each instrument: name, unit, description, and the counts it reports per limiter (extra
+# attributes beside the limiter's name and kind). Concurrent limiters' lease counts are zero
+# for other kinds and so left out by `_observe`.
+_COUNTERS: tuple[tuple[str, str, str, _Counts], ...] = (
+    (
+        "ratekeeper.decisions",
+        "{decision}",
+        "Checks by outcome (admitted, refused, shadow_refused, refused_locally, failed_open, fallback, error).",
+        lambda m: (({"ratekeeper.outcome": outcome}, read(m)) for outcome, read in OUTCOMES),
+    ),
+    (
+        "ratekeeper.holds",
+        "{decision}",
+        "Checks refused by a hold (a block: block_for after a refusal, or block by hand); also in ratekeeper.decisions.",
+        lambda m: [({"ratekeeper.hold": "block"}, m.blocked)],
+    ),
+    (
+        "ratekeeper.settle.units",
+        "{unit}",
+        "Units settles charged (the call cost more than checked) or asked to refund (it cost less).",
+        lambda m: [
+            ({"ratekeeper.direction": "charged"}, m.settle_charged),
+            ({"ratekeeper.direction": "refunded"}, m.settle_refunded),
+        ],
+    ),
+    (
+        "ratekeeper.leases.granted",
+        "{lease}",
+        "Leases granted by concurrent limiters, by whether the caller waited.",
+        lambda m: [({"ratekeeper.wait": "immediate"}, m.immediate), ({"ratekeeper.wait": "waited"}, m.waited)],
+    ),
+)
+
+
+class Instrumentation:
+    """What :func:`instrument` registered for one backend; :meth:`close` stops its reports."""
+
+    def __init__(self, registration: _Registration, backend: Backend) -> None:
+        self._registration = registration
+        self._backend = backend
+
+    def close(self) -> None:
+        """Stops reporting this backend (the OpenTelemetry API cannot take an instrument back:
+        once no backend is left, the instruments report nothing)."""
+        self._registration.backends = [b for b in self._registration.backends if b is not self._backend]
+
+
+class _Registration:
+    """The instruments of one meter provider and the backends they report. An instrument's
+    name registers once per meter, so a second backend on the same provider joins the first's
+    callbacks instead of creating instruments the SDK would ignore."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self.backends: list[Backend] = []
+        self._rows: list[tuple[str, str, Metrics]] = []
+        for index, (name, unit, description, counts) in enumerate(_COUNTERS):
+            meter.create_observable_counter(name, [self._callback(counts, index == 0)], unit=unit,
+                                            description=description)
+
+    def _callback(self, counts: _Counts, first: bool) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            # The API has no batch callback in Python: the SDK runs a meter's callbacks in the
+            # order the instruments were made, so the first reads every backend and the others
+            # reuse that read. A collection costs one `metrics()` per backend, not one per
+            # instrument.
+            if first:
+                self._rows = [row for backend in self.backends for row in backend.metrics()]
+            return _observe(self._rows, counts)
+
+        return observe
+
+
+def _observe(rows: list[tuple[str, str, Metrics]], counts: _Counts) -> list[Observation]:
+    totals: dict[tuple[tuple[str, str], ...], int | float] = {}
+    for name, kind, m in rows:
+        values = list(counts(m))
+        # A limiter with no count of this instrument is not a series of it (settles of a
+        # limiter never settled, leases of a kind without leases); a cumulative count, once
+        # non-zero, stays so, so a series never disappears.
+        if not any(value for _, value in values):
+            continue
+        for extra, value in values:
+            attributes = (("ratekeeper.limiter", name), ("ratekeeper.kind", kind), *extra.items())
+            # Two backends' limiters of one name add up.
+            totals[attributes] = totals.get(attributes, 0) + value
+    return [Observation(value, dict(attributes)) for attributes, value in totals.items()]
+
+
+_registrations: dict[int, tuple[MeterProvider, _Registration]] = {}
+
+
+def instrument(
+    backend: Backend,
+    meter_provider: MeterProvider | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> Instrumentation:
+    """Reports ``backend``'s metrics (this process's) through the OpenTelemetry API on the
+    ``ratekeeper`` meter of ``meter_provider`` (the global meter provider when None).
+    ``tracer_provider`` is accepted for the same call in every language; the decision's span
+    event goes on the current span (see :func:`annotate`), which needs no provider of its own."""
+    del tracer_provider
+    if not isinstance(backend, Backend):
+        raise InvalidArgument(f"invalid argument `backend`: must be a ratekeeper.Backend, got {backend!r}", "backend")
+    provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+    if not isinstance(provider, MeterProvider):
+        raise InvalidArgument(
+            f"invalid argument `meter_provider`: must be an OpenTelemetry MeterProvider, got {provider!r}",
+            "meter_provider")
+    known = _registrations.get(id(provider))
+    if known is None or known[0] is not provider:
+        from . import __version__
+
+        known = (provider, _Registration(provider.get_meter("ratekeeper", __version__)))
+        _registrations[id(provider)] = known
+    registration = known[1]
+    registration.backends.append(backend)
+    return Instrumentation(registration, backend)
+
+
+def outcome_of(decision: Decision) -> str:
+    """A decision's ``ratekeeper.outcome``: ``admitted``, ``refused`` or ``shadow_refused``
+    (a failed-open or fallback answer is seen in the counts, not on a decision)."""
+    if decision.shadow_refused:
+        return "shadow_refused"
+    return "admitted" if decision.allowed else "refused"
+
+
+def annotate(limiter: NativeLimiter, decision: Decision) -> None:
+    """Adds a ``ratekeeper.decision`` event to the current span when one is recording: the
+    limiter's name and kind, the outcome and ``retry_after`` (seconds). Never the key."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    span.add_event(
+        "ratekeeper.decision",
+        {
+            "ratekeeper.limiter": limiter.name,
+            "ratekeeper.kind": limiter.kind,
+            "ratekeeper.outcome": outcome_of(decision),
+            "ratekeeper.retry_after": decision.retry_after,
+        },
+    )
