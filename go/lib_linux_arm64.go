@@ -2,9 +2,8 @@
 
 package ratekeeper
 
-// The prebuilt static library for Linux aarch64 (glibc): the slot the platforms work fills
-// (scripts/package puts an aarch64 build in lib/linux_arm64/ once it makes one; until then the
-// archive has none and a build for linux/arm64 fails at link time, naming this file).
+// The prebuilt static library for Linux aarch64 (glibc 2.17 or later): scripts/package puts the
+// aarch64 C tarball's libratekeeper.a in lib/linux_arm64/ of the module archive.
 
 // #cgo LDFLAGS: ${SRCDIR}/lib/linux_arm64/libratekeeper.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 import "C"
