@@ -26,6 +26,7 @@ mod fork;
 mod limiter;
 mod live;
 mod metrics;
+pub mod observe;
 #[cfg(feature = "otel")]
 pub mod otel;
 mod padded;

@@ -49,7 +49,8 @@ impl SlowPath {
 
 impl Limiter {
     /// Whether nothing about the limiter sends its checks down the general path: no policy's
-    /// reason, no shadow mode, no `block_for`, no live override of its name. A limiter that
+    /// reason, no shadow mode, no `block_for`, no live override of its name, no instrumentation
+    /// timing its calls. A limiter that
     /// blocks keys after a refusal starts its blocks on the general path, and one in shadow mode
     /// turns refusals into admissions there. Shared by every fast path (memory, leased).
     #[inline(always)]
@@ -59,6 +60,8 @@ impl Limiter {
             && !inner.shadow
             && inner.block_for.is_none()
             && !inner.live.as_ref().is_some_and(|live| live.has_overrides())
+            // An observed check is timed on the general path (`observe.rs`).
+            && !inner.observe.on()
     }
 
     /// The fast path's decision of a check of `cost` on `key` (both validated), or `None` when
