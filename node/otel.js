@@ -76,30 +76,59 @@ const HISTOGRAMS = [
   ],
 ];
 
-/** A backend's durations by series ("name kind call outcome") as { counts, sumsNs }. */
+/** A backend's durations by series (name, kind, call, outcome) as { name, kind, call, outcome, counts, sumsNs }. */
 function durationsOf(backend) {
   const out = new Map();
   for (const s of backend.durations()) out.set(JSON.stringify([s.name, s.kind, s.call, s.outcome]), s);
   return out;
 }
 
+/** The share of the time between two collections that recording durations may take. */
+const RECORD_SHARE = 0.1;
+// A collection records this many values whatever the time, and never for longer than this.
+const FREE_RECORDS = 1000;
+const MAX_RECORD_MS = 1000;
+
 /**
  * Records the calls each backend timed since the last collection into the histograms: per
  * bucket, its new calls at their mean (the mean of durations in a bucket lies in that bucket).
+ * Past its first FREE_RECORDS values, recording takes at most RECORD_SHARE of the time since the
+ * last collection: the SDK's `record` costs more than a memory check, so a process checking faster
+ * than the SDK records would otherwise spend its event loop here. What is left is recorded at the
+ * next collections, so counts and sums stay exact, late.
  */
 function recordDurations(known) {
+  const now = performance.now();
+  const until = now + Math.min(RECORD_SHARE * (now - known.lastRecorded), MAX_RECORD_MS);
+  known.lastRecorded = now;
+  let free = FREE_RECORDS;
   for (const [backend, seen] of known.backends) {
     for (const [id, s] of durationsOf(backend)) {
-      const before = seen.get(id);
-      seen.set(id, s);
+      let before = seen.get(id);
+      if (!before) {
+        before = { counts: s.counts.map(() => 0), sumsNs: s.sumsNs.map(() => 0) };
+        seen.set(id, before);
+      }
       const attributes = { 'ratekeeper.limiter': s.name, 'ratekeeper.kind': s.kind, 'ratekeeper.outcome': s.outcome };
       const histogram = known.histograms[s.call];
       s.counts.forEach((count, i) => {
-        // A dropped limiter object takes its timings along: never below zero.
-        const n = count - (before ? before.counts[i] : 0);
-        if (n <= 0) return;
-        const value = (s.sumsNs[i] - (before ? before.sumsNs[i] : 0)) / n / 1e9;
-        for (let k = 0; k < n; k++) histogram.record(value, attributes);
+        const n = count - before.counts[i];
+        if (n <= 0) {
+          // A dropped limiter object takes its timings along: never below zero.
+          before.counts[i] = count;
+          before.sumsNs[i] = s.sumsNs[i];
+          return;
+        }
+        const value = (s.sumsNs[i] - before.sumsNs[i]) / n / 1e9;
+        let done = 0;
+        while (done < n && (free > 0 || performance.now() < until)) {
+          const chunk = Math.min(n - done, 256);
+          for (let k = 0; k < chunk; k++) histogram.record(value, attributes);
+          done += chunk;
+          free -= chunk;
+        }
+        before.counts[i] += done;
+        before.sumsNs[i] = done === n ? s.sumsNs[i] : before.sumsNs[i] + Math.round(value * 1e9 * done);
       });
     }
   }
@@ -114,7 +143,7 @@ function registration(provider) {
   const meter = provider.getMeter('ratekeeper', version);
   const advice = { explicitBucketBoundaries: Backend.durationBounds() };
   // backends: each backend and the durations its histograms hold so far.
-  known = { backends: new Map(), histograms: {} };
+  known = { backends: new Map(), histograms: {}, lastRecorded: performance.now() };
   for (const [call, name, description] of HISTOGRAMS) {
     known.histograms[call] = meter.createHistogram(name, { unit: 's', description, advice });
   }

@@ -12,11 +12,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::{Histogram, MeterProvider};
 use opentelemetry::{InstrumentationScope, KeyValue};
 
-use crate::observe::{replay, Call, DURATION_BOUNDS, DURATION_BUCKETS};
+use crate::observe::{Call, DURATION_BOUNDS, DURATION_BUCKETS};
 use crate::{Backend, Metrics};
 
 /// How one count is read from a limiter's metrics.
@@ -139,9 +140,9 @@ pub fn instrument<P: MeterProvider + ?Sized>(backend: &Backend, provider: &P) ->
             .with_boundaries(DURATION_BOUNDS.to_vec())
             .build()
     });
-    let replayed = Replayed { histograms, seen: Mutex::new(HashMap::new()) };
+    let replayed = Replayed { histograms, seen: Mutex::new((HashMap::new(), Instant::now())) };
     // Calls timed before this instrumentation are not its to report.
-    replayed.take(backend);
+    replayed.skip(backend);
     let (held_backend, held_open) = (backend.clone(), open.clone());
     meter
         .i64_observable_up_down_counter("ratekeeper.leases.held")
@@ -178,44 +179,67 @@ fn attributes(limiter: &str, kind: &'static str, key: &'static str, value: &'sta
 /// Per-series counts and sums already recorded, by (limiter, kind, call, outcome).
 type Seen = HashMap<(String, &'static str, usize, &'static str), ([u64; DURATION_BUCKETS], [u64; DURATION_BUCKETS])>;
 
+/// The share of the time between two collections that recording durations may take.
+const RECORD_SHARE: f64 = 0.1;
+/// A collection records this many values whatever the time, and never for longer than
+/// [`MAX_RECORDING`].
+const FREE_RECORDS: u64 = 1_000;
+const MAX_RECORDING: Duration = Duration::from_secs(1);
+
 /// The duration histograms and what of the backend's timings they hold.
 struct Replayed {
     histograms: [Histogram<f64>; 2],
-    seen: Mutex<Seen>,
+    seen: Mutex<(Seen, Instant)>,
 }
 
 impl Replayed {
-    /// The calls timed since the last take, per series, as (values, attributes).
-    fn take(&self, backend: &Backend) -> Vec<(usize, Vec<(f64, u64)>, Vec<KeyValue>)> {
+    /// Marks every call timed so far as recorded (calls before an instrumentation are not its).
+    fn skip(&self, backend: &Backend) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out = Vec::new();
+        for (limiter, kind, all) in backend.durations() {
+            for series in all {
+                let id = (limiter.clone(), kind.as_str(), series.call as usize, series.outcome);
+                seen.0.insert(id, (series.counts, series.sums_nanos));
+            }
+        }
+    }
+
+    /// Records the calls timed since the last collection: per bucket, its new calls at their
+    /// mean (the mean of durations in a bucket lies in it). Past its first [`FREE_RECORDS`]
+    /// values, recording takes at most [`RECORD_SHARE`] of the time since the last collection:
+    /// an SDK's `record` costs more than a memory check. What is left is recorded at the next
+    /// collections, so counts and sums stay exact, late.
+    fn record(&self, backend: &Backend) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (seen, last) = &mut *seen;
+        let now = Instant::now();
+        let until = now + now.duration_since(*last).mul_f64(RECORD_SHARE).min(MAX_RECORDING);
+        *last = now;
+        let mut free = FREE_RECORDS;
         for (limiter, kind, all) in backend.durations() {
             for series in all {
                 let id = (limiter.clone(), kind.as_str(), series.call as usize, series.outcome);
                 let (counts, sums) = seen.entry(id).or_insert(([0; DURATION_BUCKETS], [0; DURATION_BUCKETS]));
-                // A dropped limiter object takes its timings along: never below zero.
-                let new_counts = std::array::from_fn(|i| series.counts[i].saturating_sub(counts[i]));
-                let new_sums = std::array::from_fn(|i| series.sums_nanos[i].saturating_sub(sums[i]));
-                (*counts, *sums) = (series.counts, series.sums_nanos);
-                let values = replay(&new_counts, &new_sums);
-                if !values.is_empty() {
-                    out.push((
-                        series.call as usize,
-                        values,
-                        attributes(&limiter, kind.as_str(), "ratekeeper.outcome", series.outcome),
-                    ));
-                }
-            }
-        }
-        out
-    }
-
-    /// Records the calls timed since the last take.
-    fn record(&self, backend: &Backend) {
-        for (call, values, attributes) in self.take(backend) {
-            for (value, times) in values {
-                for _ in 0..times {
-                    self.histograms[call].record(value, &attributes);
+                let attributes = attributes(&limiter, kind.as_str(), "ratekeeper.outcome", series.outcome);
+                for i in 0..DURATION_BUCKETS {
+                    let new = series.counts[i].saturating_sub(counts[i]);
+                    if new == 0 {
+                        // A dropped limiter object takes its timings along: never below zero.
+                        (counts[i], sums[i]) = (series.counts[i], series.sums_nanos[i]);
+                        continue;
+                    }
+                    let value = series.sums_nanos[i].saturating_sub(sums[i]) as f64 / new as f64 / 1e9;
+                    let mut done = 0;
+                    while done < new && (free > 0 || Instant::now() < until) {
+                        let chunk = (new - done).min(256);
+                        for _ in 0..chunk {
+                            self.histograms[series.call as usize].record(value, &attributes);
+                        }
+                        done += chunk;
+                        free = free.saturating_sub(chunk);
+                    }
+                    counts[i] += done;
+                    sums[i] = if done == new { series.sums_nanos[i] } else { sums[i] + (value * 1e9 * done as f64) as u64 };
                 }
             }
         }

@@ -179,6 +179,25 @@ def test_close_stops_reporting() -> None:
     assert counted(reader) == {("ratekeeper.check.duration", "api", "admitted"): 1}, "nothing new after close"
 
 
+def test_durations_beyond_a_collections_share_are_recorded_at_the_next_ones_exactly() -> None:
+    """A collection records at most a share of its interval's time (past 1,000 values): more
+    checks than that are recorded by the following collections, each once."""
+    reader = InMemoryMetricReader()
+    backend = ratekeeper.Backend.memory()
+    otel.instrument(backend, meter_provider=MeterProvider(metric_readers=[reader]))
+    api = backend.token_bucket("api", 1_000_000, 10**9)
+    for _ in range(5_000):
+        api.check(KEY)
+    seen = []
+    while not seen or seen[-1] < 5_000:
+        got = counted(reader)
+        assert got[("ratekeeper.decisions", "api", "admitted")] == 5_000
+        seen.append(got[("ratekeeper.check.duration", "api", "admitted")])
+        assert seen[-1] <= 5_000, "never counted twice"
+        assert len(seen) <= 5_000, f"no progress: {seen[-5:]}"
+    assert seen == sorted(seen)
+
+
 @pytest.mark.parametrize("allowed", [True, False])
 def test_annotate_adds_the_decision_to_the_current_span(allowed: bool) -> None:
     exporter = InMemorySpanExporter()

@@ -18,6 +18,8 @@ use std::time::Duration;
 use super::{Limiter, Target};
 use crate::decision::{Decision, SettleTicket};
 use crate::engine::Algorithm;
+use crate::metrics::Counter;
+use crate::observe::Call;
 use crate::padded::KeyBytes;
 use crate::SettleKey;
 
@@ -49,8 +51,7 @@ impl SlowPath {
 
 impl Limiter {
     /// Whether nothing about the limiter sends its checks down the general path: no policy's
-    /// reason, no shadow mode, no `block_for`, no live override of its name, no instrumentation
-    /// timing its calls. A limiter that
+    /// reason, no shadow mode, no `block_for`, no live override of its name. A limiter that
     /// blocks keys after a refusal starts its blocks on the general path, and one in shadow mode
     /// turns refusals into admissions there. Shared by every fast path (memory, leased).
     #[inline(always)]
@@ -60,14 +61,32 @@ impl Limiter {
             && !inner.shadow
             && inner.block_for.is_none()
             && !inner.live.as_ref().is_some_and(|live| live.has_overrides())
-            // An observed check is timed on the general path (`observe.rs`).
-            && !inner.observe.on()
     }
 
     /// The fast path's decision of a check of `cost` on `key` (both validated), or `None` when
-    /// the check must take the general path.
+    /// the check must take the general path. Unobserved, timing costs this one branch.
     #[inline(always)]
     pub(crate) fn fast_check(&self, key: &str, cost: u64) -> Option<Decision> {
+        if self.inner.observe.on() {
+            return self.fast_check_timed(key, cost);
+        }
+        self.fast_check_untimed(key, cost)
+    }
+
+    /// [`Limiter::fast_check`] timed for an instrumentation (see `observe.rs`): out of line, so
+    /// the unobserved path stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn fast_check_timed(&self, key: &str, cost: u64) -> Option<Decision> {
+        let started = std::time::Instant::now();
+        let decision = self.fast_check_untimed(key, cost)?;
+        let counter = if decision.allowed { Counter::Allowed } else { Counter::Refused };
+        self.time(Call::Check, counter, Some(started));
+        Some(decision)
+    }
+
+    #[inline(always)]
+    fn fast_check_untimed(&self, key: &str, cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
         let (Target::Memory { backend, namespace }, Algorithm::Gcra(gcra)) = (&inner.target, &inner.algorithm) else {
             return None;

@@ -472,7 +472,8 @@ impl Limiter {
     pub(crate) fn fast_leased(&self, key: &str, cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
         let pool = inner.pool.as_deref()?;
-        if !self.nothing_unusual() {
+        // An observed check is timed on the general path (`observe.rs`).
+        if !self.nothing_unusual() || inner.observe.on() {
             return None;
         }
         pool.after_fork();

@@ -20,6 +20,7 @@ the HTTP middleware does for each limiter it asks. Needs the optional extra ``ra
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -87,7 +88,8 @@ _HISTOGRAMS: tuple[tuple[str, str, str], ...] = (
      "Duration of calls that may wait (acquire, within_limit) until admitted, refused or failed."),
 )
 
-# One series of `backend.durations()`: (name, kind, call, outcome) -> (counts, sums_ns) per bucket.
+# One series of `backend.durations()`: (name, kind, call, outcome) -> (counts, sums_ns) per bucket
+# (lists: what a registration has recorded advances in place).
 _Durations = dict[tuple[str, str, str, str], tuple[list[int], list[int]]]
 
 
@@ -121,6 +123,7 @@ class _Registration:
         self.backends: list[Backend] = []
         #: Per backend (by id), the durations its histograms hold so far.
         self.seen: dict[int, _Durations] = {}
+        self._last_recorded = time.monotonic()
         self._rows: list[tuple[str, str, Metrics]] = []
         bounds = Backend.duration_bounds()
         self._histograms = {
@@ -138,28 +141,46 @@ class _Registration:
     def add(self, backend: Backend) -> None:
         """Reports `backend` from now on; calls timed before are not this registration's."""
         backend.start_observing()
-        self.seen[id(backend)] = _durations(backend)
+        self.seen[id(backend)] = {series: (list(c), list(s)) for series, (c, s) in _durations(backend).items()}
         self.backends.append(backend)
 
     def _record_durations(self) -> None:
         """Records the calls each backend timed since the last collection into the histograms:
-        per bucket, its new calls at their mean (the mean of durations in a bucket lies in it)."""
+        per bucket, its new calls at their mean (the mean of durations in a bucket lies in it).
+
+        Past its first `_FREE_RECORDS` values, recording takes at most `RECORD_SHARE` of the time
+        since the last collection: the SDK's `record` costs more than a memory check, so a process
+        checking faster than the SDK records would otherwise spend its time (and the SDK's
+        callback timeout) here. What is left is recorded at the next collections, so counts and
+        sums stay exact, late."""
+        now = time.monotonic()
+        until = now + min(RECORD_SHARE * (now - self._last_recorded), _MAX_RECORD_SECONDS)
+        self._last_recorded = now
+        free = _FREE_RECORDS
         for backend in self.backends:
             seen = self.seen.setdefault(id(backend), {})
             for series, (counts, sums) in _durations(backend).items():
-                before_counts, before_sums = seen.get(series, ([0] * len(counts), [0] * len(sums)))
-                seen[series] = (counts, sums)
+                before_counts, before_sums = seen.setdefault(series, ([0] * len(counts), [0] * len(sums)))
                 name, kind, call, outcome = series
                 attributes: dict[str, Any] = {"ratekeeper.limiter": name, "ratekeeper.kind": kind,
                                               "ratekeeper.outcome": outcome}
                 record = self._histograms[call].record
-                for count, before_count, total, before_total in zip(counts, before_counts, sums, before_sums):
-                    # A dropped limiter object takes its timings along: never below zero.
-                    new = count - before_count
-                    if new > 0:
-                        value = (total - before_total) / new / 1e9
-                        for _ in range(new):
+                for i, (count, total) in enumerate(zip(counts, sums)):
+                    new = count - before_counts[i]
+                    if new <= 0:
+                        # A dropped limiter object takes its timings along: never below zero.
+                        before_counts[i], before_sums[i] = count, total
+                        continue
+                    value = (total - before_sums[i]) / new / 1e9
+                    done = 0
+                    while done < new and (free > 0 or time.monotonic() < until):
+                        chunk = min(new - done, 256)
+                        for _ in range(chunk):
                             record(value, attributes)
+                        done += chunk
+                        free -= chunk
+                    before_counts[i] += done
+                    before_sums[i] = total if done == new else before_sums[i] + round(value * 1e9 * done)
 
     def _held(self, _options: CallbackOptions) -> Iterable[Observation]:
         # Every concurrent limiter, none held included: a count that falls to zero shows it.
@@ -198,6 +219,13 @@ def _observe(rows: list[tuple[str, str, Metrics]], counts: _Counts, keep_zero: b
 
 
 _registrations: dict[int, tuple[MeterProvider, _Registration]] = {}
+
+#: The share of the time between two collections that recording durations may take.
+RECORD_SHARE = 0.1
+# A collection records this many values whatever the time, and never for longer than this (the
+# SDK's callbacks time out).
+_FREE_RECORDS = 1_000
+_MAX_RECORD_SECONDS = 1.0
 
 
 def instrument(
