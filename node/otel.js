@@ -84,9 +84,9 @@ function durationsOf(backend) {
 }
 
 /** The share of the time between two collections that recording durations may take. */
-const RECORD_SHARE = 0.1;
+const RECORD_SHARE = 0.05;
 // A collection records this many values whatever the time, and never for longer than this.
-const FREE_RECORDS = 1000;
+const FREE_RECORDS = 100;
 const MAX_RECORD_MS = 1000;
 
 /**

@@ -117,15 +117,47 @@ impl Switch {
         self.on().then(Instant::now)
     }
 
-    /// One more observer (`true`) or one fewer.
-    pub(crate) fn turn(&self, on: bool) {
+    /// One more observer (`true`) or one fewer. `reads_tsc` says whether a quanta clock reads
+    /// the time-stamp counter (the memory backend's clock knows).
+    pub(crate) fn turn(&self, on: bool, reads_tsc: fn(&quanta::Clock) -> bool) {
         if on {
+            // Calibrated here, not on a check (quanta takes up to a fifth of a second).
+            COUNTER.get_or_init(|| {
+                let clock = quanta::Clock::new();
+                let tsc = reads_tsc(&clock);
+                (clock, tsc)
+            });
             self.0.fetch_add(1, Ordering::Relaxed);
         } else {
             // Never below zero: a second `stop` changes nothing.
             let _ = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         }
     }
+}
+
+/// The CPU's time-stamp counter (quanta's calibrated clock, and whether it reads the counter
+/// itself) for the memory fast path's timings: a reading costs a fraction of `Instant::now()`'s,
+/// which was a third of a check.
+static COUNTER: OnceLock<(quanta::Clock, bool)> = OnceLock::new();
+
+/// A raw reading of [`COUNTER`] (0 before any backend was observed).
+#[inline(always)]
+pub(crate) fn ticks() -> u64 {
+    match COUNTER.get() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `rdtsc` exists on every x86-64 CPU and reads a register; quanta's reading is
+        // this same instruction (checked when the clock was made, as the memory backend does).
+        Some((_, true)) => unsafe { std::arch::x86_64::_rdtsc() },
+        Some((clock, _)) => clock.raw(),
+        None => 0,
+    }
+}
+
+/// Nanoseconds since the reading `start` of [`ticks`].
+#[inline]
+pub(crate) fn nanos_since(start: u64) -> u64 {
+    let end = ticks();
+    COUNTER.get().map_or(0, |(clock, _)| clock.delta_as_nanos(start, end))
 }
 
 /// Rows: (call, outcome); cells per row: counts then sums.
@@ -140,8 +172,13 @@ impl Timings {
     /// Adds one call of `call` that ended with `outcome` (a decision's counter), started at
     /// `started`.
     pub(crate) fn add(&self, call: Call, outcome: Counter, started: Instant) {
+        self.add_nanos(call, outcome, u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Adds one call that took `nanos`.
+    #[inline]
+    pub(crate) fn add_nanos(&self, call: Call, outcome: Counter, nanos: u64) {
         let Some(outcome) = outcome_row(outcome) else { return };
-        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let bucket = BOUNDS_NANOS.iter().position(|bound| nanos <= *bound).unwrap_or(BOUNDS_NANOS.len());
         let cells = self.0.get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
         let row = (call as usize * OUTCOMES.len() + outcome) * 2 * DURATION_BUCKETS;

@@ -180,10 +180,10 @@ fn attributes(limiter: &str, kind: &'static str, key: &'static str, value: &'sta
 type Seen = HashMap<(String, &'static str, usize, &'static str), ([u64; DURATION_BUCKETS], [u64; DURATION_BUCKETS])>;
 
 /// The share of the time between two collections that recording durations may take.
-const RECORD_SHARE: f64 = 0.1;
+const RECORD_SHARE: f64 = 0.05;
 /// A collection records this many values whatever the time, and never for longer than
 /// [`MAX_RECORDING`].
-const FREE_RECORDS: u64 = 1_000;
+const FREE_RECORDS: u64 = 100;
 const MAX_RECORDING: Duration = Duration::from_secs(1);
 
 /// The duration histograms and what of the backend's timings they hold.

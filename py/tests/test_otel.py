@@ -180,7 +180,7 @@ def test_close_stops_reporting() -> None:
 
 
 def test_durations_beyond_a_collections_share_are_recorded_at_the_next_ones_exactly() -> None:
-    """A collection records at most a share of its interval's time (past 1,000 values): more
+    """A collection records at most a share of its interval's time (past 100 values): more
     checks than that are recorded by the following collections, each once."""
     reader = InMemoryMetricReader()
     backend = ratekeeper.Backend.memory()

@@ -258,12 +258,12 @@ impl Backend {
     /// check and wait of its limiters is timed (a memory check then takes the general path, not
     /// the fast one). Counted: two observers need two stops.
     pub fn start_observing(&self) {
-        self.live().observe.turn(true);
+        self.live().observe.turn(true, super::wall_clock::reads_tsc);
     }
 
     /// Ends one [`Backend::start_observing`]; the durations counted so far stay readable.
     pub fn stop_observing(&self) {
-        self.live().observe.turn(false);
+        self.live().observe.turn(false, super::wall_clock::reads_tsc);
     }
 
     /// The durations of this process's observed calls per limiter (name, kind) and per call and

@@ -78,10 +78,10 @@ impl Limiter {
     #[cold]
     #[inline(never)]
     fn fast_check_timed(&self, key: &str, cost: u64) -> Option<Decision> {
-        let started = std::time::Instant::now();
+        let started = crate::observe::ticks();
         let decision = self.fast_check_untimed(key, cost)?;
         let counter = if decision.allowed { Counter::Allowed } else { Counter::Refused };
-        self.time(Call::Check, counter, Some(started));
+        self.inner.metrics.timings.add_nanos(Call::Check, counter, crate::observe::nanos_since(started));
         Some(decision)
     }
 

@@ -221,10 +221,10 @@ def _observe(rows: list[tuple[str, str, Metrics]], counts: _Counts, keep_zero: b
 _registrations: dict[int, tuple[MeterProvider, _Registration]] = {}
 
 #: The share of the time between two collections that recording durations may take.
-RECORD_SHARE = 0.1
+RECORD_SHARE = 0.05
 # A collection records this many values whatever the time, and never for longer than this (the
 # SDK's callbacks time out).
-_FREE_RECORDS = 1_000
+_FREE_RECORDS = 100
 _MAX_RECORD_SECONDS = 1.0
 
 
