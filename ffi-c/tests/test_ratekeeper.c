@@ -549,6 +549,12 @@ static void test_check_all(const fixture *f) {
   CHECK_FAILS(rk_backend_check_all(b, null_limiter, 1, d, &allowed, &retry), RK_NULL_PARAMETER, "parts[0].limiter");
   CHECK_FAILS(rk_backend_check_all(b, parts, 0, d, &allowed, &retry), RK_INVALID_ARGUMENT, "parts");
   CHECK_FAILS(rk_backend_check_all(b, parts, 3, NULL, &allowed, &retry), RK_NULL_PARAMETER, "decisions_out");
+  /* A length no array can have is refused, named, as for every other array (it once reached
+     slice::from_raw_parts_mut with the decisions first: undefined behaviour, an abort in debug). */
+  CHECK_FAILS(rk_backend_check_all(b, parts, SIZE_MAX / 4, d, &allowed, &retry), RK_INVALID_ARGUMENT,
+              "parts_len");
+  CHECK_FAILS(rk_backend_acquire_all(b, parts, SIZE_MAX / 4, 1.0, d, &allowed, &retry),
+              RK_INVALID_ARGUMENT, "parts_len");
   CHECK_U64(peek1(rate, "t1:u").remaining, 3);
   rk_limiter_free(rate);
   rk_limiter_free(quota);
