@@ -216,9 +216,8 @@ pub(crate) enum Counter {
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
-const _: () = assert!(
-    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::Released as usize + 1
-);
+const _: () =
+    assert!(Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::Released as usize + 1);
 
 impl Counters {
     #[inline]

@@ -22,8 +22,28 @@ use crate::metrics::Counter;
 /// Upper bounds (seconds) of the duration histograms' buckets, advised to the SDK: a memory check
 /// (microseconds), a Redis round trip (a millisecond), a wait up to its timeout (seconds).
 pub const DURATION_BOUNDS: [f64; 22] = [
-    0.000_001, 0.000_002_5, 0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5,
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.000_001,
+    0.000_002_5,
+    0.000_005,
+    0.000_01,
+    0.000_025,
+    0.000_05,
+    0.000_1,
+    0.000_25,
+    0.000_5,
+    0.001,
+    0.002_5,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 ];
 
 /// Buckets: one per bound, then the unbounded one.
@@ -70,6 +90,14 @@ pub enum Call {
 }
 
 impl Call {
+    /// The call's name in [`crate::Backend::durations`]' readers: `check` or `wait`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Call::Check => "check",
+            Call::Wait => "wait",
+        }
+    }
+
     /// The histogram's name.
     pub fn instrument(self) -> &'static str {
         match self {

@@ -135,7 +135,9 @@ pub fn instrument<P: MeterProvider + ?Sized>(backend: &Backend, provider: &P) ->
             .with_unit("s")
             .with_description(match call {
                 Call::Check => "Duration of checks, by outcome.",
-                Call::Wait => "Duration of calls that may wait (acquire, within_limit) until admitted, refused or failed.",
+                Call::Wait => {
+                    "Duration of calls that may wait (acquire, within_limit) until admitted, refused or failed."
+                }
             })
             .with_boundaries(DURATION_BOUNDS.to_vec())
             .build()
@@ -168,8 +170,7 @@ pub fn instrument<P: MeterProvider + ?Sized>(backend: &Backend, provider: &P) ->
 
 /// A series' attributes: the limiter's name and kind, and one more when `key` is not empty.
 fn attributes(limiter: &str, kind: &'static str, key: &'static str, value: &'static str) -> Vec<KeyValue> {
-    let mut out =
-        vec![KeyValue::new("ratekeeper.limiter", limiter.to_owned()), KeyValue::new("ratekeeper.kind", kind)];
+    let mut out = vec![KeyValue::new("ratekeeper.limiter", limiter.to_owned()), KeyValue::new("ratekeeper.kind", kind)];
     if !key.is_empty() {
         out.push(KeyValue::new(key, value));
     }
@@ -239,7 +240,8 @@ impl Replayed {
                         free = free.saturating_sub(chunk);
                     }
                     counts[i] += done;
-                    sums[i] = if done == new { series.sums_nanos[i] } else { sums[i] + (value * 1e9 * done as f64) as u64 };
+                    sums[i] =
+                        if done == new { series.sums_nanos[i] } else { sums[i] + (value * 1e9 * done as f64) as u64 };
                 }
             }
         }

@@ -124,12 +124,8 @@ impl Backend {
         let mut items = Vec::new();
         for (name, kind, all) in self.inner.durations() {
             for s in all {
-                let call = match s.call {
-                    ratekeeper::observe::Call::Check => "check",
-                    ratekeeper::observe::Call::Wait => "wait",
-                };
                 items.push(json!({
-                    "name": name, "kind": kind.as_str(), "call": call, "outcome": s.outcome,
+                    "name": name, "kind": kind.as_str(), "call": s.call.as_str(), "outcome": s.outcome,
                     "counts": s.counts, "sumsNs": s.sums_nanos,
                 }));
             }

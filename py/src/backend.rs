@@ -838,10 +838,7 @@ backend_pymethods! {
         let mut out = Vec::new();
         for (name, kind, all) in self.inner.durations() {
             for s in all {
-                let call = match s.call {
-                    ratekeeper::observe::Call::Check => "check",
-                    ratekeeper::observe::Call::Wait => "wait",
-                };
+                let call = s.call.as_str();
                 out.push((name.clone(), kind.as_str(), call, s.outcome, s.counts.to_vec(), s.sums_nanos.to_vec()));
             }
         }
