@@ -234,12 +234,12 @@ impl Counters {
 
 /// Threads that get a stripe of their own in every limiter's [`Striped`] counts; later threads
 /// share the last, atomic one.
-const STRIPES: usize = 16;
+pub(crate) const STRIPES: usize = 16;
 
 /// The stripe of the calling thread: its own (0 to `STRIPES - 2`), given once and never reused, or
 /// the last one, shared by every thread past the first `STRIPES - 1`.
 #[inline(always)]
-fn stripe() -> usize {
+pub(crate) fn stripe() -> usize {
     use std::cell::Cell;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     thread_local!(static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) });
@@ -260,7 +260,7 @@ struct Striped([Padded<[AtomicU64; 2]>; STRIPES]);
 
 #[derive(Debug, Default)]
 #[repr(align(64))]
-struct Padded<T>(T);
+pub(crate) struct Padded<T>(pub(crate) T);
 
 impl Striped {
     #[inline(always)]

@@ -18,8 +18,6 @@ use std::time::Duration;
 use super::{Limiter, Target};
 use crate::decision::{Decision, SettleTicket};
 use crate::engine::Algorithm;
-use crate::metrics::Counter;
-use crate::observe::Call;
 use crate::padded::KeyBytes;
 use crate::SettleKey;
 
@@ -80,8 +78,7 @@ impl Limiter {
     fn fast_check_timed(&self, key: &str, cost: u64) -> Option<Decision> {
         let started = crate::observe::ticks();
         let decision = self.fast_check_untimed(key, cost)?;
-        let counter = if decision.allowed { Counter::Allowed } else { Counter::Refused };
-        self.inner.metrics.timings.add_nanos(Call::Check, counter, crate::observe::nanos_since(started));
+        self.inner.metrics.timings.add_fast(decision.allowed, crate::observe::nanos_since(started));
         Some(decision)
     }
 
