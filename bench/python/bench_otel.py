@@ -103,7 +103,8 @@ def main() -> None:
     print(f"on / off = {ratio:.3f} (target ≥ {TARGET}); {exporter.exports} collections")
     results.write("bench-python-otel", "Python", "ratekeeper.otel instrumentation on against off (Python, memory check)",
                   "python bench/python/bench_otel.py",
-                  f"median of {ROUNDS} alternating rounds of {ROUND_SECONDS} s; on: collected every {EXPORT_MS} ms",
+                  f"median of {ROUNDS} alternating rounds of {ROUND_SECONDS} s; on: collected every {EXPORT_MS} ms, "
+                  "each round ending with a collection; loaded machine",
                   [results.row(f"memory token_bucket.check, instrumented (collected every {EXPORT_MS} ms)", on_rate,
                                "not instrumented", off_rate, target=TARGET)],
                   note=LOADED)
