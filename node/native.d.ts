@@ -193,6 +193,28 @@ export declare class NativeFleetShedder {
 }
 export type FleetShedder = NativeFleetShedder
 
+/** Internal (http/core.js): one middleware's HTTP options, validated by the core. */
+export declare class NativeHttpRules {
+  /**
+   * `standardHeaders` (a form name, null: none), `trustedProxies`, `proxyHeader` and
+   * `partitionKeySecret` (bytes); throws `ERR_INVALID_ARGUMENT` naming the bad option, never
+   * showing the secret.
+   */
+  constructor(standardHeaders: string | undefined | null, trustedProxies: Array<string>, proxyHeader: string, partitionKeySecret?: Buffer | undefined | null)
+  /** The header the trusted proxies set, in lower case. */
+  get proxyHeader(): string
+  /**
+   * The key of a request from `peer`; `proxyHeaderValue` is the proxy header's lines joined
+   * by commas (read only behind a trusted proxy).
+   */
+  clientKey(peer?: string | undefined | null, proxyHeaderValue?: string | undefined | null): string
+  /**
+   * The rate-limit header fields of `reports` for a request counted under `key`, as
+   * `[name, value, name, value, …]`.
+   */
+  fields(reports: Array<HttpReport>, key: string): Array<string>
+}
+
 /**
  * A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
  * optional `key` (any string up to 1 KiB, e.g. a user id): one limiter serves many identities.
@@ -218,6 +240,21 @@ export declare class NativeLimiter {
    * `leaky`, `points` or `unlimited`.
    */
   get kind(): string
+  /**
+   * The most one call may cost (the burst, the smallest limit, the slot count; 2^53 for
+   * `unlimited`): a larger cost is refused on every call.
+   */
+  get capacity(): number
+  /**
+   * Whether a charge can be given back (`pointsUsed(key, cost, 0)`): token bucket, leaky,
+   * points.
+   */
+  get refundable(): boolean
+  /**
+   * The span the quota covers in milliseconds, where the kind has one window (the HTTP
+   * fields' `w`); null otherwise.
+   */
+  get windowMs(): number | null
   /**
    * Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
    * every limiter but concurrent ones, which fail closed unless built with
@@ -577,6 +614,46 @@ export interface FallbackPolicy {
 export interface FleetShedderOptions {
   /** A request still in flight after this (a crashed worker) gives its slot back (default 30000). */
   lockTimeoutMs?: number
+}
+
+/** The fields of a decision the header fields read (a `Decision` is one). */
+export interface HttpDecisionView {
+  /** Whether the call was admitted. */
+  allowed: boolean
+  /** The limit that binds. */
+  limit: number
+  /** What is left of it. */
+  remaining: number
+  /** 0 when allowed; otherwise the milliseconds until the same call could succeed. */
+  retryAfterMs: number
+  /** Milliseconds until the limiter is back to full. */
+  resetAfterMs: number
+  /** A multi-limit limiter's limits (null or absent: one limit). */
+  limits?: Array<HttpLimitView> | null
+}
+
+/** One limit of a multi-limit decision, as a decision's `limits` gives it. */
+export interface HttpLimitView {
+  /** The span this limit covers, in milliseconds. */
+  windowMs: number
+  /** The limit's size. */
+  limit: number
+  /** What is left of it. */
+  remaining: number
+  /** 0 if this limit admits the call; otherwise the milliseconds until it would. */
+  retryAfterMs: number
+  /** Milliseconds until this limit is back to full. */
+  resetAfterMs: number
+}
+
+/** What one limiter decided about a request. */
+export interface HttpReport {
+  /** The policy's name (the limiter's). */
+  name: string
+  /** The limiter's `windowMs` (null or absent: none). */
+  windowMs?: number | null
+  /** Its decision. */
+  decision: HttpDecisionView
 }
 
 /** A slot held in a concurrent limiter. */

@@ -3,14 +3,14 @@
 // /hono, /nestjs): options validated once, when the middleware is built; per request, the
 // limiters checked in order (a request passes only when all pass), the RateLimit header fields,
 // the refusal (429, or 503 for a shedder's refusal or a backend that failed closed), and what
-// happens after the response (leases released, units given back under `count`). No limiter
-// logic lives here: every decision is the core's.
+// happens after the response (leases released, units given back under `count`). Every decision
+// is the core's, and so are the rules shared with the other languages (tests/http/cases.json):
+// the client key, the header fields and the partition key (`NativeHttpRules`), and each
+// limiter's capacity, refundability and window.
 
 const { FleetShedder, Limiter, codes, ceilSeconds } = require('../index.js');
+const { NativeHttpRules } = require('../addon.js');
 const { invalidArgument } = require('./errors.js');
-const { HEADER_FORMS, policyShape, members, rateLimitFields } = require('./headers.js');
-const { clientKey, proxyHeaderName, trustedProxyList } = require('./client-address.js');
-const { partitionKeyOf } = require('./partition-key.js');
 
 // Each decision goes on the request's active span when @opentelemetry/api is installed.
 let annotate = null;
@@ -36,8 +36,8 @@ const OPTIONS = [
   'partitionKeySecret',
 ];
 
-/** Kinds whose units a request can give back (`pointsUsed(key, cost, 0)`), for `count`. */
-const REFUNDABLE = new Set(['token_bucket', 'leaky', 'points']);
+/** The header forms `standardHeaders` accepts (false: none); the core validates the name. */
+const HEADER_FORMS = ['draft-11', 'draft-7', 'draft-6', 'legacy'];
 
 /** The name a FleetShedder goes by in `violated-policies` (the binding does not expose its name). */
 const SHEDDER_POLICY = 'shedder';
@@ -54,14 +54,6 @@ function isBackendFailure(error) {
     error != null &&
     (error.code === codes.BACKEND_UNAVAILABLE || error.code === codes.TIMEOUT || error.code === codes.BACKEND_REJECTED)
   );
-}
-
-/** The most one call can cost on a limiter of this spec (null: no such bound known). */
-function capacity(spec) {
-  for (const field of ['capacity', 'size', 'limit']) if (Number.isInteger(spec[field])) return spec[field];
-  if (Array.isArray(spec.windows) && spec.windows.length) return Math.min(...spec.windows.map((w) => w[0]));
-  if (Array.isArray(spec.limits) && spec.limits.length) return Math.min(...spec.limits.map((l) => l[1]));
-  return null;
 }
 
 function optionalFunction(options, name) {
@@ -87,14 +79,39 @@ function limiterEntry(value, count) {
   if (value.kind === 'concurrent' && count !== 'all') {
     throw invalidArgument('count', `the concurrent limiter '${value.name}' counts requests in flight; use count 'all'`);
   }
-  const mode = count === 'all' ? 'check' : REFUNDABLE.has(value.kind) ? 'refund' : 'peek';
-  return { limiter: value, name: value.name, shape: policyShape(value), mode };
+  const mode = count === 'all' ? 'check' : value.refundable ? 'refund' : 'peek';
+  return { limiter: value, name: value.name, windowMs: value.windowMs, mode };
 }
 
 /**
  * Validates `options` and returns the per-request core. Throws `ERR_INVALID_ARGUMENT` naming
  * the first bad option.
  */
+/**
+ * The core's rules for these options, their JavaScript types checked here (to name them) and
+ * their values by the core: `trustedProxies`, `proxyHeader`, `partitionKeySecret`.
+ */
+function httpRules(options, standardHeaders) {
+  const trusted = options.trustedProxies ?? [];
+  if (!Array.isArray(trusted)) {
+    // A lone string would be one entry in Python and characters elsewhere: ask for the list it meant.
+    throw invalidArgument('trustedProxies', `must be an array of IP addresses or CIDR ranges, got ${JSON.stringify(trusted)}`);
+  }
+  for (const entry of trusted) {
+    if (typeof entry !== 'string') throw invalidArgument('trustedProxies', `must be IP addresses or CIDR ranges, got ${JSON.stringify(entry)}`);
+  }
+  const proxyHeader = options.proxyHeader === undefined ? 'X-Forwarded-For' : options.proxyHeader;
+  if (typeof proxyHeader !== 'string') {
+    throw invalidArgument('proxyHeader', `must be 'X-Forwarded-For' or 'Forwarded' (the header your proxy sets), got ${JSON.stringify(proxyHeader)}`);
+  }
+  const secret = options.partitionKeySecret ?? null;
+  let bytes = null;
+  if (typeof secret === 'string') bytes = Buffer.from(secret, 'utf8');
+  else if (secret instanceof Uint8Array) bytes = Buffer.from(secret);
+  else if (secret !== null) throw invalidArgument('partitionKeySecret', `must be a string or a Uint8Array, got ${typeof secret}`);
+  return new NativeHttpRules(standardHeaders === false ? null : standardHeaders, trusted, proxyHeader, bytes);
+}
+
 function buildCore(options) {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw invalidArgument('options', 'must be an object');
@@ -117,18 +134,17 @@ function buildCore(options) {
     if (!(Number.isInteger(cost) && cost >= 1)) {
       throw invalidArgument('cost', `must be a whole number >= 1 or a function of the request, got ${String(cost)}`);
     }
-    // The core's bound, which no capacity check catches on a limiter without one (unlimited).
-    if (cost > 2 ** 53) throw invalidArgument('cost', `must be at most 2^53, got ${cost}`);
     for (const entry of entries) {
-      const most = entry.limiter ? capacity(entry.limiter.spec) : null;
-      // The core would refuse every such call at request time: say so now, not as a 500 per request.
+      // The core would refuse every such call at request time: say so now, not as a 500 per
+      // request (an unlimited limiter's capacity is the largest cost, 2^53).
+      const most = entry.limiter ? entry.limiter.capacity : null;
       if (most !== null && cost > most) {
         throw invalidArgument('cost', `${cost} exceeds the capacity of '${entry.name}' (${most}); no request could ever be admitted`);
       }
     }
   }
   const standardHeaders = options.standardHeaders ?? 'draft-11';
-  if (standardHeaders !== false && !HEADER_FORMS.includes(standardHeaders)) {
+  if (standardHeaders !== false && typeof standardHeaders !== 'string') {
     throw invalidArgument(
       'standardHeaders',
       `must be ${HEADER_FORMS.map((f) => `'${f}'`).join(', ')} or false, got ${JSON.stringify(standardHeaders)}`,
@@ -140,9 +156,7 @@ function buildCore(options) {
   const skip = optionalFunction(options, 'skip');
   const handler = optionalFunction(options, 'handler');
   const requestWasSuccessful = optionalFunction(options, 'requestWasSuccessful') ?? ((status) => status < 400);
-  const trusted = trustedProxyList(options.trustedProxies);
-  const proxyHeader = proxyHeaderName(options.proxyHeader);
-  const partitionKey = partitionKeyOf(options.partitionKeySecret, standardHeaders);
+  const rules = httpRules(options, standardHeaders);
 
   return new Core({
     entries,
@@ -154,9 +168,7 @@ function buildCore(options) {
     skip,
     handler,
     requestWasSuccessful,
-    trusted,
-    proxyHeader,
-    partitionKey,
+    rules,
   });
 }
 
@@ -182,7 +194,12 @@ class Core {
       if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
       return key;
     }
-    return clientKey(peer, header, this.trusted, this.proxyHeader);
+    const name = this.rules.proxyHeader;
+    const given = header(name);
+    // Every line of the header counts, in order: `header(name)` returns them joined by commas
+    // (node:http and the Fetch API's Headers do), or an array of them.
+    const value = given === undefined || given === null ? null : Array.isArray(given) ? given.join(',') : String(given);
+    return this.rules.clientKey(peer || null, value);
   }
 
   /**
@@ -223,8 +240,7 @@ class Core {
       }
       if (outcome.refusing.length > 0 && !this.shadow) break; // later limiters are not charged
     }
-    const pk = this.partitionKey === null ? null : this.partitionKey(key);
-    outcome.headers = rateLimitFields(this.standardHeaders, outcome.policies, pk);
+    outcome.headers = pairs(this.rules.fields(outcome.reports, key));
     if (outcome.refusing.length === 0 || this.shadow) {
       // One rule for both shadow modes (this option's, a limiter's): a request let through
       // although a limit refused it.
@@ -244,7 +260,7 @@ class Outcome {
     this.key = key;
     this.cost = cost;
     this.taken = []; // [{ entry, decision, ticket }]: what to settle after the response
-    this.policies = []; // header members of every decision
+    this.reports = []; // [{ name, windowMs, decision }]: every decision, for the header fields
     this.refusing = []; // [{ entry, decision }]: the entries that refused
     this.shadowed = []; // [{ entry, decision }]: limiters in shadow mode that would have refused
     this.shed = false;
@@ -262,7 +278,7 @@ class Outcome {
     }
     const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
     if (annotate) annotate(entry.limiter, decision);
-    this.policies.push(...members(entry.name, entry.shape, decision));
+    this.reports.push({ name: entry.name, windowMs: entry.windowMs, decision });
     // A shadow refusal took nothing: there is nothing to settle or give back.
     if (decision.shadowRefused) this.shadowed.push({ entry, decision });
     else if (decision.allowed) this.taken.push({ entry, decision });
@@ -313,7 +329,7 @@ class Outcome {
       taken.map(({ entry, decision, ticket }) => {
         if (entry.shedder) return entry.shedder.leave(ticket).catch(() => {});
         if (decision.lease) return entry.limiter.release(decision.lease).catch(() => {});
-        if (entry.mode !== 'peek' && REFUNDABLE.has(entry.limiter.kind)) {
+        if (entry.mode !== 'peek' && entry.limiter.refundable) {
           return entry.limiter.pointsUsed(this.key, this.cost, 0).catch(() => {});
         }
         return undefined;
@@ -360,6 +376,13 @@ class Outcome {
       key: this.key,
     };
   }
+}
+
+/** `[name, value, name, value, …]` as `[name, value]` pairs. */
+function pairs(flat) {
+  const out = [];
+  for (let i = 0; i < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
+  return out;
 }
 
 /** An RFC 9457 problem body. */

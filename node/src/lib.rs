@@ -10,7 +10,8 @@
 //! - [`hot_calls`]: the by-handle check and peek, exported without napi-rs's per-call glue.
 //! - [`args`]: reading JavaScript arguments; [`options`]: options objects (typed, unknown
 //!   keys refused); [`decision`]: the results.
-//! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
+//! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes;
+//!   [`http`]: the HTTP middleware's rules (client key, header fields, partition key).
 #![deny(clippy::all)]
 // napi registers exported functions only outside `cfg(test)`, so the unit-test build sees them
 // as unused.
@@ -26,6 +27,7 @@ mod decision;
 mod driven;
 mod error;
 mod hot_calls;
+mod http;
 mod limiter;
 mod operate;
 mod options;
