@@ -25,9 +25,12 @@ fn secs(v: &Value, field: &str) -> Duration {
 fn client_keys() {
     let table = table();
     for case in table["client_key"].as_array().unwrap() {
-        let trusted: Vec<&str> =
-            case["trusted_proxies"].as_array().map(|a| a.iter().map(|v| v.as_str().unwrap()).collect()).unwrap_or_default();
-        let rules = Rules::new(None, &trusted, case["proxy_header"].as_str().unwrap_or("X-Forwarded-For"), None).unwrap();
+        let trusted: Vec<&str> = case["trusted_proxies"]
+            .as_array()
+            .map(|a| a.iter().map(|v| v.as_str().unwrap()).collect())
+            .unwrap_or_default();
+        let rules =
+            Rules::new(None, &trusted, case["proxy_header"].as_str().unwrap_or("X-Forwarded-For"), None).unwrap();
         let wanted = rules.clients().header().name();
         let header = case["headers"].as_object().unwrap().iter().find(|(k, _)| k.eq_ignore_ascii_case(wanted));
         let key = rules.client_key(case["peer"].as_str(), header.map(|(_, v)| v.as_str().unwrap()));
@@ -61,7 +64,13 @@ fn header_fields() {
                         ls.iter()
                             .map(|l| {
                                 let n = |f: &str| l[f].as_u64().unwrap();
-                                ReportLimit::of_limit(secs(l, "window"), n("limit"), n("remaining"), secs(l, "reset_after"), secs(l, "retry_after"))
+                                ReportLimit::of_limit(
+                                    secs(l, "window"),
+                                    n("limit"),
+                                    n("remaining"),
+                                    secs(l, "reset_after"),
+                                    secs(l, "retry_after"),
+                                )
                             })
                             .collect()
                     })

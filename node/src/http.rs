@@ -112,19 +112,15 @@ impl NativeHttpRules {
         proxy_header: String,
         partition_key_secret: Option<Buffer>,
     ) -> napi::Result<Self> {
-        let rules = Rules::new(
-            standard_headers.as_deref(),
-            &trusted_proxies,
-            &proxy_header,
-            partition_key_secret.as_deref(),
-        )
-        .map_err(|e| match e {
-            // The core's `headers` is this middleware's `standardHeaders` (express-rate-limit's).
-            Error::InvalidArgument { parameter, message } if parameter == "headers" => {
-                Error::invalid("standardHeaders", message)
-            }
-            other => other,
-        });
+        let rules =
+            Rules::new(standard_headers.as_deref(), &trusted_proxies, &proxy_header, partition_key_secret.as_deref())
+                .map_err(|e| match e {
+                    // The core's `headers` is this middleware's `standardHeaders` (express-rate-limit's).
+                    Error::InvalidArgument { parameter, message } if parameter == "headers" => {
+                        Error::invalid("standardHeaders", message)
+                    }
+                    other => other,
+                });
         Ok(NativeHttpRules { inner: crate::error::core(&env, rules)? })
     }
 

@@ -93,9 +93,15 @@ impl HttpRules {
     /// The rate-limit header fields, as (name, value) pairs, of the decisions in `reports`:
     /// (policy name, the limiter's window in seconds or None, its Decision) in order; `key` is
     /// the request's key (draft-11's `pk`).
-    fn fields(&self, reports: Vec<(String, Option<f64>, Bound<'_, PyAny>)>, key: &str) -> PyResult<Vec<(&'static str, String)>> {
-        let reports =
-            reports.iter().map(|(name, window, decision)| report(name, *window, decision)).collect::<PyResult<Vec<_>>>()?;
+    fn fields(
+        &self,
+        reports: Vec<(String, Option<f64>, Bound<'_, PyAny>)>,
+        key: &str,
+    ) -> PyResult<Vec<(&'static str, String)>> {
+        let reports = reports
+            .iter()
+            .map(|(name, window, decision)| report(name, *window, decision))
+            .collect::<PyResult<Vec<_>>>()?;
         Ok(self.inner.fields(&reports, key))
     }
 }

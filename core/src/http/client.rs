@@ -117,14 +117,10 @@ impl ClientKeys {
 /// One `trusted_proxies` entry: a CIDR range or a single address.
 fn network(entry: &str) -> Result<IpNet> {
     let text = entry.trim();
-    let parsed = if text.contains('/') {
-        text.parse::<IpNet>().ok()
-    } else {
-        text.parse::<IpAddr>().ok().map(IpNet::from)
-    };
-    parsed.ok_or_else(|| {
-        Error::invalid("trusted_proxies", format!("must be IP addresses or CIDR ranges, got {entry:?}"))
-    })
+    let parsed =
+        if text.contains('/') { text.parse::<IpNet>().ok() } else { text.parse::<IpAddr>().ok().map(IpNet::from) };
+    parsed
+        .ok_or_else(|| Error::invalid("trusted_proxies", format!("must be IP addresses or CIDR ranges, got {entry:?}")))
 }
 
 /// An address as a peer or a proxy header gives it (`v4`, `v4:port`, `[v6]`, `[v6]:port`,

@@ -88,7 +88,13 @@ pub struct ReportLimit {
 
 impl ReportLimit {
     /// One limit of a multi-limit decision: it admitted the call when its wait is zero.
-    pub fn of_limit(window: Duration, limit: u64, remaining: u64, reset_after: Duration, retry_after: Duration) -> Self {
+    pub fn of_limit(
+        window: Duration,
+        limit: u64,
+        remaining: u64,
+        reset_after: Duration,
+        retry_after: Duration,
+    ) -> Self {
         ReportLimit { limit, remaining, reset_after, retry_after, allowed: retry_after.is_zero(), window: Some(window) }
     }
 }
@@ -204,7 +210,8 @@ pub fn render(form: HeaderForm, reports: &[Report<'_>], pk: Option<&str>) -> Vec
         return vec![("RateLimit-Policy", policy.join(", ")), ("RateLimit", state.join(", "))];
     }
     let b = binding(&members);
-    let (limit, remaining, reset) = (b.limit.to_string(), b.remaining.to_string(), http_seconds(b.reset_after).to_string());
+    let (limit, remaining, reset) =
+        (b.limit.to_string(), b.remaining.to_string(), http_seconds(b.reset_after).to_string());
     let policy = format!("{limit}{}", window_parameter(b));
     match form {
         HeaderForm::Draft7 => vec![
