@@ -80,7 +80,7 @@ function limiterEntry(value, count) {
     throw invalidArgument('count', `the concurrent limiter '${value.name}' counts requests in flight; use count 'all'`);
   }
   const mode = count === 'all' ? 'check' : value.refundable ? 'refund' : 'peek';
-  return { limiter: value, name: value.name, windowMs: value.windowMs, mode };
+  return { limiter: value, name: value.name, windowMs: value.windowMs, refundable: value.refundable, mode };
 }
 
 /**
@@ -240,7 +240,7 @@ class Core {
       }
       if (outcome.refusing.length > 0 && !this.shadow) break; // later limiters are not charged
     }
-    outcome.headers = pairs(this.rules.fields(outcome.reports, key));
+    if (this.standardHeaders !== false) outcome.headers = pairs(this.rules.fields(outcome.reports, key));
     if (outcome.refusing.length === 0 || this.shadow) {
       // One rule for both shadow modes (this option's, a limiter's): a request let through
       // although a limit refused it.
@@ -329,7 +329,7 @@ class Outcome {
       taken.map(({ entry, decision, ticket }) => {
         if (entry.shedder) return entry.shedder.leave(ticket).catch(() => {});
         if (decision.lease) return entry.limiter.release(decision.lease).catch(() => {});
-        if (entry.mode !== 'peek' && entry.limiter.refundable) {
+        if (entry.mode !== 'peek' && entry.refundable) {
           return entry.limiter.pointsUsed(this.key, this.cost, 0).catch(() => {});
         }
         return undefined;
