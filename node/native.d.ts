@@ -196,11 +196,11 @@ export type FleetShedder = NativeFleetShedder
 /** Internal (http/core.js): one middleware's HTTP options, validated by the core. */
 export declare class NativeHttpRules {
   /**
-   * `standardHeaders` (a form name, null: none), `trustedProxies`, `proxyHeader` and
-   * `partitionKeySecret` (bytes); throws `ERR_INVALID_ARGUMENT` naming the bad option, never
-   * showing the secret.
+   * `standardHeaders` (a form name, null: none), `trustedProxies`, `proxyHeader`,
+   * `partitionKeySecret` (bytes) and the policies the fields may name (by index); throws
+   * `ERR_INVALID_ARGUMENT` naming the bad option, never showing the secret.
    */
-  constructor(standardHeaders: string | undefined | null, trustedProxies: Array<string>, proxyHeader: string, partitionKeySecret?: Buffer | undefined | null)
+  constructor(standardHeaders: string | undefined | null, trustedProxies: Array<string>, proxyHeader: string, partitionKeySecret: Buffer | undefined | null, policies: Array<HttpPolicy>)
   /** The header the trusted proxies set, in lower case. */
   get proxyHeader(): string
   /**
@@ -209,10 +209,15 @@ export declare class NativeHttpRules {
    */
   clientKey(peer?: string | undefined | null, proxyHeaderValue?: string | undefined | null): string
   /**
-   * The rate-limit header fields of `reports` for a request counted under `key`, as
-   * `[name, value, name, value, …]`.
+   * The rate-limit header fields of a request counted under `key`, as
+   * `name
+  value
+  name
+  value…` (empty: none). `packed` holds each decision in order:
+   * policy index, allowed (0 or 1), limit, remaining, retryAfterMs, resetAfterMs, the number
+   * of its limits, then per limit windowMs, limit, remaining, retryAfterMs, resetAfterMs.
    */
-  fields(reports: Array<HttpReport>, key: string): Array<string>
+  fields(packed: Float64Array, key: string): string
 }
 
 /**
@@ -616,44 +621,12 @@ export interface FleetShedderOptions {
   lockTimeoutMs?: number
 }
 
-/** The fields of a decision the header fields read (a `Decision` is one). */
-export interface HttpDecisionView {
-  /** Whether the call was admitted. */
-  allowed: boolean
-  /** The limit that binds. */
-  limit: number
-  /** What is left of it. */
-  remaining: number
-  /** 0 when allowed; otherwise the milliseconds until the same call could succeed. */
-  retryAfterMs: number
-  /** Milliseconds until the limiter is back to full. */
-  resetAfterMs: number
-  /** A multi-limit limiter's limits (null or absent: one limit). */
-  limits?: Array<HttpLimitView> | null
-}
-
-/** One limit of a multi-limit decision, as a decision's `limits` gives it. */
-export interface HttpLimitView {
-  /** The span this limit covers, in milliseconds. */
-  windowMs: number
-  /** The limit's size. */
-  limit: number
-  /** What is left of it. */
-  remaining: number
-  /** 0 if this limit admits the call; otherwise the milliseconds until it would. */
-  retryAfterMs: number
-  /** Milliseconds until this limit is back to full. */
-  resetAfterMs: number
-}
-
-/** What one limiter decided about a request. */
-export interface HttpReport {
+/** A policy the fields may name: a limiter of the middleware, with its window. */
+export interface HttpPolicy {
   /** The policy's name (the limiter's). */
   name: string
   /** The limiter's `windowMs` (null or absent: none). */
   windowMs?: number | null
-  /** Its decision. */
-  decision: HttpDecisionView
 }
 
 /** A slot held in a concurrent limiter. */

@@ -11,7 +11,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const { Backend, ManualClock } = require('..');
 const { NativeHttpRules } = require('../addon.js');
-const { buildCore } = require('../http/core.js');
+const { buildCore, rateLimitFields } = require('../http/core.js');
 
 const TABLE = JSON.parse(fs.readFileSync(path.resolve(__dirname, '..', '..', 'tests', 'http', 'cases.json'), 'utf8'));
 const START_US = 1_700_000_000_000_000;
@@ -33,10 +33,10 @@ for (const c of TABLE.client_key) {
 for (const c of TABLE.fields) {
   test(`fields: ${c.name}`, () => {
     const secret = c.partition_key_secret === undefined ? null : Buffer.from(c.partition_key_secret, 'utf8');
-    const rules = new NativeHttpRules(c.headers, [], 'X-Forwarded-For', secret);
-    const reports = c.reports.map((r) => ({
-      name: r.name,
-      windowMs: ms(r.window),
+    const policies = c.reports.map((r) => ({ name: r.name, windowMs: ms(r.window) }));
+    const rules = new NativeHttpRules(c.headers, [], 'X-Forwarded-For', secret, policies);
+    const reports = c.reports.map((r, index) => ({
+      index,
       decision: {
         allowed: r.allowed,
         limit: r.limit,
@@ -52,10 +52,7 @@ for (const c of TABLE.fields) {
         })),
       },
     }));
-    const flat = rules.fields(reports, c.key);
-    const pairs = [];
-    for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i], flat[i + 1]]);
-    assert.deepEqual(pairs, c.fields);
+    assert.deepEqual(rateLimitFields(rules, reports, c.key), c.fields);
   });
 }
 

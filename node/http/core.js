@@ -91,7 +91,7 @@ function limiterEntry(value, count) {
  * The core's rules for these options, their JavaScript types checked here (to name them) and
  * their values by the core: `trustedProxies`, `proxyHeader`, `partitionKeySecret`.
  */
-function httpRules(options, standardHeaders) {
+function httpRules(options, standardHeaders, entries) {
   const trusted = options.trustedProxies ?? [];
   if (!Array.isArray(trusted)) {
     // A lone string would be one entry in Python and characters elsewhere: ask for the list it meant.
@@ -109,7 +109,47 @@ function httpRules(options, standardHeaders) {
   if (typeof secret === 'string') bytes = Buffer.from(secret, 'utf8');
   else if (secret instanceof Uint8Array) bytes = Buffer.from(secret);
   else if (secret !== null) throw invalidArgument('partitionKeySecret', `must be a string or a Uint8Array, got ${typeof secret}`);
-  return new NativeHttpRules(standardHeaders === false ? null : standardHeaders, trusted, proxyHeader, bytes);
+  // The policies the fields may name, by index: every entry (a shedder's is never reported).
+  const policies = entries.map((entry) => ({ name: entry.name, windowMs: entry.windowMs ?? null }));
+  return new NativeHttpRules(standardHeaders === false ? null : standardHeaders, trusted, proxyHeader, bytes, policies);
+}
+
+/** The packed decisions `rateLimitFields` hands the core, grown as needed (one call at a time). */
+let packed = new Float64Array(64);
+
+/**
+ * The rate-limit header fields, as `[name, value]` pairs, of `reports` (`[{ index, decision }]`:
+ * the entry's index and its decision, in order) for a request counted under `key`, by the
+ * core's rules. The decisions cross as numbers (see node/src/http.rs).
+ */
+function rateLimitFields(rules, reports, key) {
+  let size = 0;
+  for (const { decision } of reports) size += 7 + 5 * (decision.limits ? decision.limits.length : 0);
+  if (size > packed.length) packed = new Float64Array(Math.max(size, 2 * packed.length));
+  let at = 0;
+  for (const { index, decision: d } of reports) {
+    const limits = d.limits || [];
+    packed[at++] = index;
+    packed[at++] = d.allowed ? 1 : 0;
+    packed[at++] = d.limit;
+    packed[at++] = d.remaining;
+    packed[at++] = d.retryAfterMs;
+    packed[at++] = d.resetAfterMs;
+    packed[at++] = limits.length;
+    for (const l of limits) {
+      packed[at++] = l.windowMs;
+      packed[at++] = l.limit;
+      packed[at++] = l.remaining;
+      packed[at++] = l.retryAfterMs;
+      packed[at++] = l.resetAfterMs;
+    }
+  }
+  const text = rules.fields(packed, at, key);
+  if (text === '') return [];
+  const flat = text.split('\n');
+  const out = [];
+  for (let i = 0; i < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
+  return out;
 }
 
 function buildCore(options) {
@@ -127,7 +167,7 @@ function buildCore(options) {
   if (given === undefined) throw invalidArgument('limiter', 'is required: a Limiter, a FleetShedder, or an array of them');
   const list = Array.isArray(given) ? given : [given];
   if (list.length === 0) throw invalidArgument('limiter', 'must be a Limiter, a FleetShedder or a non-empty array of them');
-  const entries = list.map((value) => limiterEntry(value, count));
+  const entries = list.map((value, index) => ({ ...limiterEntry(value, count), index }));
 
   const cost = options.cost ?? 1;
   if (typeof cost !== 'function') {
@@ -156,7 +196,7 @@ function buildCore(options) {
   const skip = optionalFunction(options, 'skip');
   const handler = optionalFunction(options, 'handler');
   const requestWasSuccessful = optionalFunction(options, 'requestWasSuccessful') ?? ((status) => status < 400);
-  const rules = httpRules(options, standardHeaders);
+  const rules = httpRules(options, standardHeaders, entries);
 
   return new Core({
     entries,
@@ -240,7 +280,7 @@ class Core {
       }
       if (outcome.refusing.length > 0 && !this.shadow) break; // later limiters are not charged
     }
-    if (this.standardHeaders !== false) outcome.headers = pairs(this.rules.fields(outcome.reports, key));
+    if (this.standardHeaders !== false) outcome.headers = rateLimitFields(this.rules, outcome.reports, key);
     if (outcome.refusing.length === 0 || this.shadow) {
       // One rule for both shadow modes (this option's, a limiter's): a request let through
       // although a limit refused it.
@@ -260,7 +300,7 @@ class Outcome {
     this.key = key;
     this.cost = cost;
     this.taken = []; // [{ entry, decision, ticket }]: what to settle after the response
-    this.reports = []; // [{ name, windowMs, decision }]: every decision, for the header fields
+    this.reports = []; // [{ index, decision }]: every decision, for the header fields
     this.refusing = []; // [{ entry, decision }]: the entries that refused
     this.shadowed = []; // [{ entry, decision }]: limiters in shadow mode that would have refused
     this.shed = false;
@@ -278,7 +318,7 @@ class Outcome {
     }
     const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
     if (annotate) annotate(entry.limiter, decision);
-    this.reports.push({ name: entry.name, windowMs: entry.windowMs, decision });
+    this.reports.push({ index: entry.index, decision });
     // A shadow refusal took nothing: there is nothing to settle or give back.
     if (decision.shadowRefused) this.shadowed.push({ entry, decision });
     else if (decision.allowed) this.taken.push({ entry, decision });
@@ -378,13 +418,6 @@ class Outcome {
   }
 }
 
-/** `[name, value, name, value, …]` as `[name, value]` pairs. */
-function pairs(flat) {
-  const out = [];
-  for (let i = 0; i < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
-  return out;
-}
-
 /** An RFC 9457 problem body. */
 function problem(type, title, status, detail, policies) {
   const body = { type, title, status, detail };
@@ -395,4 +428,4 @@ function problem(type, title, status, detail, policies) {
 /** The default refusal body's media type (RFC 9457). */
 const PROBLEM_MEDIA_TYPE = 'application/problem+json';
 
-module.exports = { buildCore, PROBLEM_MEDIA_TYPE, OPTIONS };
+module.exports = { buildCore, rateLimitFields, PROBLEM_MEDIA_TYPE, OPTIONS };

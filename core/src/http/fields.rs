@@ -4,6 +4,8 @@
 //! (`X-RateLimit-*`). Seconds are whole and rounded up, so a client that waits as told is never
 //! early. The forms are described in docs/src/guides/http/index.md.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::params::MAX_COUNT;
@@ -53,6 +55,12 @@ pub fn http_seconds(duration: Duration) -> u64 {
 /// An RFC 9651 sf-string: quoted, `\` and `"` escaped, anything but printable ASCII as `?`.
 pub fn sf_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
+    push_sf_string(&mut out, text);
+    out
+}
+
+/// Appends `text` as an sf-string (see [`sf_string`]).
+fn push_sf_string(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
         match c {
@@ -65,7 +73,6 @@ pub fn sf_string(text: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 /// One limit as the fields report it: a single-limit limiter's decision, or one limit of a
@@ -135,8 +142,8 @@ impl<'a> Report<'a> {
 }
 
 /// One member of the fields: a name and one limit.
-struct Member {
-    name: String,
+struct Member<'a> {
+    name: Cow<'a, str>,
     limit: ReportLimit,
 }
 
@@ -150,19 +157,19 @@ fn whole(window: Duration) -> String {
     }
 }
 
-fn members(reports: &[Report<'_>]) -> Vec<Member> {
-    let mut out = Vec::new();
+fn members<'a>(reports: &[Report<'a>]) -> Vec<Member<'a>> {
+    let mut out = Vec::with_capacity(reports.len());
     for report in reports {
         if report.limits.is_empty() {
             if report.decision.limit < MAX_COUNT {
-                out.push(Member { name: report.name.to_owned(), limit: report.decision });
+                out.push(Member { name: Cow::Borrowed(report.name), limit: report.decision });
             }
             continue;
         }
         for limit in &report.limits {
             let name = match limit.window {
-                Some(window) => format!("{}/{}s", report.name, whole(window)),
-                None => report.name.to_owned(),
+                Some(window) => Cow::Owned(format!("{}/{}s", report.name, whole(window))),
+                None => Cow::Borrowed(report.name),
             };
             out.push(Member { name, limit: *limit });
         }
@@ -170,17 +177,16 @@ fn members(reports: &[Report<'_>]) -> Vec<Member> {
     out
 }
 
-/// `;w=60` for a limit with a window (whole seconds, rounded up, at least 1).
-fn window_parameter(limit: &ReportLimit) -> String {
-    match limit.window {
-        Some(window) if !window.is_zero() => format!(";w={}", http_seconds(window).max(1)),
-        _ => String::new(),
+/// Appends `;w=60` for a limit with a window (whole seconds, rounded up, at least 1).
+fn push_window(out: &mut String, limit: &ReportLimit) {
+    if let Some(window) = limit.window.filter(|w| !w.is_zero()) {
+        let _ = write!(out, ";w={}", http_seconds(window).max(1));
     }
 }
 
 /// The one limit the single-limit forms report: the one that refused (longest wait), else the
 /// least left (the first of equals).
-fn binding(members: &[Member]) -> &ReportLimit {
+fn binding<'m>(members: &'m [Member<'_>]) -> &'m ReportLimit {
     let mut refused = members.iter().filter(|m| !m.limit.allowed).map(|m| &m.limit);
     if let Some(first) = refused.next() {
         return refused.fold(first, |a, b| if b.retry_after > a.retry_after { b } else { a });
@@ -199,20 +205,29 @@ pub fn render(form: HeaderForm, reports: &[Report<'_>], pk: Option<&str>) -> Vec
         return Vec::new();
     }
     if form == HeaderForm::Draft11 {
-        let partition = pk.map(|pk| format!(";pk=:{pk}:")).unwrap_or_default();
-        let mut policy = Vec::with_capacity(members.len());
-        let mut state = Vec::with_capacity(members.len());
-        for m in &members {
-            let name = sf_string(&m.name);
-            policy.push(format!("{name};q={}{}", m.limit.limit, window_parameter(&m.limit)));
-            state.push(format!("{name};r={};t={}{partition}", m.limit.remaining, http_seconds(m.limit.reset_after)));
+        let mut policy = String::with_capacity(32 * members.len());
+        let mut state = String::with_capacity(48 * members.len());
+        for (i, m) in members.iter().enumerate() {
+            if i > 0 {
+                policy.push_str(", ");
+                state.push_str(", ");
+            }
+            push_sf_string(&mut policy, &m.name);
+            let _ = write!(policy, ";q={}", m.limit.limit);
+            push_window(&mut policy, &m.limit);
+            push_sf_string(&mut state, &m.name);
+            let _ = write!(state, ";r={};t={}", m.limit.remaining, http_seconds(m.limit.reset_after));
+            if let Some(pk) = pk {
+                let _ = write!(state, ";pk=:{pk}:");
+            }
         }
-        return vec![("RateLimit-Policy", policy.join(", ")), ("RateLimit", state.join(", "))];
+        return vec![("RateLimit-Policy", policy), ("RateLimit", state)];
     }
     let b = binding(&members);
     let (limit, remaining, reset) =
         (b.limit.to_string(), b.remaining.to_string(), http_seconds(b.reset_after).to_string());
-    let policy = format!("{limit}{}", window_parameter(b));
+    let mut policy = limit.clone();
+    push_window(&mut policy, b);
     match form {
         HeaderForm::Draft7 => vec![
             ("RateLimit-Policy", policy),
