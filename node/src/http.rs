@@ -121,8 +121,8 @@ impl NativeHttpRules {
         self.inner.client_key(peer.as_deref(), proxy_header_value.as_deref())
     }
 
-    /// The rate-limit header fields of a request counted under `key`, as
-    /// `name\nvalue\nname\nvalue…` (empty: none). The first `len` numbers of `packed` (a buffer
+    /// The rate-limit header fields of a request counted under `key`, as one line per name and
+    /// one per value, in order (empty: none). The first `len` numbers of `packed` (a buffer
     /// reused from call to call) hold each decision in order:
     /// policy index, allowed (0 or 1), limit, remaining, retryAfterMs, resetAfterMs, the number
     /// of its limits, then per limit windowMs, limit, remaining, retryAfterMs, resetAfterMs.
