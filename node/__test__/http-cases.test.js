@@ -30,6 +30,23 @@ for (const c of TABLE.client_key) {
   });
 }
 
+test('client keys: one middleware per configuration answers every case twice (its memo of keys)', async () => {
+  const groups = new Map();
+  for (const c of TABLE.client_key) {
+    const config = JSON.stringify([c.trusted_proxies ?? null, c.proxy_header ?? null]);
+    if (!groups.has(config)) groups.set(config, []);
+    groups.get(config).push(c);
+  }
+  for (const cases of groups.values()) {
+    const options = { limiter: Backend.memory().window('keys', 5, 'minute'), trustedProxies: cases[0].trusted_proxies };
+    if ('proxy_header' in cases[0]) options.proxyHeader = cases[0].proxy_header;
+    const core = buildCore(options);
+    for (const round of [1, 2]) {
+      for (const c of cases) assert.equal(await core.key({}, c.peer, lookup(c.headers)), c.key, `${c.name} (round ${round})`);
+    }
+  }
+});
+
 for (const c of TABLE.fields) {
   test(`fields: ${c.name}`, () => {
     const secret = c.partition_key_secret === undefined ? null : Buffer.from(c.partition_key_secret, 'utf8');

@@ -45,6 +45,9 @@ const SHEDDER_POLICY = 'shedder';
 /** Problem types of the RateLimit header fields draft (RFC 9457 bodies). */
 const PROBLEM = 'https://iana.org/assignments/http-problem-types';
 
+/** How many client keys a middleware remembers before it starts over. */
+const KEYS_REMEMBERED = 4096;
+
 /** Seconds a client is asked to wait when the backend failed closed. */
 const UNAVAILABLE_RETRY_SECONDS = 1;
 
@@ -222,6 +225,10 @@ class Core {
     this.shadowRefused = 0;
     /** Names whose backend is failing closed now: each outage is logged once (see `decide`). */
     this.failing = new Set();
+    /** The header the trusted proxies set (read once: a native getter costs a call). */
+    this.proxyHeader = this.rules.proxyHeader;
+    /** Client keys by peer and proxy header value, lately seen (see `key`). */
+    this.keys = new Map();
   }
 
   /**
@@ -234,12 +241,20 @@ class Core {
       if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
       return key;
     }
-    const name = this.rules.proxyHeader;
-    const given = header(name);
+    const given = header(this.proxyHeader);
     // Every line of the header counts, in order: `header(name)` returns them joined by commas
     // (node:http and the Fetch API's Headers do), or an array of them.
     const value = given === undefined || given === null ? null : Array.isArray(given) ? given.join(',') : String(given);
-    return this.rules.clientKey(peer || null, value);
+    // The key is a function of these two texts for the middleware's life: the core is asked
+    // once per pair seen lately (a native call costs more than the lookup).
+    const memo = value === null ? `-${peer || ''}` : `+${peer || ''}\n${value}`;
+    let key = this.keys.get(memo);
+    if (key === undefined) {
+      key = this.rules.clientKey(peer || null, value);
+      if (this.keys.size >= KEYS_REMEMBERED) this.keys.clear();
+      this.keys.set(memo, key);
+    }
+    return key;
   }
 
   /**
