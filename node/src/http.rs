@@ -59,7 +59,13 @@ fn unpack<'a>(policies: &'a [(String, Option<Duration>)], packed: &[f64]) -> Opt
             limits: each
                 .chunks_exact(5)
                 .map(|l| {
-                    ReportLimit::of_limit(duration_of_ms(l[0]), count(l[1]), count(l[2]), duration_of_ms(l[4]), duration_of_ms(l[3]))
+                    ReportLimit::of_limit(
+                        duration_of_ms(l[0]),
+                        count(l[1]),
+                        count(l[2]),
+                        duration_of_ms(l[4]),
+                        duration_of_ms(l[3]),
+                    )
                 })
                 .collect(),
         });
@@ -82,19 +88,15 @@ impl NativeHttpRules {
         partition_key_secret: Option<Buffer>,
         policies: Vec<HttpPolicy>,
     ) -> napi::Result<Self> {
-        let rules = Rules::new(
-            standard_headers.as_deref(),
-            &trusted_proxies,
-            &proxy_header,
-            partition_key_secret.as_deref(),
-        )
-        .map_err(|e| match e {
-            // The core's `headers` is this middleware's `standardHeaders` (express-rate-limit's).
-            Error::InvalidArgument { parameter, message } if parameter == "headers" => {
-                Error::invalid("standardHeaders", message)
-            }
-            other => other,
-        });
+        let rules =
+            Rules::new(standard_headers.as_deref(), &trusted_proxies, &proxy_header, partition_key_secret.as_deref())
+                .map_err(|e| match e {
+                    // The core's `headers` is this middleware's `standardHeaders` (express-rate-limit's).
+                    Error::InvalidArgument { parameter, message } if parameter == "headers" => {
+                        Error::invalid("standardHeaders", message)
+                    }
+                    other => other,
+                });
         let policies = policies
             .into_iter()
             .map(|p| {
