@@ -1,0 +1,115 @@
+// C helpers of the module's cgo preambles: how a call's key goes in and its result comes out
+// without a Go allocation or a locked OS thread. Each preamble is compiled on its own, so these
+// are static inline (a preamble uses the ones it calls).
+//
+// - The key is passed as a Go string (_GoString_: its pointer and length, no copy, no
+//   allocation). C never keeps that pointer: the helper copies the key, NUL-terminated, into a
+//   buffer on the C stack for the duration of the library call (the library copies what it
+//   keeps). The Go side has refused keys holding a NUL byte.
+// - The result comes back by value (rkgo_result), so nothing of it escapes to Go's heap, with,
+//   on failure, the library's thread-local message already read on the thread that failed (a
+//   malloc'd copy the Go side frees): no goroutine needs runtime.LockOSThread for a call.
+
+#ifndef RKGO_H
+#define RKGO_H
+
+#include <stdlib.h>
+#include <string.h>
+#include "ratekeeper.h"
+
+// Keys up to 1 KiB (the library's limit) fit here with their NUL; a longer key, which the
+// library refuses naming `key`, is copied to the heap so that the library words that refusal.
+#define RKGO_KEY_BUF 1025
+
+// A key as the library takes it, for the duration of one call.
+typedef struct {
+	char buf[RKGO_KEY_BUF];
+	char *heap;
+} rkgo_key_text;
+
+// The key as NUL-terminated text in t: NULL for "" (the limiter's single shared key).
+static inline const char *rkgo_key(rkgo_key_text *t, _GoString_ key) {
+	size_t n = _GoStringLen(key);
+	t->heap = NULL;
+	if (n == 0) return NULL;
+	char *dst = t->buf;
+	if (n >= sizeof t->buf) {
+		dst = t->heap = malloc(n + 1);
+		if (dst == NULL) abort(); // as Go's own allocator does when memory runs out
+	}
+	memcpy(dst, _GoStringPtr(key), n);
+	dst[n] = 0;
+	return dst;
+}
+
+// Frees what rkgo_key allocated (nothing for keys up to 1 KiB).
+static inline void rkgo_key_done(rkgo_key_text *t) { free(t->heap); }
+
+// A call's outcome: its status, the decision on RK_OK (and on an acquire's RK_OVER_LIMIT), and
+// on failure a malloc'd copy of the message (the Go side frees it; NULL on RK_OK).
+typedef struct {
+	rk_decision decision;
+	char *message;
+	int32_t status;
+} rkgo_result;
+
+// The calling thread's message after a failed call, as a malloc'd copy; NULL after RK_OK.
+static inline char *rkgo_message(enum rk_status st) {
+	if (st == RK_OK) return NULL;
+	size_t n = 0;
+	rk_last_error_message(NULL, 0, &n);
+	char *m = malloc(n + 1);
+	if (m == NULL) abort();
+	rk_last_error_message(m, n + 1, &n);
+	return m;
+}
+
+// Finishes a result: the message of a failure.
+static inline rkgo_result rkgo_finish(rkgo_result r) {
+	r.message = rkgo_message((enum rk_status)r.status);
+	return r;
+}
+
+static inline rkgo_result rkgo_check(const rk_limiter *l, _GoString_ key, uint64_t cost) {
+	rkgo_result r;
+	rkgo_key_text k;
+	r.status = rk_limiter_check(l, rkgo_key(&k, key), cost, &r.decision);
+	rkgo_key_done(&k);
+	return rkgo_finish(r);
+}
+
+static inline rkgo_result rkgo_peek(const rk_limiter *l, _GoString_ key) {
+	rkgo_result r;
+	rkgo_key_text k;
+	r.status = rk_limiter_peek(l, rkgo_key(&k, key), &r.decision);
+	rkgo_key_done(&k);
+	return rkgo_finish(r);
+}
+
+static inline rkgo_result rkgo_acquire(const rk_limiter *l, _GoString_ key, uint64_t cost, double wait) {
+	rkgo_result r;
+	rkgo_key_text k;
+	memset(&r.decision, 0, sizeof r.decision);
+	r.status = rk_limiter_acquire(l, rkgo_key(&k, key), cost, wait, &r.decision);
+	rkgo_key_done(&k);
+	return rkgo_finish(r);
+}
+
+static inline rkgo_result rkgo_settle(const rk_limiter *l, _GoString_ key, rk_decision d, uint64_t actual) {
+	rkgo_result r;
+	rkgo_key_text k;
+	r.status = rk_limiter_settle(l, rkgo_key(&k, key), &d, actual, &r.decision);
+	rkgo_key_done(&k);
+	return rkgo_finish(r);
+}
+
+static inline rkgo_result rkgo_release(const rk_limiter *l, _GoString_ key, rk_lease lease) {
+	rkgo_result r;
+	rkgo_key_text k;
+	memset(&r.decision, 0, sizeof r.decision);
+	r.status = rk_limiter_release(l, rkgo_key(&k, key), &lease);
+	rkgo_key_done(&k);
+	return rkgo_finish(r);
+}
+
+#endif
