@@ -47,11 +47,7 @@ func pauseWrites(t *testing.T, url string, ms int) (unpause func()) {
 // sent, so it still counts once Redis answers, and a lease it was granted is given back.
 func TestACheckInFlightOnRedisReturnsWhenTheContextIsCancelled(t *testing.T) {
 	url := redisURL(t)
-	b, err := NewRedis(url, WithPrefix(uniquePrefix()), WithDeadline(20*time.Second), WithConnectTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := backendOf(t, "redis", WithDeadline(20*time.Second))
 	window := must[*Limiter](t)(b.Window("cancel", 10, time.Hour))
 	pool := must[*Limiter](t)(b.Concurrent("cancel", 2, time.Hour))
 	// Connected, scripts loaded: the checks below are in flight at Redis.
@@ -154,15 +150,7 @@ func BenchmarkCheckPath(b *testing.B) {
 	for _, backend := range []string{"memory", "redis"} {
 		for _, path := range []string{"blocking", "started", "chosen"} {
 			b.Run(backend+"/"+path, func(b *testing.B) {
-				be, err := NewMemory()
-				if backend == "redis" {
-					be, err = NewRedis(redisURL(b), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second))
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer be.Close()
-				lim, err := be.TokenBucket("bench", 1e6, 1<<50)
+				lim, err := backendOf(b, backend).TokenBucket("bench", 1e6, 1<<50)
 				if err != nil {
 					b.Fatal(err)
 				}
