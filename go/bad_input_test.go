@@ -765,7 +765,7 @@ func peekBoth(t *testing.T, lim *Limiter) [2]Decision {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.raw, d.Lease = out[i].raw, nil
+		d.ticket, d.Lease = out[i].ticket, nil
 		out[i] = d
 	}
 	return out

@@ -92,7 +92,21 @@ func (l *Limiter) CheckN(ctx context.Context, key string, cost uint64) (Decision
 	if err := checkKey(key); err != nil {
 		return Decision{}, err
 	}
-	c, err := l.run(ctx, key, func(p *C.rk_limiter) C.rkgo_result { return C.rkgo_check(p, key, C.uint64_t(cost)) },
+	if !l.started {
+		// In-process (memory; a leased or partitions limiter's local tokens): the call on this
+		// thread, written out rather than through run, which copies the result twice more.
+		if !l.handle.enter() {
+			return Decision{}, closedError()
+		}
+		r := C.rkgo_check(addr(l.ptr), key, C.uint64_t(cost))
+		l.handle.leave()
+		if r.status != C.RK_OK {
+			c := resultOf(r)
+			return Decision{}, c.err()
+		}
+		return decisionOf(l, key, &r.decision), nil
+	}
+	c, err := l.run(ctx, key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_check(p, key, C.uint64_t(cost)) },
 		func(p *C.rk_limiter, h C.uintptr_t) status { return startCheck(p, key, cost, h) },
 		releaseOrphan)
 	return l.decided(key, &c, err)
@@ -117,7 +131,7 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	if err := checkKey(key); err != nil {
 		return Decision{}, err
 	}
-	c, err := l.run(ctx, key, func(p *C.rk_limiter) C.rkgo_result { return C.rkgo_peek(p, key) },
+	c, err := l.run(ctx, key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_peek(p, key) },
 		func(p *C.rk_limiter, h C.uintptr_t) status { return startPeek(p, key, h) }, nil)
 	return l.decided(key, &c, err)
 }
@@ -147,8 +161,9 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, actual uint64) (Decisi
 	if err := checkKey(d.key); err != nil {
 		return Decision{}, err
 	}
-	c, err := l.run(ctx, d.key, func(p *C.rk_limiter) C.rkgo_result { return C.rkgo_settle(p, d.key, d.raw, C.uint64_t(actual)) },
-		func(p *C.rk_limiter, h C.uintptr_t) status { return startSettle(p, d.key, d.raw, actual, h) }, nil)
+	raw := d.native()
+	c, err := l.run(ctx, d.key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_settle(p, d.key, raw, C.uint64_t(actual)) },
+		func(p *C.rk_limiter, h C.uintptr_t) status { return startSettle(p, d.key, raw, actual, h) }, nil)
 	return l.decided(d.key, &c, err)
 }
 

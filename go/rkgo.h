@@ -6,6 +6,9 @@
 //   allocation). C never keeps that pointer: the helper copies the key, NUL-terminated, into a
 //   buffer on the C stack for the duration of the library call (the library copies what it
 //   keeps). The Go side has refused keys holding a NUL byte.
+// - The limiter comes as an address (uintptr_t): a *C.rk_limiter argument would be boxed into
+//   an interface for cgo's pointer check on every call (a heap allocation: the C type is
+//   incomplete, so Go does not treat the pointer as one), for memory Go's collector never sees.
 // - The result comes back by value (rkgo_result), so nothing of it escapes to Go's heap, with,
 //   on failure, the library's thread-local message already read on the thread that failed (a
 //   malloc'd copy the Go side frees): no goroutine needs runtime.LockOSThread for a call.
@@ -70,7 +73,8 @@ static inline rkgo_result rkgo_finish(rkgo_result r) {
 	return r;
 }
 
-static inline rkgo_result rkgo_check(const rk_limiter *l, _GoString_ key, uint64_t cost) {
+static inline rkgo_result rkgo_check(uintptr_t limiter, _GoString_ key, uint64_t cost) {
+	const rk_limiter *l = (const rk_limiter *)limiter;
 	rkgo_result r;
 	rkgo_key_text k;
 	r.status = rk_limiter_check(l, rkgo_key(&k, key), cost, &r.decision);
@@ -78,7 +82,8 @@ static inline rkgo_result rkgo_check(const rk_limiter *l, _GoString_ key, uint64
 	return rkgo_finish(r);
 }
 
-static inline rkgo_result rkgo_peek(const rk_limiter *l, _GoString_ key) {
+static inline rkgo_result rkgo_peek(uintptr_t limiter, _GoString_ key) {
+	const rk_limiter *l = (const rk_limiter *)limiter;
 	rkgo_result r;
 	rkgo_key_text k;
 	r.status = rk_limiter_peek(l, rkgo_key(&k, key), &r.decision);
@@ -86,7 +91,8 @@ static inline rkgo_result rkgo_peek(const rk_limiter *l, _GoString_ key) {
 	return rkgo_finish(r);
 }
 
-static inline rkgo_result rkgo_acquire(const rk_limiter *l, _GoString_ key, uint64_t cost, double wait) {
+static inline rkgo_result rkgo_acquire(uintptr_t limiter, _GoString_ key, uint64_t cost, double wait) {
+	const rk_limiter *l = (const rk_limiter *)limiter;
 	rkgo_result r;
 	rkgo_key_text k;
 	memset(&r.decision, 0, sizeof r.decision);
@@ -95,7 +101,8 @@ static inline rkgo_result rkgo_acquire(const rk_limiter *l, _GoString_ key, uint
 	return rkgo_finish(r);
 }
 
-static inline rkgo_result rkgo_settle(const rk_limiter *l, _GoString_ key, rk_decision d, uint64_t actual) {
+static inline rkgo_result rkgo_settle(uintptr_t limiter, _GoString_ key, rk_decision d, uint64_t actual) {
+	const rk_limiter *l = (const rk_limiter *)limiter;
 	rkgo_result r;
 	rkgo_key_text k;
 	r.status = rk_limiter_settle(l, rkgo_key(&k, key), &d, actual, &r.decision);
@@ -103,7 +110,8 @@ static inline rkgo_result rkgo_settle(const rk_limiter *l, _GoString_ key, rk_de
 	return rkgo_finish(r);
 }
 
-static inline rkgo_result rkgo_release(const rk_limiter *l, _GoString_ key, rk_lease lease) {
+static inline rkgo_result rkgo_release(uintptr_t limiter, _GoString_ key, rk_lease lease) {
+	const rk_limiter *l = (const rk_limiter *)limiter;
 	rkgo_result r;
 	rkgo_key_text k;
 	memset(&r.decision, 0, sizeof r.decision);

@@ -241,6 +241,9 @@ func (l *Limiter) start(ctx context.Context, key string, submit starter, leftove
 	}
 }
 
+// addr is a limiter's address as the calls of rkgo.h take it (see there why).
+func addr(p *C.rk_limiter) C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(p))) }
+
 // The started calls, for the files whose preambles cannot see this one's.
 func startCheck(p *C.rk_limiter, key string, cost uint64, h C.uintptr_t) status {
 	return C.rkgo_check_start(p, key, C.uint64_t(cost), h)
@@ -263,11 +266,11 @@ func startRelease(p *C.rk_limiter, key string, lease C.rk_lease, h C.uintptr_t) 
 }
 
 // blocking runs a call through its blocking form on the caller's thread.
-func (l *Limiter) blocking(f func(p *C.rk_limiter) C.rkgo_result) (completion, error) {
+func (l *Limiter) blocking(f func(p C.uintptr_t) C.rkgo_result) (completion, error) {
 	if !l.handle.enter() {
 		return completion{}, closedError()
 	}
-	r := f(l.ptr)
+	r := f(addr(l.ptr))
 	l.handle.leave()
 	return resultOf(r), nil
 }
@@ -275,7 +278,7 @@ func (l *Limiter) blocking(f func(p *C.rk_limiter) C.rkgo_result) (completion, e
 // run runs a call that does not wait for a limit: on the caller's thread for limiters answered
 // in-process and for the process's lone Redis call, started otherwise (see lone). The error is
 // ctx's or ErrClosed; the call's own failure is in the completion.
-func (l *Limiter) run(ctx context.Context, key string, f func(p *C.rk_limiter) C.rkgo_result, submit starter, leftover orphan) (completion, error) {
+func (l *Limiter) run(ctx context.Context, key string, f func(p C.uintptr_t) C.rkgo_result, submit starter, leftover orphan) (completion, error) {
 	if l.started {
 		if !lone.CompareAndSwap(false, true) {
 			return l.start(ctx, key, submit, leftover)

@@ -91,7 +91,7 @@ func (l *Limiter) acquire(ctx context.Context, key string, cost uint64) (Decisio
 	if err := checkKey(key); err != nil {
 		return Decision{}, err
 	}
-	c, err := l.run(ctx, key, func(p *C.rk_limiter) C.rkgo_result { return C.rkgo_acquire(p, key, C.uint64_t(cost), 0) },
+	c, err := l.run(ctx, key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_acquire(p, key, C.uint64_t(cost), 0) },
 		func(p *C.rk_limiter, h C.uintptr_t) status { return startAcquire(p, key, cost, 0, h) },
 		releaseOrphan)
 	for err == nil && c.st == C.RK_OVER_LIMIT {
@@ -150,7 +150,7 @@ func (l *Limiter) release(key string, lease *Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	c, err := l.run(context.Background(), key, func(p *C.rk_limiter) C.rkgo_result { return C.rkgo_release(p, key, lease.raw) },
+	c, err := l.run(context.Background(), key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_release(p, key, lease.raw) },
 		func(p *C.rk_limiter, h C.uintptr_t) status { return startRelease(p, key, lease.raw, h) }, nil)
 	if err != nil {
 		return err
