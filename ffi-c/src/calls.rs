@@ -265,7 +265,9 @@ pub(crate) fn wait_arg(wait_timeout_secs: f64) -> Result<Option<Duration>, Failu
 /// `retry_after_us`, every other field 0. None for every other failure.
 pub(crate) fn over_limit_decision(error: &Error) -> Option<rk_decision> {
     match error {
-        Error::OverLimit { retry_after } => Some(rk_decision { retry_after_us: micros(*retry_after), ..rk_decision::default() }),
+        Error::OverLimit { retry_after } => {
+            Some(rk_decision { retry_after_us: micros(*retry_after), ..rk_decision::default() })
+        }
         _ => None,
     }
 }
