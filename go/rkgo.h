@@ -73,51 +73,49 @@ static inline rkgo_result rkgo_finish(rkgo_result r) {
 	return r;
 }
 
+// The calls: each runs one library call with the limiter `l` and the key as NUL-terminated text
+// `k` (for the duration of the call), with `r.decision` zeroed first for the calls that may not
+// write it, and returns the finished result.
+#define RKGO_CALL(limiter, key, zero, call)                \
+	do {                                                   \
+		const rk_limiter *l = (const rk_limiter *)limiter; \
+		rkgo_key_text text;                                \
+		const char *k = rkgo_key(&text, key);              \
+		rkgo_result r;                                     \
+		if (zero) memset(&r.decision, 0, sizeof r.decision); \
+		r.status = (call);                                 \
+		rkgo_key_done(&text);                              \
+		return rkgo_finish(r);                             \
+	} while (0)
+
 static inline rkgo_result rkgo_check(uintptr_t limiter, _GoString_ key, uint64_t cost) {
-	const rk_limiter *l = (const rk_limiter *)limiter;
-	rkgo_result r;
-	rkgo_key_text k;
-	r.status = rk_limiter_check(l, rkgo_key(&k, key), cost, &r.decision);
-	rkgo_key_done(&k);
-	return rkgo_finish(r);
+	RKGO_CALL(limiter, key, 0, rk_limiter_check(l, k, cost, &r.decision));
 }
 
 static inline rkgo_result rkgo_peek(uintptr_t limiter, _GoString_ key) {
-	const rk_limiter *l = (const rk_limiter *)limiter;
-	rkgo_result r;
-	rkgo_key_text k;
-	r.status = rk_limiter_peek(l, rkgo_key(&k, key), &r.decision);
-	rkgo_key_done(&k);
-	return rkgo_finish(r);
+	RKGO_CALL(limiter, key, 0, rk_limiter_peek(l, k, &r.decision));
 }
 
 static inline rkgo_result rkgo_acquire(uintptr_t limiter, _GoString_ key, uint64_t cost, double wait) {
-	const rk_limiter *l = (const rk_limiter *)limiter;
-	rkgo_result r;
-	rkgo_key_text k;
-	memset(&r.decision, 0, sizeof r.decision);
-	r.status = rk_limiter_acquire(l, rkgo_key(&k, key), cost, wait, &r.decision);
-	rkgo_key_done(&k);
-	return rkgo_finish(r);
+	RKGO_CALL(limiter, key, 1, rk_limiter_acquire(l, k, cost, wait, &r.decision));
 }
 
 static inline rkgo_result rkgo_settle(uintptr_t limiter, _GoString_ key, rk_decision d, uint64_t actual) {
-	const rk_limiter *l = (const rk_limiter *)limiter;
-	rkgo_result r;
-	rkgo_key_text k;
-	r.status = rk_limiter_settle(l, rkgo_key(&k, key), &d, actual, &r.decision);
-	rkgo_key_done(&k);
-	return rkgo_finish(r);
+	RKGO_CALL(limiter, key, 0, rk_limiter_settle(l, k, &d, actual, &r.decision));
 }
 
 static inline rkgo_result rkgo_release(uintptr_t limiter, _GoString_ key, rk_lease lease) {
-	const rk_limiter *l = (const rk_limiter *)limiter;
-	rkgo_result r;
-	rkgo_key_text k;
-	memset(&r.decision, 0, sizeof r.decision);
-	r.status = rk_limiter_release(l, rkgo_key(&k, key), &lease);
-	rkgo_key_done(&k);
-	return rkgo_finish(r);
+	RKGO_CALL(limiter, key, 1, rk_limiter_release(l, k, &lease));
 }
+
+// The started calls' key, for the duration of the submitting call (the library copies it).
+#define RKGO_START(key, call)                   \
+	do {                                        \
+		rkgo_key_text text;                     \
+		const char *k = rkgo_key(&text, key);   \
+		enum rk_status st = (call);             \
+		rkgo_key_done(&text);                   \
+		return st;                              \
+	} while (0)
 
 #endif

@@ -57,38 +57,23 @@ static void rkgo_set_completion_fd(int fd) { rkgo_completion_fd = fd; }
 // The started calls: each submits its call with the cgo.Handle h as the user data of
 // rkgo_on_complete, the key copied as the blocking calls' is (rkgo.h).
 static enum rk_status rkgo_check_start(const rk_limiter *l, _GoString_ key, uint64_t cost, uintptr_t h) {
-	rkgo_key_text k;
-	enum rk_status st = rk_limiter_check_start(l, rkgo_key(&k, key), cost, rkgo_on_complete, (void *)h);
-	rkgo_key_done(&k);
-	return st;
+	RKGO_START(key, rk_limiter_check_start(l, k, cost, rkgo_on_complete, (void *)h));
 }
 
 static enum rk_status rkgo_peek_start(const rk_limiter *l, _GoString_ key, uintptr_t h) {
-	rkgo_key_text k;
-	enum rk_status st = rk_limiter_peek_start(l, rkgo_key(&k, key), rkgo_on_complete, (void *)h);
-	rkgo_key_done(&k);
-	return st;
+	RKGO_START(key, rk_limiter_peek_start(l, k, rkgo_on_complete, (void *)h));
 }
 
 static enum rk_status rkgo_acquire_start(const rk_limiter *l, _GoString_ key, uint64_t cost, double wait, uintptr_t h) {
-	rkgo_key_text k;
-	enum rk_status st = rk_limiter_acquire_start(l, rkgo_key(&k, key), cost, wait, rkgo_on_complete, (void *)h);
-	rkgo_key_done(&k);
-	return st;
+	RKGO_START(key, rk_limiter_acquire_start(l, k, cost, wait, rkgo_on_complete, (void *)h));
 }
 
 static enum rk_status rkgo_settle_start(const rk_limiter *l, _GoString_ key, rk_decision d, uint64_t actual, uintptr_t h) {
-	rkgo_key_text k;
-	enum rk_status st = rk_limiter_settle_start(l, rkgo_key(&k, key), &d, actual, rkgo_on_complete, (void *)h);
-	rkgo_key_done(&k);
-	return st;
+	RKGO_START(key, rk_limiter_settle_start(l, k, &d, actual, rkgo_on_complete, (void *)h));
 }
 
 static enum rk_status rkgo_release_start(const rk_limiter *l, _GoString_ key, rk_lease lease, uintptr_t h) {
-	rkgo_key_text k;
-	enum rk_status st = rk_limiter_release_start(l, rkgo_key(&k, key), &lease, rkgo_on_complete, (void *)h);
-	rkgo_key_done(&k);
-	return st;
+	RKGO_START(key, rk_limiter_release_start(l, k, &lease, rkgo_on_complete, (void *)h));
 }
 */
 import "C"
