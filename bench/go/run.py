@@ -59,6 +59,7 @@ def main() -> None:
         out = subprocess.check_output([str(binary), *args], text=True)
     finally:
         subprocess.call([str(fixture), "stop", str(server["pid"])])
+        shutil.rmtree(work)  # the scratch GOPATH and the 20 MB binary
     print(out, end="")
     v = {k: float(x) for k, x in (line.split("\t") for line in out.splitlines())}
 
