@@ -2,7 +2,7 @@
 // The shared HTTP rules (tests/http/cases.json) through the Node middleware: the client key, the
 // rate-limit header fields, what `count` charges and refunds, and the limiter facts the
 // middleware asks. Python (py/tests/http/test_cases.py), Ruby (ruby/test/rack_cases_test.rb) and
-// the core (core/tests/http_cases.rs) run the same table. Durations are seconds in the table and
+// the core (core/tests/http.rs) run the same table. Durations are seconds in the table and
 // milliseconds here, the unit of the Node API.
 
 const test = require('node:test');

@@ -13,6 +13,8 @@
 //! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes;
 //!   [`http`]: the HTTP middleware's rules (client key, header fields, partition key).
 #![deny(clippy::all)]
+// Every `unsafe` block says, in a `// SAFETY:` comment, why the contract it relies on holds.
+#![deny(clippy::undocumented_unsafe_blocks)]
 // napi registers exported functions only outside `cfg(test)`, so the unit-test build sees them
 // as unused.
 #![cfg_attr(test, allow(dead_code))]

@@ -4,7 +4,7 @@
 # is counted under (its Rack env: REMOTE_ADDR and the HTTP_* headers), the rate-limit header
 # fields (Ratekeeper::HttpRules, which the middleware asks), what `count` charges and refunds,
 # and the limiter facts the middleware asks. Python (py/tests/http/test_cases.py), Node
-# (node/__test__/http-cases.test.js) and the core (core/tests/http_cases.rs) run the same table.
+# (node/__test__/http-cases.test.js) and the core (core/tests/http.rs) run the same table.
 require_relative "test_helper"
 require "json"
 require "logger"

@@ -1,7 +1,7 @@
 """The shared HTTP rules (tests/http/cases.json) through the Python middleware: the client key,
 the rate-limit header fields, what `count` charges and refunds, and the limiter facts the
 middleware asks. Node (node/__test__/http-cases.test.js), Ruby (ruby/test/rack_cases_test.rb)
-and the core (core/tests/http_cases.rs) run the same table."""
+and the core (core/tests/http.rs) run the same table."""
 
 from __future__ import annotations
 
