@@ -209,13 +209,14 @@ export declare class NativeHttpRules {
    */
   clientKey(peer?: string | undefined | null, proxyHeaderValue?: string | undefined | null): string
   /**
-   * The rate-limit header fields of a request counted under `key`, as one line per name and
+   * The rate-limit header fields of a request counted under `key` (read only for draft-11's
+   * `pk`: a middleware without a partition key secret leaves it out), as one line per name and
    * one per value, in order (empty: none). The first `len` numbers of `packed` (a buffer
    * reused from call to call) hold each decision in order:
    * policy index, allowed (0 or 1), limit, remaining, retryAfterMs, resetAfterMs, the number
    * of its limits, then per limit windowMs, limit, remaining, retryAfterMs, resetAfterMs.
    */
-  fields(packed: Float64Array, len: number, key: string): string
+  fields(packed: Float64Array, len: number, key?: string | undefined | null): string
 }
 
 /**

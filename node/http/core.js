@@ -122,7 +122,8 @@ let packed = new Float64Array(64);
 
 /**
  * The rate-limit header fields, as `[name, value]` pairs, of `reports` (`[{ index, decision }]`:
- * the entry's index and its decision, in order) for a request counted under `key`, by the
+ * the entry's index and its decision, in order) for a request counted under `key` (undefined
+ * without a partition key secret: only draft-11's `pk` reads it), by the
  * core's rules. The decisions cross as numbers (see node/src/http.rs).
  */
 function rateLimitFields(rules, reports, key) {
@@ -212,6 +213,7 @@ function buildCore(options) {
     handler,
     requestWasSuccessful,
     rules,
+    partitioned: options.partitionKeySecret !== undefined && options.partitionKeySecret !== null,
   });
 }
 
@@ -225,6 +227,8 @@ class Core {
     this.shadowRefused = 0;
     /** Names whose backend is failing closed now: each outage is logged once (see `decide`). */
     this.failing = new Set();
+    /** Whether the fields carry draft-11's `pk` (a partition key secret was given). */
+    this.partitioned = settings.partitioned;
     /** The header the trusted proxies set (read once: a native getter costs a call). */
     this.proxyHeader = this.rules.proxyHeader;
     /** Client keys by peer and proxy header value, lately seen (see `key`). */
@@ -295,7 +299,10 @@ class Core {
       }
       if (outcome.refusing.length > 0 && !this.shadow) break; // later limiters are not charged
     }
-    if (this.standardHeaders !== false) outcome.headers = rateLimitFields(this.rules, outcome.reports, key);
+    if (this.standardHeaders !== false) {
+      // The key crosses to the core only when it is hashed into draft-11's `pk`.
+      outcome.headers = rateLimitFields(this.rules, outcome.reports, this.partitioned ? key : undefined);
+    }
     if (outcome.refusing.length === 0 || this.shadow) {
       // One rule for both shadow modes (this option's, a limiter's): a request let through
       // although a limit refused it.

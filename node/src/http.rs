@@ -123,19 +123,20 @@ impl NativeHttpRules {
         self.inner.client_key(peer.as_deref(), proxy_header_value.as_deref())
     }
 
-    /// The rate-limit header fields of a request counted under `key`, as one line per name and
+    /// The rate-limit header fields of a request counted under `key` (read only for draft-11's
+    /// `pk`: a middleware without a partition key secret leaves it out), as one line per name and
     /// one per value, in order (empty: none). The first `len` numbers of `packed` (a buffer
     /// reused from call to call) hold each decision in order:
     /// policy index, allowed (0 or 1), limit, remaining, retryAfterMs, resetAfterMs, the number
     /// of its limits, then per limit windowMs, limit, remaining, retryAfterMs, resetAfterMs.
     #[napi]
-    pub fn fields(&self, packed: &[f64], len: u32, key: String) -> napi::Result<String> {
+    pub fn fields(&self, packed: &[f64], len: u32, key: Option<String>) -> napi::Result<String> {
         let reports = packed
             .get(..len as usize)
             .and_then(|packed| unpack(&self.policies, packed))
             .ok_or_else(|| napi::Error::from_reason("malformed packed decisions"))?;
         let mut out = String::new();
-        for (name, value) in self.inner.fields(&reports, &key) {
+        for (name, value) in self.inner.fields(&reports, key.as_deref().unwrap_or_default()) {
             if !out.is_empty() {
                 out.push('\n');
             }
