@@ -238,6 +238,12 @@ pub(crate) trait Engine {
     /// The most a single call may cost: the burst, the smallest limit, or the slot count.
     fn capacity(&self) -> u64;
 
+    /// Whether the engine corrects a charge after the fact (`Op::Adjust`, `points_used`), so a
+    /// charge can be given back: what `Limiter::refundable` reports.
+    fn adjusts(&self) -> bool {
+        false
+    }
+
     /// Rejects a cost that no amount of waiting could admit, naming `cost`.
     #[inline]
     fn validate_cost(&self, cost: u64) -> Result<()> {

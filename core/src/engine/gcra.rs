@@ -370,6 +370,10 @@ impl Engine for Gcra {
     fn capacity(&self) -> u64 {
         self.capacity
     }
+
+    fn adjusts(&self) -> bool {
+        true
+    }
 }
 
 /// The `token_bucket` kind.
@@ -378,6 +382,11 @@ pub(crate) struct TokenBucketKind;
 impl KindSpec for TokenBucketKind {
     /// `rate`, `capacity`.
     type Fields = (f64, u64);
+
+    fn window((rate, capacity): &Self::Fields) -> Option<Duration> {
+        // From empty to full.
+        Duration::try_from_secs_f64(*capacity as f64 / rate).ok()
+    }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.number("rate")?, json.count("capacity")?))
@@ -404,6 +413,10 @@ impl KindSpec for LeakyKind {
     /// `size`, `drain`.
     type Fields = (u64, Duration);
 
+    fn window((_, drain): &Self::Fields) -> Option<Duration> {
+        Some(*drain)
+    }
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("size")?, json.seconds("drain")?))
     }
@@ -429,6 +442,10 @@ pub(crate) struct PointsKind;
 impl KindSpec for PointsKind {
     /// `capacity`, `refill`.
     type Fields = (u64, Duration);
+
+    fn window((_, refill): &Self::Fields) -> Option<Duration> {
+        Some(*refill)
+    }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("capacity")?, json.seconds("refill")?))

@@ -298,6 +298,13 @@ impl KindSpec for WindowKind {
     /// `windows`.
     type Fields = (Vec<WindowLimit>,);
 
+    fn window((windows,): &Self::Fields) -> Option<Duration> {
+        match windows.as_slice() {
+            [one] => Some(one.interval),
+            _ => None,
+        }
+    }
+
     /// `window` has one `limit` and `interval`; `windows` a list of them.
     fn parse(name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         if name == "windows" {

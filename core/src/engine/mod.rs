@@ -116,6 +116,11 @@ impl Algorithm {
         with_engine!(self, e => e.capacity())
     }
 
+    /// See [`Engine::adjusts`].
+    pub(crate) fn adjusts(&self) -> bool {
+        with_engine!(self, e => e.adjusts())
+    }
+
     /// See [`Engine::validate_cost`].
     #[inline]
     pub(crate) fn validate_cost(&self, cost: u64) -> Result<()> {

@@ -466,6 +466,10 @@ impl KindSpec for BucketKind {
     /// `limit`, `interval`.
     type Fields = (u64, Duration);
 
+    fn window((_, interval): &Self::Fields) -> Option<Duration> {
+        Some(*interval)
+    }
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("limit")?, json.seconds("interval")?))
     }
