@@ -19,7 +19,7 @@ use redis::Cmd;
 use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::decision;
 use super::divisor::Divisor;
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use crate::error::{Error, Result};
 use std::time::Duration;
 

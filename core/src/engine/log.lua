@@ -17,7 +17,7 @@
 -- is answered as a peek after it
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, now_us, mismatch} and, for
 -- several windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window
--- appended; mismatch is 1 when another configuration recorded last. A dry check (see script.rs)
+-- appended; mismatch is 1 when another configuration recorded last. A dry check (see wrapper.lua)
 -- records nothing: its reply counts the window without it.
 
 local log, dropped_key, seen_key = KEYS[1], KEYS[2], KEYS[3]
