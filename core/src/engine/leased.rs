@@ -72,7 +72,8 @@ impl Leased {
 }
 
 /// `leased.lua`.
-pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("leased", include_str!("leased.lua")));
+pub(crate) static SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::token_bucket("leased", include_str!("leased.lua")));
 
 impl Engine for Leased {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];

@@ -28,7 +28,8 @@ pub(crate) struct LuaScript {
 /// behind design choices").
 ///
 /// Every call also passes through the hold check ([`HOLD_CHECK`]: pauses and blocks), written
-/// once for every engine, and every script starts with the one [`PRELUDE`].
+/// once for every engine, and every script starts with the one [`PRELUDE`] (and the
+/// [`BUCKET_FUNCTIONS`] where its engine calls them).
 ///
 /// An engine's body that refuses a check sets `refused` (declared in the wrapper, so that
 /// bodies can set it), and so does the hold check: the combined script of `check_all`
@@ -39,13 +40,18 @@ pub(crate) struct LuaScript {
 const WRAPPER: &str = include_str!("wrapper.lua");
 
 /// What every script (each engine's, the hold script, and `check_all`'s combined one) defines
-/// first, once per invocation, outside any per-call body: `now_us` and `CLOCK_SLACK_MS`
-/// (`now.lua`: "now" is read one way, the server's TIME at most once per invocation), `unpack`
-/// for every Lua the servers embed, a settle's charge (`settle_charge.lua`) and the token
-/// bucket's state (`bucket_state.lua`), each written once for the engines that call them.
-pub(super) static PRELUDE: LazyLock<String> = LazyLock::new(|| {
-    [include_str!("now.lua"), include_str!("settle_charge.lua"), include_str!("bucket_state.lua")].concat()
-});
+/// first, once per invocation, outside any per-call body (`now.lua`): `now_us` and
+/// `CLOCK_SLACK_MS` ("now" is read one way, the server's TIME at most once per invocation), and
+/// `unpack` for every Lua the servers embed.
+pub(super) const PRELUDE: &str = include_str!("now.lua");
+
+/// The functions of the engines that keep a token bucket's use in ticks (`gcra.lua`,
+/// `leased.lua`): a settle's charge (`settle_charge.lua`) and the bucket's state read and
+/// written once (`bucket_state.lua`). They follow the [`PRELUDE`] in those engines' scripts
+/// only (and in `check_all`'s combined one, which holds `gcra.lua`): a function is a closure
+/// made at every invocation, which a script that never calls it should not pay for.
+pub(super) static BUCKET_FUNCTIONS: LazyLock<String> =
+    LazyLock::new(|| [include_str!("settle_charge.lua"), include_str!("bucket_state.lua")].concat());
 
 /// The hold check every engine's call starts with (`hold_check.lua`, see [`super::hold`]).
 pub(super) const HOLD_CHECK: &str = include_str!("hold_check.lua");
@@ -57,8 +63,19 @@ const SETTLE_ONCE: &str = include_str!("settle_once.lua");
 impl LuaScript {
     /// The script `name` whose body is `engine` (an engine's `.lua` file).
     pub(crate) fn new(name: &'static str, engine: &'static str) -> Self {
+        Self::wrapped(name, "", engine)
+    }
+
+    /// The script `name` whose body is `engine`, an engine that keeps a token bucket's use in
+    /// ticks: its prelude also defines the [`BUCKET_FUNCTIONS`].
+    pub(crate) fn token_bucket(name: &'static str, engine: &'static str) -> Self {
+        Self::wrapped(name, &BUCKET_FUNCTIONS, engine)
+    }
+
+    /// `engine` inside the [`WRAPPER`], after the [`PRELUDE`] and `functions`.
+    fn wrapped(name: &'static str, functions: &str, engine: &'static str) -> Self {
         let body = WRAPPER
-            .replacen("--@PRELUDE@", &PRELUDE, 1)
+            .replacen("--@PRELUDE@", &[PRELUDE, functions].concat(), 1)
             .replacen("--@HOLD_CHECK@", HOLD_CHECK, 1)
             .replacen("--@BODY@", engine, 1)
             .replacen("--@SETTLE_ONCE@", SETTLE_ONCE, 1);
