@@ -64,8 +64,11 @@ def tree_script(lua: str, hold: str | None = None) -> str:
     a token bucket's body, its functions, the hold check, the body, the once-per-id settle);
     `hold` replaces the hold check's text.
     peer_server_time.py checks it against the SHA1 the library sends."""
-    functions = ("settle_charge.lua", "bucket_state.lua") if "bucket_tat(" in lua else ()  # LuaScript::token_bucket
+    functions = ("settle_charge.lua",) if "--@BUCKET_" in lua else ()  # LuaScript::token_bucket
     prelude = "".join((ENGINE / f).read_text() for f in ("now.lua", *functions))
+    for section in (ENGINE / "bucket_state.lua").read_text().split("\n--@")[1:]:  # lua.rs's `expand`
+        name, text = section.split("\n", 1)
+        lua = lua.replace(f"--@BUCKET_{name}@", text.rstrip("\n"), 1)
     return ((ENGINE / "wrapper.lua").read_text()
             .replace("--@PRELUDE@", prelude, 1)
             .replace("--@HOLD_CHECK@", (ENGINE / "hold_check.lua").read_text() if hold is None else hold, 1)

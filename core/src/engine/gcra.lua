@@ -16,19 +16,19 @@
 -- Returns {tat_us, tat_ns, now}: the TAT before this call (microseconds, and nanoseconds within
 -- the microsecond) and the instant it was decided at. A refused check sets `refused`;
 -- a dry check writes nothing (see wrapper.lua).
--- Written without local functions of its own: a closure per call costs the server measurably.
--- The functions it calls are the script's prelude's, defined once per invocation: the bucket's
--- state is read and written by bucket_state.lua's (which leased.lua shares), a settle's charge
--- is settle_charge.lua's.
+-- Written without local functions: a closure per call costs the server measurably. The bucket's
+-- state is read and written by bucket_state.lua's sections (inlined where named: leased.lua
+-- shares them); a settle's charge is `settle_charge` of the script's prelude, settle_charge.lua,
+-- defined once per invocation.
 
 local now = now_us(ARGV)
-local tat_us, tat_ns = bucket_tat(KEYS[1])
+--@BUCKET_TAT@
 local op = ARGV[1]
 if op == 'peek' then return {tat_us, tat_ns, now} end
 
 local tick, T, tau, max_ahead = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local per = 1000 / tick
-local used = bucket_used(tat_us, tat_ns, now, per, tick, max_ahead)
+--@BUCKET_USED@
 
 local new_used
 if op == 'check' then
@@ -61,5 +61,6 @@ else
   if new_used == used then return {tat_us, tat_ns, now} end
 end
 
-bucket_write(KEYS[1], new_used, now, per, tick)
+used = new_used
+--@BUCKET_WRITE@
 return {tat_us, tat_ns, now}

@@ -1,7 +1,7 @@
 -- Leased token bucket: a process takes tokens from the shared GCRA bucket in chunks (leases)
 -- and spends them in-process; unspent tokens come back exactly once, or lapse with the lease.
 -- The rule is core/src/engine/leased.rs; the bucket's state is gcra.lua's, read and written by
--- the same functions (bucket_state.lua).
+-- the same sections of bucket_state.lua (inlined where named).
 -- KEYS[1]  the theoretical arrival time (TAT), as in gcra.lua
 -- KEYS[2]  the live leases: a hash lease id ->
 --          '<granted>:<T>:<ns per tick>:<low, µs>:<lapses at, µs>', the price of the lease's
@@ -34,8 +34,8 @@ local capacity, cost, want = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV
 local lease_ms = tonumber(ARGV[13])
 local per = 1000 / tick
 
-local tat_us, tat_ns = bucket_tat(KEYS[1])
-local used = bucket_used(tat_us, tat_ns, now, per, tick, max_ahead)
+--@BUCKET_TAT@
+--@BUCKET_USED@
 local before = used
 local op = ARGV[1]
 
@@ -153,7 +153,9 @@ if op == 'check' or op == 'peek' or op == 'settle' then
 end
 if refunded_us > 0 and not lows_done then remember_low(nil, false) end
 
-if used ~= before then bucket_write(KEYS[1], used, now, per, tick) end
+if used ~= before then
+--@BUCKET_WRITE@
+end
 local remaining = 0
 if used < tau then remaining = math.floor((tau - used) / T) end
 return {allowed, capacity, remaining, retry_us, math.ceil(used / per), now, granted}

@@ -46,12 +46,30 @@ const WRAPPER: &str = include_str!("wrapper.lua");
 pub(super) const PRELUDE: &str = include_str!("now.lua");
 
 /// The functions of the engines that keep a token bucket's use in ticks (`gcra.lua`,
-/// `leased.lua`): a settle's charge (`settle_charge.lua`) and the bucket's state read and
-/// written once (`bucket_state.lua`). They follow the [`PRELUDE`] in those engines' scripts
-/// only (and in `check_all`'s combined one, which holds `gcra.lua`): a function is a closure
-/// made at every invocation, which a script that never calls it should not pay for.
-pub(super) static BUCKET_FUNCTIONS: LazyLock<String> =
-    LazyLock::new(|| [include_str!("settle_charge.lua"), include_str!("bucket_state.lua")].concat());
+/// `leased.lua`): a settle's charge (`settle_charge.lua`). They follow the [`PRELUDE`] in those
+/// engines' scripts only (and in `check_all`'s combined one, which holds `gcra.lua`): a function
+/// is a closure made at every invocation, which a script that never calls it should not pay for.
+pub(super) const BUCKET_FUNCTIONS: &str = include_str!("settle_charge.lua");
+
+/// The token bucket's state read and written once (`bucket_state.lua`), in sections that
+/// [`expand`] inlines into the bodies that name them.
+const BUCKET_STATE: &str = include_str!("bucket_state.lua");
+
+/// `engine` (an engine's `.lua` file) with each line `--@BUCKET_<NAME>@` replaced by the
+/// section `--@<NAME>` of `bucket_state.lua`: the token bucket's state is written once and
+/// inlined where it runs (a function would cost a closure per invocation and a call per check).
+pub(super) fn expand(engine: &str) -> String {
+    let mut body = engine.to_owned();
+    if !body.contains("--@BUCKET_") {
+        return body;
+    }
+    for section in BUCKET_STATE.split("\n--@").skip(1) {
+        let (name, text) = section.split_once('\n').expect("a section of bucket_state.lua has a name line");
+        body = body.replacen(&format!("--@BUCKET_{name}@"), text.trim_end_matches('\n'), 1);
+    }
+    assert!(!body.contains("--@BUCKET_"), "an engine names a section bucket_state.lua does not have");
+    body
+}
 
 /// The hold check every engine's call starts with (`hold_check.lua`, see [`super::hold`]).
 pub(super) const HOLD_CHECK: &str = include_str!("hold_check.lua");
@@ -69,7 +87,7 @@ impl LuaScript {
     /// The script `name` whose body is `engine`, an engine that keeps a token bucket's use in
     /// ticks: its prelude also defines the [`BUCKET_FUNCTIONS`].
     pub(crate) fn token_bucket(name: &'static str, engine: &'static str) -> Self {
-        Self::wrapped(name, &BUCKET_FUNCTIONS, engine)
+        Self::wrapped(name, BUCKET_FUNCTIONS, engine)
     }
 
     /// `engine` inside the [`WRAPPER`], after the [`PRELUDE`] and `functions`.
@@ -77,7 +95,7 @@ impl LuaScript {
         let body = WRAPPER
             .replacen("--@PRELUDE@", &[PRELUDE, functions].concat(), 1)
             .replacen("--@HOLD_CHECK@", HOLD_CHECK, 1)
-            .replacen("--@BODY@", engine, 1)
+            .replacen("--@BODY@", &expand(engine), 1)
             .replacen("--@SETTLE_ONCE@", SETTLE_ONCE, 1);
         let sha1 = Script::new(&body).get_hash().to_owned();
         LuaScript { name, body, sha1 }

@@ -32,7 +32,7 @@
 
 use std::sync::LazyLock;
 
-use super::lua::{LuaScript, BUCKET_FUNCTIONS, HOLD_CHECK, PRELUDE};
+use super::lua::{expand, LuaScript, BUCKET_FUNCTIONS, HOLD_CHECK, PRELUDE};
 
 /// The engines that can take part, by the name of their script, in the order of their index
 /// in the combined script (1-based), with the position in ARGV of a check's cost (a concurrent
@@ -111,13 +111,13 @@ return out
 
 /// The combined script (see the module documentation).
 pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| {
-    let mut body = [PRELUDE, BUCKET_FUNCTIONS.as_str()].concat();
+    let mut body = [PRELUDE, BUCKET_FUNCTIONS].concat();
     body.push_str("local refused, dry = false, false\nlocal engines, costs = {}, {}\n");
     for (i, (_, engine, cost_at)) in ENGINES.iter().enumerate() {
         body.push_str(&format!("costs[{}] = {cost_at}\n", i + 1));
         body.push_str(&format!("engines[{}] = function(KEYS, ARGV)\n", i + 1));
         body.push_str(HOLD_CHECK);
-        body.push_str(engine);
+        body.push_str(&expand(engine));
         body.push_str("\nend\n");
     }
     body.push_str(RUNNER);
