@@ -129,8 +129,8 @@ async function main() {
     console.log(`| ${name} | ${Math.round(rate)} | ${usec.toFixed(2)} | ${cpu.toFixed(2)} | ${Math.round(1e6 / cpu)} | ${(rate / med(peer, 'rate')).toFixed(2)} |`);
     if (name !== peer) {
       rows.push(results.row(`one hot key, ${PROCESSES} processes × ${IN_FLIGHT} in flight: ${name}`, rate, peer, med(peer, 'rate'), { target: 1.2 }));
-      rows.push(results.row(`one hot key: ${name}, script µs per check (commandstats; a batch counted per check)`, usec, peer, med(peer, 'usecPerCheck'), { unit: 'server µs per check' }));
-      rows.push(results.row(`one hot key: ${name}, redis-server CPU per check (ceiling per primary: 1 / this)`, cpu, peer, med(peer, 'cpuPerCheck'), { unit: 'CPU µs per check' }));
+      rows.push(results.row(`one hot key: ${name}, script µs per check (commandstats; a batch counted per check)`, usec, peer, med(peer, 'usecPerCheck'), { unit: 'server µs per check', higherIsBetter: false }));
+      rows.push(results.row(`one hot key: ${name}, redis-server CPU per check (ceiling per primary: 1 / this)`, cpu, peer, med(peer, 'cpuPerCheck'), { unit: 'CPU µs per check', higherIsBetter: false }));
     }
   }
   console.log(`\nload average after: ${loadAfter}`);

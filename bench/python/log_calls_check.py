@@ -1,11 +1,12 @@
 """Checks that log.lua, which reads each instant of the log once per call, answers and writes
-exactly as the script of `BEFORE` (default `main`), which read them again each time: random
-`window`/`windows` calls (check, peek, cost 0 and above the limit, clocks going back, two
-windows, two configuration fingerprints) on twin keys of one redis-server; replies, logs and
-TTL-carrying keys must match. A tool beside the server-time bench (bench/python/peer_server_time.py),
-not a test of the suite (the vectors in tests/vectors/window.json run the shipped script).
+exactly as the script of `BEFORE` (default bee60ed, main before this change), which read them
+again each time: random `window`/`windows` calls (check, peek, cost 0 and above the limit,
+clocks going back, two windows, two configuration fingerprints) on twin keys of one
+redis-server; replies, logs and TTL-carrying keys must match. A tool beside the server-time
+bench (bench/python/peer_server_time.py), not a test of the suite (the vectors in
+tests/vectors/window.json run the shipped script).
 
-    python3 bench/python/log_calls_check.py
+    python3 bench/python/log_calls_check.py     (SEED=n for another sequence)
 """
 import os
 import pathlib
@@ -19,7 +20,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bucket_server_time as b  # noqa: E402
 
-BEFORE = os.environ.get("BEFORE", "main")
+BEFORE = os.environ.get("BEFORE", "bee60ed")  # main before the hold-lua change
 new = b.tree_script((b.ENGINE / "log.lua").read_text())
 old = b.script(b.git_show(BEFORE, "core/src/engine/script.rs"), b.git_show(BEFORE, "core/src/engine/log.lua"))
 with socket.socket() as s:

@@ -16,8 +16,9 @@ bench/node and node/ built) and by `limits` (this process: bench/python/requirem
 watched with MONITOR; each EVALSHA seen (its keys, arguments and script, whose SHA1 is checked)
 is then replayed, 20,000 pipelined calls per script and mode: on new keys (the first check of a
 window) and on 1,000 keys already written (a check in a window in use). ratekeeper's scripts of
-`BEFORE` (default `main`) run beside today's with the same calls ("before"), and so do variants
-that try the issue's ideas (FCALL, no hold check, no fingerprint). Writes
+`BEFORE` (default bee60ed, main before this change) run beside today's with the same calls
+("before"), and so do variants that try the issue's ideas (FCALL, no hold check, no
+fingerprint). Writes
 bench/results/bench-peer-server-time.json and prints the load average before and after.
 """
 
@@ -45,7 +46,7 @@ ROUNDS, CALLS = (3, 5_000) if QUICK else (11, 20_000)
 HOT_KEYS = 1000
 NEW, SAME = "new key", "same window"
 MODES = (NEW, SAME)
-BEFORE = os.environ.get("BEFORE", "main")
+BEFORE = os.environ.get("BEFORE", "bee60ed")  # main before the hold-lua change
 
 # The cheapest GCRA a user could write (shown on the benchmarks page).
 GCRA_LUA = (HERE.parent / "lua" / "hand_written_gcra.lua").read_text()

@@ -6,6 +6,7 @@ mod support;
 
 mod block;
 mod check_all;
+mod holds;
 mod deny_cache;
 mod pause;
 mod shadow;
