@@ -211,24 +211,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main() -> None:
+def start_server(prefix: str) -> tuple[subprocess.Popen, "Connection", int]:
+    """A redis-server on a free loopback port (no persistence), once it answers: the process,
+    a connection to it and its port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no"], cwd=tempfile.mkdtemp(prefix="rk-bench-bucket-"),
+                               "--appendonly", "no"], cwd=tempfile.mkdtemp(prefix=prefix),
                               stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            conn = Connection(port)
+            conn.call("PING")
+            return server, conn, port
+        except OSError:
+            if time.monotonic() > deadline:
+                server.terminate()
+                raise
+            time.sleep(0.05)
+
+
+def main() -> None:
+    server, conn, _ = start_server("rk-bench-bucket-")
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                conn = Connection(port)
-                conn.call("PING")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
         variants = scripts()
         shas = {name: conn.call("SCRIPT", "LOAD", text) for name, (_, text) in variants.items()}
         samples: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}

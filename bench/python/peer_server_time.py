@@ -29,11 +29,9 @@ import json
 import os
 import pathlib
 import re
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -126,24 +124,9 @@ def fcall_library(name: str, script: str) -> str:
 
 
 def main() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no"], cwd=tempfile.mkdtemp(prefix="rk-bench-peers-"),
-                              stdout=subprocess.DEVNULL)
+    server, conn, port = b.start_server("rk-bench-peers-")
     load_before = os.getloadavg()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                conn = b.Connection(port)
-                conn.call("PING")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
         version = conn.call("INFO", "server").decode()  # type: ignore[union-attr]
         redis_version = re.search(r"redis_version:(\S+)", version).group(1)  # type: ignore[union-attr]
         commands, printed = capture(port)
