@@ -332,14 +332,17 @@ typedef struct rk_decision {
 } rk_decision;
 
 /**
- * \brief The callback of a call that completes later (`rk_limiter_check_start`).
+ * \brief The callback of a call that completes later (`rk_limiter_check_start` and the other
+ * `*_start` functions).
  *
  * Called exactly once per submitted call, from one of ratekeeper's runtime threads, never the
  * thread that submitted it (it may run before the submitting function has returned):
  * - `user_data`: what was given with the call;
  * - `status`: #RK_OK, or why the call failed (as the blocking form would have returned it);
- * - `decision`: on #RK_OK the decision, else NULL; valid only until the callback returns
- *   (copy it);
+ * - `decision`: on #RK_OK the decision (NULL for `rk_limiter_release_start`, which has none);
+ *   on #RK_OVER_LIMIT from `rk_limiter_acquire_start` the refusal (`allowed` false,
+ *   `retry_after_us` set, as `rk_limiter_acquire` writes it); else NULL. Valid only until the
+ *   callback returns (copy it);
  * - `error_message`: on failure what `rk_last_error_message` would have said (the thread-local
  *   message belongs to another thread); `""` on #RK_OK. Never NULL; valid only until the
  *   callback returns.
@@ -1081,6 +1084,90 @@ enum rk_status rk_limiter_check_start(const struct rk_limiter *limiter,
                                       uint64_t cost,
                                       rk_completion_fn callback,
                                       void *user_data);
+
+/**
+ * \brief Starts `rk_limiter_peek` without waiting for it: returns at once, and `callback`
+ * receives the decision later (see `rk_limiter_check_start`, whose rules apply).
+ *
+ * \param limiter The limiter.
+ * \param key The identity, or NULL for the limiter's single shared key.
+ * \param callback Called exactly once with the result when this function returns #RK_OK.
+ * \param user_data Handed to `callback` unchanged.
+ * \return #RK_OK (submitted), or, with nothing submitted, #RK_NULL_PARAMETER or
+ *         #RK_INVALID_UTF8.
+ */
+enum rk_status rk_limiter_peek_start(const struct rk_limiter *limiter,
+                                     const char *key,
+                                     rk_completion_fn callback,
+                                     void *user_data);
+
+/**
+ * \brief Starts `rk_limiter_acquire` without waiting for it: returns at once, and `callback`
+ * receives the decision when the limit allows the call, or #RK_OVER_LIMIT (with the refusal's
+ * `retry_after_us`) when `wait_timeout_secs` passes first (see `rk_limiter_check_start`, whose
+ * rules apply).
+ *
+ * The wait is the library's (it wakes when a concurrent limiter's slot is released), on its
+ * runtime: no thread of the caller waits. A started acquire cannot be withdrawn; a caller that
+ * stops waiting for it must release the lease it may still be granted.
+ *
+ * \param limiter The limiter.
+ * \param key The identity, or NULL for the limiter's single shared key.
+ * \param cost What the call consumes (0..=2^53).
+ * \param wait_timeout_secs The longest wait in seconds; 0 never waits; #RK_WAIT_DEFAULT uses
+ *        the limiter's default.
+ * \param callback Called exactly once with the result when this function returns #RK_OK.
+ * \param user_data Handed to `callback` unchanged.
+ * \return #RK_OK (submitted), or, with nothing submitted, #RK_NULL_PARAMETER,
+ *         #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT (`wait_timeout`).
+ */
+enum rk_status rk_limiter_acquire_start(const struct rk_limiter *limiter,
+                                        const char *key,
+                                        uint64_t cost,
+                                        double wait_timeout_secs,
+                                        rk_completion_fn callback,
+                                        void *user_data);
+
+/**
+ * \brief Starts `rk_limiter_settle` without waiting for it: returns at once, and `callback`
+ * receives the state after the settle (see `rk_limiter_check_start`, whose rules apply). A
+ * settle applies once however often it is sent, so a caller that stops waiting may send it
+ * again.
+ *
+ * \param limiter The limiter that made the decision.
+ * \param key The key the call was checked with, or NULL for the limiter's single shared key.
+ * \param decision The decision to settle; copied before this function returns.
+ * \param actual What the call really cost (0..=2^53).
+ * \param callback Called exactly once with the result when this function returns #RK_OK.
+ * \param user_data Handed to `callback` unchanged.
+ * \return #RK_OK (submitted), or, with nothing submitted, #RK_NULL_PARAMETER or
+ *         #RK_INVALID_UTF8.
+ */
+enum rk_status rk_limiter_settle_start(const struct rk_limiter *limiter,
+                                       const char *key,
+                                       const struct rk_decision *decision,
+                                       uint64_t actual,
+                                       rk_completion_fn callback,
+                                       void *user_data);
+
+/**
+ * \brief Starts `rk_limiter_release` without waiting for it: returns at once, and `callback`
+ * receives #RK_OK (with no decision) or why the release failed, e.g. #RK_LEASE_LOST (see
+ * `rk_limiter_check_start`, whose rules apply).
+ *
+ * \param limiter The limiter that granted the lease.
+ * \param key The key it was granted for (NULL for the shared key).
+ * \param lease The lease; copied before this function returns.
+ * \param callback Called exactly once with the result when this function returns #RK_OK.
+ * \param user_data Handed to `callback` unchanged.
+ * \return #RK_OK (submitted), or, with nothing submitted, #RK_NULL_PARAMETER or
+ *         #RK_INVALID_UTF8.
+ */
+enum rk_status rk_limiter_release_start(const struct rk_limiter *limiter,
+                                        const char *key,
+                                        const struct rk_lease *lease,
+                                        rk_completion_fn callback,
+                                        void *user_data);
 
 /**
  * \brief Decides every part in one atomic step at one instant: all are admitted and consume
