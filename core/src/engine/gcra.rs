@@ -19,7 +19,7 @@ use redis::Cmd;
 use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::decision;
 use super::divisor::Divisor;
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -288,7 +288,8 @@ fn per_unit(period_us: u64, units: u64) -> impl Fn(u64) -> f64 {
 }
 
 /// `gcra.lua`: applies the rule's write and returns the state it read.
-pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("gcra", include_str!("gcra.lua")));
+pub(crate) static SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::token_bucket("gcra", include_str!("gcra.lua")));
 
 /// What `gcra.lua` returns: the state it read (whole microseconds, and nanoseconds within the
 /// microsecond) and the instant it read it at.
@@ -370,6 +371,10 @@ impl Engine for Gcra {
     fn capacity(&self) -> u64 {
         self.capacity
     }
+
+    fn adjusts(&self) -> bool {
+        true
+    }
 }
 
 /// The `token_bucket` kind.
@@ -378,6 +383,11 @@ pub(crate) struct TokenBucketKind;
 impl KindSpec for TokenBucketKind {
     /// `rate`, `capacity`.
     type Fields = (f64, u64);
+
+    fn window((rate, capacity): &Self::Fields) -> Option<Duration> {
+        // From empty to full.
+        Duration::try_from_secs_f64(*capacity as f64 / rate).ok()
+    }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.number("rate")?, json.count("capacity")?))
@@ -404,6 +414,10 @@ impl KindSpec for LeakyKind {
     /// `size`, `drain`.
     type Fields = (u64, Duration);
 
+    fn window((_, drain): &Self::Fields) -> Option<Duration> {
+        Some(*drain)
+    }
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("size")?, json.seconds("drain")?))
     }
@@ -429,6 +443,10 @@ pub(crate) struct PointsKind;
 impl KindSpec for PointsKind {
     /// `capacity`, `refill`.
     type Fields = (u64, Duration);
+
+    fn window((_, refill): &Self::Fields) -> Option<Duration> {
+        Some(*refill)
+    }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("capacity")?, json.seconds("refill")?))

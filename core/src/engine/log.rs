@@ -17,7 +17,7 @@ use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome};
 use super::kinds::{share, KindSpec};
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::spec_json::{at_path, secs};
 use super::spec_json::{JsonFields, JsonWriter};
 use super::Algorithm;
@@ -297,6 +297,13 @@ pub(crate) struct WindowKind;
 impl KindSpec for WindowKind {
     /// `windows`.
     type Fields = (Vec<WindowLimit>,);
+
+    fn window((windows,): &Self::Fields) -> Option<Duration> {
+        match windows.as_slice() {
+            [one] => Some(one.interval),
+            _ => None,
+        }
+    }
 
     /// `window` has one `limit` and `interval`; `windows` a list of them.
     fn parse(name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {

@@ -22,7 +22,7 @@ use std::sync::LazyLock;
 use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::Combine;
 use std::time::Duration;
 
@@ -465,6 +465,10 @@ pub(crate) struct BucketKind;
 impl KindSpec for BucketKind {
     /// `limit`, `interval`.
     type Fields = (u64, Duration);
+
+    fn window((_, interval): &Self::Fields) -> Option<Duration> {
+        Some(*interval)
+    }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("limit")?, json.seconds("interval")?))
