@@ -1,0 +1,125 @@
+"""ratekeeper.otel's traces through the OpenTelemetry SDK's in-memory span exporter, on a real
+Redis server: with a tracer provider, one span per sync check/acquire with one child span per
+Redis round trip, in the caller's span; the limited key in no attribute; without one, no span."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import ratekeeper
+from ratekeeper import otel
+
+from .conftest import REDIS_OPTIONS, RedisServer, unique_prefix
+
+KEY = "user-4711@example.com"
+
+
+def tracing() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def scripted(backend: ratekeeper.Backend, provider: TracerProvider) -> None:
+    """Inside a caller's span `request`: 2 admitted checks and 1 refused of `api` (capacity 2),
+    then an acquire refused within its wait (wait_timeout 0)."""
+    api = backend.token_bucket("api", 0.001, 2)
+    with provider.get_tracer("app").start_as_current_span("request"):
+        assert api.check(KEY).allowed
+        assert api.check(KEY).allowed
+        assert not api.check(KEY).allowed
+        with pytest.raises(ratekeeper.OverLimit):
+            api.acquire(KEY, wait_timeout=0)
+
+
+def no_key(span: ReadableSpan) -> None:
+    for value in (span.attributes or {}).values():
+        assert KEY not in str(value), f"the key is an attribute of {span.name}: {span.attributes}"
+    assert KEY not in span.name
+
+
+def warm(backend: ratekeeper.Backend) -> None:
+    """Caches the token bucket's script on the server: every traced check is then one EVALSHA."""
+    backend.token_bucket("warm", 1000, 1000).check("warm")
+
+
+def test_a_span_per_call_and_per_redis_round_trip(redis_server: RedisServer) -> None:
+    backend = ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix(), **REDIS_OPTIONS)
+    warm(backend)
+    provider, exporter = tracing()
+    handle = otel.instrument(backend, meter_provider=MeterProvider(), tracer_provider=provider)
+    scripted(backend, provider)
+    spans = exporter.get_finished_spans()
+    for span in spans:
+        no_key(span)
+    [request] = [s for s in spans if s.name == "request"]
+    calls = [s for s in spans if s.name.startswith("ratekeeper ")]
+    trips = [s for s in spans if s.kind == SpanKind.CLIENT]
+    assert len(spans) == 1 + 4 + 4, [s.name for s in spans]
+    assert [s.name for s in calls] == ["ratekeeper check"] * 3 + ["ratekeeper acquire"]
+    assert [s.attributes["ratekeeper.outcome"] for s in calls] == ["admitted", "admitted", "refused", "refused"]
+    for call in calls:
+        assert call.parent is not None and call.parent.span_id == request.context.span_id
+        assert call.context.trace_id == request.context.trace_id
+        assert call.attributes["ratekeeper.limiter"] == "api"
+        assert call.attributes["ratekeeper.kind"] == "token_bucket"
+        assert (call.attributes["ratekeeper.retry_after"] > 0) == (call.attributes["ratekeeper.outcome"] == "refused")
+        assert call.status.status_code == StatusCode.UNSET
+        [trip] = [t for t in trips if t.parent is not None and t.parent.span_id == call.context.span_id]
+        assert call.start_time <= trip.start_time <= trip.end_time <= call.end_time
+        assert trip.name == "EVALSHA"
+        assert dict(trip.attributes or {}) == {
+            "db.system.name": "redis",
+            "db.operation.name": "EVALSHA",
+            "server.address": redis_server.url.split("//")[1].rsplit(":", 1)[0],
+            "server.port": redis_server.port,
+        }
+    # Closed: the calls are not traced any more.
+    handle.close()
+    exporter.clear()
+    backend.token_bucket("api", 0.001, 2).check(KEY)
+    assert exporter.get_finished_spans() == ()
+
+
+def test_a_first_call_that_loads_the_script_shows_both_round_trips(redis_server: RedisServer) -> None:
+    backend = ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix(), **REDIS_OPTIONS)
+    warm(backend)
+    redis_server.cli("SCRIPT", "FLUSH")
+    provider, exporter = tracing()
+    otel.instrument(backend, tracer_provider=provider)
+    backend.token_bucket("api", 0.001, 2).check(KEY)
+    trips = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CLIENT]
+    assert [(t.name, (t.attributes or {}).get("error.type")) for t in trips] == [("EVALSHA", "NOSCRIPT"), ("EVAL", None)]
+    assert trips[0].status.status_code == StatusCode.ERROR
+
+
+@pytest.mark.parametrize("traces", [None, False])
+def test_no_tracer_provider_or_traces_false_makes_no_span(redis_server: RedisServer, traces: bool | None) -> None:
+    backend = ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix(), **REDIS_OPTIONS)
+    provider, exporter = tracing()
+    # `traces=False` wins over a given provider; without a provider and `traces`, nothing.
+    otel.instrument(backend, meter_provider=MeterProvider(), tracer_provider=provider if traces is False else None,
+                    traces=traces)
+    scripted(backend, provider)
+    assert [s.name for s in exporter.get_finished_spans()] == ["request"]
+
+
+def test_memory_calls_have_their_span_and_no_round_trip() -> None:
+    backend = ratekeeper.Backend.memory()
+    provider, exporter = tracing()
+    otel.instrument(backend, tracer_provider=provider)
+    scripted(backend, provider)
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names == ["ratekeeper check"] * 3 + ["ratekeeper acquire", "request"]
+
+
+def test_traces_must_be_a_bool() -> None:
+    with pytest.raises(ratekeeper.InvalidArgument) as e:
+        otel.instrument(ratekeeper.Backend.memory(), traces="yes")  # type: ignore[arg-type]
+    assert e.value.parameter == "traces"
