@@ -303,6 +303,10 @@ class Limiter {
   get kind() {
     return this.#native.kind;
   }
+  /** Its backend's `id`. */
+  get backendId() {
+    return this.#native.backendId;
+  }
   get specJson() {
     return this.#native.specJson;
   }
@@ -735,6 +739,10 @@ class Backend {
   }
   prometheusText(fleet) {
     return promisedCall(() => this.#native.prometheusText(fleet));
+  }
+  /** Identifies this backend within the process (a limiter's `backendId`). */
+  get id() {
+    return this.#native.id;
   }
   startObserving() {
     this.#native.startObserving();
