@@ -123,3 +123,34 @@ def test_traces_must_be_a_bool() -> None:
     with pytest.raises(ratekeeper.InvalidArgument) as e:
         otel.instrument(ratekeeper.Backend.memory(), traces="yes")  # type: ignore[arg-type]
     assert e.value.parameter == "traces"
+
+
+def test_the_documented_trace_setup(redis_server: RedisServer) -> None:
+    """The Observability page's example: traces on through the tracer provider given."""
+    url = redis_server.url
+    # --8<-- [start:setup]
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import ratekeeper
+    import ratekeeper.otel
+
+    # The application's provider; in production a BatchSpanProcessor(OTLPSpanExporter()).
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    backend = ratekeeper.Backend.redis(url)
+    # A tracer provider turns traces on (traces=True: the global one; traces=False: off).
+    ratekeeper.otel.instrument(backend, tracer_provider=tracer_provider)
+    api = backend.token_bucket("api", rate=10, capacity=2)
+    with tracer_provider.get_tracer("app").start_as_current_span("GET /orders"):
+        api.check("user-42")
+    # GET /orders
+    # └─ ratekeeper check   ratekeeper.limiter=api ratekeeper.outcome=admitted ...
+    #    └─ EVALSHA         db.system.name=redis db.operation.name=EVALSHA server.port=...
+    # --8<-- [end:setup]
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names[-2:] == ["ratekeeper check", "GET /orders"]
+    assert set(names[:-2]) <= {"EVALSHA", "EVAL"} and names[:-2], names
