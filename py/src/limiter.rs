@@ -361,7 +361,8 @@ impl Limiter {
     ) -> PyResult<Py<Decision>> {
         let k = crate::args::key(&key);
         let wait = wait_timeout.map(|w| w.0);
-        let acquire = || guard_detached(py, || self.inner.acquire_blocking(k, cost.0, wait)).map(|d| Decision::new(d, k));
+        let acquire =
+            || guard_detached(py, || self.inner.acquire_blocking(k, cost.0, wait)).map(|d| Decision::new(d, k));
         if self.inner.traced() {
             return crate::trace::traced(py, &self.inner, "acquire", acquire);
         }
@@ -574,19 +575,22 @@ impl Limiter {
     /// asyncio form of `check`.
     #[pyo3(signature = (key = None, cost = Cost::ONE))]
     fn acheck<'py>(&self, py: Python<'py>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Fut<'py, Decision>> {
-        if !self.remote {
+        let started = crate::trace::started(&self.inner);
+        let future = if !self.remote {
             // Decided in process, never waiting: the sync call, its result on a completed future.
             let k = crate::args::key(&key);
-            return aio::decided(py, || Ok(Decision::new(self.inner.check_blocking(k, cost.0)?, k))).map(Fut::new);
-        }
-        let limiter = self.inner.clone();
-        let k = owned(crate::args::key(&key));
-        let cost = cost.0;
-        aio::run(py, self.remote, false, async move {
-            let d = limiter.check(k.as_deref(), cost).await?;
-            Ok(Payload::Decision(d, k, concurrent(limiter)))
-        })
-        .map(Fut::new)
+            aio::decided(py, || Ok(Decision::new(self.inner.check_blocking(k, cost.0)?, k)))?
+        } else {
+            let limiter = self.inner.clone();
+            let k = owned(crate::args::key(&key));
+            let cost = cost.0;
+            aio::run(py, self.remote, false, async move {
+                let d = limiter.check(k.as_deref(), cost).await?;
+                Ok(Payload::Decision(d, k, concurrent(limiter)))
+            })?
+        };
+        crate::trace::traced_future(py, &self.inner, "check", &future, started);
+        Ok(Fut::new(future))
     }
 
     /// asyncio form of `peek`.
@@ -617,11 +621,13 @@ impl Limiter {
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
         let (cost, wait) = (cost.0, wait_timeout.map(|w| w.0));
-        aio::run(py, self.remote, true, async move {
+        let started = crate::trace::started(&self.inner);
+        let future = aio::run(py, self.remote, true, async move {
             let d = limiter.acquire(k.as_deref(), cost, wait).await?;
             Ok(Payload::Decision(d, k, concurrent(limiter)))
-        })
-        .map(Fut::new)
+        })?;
+        crate::trace::traced_future(py, &self.inner, "acquire", &future, started);
+        Ok(Fut::new(future))
     }
 
     /// asyncio form of `close`.

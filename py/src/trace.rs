@@ -1,7 +1,10 @@
 //! Traced calls (see `core/src/trace.rs`): while `ratekeeper.otel` traces a limiter's backend,
 //! a sync `check`/`acquire` notes its Redis round trips and hands them, with the decision or the
 //! error and the call's start and end, to `ratekeeper.otel._trace_call`, which makes the spans
-//! in the caller's context. Untraced, a call pays the one branch of `Limiter::traced`.
+//! in the caller's context. An asyncio call (`acheck`, `aacquire`) runs on the core's runtime,
+//! whose round trips are not the caller's to note: its future gets a done callback
+//! (`ratekeeper.otel._trace_future`) that makes its call span, in the context the call was made
+//! in. Untraced, a call pays the one branch of `Limiter::traced`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,6 +16,38 @@ use crate::decision::Decision;
 /// `ratekeeper.otel._trace_call`, imported at the first traced call (the module is loaded by then:
 /// only its `instrument` turns tracing on).
 static HOOK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `ratekeeper.otel._trace_future`, likewise.
+static FUTURE_HOOK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// When a call of `limiter` starts, if its backend is traced (ns since the epoch).
+#[inline]
+pub(crate) fn started(limiter: &ratekeeper::Limiter) -> Option<u64> {
+    limiter.traced().then(|| epoch_nanos(SystemTime::now()))
+}
+
+/// Hands an asyncio call's `future` (a call named `method` of `limiter`, `started` if traced)
+/// to the hook, which makes its span when it is done.
+pub(crate) fn traced_future(
+    py: Python<'_>,
+    limiter: &ratekeeper::Limiter,
+    method: &'static str,
+    future: &Bound<'_, PyAny>,
+    started: Option<u64>,
+) {
+    let Some(start) = started else { return };
+    let handed = import(py, &FUTURE_HOOK, "_trace_future").and_then(|hook| {
+        hook.call1(py, (future, limiter.backend_id(), method, limiter.name(), limiter.kind().as_str(), start))
+    });
+    if let Err(e) = handed {
+        e.write_unraisable(py, None);
+    }
+}
+
+/// The function `name` of `ratekeeper.otel`, imported once into `cell`.
+fn import<'a>(py: Python<'_>, cell: &'a PyOnceLock<Py<PyAny>>, name: &str) -> PyResult<&'a Py<PyAny>> {
+    cell.get_or_try_init(py, || Ok(py.import("ratekeeper.otel")?.getattr(name)?.unbind()))
+}
 
 /// Nanoseconds since the Unix epoch (OpenTelemetry's span times).
 fn epoch_nanos(at: SystemTime) -> u64 {
@@ -42,14 +77,12 @@ pub(crate) fn traced(
             (t.command, epoch_nanos(t.start), epoch_nanos(t.end), host, port, t.error.clone())
         })
         .collect();
-    let handed = HOOK
-        .get_or_try_init(py, || Ok::<_, PyErr>(py.import("ratekeeper.otel")?.getattr("_trace_call")?.unbind()))
-        .and_then(|hook| {
-            hook.call1(
-                py,
-                (limiter.backend_id(), method, limiter.name(), limiter.kind().as_str(), decision, error, start, end, trips),
-            )
-        });
+    let handed = import(py, &HOOK, "_trace_call").and_then(|hook| {
+        hook.call1(
+            py,
+            (limiter.backend_id(), method, limiter.name(), limiter.kind().as_str(), decision, error, start, end, trips),
+        )
+    });
     if let Err(e) = handed {
         e.write_unraisable(py, None);
     }

@@ -4,6 +4,8 @@ Redis round trip, in the caller's span; the limited key in no attribute; without
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -108,6 +110,35 @@ def test_no_tracer_provider_or_traces_false_makes_no_span(redis_server: RedisSer
                     traces=traces)
     scripted(backend, provider)
     assert [s.name for s in exporter.get_finished_spans()] == ["request"]
+
+
+@pytest.mark.parametrize("where", ["redis", "memory"])
+def test_asyncio_calls_have_their_span_in_the_callers_context(redis_server: RedisServer, where: str) -> None:
+    backend = (ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix(), **REDIS_OPTIONS) if where == "redis"
+               else ratekeeper.Backend.memory())
+    provider, exporter = tracing()
+    otel.instrument(backend, tracer_provider=provider)
+    api = backend.token_bucket("api", 0.001, 2)
+
+    async def calls() -> None:
+        with provider.get_tracer("app").start_as_current_span("request"):
+            assert (await api.acheck(KEY)).allowed
+            assert (await api.acheck(KEY)).allowed
+            assert not (await api.acheck(KEY)).allowed
+            with pytest.raises(ratekeeper.OverLimit):
+                await api.aacquire(KEY, wait_timeout=0)
+
+    asyncio.run(calls())
+    spans = exporter.get_finished_spans()
+    for span in spans:
+        no_key(span)
+    [request] = [s for s in spans if s.name == "request"]
+    calls_ = [s for s in spans if s is not request]
+    # The round trips ran on the core's runtime: no span of theirs.
+    assert [s.name for s in calls_] == ["ratekeeper check"] * 3 + ["ratekeeper acquire"]
+    assert [s.attributes["ratekeeper.outcome"] for s in calls_] == ["admitted", "admitted", "refused", "refused"]
+    for call in calls_:
+        assert call.parent is not None and call.parent.span_id == request.context.span_id
 
 
 def test_memory_calls_have_their_span_and_no_round_trip() -> None:

@@ -20,6 +20,7 @@ the HTTP middleware does for each limiter it asks. Needs the optional extra ``ra
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -290,6 +291,23 @@ _tracers: dict[int, list[trace.Tracer]] = {}
 #: One round trip as the core notes it: command, start and end (ns since the epoch), the
 #: server's host and port (None on a cluster), the error reply's code (None when answered).
 _RoundTrip = tuple[str, int, int, "str | None", "int | None", "str | None"]
+
+
+def _trace_future(future: asyncio.Future[Decision], backend_id: int, method: str, name: str, kind: str,
+                  start: int) -> None:
+    """Called by the native module for each traced asyncio call: its span once `future` is done,
+    in the context of the call (asyncio runs a done callback in the context it was added in).
+    The call ran on the core's runtime: no round trip of it is the caller's."""
+    def done(finished: asyncio.Future[Decision]) -> None:
+        if finished.cancelled():
+            error: BaseException | None = asyncio.CancelledError()
+            decision = None
+        else:
+            error = finished.exception()
+            decision = None if error is not None else finished.result()
+        _trace_call(backend_id, method, name, kind, decision, error, start, time.time_ns(), [])
+
+    future.add_done_callback(done)
 
 
 def _trace_call(backend_id: int, method: str, name: str, kind: str, decision: Decision | None,
