@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import ratekeeper
 from ratekeeper import otel
 
-from .conftest import REDIS_OPTIONS, RedisServer, unique_prefix
+from .conftest import REDIS_OPTIONS, RedisServer, free_port, unique_prefix
 
 KEY = "user-4711@example.com"
 
@@ -139,6 +139,20 @@ def test_asyncio_calls_have_their_span_in_the_callers_context(redis_server: Redi
     assert [s.attributes["ratekeeper.outcome"] for s in calls_] == ["admitted", "admitted", "refused", "refused"]
     for call in calls_:
         assert call.parent is not None and call.parent.span_id == request.context.span_id
+
+
+def test_a_failed_call_has_an_error_span() -> None:
+    backend = ratekeeper.Backend.redis(f"redis://127.0.0.1:{free_port()}", deadline=0.3, connect_timeout=0.3)
+    provider, exporter = tracing()
+    otel.instrument(backend, tracer_provider=provider)
+    with pytest.raises(ratekeeper.BackendUnavailable):
+        backend.token_bucket("api", 0.001, 2).check(KEY)
+    [span] = exporter.get_finished_spans()
+    no_key(span)
+    assert span.name == "ratekeeper check"
+    assert span.status.status_code == StatusCode.ERROR
+    assert dict(span.attributes or {}) == {"ratekeeper.limiter": "api", "ratekeeper.kind": "token_bucket",
+                                           "ratekeeper.outcome": "error", "error.type": "BackendUnavailable"}
 
 
 def test_memory_calls_have_their_span_and_no_round_trip() -> None:
