@@ -10,8 +10,10 @@
 //! The middleware calls the rules through plain N-API functions bound to them
 //! ([`NativeHttpRules::fields_function`], [`NativeHttpRules::client_key_function`]), not through
 //! napi-rs's methods: a method's glue (the instance unwrapped, a native-borrow scope per call,
-//! see `hot_calls`) cost about as much as rendering the fields, once per request. The methods
-//! stay, with the same bodies, for the tests and `bench/node/http/fields.js`.
+//! see `hot_calls`) cost more than rendering the fields, once per request (the fields through
+//! the method took about 1.9x the JavaScript they replaced, through the bound function about
+//! 0.6x: docs/src/benchmarks.md). The methods stay, with the same bodies, for the tests and
+//! `bench/node/http/fields.js`.
 
 use std::ffi::{c_void, CStr};
 use std::ptr;
