@@ -195,6 +195,9 @@ func TestMiddlewareCountsFailuresOnly(t *testing.T) {
 	}
 }
 
+// The key of a request as net/http gives it (the rules themselves are tests/http/cases.json's,
+// run by http_cases_test.go): every line of the proxy header, a header holding bytes that are
+// not UTF-8, and the peer net/http writes.
 func TestClientKey(t *testing.T) {
 	lim := must[*Limiter](t)(memory(t).Window("api", 30, time.Hour))
 	p, err := newPolicy(lim, MiddlewareOptions{TrustedProxies: []string{"10.0.0.0/8", "127.0.0.1"}})
@@ -227,7 +230,7 @@ func TestClientKey(t *testing.T) {
 		for k, v := range c.header {
 			r.Header.Set(k, v)
 		}
-		if got := c.p.clientKey(r); got != c.want {
+		if got := c.p.keyOf(r); got != c.want {
 			t.Errorf("peer %s, %v: key %q, want %q", c.peer, c.header, got, c.want)
 		}
 	}
@@ -236,8 +239,18 @@ func TestClientKey(t *testing.T) {
 	r.RemoteAddr = "127.0.0.1:1"
 	r.Header.Add("X-Forwarded-For", "198.51.100.9")
 	r.Header.Add("X-Forwarded-For", "203.0.113.8, 10.0.0.2")
-	if got := p.clientKey(r); got != "203.0.113.8" {
+	if got := p.keyOf(r); got != "203.0.113.8" {
 		t.Errorf("two X-Forwarded-For lines: key %q, want 203.0.113.8", got)
+	}
+	// A client's own writing, left of what the proxy appended, may be any bytes: it is no
+	// address, and the client the proxy saw is the key.
+	r.Header.Set("X-Forwarded-For", "\xff\xfe, 203.0.113.9")
+	if got := p.keyOf(r); got != "203.0.113.9" {
+		t.Errorf("X-Forwarded-For with bytes that are not UTF-8: key %q, want 203.0.113.9", got)
+	}
+	r.Header.Set("X-Forwarded-For", "203.0.113.9, \xff")
+	if got := p.keyOf(r); got != "127.0.0.1" {
+		t.Errorf("a right-most hop that is not UTF-8: key %q, want the peer, 127.0.0.1", got)
 	}
 }
 
@@ -259,6 +272,10 @@ func TestMiddlewareOptionsAreValidated(t *testing.T) {
 		{"TrustedProxies", tb, MiddlewareOptions{TrustedProxies: []string{"proxy.local"}}},
 		{"ProxyHeader", tb, MiddlewareOptions{ProxyHeader: "X-Real-IP"}},
 		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte("fifteen-bytes!!")}},
+		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte{}}}, // given, and empty: not "none"
+		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte("a-secret-of-at-least-16-bytes"), Headers: NoHeaders}},
+		{"Headers", tb, MiddlewareOptions{Headers: "draft-11\x00"}},
+		{"TrustedProxies", tb, MiddlewareOptions{TrustedProxies: []string{"10.0.0.0/8\x00"}}},
 		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte("a-secret-of-at-least-16-bytes"), Headers: Draft7}},
 	}
 	for _, c := range cases {
