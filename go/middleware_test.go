@@ -325,3 +325,14 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 	}
 }
+
+// An unlimited limiter (admins) announces no policy: its limit, 2^53, is no quota a client
+// should read (tests/http/cases.json; Go sent q=9007199254740992 before it used the library's
+// rules).
+func TestMiddlewareOnAnUnlimitedLimiterSendsNoFields(t *testing.T) {
+	lim := must[*Limiter](t)(Unlimited())
+	resp, _ := getOnce(t, Middleware(lim, MiddlewareOptions{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	if resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" || resp.Header.Get("RateLimit-Policy") != "" {
+		t.Fatalf("status %d, RateLimit %q, RateLimit-Policy %q: want 200 and neither field", resp.StatusCode, resp.Header.Get("RateLimit"), resp.Header.Get("RateLimit-Policy"))
+	}
+}
