@@ -101,7 +101,7 @@ type httpRules struct {
 	proxyHeader string
 }
 
-// httpOptions are the options the library validates, named as MiddlewareOptions names them.
+// httpOptions are the middleware's options the library validates.
 type httpOptions struct {
 	headers        *string // nil: no rate-limit fields
 	trustedProxies []string
@@ -173,7 +173,7 @@ func goOptionError(err error) error {
 	return err
 }
 
-// rulesAddr is the rules' address for the C helpers (see rkgo.h on why not a pointer).
+// addr is the rules' address for the C helpers (see rkgo.h on why not a pointer).
 func (r *httpRules) addr() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(r.ptr))) }
 
 // clientKey is the key of a request from peer (net/http's RemoteAddr; "": none) whose proxy
@@ -192,7 +192,8 @@ func (r *httpRules) clientKey(peer, forwarded string) string {
 	runtime.KeepAlive(r)
 	key, err := textOf(&t)
 	if err != nil {
-		// Only a NUL byte, which net/http lets through in neither; the peer stands.
+		// Not reached: both strings are UTF-8 now, the only thing the library refuses here.
+		// Should it fail, the peer stands.
 		return peer
 	}
 	return key
