@@ -93,6 +93,13 @@ pub struct Metrics {
     /// by a live process on the same Redis: one name, two limits (see
     /// [`crate::RedisConfig::on_conflict`]). Each is also said once on stderr.
     pub spec_conflicts: u64,
+    /// Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
+    /// counted in [`Metrics::refused`]. With [`Metrics::blocked`], the refusals by a hold.
+    pub paused: u64,
+    /// Concurrent limiters: leases given back by a release (one that found its lease already
+    /// reclaimed or reset counts too: the caller no longer holds it). [`Metrics::leases_held`]
+    /// is `held - released`.
+    pub released: u64,
 }
 
 impl Metrics {
@@ -100,6 +107,11 @@ impl Metrics {
     /// failed open and fell back.
     pub fn checks(&self) -> u64 {
         self.allowed + self.refused + self.shadow_refused + self.errors + self.failed_open + self.fell_back
+    }
+
+    /// Concurrent limiters: the leases this process was granted and has not released yet.
+    pub fn leases_held(&self) -> u64 {
+        self.held.saturating_sub(self.released)
     }
 
     /// The number of latencies counted in [`Metrics::latency_buckets`].
@@ -118,7 +130,7 @@ impl Metrics {
 }
 
 /// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 8;
+pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 10;
 
 /// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
 /// microseconds.
@@ -158,6 +170,8 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "settle_charged",
     "settle_refunded",
     "spec_conflicts",
+    "paused",
+    "released",
 ];
 
 /// One counter per field.
@@ -196,13 +210,14 @@ pub(crate) enum Counter {
     SettleCharged = 32,
     SettleRefunded = 33,
     SpecConflicts = 34,
+    Paused = 35,
+    Released = 36,
 }
 
 /// The slot of the first latency bucket.
 const FIRST_BUCKET: usize = 13;
-const _: () = assert!(
-    Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::SpecConflicts as usize + 1
-);
+const _: () =
+    assert!(Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::Released as usize + 1);
 
 impl Counters {
     #[inline]
@@ -219,12 +234,12 @@ impl Counters {
 
 /// Threads that get a stripe of their own in every limiter's [`Striped`] counts; later threads
 /// share the last, atomic one.
-const STRIPES: usize = 16;
+pub(crate) const STRIPES: usize = 16;
 
 /// The stripe of the calling thread: its own (0 to `STRIPES - 2`), given once and never reused, or
 /// the last one, shared by every thread past the first `STRIPES - 1`.
 #[inline(always)]
-fn stripe() -> usize {
+pub(crate) fn stripe() -> usize {
     use std::cell::Cell;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     thread_local!(static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) });
@@ -245,7 +260,7 @@ struct Striped([Padded<[AtomicU64; 2]>; STRIPES]);
 
 #[derive(Debug, Default)]
 #[repr(align(64))]
-struct Padded<T>(T);
+pub(crate) struct Padded<T>(pub(crate) T);
 
 impl Striped {
     #[inline(always)]
@@ -298,6 +313,8 @@ pub(crate) struct LimiterMetrics {
     writer: u64,
     last_seq: AtomicU64,
     flushed: Mutex<Flushed>,
+    /// Durations of this object's calls while observed (see `observe.rs`); never flushed.
+    pub(crate) timings: crate::observe::Timings,
 }
 
 impl Default for LimiterMetrics {
@@ -311,6 +328,7 @@ impl Default for LimiterMetrics {
             writer: foldhash::fast::RandomState::default().hash_one(seed),
             last_seq: AtomicU64::new(0),
             flushed: Mutex::new(Flushed::default()),
+            timings: Default::default(),
         }
     }
 }
@@ -419,6 +437,16 @@ impl LimiterMetrics {
         self.decided.add(if allowed { 0 } else { 1 });
     }
 
+    /// Counts a check refused by a hold: a block or a pause (`outcome.held` covers both).
+    #[inline]
+    pub(crate) fn add_hold(&self, outcome: &crate::engine::Outcome) {
+        match (outcome.held || outcome.blocked, outcome.blocked) {
+            (true, true) => self.add(Counter::Blocked, 1),
+            (true, false) => self.add(Counter::Paused, 1),
+            _ => {}
+        }
+    }
+
     /// Counts one check's client-side latency.
     pub(crate) fn observe_latency(&self, latency: Duration) {
         let bucket = LATENCY_BOUNDS.iter().position(|bound| latency <= *bound).unwrap_or(LATENCY_BOUNDS.len());
@@ -456,6 +484,8 @@ pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
         settle_charged: v[Counter::SettleCharged as usize],
         settle_refunded: v[Counter::SettleRefunded as usize],
         spec_conflicts: v[Counter::SpecConflicts as usize],
+        paused: v[Counter::Paused as usize],
+        released: v[Counter::Released as usize],
     }
 }
 
@@ -486,6 +516,8 @@ fn to_values(m: &Metrics) -> [u64; COUNTERS] {
     v[Counter::SettleCharged as usize] = m.settle_charged;
     v[Counter::SettleRefunded as usize] = m.settle_refunded;
     v[Counter::SpecConflicts as usize] = m.spec_conflicts;
+    v[Counter::Paused as usize] = m.paused;
+    v[Counter::Released as usize] = m.released;
     v
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use redis::Cmd;
 use tokio::sync::Semaphore;
 
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{Error, Result};

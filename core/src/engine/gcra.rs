@@ -19,7 +19,7 @@ use redis::Cmd;
 use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
 use super::decision;
 use super::divisor::Divisor;
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -288,7 +288,8 @@ fn per_unit(period_us: u64, units: u64) -> impl Fn(u64) -> f64 {
 }
 
 /// `gcra.lua`: applies the rule's write and returns the state it read.
-pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("gcra", include_str!("gcra.lua")));
+pub(crate) static SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::token_bucket("gcra", include_str!("gcra.lua")));
 
 /// What `gcra.lua` returns: the state it read (whole microseconds, and nanoseconds within the
 /// microsecond) and the instant it read it at.

@@ -2,7 +2,7 @@
 //! that needs one arm per engine or per kind, so that nothing else lists them:
 //! - [`for_each_engine!`] generates [`super::Algorithm`] and its dispatch (`engine/mod.rs`), the
 //!   memory backend's per-key state and its dispatch (`backend/memory.rs`) and the list of
-//!   scripts (`engine/script.rs`);
+//!   scripts (`engine/lua.rs`);
 //! - [`declare_kinds!`] generates [`LimiterSpec`] and [`Kind`] with their names and dispatch,
 //!   and the JSON form's dispatch (`engine/spec_json.rs`).
 //!

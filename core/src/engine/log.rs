@@ -17,7 +17,7 @@ use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome};
 use super::kinds::{share, KindSpec};
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::spec_json::{at_path, secs};
 use super::spec_json::{JsonFields, JsonWriter};
 use super::Algorithm;

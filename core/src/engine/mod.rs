@@ -15,7 +15,6 @@
 //!
 //! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
 
-pub(crate) mod block;
 pub(crate) mod calendar;
 pub(crate) mod calendar_period;
 pub(crate) mod colocate;
@@ -23,12 +22,12 @@ pub(crate) mod concurrent;
 pub(crate) mod contract;
 pub(crate) mod divisor;
 pub mod gcra;
+pub(crate) mod hold;
 pub(crate) mod kinds;
 pub(crate) mod leased;
 pub(crate) mod log;
+pub(crate) mod lua;
 pub(crate) mod partitions;
-pub(crate) mod pause;
-pub(crate) mod script;
 pub(crate) mod script_all;
 pub(crate) mod settle;
 pub(crate) mod sliding;
@@ -46,7 +45,7 @@ pub use calendar_period::CalendarPeriod;
 pub use colocate::Colocate;
 pub(crate) use contract::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
 pub use kinds::{Kind, LimiterSpec};
-use script::LuaScript;
+use lua::LuaScript;
 pub use spec::{SlidingLimit, WindowLimit};
 pub use spec_json::LimiterConfig;
 

@@ -2,7 +2,7 @@
 //! admitted or none consumed.
 //!
 //! Every counting engine's `.lua` body becomes a function of its own (with the hold check,
-//! pauses and blocks, in front, as in the single-call wrapper of [`super::script`]). The script
+//! pauses and blocks, in front, as in the single-call wrapper of [`super::lua`]). The script
 //! reads "now" once and hands the same instant to every part. It decides first and writes
 //! after: it runs every part `dry` (each engine decides its check and answers it without
 //! recording it), and only when every part admits does it run them again for real, in order.
@@ -32,7 +32,7 @@
 
 use std::sync::LazyLock;
 
-use super::script::{LuaScript, HOLD_PRELUDE, NOW_US, SETTLE_CHARGE};
+use super::lua::{expand, LuaScript, BUCKET_FUNCTIONS, HOLD_CHECK, PRELUDE};
 
 /// The engines that can take part, by the name of their script, in the order of their index
 /// in the combined script (1-based), with the position in ARGV of a check's cost (a concurrent
@@ -111,14 +111,13 @@ return out
 
 /// The combined script (see the module documentation).
 pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| {
-    let mut body = String::from(NOW_US);
-    body.push_str(SETTLE_CHARGE);
+    let mut body = [PRELUDE, BUCKET_FUNCTIONS].concat();
     body.push_str("local refused, dry = false, false\nlocal engines, costs = {}, {}\n");
     for (i, (_, engine, cost_at)) in ENGINES.iter().enumerate() {
         body.push_str(&format!("costs[{}] = {cost_at}\n", i + 1));
         body.push_str(&format!("engines[{}] = function(KEYS, ARGV)\n", i + 1));
-        body.push_str(HOLD_PRELUDE);
-        body.push_str(engine);
+        body.push_str(HOLD_CHECK);
+        body.push_str(&expand(engine));
         body.push_str("\nend\n");
     }
     body.push_str(RUNNER);

@@ -22,7 +22,7 @@ use std::sync::LazyLock;
 use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::Combine;
 use std::time::Duration;
 

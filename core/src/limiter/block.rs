@@ -1,11 +1,11 @@
 //! Blocking: `block_for` (a refusal keeps the key refused for a while, rate-limiter-flexible's
 //! `blockDuration`), and `block` / `unblock` by hand. A block is held where a pause is (see
-//! `engine/block.rs`), under its own key, so `resume` never ends it and metrics count it apart.
+//! `engine/hold.rs`), under its own key, so `resume` never ends it and metrics count it apart.
 
 use std::time::Duration;
 
 use super::{Limiter, Target};
-use crate::engine::block::BlockMode;
+use crate::engine::hold::HoldMode as BlockMode;
 use crate::engine::{Op, Outcome, Served};
 use crate::error::Result;
 use crate::params::{validate_duration, validate_key};

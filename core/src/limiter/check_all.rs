@@ -22,6 +22,7 @@ use crate::decision::Decision;
 use crate::engine::{Algorithm, Kind, Op, Outcome, Served, Wake};
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
+use crate::observe::Call;
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 
@@ -313,8 +314,9 @@ impl Backend {
                         _ => None,
                     })
                     .collect();
+                let started = parts.first().and_then(|p| p.limiter.inner.observe.start());
                 let result = if local.is_empty() { Ok((true, Vec::new())) } else { memory.execute_all(&local) };
-                finish(parts, result, None)
+                finish(parts, result, started)
             }
             BackendInner::Redis(redis) => {
                 let context = RedisContext::of(parts);
@@ -438,6 +440,7 @@ fn finish(
             if let Error::BackendUnavailable { .. } | Error::Timeout { .. } | Error::BackendRejected { .. } = e {
                 for part in parts {
                     part.limiter.inner.metrics.add(Counter::Errors, 1);
+                    part.limiter.time(Call::Check, Counter::Errors, started);
                 }
             }
             return Err(e);
@@ -459,15 +462,17 @@ fn finish(
         }
         // Counted as the combination went: a part that alone would pass consumed nothing.
         let m = &part.limiter.inner.metrics;
-        match outcome.served {
-            Served::Backend if admitted => m.add(Counter::Allowed, 1),
-            Served::Backend => m.add(Counter::Refused, 1),
-            Served::FailedOpen => m.add(Counter::FailedOpen, 1),
-            Served::FellBack => m.add(Counter::FellBack, 1),
-        }
-        if let Some(started) = started {
+        let counter = match outcome.served {
+            Served::Backend if admitted => Counter::Allowed,
+            Served::Backend => Counter::Refused,
+            Served::FailedOpen => Counter::FailedOpen,
+            Served::FellBack => Counter::FellBack,
+        };
+        m.add(counter, 1);
+        if let (Some(started), Target::Redis { .. }) = (started, &part.limiter.inner.target) {
             m.observe_latency(started.elapsed());
         }
+        part.limiter.time(Call::Check, counter, started);
         let mut outcome = outcome;
         if !admitted && wake.is_none() && !outcome.decision.allowed {
             wake = outcome.wake.take();

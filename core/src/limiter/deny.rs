@@ -67,7 +67,13 @@ impl Limiter {
 
     /// A refusal of check `op` on `key` from the deny cache, counted, when it holds one.
     #[inline]
-    pub(crate) fn refused_locally(&self, key: &str, op: Op, over: Option<&Arc<Compiled>>) -> Option<Outcome> {
+    pub(crate) fn refused_locally(
+        &self,
+        key: &str,
+        op: Op,
+        over: Option<&Arc<Compiled>>,
+        started: std::time::Instant,
+    ) -> Option<Outcome> {
         let Op::Check { cost, .. } = op else { return None };
         let backend = self.deny_cache_of()?;
         let now = backend.fallback.clock.now_micros();
@@ -75,6 +81,7 @@ impl Limiter {
         let m = &self.inner.metrics;
         m.add(Counter::Refused, 1);
         m.add(Counter::RefusedLocally, 1);
+        self.time(crate::observe::Call::Check, Counter::RefusedLocally, Some(started));
         Some(Outcome::of(decision))
     }
 

@@ -45,6 +45,7 @@ use crate::engine::leased::Leased;
 use crate::engine::{decision, Algorithm, Colocate, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;
+use crate::observe::Call;
 use crate::params::micros;
 use crate::runtime::forked_since;
 
@@ -432,6 +433,7 @@ impl Limiter {
     /// as shadow-refused when `shadow`.
     #[inline]
     fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64, shadow: bool) -> Option<Outcome> {
+        let started = self.inner.observe.start();
         let mut outcome = pool.local(slot, cost, pool.local.now_micros())?;
         let counter = match (outcome.decision.allowed, shadow) {
             (true, _) => Counter::Allowed,
@@ -439,9 +441,8 @@ impl Limiter {
             (false, false) => Counter::Refused,
         };
         self.inner.metrics.add(counter, 1);
-        if outcome.blocked {
-            self.inner.metrics.add(Counter::Blocked, 1);
-        }
+        self.inner.metrics.add_hold(&outcome);
+        self.time(Call::Check, counter, started);
         let d = &mut outcome.decision;
         if shadow && !d.allowed {
             d.allowed = true;
@@ -454,9 +455,11 @@ impl Limiter {
     /// a caller that may wait goes on to `acquire`).
     #[inline]
     pub(crate) fn leased_spend(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Decision> {
+        let started = self.inner.observe.start();
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
         let outcome = pool.local(&slot, cost, pool.local.now_micros()).filter(|o| o.decision.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
+        self.time(Call::Check, Counter::Allowed, started);
         Some(self.ticketed_at(outcome.decision, Served::Backend, key, cost, outcome.charged_at))
     }
 
@@ -469,7 +472,8 @@ impl Limiter {
     pub(crate) fn fast_leased(&self, key: &str, cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
         let pool = inner.pool.as_deref()?;
-        if !self.nothing_unusual() {
+        // An observed check is timed on the general path (`observe.rs`).
+        if !self.nothing_unusual() || inner.observe.on() {
             return None;
         }
         pool.after_fork();

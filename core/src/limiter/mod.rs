@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::live::{Compiled, NameState};
 use crate::metrics::{Counter, LimiterMetrics};
+use crate::observe::{Call, Switch};
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 use partitions::{partition_source, PartitionSet};
@@ -82,6 +83,8 @@ struct Inner {
     /// The deny cache's fingerprint of the spec and key layout, made at first use (see
     /// `deny.rs`); every changed copy makes its own.
     deny_config: std::sync::OnceLock<u64>,
+    /// Whether the backend's calls are timed (see `observe.rs`).
+    observe: Arc<Switch>,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -131,6 +134,7 @@ impl Limiter {
                 settle_identity: 0,
                 shadow: false,
                 deny_config: std::sync::OnceLock::new(),
+                observe: Arc::default(),
             }),
         }
     }
@@ -180,6 +184,10 @@ impl Limiter {
             _ => None,
         };
         let settle_identity = settle::identity(&algorithm, &target, spec.kind(), name);
+        let observe = match &*backend.inner {
+            BackendInner::Memory(memory) => memory.live.observe.clone(),
+            BackendInner::Redis(redis) => redis.live.observe.clone(),
+        };
         Ok(Limiter {
             inner: Arc::new(Inner {
                 settle_identity,
@@ -199,6 +207,7 @@ impl Limiter {
                 colocate: Colocate::Identity,
                 shadow: false,
                 deny_config: std::sync::OnceLock::new(),
+                observe,
             }),
         })
     }
@@ -401,15 +410,15 @@ impl Limiter {
                 let shadow = self.shadow_under(over.as_deref());
                 // A limiter in shadow mode never refuses, so it neither reads nor writes the deny
                 // cache (another handle of the same name may be enforcing).
+                let started = Instant::now();
                 if !shadow {
-                    if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
+                    if let Some(refused) = self.refused_locally(key, op, over.as_ref(), started) {
                         return Ok(refused);
                     }
                 }
                 let ticket = self.deny_ticket();
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
-                let started = Instant::now();
                 let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
                 self.record(op, &result, Some(started), shadow);
                 // A would-be refusal blocks as an enforced one would: shadow mode reports the block.
@@ -420,8 +429,9 @@ impl Limiter {
                 self.shadowed(op, shadow, result)
             }
             Target::Partitions(set) => {
+                let started = self.inner.observe.start();
                 let result = set.run(key, op).await;
-                self.conclude(op, result, None, self.shadow_for(key))
+                self.conclude(op, result, started, self.shadow_for(key))
             }
             _ => self.run_local(key, op),
         }
@@ -443,15 +453,15 @@ impl Limiter {
                 let shadow = self.shadow_under(over.as_deref());
                 // A limiter in shadow mode never refuses, so it neither reads nor writes the deny
                 // cache (another handle of the same name may be enforcing).
+                let started = Instant::now();
                 if !shadow {
-                    if let Some(refused) = self.refused_locally(key, op, over.as_ref()) {
+                    if let Some(refused) = self.refused_locally(key, op, over.as_ref(), started) {
                         return Ok(refused);
                     }
                 }
                 let ticket = self.deny_ticket();
                 let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
                 let failover = Self::failover_for(failover, over.as_deref());
-                let started = Instant::now();
                 let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
                 self.record(op, &result, Some(started), shadow);
                 let result = self.block_after_refusal_blocking(key, op, result);
@@ -470,23 +480,26 @@ impl Limiter {
     pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
         match &self.inner.target {
             Target::Memory { backend, namespace } => {
+                let started = self.inner.observe.start();
                 let (result, shadow) = match self.override_for(key) {
                     None => (backend.execute(*namespace, key, &self.inner.algorithm, op), self.inner.shadow),
                     Some(over) => (backend.execute(*namespace, key, &over.algorithm, op), over.shadow),
                 };
-                self.record(op, &result, None, shadow);
+                self.record(op, &result, started, shadow);
                 let result = self.block_after_refusal_local(key, op, result);
                 self.shadowed(op, shadow, result)
             }
             Target::Partitions(set) => {
+                let started = self.inner.observe.start();
                 let result = set.run_blocking(key, op);
-                self.conclude(op, result, None, self.shadow_for(key))
+                self.conclude(op, result, started, self.shadow_for(key))
             }
             _ => Ok(Outcome::of(Decision::unlimited())),
         }
     }
 
-    /// Counts a check in the limiter's metrics, with its latency when it went to Redis; a
+    /// Counts a check in the limiter's metrics, with its latency when it went to Redis, and
+    /// its duration while observed (`started`: when the call began, always known on Redis); a
     /// refusal the backend made while `shadow` counts as shadow-refused.
     #[inline]
     pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>, shadow: bool) {
@@ -509,11 +522,23 @@ impl Limiter {
             Err(_) => return,
         };
         m.add(counter, 1);
-        if let Ok(Outcome { blocked: true, .. }) = result {
-            m.add(Counter::Blocked, 1);
+        if let Ok(outcome) = result {
+            m.add_hold(outcome);
         }
-        if let Some(started) = started {
+        if let (Some(started), Target::Redis { .. }) = (started, &self.inner.target) {
             m.observe_latency(started.elapsed());
+        }
+        self.time(Call::Check, counter, started);
+    }
+
+    /// Adds a call's duration to the limiter's timings while its backend is observed (see
+    /// `observe.rs`); `started` is `None` for a call that was not timed.
+    #[inline]
+    pub(crate) fn time(&self, call: Call, counter: Counter, started: Option<Instant>) {
+        if let Some(started) = started {
+            if self.inner.observe.on() {
+                self.inner.metrics.timings.add(call, counter, started);
+            }
         }
     }
 
