@@ -67,6 +67,33 @@ func (l *Limiter) Spec() string {
 	return out
 }
 
+// Capacity is the most one call may cost: the burst, the smallest limit, the slot count;
+// MaxCount (2^53) for an unlimited limiter. A larger cost is refused on every call. 0 once the
+// limiter is closed.
+func (l *Limiter) Capacity() uint64 {
+	var n C.uint64_t
+	_ = l.use(func(p *C.rk_limiter) status { return C.rk_limiter_capacity(p, &n) })
+	return uint64(n)
+}
+
+// Refundable says whether a charge can be given back with PointsUsed(cost, 0): true for token
+// bucket, leaky and points limiters. The HTTP middleware's Count charges these before the
+// handler and refunds after; the others it peeks before and charges after.
+func (l *Limiter) Refundable() bool {
+	var b C.bool
+	_ = l.use(func(p *C.rk_limiter) status { return C.rk_limiter_refundable(p, &b) })
+	return bool(b)
+}
+
+// Window is the span the limiter's quota covers, where its kind has one window (bucket, window
+// with one window, token bucket: capacity / rate, leaky, points), draft-11's w; 0 when it has
+// none.
+func (l *Limiter) Window() time.Duration {
+	var us C.uint64_t
+	_ = l.use(func(p *C.rk_limiter) status { return C.rk_limiter_window(p, &us) })
+	return micros(us)
+}
+
 // specKind reads the kind from the spec, once, at construction.
 func (l *Limiter) specKind() string {
 	var spec struct {

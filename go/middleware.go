@@ -3,21 +3,21 @@ package ratekeeper
 import (
 	"bufio"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
-	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 )
+
+// The net/http middleware. The rules every language's middleware shares (tests/http/cases.json:
+// the client key, the rate-limit header fields, the partition key, and the limiter's capacity,
+// refundability and window) are the library's (http_rules.go; Limiter.Capacity, Refundable,
+// Window). What is here is net/http's glue: the options, the order of the calls, what Count
+// charges and refunds after the response, and the refusal's response.
 
 // HeaderForm is which rate-limit header fields the middleware sends.
 type HeaderForm string
@@ -107,13 +107,13 @@ type Refusal struct {
 	Body []byte
 }
 
-// policy is a middleware's validated options and what it knows of its limiter.
+// policy is a middleware's validated options and what it asks of its limiter once.
 type policy struct {
 	MiddlewareOptions
-	lim     *Limiter
-	mode    string // "check", "refund" or "peek"
-	window  float64
-	trusted []netip.Prefix
+	lim    *Limiter
+	mode   string        // "check", "refund" or "peek"
+	window time.Duration // the limiter's (draft-11's w); 0: none
+	rules  *httpRules    // the client key and the header fields, from the library
 }
 
 // Middleware returns net/http middleware limiting every request with lim; it panics when the
@@ -140,10 +140,6 @@ func NewMiddleware(lim *Limiter, opts MiddlewareOptions) (func(http.Handler) htt
 	}, nil
 }
 
-// refundable kinds can give a charge back (PointsUsed(cost, 0)): Count charges them before the
-// handler and refunds after; the others are peeked before and charged after.
-var refundable = map[string]bool{"token_bucket": true, "leaky": true, "points": true}
-
 func newPolicy(lim *Limiter, opts MiddlewareOptions) (*policy, error) {
 	if lim == nil {
 		return nil, invalidArgument("limiter", "must be a *Limiter, got nil")
@@ -158,136 +154,41 @@ func newPolicy(lim *Limiter, opts MiddlewareOptions) (*policy, error) {
 	if p.Headers == "" {
 		p.Headers = Draft11
 	}
-	switch strings.ToLower(strings.TrimSpace(p.ProxyHeader)) {
-	case "", "x-forwarded-for":
-		p.ProxyHeader = "X-Forwarded-For"
-	case "forwarded":
-		p.ProxyHeader = "Forwarded"
-	default:
-		return nil, invalidArgument("ProxyHeader", fmt.Sprintf(`must be "X-Forwarded-For" or "Forwarded" (the header your proxy sets), got %q`, p.ProxyHeader))
+	// The library validates the header form, the proxies, the header they set and the secret.
+	o := httpOptions{trustedProxies: p.TrustedProxies, proxyHeader: p.ProxyHeader, secret: p.PartitionKeySecret}
+	if p.Headers != NoHeaders {
+		form := string(p.Headers)
+		o.headers = &form
 	}
-	switch p.Headers {
-	case Draft11, Draft7, Draft6, Legacy, NoHeaders:
-	default:
-		return nil, invalidArgument("Headers", fmt.Sprintf(`must be "draft-11", "draft-7", "draft-6", "legacy" or "none", got %q`, p.Headers))
+	rules, err := newHTTPRules(o)
+	if err != nil {
+		return nil, err
 	}
+	p.rules = rules
 	switch p.Count {
 	case CountAll, CountFailures, CountSuccesses:
 	default:
 		return nil, invalidArgument("Count", fmt.Sprintf(`must be "all", "failures" or "successes", got %q`, p.Count))
 	}
-	var spec map[string]any
-	_ = json.Unmarshal([]byte(lim.Spec()), &spec)
-	if capacity, ok := specCapacity(spec); ok && p.Cost > capacity {
+	if capacity := lim.Capacity(); p.Cost > capacity {
 		return nil, invalidArgument("Cost", fmt.Sprintf("%d exceeds the capacity of %q (%d); no request could ever be admitted", p.Cost, lim.name, capacity))
-	}
-	if p.Cost > MaxCount {
-		return nil, invalidArgument("Cost", fmt.Sprintf("must be at most 2^53, got %d", p.Cost))
 	}
 	switch {
 	case lim.kind == "concurrent" && p.Count != CountAll:
 		return nil, invalidArgument("Count", fmt.Sprintf(`the concurrent limiter %q counts requests in flight; use CountAll`, lim.name))
 	case p.Count == CountAll:
 		p.mode = "check"
-	case refundable[lim.kind]:
+	case lim.Refundable():
 		p.mode = "refund"
 	default:
 		p.mode = "peek"
 	}
-	p.window = specWindow(spec)
-	for _, t := range p.TrustedProxies {
-		prefix, err := parsePrefix(strings.TrimSpace(t))
-		if err != nil {
-			return nil, invalidArgument("TrustedProxies", fmt.Sprintf("must be IP addresses or CIDR ranges (%v)", err))
-		}
-		p.trusted = append(p.trusted, prefix)
-	}
-	if p.PartitionKeySecret != nil {
-		if len(p.PartitionKeySecret) < 16 {
-			return nil, invalidArgument("PartitionKeySecret", fmt.Sprintf("must be at least 16 bytes, got %d", len(p.PartitionKeySecret)))
-		}
-		if p.Headers != Draft11 {
-			return nil, invalidArgument("PartitionKeySecret", "applies only to Headers Draft11 (pk is a draft-11 parameter)")
-		}
-	}
+	p.window = lim.Window()
 	return p, nil
 }
 
 // MaxCount is the largest count, cost, limit or capacity the library accepts: 2^53.
 const MaxCount = 1 << 53
-
-// parsePrefix reads an address or a CIDR range.
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		return p.Masked(), err
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	a = a.Unmap()
-	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
-// specCapacity is the most one call can cost on a limiter of this spec, where known.
-func specCapacity(spec map[string]any) (uint64, bool) {
-	for _, field := range []string{"capacity", "size", "limit"} {
-		if f, ok := spec[field].(float64); ok {
-			return uint64(f), true
-		}
-	}
-	least := math.Inf(1)
-	if ws, ok := spec["windows"].([]any); ok {
-		for _, w := range ws {
-			if m, ok := w.(map[string]any); ok {
-				least = math.Min(least, asFloat(m["limit"]))
-			} else if t, ok := w.([]any); ok && len(t) > 0 {
-				least = math.Min(least, asFloat(t[0]))
-			}
-		}
-	}
-	if ls, ok := spec["limits"].([]any); ok {
-		for _, l := range ls {
-			if t, ok := l.([]any); ok && len(t) > 1 {
-				least = math.Min(least, asFloat(t[1]))
-			}
-		}
-	}
-	if math.IsInf(least, 1) || math.IsNaN(least) {
-		return 0, false
-	}
-	return uint64(least), true
-}
-
-func asFloat(v any) float64 {
-	if f, ok := v.(float64); ok {
-		return f
-	}
-	return math.NaN()
-}
-
-// specWindow is a single-limit limiter's window (draft-11's w), in seconds; 0 when its kind has
-// none.
-func specWindow(spec map[string]any) float64 {
-	f := func(field string) float64 {
-		v, _ := spec[field].(float64)
-		return v
-	}
-	switch spec["kind"] {
-	case "bucket", "window":
-		return f("interval")
-	case "token_bucket":
-		if rate := f("rate"); rate > 0 {
-			return f("capacity") / rate
-		}
-	case "leaky":
-		return f("drain")
-	case "points":
-		return f("refill")
-	}
-	return 0
-}
 
 // statusWriter remembers the status a handler answered with.
 type statusWriter struct {
@@ -406,97 +307,16 @@ func (p *policy) settle(key string, d Decision, sw *statusWriter) {
 	}
 }
 
-// keyOf is the key a request is counted under.
+// keyOf is the key a request is counted under: Key's, else the client address by the
+// library's rule (IPv6 by /56; ProxyHeader read only from TrustedProxies).
 func (p *policy) keyOf(r *http.Request) string {
 	if p.Key != nil {
 		return p.Key(r)
 	}
-	return p.clientKey(r)
+	return p.rules.requestKey(r)
 }
 
-// clientKey is the client address, IPv6 grouped by /56. ProxyHeader is read only when the peer
-// is a trusted proxy; the client is then the right-most address of its chain that is not one.
-func (p *policy) clientKey(r *http.Request) string {
-	addr, ok := parseHost(r.RemoteAddr)
-	if !ok {
-		if r.RemoteAddr == "" {
-			return "unknown"
-		}
-		return r.RemoteAddr
-	}
-	if p.isTrusted(addr) {
-		var chain []string
-		value := strings.Join(r.Header.Values(p.ProxyHeader), ",")
-		if p.ProxyHeader == "Forwarded" {
-			chain = forwardedFor(value)
-		} else {
-			for _, hop := range strings.Split(value, ",") {
-				if strings.TrimSpace(hop) != "" {
-					chain = append(chain, hop)
-				}
-			}
-		}
-		for i := len(chain) - 1; i >= 0; i-- {
-			hop, ok := parseHost(chain[i])
-			if !ok {
-				break // an obfuscated or unknown hop: the last address known stands
-			}
-			addr = hop
-			if !p.isTrusted(hop) {
-				break
-			}
-		}
-	}
-	if addr.Is6() {
-		prefix, _ := addr.Prefix(56)
-		return prefix.String()
-	}
-	return addr.String()
-}
-
-func (p *policy) isTrusted(a netip.Addr) bool {
-	for _, t := range p.trusted {
-		if t.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// parseHost reads an address with or without a port: v4, v4:port, v6, [v6], [v6]:port.
-func parseHost(text string) (netip.Addr, bool) {
-	text = strings.Trim(strings.TrimSpace(text), `"`)
-	if strings.HasPrefix(text, "[") {
-		if end := strings.Index(text, "]"); end > 0 {
-			text = text[1:end]
-		} else {
-			text = text[1:]
-		}
-	} else if strings.Count(text, ":") == 1 {
-		text = text[:strings.Index(text, ":")]
-	}
-	a, err := netip.ParseAddr(text)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return a.Unmap().WithZone(""), true
-}
-
-// forwardedFor is the for= values of a Forwarded field (RFC 7239), first hop first.
-func forwardedFor(value string) []string {
-	var out []string
-	for _, element := range strings.Split(value, ",") {
-		for _, pair := range strings.Split(element, ";") {
-			name, val, _ := strings.Cut(strings.TrimSpace(pair), "=")
-			if strings.EqualFold(strings.TrimSpace(name), "for") {
-				out = append(out, strings.TrimSpace(val))
-			}
-		}
-	}
-	return out
-}
-
-// ceilSeconds rounds a duration up to whole seconds.
+// ceilSeconds rounds a duration up to whole seconds (a Retry-After).
 func ceilSeconds(d time.Duration) int {
 	if d <= 0 {
 		return 0
@@ -504,58 +324,16 @@ func ceilSeconds(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
 }
 
-// sfString is an RFC 9651 sf-string (printable ASCII; anything else becomes '?').
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, c := range s {
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(c)
-		case c >= 0x20 && c < 0x7f:
-			b.WriteRune(c)
-		default:
-			b.WriteByte('?')
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// rateHeaders are the rate-limit fields of a decision, in the policy's form.
+// rateHeaders are the rate-limit fields of a decision, in the policy's form, as the library
+// renders them.
 func (p *policy) rateHeaders(key string, d Decision) http.Header {
 	h := http.Header{}
-	reset := ceilSeconds(d.ResetAfter)
-	policyField := strconv.FormatUint(d.Limit, 10)
-	w := ""
-	if p.window > 0 {
-		w = ";w=" + strconv.Itoa(int(math.Max(1, math.Ceil(p.window-1e-9))))
+	fields, err := p.rules.fields([]fieldReport{reportOf(p.lim.name, p.window, &d)}, key)
+	if err != nil {
+		log.Printf("ratekeeper: the rate-limit fields of %s: %v", p.lim.name, err)
 	}
-	policyField += w
-	switch p.Headers {
-	case Draft11:
-		name := sfString(p.lim.name)
-		pk := ""
-		if p.PartitionKeySecret != nil {
-			mac := hmac.New(sha256.New, p.PartitionKeySecret)
-			mac.Write([]byte(key))
-			pk = ";pk=:" + base64.StdEncoding.EncodeToString(mac.Sum(nil)[:16]) + ":"
-		}
-		h.Set("RateLimit-Policy", fmt.Sprintf("%s;q=%d%s", name, d.Limit, w))
-		h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d%s", name, d.Remaining, reset, pk))
-	case Draft7:
-		h.Set("RateLimit-Policy", policyField)
-		h.Set("RateLimit", fmt.Sprintf("limit=%d, remaining=%d, reset=%d", d.Limit, d.Remaining, reset))
-	case Draft6:
-		h.Set("RateLimit-Policy", policyField)
-		h.Set("RateLimit-Limit", strconv.FormatUint(d.Limit, 10))
-		h.Set("RateLimit-Remaining", strconv.FormatUint(d.Remaining, 10))
-		h.Set("RateLimit-Reset", strconv.Itoa(reset))
-	case Legacy:
-		h.Set("X-RateLimit-Limit", strconv.FormatUint(d.Limit, 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatUint(d.Remaining, 10))
-		h.Set("X-RateLimit-Reset", strconv.Itoa(reset))
+	for _, f := range fields {
+		h.Set(f[0], f[1])
 	}
 	return h
 }

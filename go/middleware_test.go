@@ -195,6 +195,9 @@ func TestMiddlewareCountsFailuresOnly(t *testing.T) {
 	}
 }
 
+// The key of a request as net/http gives it (the rules themselves are tests/http/cases.json's,
+// run by http_cases_test.go): every line of the proxy header, a header holding bytes that are
+// not UTF-8, and the peer net/http writes.
 func TestClientKey(t *testing.T) {
 	lim := must[*Limiter](t)(memory(t).Window("api", 30, time.Hour))
 	p, err := newPolicy(lim, MiddlewareOptions{TrustedProxies: []string{"10.0.0.0/8", "127.0.0.1"}})
@@ -227,7 +230,7 @@ func TestClientKey(t *testing.T) {
 		for k, v := range c.header {
 			r.Header.Set(k, v)
 		}
-		if got := c.p.clientKey(r); got != c.want {
+		if got := c.p.keyOf(r); got != c.want {
 			t.Errorf("peer %s, %v: key %q, want %q", c.peer, c.header, got, c.want)
 		}
 	}
@@ -236,8 +239,18 @@ func TestClientKey(t *testing.T) {
 	r.RemoteAddr = "127.0.0.1:1"
 	r.Header.Add("X-Forwarded-For", "198.51.100.9")
 	r.Header.Add("X-Forwarded-For", "203.0.113.8, 10.0.0.2")
-	if got := p.clientKey(r); got != "203.0.113.8" {
+	if got := p.keyOf(r); got != "203.0.113.8" {
 		t.Errorf("two X-Forwarded-For lines: key %q, want 203.0.113.8", got)
+	}
+	// A client's own writing, left of what the proxy appended, may be any bytes: it is no
+	// address, and the client the proxy saw is the key.
+	r.Header.Set("X-Forwarded-For", "\xff\xfe, 203.0.113.9")
+	if got := p.keyOf(r); got != "203.0.113.9" {
+		t.Errorf("X-Forwarded-For with bytes that are not UTF-8: key %q, want 203.0.113.9", got)
+	}
+	r.Header.Set("X-Forwarded-For", "203.0.113.9, \xff")
+	if got := p.keyOf(r); got != "127.0.0.1" {
+		t.Errorf("a right-most hop that is not UTF-8: key %q, want the peer, 127.0.0.1", got)
 	}
 }
 
@@ -259,6 +272,10 @@ func TestMiddlewareOptionsAreValidated(t *testing.T) {
 		{"TrustedProxies", tb, MiddlewareOptions{TrustedProxies: []string{"proxy.local"}}},
 		{"ProxyHeader", tb, MiddlewareOptions{ProxyHeader: "X-Real-IP"}},
 		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte("fifteen-bytes!!")}},
+		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte{}}}, // given, and empty: not "none"
+		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte("a-secret-of-at-least-16-bytes"), Headers: NoHeaders}},
+		{"Headers", tb, MiddlewareOptions{Headers: "draft-11\x00"}},
+		{"TrustedProxies", tb, MiddlewareOptions{TrustedProxies: []string{"10.0.0.0/8\x00"}}},
 		{"PartitionKeySecret", tb, MiddlewareOptions{PartitionKeySecret: []byte("a-secret-of-at-least-16-bytes"), Headers: Draft7}},
 	}
 	for _, c := range cases {
@@ -267,5 +284,55 @@ func TestMiddlewareOptionsAreValidated(t *testing.T) {
 		if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &e) || e.Parameter != c.parameter {
 			t.Errorf("%+v: want ErrInvalidArgument naming %s, got %v", c.opts, c.parameter, err)
 		}
+	}
+}
+
+// What the middleware adds to a request on memory (go test -bench Middleware -benchmem): the
+// default key (the peer's address through the library's rules), a check and the draft-11
+// fields, with the handler and the response recorder the same in every run.
+func BenchmarkMiddleware(b *testing.B) {
+	backend, err := NewMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer backend.Close()
+	lim, err := backend.TokenBucket("api", 1e6, 1<<50)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, opts := range []struct {
+		name string
+		opts MiddlewareOptions
+	}{
+		{"default", MiddlewareOptions{}},
+		{"trusted-proxy", MiddlewareOptions{TrustedProxies: []string{"10.0.0.0/8"}}},
+		{"pk", MiddlewareOptions{PartitionKeySecret: []byte("a-secret-of-at-least-16-bytes")}},
+	} {
+		b.Run(opts.name, func(b *testing.B) {
+			h := Middleware(lim, opts.opts)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = "10.1.2.3:5555"
+			r.Header.Set("X-Forwarded-For", "203.0.113.7")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != 200 {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
+		})
+	}
+}
+
+// An unlimited limiter (admins) announces no policy: its limit, 2^53, is no quota a client
+// should read (tests/http/cases.json; Go sent q=9007199254740992 before it used the library's
+// rules).
+func TestMiddlewareOnAnUnlimitedLimiterSendsNoFields(t *testing.T) {
+	lim := must[*Limiter](t)(Unlimited())
+	resp, _ := getOnce(t, Middleware(lim, MiddlewareOptions{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	if resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" || resp.Header.Get("RateLimit-Policy") != "" {
+		t.Fatalf("status %d, RateLimit %q, RateLimit-Policy %q: want 200 and neither field", resp.StatusCode, resp.Header.Get("RateLimit"), resp.Header.Get("RateLimit-Policy"))
 	}
 }

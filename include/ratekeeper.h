@@ -1827,6 +1827,31 @@ enum rk_status rk_http_rules_fields(const struct rk_http_rules *rules,
                                     size_t *out_n);
 
 /**
+ * \brief The same fields as `rk_http_rules_fields`, as HTTP header lines: `Name: value\r\n`
+ * each, in order (`""`: none). No value holds a CR or LF (they are numbers and sf-strings of
+ * printable ASCII), so a server can write the lines as they are, and a binding split them
+ * without a JSON parser (Go's middleware, on every request).
+ *
+ * Written like `rk_limiter_spec_json` (`snprintf`'s convention).
+ *
+ * \param rules The rules.
+ * \param reports Each limiter's decision, in order; NULL when `reports_len` is 0.
+ * \param reports_len How many there are.
+ * \param key The request's key (draft-11's `pk` is its keyed hash).
+ * \param buf Where to write the lines; may be NULL only when `len` is 0.
+ * \param len The size of `buf` in bytes.
+ * \param out_n Receives the full length of the lines in bytes, excluding the NUL.
+ * \return #RK_OK, #RK_NULL_PARAMETER or #RK_INVALID_UTF8.
+ */
+enum rk_status rk_http_rules_field_lines(const struct rk_http_rules *rules,
+                                         const struct rk_http_report *reports,
+                                         size_t reports_len,
+                                         const char *key,
+                                         char *buf,
+                                         size_t len,
+                                         size_t *out_n);
+
+/**
  * \brief Frees rules. NULL is ignored.
  *
  * \param rules Rules from `rk_http_rules_new`, or NULL.

@@ -238,6 +238,13 @@ export declare class NativeHttpRules {
    * of its limits, then per limit windowMs, limit, remaining, retryAfterMs, resetAfterMs.
    */
   fields(packed: Float64Array, len: number, key?: string | undefined | null): string
+  /**
+   * `fields` as a plain function bound to these rules: the middleware's per-request call,
+   * without napi-rs's per-call glue (node/src/http.rs says why).
+   */
+  fieldsFunction(): (packed: Float64Array, len: number, key?: string | undefined | null) => string
+  /** `clientKey` as a plain function bound to these rules (as `fieldsFunction`). */
+  clientKeyFunction(): (peer?: string | undefined | null, proxyHeaderValue?: string | undefined | null) => string
 }
 
 /**

@@ -4,8 +4,8 @@
 //! The OpenTelemetry API has no asynchronous histogram, and recording one value through an SDK
 //! costs more than a memory check (about 5 µs in Python's SDK, 0.9 µs in Node's, against a
 //! 0.15 µs and a 0.35 µs check): a check never calls into an SDK. While a backend is observed
-//! ([`Switch`]), each call's recording step adds its duration to per-limiter counts and sums by
-//! call, outcome and bucket ([`Timings`]); an instrumentation reads them at each collection
+//! (`Switch`), each call's recording step adds its duration to per-limiter counts and sums by
+//! call, outcome and bucket (`Timings`); an instrumentation reads them at each collection
 //! ([`crate::Backend::durations`]) and records what is new into its histogram, one value per
 //! call at its bucket's mean, within a share of the time between collections (the rest at the
 //! next ones). Counts and sums are exact; so is each bucket's count under the

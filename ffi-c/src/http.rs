@@ -8,7 +8,7 @@ use std::time::Duration;
 use ratekeeper::http::{duration_of_secs, Report, ReportLimit, Rules};
 
 use crate::args::{arg_opt_str, arg_ref, arg_slice, arg_str, write_text, Out};
-use crate::error::rk_status;
+use crate::error::{rk_status, Failure};
 use crate::panic::{ffi_boundary, ffi_status};
 
 /// \brief One middleware's HTTP options, validated: the header form, the trusted proxies and
@@ -158,6 +158,45 @@ pub extern "C" fn rk_http_rules_client_key(
     }
 }
 
+/// The header fields of `reports` (C memory) for `key`, in the rules' form.
+fn fields_of(
+    rules: *const rk_http_rules,
+    reports: *const rk_http_report,
+    reports_len: usize,
+    key: *const c_char,
+) -> Result<Vec<(&'static str, String)>, Failure> {
+    let rules = arg_ref("rules", rules)?;
+    let key = arg_str("key", key)?;
+    let mut read = Vec::with_capacity(reports_len);
+    for r in arg_slice("reports", reports, reports_len)? {
+        let limits = arg_slice("limits", r.limits, r.limits_len)?
+            .iter()
+            .map(|l| {
+                ReportLimit::of_limit(
+                    duration_of_secs(l.window_secs),
+                    l.limit,
+                    l.remaining,
+                    duration_of_secs(l.reset_after_secs),
+                    duration_of_secs(l.retry_after_secs),
+                )
+            })
+            .collect();
+        read.push(Report {
+            name: arg_str("name", r.name)?,
+            decision: ReportLimit {
+                limit: r.limit,
+                remaining: r.remaining,
+                reset_after: duration_of_secs(r.reset_after_secs),
+                retry_after: duration_of_secs(r.retry_after_secs),
+                allowed: r.allowed,
+                window: window(r.window_secs),
+            },
+            limits,
+        });
+    }
+    Ok(rules.inner.fields(&read, key))
+}
+
 /// \brief The rate-limit header fields of a request's decisions, in the rules' form, as a JSON
 /// array of `[name, value]` pairs in order (`[]`: none).
 ///
@@ -182,40 +221,49 @@ pub extern "C" fn rk_http_rules_fields(
     out_n: *mut usize,
 ) -> rk_status {
     ffi_status! {
-        let rules = arg_ref("rules", rules)?;
-        let key = arg_str("key", key)?;
-        let mut read = Vec::with_capacity(reports_len);
-        for r in arg_slice("reports", reports, reports_len)? {
-            let limits = arg_slice("limits", r.limits, r.limits_len)?
-                .iter()
-                .map(|l| {
-                    ReportLimit::of_limit(
-                        duration_of_secs(l.window_secs),
-                        l.limit,
-                        l.remaining,
-                        duration_of_secs(l.reset_after_secs),
-                        duration_of_secs(l.retry_after_secs),
-                    )
-                })
-                .collect();
-            read.push(Report {
-                name: arg_str("name", r.name)?,
-                decision: ReportLimit {
-                    limit: r.limit,
-                    remaining: r.remaining,
-                    reset_after: duration_of_secs(r.reset_after_secs),
-                    retry_after: duration_of_secs(r.retry_after_secs),
-                    allowed: r.allowed,
-                    window: window(r.window_secs),
-                },
-                limits,
-            });
-        }
-        let fields = rules.inner.fields(&read, key);
+        let fields = fields_of(rules, reports, reports_len, key)?;
         let pairs: Vec<[&str; 2]> = fields.iter().map(|(name, value)| [*name, value.as_str()]).collect();
         // Strings only: serializing cannot fail.
         let json = serde_json::to_string(&pairs).unwrap_or_default();
         write_text(buf, len, out_n, &json)
+    }
+}
+
+/// \brief The same fields as `rk_http_rules_fields`, as HTTP header lines: `Name: value\r\n`
+/// each, in order (`""`: none). No value holds a CR or LF (they are numbers and sf-strings of
+/// printable ASCII), so a server can write the lines as they are, and a binding split them
+/// without a JSON parser (Go's middleware, on every request).
+///
+/// Written like `rk_limiter_spec_json` (`snprintf`'s convention).
+///
+/// \param rules The rules.
+/// \param reports Each limiter's decision, in order; NULL when `reports_len` is 0.
+/// \param reports_len How many there are.
+/// \param key The request's key (draft-11's `pk` is its keyed hash).
+/// \param buf Where to write the lines; may be NULL only when `len` is 0.
+/// \param len The size of `buf` in bytes.
+/// \param out_n Receives the full length of the lines in bytes, excluding the NUL.
+/// \return #RK_OK, #RK_NULL_PARAMETER or #RK_INVALID_UTF8.
+#[no_mangle]
+pub extern "C" fn rk_http_rules_field_lines(
+    rules: *const rk_http_rules,
+    reports: *const rk_http_report,
+    reports_len: usize,
+    key: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+    out_n: *mut usize,
+) -> rk_status {
+    ffi_status! {
+        let fields = fields_of(rules, reports, reports_len, key)?;
+        let mut lines = String::with_capacity(fields.iter().map(|(name, value)| name.len() + value.len() + 4).sum());
+        for (name, value) in &fields {
+            lines.push_str(name);
+            lines.push_str(": ");
+            lines.push_str(value);
+            lines.push_str("\r\n");
+        }
+        write_text(buf, len, out_n, &lines)
     }
 }
 

@@ -378,6 +378,41 @@ static void test_spec_json(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* The HTTP rules' fields in both forms: JSON pairs and header lines (what Go's middleware splits
+ * on every request), the same fields in the same order; none is "". The rules themselves are
+ * tests/http/cases.json's. */
+static void test_http_field_lines(const fixture *f) {
+  (void)f;
+  rk_http_rules *rules = NULL;
+  const char *trusted[] = {"10.0.0.0/8"};
+  if (!CHECK_OK(rk_http_rules_new("draft-11", trusted, 1, NULL, NULL, 0, &rules))) return;
+  rk_http_limit limits[] = {{1.0, 2, 1, 0.5, 0.0}, {60.0, 5, 1, 30.0, 0.0}};
+  rk_http_report reports[] = {
+      {"api", 60.0, true, 100, 42, 17.5, 0.0, NULL, 0},
+      {"multi", 0.0, true, 5, 1, 30.0, 0.0, limits, 2},
+  };
+  char buf[512];
+  size_t n = 0;
+  CHECK_OK(rk_http_rules_field_lines(rules, reports, 2, "203.0.113.7", buf, sizeof buf, &n));
+  const char *lines = "RateLimit-Policy: \"api\";q=100;w=60, \"multi/1s\";q=2;w=1, \"multi/60s\";q=5;w=60\r\n"
+                      "RateLimit: \"api\";r=42;t=18, \"multi/1s\";r=1;t=1, \"multi/60s\";r=1;t=30\r\n";
+  CHECK(strcmp(buf, lines) == 0);
+  CHECK_U64(n, strlen(lines));
+  CHECK_OK(rk_http_rules_fields(rules, reports, 2, "203.0.113.7", buf, sizeof buf, &n));
+  CHECK(strcmp(buf, "[[\"RateLimit-Policy\",\"\\\"api\\\";q=100;w=60, \\\"multi/1s\\\";q=2;w=1, "
+                    "\\\"multi/60s\\\";q=5;w=60\"],[\"RateLimit\",\"\\\"api\\\";r=42;t=18, "
+                    "\\\"multi/1s\\\";r=1;t=1, \\\"multi/60s\\\";r=1;t=30\"]]") == 0);
+  /* Measuring; no report: no line. */
+  CHECK_OK(rk_http_rules_field_lines(rules, reports, 1, "k", NULL, 0, &n));
+  CHECK_U64(n, strlen("RateLimit-Policy: \"api\";q=100;w=60\r\nRateLimit: \"api\";r=42;t=18\r\n"));
+  CHECK_OK(rk_http_rules_field_lines(rules, NULL, 0, "k", buf, sizeof buf, &n));
+  CHECK(strcmp(buf, "") == 0 && n == 0);
+  CHECK_FAILS(rk_http_rules_field_lines(NULL, reports, 1, "k", buf, sizeof buf, &n), RK_NULL_PARAMETER, "rules");
+  CHECK_FAILS(rk_http_rules_field_lines(rules, reports, 1, "\xff", buf, sizeof buf, &n), RK_INVALID_UTF8, "key");
+  CHECK_FAILS(rk_http_rules_field_lines(rules, NULL, 1, "k", buf, sizeof buf, &n), RK_NULL_PARAMETER, "reports");
+  rk_http_rules_free(rules);
+}
+
 /* Live limits, the registry and Prometheus through the C ABI, on every backend: the override
  * applies to this process at once and keeps the state; results are strings to rk_string_free. */
 static void test_live_limits(const fixture *f) {
@@ -2011,6 +2046,7 @@ static const test_case TESTS[] = {
     {"settle", test_settle, true},
     {"calendar", test_calendar, true},
     {"spec_json", test_spec_json, true},
+    {"http rules' fields as lines", test_http_field_lines, false},
     {"live_limits", test_live_limits, true},
     {"concurrent", test_concurrent, true},
     {"check_all", test_check_all, true},

@@ -69,9 +69,32 @@ for (const c of TABLE.fields) {
         })),
       },
     }));
-    assert.deepEqual(rateLimitFields(rules, reports, c.key), c.fields);
+    // The middleware's path (a plain function bound to the rules) and the napi-rs method.
+    assert.deepEqual(rateLimitFields(rules.fieldsFunction(), reports, c.key), c.fields);
+    assert.deepEqual(rateLimitFields((packed, len, key) => rules.fields(packed, len, key), reports, c.key), c.fields);
   });
 }
+
+test('the bound functions throw a typed error on what they cannot read, and outlive their rules', async () => {
+  const make = () => new NativeHttpRules('draft-11', [], 'X-Forwarded-For', null, [{ name: 'api', windowMs: 60000 }]);
+  const fields = make().fieldsFunction();
+  const clientKey = make().clientKeyFunction();
+  // Their NativeHttpRules are garbage now: each function keeps its own reference to the rules.
+  require('node:v8').setFlagsFromString('--expose-gc');
+  const gc = require('node:vm').runInNewContext('gc');
+  // Collected, and their finalizers run (Node defers them to the event loop).
+  for (let i = 0; i < 3; i++) {
+    gc();
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  const packed = new Float64Array([0, 1, 100, 99, 0, 60000, 0]);
+  assert.equal(fields(packed, 7), 'RateLimit-Policy\n"api";q=100;w=60\nRateLimit\n"api";r=99;t=60');
+  assert.equal(clientKey('203.0.113.7', null), '203.0.113.7');
+  assert.throws(() => fields([0, 1, 100, 99, 0, 60000, 0], 7), /packed must be a Float64Array/);
+  assert.throws(() => fields(packed, 8), /malformed packed decisions/);
+  assert.throws(() => fields(new Float64Array([7, 1, 100, 99, 0, 60000, 0]), 7), /malformed packed decisions/);
+  assert.throws(() => clientKey(42), Error);
+});
 
 for (const c of TABLE.count) {
   test(`count: ${c.name}`, async () => {

@@ -123,10 +123,11 @@ let packed = new Float64Array(64);
 /**
  * The rate-limit header fields, as `[name, value]` pairs, of `reports` (`[{ index, decision }]`:
  * the entry's index and its decision, in order) for a request counted under `key` (undefined
- * without a partition key secret: only draft-11's `pk` reads it), by the
- * core's rules. The decisions cross as numbers (see node/src/http.rs).
+ * without a partition key secret: only draft-11's `pk` reads it), by the core's rules through
+ * `fields`, their bound function (`NativeHttpRules#fieldsFunction`). The decisions cross as
+ * numbers (see node/src/http.rs).
  */
-function rateLimitFields(rules, reports, key) {
+function rateLimitFields(fields, reports, key) {
   let size = 0;
   for (const { decision } of reports) size += 7 + 5 * (decision.limits ? decision.limits.length : 0);
   if (size > packed.length) packed = new Float64Array(Math.max(size, 2 * packed.length));
@@ -148,11 +149,17 @@ function rateLimitFields(rules, reports, key) {
       packed[at++] = l.resetAfterMs;
     }
   }
-  const text = rules.fields(packed, at, key);
-  if (text === '') return [];
-  const flat = text.split('\n');
+  // Lines read by indexOf and slice: `split` on the string the call returns cost more than
+  // the call itself (bench/node/http/fields.js).
+  const text = fields(packed, at, key);
   const out = [];
-  for (let i = 0; i < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
+  for (let line = 0; line < text.length; ) {
+    const name = text.indexOf('\n', line);
+    let value = text.indexOf('\n', name + 1);
+    if (value === -1) value = text.length;
+    out.push([text.slice(line, name), text.slice(name + 1, value)]);
+    line = value + 1;
+  }
   return out;
 }
 
@@ -231,6 +238,12 @@ class Core {
     this.partitioned = settings.partitioned;
     /** The header the trusted proxies set (read once: a native getter costs a call). */
     this.proxyHeader = this.rules.proxyHeader;
+    /**
+     * The rules' per-request calls as plain functions bound to them: a napi-rs method call
+     * costs about as much again as the work (node/src/http.rs).
+     */
+    this.fields = this.rules.fieldsFunction();
+    this.clientKey = this.rules.clientKeyFunction();
     /** Client keys by peer and proxy header value, lately seen (see `key`). */
     this.keys = new Map();
   }
@@ -254,7 +267,7 @@ class Core {
     const memo = value === null ? `-${peer || ''}` : `+${peer || ''}\n${value}`;
     let key = this.keys.get(memo);
     if (key === undefined) {
-      key = this.rules.clientKey(peer || null, value);
+      key = this.clientKey(peer || null, value);
       if (this.keys.size >= KEYS_REMEMBERED) this.keys.clear();
       this.keys.set(memo, key);
     }
@@ -301,7 +314,7 @@ class Core {
     }
     if (this.standardHeaders !== false) {
       // The key crosses to the core only when it is hashed into draft-11's `pk`.
-      outcome.headers = rateLimitFields(this.rules, outcome.reports, this.partitioned ? key : undefined);
+      outcome.headers = rateLimitFields(this.fields, outcome.reports, this.partitioned ? key : undefined);
     }
     if (outcome.refusing.length === 0 || this.shadow) {
       // One rule for both shadow modes (this option's, a limiter's): a request let through

@@ -17,7 +17,6 @@ use napi::bindgen_prelude::{FromNapiValue, Object};
 use napi::{sys, Env, JsError, JsValue, Unknown};
 use napi_derive::napi;
 
-use crate::bridge::ReplyValue;
 use crate::limiter;
 
 /// What a hot call does to the limiter its handle names.
@@ -65,6 +64,7 @@ unsafe fn hot_call(
                         Shape::Awaited => limiter::limiter_check(e, handle, key, cost),
                         Shape::Sync => limiter::limiter_check_sync(e, handle, key, cost),
                     }
+                    .map(|reply| reply.0)
                 })
             }
             Operation::Peek => {
@@ -76,6 +76,7 @@ unsafe fn hot_call(
                         Shape::Awaited => limiter::limiter_peek(e, handle, key),
                         Shape::Sync => limiter::limiter_peek_sync(e, handle, key),
                     }
+                    .map(|reply| reply.0)
                 })
             }
         }
@@ -84,21 +85,35 @@ unsafe fn hot_call(
 
 /// The arguments of the current call: up to `N`, `undefined` for those left out.
 unsafe fn arguments<const N: usize>(env: sys::napi_env, info: sys::napi_callback_info) -> [sys::napi_value; N] {
+    // SAFETY: the caller passes the current call's `env` and `info`.
+    unsafe { arguments_and_data::<N>(env, info).0 }
+}
+
+/// The arguments of the current call (as [`arguments`]) and the `data` pointer its function
+/// was created with.
+pub(crate) unsafe fn arguments_and_data<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> ([sys::napi_value; N], *mut std::ffi::c_void) {
     let mut argv = [ptr::null_mut(); N];
     let mut argc = N;
+    let mut data = ptr::null_mut();
     // SAFETY: `env`/`info` are the current call's; `argv` has room for `argc` = N values (N-API
-    // writes at most that many, and `undefined` for the missing ones).
-    unsafe { sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()) };
-    argv
+    // writes at most that many, and `undefined` for the missing ones); `data` is one pointer.
+    unsafe { sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), &mut data) };
+    (argv, data)
 }
 
 /// Runs a call's body: its value, or its error thrown (a panic becomes a thrown error too: no
-/// panic crosses into JavaScript).
-unsafe fn respond(env: sys::napi_env, body: impl FnOnce(Env) -> napi::Result<ReplyValue>) -> sys::napi_value {
+/// panic crosses into JavaScript). Shared with the middleware's hot calls (`crate::http`).
+pub(crate) unsafe fn respond(
+    env: sys::napi_env,
+    body: impl FnOnce(Env) -> napi::Result<sys::napi_value>,
+) -> sys::napi_value {
     let result = catch_unwind(AssertUnwindSafe(|| body(Env::from_raw(env))))
-        .unwrap_or_else(|_| Err(napi::Error::from_reason("ratekeeper: a by-handle call panicked")));
+        .unwrap_or_else(|_| Err(napi::Error::from_reason("ratekeeper: a native call panicked")));
     match result {
-        Ok(value) => value.0,
+        Ok(value) => value,
         Err(error) => {
             // SAFETY: `env` is the current call's environment, on its thread; the callback
             // returns right after, with the exception pending.

@@ -166,6 +166,18 @@ class RackTest < Minitest::Test
     end
   end
 
+  # A proxy header is written by clients: bytes that are not UTF-8 in it must not fail the
+  # request (Rack hands headers over as binary strings). Such a hop is not an address, so the
+  # walk ends there and the request counts as the hop before it, as in Go and the core's cases.
+  def test_a_proxy_header_with_bytes_that_are_not_utf8_counts_as_the_hop_before_it
+    limiter = Ratekeeper::Limiter.window("addr-bytes", 1, 60, backend: @backend)
+    client = app(limiter, trusted_proxies: ["10.1.0.0/16"])
+    via = ->(header) { client.get("/", { "REMOTE_ADDR" => "10.1.0.5", "HTTP_X_FORWARDED_FOR" => header }).status }
+    assert_equal 200, via.call("7.7.7.7, \xFF\xFE".b)
+    assert_equal 429, via.call("9.9.9.9, \xC3".b), "both count as the proxy 10.1.0.5"
+    assert_equal 200, via.call("8.8.8.8".b)
+  end
+
   def test_a_failed_backend_answers_503_never_500
     down = Ratekeeper::Backend.redis("redis://127.0.0.1:#{RedisServer.free_port}", deadline: 0.2)
     r = app(Ratekeeper::Limiter.window("down", 1, 60, backend: down)).get("/", "REMOTE_ADDR" => "10.0.0.1")

@@ -1,7 +1,7 @@
 //! The rules every HTTP middleware applies the same way, whatever its language or framework:
 //! which client a request counts as ([`ClientKeys`]: the peer address, IPv6 grouped by /56, and
 //! the proxy header only behind trusted proxies), the rate-limit header fields of the limiters
-//! that decided it ([`fields`]: draft-11 and the older forms), and the draft-11 partition key
+//! that decided it (`fields`: draft-11 and the older forms), and the draft-11 partition key
 //! ([`PartitionKey`]). [`Rules`] holds one middleware's validated options of all three.
 //!
 //! No framework code lives here: a middleware reads its framework's request (peer address, one

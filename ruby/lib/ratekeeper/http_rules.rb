@@ -30,6 +30,9 @@ module Ratekeeper
     # The key of a request from `peer` (nil: "unknown"); `proxy_header_value` is the proxy
     # header's lines joined by commas, read only when the peer is a trusted proxy.
     def client_key(peer, proxy_header_value)
+      # Clients write the proxy header, and Rack hands it over as bytes: bytes that are not UTF-8
+      # become U+FFFD (the core then reads that hop as no address) instead of failing the request.
+      proxy_header_value = proxy_header_value&.dup&.force_encoding(Encoding::UTF_8)&.scrub
       Native.text { |buf, len, out_n| Native.rk_http_rules_client_key(@ptr, peer, proxy_header_value, buf, len, out_n) }
     end
 
