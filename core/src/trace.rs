@@ -8,11 +8,15 @@
 //! round trip with those times, after the call, in the caller's context. Untraced, a round trip
 //! pays one thread-local read; the memory path pays nothing.
 //!
-//! Only the calls the calling thread drives are seen: the blocking calls (`*_blocking`, which
-//! run the Redis call on the caller's thread, or poll it there on a cluster). A call that runs
-//! on the runtime's threads (a binding's async call, Node's driven checks) notes nothing.
+//! A blocking call (`*_blocking`, which runs the Redis call on the caller's thread, or polls it
+//! there on a cluster) is noted by the calling thread ([`collect`]); an async call by its task,
+//! wherever the runtime polls it ([`collect_into`] with a [`Collector`]). A call whose round
+//! trips are made by another task (Node's driven checks, batched with other callers') notes
+//! nothing.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 /// One command sent to Redis and its reply.
@@ -37,6 +41,26 @@ thread_local! {
     static TRIPS: RefCell<Vec<RoundTrip>> = const { RefCell::new(Vec::new()) };
 }
 
+tokio::task_local! {
+    static TASK: Collector;
+}
+
+/// Where an async call's round trips are noted (see [`collect_into`]); clones share the notes.
+#[derive(Debug, Clone, Default)]
+pub struct Collector(Arc<parking_lot::Mutex<Vec<RoundTrip>>>);
+
+impl Collector {
+    /// The round trips noted so far, leaving none.
+    pub fn take(&self) -> Vec<RoundTrip> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
+/// Runs `future`, noting into `collector` the Redis round trips its task makes meanwhile.
+pub async fn collect_into<F: Future>(collector: Collector, future: F) -> F::Output {
+    TASK.scope(collector, future).await
+}
+
 /// Runs `call`, noting the Redis round trips the calling thread makes meanwhile.
 pub fn collect<R>(call: impl FnOnce() -> R) -> (R, Vec<RoundTrip>) {
     let outer = COLLECTING.with(|c| c.replace(true));
@@ -47,10 +71,10 @@ pub fn collect<R>(call: impl FnOnce() -> R) -> (R, Vec<RoundTrip>) {
     (result, trips)
 }
 
-/// Whether the calling thread notes round trips now.
+/// Whether the calling thread, or the task it polls, notes round trips now.
 #[inline(always)]
 pub(crate) fn collecting() -> bool {
-    COLLECTING.with(Cell::get)
+    COLLECTING.with(Cell::get) || TASK.try_with(|_| ()).is_ok()
 }
 
 /// A round trip being made: [`end`] notes it.
@@ -77,7 +101,11 @@ pub(crate) fn end(trip: Option<Pending>, servers: &str, error: Option<&redis::Re
         server: server_of(servers),
         error: error.map(|e| e.code().unwrap_or("io").to_owned()),
     };
-    TRIPS.with(|t| t.borrow_mut().push(noted));
+    if COLLECTING.with(Cell::get) {
+        TRIPS.with(|t| t.borrow_mut().push(noted));
+    } else {
+        let _ = TASK.try_with(|c| c.0.lock().push(noted));
+    }
 }
 
 /// Host and port of a single `host:port` address (a list, a cluster's or a socket path: `None`).
@@ -105,6 +133,20 @@ mod tests {
         assert_eq!(trips[1].command, "EVAL");
         assert_eq!(trips[1].server, None);
         assert!(trips[0].end >= trips[0].start);
+        assert!(!collecting());
+    }
+
+    #[test]
+    fn an_async_call_notes_into_its_collector_on_any_thread() {
+        let collector = Collector::default();
+        crate::runtime::block_on(collect_into(collector.clone(), async {
+            end(start("EVALSHA"), "127.0.0.1:7000", None);
+            // Polled again, perhaps elsewhere: still this task's.
+            tokio::task::yield_now().await;
+            end(start("EVAL"), "127.0.0.1:7000", None);
+        }));
+        assert_eq!(collector.take().iter().map(|t| t.command).collect::<Vec<_>>(), ["EVALSHA", "EVAL"]);
+        assert!(collector.take().is_empty());
         assert!(!collecting());
     }
 }

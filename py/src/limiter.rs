@@ -576,6 +576,7 @@ impl Limiter {
     #[pyo3(signature = (key = None, cost = Cost::ONE))]
     fn acheck<'py>(&self, py: Python<'py>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Fut<'py, Decision>> {
         let started = crate::trace::started(&self.inner);
+        let collector = crate::trace::collector(started);
         let future = if !self.remote {
             // Decided in process, never waiting: the sync call, its result on a completed future.
             let k = crate::args::key(&key);
@@ -584,12 +585,13 @@ impl Limiter {
             let limiter = self.inner.clone();
             let k = owned(crate::args::key(&key));
             let cost = cost.0;
+            let noted = collector.clone();
             aio::run(py, self.remote, false, async move {
-                let d = limiter.check(k.as_deref(), cost).await?;
+                let d = crate::trace::noted(noted, limiter.check(k.as_deref(), cost)).await?;
                 Ok(Payload::Decision(d, k, concurrent(limiter)))
             })?
         };
-        crate::trace::traced_future(py, &self.inner, "check", &future, started);
+        crate::trace::traced_future(py, &self.inner, "check", &future, started, collector);
         Ok(Fut::new(future))
     }
 
@@ -622,11 +624,13 @@ impl Limiter {
         let k = owned(crate::args::key(&key));
         let (cost, wait) = (cost.0, wait_timeout.map(|w| w.0));
         let started = crate::trace::started(&self.inner);
+        let collector = crate::trace::collector(started);
+        let noted = collector.clone();
         let future = aio::run(py, self.remote, true, async move {
-            let d = limiter.acquire(k.as_deref(), cost, wait).await?;
+            let d = crate::trace::noted(noted, limiter.acquire(k.as_deref(), cost, wait)).await?;
             Ok(Payload::Decision(d, k, concurrent(limiter)))
         })?;
-        crate::trace::traced_future(py, &self.inner, "acquire", &future, started);
+        crate::trace::traced_future(py, &self.inner, "acquire", &future, started, collector);
         Ok(Fut::new(future))
     }
 

@@ -1,10 +1,10 @@
 //! Traced calls (see `core/src/trace.rs`): while `ratekeeper.otel` traces a limiter's backend,
 //! a sync `check`/`acquire` notes its Redis round trips and hands them, with the decision or the
 //! error and the call's start and end, to `ratekeeper.otel._trace_call`, which makes the spans
-//! in the caller's context. An asyncio call (`acheck`, `aacquire`) runs on the core's runtime,
-//! whose round trips are not the caller's to note: its future gets a done callback
-//! (`ratekeeper.otel._trace_future`) that makes its call span, in the context the call was made
-//! in. Untraced, a call pays the one branch of `Limiter::traced`.
+//! in the caller's context. An asyncio call (`acheck`, `aacquire`) runs on the core's runtime:
+//! its task notes its round trips into a [`RoundTrips`] collector, and its future gets a done
+//! callback (`ratekeeper.otel._trace_future`) that makes its spans, in the context the call was
+//! made in. Untraced, a call pays the one branch of `Limiter::traced`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -26,18 +26,63 @@ pub(crate) fn started(limiter: &ratekeeper::Limiter) -> Option<u64> {
     limiter.traced().then(|| epoch_nanos(SystemTime::now()))
 }
 
-/// Hands an asyncio call's `future` (a call named `method` of `limiter`, `started` if traced)
-/// to the hook, which makes its span when it is done.
+/// The round trips an asyncio call's task notes, for `_trace_future` to take once the call is
+/// done (internal: never exported).
+#[pyclass(frozen)]
+pub(crate) struct RoundTrips(pub(crate) ratekeeper::trace::Collector);
+
+#[pymethods]
+impl RoundTrips {
+    /// The round trips noted so far, as `_trace_call` takes them.
+    fn take(&self) -> Vec<Trip> {
+        rows(&self.0.take())
+    }
+}
+
+/// One round trip for the hook: command, start and end (ns since the epoch), host, port, error.
+type Trip = (&'static str, u64, u64, Option<String>, Option<u16>, Option<String>);
+
+fn rows(trips: &[ratekeeper::trace::RoundTrip]) -> Vec<Trip> {
+    trips
+        .iter()
+        .map(|t| {
+            let (host, port) = t.server.clone().map_or((None, None), |(h, p)| (Some(h), Some(p)));
+            (t.command, epoch_nanos(t.start), epoch_nanos(t.end), host, port, t.error.clone())
+        })
+        .collect()
+}
+
+/// A collector for a traced asyncio call's task (`started`: the call is traced).
+pub(crate) fn collector(started: Option<u64>) -> Option<ratekeeper::trace::Collector> {
+    started.map(|_| ratekeeper::trace::Collector::default())
+}
+
+/// Runs `call` with its round trips noted into `collector`, if there is one.
+pub(crate) async fn noted<F: std::future::Future>(
+    collector: Option<ratekeeper::trace::Collector>,
+    call: F,
+) -> F::Output {
+    match collector {
+        Some(collector) => ratekeeper::trace::collect_into(collector, call).await,
+        None => call.await,
+    }
+}
+
+/// Hands an asyncio call's `future` (a call named `method` of `limiter`, `started` if traced,
+/// its task's round trips noted into `collector`) to the hook, which makes its spans when it
+/// is done.
 pub(crate) fn traced_future(
     py: Python<'_>,
     limiter: &ratekeeper::Limiter,
     method: &'static str,
     future: &Bound<'_, PyAny>,
     started: Option<u64>,
+    collector: Option<ratekeeper::trace::Collector>,
 ) {
     let Some(start) = started else { return };
     let handed = import(py, &FUTURE_HOOK, "_trace_future").and_then(|hook| {
-        hook.call1(py, (future, limiter.backend_id(), method, limiter.name(), limiter.kind().as_str(), start))
+        let trips = collector.map(|c| Py::new(py, RoundTrips(c))).transpose()?;
+        hook.call1(py, (future, limiter.backend_id(), method, limiter.name(), limiter.kind().as_str(), start, trips))
     });
     if let Err(e) = handed {
         e.write_unraisable(py, None);
@@ -70,13 +115,7 @@ pub(crate) fn traced(
         Ok(d) => (Some(d.clone_ref(py)), None),
         Err(e) => (None, Some(e.value(py).clone().unbind())),
     };
-    let trips: Vec<_> = trips
-        .iter()
-        .map(|t| {
-            let (host, port) = t.server.clone().map_or((None, None), |(h, p)| (Some(h), Some(p)));
-            (t.command, epoch_nanos(t.start), epoch_nanos(t.end), host, port, t.error.clone())
-        })
-        .collect();
+    let trips = rows(&trips);
     let handed = import(py, &HOOK, "_trace_call").and_then(|hook| {
         hook.call1(
             py,

@@ -116,6 +116,7 @@ def test_no_tracer_provider_or_traces_false_makes_no_span(redis_server: RedisSer
 def test_asyncio_calls_have_their_span_in_the_callers_context(redis_server: RedisServer, where: str) -> None:
     backend = (ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix(), **REDIS_OPTIONS) if where == "redis"
                else ratekeeper.Backend.memory())
+    warm(backend)
     provider, exporter = tracing()
     otel.instrument(backend, tracer_provider=provider)
     api = backend.token_bucket("api", 0.001, 2)
@@ -133,12 +134,18 @@ def test_asyncio_calls_have_their_span_in_the_callers_context(redis_server: Redi
     for span in spans:
         no_key(span)
     [request] = [s for s in spans if s.name == "request"]
-    calls_ = [s for s in spans if s is not request]
-    # The round trips ran on the core's runtime: no span of theirs.
+    calls_ = [s for s in spans if s.name.startswith("ratekeeper ")]
+    trips = [s for s in spans if s.kind == SpanKind.CLIENT]
     assert [s.name for s in calls_] == ["ratekeeper check"] * 3 + ["ratekeeper acquire"]
     assert [s.attributes["ratekeeper.outcome"] for s in calls_] == ["admitted", "admitted", "refused", "refused"]
+    # The round trips, made by each call's task on the core's runtime, are its children.
+    assert len(spans) == 1 + 4 + (4 if where == "redis" else 0), [s.name for s in spans]
     for call in calls_:
         assert call.parent is not None and call.parent.span_id == request.context.span_id
+        children = [t for t in trips if t.parent is not None and t.parent.span_id == call.context.span_id]
+        assert [t.name for t in children] == (["EVALSHA"] if where == "redis" else [])
+        for trip in children:
+            assert call.start_time <= trip.start_time <= trip.end_time <= call.end_time
 
 
 def test_a_failed_call_has_an_error_span() -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -293,11 +293,15 @@ _tracers: dict[int, list[trace.Tracer]] = {}
 _RoundTrip = tuple[str, int, int, "str | None", "int | None", "str | None"]
 
 
+class _RoundTrips(Protocol):
+    def take(self) -> list[_RoundTrip]: ...
+
+
 def _trace_future(future: asyncio.Future[Decision], backend_id: int, method: str, name: str, kind: str,
-                  start: int) -> None:
-    """Called by the native module for each traced asyncio call: its span once `future` is done,
-    in the context of the call (asyncio runs a done callback in the context it was added in).
-    The call ran on the core's runtime: no round trip of it is the caller's."""
+                  start: int, trips: _RoundTrips | None) -> None:
+    """Called by the native module for each traced asyncio call: its spans once `future` is done,
+    in the context of the call (asyncio runs a done callback in the context it was added in),
+    with the round trips its task noted (`trips`; None for a call decided in process)."""
     def done(finished: asyncio.Future[Decision]) -> None:
         if finished.cancelled():
             error: BaseException | None = asyncio.CancelledError()
@@ -305,7 +309,8 @@ def _trace_future(future: asyncio.Future[Decision], backend_id: int, method: str
         else:
             error = finished.exception()
             decision = None if error is not None else finished.result()
-        _trace_call(backend_id, method, name, kind, decision, error, start, time.time_ns(), [])
+        _trace_call(backend_id, method, name, kind, decision, error, start, time.time_ns(),
+                    trips.take() if trips is not None else [])
 
     future.add_done_callback(done)
 
