@@ -7,7 +7,8 @@
 //! the last one ([`Backend::durations`], see [`crate::observe`]): no check calls into the SDK.
 //! The names and attributes are those of the Python and Node bindings (`ratekeeper.otel`,
 //! `ratekeeper/otel`) and of the docs' Observability page; the limited key is never an
-//! attribute (one series per user would be unbounded cardinality).
+//! attribute (one series per user would be unbounded cardinality). [`traced`] makes the spans of
+//! a blocking call the application wraps in it (its call and its Redis round trips).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
