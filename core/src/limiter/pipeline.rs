@@ -1,0 +1,393 @@
+//! The order every operation of a limiter goes through, written once:
+//!
+//! 1. **before** ([`Limiter::begin`]): the live override and the spec the call decides with,
+//!    then each policy's `before` hook, in the order of [`policies!`]'s list; a hook may answer
+//!    the call itself (the deny cache's remembered refusal), and then nothing else runs. Holds
+//!    (pauses and blocks) are checked by the backend in the same atomic step as the engine:
+//!    a refusal they cause comes back marked `held`.
+//! 2. **the engine call** ([`Io::execute`]): on the runtime ([`OnRuntime`]), on the calling
+//!    thread ([`OnThread`]), or in process only ([`InProcess`], which answers nothing that needs
+//!    a round trip). The three differ only in how they wait; the order is the same future,
+//!    polled to its end by the runtime, or once on the calling thread (see [`ready`]).
+//! 3. **after** ([`Limiter::conclude`]): the outcome is counted ([`Limiter::record`], the one
+//!    outcome → counter mapping), then each policy's `after` hook, in list order: block (a
+//!    refusal that starts a block, written through [`Io::hold`]), the deny cache (remember the
+//!    refusal), shadow (a refusal only reported becomes an admission).
+//!
+//! A policy is one file with its hooks ([`Policy`]) and one line in [`policies!`]; its
+//! per-limiter setting lives in [`Policies`], its per-call state in [`States`]. The fast path
+//! (`fast.rs`) asks [`Policies::leave_fast_path`] whether it may answer without the pipeline,
+//! and an event loop's driven call (`backend/redis/driven.rs`) asks [`Policies::drivable`]
+//! whether the hooks need no I/O of their own. Dispatch is static: the list is a struct of the
+//! policies' own types, and each hook is inlined where it is a no-op.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use super::{Limiter, Target};
+use crate::decision::Decision;
+use crate::engine::{Algorithm, Op, Outcome, Served};
+use crate::error::{Error, Result};
+use crate::live::Compiled;
+use crate::metrics::Counter;
+
+/// One policy over a limiter's calls: its setting on a limiter is the value of the type, its
+/// hooks run in the pipeline's order (see the module documentation). Every hook but `before`
+/// and `after` has a default that leaves the call alone.
+pub(crate) trait Policy: std::fmt::Debug + Clone + Default {
+    /// What the policy keeps of one call, from `before` to `after`.
+    type State;
+
+    /// Whether the policy has nothing to do to the checks of a limiter with this setting, so
+    /// that the fast path (`fast.rs`), which runs no hook, may answer them.
+    fn leaves_fast_path(&self) -> bool {
+        true
+    }
+
+    /// Whether a driven call of `op` (`backend/redis/driven.rs`) may be made: the policy's
+    /// `after` hook needs no I/O of its own for it.
+    fn drivable(&self, _op: Op) -> bool {
+        true
+    }
+
+    /// Puts the policy's setting into the limiter's configuration as data.
+    fn describe(&self, _config: &mut crate::engine::LimiterConfig) {}
+
+    /// Before the engine call: the policy's state for the call, or the call's answer (`Err`:
+    /// the engine is not called and no later hook runs; the policy counts what it answered).
+    fn before(&self, limiter: &Limiter, key: &str, call: &Call) -> std::result::Result<Self::State, Outcome>;
+
+    /// After the engine call (and the outcome's count): the call's result, changed or not.
+    /// I/O it makes goes through `io`.
+    fn after<I: Io>(
+        &self,
+        limiter: &Limiter,
+        key: &str,
+        call: &Call,
+        state: Self::State,
+        result: Result<Outcome>,
+        io: &I,
+    ) -> impl Future<Output = Result<Outcome>>;
+}
+
+/// Declares the policies, in the order their hooks run: [`Policies`] (each policy's setting on
+/// a limiter), [`States`] (each one's state during a call) and the hooks of the whole list.
+macro_rules! policies {
+    ($($field:ident: $policy:ty),* $(,)?) => {
+        /// Each policy's setting on one limiter (see [`Policy`]).
+        #[derive(Debug, Clone, Default)]
+        pub(crate) struct Policies {
+            $(pub(crate) $field: $policy,)*
+        }
+
+        /// Each policy's state during one call.
+        pub(crate) struct States {
+            $($field: <$policy as Policy>::State,)*
+        }
+
+        impl Policies {
+            /// Whether no policy has anything to do to a check (see [`Policy::leaves_fast_path`]).
+            #[inline(always)]
+            pub(crate) fn leave_fast_path(&self) -> bool {
+                true $(&& self.$field.leaves_fast_path())*
+            }
+
+            /// Whether a driven call of `op` may be made (see [`Policy::drivable`]).
+            #[inline]
+            pub(crate) fn drivable(&self, op: Op) -> bool {
+                true $(&& self.$field.drivable(op))*
+            }
+
+            /// Every policy's setting, as data.
+            pub(crate) fn describe(&self, config: &mut crate::engine::LimiterConfig) {
+                $(self.$field.describe(config);)*
+            }
+
+            #[inline]
+            fn before(&self, limiter: &Limiter, key: &str, call: &Call) -> std::result::Result<States, Outcome> {
+                Ok(States { $($field: self.$field.before(limiter, key, call)?,)* })
+            }
+
+            #[inline]
+            async fn after<I: Io>(
+                &self,
+                limiter: &Limiter,
+                key: &str,
+                call: &Call,
+                states: States,
+                result: Result<Outcome>,
+                io: &I,
+            ) -> Result<Outcome> {
+                $(let result = self.$field.after(limiter, key, call, states.$field, result, io).await;)*
+                result
+            }
+        }
+    };
+}
+
+// The policies, in the order their hooks run. A new policy: its file (a type implementing
+// `Policy`, with its `with_…` setter on `Limiter`), and one line here.
+policies! {
+    block: super::block::BlockFor,
+    deny_cache: super::deny::DenyCache,
+    shadow: super::shadow::Shadow,
+}
+
+/// One operation on its way through the pipeline: what the policies and the engine call share.
+#[derive(Debug)]
+pub(crate) struct Call {
+    /// The operation.
+    pub(crate) op: Op,
+    /// The live override the call decides with, if any.
+    pub(crate) over: Option<Arc<Compiled>>,
+    /// Whether the spec the call decides with is in shadow mode: a refusal is reported, not
+    /// enforced (see `shadow.rs`).
+    pub(crate) shadow: bool,
+    /// When the engine call went to Redis (its latency is counted), if it did.
+    pub(crate) started: Option<Instant>,
+}
+
+impl Call {
+    /// The algorithm the call decides with: its override's, or its limiter's.
+    #[inline]
+    pub(crate) fn algorithm<'a>(&'a self, limiter: &'a Limiter) -> &'a Algorithm {
+        self.over.as_ref().map_or(&limiter.inner.algorithm, |o| &o.algorithm)
+    }
+}
+
+/// How a pipeline performs its I/O: the engine call, and the writes a policy makes after it.
+pub(crate) trait Io {
+    /// Runs `call` on the limiter's target; `None` when this way cannot answer it (it needs a
+    /// round trip that [`InProcess`] does not make). Sets [`Call::started`] when it goes to
+    /// Redis.
+    fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> impl Future<Output = Option<Result<Outcome>>>;
+
+    /// Holds `key` refused for `duration` from now (a block: extends one in effect, never
+    /// shortens it) and returns the hold in effect; `None` when this way cannot write it.
+    fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> impl Future<Output = Option<Result<Duration>>>;
+}
+
+/// I/O on the runtime: the async calls.
+pub(crate) struct OnRuntime;
+
+/// I/O on the calling thread: the blocking calls.
+pub(crate) struct OnThread;
+
+/// No I/O but in process: answers what the memory backend, leased partitions or a lease held
+/// here can, and nothing that needs a round trip.
+pub(crate) struct InProcess;
+
+impl Io for OnRuntime {
+    async fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>> {
+        let inner = &*limiter.inner;
+        Some(match (&inner.target, &inner.pool, call.op) {
+            (Target::Redis { .. }, Some(pool), Op::Check { cost, .. }) => {
+                limiter.leased_check(pool, key, cost, call).await
+            }
+            (Target::Redis { backend, failover }, ..) => {
+                backend.ensure_live_task();
+                let failover = Limiter::failover_for(failover, call.over.as_deref());
+                call.started = Some(Instant::now());
+                backend.execute(limiter.kind(), &inner.name, key, call.algorithm(limiter), &failover, call.op).await
+            }
+            (Target::Partitions(set), ..) => set.run(key, call.op).await,
+            _ => return InProcess.answer(limiter, key, call),
+        })
+    }
+
+    async fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Result<Duration>> {
+        Some(limiter.hold_key(key, duration).await)
+    }
+}
+
+impl Io for OnThread {
+    async fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>> {
+        let inner = &*limiter.inner;
+        Some(match (&inner.target, &inner.pool, call.op) {
+            (Target::Redis { .. }, Some(pool), Op::Check { cost, .. }) => {
+                limiter.leased_check_blocking(pool, key, cost, call)
+            }
+            (Target::Redis { backend, failover }, ..) => {
+                backend.ensure_live_task();
+                let failover = Limiter::failover_for(failover, call.over.as_deref());
+                call.started = Some(Instant::now());
+                backend.execute_blocking(limiter.kind(), &inner.name, key, call.algorithm(limiter), &failover, call.op)
+            }
+            _ => return InProcess.answer(limiter, key, call),
+        })
+    }
+
+    async fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Result<Duration>> {
+        Some(match &limiter.inner.target {
+            Target::Redis { .. } => crate::runtime::block_on(limiter.hold_key(key, duration)),
+            _ => limiter.hold_local(key, duration),
+        })
+    }
+}
+
+impl InProcess {
+    /// The engine call on an in-process target, or from a lease held here.
+    #[inline]
+    fn answer(&self, limiter: &Limiter, key: &str, call: &Call) -> Option<Result<Outcome>> {
+        let inner = &*limiter.inner;
+        match (&inner.target, &inner.pool, call.op) {
+            (Target::Memory { backend, namespace }, ..) => {
+                Some(backend.execute(*namespace, key, call.algorithm(limiter), call.op))
+            }
+            (Target::Redis { .. }, Some(pool), Op::Check { cost, .. }) => {
+                limiter.leased_in_process(pool, key, cost).map(Ok)
+            }
+            (Target::Partitions(set), ..) => Some(set.run_blocking(key, call.op)),
+            (Target::Nowhere, ..) => Some(Ok(Outcome::of(Decision::unlimited()))),
+            _ => None,
+        }
+    }
+}
+
+impl Io for InProcess {
+    async fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>> {
+        self.answer(limiter, key, call)
+    }
+
+    async fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Result<Duration>> {
+        match &limiter.inner.target {
+            Target::Redis { .. } => None,
+            _ => Some(limiter.hold_local(key, duration)),
+        }
+    }
+}
+
+/// The output of `future`, polled on the calling thread: at once when it never waits (the
+/// pipeline on [`OnThread`] or [`InProcess`], whose I/O blocks or is in process), else by
+/// [`crate::runtime::block_on`].
+#[inline(always)]
+pub(crate) fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => crate::runtime::block_on(future),
+    }
+}
+
+impl Limiter {
+    /// Runs one operation through the pipeline with `io`; `None` when `io` cannot answer it.
+    #[inline]
+    pub(crate) async fn pass<I: Io>(&self, key: &str, op: Op, io: &I) -> Option<Result<Outcome>> {
+        if let Target::Nowhere = self.inner.target {
+            return Some(Ok(Outcome::of(Decision::unlimited())));
+        }
+        let (mut call, states) = match self.begin(key, op) {
+            Ok(begun) => begun,
+            Err(answer) => return Some(Ok(answer)),
+        };
+        let result = io.execute(self, key, &mut call).await?;
+        Some(self.conclude(key, call, states, result, io).await)
+    }
+
+    /// Runs one operation.
+    pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
+        self.pass(key, op, &OnRuntime).await.unwrap_or_else(unanswered)
+    }
+
+    /// Runs one operation, blocking the calling thread on remote backends.
+    #[inline]
+    pub(crate) fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
+        ready(self.pass(key, op, &OnThread)).unwrap_or_else(unanswered)
+    }
+
+    /// Runs one operation on an in-process target: never waits, so it is the hot path of both
+    /// the async and the blocking forms (a limiter on Redis answers nothing here: see
+    /// [`Limiter::answer_in_process`]).
+    #[inline]
+    pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
+        match self.inner.target {
+            Target::Redis { .. } => Ok(Outcome::of(Decision::unlimited())),
+            _ => ready(self.pass(key, op, &InProcess)).unwrap_or_else(unanswered),
+        }
+    }
+
+    /// One operation answered in process, if it can be without a round trip (a leased
+    /// limiter's lease, a refusal the deny cache remembers, an in-process target).
+    #[inline]
+    pub(crate) fn answer_in_process(&self, key: &str, op: Op) -> Option<Result<Outcome>> {
+        ready(self.pass(key, op, &InProcess))
+    }
+
+    /// Whether a driven call of `op` may be made (see [`Policy::drivable`]).
+    #[inline]
+    pub(crate) fn drivable(&self, op: Op) -> bool {
+        self.inner.policies.drivable(op)
+    }
+
+    /// The pipeline's first step: the call, with the spec it decides with and each policy's
+    /// state, or its answer when a policy gave one.
+    #[inline]
+    pub(crate) fn begin(&self, key: &str, op: Op) -> std::result::Result<(Call, States), Outcome> {
+        let over = self.override_for(key);
+        let shadow = self.shadow_under(over.as_deref());
+        let call = Call { op, over, shadow, started: None };
+        let states = self.inner.policies.before(self, key, &call)?;
+        Ok((call, states))
+    }
+
+    /// The pipeline's last step: `result` of the engine call, counted, through every policy's
+    /// `after` hook.
+    #[inline]
+    pub(crate) async fn conclude<I: Io>(
+        &self,
+        key: &str,
+        call: Call,
+        states: States,
+        result: Result<Outcome>,
+        io: &I,
+    ) -> Result<Outcome> {
+        self.record(call.op, &result, call.started, call.shadow);
+        self.inner.policies.after(self, key, &call, states, result, io).await
+    }
+
+    /// Counts a check in the limiter's metrics, with its latency when it went to Redis: the one
+    /// mapping of outcomes to counters. A refusal the backend made while `shadow` counts as
+    /// shadow-refused.
+    #[inline]
+    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>, shadow: bool) {
+        if !matches!(op, Op::Check { .. }) {
+            return;
+        }
+        let counter = match result {
+            Ok(outcome) => counter_of(outcome.served, outcome.decision.allowed, shadow),
+            Err(e) if reached_backend(e) => Counter::Errors,
+            // Bad input never reached a backend.
+            Err(_) => return,
+        };
+        self.inner.metrics.add(counter, 1);
+        if let Some(started) = started {
+            self.inner.metrics.observe_latency(started.elapsed());
+        }
+    }
+}
+
+/// The counter of a check decided by `served`, `allowed` or not, in shadow mode or not.
+#[inline]
+pub(crate) fn counter_of(served: Served, allowed: bool, shadow: bool) -> Counter {
+    match served {
+        Served::Backend if allowed => Counter::Allowed,
+        Served::Backend if shadow => Counter::ShadowRefused,
+        Served::Backend => Counter::Refused,
+        Served::FailedOpen => Counter::FailedOpen,
+        Served::FellBack => Counter::FellBack,
+    }
+}
+
+/// Whether `error` is a backend's failure (counted among errors) rather than bad input.
+pub(crate) fn reached_backend(error: &Error) -> bool {
+    matches!(error, Error::BackendUnavailable { .. } | Error::Timeout { .. } | Error::BackendRejected { .. })
+}
+
+/// What a pipeline whose I/O answers every call never returns: [`OnRuntime`] and [`OnThread`]
+/// answer everything.
+#[cold]
+fn unanswered() -> Result<Outcome> {
+    Err(Error::BackendUnavailable { message: "internal: a call that needs I/O was run in process".into() })
+}
