@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use redis::Cmd;
 
 use super::calendar_period::{CalendarClock, CalendarPeriod};
-use super::contract::{malformed, not_applicable, Engine, Op, Outcome};
+use super::contract::{malformed, not_applicable, Combined, Engine, Op, Outcome};
 use super::decision;
 use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
@@ -115,6 +115,8 @@ impl Reply {
 
 impl Engine for Calendar {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> =
+        Some(Combined { name: "calendar", lua: include_str!("calendar.lua"), cost_at: 3 });
 
     type State = CalendarState;
 
@@ -196,6 +198,9 @@ pub(crate) struct CalendarKind;
 impl KindSpec for CalendarKind {
     /// `limit`, `period`, `tz`, `anchor`.
     type Fields = (u64, CalendarPeriod, String, Option<u8>);
+
+    const SAMPLES: &'static [&'static str] =
+        &[r#"{"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15}"#];
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((

@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 
 use redis::Cmd;
 
-use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
+use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, Op, Outcome};
 use super::decision;
 use super::divisor::Divisor;
 use super::script::LuaScript;
@@ -309,6 +309,7 @@ impl Reply {
 
 impl Engine for Gcra {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> = Some(Combined { name: "gcra", lua: include_str!("gcra.lua"), cost_at: 7 });
 
     type State = GcraState;
 
@@ -379,6 +380,8 @@ impl KindSpec for TokenBucketKind {
     /// `rate`, `capacity`.
     type Fields = (f64, u64);
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"token_bucket","rate":10,"capacity":20}"#];
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.number("rate")?, json.count("capacity")?))
     }
@@ -403,6 +406,8 @@ pub(crate) struct LeakyKind;
 impl KindSpec for LeakyKind {
     /// `size`, `drain`.
     type Fields = (u64, Duration);
+
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"leaky","size":4,"drain":2}"#];
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("size")?, json.seconds("drain")?))
@@ -429,6 +434,8 @@ pub(crate) struct PointsKind;
 impl KindSpec for PointsKind {
     /// `capacity`, `refill`.
     type Fields = (u64, Duration);
+
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"points","capacity":1000,"refill":60}"#];
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("capacity")?, json.seconds("refill")?))

@@ -146,6 +146,11 @@ impl KindSpec for LeasedKind {
     /// `rate`, `capacity`, `chunk`, `lease_ttl`.
     type Fields = (f64, u64, Option<u64>, Duration);
 
+    const SAMPLES: &'static [&'static str] =
+        &[r#"{"kind":"leased","rate":100,"capacity":100,"chunk":10,"lease_ttl":1}"#];
+    const NOT_IN_CHECK_ALL: Option<&'static str> =
+        Some("is a leased token bucket, which spends in process and cannot take part in check_all; use a token_bucket");
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((
             json.number("rate")?,

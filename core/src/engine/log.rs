@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use super::contract::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome};
+use super::contract::{malformed, not_applicable, Combined, DecisionReply, Engine, Evaluation, Op, Outcome};
 use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
 use super::spec_json::{at_path, secs};
@@ -229,6 +229,7 @@ impl Reply {
 
 impl Engine for Log {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> = Some(Combined { name: "log", lua: include_str!("log.lua"), cost_at: 3 });
 
     type State = LogState;
 
@@ -297,6 +298,9 @@ pub(crate) struct WindowKind;
 impl KindSpec for WindowKind {
     /// `windows`.
     type Fields = (Vec<WindowLimit>,);
+
+    const SAMPLES: &'static [&'static str] =
+        &[r#"{"kind":"window","limit":100,"interval":60}"#, r#"{"kind":"windows","windows":[[25,5],[300,60]]}"#];
 
     /// `window` has one `limit` and `interval`; `windows` a list of them.
     fn parse(name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {

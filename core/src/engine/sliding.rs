@@ -21,7 +21,7 @@ use std::sync::LazyLock;
 
 use redis::Cmd;
 
-use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
+use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, Op, Outcome};
 use super::script::LuaScript;
 use super::Combine;
 use std::time::Duration;
@@ -391,6 +391,7 @@ impl Reply {
 
 impl Engine for Sliding {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> = Some(Combined { name: "sliding", lua: include_str!("sliding.lua"), cost_at: 3 });
 
     type State = SlidingState;
 
@@ -466,6 +467,8 @@ impl KindSpec for BucketKind {
     /// `limit`, `interval`.
     type Fields = (u64, Duration);
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"bucket","limit":5,"interval":1}"#];
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("limit")?, json.seconds("interval")?))
     }
@@ -490,6 +493,8 @@ pub(crate) struct SlidingWindowKind;
 impl KindSpec for SlidingWindowKind {
     /// `limits`.
     type Fields = (Vec<SlidingLimit>,);
+
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"sliding_window","limits":[[60,100],[1,10,0.1]]}"#];
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.sliding_limits()?,))

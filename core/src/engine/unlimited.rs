@@ -55,6 +55,8 @@ pub(crate) struct UnlimitedKind;
 impl KindSpec for UnlimitedKind {
     type Fields = ();
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"unlimited"}"#];
+
     fn parse(_name: &str, _json: &mut JsonFields<'_>) -> Result<()> {
         Ok(())
     }

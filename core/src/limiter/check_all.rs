@@ -20,7 +20,7 @@ use crate::backend::memory::MemoryPart;
 use crate::backend::redis::RedisPart;
 use crate::backend::{Backend, BackendInner};
 use crate::decision::Decision;
-use crate::engine::{Algorithm, Kind, Op, Outcome, Wake};
+use crate::engine::{Algorithm, Op, Outcome, Wake};
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
@@ -197,28 +197,8 @@ impl Backend {
                     (Target::Nowhere, _) => true,
                     _ => false,
                 };
-                match limiter.kind() {
-                    Kind::Leased => {
-                        return Err(Error::invalid_field(
-                            at(""),
-                            format!(
-                                "{:?} is a leased token bucket, which spends in process and cannot take part in \
-                                 check_all; use a token_bucket",
-                                limiter.name()
-                            ),
-                        ))
-                    }
-                    Kind::Partitions => {
-                        return Err(Error::invalid_field(
-                            at(""),
-                            format!(
-                                "{:?} is a partitions limiter, which paces in process and cannot take part in \
-                                 check_all",
-                                limiter.name()
-                            ),
-                        ))
-                    }
-                    _ => {}
+                if let Some(why) = limiter.kind().not_in_check_all() {
+                    return Err(Error::invalid_field(at(""), format!("{:?} {why}", limiter.name())));
                 }
                 if !same_backend {
                     return Err(Error::invalid_field(

@@ -31,12 +31,12 @@ impl Policy for DenyCache {
     /// `DenyCache::ticket`); 0 when the limiter uses none.
     type State = u64;
 
-    /// A limiter in shadow mode never refuses, so it neither reads nor writes the cache
-    /// (another handle of the same name may be enforcing).
+    /// A call whose refusals are not enforced neither reads nor writes the cache (another
+    /// handle of the same name may be enforcing).
     #[inline]
     fn before(&self, limiter: &Limiter, key: &str, call: &Call) -> std::result::Result<u64, Outcome> {
         let Some(backend) = limiter.deny_cache_of() else { return Ok(0) };
-        if let (Op::Check { cost, .. }, false) = (call.op, call.shadow) {
+        if let (Op::Check { cost, .. }, true) = (call.op, call.enforced) {
             let now = backend.fallback.clock.now_micros();
             if let Some(decision) = backend.deny_cache.refused(limiter.identity(key), cost, now, call.over.as_ref()) {
                 let m = &limiter.inner.metrics;
@@ -59,7 +59,7 @@ impl Policy for DenyCache {
         result: Result<Outcome>,
         _: &I,
     ) -> Result<Outcome> {
-        if let (Op::Check { cost, .. }, Ok(outcome), false) = (call.op, &result, call.shadow) {
+        if let (Op::Check { cost, .. }, Ok(outcome), true) = (call.op, &result, call.enforced) {
             if !outcome.decision.allowed && outcome.served == Served::Backend {
                 if let Some(backend) = limiter.deny_cache_of() {
                     let now = backend.fallback.clock.now_micros();

@@ -285,13 +285,9 @@ impl Limiter {
     /// The spec and options the limiter was built with, as data.
     pub fn config(&self) -> LimiterConfig {
         let colocate = self.colocate();
-        let mut config = LimiterConfig {
-            spec: self.inner.spec.clone(),
-            wait_timeout: Some(self.inner.wait_timeout),
-            block_for: None,
-            colocate: (colocate != Colocate::Identity).then_some(colocate),
-            shadow: false,
-        };
+        let mut config = LimiterConfig::from(self.inner.spec.clone());
+        config.wait_timeout = Some(self.inner.wait_timeout);
+        config.colocate = (colocate != Colocate::Identity).then_some(colocate);
         self.inner.policies.describe(&mut config);
         config
     }

@@ -142,9 +142,9 @@ pub(crate) struct Call {
     pub(crate) op: Op,
     /// The live override the call decides with, if any.
     pub(crate) over: Option<Arc<Compiled>>,
-    /// Whether the spec the call decides with is in shadow mode: a refusal is reported, not
-    /// enforced (see `shadow.rs`).
-    pub(crate) shadow: bool,
+    /// Whether the call's refusals are enforced: not when the spec it decides with is in shadow
+    /// mode, where a refusal is only reported (see `shadow.rs`).
+    pub(crate) enforced: bool,
     /// When the engine call went to Redis (its latency is counted), if it did.
     pub(crate) started: Option<Instant>,
 }
@@ -326,8 +326,8 @@ impl Limiter {
     #[inline]
     pub(crate) fn begin(&self, key: &str, op: Op) -> std::result::Result<(Call, States), Outcome> {
         let over = self.override_for(key);
-        let shadow = self.shadow_under(over.as_deref());
-        let call = Call { op, over, shadow, started: None };
+        let enforced = !self.shadow_under(over.as_deref());
+        let call = Call { op, over, enforced, started: None };
         let states = self.inner.policies.before(self, key, &call)?;
         Ok((call, states))
     }
@@ -343,7 +343,7 @@ impl Limiter {
         result: Result<Outcome>,
         io: &I,
     ) -> Result<Outcome> {
-        self.record(call.op, &result, call.started, call.shadow);
+        self.record(call.op, &result, call.started, !call.enforced);
         self.inner.policies.after(self, key, &call, states, result, io).await
     }
 

@@ -48,7 +48,7 @@ impl Policy for Shadow {
         _: &I,
     ) -> impl Future<Output = Result<Outcome>> {
         let result = match result {
-            Ok(mut outcome) if call.shadow => {
+            Ok(mut outcome) if !call.enforced => {
                 shadow_decision(call.op, &mut outcome);
                 Ok(outcome)
             }

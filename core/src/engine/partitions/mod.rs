@@ -176,6 +176,11 @@ impl KindSpec for PartitionsKind {
     /// `total_rate`, `partitions`, `lease_ttl`, `reserved`, `priority`.
     type Fields = (f64, u64, Duration, u64, bool);
 
+    const SAMPLES: &'static [&'static str] =
+        &[r#"{"kind":"partitions","total_rate":100,"partitions":20,"lease_ttl":15,"reserved":0,"priority":false}"#];
+    const NOT_IN_CHECK_ALL: Option<&'static str> =
+        Some("is a partitions limiter, which paces in process and cannot take part in check_all");
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((
             json.number("total_rate")?,
