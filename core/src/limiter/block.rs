@@ -54,7 +54,7 @@ impl Policy for BlockFor {
         if let (Op::Check { .. }, Ok(Outcome { blocked: true, .. })) = (call.op, &result) {
             limiter.inner.metrics.add(Counter::Blocked, 1);
         }
-        let Some(block_for) = self.to_start(call.op, &result) else { return result };
+        let Some(block_for) = self.block_to_start(call.op, &result) else { return result };
         let Some(in_effect) = io.hold(limiter, key, block_for).await else { return result };
         Ok(blocked_refusal(result?, in_effect.unwrap_or(block_for)))
     }
@@ -67,7 +67,7 @@ impl BlockFor {
     /// of the caller's use: a block it started would outlive the `resume` that ends the pause,
     /// and extend a block past what the operator set.
     #[inline]
-    fn to_start(&self, op: Op, result: &Result<Outcome>) -> Option<Duration> {
+    fn block_to_start(&self, op: Op, result: &Result<Outcome>) -> Option<Duration> {
         let block_for = self.0?;
         match (op, result) {
             (Op::Check { .. }, Ok(o)) if !o.decision.allowed && !o.held && o.served == Served::Backend => {

@@ -22,8 +22,8 @@
 //! policies' own types, and each hook is inlined where it is a no-op.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, LazyLock};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use super::{Limiter, Target};
@@ -57,6 +57,7 @@ pub(crate) trait Policy: std::fmt::Debug + Clone + Default {
 
     /// Before the engine call: the policy's state for the call, or the call's answer (`Err`:
     /// the engine is not called and no later hook runs; the policy counts what it answered).
+    #[allow(clippy::result_large_err)] // an answer is an `Outcome`, moved as every engine call's is
     fn before(&self, limiter: &Limiter, key: &str, call: &Call) -> std::result::Result<Self::State, Outcome>;
 
     /// After the engine call (and the outcome's count): the call's result, changed or not.
@@ -106,6 +107,7 @@ macro_rules! policies {
             }
 
             #[inline]
+            #[allow(clippy::result_large_err)] // see `Policy::before`
             fn before(&self, limiter: &Limiter, key: &str, call: &Call) -> std::result::Result<States, Outcome> {
                 Ok(States { $($field: self.$field.before(limiter, key, call)?,)* })
             }
@@ -259,13 +261,23 @@ impl Io for InProcess {
     }
 }
 
+/// A waker that does nothing: a pipeline polled by [`ready`] is not woken, it is finished or
+/// handed to the runtime. (`Waker::noop` is newer than the crate's minimum Rust.)
+static NOOP: LazyLock<Waker> = LazyLock::new(|| {
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    Waker::from(Arc::new(Noop))
+});
+
 /// The output of `future`, polled on the calling thread: at once when it never waits (the
 /// pipeline on [`OnThread`] or [`InProcess`], whose I/O blocks or is in process), else by
 /// [`crate::runtime::block_on`].
 #[inline(always)]
 pub(crate) fn ready<F: Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
-    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    match future.as_mut().poll(&mut Context::from_waker(&NOOP)) {
         Poll::Ready(output) => output,
         Poll::Pending => crate::runtime::block_on(future),
     }
@@ -324,6 +336,7 @@ impl Limiter {
     /// The pipeline's first step: the call, with the spec it decides with and each policy's
     /// state, or its answer when a policy gave one.
     #[inline]
+    #[allow(clippy::result_large_err)] // see `Policy::before`
     pub(crate) fn begin(&self, key: &str, op: Op) -> std::result::Result<(Call, States), Outcome> {
         let over = self.override_for(key);
         let enforced = !self.shadow_under(over.as_deref());
