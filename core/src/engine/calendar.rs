@@ -20,6 +20,7 @@ use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
 use super::spec_json::at_path;
 use super::spec_json::{JsonFields, JsonWriter};
+use super::words;
 use super::Algorithm;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
@@ -209,6 +210,19 @@ impl KindSpec for CalendarKind {
             json.optional_string("tz")?.unwrap_or("UTC").to_owned(),
             json.optional_anchor()?,
         ))
+    }
+
+    fn words((limit, period, tz, anchor): &Self::Fields) -> String {
+        let period = match (period, anchor) {
+            (CalendarPeriod::Day, _) => "per day".to_owned(),
+            (CalendarPeriod::Week, _) => "per week (from Monday)".to_owned(),
+            (CalendarPeriod::Month, Some(anchor)) => {
+                format!("per billing month from the {}", words::ordinal(u64::from(*anchor)))
+            }
+            (CalendarPeriod::Month, None) => "per calendar month".to_owned(),
+            (CalendarPeriod::Year, _) => "per year".to_owned(),
+        };
+        format!("{} {period}, {tz}", words::count(*limit))
     }
 
     fn print((limit, period, tz, anchor): &Self::Fields, json: &mut JsonWriter) {

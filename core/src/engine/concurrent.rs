@@ -13,6 +13,7 @@ use super::contract::{
 };
 use super::decision;
 use super::script::LuaScript;
+use super::words;
 use crate::decision::Lease;
 use std::time::Duration;
 
@@ -399,6 +400,10 @@ impl KindSpec for ConcurrentKind {
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("limit")?, json.optional_seconds("lock_timeout")?.unwrap_or(DEFAULT_LOCK_TIMEOUT)))
+    }
+
+    fn words((limit, lock_timeout): &Self::Fields) -> String {
+        format!("{} at once, reclaimed after {}", words::count(*limit), words::duration(*lock_timeout))
     }
 
     fn print(&(limit, lock_timeout): &Self::Fields, json: &mut JsonWriter) {

@@ -20,6 +20,7 @@ use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, O
 use super::decision;
 use super::divisor::Divisor;
 use super::script::LuaScript;
+use super::words;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -386,6 +387,10 @@ impl KindSpec for TokenBucketKind {
         Ok((json.number("rate")?, json.count("capacity")?))
     }
 
+    fn words((rate, capacity): &Self::Fields) -> String {
+        format!("{}, bursts of {}", words::rate(*rate), words::count(*capacity))
+    }
+
     fn print(&(rate, capacity): &Self::Fields, json: &mut JsonWriter) {
         json.put("rate", number(rate));
         json.put("capacity", capacity.into());
@@ -411,6 +416,10 @@ impl KindSpec for LeakyKind {
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("size")?, json.seconds("drain")?))
+    }
+
+    fn words((size, drain): &Self::Fields) -> String {
+        format!("bursts of {}, then 1 every {}", words::count(*size), words::duration(drain.div_f64(*size as f64)))
     }
 
     fn print(&(size, drain): &Self::Fields, json: &mut JsonWriter) {
@@ -439,6 +448,10 @@ impl KindSpec for PointsKind {
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("capacity")?, json.seconds("refill")?))
+    }
+
+    fn words((capacity, refill): &Self::Fields) -> String {
+        format!("{} points, refilled over {}", words::count(*capacity), words::duration(*refill))
     }
 
     fn print(&(capacity, refill): &Self::Fields, json: &mut JsonWriter) {

@@ -61,6 +61,10 @@ pub(crate) trait KindSpec {
     /// Writes the fields of the canonical JSON form after its `"kind"`.
     fn print(fields: &Self::Fields, json: &mut JsonWriter);
 
+    /// The fields in plain words, as the CLI's `limits` and the Limits page show them ("5 per
+    /// second, bursts of 10"), with the pieces of `engine/words.rs`.
+    fn words(fields: &Self::Fields) -> String;
+
     /// The `"kind"` the canonical JSON form writes: the kind's name unless the kind has another
     /// name for some of its specs.
     fn json_name(_fields: &Self::Fields, name: &'static str) -> &'static str {
@@ -183,6 +187,18 @@ macro_rules! declare_kinds {
                 match self {
                     $(LimiterSpec::$variant $({ $($field,)* })? => {
                         <$spec as KindSpec>::compile(&($($(Clone::clone($field),)*)?))
+                    })*
+                }
+            }
+        }
+
+        impl LimiterSpec {
+            /// The spec in plain words: "1,000 per hour", "5 per second, bursts of 10", "2 at
+            /// once, reclaimed after 30 s" (see [`LimiterConfig::words`](crate::LimiterConfig::words)).
+            pub fn words(&self) -> String {
+                match self {
+                    $(LimiterSpec::$variant $({ $($field,)* })? => {
+                        <$spec as KindSpec>::words(&($($(Clone::clone($field),)*)?))
                     })*
                 }
             }

@@ -22,6 +22,7 @@ use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
 use super::spec_json::{number, secs};
 use super::spec_json::{JsonFields, JsonWriter};
+use super::words;
 use super::Algorithm;
 use crate::defaults::DEFAULT_LEASED_LEASE_TTL;
 use crate::error::{Error, Result};
@@ -158,6 +159,16 @@ impl KindSpec for LeasedKind {
             json.optional_count("chunk")?,
             json.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_LEASE_TTL),
         ))
+    }
+
+    fn words((rate, capacity, chunk, lease_ttl): &Self::Fields) -> String {
+        format!(
+            "{}, bursts of {}, leased{} for {}",
+            words::rate(*rate),
+            words::count(*capacity),
+            chunk.map_or(String::new(), |chunk| format!(" in chunks of {}", words::count(chunk))),
+            words::duration(*lease_ttl)
+        )
     }
 
     fn print(&(rate, capacity, chunk, lease_ttl): &Self::Fields, json: &mut JsonWriter) {

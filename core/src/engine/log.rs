@@ -20,6 +20,7 @@ use super::kinds::{share, KindSpec};
 use super::script::LuaScript;
 use super::spec_json::{at_path, secs};
 use super::spec_json::{JsonFields, JsonWriter};
+use super::words;
 use super::Algorithm;
 use super::Combine;
 use crate::decision::LimitStatus;
@@ -308,6 +309,14 @@ impl KindSpec for WindowKind {
             return Ok((json.windows()?,));
         }
         Ok((vec![WindowLimit { limit: json.count("limit")?, interval: json.seconds("interval")? }],))
+    }
+
+    fn words((windows,): &Self::Fields) -> String {
+        windows
+            .iter()
+            .map(|w| format!("{} {}", words::count(w.limit), words::per(w.interval)))
+            .collect::<Vec<_>>()
+            .join(" and ")
     }
 
     fn print((windows,): &Self::Fields, json: &mut JsonWriter) {

@@ -37,6 +37,7 @@ pub(crate) mod sliding;
 pub(crate) mod spec;
 pub(crate) mod spec_json;
 pub(crate) mod unlimited;
+pub(crate) mod words;
 
 use std::time::Duration;
 

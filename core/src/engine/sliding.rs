@@ -23,6 +23,7 @@ use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, Op, Outcome};
 use super::script::LuaScript;
+use super::words;
 use super::Combine;
 use std::time::Duration;
 
@@ -473,6 +474,10 @@ impl KindSpec for BucketKind {
         Ok((json.count("limit")?, json.seconds("interval")?))
     }
 
+    fn words((limit, interval): &Self::Fields) -> String {
+        format!("{} {}, in fixed windows", words::count(*limit), words::per(*interval))
+    }
+
     fn print(&(limit, interval): &Self::Fields, json: &mut JsonWriter) {
         json.put("limit", limit.into());
         json.put("interval", secs(interval));
@@ -498,6 +503,18 @@ impl KindSpec for SlidingWindowKind {
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.sliding_limits()?,))
+    }
+
+    fn words((limits,): &Self::Fields) -> String {
+        limits
+            .iter()
+            .map(|l| {
+                let steps = l.precision.filter(|p| !p.is_zero());
+                let steps = steps.map_or(String::new(), |p| format!(" (in {} steps)", words::duration(p)));
+                format!("{} {}{steps}", words::count(l.limit), words::per(l.duration))
+            })
+            .collect::<Vec<_>>()
+            .join(" and ")
     }
 
     fn print((limits,): &Self::Fields, json: &mut JsonWriter) {

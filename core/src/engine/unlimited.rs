@@ -61,6 +61,10 @@ impl KindSpec for UnlimitedKind {
         Ok(())
     }
 
+    fn words(_: &()) -> String {
+        "unlimited".to_owned()
+    }
+
     fn print(_fields: &(), _json: &mut JsonWriter) {}
 
     fn scaled(_fields: &(), _divisor: u64) {}

@@ -24,6 +24,7 @@ use crate::defaults::DEFAULT_PARTITIONS_LEASE_TTL;
 use crate::engine::kinds::KindSpec;
 use crate::engine::script::LuaScript;
 use crate::engine::spec_json::{number, secs, JsonFields, JsonWriter};
+use crate::engine::words;
 use crate::engine::Algorithm;
 use crate::engine::{Engine, Op, Outcome};
 use crate::error::{Error, Result};
@@ -189,6 +190,15 @@ impl KindSpec for PartitionsKind {
             json.optional_whole("reserved")?.unwrap_or(0),
             json.optional_bool("priority")?.unwrap_or(false),
         ))
+    }
+
+    fn words((total_rate, partitions, lease_ttl, _, _): &Self::Fields) -> String {
+        format!(
+            "{} over {} partitions, leased for {}",
+            words::rate(*total_rate),
+            words::count(*partitions),
+            words::duration(*lease_ttl)
+        )
     }
 
     fn print(&(total_rate, partitions, lease_ttl, reserved, priority): &Self::Fields, json: &mut JsonWriter) {
