@@ -1,6 +1,6 @@
 //! `bench-wake`: how soon a concurrent limiter's waiter is granted after a release, and how long
 //! checks on other keys take while a waiter blocks in BLPOP. These were latency bounds in
-//! `core/tests/redis_concurrent.rs`, `redis_failures.rs` and `redis_cluster.rs`; the tests now
+//! `core/tests/concurrent/redis.rs`, `faults/failures.rs` and `deployments/cluster.rs`; the tests now
 //! assert the orderings (one waiter woken per release, checks answered while the waiter still
 //! blocks) and this prints the figures.
 //!

@@ -52,6 +52,18 @@ pub(crate) fn arg_opt_str<'a>(parameter: &str, ptr: *const c_char) -> Result<Opt
     }
 }
 
+/// Refuses a length no array of `T` can have (its size would pass `isize::MAX`, which Rust's
+/// slices, hence `from_raw_parts`, require), naming `{parameter}_len`.
+pub(crate) fn fits_in_memory<T>(parameter: &str, len: usize) -> Result<(), Failure> {
+    if len > isize::MAX as usize / size_of::<T>().max(1) {
+        return Err(Failure::new(
+            rk_status::RK_INVALID_ARGUMENT,
+            format!("invalid argument `{parameter}_len`: {len} elements cannot exist in memory"),
+        ));
+    }
+    Ok(())
+}
+
 /// A C array of `len` elements; NULL is allowed only when `len` is 0.
 pub(crate) fn arg_slice<'a, T>(parameter: &str, ptr: *const T, len: usize) -> Result<&'a [T], Failure> {
     if len == 0 {
@@ -60,12 +72,7 @@ pub(crate) fn arg_slice<'a, T>(parameter: &str, ptr: *const T, len: usize) -> Re
     if ptr.is_null() {
         return Err(Failure::null(parameter));
     }
-    if len > isize::MAX as usize / size_of::<T>().max(1) {
-        return Err(Failure::new(
-            rk_status::RK_INVALID_ARGUMENT,
-            format!("invalid argument `{parameter}_len`: {len} elements cannot exist in memory"),
-        ));
-    }
+    fits_in_memory::<T>(parameter, len)?;
     // SAFETY: the caller's contract: `ptr` points to `len` initialised elements that stay valid
     // for the duration of the call; the total size fits in isize (checked above).
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })

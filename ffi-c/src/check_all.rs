@@ -6,7 +6,7 @@ use std::os::raw::c_char;
 use ratekeeper::params::timeout_from_secs;
 use ratekeeper::{CombinedDecision, Error, Limiter};
 
-use crate::args::{arg_opt_str, arg_ref, arg_slice, Out};
+use crate::args::{arg_opt_str, arg_ref, arg_slice, fits_in_memory, Out};
 use crate::backend::rk_backend;
 use crate::calls::{rk_decision, RK_WAIT_DEFAULT};
 use crate::error::{rk_status, Failure};
@@ -59,8 +59,11 @@ fn decision_array<'a>(ptr: *mut rk_decision, len: usize) -> Result<&'a mut [rk_d
     if ptr.is_null() {
         return Err(Failure::null("decisions_out"));
     }
+    // `len` is the parts' count: a count no array can hold is refused as the parts' would be.
+    fits_in_memory::<rk_decision>("parts", len)?;
     // SAFETY: the caller's contract: `ptr` points to `len` writable, aligned `rk_decision`s
-    // (plain data: any previous content may be overwritten) for the duration of the call.
+    // (plain data: any previous content may be overwritten) for the duration of the call; their
+    // total size fits in isize (checked above), as `from_raw_parts_mut` requires.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
 }
 

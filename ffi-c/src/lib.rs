@@ -17,6 +17,8 @@
 //!   reported before any state is touched.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
+// Every `unsafe` block says, in a `// SAFETY:` comment, why the contract it relies on holds.
+#![deny(clippy::undocumented_unsafe_blocks)]
 // The C API takes raw pointers in safe `extern "C"` functions, as rustls-ffi does: the
 // contract each pointer must meet is documented on the function.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]

@@ -84,6 +84,8 @@ impl Js {
             ValueType::BigInt => {
                 // napi's `BigInt` reads every word (and has none for 0n): one word is enough.
                 let (mut v, mut lossless) = (0i64, false);
+                // SAFETY: a `Js` is a live value of the current call, on its thread (see
+                // `unknown`), here a BigInt; the out-pointers are locals of the written types.
                 unsafe { sys::napi_get_value_bigint_int64(self.env, self.value, &mut v, &mut lossless) };
                 Ok(if lossless { v as f64 } else { f64::INFINITY })
             }
@@ -245,6 +247,8 @@ pub fn with_key_arg<T>(v: Js, f: impl FnOnce(Option<&str>) -> CoreResult<T>) -> 
     const CAPACITY: usize = 2048;
     let mut buffer = [std::mem::MaybeUninit::<u8>::uninit(); CAPACITY];
     let mut written = 0usize;
+    // SAFETY: `v` is a live value of the current call; N-API writes at most CAPACITY bytes
+    // (the text and a NUL) into `buffer`, which has CAPACITY, and the count to `written`.
     let status =
         unsafe { sys::napi_get_value_string_utf8(v.env, v.value, buffer.as_mut_ptr().cast(), CAPACITY, &mut written) };
     if status != sys::Status::napi_ok {
@@ -293,6 +297,7 @@ pub fn cost(value: Option<Js>, parameter: &'static str, default: u64) -> CoreRes
 #[inline]
 pub fn cost_arg(v: Js, parameter: &'static str, default: u64) -> CoreResult<u64> {
     let mut number = 0f64;
+    // SAFETY: `v` is a live value of the current call; `number` is a local f64.
     if unsafe { sys::napi_get_value_double(v.env, v.value, &mut number) } == sys::Status::napi_ok {
         return cost_from_f64(parameter, number);
     }

@@ -33,7 +33,7 @@ use napi::{sys, Env, JsValue, Unknown};
 use napi_derive::napi;
 
 use crate::decision::{Decision, Lease, Metrics};
-use crate::error::{convert_error, js_error_value, panic_error_value};
+use crate::error::{convert_error, js_error_value, panic_error, panic_error_value};
 
 /// Fields of a record in `records`.
 pub const RECORD: usize = 11;
@@ -84,6 +84,9 @@ impl Shared {
         queue.push(completion);
         if queue.len() == 1 {
             // The first of a batch wakes the JavaScript thread; the drain takes the whole queue.
+            // SAFETY: a non-zero `tsfn` is the live thread-safe function: `env_cleanup` and
+            // `finalize` zero it under this lock before Node frees it, and we hold the lock, so
+            // it cannot be freed during the call. Any thread may call it (that is its purpose).
             unsafe {
                 sys::napi_call_threadsafe_function(
                     *tsfn as sys::napi_threadsafe_function,
@@ -121,6 +124,8 @@ thread_local! {
 fn typed_array_data(env: sys::napi_env, value: sys::napi_value) -> napi::Result<(*mut f64, usize)> {
     let (mut kind, mut len, mut data) = (sys::TypedarrayType::float64_array, 0usize, ptr::null_mut());
     let (mut buffer, mut offset) = (ptr::null_mut(), 0usize);
+    // SAFETY: `env` and `value` are the current call's (we are on the JavaScript thread, inside
+    // it), and every out-pointer is a live local of the type N-API writes.
     napi::check_status!(unsafe {
         sys::napi_get_typedarray_info(env, value, &mut kind, &mut len, &mut data, &mut buffer, &mut offset)
     })?;
@@ -141,9 +146,14 @@ pub fn init_bridge(env: Env, on_settled: Unknown<'_>, records: Unknown<'_>, sync
     }
     let shared = Arc::new(Shared { queue: Mutex::new((Vec::new(), 0)) });
     let mut name = ptr::null_mut();
+    // SAFETY: `raw` is this call's environment; the C string literal is 10 bytes long, as passed.
     napi::check_status!(unsafe { sys::napi_create_string_utf8(raw, c"ratekeeper".as_ptr(), 10, &mut name) })?;
     let mut tsfn = ptr::null_mut();
     let context = Arc::into_raw(shared.clone()) as *mut std::ffi::c_void;
+    // SAFETY: `on_settled` and `name` are live values of this call. `context` is one strong
+    // count of `Shared`, handed to Node as both the function's context (read by `drain`) and
+    // its finalize data: `finalize` takes that count back, once, and `drain` reads the context
+    // only while the function lives (Node passes a null env after finalizing it).
     napi::check_status!(unsafe {
         sys::napi_create_threadsafe_function(
             raw,
@@ -160,10 +170,16 @@ pub fn init_bridge(env: Env, on_settled: Unknown<'_>, records: Unknown<'_>, sync
         )
     })?;
     // Idle until a call is running.
+    // SAFETY: `tsfn` was just created on this thread's environment, and is not finalized
+    // before the environment goes away.
     unsafe { sys::napi_unref_threadsafe_function(raw, tsfn) };
     shared.queue.lock().unwrap_or_else(|e| e.into_inner()).1 = tsfn as usize;
     let mut refs = [ptr::null_mut(); 2];
     let (mut on_settled_ref, mut async_context, mut resource) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+    // SAFETY: on the JavaScript thread, during the call, with its live values; each out-pointer
+    // is a local of the type written. The references keep the two typed arrays (whose data
+    // pointers `EnvState` holds) and the callback alive for the environment's life.
+    // `env_cleanup` takes no data, so nothing has to outlive the hook.
     unsafe {
         sys::napi_create_reference(raw, records.value().value, 1, &mut refs[0]);
         sys::napi_create_reference(raw, sync_out.value().value, 1, &mut refs[1]);
@@ -201,6 +217,8 @@ unsafe extern "C" fn env_cleanup(_: *mut std::ffi::c_void) {
 
 /// The thread-safe function is finalized: no call may reach it any more.
 unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
+    // SAFETY: `data` is the strong count `init_bridge` leaked with `Arc::into_raw` for this
+    // function; Node finalizes a thread-safe function once, so the count is taken back once.
     let shared = unsafe { Arc::from_raw(data as *const Shared) };
     let mut guard = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
     guard.1 = 0;
@@ -220,6 +238,10 @@ fn write_decision(out: *mut f64, d: &ratekeeper::Decision) {
         d.settle.as_ref().map_or(0.0, |t| t.limiter as f64),
         d.settle.as_ref().map_or(0.0, |t| t.cost as f64),
     ];
+    // SAFETY: every caller passes a pointer to at least SYNC_OUT f64s it may write: `syncOut`
+    // (checked at `init_bridge` to hold SYNC_OUT) or a record's fields 2.. (RECORD = SYNC_OUT + 2).
+    // Both arrays are index.js's private constants, kept alive by `EnvState`'s references and
+    // never transferred (which would detach their memory); `fields` is a separate local.
     unsafe { ptr::copy_nonoverlapping(fields.as_ptr(), out, SYNC_OUT) };
 }
 
@@ -229,6 +251,8 @@ fn is_plain(d: &ratekeeper::Decision) -> bool {
 
 /// A payload as a JavaScript value (the slow path: an object made through N-API).
 fn payload_value(env: sys::napi_env, payload: Payload) -> napi::Result<sys::napi_value> {
+    // SAFETY: `env` is the environment of the JavaScript thread we are on (a call, the drain or
+    // a libuv callback, each inside a handle scope), which is all `to_napi_value` requires.
     unsafe {
         match payload {
             Payload::Decision(d, key) => Decision::to_napi_value(env, Decision::new(d, key.as_deref())),
@@ -264,11 +288,13 @@ pub fn reply(env: &Env, outcome: Outcome) -> napi::Result<ReplyValue> {
                 None => Err(napi::Error::from_reason("ratekeeper: index.js did not initialise the addon")),
             })?;
             let mut undefined = ptr::null_mut();
+            // SAFETY: `raw` is this call's environment; `undefined` is a local napi_value.
             unsafe { sys::napi_get_undefined(raw, &mut undefined) };
             Ok(ReplyValue(undefined))
         }
         Ok(Payload::Unit) => {
             let mut null = ptr::null_mut();
+            // SAFETY: `raw` is this call's environment; `null` is a local napi_value.
             unsafe { sys::napi_get_null(raw, &mut null) };
             Ok(ReplyValue(null))
         }
@@ -293,10 +319,7 @@ where
         match first {
             Ok(Poll::Ready(outcome)) => return reply(env, outcome),
             Ok(Poll::Pending) => {}
-            Err(panic) => {
-                let value = panic_error_value(env.raw(), panic);
-                return Err(napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) }));
-            }
+            Err(panic) => return Err(panic_error(env, panic)),
         }
     }
     let id = next_id()?;
@@ -320,6 +343,7 @@ pub fn next_id() -> napi::Result<f64> {
 /// A call id as the value a native call returns.
 pub fn id_value(env: sys::napi_env, id: f64) -> napi::Result<ReplyValue> {
     let mut value = ptr::null_mut();
+    // SAFETY: callers pass the environment of the call they are in; `value` is a local.
     napi::check_status!(unsafe { sys::napi_create_double(env, id, &mut value) })?;
     Ok(ReplyValue(value))
 }
@@ -334,6 +358,8 @@ where
         let mut state = s.borrow_mut();
         let Some(state) = state.as_mut() else { return };
         if state.running == 0 {
+            // SAFETY: `state` is this thread's bridge, so we are on its JavaScript thread and
+            // its thread-safe function is live (`env_cleanup` removes `state` first).
             unsafe { sys::napi_ref_threadsafe_function(state.env, state.tsfn) };
         }
         state.running += 1;
@@ -355,6 +381,8 @@ unsafe extern "C" fn drain(
     if env.is_null() || context.is_null() {
         return; // the environment is shutting down
     }
+    // SAFETY: a non-null env means the function is not finalized yet, so `context`, the
+    // strong count `init_bridge` leaked, still keeps `Shared` alive.
     let shared = unsafe { &*(context as *const Shared) };
     let completions = std::mem::take(&mut shared.queue.lock().unwrap_or_else(|e| e.into_inner()).0);
     if completions.is_empty() {
@@ -364,6 +392,8 @@ unsafe extern "C" fn drain(
     settle(env, completions.into_iter().map(|c| (c.id, c.outcome)), |args| {
         let mut result = ptr::null_mut();
         let mut undefined = ptr::null_mut();
+        // SAFETY: Node calls `drain` on the JavaScript thread, inside a handle scope, with the
+        // function's live callback; `args` are two values made in that scope.
         unsafe {
             sys::napi_get_undefined(env, &mut undefined);
             // An exception thrown by the callback (a bug in index.js) surfaces as uncaught.
@@ -374,6 +404,8 @@ unsafe extern "C" fn drain(
         if let Some(state) = s.borrow_mut().as_mut() {
             state.running = state.running.saturating_sub(settled);
             if state.running == 0 {
+                // SAFETY: `drain` runs on the function's JavaScript thread with its env, and
+                // the function is live (it is running its callback).
                 unsafe { sys::napi_unref_threadsafe_function(env, state.tsfn) };
             }
         }
@@ -393,36 +425,44 @@ fn settle(
     let mut finished = finished.peekable();
     while finished.peek().is_some() {
         let mut values = ptr::null_mut();
+        // SAFETY: callers run on the JavaScript thread inside a handle scope (see above).
         unsafe { sys::napi_create_array(env, &mut values) };
         let mut count = 0usize;
         let mut value_count = 0u32;
         while count < capacity {
             let Some((id, outcome)) = finished.next() else { break };
+            // SAFETY: `count < capacity` = records' length / RECORD, so the record's RECORD
+            // fields are inside the array (kept alive by `EnvState`).
             let record = unsafe { records.add(count * RECORD) };
             let (kind, value) = match outcome {
                 Ok(Ok(Payload::Decision(d, _))) if is_plain(&d) => {
+                    // SAFETY: fields 2..RECORD of this record, inside the array (see above).
                     write_decision(unsafe { record.add(2) }, &d);
                     (0.0, None)
                 }
                 Ok(Ok(Payload::Unit)) => (3.0, None),
                 Ok(Ok(payload)) => match payload_value(env, payload) {
                     Ok(v) => (1.0, Some(v)),
+                    // SAFETY: on the JavaScript thread, in a handle scope (see above).
                     Err(e) => (2.0, Some(unsafe { ToNapiValue::to_napi_value(env, e) }.unwrap_or(ptr::null_mut()))),
                 },
                 Ok(Err(e)) => (2.0, Some(js_error_value(env, &e))),
                 Err(panic) => (2.0, Some(panic_error_value(env, panic))),
             };
+            // SAFETY: fields 0 and 1 of a record inside the array (see above).
             unsafe {
                 *record = id;
                 *record.add(1) = kind;
             }
             if let Some(v) = value {
+                // SAFETY: `values` and `v` were made in this handle scope.
                 unsafe { sys::napi_set_element(env, values, value_count, v) };
                 value_count += 1;
             }
             count += 1;
         }
         let mut count_value = ptr::null_mut();
+        // SAFETY: on the JavaScript thread, in a handle scope; `count_value` is a local.
         unsafe { sys::napi_create_double(env, count as f64, &mut count_value) };
         deliver([count_value, values]);
     }
@@ -440,6 +480,10 @@ pub fn settle_from_loop(finished: Vec<(f64, Outcome)>) {
     if finished.is_empty() {
         return;
     }
+    // SAFETY: callers are libuv callbacks of this environment's loop, so we are on its
+    // JavaScript thread with no JavaScript on the stack: the handle scope opened here holds
+    // every value made below, and is closed on the way out. `on_settled` and `async_context`
+    // were made by `init_bridge` and live as long as `STATE` holds them.
     unsafe {
         let mut scope = ptr::null_mut();
         if sys::napi_open_handle_scope(env, &mut scope) != sys::Status::napi_ok {

@@ -173,6 +173,8 @@ fn watch_teardown(env: &Env) {
         return;
     }
     let mut handle = std::ptr::null_mut();
+    // SAFETY: `env` is the current call's environment (we are on its JavaScript thread);
+    // `on_teardown` takes no data and `handle` is a local the hook's handle is written to.
     let status =
         unsafe { sys::napi_add_async_cleanup_hook(env.raw(), Some(on_teardown), std::ptr::null_mut(), &mut handle) };
     TEARDOWN_HOOK.set(status == sys::Status::napi_ok);
@@ -181,6 +183,8 @@ fn watch_teardown(env: &Env) {
 unsafe extern "C" fn on_teardown(hook: sys::napi_async_cleanup_hook_handle, _: *mut c_void) {
     TEARDOWN_HOOK.set(false);
     match close_all() {
+        // SAFETY: `hook` is the handle Node passed for this very hook, not removed yet (the
+        // other removal, `closed_during_teardown`, only runs once `TEARDOWN` holds it).
         0 => unsafe {
             sys::napi_remove_async_cleanup_hook(hook);
         },
@@ -193,6 +197,8 @@ fn closed_during_teardown() {
     if let Some((hook, closing)) = TEARDOWN.get() {
         if closing <= 1 {
             TEARDOWN.set(None);
+            // SAFETY: `hook` is the live hook `on_teardown` stored, removed once: `TEARDOWN`
+            // was just cleared.
             unsafe { sys::napi_remove_async_cleanup_hook(hook) };
         } else {
             TEARDOWN.set(Some((hook, closing - 1)));
@@ -239,6 +245,7 @@ struct Handle(*mut c_void);
 fn handle_words() -> usize {
     static WORDS: OnceLock<usize> = OnceLock::new();
     *WORDS.get_or_init(|| {
+        // SAFETY: `uv_handle_size` only reads a table, for any handle type; these two exist.
         let bytes = unsafe { uv::uv_handle_size(uv::POLL).max(uv::uv_handle_size(uv::TIMER)) };
         bytes.div_ceil(8)
     })
@@ -249,6 +256,8 @@ impl Handle {
     fn new(key: usize) -> Handle {
         let memory: Box<[u64]> = vec![0u64; handle_words()].into_boxed_slice();
         let handle = Box::into_raw(memory) as *mut u64 as *mut c_void;
+        // SAFETY: `handle` owns at least one 8-aligned word (a handle is bigger than one): its
+        // first, libuv's `data` field, which libuv never writes.
         unsafe { *(handle as *mut usize) = key };
         Handle(handle)
     }
@@ -258,21 +267,29 @@ impl Handle {
     fn close(self, teardown: bool) {
         unsafe fn free(handle: *mut c_void) {
             let words = std::ptr::slice_from_raw_parts_mut(handle as *mut u64, handle_words());
+            // SAFETY: `handle` is the `Box<[u64]>` of `handle_words()` words `Handle::new`
+            // leaked; libuv is done with it (its close callback runs once, last).
             drop(unsafe { Box::from_raw(words) });
         }
         unsafe extern "C" fn closed(handle: *mut c_void) {
+            // SAFETY: libuv calls this once, for a handle of ours, when it is done with it.
             unsafe { free(handle) };
         }
         unsafe extern "C" fn closed_at_teardown(handle: *mut c_void) {
+            // SAFETY: as for `closed`.
             unsafe { free(handle) };
             closed_during_teardown();
         }
+        // SAFETY: `self` is an initialised handle of this thread's loop, closed once: `close`
+        // takes it by value and `Handle` is neither `Clone` nor `Copy`.
         unsafe { uv::uv_close(self.0, if teardown { closed_at_teardown } else { closed }) };
     }
 }
 
 /// The connection key a handle was made for.
 fn key_of(handle: *mut c_void) -> usize {
+    // SAFETY: libuv passes its callbacks only handles of ours, live until their close callback;
+    // their first word is the key `Handle::new` wrote.
     unsafe { *(handle as *const usize) }
 }
 
@@ -280,12 +297,17 @@ impl Live {
     fn start(env: &Env, stream: TcpStream, key: usize) -> Result<Box<Live>, String> {
         stream.set_nonblocking(true).map_err(|e| e.to_string())?;
         let mut event_loop = std::ptr::null_mut();
+        // SAFETY: `env` is the current call's environment; `event_loop` is a local.
         let status = unsafe { sys::napi_get_uv_event_loop(env.raw(), &mut event_loop) };
         if status != sys::Status::napi_ok || event_loop.is_null() {
             return Err("no event loop".into());
         }
         let event_loop = event_loop as *mut c_void;
         let (poll, timer) = (Handle::new(key), Handle::new(key));
+        // SAFETY: `event_loop` is this thread's loop, the handles are fresh memory of the size
+        // libuv asked for, and the socket is open and owned by `stream`, which `Live` keeps
+        // until it has stopped polling it. A handle libuv failed to initialise was never
+        // registered, so its memory is ours to free, and the timer's is not yet initialised.
         unsafe {
             if uv::uv_poll_init_socket(event_loop, poll.0, stream.as_raw_fd()) != 0 {
                 // Never initialised: its memory is ours to free (the timer's too).
@@ -348,11 +370,13 @@ impl Live {
             events |= uv::WRITABLE;
         }
         if events != self.events {
+            // SAFETY: `self.poll` is initialised and not closed (only `close(self)` closes it).
             unsafe { uv::uv_poll_start(self.poll.0, events, on_poll) };
             self.events = events;
         }
         let waiting = self.pipeline.has_queued() || self.pipeline.awaiting_replies();
         if waiting != self.referenced {
+            // SAFETY: as above, the poll handle is initialised and open.
             unsafe {
                 if waiting {
                     uv::uv_ref(self.poll.0)
@@ -375,6 +399,7 @@ impl Live {
     fn arm_timer(&mut self, deadline: Instant) {
         if self.timer_at.is_none_or(|at| deadline < at) {
             let ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64 + 1;
+            // SAFETY: `self.timer` is initialised and not closed (only `close(self)` closes it).
             unsafe { uv::uv_timer_start(self.timer.0, on_timer, ms, 0) };
             self.timer_at = Some(deadline);
         }
@@ -416,6 +441,7 @@ impl Live {
     }
 
     fn close(self, teardown: bool) {
+        // SAFETY: both handles are initialised and still open; they are closed right after.
         unsafe {
             uv::uv_poll_stop(self.poll.0);
             uv::uv_timer_stop(self.timer.0);

@@ -117,9 +117,18 @@ pub fn js_error_value(env: sys::napi_env, error: &Error) -> sys::napi_value {
 /// A core error as a napi error that throws (or rejects with) exactly the object above.
 pub fn convert_error(env: &Env, error: Error) -> napi::Error {
     let value = js_error_value(env.raw(), &error);
+    thrown(env, value, || message(&error))
+}
+
+/// A napi error that throws (or rejects with) `value`, an `Error` object just made in `env`'s
+/// current call; `fallback`'s message when it is null (the environment is shutting down).
+fn thrown(env: &Env, value: sys::napi_value, fallback: impl FnOnce() -> String) -> napi::Error {
     if value.is_null() {
-        return napi::Error::new(napi::Status::GenericFailure, message(&error));
+        return napi::Error::new(napi::Status::GenericFailure, fallback());
     }
+    // SAFETY: `value` is a non-null value made in `env` during the current call (we are on its
+    // JavaScript thread, in its handle scope), and the napi error takes a reference to it
+    // before the call returns.
     napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) })
 }
 
@@ -144,16 +153,15 @@ pub fn panic_error_value(env: sys::napi_env, panic: Box<dyn std::any::Any + Send
     error_object(env, c"ERR_INTERNAL", &panic_message(&*panic), |_| Ok(()))
 }
 
+/// A caught panic as a napi error that throws (or rejects with) its `ERR_INTERNAL` object.
+pub fn panic_error(env: &Env, panic: Box<dyn std::any::Any + Send>) -> napi::Error {
+    thrown(env, panic_error_value(env.raw(), panic), || "ratekeeper panicked".into())
+}
+
 /// Runs the body of a synchronous export, turning a panic into a thrown `ERR_INTERNAL` error.
 pub fn guard<T>(env: &Env, body: impl FnOnce() -> napi::Result<T>) -> napi::Result<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
         Ok(result) => result,
-        Err(panic) => {
-            let value = panic_error_value(env.raw(), panic);
-            if value.is_null() {
-                return Err(napi::Error::new(napi::Status::GenericFailure, "ratekeeper panicked"));
-            }
-            Err(napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) }))
-        }
+        Err(panic) => Err(panic_error(env, panic)),
     }
 }

@@ -51,6 +51,9 @@ unsafe fn hot_call(
     operation: Operation,
     shape: Shape,
 ) -> sys::napi_value {
+    // SAFETY: the callers are N-API callbacks passing their own `env` and `info`, so we are
+    // inside the call, on its JavaScript thread; the argument values wrapped as `Unknown` are
+    // the call's own and are used only during it.
     unsafe {
         match operation {
             Operation::Check => {
@@ -83,6 +86,8 @@ unsafe fn hot_call(
 unsafe fn arguments<const N: usize>(env: sys::napi_env, info: sys::napi_callback_info) -> [sys::napi_value; N] {
     let mut argv = [ptr::null_mut(); N];
     let mut argc = N;
+    // SAFETY: `env`/`info` are the current call's; `argv` has room for `argc` = N values (N-API
+    // writes at most that many, and `undefined` for the missing ones).
     unsafe { sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()) };
     argv
 }
@@ -95,6 +100,8 @@ unsafe fn respond(env: sys::napi_env, body: impl FnOnce(Env) -> napi::Result<Rep
     match result {
         Ok(value) => value.0,
         Err(error) => {
+            // SAFETY: `env` is the current call's environment, on its thread; the callback
+            // returns right after, with the exception pending.
             unsafe { JsError::from(error).throw_into(env) };
             ptr::null_mut()
         }
@@ -103,22 +110,27 @@ unsafe fn respond(env: sys::napi_env, body: impl FnOnce(Env) -> napi::Result<Rep
 
 /// The limiter handle: index.js passes the number it was given.
 unsafe fn handle(env: sys::napi_env, value: sys::napi_value) -> napi::Result<u32> {
+    // SAFETY: the caller passes the current call's env and one of its argument values.
     unsafe { u32::from_napi_value(env, value) }
 }
 
 unsafe extern "C" fn check(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node calls this as the N-API callback it was registered as, with its env and info.
     unsafe { hot_call(env, info, Operation::Check, Shape::Awaited) }
 }
 
 unsafe extern "C" fn check_sync(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node calls this as the N-API callback it was registered as, with its env and info.
     unsafe { hot_call(env, info, Operation::Check, Shape::Sync) }
 }
 
 unsafe extern "C" fn peek(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node calls this as the N-API callback it was registered as, with its env and info.
     unsafe { hot_call(env, info, Operation::Peek, Shape::Awaited) }
 }
 
 unsafe extern "C" fn peek_sync(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node calls this as the N-API callback it was registered as, with its env and info.
     unsafe { hot_call(env, info, Operation::Peek, Shape::Sync) }
 }
 
@@ -136,6 +148,8 @@ pub fn export_hot_calls(exports: Object<'_>, env: Env) -> napi::Result<()> {
     let (raw_env, raw_exports) = (env.raw(), exports.value().value);
     for (name, callback) in calls {
         let mut function = ptr::null_mut();
+        // SAFETY: on the loading environment's thread, during `module_exports`; `name` is a
+        // NUL-terminated literal whose length is passed, and `callback` has N-API's signature.
         napi::check_status!(unsafe {
             sys::napi_create_function(
                 raw_env,
@@ -146,6 +160,7 @@ pub fn export_hot_calls(exports: Object<'_>, env: Env) -> napi::Result<()> {
                 &mut function,
             )
         })?;
+        // SAFETY: as above; `raw_exports` is the exports object of this call, `function` just made.
         napi::check_status!(unsafe { sys::napi_set_named_property(raw_env, raw_exports, name.as_ptr(), function) })?;
     }
     Ok(())

@@ -12,6 +12,8 @@
 //!   keys refused); [`decision`]: the results.
 //! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
 #![deny(clippy::all)]
+// Every `unsafe` block says, in a `// SAFETY:` comment, why the contract it relies on holds.
+#![deny(clippy::undocumented_unsafe_blocks)]
 // napi registers exported functions only outside `cfg(test)`, so the unit-test build sees them
 // as unused.
 #![cfg_attr(test, allow(dead_code))]

@@ -120,3 +120,14 @@ pub fn commandstats_between_polls(server: &RedisServer, mut calls: impl FnMut())
     }
     panic!("every window of 20 held a live-limits poll");
 }
+
+/// The name libtest knows a test by, for running this test binary again as a worker process
+/// (`--exact <name>`): the test function's path without the crate, e.g.
+/// `test_name(module_path!(), "concurrent_worker")` is `redis::concurrent_worker` in
+/// `core/tests/concurrent/redis.rs`.
+pub fn test_name(module_path: &str, function: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_crate, module)) => format!("{module}::{function}"),
+        None => function.to_string(),
+    }
+}

@@ -97,8 +97,14 @@ module Ratekeeper
     # ruby-ffi releases the global VM lock around them, so other Ruby threads (Sidekiq's
     # workers, Puma's) run while one waits.
     def self.call(name, args, ret, blocking: false)
+      DECLARED[name] = [args, ret].freeze
       attach_function name, args, ret, blocking: blocking
     end
+
+    # Each function as declared here (name => [parameter types, return type]): the gem's suite
+    # holds them to include/ratekeeper.h (test/native_header_test.rb), as the struct layouts
+    # above.
+    DECLARED = {} # rubocop:disable Style/MutableConstant -- filled by `call` below
 
     call :rk_version, [], :string
     call :rk_status_name, [:uint32], :string
