@@ -422,6 +422,13 @@ fn type_name(value: &Value) -> &'static str {
 mod tests {
     use super::*;
 
+    /// A spec in shadow mode says so after its limit, which it does not enforce.
+    #[test]
+    fn words_say_shadow_mode_after_the_limit() {
+        let config = LimiterConfig::from_json(r#"{"kind":"window","limit":9,"interval":60,"shadow":true}"#).unwrap();
+        assert_eq!(config.words(), "9 per minute, in shadow mode");
+    }
+
     fn parameter(json: &str) -> String {
         match LimiterConfig::from_json(json) {
             Err(Error::InvalidArgument { parameter, .. }) => parameter.into_owned(),

@@ -129,7 +129,6 @@ mod tests {
                 "100 per second over 20 partitions, leased for 15 s",
             ),
             (r#"{"kind":"unlimited"}"#, "unlimited"),
-            (r#"{"kind":"window","limit":9,"interval":60,"shadow":true}"#, "9 per minute, in shadow mode"),
         ];
         for (spec, words) in cases {
             assert_eq!(LimiterConfig::from_json(spec).unwrap().words(), words, "{spec}");

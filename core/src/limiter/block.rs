@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::pipeline::{Call, Io, Policy};
+use super::pipeline::{Call, Policy};
 use super::{Limiter, Target};
 use crate::engine::block::BlockMode;
 use crate::engine::{LimiterConfig, Op, Outcome, Served};
@@ -39,24 +39,33 @@ impl Policy for BlockFor {
         Ok(())
     }
 
-    /// Counts a check a block refused, and starts the block a refusal calls for (see
+    /// A refusal that starts a block asks for it to be written (see
     /// [`Limiter::with_block_for`]).
     #[inline]
-    async fn after<I: Io>(
+    fn hold_after(&self, call: &Call, result: &Result<Outcome>) -> Option<Duration> {
+        self.block_to_start(call.op, result)
+    }
+
+    /// Counts a check a block refused; a refusal that started a block says to come back when
+    /// it ends.
+    #[inline]
+    fn after(
         &self,
         limiter: &Limiter,
-        key: &str,
+        _: &str,
         call: &Call,
         _: (),
-        result: Result<Outcome>,
-        io: &I,
-    ) -> Result<Outcome> {
-        if let (Op::Check { .. }, Ok(Outcome { blocked: true, .. })) = (call.op, &result) {
+        held: Option<Duration>,
+        result: &mut Result<Outcome>,
+    ) {
+        let started = held.filter(|_| self.block_to_start(call.op, result).is_some());
+        let (Op::Check { .. }, Ok(outcome)) = (call.op, result) else { return };
+        if outcome.blocked {
             limiter.inner.metrics.add(Counter::Blocked, 1);
         }
-        let Some(block_for) = self.block_to_start(call.op, &result) else { return result };
-        let Some(in_effect) = io.hold(limiter, key, block_for).await else { return result };
-        Ok(blocked_refusal(result?, in_effect.unwrap_or(block_for)))
+        if let Some(in_effect) = started {
+            blocked_refusal(outcome, in_effect);
+        }
     }
 }
 
@@ -190,9 +199,8 @@ impl Limiter {
 
 /// A refusal that started a block of `in_effect`: it says to come back when the block ends
 /// (or later, when the limiter's own state says so).
-fn blocked_refusal(mut outcome: Outcome, in_effect: Duration) -> Outcome {
+fn blocked_refusal(outcome: &mut Outcome, in_effect: Duration) {
     let d = &mut outcome.decision;
     d.retry_after = d.retry_after.max(in_effect);
     d.reset_after = d.reset_after.max(in_effect);
-    outcome
 }

@@ -2,8 +2,9 @@
 //! uses it, the local answer before a round trip, and the refusals it remembers after one.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use super::pipeline::{Call, Io, Policy};
+use super::pipeline::{Call, Policy};
 use super::{Limiter, Target};
 use crate::backend::redis::deny_cache::Identity;
 use crate::backend::RedisBackend;
@@ -50,16 +51,16 @@ impl Policy for DenyCache {
 
     /// Remembers a refusal of a check that Redis decided.
     #[inline]
-    async fn after<I: Io>(
+    fn after(
         &self,
         limiter: &Limiter,
         key: &str,
         call: &Call,
         ticket: u64,
-        result: Result<Outcome>,
-        _: &I,
-    ) -> Result<Outcome> {
-        if let (Op::Check { cost, .. }, Ok(outcome), true) = (call.op, &result, call.enforced) {
+        _: Option<Duration>,
+        result: &mut Result<Outcome>,
+    ) {
+        if let (Op::Check { cost, .. }, Ok(outcome), true) = (call.op, &*result, call.enforced) {
             if !outcome.decision.allowed && outcome.served == Served::Backend {
                 if let Some(backend) = limiter.deny_cache_of() {
                     let now = backend.fallback.clock.now_micros();
@@ -68,7 +69,6 @@ impl Policy for DenyCache {
                 }
             }
         }
-        result
     }
 }
 

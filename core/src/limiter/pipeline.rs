@@ -1,18 +1,20 @@
-//! The order every operation of a limiter goes through, written once:
+//! The order every operation of a limiter goes through, written once ([`pipeline!`]):
 //!
 //! 1. **before** ([`Limiter::begin`]): the live override and the spec the call decides with,
 //!    then each policy's `before` hook, in the order of [`policies!`]'s list; a hook may answer
 //!    the call itself (the deny cache's remembered refusal), and then nothing else runs. Holds
 //!    (pauses and blocks) are checked by the backend in the same atomic step as the engine:
 //!    a refusal they cause comes back marked `held`.
-//! 2. **the engine call** ([`Io::execute`]): on the runtime ([`OnRuntime`]), on the calling
-//!    thread ([`OnThread`]), or in process only ([`InProcess`], which answers nothing that needs
-//!    a round trip). The three differ only in how they wait; the order is the same future,
-//!    polled to its end by the runtime, or once on the calling thread (see [`ready`]).
-//! 3. **after** ([`Limiter::conclude`]): the outcome is counted ([`Limiter::record`], the one
-//!    outcome → counter mapping), then each policy's `after` hook, in list order: block (a
-//!    refusal that starts a block, written through [`Io::hold`]), the deny cache (remember the
-//!    refusal), shadow (a refusal only reported becomes an admission).
+//! 2. **the engine call** (`execute`): on the runtime ([`OnRuntime`]), on the calling thread
+//!    ([`OnThread`]), or in process only ([`InProcess`], which answers nothing that needs a
+//!    round trip). The three differ only in how they wait: [`pipeline!`] is the one order,
+//!    expanded once with `.await` (the async calls) and once without (the blocking and
+//!    in-process calls, with no future on the hot path).
+//! 3. **after** ([`Limiter::after_engine`], [`Limiter::conclude`]): the outcome is counted
+//!    ([`Limiter::record`], the one outcome → counter mapping); a hold a policy asks for (a
+//!    block after a refusal) is written through the same I/O (`hold`); then each policy's
+//!    `after` hook changes the result in place, in list order: block, the deny cache (remember
+//!    the refusal), shadow (a refusal only reported becomes an admission).
 //!
 //! A policy is one file with its hooks ([`Policy`]) and one line in [`policies!`]; its
 //! per-limiter setting lives in [`Policies`], its per-call state in [`States`]. The fast path
@@ -21,9 +23,7 @@
 //! whether the hooks need no I/O of their own. Dispatch is static: the list is a struct of the
 //! policies' own types, and each hook is inlined where it is a no-op.
 
-use std::future::Future;
-use std::sync::{Arc, LazyLock};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Limiter, Target};
@@ -60,17 +60,25 @@ pub(crate) trait Policy: std::fmt::Debug + Clone + Default {
     #[allow(clippy::result_large_err)] // an answer is an `Outcome`, moved as every engine call's is
     fn before(&self, limiter: &Limiter, key: &str, call: &Call) -> std::result::Result<Self::State, Outcome>;
 
-    /// After the engine call (and the outcome's count): the call's result, changed or not.
-    /// I/O it makes goes through `io`.
-    fn after<I: Io>(
+    /// After the engine call (and the outcome's count): a hold of the key the policy asks to be
+    /// written for this result, for how long (a block after a refusal). The pipeline writes it
+    /// with its own I/O and hands the hold in effect to [`Policy::after`].
+    fn hold_after(&self, _call: &Call, _result: &Result<Outcome>) -> Option<Duration> {
+        None
+    }
+
+    /// After the engine call: changes the call's result in place. `held` is the hold in effect
+    /// after the one [`Policy::hold_after`] asked for was written (`None`: none was asked for,
+    /// or this way of calling cannot write it).
+    fn after(
         &self,
         limiter: &Limiter,
         key: &str,
         call: &Call,
         state: Self::State,
-        result: Result<Outcome>,
-        io: &I,
-    ) -> impl Future<Output = Result<Outcome>>;
+        held: Option<Duration>,
+        result: &mut Result<Outcome>,
+    );
 }
 
 /// Declares the policies, in the order their hooks run: [`Policies`] (each policy's setting on
@@ -112,18 +120,24 @@ macro_rules! policies {
                 Ok(States { $($field: self.$field.before(limiter, key, call)?,)* })
             }
 
+            /// The hold the first policy that asks for one wants written (see
+            /// [`Policy::hold_after`]).
             #[inline]
-            async fn after<I: Io>(
+            fn hold_after(&self, call: &Call, result: &Result<Outcome>) -> Option<Duration> {
+                None $(.or_else(|| self.$field.hold_after(call, result)))*
+            }
+
+            #[inline]
+            fn after(
                 &self,
                 limiter: &Limiter,
                 key: &str,
                 call: &Call,
                 states: States,
-                result: Result<Outcome>,
-                io: &I,
-            ) -> Result<Outcome> {
-                $(let result = self.$field.after(limiter, key, call, states.$field, result, io).await;)*
-                result
+                held: Option<Duration>,
+                result: &mut Result<Outcome>,
+            ) {
+                $(self.$field.after(limiter, key, call, states.$field, held, result);)*
             }
         }
     };
@@ -159,16 +173,44 @@ impl Call {
     }
 }
 
-/// How a pipeline performs its I/O: the engine call, and the writes a policy makes after it.
+/// The one order of a call (see the module documentation), on `$limiter` for `$key` and `$op`
+/// with the I/O `$io`; `$await` is `await` for an I/O whose calls are async, nothing for one
+/// whose calls return at once. Evaluates to `None` when `$io` cannot answer the call.
+macro_rules! pipeline {
+    ($limiter:expr, $key:expr, $op:expr, $io:expr $(, $await:tt)?) => {{
+        let limiter: &Limiter = $limiter;
+        let key: &str = $key;
+        match limiter.begin(key, $op) {
+            Err(answer) => Some(Ok(answer)),
+            Ok((mut call, states)) => {
+                // The result stays where the engine call put it: every later step changes it in
+                // place (an outcome is a few hundred bytes, and each move was a copy).
+                let mut answered = $io.execute(limiter, key, &mut call) $(.$await)?;
+                if let Some(result) = &mut answered {
+                    let held = match limiter.after_engine(&call, result) {
+                        Some(duration) => $io.hold(limiter, key, duration) $(.$await)?,
+                        None => None,
+                    };
+                    limiter.conclude(key, call, states, held, result);
+                }
+                answered
+            }
+        }
+    }};
+}
+
+/// How a call that returns at once performs its I/O: the engine call, and the hold a policy
+/// writes after it. (The async calls' I/O is [`OnRuntime`]'s methods of the same names.)
 pub(crate) trait Io {
     /// Runs `call` on the limiter's target; `None` when this way cannot answer it (it needs a
     /// round trip that [`InProcess`] does not make). Sets [`Call::started`] when it goes to
     /// Redis.
-    fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> impl Future<Output = Option<Result<Outcome>>>;
+    fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>>;
 
     /// Holds `key` refused for `duration` from now (a block: extends one in effect, never
-    /// shortens it) and returns the hold in effect; `None` when this way cannot write it.
-    fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> impl Future<Output = Option<Result<Duration>>>;
+    /// shortens it) and returns the hold in effect (`duration` when the write failed); `None`
+    /// when this way cannot write it.
+    fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Duration>;
 }
 
 /// I/O on the runtime: the async calls.
@@ -181,7 +223,8 @@ pub(crate) struct OnThread;
 /// here can, and nothing that needs a round trip.
 pub(crate) struct InProcess;
 
-impl Io for OnRuntime {
+impl OnRuntime {
+    /// [`Io::execute`], waiting on the runtime.
     async fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>> {
         let inner = &*limiter.inner;
         Some(match (&inner.target, &inner.pool, call.op) {
@@ -195,17 +238,19 @@ impl Io for OnRuntime {
                 backend.execute(limiter.kind(), &inner.name, key, call.algorithm(limiter), &failover, call.op).await
             }
             (Target::Partitions(set), ..) => set.run(key, call.op).await,
-            _ => return InProcess.answer(limiter, key, call),
+            _ => return InProcess.execute(limiter, key, call),
         })
     }
 
-    async fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Result<Duration>> {
-        Some(limiter.hold_key(key, duration).await)
+    /// [`Io::hold`], waiting on the runtime.
+    async fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Duration> {
+        Some(limiter.hold_key(key, duration).await.unwrap_or(duration))
     }
 }
 
 impl Io for OnThread {
-    async fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>> {
+    #[inline]
+    fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>> {
         let inner = &*limiter.inner;
         Some(match (&inner.target, &inner.pool, call.op) {
             (Target::Redis { .. }, Some(pool), Op::Check { cost, .. }) => {
@@ -217,22 +262,23 @@ impl Io for OnThread {
                 call.started = Some(Instant::now());
                 backend.execute_blocking(limiter.kind(), &inner.name, key, call.algorithm(limiter), &failover, call.op)
             }
-            _ => return InProcess.answer(limiter, key, call),
+            _ => return InProcess.execute(limiter, key, call),
         })
     }
 
-    async fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Result<Duration>> {
-        Some(match &limiter.inner.target {
+    fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Duration> {
+        let in_effect = match &limiter.inner.target {
             Target::Redis { .. } => crate::runtime::block_on(limiter.hold_key(key, duration)),
             _ => limiter.hold_local(key, duration),
-        })
+        };
+        Some(in_effect.unwrap_or(duration))
     }
 }
 
-impl InProcess {
+impl Io for InProcess {
     /// The engine call on an in-process target, or from a lease held here.
-    #[inline]
-    fn answer(&self, limiter: &Limiter, key: &str, call: &Call) -> Option<Result<Outcome>> {
+    #[inline(always)]
+    fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>> {
         let inner = &*limiter.inner;
         match (&inner.target, &inner.pool, call.op) {
             (Target::Memory { backend, namespace }, ..) => {
@@ -246,67 +292,40 @@ impl InProcess {
             _ => None,
         }
     }
-}
 
-impl Io for InProcess {
-    async fn execute(&self, limiter: &Limiter, key: &str, call: &mut Call) -> Option<Result<Outcome>> {
-        self.answer(limiter, key, call)
-    }
-
-    async fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Result<Duration>> {
+    fn hold(&self, limiter: &Limiter, key: &str, duration: Duration) -> Option<Duration> {
         match &limiter.inner.target {
             Target::Redis { .. } => None,
-            _ => Some(limiter.hold_local(key, duration)),
+            _ => Some(limiter.hold_local(key, duration).unwrap_or(duration)),
         }
-    }
-}
-
-/// A waker that does nothing: a pipeline polled by [`ready`] is not woken, it is finished or
-/// handed to the runtime. (`Waker::noop` is newer than the crate's minimum Rust.)
-static NOOP: LazyLock<Waker> = LazyLock::new(|| {
-    struct Noop;
-    impl Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    Waker::from(Arc::new(Noop))
-});
-
-/// The output of `future`, polled on the calling thread: at once when it never waits (the
-/// pipeline on [`OnThread`] or [`InProcess`], whose I/O blocks or is in process), else by
-/// [`crate::runtime::block_on`].
-#[inline(always)]
-pub(crate) fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future.as_mut().poll(&mut Context::from_waker(&NOOP)) {
-        Poll::Ready(output) => output,
-        Poll::Pending => crate::runtime::block_on(future),
     }
 }
 
 impl Limiter {
-    /// Runs one operation through the pipeline with `io`; `None` when `io` cannot answer it.
-    #[inline]
-    pub(crate) async fn pass<I: Io>(&self, key: &str, op: Op, io: &I) -> Option<Result<Outcome>> {
+    /// Runs one operation through the pipeline with an I/O that returns at once; `None` when
+    /// `io` cannot answer it.
+    #[inline(always)]
+    pub(crate) fn pass<I: Io>(&self, key: &str, op: Op, io: &I) -> Option<Result<Outcome>> {
         if let Target::Nowhere = self.inner.target {
             return Some(Ok(Outcome::of(Decision::unlimited())));
         }
-        let (mut call, states) = match self.begin(key, op) {
-            Ok(begun) => begun,
-            Err(answer) => return Some(Ok(answer)),
-        };
-        let result = io.execute(self, key, &mut call).await?;
-        Some(self.conclude(key, call, states, result, io).await)
+        pipeline!(self, key, op, io)
     }
 
     /// Runs one operation.
     pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
-        self.pass(key, op, &OnRuntime).await.unwrap_or_else(unanswered)
+        match self.inner.target {
+            Target::Redis { .. } | Target::Partitions(_) => {
+                pipeline!(self, key, op, OnRuntime, await).unwrap_or_else(unanswered)
+            }
+            _ => self.run_local(key, op),
+        }
     }
 
     /// Runs one operation, blocking the calling thread on remote backends.
     #[inline]
     pub(crate) fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
-        ready(self.pass(key, op, &OnThread)).unwrap_or_else(unanswered)
+        self.pass(key, op, &OnThread).unwrap_or_else(unanswered)
     }
 
     /// Runs one operation on an in-process target: never waits, so it is the hot path of both
@@ -316,7 +335,7 @@ impl Limiter {
     pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
         match self.inner.target {
             Target::Redis { .. } => Ok(Outcome::of(Decision::unlimited())),
-            _ => ready(self.pass(key, op, &InProcess)).unwrap_or_else(unanswered),
+            _ => self.pass(key, op, &InProcess).unwrap_or_else(unanswered),
         }
     }
 
@@ -324,7 +343,7 @@ impl Limiter {
     /// limiter's lease, a refusal the deny cache remembers, an in-process target).
     #[inline]
     pub(crate) fn answer_in_process(&self, key: &str, op: Op) -> Option<Result<Outcome>> {
-        ready(self.pass(key, op, &InProcess))
+        self.pass(key, op, &InProcess)
     }
 
     /// Whether a driven call of `op` may be made (see [`Policy::drivable`]).
@@ -335,7 +354,7 @@ impl Limiter {
 
     /// The pipeline's first step: the call, with the spec it decides with and each policy's
     /// state, or its answer when a policy gave one.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::result_large_err)] // see `Policy::before`
     pub(crate) fn begin(&self, key: &str, op: Op) -> std::result::Result<(Call, States), Outcome> {
         let over = self.override_for(key);
@@ -345,19 +364,26 @@ impl Limiter {
         Ok((call, states))
     }
 
-    /// The pipeline's last step: `result` of the engine call, counted, through every policy's
-    /// `after` hook.
-    #[inline]
-    pub(crate) async fn conclude<I: Io>(
+    /// The pipeline's step after the engine call: `result` counted, and the hold a policy asks
+    /// to be written for it, if any.
+    #[inline(always)]
+    pub(crate) fn after_engine(&self, call: &Call, result: &Result<Outcome>) -> Option<Duration> {
+        self.record(call.op, result, call.started, !call.enforced);
+        self.inner.policies.hold_after(call, result)
+    }
+
+    /// The pipeline's last step: `result` through every policy's `after` hook (in place), given
+    /// the hold in effect that was written for it (`held`).
+    #[inline(always)]
+    pub(crate) fn conclude(
         &self,
         key: &str,
         call: Call,
         states: States,
-        result: Result<Outcome>,
-        io: &I,
-    ) -> Result<Outcome> {
-        self.record(call.op, &result, call.started, !call.enforced);
-        self.inner.policies.after(self, key, &call, states, result, io).await
+        held: Option<Duration>,
+        result: &mut Result<Outcome>,
+    ) {
+        self.inner.policies.after(self, key, &call, states, held, result);
     }
 
     /// Counts a check in the limiter's metrics, with its latency when it went to Redis: the one

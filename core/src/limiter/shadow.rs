@@ -4,9 +4,9 @@
 //! builds is the state enforcement would have built: switching shadow off enforces what shadow
 //! mode reported.
 
-use std::future::Future;
+use std::time::Duration;
 
-use super::pipeline::{Call, Io, Policy};
+use super::pipeline::{Call, Policy};
 use super::Limiter;
 use crate::engine::{LimiterConfig, Op, Outcome};
 use crate::error::Result;
@@ -38,23 +38,10 @@ impl Policy for Shadow {
     /// refusal of a check or a peek becomes an admission marked `shadow_refused` (what is
     /// consumed is unchanged: a refusal consumed nothing).
     #[inline]
-    fn after<I: Io>(
-        &self,
-        _: &Limiter,
-        _: &str,
-        call: &Call,
-        _: (),
-        result: Result<Outcome>,
-        _: &I,
-    ) -> impl Future<Output = Result<Outcome>> {
-        let result = match result {
-            Ok(mut outcome) if !call.enforced => {
-                shadow_decision(call.op, &mut outcome);
-                Ok(outcome)
-            }
-            result => result,
-        };
-        std::future::ready(result)
+    fn after(&self, _: &Limiter, _: &str, call: &Call, _: (), _: Option<Duration>, result: &mut Result<Outcome>) {
+        if let (Ok(outcome), false) = (result, call.enforced) {
+            shadow_decision(call.op, outcome);
+        }
     }
 }
 

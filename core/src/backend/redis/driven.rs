@@ -27,7 +27,7 @@ use crate::decision::Decision;
 use crate::engine::script::LuaScript;
 use crate::engine::{Algorithm, Op, Outcome};
 use crate::error::{Error, Result};
-use crate::limiter::pipeline::{ready, Call, InProcess, States};
+use crate::limiter::pipeline::{Call, States};
 use crate::limiter::Limiter;
 use crate::params::validate_key;
 
@@ -164,7 +164,10 @@ impl DrivenCall {
         let failover = Limiter::failover_for(failover, self.call.over.as_deref());
         let outcome = self.backend.apply_policy(remote, &self.key, self.algorithm(), &failover, self.op);
         let DrivenCall { limiter, key, op, call, states, .. } = self;
-        let outcome = ready(limiter.conclude(&key, call, states, outcome, &InProcess));
+        // No policy asks for a hold here (see `Policies::drivable`): nothing more is written.
+        let mut outcome = outcome;
+        let _ = limiter.after_engine(&call, &outcome);
+        limiter.conclude(&key, call, states, None, &mut outcome);
         Ok(limiter.ticketed_op(outcome?, &key, op))
     }
 }
