@@ -13,19 +13,28 @@ import (
 	"time"
 )
 
-func memory(t *testing.T) *Backend {
-	t.Helper()
-	b, err := NewMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
+func memory(t *testing.T) *Backend { return backendOf(t, "memory") }
 
-func redisBackend(t *testing.T) *Backend {
+func redisBackend(t *testing.T) *Backend { return backendOf(t, "redis") }
+
+// backendOf is a new backend of kind "memory", "redis" (the shared standalone server) or
+// "cluster" (the shared 3-master Cluster), the Redis ones under a prefix no other test uses,
+// with opts; closed when the test ends.
+func backendOf(t testing.TB, kind string, opts ...Option) *Backend {
 	t.Helper()
-	b, err := NewRedis(redisURL(t), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second), WithConnectTimeout(5*time.Second))
+	var b *Backend
+	var err error
+	remote := append([]Option{WithPrefix(uniquePrefix()), WithDeadline(5 * time.Second), WithConnectTimeout(5 * time.Second)}, opts...)
+	switch kind {
+	case "memory":
+		b, err = NewMemory(opts...)
+	case "redis":
+		b, err = NewRedis(redisURL(t), remote...)
+	case "cluster":
+		b, err = NewCluster(clusterSeeds(t), remote...)
+	default:
+		t.Fatalf("no backend of kind %q", kind)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,19 +52,12 @@ func must[T any](t *testing.T) func(T, error) T {
 	}
 }
 
-// Many goroutines on one limit admit exactly the limit, on memory, a real Redis and a Cluster.
+// Many goroutines on one limit admit exactly the limit, on memory, a real Redis and a Cluster
+// (on Redis most of these checks are started, see lone: on a Cluster too).
 func TestManyGoroutinesAdmitExactlyTheLimit(t *testing.T) {
 	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
-			b := memory(t)
-			switch kind {
-			case "redis":
-				b = redisBackend(t)
-			case "cluster": // most of these checks are started (see lone): on a Cluster too
-				b = must[*Backend](t)(NewCluster(clusterSeeds(t), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second)))
-				t.Cleanup(func() { b.Close() })
-			}
-			lim := must[*Limiter](t)(b.Window("exact", 500, time.Hour))
+			lim := must[*Limiter](t)(backendOf(t, kind).Window("exact", 500, time.Hour))
 			var allowed atomic.Int64
 			var wg sync.WaitGroup
 			for g := 0; g < 16; g++ {
@@ -132,18 +134,12 @@ func TestWaitWaitsForTheLimit(t *testing.T) {
 	}
 }
 
+// An Acquire waiting for a held slot (a started acquire, rk_limiter_acquire_start, on every
+// backend) takes it when the holder releases it, with a higher fencing token.
 func TestAcquireWaitsForARelease(t *testing.T) {
 	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
-			b := memory(t)
-			switch kind {
-			case "redis":
-				b = redisBackend(t)
-			case "cluster": // most of these checks are started (see lone): on a Cluster too
-				b = must[*Backend](t)(NewCluster(clusterSeeds(t), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second)))
-				t.Cleanup(func() { b.Close() })
-			}
-			mutex := must[*Limiter](t)(b.Concurrent("mutex", 1, 30*time.Second))
+			mutex := must[*Limiter](t)(backendOf(t, kind).Concurrent("mutex", 1, 30*time.Second))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			first := must[*Lease](t)(mutex.Acquire(ctx, "k"))
@@ -396,5 +392,71 @@ func TestLiveLimitsAndMetrics(t *testing.T) {
 	resp, body := getOnce(t, b.PrometheusHandler())
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `ratekeeper_checks_total{limiter="live",kind="window",outcome="refused"} 1`) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
+
+// AcquireAll waits for every part at once: for a concurrent part's slot (released by another
+// goroutine) and then takes the window's unit with it, exactly once; a cancelled ctx ends the
+// wait; a wait the deadline cannot cover fails at once with an *OverLimitError.
+func TestAcquireAllWaitsForEveryPart(t *testing.T) {
+	for _, kind := range []string{"memory", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			b := backendOf(t, kind)
+			mutex := must[*Limiter](t)(b.Concurrent("mutex", 1, time.Minute))
+			window := must[*Limiter](t)(b.Window("window", 10, time.Hour))
+			held := must[*Lease](t)(mutex.Acquire(context.Background(), "k"))
+
+			cancelled, cancel := context.WithCancel(context.Background())
+			go func() {
+				time.Sleep(20 * time.Millisecond)
+				cancel()
+			}()
+			if _, err := b.AcquireAll(cancelled, Part{mutex, "k", 1}, Part{window, "k", 1}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("AcquireAll while the slot was held, cancelled: %v, want context.Canceled", err)
+			}
+
+			got := make(chan AllDecision, 1)
+			go func() {
+				all, err := b.AcquireAll(context.Background(), Part{mutex, "k", 1}, Part{window, "k", 1})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- all
+			}()
+			must[struct{}](t)(struct{}{}, held.Release())
+			all := <-got
+			if !all.Allowed || all.Parts[0].Lease == nil || all.Parts[0].Lease.FencingToken() <= held.FencingToken() {
+				t.Fatalf("after the release: %+v", all)
+			}
+			must[struct{}](t)(struct{}{}, all.Parts[0].Lease.Release())
+			if d := must[Decision](t)(window.Peek(context.Background(), "k")); d.Remaining != 9 {
+				t.Fatalf("the window has %d left, want 9: one admission, nothing for the cancelled wait", d.Remaining)
+			}
+
+			spent := must[*Limiter](t)(b.Window("spent", 1, time.Hour))
+			must[Decision](t)(spent.Check(context.Background(), "k"))
+			short, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel2()
+			_, err := b.AcquireAll(short, Part{spent, "k", 1})
+			var over *OverLimitError
+			if !errors.As(err, &over) || over.RetryAfter <= time.Minute || short.Err() != nil {
+				t.Fatalf("AcquireAll past its deadline: %v, want an *OverLimitError at once", err)
+			}
+		})
+	}
+}
+
+// A counting part's RetryAfter longer than the library's slice is slept on a Go timer: the
+// second admission of a window of one per 300 ms comes at least 300 ms after the first, by
+// the decisions' own clock.
+func TestAcquireAllWaitsForACountingPart(t *testing.T) {
+	b := memory(t)
+	w := must[*Limiter](t)(b.Window("w", 1, 300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := must[AllDecision](t)(b.AcquireAll(ctx, Part{w, "k", 1}))
+	second := must[AllDecision](t)(b.AcquireAll(ctx, Part{w, "k", 1}))
+	if gap := second.Parts[0].DecidedAt.Sub(first.Parts[0].DecidedAt); !second.Allowed || gap < 300*time.Millisecond {
+		t.Fatalf("admitted %v after the first (%+v)", gap, second)
 	}
 }

@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unsafe"
@@ -43,8 +44,74 @@ func (b *Backend) CheckAll(ctx context.Context, parts ...Part) (AllDecision, err
 	if err := ctx.Err(); err != nil {
 		return AllDecision{}, err
 	}
-	// Each part's key and limiter pointer go to C inside an array, which cgo forbids in Go
-	// memory: the array and the keys live in C memory for the call.
+	return b.allCall(parts, func(p *C.rk_backend, cparts *C.rk_check_all_part, raws *C.rk_decision, allowed *C.bool, retry *C.uint64_t) status {
+		return C.rk_backend_check_all(p, cparts, C.size_t(len(parts)), raws, allowed, retry)
+	})
+}
+
+// allSlice is the longest AcquireAll waits in the library (holding its OS thread) before
+// looking at its context again.
+const allSlice = 50 * time.Millisecond
+
+// AcquireAll is CheckAll waiting until a step admits every part, or ctx is done: the
+// counterpart of Acquire for several limits at once (a tenant's slot and its rate, say). It
+// sleeps until the combination can change (a counting part's RetryAfter, or the release of a
+// concurrent part's slot). When ctx has a deadline that the wait would pass, it fails at once
+// with an *OverLimitError, as Wait does. The wait is the library's, on the calling goroutine's
+// OS thread, in slices of 50 ms between which ctx is looked at; a counting part's longer
+// RetryAfter is slept on a Go timer. Admitted concurrent parts hold a lease: release each.
+func (b *Backend) AcquireAll(ctx context.Context, parts ...Part) (AllDecision, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return AllDecision{}, err
+		}
+		slice := allSlice
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < slice {
+			if slice = time.Until(deadline); slice < 0 {
+				slice = 0
+			}
+		}
+		began := time.Now()
+		out, err := b.allCall(parts, func(p *C.rk_backend, cparts *C.rk_check_all_part, raws *C.rk_decision, allowed *C.bool, retry *C.uint64_t) status {
+			return C.rk_backend_acquire_all(p, cparts, C.size_t(len(parts)), seconds(slice), raws, allowed, retry)
+		})
+		if !errors.Is(err, ErrOverLimit) {
+			return out, err
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < out.RetryAfter {
+			if err := ctx.Err(); err != nil {
+				return AllDecision{}, err
+			}
+			return AllDecision{}, &OverLimitError{RetryAfter: out.RetryAfter}
+		}
+		// The library refuses at once, without waiting the slice, when a counting part's
+		// RetryAfter is longer: that wait is a Go timer's.
+		if time.Since(began) < slice && out.RetryAfter > 0 {
+			if timer == nil {
+				timer = time.NewTimer(out.RetryAfter)
+			} else {
+				timer.Reset(out.RetryAfter)
+			}
+			select {
+			case <-ctx.Done():
+				return AllDecision{}, ctx.Err()
+			case <-timer.C:
+			}
+		}
+	}
+}
+
+// allCall makes one call over parts: each part's key and limiter pointer go to C inside an
+// array, which cgo forbids in Go memory, so the array and the keys live in C memory for the
+// call. On RK_OVER_LIMIT (AcquireAll's wait ran out) the decision says RetryAfter and the error
+// is ErrOverLimit.
+func (b *Backend) allCall(parts []Part, f func(*C.rk_backend, *C.rk_check_all_part, *C.rk_decision, *C.bool, *C.uint64_t) status) (AllDecision, error) {
 	cparts := (*C.rk_check_all_part)(C.calloc(C.size_t(len(parts)+1), C.size_t(unsafe.Sizeof(C.rk_check_all_part{}))))
 	defer C.free(unsafe.Pointer(cparts))
 	view := unsafe.Slice(cparts, len(parts)+1)
@@ -79,13 +146,14 @@ func (b *Backend) CheckAll(ctx context.Context, parts ...Part) (AllDecision, err
 	raws := make([]C.rk_decision, len(parts)+1)
 	var allowed C.bool
 	var retry C.uint64_t
-	err := b.use(func(p *C.rk_backend) status {
-		return C.rk_backend_check_all(p, cparts, C.size_t(len(parts)), &raws[0], &allowed, &retry)
-	})
-	if err != nil {
+	err := b.use(func(p *C.rk_backend) status { return f(p, cparts, &raws[0], &allowed, &retry) })
+	if err != nil && !errors.Is(err, ErrOverLimit) {
 		return AllDecision{}, err
 	}
 	out := AllDecision{Allowed: bool(allowed), RetryAfter: micros(retry), Parts: make([]Decision, len(parts))}
+	if err != nil {
+		return AllDecision{RetryAfter: out.RetryAfter}, err
+	}
 	for i := range parts {
 		out.Parts[i] = decisionOf(parts[i].Limiter, parts[i].Key, &raws[i])
 	}

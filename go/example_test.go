@@ -132,3 +132,35 @@ func Example_middleware() {
 	// 200 RateLimit: "api";r=0;t=60 Retry-After: ""
 	// 429 RateLimit: "api";r=0;t=60 Retry-After: "60"
 }
+
+func Example_acquireAllAndBackoff() {
+	backend, _ := ratekeeper.NewMemory()
+	defer backend.Close()
+	// --8<-- [start:acquire-all]
+	// A tenant's job takes one of its 2 worker slots and one of its 100 calls per hour, both or
+	// neither, waiting for a slot (or a call) to free up.
+	slots, _ := backend.Concurrent("tenant-slots", 2, time.Minute)
+	calls, _ := backend.Window("tenant-calls", 100, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	all, err := backend.AcquireAll(ctx,
+		ratekeeper.Part{Limiter: slots, Key: "tenant-7", Cost: 1},
+		ratekeeper.Part{Limiter: calls, Key: "tenant-7", Cost: 1})
+	if err != nil {
+		panic(err) // ctx.Err(), or an *OverLimitError when the deadline cannot be met
+	}
+	defer all.Parts[0].Lease.Release()
+	fmt.Println(all.Allowed, all.Parts[1].Remaining)
+
+	// A job refused by a limit is rescheduled as Sidekiq does: max(RetryAfter, 5 min × n) plus
+	// up to 5 min of jitter, and fails after 20 reschedules.
+	backoff, _ := ratekeeper.NewBackoff(ratekeeper.BackoffJitter(0))
+	defer backoff.Close()
+	delay, reschedule, _ := backoff.RescheduleIn(2, 30*time.Second)
+	fmt.Println(delay, reschedule)
+	// --8<-- [end:acquire-all]
+
+	// Output:
+	// true 99
+	// 10m0s true
+}

@@ -1,7 +1,7 @@
 package ratekeeper
 
 /*
-#include "ratekeeper.h"
+#include "rkgo.h"
 */
 import "C"
 
@@ -19,21 +19,23 @@ import (
 // are the identities limited (a user id, an IP; up to 1 KiB of UTF-8); the empty key is the
 // limiter's single shared key. Safe for concurrent use by many goroutines; Close it when done.
 //
-// A Check on a Redis backend made while another is in flight waits in Go's scheduler, holding
-// no OS thread, and returns ctx.Err() as soon as ctx is done; a lone one is made on its caller's
-// thread (faster alone) and runs to at most the backend's deadline. Other calls on a Redis
-// backend block their goroutine (and the OS thread under it, which Go's scheduler replaces
-// while the call lasts) for at most the deadline; the context is checked before each.
+// On a Redis backend, Check, Peek, Settle, Acquire and Lease.Release made while another call is
+// in flight wait in Go's scheduler, holding no OS thread, and return ctx.Err() as soon as ctx
+// is done; the lone one is made on its caller's thread (faster alone) and runs to at most the
+// backend's deadline. An Acquire that waits for a slot always waits in Go's scheduler. Other
+// calls on a Redis backend (Reset, Pause, Block, Observe, Extend, ...) block their goroutine
+// (and the OS thread under it, which Go's scheduler replaces while the call lasts) for at most
+// the deadline; the context is checked before each.
 type Limiter struct {
 	ptr     *C.rk_limiter
 	backend *Backend
 	name    string
 	kind    string
 	handle  closer
-	// started: checks may go through rk_limiter_check_start and wait in Go's scheduler
-	// (limiters whose every check is a Redis round trip; see lone for which do); otherwise the
-	// blocking rk_limiter_check, which answers in-process calls (memory; a leased or partitions
-	// limiter's local tokens) without a hand-over to another thread.
+	// started: calls may go through the library's started forms (rk_limiter_check_start, ...)
+	// and wait in Go's scheduler (limiters whose every check is a Redis round trip; see lone for
+	// which do); otherwise the blocking forms, which answer in-process calls (memory; a leased or
+	// partitions limiter's local tokens) without a hand-over to another thread.
 	started bool
 }
 
@@ -87,21 +89,38 @@ func (l *Limiter) CheckN(ctx context.Context, key string, cost uint64) (Decision
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	k, err := keyText(key)
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
+	if !l.started {
+		// In-process (memory; a leased or partitions limiter's local tokens): the call on this
+		// thread, written out rather than through run, which copies the result twice more.
+		if !l.handle.enter() {
+			return Decision{}, closedError()
+		}
+		r := C.rkgo_check(addr(l.ptr), key, C.uint64_t(cost))
+		l.handle.leave()
+		if r.status != C.RK_OK {
+			c := resultOf(r)
+			return Decision{}, c.err()
+		}
+		return decisionOf(l, key, &r.decision), nil
+	}
+	c, err := l.run(ctx, key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_check(p, key, C.uint64_t(cost)) },
+		func(p *C.rk_limiter, h C.uintptr_t) status { return startCheck(p, key, cost, h) },
+		releaseOrphan)
+	return l.decided(key, &c, err)
+}
+
+// decided turns a call's completion into its decision or error.
+func (l *Limiter) decided(key string, c *completion, err error) (Decision, error) {
+	if err == nil {
+		err = c.err()
+	}
 	if err != nil {
 		return Decision{}, err
 	}
-	if l.started {
-		if !lone.CompareAndSwap(false, true) {
-			return l.checkStarted(ctx, key, k, cost)
-		}
-		defer lone.Store(false)
-	}
-	var raw C.rk_decision
-	if err := l.use(func(p *C.rk_limiter) status { return C.rk_limiter_check(p, k.ptr(), C.uint64_t(cost), &raw) }); err != nil {
-		return Decision{}, err
-	}
-	return decisionOf(l, key, &raw), nil
+	return decisionOf(l, key, &c.raw), nil
 }
 
 // Peek reports what a call of cost 1 would get, consuming nothing.
@@ -109,15 +128,12 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	k, err := keyText(key)
-	if err != nil {
+	if err := checkKey(key); err != nil {
 		return Decision{}, err
 	}
-	var raw C.rk_decision
-	if err := l.use(func(p *C.rk_limiter) status { return C.rk_limiter_peek(p, k.ptr(), &raw) }); err != nil {
-		return Decision{}, err
-	}
-	return decisionOf(l, key, &raw), nil
+	c, err := l.run(ctx, key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_peek(p, key) },
+		func(p *C.rk_limiter, h C.uintptr_t) status { return startPeek(p, key, h) }, nil)
+	return l.decided(key, &c, err)
 }
 
 // Reset forgets all state of key: the next call starts from a full limit. A concurrent
@@ -136,11 +152,19 @@ func (l *Limiter) PointsUsed(ctx context.Context, key string, estimate, actual u
 
 // Settle corrects an admitted call, checked with an estimated cost, to its actual cost: the
 // difference is charged or refunded exactly once however often the same decision is settled
-// (a retry after ErrTimeout is safe). d is the decision Check or Wait returned, with its key.
+// (a retry after ErrTimeout, or after ctx ended the wait, is safe). d is the decision Check or
+// Wait returned, with its key.
 func (l *Limiter) Settle(ctx context.Context, d Decision, actual uint64) (Decision, error) {
-	return l.decisionCall(ctx, d.key, func(p *C.rk_limiter, k *C.char, out *C.rk_decision) status {
-		return C.rk_limiter_settle(p, k, &d.raw, C.uint64_t(actual), out)
-	})
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	if err := checkKey(d.key); err != nil {
+		return Decision{}, err
+	}
+	raw := d.native()
+	c, err := l.run(ctx, d.key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_settle(p, d.key, raw, C.uint64_t(actual)) },
+		func(p *C.rk_limiter, h C.uintptr_t) status { return startSettle(p, d.key, raw, actual, h) }, nil)
+	return l.decided(d.key, &c, err)
 }
 
 // Pause refuses every check of key, in every process sharing the backend, for d (at most the

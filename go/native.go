@@ -82,6 +82,15 @@ func (t cText) ptr() *C.char {
 	return (*C.char)(unsafe.Pointer(&t[0]))
 }
 
+// checkKey refuses a key C would cut short (a NUL byte), naming it, without copying it: the
+// calls of rkgo.h take the key as a Go string.
+func checkKey(key string) error {
+	if strings.IndexByte(key, 0) >= 0 {
+		return invalidArgument("key", "must not contain a NUL byte")
+	}
+	return nil
+}
+
 // keyText is a key for C: "" is NULL, the limiter's single shared key (the library treats the
 // empty key the same way).
 func keyText(key string) (cText, error) {

@@ -350,19 +350,8 @@ func runCase(t *testing.T, c vectorCase, backendKind string, stats *vectorStats)
 		t.Fatal(err)
 	}
 	defer clock.Close()
-	var b *Backend
-	switch backendKind {
-	case "memory":
-		b, err = NewMemory(WithClock(clock))
-	case "redis":
-		b, err = NewRedis(redisURL(t), WithClock(clock), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second), WithConnectTimeout(5*time.Second))
-	case "cluster":
-		b, err = NewCluster(clusterSeeds(t), WithClock(clock), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second), WithConnectTimeout(5*time.Second))
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := backendOf(t, backendKind, WithClock(clock))
+	defer b.Close() // before the clock's
 	stats.cases++
 
 	ids := make([]string, 0, len(c.Limiters))

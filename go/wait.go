@@ -1,7 +1,7 @@
 package ratekeeper
 
 /*
-#include "ratekeeper.h"
+#include "rkgo.h"
 */
 import "C"
 
@@ -10,16 +10,18 @@ import (
 	"time"
 )
 
-// Waiting for a limit: with Go timers, never an OS thread blocked in the library. A counting
-// limiter's refusal says exactly when the same call could succeed (RetryAfter), so Wait checks,
-// sleeps on a timer until then (or until ctx is done) and checks again. A concurrent limiter's
-// slot frees when a holder releases it, which no refusal can predict: Acquire waits inside the
-// library, which wakes within milliseconds of a release, in slices of at most acquireSlice so
-// that a cancelled ctx is seen promptly.
+// Waiting for a limit: with Go timers and Go's scheduler, never an OS thread blocked in the
+// library. A counting limiter's refusal says exactly when the same call could succeed
+// (RetryAfter), so Wait checks, sleeps on a timer until then (or until ctx is done) and checks
+// again. A concurrent limiter's slot frees when a holder releases it, which no refusal can
+// predict: Acquire tries once without waiting, then starts the library's waiting acquire
+// (rk_limiter_acquire_start: it wakes within milliseconds of a release, on the library's
+// runtime) and parks until it answers or ctx is done, in slices of at most acquireSlice.
 
-// acquireSlice is the longest a concurrent Acquire waits in the library before looking at its
-// context again.
-const acquireSlice = 50 * time.Millisecond
+// acquireSlice is the longest wait one started acquire is given. ctx is honoured at once
+// whatever the slice; the slice bounds how long an acquire whose caller left (ctx done) stays
+// queued in the library, after which a slot it was granted is released.
+const acquireSlice = time.Second
 
 // Wait consumes one unit for key, waiting until the limit allows it or ctx is done. When ctx
 // has a deadline that the wait would pass, it fails at once with an *OverLimitError (as
@@ -80,40 +82,33 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Lease, error) {
 	return d.Lease, nil
 }
 
-// acquire waits inside the library for a concurrent limiter's slot, one slice at a time.
+// acquire takes a concurrent limiter's slot: a try that does not wait (in-process on memory,
+// no hand-over), then started acquires that wait in the library, one slice at a time.
 func (l *Limiter) acquire(ctx context.Context, key string, cost uint64) (Decision, error) {
-	k, err := keyText(key)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return Decision{}, err
-		}
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
+	c, err := l.run(ctx, key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_acquire(p, key, C.uint64_t(cost), 0) },
+		func(p *C.rk_limiter, h C.uintptr_t) status { return startAcquire(p, key, cost, 0, h) },
+		releaseOrphan)
+	for err == nil && c.st == C.RK_OVER_LIMIT {
 		slice := acquireSlice
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < slice {
-			slice = time.Until(deadline)
-			if slice < 0 {
-				slice = 0
+			if slice = time.Until(deadline); slice <= 0 { // the deadline came first
+				if err := ctx.Err(); err != nil {
+					return Decision{}, err
+				}
+				return Decision{}, &OverLimitError{RetryAfter: micros(c.raw.retry_after_us)}
 			}
 		}
-		var raw C.rk_decision
-		err := l.use(func(p *C.rk_limiter) status {
-			return C.rk_limiter_acquire(p, k.ptr(), C.uint64_t(cost), seconds(slice), &raw)
-		})
-		if err == nil {
-			return decisionOf(l, key, &raw), nil
-		}
-		if e, ok := err.(*Error); !ok || e.Kind != ErrOverLimit {
-			return Decision{}, err
-		}
-		if slice < acquireSlice { // the deadline came first
-			if err := ctx.Err(); err != nil {
-				return Decision{}, err
-			}
-			return Decision{}, &OverLimitError{RetryAfter: micros(raw.retry_after_us)}
-		}
+		c, err = l.start(ctx, key, func(p *C.rk_limiter, h C.uintptr_t) status {
+			return startAcquire(p, key, cost, slice, h)
+		}, releaseOrphan)
 	}
+	return l.decided(key, &c, err)
 }
 
 // Lease is a slot held in a concurrent limiter, or (from Acquire on another kind) an
@@ -152,9 +147,15 @@ func (s *Lease) Release() error {
 // release gives lease back to l under key (the conformance vectors also release under other
 // keys and on other limiters, which the library refuses).
 func (l *Limiter) release(key string, lease *Lease) error {
-	return l.keyCall(context.Background(), key, func(p *C.rk_limiter, k *C.char) status {
-		return C.rk_limiter_release(p, k, &lease.raw)
-	})
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	c, err := l.run(context.Background(), key, func(p C.uintptr_t) C.rkgo_result { return C.rkgo_release(p, key, lease.raw) },
+		func(p *C.rk_limiter, h C.uintptr_t) status { return startRelease(p, key, lease.raw, h) }, nil)
+	if err != nil {
+		return err
+	}
+	return c.err()
 }
 
 // Extend renews the lease for another lock timeout from now, so a long task keeps its slot.

@@ -169,6 +169,15 @@ typedef struct rk_backend rk_backend;
 typedef struct rk_backoff rk_backoff;
 
 /**
+ * \brief One middleware's HTTP options, validated: the header form, the trusted proxies and
+ * the header they set, the partition key secret.
+ *
+ * Opaque. Made by `rk_http_rules_new`; freed with `rk_http_rules_free`. Thread-safe and
+ * immutable: one handle serves any number of threads.
+ */
+typedef struct rk_http_rules rk_http_rules;
+
+/**
  * \brief A rate limiter bound to a backend.
  *
  * Opaque. Made by an `rk_limiter_new_*` function; freed with `rk_limiter_free`. Thread-safe:
@@ -332,14 +341,17 @@ typedef struct rk_decision {
 } rk_decision;
 
 /**
- * \brief The callback of a call that completes later (`rk_limiter_check_start`).
+ * \brief The callback of a call that completes later (`rk_limiter_check_start` and the other
+ * `*_start` functions).
  *
  * Called exactly once per submitted call, from one of ratekeeper's runtime threads, never the
  * thread that submitted it (it may run before the submitting function has returned):
  * - `user_data`: what was given with the call;
  * - `status`: #RK_OK, or why the call failed (as the blocking form would have returned it);
- * - `decision`: on #RK_OK the decision, else NULL; valid only until the callback returns
- *   (copy it);
+ * - `decision`: on #RK_OK the decision (NULL for `rk_limiter_release_start`, which has none);
+ *   on #RK_OVER_LIMIT from `rk_limiter_acquire_start` the refusal (`allowed` false,
+ *   `retry_after_us` set, as `rk_limiter_acquire` writes it); else NULL. Valid only until the
+ *   callback returns (copy it);
  * - `error_message`: on failure what `rk_last_error_message` would have said (the thread-local
  *   message belongs to another thread); `""` on #RK_OK. Never NULL; valid only until the
  *   callback returns.
@@ -381,6 +393,74 @@ typedef struct rk_settle_seal {
    */
   char hex[65];
 } rk_settle_seal;
+
+/**
+ * \brief One limit of a multi-limit limiter's decision (`rk_http_report`).
+ */
+typedef struct rk_http_limit {
+  /**
+   * The span the limit covers, in seconds.
+   */
+  double window_secs;
+  /**
+   * The limit's size.
+   */
+  uint64_t limit;
+  /**
+   * What is left of it.
+   */
+  uint64_t remaining;
+  /**
+   * Seconds until it is full again.
+   */
+  double reset_after_secs;
+  /**
+   * Seconds until the call could succeed (0: this limit admits it).
+   */
+  double retry_after_secs;
+} rk_http_limit;
+
+/**
+ * \brief What one limiter decided about a request, as the header fields read it.
+ */
+typedef struct rk_http_report {
+  /**
+   * The policy's name (the limiter's), NUL-terminated UTF-8.
+   */
+  const char *name;
+  /**
+   * The limiter's window in seconds (`rk_limiter_window`); 0 or less: none.
+   */
+  double window_secs;
+  /**
+   * Whether the call was admitted.
+   */
+  bool allowed;
+  /**
+   * The limit that binds (2^53, an unlimited limiter's, announces nothing).
+   */
+  uint64_t limit;
+  /**
+   * What is left of it.
+   */
+  uint64_t remaining;
+  /**
+   * Seconds until the limiter is full again.
+   */
+  double reset_after_secs;
+  /**
+   * Seconds until the call could succeed (0 when allowed).
+   */
+  double retry_after_secs;
+  /**
+   * A multi-limit limiter's limits (a member each); NULL when `limits_len` is 0.
+   */
+  const struct rk_http_limit *limits;
+  /**
+   * How many `limits` there are.
+   */
+  size_t limits_len;
+} rk_http_report;
 
 #ifdef __cplusplus
 extern "C" {
@@ -864,6 +944,40 @@ enum rk_status rk_limiter_spec_json(const struct rk_limiter *limiter,
                                     size_t *out_n);
 
 /**
+ * \brief The most one call may cost: the burst, the smallest limit, the slot count; 2^53
+ * (#RK_MAX_COUNT) for an unlimited limiter. A larger cost is refused on every call.
+ *
+ * \param limiter The limiter.
+ * \param capacity_out Receives the capacity.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_limiter_capacity(const struct rk_limiter *limiter,
+                                   uint64_t *capacity_out);
+
+/**
+ * \brief Whether a charge can be given back with `rk_limiter_points_used` (estimate → 0):
+ * true for token bucket, leaky and points limiters. The HTTP middleware's `count` charges these
+ * before the response and refunds after; the others it peeks before and charges after.
+ *
+ * \param limiter The limiter.
+ * \param refundable_out Receives whether it is refundable.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_limiter_refundable(const struct rk_limiter *limiter,
+                                     bool *refundable_out);
+
+/**
+ * \brief The span the limiter's quota covers, where its kind has one window (bucket, window
+ * with one window, token bucket: capacity / rate, leaky, points): draft-11's `w`.
+ *
+ * \param limiter The limiter.
+ * \param window_us_out Receives the window in microseconds; 0 when the kind has none.
+ * \return #RK_OK or #RK_NULL_PARAMETER.
+ */
+enum rk_status rk_limiter_window(const struct rk_limiter *limiter,
+                                 uint64_t *window_us_out);
+
+/**
  * \brief Creates a limiter that always allows and touches no backend (admins, tests).
  *
  * \param limiter_out Receives the new limiter; free it with `rk_limiter_free`.
@@ -1081,6 +1195,90 @@ enum rk_status rk_limiter_check_start(const struct rk_limiter *limiter,
                                       uint64_t cost,
                                       rk_completion_fn callback,
                                       void *user_data);
+
+/**
+ * \brief Starts `rk_limiter_peek` without waiting for it: returns at once, and `callback`
+ * receives the decision later (see `rk_limiter_check_start`, whose rules apply).
+ *
+ * \param limiter The limiter.
+ * \param key The identity, or NULL for the limiter's single shared key.
+ * \param callback Called exactly once with the result when this function returns #RK_OK.
+ * \param user_data Handed to `callback` unchanged.
+ * \return #RK_OK (submitted), or, with nothing submitted, #RK_NULL_PARAMETER or
+ *         #RK_INVALID_UTF8.
+ */
+enum rk_status rk_limiter_peek_start(const struct rk_limiter *limiter,
+                                     const char *key,
+                                     rk_completion_fn callback,
+                                     void *user_data);
+
+/**
+ * \brief Starts `rk_limiter_acquire` without waiting for it: returns at once, and `callback`
+ * receives the decision when the limit allows the call, or #RK_OVER_LIMIT (with the refusal's
+ * `retry_after_us`) when `wait_timeout_secs` passes first (see `rk_limiter_check_start`, whose
+ * rules apply).
+ *
+ * The wait is the library's (it wakes when a concurrent limiter's slot is released), on its
+ * runtime: no thread of the caller waits. A started acquire cannot be withdrawn; a caller that
+ * stops waiting for it must release the lease it may still be granted.
+ *
+ * \param limiter The limiter.
+ * \param key The identity, or NULL for the limiter's single shared key.
+ * \param cost What the call consumes (0..=2^53).
+ * \param wait_timeout_secs The longest wait in seconds; 0 never waits; #RK_WAIT_DEFAULT uses
+ *        the limiter's default.
+ * \param callback Called exactly once with the result when this function returns #RK_OK.
+ * \param user_data Handed to `callback` unchanged.
+ * \return #RK_OK (submitted), or, with nothing submitted, #RK_NULL_PARAMETER,
+ *         #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT (`wait_timeout`).
+ */
+enum rk_status rk_limiter_acquire_start(const struct rk_limiter *limiter,
+                                        const char *key,
+                                        uint64_t cost,
+                                        double wait_timeout_secs,
+                                        rk_completion_fn callback,
+                                        void *user_data);
+
+/**
+ * \brief Starts `rk_limiter_settle` without waiting for it: returns at once, and `callback`
+ * receives the state after the settle (see `rk_limiter_check_start`, whose rules apply). A
+ * settle applies once however often it is sent, so a caller that stops waiting may send it
+ * again.
+ *
+ * \param limiter The limiter that made the decision.
+ * \param key The key the call was checked with, or NULL for the limiter's single shared key.
+ * \param decision The decision to settle; copied before this function returns.
+ * \param actual What the call really cost (0..=2^53).
+ * \param callback Called exactly once with the result when this function returns #RK_OK.
+ * \param user_data Handed to `callback` unchanged.
+ * \return #RK_OK (submitted), or, with nothing submitted, #RK_NULL_PARAMETER or
+ *         #RK_INVALID_UTF8.
+ */
+enum rk_status rk_limiter_settle_start(const struct rk_limiter *limiter,
+                                       const char *key,
+                                       const struct rk_decision *decision,
+                                       uint64_t actual,
+                                       rk_completion_fn callback,
+                                       void *user_data);
+
+/**
+ * \brief Starts `rk_limiter_release` without waiting for it: returns at once, and `callback`
+ * receives #RK_OK (with no decision) or why the release failed, e.g. #RK_LEASE_LOST (see
+ * `rk_limiter_check_start`, whose rules apply).
+ *
+ * \param limiter The limiter that granted the lease.
+ * \param key The key it was granted for (NULL for the shared key).
+ * \param lease The lease; copied before this function returns.
+ * \param callback Called exactly once with the result when this function returns #RK_OK.
+ * \param user_data Handed to `callback` unchanged.
+ * \return #RK_OK (submitted), or, with nothing submitted, #RK_NULL_PARAMETER or
+ *         #RK_INVALID_UTF8.
+ */
+enum rk_status rk_limiter_release_start(const struct rk_limiter *limiter,
+                                        const char *key,
+                                        const struct rk_lease *lease,
+                                        rk_completion_fn callback,
+                                        void *user_data);
 
 /**
  * \brief Decides every part in one atomic step at one instant: all are admitted and consume
@@ -1548,6 +1746,92 @@ enum rk_status rk_backoff_reschedule_in(const struct rk_backoff *backoff,
  * \param backoff A policy from `rk_backoff_new`, or NULL.
  */
 void rk_backoff_free(struct rk_backoff *backoff);
+
+/**
+ * \brief Validates one middleware's HTTP options.
+ *
+ * \param headers The header form: `"draft-11"`, `"draft-7"`, `"draft-6"` or `"legacy"`; NULL
+ *        sends no rate-limit fields.
+ * \param trusted_proxies IP addresses or CIDR ranges (`10.0.0.0/8`, `fd00::/8`) whose proxy
+ *        header is believed; NULL when `trusted_proxies_len` is 0.
+ * \param trusted_proxies_len How many there are.
+ * \param proxy_header The one header those proxies set: `"X-Forwarded-For"` or `"Forwarded"`
+ *        (any case); NULL is `"X-Forwarded-For"`.
+ * \param partition_key_secret The secret of draft-11's `pk` (at least 16 bytes; draft-11
+ *        only), or NULL for none. Never shown in an error.
+ * \param partition_key_secret_len Its length in bytes.
+ * \param rules_out Receives the rules; free them with `rk_http_rules_free`.
+ * \return #RK_OK, #RK_NULL_PARAMETER, #RK_INVALID_UTF8 or #RK_INVALID_ARGUMENT naming
+ *         `headers`, `trusted_proxies`, `proxy_header` or `partition_key_secret`.
+ */
+enum rk_status rk_http_rules_new(const char *headers,
+                                 const char *const *trusted_proxies,
+                                 size_t trusted_proxies_len,
+                                 const char *proxy_header,
+                                 const uint8_t *partition_key_secret,
+                                 size_t partition_key_secret_len,
+                                 struct rk_http_rules **rules_out);
+
+/**
+ * \brief The header the trusted proxies set, in lower case (`"x-forwarded-for"` or
+ * `"forwarded"`): a static string; NULL for a NULL `rules`.
+ */
+const char *rk_http_rules_proxy_header(const struct rk_http_rules *rules);
+
+/**
+ * \brief The key a request is counted under when the application gives none: the client
+ * address, IPv6 grouped by /56; behind a trusted proxy, the right-most address of the proxy
+ * header that is not a trusted proxy.
+ *
+ * Written like `rk_limiter_spec_json` (`snprintf`'s convention): at most `len - 1` bytes and a
+ * NUL, the full length in `*out_n`.
+ *
+ * \param rules The rules.
+ * \param peer The peer address as the server gives it (`v4`, `v4:port`, `[v6]:port`); NULL:
+ *        none (the key is `unknown`).
+ * \param proxy_header_value The value of `rk_http_rules_proxy_header`'s header (its lines
+ *        joined by commas), or NULL when absent. Read only when the peer is trusted.
+ * \param buf Where to write the key; may be NULL only when `len` is 0.
+ * \param len The size of `buf` in bytes.
+ * \param out_n Receives the full length of the key in bytes, excluding the NUL.
+ * \return #RK_OK, #RK_NULL_PARAMETER or #RK_INVALID_UTF8.
+ */
+enum rk_status rk_http_rules_client_key(const struct rk_http_rules *rules,
+                                        const char *peer,
+                                        const char *proxy_header_value,
+                                        char *buf,
+                                        size_t len,
+                                        size_t *out_n);
+
+/**
+ * \brief The rate-limit header fields of a request's decisions, in the rules' form, as a JSON
+ * array of `[name, value]` pairs in order (`[]`: none).
+ *
+ * Written like `rk_limiter_spec_json` (`snprintf`'s convention).
+ *
+ * \param rules The rules.
+ * \param reports Each limiter's decision, in order; NULL when `reports_len` is 0.
+ * \param reports_len How many there are.
+ * \param key The request's key (draft-11's `pk` is its keyed hash).
+ * \param buf Where to write the JSON; may be NULL only when `len` is 0.
+ * \param len The size of `buf` in bytes.
+ * \param out_n Receives the full length of the JSON in bytes, excluding the NUL.
+ * \return #RK_OK, #RK_NULL_PARAMETER or #RK_INVALID_UTF8.
+ */
+enum rk_status rk_http_rules_fields(const struct rk_http_rules *rules,
+                                    const struct rk_http_report *reports,
+                                    size_t reports_len,
+                                    const char *key,
+                                    char *buf,
+                                    size_t len,
+                                    size_t *out_n);
+
+/**
+ * \brief Frees rules. NULL is ignored.
+ *
+ * \param rules Rules from `rk_http_rules_new`, or NULL.
+ */
+void rk_http_rules_free(struct rk_http_rules *rules);
 
 #if defined(RK_TEST_HOOKS)
 /**

@@ -418,6 +418,18 @@ export declare class Limiter {
    * `allowFallback: true`.
    */
   get allowsFallback(): boolean
+  /**
+   * The most one call may cost (the burst, the smallest limit, the slot count; 2^53 for
+   * `unlimited`): a larger cost is refused on every call.
+   */
+  get capacity(): number
+  /** Whether a charge can be given back (`pointsUsed(key, cost, 0)`): token bucket, leaky, points. */
+  get refundable(): boolean
+  /**
+   * The span the quota covers in milliseconds, where the kind has one window (the HTTP
+   * fields' `w`); null otherwise.
+   */
+  get windowMs(): number | null
   /** How long `acquire` and `withinLimit` wait by default, in milliseconds. */
   get waitTimeoutMs(): number
   /** The longest pause `pause` and `observe` write, in milliseconds (default 3600000). */

@@ -313,6 +313,15 @@ class Limiter {
   get allowsFallback() {
     return this.#native.allowsFallback;
   }
+  get capacity() {
+    return this.#native.capacity;
+  }
+  get refundable() {
+    return this.#native.refundable;
+  }
+  get windowMs() {
+    return this.#native.windowMs;
+  }
   get waitTimeoutMs() {
     return this.#native.waitTimeoutMs;
   }

@@ -193,6 +193,32 @@ export declare class NativeFleetShedder {
 }
 export type FleetShedder = NativeFleetShedder
 
+/** Internal (http/core.js): one middleware's HTTP options, validated by the core. */
+export declare class NativeHttpRules {
+  /**
+   * `standardHeaders` (a form name, null: none), `trustedProxies`, `proxyHeader`,
+   * `partitionKeySecret` (bytes) and the policies the fields may name (by index); throws
+   * `ERR_INVALID_ARGUMENT` naming the bad option, never showing the secret.
+   */
+  constructor(standardHeaders: string | undefined | null, trustedProxies: Array<string>, proxyHeader: string, partitionKeySecret: Buffer | undefined | null, policies: Array<HttpPolicy>)
+  /** The header the trusted proxies set, in lower case. */
+  get proxyHeader(): string
+  /**
+   * The key of a request from `peer`; `proxyHeaderValue` is the proxy header's lines joined
+   * by commas (read only behind a trusted proxy).
+   */
+  clientKey(peer?: string | undefined | null, proxyHeaderValue?: string | undefined | null): string
+  /**
+   * The rate-limit header fields of a request counted under `key` (read only for draft-11's
+   * `pk`: a middleware without a partition key secret leaves it out), as one line per name and
+   * one per value, in order (empty: none). The first `len` numbers of `packed` (a buffer
+   * reused from call to call) hold each decision in order:
+   * policy index, allowed (0 or 1), limit, remaining, retryAfterMs, resetAfterMs, the number
+   * of its limits, then per limit windowMs, limit, remaining, retryAfterMs, resetAfterMs.
+   */
+  fields(packed: Float64Array, len: number, key?: string | undefined | null): string
+}
+
 /**
  * A rate limiter bound to a backend; build it with a `Backend` method. Every call takes an
  * optional `key` (any string up to 1 KiB, e.g. a user id): one limiter serves many identities.
@@ -218,6 +244,21 @@ export declare class NativeLimiter {
    * `leaky`, `points` or `unlimited`.
    */
   get kind(): string
+  /**
+   * The most one call may cost (the burst, the smallest limit, the slot count; 2^53 for
+   * `unlimited`): a larger cost is refused on every call.
+   */
+  get capacity(): number
+  /**
+   * Whether a charge can be given back (`pointsUsed(key, cost, 0)`): token bucket, leaky,
+   * points.
+   */
+  get refundable(): boolean
+  /**
+   * The span the quota covers in milliseconds, where the kind has one window (the HTTP
+   * fields' `w`); null otherwise.
+   */
+  get windowMs(): number | null
   /**
    * Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
    * every limiter but concurrent ones, which fail closed unless built with
@@ -577,6 +618,14 @@ export interface FallbackPolicy {
 export interface FleetShedderOptions {
   /** A request still in flight after this (a crashed worker) gives its slot back (default 30000). */
   lockTimeoutMs?: number
+}
+
+/** A policy the fields may name: a limiter of the middleware, with its window. */
+export interface HttpPolicy {
+  /** The policy's name (the limiter's). */
+  name: string
+  /** The limiter's `windowMs` (null or absent: none). */
+  windowMs?: number | null
 }
 
 /** A slot held in a concurrent limiter. */

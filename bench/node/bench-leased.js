@@ -13,47 +13,14 @@
 'use strict';
 
 const results = require('./report');
+const { startRedis } = require('./redis-server');
 
-const { spawn } = require('node:child_process');
-const fs = require('node:fs');
-const net = require('node:net');
-const os = require('node:os');
 const path = require('node:path');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 5);
 const TARGET = 1_000_000;
 const { Backend } = require(path.resolve(__dirname, '..', '..', 'node'));
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => (port === 6379 ? freePort().then(resolve) : resolve(port)));
-    });
-  });
-}
-
-async function startRedis() {
-  const port = await freePort();
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratekeeper-bench-leased-'));
-  const child = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no'], {
-    cwd: dir,
-    stdio: 'ignore',
-  });
-  for (let i = 0; i < 200; i++) {
-    const up = await new Promise((resolve) => {
-      const s = net.connect(port, '127.0.0.1');
-      s.once('connect', () => (s.destroy(), resolve(true)));
-      s.once('error', () => resolve(false));
-    });
-    if (up) break;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  return { child, url: `redis://127.0.0.1:${port}` };
-}
 
 function syncRate(limiter, seconds) {
   let calls = 0;
@@ -108,7 +75,7 @@ async function main() {
         results.row('leased on Redis, await check, against the 1M/s target', m('leased await check'), '1M/s target', TARGET, { target: 1.0 }),
       ]);
   } finally {
-    redis.child.kill('SIGTERM');
+    redis.stop();
   }
 }
 

@@ -10,8 +10,10 @@ const path = require('node:path');
 const RESULTS = process.env.BENCH_RESULTS || path.resolve(__dirname, '..', 'results');
 
 /** One scenario: ratekeeper's same-run median and, when there is one, the peer's. */
-function row(scenario, ratekeeper, peer = null, peerValue = null, { unit = 'checks/s', target = null, headline = false } = {}) {
-  const ratio = peerValue ? Math.round((ratekeeper / peerValue) * 1000) / 1000 : null;
+function row(scenario, ratekeeper, peer = null, peerValue = null, { unit = 'checks/s', target = null, headline = false, higherIsBetter = true } = {}) {
+  // For a time (lower is better) the ratio is the peer's over ratekeeper's, as the Rust and
+  // Python benches write it: above 1, ratekeeper is ahead either way.
+  const ratio = peerValue ? Math.round((higherIsBetter ? ratekeeper / peerValue : peerValue / ratekeeper) * 1000) / 1000 : null;
   return {
     scenario,
     unit,

@@ -10,7 +10,7 @@ import sys, random, subprocess, tempfile, time
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
 import bucket_server_time as b
 import pathlib
-new = b.script((b.REPO/'core/src/engine/script.rs').read_text(), (b.REPO/'core/src/engine/sliding.lua').read_text())
+new = b.tree_script((b.REPO/'core/src/engine/sliding.lua').read_text())
 old = b.script(b.git_show('d14bed1','core/src/engine/script.rs'), b.git_show('d14bed1','core/src/engine/sliding.lua'))
 import socket
 with socket.socket() as s_:

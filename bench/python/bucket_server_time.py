@@ -56,8 +56,29 @@ def rust_const(source: str, name: str) -> str:
     return match.group(1)
 
 
+ENGINE = REPO / "core/src/engine"
+
+
+def tree_script(lua: str, hold: str | None = None) -> str:
+    """The script as core/src/engine/lua.rs assembles it today (wrapper.lua, the prelude and, for
+    a token bucket's body, its functions, the hold check, the body, the once-per-id settle);
+    `hold` replaces the hold check's text.
+    peer_server_time.py checks it against the SHA1 the library sends."""
+    functions = ("settle_charge.lua",) if "--@BUCKET_" in lua else ()  # LuaScript::token_bucket
+    prelude = "".join((ENGINE / f).read_text() for f in ("now.lua", *functions))
+    for section in (ENGINE / "bucket_state.lua").read_text().split("\n--@")[1:]:  # lua.rs's `expand`
+        name, text = section.split("\n", 1)
+        lua = lua.replace(f"--@BUCKET_{name}@", text.rstrip("\n"), 1)
+    return ((ENGINE / "wrapper.lua").read_text()
+            .replace("--@PRELUDE@", prelude, 1)
+            .replace("--@HOLD_CHECK@", (ENGINE / "hold_check.lua").read_text() if hold is None else hold, 1)
+            .replace("--@BODY@", lua, 1)
+            .replace("--@SETTLE_ONCE@", (ENGINE / "settle_once.lua").read_text(), 1))
+
+
 def script(rust: str, lua: str, hold: str | None = None) -> str:
-    """The script as core/src/engine/script.rs assembles it (wrapper, now, hold check, body, settle) at
+    """The script as core/src/engine/script.rs assembled it (before its parts moved to .lua
+    files) (wrapper, now, hold check, body, settle) at
     any commit since the pause check (whose prelude was `PAUSE_PRELUDE` before blocks made it
     `HOLD_PRELUDE`); `hold` replaces the hold check's text."""
     text = rust_const(rust, "BATCH_WRAPPER").replace("__NOW__", rust_const(rust, "NOW_US"), 1)
@@ -107,32 +128,39 @@ PREVIOUS_PRELUDE = "8760ad9"
 ARGS_PER_CALL = "today's script, batched with every call's arguments (batch-same)"
 
 
+def with_flags(text: str) -> str:
+    """`text` with the flags today's bodies set (`refused`, `dry`) declared, for a wrapper of an
+    era before them."""
+    if "local refused, dry" in text:
+        return text
+    return text.replace("local function run(", "local refused, dry = false, false\nlocal function run(", 1)
+
+
 def scripts() -> dict[str, tuple[str, str]]:
     """name -> (how it is called, text). The first three are the committed comparison; the others
     take today's script apart to show what each part costs."""
     old_rust = git_show("be5c4f4", "core/src/backend/redis/scripts.rs")
     old = rust_const(old_rust, "BATCH_WRAPPER").replace("__BODY__", git_show("be5c4f4", "core/src/scripts/sliding.lua"), 1)
-    rust = (REPO / "core/src/engine/script.rs").read_text()
     lua = (REPO / "core/src/engine/sliding.lua").read_text()
     fast = lua[:lua.index("local fmt = function")]  # the fixed-window path, which every call here takes
     return {
-        "today": (HOLD, script(rust, lua)),
+        "today": (HOLD, tree_script(lua)),
         "before the fixed-window fast path (d14bed1)": (
             PAUSE, script(git_show("d14bed1", "core/src/engine/script.rs"), git_show("d14bed1", "core/src/engine/sliding.lua"))),
         "before the configuration fingerprint (be5c4f4)": (OLD, old),
         f"today's body in the prelude before one TIME per invocation and EXISTS ({PREVIOUS_PRELUDE})": (
-            HOLD, script(git_show(PREVIOUS_PRELUDE, "core/src/engine/script.rs"), lua)),
-        ARGS_PER_CALL: (HOLD, script(rust, lua)),
-        "today without the hold check": (HOLD, script(rust, lua, NO_HOLD)),
-        "today without the fingerprint": (HOLD, script(rust, without_fingerprint(fast))),
-        "today without the hold check and the fingerprint": (HOLD, script(rust, without_fingerprint(fast), NO_HOLD)),
-        "the wrapper, the hold check and TIME (no body)": (HOLD, script(rust, EMPTY_BODY)),
-        "the wrapper and TIME (no hold check, no body)": (HOLD, script(rust, EMPTY_BODY, NO_HOLD)),
-        "the wrapper alone (no TIME, no hold check, no body)": (HOLD, script(rust, CONSTANT_BODY, NO_HOLD)),
+            HOLD, with_flags(script(git_show(PREVIOUS_PRELUDE, "core/src/engine/script.rs"), lua))),
+        ARGS_PER_CALL: (HOLD, tree_script(lua)),
+        "today without the hold check": (HOLD, tree_script(lua, NO_HOLD)),
+        "today without the fingerprint": (HOLD, tree_script(without_fingerprint(fast))),
+        "today without the hold check and the fingerprint": (HOLD, tree_script(without_fingerprint(fast), NO_HOLD)),
+        "the wrapper, the hold check and TIME (no body)": (HOLD, tree_script(EMPTY_BODY)),
+        "the wrapper and TIME (no hold check, no body)": (HOLD, tree_script(EMPTY_BODY, NO_HOLD)),
+        "the wrapper alone (no TIME, no hold check, no body)": (HOLD, tree_script(CONSTANT_BODY, NO_HOLD)),
         "the invocation alone (a script that returns the same reply)": (BARE, CONSTANT_BODY),
         "the invocation alone, one packed argument (same keys, same reply)": (PACKED, CONSTANT_BODY),
         "the invocation alone, a one-integer reply (same keys and arguments)": (BARE, ONE_INTEGER_BODY),
-        "the token bucket's script (gcra.lua), same calls": (TOKEN, script(rust, (REPO / "core/src/engine/gcra.lua").read_text())),
+        "the token bucket's script (gcra.lua), same calls": (TOKEN, tree_script((REPO / "core/src/engine/gcra.lua").read_text())),
     }
 
 
@@ -183,24 +211,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main() -> None:
+def start_server(prefix: str) -> tuple[subprocess.Popen, "Connection", int]:
+    """A redis-server on a free loopback port (no persistence), once it answers: the process,
+    a connection to it and its port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no"], cwd=tempfile.mkdtemp(prefix="rk-bench-bucket-"),
+                               "--appendonly", "no"], cwd=tempfile.mkdtemp(prefix=prefix),
                               stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            conn = Connection(port)
+            conn.call("PING")
+            return server, conn, port
+        except OSError:
+            if time.monotonic() > deadline:
+                server.terminate()
+                raise
+            time.sleep(0.05)
+
+
+def main() -> None:
+    server, conn, _ = start_server("rk-bench-bucket-")
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                conn = Connection(port)
-                conn.call("PING")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
         variants = scripts()
         shas = {name: conn.call("SCRIPT", "LOAD", text) for name, (_, text) in variants.items()}
         samples: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
@@ -218,7 +253,7 @@ def main() -> None:
                 calls = [call(era, f"{{rk:{name}:{i if mode == NEW else i % HOT_KEYS}}}") for i in range(CALLS)]
                 if mode == BATCHED:
                     # As 64 checks in flight travel from Node: one batched invocation (see
-                    # `BATCH_WRAPPER` in core/src/engine/script.rs).
+                    # wrapper.lua in core/src/engine).
                     shared = "batch-shared" in variants[name][1] and name != ARGS_PER_CALL
                     runs[name, mode] = [batched(shas[name], calls[i:i + BATCH], shared) for i in range(0, CALLS, BATCH)]
                 else:

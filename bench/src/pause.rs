@@ -66,7 +66,7 @@ fn main() {
         redis::cmd("SCRIPT").arg("LOAD").arg(body).query(conn).expect("SCRIPT LOAD")
     };
     let (sha_before, sha_after) = (load(&mut conn, &before), load(&mut conn, shipped));
-    // The paused row's key: a pause for an hour from now, as `pause.lua` writes it.
+    // The paused row's key: a pause for an hour from now, as `hold.lua` writes it.
     let time: (String, String) = redis::cmd("TIME").query(&mut conn).expect("TIME");
     let until = time.0.parse::<u64>().unwrap() * 1_000_000 + 3_600_000_000;
     redis::cmd("SET").arg("{b}:paused").arg(until).arg("PX").arg(3_600_000).query::<()>(&mut conn).expect("SET");

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::http::{http_seconds, sf_string, HeaderForm};
+
 /// The outcome of a `check`, `peek` or `acquire`.
 ///
 /// Durations are exact to the microsecond and never negative. A refused call consumed nothing.
@@ -106,13 +108,6 @@ impl Lease {
     }
 }
 
-/// A duration as HTTP headers give it: whole seconds, rounded up (to the microsecond first), so
-/// a client that waits as told is never early. The rule of [`Decision::http_headers`], for
-/// bindings that format a `Retry-After` from an error's `retry_after` too.
-pub fn http_seconds(duration: Duration) -> u64 {
-    duration.as_micros().div_ceil(1_000_000) as u64
-}
-
 impl Decision {
     /// Whether the call consumed its cost: admitted, and not only reported as a refusal in
     /// shadow mode (see [`Decision::shadow_refused`]).
@@ -207,42 +202,4 @@ impl Decision {
             shadow_refused: false,
         }
     }
-}
-
-/// The form of the rate-limit header fields (draft-ietf-httpapi-ratelimit-headers): draft-11's
-/// `RateLimit-Policy` + `RateLimit` structured fields (the default everywhere), draft-7's,
-/// draft-6's `RateLimit-Limit` / `-Remaining` / `-Reset`, or the legacy `X-RateLimit-*`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HeaderForm {
-    /// `RateLimit-Policy: "api";q=100` and `RateLimit: "api";r=99;t=60`.
-    #[default]
-    Draft11,
-    /// `RateLimit-Policy: 100` and `RateLimit: limit=100, remaining=99, reset=60`.
-    Draft7,
-    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`.
-    Draft6,
-    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
-    Legacy,
-}
-
-impl HeaderForm {
-    /// Reads `"draft-11"`, `"draft-7"`, `"draft-6"` or `"legacy"`; anything else is an
-    /// invalid-argument error naming `parameter`.
-    pub fn from_name(parameter: &'static str, name: &str) -> crate::Result<HeaderForm> {
-        match name {
-            "draft-11" => Ok(HeaderForm::Draft11),
-            "draft-7" => Ok(HeaderForm::Draft7),
-            "draft-6" => Ok(HeaderForm::Draft6),
-            "legacy" => Ok(HeaderForm::Legacy),
-            other => Err(crate::Error::invalid(
-                parameter,
-                format!("must be \"draft-11\", \"draft-7\", \"draft-6\" or \"legacy\", got {other:?}"),
-            )),
-        }
-    }
-}
-
-/// A structured-field string (RFC 9651): quoted, with `\` and `"` escaped.
-fn sf_string(text: &str) -> String {
-    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }

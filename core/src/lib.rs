@@ -23,6 +23,7 @@ pub mod defaults;
 mod engine;
 mod error;
 mod fork;
+pub mod http;
 mod limiter;
 mod live;
 mod metrics;
@@ -46,13 +47,14 @@ pub use backend::{
 };
 pub use backoff::Backoff;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, MAX_INSTANT_MICROS};
-pub use decision::{http_seconds, Decision, HeaderForm, Lease, LimitStatus, SettleTicket};
+pub use decision::{Decision, Lease, LimitStatus, SettleTicket};
 #[allow(deprecated)]
 pub use defaults::*;
 pub use engine::gcra::MAX_AHEAD_CAPACITIES;
 pub use engine::partitions::{MAX_PARTITIONS, MIN_LEASE_TTL};
 pub use engine::{CalendarPeriod, Colocate, Kind, LimiterConfig, LimiterSpec, SlidingLimit, WindowLimit};
 pub use error::{Error, ErrorKind, Result};
+pub use http::{http_seconds, HeaderForm};
 pub use limiter::{CombinedDecision, Limiter, PartDecision, PartitionsHeld, Permit, Policy, MAX_CHECK_ALL_PARTS};
 pub use live::{set_client_language, LimiterInfo};
 pub use metrics::{Metrics, LATENCY_BOUNDS};

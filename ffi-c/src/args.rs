@@ -77,3 +77,26 @@ pub(crate) fn arg_slice<'a, T>(parameter: &str, ptr: *const T, len: usize) -> Re
     // for the duration of the call; the total size fits in isize (checked above).
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }
+
+/// Writes `text` as `snprintf` does: at most `len - 1` bytes (cut at a character boundary)
+/// followed by a NUL, and its full length (excluding the NUL) in `*out_n`, so a call with
+/// `buf = NULL` and `len = 0` measures it.
+pub(crate) fn write_text(buf: *mut c_char, len: usize, out_n: *mut usize, text: &str) -> Result<(), Failure> {
+    let out_n = Out::new("out_n", out_n)?;
+    if buf.is_null() && len > 0 {
+        return Err(Failure::null("buf"));
+    }
+    if len > 0 {
+        let mut n = text.len().min(len - 1);
+        while !text.is_char_boundary(n) {
+            n -= 1;
+        }
+        // SAFETY: the caller guarantees `buf` points to `len` writable bytes, and n < len.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    out_n.write(text.len());
+    Ok(())
+}

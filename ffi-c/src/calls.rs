@@ -125,7 +125,8 @@ pub struct rk_decision {
     pub shadow_refused: bool,
 }
 
-fn micros(duration: Duration) -> u64 {
+/// A duration in whole microseconds, saturating (what every `*_us` field holds).
+pub(crate) fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
@@ -234,22 +235,40 @@ pub extern "C" fn rk_limiter_acquire(
         let out = Out::new("decision_out", decision_out)?;
         let limiter = &arg_ref("limiter", limiter)?.inner;
         let key = arg_opt_str("key", key)?;
-        let wait = if wait_timeout_secs == RK_WAIT_DEFAULT {
-            None
-        } else {
-            Some(timeout_from_secs("wait_timeout", wait_timeout_secs)?)
-        };
+        let wait = wait_arg(wait_timeout_secs)?;
         match limiter.acquire_blocking(key, cost, wait) {
             Ok(decision) => {
                 out.write(rk_decision::from(&decision));
                 Ok(())
             }
-            Err(error @ Error::OverLimit { retry_after }) => {
-                out.write(rk_decision { retry_after_us: micros(retry_after), ..rk_decision::default() });
+            Err(error) => {
+                if let Some(refusal) = over_limit_decision(&error) {
+                    out.write(refusal);
+                }
                 Err(Failure::from(error))
             }
-            Err(error) => Err(error.into()),
         }
+    }
+}
+
+/// The wait of an acquire: #RK_WAIT_DEFAULT is the limiter's default, anything else a checked
+/// timeout naming `wait_timeout`.
+pub(crate) fn wait_arg(wait_timeout_secs: f64) -> Result<Option<Duration>, Failure> {
+    if wait_timeout_secs == RK_WAIT_DEFAULT {
+        Ok(None)
+    } else {
+        Ok(Some(timeout_from_secs("wait_timeout", wait_timeout_secs)?))
+    }
+}
+
+/// What an acquire that timed out reports beside #RK_OVER_LIMIT: `allowed` false and the exact
+/// `retry_after_us`, every other field 0. None for every other failure.
+pub(crate) fn over_limit_decision(error: &Error) -> Option<rk_decision> {
+    match error {
+        Error::OverLimit { retry_after } => {
+            Some(rk_decision { retry_after_us: micros(*retry_after), ..rk_decision::default() })
+        }
+        _ => None,
     }
 }
 

@@ -137,22 +137,8 @@ pub extern "C" fn rk_last_error_message(buf: *mut c_char, len: usize, out_n: *mu
         if out_n.is_null() || (buf.is_null() && len > 0) {
             return rk_status::RK_NULL_PARAMETER;
         }
-        let _ = LAST_ERROR.try_with(|last| {
-            let last = last.borrow();
-            if len > 0 {
-                let mut n = last.len().min(len - 1);
-                while !last.is_char_boundary(n) {
-                    n -= 1;
-                }
-                // SAFETY: the caller guarantees `buf` points to `len` writable bytes, n < len.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(last.as_ptr(), buf.cast::<u8>(), n);
-                    *buf.add(n) = 0;
-                }
-            }
-            // SAFETY: checked non-NULL above; the caller guarantees it is writable.
-            unsafe { *out_n = last.len() };
-        });
+        // The pointers were checked above, so the copy cannot fail.
+        let _ = LAST_ERROR.try_with(|last| crate::args::write_text(buf, len, out_n, &last.borrow()));
         rk_status::RK_OK
     }
 }

@@ -52,6 +52,8 @@ pub mod upstream;
 pub mod block;
 
 pub mod backoff;
+/// The HTTP middleware's rules: client key, header fields, partition key.
+pub mod http;
 
 mod test_hooks;
 

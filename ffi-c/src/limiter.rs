@@ -9,7 +9,7 @@ use std::os::raw::c_char;
 use ratekeeper::params::{duration_from_secs, timeout_from_secs};
 use ratekeeper::{Backend, CalendarPeriod, Limiter, LimiterSpec, SlidingLimit, WindowLimit};
 
-use crate::args::{arg_opt_str, arg_ref, arg_slice, arg_str, Out};
+use crate::args::{arg_opt_str, arg_ref, arg_slice, arg_str, write_text, Out};
 use crate::backend::rk_backend;
 use crate::error::{rk_status, Failure};
 use crate::panic::{ffi_boundary, ffi_status};
@@ -458,23 +458,53 @@ pub extern "C" fn rk_limiter_spec_json(
 ) -> rk_status {
     ffi_status! {
         let limiter = arg_ref("limiter", limiter)?;
-        let out_n = Out::new("out_n", out_n)?;
-        if buf.is_null() && len > 0 {
-            return Err(Failure::null("buf"));
-        }
-        let json = limiter.inner.spec_json();
-        if len > 0 {
-            let mut n = json.len().min(len - 1);
-            while !json.is_char_boundary(n) {
-                n -= 1;
-            }
-            // SAFETY: the caller guarantees `buf` points to `len` writable bytes, and n < len.
-            unsafe {
-                std::ptr::copy_nonoverlapping(json.as_ptr(), buf.cast::<u8>(), n);
-                *buf.add(n) = 0;
-            }
-        }
-        out_n.write(json.len());
+        write_text(buf, len, out_n, &limiter.inner.spec_json())
+    }
+}
+
+/// \brief The most one call may cost: the burst, the smallest limit, the slot count; 2^53
+/// (#RK_MAX_COUNT) for an unlimited limiter. A larger cost is refused on every call.
+///
+/// \param limiter The limiter.
+/// \param capacity_out Receives the capacity.
+/// \return #RK_OK or #RK_NULL_PARAMETER.
+#[no_mangle]
+pub extern "C" fn rk_limiter_capacity(limiter: *const rk_limiter, capacity_out: *mut u64) -> rk_status {
+    ffi_status! {
+        let out = Out::new("capacity_out", capacity_out)?;
+        out.write(arg_ref("limiter", limiter)?.inner.capacity());
+        Ok(())
+    }
+}
+
+/// \brief Whether a charge can be given back with `rk_limiter_points_used` (estimate → 0):
+/// true for token bucket, leaky and points limiters. The HTTP middleware's `count` charges these
+/// before the response and refunds after; the others it peeks before and charges after.
+///
+/// \param limiter The limiter.
+/// \param refundable_out Receives whether it is refundable.
+/// \return #RK_OK or #RK_NULL_PARAMETER.
+#[no_mangle]
+pub extern "C" fn rk_limiter_refundable(limiter: *const rk_limiter, refundable_out: *mut bool) -> rk_status {
+    ffi_status! {
+        let out = Out::new("refundable_out", refundable_out)?;
+        out.write(arg_ref("limiter", limiter)?.inner.refundable());
+        Ok(())
+    }
+}
+
+/// \brief The span the limiter's quota covers, where its kind has one window (bucket, window
+/// with one window, token bucket: capacity / rate, leaky, points): draft-11's `w`.
+///
+/// \param limiter The limiter.
+/// \param window_us_out Receives the window in microseconds; 0 when the kind has none.
+/// \return #RK_OK or #RK_NULL_PARAMETER.
+#[no_mangle]
+pub extern "C" fn rk_limiter_window(limiter: *const rk_limiter, window_us_out: *mut u64) -> rk_status {
+    ffi_status! {
+        let out = Out::new("window_us_out", window_us_out)?;
+        let window = arg_ref("limiter", limiter)?.inner.window();
+        out.write(window.map_or(0, |w| w.as_micros() as u64));
         Ok(())
     }
 }

@@ -22,7 +22,7 @@ fn settle_args<'a>(
 }
 
 /// The core decision `decision` stands for, with its settle ticket for `key`.
-fn core_decision(decision: &rk_decision, key: Option<&str>) -> Decision {
+pub(crate) fn core_decision(decision: &rk_decision, key: Option<&str>) -> Decision {
     let mut d = Decision::from_parts(
         decision.allowed,
         decision.limit,

@@ -157,16 +157,18 @@ static void constructed(rk_status status, rk_limiter *limiter, const char *what)
   }
 }
 
-/* Checks started with rk_limiter_check_start, and their callbacks (on runtime threads: counted
- * atomically, judged at the end). A callback must come exactly once, with a declared status
- * other than RK_PANIC, a decision exactly on RK_OK and a message exactly on failure. */
+/* Calls started with rk_limiter_check_start and the other *_start functions, and their
+ * callbacks (on runtime threads: counted atomically, judged at the end). A callback must come
+ * exactly once, with a declared status other than RK_PANIC, a message exactly on failure, and no
+ * decision on a failure other than an acquire's RK_OVER_LIMIT (a release has none on RK_OK). */
 static atomic_ullong g_started, g_completed, g_bad_completions;
 
 static void completed(void *user_data, rk_status status, const rk_decision *decision,
                       const char *message) {
   bool ok = user_data == (void *)&g_started && status <= RK_BACKEND_REJECTED && status != RK_PANIC &&
             message != NULL &&
-            (status == RK_OK ? decision != NULL && message[0] == '\0' : decision == NULL && message[0] != '\0');
+            (status == RK_OK ? message[0] == '\0'
+                             : message[0] != '\0' && (decision == NULL || status == RK_OVER_LIMIT));
   if (!ok) {
     fprintf(stderr, "    rk_limiter_check_start completed with %s: %s\n", rk_status_name((uint32_t)status),
             message ? message : "(NULL message)");
@@ -234,10 +236,40 @@ static void one_call(void) {
            "rk_limiter_check");
     break;
   case 10: {
-    /* The limiter may be freed (replaced by keep) while the check is in flight. */
-    rk_status s = rk_limiter_check_start(pick_limiter(), pick_string(), below(2) ? 1 : pick_count(),
-                                         below(8) ? completed : NULL, &g_started);
-    verify(s, "rk_limiter_check_start");
+    /* A started call; the limiter may be freed (replaced by keep) while it is in flight. Waits
+     * are bounded as case 12's. */
+    const rk_limiter *limiter = pick_limiter();
+    const char *key = pick_string();
+    rk_completion_fn callback = below(8) ? completed : NULL;
+    rk_lease lease = {next(), next(), next(), next()};
+    rk_decision d = {.allowed = next() & 1, .remaining = pick_count()};
+    d.settle = (rk_settle_ticket){next() & 1, next(), pick_count(), next(), next()};
+    double wait = below(2) ? 0.0 : pick_double();
+    if (isfinite(wait) && wait > 0.01) wait = 0.01;
+    rk_status s = RK_OK;
+    const char *what = "";
+    switch (below(5)) {
+    case 0:
+      s = rk_limiter_check_start(limiter, key, below(2) ? 1 : pick_count(), callback, &g_started);
+      what = "rk_limiter_check_start";
+      break;
+    case 1:
+      s = rk_limiter_peek_start(limiter, key, callback, &g_started);
+      what = "rk_limiter_peek_start";
+      break;
+    case 2:
+      s = rk_limiter_acquire_start(limiter, key, below(4) ? 1 : pick_count(), wait, callback, &g_started);
+      what = "rk_limiter_acquire_start";
+      break;
+    case 3:
+      s = rk_limiter_settle_start(limiter, key, below(8) ? &d : NULL, pick_count(), callback, &g_started);
+      what = "rk_limiter_settle_start";
+      break;
+    default:
+      s = rk_limiter_release_start(limiter, key, below(6) ? &lease : NULL, callback, &g_started);
+      what = "rk_limiter_release_start";
+    }
+    verify(s, what);
     if (s == RK_OK) atomic_fetch_add(&g_started, 1);
     break;
   }
@@ -544,7 +576,7 @@ int main(void) {
   rk_backend_free(NULL);
 
   printf("fuzz: seed %llu, %llu calls: %llu admitted or over limit, %llu refused with an error; "
-         "%llu checks started, %llu called back\n",
+         "%llu calls started, %llu called back\n",
          (unsigned long long)seed_value, (unsigned long long)g_calls,
          (unsigned long long)g_ok, (unsigned long long)g_errors,
          (unsigned long long)atomic_load(&g_started), (unsigned long long)atomic_load(&g_completed));

@@ -1866,6 +1866,92 @@ static void test_check_start(const fixture *f) {
   rk_backend_free(b);
 }
 
+/* The other started calls: peek, acquire (waiting on the library's runtime, no thread of the
+ * caller), release (no decision) and settle, through the same callback; an acquire that times
+ * out reports RK_OVER_LIMIT with its refusal; bad arguments the call can refuse at once are
+ * refused at once, and then no callback comes. */
+static void test_started_calls(const fixture *f) {
+  rk_backend *b = new_backend(f);
+  rk_limiter *mutex = NULL, *tb = NULL;
+  must(rk_limiter_new_concurrent(b, "c-started", 1, CENTURY, 5.0, &mutex), mutex, "concurrent");
+  must(rk_limiter_new_token_bucket(b, "tb-started", 0.001, 100, &tb), tb, "token bucket");
+  completions c = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  int expected = 0;
+
+  slot first = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_acquire_start(mutex, "k", 1, 0.0, on_complete, &first));
+  if (!CHECK(await_completions(&c, ++expected))) return;
+  CHECK_STATUS(first.status, RK_OK);
+  CHECK(first.had_decision && first.decision.has_lease && !first.on_submitting_thread);
+
+  slot timed_out = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_acquire_start(mutex, "k", 1, 0.05, on_complete, &timed_out));
+  if (!CHECK(await_completions(&c, ++expected))) return;
+  CHECK_STATUS(timed_out.status, RK_OVER_LIMIT);
+  CHECK(timed_out.had_decision && !timed_out.decision.allowed && !timed_out.decision.has_lease);
+  CHECK(timed_out.message[0] != '\0');
+
+  /* A waiting acquire, then the release that wakes it. */
+  slot waiting = {.c = &c, .submitter = pthread_self()};
+  slot released = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_acquire_start(mutex, "k", 1, 30.0, on_complete, &waiting));
+  CHECK_OK(rk_limiter_release_start(mutex, "k", &first.decision.lease, on_complete, &released));
+  expected += 2;
+  if (!CHECK(await_completions(&c, expected))) return;
+  CHECK_STATUS(released.status, RK_OK);
+  CHECK(!released.had_decision);
+  CHECK_STATUS(waiting.status, RK_OK);
+  CHECK(waiting.decision.has_lease &&
+        waiting.decision.lease.fencing_token > first.decision.lease.fencing_token);
+
+  /* Released twice: the second is lost. */
+  slot again = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_release_start(mutex, "k", &first.decision.lease, on_complete, &again));
+  if (!CHECK(await_completions(&c, ++expected))) return;
+  CHECK_STATUS(again.status, RK_LEASE_LOST);
+  CHECK(!again.had_decision && again.message[0] != '\0');
+
+  slot peeked = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_peek_start(mutex, "k", on_complete, &peeked));
+  if (!CHECK(await_completions(&c, ++expected))) return;
+  CHECK_STATUS(peeked.status, RK_OK);
+  CHECK(peeked.had_decision && !peeked.decision.allowed && !peeked.decision.has_lease);
+
+  /* Settled from 5 to 2, twice: applied once. The decision is copied before the call returns. */
+  rk_decision checked;
+  CHECK_OK(rk_limiter_check(tb, "k", 5, &checked));
+  rk_decision copy = checked;
+  slot settled = {.c = &c, .submitter = pthread_self()};
+  slot resettled = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_settle_start(tb, "k", &copy, 2, on_complete, &settled));
+  memset(&copy, 0, sizeof copy);
+  CHECK_OK(rk_limiter_settle_start(tb, "k", &checked, 2, on_complete, &resettled));
+  expected += 2;
+  if (!CHECK(await_completions(&c, expected))) return;
+  CHECK_STATUS(settled.status, RK_OK);
+  CHECK_STATUS(resettled.status, RK_OK);
+  CHECK_U64(peek1(tb, "k").remaining, 98);
+
+  /* Refused at once: no callback. */
+  slot never = {.c = &c, .submitter = pthread_self()};
+  CHECK_FAILS(rk_limiter_acquire_start(mutex, "k", 1, -5.0, on_complete, &never), RK_INVALID_ARGUMENT,
+              "wait_timeout");
+  CHECK_FAILS(rk_limiter_release_start(mutex, "k", NULL, on_complete, &never), RK_NULL_PARAMETER, "lease");
+  CHECK_FAILS(rk_limiter_settle_start(tb, "k", NULL, 1, on_complete, &never), RK_NULL_PARAMETER,
+              "decision");
+  CHECK_FAILS(rk_limiter_peek_start(mutex, "k", NULL, &never), RK_NULL_PARAMETER, "callback");
+  CHECK_U64((uint64_t)never.calls, 0);
+
+  slot last = {.c = &c, .submitter = pthread_self()};
+  CHECK_OK(rk_limiter_release_start(mutex, "k", &waiting.decision.lease, on_complete, &last));
+  CHECK(await_completions(&c, ++expected));
+  CHECK_STATUS(last.status, RK_OK);
+  CHECK_U64((uint64_t)completions_so_far(&c), (uint64_t)expected);
+  rk_limiter_free(mutex);
+  rk_limiter_free(tb);
+  rk_backend_free(b);
+}
+
 /* Against a Redis that never answers, the call returns at once and the callback receives the
  * timeout, with the message the blocking call would have left in the thread-local one. */
 static void test_check_start_on_a_hung_redis(const fixture *f) {
@@ -1937,6 +2023,7 @@ static const test_case TESTS[] = {
     {"block, unblock and block_for", test_block, true},
     {"partitions", test_partitions, true},
     {"checks that complete through a callback", test_check_start, true},
+    {"peek, acquire, settle and release that complete through a callback", test_started_calls, true},
     {"a check started on a hung Redis completes with the timeout", test_check_start_on_a_hung_redis, false},
     {"a pause ends by the manual clock", test_pause_ends_by_the_manual_clock, false},
     {"backend from JSON on a manual clock", test_backend_from_json_with_clock, true},

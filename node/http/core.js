@@ -3,14 +3,14 @@
 // /hono, /nestjs): options validated once, when the middleware is built; per request, the
 // limiters checked in order (a request passes only when all pass), the RateLimit header fields,
 // the refusal (429, or 503 for a shedder's refusal or a backend that failed closed), and what
-// happens after the response (leases released, units given back under `count`). No limiter
-// logic lives here: every decision is the core's.
+// happens after the response (leases released, units given back under `count`). Every decision
+// is the core's, and so are the rules shared with the other languages (tests/http/cases.json):
+// the client key, the header fields and the partition key (`NativeHttpRules`), and each
+// limiter's capacity, refundability and window.
 
 const { FleetShedder, Limiter, codes, ceilSeconds } = require('../index.js');
+const { NativeHttpRules } = require('../addon.js');
 const { invalidArgument } = require('./errors.js');
-const { HEADER_FORMS, policyShape, members, rateLimitFields } = require('./headers.js');
-const { clientKey, proxyHeaderName, trustedProxyList } = require('./client-address.js');
-const { partitionKeyOf } = require('./partition-key.js');
 
 // Each decision goes on the request's active span when @opentelemetry/api is installed.
 let annotate = null;
@@ -36,14 +36,17 @@ const OPTIONS = [
   'partitionKeySecret',
 ];
 
-/** Kinds whose units a request can give back (`pointsUsed(key, cost, 0)`), for `count`. */
-const REFUNDABLE = new Set(['token_bucket', 'leaky', 'points']);
+/** The header forms `standardHeaders` accepts (false: none); the core validates the name. */
+const HEADER_FORMS = ['draft-11', 'draft-7', 'draft-6', 'legacy'];
 
 /** The name a FleetShedder goes by in `violated-policies` (the binding does not expose its name). */
 const SHEDDER_POLICY = 'shedder';
 
 /** Problem types of the RateLimit header fields draft (RFC 9457 bodies). */
 const PROBLEM = 'https://iana.org/assignments/http-problem-types';
+
+/** How many client keys a middleware remembers before it starts over. */
+const KEYS_REMEMBERED = 4096;
 
 /** Seconds a client is asked to wait when the backend failed closed. */
 const UNAVAILABLE_RETRY_SECONDS = 1;
@@ -54,14 +57,6 @@ function isBackendFailure(error) {
     error != null &&
     (error.code === codes.BACKEND_UNAVAILABLE || error.code === codes.TIMEOUT || error.code === codes.BACKEND_REJECTED)
   );
-}
-
-/** The most one call can cost on a limiter of this spec (null: no such bound known). */
-function capacity(spec) {
-  for (const field of ['capacity', 'size', 'limit']) if (Number.isInteger(spec[field])) return spec[field];
-  if (Array.isArray(spec.windows) && spec.windows.length) return Math.min(...spec.windows.map((w) => w[0]));
-  if (Array.isArray(spec.limits) && spec.limits.length) return Math.min(...spec.limits.map((l) => l[1]));
-  return null;
 }
 
 function optionalFunction(options, name) {
@@ -87,14 +82,80 @@ function limiterEntry(value, count) {
   if (value.kind === 'concurrent' && count !== 'all') {
     throw invalidArgument('count', `the concurrent limiter '${value.name}' counts requests in flight; use count 'all'`);
   }
-  const mode = count === 'all' ? 'check' : REFUNDABLE.has(value.kind) ? 'refund' : 'peek';
-  return { limiter: value, name: value.name, shape: policyShape(value), mode };
+  const mode = count === 'all' ? 'check' : value.refundable ? 'refund' : 'peek';
+  return { limiter: value, name: value.name, windowMs: value.windowMs, refundable: value.refundable, mode };
 }
 
 /**
  * Validates `options` and returns the per-request core. Throws `ERR_INVALID_ARGUMENT` naming
  * the first bad option.
  */
+/**
+ * The core's rules for these options, their JavaScript types checked here (to name them) and
+ * their values by the core: `trustedProxies`, `proxyHeader`, `partitionKeySecret`.
+ */
+function httpRules(options, standardHeaders, entries) {
+  const trusted = options.trustedProxies ?? [];
+  if (!Array.isArray(trusted)) {
+    // A lone string would be one entry in Python and characters elsewhere: ask for the list it meant.
+    throw invalidArgument('trustedProxies', `must be an array of IP addresses or CIDR ranges, got ${JSON.stringify(trusted)}`);
+  }
+  for (const entry of trusted) {
+    if (typeof entry !== 'string') throw invalidArgument('trustedProxies', `must be IP addresses or CIDR ranges, got ${JSON.stringify(entry)}`);
+  }
+  const proxyHeader = options.proxyHeader === undefined ? 'X-Forwarded-For' : options.proxyHeader;
+  if (typeof proxyHeader !== 'string') {
+    throw invalidArgument('proxyHeader', `must be 'X-Forwarded-For' or 'Forwarded' (the header your proxy sets), got ${JSON.stringify(proxyHeader)}`);
+  }
+  const secret = options.partitionKeySecret ?? null;
+  let bytes = null;
+  if (typeof secret === 'string') bytes = Buffer.from(secret, 'utf8');
+  else if (secret instanceof Uint8Array) bytes = Buffer.from(secret);
+  else if (secret !== null) throw invalidArgument('partitionKeySecret', `must be a string or a Uint8Array, got ${typeof secret}`);
+  // The policies the fields may name, by index: every entry (a shedder's is never reported).
+  const policies = entries.map((entry) => ({ name: entry.name, windowMs: entry.windowMs ?? null }));
+  return new NativeHttpRules(standardHeaders === false ? null : standardHeaders, trusted, proxyHeader, bytes, policies);
+}
+
+/** The packed decisions `rateLimitFields` hands the core, grown as needed (one call at a time). */
+let packed = new Float64Array(64);
+
+/**
+ * The rate-limit header fields, as `[name, value]` pairs, of `reports` (`[{ index, decision }]`:
+ * the entry's index and its decision, in order) for a request counted under `key` (undefined
+ * without a partition key secret: only draft-11's `pk` reads it), by the
+ * core's rules. The decisions cross as numbers (see node/src/http.rs).
+ */
+function rateLimitFields(rules, reports, key) {
+  let size = 0;
+  for (const { decision } of reports) size += 7 + 5 * (decision.limits ? decision.limits.length : 0);
+  if (size > packed.length) packed = new Float64Array(Math.max(size, 2 * packed.length));
+  let at = 0;
+  for (const { index, decision: d } of reports) {
+    const limits = d.limits || [];
+    packed[at++] = index;
+    packed[at++] = d.allowed ? 1 : 0;
+    packed[at++] = d.limit;
+    packed[at++] = d.remaining;
+    packed[at++] = d.retryAfterMs;
+    packed[at++] = d.resetAfterMs;
+    packed[at++] = limits.length;
+    for (const l of limits) {
+      packed[at++] = l.windowMs;
+      packed[at++] = l.limit;
+      packed[at++] = l.remaining;
+      packed[at++] = l.retryAfterMs;
+      packed[at++] = l.resetAfterMs;
+    }
+  }
+  const text = rules.fields(packed, at, key);
+  if (text === '') return [];
+  const flat = text.split('\n');
+  const out = [];
+  for (let i = 0; i < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
+  return out;
+}
+
 function buildCore(options) {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw invalidArgument('options', 'must be an object');
@@ -110,25 +171,24 @@ function buildCore(options) {
   if (given === undefined) throw invalidArgument('limiter', 'is required: a Limiter, a FleetShedder, or an array of them');
   const list = Array.isArray(given) ? given : [given];
   if (list.length === 0) throw invalidArgument('limiter', 'must be a Limiter, a FleetShedder or a non-empty array of them');
-  const entries = list.map((value) => limiterEntry(value, count));
+  const entries = list.map((value, index) => ({ ...limiterEntry(value, count), index }));
 
   const cost = options.cost ?? 1;
   if (typeof cost !== 'function') {
     if (!(Number.isInteger(cost) && cost >= 1)) {
       throw invalidArgument('cost', `must be a whole number >= 1 or a function of the request, got ${String(cost)}`);
     }
-    // The core's bound, which no capacity check catches on a limiter without one (unlimited).
-    if (cost > 2 ** 53) throw invalidArgument('cost', `must be at most 2^53, got ${cost}`);
     for (const entry of entries) {
-      const most = entry.limiter ? capacity(entry.limiter.spec) : null;
-      // The core would refuse every such call at request time: say so now, not as a 500 per request.
+      // The core would refuse every such call at request time: say so now, not as a 500 per
+      // request (an unlimited limiter's capacity is the largest cost, 2^53).
+      const most = entry.limiter ? entry.limiter.capacity : null;
       if (most !== null && cost > most) {
         throw invalidArgument('cost', `${cost} exceeds the capacity of '${entry.name}' (${most}); no request could ever be admitted`);
       }
     }
   }
   const standardHeaders = options.standardHeaders ?? 'draft-11';
-  if (standardHeaders !== false && !HEADER_FORMS.includes(standardHeaders)) {
+  if (standardHeaders !== false && typeof standardHeaders !== 'string') {
     throw invalidArgument(
       'standardHeaders',
       `must be ${HEADER_FORMS.map((f) => `'${f}'`).join(', ')} or false, got ${JSON.stringify(standardHeaders)}`,
@@ -140,9 +200,7 @@ function buildCore(options) {
   const skip = optionalFunction(options, 'skip');
   const handler = optionalFunction(options, 'handler');
   const requestWasSuccessful = optionalFunction(options, 'requestWasSuccessful') ?? ((status) => status < 400);
-  const trusted = trustedProxyList(options.trustedProxies);
-  const proxyHeader = proxyHeaderName(options.proxyHeader);
-  const partitionKey = partitionKeyOf(options.partitionKeySecret, standardHeaders);
+  const rules = httpRules(options, standardHeaders, entries);
 
   return new Core({
     entries,
@@ -154,9 +212,8 @@ function buildCore(options) {
     skip,
     handler,
     requestWasSuccessful,
-    trusted,
-    proxyHeader,
-    partitionKey,
+    rules,
+    partitioned: options.partitionKeySecret !== undefined && options.partitionKeySecret !== null,
   });
 }
 
@@ -170,6 +227,12 @@ class Core {
     this.shadowRefused = 0;
     /** Names whose backend is failing closed now: each outage is logged once (see `decide`). */
     this.failing = new Set();
+    /** Whether the fields carry draft-11's `pk` (a partition key secret was given). */
+    this.partitioned = settings.partitioned;
+    /** The header the trusted proxies set (read once: a native getter costs a call). */
+    this.proxyHeader = this.rules.proxyHeader;
+    /** Client keys by peer and proxy header value, lately seen (see `key`). */
+    this.keys = new Map();
   }
 
   /**
@@ -182,7 +245,20 @@ class Core {
       if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
       return key;
     }
-    return clientKey(peer, header, this.trusted, this.proxyHeader);
+    const given = header(this.proxyHeader);
+    // Every line of the header counts, in order: `header(name)` returns them joined by commas
+    // (node:http and the Fetch API's Headers do), or an array of them.
+    const value = given === undefined || given === null ? null : Array.isArray(given) ? given.join(',') : String(given);
+    // The key is a function of these two texts for the middleware's life: the core is asked
+    // once per pair seen lately (a native call costs more than the lookup).
+    const memo = value === null ? `-${peer || ''}` : `+${peer || ''}\n${value}`;
+    let key = this.keys.get(memo);
+    if (key === undefined) {
+      key = this.rules.clientKey(peer || null, value);
+      if (this.keys.size >= KEYS_REMEMBERED) this.keys.clear();
+      this.keys.set(memo, key);
+    }
+    return key;
   }
 
   /**
@@ -223,8 +299,10 @@ class Core {
       }
       if (outcome.refusing.length > 0 && !this.shadow) break; // later limiters are not charged
     }
-    const pk = this.partitionKey === null ? null : this.partitionKey(key);
-    outcome.headers = rateLimitFields(this.standardHeaders, outcome.policies, pk);
+    if (this.standardHeaders !== false) {
+      // The key crosses to the core only when it is hashed into draft-11's `pk`.
+      outcome.headers = rateLimitFields(this.rules, outcome.reports, this.partitioned ? key : undefined);
+    }
     if (outcome.refusing.length === 0 || this.shadow) {
       // One rule for both shadow modes (this option's, a limiter's): a request let through
       // although a limit refused it.
@@ -244,7 +322,7 @@ class Outcome {
     this.key = key;
     this.cost = cost;
     this.taken = []; // [{ entry, decision, ticket }]: what to settle after the response
-    this.policies = []; // header members of every decision
+    this.reports = []; // [{ index, decision }]: every decision, for the header fields
     this.refusing = []; // [{ entry, decision }]: the entries that refused
     this.shadowed = []; // [{ entry, decision }]: limiters in shadow mode that would have refused
     this.shed = false;
@@ -262,7 +340,7 @@ class Outcome {
     }
     const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
     if (annotate) annotate(entry.limiter, decision);
-    this.policies.push(...members(entry.name, entry.shape, decision));
+    this.reports.push({ index: entry.index, decision });
     // A shadow refusal took nothing: there is nothing to settle or give back.
     if (decision.shadowRefused) this.shadowed.push({ entry, decision });
     else if (decision.allowed) this.taken.push({ entry, decision });
@@ -313,7 +391,7 @@ class Outcome {
       taken.map(({ entry, decision, ticket }) => {
         if (entry.shedder) return entry.shedder.leave(ticket).catch(() => {});
         if (decision.lease) return entry.limiter.release(decision.lease).catch(() => {});
-        if (entry.mode !== 'peek' && REFUNDABLE.has(entry.limiter.kind)) {
+        if (entry.mode !== 'peek' && entry.refundable) {
           return entry.limiter.pointsUsed(this.key, this.cost, 0).catch(() => {});
         }
         return undefined;
@@ -372,4 +450,4 @@ function problem(type, title, status, detail, policies) {
 /** The default refusal body's media type (RFC 9457). */
 const PROBLEM_MEDIA_TYPE = 'application/problem+json';
 
-module.exports = { buildCore, PROBLEM_MEDIA_TYPE, OPTIONS };
+module.exports = { buildCore, rateLimitFields, PROBLEM_MEDIA_TYPE, OPTIONS };

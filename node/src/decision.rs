@@ -248,7 +248,7 @@ impl From<ratekeeper::BackendStats> for BackendStats {
 
 /// Milliseconds (as a decision or error holds them) as a duration: exact to the microsecond;
 /// negative or not a number is zero.
-fn duration_of_ms(ms: f64) -> std::time::Duration {
+pub(crate) fn duration_of_ms(ms: f64) -> std::time::Duration {
     std::time::Duration::from_micros((ms * 1e3).round().max(0.0) as u64)
 }
 

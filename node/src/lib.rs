@@ -10,7 +10,8 @@
 //! - [`hot_calls`]: the by-handle check and peek, exported without napi-rs's per-call glue.
 //! - [`args`]: reading JavaScript arguments; [`options`]: options objects (typed, unknown
 //!   keys refused); [`decision`]: the results.
-//! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes.
+//! - [`backend`], [`backoff`], [`limiter`], [`shedder`], [`clock`]: the exported classes;
+//!   [`http`]: the HTTP middleware's rules (client key, header fields, partition key).
 #![deny(clippy::all)]
 // Every `unsafe` block says, in a `// SAFETY:` comment, why the contract it relies on holds.
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -28,6 +29,7 @@ mod decision;
 mod driven;
 mod error;
 mod hot_calls;
+mod http;
 mod limiter;
 mod operate;
 mod options;

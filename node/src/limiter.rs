@@ -233,6 +233,27 @@ impl Limiter {
         self.inner.kind().as_str()
     }
 
+    /// The most one call may cost (the burst, the smallest limit, the slot count; 2^53 for
+    /// `unlimited`): a larger cost is refused on every call.
+    #[napi(getter)]
+    pub fn capacity(&self) -> f64 {
+        self.inner.capacity() as f64
+    }
+
+    /// Whether a charge can be given back (`pointsUsed(key, cost, 0)`): token bucket, leaky,
+    /// points.
+    #[napi(getter)]
+    pub fn refundable(&self) -> bool {
+        self.inner.refundable()
+    }
+
+    /// The span the quota covers in milliseconds, where the kind has one window (the HTTP
+    /// fields' `w`); null otherwise.
+    #[napi(getter)]
+    pub fn window_ms(&self) -> Option<f64> {
+        self.inner.window().map(|w| w.as_micros() as f64 / 1e3)
+    }
+
     /// Whether the backend's `fail_open` / `fallback` policy applies to this limiter: true for
     /// every limiter but concurrent ones, which fail closed unless built with
     /// `allowFallback: true`.

@@ -13,6 +13,7 @@ mod check_all;
 mod clock;
 mod decision;
 mod errors;
+mod http;
 mod limiter;
 mod operate;
 mod settle;
@@ -31,6 +32,8 @@ mod _ratekeeper {
     use super::clock::ManualClock;
     #[pymodule_export]
     use super::decision::{Decision, Lease, LimitStatus, Metrics};
+    #[pymodule_export]
+    use super::http::HttpRules;
     #[pymodule_export]
     use super::limiter::{unlimited, Limiter};
     #[pymodule_export]

@@ -192,6 +192,26 @@ impl Limiter {
         self.inner.spec_json()
     }
 
+    /// The most one call may cost (the burst, the smallest limit, the slot count; 2^53 for
+    /// `unlimited`): a larger cost is refused on every call.
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+
+    /// Whether a charge can be given back (`points_used(cost, 0)`): token bucket, leaky, points.
+    #[getter]
+    fn refundable(&self) -> bool {
+        self.inner.refundable()
+    }
+
+    /// The span the quota covers in seconds, where the kind has one window (the HTTP fields'
+    /// `w`); None otherwise.
+    #[getter]
+    fn window(&self) -> Option<f64> {
+        self.inner.window().map(|w| w.as_secs_f64())
+    }
+
     /// The default time `acquire` and `within_limit` wait, in seconds.
     #[getter]
     fn wait_timeout(&self) -> f64 {

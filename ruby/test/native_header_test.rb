@@ -24,7 +24,9 @@ class NativeHeaderTest < Minitest::Test
     Native::Decision => "rk_decision",
     Native::CheckAllPart => "rk_check_all_part",
     Native::WindowLimit => "rk_window_limit",
-    Native::SlidingLimit => "rk_sliding_limit"
+    Native::SlidingLimit => "rk_sliding_limit",
+    Native::HttpLimit => "rk_http_limit",
+    Native::HttpReport => "rk_http_report"
   }.freeze
 
   # C scalar types and the ruby-ffi type that passes each.

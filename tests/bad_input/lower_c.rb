@@ -14,6 +14,8 @@
 # option C does not have) is a `skip` line saying why, never a guess. A Redis backend option
 # rk_backend_new_redis has no parameter for (connect_timeout, TLS material) goes through
 # rk_backend_new_from_json instead: call `backend_json`, one string token, the configuration.
+# An `http_middleware` case is call `http_rules` (rk_http_rules_new) when its bad option is one
+# the library validates (header form, trusted proxies, proxy header, partition key secret).
 #
 # Usage: ruby tests/bad_input/lower_c.rb [tests/bad_input/cases.json] | run_c
 require "json"
@@ -101,6 +103,26 @@ end
 
 def spec_json(spec) = "s:#{JSON.generate(spec).unpack1('H*')}"
 
+# The options of an HTTP middleware C's rk_http_rules_new takes (the rest are the middleware's,
+# in the language it is written in); their Node names, as the table spells them.
+HTTP_RULES_OPTIONS = %w[standardHeaders trustedProxies proxyHeader partitionKeySecret].freeze
+
+# rk_http_rules_new's tokens: header form, trusted proxies, proxy header, secret.
+def http_rules(options)
+  other = options.keys - HTTP_RULES_OPTIONS - ["limiter"]
+  raise NotExpressible, "C's rk_http_rules_new has no option #{other.first} (a middleware's, over the C API)" unless other.empty?
+  unless options.keys.intersect?(HTTP_RULES_OPTIONS)
+    raise NotExpressible, "C's rk_http_rules_new takes no limiter: the middleware over the C API checks its own"
+  end
+  if options.key?("proxyHeader") && options["proxyHeader"].nil?
+    raise NotExpressible, "C's `proxy_header` NULL is the default, X-Forwarded-For (null is no string elsewhere)"
+  end
+  trusted = options.fetch("trustedProxies", [])
+  [str(options.fetch("standardHeaders", "draft-11"), "headers"), *list(trusted, "trusted_proxies"),
+   *trusted.map { |t| str(t, "trusted_proxies") }, str(options.fetch("proxyHeader", "X-Forwarded-For"), "proxy_header"),
+   str(options["partitionKeySecret"], "partition_key_secret")]
+end
+
 # The argument tokens of a case's C call.
 def tokens(call, a, c)
   case call
@@ -153,6 +175,7 @@ def tokens(call, a, c)
        "u:#{p["other_backend"] ? 1 : 0}"]
     end]
   when "manual_clock" then [u64(a["start_us"], "start_us")]
+  when "http_middleware" then http_rules(a["options"])
   when "advance"
     s = a["seconds"]
     raise NotExpressible, "C's `us` is a uint64_t: #{s.inspect} s cannot be passed" unless s.is_a?(Numeric) && s.finite? && s >= 0
@@ -204,7 +227,7 @@ JSON.parse(File.read(path))["cases"].each do |c|
         # A rate string (`window(name, "5/minute")` elsewhere) is C's rk_parse_rate.
         ["parse_rate", [str(a.fetch("rate") { a["windows"] }, "rate")]]
       else
-        [c["call"], tokens(c["call"], a, c)]
+        [c["call"] == "http_middleware" ? "http_rules" : c["call"], tokens(c["call"], a, c)]
       end
     puts ["case", name, call, status, c["parameter"].fetch("c"), *toks].join("\t")
   rescue NotExpressible => e

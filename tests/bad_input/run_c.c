@@ -246,6 +246,19 @@ static rk_status run(const char *call, args_t *a, bool *untouched, char *param, 
       st = rk_backoff_reschedule_in(bo, attempt, retry_after, &again, &delay);
     }
     rk_backoff_free(bo);
+  } else if (strcmp(call, "http_rules") == 0) {
+    /* The HTTP middleware's options the library validates: header form, trusted proxies, proxy
+     * header, partition key secret (its length is the string's). */
+    const char *headers = arg_str(a);
+    size_t ntrusted = (size_t)arg_u64(a);
+    const char *trusted[MAX_TOKENS] = {0};
+    for (size_t i = 0; i < ntrusted && i < MAX_TOKENS; i++) trusted[i] = arg_str(a);
+    const char *proxy_header = arg_str(a);
+    const char *secret = arg_str(a);
+    rk_http_rules *rules = NULL;
+    st = rk_http_rules_new(headers, ntrusted ? trusted : NULL, ntrusted, proxy_header, (const uint8_t *)secret,
+                           secret ? strlen(secret) : 0, &rules);
+    rk_http_rules_free(rules);
   } else if (strcmp(call, "check_all") == 0) {
     st = run_check_all(a, untouched, param, plen);
   } else if (strcmp(call, "set_limit") == 0 || strcmp(call, "clear_limit") == 0) {

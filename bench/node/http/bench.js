@@ -13,11 +13,9 @@
 'use strict';
 
 const { execFileSync, spawn } = require('node:child_process');
-const fs = require('node:fs');
-const net = require('node:net');
-const os = require('node:os');
 const path = require('node:path');
 const results = require('../report');
+const { startRedis } = require('../redis-server');
 const autocannon = require('autocannon');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 5);
@@ -31,34 +29,6 @@ const PEERS = {
   hono: 'hono-rate-limiter + @hono-rate-limiter/redis',
   nestjs: '@nestjs/throttler + @nest-lab/throttler-storage-redis',
 };
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => (port === 6379 ? freePort().then(resolve) : resolve(port)));
-    });
-  });
-}
-
-async function startRedis() {
-  const port = await freePort();
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratekeeper-bench-http-'));
-  const bin = fs.existsSync('/usr/bin/redis-server') ? '/usr/bin/redis-server' : 'redis-server';
-  const child = spawn(bin, ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no'], { cwd: dir, stdio: 'ignore' });
-  for (let i = 0; i < 200; i++) {
-    const up = await new Promise((resolve) => {
-      const s = net.connect(port, '127.0.0.1');
-      s.once('connect', () => (s.destroy(), resolve(true)));
-      s.once('error', () => resolve(false));
-    });
-    if (up) return { port, stop: () => child.kill('SIGKILL') };
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error('redis-server did not start');
-}
 
 function startApp(framework, variant, redisUrl) {
   const child = spawn(process.execPath, [path.join(__dirname, 'app.js')], {

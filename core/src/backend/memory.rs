@@ -14,16 +14,17 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::blocks::Blocks;
+use super::holds::Holds;
 use crate::clock::{Clock, SystemClock};
-use crate::engine::block::{self, BlockMode};
 use crate::engine::gcra::{Figures, Gcra};
+use crate::engine::hold::{Hold, HoldMode};
 use crate::engine::leased::Leased;
-use crate::engine::{pause, Algorithm, Engine, Kind, Op, Outcome};
+use crate::engine::{Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
 use crate::padded::{folded_multiply, InlineBytes, KeyBytes};
 use crate::views::ConcurrentUse;
@@ -293,14 +294,9 @@ pub(crate) struct MemoryBackend {
     pub(crate) config_mismatches: AtomicU64,
     /// Live overrides and the limiters built from this backend.
     pub(crate) live: crate::live::Live,
-    /// Pauses in effect (see `Limiter::pause`): per namespace, per key, the instant (µs) each
-    /// ends. Kept apart from the slots so that the 64-byte slot layout stays as it is.
-    pauses: Mutex<HashMap<u32, HashMap<Box<str>, u64>>>,
-    /// How many pauses `pauses` holds: while none, calls skip its lock (the hot path stays
-    /// lock-light; pauses are rare and short-lived).
-    pauses_held: AtomicUsize,
-    /// Blocks in effect (see `Limiter::block`).
-    blocks: Blocks,
+    /// Holds in effect (pauses and blocks, see `Limiter::pause` and `Limiter::block`). Kept
+    /// apart from the slots so that the 64-byte slot layout stays as it is.
+    holds: Holds,
     /// Settles applied (see `Limiter::settle`): a repeat of one is a peek.
     settled: Mutex<crate::engine::settle::SettledIds>,
     /// The key sealing this backend's settle tickets (see `settle_seal`): random, made at
@@ -342,9 +338,7 @@ impl MemoryBackend {
             swept_slots: Padded(AtomicUsize::new(0)),
             config_mismatches: AtomicU64::new(0),
             live: crate::live::Live::new(None, false),
-            pauses: Mutex::new(HashMap::new()),
-            pauses_held: AtomicUsize::new(0),
-            blocks: Blocks::default(),
+            holds: Holds::default(),
             settled: Mutex::default(),
             seal_key: std::sync::OnceLock::new(),
         })
@@ -440,15 +434,8 @@ impl MemoryBackend {
     #[inline(always)]
     pub(crate) fn execute(&self, namespace: u32, key: &str, algorithm: &Algorithm, op: Op) -> Result<Outcome> {
         let now = self.now_micros();
-        if self.blocks.any() && pause::applies_to(op) {
-            if let Some(refused) = self.blocked(namespace, key, now, algorithm) {
-                return Ok(refused);
-            }
-        }
-        if self.pauses_held.load(Ordering::Acquire) != 0 && pause::applies_to(op) {
-            if let Some(refused) = self.paused(namespace, key, now, algorithm) {
-                return Ok(refused);
-            }
+        if let Some(refused) = self.holds.refusal(op, namespace, key, now, algorithm) {
+            return Ok(refused);
         }
         let bytes = KeyBytes::new(key.as_bytes());
         let hash = self.hash_key(namespace, &bytes);
@@ -492,7 +479,7 @@ impl MemoryBackend {
         gcra: &Gcra,
         cost: u64,
     ) -> Option<(Figures, u64)> {
-        if self.pauses_held.load(Ordering::Acquire) != 0 || self.blocks.any() {
+        if self.holds.any() {
             return None;
         }
         let now = self.now_micros();
@@ -638,106 +625,48 @@ impl MemoryBackend {
         }
     }
 
-    /// The refusal of a call on (`namespace`, `key`) while it is paused; drops a pause that
-    /// has ended.
-    #[cold]
-    #[inline(never)]
-    fn paused(&self, namespace: u32, key: &str, now: u64, algorithm: &Algorithm) -> Option<Outcome> {
-        let mut pauses = self.pauses.lock();
-        let keys = pauses.get_mut(&namespace)?;
-        let until = *keys.get(key)?;
-        if until > now {
-            return Some(pause::refusal(algorithm.capacity(), until - now, now));
-        }
-        keys.remove(key);
-        self.pauses_held.fetch_sub(1, Ordering::Release);
-        None
-    }
-
-    /// The refusal of a call on (`namespace`, `key`) while it is blocked: the block's, unless a
-    /// pause ends later (as the Redis scripts' hold check decides).
-    #[cold]
-    #[inline(never)]
-    fn blocked(&self, namespace: u32, key: &str, now: u64, algorithm: &Algorithm) -> Option<Outcome> {
-        let remaining = self.blocks.remaining(namespace, key, now)?;
-        if self.pauses_held.load(Ordering::Acquire) != 0 {
-            if let Some(paused) = self.paused(namespace, key, now, algorithm) {
-                if paused.decision.retry_after.as_micros() > u128::from(remaining) {
-                    return Some(paused);
-                }
-            }
-        }
-        Some(block::refusal(algorithm.capacity(), remaining, now))
-    }
-
-    /// Blocks (`namespace`, `key`) for `duration` (see [`BlockMode`]); returns the block in
+    /// Blocks (`namespace`, `key`) for `duration` (see [`HoldMode`]); returns the block in
     /// effect.
-    pub(crate) fn block(
-        &self,
-        namespace: u32,
-        key: &str,
-        duration: std::time::Duration,
-        mode: BlockMode,
-    ) -> std::time::Duration {
-        let now = self.now_micros();
-        let in_effect = self.blocks.set(namespace, key, now, crate::params::micros(duration), mode);
-        std::time::Duration::from_micros(in_effect)
+    pub(crate) fn block(&self, namespace: u32, key: &str, duration: Duration, mode: HoldMode) -> Duration {
+        self.hold(namespace, key, Hold::Block, duration, mode)
     }
 
     /// Ends the block of (`namespace`, `key`), if one is in effect (see `Limiter::unblock`);
     /// returns whether one was.
     pub(crate) fn unblock(&self, namespace: u32, key: &str) -> bool {
-        self.blocks.remove(namespace, key, self.now_micros())
+        self.release(namespace, key, Hold::Block)
     }
 
     /// Pauses (`namespace`, `key`) for `duration` unless a longer pause is in effect; returns
-    /// the pause in effect. Ended pauses of the namespace are dropped on the way, so the map
-    /// holds no more than the pauses in effect plus those ended since the last one was set.
-    pub(crate) fn pause(&self, namespace: u32, key: &str, duration: std::time::Duration) -> std::time::Duration {
-        let now = self.now_micros();
-        let wanted = now.saturating_add(crate::params::micros(duration).max(1));
-        let mut pauses = self.pauses.lock();
-        let keys = pauses.entry(namespace).or_default();
-        let before = keys.len();
-        keys.retain(|_, until| *until > now);
-        let until = keys.entry(key.into()).or_insert(0);
-        *until = (*until).max(wanted);
-        let in_effect = *until - now;
-        let after = keys.len();
-        if after >= before {
-            self.pauses_held.fetch_add(after - before, Ordering::Release);
-        } else {
-            self.pauses_held.fetch_sub(before - after, Ordering::Release);
-        }
-        std::time::Duration::from_micros(in_effect)
+    /// the pause in effect.
+    pub(crate) fn pause(&self, namespace: u32, key: &str, duration: Duration) -> Duration {
+        self.hold(namespace, key, Hold::Pause, duration, HoldMode::Extend)
     }
 
     /// Ends the pause of (`namespace`, `key`), if one is in effect (see `Limiter::resume`);
     /// returns whether one was.
     pub(crate) fn resume(&self, namespace: u32, key: &str) -> bool {
-        if self.pauses_held.load(Ordering::Acquire) == 0 {
-            return false;
-        }
+        self.release(namespace, key, Hold::Pause)
+    }
+
+    /// Holds (`namespace`, `key`) in role `hold` for `duration` (see [`HoldMode`]); returns the
+    /// hold in effect.
+    pub(crate) fn hold(&self, namespace: u32, key: &str, hold: Hold, duration: Duration, mode: HoldMode) -> Duration {
         let now = self.now_micros();
-        let mut pauses = self.pauses.lock();
-        match pauses.get_mut(&namespace).and_then(|keys| keys.remove(key)) {
-            Some(until) => {
-                self.pauses_held.fetch_sub(1, Ordering::Release);
-                until > now
-            }
-            None => false,
-        }
+        Duration::from_micros(self.holds.set(hold, namespace, key, now, crate::params::micros(duration), mode))
+    }
+
+    /// Ends the hold of role `hold` on (`namespace`, `key`), if one is in effect; returns
+    /// whether one was.
+    pub(crate) fn release(&self, namespace: u32, key: &str, hold: Hold) -> bool {
+        self.holds.remove(hold, namespace, key, self.now_micros())
     }
 
     /// Forgets the state of (`namespace`, `key`), its pause and block included; waiters on a
     /// concurrent limiter are woken.
     pub(crate) fn reset(&self, namespace: u32, key: &str) {
-        self.blocks.remove(namespace, key, 0);
-        if self.pauses_held.load(Ordering::Acquire) != 0 {
-            let mut pauses = self.pauses.lock();
-            if pauses.get_mut(&namespace).and_then(|keys| keys.remove(key)).is_some() {
-                self.pauses_held.fetch_sub(1, Ordering::Release);
-            }
+        for hold in Hold::ALL {
+            self.holds.remove(hold, namespace, key, 0);
         }
         let hash = self.hash(namespace, key.as_bytes());
         let mut shard = self.shard(hash).lock();

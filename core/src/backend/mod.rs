@@ -1,6 +1,6 @@
 //! Backends hold limiter state: the embedded memory backend (default), Redis and Redis Cluster.
 
-mod blocks;
+mod holds;
 pub(crate) mod memory;
 mod operate;
 pub(crate) mod redis;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 pub use self::redis::config::{FailurePolicy, OnConflict, RedisConfig, SentinelConfig, TlsConfig};
 pub use self::redis::redact::redact_url;
-pub use crate::engine::script::sources as lua_sources;
+pub use crate::engine::lua::sources as lua_sources;
 pub(crate) use memory::MemoryBackend;
 pub use memory::MemoryConfig;
 

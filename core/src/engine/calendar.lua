@@ -13,7 +13,7 @@
 --          way) still names the server's period exactly.
 -- ARGV[9]  settle: the actual cost (ARGV[3] is then the cost the call was charged)
 -- ARGV[10] settle: the instant (µs) the call was charged at
--- A dry check (see script.rs) records nothing.
+-- A dry check (see wrapper.lua) records nothing.
 -- Returns {now, end of the period containing now, count in it before this call}, or an error
 -- when the server's instant is in none of the three periods.
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.

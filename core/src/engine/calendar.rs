@@ -17,7 +17,7 @@ use super::calendar_period::{CalendarClock, CalendarPeriod};
 use super::contract::{malformed, not_applicable, Combined, Engine, Op, Outcome};
 use super::decision;
 use super::kinds::{share, KindSpec};
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::spec_json::at_path;
 use super::spec_json::{JsonFields, JsonWriter};
 use super::words;

@@ -12,7 +12,7 @@
 -- ARGV[5]  lease id (check, release, extend, abandon)
 -- ARGV[6]  check: the waiter id of an acquire about to wait, or ''
 -- ARGV[7]  check: how long that waiter waits (µs)
--- ARGV[8]  a dry check (see script.rs): the slots the combination asks of this limiter and key,
+-- ARGV[8]  a dry check (see wrapper.lua): the slots the combination asks of this limiter and key,
 --          up to this part (1 when it is the only one); a dry check writes nothing
 -- check/peek return {allowed, limit, remaining, retry_after_us, reset_after_us, now_us,
 -- fencing_token, reclaimed}; release, extend and abandon return {1, now_us, overdue} if the

@@ -12,7 +12,7 @@ use super::contract::{
     malformed, not_applicable, Combined, DecisionReply, Engine, Evaluation, Op, Outcome, Waiter, Wake, WakeList,
 };
 use super::decision;
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::words;
 use crate::decision::Lease;
 use std::time::Duration;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use redis::Cmd;
 use tokio::sync::Semaphore;
 
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
@@ -253,6 +253,12 @@ pub(crate) trait Engine {
 
     /// The most a single call may cost: the burst, the smallest limit, or the slot count.
     fn capacity(&self) -> u64;
+
+    /// Whether the engine corrects a charge after the fact (`Op::Adjust`, `points_used`), so a
+    /// charge can be given back: what `Limiter::refundable` reports.
+    fn adjusts(&self) -> bool {
+        false
+    }
 
     /// Rejects a cost that no amount of waiting could admit, naming `cost`.
     #[inline]

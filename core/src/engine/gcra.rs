@@ -19,7 +19,7 @@ use redis::Cmd;
 use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, Op, Outcome};
 use super::decision;
 use super::divisor::Divisor;
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::words;
 use crate::error::{Error, Result};
 use std::time::Duration;
@@ -289,7 +289,8 @@ fn per_unit(period_us: u64, units: u64) -> impl Fn(u64) -> f64 {
 }
 
 /// `gcra.lua`: applies the rule's write and returns the state it read.
-pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("gcra", include_str!("gcra.lua")));
+pub(crate) static SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::token_bucket("gcra", include_str!("gcra.lua")));
 
 /// What `gcra.lua` returns: the state it read (whole microseconds, and nanoseconds within the
 /// microsecond) and the instant it read it at.
@@ -372,6 +373,10 @@ impl Engine for Gcra {
     fn capacity(&self) -> u64 {
         self.capacity
     }
+
+    fn adjusts(&self) -> bool {
+        true
+    }
 }
 
 /// The `token_bucket` kind.
@@ -382,6 +387,11 @@ impl KindSpec for TokenBucketKind {
     type Fields = (f64, u64);
 
     const SAMPLES: &'static [&'static str] = &[r#"{"kind":"token_bucket","rate":10,"capacity":20}"#];
+
+    fn window((rate, capacity): &Self::Fields) -> Option<Duration> {
+        // From empty to full.
+        Duration::try_from_secs_f64(*capacity as f64 / rate).ok()
+    }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.number("rate")?, json.count("capacity")?))
@@ -414,6 +424,10 @@ impl KindSpec for LeakyKind {
 
     const SAMPLES: &'static [&'static str] = &[r#"{"kind":"leaky","size":4,"drain":2}"#];
 
+    fn window((_, drain): &Self::Fields) -> Option<Duration> {
+        Some(*drain)
+    }
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("size")?, json.seconds("drain")?))
     }
@@ -445,6 +459,10 @@ impl KindSpec for PointsKind {
     type Fields = (u64, Duration);
 
     const SAMPLES: &'static [&'static str] = &[r#"{"kind":"points","capacity":1000,"refill":60}"#];
+
+    fn window((_, refill): &Self::Fields) -> Option<Duration> {
+        Some(*refill)
+    }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("capacity")?, json.seconds("refill")?))

@@ -2,7 +2,7 @@
 //! that needs one arm per engine or per kind, so that nothing else lists them:
 //! - [`for_each_engine!`] generates [`super::Algorithm`] and its dispatch (`engine/mod.rs`), the
 //!   memory backend's per-key state and its dispatch (`backend/memory.rs`) and the list of
-//!   scripts (`engine/script.rs`);
+//!   scripts (`engine/lua.rs`);
 //! - [`declare_kinds!`] generates [`LimiterSpec`] and [`Kind`] with their names and dispatch,
 //!   and the JSON form's dispatch (`engine/spec_json.rs`).
 //!
@@ -77,6 +77,13 @@ pub(crate) trait KindSpec {
 
     /// Validates every parameter (naming the bad one) and compiles to the kind's engine.
     fn compile(fields: &Self::Fields) -> Result<Algorithm>;
+
+    /// The span a single-limit kind's quota covers, as the HTTP fields announce it (draft-11's
+    /// `w`): `None` where the kind has no one window (a calendar's days vary; a count of
+    /// holders has none). Multi-limit kinds report each limit's window in their decisions.
+    fn window(_fields: &Self::Fields) -> Option<Duration> {
+        None
+    }
 
     /// For a kind of several limits: checks each on its own, naming a bad one by its JSON path
     /// (`windows[1]`), before the whole is compiled.
@@ -177,6 +184,16 @@ macro_rules! declare_kinds {
                         let fields = ($($(Clone::clone($field),)*)?);
                         let ($($($field,)*)?) = <$spec as KindSpec>::scaled(&fields, divisor);
                         LimiterSpec::$variant $({ $($field,)* })?
+                    })*
+                }
+            }
+
+            /// The span the limiter's quota covers, where its kind has one window (see
+            /// `KindSpec::window`): what the HTTP middleware announces as draft-11's `w`.
+            pub fn window(&self) -> Option<Duration> {
+                match self {
+                    $(LimiterSpec::$variant $({ $($field,)* })? => {
+                        <$spec as KindSpec>::window(&($($(Clone::clone($field),)*)?))
                     })*
                 }
             }

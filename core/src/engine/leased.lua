@@ -1,6 +1,7 @@
 -- Leased token bucket: a process takes tokens from the shared GCRA bucket in chunks (leases)
 -- and spends them in-process; unspent tokens come back exactly once, or lapse with the lease.
--- The rule is core/src/engine/leased.rs; the bucket's state is gcra.lua's (same format).
+-- The rule is core/src/engine/leased.rs; the bucket's state is gcra.lua's, read and written by
+-- the same sections of bucket_state.lua (inlined where named).
 -- KEYS[1]  the theoretical arrival time (TAT), as in gcra.lua
 -- KEYS[2]  the live leases: a hash lease id ->
 --          '<granted>:<T>:<ns per tick>:<low, µs>:<lapses at, µs>', the price of the lease's
@@ -33,26 +34,8 @@ local capacity, cost, want = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV
 local lease_ms = tonumber(ARGV[13])
 local per = 1000 / tick
 
-local tat_us, tat_ns = 0, 0
-local raw = redis.call('GET', KEYS[1])
-if raw then
-  local dot = string.find(raw, '.', 1, true)
-  if dot then
-    tat_us = tonumber(string.sub(raw, 1, dot - 1))
-    tat_ns = tonumber(string.sub(raw, dot + 1))
-  else
-    tat_us = tonumber(raw)
-  end
-end
-local used = 0
-if tat_us >= now then
-  used = (tat_us - now) * per
-  if used >= max_ahead then
-    used = max_ahead
-  else
-    used = math.min(used + math.floor(tat_ns / tick), max_ahead)
-  end
-end
+--@BUCKET_TAT@
+--@BUCKET_USED@
 local before = used
 local op = ARGV[1]
 
@@ -171,20 +154,7 @@ end
 if refunded_us > 0 and not lows_done then remember_low(nil, false) end
 
 if used ~= before then
-  if used > 0 then
-    local rest = math.fmod(used, per)
-    local new_us = now + (used - rest) / per
-    local ttl_ms = math.ceil((used - rest) / per / 1000) + 1001 + CLOCK_SLACK_MS
-    local value
-    if rest == 0 then
-      value = string.format('%d', new_us)
-    else
-      value = string.format('%d.%03d', new_us, rest * tick)
-    end
-    redis.call('SET', KEYS[1], value, 'PX', string.format('%d', ttl_ms))
-  else
-    redis.call('DEL', KEYS[1])
-  end
+--@BUCKET_WRITE@
 end
 local remaining = 0
 if used < tau then remaining = math.floor((tau - used) / T) end

@@ -19,7 +19,7 @@ use redis::Cmd;
 use super::contract::{not_applicable, DecisionReply, Engine, Op, Outcome};
 use super::gcra::{Gcra, GcraState};
 use super::kinds::{share, KindSpec};
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::spec_json::{number, secs};
 use super::spec_json::{JsonFields, JsonWriter};
 use super::words;
@@ -73,7 +73,8 @@ impl Leased {
 }
 
 /// `leased.lua`.
-pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new("leased", include_str!("leased.lua")));
+pub(crate) static SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::token_bucket("leased", include_str!("leased.lua")));
 
 impl Engine for Leased {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];

@@ -17,7 +17,7 @@
 -- is answered as a peek after it
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, now_us, mismatch} and, for
 -- several windows, {window_us, limit, remaining, retry_after_us, reset_after_us} per window
--- appended; mismatch is 1 when another configuration recorded last. A dry check (see script.rs)
+-- appended; mismatch is 1 when another configuration recorded last. A dry check (see wrapper.lua)
 -- records nothing: its reply counts the window without it.
 
 local log, dropped_key, seen_key = KEYS[1], KEYS[2], KEYS[3]
@@ -35,11 +35,25 @@ local member = function(cum) return string.format('%016d', cum) end
 local MAX_CUM = 9007199254740992 -- 2^53: beyond it doubles lose units
 
 -- The cumulative cost of the newest admission at or before `instant`, or of the dropped prefix.
+-- Each instant is read once per call (`at_or_before`): a check asks the same instants several
+-- times, and each `redis.call` costs the server more than the rest of a step. What was read is
+-- dropped when the log is rewritten (a rebase, a settle); trimming and recording keep it
+-- true: a trim removes admissions at or before the cutoff and sets `dropped` to the cumulative
+-- cost there, which is what any instant at or after it (every instant asked: `longest` is at
+-- least every window) still reads; a record adds an admission at `now`, after every instant
+-- asked (now - interval), unless its member was already in the log (it then moved: read again).
 local dropped = tonumber(redis.call('GET', dropped_key) or '0')
+local at_or_before = {}
+-- The newest admission (by instant, then cumulative cost), read once: its cumulative cost, and
+-- its instant (false: the log is empty); nil until read.
+local newest_cum, newest_at
 local function cum_at_or_before(instant)
+  local known = at_or_before[instant]
+  if known then return known end
   local last = redis.call('ZREVRANGEBYSCORE', log, fmt(instant), '-inf', 'LIMIT', 0, 1)
-  if last[1] then return tonumber(last[1]) end
-  return dropped
+  known = last[1] and tonumber(last[1]) or dropped
+  at_or_before[instant] = known
+  return known
 end
 
 -- Forget admissions older than the longest window.
@@ -55,9 +69,15 @@ if now >= longest then
 end
 
 local function last_cum()
-  local newest = redis.call('ZREVRANGE', log, 0, 0)
-  if newest[1] then return tonumber(newest[1]) end
-  return dropped
+  if newest_cum == nil then
+    local newest = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
+    if newest[1] then
+      newest_cum, newest_at = tonumber(newest[1]), tonumber(newest[2])
+    else
+      newest_cum, newest_at = dropped, false
+    end
+  end
+  return newest_cum
 end
 
 -- Cumulative sums only grow; rebase them on the rare day they would leave exact doubles.
@@ -69,6 +89,7 @@ if commit and last_cum() + cost > MAX_CUM then
   end
   dropped = 0
   trimmed = true
+  at_or_before, newest_cum, newest_at = {}, nil, nil -- the log was rewritten
 end
 
 if ARGV[1] == 'settle' then
@@ -93,6 +114,7 @@ if ARGV[1] == 'settle' then
     end
   end
   commit, asked = false, 1
+  at_or_before, newest_cum, newest_at = {}, nil, nil -- the log was rewritten
 end
 
 local function window_count(interval)
@@ -111,7 +133,15 @@ end
 refused = commit and not allowed
 local record = allowed and commit and cost > 0 and not dry
 if record then
-  redis.call('ZADD', log, fmt(now), member(last_cum() + cost))
+  local cum = last_cum() + cost
+  if redis.call('ZADD', log, fmt(now), member(cum)) == 1 then
+    -- It is the newest unless one was recorded at a later instant (a clock that went back).
+    if not (newest_at and newest_at > now) then newest_cum, newest_at = cum, now end
+  else
+    -- The member was there already (after a clock went back, cumulative costs repeat): ZADD
+    -- moved it to now, which changes what earlier instants read.
+    at_or_before, newest_cum, newest_at = {}, nil, nil
+  end
 end
 if record or trimmed then
   -- One second of slack: see gcra.lua.
@@ -121,8 +151,7 @@ if record or trimmed then
   redis.call('SET', seen_key, fmt(longest) .. ':' .. ((record or not seen_cfg) and fingerprint or seen_cfg), 'PX', ttl)
 end
 
-local newest = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
-local newest_at = newest[2] and tonumber(newest[2])
+last_cum()
 -- A dry check that admits answers as if it had recorded its admission now.
 local pending = (dry and commit and allowed) and cost or 0
 if pending > 0 then newest_at = now end

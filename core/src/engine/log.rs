@@ -17,7 +17,7 @@ use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, Combined, DecisionReply, Engine, Evaluation, Op, Outcome};
 use super::kinds::{share, KindSpec};
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::spec_json::{at_path, secs};
 use super::spec_json::{JsonFields, JsonWriter};
 use super::words;
@@ -302,6 +302,13 @@ impl KindSpec for WindowKind {
 
     const SAMPLES: &'static [&'static str] =
         &[r#"{"kind":"window","limit":100,"interval":60}"#, r#"{"kind":"windows","windows":[[25,5],[300,60]]}"#];
+
+    fn window((windows,): &Self::Fields) -> Option<Duration> {
+        match windows.as_slice() {
+            [one] => Some(one.interval),
+            _ => None,
+        }
+    }
 
     /// `window` has one `limit` and `interval`; `windows` a list of them.
     fn parse(name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {

@@ -17,7 +17,6 @@
 //!
 //! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
 
-pub(crate) mod block;
 pub(crate) mod calendar;
 pub(crate) mod calendar_period;
 pub(crate) mod colocate;
@@ -25,12 +24,12 @@ pub(crate) mod concurrent;
 pub(crate) mod contract;
 pub(crate) mod divisor;
 pub mod gcra;
+pub(crate) mod hold;
 pub(crate) mod kinds;
 pub(crate) mod leased;
 pub(crate) mod log;
+pub(crate) mod lua;
 pub(crate) mod partitions;
-pub(crate) mod pause;
-pub(crate) mod script;
 pub(crate) mod script_all;
 pub(crate) mod settle;
 pub(crate) mod sliding;
@@ -49,7 +48,7 @@ pub use calendar_period::CalendarPeriod;
 pub use colocate::Colocate;
 pub(crate) use contract::{Engine, Op, Outcome, ReleaseWaiter, Served, Waiter, Wake, WakeList};
 pub use kinds::{Kind, LimiterSpec};
-use script::LuaScript;
+use lua::LuaScript;
 pub use spec::{SlidingLimit, WindowLimit};
 pub use spec_json::LimiterConfig;
 
@@ -130,6 +129,11 @@ impl Algorithm {
     /// See [`Engine::capacity`].
     pub(crate) fn capacity(&self) -> u64 {
         with_engine!(self, e => e.capacity())
+    }
+
+    /// See [`Engine::adjusts`].
+    pub(crate) fn adjusts(&self) -> bool {
+        with_engine!(self, e => e.adjusts())
     }
 
     /// See [`Engine::validate_cost`].

@@ -2,7 +2,7 @@
 //! admitted or none consumed.
 //!
 //! Every counting engine's `.lua` body becomes a function of its own (with the hold check,
-//! pauses and blocks, in front, as in the single-call wrapper of [`super::script`]). The script
+//! pauses and blocks, in front, as in the single-call wrapper of [`super::lua`]). The script
 //! reads "now" once and hands the same instant to every part. It decides first and writes
 //! after: it runs every part `dry` (each engine decides its check and answers it without
 //! recording it), and only when every part admits does it run them again for real, in order.
@@ -33,7 +33,7 @@
 use std::sync::LazyLock;
 
 use super::contract::Combined;
-use super::script::{LuaScript, HOLD_PRELUDE, NOW_US, SETTLE_CHARGE};
+use super::lua::{expand, LuaScript, BUCKET_FUNCTIONS, HOLD_CHECK, PRELUDE};
 
 /// The engines that can take part, in the order of their index in the combined script
 /// (1-based): each engine that says how ([`super::Engine::COMBINED`]), in the order of the table
@@ -107,14 +107,13 @@ return out
 
 /// The combined script (see the module documentation).
 pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| {
-    let mut body = String::from(NOW_US);
-    body.push_str(SETTLE_CHARGE);
+    let mut body = [PRELUDE, BUCKET_FUNCTIONS].concat();
     body.push_str("local refused, dry = false, false\nlocal engines, costs = {}, {}\n");
     for (i, engine) in engines().enumerate() {
         body.push_str(&format!("costs[{}] = {}\n", i + 1, engine.cost_at));
         body.push_str(&format!("engines[{}] = function(KEYS, ARGV)\n", i + 1));
-        body.push_str(HOLD_PRELUDE);
-        body.push_str(engine.lua);
+        body.push_str(HOLD_CHECK);
+        body.push_str(&expand(engine.lua));
         body.push_str("\nend\n");
     }
     body.push_str(RUNNER);

@@ -1,13 +1,13 @@
 //! Settles (see [`crate::Limiter::settle`]): what every engine shares to apply a settle once
 //! per id. Each engine's own rule for a settle (what a charge or a refund does to its state) is
 //! in the engine's file, beside its `.lua`; the once-per-id record is written once, here for the
-//! memory backend ([`SettledIds`]) and in the scripts' wrapper for Redis (`SETTLE` in
-//! [`super::script`]).
+//! memory backend ([`SettledIds`]) and in the scripts' wrapper for Redis (`settle_once.lua`,
+//! see [`super::lua`]).
 
 use std::collections::HashMap;
 
 use super::contract::{malformed, Op, Outcome};
-use super::{block, pause, Algorithm};
+use super::{hold, Algorithm};
 use crate::defaults::SETTLE_WINDOW;
 use crate::error::{Error, Result};
 
@@ -51,8 +51,7 @@ pub(crate) fn decode(algorithm: &Algorithm, op: Op, reply: &[i64]) -> Result<Out
         Some((2, [])) => Err(expired()),
         Some((0, rest)) => {
             let capacity = algorithm.capacity();
-            let held = pause::refusal_in_reply(capacity, rest).or_else(|| block::refusal_in_reply(capacity, rest));
-            let outcome = match held {
+            let outcome = match hold::refusal_in_reply(capacity, rest) {
                 Some(held) => held,
                 None => algorithm.decode(Op::Peek, rest)?,
             };

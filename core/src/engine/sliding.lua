@@ -29,7 +29,7 @@
 -- Returns {now, mismatch, then per limit: total, newest block or -1, freeing block or -1}: the
 -- units counting before this call, the newest counting block, and (refused calls) the block by
 -- whose end enough units have left; mismatch is 1 when another configuration recorded last.
--- A refused check sets `refused`; a dry check records nothing (see script.rs).
+-- A refused check sets `refused`; a dry check records nothing (see wrapper.lua).
 -- A settle returns the same figures after it, as a peek reads them.
 -- Numbers are written with %d: tostring() would serialise large doubles as 1.7e+15.
 

@@ -22,7 +22,7 @@ use std::sync::LazyLock;
 use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, Op, Outcome};
-use super::script::LuaScript;
+use super::lua::LuaScript;
 use super::words;
 use super::Combine;
 use std::time::Duration;
@@ -469,6 +469,10 @@ impl KindSpec for BucketKind {
     type Fields = (u64, Duration);
 
     const SAMPLES: &'static [&'static str] = &[r#"{"kind":"bucket","limit":5,"interval":1}"#];
+
+    fn window((_, interval): &Self::Fields) -> Option<Duration> {
+        Some(*interval)
+    }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("limit")?, json.seconds("interval")?))

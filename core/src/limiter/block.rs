@@ -1,12 +1,12 @@
 //! Blocking: `block_for` (a refusal keeps the key refused for a while, rate-limiter-flexible's
 //! `blockDuration`), and `block` / `unblock` by hand. A block is held where a pause is (see
-//! `engine/block.rs`), under its own key, so `resume` never ends it and metrics count it apart.
+//! `engine/hold.rs`), under its own key, so `resume` never ends it and metrics count it apart.
 
 use std::time::Duration;
 
 use super::pipeline::{Call, Policy};
 use super::{Limiter, Target};
-use crate::engine::block::BlockMode;
+use crate::engine::hold::HoldMode as BlockMode;
 use crate::engine::{LimiterConfig, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;

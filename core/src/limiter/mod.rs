@@ -282,6 +282,26 @@ impl Limiter {
         &self.inner.spec
     }
 
+    /// The most one call may cost: the burst, the smallest limit, the slot count; 2^53 (the
+    /// largest cost) for an `unlimited` limiter. A larger cost is refused on every call, so a
+    /// caller with a fixed cost (the HTTP middleware) can refuse it once, up front.
+    pub fn capacity(&self) -> u64 {
+        self.inner.algorithm.capacity()
+    }
+
+    /// Whether a charge can be given back with [`Limiter::points_used`] (`estimate` → 0): true
+    /// for the kinds on the GCRA engine (token bucket, leaky, points). The HTTP middleware's
+    /// `count` charges these before the response and refunds after; the others it peeks before
+    /// and charges after.
+    pub fn refundable(&self) -> bool {
+        self.inner.algorithm.adjusts()
+    }
+
+    /// The span the quota covers, where the kind has one window (see [`LimiterSpec::window`]).
+    pub fn window(&self) -> Option<Duration> {
+        self.inner.spec.window()
+    }
+
     /// The spec and options the limiter was built with, as data.
     pub fn config(&self) -> LimiterConfig {
         let colocate = self.colocate();

@@ -1456,7 +1456,7 @@ fn an_abandon_frees_its_own_lease_whether_it_comes_after_or_before_the_check() {
     let body = ratekeeper::lua_sources().into_iter().find(|(name, _)| *name == "concurrent").unwrap().1;
     let keys = ["t:h", "t:t", "t:w", "t:x", "t:g", "t:q"];
     let mut run = |op: &str, id: &str| -> Vec<i64> {
-        // A check passes the pause and block keys last (see `HOLD_PRELUDE`); other verbs do not.
+        // A check passes the pause and block keys last (see `hold_check.lua`); other verbs do not.
         let hold_keys: &[&str] = if op == "check" { &["t:p", "t:b"] } else { &[] };
         redis::cmd("EVAL")
             .arg(body)

@@ -47,7 +47,7 @@ fn the_script_picks_the_servers_period_among_the_clients_boundaries() {
     let (_, body) = ratekeeper::lua_sources().into_iter().find(|(name, _)| *name == "calendar").unwrap();
     let eval = |boundaries: [u64; 4]| {
         let b: Vec<String> = boundaries.iter().map(u64::to_string).collect();
-        // A check passes the pause and block keys last (see `HOLD_PRELUDE`): "p" and "b", never
+        // A check passes the pause and block keys last (see `hold_check.lua`): "p" and "b", never
         // set here.
         server.cli(&["EVAL", body, "3", "k", "p", "b", "check", "", "1", "5", &b[0], &b[1], &b[2], &b[3]])
     };

@@ -156,3 +156,21 @@ fn overcharges_are_debt_on_redis() {
         Backend::redis_with(RedisConfig::new(server.url()).prefix("debt").clock(Arc::new(clock.clone()))).unwrap();
     overcharges_are_debt(&backend, &clock);
 }
+
+/// The benchmarks page's token-bucket peer, the cheapest GCRA a user could write
+/// (bench/lua/hand_written_gcra.lua, which bench/python/peer_server_time.py times against
+/// gcra.lua), is a GCRA: on a real server it admits its burst and refuses the next call, and its
+/// key holds the theoretical arrival time with a TTL.
+#[test]
+fn the_benchmarks_hand_written_gcra_admits_its_burst_and_refuses_the_next() {
+    let server = RedisServer::start();
+    let mut conn = redis::Client::open(server.url()).and_then(|c| c.get_connection()).expect("a connection");
+    let script = redis::Script::new(include_str!("../../../bench/lua/hand_written_gcra.lua"));
+    // One token an hour (T, µs), a burst of three (tau = 3 T): nothing refills during the test.
+    let (t, tau) = (3_600_000_000u64, 3 * 3_600_000_000u64);
+    let replies: Vec<i64> =
+        (0..4).map(|_| script.key("peer-gcra").arg(t).arg(tau).invoke(&mut conn).expect("the script runs")).collect();
+    assert_eq!(replies, [1, 1, 1, 0], "three admitted, the fourth refused");
+    let ttl: i64 = redis::cmd("PTTL").arg("peer-gcra").query(&mut conn).unwrap();
+    assert!(ttl > 2 * 3_600_000 && ttl <= 3 * 3_600_000, "the key lives until the bucket is full again: {ttl} ms");
+}

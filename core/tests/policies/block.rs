@@ -30,7 +30,7 @@ fn redis_manual(server: &RedisServer, prefix: &str) -> (Backend, ManualClock) {
 }
 
 /// One limiter of every kind that keeps state, each with room for 5 calls per key for an hour.
-fn every_kind(backend: &Backend, name: &str) -> Vec<Limiter> {
+pub(crate) fn every_kind(backend: &Backend, name: &str) -> Vec<Limiter> {
     let hourly = SlidingLimit { duration: HOUR, limit: 5, precision: Some(Duration::from_secs(60)) };
     vec![
         backend.token_bucket(name, 5.0 / 3600.0, 5).unwrap(),

@@ -1,5 +1,5 @@
 //! The policies over limiters, each on memory, Redis and Redis Cluster: blocks, pauses and
-//! `observe`, shadow mode, the deny cache, `check_all`.
+//! `observe` (and both seen across processes: `holds`), shadow mode, the deny cache, `check_all`.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -7,5 +7,6 @@ mod support;
 mod block;
 mod check_all;
 mod deny_cache;
+mod holds;
 mod pause;
 mod shadow;

@@ -1,9 +1,12 @@
 """The framework-neutral core of ratekeeper's HTTP middleware (``ratekeeper.asgi``,
 ``ratekeeper.fastapi``, ``ratekeeper.flask``, ``ratekeeper.django``).
 
-No limiter logic lives here: a :class:`Policy` validates the options once, then for each request
-asks the limiters (``check``, ``peek``, ``points_used``, ``release``) and turns their decisions into
-header fields and, on a refusal, an RFC 9457 problem. The decision sequence is written once, as a
+The rules shared with every language live in the core (``ratekeeper::http``, through
+:class:`HttpRules`): the client key, the rate-limit header fields, the partition key, and each
+limiter's ``capacity``, ``refundable`` and ``window``. What is here is the sequence of calls: a
+:class:`Policy` validates the options once, then for each request asks the limiters (``check``,
+``peek``, ``points_used``, ``release``), hands their decisions to the core for the header fields
+and, on a refusal, answers an RFC 9457 problem. The decision sequence is written once, as a
 generator of backend calls, and driven either synchronously (Flask, sync Django views) or with
 asyncio (ASGI, async Django views), so both paths make exactly the same calls.
 
@@ -13,10 +16,6 @@ The option table, the header forms and the ``count`` rule are documented in
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import ipaddress
 import json
 import logging
 import math
@@ -24,7 +23,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeGuard, TypeVar, Union
 
-from ._ratekeeper import Decision, FleetShedder, Lease, NativeLimiter
+from ._ratekeeper import Decision, FleetShedder, HttpRules, Lease, NativeLimiter
 from .errors import BackendRejected, BackendUnavailable, InvalidArgument, Shed, Timeout
 
 # Each decision goes on the request's span when OpenTelemetry is there (ratekeeper[otel]).
@@ -46,7 +45,6 @@ __all__ = [
     "QUOTA_EXCEEDED",
     "REDUCED_CAPACITY",
     "Refusal",
-    "client_key",
 ]
 
 Req = TypeVar("Req")
@@ -69,16 +67,12 @@ REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-re
 #: shed: short, since neither says when capacity comes back.
 BACKEND_FAILURE_RETRY_AFTER = 1
 
-_HEADER_FORMS = ("draft-11", "draft-7", "draft-6", "legacy")
 #: ``proxy_header=`` values: the one header a trusted proxy writes the client's address into.
 #: Only that header is read: a proxy that appends to ``X-Forwarded-For`` passes a client's own
 #: ``Forwarded`` through untouched (and the reverse), so reading the other would let the client
 #: choose its key.
 PROXY_HEADERS = ("X-Forwarded-For", "Forwarded")
 _COUNTS = ("all", "failures", "successes")
-# The kinds whose charge can be given back (`points_used(cost, 0)`): `count` charges them before
-# the handler and refunds after; the others are peeked before and charged after.
-_REFUNDABLE = frozenset({"token_bucket", "leaky", "points"})
 # The name a FleetShedder goes by in `violated-policies` (the binding does not expose its name).
 SHEDDER_POLICY = "shedder"
 
@@ -229,8 +223,8 @@ class Policy(Generic[Req]):
             for one in limiters:
                 if isinstance(one, NativeLimiter):
                     one._validate(None, cost)
-                    capacity = _capacity(one.spec)
-                    if capacity is not None and cost > capacity:
+                    capacity = one.capacity
+                    if cost > capacity:
                         # The core refuses such a call at request time; say so now, not as a 500 per request.
                         raise InvalidArgument(
                             f"invalid argument `cost`: {cost} exceeds the capacity of {one.name!r} ({capacity}); "
@@ -239,14 +233,16 @@ class Policy(Generic[Req]):
                         )
         if count not in _COUNTS:
             raise InvalidArgument(f'invalid argument `count`: must be "all", "failures" or "successes", got {count!r}', "count")
-        if headers is not None and headers not in _HEADER_FORMS:
+        if headers is not None and not isinstance(headers, str):
             raise InvalidArgument(
                 f'invalid argument `headers`: must be "draft-11", "draft-7", "draft-6", "legacy" or None, got {headers!r}',
                 "headers",
             )
         if not isinstance(shadow, bool):
             raise InvalidArgument(f"invalid argument `shadow`: must be True or False, got {shadow!r}", "shadow")
-        self.partition_key = _partition_key(partition_key_secret, headers)
+        #: The core's rules: header form, client key, partition key (validated there).
+        self.rules = HttpRules(headers, _trusted_proxies(trusted_proxies), _proxy_header(proxy_header),
+                               _secret(partition_key_secret))
         self.gates = [_gate(one, count) for one in limiters]
         self.key = key
         self.cost = cost
@@ -257,8 +253,6 @@ class Policy(Generic[Req]):
         self.shadow = shadow
         #: Names whose backend is failing closed now: each outage is logged once.
         self._failing: set[str] = set()
-        self.trusted_proxies = _networks(trusted_proxies)
-        self.proxy_header = _proxy_header(proxy_header)
         self.peer = peer
         self.header = header
         #: Requests let through although a limit refused them (this process): by this option's
@@ -276,8 +270,8 @@ class Policy(Generic[Req]):
         """The key ``request`` is counted under (``key``, else the client address)."""
         if self.key is not None:
             return self.key(request)
-        return client_key(self.peer(request), lambda name: self.header(request, name), self.trusted_proxies,
-                          self.proxy_header)
+        rules = self.rules
+        return rules.client_key(self.peer(request), self.header(request, rules.proxy_header))
 
     def admit(self, request: Req) -> Admission | None:
         """Decides ``request`` (None: skipped, nothing touched)."""
@@ -339,8 +333,9 @@ class Policy(Generic[Req]):
                     refusing.append(outcome)
             if refusing and not self.shadow:
                 break
-        pk = self.partition_key(key) if self.partition_key is not None else None
-        admission.headers = _rate_headers(self.headers, admission.outcomes, pk)
+        admission.headers = self.rules.fields(
+            [(o.gate.name, o.gate.window, o.decision) for o in admission.outcomes if o.decision is not None], key
+        )
         if not refusing or self.shadow:
             # One rule for both shadow modes (this option's, a limiter's): a request let through
             # although a limit refused it.
@@ -380,34 +375,8 @@ def _gate(one: NativeLimiter | FleetShedder, count: Count) -> _Gate:
         raise InvalidArgument(
             f'invalid argument `count`: the concurrent limiter {one.name!r} counts requests in flight; use count="all"', "count"
         )
-    mode: Literal["check", "refund", "peek"] = "check" if count == "all" else "refund" if kind in _REFUNDABLE else "peek"
-    return _Gate(one, None, mode, _window(one.spec))
-
-
-def _capacity(spec: dict[str, Any]) -> int | None:
-    """The most one call can cost on a limiter of this spec (None: no such bound known here)."""
-    for field_name in ("capacity", "size", "limit"):
-        if isinstance(spec.get(field_name), int):
-            return int(spec[field_name])
-    if spec.get("windows"):  # [[limit, interval], ...]
-        return min(int(w[0]) for w in spec["windows"])
-    if spec.get("limits"):  # sliding_window: [[interval, limit(, precision)], ...]
-        return min(int(w[1]) for w in spec["limits"])
-    return None
-
-
-def _window(spec: dict[str, Any]) -> float | None:
-    """The window (``w``) of a single-limit limiter, in seconds, where its kind has one."""
-    kind = spec.get("kind")
-    if kind in ("bucket", "window"):
-        return float(spec["interval"])
-    if kind == "token_bucket":
-        return float(spec["capacity"]) / float(spec["rate"])
-    if kind == "leaky":
-        return float(spec["drain"])
-    if kind == "points":
-        return float(spec["refill"])
-    return None
+    mode: Literal["check", "refund", "peek"] = "check" if count == "all" else "refund" if one.refundable else "peek"
+    return _Gate(one, None, mode, one.window)
 
 
 def _consumed(decision: Decision | None) -> TypeGuard[Decision]:
@@ -429,7 +398,7 @@ def _give_back(admission: Admission) -> _Steps:
                 continue
             if outcome.decision.lease is not None:
                 yield _Call(gate.limiter.release, gate.limiter.arelease, (outcome.decision.lease, admission.key))
-            elif gate.mode != "peek" and gate.limiter.kind in _REFUNDABLE and admission.cost > 0:
+            elif gate.mode != "peek" and gate.limiter.refundable and admission.cost > 0:
                 yield _Call(gate.limiter.points_used, gate.limiter.apoints_used, (admission.cost, 0, admission.key))
         except (BackendUnavailable, Timeout, BackendRejected) as e:
             log.warning("ratekeeper: could not give back %s: %s", gate.name, e)
@@ -471,123 +440,6 @@ def _ceil(seconds: float) -> int:
     return max(0, math.ceil(seconds - 1e-9))
 
 
-def _sf_string(value: str) -> str:
-    """An RFC 9651 sf-string (printable ASCII; anything else becomes ``?``)."""
-    text = "".join(c if 0x20 <= ord(c) < 0x7F else "?" for c in value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-@dataclass
-class _Status:
-    name: str
-    limit: int
-    remaining: int
-    reset: int
-    window: float | None
-    retry_after: float
-    allowed: bool
-
-
-def _statuses(outcomes: list[_Outcome]) -> list[_Status]:
-    out: list[_Status] = []
-    for o in outcomes:
-        d = o.decision
-        if d is None:
-            continue
-        limits = d.limits
-        if limits:
-            for s in limits:
-                w = s.window
-                out.append(_Status(f"{o.gate.name}/{_whole(w)}s", s.limit, s.remaining, _ceil(s.reset_after), w,
-                                   s.retry_after, s.retry_after <= 0))
-        else:
-            out.append(_Status(o.gate.name, d.limit, d.remaining, _ceil(d.reset_after), o.gate.window,
-                               d.retry_after, d.allowed))
-    return out
-
-
-def _whole(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
-
-
-# The draft-11 `pk` parameter: the `RateLimit` field is visible to the client, so it never carries
-# the key itself (an IP address, a user id) but a keyed hash of it, the first bytes of
-# HMAC-SHA256(secret, key); an unkeyed hash would not hide it (every IPv4 address can be hashed
-# in minutes). Node's middleware (node/http/partition-key.js) computes the same value.
-_PK_MIN_SECRET_BYTES = 16
-_PK_BYTES = 16
-
-
-def _partition_key(secret: object, headers: object) -> Callable[[str], str] | None:
-    """The function from a request's key to its ``pk`` (base64), or None without a secret.
-    The error never shows the secret."""
-    if secret is None:
-        return None
-    if isinstance(secret, str):
-        raw = secret.encode("utf-8")
-    elif isinstance(secret, (bytes, bytearray)):
-        raw = bytes(secret)
-    else:
-        raise InvalidArgument(
-            f"invalid argument `partition_key_secret`: must be bytes or a str, got {type(secret).__name__}",
-            "partition_key_secret",
-        )
-    if len(raw) < _PK_MIN_SECRET_BYTES:
-        raise InvalidArgument(
-            f"invalid argument `partition_key_secret`: must be at least {_PK_MIN_SECRET_BYTES} bytes, got {len(raw)}",
-            "partition_key_secret",
-        )
-    if headers != "draft-11":
-        raise InvalidArgument(
-            'invalid argument `partition_key_secret`: applies only to headers="draft-11" (pk is a draft-11 parameter)',
-            "partition_key_secret",
-        )
-
-    def pk(key: str) -> str:
-        digest = hmac.new(raw, key.encode("utf-8"), hashlib.sha256).digest()
-        return base64.b64encode(digest[:_PK_BYTES]).decode("ascii")
-
-    return pk
-
-
-def _rate_headers(form: HeaderForm | None, outcomes: list[_Outcome], pk: str | None = None) -> list[tuple[str, str]]:
-    if form is None:
-        return []
-    statuses = _statuses(outcomes)
-    if not statuses:
-        return []
-    if form == "draft-11":
-        policy = []
-        state = []
-        partition = f";pk=:{pk}:" if pk is not None else ""
-        for s in statuses:
-            w = f";w={max(1, _ceil(s.window))}" if s.window is not None and s.window > 0 else ""
-            policy.append(f"{_sf_string(s.name)};q={s.limit}{w}")
-            state.append(f"{_sf_string(s.name)};r={s.remaining};t={s.reset}{partition}")
-        return [("RateLimit-Policy", ", ".join(policy)), ("RateLimit", ", ".join(state))]
-    # One limit for the older forms: the one that refused (longest wait), else the least left.
-    refused = [s for s in statuses if not s.allowed]
-    binding = max(refused, key=lambda s: s.retry_after) if refused else min(statuses, key=lambda s: s.remaining)
-    policy_field = f"{binding.limit}" + (f";w={max(1, _ceil(binding.window))}" if binding.window else "")
-    if form == "draft-7":
-        return [
-            ("RateLimit-Policy", policy_field),
-            ("RateLimit", f"limit={binding.limit}, remaining={binding.remaining}, reset={binding.reset}"),
-        ]
-    if form == "draft-6":
-        return [
-            ("RateLimit-Policy", policy_field),
-            ("RateLimit-Limit", str(binding.limit)),
-            ("RateLimit-Remaining", str(binding.remaining)),
-            ("RateLimit-Reset", str(binding.reset)),
-        ]
-    return [
-        ("X-RateLimit-Limit", str(binding.limit)),
-        ("X-RateLimit-Remaining", str(binding.remaining)),
-        ("X-RateLimit-Reset", str(binding.reset)),
-    ]
-
-
 # ---- refusals --------------------------------------------------------------------------------
 
 
@@ -618,98 +470,45 @@ def _backend_failure() -> Refusal:
     return Refusal(503, "backend-failure", retry, (), (("Retry-After", str(retry)),), body)
 
 
-# ---- the client address ----------------------------------------------------------------------
-
-_Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
-_Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+# ---- options the core validates (their types are checked here, to name them) ----------------
 
 
-def _networks(trusted: Iterable[str] | None) -> tuple[_Network, ...]:
+def _trusted_proxies(trusted: Iterable[str] | None) -> list[str]:
     if trusted is None:
-        return ()
+        return []
     if isinstance(trusted, (str, bytes)) or not isinstance(trusted, Iterable):
         # A lone string would be read character by character: ask for the list it meant.
         raise InvalidArgument(
             f"invalid argument `trusted_proxies`: must be a list of IP addresses or CIDR ranges, got {trusted!r}",
             "trusted_proxies",
         )
-    out: list[_Network] = []
-    try:
-        for item in trusted:
-            if not isinstance(item, str):
-                raise ValueError(f"{item!r} is not a string")
-            out.append(ipaddress.ip_network(item.strip(), strict=False))
-    except (TypeError, ValueError) as e:
-        raise InvalidArgument(
-            f"invalid argument `trusted_proxies`: must be IP addresses or CIDR ranges ({e})", "trusted_proxies"
-        ) from None
-    return tuple(out)
+    items = list(trusted)
+    for item in items:
+        if not isinstance(item, str):
+            raise InvalidArgument(
+                f"invalid argument `trusted_proxies`: must be IP addresses or CIDR ranges, got {item!r}", "trusted_proxies"
+            )
+    return items
 
 
 def _proxy_header(name: object) -> str:
-    """The ``proxy_header`` option as the lower-case field name to read."""
-    if isinstance(name, str) and name.strip().lower() in (known.lower() for known in PROXY_HEADERS):
-        return name.strip().lower()
+    if isinstance(name, str):
+        return name
     raise InvalidArgument(
         f'invalid argument `proxy_header`: must be "X-Forwarded-For" or "Forwarded" (the header your proxy sets), got {name!r}',
         "proxy_header",
     )
 
 
-def _address(text: str) -> _Address | None:
-    text = text.strip().strip('"')
-    if text.startswith("["):  # [v6] or [v6]:port
-        text = text[1 : text.find("]")] if "]" in text else text[1:]
-    elif text.count(":") == 1:  # v4:port
-        text = text.split(":", 1)[0]
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
-def _forwarded_for(value: str) -> list[str]:
-    """The ``for=`` values of a ``Forwarded`` field (RFC 7239), first hop first."""
-    out = []
-    for element in value.split(","):
-        for pair in element.split(";"):
-            name, _, val = pair.strip().partition("=")
-            if name.strip().lower() == "for":
-                out.append(val.strip())
-    return out
-
-
-def _group(address: _Address) -> str:
-    if isinstance(address, ipaddress.IPv6Address):
-        return str(ipaddress.IPv6Network((address, 56), strict=False))
-    return str(address)
-
-
-def client_key(
-    peer: str | None,
-    header: Callable[[str], str | None],
-    trusted: Sequence[_Network],
-    proxy_header: str = "x-forwarded-for",
-) -> str:
-    """The default key: the client address, IPv6 grouped by /56. The proxy header
-    (``proxy_header``: ``x-forwarded-for`` or ``forwarded``, every line of it joined in order) is
-    read only when the peer is one of ``trusted``, and no other: the client is then the
-    right-most address of its chain that is not a trusted proxy."""
-    address = _address(peer) if peer else None
-    if address is None:
-        return peer or "unknown"
-    if trusted and any(address in net for net in trusted):
-        name = proxy_header.lower()
-        value = header(name) or ""
-        chain = _forwarded_for(value) if name == "forwarded" else [p for p in value.split(",") if p.strip()]
-        for hop in reversed(chain):
-            hop_address = _address(hop)
-            if hop_address is None:
-                break  # an obfuscated or unknown hop: the last address known stands
-            address = hop_address
-            if not any(hop_address in net for net in trusted):
-                break
-    return _group(address)
+def _secret(secret: object) -> bytes | None:
+    """The partition key secret as bytes (the core checks its length; no error shows it)."""
+    if secret is None or isinstance(secret, bytes):
+        return secret
+    if isinstance(secret, str):
+        return secret.encode("utf-8")
+    if isinstance(secret, bytearray):
+        return bytes(secret)
+    raise InvalidArgument(
+        f"invalid argument `partition_key_secret`: must be bytes or a str, got {type(secret).__name__}",
+        "partition_key_secret",
+    )

@@ -2,14 +2,15 @@
 Native core of ratekeeper; import `ratekeeper` instead.
 """
 
+from _typeshed import SupportsGetItem
 from asyncio import Future
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from ratekeeper._limiter import Limiter
-from typing import Any, Final, Literal, final
+from typing import Any, Final, Literal, SupportsFloat, SupportsIndex, final
 from typing_extensions import disjoint_base
 
-__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Backoff", "CombinedDecision", "Decision", "FleetShedder", "Lease", "LimitStatus", "LimiterInfo", "ManualClock", "Metrics", "NativeLimiter", "UtilizationConfig", "UtilizationShedder", "unlimited"]
+__all__ = ["CORE_VERSION", "Backend", "BackendStats", "Backoff", "CombinedDecision", "Decision", "FleetShedder", "HttpRules", "Lease", "LimitStatus", "LimiterInfo", "ManualClock", "Metrics", "NativeLimiter", "UtilizationConfig", "UtilizationShedder", "unlimited"]
 
 CORE_VERSION: Final[str]
 """
@@ -454,6 +455,37 @@ class FleetShedder:
         """
 
 @final
+class HttpRules:
+    """
+    One middleware's HTTP options, validated: the header form, the trusted proxies and the
+    header they set, the partition key secret. Raises InvalidArgument naming the bad one (never
+    showing the secret).
+    """
+    def __new__(cls, /, headers: str | None, trusted_proxies: SupportsGetItem[int, str], proxy_header: str, partition_key_secret: bytes | None = None) -> HttpRules:
+        """
+        `headers`: "draft-11", "draft-7", "draft-6", "legacy" or None; `trusted_proxies`: IP
+        addresses or CIDR ranges; `proxy_header`: "X-Forwarded-For" or "Forwarded";
+        `partition_key_secret`: at least 16 bytes, draft-11 only.
+        """
+    def client_key(self, /, peer: str | None, proxy_header_value: str | None) -> str:
+        """
+        The key of a request from `peer` (None: unknown): its address, IPv6 by /56; behind a
+        trusted proxy, the right-most untrusted address of `proxy_header_value` (the proxy
+        header's lines joined by commas; None: absent).
+        """
+    def fields(self, /, reports: SupportsGetItem[int, tuple[str, SupportsFloat | SupportsIndex | None, Any]], key: str) -> list[tuple[str, str]]:
+        """
+        The rate-limit header fields, as (name, value) pairs, of the decisions in `reports`:
+        (policy name, the limiter's window in seconds or None, its Decision) in order; `key` is
+        the request's key (draft-11's `pk`).
+        """
+    @property
+    def proxy_header(self, /) -> str:
+        """
+        The header the trusted proxies set, in lower case: `x-forwarded-for` or `forwarded`.
+        """
+
+@final
 class Lease:
     """
     A slot held in a concurrent limiter: give it back with `limiter.release(lease)`.
@@ -876,6 +908,12 @@ class NativeLimiter:
         How long a refusal blocks the key, in seconds (`None`: a refusal blocks nothing, the
         default; see `with_block_for`).
         """
+    @property
+    def capacity(self, /) -> int:
+        """
+        The most one call may cost (the burst, the smallest limit, the slot count; 2^53 for
+        `unlimited`): a larger cost is refused on every call.
+        """
     def check(self, /, key: str | None = None, cost: int = ...) -> Decision:
         """
         Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
@@ -960,6 +998,11 @@ class NativeLimiter:
         the bucket waits out, at most 16 capacities ahead of now. Each call applies its own
         difference (a `within_limit` permit reports once). Returns the state after the correction.
         """
+    @property
+    def refundable(self, /) -> bool:
+        """
+        Whether a charge can be given back (`points_used(cost, 0)`): token bucket, leaky, points.
+        """
     def release(self, /, lease: Lease, key: str | None = None) -> None:
         """
         Frees a lease of a concurrent limiter (for the key it was granted for, unless `key` is
@@ -1012,6 +1055,12 @@ class NativeLimiter:
     def wait_timeout(self, /) -> float:
         """
         The default time `acquire` and `within_limit` wait, in seconds.
+        """
+    @property
+    def window(self, /) -> float | None:
+        """
+        The span the quota covers in seconds, where the kind has one window (the HTTP fields'
+        `w`); None otherwise.
         """
     def with_block_for(self, /, block_for: float | None) -> Limiter:
         """

@@ -13,7 +13,6 @@ from starlette.applications import Starlette
 
 import ratekeeper
 from ratekeeper import InvalidArgument
-from ratekeeper._http import _networks, _partition_key, client_key
 from ratekeeper.asgi import RateLimitMiddleware
 from ratekeeper.django import ratelimit
 from ratekeeper.fastapi import limit
@@ -110,52 +109,8 @@ def test_flask_limit_refuses_an_unknown_option_and_a_second_limit() -> None:
         limiter.limit(named["window"])(view)
 
 
-def no_headers(_: str) -> str | None:
-    return None
-
-
-def headers(**fields: str) -> Callable[[str], str | None]:
-    return lambda name: fields.get(name.replace("-", "_"))
-
-
-TRUSTED = _networks(["10.0.0.0/8", "2001:db8:ffff::/48"])
-
-
-@pytest.mark.parametrize(("peer", "fields", "trusted", "expected"), [
-    ("203.0.113.9", {}, (), "203.0.113.9"),
-    # IPv6: one /56 is one client, whatever the interface bits.
-    ("2001:db8:1:2ff:aaaa::1", {}, (), "2001:db8:1:200::/56"),
-    ("2001:db8:1:2ee::9", {}, (), "2001:db8:1:200::/56"),
-    ("::ffff:198.51.100.7", {}, (), "198.51.100.7"),
-    # Proxy headers from an untrusted peer prove nothing.
-    ("203.0.113.9", {"x_forwarded_for": "198.51.100.1"}, TRUSTED, "203.0.113.9"),
-    ("203.0.113.9", {"x_forwarded_for": "198.51.100.1"}, (), "203.0.113.9"),
-    # Behind a trusted proxy: the right-most address that is not a trusted proxy.
-    ("10.0.0.2", {"x_forwarded_for": "6.6.6.6, 198.51.100.1, 10.0.0.7"}, TRUSTED, "198.51.100.1"),
-    ("10.0.0.2", {"x_forwarded_for": "2001:db8:5:6::1"}, TRUSTED, "2001:db8:5::/56"),
-    # Only the proxy's header is read: a client's own Forwarded passes through an appending proxy.
-    ("10.0.0.2", {"forwarded": "for=6.6.6.6", "x_forwarded_for": "198.51.100.1"}, TRUSTED, "198.51.100.1"),
-    ("10.0.0.2", {"forwarded": "for=6.6.6.6"}, TRUSTED, "10.0.0.2"),
-    ("10.0.0.2", {}, TRUSTED, "10.0.0.2"),
-    ("10.0.0.2", {"x_forwarded_for": "unknown"}, TRUSTED, "10.0.0.2"),
-    ("not an address", {}, (), "not an address"),
-    (None, {}, (), "unknown"),
-])
-def test_the_default_key(peer: str | None, fields: dict[str, str], trusted: Any, expected: str) -> None:
-    assert client_key(peer, headers(**fields), trusted) == expected
-
-
-@pytest.mark.parametrize(("fields", "expected"), [
-    ({"forwarded": 'for=6.6.6.6, for="[2001:db8:5:6::1]:4711";proto=https'}, "2001:db8:5::/56"),
-    ({"forwarded": "for=198.51.100.1:8080", "x_forwarded_for": "6.6.6.6"}, "198.51.100.1"),
-    ({"forwarded": "for=6.6.6.6,for=198.51.100.1;proto=https, for=10.0.0.9"}, "198.51.100.1"),
-    ({"x_forwarded_for": "198.51.100.1"}, "10.0.0.2"),
-    ({"forwarded": "for=unknown"}, "10.0.0.2"),
-    ({"forwarded": 'for="_hidden", for=198.51.100.1'}, "198.51.100.1"),
-])
-def test_the_default_key_from_forwarded(fields: dict[str, str], expected: str) -> None:
-    for spelling in ("Forwarded", "forwarded", "FORWARDED"):
-        assert client_key("10.0.0.2", headers(**fields), TRUSTED, spelling) == expected
+# The client key, the header fields and the partition key are the shared rules of
+# tests/http/cases.json (test_cases.py).
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
@@ -167,11 +122,3 @@ def test_a_refused_partition_key_secret_is_never_shown(entry: str) -> None:
         assert raised.value.parameter == "partition_key_secret"
         assert secret not in str(raised.value) and secret not in repr(raised.value)
     ENTRY_POINTS[entry](limiter=limiter, partition_key_secret=b"a-secret-of-at-least-16-bytes")
-
-
-def test_the_partition_key_is_the_same_in_python_and_node() -> None:
-    # The vectors node/__test__/http-options.test.js holds too: HMAC-SHA256, first 16 bytes.
-    pk = _partition_key("a-secret-of-at-least-16-bytes", "draft-11")
-    assert pk is not None
-    assert pk("user-42") == "kkSzpvOQVe/EiDuWzJQTlg=="
-    assert pk("203.0.113.7") == "gX8SmNME1631O1g30Jsyag=="

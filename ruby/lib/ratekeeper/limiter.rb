@@ -263,19 +263,27 @@ module Ratekeeper
     def ptr = @ptr # :nodoc:
 
     # The limiter's spec as canonical JSON text (the same in every language).
-    def spec_json
-      len = FFI::MemoryPointer.new(:size_t)
-      Ratekeeper.check_status!(Native.rk_limiter_spec_json(@ptr, nil, 0, len))
-      buf = FFI::MemoryPointer.new(:char, len.read(:size_t) + 1)
-      Ratekeeper.check_status!(Native.rk_limiter_spec_json(@ptr, buf, buf.size, len))
-      buf.read_string.force_encoding(Encoding::UTF_8)
-    end
+    def spec_json = Native.text { |buf, len, out_n| Native.rk_limiter_spec_json(@ptr, buf, len, out_n) }
 
     # The limiter's spec as a Hash ("kind" and its fields).
     def spec = JSON.parse(spec_json)
 
     # "concurrent", "bucket", "window", ...
     def kind = spec["kind"]
+
+    # The most one call may cost (the burst, the smallest limit, the slot count; 2^53 for an
+    # unlimited limiter): a larger cost is refused on every call.
+    def capacity = read_native(:uint64) { |out| Native.rk_limiter_capacity(@ptr, out) }
+
+    # Whether a charge can be given back (`points_used(cost, 0)`): token bucket, leaky, points.
+    def refundable? = read_native(:bool) { |out| Native.rk_limiter_refundable(@ptr, out) }
+
+    # The span the quota covers in seconds, where the kind has one window (the HTTP fields' `w`);
+    # nil otherwise.
+    def window
+      us = read_native(:uint64) { |out| Native.rk_limiter_window(@ptr, out) }
+      us.zero? ? nil : us / 1_000_000.0
+    end
 
     # Consumes `cost` for `key` if the limit allows, never waiting. A refused call consumes
     # nothing: test `decision.allowed?`. On a concurrent limiter, release the decision's lease.
@@ -504,6 +512,13 @@ module Ratekeeper
       return Native::WAIT_DEFAULT if wait_timeout.nil?
 
       Args.seconds(wait_timeout, "wait_timeout")
+    end
+
+    # The value a call writes through one out-param of `type`.
+    def read_native(type)
+      out = FFI::MemoryPointer.new(type)
+      Ratekeeper.check_status!(yield(out))
+      type == :bool ? out.read(:uchar) != 0 : out.read(type)
     end
   end
 end

@@ -93,6 +93,18 @@ module Ratekeeper
       layout :duration_secs, :double, :limit, :uint64, :precision_secs, :double
     end
 
+    # `rk_http_limit`.
+    class HttpLimit < FFI::Struct
+      layout :window_secs, :double, :limit, :uint64, :remaining, :uint64, :reset_after_secs, :double,
+             :retry_after_secs, :double
+    end
+
+    # `rk_http_report`.
+    class HttpReport < FFI::Struct
+      layout :name, :pointer, :window_secs, :double, :allowed, :bool, :limit, :uint64, :remaining, :uint64,
+             :reset_after_secs, :double, :retry_after_secs, :double, :limits, :pointer, :limits_len, :size_t
+    end
+
     # Calls that may wait on the network or on a limit are attached with `blocking: true`:
     # ruby-ffi releases the global VM lock around them, so other Ruby threads (Sidekiq's
     # workers, Puma's) run while one waits.
@@ -143,6 +155,9 @@ module Ratekeeper
     call :rk_limiter_spec_json, %i[pointer pointer size_t pointer], :int
     call :rk_limiter_with_allow_fallback, %i[pointer bool pointer], :int
     call :rk_limiter_free, [:pointer], :void
+    call :rk_limiter_capacity, %i[pointer pointer], :int
+    call :rk_limiter_refundable, %i[pointer pointer], :int
+    call :rk_limiter_window, %i[pointer pointer], :int
 
     call :rk_limiter_check, [:pointer, :string, :uint64, Decision.by_ref], :int, blocking: true
     call :rk_limiter_peek, [:pointer, :string, Decision.by_ref], :int, blocking: true
@@ -172,6 +187,12 @@ module Ratekeeper
     call :rk_backoff_reschedule_in, %i[pointer uint32 uint64 pointer pointer], :int
     call :rk_backoff_free, [:pointer], :void
 
+    call :rk_http_rules_new, %i[string pointer size_t string pointer size_t pointer], :int
+    call :rk_http_rules_free, [:pointer], :void
+    call :rk_http_rules_proxy_header, [:pointer], :string
+    call :rk_http_rules_client_key, %i[pointer string string pointer size_t pointer], :int
+    call :rk_http_rules_fields, %i[pointer pointer size_t string pointer size_t pointer], :int
+
     # The message of the last failed call on this thread (thread-local in the library; read on
     # the thread that made the call, right after it, which is where every caller reads it).
     def self.last_error_message
@@ -190,6 +211,16 @@ module Ratekeeper
       out = FFI::MemoryPointer.new(:pointer)
       Ratekeeper.check_status!(yield(out), rename)
       FFI::AutoPointer.new(out.read_pointer, method(free))
+    end
+
+    # Reads a string a call writes the way `snprintf` does: the block makes the call with
+    # (buf, len, out_n), once to measure and once to fill.
+    def self.text
+      len = FFI::MemoryPointer.new(:size_t)
+      Ratekeeper.check_status!(yield(nil, 0, len))
+      buf = FFI::MemoryPointer.new(:char, len.read(:size_t) + 1)
+      Ratekeeper.check_status!(yield(buf, buf.size, len))
+      buf.read_string(len.read(:size_t)).force_encoding(Encoding::UTF_8)
     end
 
     # Reads and frees a string the library returned through a `char **out`.

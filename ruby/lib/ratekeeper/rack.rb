@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
 require "ratekeeper"
-require "ipaddr"
+require "ratekeeper/http_rules"
 require "json"
 require "logger"
-require "openssl"
 require "set"
 
 module Ratekeeper
@@ -35,21 +34,16 @@ module Ratekeeper
   #
   # Under Puma (threads and forked workers) and any other server one middleware instance is
   # shared: it keeps no per-request state of its own (the limiters are thread- and fork-safe).
+  #
+  # The rules every language's middleware shares (tests/http/cases.json) are the library's
+  # (Ratekeeper::HttpRules): the client key, the header fields, the partition key, and each
+  # limiter's capacity, refundability and window. What is here is Rack's glue and the order of
+  # the calls.
   class Rack
     QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
     BACKEND_FAILURE_RETRY_AFTER = 1
-    HEADER_FORMS = %w[draft-11 draft-7 draft-6 legacy].freeze
     COUNTS = %w[all failures successes].freeze
-    # `proxy_header:` values (matched without regard to case) and the Rack env key of each.
-    PROXY_HEADERS = { "x-forwarded-for" => "HTTP_X_FORWARDED_FOR", "forwarded" => "HTTP_FORWARDED" }.freeze
-    # The kinds whose charge can be given back (`points_used(cost, 0)`).
-    REFUNDABLE = %w[token_bucket leaky points].freeze
     BACKEND_ERRORS = [BackendUnavailable, TimeoutError, BackendRejected].freeze
-    # The shortest partition key secret accepted, in bytes (128 bits), and how much of the HMAC
-    # `pk` carries: as in the Python and Node middleware, so one client sees one partition
-    # across a fleet of all three.
-    PK_MIN_SECRET_BYTES = 16
-    PK_BYTES = 16
 
     # Why a request is refused and the response ratekeeper would answer with (`on_refused`
     # receives it): `reason` "quota-exceeded" (429) or "backend-failure" (503).
@@ -64,8 +58,19 @@ module Ratekeeper
     # Requests shadow mode let through although a limiter refused them (this process).
     attr_reader :shadow_refused
 
-    def initialize(app, limiter:, key: nil, trusted_proxies: nil, proxy_header: "X-Forwarded-For", cost: 1, skip: nil,
-                   count: "all", headers: "draft-11", on_refused: nil, shadow: false, logger: nil, partition_key_secret: nil)
+    # The options, for the error naming an unknown one.
+    OPTIONS = %i[limiter key trusted_proxies proxy_header cost skip count headers on_refused shadow logger
+                 partition_key_secret].freeze
+
+    # A missing `limiter:` or an unknown option raises InvalidArgument naming it, as every other
+    # bad option does (and as Python and Node do), not Ruby's ArgumentError.
+    def initialize(app, limiter: nil, key: nil, trusted_proxies: nil, proxy_header: "X-Forwarded-For", cost: 1, skip: nil,
+                   count: "all", headers: "draft-11", on_refused: nil, shadow: false, logger: nil, partition_key_secret: nil,
+                   **unknown)
+      unless unknown.empty?
+        Ratekeeper.invalid!(unknown.keys.first, "is not an option; the options are #{OPTIONS.join(', ')}")
+      end
+      Ratekeeper.invalid!("limiter", "is required: a Ratekeeper::Limiter or an Array of them") if limiter.nil?
       @app = app
       limiters = limiter.is_a?(Array) ? limiter : [limiter]
       if limiters.empty? || !limiters.all?(Limiter)
@@ -78,19 +83,19 @@ module Ratekeeper
       count = count.to_s
       Ratekeeper.invalid!("count", "must be \"all\", \"failures\" or \"successes\", got #{count.inspect}") unless COUNTS.include?(count)
       headers = nil if headers == false
-      unless headers.nil? || HEADER_FORMS.include?(headers.to_s)
+      unless headers.nil? || headers.is_a?(String) || headers.is_a?(Symbol)
         Ratekeeper.invalid!("headers", "must be \"draft-11\", \"draft-7\", \"draft-6\", \"legacy\" or nil, got #{headers.inspect}")
       end
       Ratekeeper.invalid!("shadow", "must be true or false, got #{shadow.inspect}") unless [true, false].include?(shadow)
-      @partition_key = partition_key(partition_key_secret, headers&.to_s)
+      @rules = HttpRules.new(headers: headers&.to_s, trusted_proxies: trusted_list(trusted_proxies),
+                             proxy_header: proxy_header_name(proxy_header), partition_key_secret: secret(partition_key_secret))
+      # Rack servers join a field's lines by commas in the env (Puma, WEBrick): every line counts.
+      @proxy_env = "HTTP_#{@rules.proxy_header.upcase.tr('-', '_')}"
       @gates = limiters.map { |one| gate(one, count) }
       @key = key
-      @trusted = networks(trusted_proxies)
-      @proxy_env = proxy_env(proxy_header)
       @cost = cost
       @skip = skip
       @count = count
-      @headers = headers&.to_s
       @on_refused = on_refused
       @shadow = shadow
       @logger = logger || Logger.new($stderr, progname: "ratekeeper")
@@ -124,24 +129,12 @@ module Ratekeeper
       unless cost.is_a?(Integer) && cost >= 1
         Ratekeeper.invalid!("cost", "must be a whole number >= 1 or respond to call, got #{cost.inspect}")
       end
-      # The core's bound, which no capacity check catches on a limiter without one (unlimited).
-      Ratekeeper.invalid!("cost", "must be at most 2^53, got #{cost}") if cost > 2**53
       limiters.each do |one|
-        most = capacity(one.spec)
-        next if most.nil? || cost <= most
+        most = one.capacity # an unlimited limiter's is the largest cost, 2^53
+        next if cost <= most
 
         Ratekeeper.invalid!("cost", "#{cost} exceeds the capacity of #{one.name.inspect} (#{most}); no request could ever be admitted")
       end
-    end
-
-    # The most one call can cost on a limiter of this spec (nil: no such bound known here).
-    def capacity(spec)
-      field = %w[capacity size limit].find { |name| spec[name].is_a?(Integer) }
-      return spec[field] if field
-      return spec["windows"].map { |limit, _interval| limit.to_i }.min if spec["windows"]&.any? # [[limit, interval], ...]
-      return spec["limits"].map { |_interval, limit| limit.to_i }.min if spec["limits"]&.any? # [[interval, limit(, precision)], ...]
-
-      nil
     end
 
     def gate(limiter, count)
@@ -149,18 +142,8 @@ module Ratekeeper
       if kind == "concurrent" && count != "all"
         Ratekeeper.invalid!("count", "the concurrent limiter #{limiter.name.inspect} counts requests in flight; use count: \"all\"")
       end
-      mode = count == "all" ? :check : (REFUNDABLE.include?(kind) ? :refund : :peek)
-      Gate.new(limiter, limiter.name, mode, window(limiter.spec))
-    end
-
-    # The window (`w`) of a single-limit limiter, in seconds, where its kind has one.
-    def window(spec)
-      case spec["kind"]
-      when "bucket", "window" then spec["interval"].to_f
-      when "token_bucket" then spec["capacity"].to_f / spec["rate"]
-      when "leaky" then spec["drain"].to_f
-      when "points" then spec["refill"].to_f
-      end
+      mode = count == "all" ? :check : (limiter.refundable? ? :refund : :peek)
+      Gate.new(limiter, limiter.name, mode, limiter.window)
     end
 
     # Names whose backend is failing closed now (each outage is logged once).
@@ -213,7 +196,7 @@ module Ratekeeper
 
         if o.decision.lease
           o.gate.limiter.release(o.decision.lease, key: key)
-        elsif o.gate.mode != :peek && REFUNDABLE.include?(o.gate.limiter.kind) && cost.positive?
+        elsif o.gate.mode != :peek && o.gate.limiter.refundable? && cost.positive?
           o.gate.limiter.points_used(cost, 0, key: key)
         end
       rescue *BACKEND_ERRORS, LeaseLost => e
@@ -241,57 +224,9 @@ module Ratekeeper
 
     def ceil(seconds) = [0, (seconds - 1e-9).ceil].max
 
-    def sf_string(value)
-      text = value.each_char.map { |c| c.ord.between?(0x20, 0x7E) ? c : "?" }.join
-      "\"#{text.gsub('\\') { '\\\\' }.gsub('"', '\\"')}\""
-    end
-
-    # The draft-11 `pk` parameter: the RateLimit field is visible to the client, so it never
-    # carries the key itself (an IP address, a user id) but a keyed hash of it; an unkeyed hash
-    # would not hide it (every IPv4 address can be hashed in minutes). Returns the function from
-    # a key to its `pk` (base64), or nil without a secret. No error shows the secret.
-    def partition_key(secret, headers)
-      return nil if secret.nil?
-
-      Ratekeeper.invalid!("partition_key_secret", "must be a String, got a #{secret.class}") unless secret.is_a?(String)
-      raw = secret.b
-      if raw.bytesize < PK_MIN_SECRET_BYTES
-        Ratekeeper.invalid!("partition_key_secret", "must be at least #{PK_MIN_SECRET_BYTES} bytes, got #{raw.bytesize}")
-      end
-      unless headers == "draft-11"
-        Ratekeeper.invalid!("partition_key_secret", "applies only to headers: \"draft-11\" (pk is a draft-11 parameter)")
-      end
-      ->(key) { [OpenSSL::HMAC.digest("SHA256", raw, key.to_s.b)[0, PK_BYTES]].pack("m0") }
-    end
-
+    # The rate-limit fields of the decisions (the library's rules), with Rack 3's lower-case names.
     def rate_headers(outcomes, key)
-      return {} if @headers.nil? || outcomes.empty?
-
-      statuses = outcomes.map do |o|
-        d = o.decision
-        { name: o.gate.name, limit: d.limit, remaining: d.remaining, reset: ceil(d.reset_after), window: o.gate.window,
-          retry_after: d.retry_after, allowed: d.allowed? }
-      end
-      w = ->(s) { s[:window]&.positive? ? ";w=#{[1, ceil(s[:window])].max}" : "" }
-      if @headers == "draft-11"
-        partition = @partition_key ? ";pk=:#{@partition_key.call(key)}:" : ""
-        return {
-          "ratelimit-policy" => statuses.map { |s| "#{sf_string(s[:name])};q=#{s[:limit]}#{w[s]}" }.join(", "),
-          "ratelimit" => statuses.map { |s| "#{sf_string(s[:name])};r=#{s[:remaining]};t=#{s[:reset]}#{partition}" }.join(", ")
-        }
-      end
-      # One limit for the older forms: the one that refused (longest wait), else the least left.
-      refused = statuses.reject { |s| s[:allowed] }
-      b = refused.any? ? refused.max_by { |s| s[:retry_after] } : statuses.min_by { |s| s[:remaining] }
-      case @headers
-      when "draft-7"
-        { "ratelimit-policy" => "#{b[:limit]}#{w[b]}", "ratelimit" => "limit=#{b[:limit]}, remaining=#{b[:remaining]}, reset=#{b[:reset]}" }
-      when "draft-6"
-        { "ratelimit-policy" => "#{b[:limit]}#{w[b]}", "ratelimit-limit" => b[:limit].to_s,
-          "ratelimit-remaining" => b[:remaining].to_s, "ratelimit-reset" => b[:reset].to_s }
-      else
-        { "x-ratelimit-limit" => b[:limit].to_s, "x-ratelimit-remaining" => b[:remaining].to_s, "x-ratelimit-reset" => b[:reset].to_s }
-      end
+      @rules.fields(outcomes.map { |o| [o.gate.name, o.gate.window, o.decision] }, key).to_h { |name, value| [name.downcase, value] }
     end
 
     def problem(type, title, status, detail, policies)
@@ -314,77 +249,37 @@ module Ratekeeper
                   body: problem("about:blank", "Service Unavailable", 503, "The rate limiter's backend is unavailable.", nil))
     end
 
-    # ---- the client address --------------------------------------------------------------
+    # ---- options the library validates (their Ruby types are checked here, to name them) ----
 
-    def networks(trusted)
+    # One String is not taken as a list of one: Python and Node refuse it, so one configuration
+    # means the same in every language.
+    def trusted_list(trusted)
       return [] if trusted.nil?
 
-      # One String is not taken as a list of one: Python and Node refuse it, so one
-      # configuration means the same in every language.
       unless trusted.is_a?(Array)
         Ratekeeper.invalid!("trusted_proxies", "must be an Array of IP addresses or CIDR ranges, got #{trusted.inspect}")
       end
-      trusted.map do |item|
+      trusted.each do |item|
         Ratekeeper.invalid!("trusted_proxies", "must be IP addresses or CIDR ranges, got #{item.inspect}") unless item.is_a?(String)
-        IPAddr.new(item.strip)
-      rescue IPAddr::Error => e
-        Ratekeeper.invalid!("trusted_proxies", "must be IP addresses or CIDR ranges (#{e.message})")
       end
     end
 
-    # The Rack env key of the `proxy_header:` option. Rack servers join a field's lines by commas
-    # in the env (Puma, WEBrick), so every line counts, in order.
-    def proxy_env(name)
-      env_key = name.is_a?(String) || name.is_a?(Symbol) ? PROXY_HEADERS[name.to_s.strip.downcase] : nil
-      return env_key if env_key
+    def proxy_header_name(name)
+      return name.to_s if name.is_a?(String) || name.is_a?(Symbol)
 
       Ratekeeper.invalid!("proxy_header", "must be \"X-Forwarded-For\" or \"Forwarded\" (the header your proxy sets), got #{name.inspect}")
     end
 
-    def address(text)
-      text = text.strip.delete('"')
-      if text.start_with?("[")
-        text = text[1...(text.index("]") || text.size)]
-      elsif text.count(":") == 1
-        text = text.split(":", 2).first
-      end
-      addr = IPAddr.new(text)
-      addr.ipv4_mapped? ? addr.native : addr
-    rescue IPAddr::Error
-      nil
-    end
+    def secret(value)
+      return nil if value.nil?
+      return value.b if value.is_a?(String)
 
-    def forwarded_for(value)
-      value.split(",").flat_map do |element|
-        element.split(";").filter_map do |pair|
-          name, val = pair.split("=", 2)
-          val&.strip if name.strip.casecmp?("for")
-        end
-      end
+      Ratekeeper.invalid!("partition_key_secret", "must be a String, got a #{value.class}")
     end
-
-    def trusted?(addr) = @trusted.any? { |net| net.family == addr.family && net.include?(addr) }
 
     # The default key: the client address, IPv6 grouped by /56; the proxy header (and no other)
     # only when the peer is trusted, then the right-most address of its chain that is not a
     # trusted proxy.
-    def client_key(env)
-      peer = env["REMOTE_ADDR"]
-      addr = peer && address(peer)
-      return peer || "unknown" if addr.nil?
-
-      if @trusted.any? && trusted?(addr)
-        value = env[@proxy_env].to_s
-        chain = @proxy_env == "HTTP_FORWARDED" ? forwarded_for(value) : value.split(",").reject { |p| p.strip.empty? }
-        chain.reverse_each do |hop|
-          hop_addr = address(hop)
-          break if hop_addr.nil?
-
-          addr = hop_addr
-          break unless trusted?(hop_addr)
-        end
-      end
-      addr.ipv6? ? "#{addr.mask(56)}/56" : addr.to_s
-    end
+    def client_key(env) = @rules.client_key(env["REMOTE_ADDR"], env[@proxy_env])
   end
 end

@@ -9,7 +9,7 @@
 use parking_lot::MutexGuard;
 
 use super::{
-    apply, pause, update, Algorithm, Error, MemoryBackend, Op, Ordering, Outcome, Result, Shard, Slot, State, StoredKey,
+    apply, update, Algorithm, Error, MemoryBackend, Op, Ordering, Outcome, Result, Shard, Slot, State, StoredKey,
 };
 
 /// One part of a combination: an operation on one key of one namespace.
@@ -37,23 +37,8 @@ impl MemoryBackend {
         let now = self.now_micros();
         // Blocks and pauses first, before any shard lock (each is set under its own lock alone),
         // in the order `execute` checks them.
-        let paused: Vec<Option<Outcome>> = parts
-            .iter()
-            .map(|p| {
-                if !pause::applies_to(p.op) {
-                    return None;
-                }
-                if self.blocks.any() {
-                    if let Some(refused) = self.blocked(p.namespace, p.key, now, p.algorithm) {
-                        return Some(refused);
-                    }
-                }
-                if self.pauses_held.load(Ordering::Acquire) != 0 {
-                    return self.paused(p.namespace, p.key, now, p.algorithm);
-                }
-                None
-            })
-            .collect();
+        let paused: Vec<Option<Outcome>> =
+            parts.iter().map(|p| self.holds.refusal(p.op, p.namespace, p.key, now, p.algorithm)).collect();
         let hashes: Vec<u64> = parts.iter().map(|p| self.hash(p.namespace, p.key.as_bytes())).collect();
         let mut order: Vec<usize> = hashes.iter().map(|h| self.shard_index(*h)).collect();
         order.sort_unstable();

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use redis::Cmd;
 
 use super::keys::KeyBuilder;
-use super::{open_decision, scripts, Failover, RedisBackend, FALLBACK_LEASE_BIT};
+use super::{evalsha, open_decision, Failover, RedisBackend, FALLBACK_LEASE_BIT};
 use crate::backend::memory::MemoryPart;
 use crate::backend::FailurePolicy;
 use crate::engine::concurrent::Concurrent;
@@ -65,7 +65,7 @@ impl RedisBackend {
     pub(crate) async fn execute_all(self: &Arc<Self>, parts: &[RedisPart<'_>]) -> Result<(bool, Vec<Outcome>)> {
         let call = self.prepare_all(parts)?;
         let mut abandon = self.abandon_all(parts);
-        let reply = scripts::run_cmd(self.connections(), self.deadline(), &SCRIPT, call.cmd, &abandon.sent).await;
+        let reply = evalsha::run_cmd(self.connections(), self.deadline(), &SCRIPT, call.cmd, &abandon.sent).await;
         let result = reply.and_then(|reply| self.finish_all(parts, call.wake_keys, call.decided, &reply));
         if result.is_ok() {
             abandon.leases.clear();
@@ -77,7 +77,7 @@ impl RedisBackend {
     pub(crate) fn execute_all_blocking(self: &Arc<Self>, parts: &[RedisPart<'_>]) -> Result<(bool, Vec<Outcome>)> {
         let call = self.prepare_all(parts)?;
         let mut abandon = self.abandon_all(parts);
-        let reply = scripts::run_cmd_blocking(self.connections(), self.deadline(), &SCRIPT, call.cmd, &abandon.sent);
+        let reply = evalsha::run_cmd_blocking(self.connections(), self.deadline(), &SCRIPT, call.cmd, &abandon.sent);
         let result = reply.and_then(|reply| self.finish_all(parts, call.wake_keys, call.decided, &reply));
         if result.is_ok() {
             abandon.leases.clear();

@@ -19,7 +19,7 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, 
 use tokio::sync::{oneshot, Notify};
 
 use super::config::{RedisConfig, TlsConfig};
-use super::scripts;
+use super::evalsha;
 use super::sentinel::{ConnectError, SentinelRoute};
 use super::sync_client::{SyncConnection, SyncTarget};
 use crate::error::{Error, Result};
@@ -184,7 +184,7 @@ struct SetKey {
 }
 
 /// Writes every queued call as one pipeline and hands each caller its own reply. Calls of the
-/// same script travel as batches (see [`scripts::batch`]): one script invocation for many calls.
+/// same script travel as batches (see [`evalsha::batch`]): one script invocation for many calls.
 async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
     // Let the tasks that are ready to run (typically the callers just answered, making their
     // next call) queue theirs first.
@@ -202,7 +202,7 @@ async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
     for call in live {
         let sha = script_of(&call.cmd);
         let batchable = |(s, group): &&mut (Option<ScriptId>, Vec<Queued>)| {
-            sha.is_some() && *s == sha && group.len() < scripts::MAX_BATCH
+            sha.is_some() && *s == sha && group.len() < evalsha::MAX_BATCH
         };
         match by_script.iter_mut().find(batchable) {
             Some((_, group)) => group.push(call),
@@ -215,7 +215,7 @@ async fn flush(connections: Arc<Connections>, mut conn: MultiplexedConnection) {
             pipe.add_command(call.cmd);
             entries.push(vec![call.reply]);
         } else {
-            pipe.add_command(scripts::batch(&group.iter().map(|call| &call.cmd).collect::<Vec<_>>()));
+            pipe.add_command(evalsha::batch(&group.iter().map(|call| &call.cmd).collect::<Vec<_>>()));
             entries.push(group.into_iter().map(|call| call.reply).collect());
         }
     }
@@ -315,7 +315,7 @@ fn unavailable(message: impl Into<String>) -> Error {
 /// Redis cannot be reached. `servers` names where it connected (see [`servers_of`]), so a new
 /// user whose Redis is elsewhere learns which address was tried and how to change it.
 fn connect_failure(e: &redis::RedisError, servers: &str) -> Error {
-    match scripts::redis_failure(e) {
+    match evalsha::redis_failure(e) {
         rejected @ Error::BackendRejected { .. } => rejected,
         _ if not_redis(e) => unavailable(format!(
             "{servers} answered, but not in Redis's protocol: this does not look like a Redis \
@@ -571,7 +571,7 @@ impl Connections {
         // `None`: the attempt timed out (see [`Slot::last_failure`]).
         let result = match tokio::time::timeout(self.connect_timeout, self.open()).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(ConnectError::Redis(e))) if scripts::is_timeout(&e) => Err(None),
+            Ok(Err(ConnectError::Redis(e))) if evalsha::is_timeout(&e) => Err(None),
             Ok(Err(e)) => Err(Some(open_failure(e, &self.servers))),
             Err(_) => Err(None),
         };
@@ -680,7 +680,7 @@ impl Connections {
                 Ok(Some(conn))
             }
             // No back-off after a timeout: see [`Slot::last_failure`].
-            Err(ConnectError::Redis(e)) if scripts::is_timeout(&e) => Err(self.timeout(deadline)),
+            Err(ConnectError::Redis(e)) if evalsha::is_timeout(&e) => Err(self.timeout(deadline)),
             Err(e) => {
                 let error = open_failure(e, &self.servers);
                 *self.local().sync_failure.lock() = Some((Instant::now(), error.clone()));
@@ -700,7 +700,7 @@ impl Connections {
         if self.replica_acks > 0 {
             match conn.request(&wait_probe(), until).and_then(|v| v.extract_error()) {
                 Ok(_) => {}
-                Err(e) if scripts::is_timeout(&e) || e.is_io_error() => return Err(ConnectError::Redis(e)),
+                Err(e) if evalsha::is_timeout(&e) || e.is_io_error() => return Err(ConnectError::Redis(e)),
                 Err(e) => return Err(ConnectError::Sentinel(lacks_wait(&e))),
             }
         }
@@ -721,7 +721,7 @@ impl Connections {
     /// Sentinel-managed primary.
     pub(crate) fn drivable(&self) -> bool {
         // A call whose writes replicas acknowledge takes a connection of its own (see
-        // [`scripts::run_cmd`]): the event loop's one connection would wait behind each WAIT.
+        // [`evalsha::run_cmd`]): the event loop's one connection would wait behind each WAIT.
         if self.replica_acks > 0 {
             return false;
         }

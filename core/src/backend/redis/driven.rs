@@ -20,11 +20,11 @@ use std::time::Instant;
 
 use redis::{Cmd, Value};
 
+use super::evalsha::{self, interpret, ScriptReply, MAX_BATCH};
 use super::resp::{frame_len, parse_frame};
-use super::scripts::{self, interpret, ScriptReply, MAX_BATCH};
 use super::{Connections, RedisBackend};
 use crate::decision::Decision;
-use crate::engine::script::LuaScript;
+use crate::engine::lua::LuaScript;
 use crate::engine::{Algorithm, Op, Outcome};
 use crate::error::{Error, Result};
 use crate::limiter::pipeline::{Call, States};
@@ -304,7 +304,7 @@ impl<T> Pipeline<T> {
                 let batched = batch.len() > 1;
                 if batched {
                     let cmds: Vec<&Cmd> = batch.iter().map(|w| &w.call.cmd).collect();
-                    scripts::batch(&cmds).write_packed_command(out);
+                    evalsha::batch(&cmds).write_packed_command(out);
                 } else {
                     batch[0].call.cmd.write_packed_command(out);
                 }

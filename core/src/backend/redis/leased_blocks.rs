@@ -13,7 +13,8 @@ use parking_lot::Mutex;
 use super::connection::Conn;
 use super::keys::KeyBuilder;
 use super::RedisBackend;
-use crate::engine::{block, Colocate, Kind};
+use crate::engine::hold::Hold;
+use crate::engine::{Colocate, Kind};
 use crate::error::Result;
 
 /// A leased limiter's lease pool, as the backend sees it to bring its keys' blocks up to date.
@@ -87,7 +88,7 @@ impl RedisBackend {
             for key in pool.watched_keys() {
                 let keys = KeyBuilder::for_limiter(self.prefix(), Kind::Leased, &name, &key, colocate);
                 let mut pipe = redis::pipe();
-                pipe.get(keys.key(block::ROLE));
+                pipe.get(keys.key(Hold::Block.key_role()));
                 match self.query_via::<(Option<u64>,)>(Some(&mut *own), &pipe).await {
                     Ok((until,)) => pool.block_read(&key, until),
                     Err(e) => {

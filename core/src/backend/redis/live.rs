@@ -34,7 +34,7 @@ pub(crate) const MAX_USERS_PER_LIMITER: usize = 32;
 /// How long the registry keeps a limiter after its last registration (Sidekiq's metadata TTL).
 pub(crate) const REGISTRY_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
-const OVERRIDE_SCRIPT: &str = include_str!("../../scripts/override.lua");
+const OVERRIDE_SCRIPT: &str = include_str!("operating_lua/override.lua");
 
 /// The overrides hash's fields that hold its identity (see `override.lua`): they start with `:`,
 /// which no limiter name holds, so they are kept and lost with the overrides.
@@ -45,7 +45,7 @@ const IDENTITY_FIELDS: [&str; 3] = [":epoch", ":version", ":written"];
 fn identity_of(fields: [Option<String>; 3]) -> String {
     fields.map(Option::unwrap_or_default).join("/")
 }
-const REGISTER_SCRIPT: &str = include_str!("../../scripts/register.lua");
+const REGISTER_SCRIPT: &str = include_str!("operating_lua/register.lua");
 
 /// The registry's keys.
 struct RegistryKeys<'a>(&'a str);

@@ -8,6 +8,7 @@ pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod deny_cache;
 pub mod driven;
+pub(crate) mod evalsha;
 pub(crate) mod keys;
 pub(crate) mod leased_blocks;
 pub(crate) mod live;
@@ -15,7 +16,6 @@ pub(crate) mod partitions;
 pub(crate) mod redact;
 pub(crate) mod resolve;
 pub(crate) mod resp;
-pub(crate) mod scripts;
 mod seal;
 pub(crate) mod sentinel;
 mod spec_conflicts;
@@ -35,10 +35,9 @@ use redis::Cmd;
 use super::memory::{MemoryBackend, MemoryConfig};
 use crate::clock::Clock;
 use crate::decision::{Decision, Lease};
-use crate::engine::block::{self, BlockMode};
 use crate::engine::concurrent::Concurrent;
-use crate::engine::pause;
-use crate::engine::script::LuaScript;
+use crate::engine::hold::{self, Hold, HoldMode};
+use crate::engine::lua::LuaScript;
 use crate::engine::settle;
 use crate::engine::{decision, Algorithm, Kind, Op, Outcome, ReleaseWaiter, Served, Wake};
 use crate::error::{Error, Result};
@@ -86,7 +85,7 @@ const METRICS_SEQ_TTL: Duration = Duration::from_secs(24 * 3600);
 const HISTORY_TTL: Duration = Duration::from_secs(2 * 3600);
 
 /// Applies one flush of metric counts once (see `metrics.lua`).
-const METRICS_SCRIPT: &str = include_str!("../../scripts/metrics.lua");
+const METRICS_SCRIPT: &str = include_str!("operating_lua/metrics.lua");
 
 /// Lease ids granted by the fallback memory limiter carry this bit, so their release goes back
 /// to it even if Redis has recovered in between.
@@ -213,7 +212,7 @@ impl std::fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     pub(crate) fn new(mut config: RedisConfig) -> Result<Self> {
-        crate::engine::script::prepare_all();
+        crate::engine::lua::prepare_all();
         sentinel::from_url_if_any(&mut config)?;
         validate_prefix(&config.prefix)?;
         validate_duration("deadline", config.deadline)?;
@@ -330,7 +329,7 @@ impl RedisBackend {
                 let mut abandon = AbandonOnDrop::new(self, kind, name, key, algorithm, op);
                 abandon.colocate = failover.colocate;
                 let reply =
-                    scripts::run_cmd(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent).await;
+                    evalsha::run_cmd(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent).await;
                 let outcome = reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply));
                 if outcome.is_ok() {
                     abandon.disarm();
@@ -360,7 +359,7 @@ impl RedisBackend {
             let mut abandon = AbandonOnDrop::new(self, kind, name, key, algorithm, op);
             abandon.colocate = failover.colocate;
             let reply =
-                scripts::run_cmd_blocking(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent);
+                evalsha::run_cmd_blocking(&self.connections, self.deadline, call.script, call.cmd, &abandon.sent);
             let outcome = reply.and_then(|reply| self.finish(algorithm, op, call.wake_key, reply));
             if outcome.is_ok() {
                 abandon.disarm();
@@ -452,19 +451,21 @@ impl RedisBackend {
         let Some(script) = algorithm.script() else { return Err(not_applicable(algorithm, op)) };
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, colocate);
         let roles = algorithm.keys(op);
-        let held = pause::applies_to(op);
+        let held = hold::applies_to(op);
         let settle_id = settle::id_of(op);
         let mut cmd = script
             .evalsha(roles.len() + 2 * usize::from(held || settle_id.is_some()) + usize::from(settle_id.is_some()));
         for role in roles {
             cmd.arg(keys.key(role));
         }
-        // Last in KEYS, where the script's hold check takes them from (see `HOLD_PRELUDE`); a
+        // Last in KEYS, where the script's hold check takes them from (see `hold_check.lua`); a
         // settle passes them too (a repeat is answered as a peek, which the hold check reads).
         if held || settle_id.is_some() {
-            cmd.arg(keys.key(pause::ROLE)).arg(keys.key(block::ROLE));
+            for hold in Hold::ALL {
+                cmd.arg(keys.key(hold.key_role()));
+            }
         }
-        // After it, where the script's settle step takes it from (see `SETTLE` in script.rs).
+        // After it, where the script's settle step takes it from (see `settle_once.lua`).
         if settle_id.is_some() {
             cmd.arg(keys.key(settle::ROLE));
         }
@@ -491,12 +492,9 @@ impl RedisBackend {
         wake_key: Option<String>,
         reply: Vec<i64>,
     ) -> Result<Outcome> {
-        if pause::applies_to(op) {
-            if let Some(paused) = pause::refusal_in_reply(algorithm.capacity(), &reply) {
-                return Ok(paused);
-            }
-            if let Some(blocked) = block::refusal_in_reply(algorithm.capacity(), &reply) {
-                return Ok(blocked);
+        if hold::applies_to(op) {
+            if let Some(held) = hold::refusal_in_reply(algorithm.capacity(), &reply) {
+                return Ok(held);
             }
         }
         if settle::id_of(op).is_some() {
@@ -533,7 +531,7 @@ impl RedisBackend {
                 let Some(this) = backend.upgrade() else { return };
                 let sent = AtomicBool::new(false);
                 let answered =
-                    scripts::run_cmd(&this.connections, this.deadline, call.script, call.cmd.clone(), &sent).await;
+                    evalsha::run_cmd(&this.connections, this.deadline, call.script, call.cmd.clone(), &sent).await;
                 drop(this);
                 if answered.is_ok() || tokio::time::Instant::now() + pause >= give_up_at {
                     return;
@@ -557,7 +555,7 @@ impl RedisBackend {
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, colocate);
         let mut pipe = redis::pipe();
         // A reset forgets a pause and a block too: they are state of the same identity.
-        let state = algorithm.state_keys().iter().chain([&pause::ROLE, &block::ROLE]);
+        let state = algorithm.state_keys().iter().copied().chain(Hold::ALL.map(Hold::key_role));
         pipe.del(state.map(|r| keys.key(r)).collect::<Vec<_>>()).ignore();
         if let Some(list) = algorithm.wake_list() {
             let wake = keys.key(list.role);
@@ -571,9 +569,8 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect (see
-    /// `pause.lua`); returns the pause in effect. Under the `fallback` policy the fallback
-    /// limiter is paused too, so a pause holds while Redis is unreachable.
+    /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect: a
+    /// [`Hold::Pause`] (see [`Self::hold`]).
     pub(crate) async fn pause(
         &self,
         kind: Kind,
@@ -582,43 +579,15 @@ impl RedisBackend {
         failover: &Failover,
         duration: Duration,
     ) -> Result<Duration> {
-        if let Some((_, namespace)) = &failover.fallback {
-            self.fallback.pause(*namespace, key, duration);
-        }
-        let script: &'static LuaScript = &pause::SCRIPT;
-        let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
-        let mut cmd = script.evalsha(1);
-        cmd.arg(keys.key(pause::ROLE)).arg("pause");
-        match self.manual_clock.as_ref().map(|clock| clock.now_micros()) {
-            Some(now) => cmd.arg(now),
-            None => cmd.arg(""),
-        };
-        cmd.arg(crate::params::micros(duration).max(1));
-        let sent = AtomicBool::new(false);
-        let reply = scripts::run_cmd(&self.connections, self.deadline, script, cmd, &sent).await?;
-        pause::in_effect(&reply)
+        self.hold(kind, name, key, failover, Hold::Pause, duration, HoldMode::Extend).await
     }
 
-    /// Ends the pause of (`kind`, `name`, `key`) by deleting its key (see `Limiter::resume`),
-    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
-    /// their remembered refusals of the key (see [`cleared`]).
+    /// Ends the pause of (`kind`, `name`, `key`) (see [`Self::release`]).
     pub(crate) async fn resume(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
-        if let Some((_, namespace)) = &failover.fallback {
-            self.fallback.resume(*namespace, key);
-        }
-        let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
-        let mut pipe = redis::pipe();
-        pipe.del(keys.key(pause::ROLE));
-        let (deleted,): (u64,) = self.query_acked(&pipe).await?;
-        if deleted > 0 {
-            self.announce_cleared(kind, name, key).await;
-        }
-        Ok(deleted > 0)
+        self.release(kind, name, key, failover, Hold::Pause).await
     }
 
-    /// Blocks (`kind`, `name`, `key`) for `duration` (see `block.lua` for `mode`); returns the
-    /// block in effect. Under the `fallback` policy the fallback limiter is blocked too, so a
-    /// block holds while Redis is unreachable.
+    /// Blocks (`kind`, `name`, `key`) for `duration`: a [`Hold::Block`] (see [`Self::hold`]).
     pub(crate) async fn block(
         &self,
         kind: Kind,
@@ -626,44 +595,67 @@ impl RedisBackend {
         key: &str,
         failover: &Failover,
         duration: Duration,
-        mode: BlockMode,
+        mode: HoldMode,
+    ) -> Result<Duration> {
+        self.hold(kind, name, key, failover, Hold::Block, duration, mode).await
+    }
+
+    /// Ends the block of (`kind`, `name`, `key`) (see [`Self::release`]).
+    pub(crate) async fn unblock(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
+        self.release(kind, name, key, failover, Hold::Block).await
+    }
+
+    /// Holds (`kind`, `name`, `key`) in role `hold` for `duration` (see `hold.lua` for `mode`);
+    /// returns the hold in effect. Every process's next check reads it (the hold check of every
+    /// engine's script). Under the `fallback` policy the fallback limiter is held too, so a hold
+    /// stands while Redis is unreachable.
+    #[allow(clippy::too_many_arguments)]
+    async fn hold(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        failover: &Failover,
+        hold: Hold,
+        duration: Duration,
+        mode: HoldMode,
     ) -> Result<Duration> {
         if let Some((_, namespace)) = &failover.fallback {
-            self.fallback.block(*namespace, key, duration, mode);
+            self.fallback.hold(*namespace, key, hold, duration, mode);
         }
-        let script: &'static LuaScript = &block::SCRIPT;
+        let script: &'static LuaScript = &hold::SCRIPT;
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut cmd = script.evalsha(1);
-        cmd.arg(keys.key(block::ROLE)).arg(mode.verb());
+        cmd.arg(keys.key(hold.key_role())).arg(mode.verb());
         match self.manual_clock.as_ref().map(|clock| clock.now_micros()) {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
         cmd.arg(crate::params::micros(duration).max(1));
         let sent = AtomicBool::new(false);
-        let reply = scripts::run_cmd(&self.connections, self.deadline, script, cmd, &sent).await?;
-        if kind == Kind::Leased {
+        let reply = evalsha::run_cmd(&self.connections, self.deadline, script, cmd, &sent).await?;
+        if hold == Hold::Block && kind == Kind::Leased {
             // The block stands if this fails: other processes see it at their next round trip.
             let _ = self.announce_leased_block().await;
         }
-        block::in_effect(&reply)
+        hold::in_effect(&reply)
     }
 
-    /// Ends the block of (`kind`, `name`, `key`) by deleting its key (see `Limiter::unblock`),
-    /// in the fallback limiter too; returns whether Redis held one. Other processes forget
-    /// their remembered refusals of the key (see [`cleared`]).
-    pub(crate) async fn unblock(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
+    /// Ends the hold of role `hold` on (`kind`, `name`, `key`) by deleting its key (see
+    /// `Limiter::resume`, `Limiter::unblock`), in the fallback limiter too; returns whether Redis
+    /// held one. Other processes forget their remembered refusals of the key (see [`cleared`]).
+    async fn release(&self, kind: Kind, name: &str, key: &str, failover: &Failover, hold: Hold) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
-            self.fallback.unblock(*namespace, key);
+            self.fallback.release(*namespace, key, hold);
         }
         let keys = KeyBuilder::for_limiter(&self.prefix, kind, name, key, failover.colocate);
         let mut pipe = redis::pipe();
-        pipe.del(keys.key(block::ROLE));
+        pipe.del(keys.key(hold.key_role()));
         let (deleted,): (u64,) = self.query_acked(&pipe).await?;
-        if kind == Kind::Leased && deleted > 0 {
-            let _ = self.announce_leased_block().await;
-        }
         if deleted > 0 {
+            if hold == Hold::Block && kind == Kind::Leased {
+                let _ = self.announce_leased_block().await;
+            }
             self.announce_cleared(kind, name, key).await;
         }
         Ok(deleted > 0)
@@ -676,7 +668,7 @@ impl RedisBackend {
 
     /// [`Self::query`] for a pipeline that writes state: with `replica_acks`, it runs on a
     /// dedicated connection followed by `WAIT`, and fails as unavailable when too few replicas
-    /// acknowledged within the deadline (see [`scripts::acknowledged`]).
+    /// acknowledged within the deadline (see [`evalsha::acknowledged`]).
     async fn query_acked<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
         let acks = self.connections.replica_acks();
         if acks == 0 {
@@ -686,11 +678,11 @@ impl RedisBackend {
         let timed_out = || self.connections.timeout(self.deadline);
         let acked = async {
             let mut conn = self.connections.dedicated().await?;
-            let value = pipe.query_async::<T>(&mut conn).await.map_err(|e| scripts::redis_failure(&e))?;
-            let wait = scripts::wait_for(acks, until.saturating_duration_since(tokio::time::Instant::now()));
-            let count = wait.query_async::<redis::Value>(&mut conn).await.map_err(|e| scripts::redis_failure(&e))?;
+            let value = pipe.query_async::<T>(&mut conn).await.map_err(|e| evalsha::redis_failure(&e))?;
+            let wait = evalsha::wait_for(acks, until.saturating_duration_since(tokio::time::Instant::now()));
+            let count = wait.query_async::<redis::Value>(&mut conn).await.map_err(|e| evalsha::redis_failure(&e))?;
             self.connections.give_back(conn);
-            scripts::acknowledged(&self.connections, Some(acks), Some(count), self.deadline).map(|()| value)
+            evalsha::acknowledged(&self.connections, Some(acks), Some(count), self.deadline).map(|()| value)
         };
         tokio::time::timeout_at(until, acked).await.map_err(|_| timed_out())?
     }
@@ -717,7 +709,7 @@ impl RedisBackend {
         let conn = own.as_mut().expect("opened above");
         let result = match tokio::time::timeout_at(until, pipe.query_async::<T>(conn)).await {
             Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) => Err(scripts::redis_failure(&e)),
+            Ok(Err(e)) => Err(evalsha::redis_failure(&e)),
             Err(_) => Err(timed_out()),
         };
         *own = None;
@@ -732,7 +724,7 @@ impl RedisBackend {
         tokio::time::timeout_at(until, pipe.query_async::<T>(&mut conn))
             .await
             .map_err(|_| timed_out())?
-            .map_err(|e| scripts::redis_failure(&e))
+            .map_err(|e| evalsha::redis_failure(&e))
     }
 
     fn metrics_key(&self, kind: Kind, name: &str) -> String {

@@ -12,8 +12,8 @@
 
 use std::sync::atomic::AtomicBool;
 
+use crate::backend::redis::evalsha;
 use crate::backend::redis::keys::KeyBuilder;
-use crate::backend::redis::scripts;
 use crate::backend::RedisBackend;
 use crate::engine::contract::malformed;
 use crate::engine::partitions::pacing::Held;
@@ -72,7 +72,7 @@ pub(crate) async fn lease(
 ) -> Result<Granted> {
     let cmd = cmd(backend, params, name, key, "lease", member);
     let sent = AtomicBool::new(false);
-    let reply = scripts::run_cmd(backend.connections(), backend.deadline(), &SCRIPT, cmd, &sent).await?;
+    let reply = evalsha::run_cmd(backend.connections(), backend.deadline(), &SCRIPT, cmd, &sent).await?;
     let [_now, target, members, pairs @ ..] = reply.as_slice() else { return Err(malformed("partitions", &reply)) };
     if pairs.len() % 2 != 0 {
         return Err(malformed("partitions", &reply));
@@ -100,7 +100,7 @@ pub(crate) async fn release(
         cmd.arg(*index);
     }
     let sent = AtomicBool::new(false);
-    let reply = scripts::run_cmd(backend.connections(), backend.deadline(), &SCRIPT, cmd, &sent).await?;
+    let reply = evalsha::run_cmd(backend.connections(), backend.deadline(), &SCRIPT, cmd, &sent).await?;
     match reply.as_slice() {
         [_now, released] => Ok((*released).max(0) as u64),
         _ => Err(malformed("partitions", &reply)),

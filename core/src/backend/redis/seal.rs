@@ -6,8 +6,8 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
 
-use super::{scripts, RedisBackend};
-use crate::engine::script::LuaScript;
+use super::{evalsha, RedisBackend};
+use crate::engine::lua::LuaScript;
 use crate::error::{Error, Result};
 use crate::settle_seal::{random_secret, SealKey, SECRET_BYTES};
 
@@ -35,7 +35,7 @@ impl RedisBackend {
             return Ok(key);
         }
         let sent = AtomicBool::new(false);
-        let reply = scripts::run_cmd(&self.connections, self.deadline, &SCRIPT, self.seal_cmd(), &sent).await?;
+        let reply = evalsha::run_cmd(&self.connections, self.deadline, &SCRIPT, self.seal_cmd(), &sent).await?;
         self.cache_seal_key(&reply)
     }
 
@@ -45,7 +45,7 @@ impl RedisBackend {
             return Ok(key);
         }
         let sent = AtomicBool::new(false);
-        let reply = scripts::run_cmd_blocking(&self.connections, self.deadline, &SCRIPT, self.seal_cmd(), &sent)?;
+        let reply = evalsha::run_cmd_blocking(&self.connections, self.deadline, &SCRIPT, self.seal_cmd(), &sent)?;
         self.cache_seal_key(&reply)
     }
 

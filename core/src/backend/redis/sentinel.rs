@@ -349,7 +349,7 @@ impl SentinelRoute {
     fn ask(&self, sentinel: &Sentinel, until: Instant) -> std::result::Result<(String, u16), String> {
         let Some(target) = &sentinel.target else { return Err("not reachable with this configuration".into()) };
         // A socket timeout reads "Resource temporarily unavailable": say what it means.
-        let why = |e: redis::RedisError| match super::scripts::is_timeout(&e) {
+        let why = |e: redis::RedisError| match super::evalsha::is_timeout(&e) {
             true => "did not answer in time".to_owned(),
             false => e.to_string(),
         };

@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::connection::Conn;
 use super::keys::KeyBuilder;
-use super::{scripts, RedisBackend};
+use super::{evalsha, RedisBackend};
 use crate::engine::concurrent::holder_view;
 use crate::engine::Kind;
 use crate::error::{Error, Result};
@@ -130,7 +130,7 @@ impl RedisBackend {
         let reply = tokio::time::timeout(self.deadline, cluster.route_command(redis::cmd("PING"), routing))
             .await
             .map_err(|_| self.connections.timeout(self.deadline))?
-            .map_err(|e| scripts::redis_failure(&e))?;
+            .map_err(|e| evalsha::redis_failure(&e))?;
         let Value::Map(nodes) = reply else {
             return Err(Error::BackendUnavailable {
                 message: format!("Redis: unexpected reply to a PING of every master: {reply:?}"),
@@ -169,7 +169,7 @@ impl RedisBackend {
             }
         };
         let reply =
-            reply.map_err(|_| self.connections.timeout(self.deadline))?.map_err(|e| scripts::redis_failure(&e))?;
+            reply.map_err(|_| self.connections.timeout(self.deadline))?.map_err(|e| evalsha::redis_failure(&e))?;
         redis::from_redis_value(reply).map_err(parse_failure)
     }
 

@@ -22,7 +22,7 @@ use redis::Cmd;
 
 use crate::defaults::DEFAULT_PARTITIONS_LEASE_TTL;
 use crate::engine::kinds::KindSpec;
-use crate::engine::script::LuaScript;
+use crate::engine::lua::LuaScript;
 use crate::engine::spec_json::{number, secs, JsonFields, JsonWriter};
 use crate::engine::words;
 use crate::engine::Algorithm;

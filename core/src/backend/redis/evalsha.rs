@@ -1,4 +1,4 @@
-//! How a call runs an engine's Lua script (see [`crate::engine::script`]): EVALSHA; on NOSCRIPT, EVAL of the
+//! How a script call reaches Redis: an engine's Lua script (see [`crate::engine::lua`]) by EVALSHA; on NOSCRIPT, EVAL of the
 //! body (which also caches it again). A call is retried only on answers proving the script did
 //! not run (NOSCRIPT, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN), never after a
 //! lost reply: replaying a check could count it twice.
@@ -13,7 +13,7 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::connection::{Conn, Connections};
-use crate::engine::script::LuaScript;
+use crate::engine::lua::LuaScript;
 use crate::error::{Error, Result};
 use crate::runtime::block_on;
 
@@ -24,7 +24,7 @@ const WAIT_OVERRUN: Duration = Duration::from_millis(150);
 pub(crate) const MAX_BATCH: usize = 128;
 
 /// One EVALSHA running every call of `calls` (EVALSHA commands of one script, built with
-/// [`LuaScript::evalsha`]) as a batch of [`BATCH_WRAPPER`]; its reply holds one reply per call.
+/// [`LuaScript::evalsha`]) as a batch of the wrapper (`engine/wrapper.lua`); its reply holds one reply per call.
 pub(crate) fn batch(calls: &[&Cmd]) -> Cmd {
     let mut keys: Vec<&[u8]> = Vec::new();
     let mut shape: Vec<(usize, usize)> = Vec::with_capacity(calls.len());

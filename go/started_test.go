@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -43,11 +47,7 @@ func pauseWrites(t *testing.T, url string, ms int) (unpause func()) {
 // sent, so it still counts once Redis answers, and a lease it was granted is given back.
 func TestACheckInFlightOnRedisReturnsWhenTheContextIsCancelled(t *testing.T) {
 	url := redisURL(t)
-	b, err := NewRedis(url, WithPrefix(uniquePrefix()), WithDeadline(20*time.Second), WithConnectTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := backendOf(t, "redis", WithDeadline(20*time.Second))
 	window := must[*Limiter](t)(b.Window("cancel", 10, time.Hour))
 	pool := must[*Limiter](t)(b.Concurrent("cancel", 2, time.Hour))
 	// Connected, scripts loaded: the checks below are in flight at Redis.
@@ -150,15 +150,7 @@ func BenchmarkCheckPath(b *testing.B) {
 	for _, backend := range []string{"memory", "redis"} {
 		for _, path := range []string{"blocking", "started", "chosen"} {
 			b.Run(backend+"/"+path, func(b *testing.B) {
-				be, err := NewMemory()
-				if backend == "redis" {
-					be, err = NewRedis(redisURL(b), WithPrefix(uniquePrefix()), WithDeadline(5*time.Second))
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer be.Close()
-				lim, err := be.TokenBucket("bench", 1e6, 1<<50)
+				lim, err := backendOf(b, backend).TokenBucket("bench", 1e6, 1<<50)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -181,5 +173,163 @@ func BenchmarkCheckPath(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// osThreads is the number of OS threads of this process now (/proc/self/status).
+func osThreads(t *testing.T) int {
+	t.Helper()
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "Threads:") {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "Threads:")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads: line in /proc/self/status")
+	return 0
+}
+
+// Goroutines waiting for a held concurrent limit on Redis hold no OS thread: many more of them
+// than GOMAXPROCS wait in Go's scheduler (rk_limiter_acquire_start) while the process's thread
+// count stays near where it was, and the program goes on answering (a Redis peek, a memory
+// check). Then half are cancelled, which they see at once, and the other half take the slot
+// one after another as each releases it (started releases), with strictly increasing fencing
+// tokens.
+func TestWaitingAcquiresOnRedisHoldNoOSThread(t *testing.T) {
+	const waiters = 200
+	b := redisBackend(t)
+	mutex := must[*Limiter](t)(b.Concurrent("held", 1, time.Minute))
+	other := must[*Limiter](t)(b.Window("other", 1000, time.Hour))
+	local := must[*Limiter](t)(memory(t).Window("local", 1000, time.Hour))
+	held := must[*Lease](t)(mutex.Acquire(context.Background(), "k"))
+	before := osThreads(t)
+
+	type result struct {
+		token uint64
+		err   error
+	}
+	results := make(chan result, waiters)
+	var entered atomic.Int64
+	cancelled, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < waiters; i++ {
+		ctx := context.Background()
+		if i%2 == 1 {
+			ctx = cancelled
+		}
+		go func() {
+			entered.Add(1)
+			lease, err := mutex.Acquire(ctx, "k")
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			token := lease.FencingToken()
+			results <- result{token: token, err: lease.Release()}
+		}()
+	}
+	// While they wait (for 2 s once all have entered Acquire), the thread count stays low. A
+	// waiting goroutine blocked in a C call would hold a thread each: 200 more.
+	peak := before
+	var since time.Time
+	for since.IsZero() || time.Since(since) < 2*time.Second {
+		if since.IsZero() && entered.Load() == waiters {
+			since = time.Now()
+		}
+		if n := osThreads(t); n > peak {
+			peak = n
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if peak-before > waiters/4 {
+		t.Fatalf("%d goroutines waiting for a slot took the process from %d to %d OS threads", waiters, before, peak)
+	}
+	t.Logf("%d waiting goroutines (GOMAXPROCS %d): %d OS threads before, at most %d while they waited", waiters,
+		runtime.GOMAXPROCS(0), before, peak)
+	// The program still answers.
+	must[Decision](t)(other.Peek(context.Background(), "k"))
+	if d := must[Decision](t)(local.Check(context.Background(), "k")); !d.Allowed {
+		t.Fatal("a memory check was refused")
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("a waiter returned while the slot was held: %+v", r)
+	default:
+	}
+
+	cancel()
+	for i := 0; i < waiters/2; i++ {
+		if r := <-results; !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("after cancelling half the waiters one returned %+v, want context.Canceled", r)
+		}
+	}
+	must[struct{}](t)(struct{}{}, held.Release())
+	seen := map[uint64]bool{held.FencingToken(): true}
+	for i := 0; i < waiters/2; i++ {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.token <= held.FencingToken() || seen[r.token] {
+			t.Fatalf("fencing token %d after %d (seen: %v)", r.token, held.FencingToken(), seen[r.token])
+		}
+		seen[r.token] = true
+	}
+}
+
+// Peek, Settle, Acquire and Release go through their started forms on Redis when another call
+// holds the lone slot, with the same results as the blocking forms: exact totals.
+func TestStartedPeekSettleAcquireRelease(t *testing.T) {
+	ctx := context.Background()
+	b := redisBackend(t)
+	tb := must[*Limiter](t)(b.TokenBucket("settle", 0.001, 100))
+	pool := must[*Limiter](t)(b.Concurrent("pool", 3, time.Minute))
+	lone.Store(true) // as if another call were on its thread: every call below is started
+	defer lone.Store(false)
+	var wg sync.WaitGroup
+	for g := 0; g < 10; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := tb.CheckN(ctx, "k", 5)
+			if err == nil {
+				_, err = tb.Settle(ctx, d, 2)
+			}
+			if err == nil {
+				_, err = tb.Settle(ctx, d, 2) // a second settle of one decision applies nothing
+			}
+			for i := 0; i < 5 && err == nil; i++ {
+				var lease *Lease
+				if lease, err = pool.Acquire(ctx, "k"); err == nil {
+					err = lease.Release()
+				}
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Ten checks of 5 settled to 2: 20 of 100 spent (the refill, 0.001/s, adds nothing whole).
+	if d := must[Decision](t)(tb.Peek(ctx, "k")); d.Remaining != 80 {
+		t.Fatalf("%d remain after ten calls settled to 2, want 80", d.Remaining)
+	}
+	// Every lease was released: all three slots are free.
+	for i := 0; i < 3; i++ {
+		if d := must[Decision](t)(pool.Check(ctx, "k")); !d.Allowed {
+			t.Fatalf("slot %d of 3 is still held", i+1)
+		}
+	}
+	lease := must[*Lease](t)(pool.Acquire(ctx, "other"))
+	must[struct{}](t)(struct{}{}, lease.Release())
+	if err := lease.Release(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a second started release of a lease returned %v, want ErrLeaseLost", err)
 	}
 }
