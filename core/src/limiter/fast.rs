@@ -48,16 +48,15 @@ impl Limiter {
         // back whole, which the CPU cannot forward from its store buffer (the largest single
         // cost of a one-key check in a profile).
         let decision = |settle: Option<SettleTicket>| Decision {
-            allowed: figures.allowed,
-            limit: gcra.capacity,
-            remaining: figures.remaining,
-            retry_after: if figures.allowed { Duration::ZERO } else { Duration::from_micros(figures.retry_us) },
-            reset_after: Duration::from_micros(figures.reset_us),
-            lease: None,
             decided_at_micros: now,
-            limits: None,
             settle,
-            shadow_refused: false,
+            ..Decision::from_parts(
+                figures.allowed,
+                gcra.capacity,
+                figures.remaining,
+                if figures.allowed { Duration::ZERO } else { Duration::from_micros(figures.retry_us) },
+                Duration::from_micros(figures.reset_us),
+            )
         };
         let limiter = inner.settle_identity;
         if !figures.allowed || limiter == 0 {

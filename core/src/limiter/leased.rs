@@ -479,16 +479,15 @@ impl Limiter {
             limiter,
         });
         Some(Decision {
-            allowed: true,
-            limit: pool.leased.gcra.capacity,
-            remaining: spent.remaining,
-            retry_after: std::time::Duration::ZERO,
-            reset_after: std::time::Duration::from_micros(spent.reset_us),
-            lease: None,
             decided_at_micros: decided_at,
-            limits: None,
             settle,
-            shadow_refused: false,
+            ..Decision::from_parts(
+                true,
+                pool.leased.gcra.capacity,
+                spent.remaining,
+                std::time::Duration::ZERO,
+                std::time::Duration::from_micros(spent.reset_us),
+            )
         })
     }
 
