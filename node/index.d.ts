@@ -206,6 +206,12 @@ export interface LimiterMetrics {
   shadowRefused: number;
   /** Checks a Redis limiter refused from its deny cache, with no round trip. */
   refusedLocally: number;
+  /** Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state. */
+  paused: number;
+  /** Leases given back by a release (including one already reclaimed). */
+  released: number;
+  /** Leases this process was granted and has not released (`held - released`). */
+  leasesHeld: number;
   /** Settles applied (`settle`); a repeat of one already applied is not counted. */
   settles: number;
   /** Units the applied settles charged (calls that cost more than checked). */
@@ -367,6 +373,28 @@ export declare class Backend {
   metrics(options?: { fleet?: boolean }): Promise<Array<{ name: string; kind: string; metrics: LimiterMetrics }>>;
   /** Every limiter's metrics in the Prometheus text exposition format. */
   prometheus(options?: { fleet?: boolean }): Promise<string>;
+  /**
+   * Starts timing this backend's calls for `durations()` (what `ratekeeper/otel` records into its
+   * duration histograms). Counted: each call needs its `stopObserving()`.
+   */
+  startObserving(): void;
+  /** Ends one `startObserving()`; the durations counted so far stay readable. */
+  stopObserving(): void;
+  /**
+   * The durations of this process's observed calls, cumulative: `counts` per bucket of
+   * `Backend.durationBounds()` (then the unbounded bucket), `sumsNs` their totals in nanoseconds.
+   * Never the key.
+   */
+  durations(): Array<{
+    name: string;
+    kind: string;
+    call: 'check' | 'wait';
+    outcome: string;
+    counts: number[];
+    sumsNs: number[];
+  }>;
+  /** Upper bounds (seconds) of the buckets of `durations()`. */
+  static durationBounds(): number[];
   /**
    * Builds a limiter from its spec as data (an object, or its JSON text). A bad field throws
    * `ERR_INVALID_ARGUMENT` whose `parameter` is the field's path (`rate`, `windows[1]`).

@@ -736,6 +736,18 @@ class Backend {
   prometheusText(fleet) {
     return promisedCall(() => this.#native.prometheusText(fleet));
   }
+  startObserving() {
+    this.#native.startObserving();
+  }
+  stopObserving() {
+    this.#native.stopObserving();
+  }
+  durations() {
+    return JSON.parse(this.#native.durationsJson());
+  }
+  static durationBounds() {
+    return NativeBackend.durationBounds();
+  }
 }
 
 /**

@@ -156,6 +156,22 @@ export declare class NativeBackend {
    * and costs; `canceller` aborts the wait.
    */
   acquireAll(handles: number[], keys: Array<string | null>, costs: number[], options?: AcquireAllOptions, canceller?: unknown): NativeReply
+  /**
+   * Starts timing this backend's calls for `durationsJson` (what `ratekeeper/otel` records
+   * into its duration histograms). Counted: each call needs its `stopObserving()`.
+   */
+  startObserving(): void
+  /** Ends one `startObserving()`; the durations counted so far stay readable. */
+  stopObserving(): void
+  /**
+   * The durations of this process's observed calls as JSON text, cumulative:
+   * `[{name, kind, call, outcome, counts, sumsNs}]`, `call` `"check"` or `"wait"`, `counts` the
+   * calls per bucket of `durationBounds()` (then the unbounded bucket), `sumsNs` their total
+   * durations in nanoseconds per bucket. Never the key.
+   */
+  durationsJson(): string
+  /** Upper bounds (seconds) of the buckets of `durationsJson`. */
+  static durationBounds(): Array<number>
   /** Every limiter the backend knows as JSON text (`backend.limiters()` parses it). */
   limitersJson(): NativeReply
   /** Overrides `name`'s spec (JSON text), or one key's (`backend.setLimit` takes an object). */
@@ -761,6 +777,15 @@ export interface Metrics {
    * process on the same Redis (one name, two limits; see `onConflict`).
    */
   specConflicts: number
+  /**
+   * Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
+   * counted in `refused`.
+   */
+  paused: number
+  /** Leases given back by a release (including one already reclaimed). */
+  released: number
+  /** Leases this process was granted and has not released (`held - released`). */
+  leasesHeld: number
 }
 
 /**

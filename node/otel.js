@@ -3,7 +3,11 @@
 // `instrument(backend, { meterProvider })` registers observable counters on the `ratekeeper`
 // meter of the application's meter provider (the global one unless given). At each collection
 // one batch callback reads `backend.metrics()` (the counts the core keeps anyway, this process's)
-// and reports them: a check costs nothing more when instrumented. The limited key is never an
+// and reports them. The duration histograms (`ratekeeper.check.duration`, `ratekeeper.wait.duration`)
+// are synchronous: the OpenTelemetry API has no asynchronous histogram, and one `record` costs the
+// SDK more than a memory check, so the core times each call of an instrumented backend
+// (`backend.startObserving()`) and the same callback records the calls timed since the last
+// collection (`backend.durations()`), each at its bucket's mean: counts and sums are exact. The limited key is never an
 // attribute (one series per user would be unbounded cardinality): only the limiter's name, its
 // kind and the outcome are. `annotate(limiter, decision)` adds a decision to the active span.
 // @opentelemetry/api is an optional peer dependency. Names and their mapping to ASP.NET Core's and
@@ -11,6 +15,7 @@
 
 const api = require('@opentelemetry/api');
 const { version } = require('./package.json');
+const { Backend } = require('./index.js');
 const { invalidArgument: invalidOption } = require('./http/errors.js');
 
 /** `ratekeeper.outcome` values and how each is read from a limiter's counts (they partition the checks). */
@@ -35,8 +40,11 @@ const INSTRUMENTS = [
   [
     'ratekeeper.holds',
     '{decision}',
-    'Checks refused by a hold (a block: blockFor after a refusal, or block by hand); also in ratekeeper.decisions.',
-    (m) => [[{ 'ratekeeper.hold': 'block' }, m.blocked]],
+    'Checks refused by a hold (a pause, or a block: blockFor after a refusal, or block by hand); also in ratekeeper.decisions.',
+    (m) => [
+      [{ 'ratekeeper.hold': 'pause' }, m.paused],
+      [{ 'ratekeeper.hold': 'block' }, m.blocked],
+    ],
   ],
   [
     'ratekeeper.settle.units',
@@ -58,6 +66,74 @@ const INSTRUMENTS = [
   ],
 ];
 
+// The duration histograms: the call they time (`backend.durations()`), name, description.
+const HISTOGRAMS = [
+  ['check', 'ratekeeper.check.duration', 'Duration of checks, by outcome.'],
+  [
+    'wait',
+    'ratekeeper.wait.duration',
+    'Duration of calls that may wait (acquire, withinLimit) until admitted, refused or failed.',
+  ],
+];
+
+/** A backend's durations by series (name, kind, call, outcome) as { name, kind, call, outcome, counts, sumsNs }. */
+function durationsOf(backend) {
+  const out = new Map();
+  for (const s of backend.durations()) out.set(JSON.stringify([s.name, s.kind, s.call, s.outcome]), s);
+  return out;
+}
+
+/** The share of the time between two collections that recording durations may take. */
+const RECORD_SHARE = 0.05;
+// A collection records this many values whatever the time, and never for longer than this.
+const FREE_RECORDS = 100;
+const MAX_RECORD_MS = 1000;
+
+/**
+ * Records the calls each backend timed since the last collection into the histograms: per
+ * bucket, its new calls at their mean (the mean of durations in a bucket lies in that bucket).
+ * Past its first FREE_RECORDS values, recording takes at most RECORD_SHARE of the time since the
+ * last collection: the SDK's `record` costs more than a memory check, so a process checking faster
+ * than the SDK records would otherwise spend its event loop here. What is left is recorded at the
+ * next collections, so counts and sums stay exact, late.
+ */
+function recordDurations(known) {
+  const now = performance.now();
+  const until = now + Math.min(RECORD_SHARE * (now - known.lastRecorded), MAX_RECORD_MS);
+  known.lastRecorded = now;
+  let free = FREE_RECORDS;
+  for (const [backend, seen] of known.backends) {
+    for (const [id, s] of durationsOf(backend)) {
+      let before = seen.get(id);
+      if (!before) {
+        before = { counts: s.counts.map(() => 0), sumsNs: s.sumsNs.map(() => 0) };
+        seen.set(id, before);
+      }
+      const attributes = { 'ratekeeper.limiter': s.name, 'ratekeeper.kind': s.kind, 'ratekeeper.outcome': s.outcome };
+      const histogram = known.histograms[s.call];
+      s.counts.forEach((count, i) => {
+        const n = count - before.counts[i];
+        if (n <= 0) {
+          // A dropped limiter object takes its timings along: never below zero.
+          before.counts[i] = count;
+          before.sumsNs[i] = s.sumsNs[i];
+          return;
+        }
+        const value = (s.sumsNs[i] - before.sumsNs[i]) / n / 1e9;
+        let done = 0;
+        while (done < n && (free > 0 || performance.now() < until)) {
+          const chunk = Math.min(n - done, 256);
+          for (let k = 0; k < chunk; k++) histogram.record(value, attributes);
+          done += chunk;
+          free -= chunk;
+        }
+        before.counts[i] += done;
+        before.sumsNs[i] = done === n ? s.sumsNs[i] : before.sumsNs[i] + Math.round(value * 1e9 * done);
+      });
+    }
+  }
+}
+
 /** The instruments of one meter provider and the backends they report (an instrument's name registers once per meter). */
 const registrations = new WeakMap();
 
@@ -65,14 +141,31 @@ function registration(provider) {
   let known = registrations.get(provider);
   if (known) return known;
   const meter = provider.getMeter('ratekeeper', version);
-  known = { backends: new Set() };
+  const advice = { explicitBucketBoundaries: Backend.durationBounds() };
+  // backends: each backend and the durations its histograms hold so far.
+  known = { backends: new Map(), histograms: {}, lastRecorded: performance.now() };
+  for (const [call, name, description] of HISTOGRAMS) {
+    known.histograms[call] = meter.createHistogram(name, { unit: 's', description, advice });
+  }
   const instruments = INSTRUMENTS.map(([name, unit, description, counts]) => ({
     instrument: meter.createObservableCounter(name, { unit, description }),
     counts,
   }));
+  const held = meter.createObservableUpDownCounter('ratekeeper.leases.held', {
+    unit: '{lease}',
+    description: 'Leases of concurrent limiters this process holds (granted, not yet released).',
+  });
   meter.addBatchObservableCallback(
     async (result) => {
-      const rows = (await Promise.all([...known.backends].map((b) => b.metrics()))).flat();
+      // Before the SDK reads the synchronous instruments of this collection.
+      recordDurations(known);
+      const rows = (await Promise.all([...known.backends.keys()].map((b) => b.metrics()))).flat();
+      // Every concurrent limiter, none held included: a count that falls to zero shows it.
+      for (const { name, kind, metrics } of rows) {
+        if (kind === 'concurrent') {
+          result.observe(held, metrics.leasesHeld, { 'ratekeeper.limiter': name, 'ratekeeper.kind': kind });
+        }
+      }
       for (const { instrument, counts } of instruments) {
         // Two backends' limiters of one name add up.
         const totals = new Map();
@@ -91,7 +184,7 @@ function registration(provider) {
         for (const { attributes, value } of totals.values()) result.observe(instrument, value, attributes);
       }
     },
-    instruments.map((i) => i.instrument),
+    [...instruments.map((i) => i.instrument), held],
   );
   registrations.set(provider, known);
   return known;
@@ -110,7 +203,7 @@ function instrument(backend, options) {
       throw invalidOption(name, 'is not an option (known: meterProvider, tracerProvider)');
     }
   }
-  if (backend === null || typeof backend !== 'object' || typeof backend.metrics !== 'function') {
+  if (backend === null || typeof backend !== 'object' || typeof backend.durations !== 'function') {
     throw invalidOption('backend', 'must be a ratekeeper Backend');
   }
   const provider = options?.meterProvider ?? api.metrics.getMeterProvider();
@@ -118,10 +211,13 @@ function instrument(backend, options) {
     throw invalidOption('meterProvider', 'must be an OpenTelemetry MeterProvider');
   }
   const known = registration(provider);
-  known.backends.add(backend);
+  if (known.backends.has(backend)) return { close() {} };
+  backend.startObserving();
+  // Calls timed before this instrumentation are not its to report.
+  known.backends.set(backend, durationsOf(backend));
   return {
     close() {
-      known.backends.delete(backend);
+      if (known.backends.delete(backend)) backend.stopObserving();
     },
   };
 }

@@ -8,7 +8,8 @@ as SVG in one HTML page and photographed by headless Chromium (Debian's `chromiu
     python contrib/grafana/render.py [--seconds 60] [--out docs/src/assets/observability-dashboard.png]
 
 Only the PromQL the dashboard uses is evaluated: `sum by (labels) (rate(name{matchers}[w]))`,
-`histogram_quantile(q, sum by (le) (rate(name_bucket{matchers}[w])))` and a ratio of two
+`sum by (labels) (name{matchers})` (a gauge),
+`histogram_quantile(q, sum by (le[, label]) (rate(name_bucket{matchers}[w])))` and a ratio of two
 `sum(rate(...))`; `$__rate_interval` is 10 s and `$limiter` matches every limiter. A query of
 another shape is an error, so the picture is the dashboard's own queries or nothing.
 """
@@ -39,6 +40,7 @@ WINDOW = 10  # seconds: $__rate_interval
 Sample = tuple[str, frozenset[tuple[str, str]], float]
 
 SUM_RATE = re.compile(r"^sum(?: by \((?P<by>[^)]*)\))? \(rate\((?P<name>\w+)(?:\{(?P<m>[^}]*)\})?\[[^\]]+\]\)\)$")
+SUM_GAUGE = re.compile(r"^sum(?: by \((?P<by>[^)]*)\))? \((?P<name>\w+)(?:\{(?P<m>[^}]*)\})?\)$")
 QUANTILE = re.compile(r"^histogram_quantile\((?P<q>[\d.]+), (?P<inner>.*)\)$")
 RATIO = re.compile(r"^(?P<a>sum\(rate\(.*?\)\)) / (?P<b>sum\(rate\(.*\)\))$")
 
@@ -52,8 +54,12 @@ def matchers(text: str | None) -> list[tuple[str, str, str]]:
 
 def sum_rate(expr: str, before: list[Sample], after: list[Sample], seconds: float) -> dict[str, float]:
     m = SUM_RATE.match(expr.replace("sum(rate", "sum (rate"))
-    if not m:
+    gauge = SUM_GAUGE.match(expr) if not m else None
+    if not m and not gauge:
         raise ValueError(f"not a query this renderer evaluates: {expr}")
+    if gauge:
+        # A gauge: its value now, not a rate.
+        m, before, seconds = gauge, [], 1.0
     by = [b.strip() for b in (m["by"] or "").split(",") if b.strip()]
     wanted = matchers(m["m"])
 
@@ -93,7 +99,12 @@ def quantile(q: float, buckets: dict[str, float]) -> float:
 
 def evaluate(expr: str, before: list[Sample], after: list[Sample], seconds: float) -> dict[str, float]:
     if m := QUANTILE.match(expr):
-        return {"": quantile(float(m["q"]), sum_rate(m["inner"], before, after, seconds))}
+        # Grouped by `le` and maybe one label more: one quantile per value of that label.
+        per: dict[str, dict[str, float]] = defaultdict(dict)
+        for group, value in sum_rate(m["inner"], before, after, seconds).items():
+            le, _, rest = group.partition(",")
+            per[rest][le] = value
+        return {rest: quantile(float(m["q"]), buckets) for rest, buckets in per.items()}
     if m := RATIO.match(expr):
         a = sum_rate(m["a"], before, after, seconds).get("", 0.0)
         b = sum_rate(m["b"], before, after, seconds).get("", 0.0)
@@ -107,8 +118,12 @@ def snapshot(backend: ratekeeper.Backend) -> list[Sample]:
 
 
 def legend(template: str, expr: str, group: str) -> str:
-    m = SUM_RATE.match(expr.replace("sum(rate", "sum (rate"))
+    quantile_of = QUANTILE.match(expr)
+    inner = quantile_of["inner"] if quantile_of else expr
+    m = SUM_RATE.match(inner.replace("sum(rate", "sum (rate")) or SUM_GAUGE.match(inner)
     by = [b.strip() for b in ((m and m["by"]) or "").split(",") if b.strip()]
+    if quantile_of:
+        by = [b for b in by if b != "le"]
     values = dict(zip(by, group.split(","))) if by else {}
     return re.sub(r"\{\{(\w+)\}\}", lambda x: values.get(x[1], ""), template)
 
@@ -231,7 +246,7 @@ def main() -> None:
         f"(rate window {WINDOW} s)</h1><div class=grid>{''.join(cards)}</div>")
     try:
         subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={args.out}", "--window-size=1360,900", page.as_uri()],
+                        f"--screenshot={args.out}", "--window-size=1360,1230", page.as_uri()],
                        check=True, capture_output=True, timeout=120)
     finally:
         page.unlink()

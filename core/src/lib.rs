@@ -27,6 +27,7 @@ pub mod http;
 mod limiter;
 mod live;
 mod metrics;
+pub mod observe;
 #[cfg(feature = "otel")]
 pub mod otel;
 mod padded;

@@ -241,6 +241,8 @@ pub(crate) struct Live {
     fallback_divisor: Option<u32>,
     /// See [`NameState::keep_dropped`].
     keep_dropped: bool,
+    /// Whether this backend's calls are timed (see `observe.rs`); every limiter shares it.
+    pub(crate) observe: Arc<crate::observe::Switch>,
 }
 
 impl std::fmt::Debug for Live {
@@ -261,6 +263,7 @@ impl Live {
             tickets: AtomicU64::new(1),
             fallback_divisor,
             keep_dropped,
+            observe: Arc::default(),
         }
     }
 

@@ -163,6 +163,13 @@ counters! {
     /// by a live process on the same Redis: one name, two limits (see
     /// [`crate::RedisConfig::on_conflict`]). Each is also said once on stderr.
     spec_conflicts: count = SpecConflicts "spec_conflicts";
+    /// Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
+    /// counted in [`Metrics::refused`]. With [`Metrics::blocked`], the refusals by a hold.
+    paused: count = Paused "paused";
+    /// Concurrent limiters: leases given back by a release (one that found its lease already
+    /// reclaimed or reset counts too: the caller no longer holds it). [`Metrics::leases_held`]
+    /// is `held - released`.
+    released: count = Released "released";
 }
 
 impl Metrics {
@@ -170,6 +177,11 @@ impl Metrics {
     /// failed open and fell back.
     pub fn checks(&self) -> u64 {
         self.allowed + self.refused + self.shadow_refused + self.errors + self.failed_open + self.fell_back
+    }
+
+    /// Concurrent limiters: the leases this process was granted and has not released yet.
+    pub fn leases_held(&self) -> u64 {
+        self.held.saturating_sub(self.released)
     }
 
     /// The number of latencies counted in [`Metrics::latency_buckets`].
@@ -249,12 +261,12 @@ impl Counters {
 
 /// Threads that get a stripe of their own in every limiter's [`Striped`] counts; later threads
 /// share the last, atomic one.
-const STRIPES: usize = 16;
+pub(crate) const STRIPES: usize = 16;
 
 /// The stripe of the calling thread: its own (0 to `STRIPES - 2`), given once and never reused, or
 /// the last one, shared by every thread past the first `STRIPES - 1`.
 #[inline(always)]
-fn stripe() -> usize {
+pub(crate) fn stripe() -> usize {
     use std::cell::Cell;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     thread_local!(static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) });
@@ -275,7 +287,7 @@ struct Striped([Padded<[AtomicU64; 2]>; STRIPES]);
 
 #[derive(Debug, Default)]
 #[repr(align(64))]
-struct Padded<T>(T);
+pub(crate) struct Padded<T>(pub(crate) T);
 
 impl Striped {
     #[inline(always)]
@@ -328,6 +340,8 @@ pub(crate) struct LimiterMetrics {
     writer: u64,
     last_seq: AtomicU64,
     flushed: Mutex<Flushed>,
+    /// Durations of this object's calls while observed (see `observe.rs`); never flushed.
+    pub(crate) timings: crate::observe::Timings,
 }
 
 impl Default for LimiterMetrics {
@@ -341,6 +355,7 @@ impl Default for LimiterMetrics {
             writer: foldhash::fast::RandomState::default().hash_one(seed),
             last_seq: AtomicU64::new(0),
             flushed: Mutex::new(Flushed::default()),
+            timings: Default::default(),
         }
     }
 }
@@ -447,6 +462,16 @@ impl LimiterMetrics {
     #[inline(always)]
     pub(crate) fn add_decided(&self, allowed: bool) {
         self.decided.add(if allowed { 0 } else { 1 });
+    }
+
+    /// Counts a check refused by a hold: a block or a pause (`outcome.held` covers both).
+    #[inline]
+    pub(crate) fn add_hold(&self, outcome: &crate::engine::Outcome) {
+        match (outcome.held || outcome.blocked, outcome.blocked) {
+            (true, true) => self.add(Counter::Blocked, 1),
+            (true, false) => self.add(Counter::Paused, 1),
+            _ => {}
+        }
     }
 
     /// Counts one check's client-side latency.

@@ -1,17 +1,23 @@
 //! ratekeeper's metrics through the OpenTelemetry API (feature `otel`, off by default), beside an
 //! application's own: [`instrument`] registers observable counters on the `ratekeeper` meter of
 //! the application's meter provider. At each collection their callbacks read
-//! [`Backend::metrics_blocking`] (this process's counts, which the core keeps anyway), so a check
-//! costs nothing more when instrumented. The names and attributes are those of the Python and
-//! Node bindings (`ratekeeper.otel`, `ratekeeper/otel`) and of the docs' Observability page; the
-//! limited key is never an attribute (one series per user would be unbounded cardinality).
+//! [`Backend::metrics_blocking`] (this process's counts, which the core keeps anyway). The
+//! duration histograms (`ratekeeper.check.duration`, `ratekeeper.wait.duration`) are
+//! synchronous instruments fed at each collection from the core's timings of the calls since
+//! the last one ([`Backend::durations`], see [`crate::observe`]): no check calls into the SDK.
+//! The names and attributes are those of the Python and Node bindings (`ratekeeper.otel`,
+//! `ratekeeper/otel`) and of the docs' Observability page; the limited key is never an
+//! attribute (one series per user would be unbounded cardinality).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use opentelemetry::metrics::MeterProvider;
+use opentelemetry::metrics::{Histogram, MeterProvider};
 use opentelemetry::{InstrumentationScope, KeyValue};
 
+use crate::observe::{Call, DURATION_BOUNDS, DURATION_BUCKETS};
 use crate::{Backend, Metrics};
 
 /// How one count is read from a limiter's metrics.
@@ -43,8 +49,8 @@ const COUNTERS: [(&str, &str, &str, Counts); 4] = [
     (
         "ratekeeper.holds",
         "{decision}",
-        "Checks refused by a hold (a block: block_for after a refusal, or block by hand); also in ratekeeper.decisions.",
-        |m| vec![("ratekeeper.hold", "block", m.blocked)],
+        "Checks refused by a hold (a pause, or a block: block_for after a refusal, or block by hand); also in ratekeeper.decisions.",
+        |m| vec![("ratekeeper.hold", "pause", m.paused), ("ratekeeper.hold", "block", m.blocked)],
     ),
     (
         "ratekeeper.settle.units",
@@ -66,12 +72,15 @@ const COUNTERS: [(&str, &str, &str, Counts); 4] = [
 #[derive(Debug)]
 pub struct Instrumentation {
     open: Arc<AtomicBool>,
+    backend: Backend,
 }
 
 impl Instrumentation {
-    /// Stops reporting the backend.
+    /// Stops reporting the backend (and timing its calls for this instrumentation).
     pub fn close(&self) {
-        self.open.store(false, Ordering::Relaxed);
+        if self.open.swap(false, Ordering::Relaxed) {
+            self.backend.stop_observing();
+        }
     }
 }
 
@@ -83,12 +92,14 @@ impl Drop for Instrumentation {
 
 /// Reports `backend`'s metrics (this process's) through the OpenTelemetry API on the
 /// `ratekeeper` meter of `provider` (`opentelemetry::global::meter_provider()` for the global
-/// one). Keep the returned [`Instrumentation`] as long as the reports should go on.
+/// one). Keep the returned [`Instrumentation`] as long as the reports should go on; while it
+/// lives, the backend's calls are timed ([`Backend::start_observing`]).
 ///
 /// Each instrument is `ratekeeper.<name>` with the attributes `ratekeeper.limiter` and
-/// `ratekeeper.kind`, plus `ratekeeper.outcome` (decisions), `ratekeeper.hold` (holds),
-/// `ratekeeper.direction` (settle.units) or `ratekeeper.wait` (leases.granted). A limiter with no
-/// count of an instrument is not a series of it.
+/// `ratekeeper.kind`, plus `ratekeeper.outcome` (decisions, check.duration, wait.duration),
+/// `ratekeeper.hold` (holds), `ratekeeper.direction` (settle.units) or `ratekeeper.wait`
+/// (leases.granted); `ratekeeper.leases.held` is an up-down counter of the leases this process
+/// holds. A limiter with no count of an instrument is not a series of it.
 pub fn instrument<P: MeterProvider + ?Sized>(backend: &Backend, provider: &P) -> Instrumentation {
     let meter = provider
         .meter_with_scope(InstrumentationScope::builder("ratekeeper").with_version(env!("CARGO_PKG_VERSION")).build());
@@ -112,16 +123,127 @@ pub fn instrument<P: MeterProvider + ?Sized>(backend: &Backend, provider: &P) ->
                         continue;
                     }
                     for (key, value, n) in values {
-                        let attributes = [
-                            KeyValue::new("ratekeeper.limiter", limiter.clone()),
-                            KeyValue::new("ratekeeper.kind", kind.as_str()),
-                            KeyValue::new(key, value),
-                        ];
-                        observer.observe(n, &attributes);
+                        observer.observe(n, &attributes(&limiter, kind.as_str(), key, value));
                     }
                 }
             })
             .build();
     }
-    Instrumentation { open }
+    let histograms = [Call::Check, Call::Wait].map(|call| {
+        meter
+            .f64_histogram(call.instrument())
+            .with_unit("s")
+            .with_description(match call {
+                Call::Check => "Duration of checks, by outcome.",
+                Call::Wait => {
+                    "Duration of calls that may wait (acquire, within_limit) until admitted, refused or failed."
+                }
+            })
+            .with_boundaries(DURATION_BOUNDS.to_vec())
+            .build()
+    });
+    let replayed = Replayed { histograms, seen: Mutex::new((HashMap::new(), Instant::now())) };
+    // Calls timed before this instrumentation are not its to report.
+    replayed.skip(backend);
+    let (held_backend, held_open) = (backend.clone(), open.clone());
+    meter
+        .i64_observable_up_down_counter("ratekeeper.leases.held")
+        .with_unit("{lease}")
+        .with_description("Leases of concurrent limiters this process holds (granted, not yet released).")
+        .with_callback(move |observer| {
+            if !held_open.load(Ordering::Relaxed) {
+                return;
+            }
+            // The collection's one read of the timings: the histograms' new values are
+            // recorded before the SDK reads them.
+            replayed.record(&held_backend);
+            let Ok(rows) = held_backend.metrics_blocking(false) else { return };
+            for (limiter, kind, m) in rows.into_iter().filter(|(_, kind, _)| *kind == crate::Kind::Concurrent) {
+                let held = i64::try_from(m.leases_held()).unwrap_or(i64::MAX);
+                observer.observe(held, &attributes(&limiter, kind.as_str(), "", ""));
+            }
+        })
+        .build();
+    backend.start_observing();
+    Instrumentation { open, backend: backend.clone() }
+}
+
+/// A series' attributes: the limiter's name and kind, and one more when `key` is not empty.
+fn attributes(limiter: &str, kind: &'static str, key: &'static str, value: &'static str) -> Vec<KeyValue> {
+    let mut out = vec![KeyValue::new("ratekeeper.limiter", limiter.to_owned()), KeyValue::new("ratekeeper.kind", kind)];
+    if !key.is_empty() {
+        out.push(KeyValue::new(key, value));
+    }
+    out
+}
+
+/// Per-series counts and sums already recorded, by (limiter, kind, call, outcome).
+type Seen = HashMap<(String, &'static str, usize, &'static str), ([u64; DURATION_BUCKETS], [u64; DURATION_BUCKETS])>;
+
+/// The share of the time between two collections that recording durations may take.
+const RECORD_SHARE: f64 = 0.05;
+/// A collection records this many values whatever the time, and never for longer than
+/// [`MAX_RECORDING`].
+const FREE_RECORDS: u64 = 100;
+const MAX_RECORDING: Duration = Duration::from_secs(1);
+
+/// The duration histograms and what of the backend's timings they hold.
+struct Replayed {
+    histograms: [Histogram<f64>; 2],
+    seen: Mutex<(Seen, Instant)>,
+}
+
+impl Replayed {
+    /// Marks every call timed so far as recorded (calls before an instrumentation are not its).
+    fn skip(&self, backend: &Backend) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        for (limiter, kind, all) in backend.durations() {
+            for series in all {
+                let id = (limiter.clone(), kind.as_str(), series.call as usize, series.outcome);
+                seen.0.insert(id, (series.counts, series.sums_nanos));
+            }
+        }
+    }
+
+    /// Records the calls timed since the last collection: per bucket, its new calls at their
+    /// mean (the mean of durations in a bucket lies in it). Past its first [`FREE_RECORDS`]
+    /// values, recording takes at most [`RECORD_SHARE`] of the time since the last collection:
+    /// an SDK's `record` costs more than a memory check. What is left is recorded at the next
+    /// collections, so counts and sums stay exact, late.
+    fn record(&self, backend: &Backend) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (seen, last) = &mut *seen;
+        let now = Instant::now();
+        let until = now + now.duration_since(*last).mul_f64(RECORD_SHARE).min(MAX_RECORDING);
+        *last = now;
+        let mut free = FREE_RECORDS;
+        for (limiter, kind, all) in backend.durations() {
+            for series in all {
+                let id = (limiter.clone(), kind.as_str(), series.call as usize, series.outcome);
+                let (counts, sums) = seen.entry(id).or_insert(([0; DURATION_BUCKETS], [0; DURATION_BUCKETS]));
+                let attributes = attributes(&limiter, kind.as_str(), "ratekeeper.outcome", series.outcome);
+                for i in 0..DURATION_BUCKETS {
+                    let new = series.counts[i].saturating_sub(counts[i]);
+                    if new == 0 {
+                        // A dropped limiter object takes its timings along: never below zero.
+                        (counts[i], sums[i]) = (series.counts[i], series.sums_nanos[i]);
+                        continue;
+                    }
+                    let value = series.sums_nanos[i].saturating_sub(sums[i]) as f64 / new as f64 / 1e9;
+                    let mut done = 0;
+                    while done < new && (free > 0 || Instant::now() < until) {
+                        let chunk = (new - done).min(256);
+                        for _ in 0..chunk {
+                            self.histograms[series.call as usize].record(value, &attributes);
+                        }
+                        done += chunk;
+                        free = free.saturating_sub(chunk);
+                    }
+                    counts[i] += done;
+                    sums[i] =
+                        if done == new { series.sums_nanos[i] } else { sums[i] + (value * 1e9 * done as f64) as u64 };
+                }
+            }
+        }
+    }
 }

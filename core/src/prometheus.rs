@@ -108,6 +108,18 @@ impl Collector for Snapshot {
             Some(&Unit::Seconds),
             concurrent().map(|s| (labels(s), s.metrics.held_time.as_secs_f64())),
         )?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "ratekeeper_concurrent_leases_held",
+                "Concurrent leases held now: granted and not yet released.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for s in concurrent() {
+                let held = i64::try_from(s.metrics.leases_held()).unwrap_or(i64::MAX);
+                family.encode_family(&labels(s))?.encode_gauge(&held)?;
+            }
+        }
         counters(
             &mut encoder,
             "ratekeeper_concurrent_wait",
@@ -142,6 +154,13 @@ impl Collector for Snapshot {
             "Checks refused by a block (block_for after a refusal, or block by hand).",
             None,
             all().filter(|s| s.metrics.blocked > 0).map(|s| (labels(s), s.metrics.blocked)),
+        )?;
+        counters(
+            &mut encoder,
+            "ratekeeper_paused",
+            "Checks refused by a pause (pause, observe).",
+            None,
+            all().filter(|s| s.metrics.paused > 0).map(|s| (labels(s), s.metrics.paused)),
         )?;
         counters(
             &mut encoder,
@@ -229,5 +248,18 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("ratekeeper_concurrent_overages_total{"), "no concurrent series: {text}");
+    }
+
+    #[test]
+    fn renders_leases_held_as_a_gauge_and_pause_refusals() {
+        let pool = Metrics { held: 5, released: 3, ..Metrics::default() };
+        let quiet = Metrics { refused: 2, paused: 2, ..Metrics::default() };
+        let text = render(vec![
+            Series { name: "pool".into(), kind: "concurrent", concurrent: true, metrics: pool },
+            Series { name: "quiet".into(), kind: "token_bucket", concurrent: false, metrics: quiet },
+        ]);
+        assert!(text.contains("# TYPE ratekeeper_concurrent_leases_held gauge"), "{text}");
+        assert!(text.contains(r#"ratekeeper_concurrent_leases_held{limiter="pool",kind="concurrent"} 2"#), "{text}");
+        assert!(text.contains(r#"ratekeeper_paused_total{limiter="quiet",kind="token_bucket"} 2"#), "{text}");
     }
 }

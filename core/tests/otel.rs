@@ -10,6 +10,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use ratekeeper::{otel, Backend, Limiter, RedisConfig};
@@ -31,8 +32,8 @@ impl Meter {
         Meter { provider, exporter }
     }
 
-    /// The latest collection's points with a value as "instrument limiter third-attribute",
-    /// each point's attributes checked for the key.
+    /// The latest collection's points with a value as "instrument limiter third-attribute"
+    /// (a histogram's value: its count), each point's attributes checked for the key.
     fn counted(&self) -> BTreeMap<String, u64> {
         self.exporter.reset();
         self.provider.force_flush().expect("a flush");
@@ -41,22 +42,36 @@ impl Meter {
             for scope in resource.scope_metrics() {
                 assert_eq!(scope.scope().name(), "ratekeeper");
                 for metric in scope.metrics() {
-                    let AggregatedMetrics::U64(MetricData::Sum(sum)) = metric.data() else {
-                        panic!("{} is not a u64 sum", metric.name())
+                    let points: Vec<(Vec<&KeyValue>, u64)> = match metric.data() {
+                        AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                            sum.data_points().map(|p| (p.attributes().collect(), p.value())).collect()
+                        }
+                        AggregatedMetrics::I64(MetricData::Sum(sum)) => {
+                            sum.data_points().map(|p| (p.attributes().collect(), p.value() as u64)).collect()
+                        }
+                        AggregatedMetrics::F64(MetricData::Histogram(histogram)) => histogram
+                            .data_points()
+                            .map(|p| {
+                                assert_eq!(p.bucket_counts().sum::<u64>(), p.count());
+                                assert!(p.sum() > 0.0, "{} has a sum", metric.name());
+                                (p.attributes().collect(), p.count())
+                            })
+                            .collect(),
+                        _ => panic!("{} is of an unexpected type", metric.name()),
                     };
-                    for point in sum.data_points() {
+                    for (attributes, value) in points {
                         let attributes: BTreeMap<String, String> =
-                            point.attributes().map(|kv| (kv.key.to_string(), kv.value.to_string())).collect();
+                            attributes.into_iter().map(|kv| (kv.key.to_string(), kv.value.to_string())).collect();
                         assert!(attributes.values().all(|v| !v.contains(KEY)), "the key in {attributes:?}");
                         let third = attributes
                             .iter()
                             .find(|(k, _)| *k != "ratekeeper.limiter" && *k != "ratekeeper.kind")
                             .map(|(_, v)| v.clone())
                             .unwrap_or_default();
-                        if point.value() > 0 || metric.name() != "ratekeeper.decisions" {
+                        if value > 0 || metric.name() != "ratekeeper.decisions" {
                             out.insert(
                                 format!("{} {} {third}", metric.name(), attributes["ratekeeper.limiter"]),
-                                point.value(),
+                                value,
                             );
                         }
                     }
@@ -87,31 +102,54 @@ fn script(backend: &Backend) -> Vec<Limiter> {
     let blocky = backend.token_bucket("blocky", 0.001, 10).expect("blocky");
     blocky.block_blocking(k, Duration::from_secs(60)).expect("block");
     assert!(!blocky.check_blocking(k, 1).expect("check").allowed);
+    // The async form: on memory, `acquire_blocking` tries once in process and once more in
+    // `acquire` after a refusal (two checks), on Redis once.
+    let over = ratekeeper::block_on(blocky.acquire(k, 1, Some(Duration::ZERO))).expect_err("blocked: over the limit");
+    assert!(over.is_over_limit());
+    let quiet = backend.token_bucket("quiet", 0.001, 10).expect("quiet");
+    quiet.pause_blocking(k, Duration::from_secs(60)).expect("pause");
+    assert!(!quiet.check_blocking(k, 1).expect("check").allowed);
     let pool = backend.concurrent("pool", 2, Duration::from_secs(30)).expect("pool");
     let leases = [pool.check_blocking(k, 1).expect("lease"), pool.check_blocking(k, 1).expect("lease")];
     assert!(!pool.check_blocking(k, 1).expect("check").allowed);
     pool.release_blocking(k, leases[0].lease.as_ref().expect("a lease")).expect("release");
-    vec![api, dry, blocky, pool]
+    pool.acquire_blocking(k, 1, Some(Duration::from_secs(5))).expect("a free slot");
+    vec![api, dry, blocky, quiet, pool]
 }
 
+/// What the script counts; each check's duration is in `ratekeeper.check.duration` under its
+/// outcome (as many as its decisions), each acquire's in `ratekeeper.wait.duration`.
 fn expected() -> BTreeMap<String, u64> {
-    [
-        ("ratekeeper.decisions api admitted", 3),
-        ("ratekeeper.decisions api refused", 2),
-        ("ratekeeper.decisions dry admitted", 1),
-        ("ratekeeper.decisions dry shadow_refused", 2),
-        ("ratekeeper.decisions blocky refused", 1),
-        ("ratekeeper.decisions pool admitted", 2),
-        ("ratekeeper.decisions pool refused", 1),
-        ("ratekeeper.holds blocky block", 1),
+    let decisions = [
+        ("api admitted", 3),
+        ("api refused", 2),
+        ("dry admitted", 1),
+        ("dry shadow_refused", 2),
+        ("blocky refused", 2),
+        ("quiet refused", 1),
+        ("pool admitted", 3),
+        ("pool refused", 1),
+    ];
+    let others = [
+        ("ratekeeper.holds blocky block", 2),
+        ("ratekeeper.holds blocky pause", 0),
+        ("ratekeeper.holds quiet block", 0),
+        ("ratekeeper.holds quiet pause", 1),
         ("ratekeeper.settle.units api refunded", 2),
         ("ratekeeper.settle.units api charged", 0),
-        ("ratekeeper.leases.granted pool immediate", 2),
+        ("ratekeeper.leases.granted pool immediate", 3),
         ("ratekeeper.leases.granted pool waited", 0),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect()
+        ("ratekeeper.leases.held pool ", 2),
+        ("ratekeeper.wait.duration blocky refused", 1),
+        ("ratekeeper.wait.duration pool admitted", 1),
+    ];
+    decisions
+        .iter()
+        .flat_map(|(series, n)| {
+            ["ratekeeper.decisions", "ratekeeper.check.duration"].map(|name| (format!("{name} {series}"), *n))
+        })
+        .chain(others.iter().map(|(k, v)| (k.to_string(), *v)))
+        .collect()
 }
 
 fn check_sequence(backend: &Backend) {
@@ -120,7 +158,9 @@ fn check_sequence(backend: &Backend) {
     let limiters = script(backend);
     assert_eq!(meter.counted(), expected());
     limiters[0].check_blocking(Some(KEY), 1).expect("check");
-    assert_eq!(meter.counted()["ratekeeper.decisions api admitted"], 4, "cumulative; the settle gave 2 back");
+    let counted = meter.counted();
+    assert_eq!(counted["ratekeeper.decisions api admitted"], 4, "cumulative; the settle gave 2 back");
+    assert_eq!(counted["ratekeeper.check.duration api admitted"], 4, "recorded once");
     instrumentation.close();
     limiters[0].check_blocking(Some(KEY), 1).expect("check");
     assert_ne!(meter.counted().get("ratekeeper.decisions api admitted"), Some(&5), "closed: not read");

@@ -38,7 +38,16 @@ function meterProvider() {
         for (const scope of resourceMetrics.scopeMetrics) {
           assert.equal(scope.scope.name, 'ratekeeper');
           for (const metric of scope.metrics) {
-            for (const p of metric.dataPoints) out.push([metric.descriptor.name, p.attributes, p.value]);
+            for (const p of metric.dataPoints) {
+              // A histogram's value here: its count (checked against its buckets).
+              if (typeof p.value === 'object') {
+                assert.equal(p.value.buckets.counts.reduce((a, b) => a + b, 0), p.value.count);
+                assert.ok(p.value.sum > 0, `${metric.descriptor.name} has a sum`);
+                out.push([metric.descriptor.name, p.attributes, p.value.count]);
+              } else {
+                out.push([metric.descriptor.name, p.attributes, p.value]);
+              }
+            }
           }
         }
       }
@@ -54,7 +63,7 @@ async function counted(meter) {
   for (const [name, attributes, value] of await meter.points()) {
     for (const v of Object.values(attributes)) assert.ok(!String(v).includes(KEY), `the key is an attribute of ${name}`);
     const [third] = Object.entries(attributes).filter(([k]) => k !== 'ratekeeper.limiter' && k !== 'ratekeeper.kind');
-    if (value || name !== 'ratekeeper.decisions') out[`${name} ${attributes['ratekeeper.limiter']} ${third[1]}`] = value;
+    if (value || name !== 'ratekeeper.decisions') out[`${name} ${attributes['ratekeeper.limiter']} ${third ? third[1] : ''}`] = value;
   }
   return out;
 }
@@ -72,26 +81,45 @@ async function script(backend) {
   // Long in any unit: the test ends well before.
   await blocky.block('1m', KEY);
   assert.equal((await blocky.check(KEY)).allowed, false);
+  await assert.rejects(blocky.acquire(KEY, { waitTimeoutMs: 0 }), (e) => e.code === codes.OVER_LIMIT);
+  const quiet = backend.tokenBucket('quiet', 0.001, 10);
+  await quiet.pause('1m', KEY);
+  assert.equal((await quiet.check(KEY)).allowed, false);
   const pool = backend.concurrent('pool', 2);
   const leases = [await pool.check(KEY), await pool.check(KEY)];
   assert.equal((await pool.check(KEY)).allowed, false);
   await pool.release(leases[0].lease);
-  return [api, dry, blocky, pool];
+  await pool.acquire(KEY, { waitTimeoutMs: 5000 });
+  return [api, dry, blocky, quiet, pool];
 }
 
+const DECISIONS = {
+  'api admitted': 3,
+  'api refused': 2,
+  'dry admitted': 1,
+  'dry shadow_refused': 2,
+  'blocky refused': 2,
+  'quiet refused': 1,
+  'pool admitted': 3,
+  'pool refused': 1,
+};
+
+// What the script counts; each check's duration is in ratekeeper.check.duration under its outcome
+// (as many as its decisions), each acquire's in ratekeeper.wait.duration.
 const EXPECTED = {
-  'ratekeeper.decisions api admitted': 3,
-  'ratekeeper.decisions api refused': 2,
-  'ratekeeper.decisions dry admitted': 1,
-  'ratekeeper.decisions dry shadow_refused': 2,
-  'ratekeeper.decisions blocky refused': 1,
-  'ratekeeper.decisions pool admitted': 2,
-  'ratekeeper.decisions pool refused': 1,
-  'ratekeeper.holds blocky block': 1,
+  ...Object.fromEntries(Object.entries(DECISIONS).map(([series, n]) => [`ratekeeper.decisions ${series}`, n])),
+  ...Object.fromEntries(Object.entries(DECISIONS).map(([series, n]) => [`ratekeeper.check.duration ${series}`, n])),
+  'ratekeeper.holds blocky block': 2,
+  'ratekeeper.holds blocky pause': 0,
+  'ratekeeper.holds quiet block': 0,
+  'ratekeeper.holds quiet pause': 1,
   'ratekeeper.settle.units api refunded': 2,
   'ratekeeper.settle.units api charged': 0,
-  'ratekeeper.leases.granted pool immediate': 2,
+  'ratekeeper.leases.granted pool immediate': 3,
   'ratekeeper.leases.granted pool waited': 0,
+  'ratekeeper.leases.held pool ': 2,
+  'ratekeeper.wait.duration blocky refused': 1,
+  'ratekeeper.wait.duration pool admitted': 1,
 };
 
 async function checkSequence(backend) {
@@ -104,11 +132,19 @@ async function checkSequence(backend) {
     const kinds = Object.fromEntries(
       points.filter(([n]) => n === 'ratekeeper.decisions').map(([, a]) => [a['ratekeeper.limiter'], a['ratekeeper.kind']]),
     );
-    assert.deepEqual(kinds, { api: 'token_bucket', dry: 'token_bucket', blocky: 'token_bucket', pool: 'concurrent' });
+    assert.deepEqual(kinds, {
+      api: 'token_bucket',
+      dry: 'token_bucket',
+      blocky: 'token_bucket',
+      quiet: 'token_bucket',
+      pool: 'concurrent',
+    });
     const outcomes = new Set(points.filter(([n]) => n === 'ratekeeper.decisions').map(([, a]) => a['ratekeeper.outcome']));
     assert.deepEqual(outcomes, new Set(otel.OUTCOMES.map(([o]) => o)), 'every outcome of every limiter, zeros too');
     await limiters[0].check(KEY);
-    assert.equal((await counted(meter))['ratekeeper.decisions api admitted'], 4, 'cumulative; the settle gave 2 back');
+    const got = await counted(meter);
+    assert.equal(got['ratekeeper.decisions api admitted'], 4, 'cumulative; the settle gave 2 back');
+    assert.equal(got['ratekeeper.check.duration api admitted'], 4, 'recorded once');
   } finally {
     await meter.shutdown();
   }

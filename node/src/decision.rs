@@ -186,6 +186,13 @@ pub struct Metrics {
     /// Registrations (about one a minute) that found the name used with another spec by a live
     /// process on the same Redis (one name, two limits; see `onConflict`).
     pub spec_conflicts: f64,
+    /// Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
+    /// counted in `refused`.
+    pub paused: f64,
+    /// Leases given back by a release (including one already reclaimed).
+    pub released: f64,
+    /// Leases this process was granted and has not released (`held - released`).
+    pub leases_held: f64,
 }
 
 impl From<ratekeeper::Metrics> for Metrics {
@@ -213,6 +220,9 @@ impl From<ratekeeper::Metrics> for Metrics {
             settle_charged: m.settle_charged as f64,
             settle_refunded: m.settle_refunded as f64,
             spec_conflicts: m.spec_conflicts as f64,
+            paused: m.paused as f64,
+            released: m.released as f64,
+            leases_held: m.leases_held() as f64,
         }
     }
 }

@@ -82,6 +82,9 @@ fn metrics_json(metrics: Vec<(String, ratekeeper::Kind, ratekeeper::Metrics)>) -
                     "settleCharged": m.settle_charged,
                     "settleRefunded": m.settle_refunded,
                     "specConflicts": m.spec_conflicts,
+                    "paused": m.paused,
+                    "released": m.released,
+                    "leasesHeld": m.leases_held(),
                 },
             })
         })
@@ -99,6 +102,43 @@ fn opt_key(key: &Option<Unknown<'_>>) -> CoreResult<Option<String>> {
 
 #[napi]
 impl Backend {
+    /// Starts timing this backend's calls for `durationsJson` (what `ratekeeper/otel` records
+    /// into its duration histograms). Counted: each call needs its `stopObserving()`.
+    #[napi]
+    pub fn start_observing(&self) {
+        self.inner.start_observing();
+    }
+
+    /// Ends one `startObserving()`; the durations counted so far stay readable.
+    #[napi]
+    pub fn stop_observing(&self) {
+        self.inner.stop_observing();
+    }
+
+    /// The durations of this process's observed calls as JSON text, cumulative:
+    /// `[{name, kind, call, outcome, counts, sumsNs}]`, `call` `"check"` or `"wait"`, `counts` the
+    /// calls per bucket of `durationBounds()` (then the unbounded bucket), `sumsNs` their total
+    /// durations in nanoseconds per bucket. Never the key.
+    #[napi]
+    pub fn durations_json(&self) -> String {
+        let mut items = Vec::new();
+        for (name, kind, all) in self.inner.durations() {
+            for s in all {
+                items.push(json!({
+                    "name": name, "kind": kind.as_str(), "call": s.call.as_str(), "outcome": s.outcome,
+                    "counts": s.counts, "sumsNs": s.sums_nanos,
+                }));
+            }
+        }
+        Value::Array(items).to_string()
+    }
+
+    /// Upper bounds (seconds) of the buckets of `durationsJson`.
+    #[napi]
+    pub fn duration_bounds() -> Vec<f64> {
+        ratekeeper::observe::DURATION_BOUNDS.to_vec()
+    }
+
     /// Every limiter the backend knows as JSON text (`backend.limiters()` parses it).
     #[napi(ts_return_type = "NativeReply")]
     pub fn limiters_json(&self, env: Env) -> napi::Result<ReplyValue> {

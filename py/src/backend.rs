@@ -818,6 +818,39 @@ backend_pymethods! {
         Ok(metrics_list(guard_detached(py, || self.inner.metrics_blocking(fleet))?))
     }
 
+    /// Starts timing this backend's calls for `durations()` (what `ratekeeper.otel` records
+    /// into its duration histograms). Counted: each call needs its `stop_observing()`.
+    fn start_observing(&self) {
+        self.inner.start_observing();
+    }
+
+    /// Ends one `start_observing()`; the durations counted so far stay readable.
+    fn stop_observing(&self) {
+        self.inner.stop_observing();
+    }
+
+    /// The durations of this process's observed calls, cumulative, as `(name, kind, call,
+    /// outcome, counts, sums_ns)`: `call` is `"check"` or `"wait"`, `counts` the calls per
+    /// bucket of `duration_bounds()` (then the unbounded bucket), `sums_ns` their total
+    /// durations in nanoseconds per bucket. Never the key.
+    #[allow(clippy::type_complexity)]
+    fn durations(&self) -> Vec<(String, &'static str, &'static str, &'static str, Vec<u64>, Vec<u64>)> {
+        let mut out = Vec::new();
+        for (name, kind, all) in self.inner.durations() {
+            for s in all {
+                let call = s.call.as_str();
+                out.push((name.clone(), kind.as_str(), call, s.outcome, s.counts.to_vec(), s.sums_nanos.to_vec()));
+            }
+        }
+        out
+    }
+
+    /// Upper bounds (seconds) of the buckets of `durations()`.
+    #[staticmethod]
+    fn duration_bounds() -> Vec<f64> {
+        ratekeeper::observe::DURATION_BOUNDS.to_vec()
+    }
+
     /// Every limiter's metrics in the Prometheus text exposition format (this process's, or
     /// with `fleet` every process's); `ratekeeper.prometheus.register` adds them to a
     /// `prometheus_client` registry.

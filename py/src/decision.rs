@@ -451,12 +451,33 @@ impl Metrics {
         self.inner.settle_refunded
     }
 
+    /// Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
+    /// counted in `refused`.
+    #[getter]
+    fn paused(&self) -> u64 {
+        self.inner.paused
+    }
+
+    /// Concurrent limiters: leases given back by a release (including one already reclaimed).
+    #[getter]
+    fn released(&self) -> u64 {
+        self.inner.released
+    }
+
+    /// Concurrent limiters: leases this process was granted and has not released (`held -
+    /// released`).
+    #[getter]
+    fn leases_held(&self) -> u64 {
+        self.inner.leases_held()
+    }
+
     fn __repr__(&self) -> String {
         let m = &self.inner;
         format!(
             "Metrics(allowed={}, refused={}, errors={}, failed_open={}, fell_back={}, held={}, held_time={}, \
              immediate={}, waited={}, wait_time={}, overages={}, reclaimed={}, pauses_clamped={}, blocked={}, \
-             shadow_refused={}, refused_locally={}, settles={}, settle_charged={}, settle_refunded={}, spec_conflicts={})",
+             shadow_refused={}, refused_locally={}, settles={}, settle_charged={}, settle_refunded={}, spec_conflicts={}, \
+             paused={}, released={})",
             m.allowed,
             m.refused,
             m.errors,
@@ -476,7 +497,9 @@ impl Metrics {
             m.settles,
             m.settle_charged,
             m.settle_refunded,
-            m.spec_conflicts
+            m.spec_conflicts,
+            m.paused,
+            m.released
         )
     }
 }

@@ -1,6 +1,6 @@
 """The committed Grafana dashboard (contrib/grafana/ratekeeper.json) queries only metric names the
 exporter really emits: every family is made to have samples on a real Redis server (checks timed,
-leases, a block, a clamped pause, a deny-cache refusal, a settle), ``backend.prometheus()`` is
+leases, a block, a clamped pause, a refusal by a pause, a deny-cache refusal, a settle), ``backend.prometheus()`` is
 read by prometheus_client's own parser, and each ``ratekeeper_*`` name in a panel's query must be
 one of its sample names. A renamed metric fails here before a dashboard goes blank."""
 
@@ -33,6 +33,9 @@ def emitted_names(redis_server: RedisServer) -> set[str]:
     blocky.block(60.0, "k")
     blocky.check("k")
     blocky.with_max_pause(1.0).pause(60.0, "k")
+    quiet = backend.token_bucket("quiet", 1, 10)
+    quiet.pause(60.0, "k")
+    assert not quiet.check("k").allowed
     text = backend.prometheus()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
@@ -48,7 +51,8 @@ def test_the_dashboard_queries_only_names_the_exporter_emits(redis_server: Redis
     emitted = emitted_names(redis_server)
     # The scenario reaches every family, so a name missing below is a rename, not a quiet family.
     assert {"ratekeeper_blocked_total", "ratekeeper_pauses_clamped_total", "ratekeeper_refused_locally_total",
-            "ratekeeper_settled_units_total", "ratekeeper_check_duration_seconds_bucket"} <= emitted, emitted
+            "ratekeeper_settled_units_total", "ratekeeper_check_duration_seconds_bucket", "ratekeeper_paused_total",
+            "ratekeeper_concurrent_leases_held"} <= emitted, emitted
     exprs = queries()
     assert len(exprs) >= 6
     queried = set()
@@ -59,5 +63,5 @@ def test_the_dashboard_queries_only_names_the_exporter_emits(redis_server: Redis
     assert queried - emitted == set(), f"the dashboard queries names the exporter does not emit: {sorted(queried - emitted)}"
     # The panels the issue asks for are there.
     assert {"ratekeeper_checks_total", "ratekeeper_check_duration_seconds_bucket", "ratekeeper_concurrent_held_total",
-            "ratekeeper_blocked_total"} <= queried
+            "ratekeeper_blocked_total", "ratekeeper_paused_total", "ratekeeper_concurrent_leases_held"} <= queried
 

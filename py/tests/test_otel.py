@@ -5,11 +5,13 @@ no attribute, and a decision event on the current span. The region `setup` of th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -25,9 +27,10 @@ KEY = "user-4711@example.com"
 
 def script(backend: ratekeeper.Backend) -> list[ratekeeper.Limiter]:
     """The scripted decisions: 3 admitted and 2 refused by `api`; 1 admitted and 2 shadow-refused
-    by `dry`; one check refused by a block on `blocky`; 2 leases of `pool` granted at once, a
-    third refused, one released; a settle of `api` refunding 2 units. Returns the limiters (a
-    backend's metrics are those of its live limiters)."""
+    by `dry`; a check and an acquire refused by a block on `blocky`; a check refused by a pause
+    on `quiet`; 2 leases of `pool` granted at once, a third refused, one released, one more
+    acquired; a settle of `api` refunding 2 units. Returns the limiters (a backend's metrics are
+    those of its live limiters)."""
     api = backend.token_bucket("api", 0.001, 5)
     first = api.check(KEY, cost=3)
     for _ in range(2):
@@ -41,28 +44,53 @@ def script(backend: ratekeeper.Backend) -> list[ratekeeper.Limiter]:
     blocky = backend.token_bucket("blocky", 0.001, 10)
     blocky.block(60.0, KEY)
     assert not blocky.check(KEY).allowed
+    async def refused() -> None:
+        # The async form: on memory, `acquire` tries once in process and once more after a
+        # refusal (two checks), on Redis once.
+        await blocky.aacquire(KEY, wait_timeout=0)
+
+    with pytest.raises(ratekeeper.OverLimit):
+        asyncio.run(refused())
+    quiet = backend.token_bucket("quiet", 0.001, 10)
+    quiet.pause(60.0, KEY)
+    assert not quiet.check(KEY).allowed
     pool = backend.concurrent("pool", 2)
     leases = [pool.check(KEY), pool.check(KEY)]
     assert not pool.check(KEY).allowed
     lease = leases[0].lease
     assert lease is not None
     pool.release(lease, KEY)
-    return [api, dry, blocky, pool]
+    pool.acquire(KEY, wait_timeout=5)
+    return [api, dry, blocky, quiet, pool]
 
 
+_DECISIONS = {
+    ("api", "admitted"): 3,
+    ("api", "refused"): 2,
+    ("dry", "admitted"): 1,
+    ("dry", "shadow_refused"): 2,
+    ("blocky", "refused"): 2,
+    ("quiet", "refused"): 1,
+    ("pool", "admitted"): 3,
+    ("pool", "refused"): 1,
+}
+
+#: What the script counts; each check's duration is in ratekeeper.check.duration under its
+#: outcome (as many as its decisions), each acquire's in ratekeeper.wait.duration.
 EXPECTED = {
-    ("ratekeeper.decisions", "api", "admitted"): 3,
-    ("ratekeeper.decisions", "api", "refused"): 2,
-    ("ratekeeper.decisions", "dry", "admitted"): 1,
-    ("ratekeeper.decisions", "dry", "shadow_refused"): 2,
-    ("ratekeeper.decisions", "blocky", "refused"): 1,
-    ("ratekeeper.decisions", "pool", "admitted"): 2,
-    ("ratekeeper.decisions", "pool", "refused"): 1,
-    ("ratekeeper.holds", "blocky", "block"): 1,
+    **{("ratekeeper.decisions", *series): n for series, n in _DECISIONS.items()},
+    **{("ratekeeper.check.duration", *series): n for series, n in _DECISIONS.items()},
+    ("ratekeeper.holds", "blocky", "block"): 2,
+    ("ratekeeper.holds", "blocky", "pause"): 0,
+    ("ratekeeper.holds", "quiet", "block"): 0,
+    ("ratekeeper.holds", "quiet", "pause"): 1,
     ("ratekeeper.settle.units", "api", "refunded"): 2,
     ("ratekeeper.settle.units", "api", "charged"): 0,
-    ("ratekeeper.leases.granted", "pool", "immediate"): 2,
+    ("ratekeeper.leases.granted", "pool", "immediate"): 3,
     ("ratekeeper.leases.granted", "pool", "waited"): 0,
+    ("ratekeeper.leases.held", "pool", ""): 2,
+    ("ratekeeper.wait.duration", "blocky", "refused"): 1,
+    ("ratekeeper.wait.duration", "pool", "admitted"): 1,
 }
 
 
@@ -74,7 +102,12 @@ def points(reader: InMemoryMetricReader) -> Iterator[tuple[str, dict[str, Any], 
             assert sm.scope.name == "ratekeeper"
             for metric in sm.metrics:
                 for p in metric.data.data_points:
-                    yield metric.name, dict(p.attributes or {}), p.value
+                    if isinstance(p, HistogramDataPoint):
+                        # A histogram's value here: its count (checked against its buckets).
+                        assert sum(p.bucket_counts) == p.count and p.sum > 0
+                        yield metric.name, dict(p.attributes or {}), p.count
+                    else:
+                        yield metric.name, dict(p.attributes or {}), p.value
 
 
 def counted(reader: InMemoryMetricReader) -> dict[tuple[str, str, str], float]:
@@ -84,10 +117,9 @@ def counted(reader: InMemoryMetricReader) -> dict[tuple[str, str, str], float]:
     for name, attributes, value in points(reader):
         assert KEY not in attributes.values(), f"the key is an attribute of {name}: {attributes}"
         assert not any(KEY in str(v) for v in attributes.values())
-        third = [v for k, v in attributes.items() if k not in ("ratekeeper.limiter", "ratekeeper.kind")]
-        if name in ("ratekeeper.decisions", "ratekeeper.holds", "ratekeeper.settle.units", "ratekeeper.leases.granted"):
-            if value or name != "ratekeeper.decisions":
-                out[(name, str(attributes["ratekeeper.limiter"]), str(third[0]))] = value
+        third = [v for k, v in attributes.items() if k not in ("ratekeeper.limiter", "ratekeeper.kind")] or [""]
+        if value or name != "ratekeeper.decisions":
+            out[(name, str(attributes["ratekeeper.limiter"]), str(third[0]))] = value
     return out
 
 
@@ -97,13 +129,16 @@ def check_sequence(backend: ratekeeper.Backend) -> None:
     limiters = script(backend)
     assert counted(reader) == EXPECTED
     kinds = {a["ratekeeper.limiter"]: a["ratekeeper.kind"] for n, a, _ in points(reader) if n == "ratekeeper.decisions"}
-    assert kinds == {"api": "token_bucket", "dry": "token_bucket", "blocky": "token_bucket", "pool": "concurrent"}
+    assert kinds == {"api": "token_bucket", "dry": "token_bucket", "blocky": "token_bucket", "quiet": "token_bucket",
+                     "pool": "concurrent"}
     # Every outcome is reported for every limiter, so a rate of refusals has a zero to start from.
     outcomes = {a["ratekeeper.outcome"] for n, a, _ in points(reader) if n == "ratekeeper.decisions"}
     assert outcomes == {o for o, _ in otel.OUTCOMES}
-    # Cumulative: the next collection adds the next decision.
+    # Cumulative: the next collection adds the next decision, and records its duration once.
     limiters[0].check(KEY)
-    assert counted(reader)[("ratekeeper.decisions", "api", "admitted")] == 4, "the settle gave 2 back"
+    got = counted(reader)
+    assert got[("ratekeeper.decisions", "api", "admitted")] == 4, "the settle gave 2 back"
+    assert got[("ratekeeper.check.duration", "api", "admitted")] == 4
 
 
 def test_scripted_decisions_are_counted_exactly_on_memory() -> None:
@@ -139,7 +174,28 @@ def test_close_stops_reporting() -> None:
     api.check(KEY)
     assert counted(reader)[("ratekeeper.decisions", "api", "admitted")] == 1
     instrumentation.close()
-    assert reader.get_metrics_data() is None, "nothing reported after close"
+    api.check(KEY)
+    # The SDK keeps exporting a synchronous histogram's cumulative series; nothing new is added.
+    assert counted(reader) == {("ratekeeper.check.duration", "api", "admitted"): 1}, "nothing new after close"
+
+
+def test_durations_beyond_a_collections_share_are_recorded_at_the_next_ones_exactly() -> None:
+    """A collection records at most a share of its interval's time (past 100 values): more
+    checks than that are recorded by the following collections, each once."""
+    reader = InMemoryMetricReader()
+    backend = ratekeeper.Backend.memory()
+    otel.instrument(backend, meter_provider=MeterProvider(metric_readers=[reader]))
+    api = backend.token_bucket("api", 1_000_000, 10**9)
+    for _ in range(5_000):
+        api.check(KEY)
+    seen = []
+    while not seen or seen[-1] < 5_000:
+        got = counted(reader)
+        assert got[("ratekeeper.decisions", "api", "admitted")] == 5_000
+        seen.append(got[("ratekeeper.check.duration", "api", "admitted")])
+        assert seen[-1] <= 5_000, "never counted twice"
+        assert len(seen) <= 5_000, f"no progress: {seen[-5:]}"
+    assert seen == sorted(seen)
 
 
 @pytest.mark.parametrize("allowed", [True, False])
@@ -184,9 +240,12 @@ def test_the_documented_setup() -> None:
         api.check("user-42")
     # ratekeeper.decisions{ratekeeper.limiter="api", ratekeeper.kind="token_bucket",
     #                      ratekeeper.outcome="admitted"} = 2, ...{outcome="refused"} = 1
+    # ratekeeper.check.duration{...same attributes}: a histogram of 2 and of 1 checks (seconds)
     # --8<-- [end:setup]
     assert counted(reader) == {("ratekeeper.decisions", "api", "admitted"): 2,
-                               ("ratekeeper.decisions", "api", "refused"): 1}
+                               ("ratekeeper.decisions", "api", "refused"): 1,
+                               ("ratekeeper.check.duration", "api", "admitted"): 2,
+                               ("ratekeeper.check.duration", "api", "refused"): 1}
 
 
 def test_bad_arguments_are_typed_errors_naming_the_parameter() -> None:

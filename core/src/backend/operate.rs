@@ -253,6 +253,46 @@ impl Backend {
         }
     }
 
+    /// Starts timing this backend's calls for [`Backend::durations`] (an OpenTelemetry
+    /// instrumentation's histograms): until the matching [`Backend::stop_observing`], every
+    /// check and wait of its limiters is timed (a memory check then takes the general path, not
+    /// the fast one). Counted: two observers need two stops.
+    pub fn start_observing(&self) {
+        self.live().observe.turn(true, super::wall_clock::reads_tsc);
+    }
+
+    /// Ends one [`Backend::start_observing`]; the durations counted so far stay readable.
+    pub fn stop_observing(&self) {
+        self.live().observe.turn(false, super::wall_clock::reads_tsc);
+    }
+
+    /// The durations of this process's observed calls per limiter (name, kind) and per call and
+    /// outcome, cumulative (see [`Backend::start_observing`]); series with no call are left out.
+    /// Several objects of one limiter add up. Never the key.
+    pub fn durations(&self) -> Vec<(String, Kind, Vec<crate::observe::DurationSeries>)> {
+        let mut out = Vec::new();
+        for entry in self.live().members() {
+            let name = entry.state.name().to_owned();
+            for (kind, _, _, objects) in entry.per_kind {
+                let mut series = Vec::new();
+                for object in &objects {
+                    object.timings.add_to(&mut series);
+                }
+                if !series.is_empty() {
+                    out.push((name.clone(), kind, series));
+                }
+            }
+        }
+        out
+    }
+
+    fn live(&self) -> &crate::live::Live {
+        match &*self.inner {
+            BackendInner::Redis(redis) => &redis.live,
+            BackendInner::Memory(memory) => &memory.live,
+        }
+    }
+
     /// Blocking form of [`Backend::metrics`].
     pub fn metrics_blocking(&self, fleet: bool) -> Result<Vec<(String, Kind, Metrics)>> {
         block_on(self.metrics(fleet))

@@ -114,7 +114,7 @@ impl CounterClock {
 /// Whether `clock` reads the time-stamp counter: each of several of its readings falls between
 /// two readings of the counter taken around it. (Where quanta reads the operating system's
 /// monotonic clock instead, its nanoseconds since boot are nowhere near the counter's ticks.)
-fn reads_tsc(clock: &quanta::Clock) -> bool {
+pub(crate) fn reads_tsc(clock: &quanta::Clock) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         (0..3).all(|_| {

@@ -9,7 +9,6 @@ use super::{Limiter, Target};
 use crate::engine::hold::HoldMode as BlockMode;
 use crate::engine::{LimiterConfig, Op, Outcome, Served};
 use crate::error::Result;
-use crate::metrics::Counter;
 use crate::params::{validate_duration, validate_key};
 use crate::runtime::block_on;
 
@@ -46,24 +45,11 @@ impl Policy for BlockFor {
         self.block_to_start(call.op, result)
     }
 
-    /// Counts a check a block refused; a refusal that started a block says to come back when
-    /// it ends.
+    /// A refusal that started a block says to come back when it ends.
     #[inline]
-    fn after(
-        &self,
-        limiter: &Limiter,
-        _: &str,
-        call: &Call,
-        _: (),
-        held: Option<Duration>,
-        result: &mut Result<Outcome>,
-    ) {
+    fn after(&self, _: &Limiter, _: &str, call: &Call, _: (), held: Option<Duration>, result: &mut Result<Outcome>) {
         let started = held.filter(|_| self.block_to_start(call.op, result).is_some());
-        let (Op::Check { .. }, Ok(outcome)) = (call.op, result) else { return };
-        if outcome.blocked {
-            limiter.inner.metrics.add(Counter::Blocked, 1);
-        }
-        if let Some(in_effect) = started {
+        if let (Some(in_effect), Ok(outcome)) = (started, result) {
             blocked_refusal(outcome, in_effect);
         }
     }

@@ -23,6 +23,7 @@ use crate::decision::Decision;
 use crate::engine::{Algorithm, Op, Outcome, Wake};
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
+use crate::observe::Call;
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 
@@ -294,8 +295,9 @@ impl Backend {
                         _ => None,
                     })
                     .collect();
+                let started = parts.first().and_then(|p| p.limiter.inner.observe.start());
                 let result = if local.is_empty() { Ok((true, Vec::new())) } else { memory.execute_all(&local) };
-                finish(parts, result, None)
+                finish(parts, result, started)
             }
             BackendInner::Redis(redis) => {
                 let context = RedisContext::of(parts);
@@ -418,6 +420,7 @@ fn finish(
             if reached_backend(&e) {
                 for part in parts {
                     part.limiter.inner.metrics.add(Counter::Errors, 1);
+                    part.limiter.time(Call::Check, Counter::Errors, started);
                 }
             }
             return Err(e);
@@ -439,10 +442,12 @@ fn finish(
         }
         // Counted as the combination went: a part that alone would pass consumed nothing.
         let m = &part.limiter.inner.metrics;
-        m.add(counter_of(outcome.served, admitted, false), 1);
-        if let Some(started) = started {
+        let counter = counter_of(outcome.served, admitted, false);
+        m.add(counter, 1);
+        if let (Some(started), Target::Redis { .. }) = (started, &part.limiter.inner.target) {
             m.observe_latency(started.elapsed());
         }
+        part.limiter.time(Call::Check, counter, started);
         let mut outcome = outcome;
         if !admitted && wake.is_none() && !outcome.decision.allowed {
             wake = outcome.wake.take();

@@ -43,6 +43,7 @@ impl Policy for DenyCache {
                 let m = &limiter.inner.metrics;
                 m.add(Counter::Refused, 1);
                 m.add(Counter::RefusedLocally, 1);
+                limiter.time(crate::observe::Call::Check, Counter::RefusedLocally, call.started);
                 return Err(Outcome::of(decision));
             }
         }

@@ -30,9 +30,28 @@ impl Limiter {
     }
 
     /// The fast path's decision of a check of `cost` on `key` (both validated), or `None` when
-    /// the check must take the general path.
+    /// the check must take the general path. Unobserved, timing costs this one branch.
     #[inline(always)]
     pub(crate) fn fast_check(&self, key: &str, cost: u64) -> Option<Decision> {
+        if self.inner.observe.on() {
+            return self.fast_check_timed(key, cost);
+        }
+        self.fast_check_untimed(key, cost)
+    }
+
+    /// [`Limiter::fast_check`] timed for an instrumentation (see `observe.rs`): out of line, so
+    /// the unobserved path stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn fast_check_timed(&self, key: &str, cost: u64) -> Option<Decision> {
+        let started = crate::observe::ticks();
+        let decision = self.fast_check_untimed(key, cost)?;
+        self.inner.metrics.timings.add_fast(decision.allowed, crate::observe::nanos_since(started));
+        Some(decision)
+    }
+
+    #[inline(always)]
+    fn fast_check_untimed(&self, key: &str, cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
         let (Target::Memory { backend, namespace }, Algorithm::Gcra(gcra)) = (&inner.target, &inner.algorithm) else {
             return None;

@@ -35,7 +35,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::Instant;
 
 use crate::backend::redis::leased_blocks::BlockWatcher;
 use crate::backend::RedisBackend;
@@ -45,6 +44,7 @@ use crate::engine::leased::Leased;
 use crate::engine::{decision, Algorithm, Colocate, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;
+use crate::observe::Call as Timed;
 use crate::params::micros;
 use crate::runtime::forked_since;
 
@@ -386,7 +386,8 @@ impl Limiter {
             return Ok(Outcome::of(Decision::unlimited()));
         };
         // A live override's parameters apply from this lease on.
-        let algorithm = call.over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
+        call.went_to_redis();
+        let algorithm = call.algorithm(self);
         let failover = Self::failover_for(failover, call.over.as_deref());
         let (chunk, lease_us) = match algorithm {
             Algorithm::Leased(l) => (l.chunk, l.lease_us),
@@ -406,7 +407,6 @@ impl Limiter {
         let op =
             Op::Take { cost, want: lease.want.max(cost), lease_id, back_id: if back > 0 { lease.id } else { 0 }, back };
         lease.id = 0;
-        call.started = Some(Instant::now());
         let outcome = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await?;
         let d = &outcome.decision;
         if outcome.served != Served::Backend {
@@ -443,9 +443,11 @@ impl Limiter {
     /// a caller that may wait goes on to `acquire`).
     #[inline]
     pub(crate) fn leased_spend(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Decision> {
+        let started = self.inner.observe.start();
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
         let outcome = pool.local(&slot, cost, pool.local.now_micros()).filter(|o| o.decision.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
+        self.time(Timed::Check, Counter::Allowed, started);
         Some(self.ticketed_at(outcome.decision, Served::Backend, key, cost, outcome.charged_at))
     }
 
@@ -458,7 +460,8 @@ impl Limiter {
     pub(crate) fn fast_leased(&self, key: &str, cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
         let pool = inner.pool.as_deref()?;
-        if !self.nothing_unusual() {
+        // An observed check is timed on the general path (`observe.rs`).
+        if !self.nothing_unusual() || inner.observe.on() {
             return None;
         }
         pool.after_fork();

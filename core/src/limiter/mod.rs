@@ -13,6 +13,7 @@ use crate::engine::{Algorithm, Colocate, Kind, LimiterConfig, LimiterSpec, Op, O
 use crate::error::Result;
 use crate::live::{Compiled, NameState};
 use crate::metrics::{Counter, LimiterMetrics};
+use crate::observe::Switch;
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 use partitions::{partition_source, PartitionSet};
@@ -72,6 +73,8 @@ struct Inner {
     /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
     /// be settled); see `settle.rs`.
     settle_identity: u64,
+    /// Whether the backend's calls are timed (see `observe.rs`).
+    observe: Arc<Switch>,
 }
 
 /// Where a limiter's state lives: a typed handle on its backend.
@@ -117,6 +120,7 @@ impl Limiter {
                 pool: None,
                 colocate: Colocate::Identity,
                 settle_identity: 0,
+                observe: Arc::default(),
             }),
         }
     }
@@ -166,6 +170,10 @@ impl Limiter {
             _ => None,
         };
         let settle_identity = settle::identity(&algorithm, &target, spec.kind(), name);
+        let observe = match &*backend.inner {
+            BackendInner::Memory(memory) => memory.live.observe.clone(),
+            BackendInner::Redis(redis) => redis.live.observe.clone(),
+        };
         Ok(Limiter {
             inner: Arc::new(Inner {
                 settle_identity,
@@ -181,6 +189,7 @@ impl Limiter {
                 live,
                 pool,
                 colocate: Colocate::Identity,
+                observe,
             }),
         })
     }

@@ -32,6 +32,7 @@ use crate::engine::{Algorithm, Op, Outcome, Served};
 use crate::error::{Error, Result};
 use crate::live::Compiled;
 use crate::metrics::Counter;
+use crate::observe::Call as Timed;
 
 /// One policy over a limiter's calls: its setting on a limiter is the value of the type, its
 /// hooks run in the pipeline's order (see the module documentation). Every hook but `before`
@@ -161,11 +162,22 @@ pub(crate) struct Call {
     /// Whether the call's refusals are enforced: not when the spec it decides with is in shadow
     /// mode, where a refusal is only reported (see `shadow.rs`).
     pub(crate) enforced: bool,
-    /// When the engine call went to Redis (its latency is counted), if it did.
+    /// When the call began, when it is timed: while its backend is observed (see `observe.rs`),
+    /// and always once it goes to Redis.
     pub(crate) started: Option<Instant>,
+    /// Whether the engine call went to Redis (its latency is counted).
+    pub(crate) round_trip: bool,
 }
 
 impl Call {
+    /// Notes that the engine call goes to Redis now: its latency is counted from the call's
+    /// start.
+    #[inline]
+    pub(crate) fn went_to_redis(&mut self) {
+        self.started.get_or_insert_with(Instant::now);
+        self.round_trip = true;
+    }
+
     /// The algorithm the call decides with: its override's, or its limiter's.
     #[inline]
     pub(crate) fn algorithm<'a>(&'a self, limiter: &'a Limiter) -> &'a Algorithm {
@@ -233,8 +245,8 @@ impl OnRuntime {
             }
             (Target::Redis { backend, failover }, ..) => {
                 backend.ensure_live_task();
+                call.went_to_redis();
                 let failover = Limiter::failover_for(failover, call.over.as_deref());
-                call.started = Some(Instant::now());
                 backend.execute(limiter.kind(), &inner.name, key, call.algorithm(limiter), &failover, call.op).await
             }
             (Target::Partitions(set), ..) => set.run(key, call.op).await,
@@ -258,8 +270,8 @@ impl Io for OnThread {
             }
             (Target::Redis { backend, failover }, ..) => {
                 backend.ensure_live_task();
+                call.went_to_redis();
                 let failover = Limiter::failover_for(failover, call.over.as_deref());
-                call.started = Some(Instant::now());
                 backend.execute_blocking(limiter.kind(), &inner.name, key, call.algorithm(limiter), &failover, call.op)
             }
             _ => return InProcess.execute(limiter, key, call),
@@ -359,7 +371,7 @@ impl Limiter {
     pub(crate) fn begin(&self, key: &str, op: Op) -> std::result::Result<(Call, States), Outcome> {
         let over = self.override_for(key);
         let enforced = !self.shadow_under(over.as_deref());
-        let call = Call { op, over, enforced, started: None };
+        let call = Call { op, over, enforced, started: self.inner.observe.start(), round_trip: false };
         let states = self.inner.policies.before(self, key, &call)?;
         Ok((call, states))
     }
@@ -368,7 +380,7 @@ impl Limiter {
     /// to be written for it, if any.
     #[inline(always)]
     pub(crate) fn after_engine(&self, call: &Call, result: &Result<Outcome>) -> Option<Duration> {
-        self.record(call.op, result, call.started, !call.enforced);
+        self.record(call, result);
         self.inner.policies.hold_after(call, result)
     }
 
@@ -386,23 +398,40 @@ impl Limiter {
         self.inner.policies.after(self, key, &call, states, held, result);
     }
 
-    /// Counts a check in the limiter's metrics, with its latency when it went to Redis: the one
-    /// mapping of outcomes to counters. A refusal the backend made while `shadow` counts as
-    /// shadow-refused.
+    /// Counts a check in the limiter's metrics: the one mapping of outcomes to counters (a
+    /// refusal the backend made for a call whose refusals are not enforced counts as
+    /// shadow-refused), a refusal by a hold, the latency of a call that went to Redis, and its
+    /// duration while observed.
     #[inline]
-    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>, shadow: bool) {
-        if !matches!(op, Op::Check { .. }) {
+    pub(crate) fn record(&self, call: &Call, result: &Result<Outcome>) {
+        if !matches!(call.op, Op::Check { .. }) {
             return;
         }
+        let m = &self.inner.metrics;
         let counter = match result {
-            Ok(outcome) => counter_of(outcome.served, outcome.decision.allowed, shadow),
+            Ok(outcome) => counter_of(outcome.served, outcome.decision.allowed, !call.enforced),
             Err(e) if reached_backend(e) => Counter::Errors,
             // Bad input never reached a backend.
             Err(_) => return,
         };
-        self.inner.metrics.add(counter, 1);
+        m.add(counter, 1);
+        if let Ok(outcome) = result {
+            m.add_hold(outcome);
+        }
+        if let (Some(started), true) = (call.started, call.round_trip) {
+            m.observe_latency(started.elapsed());
+        }
+        self.time(Timed::Check, counter, call.started);
+    }
+
+    /// Adds a call's duration to the limiter's timings while its backend is observed (see
+    /// `observe.rs`); `started` is `None` for a call that was not timed.
+    #[inline]
+    pub(crate) fn time(&self, call: Timed, counter: Counter, started: Option<Instant>) {
         if let Some(started) = started {
-            self.inner.metrics.observe_latency(started.elapsed());
+            if self.inner.observe.on() {
+                self.inner.metrics.timings.add(call, counter, started);
+            }
         }
     }
 }

@@ -37,6 +37,9 @@ impl Limiter {
     fn released(&self, lease: &Lease, result: Result<Outcome>) -> Result<()> {
         let Algorithm::Concurrent(_) = &self.inner.algorithm else { return result.map(|_| ()) };
         let m = &self.inner.metrics;
+        // Given back whatever the answer: a lease lost to a reclaim or a reset is not held
+        // either, and one whose release failed expires on its own.
+        m.add(Counter::Released, 1);
         match result {
             Ok(outcome) => {
                 let held = outcome.decision.decided_at_micros.saturating_sub(lease.granted_at_micros);

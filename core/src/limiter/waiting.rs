@@ -10,6 +10,7 @@ use crate::decision::Decision;
 use crate::engine::{Op, Waiter};
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
+use crate::observe::Call;
 use crate::params::{micros, validate_duration};
 use crate::runtime::block_on;
 
@@ -85,6 +86,28 @@ impl Limiter {
     /// until a slot is released); when the wait cannot succeed in time, fails at once with
     /// [`Error::OverLimit`] carrying the exact `retry_after`.
     pub async fn acquire(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
+        let started = self.inner.observe.start();
+        let result = self.acquire_untimed(key, cost, wait_timeout).await;
+        self.observe_wait(&result, started);
+        result
+    }
+
+    /// Adds a waiting call's duration to the limiter's timings (see `observe.rs`): admitted,
+    /// refused (over the limit within the wait) or error (bad input is no call).
+    fn observe_wait(&self, result: &Result<Decision>, started: Option<std::time::Instant>) {
+        let counter = match result {
+            Ok(_) => Counter::Allowed,
+            Err(Error::OverLimit { .. }) => Counter::Refused,
+            Err(Error::BackendUnavailable { .. } | Error::Timeout { .. } | Error::BackendRejected { .. }) => {
+                Counter::Errors
+            }
+            Err(_) => return,
+        };
+        self.time(Call::Wait, counter, started);
+    }
+
+    /// [`Limiter::acquire`] without its timing.
+    async fn acquire_untimed(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
         let wait = match wait_timeout {
             Some(w) if !w.is_zero() => validate_duration("wait_timeout", w)?,
             Some(w) => w,
@@ -135,6 +158,18 @@ impl Limiter {
     /// Blocking form of [`Limiter::acquire`]. Call it from plain threads, not from inside an
     /// async task.
     pub fn acquire_blocking(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
+        let started = self.inner.observe.start();
+        let result = self.acquire_blocking_untimed(key, cost, wait_timeout);
+        self.observe_wait(&result, started);
+        result
+    }
+
+    fn acquire_blocking_untimed(
+        &self,
+        key: Option<&str>,
+        cost: u64,
+        wait_timeout: Option<Duration>,
+    ) -> Result<Decision> {
         if let Target::Redis { .. } | Target::Partitions(_) = self.inner.target {
             // A leased limiter spends from its lease without the runtime when it can.
             if let (Some(pool), Ok((key_ok, Op::Check { cost, .. }))) = (&self.inner.pool, self.check_op(key, cost)) {
@@ -142,7 +177,7 @@ impl Limiter {
                     return Ok(decision);
                 }
             }
-            return block_on(self.acquire(key, cost, wait_timeout));
+            return block_on(self.acquire_untimed(key, cost, wait_timeout));
         }
         // In-process fast path: a call that need not wait involves no runtime.
         let (key_ok, op) = self.check_op(key, cost)?;
@@ -151,7 +186,7 @@ impl Limiter {
             return Ok(self.ticketed_granted(outcome, None, key_ok, cost));
         }
         self.inner.metrics.add(Counter::Reclaimed, outcome.reclaimed);
-        block_on(self.acquire(key, cost, wait_timeout))
+        block_on(self.acquire_untimed(key, cost, wait_timeout))
     }
 
     /// Acquires (waiting up to the wait timeout), runs `block`, then releases any lease.

@@ -87,6 +87,18 @@ class Backend:
         nothing (fencing token 0) and `fallback` an in-process limiter (a limit per process, its
         fencing tokens increasing within the process only).
         """
+    @staticmethod
+    def duration_bounds() -> list[float]:
+        """
+        Upper bounds (seconds) of the buckets of `durations()`.
+        """
+    def durations(self, /) -> list[tuple[str, str, str, str, list[int], list[int]]]:
+        """
+        The durations of this process's observed calls, cumulative, as `(name, kind, call,
+        outcome, counts, sums_ns)`: `call` is `"check"` or `"wait"`, `counts` the calls per
+        bucket of `duration_bounds()` (then the unbounded bucket), `sums_ns` their total
+        durations in nanoseconds per bucket. Never the key.
+        """
     def flush(self, /) -> None:
         """
         Sends this process's pending metric counts and registrations to Redis now (they are
@@ -217,9 +229,18 @@ class Backend:
         Several `(duration, limit[, precision])` limits over sub-buckets of `precision` seconds
         (none: a plain fixed window), checked atomically; only admitted calls count.
         """
+    def start_observing(self, /) -> None:
+        """
+        Starts timing this backend's calls for `durations()` (what `ratekeeper.otel` records
+        into its duration histograms). Counted: each call needs its `stop_observing()`.
+        """
     def stats(self, /) -> BackendStats:
         """
         What the failure policy has done so far (all zero for memory backends).
+        """
+    def stop_observing(self, /) -> None:
+        """
+        Ends one `start_observing()`; the durations counted so far stay readable.
         """
     def token_bucket(self, /, name: str, rate: float, capacity: int) -> Limiter:
         """
@@ -728,9 +749,21 @@ class Metrics:
         Their total client-side latency.
         """
     @property
+    def leases_held(self, /) -> int:
+        """
+        Concurrent limiters: leases this process was granted and has not released (`held -
+        released`).
+        """
+    @property
     def overages(self, /) -> int:
         """
         Leases released after their lock_timeout (holders that ran too long).
+        """
+    @property
+    def paused(self, /) -> int:
+        """
+        Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
+        counted in `refused`.
         """
     @property
     def pauses_clamped(self, /) -> int:
@@ -753,6 +786,11 @@ class Metrics:
         """
         Checks a Redis limiter refused from its deny cache, with no round trip; also counted
         in `refused`.
+        """
+    @property
+    def released(self, /) -> int:
+        """
+        Concurrent limiters: leases given back by a release (including one already reclaimed).
         """
     @property
     def settle_charged(self, /) -> int:

@@ -2,8 +2,13 @@
 
 ``instrument(backend)`` registers asynchronous (observable) instruments on a meter taken from
 the application's meter provider (the global one unless given). At each collection they read
-``backend.metrics()`` once (the counts the core keeps anyway, this process's) and report them;
-a check costs nothing more when instrumented. The names, their attributes and
+``backend.metrics()`` once (the counts the core keeps anyway, this process's) and report them.
+The duration histograms (``ratekeeper.check.duration``, ``ratekeeper.wait.duration``) are
+synchronous: the OpenTelemetry API has no asynchronous histogram, and one ``record`` costs the
+SDK more than a memory check, so the core times each call of an instrumented backend
+(``backend.start_observing()``) and the same collection records the calls timed since the last
+one (``backend.durations()``), each at its bucket's mean: counts and sums are exact. The names,
+their attributes and
 their mapping to ASP.NET Core's and Envoy's are on the docs' Observability page. The limited key
 is never an attribute (one series per user would be unbounded cardinality): only the limiter's
 name, its kind and the outcome are.
@@ -15,7 +20,9 @@ the HTTP middleware does for each limiter it asks. Needs the optional extra ``ra
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -53,8 +60,9 @@ _COUNTERS: tuple[tuple[str, str, str, _Counts], ...] = (
     (
         "ratekeeper.holds",
         "{decision}",
-        "Checks refused by a hold (a block: block_for after a refusal, or block by hand); also in ratekeeper.decisions.",
-        lambda m: [({"ratekeeper.hold": "block"}, m.blocked)],
+        "Checks refused by a hold (a pause, or a block: block_for after a refusal, or block by hand); also in "
+        "ratekeeper.decisions.",
+        lambda m: [({"ratekeeper.hold": "pause"}, m.paused), ({"ratekeeper.hold": "block"}, m.blocked)],
     ),
     (
         "ratekeeper.settle.units",
@@ -73,6 +81,21 @@ _COUNTERS: tuple[tuple[str, str, str, _Counts], ...] = (
     ),
 )
 
+# The duration histograms: the call they time (`backend.durations()`), name, description.
+_HISTOGRAMS: tuple[tuple[str, str, str], ...] = (
+    ("check", "ratekeeper.check.duration", "Duration of checks, by outcome."),
+    ("wait", "ratekeeper.wait.duration",
+     "Duration of calls that may wait (acquire, within_limit) until admitted, refused or failed."),
+)
+
+# One series of `backend.durations()`: (name, kind, call, outcome) -> (counts, sums_ns) per bucket
+# (lists: what a registration has recorded advances in place).
+_Durations = dict[tuple[str, str, str, str], tuple[list[int], list[int]]]
+
+
+def _durations(backend: Backend) -> _Durations:
+    return {(n, k, c, o): (counts, sums) for n, k, c, o, counts, sums in backend.durations()}
+
 
 class Instrumentation:
     """What :func:`instrument` registered for one backend; :meth:`close` stops its reports."""
@@ -82,9 +105,13 @@ class Instrumentation:
         self._backend = backend
 
     def close(self) -> None:
-        """Stops reporting this backend (the OpenTelemetry API cannot take an instrument back:
-        once no backend is left, the instruments report nothing)."""
+        """Stops reporting this backend and timing its calls (the OpenTelemetry API cannot take
+        an instrument back: once no backend is left, the instruments report nothing)."""
+        before = len(self._registration.backends)
         self._registration.backends = [b for b in self._registration.backends if b is not self._backend]
+        if len(self._registration.backends) < before:
+            self._registration.seen.pop(id(self._backend), None)
+            self._backend.stop_observing()
 
 
 class _Registration:
@@ -94,10 +121,71 @@ class _Registration:
 
     def __init__(self, meter: metrics.Meter) -> None:
         self.backends: list[Backend] = []
+        #: Per backend (by id), the durations its histograms hold so far.
+        self.seen: dict[int, _Durations] = {}
+        self._last_recorded = time.monotonic()
         self._rows: list[tuple[str, str, Metrics]] = []
+        bounds = Backend.duration_bounds()
+        self._histograms = {
+            call: meter.create_histogram(name, unit="s", description=description,
+                                         explicit_bucket_boundaries_advisory=bounds)
+            for call, name, description in _HISTOGRAMS
+        }
         for index, (name, unit, description, counts) in enumerate(_COUNTERS):
             meter.create_observable_counter(name, [self._callback(counts, index == 0)], unit=unit,
                                             description=description)
+        meter.create_observable_up_down_counter(
+            "ratekeeper.leases.held", [self._held], unit="{lease}",
+            description="Leases of concurrent limiters this process holds (granted, not yet released).")
+
+    def add(self, backend: Backend) -> None:
+        """Reports `backend` from now on; calls timed before are not this registration's."""
+        backend.start_observing()
+        self.seen[id(backend)] = {series: (list(c), list(s)) for series, (c, s) in _durations(backend).items()}
+        self.backends.append(backend)
+
+    def _record_durations(self) -> None:
+        """Records the calls each backend timed since the last collection into the histograms:
+        per bucket, its new calls at their mean (the mean of durations in a bucket lies in it).
+
+        Past its first `_FREE_RECORDS` values, recording takes at most `RECORD_SHARE` of the time
+        since the last collection: the SDK's `record` costs more than a memory check, so a process
+        checking faster than the SDK records would otherwise spend its time (and the SDK's
+        callback timeout) here. What is left is recorded at the next collections, so counts and
+        sums stay exact, late."""
+        now = time.monotonic()
+        until = now + min(RECORD_SHARE * (now - self._last_recorded), _MAX_RECORD_SECONDS)
+        self._last_recorded = now
+        free = _FREE_RECORDS
+        for backend in self.backends:
+            seen = self.seen.setdefault(id(backend), {})
+            for series, (counts, sums) in _durations(backend).items():
+                before_counts, before_sums = seen.setdefault(series, ([0] * len(counts), [0] * len(sums)))
+                name, kind, call, outcome = series
+                attributes: dict[str, Any] = {"ratekeeper.limiter": name, "ratekeeper.kind": kind,
+                                              "ratekeeper.outcome": outcome}
+                record = self._histograms[call].record
+                for i, (count, total) in enumerate(zip(counts, sums)):
+                    new = count - before_counts[i]
+                    if new <= 0:
+                        # A dropped limiter object takes its timings along: never below zero.
+                        before_counts[i], before_sums[i] = count, total
+                        continue
+                    value = (total - before_sums[i]) / new / 1e9
+                    done = 0
+                    while done < new and (free > 0 or time.monotonic() < until):
+                        chunk = min(new - done, 256)
+                        for _ in range(chunk):
+                            record(value, attributes)
+                        done += chunk
+                        free -= chunk
+                    before_counts[i] += done
+                    before_sums[i] = total if done == new else before_sums[i] + round(value * 1e9 * done)
+
+    def _held(self, _options: CallbackOptions) -> Iterable[Observation]:
+        # Every concurrent limiter, none held included: a count that falls to zero shows it.
+        return _observe([row for row in self._rows if row[1] == "concurrent"],
+                        lambda m: [({}, m.leases_held)], keep_zero=True)
 
     def _callback(self, counts: _Counts, first: bool) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
@@ -107,19 +195,21 @@ class _Registration:
             # instrument.
             if first:
                 self._rows = [row for backend in self.backends for row in backend.metrics()]
+                # Before the SDK reads the synchronous instruments of this collection.
+                self._record_durations()
             return _observe(self._rows, counts)
 
         return observe
 
 
-def _observe(rows: list[tuple[str, str, Metrics]], counts: _Counts) -> list[Observation]:
+def _observe(rows: list[tuple[str, str, Metrics]], counts: _Counts, keep_zero: bool = False) -> list[Observation]:
     totals: dict[tuple[tuple[str, str], ...], int | float] = {}
     for name, kind, m in rows:
         values = list(counts(m))
         # A limiter with no count of this instrument is not a series of it (settles of a
         # limiter never settled, leases of a kind without leases); a cumulative count, once
         # non-zero, stays so, so a series never disappears.
-        if not any(value for _, value in values):
+        if not any(value for _, value in values) and not keep_zero:
             continue
         for extra, value in values:
             attributes = (("ratekeeper.limiter", name), ("ratekeeper.kind", kind), *extra.items())
@@ -129,6 +219,13 @@ def _observe(rows: list[tuple[str, str, Metrics]], counts: _Counts) -> list[Obse
 
 
 _registrations: dict[int, tuple[MeterProvider, _Registration]] = {}
+
+#: The share of the time between two collections that recording durations may take.
+RECORD_SHARE = 0.05
+# A collection records this many values whatever the time, and never for longer than this (the
+# SDK's callbacks time out).
+_FREE_RECORDS = 100
+_MAX_RECORD_SECONDS = 1.0
 
 
 def instrument(
@@ -155,7 +252,7 @@ def instrument(
         known = (provider, _Registration(provider.get_meter("ratekeeper", __version__)))
         _registrations[id(provider)] = known
     registration = known[1]
-    registration.backends.append(backend)
+    registration.add(backend)
     return Instrumentation(registration, backend)
 
 
