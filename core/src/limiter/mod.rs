@@ -208,7 +208,7 @@ impl Limiter {
     /// hour): a longer one is shortened to it and counted in [`crate::Metrics::pauses_clamped`].
     /// A third party's `Retry-After` of decades is then an hour, and [`Limiter::resume`] ends
     /// it sooner. A `max_pause` under one microsecond or over 100 years is
-    /// [`Error::InvalidArgument`] naming `max_pause`.
+    /// [`crate::Error::InvalidArgument`] naming `max_pause`.
     pub fn with_max_pause(&self, max_pause: Duration) -> Result<Limiter> {
         let max_pause = validate_duration("max_pause", max_pause)?;
         Ok(self.with(|inner| inner.max_pause = max_pause))
