@@ -83,6 +83,8 @@ pub struct OverrideView {
     pub key: Option<String>,
     /// Its spec.
     pub spec: Value,
+    /// Its spec in words (what the Limits page shows).
+    pub spec_words: String,
 }
 
 /// One registered limiter, as `limits --json` and `/api/limiters` show it.
@@ -94,6 +96,8 @@ pub struct LimiterView {
     pub kind: String,
     /// The spec it was built with (the last process to register it wins).
     pub spec: Value,
+    /// The spec in words (what `limits` and the Limits page show).
+    pub spec_words: String,
     /// Live overrides.
     pub overrides: Vec<OverrideView>,
     /// Who used it: language and version, library version, host.
@@ -199,6 +203,8 @@ pub struct InspectView {
     pub key: Option<String>,
     /// The spec that decides for this key: its override, the limiter's override, or its spec.
     pub effective_spec: Value,
+    /// That spec in words.
+    pub effective_spec_words: String,
     /// A peek (consumes nothing): would a call of cost 1 be allowed now?
     pub allowed_now: bool,
     /// The limit that binds.
@@ -229,10 +235,15 @@ fn view(info: &LimiterInfo, counts: Option<&(u64, u64, u64)>) -> LimiterView {
         name: info.name.clone(),
         kind: info.kind.clone(),
         spec: json(&info.spec),
+        spec_words: crate::words::spec_words(&info.spec),
         overrides: info
             .overrides
             .iter()
-            .map(|(key, spec)| OverrideView { key: key.clone(), spec: json(spec) })
+            .map(|(key, spec)| OverrideView {
+                key: key.clone(),
+                spec: json(spec),
+                spec_words: crate::words::spec_words(spec),
+            })
             .collect(),
         users: info.users.clone(),
         processes: info.processes,
@@ -363,6 +374,7 @@ pub async fn inspect(backend: &Backend, name: &str, key: Option<&str>) -> Result
     let usage = usage(backend, &limiter, Some(key.unwrap_or("")), BUSIEST_SHOWN).await?;
     Ok(InspectView {
         effective_spec: json(effective),
+        effective_spec_words: crate::words::spec_words(effective),
         limiter: LimiterView { shadow_refused, ..view(&info, counts.as_ref()) },
         key: key.map(str::to_owned),
         allowed_now: decision.allowed,
@@ -425,11 +437,6 @@ pub fn compact(spec: &Value) -> String {
     }
 }
 
-/// A spec as the Limits page words it ("5 per second, bursts of 10"), safe to print.
-fn in_words(spec: &Value) -> String {
-    printable(&crate::words::spec_words(&compact(spec)))
-}
-
 /// The `limits` table: one row per limiter, columns padded to their widest cell; each spec in
 /// words (`limits --json` keeps the JSON).
 pub fn table(views: &[LimiterView], now: SystemTime) -> String {
@@ -441,14 +448,16 @@ pub fn table(views: &[LimiterView], now: SystemTime) -> String {
         } else {
             v.overrides
                 .iter()
-                .map(|o| format!("{}={}", o.key.as_deref().map_or_else(|| "*".into(), printable), in_words(&o.spec)))
+                .map(|o| {
+                    format!("{}={}", o.key.as_deref().map_or_else(|| "*".into(), printable), printable(&o.spec_words))
+                })
                 .collect::<Vec<_>>()
                 .join(" ")
         };
         rows.push(vec![
             v.name.clone(),
             v.kind.clone(),
-            in_words(&v.spec),
+            printable(&v.spec_words),
             overrides,
             v.processes.to_string(),
             if v.waiting { WAITING.to_owned() } else { ago(v.last_seen, now) },

@@ -475,6 +475,7 @@ mod tests {
             name: name.into(),
             kind: "window".into(),
             spec: Value::Null,
+            spec_words: String::new(),
             overrides: vec![],
             users: vec![],
             processes: 1,

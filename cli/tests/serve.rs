@@ -131,6 +131,8 @@ fn reads_the_registry_metrics_and_the_page() {
         (api["name"].as_str(), api["kind"].as_str(), api["allowed"].as_u64()),
         (Some("api"), Some("window"), Some(1))
     );
+    // Each spec comes with its words: the page knows no kind.
+    assert_eq!(api["spec_words"], "5 per minute", "{api}");
 
     make_limiter(&redis.url());
     // One answer is served to every reader for a second (see `one_registry_walk_serves_every_reader`).
@@ -142,6 +144,10 @@ fn reads_the_registry_metrics_and_the_page() {
     assert_eq!(
         (detail["limit"].as_u64(), detail["remaining"].as_u64(), detail["key"].as_str()),
         (Some(5), Some(3), Some("k"))
+    );
+    assert_eq!(
+        (detail["spec_words"].as_str(), detail["effective_spec_words"].as_str()),
+        (Some("5 per minute"), Some("5 per minute"))
     );
     let (status, _, body) = server.request("GET", "/api/limiters/nope", &[], None);
     assert_eq!(status, 404, "{body}");

@@ -2,30 +2,26 @@
 //! documentation site (`scripts/test-docs` runs it):
 //! `cargo run -p ratekeeper --example spec_schema`.
 //!
-//! Each kind starts from one valid spec with every field set ([`SAMPLES`]). What the schema says
+//! Each kind starts from one valid spec with every field set (its samples in the table of kinds,
+//! [`Kind::samples`]). What the schema says
 //! about a field is what [`LimiterConfig::from_json`] does with it: the field is *required* when
 //! the parser refuses the spec without it (the refusal is quoted), its *default* is what the
 //! canonical form ([`LimiterConfig::to_json`]) fills in without it, it is an *integer* when the
 //! parser refuses 1.5 for it, and a string's allowed values are the candidates the parser accepts.
-//! Only the samples are written by hand, and a sample the parser refuses fails the run.
-use ratekeeper::{LimiterConfig, DEFAULT_WAIT_TIMEOUT};
+//! Only the samples are written by hand (beside each kind's fields), and a sample the parser
+//! refuses fails the run.
+use ratekeeper::{Kind, LimiterConfig, DEFAULT_WAIT_TIMEOUT};
 use serde_json::{json, Map, Value};
 
-/// One valid spec per kind, every field set (`wait_timeout` and `colocate` are accepted by every kind).
-const SAMPLES: &[&str] = &[
-    r#"{"kind":"token_bucket","rate":10,"capacity":20,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"window","limit":100,"interval":60,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"windows","windows":[[25,5],[300,60]],"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"sliding_window","limits":[[60,100],[1,10,0.1]],"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"bucket","limit":5,"interval":1,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"leaky","size":4,"drain":2,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"points","capacity":1000,"refill":60,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"concurrent","limit":10,"lock_timeout":30,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"leased","rate":100,"capacity":100,"chunk":10,"lease_ttl":1,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"partitions","total_rate":100,"partitions":20,"lease_ttl":15,"reserved":0,"priority":false,"wait_timeout":5,"colocate":"tenant"}"#,
-    r#"{"kind":"unlimited","wait_timeout":5,"colocate":"tenant"}"#,
-];
+/// The options every kind accepts, added to each kind's samples.
+const OPTIONS: &str = r#","wait_timeout":5,"colocate":"tenant"}"#;
+
+/// One valid spec per kind name, every field set: each kind's samples from the table of kinds
+/// ([`Kind::samples`]), with the options every kind accepts.
+fn samples() -> Vec<String> {
+    let specs = Kind::all().iter().flat_map(|kind| kind.samples());
+    specs.map(|spec| format!("{}{OPTIONS}", spec.strip_suffix('}').expect("a sample is a JSON object"))).collect()
+}
 
 /// Strings tried for every string field; the schema lists those the parser accepts as an enum
 /// (when it refuses some of them: a field that takes any string, like `tz`, stays open). The
@@ -112,8 +108,8 @@ fn field_schema(sample: &Map<String, Value>, field: &str) -> (Value, Option<Stri
 
 fn main() {
     let mut kinds = Vec::new();
-    for sample in SAMPLES {
-        let sample: Map<String, Value> = serde_json::from_str(sample).expect("a sample is a JSON object");
+    for sample in samples() {
+        let sample: Map<String, Value> = serde_json::from_str(&sample).expect("a sample is a JSON object");
         let config = parse(&sample).unwrap_or_else(|e| panic!("the parser refuses the sample {sample:?}: {e}"));
         let kind = sample["kind"].as_str().expect("a sample names its kind").to_owned();
         let mut properties = Map::new();

@@ -109,8 +109,16 @@ impl Lease {
 }
 
 impl Decision {
+    /// Whether the call consumed its cost: admitted, and not only reported as a refusal in
+    /// shadow mode (see [`Decision::shadow_refused`]).
+    #[inline]
+    pub(crate) fn consumed(&self) -> bool {
+        self.allowed && !self.shadow_refused
+    }
+
     /// A decision from its plain parts: for a binding that holds decisions as plain values (a
     /// JavaScript object) and applies the core's rules to them, such as [`Self::http_headers`].
+    #[inline(always)]
     pub fn from_parts(allowed: bool, limit: u64, remaining: u64, retry_after: Duration, reset_after: Duration) -> Self {
         Decision {
             allowed,

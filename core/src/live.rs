@@ -97,6 +97,14 @@ pub(crate) struct Compiled {
     pub(crate) shadow: bool,
 }
 
+impl Compiled {
+    /// An enforcing override of `spec` with no fallback (for tests of what reads overrides).
+    #[cfg(test)]
+    pub(crate) fn enforcing(spec: LimiterSpec) -> Compiled {
+        Compiled { algorithm: spec.compile().expect("a valid spec"), spec, fallback: None, shadow: false }
+    }
+}
+
 /// One name's overrides.
 #[derive(Debug, Default)]
 struct NameOverrides {

@@ -30,76 +30,146 @@ pub const LATENCY_BOUNDS: [Duration; 13] = [
 /// Buckets of the latency histogram: one per bound, then the unbounded one.
 const BUCKETS: usize = LATENCY_BOUNDS.len() + 1;
 
-/// A snapshot of a limiter's metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Metrics {
+/// Declares the counters, one line each: its field of [`Metrics`] (a count, or a time kept in
+/// microseconds), its [`Counter`] and its field in the Redis hash. Generates [`Metrics`],
+/// [`Counter`], [`FIELDS`] and the conversions between a snapshot and the counters' values; the
+/// latency histogram's buckets follow the counters declared here. A new counter is one line.
+macro_rules! counters {
+    ($($(#[$doc:meta])* $field:ident: $form:ident = $counter:ident $redis:literal;)*) => {
+        /// A snapshot of a limiter's metrics.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct Metrics {
+            $($(#[$doc])* pub $field: counter_form!($form),)*
+            /// Client-side latency of checks that reached Redis: the count in each bucket of
+            /// [`LATENCY_BOUNDS`] (a duration falls in the first bucket whose bound it does not
+            /// exceed), then in the unbounded bucket. Zero for the memory backend, where a check
+            /// takes well under a microsecond and timing it would cost more than the check.
+            pub latency_buckets: [u64; BUCKETS],
+        }
+
+        /// Which counter (its slot among the counters' values).
+        #[derive(Debug, Clone, Copy)]
+        pub(crate) enum Counter {
+            $($counter,)*
+        }
+
+        /// The counters declared, before the latency buckets.
+        const DECLARED: usize = [$($redis,)*].len();
+
+        /// The Redis hash fields of the declared counters, in slot order.
+        const DECLARED_FIELDS: [&str; DECLARED] = [$($redis,)*];
+
+        /// A snapshot from the counters' values (in [`FIELDS`] order).
+        pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
+            Metrics {
+                $($field: counter_read!($form, v[Counter::$counter as usize]),)*
+                latency_buckets: std::array::from_fn(|i| v[FIRST_BUCKET + i]),
+            }
+        }
+
+        /// The counters' values of a snapshot (in [`FIELDS`] order).
+        fn to_values(m: &Metrics) -> [u64; COUNTERS] {
+            let mut v = [0; COUNTERS];
+            $(v[Counter::$counter as usize] = counter_value!($form, m.$field);)*
+            v[FIRST_BUCKET..].copy_from_slice(&m.latency_buckets);
+            v
+        }
+    };
+}
+
+/// The type of a counter's field in [`Metrics`].
+macro_rules! counter_form {
+    (count) => {
+        u64
+    };
+    (micros) => {
+        Duration
+    };
+}
+
+/// A counter's field from its value.
+macro_rules! counter_read {
+    (count, $v:expr) => {
+        $v
+    };
+    (micros, $v:expr) => {
+        Duration::from_micros($v)
+    };
+}
+
+/// A counter's value from its field.
+macro_rules! counter_value {
+    (count, $f:expr) => {
+        $f
+    };
+    (micros, $f:expr) => {
+        $f.as_micros() as u64
+    };
+}
+
+counters! {
     /// Checks the backend allowed (each attempt of a waiting `acquire` counts).
-    pub allowed: u64,
+    allowed: count = Allowed "allowed";
     /// Checks the backend refused (over the limit, shed or paused).
-    pub refused: u64,
+    refused: count = Refused "refused";
     /// Checks that failed: Redis unreachable, late or refusing the call under `fail_closed`.
-    pub errors: u64,
+    errors: count = Errors "errors";
     /// Checks allowed because Redis failed under the `fail_open` policy.
-    pub failed_open: u64,
+    failed_open: count = FailedOpen "failed_open";
     /// Checks the in-memory fallback answered because Redis failed under `fallback`.
-    pub fell_back: u64,
-    /// Client-side latency of checks that reached Redis: the count in each bucket of
-    /// [`LATENCY_BOUNDS`] (a duration falls in the first bucket whose bound it does not exceed),
-    /// then in the unbounded bucket. Zero for the memory backend, where a check takes well under
-    /// a microsecond and timing it would cost more than the check.
-    pub latency_buckets: [u64; BUCKETS],
+    fell_back: count = FellBack "fell_back";
     /// The total of the latencies counted in [`Metrics::latency_buckets`].
-    pub latency_sum: Duration,
+    latency_sum: micros = LatencyMicros "latency_us";
     /// Concurrent limiters: leases granted (blocks run).
-    pub held: u64,
+    held: count = Held "held";
     /// Concurrent limiters: total time leases were held, measured at release.
-    pub held_time: Duration,
+    held_time: micros = HeldMicros "held_us";
     /// Concurrent limiters: leases granted without waiting.
-    pub immediate: u64,
+    immediate: count = Immediate "immediate";
     /// Concurrent limiters: leases granted after waiting.
-    pub waited: u64,
+    waited: count = Waited "waited";
     /// Concurrent limiters: total time spent waiting for the leases granted after waiting.
-    pub wait_time: Duration,
+    wait_time: micros = WaitMicros "wait_us";
     /// Concurrent limiters: leases released after their lock_timeout (including those already
     /// reclaimed): holders that ran too long.
-    pub overages: u64,
+    overages: count = Overages "overages";
     /// Concurrent limiters: overdue leases reclaimed for a new caller; each may have let more
     /// than `limit` run at once.
-    pub reclaimed: u64,
+    reclaimed: count = Reclaimed "reclaimed";
     /// Pauses (`pause`, `observe`) shortened to the limiter's `max_pause`: a third party asked
     /// callers to stay away longer than the operator allows.
-    pub pauses_clamped: u64,
+    pauses_clamped: count = PausesClamped "pauses_clamped";
     /// Checks refused by a block (`block_for` after a refusal, or `block` by hand) rather than
     /// by the limiter's state; also counted in [`Metrics::refused`].
-    pub blocked: u64,
+    blocked: count = Blocked "blocked";
     /// Checks a limiter in shadow mode would have refused and admitted instead (see
     /// [`crate::Limiter::with_shadow`]); they are not in `allowed` nor in `refused`.
-    pub shadow_refused: u64,
+    shadow_refused: count = ShadowRefused "shadow_refused";
     /// Checks a Redis limiter refused from its deny cache, with no round trip (see
     /// [`crate::Limiter::with_deny_cache`]); also counted in [`Metrics::refused`].
-    pub refused_locally: u64,
+    refused_locally: count = RefusedLocally "refused_locally";
     /// Settles applied (see [`crate::Limiter::settle`]); a repeat of one already applied
     /// changes nothing and is not counted.
-    pub settles: u64,
+    settles: count = Settles "settles";
     /// Units the applied settles charged: the sum of `actual − cost` over those that cost more
     /// than checked.
-    pub settle_charged: u64,
+    settle_charged: count = SettleCharged "settle_charged";
     /// Units the applied settles asked to refund: the sum of `cost − actual` over those that
     /// cost less than checked. A kind's rule may give back less (never beyond full, never to a
     /// window that rolled over).
-    pub settle_refunded: u64,
+    settle_refunded: count = SettleRefunded "settle_refunded";
     /// Registrations (about one a minute) that found this limiter's name used with another spec
     /// by a live process on the same Redis: one name, two limits (see
     /// [`crate::RedisConfig::on_conflict`]). Each is also said once on stderr.
-    pub spec_conflicts: u64,
+    spec_conflicts: count = SpecConflicts "spec_conflicts";
     /// Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
     /// counted in [`Metrics::refused`]. With [`Metrics::blocked`], the refusals by a hold.
-    pub paused: u64,
+    paused: count = Paused "paused";
     /// Concurrent limiters: leases given back by a release (one that found its lease already
     /// reclaimed or reset counts too: the caller no longer holds it). [`Metrics::leases_held`]
     /// is `held - released`.
-    pub released: u64,
+    released: count = Released "released";
 }
 
 impl Metrics {
@@ -129,25 +199,14 @@ impl Metrics {
     }
 }
 
-/// The number of counters.
-pub(crate) const COUNTERS: usize = 7 + 6 + BUCKETS + 10;
+/// The number of counters: those declared, then the latency buckets.
+pub(crate) const COUNTERS: usize = DECLARED + BUCKETS;
 
-/// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
-/// microseconds.
-pub(crate) const FIELDS: [&str; COUNTERS] = [
-    "held",
-    "held_us",
-    "immediate",
-    "waited",
-    "wait_us",
-    "overages",
-    "reclaimed",
-    "allowed",
-    "refused",
-    "errors",
-    "failed_open",
-    "fell_back",
-    "latency_us",
+/// The slot of the first latency bucket.
+const FIRST_BUCKET: usize = DECLARED;
+
+/// The latency buckets' Redis hash fields.
+const BUCKET_FIELDS: [&str; BUCKETS] = [
     "lat_le_100us",
     "lat_le_250us",
     "lat_le_500us",
@@ -162,17 +221,19 @@ pub(crate) const FIELDS: [&str; COUNTERS] = [
     "lat_le_500ms",
     "lat_le_1s",
     "lat_inf",
-    "pauses_clamped",
-    "blocked",
-    "shadow_refused",
-    "refused_locally",
-    "settles",
-    "settle_charged",
-    "settle_refunded",
-    "spec_conflicts",
-    "paused",
-    "released",
 ];
+
+/// The field names, in the order of [`Counters`]'s slots (also the Redis hash fields); times in
+/// microseconds.
+pub(crate) const FIELDS: [&str; COUNTERS] = {
+    let mut fields = [""; COUNTERS];
+    let mut i = 0;
+    while i < COUNTERS {
+        fields[i] = if i < DECLARED { DECLARED_FIELDS[i] } else { BUCKET_FIELDS[i - DECLARED] };
+        i += 1;
+    }
+    fields
+};
 
 /// One counter per field.
 #[derive(Debug)]
@@ -184,40 +245,6 @@ impl Default for Counters {
         Counters(std::array::from_fn(|_| AtomicU64::new(0)))
     }
 }
-
-/// Which counter.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Counter {
-    Held = 0,
-    HeldMicros = 1,
-    Immediate = 2,
-    Waited = 3,
-    WaitMicros = 4,
-    Overages = 5,
-    Reclaimed = 6,
-    Allowed = 7,
-    Refused = 8,
-    Errors = 9,
-    FailedOpen = 10,
-    FellBack = 11,
-    LatencyMicros = 12,
-    /// After the latency buckets (slots 13 to 26).
-    PausesClamped = 27,
-    Blocked = 28,
-    ShadowRefused = 29,
-    RefusedLocally = 30,
-    Settles = 31,
-    SettleCharged = 32,
-    SettleRefunded = 33,
-    SpecConflicts = 34,
-    Paused = 35,
-    Released = 36,
-}
-
-/// The slot of the first latency bucket.
-const FIRST_BUCKET: usize = 13;
-const _: () =
-    assert!(Counter::PausesClamped as usize == FIRST_BUCKET + BUCKETS && COUNTERS == Counter::Released as usize + 1);
 
 impl Counters {
     #[inline]
@@ -459,71 +486,20 @@ impl LimiterMetrics {
     }
 }
 
-/// A snapshot from the counters' values (in [`FIELDS`] order).
-pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
-    Metrics {
-        held: v[0],
-        held_time: Duration::from_micros(v[1]),
-        immediate: v[2],
-        waited: v[3],
-        wait_time: Duration::from_micros(v[4]),
-        overages: v[5],
-        reclaimed: v[6],
-        allowed: v[7],
-        refused: v[8],
-        errors: v[9],
-        failed_open: v[10],
-        fell_back: v[11],
-        latency_sum: Duration::from_micros(v[12]),
-        latency_buckets: std::array::from_fn(|i| v[FIRST_BUCKET + i]),
-        pauses_clamped: v[Counter::PausesClamped as usize],
-        blocked: v[Counter::Blocked as usize],
-        shadow_refused: v[Counter::ShadowRefused as usize],
-        refused_locally: v[Counter::RefusedLocally as usize],
-        settles: v[Counter::Settles as usize],
-        settle_charged: v[Counter::SettleCharged as usize],
-        settle_refunded: v[Counter::SettleRefunded as usize],
-        spec_conflicts: v[Counter::SpecConflicts as usize],
-        paused: v[Counter::Paused as usize],
-        released: v[Counter::Released as usize],
-    }
-}
-
-/// The counters' values of a snapshot (in [`FIELDS`] order).
-fn to_values(m: &Metrics) -> [u64; COUNTERS] {
-    let mut v = [0; COUNTERS];
-    v[..FIRST_BUCKET].copy_from_slice(&[
-        m.held,
-        m.held_time.as_micros() as u64,
-        m.immediate,
-        m.waited,
-        m.wait_time.as_micros() as u64,
-        m.overages,
-        m.reclaimed,
-        m.allowed,
-        m.refused,
-        m.errors,
-        m.failed_open,
-        m.fell_back,
-        m.latency_sum.as_micros() as u64,
-    ]);
-    v[FIRST_BUCKET..FIRST_BUCKET + BUCKETS].copy_from_slice(&m.latency_buckets);
-    v[Counter::PausesClamped as usize] = m.pauses_clamped;
-    v[Counter::Blocked as usize] = m.blocked;
-    v[Counter::ShadowRefused as usize] = m.shadow_refused;
-    v[Counter::RefusedLocally as usize] = m.refused_locally;
-    v[Counter::Settles as usize] = m.settles;
-    v[Counter::SettleCharged as usize] = m.settle_charged;
-    v[Counter::SettleRefunded as usize] = m.settle_refunded;
-    v[Counter::SpecConflicts as usize] = m.spec_conflicts;
-    v[Counter::Paused as usize] = m.paused;
-    v[Counter::Released as usize] = m.released;
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every counter has a Redis field of its own, and each slot reads back into its own field.
+    #[test]
+    fn every_counter_has_its_own_field_and_slot() {
+        let mut names = FIELDS.to_vec();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), COUNTERS, "a Redis field is declared twice");
+        let values: [u64; COUNTERS] = std::array::from_fn(|i| i as u64 + 1);
+        assert_eq!(to_values(&from_values(values)), values);
+    }
 
     #[test]
     fn latencies_fall_in_the_first_bucket_whose_bound_they_do_not_exceed() {

@@ -112,7 +112,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// A future whose panic becomes an `Err` carrying the payload: for a binding that runs a call on
-/// [`runtime()`] and must still report its end (a Node promise to settle, a C callback to call)
+/// [`runtime()`] and must still report its end (a Node promise to resolve or reject, a C callback to call)
 /// rather than let the panic end the task silently.
 pub struct CatchPanic<F>(pub Pin<Box<F>>);
 

@@ -31,7 +31,7 @@ function ago(seconds) {
 // Each override in words, with the key it is for: "tenant-7: 2,000 per hour; all keys: ...".
 function overridesText(overrides) {
   if (!overrides.length) return "–";
-  return overrides.map((o) => `${o.key === null ? "all keys" : o.key}: ${specWords(o.spec)}`).join("; ");
+  return overrides.map((o) => `${o.key === null ? "all keys" : o.key}: ${o.spec_words}`).join("; ");
 }
 
 async function api(path, options = {}) {
@@ -115,7 +115,7 @@ function renderList(data) {
         td("Name", { class: "name" }, link,
           el("span", { class: l.conflict ? "kind conflict" : "kind", title: l.conflict ? conflictText(l) : "" },
             l.conflict ? `${l.kind} ⚠` : l.kind)),
-        td("Limit", { class: "spec" }, keepOpen(specCell(l.spec), l.name)),
+        td("Limit", { class: "spec" }, keepOpen(specCell(l.spec, l.spec_words), l.name)),
         td("Overrides", { class: "overrides" }, overridesText(l.overrides)),
         td("Used by", { class: "users" }, el("span", { class: "user-list" }, l.users.join(", ")),
           el("span", { class: "processes" }, `${num(l.processes)} ${l.processes === 1 ? "process" : "processes"}`)),
@@ -150,7 +150,7 @@ async function renderDetail(name) {
   // Which keys each figure is for: the limiter's totals cover all its keys; the inspected key's
   // figures (below) cover that key only.
   dl($("#detail-info"), [
-    ["limit", keepOpen(specCell(d.spec), `detail ${d.name}`)],
+    ["limit", keepOpen(specCell(d.spec, d.spec_words), `detail ${d.name}`)],
     ["overrides", overridesText(d.overrides)],
     ["users", d.users.join(", ")],
     ["processes", d.processes],
@@ -162,7 +162,7 @@ async function renderDetail(name) {
   ]);
   dl($("#inspect-result"), [
     ["key", d.key === null ? "(no key: the limiter's own)" : d.key],
-    ["deciding spec", keepOpen(specCell(d.effective_spec), `deciding ${d.name}`)],
+    ["deciding spec", keepOpen(specCell(d.effective_spec, d.effective_spec_words), `deciding ${d.name}`)],
     ["allowed now", String(d.allowed_now)],
     ["limit", num(d.limit)],
     ["remaining", num(d.remaining)],

@@ -1,100 +1,17 @@
-// The Limits page's plain words: a spec as a sentence ("5 per second, bursts of 10") and the
-// last hour as a chart with axes a person can read. Loaded before app.js, which uses both.
+// The Limits page's plain words: a spec as the sentence the server sends with it ("5 per
+// second, bursts of 10") and the last hour as a chart with axes a person can read. Loaded
+// before app.js, which uses both.
 "use strict";
 
 const fmt = (n) => Number(n).toLocaleString("en-US", { maximumFractionDigits: 3 });
 
-// A duration in words: "30 s", "1.5 s", "5 min", "2 h", "1 h 30 min", "3 days".
-function duration(s) {
-  if (s < 60) return `${fmt(s)} s`;
-  if (s < 3600) return s % 60 === 0 ? `${s / 60} min` : `${Math.floor(s / 60)} min ${fmt(s % 60)} s`;
-  if (s < 86400 || s % 86400 !== 0) {
-    const m = Math.round((s % 3600) / 60);
-    return m === 0 ? `${Math.floor(s / 3600)} h` : `${Math.floor(s / 3600)} h ${m} min`;
-  }
-  return s === 86400 ? "1 day" : `${s / 86400} days`;
-}
-
-// "per hour", "per 5 minutes", "per 10 seconds", "per 1.5 seconds".
-function per(s) {
-  const units = [[604800, "week"], [86400, "day"], [3600, "hour"], [60, "minute"], [1, "second"]];
-  for (const [size, unit] of units) {
-    if (s === size) return `per ${unit}`;
-    if (s > size && s % size === 0) return `per ${fmt(s / size)} ${unit}s`;
-  }
-  return `per ${fmt(s)} seconds`;
-}
-
-// "5 per second", or "1 every 2 s" for rates below one per second.
-function rate(r) {
-  return r >= 1 || Number.isInteger(r) ? `${fmt(r)} per second` : `1 every ${duration(1 / r)}`;
-}
-
-// "1st", "2nd", "15th", "23rd".
-function ordinal(n) {
-  const tens = n % 100;
-  const suffix = tens >= 11 && tens <= 13 ? "th" : { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
-  return `${n}${suffix}`;
-}
-
-function calendarWords(s) {
-  const periods = {
-    day: "per day",
-    week: "per week (from Monday)",
-    month: s.anchor ? `per billing month from the ${ordinal(s.anchor)}` : "per calendar month",
-    year: "per year",
-  };
-  return `${fmt(s.limit)} ${periods[s.period] || `per ${s.period}`}, ${s.tz || "UTC"}`;
-}
-
-// A spec (the JSON of the registry, durations in seconds) in words; the JSON itself for a kind
-// this page does not know.
-function specWords(spec) {
-  const s = typeof spec === "string" ? JSON.parse(spec) : spec;
-  const words = kindWords(s);
-  // Shadow mode is an option of every kind: said after the limit it does not enforce.
-  return s.shadow === true && words !== JSON.stringify(s) ? `${words}, in shadow mode` : words;
-}
-
-function kindWords(s) {
-  switch (s.kind) {
-    case "window":
-      return `${fmt(s.limit)} ${per(s.interval)}`;
-    case "windows":
-      return s.windows.map(([limit, interval]) => `${fmt(limit)} ${per(interval)}`).join(" and ");
-    case "bucket":
-      return `${fmt(s.limit)} ${per(s.interval)}, in fixed windows`;
-    case "sliding_window":
-      return s.limits
-        .map(([d, limit, precision]) => `${fmt(limit)} ${per(d)}${precision ? ` (in ${duration(precision)} steps)` : ""}`)
-        .join(" and ");
-    case "token_bucket":
-      return `${rate(s.rate)}, bursts of ${fmt(s.capacity)}`;
-    case "leased":
-      return `${rate(s.rate)}, bursts of ${fmt(s.capacity)}, leased${s.chunk ? ` in chunks of ${fmt(s.chunk)}` : ""} for ${duration(s.lease_ttl)}`;
-    case "leaky":
-      return `bursts of ${fmt(s.size)}, then 1 every ${duration(s.drain / s.size)}`;
-    case "points":
-      return `${fmt(s.capacity)} points, refilled over ${duration(s.refill)}`;
-    case "concurrent":
-      return `${fmt(s.limit)} at once, reclaimed after ${duration(s.lock_timeout)}`;
-    case "calendar":
-      return calendarWords(s);
-    case "partitions":
-      return `${rate(s.total_rate)} over ${fmt(s.partitions)} partitions, leased for ${duration(s.lease_ttl)}`;
-    case "unlimited":
-      return "unlimited";
-    default:
-      return JSON.stringify(s);
-  }
-}
-
-// The spec in words, its JSON one click away.
-function specCell(spec) {
+// The spec in words (as the server words it: each kind words its own fields in the core), its
+// JSON one click away.
+function specCell(spec, words) {
   const details = document.createElement("details");
   details.className = "spec";
   const summary = document.createElement("summary");
-  summary.textContent = specWords(spec);
+  summary.textContent = words;
   const code = document.createElement("code");
   code.textContent = typeof spec === "string" ? spec : JSON.stringify(spec);
   details.append(summary, code);

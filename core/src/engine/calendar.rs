@@ -14,12 +14,13 @@ use std::sync::LazyLock;
 use redis::Cmd;
 
 use super::calendar_period::{CalendarClock, CalendarPeriod};
-use super::contract::{malformed, not_applicable, Engine, Op, Outcome};
+use super::contract::{malformed, not_applicable, Combined, Engine, Op, Outcome};
 use super::decision;
 use super::kinds::{share, KindSpec};
 use super::lua::LuaScript;
 use super::spec_json::at_path;
 use super::spec_json::{JsonFields, JsonWriter};
+use super::words;
 use super::Algorithm;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
@@ -115,6 +116,8 @@ impl Reply {
 
 impl Engine for Calendar {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> =
+        Some(Combined { name: "calendar", lua: include_str!("calendar.lua"), cost_at: 3 });
 
     type State = CalendarState;
 
@@ -197,6 +200,9 @@ impl KindSpec for CalendarKind {
     /// `limit`, `period`, `tz`, `anchor`.
     type Fields = (u64, CalendarPeriod, String, Option<u8>);
 
+    const SAMPLES: &'static [&'static str] =
+        &[r#"{"kind":"calendar","limit":1000,"period":"month","tz":"Europe/Berlin","anchor":15}"#];
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((
             json.count("limit")?,
@@ -204,6 +210,19 @@ impl KindSpec for CalendarKind {
             json.optional_string("tz")?.unwrap_or("UTC").to_owned(),
             json.optional_anchor()?,
         ))
+    }
+
+    fn words((limit, period, tz, anchor): &Self::Fields) -> String {
+        let period = match (period, anchor) {
+            (CalendarPeriod::Day, _) => "per day".to_owned(),
+            (CalendarPeriod::Week, _) => "per week (from Monday)".to_owned(),
+            (CalendarPeriod::Month, Some(anchor)) => {
+                format!("per billing month from the {}", words::ordinal(u64::from(*anchor)))
+            }
+            (CalendarPeriod::Month, None) => "per calendar month".to_owned(),
+            (CalendarPeriod::Year, _) => "per year".to_owned(),
+        };
+        format!("{} {period}, {tz}", words::count(*limit))
     }
 
     fn print((limit, period, tz, anchor): &Self::Fields, json: &mut JsonWriter) {

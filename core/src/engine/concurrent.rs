@@ -9,10 +9,11 @@ use redis::Cmd;
 use tokio::sync::Semaphore;
 
 use super::contract::{
-    malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome, Waiter, Wake, WakeList,
+    malformed, not_applicable, Combined, DecisionReply, Engine, Evaluation, Op, Outcome, Waiter, Wake, WakeList,
 };
 use super::decision;
 use super::lua::LuaScript;
+use super::words;
 use crate::decision::Lease;
 use std::time::Duration;
 
@@ -244,6 +245,8 @@ impl Default for LocalState {
 
 impl Engine for Concurrent {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> =
+        Some(Combined { name: "concurrent", lua: include_str!("concurrent.lua"), cost_at: 8 });
 
     type State = LocalState;
 
@@ -393,8 +396,14 @@ impl KindSpec for ConcurrentKind {
     /// `limit`, `lock_timeout`.
     type Fields = (u64, Duration);
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"concurrent","limit":10,"lock_timeout":30}"#];
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("limit")?, json.optional_seconds("lock_timeout")?.unwrap_or(DEFAULT_LOCK_TIMEOUT)))
+    }
+
+    fn words((limit, lock_timeout): &Self::Fields) -> String {
+        format!("{} at once, reclaimed after {}", words::count(*limit), words::duration(*lock_timeout))
     }
 
     fn print(&(limit, lock_timeout): &Self::Fields, json: &mut JsonWriter) {

@@ -189,6 +189,17 @@ impl Wake {
     }
 }
 
+/// An engine's part in `check_all`'s combined script (see [`Engine::COMBINED`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Combined {
+    /// The name of the engine's script (the one [`Engine::script`] runs).
+    pub(crate) name: &'static str,
+    /// The script's body, which becomes a function of the combined script.
+    pub(crate) lua: &'static str,
+    /// The position in ARGV of a check's cost: a dry run puts the cost it decides at there.
+    pub(crate) cost_at: usize,
+}
+
 /// One engine: its in-memory rule and its Redis call.
 ///
 /// In memory, [`Engine::apply`] runs an operation on a key's [`Engine::State`]. On Redis, a call
@@ -198,6 +209,11 @@ impl Wake {
 pub(crate) trait Engine {
     /// Per-key state in memory; a key not seen yet (or expired) has the default.
     type State: Default;
+
+    /// How a check of this engine takes part in `check_all`'s combined script
+    /// (`engine/script_all.rs`); `None`: it has no one-script step to combine (it spends or
+    /// paces in process, or needs no backend).
+    const COMBINED: Option<Combined> = None;
 
     /// Every script this engine owns, listed for tools and benchmarks; the first is the one
     /// [`Engine::script`] runs unless the engine says otherwise.

@@ -16,10 +16,11 @@ use std::sync::LazyLock;
 
 use redis::Cmd;
 
-use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
+use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, Op, Outcome};
 use super::decision;
 use super::divisor::Divisor;
 use super::lua::LuaScript;
+use super::words;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -310,6 +311,7 @@ impl Reply {
 
 impl Engine for Gcra {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> = Some(Combined { name: "gcra", lua: include_str!("gcra.lua"), cost_at: 7 });
 
     type State = GcraState;
 
@@ -384,6 +386,8 @@ impl KindSpec for TokenBucketKind {
     /// `rate`, `capacity`.
     type Fields = (f64, u64);
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"token_bucket","rate":10,"capacity":20}"#];
+
     fn window((rate, capacity): &Self::Fields) -> Option<Duration> {
         // From empty to full.
         Duration::try_from_secs_f64(*capacity as f64 / rate).ok()
@@ -391,6 +395,10 @@ impl KindSpec for TokenBucketKind {
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.number("rate")?, json.count("capacity")?))
+    }
+
+    fn words((rate, capacity): &Self::Fields) -> String {
+        format!("{}, bursts of {}", words::rate(*rate), words::count(*capacity))
     }
 
     fn print(&(rate, capacity): &Self::Fields, json: &mut JsonWriter) {
@@ -414,12 +422,18 @@ impl KindSpec for LeakyKind {
     /// `size`, `drain`.
     type Fields = (u64, Duration);
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"leaky","size":4,"drain":2}"#];
+
     fn window((_, drain): &Self::Fields) -> Option<Duration> {
         Some(*drain)
     }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("size")?, json.seconds("drain")?))
+    }
+
+    fn words((size, drain): &Self::Fields) -> String {
+        format!("bursts of {}, then 1 every {}", words::count(*size), words::duration(drain.div_f64(*size as f64)))
     }
 
     fn print(&(size, drain): &Self::Fields, json: &mut JsonWriter) {
@@ -444,12 +458,18 @@ impl KindSpec for PointsKind {
     /// `capacity`, `refill`.
     type Fields = (u64, Duration);
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"points","capacity":1000,"refill":60}"#];
+
     fn window((_, refill): &Self::Fields) -> Option<Duration> {
         Some(*refill)
     }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("capacity")?, json.seconds("refill")?))
+    }
+
+    fn words((capacity, refill): &Self::Fields) -> String {
+        format!("{} points, refilled over {}", words::count(*capacity), words::duration(*refill))
     }
 
     fn print(&(capacity, refill): &Self::Fields, json: &mut JsonWriter) {

@@ -46,12 +46,24 @@ pub(crate) trait KindSpec {
     /// The kind's fields, as a tuple in the order the table declares them.
     type Fields;
 
+    /// Valid specs of the kind in the JSON form, every field set: one per name the JSON form
+    /// accepts for it (the documentation's schema starts from them; see [`Kind::samples`]).
+    const SAMPLES: &'static [&'static str];
+
+    /// Why a limiter of the kind cannot take part in `check_all` (said after its name), or
+    /// `None` when it can.
+    const NOT_IN_CHECK_ALL: Option<&'static str> = None;
+
     /// Reads the fields from a JSON spec object; `name` is the kind name it gave (one of the
     /// kind's names in the table). Fields are read in the order the canonical form writes them.
     fn parse(name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields>;
 
     /// Writes the fields of the canonical JSON form after its `"kind"`.
     fn print(fields: &Self::Fields, json: &mut JsonWriter);
+
+    /// The fields in plain words, as the CLI's `limits` and the Limits page show them ("5 per
+    /// second, bursts of 10"), with the pieces of `engine/words.rs`.
+    fn words(fields: &Self::Fields) -> String;
 
     /// The `"kind"` the canonical JSON form writes: the kind's name unless the kind has another
     /// name for some of its specs.
@@ -114,13 +126,34 @@ macro_rules! declare_kinds {
 
         impl Kind {
             /// Every kind, in declaration order.
-            #[allow(dead_code)]
             pub(crate) const ALL: &'static [Kind] = &[$(Kind::$variant,)*];
 
             /// The snake_case name used in storage keys, vectors and bindings.
             pub fn as_str(self) -> &'static str {
                 match self {
                     $(Kind::$variant => $name,)*
+                }
+            }
+
+            /// Every kind, in the order of the table of kinds.
+            pub fn all() -> &'static [Kind] {
+                Kind::ALL
+            }
+
+            /// Valid specs of this kind in the JSON form with every field set, one per name the
+            /// JSON form accepts for it (`window` and `windows`): what the documentation's schema
+            /// of specs starts from.
+            pub fn samples(self) -> &'static [&'static str] {
+                match self {
+                    $(Kind::$variant => <$spec as KindSpec>::SAMPLES,)*
+                }
+            }
+
+            /// Why a limiter of this kind cannot take part in `check_all`, said after its name;
+            /// `None` when it can.
+            pub(crate) fn not_in_check_all(self) -> Option<&'static str> {
+                match self {
+                    $(Kind::$variant => <$spec as KindSpec>::NOT_IN_CHECK_ALL,)*
                 }
             }
 
@@ -171,6 +204,18 @@ macro_rules! declare_kinds {
                 match self {
                     $(LimiterSpec::$variant $({ $($field,)* })? => {
                         <$spec as KindSpec>::compile(&($($(Clone::clone($field),)*)?))
+                    })*
+                }
+            }
+        }
+
+        impl LimiterSpec {
+            /// The spec in plain words: "1,000 per hour", "5 per second, bursts of 10", "2 at
+            /// once, reclaimed after 30 s" (see [`LimiterConfig::words`](crate::LimiterConfig::words)).
+            pub fn words(&self) -> String {
+                match self {
+                    $(LimiterSpec::$variant $({ $($field,)* })? => {
+                        <$spec as KindSpec>::words(&($($(Clone::clone($field),)*)?))
                     })*
                 }
             }
@@ -334,6 +379,30 @@ mod tests {
         assert_eq!(names.len(), JSON_NAMES.len(), "a name is declared twice");
         // `windows` is a name of the JSON form only.
         assert_eq!(Kind::from_name("windows"), None);
+    }
+
+    /// Every kind's samples parse to that kind, every name the JSON form accepts has one, and a
+    /// kind is refused by `check_all` exactly when its engine has no part in the combined script
+    /// (`unlimited` needs none: it always allows).
+    #[test]
+    fn the_per_kind_facts_agree_with_the_parser_and_the_engines() {
+        let mut named = Vec::new();
+        for kind in Kind::all() {
+            for sample in kind.samples() {
+                let config = LimiterConfig::from_json(sample).unwrap_or_else(|e| panic!("{sample}: {e}"));
+                assert_eq!(config.spec.kind(), *kind, "{sample}");
+                let value: serde_json::Value = serde_json::from_str(sample).unwrap();
+                named.push(value["kind"].as_str().unwrap().to_owned());
+                let engine = config.spec.compile().unwrap();
+                let combined = engine.combined();
+                let alone = kind.not_in_check_all().is_some();
+                assert_eq!(alone, combined.is_none() && *kind != Kind::Unlimited, "{kind:?}");
+            }
+        }
+        let mut names = JSON_NAMES.to_vec();
+        names.sort();
+        named.sort();
+        assert_eq!(named, names, "one sample per name of the JSON form");
     }
 
     /// The messages built from the table read as they did when each kind was written out.

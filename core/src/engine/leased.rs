@@ -22,6 +22,7 @@ use super::kinds::{share, KindSpec};
 use super::lua::LuaScript;
 use super::spec_json::{number, secs};
 use super::spec_json::{JsonFields, JsonWriter};
+use super::words;
 use super::Algorithm;
 use crate::defaults::DEFAULT_LEASED_LEASE_TTL;
 use crate::error::{Error, Result};
@@ -147,6 +148,11 @@ impl KindSpec for LeasedKind {
     /// `rate`, `capacity`, `chunk`, `lease_ttl`.
     type Fields = (f64, u64, Option<u64>, Duration);
 
+    const SAMPLES: &'static [&'static str] =
+        &[r#"{"kind":"leased","rate":100,"capacity":100,"chunk":10,"lease_ttl":1}"#];
+    const NOT_IN_CHECK_ALL: Option<&'static str> =
+        Some("is a leased token bucket, which spends in process and cannot take part in check_all; use a token_bucket");
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((
             json.number("rate")?,
@@ -154,6 +160,16 @@ impl KindSpec for LeasedKind {
             json.optional_count("chunk")?,
             json.optional_seconds("lease_ttl")?.unwrap_or(DEFAULT_LEASED_LEASE_TTL),
         ))
+    }
+
+    fn words((rate, capacity, chunk, lease_ttl): &Self::Fields) -> String {
+        format!(
+            "{}, bursts of {}, leased{} for {}",
+            words::rate(*rate),
+            words::count(*capacity),
+            chunk.map_or(String::new(), |chunk| format!(" in chunks of {}", words::count(chunk))),
+            words::duration(*lease_ttl)
+        )
     }
 
     fn print(&(rate, capacity, chunk, lease_ttl): &Self::Fields, json: &mut JsonWriter) {

@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use super::contract::{malformed, not_applicable, DecisionReply, Engine, Evaluation, Op, Outcome};
+use super::contract::{malformed, not_applicable, Combined, DecisionReply, Engine, Evaluation, Op, Outcome};
 use super::kinds::{share, KindSpec};
 use super::lua::LuaScript;
 use super::spec_json::{at_path, secs};
 use super::spec_json::{JsonFields, JsonWriter};
+use super::words;
 use super::Algorithm;
 use super::Combine;
 use crate::decision::LimitStatus;
@@ -229,6 +230,7 @@ impl Reply {
 
 impl Engine for Log {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> = Some(Combined { name: "log", lua: include_str!("log.lua"), cost_at: 3 });
 
     type State = LogState;
 
@@ -298,6 +300,9 @@ impl KindSpec for WindowKind {
     /// `windows`.
     type Fields = (Vec<WindowLimit>,);
 
+    const SAMPLES: &'static [&'static str] =
+        &[r#"{"kind":"window","limit":100,"interval":60}"#, r#"{"kind":"windows","windows":[[25,5],[300,60]]}"#];
+
     fn window((windows,): &Self::Fields) -> Option<Duration> {
         match windows.as_slice() {
             [one] => Some(one.interval),
@@ -311,6 +316,14 @@ impl KindSpec for WindowKind {
             return Ok((json.windows()?,));
         }
         Ok((vec![WindowLimit { limit: json.count("limit")?, interval: json.seconds("interval")? }],))
+    }
+
+    fn words((windows,): &Self::Fields) -> String {
+        windows
+            .iter()
+            .map(|w| format!("{} {}", words::count(w.limit), words::per(w.interval)))
+            .collect::<Vec<_>>()
+            .join(" and ")
     }
 
     fn print((windows,): &Self::Fields, json: &mut JsonWriter) {

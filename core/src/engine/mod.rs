@@ -11,6 +11,8 @@
 //! - [`log`]: the exact sliding window (single and multi-window);
 //! - [`concurrent`]: leases with fencing tokens;
 //! - [`calendar`]: quotas per calendar day, week, month or year in a time zone;
+//! - [`partitions`]: leased partitions, the pure rule of a rate split into partitions that
+//!   processes lease and pace in process (its Redis side in `backend/redis/partitions.rs`);
 //! - [`unlimited`]: always allows.
 //!
 //! Backends run engines through [`Algorithm`] and [`Engine`]; nothing here depends on a backend.
@@ -34,6 +36,7 @@ pub(crate) mod sliding;
 pub(crate) mod spec;
 pub(crate) mod spec_json;
 pub(crate) mod unlimited;
+pub(crate) mod words;
 
 use std::time::Duration;
 
@@ -63,6 +66,10 @@ macro_rules! algorithm {
             )*
         }
 
+        /// Each engine's part in `check_all`'s combined script, in the order of the table
+        /// (see [`Engine::COMBINED`]).
+        pub(crate) const COMBINED: &[Option<contract::Combined>] = &[$(<$engine as Engine>::COMBINED,)*];
+
         /// Runs `$body` with `$e` bound to the engine of `$algorithm`.
         macro_rules! with_engine {
             ($d algorithm:expr, $d e:ident => $d body:expr) => {
@@ -77,6 +84,15 @@ kinds::for_each_engine!(algorithm $);
 
 /// The Redis side of [`Engine`], for whichever engine the limiter compiled to.
 impl Algorithm {
+    /// The engine's part in `check_all`'s combined script (see [`Engine::COMBINED`]).
+    #[cfg(test)]
+    pub(crate) fn combined(&self) -> Option<contract::Combined> {
+        fn of<E: Engine>(_: &E) -> Option<contract::Combined> {
+            E::COMBINED
+        }
+        with_engine!(self, e => of(e))
+    }
+
     /// See [`Engine::script`].
     pub(crate) fn script(&self) -> Option<&'static LuaScript> {
         with_engine!(self, e => e.script())
@@ -145,18 +161,8 @@ pub(crate) fn fingerprint(values: impl IntoIterator<Item = u64>) -> u64 {
 /// A single-limit decision from microsecond figures.
 #[inline(always)]
 pub(crate) fn decision(allowed: bool, limit: u64, remaining: u64, retry_us: u64, reset_us: u64) -> Decision {
-    Decision {
-        allowed,
-        limit,
-        remaining,
-        retry_after: if allowed { Duration::ZERO } else { Duration::from_micros(retry_us) },
-        reset_after: Duration::from_micros(reset_us),
-        lease: None,
-        decided_at_micros: 0,
-        limits: None,
-        settle: None,
-        shadow_refused: false,
-    }
+    let retry_after = if allowed { Duration::ZERO } else { Duration::from_micros(retry_us) };
+    Decision::from_parts(allowed, limit, remaining, retry_after, Duration::from_micros(reset_us))
 }
 
 /// Folds per-limit figures of a multi-limit check into one decision: the binding limit is the

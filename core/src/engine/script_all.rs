@@ -18,12 +18,12 @@
 //!
 //! Calling convention: `EVALSHA sha <all keys> keys… now n (engine key_count arg_count
 //! decide)… args…` where `now` is the caller's instant (a manual clock) or `''` (the server's
-//! TIME), `engine` is a 1-based index into [`ENGINES`], and each part's keys and arguments are
+//! TIME), `engine` is a 1-based index into [`engines`], and each part's keys and arguments are
 //! exactly those of its single call (its own instant, ARGV[2], is replaced by the shared one:
 //! the caller's, or `''`, so that every part reads the server's TIME through `now_us`, which
 //! reads it once per invocation and keeps the server clock's TTLs; a part handed the server's
 //! instant as a string would take it for a caller's clock and keep its state an hour longer).
-//! While deciding, the argument at the engine's cost position ([`ENGINES`]) is `decide`.
+//! While deciding, the argument at the engine's cost position ([`super::Engine::COMBINED`]) is `decide`.
 //!
 //! Reply: `{allowed (1|0), n, len_1, reply_1…, len_2, reply_2…}`, flat so that it reads as one
 //! array of integers: when allowed, each part's reply to its real run; when refused, each
@@ -32,24 +32,20 @@
 
 use std::sync::LazyLock;
 
+use super::contract::Combined;
 use super::lua::{expand, LuaScript, BUCKET_FUNCTIONS, HOLD_CHECK, PRELUDE};
 
-/// The engines that can take part, by the name of their script, in the order of their index
-/// in the combined script (1-based), with the position in ARGV of a check's cost (a concurrent
-/// check has none: a dry one reads the slots it asks for after its arguments, see
-/// concurrent.lua). The leased token bucket spends in process and leased partitions pace in
-/// process: neither has a one-script step to combine.
-pub(crate) const ENGINES: &[(&str, &str, usize)] = &[
-    ("gcra", include_str!("gcra.lua"), 7),
-    ("sliding", include_str!("sliding.lua"), 3),
-    ("log", include_str!("log.lua"), 3),
-    ("concurrent", include_str!("concurrent.lua"), 8),
-    ("calendar", include_str!("calendar.lua"), 3),
-];
+/// The engines that can take part, in the order of their index in the combined script
+/// (1-based): each engine that says how ([`super::Engine::COMBINED`]), in the order of the table
+/// of engines (`kinds.rs`). The leased token bucket spends in process and leased partitions
+/// pace in process: neither has a one-script step to combine.
+pub(crate) fn engines() -> impl Iterator<Item = &'static Combined> {
+    super::COMBINED.iter().flatten()
+}
 
 /// The index (1-based) in the combined script of the engine whose script is named `name`.
 pub(crate) fn engine_index(name: &str) -> Option<usize> {
-    ENGINES.iter().position(|(n, _, _)| *n == name).map(|i| i + 1)
+    engines().position(|engine| engine.name == name).map(|i| i + 1)
 }
 
 /// What runs the parts, after the engines' functions.
@@ -113,11 +109,11 @@ return out
 pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| {
     let mut body = [PRELUDE, BUCKET_FUNCTIONS].concat();
     body.push_str("local refused, dry = false, false\nlocal engines, costs = {}, {}\n");
-    for (i, (_, engine, cost_at)) in ENGINES.iter().enumerate() {
-        body.push_str(&format!("costs[{}] = {cost_at}\n", i + 1));
+    for (i, engine) in engines().enumerate() {
+        body.push_str(&format!("costs[{}] = {}\n", i + 1, engine.cost_at));
         body.push_str(&format!("engines[{}] = function(KEYS, ARGV)\n", i + 1));
         body.push_str(HOLD_CHECK);
-        body.push_str(&expand(engine));
+        body.push_str(&expand(engine.lua));
         body.push_str("\nend\n");
     }
     body.push_str(RUNNER);

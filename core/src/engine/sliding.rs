@@ -21,8 +21,9 @@ use std::sync::LazyLock;
 
 use redis::Cmd;
 
-use super::contract::{malformed, not_applicable, Engine, Evaluation, Op, Outcome};
+use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, Op, Outcome};
 use super::lua::LuaScript;
+use super::words;
 use super::Combine;
 use std::time::Duration;
 
@@ -391,6 +392,7 @@ impl Reply {
 
 impl Engine for Sliding {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
+    const COMBINED: Option<Combined> = Some(Combined { name: "sliding", lua: include_str!("sliding.lua"), cost_at: 3 });
 
     type State = SlidingState;
 
@@ -466,12 +468,18 @@ impl KindSpec for BucketKind {
     /// `limit`, `interval`.
     type Fields = (u64, Duration);
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"bucket","limit":5,"interval":1}"#];
+
     fn window((_, interval): &Self::Fields) -> Option<Duration> {
         Some(*interval)
     }
 
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.count("limit")?, json.seconds("interval")?))
+    }
+
+    fn words((limit, interval): &Self::Fields) -> String {
+        format!("{} {}, in fixed windows", words::count(*limit), words::per(*interval))
     }
 
     fn print(&(limit, interval): &Self::Fields, json: &mut JsonWriter) {
@@ -495,8 +503,22 @@ impl KindSpec for SlidingWindowKind {
     /// `limits`.
     type Fields = (Vec<SlidingLimit>,);
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"sliding_window","limits":[[60,100],[1,10,0.1]]}"#];
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((json.sliding_limits()?,))
+    }
+
+    fn words((limits,): &Self::Fields) -> String {
+        limits
+            .iter()
+            .map(|l| {
+                let steps = l.precision.filter(|p| !p.is_zero());
+                let steps = steps.map_or(String::new(), |p| format!(" (in {} steps)", words::duration(p)));
+                format!("{} {}{steps}", words::count(l.limit), words::per(l.duration))
+            })
+            .collect::<Vec<_>>()
+            .join(" and ")
     }
 
     fn print((limits,): &Self::Fields, json: &mut JsonWriter) {

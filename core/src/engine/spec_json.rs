@@ -58,6 +58,18 @@ impl From<LimiterSpec> for LimiterConfig {
 }
 
 impl LimiterConfig {
+    /// The spec in plain words, as the CLI's `limits` and the Limits page show it ("5 per
+    /// second, bursts of 10"), followed by ", in shadow mode" when it is: each kind words its
+    /// own fields in its engine's file.
+    pub fn words(&self) -> String {
+        let words = self.spec.words();
+        if self.shadow {
+            format!("{words}, in shadow mode")
+        } else {
+            words
+        }
+    }
+
     /// Parses a JSON spec, validating every field (see the module documentation).
     pub fn from_json(json: &str) -> Result<LimiterConfig> {
         let value: Value =
@@ -409,6 +421,13 @@ fn type_name(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A spec in shadow mode says so after its limit, which it does not enforce.
+    #[test]
+    fn words_say_shadow_mode_after_the_limit() {
+        let config = LimiterConfig::from_json(r#"{"kind":"window","limit":9,"interval":60,"shadow":true}"#).unwrap();
+        assert_eq!(config.words(), "9 per minute, in shadow mode");
+    }
 
     fn parameter(json: &str) -> String {
         match LimiterConfig::from_json(json) {

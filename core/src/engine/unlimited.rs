@@ -55,8 +55,14 @@ pub(crate) struct UnlimitedKind;
 impl KindSpec for UnlimitedKind {
     type Fields = ();
 
+    const SAMPLES: &'static [&'static str] = &[r#"{"kind":"unlimited"}"#];
+
     fn parse(_name: &str, _json: &mut JsonFields<'_>) -> Result<()> {
         Ok(())
+    }
+
+    fn words(_: &()) -> String {
+        "unlimited".to_owned()
     }
 
     fn print(_fields: &(), _json: &mut JsonWriter) {}

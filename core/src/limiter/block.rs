@@ -4,12 +4,74 @@
 
 use std::time::Duration;
 
+use super::pipeline::{Call, Policy};
 use super::{Limiter, Target};
 use crate::engine::hold::HoldMode as BlockMode;
-use crate::engine::{Op, Outcome, Served};
+use crate::engine::{LimiterConfig, Op, Outcome, Served};
 use crate::error::Result;
 use crate::params::{validate_duration, validate_key};
 use crate::runtime::block_on;
+
+/// `block_for` on a limiter: how long a refusal blocks the key (`None`: it blocks nothing).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct BlockFor(pub(crate) Option<Duration>);
+
+impl Policy for BlockFor {
+    type State = ();
+
+    /// A refusal starts its block on the general path.
+    fn leaves_fast_path(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// A refusal's block is a second command, which a driven call does not send.
+    fn drivable(&self, op: Op) -> bool {
+        self.0.is_none() || !matches!(op, Op::Check { .. })
+    }
+
+    fn describe(&self, config: &mut LimiterConfig) {
+        config.block_for = self.0;
+    }
+
+    #[inline(always)]
+    fn before(&self, _: &Limiter, _: &str, _: &Call) -> std::result::Result<(), Outcome> {
+        Ok(())
+    }
+
+    /// A refusal that starts a block asks for it to be written (see
+    /// [`Limiter::with_block_for`]).
+    #[inline]
+    fn hold_after(&self, call: &Call, result: &Result<Outcome>) -> Option<Duration> {
+        self.block_to_start(call.op, result)
+    }
+
+    /// A refusal that started a block says to come back when it ends.
+    #[inline]
+    fn after(&self, _: &Limiter, _: &str, call: &Call, _: (), held: Option<Duration>, result: &mut Result<Outcome>) {
+        let started = held.filter(|_| self.block_to_start(call.op, result).is_some());
+        if let (Some(in_effect), Ok(outcome)) = (started, result) {
+            blocked_refusal(outcome, in_effect);
+        }
+    }
+}
+
+impl BlockFor {
+    /// The block a refused check starts: `None` when this `result` starts none (no
+    /// `block_for`, not a check, allowed, refused by a hold, or not decided by the backend: a
+    /// failure policy's answer blocks nothing). A refusal a pause or block caused says nothing
+    /// of the caller's use: a block it started would outlive the `resume` that ends the pause,
+    /// and extend a block past what the operator set.
+    #[inline]
+    fn block_to_start(&self, op: Op, result: &Result<Outcome>) -> Option<Duration> {
+        let block_for = self.0?;
+        match (op, result) {
+            (Op::Check { .. }, Ok(o)) if !o.decision.allowed && !o.held && o.served == Served::Backend => {
+                Some(block_for)
+            }
+            _ => None,
+        }
+    }
+}
 
 impl Limiter {
     /// The same limiter (same state, same metrics) whose refusals block the key for
@@ -26,12 +88,12 @@ impl Limiter {
     /// write fails, the refusal stands and the next refusal tries again.
     pub fn with_block_for(&self, block_for: Option<Duration>) -> Result<Limiter> {
         let block_for = block_for.map(|d| validate_duration("block_for", d)).transpose()?;
-        Ok(self.with(|inner| inner.block_for = block_for))
+        Ok(self.with(|inner| inner.policies.block = BlockFor(block_for)))
     }
 
     /// How long a refusal blocks the key (see [`Limiter::with_block_for`]).
     pub fn block_for(&self) -> Option<Duration> {
-        self.inner.block_for
+        self.inner.policies.block.0
     }
 
     /// Blocks `key` (`None`: the limiter's single shared key) for `duration` from now, in every
@@ -109,52 +171,22 @@ impl Limiter {
         }
     }
 
-    /// The block a refused check starts under `block_for`: `None` when this `result` starts
-    /// none (no `block_for`, not a check, allowed, refused by a hold, or not decided by the
-    /// backend: a failure policy's answer blocks nothing). A refusal a pause or block caused
-    /// says nothing of the caller's use: a block it started would outlive the `resume` that
-    /// ends the pause, and extend a block past what the operator set.
-    fn block_to_start(&self, op: Op, result: &Result<Outcome>) -> Option<Duration> {
-        let block_for = self.inner.block_for?;
-        match (op, result) {
-            (Op::Check { .. }, Ok(o)) if !o.decision.allowed && !o.held && o.served == Served::Backend => {
-                Some(block_for)
-            }
-            _ => None,
-        }
+    /// Holds `key` (validated) for `duration` from now, extending a hold in effect: the
+    /// pipeline's [`super::pipeline::Io::hold`] on the runtime.
+    pub(crate) async fn hold_key(&self, key: &str, duration: Duration) -> Result<Duration> {
+        self.block_key(key, duration, BlockMode::Extend).await
     }
 
-    /// `result`, after starting the block a refusal calls for (see [`Limiter::with_block_for`]).
-    pub(crate) async fn block_after_refusal(&self, key: &str, op: Op, result: Result<Outcome>) -> Result<Outcome> {
-        let Some(block_for) = self.block_to_start(op, &result) else { return result };
-        let in_effect = self.block_key(key, block_for, BlockMode::Extend).await;
-        Ok(blocked_refusal(result?, in_effect.unwrap_or(block_for)))
-    }
-
-    /// Blocking form of [`Limiter::block_after_refusal`].
-    pub(crate) fn block_after_refusal_blocking(&self, key: &str, op: Op, result: Result<Outcome>) -> Result<Outcome> {
-        let Some(block_for) = self.block_to_start(op, &result) else { return result };
-        let in_effect = match &self.inner.target {
-            Target::Redis { .. } => block_on(self.block_key(key, block_for, BlockMode::Extend)).unwrap_or(block_for),
-            _ => self.block_local(key, block_for, BlockMode::Extend),
-        };
-        Ok(blocked_refusal(result?, in_effect))
-    }
-
-    /// [`Limiter::block_after_refusal`] on an in-process target.
-    #[inline]
-    pub(crate) fn block_after_refusal_local(&self, key: &str, op: Op, result: Result<Outcome>) -> Result<Outcome> {
-        let Some(block_for) = self.block_to_start(op, &result) else { return result };
-        let in_effect = self.block_local(key, block_for, BlockMode::Extend);
-        Ok(blocked_refusal(result?, in_effect))
+    /// [`Limiter::hold_key`] on an in-process target.
+    pub(crate) fn hold_local(&self, key: &str, duration: Duration) -> Result<Duration> {
+        Ok(self.block_local(key, duration, BlockMode::Extend))
     }
 }
 
 /// A refusal that started a block of `in_effect`: it says to come back when the block ends
 /// (or later, when the limiter's own state says so).
-fn blocked_refusal(mut outcome: Outcome, in_effect: Duration) -> Outcome {
+fn blocked_refusal(outcome: &mut Outcome, in_effect: Duration) {
     let d = &mut outcome.decision;
     d.retry_after = d.retry_after.max(in_effect);
     d.reset_after = d.reset_after.max(in_effect);
-    outcome
 }

@@ -14,12 +14,13 @@
 
 use std::time::Duration;
 
+use super::pipeline::{counter_of, reached_backend};
 use super::{next_lease_id, Limiter, Target};
 use crate::backend::memory::MemoryPart;
 use crate::backend::redis::RedisPart;
 use crate::backend::{Backend, BackendInner};
 use crate::decision::Decision;
-use crate::engine::{Algorithm, Kind, Op, Outcome, Served, Wake};
+use crate::engine::{Algorithm, Op, Outcome, Wake};
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::observe::Call;
@@ -197,28 +198,8 @@ impl Backend {
                     (Target::Nowhere, _) => true,
                     _ => false,
                 };
-                match limiter.kind() {
-                    Kind::Leased => {
-                        return Err(Error::invalid_field(
-                            at(""),
-                            format!(
-                                "{:?} is a leased token bucket, which spends in process and cannot take part in \
-                                 check_all; use a token_bucket",
-                                limiter.name()
-                            ),
-                        ))
-                    }
-                    Kind::Partitions => {
-                        return Err(Error::invalid_field(
-                            at(""),
-                            format!(
-                                "{:?} is a partitions limiter, which paces in process and cannot take part in \
-                                 check_all",
-                                limiter.name()
-                            ),
-                        ))
-                    }
-                    _ => {}
+                if let Some(why) = limiter.kind().not_in_check_all() {
+                    return Err(Error::invalid_field(at(""), format!("{:?} {why}", limiter.name())));
                 }
                 if !same_backend {
                     return Err(Error::invalid_field(
@@ -245,39 +226,39 @@ impl Backend {
     }
 
     /// Runs a validated combination on this backend: its enforcing parts in one atomic step,
-    /// then its parts in shadow mode (see `with_shadow_parts`).
+    /// then its parts that never refuse (see `with_parts_alone`).
     async fn decide_all(&self, parts: &[Prepared<'_>]) -> Result<Decided> {
-        let Some((enforced, shadow)) = split_shadow(parts) else { return self.decide_enforced(parts).await };
+        let Some((enforced, alone)) = split_alone(parts) else { return self.decide_enforced(parts).await };
         let mut decided = self.decide_enforced(&enforced).await?;
-        let mut shadowed = Vec::with_capacity(shadow.len());
-        for (i, part) in shadow {
+        let mut decided_alone = Vec::with_capacity(alone.len());
+        for (i, part) in alone {
             let key = Some(part.key);
             let decision = if decided.combined.allowed {
                 part.limiter.check(key, part.cost).await?
             } else {
                 part.limiter.peek(key).await?
             };
-            shadowed.push((i, part, decision));
+            decided_alone.push((i, part, decision));
         }
-        with_shadow_parts(&mut decided, shadowed);
+        with_parts_alone(&mut decided, decided_alone);
         Ok(decided)
     }
 
     /// Blocking form of `decide_all`.
     fn decide_all_blocking(&self, parts: &[Prepared<'_>]) -> Result<Decided> {
-        let Some((enforced, shadow)) = split_shadow(parts) else { return self.decide_enforced_blocking(parts) };
+        let Some((enforced, alone)) = split_alone(parts) else { return self.decide_enforced_blocking(parts) };
         let mut decided = self.decide_enforced_blocking(&enforced)?;
-        let mut shadowed = Vec::with_capacity(shadow.len());
-        for (i, part) in shadow {
+        let mut decided_alone = Vec::with_capacity(alone.len());
+        for (i, part) in alone {
             let key = Some(part.key);
             let decision = if decided.combined.allowed {
                 part.limiter.check_blocking(key, part.cost)?
             } else {
                 part.limiter.peek_blocking(key)?
             };
-            shadowed.push((i, part, decision));
+            decided_alone.push((i, part, decision));
         }
-        with_shadow_parts(&mut decided, shadowed);
+        with_parts_alone(&mut decided, decided_alone);
         Ok(decided)
     }
 
@@ -399,26 +380,25 @@ impl<'a> RedisContext<'a> {
     }
 }
 
-/// The parts of a combination split into enforcing ones and those in shadow mode for their key
-/// (with their index), or `None` when no part is in shadow mode.
+/// The parts of a combination split into enforcing ones and those that never refuse for their
+/// key (see [`Limiter::never_refuses`]), with their index, or `None` when every part enforces.
 #[allow(clippy::type_complexity)]
-fn split_shadow<'a>(parts: &[Prepared<'a>]) -> Option<(Vec<Prepared<'a>>, Vec<(usize, Prepared<'a>)>)> {
-    let shadow: Vec<bool> = parts.iter().map(|p| p.limiter.shadow_for(p.key)).collect();
-    if !shadow.contains(&true) {
+fn split_alone<'a>(parts: &[Prepared<'a>]) -> Option<(Vec<Prepared<'a>>, Vec<(usize, Prepared<'a>)>)> {
+    let alone: Vec<bool> = parts.iter().map(|p| p.limiter.never_refuses(p.key)).collect();
+    if !alone.contains(&true) {
         return None;
     }
-    let enforced = parts.iter().zip(&shadow).filter(|(_, s)| !**s).map(|(p, _)| *p).collect();
-    let in_shadow = parts.iter().enumerate().filter(|(i, _)| shadow[*i]).map(|(i, p)| (i, *p)).collect();
-    Some((enforced, in_shadow))
+    let enforced = parts.iter().zip(&alone).filter(|(_, a)| !**a).map(|(p, _)| *p).collect();
+    let apart = parts.iter().enumerate().filter(|(i, _)| alone[*i]).map(|(i, p)| (i, *p)).collect();
+    Some((enforced, apart))
 }
 
-/// Puts the decisions of the parts in shadow mode back at their places among the parts. A part
-/// in shadow mode never refuses, so it takes no part in the atomic step: it is checked on its
-/// own after the enforcing parts were admitted (consuming what it admits, `shadow_refused` when
-/// enforcement would have refused), and only peeked when they were refused (consuming nothing,
-/// as the combination).
-fn with_shadow_parts(decided: &mut Decided, shadowed: Vec<(usize, Prepared<'_>, Decision)>) {
-    for (i, part, decision) in shadowed {
+/// Puts the decisions of the parts that never refuse back at their places among the parts.
+/// Such a part takes no part in the atomic step: it is checked on its own after the enforcing
+/// parts were admitted (consuming what it admits, and saying what enforcement would have
+/// refused), and only peeked when they were refused (consuming nothing, as the combination).
+fn with_parts_alone(decided: &mut Decided, alone: Vec<(usize, Prepared<'_>, Decision)>) {
+    for (i, part, decision) in alone {
         let at = i.min(decided.combined.parts.len());
         decided.combined.parts.insert(
             at,
@@ -437,7 +417,7 @@ fn finish(
     let (admitted, outcomes) = match result {
         Ok(done) => done,
         Err(e) => {
-            if let Error::BackendUnavailable { .. } | Error::Timeout { .. } | Error::BackendRejected { .. } = e {
+            if reached_backend(&e) {
                 for part in parts {
                     part.limiter.inner.metrics.add(Counter::Errors, 1);
                     part.limiter.time(Call::Check, Counter::Errors, started);
@@ -462,12 +442,7 @@ fn finish(
         }
         // Counted as the combination went: a part that alone would pass consumed nothing.
         let m = &part.limiter.inner.metrics;
-        let counter = match outcome.served {
-            Served::Backend if admitted => Counter::Allowed,
-            Served::Backend => Counter::Refused,
-            Served::FailedOpen => Counter::FailedOpen,
-            Served::FellBack => Counter::FellBack,
-        };
+        let counter = counter_of(outcome.served, admitted, false);
         m.add(counter, 1);
         if let (Some(started), Target::Redis { .. }) = (started, &part.limiter.inner.target) {
             m.observe_latency(started.elapsed());

@@ -1,15 +1,77 @@
 //! The deny cache on the limiter's side (see `backend/redis/deny_cache.rs`): whether a limiter
 //! uses it, the local answer before a round trip, and the refusals it remembers after one.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
+use super::pipeline::{Call, Policy};
 use super::{Limiter, Target};
 use crate::backend::redis::deny_cache::Identity;
 use crate::backend::RedisBackend;
 use crate::engine::{Algorithm, Op, Outcome, Served};
 use crate::error::Result;
-use crate::live::Compiled;
 use crate::metrics::Counter;
+
+/// The deny cache on a limiter: on, off, or the backend's default (`None`), and the cache's
+/// fingerprint of the limiter's spec and key layout, made at first use.
+#[derive(Debug, Default)]
+pub(crate) struct DenyCache {
+    on: Option<bool>,
+    fingerprint: OnceLock<u64>,
+}
+
+/// A changed copy of a limiter makes its own fingerprint (its spec or layout may differ).
+impl Clone for DenyCache {
+    fn clone(&self) -> Self {
+        DenyCache { on: self.on, fingerprint: OnceLock::new() }
+    }
+}
+
+impl Policy for DenyCache {
+    /// What [`Policy::after`] needs to know of the cache before the call was sent (see
+    /// `DenyCache::ticket`); 0 when the limiter uses none.
+    type State = u64;
+
+    /// A call whose refusals are not enforced neither reads nor writes the cache (another
+    /// handle of the same name may be enforcing).
+    #[inline]
+    fn before(&self, limiter: &Limiter, key: &str, call: &Call) -> std::result::Result<u64, Outcome> {
+        let Some(backend) = limiter.deny_cache_of() else { return Ok(0) };
+        if let (Op::Check { cost, .. }, true) = (call.op, call.enforced) {
+            let now = backend.fallback.clock.now_micros();
+            if let Some(decision) = backend.deny_cache.refused(limiter.identity(key), cost, now, call.over.as_ref()) {
+                let m = &limiter.inner.metrics;
+                m.add(Counter::Refused, 1);
+                m.add(Counter::RefusedLocally, 1);
+                limiter.time(crate::observe::Call::Check, Counter::RefusedLocally, call.started);
+                return Err(Outcome::of(decision));
+            }
+        }
+        Ok(backend.deny_cache.ticket())
+    }
+
+    /// Remembers a refusal of a check that Redis decided.
+    #[inline]
+    fn after(
+        &self,
+        limiter: &Limiter,
+        key: &str,
+        call: &Call,
+        ticket: u64,
+        _: Option<Duration>,
+        result: &mut Result<Outcome>,
+    ) {
+        if let (Op::Check { cost, .. }, Ok(outcome), true) = (call.op, &*result, call.enforced) {
+            if !outcome.decision.allowed && outcome.served == Served::Backend {
+                if let Some(backend) = limiter.deny_cache_of() {
+                    let now = backend.fallback.clock.now_micros();
+                    let over = call.over.clone();
+                    backend.deny_cache.remember(limiter.identity(key), cost, now, &outcome.decision, over, ticket);
+                }
+            }
+        }
+    }
+}
 
 impl Limiter {
     /// The same limiter (same state, same metrics) with the deny cache on or off, whatever its
@@ -26,7 +88,7 @@ impl Limiter {
     /// before its `retry_after`, and memory, leased and partitions limiters decide in process
     /// already.
     pub fn with_deny_cache(&self, on: bool) -> Result<Limiter> {
-        Ok(self.with(|inner| inner.deny_cache = Some(on)))
+        Ok(self.with(|inner| inner.policies.deny_cache.on = Some(on)))
     }
 
     /// Whether this limiter uses the deny cache (see [`Limiter::with_deny_cache`]).
@@ -38,7 +100,7 @@ impl Limiter {
     /// layout), so that limiters of one name with other specs or layouts, which decide on
     /// their own, never answer for each other.
     fn identity<'a>(&'a self, key: &'a str) -> Identity<'a> {
-        let config = *self.inner.deny_config.get_or_init(|| {
+        let config = *self.inner.policies.deny_cache.fingerprint.get_or_init(|| {
             use std::hash::{Hash, Hasher};
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
             format!("{:?}", self.inner.algorithm).hash(&mut hasher);
@@ -48,13 +110,6 @@ impl Limiter {
         Identity { kind: self.kind(), name: &self.inner.name, key, config }
     }
 
-    /// What [`Limiter::remember_refusal`] needs to know of the deny cache before a call is sent
-    /// (see `DenyCache::ticket`); 0 when the limiter uses none.
-    #[inline]
-    pub(crate) fn deny_ticket(&self) -> u64 {
-        self.deny_cache_of().map_or(0, |backend| backend.deny_cache.ticket())
-    }
-
     /// The backend whose deny cache this limiter uses, if it uses one.
     #[inline]
     fn deny_cache_of(&self) -> Option<&Arc<RedisBackend>> {
@@ -62,47 +117,7 @@ impl Limiter {
         if matches!(self.inner.algorithm, Algorithm::Concurrent(_) | Algorithm::Leased(_)) {
             return None;
         }
-        self.inner.deny_cache.unwrap_or(backend.deny_cache.default_on).then_some(backend)
-    }
-
-    /// A refusal of check `op` on `key` from the deny cache, counted, when it holds one.
-    #[inline]
-    pub(crate) fn refused_locally(
-        &self,
-        key: &str,
-        op: Op,
-        over: Option<&Arc<Compiled>>,
-        started: std::time::Instant,
-    ) -> Option<Outcome> {
-        let Op::Check { cost, .. } = op else { return None };
-        let backend = self.deny_cache_of()?;
-        let now = backend.fallback.clock.now_micros();
-        let decision = backend.deny_cache.refused(self.identity(key), cost, now, over)?;
-        let m = &self.inner.metrics;
-        m.add(Counter::Refused, 1);
-        m.add(Counter::RefusedLocally, 1);
-        self.time(crate::observe::Call::Check, Counter::RefusedLocally, Some(started));
-        Some(Outcome::of(decision))
-    }
-
-    /// Remembers `result` when it is a refusal of check `op` on `key` that Redis decided under
-    /// `over`, sent after [`Limiter::deny_ticket`] returned `ticket`.
-    #[inline]
-    pub(crate) fn remember_refusal(
-        &self,
-        key: &str,
-        op: Op,
-        result: &Result<Outcome>,
-        over: Option<Arc<Compiled>>,
-        ticket: u64,
-    ) {
-        let (Op::Check { cost, .. }, Ok(outcome)) = (op, result) else { return };
-        if outcome.decision.allowed || outcome.served != Served::Backend {
-            return;
-        }
-        let Some(backend) = self.deny_cache_of() else { return };
-        let now = backend.fallback.clock.now_micros();
-        backend.deny_cache.remember(self.identity(key), cost, now, &outcome.decision, over, ticket);
+        self.inner.policies.deny_cache.on.unwrap_or(backend.deny_cache.default_on).then_some(backend)
     }
 
     /// Forgets this process's remembered refusals of `key` (validated), if any: its state

@@ -3,16 +3,14 @@
 //! path's `Outcome` (see the benchmarks page: moving a whole decision through the general path
 //! cost more than the limiter's arithmetic).
 //!
-//! **For policies on the check path.** A policy that must see every check of a limiter (a
-//! shadow limit, a block list, a deny cache, …) calls [`SlowPath::require`] with a reason of
-//! its own when it is configured on the limiter, and [`SlowPath::release`] when it no longer
-//! applies; while any reason is set, every check takes the general path. What the fast path
-//! checks by itself: the limiter is a GCRA limiter on the memory backend that does not block
-//! keys after a refusal and is not in shadow mode, the name has no live override, the key holds GCRA state or none (a new key is inserted there too) and no pause or
-//! block is in effect (the backend's own counts);
-//! anything else takes the general path, which decides exactly as before.
+//! **For policies.** The fast path runs no policy's hooks: it asks the policies
+//! ([`super::pipeline::Policies::leave_fast_path`]) whether they have anything to do to a
+//! check of the limiter, and takes the general path when any has. By itself it checks that the
+//! limiter is a GCRA limiter on the memory backend, that its name has no live override, that
+//! the key holds GCRA state or none (a new key is inserted there too) and that no hold is in
+//! effect (the backend's own counts); anything else takes the general path, which decides
+//! exactly as before.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::{Limiter, Target};
@@ -21,44 +19,14 @@ use crate::engine::Algorithm;
 use crate::padded::KeyBytes;
 use crate::SettleKey;
 
-/// The reasons a limiter's checks must take the general path: one bit each, shared by the
-/// copies of a limiter (`with_wait_timeout`, …). Clear: the fast path may answer.
-#[derive(Debug, Default)]
-pub(crate) struct SlowPath(AtomicU32);
-
-impl SlowPath {
-    /// Sets `reason` (one bit, a policy's own constant): checks take the general path until it
-    /// is released.
-    #[allow(dead_code)] // the hook for the policies on the check path
-    pub(crate) fn require(&self, reason: u32) {
-        self.0.fetch_or(reason, Ordering::Release);
-    }
-
-    /// Clears `reason`.
-    #[allow(dead_code)]
-    pub(crate) fn release(&self, reason: u32) {
-        self.0.fetch_and(!reason, Ordering::Release);
-    }
-
-    /// Whether no reason is set.
-    #[inline(always)]
-    pub(crate) fn is_clear(&self) -> bool {
-        self.0.load(Ordering::Acquire) == 0
-    }
-}
-
 impl Limiter {
-    /// Whether nothing about the limiter sends its checks down the general path: no policy's
-    /// reason, no shadow mode, no `block_for`, no live override of its name. A limiter that
-    /// blocks keys after a refusal starts its blocks on the general path, and one in shadow mode
-    /// turns refusals into admissions there. Shared by every fast path (memory, leased).
+    /// Whether nothing about the limiter sends its checks down the general path: no policy
+    /// has anything to do to them, and its name has no live override. Shared by every fast
+    /// path (memory, leased).
     #[inline(always)]
     pub(super) fn nothing_unusual(&self) -> bool {
         let inner = &*self.inner;
-        inner.slow_path.is_clear()
-            && !inner.shadow
-            && inner.block_for.is_none()
-            && !inner.live.as_ref().is_some_and(|live| live.has_overrides())
+        inner.policies.leave_fast_path() && !inner.live.as_ref().is_some_and(|live| live.has_overrides())
     }
 
     /// The fast path's decision of a check of `cost` on `key` (both validated), or `None` when
@@ -99,16 +67,15 @@ impl Limiter {
         // back whole, which the CPU cannot forward from its store buffer (the largest single
         // cost of a one-key check in a profile).
         let decision = |settle: Option<SettleTicket>| Decision {
-            allowed: figures.allowed,
-            limit: gcra.capacity,
-            remaining: figures.remaining,
-            retry_after: if figures.allowed { Duration::ZERO } else { Duration::from_micros(figures.retry_us) },
-            reset_after: Duration::from_micros(figures.reset_us),
-            lease: None,
             decided_at_micros: now,
-            limits: None,
             settle,
-            shadow_refused: false,
+            ..Decision::from_parts(
+                figures.allowed,
+                gcra.capacity,
+                figures.remaining,
+                if figures.allowed { Duration::ZERO } else { Duration::from_micros(figures.retry_us) },
+                Duration::from_micros(figures.reset_us),
+            )
         };
         let limiter = inner.settle_identity;
         if !figures.allowed || limiter == 0 {

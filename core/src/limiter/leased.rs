@@ -35,7 +35,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::Instant;
 
 use crate::backend::redis::leased_blocks::BlockWatcher;
 use crate::backend::RedisBackend;
@@ -45,10 +44,11 @@ use crate::engine::leased::Leased;
 use crate::engine::{decision, Algorithm, Colocate, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;
-use crate::observe::Call;
+use crate::observe::Call as Timed;
 use crate::params::micros;
 use crate::runtime::forked_since;
 
+use super::pipeline::Call;
 use super::{Limiter, Target};
 
 /// The most keys whose leases a limiter keeps (fewer in this crate's tests, so that they reach
@@ -359,21 +359,26 @@ impl LeasePool {
 }
 
 impl Limiter {
-    /// A leased check: spent from this process's lease when it holds enough, else one round
-    /// trip that gives back what is left and takes a new lease.
-    ///
-    /// With `shadow`, a round trip's refusal is counted as shadow-refused but returned as the
-    /// refusal it is (the caller applies shadow mode): the lease's bookkeeping follows what
-    /// enforcement decides, so a would-be refusal is remembered like a refusal.
-    pub(crate) async fn leased_check(&self, pool: &LeasePool, key: &str, cost: u64, shadow: bool) -> Result<Outcome> {
+    /// A leased check (the pipeline's engine call): spent from this process's lease when it
+    /// holds enough, else one round trip that gives back what is left and takes a new lease
+    /// (with the parameters of `call`'s override, if any). The lease's bookkeeping follows what
+    /// the bucket decides: a refusal is remembered even when a policy turns it into an
+    /// admission after.
+    pub(crate) async fn leased_check(
+        &self,
+        pool: &LeasePool,
+        key: &str,
+        cost: u64,
+        call: &mut Call,
+    ) -> Result<Outcome> {
         let slot = pool.slot(key);
-        if let Some(outcome) = self.leased_local(pool, &slot, cost, shadow) {
+        if let Some(outcome) = pool.local(&slot, cost, pool.local.now_micros()) {
             return Ok(outcome);
         }
         let lease_lock = slot.lease_lock();
         let mut lease = lease_lock.lock().await;
         // Another caller may have taken a lease while this one waited.
-        if let Some(outcome) = self.leased_local(pool, &slot, cost, shadow) {
+        if let Some(outcome) = pool.local(&slot, cost, pool.local.now_micros()) {
             return Ok(outcome);
         }
         let Target::Redis { backend, failover } = &self.inner.target else {
@@ -381,9 +386,9 @@ impl Limiter {
             return Ok(Outcome::of(Decision::unlimited()));
         };
         // A live override's parameters apply from this lease on.
-        let over = self.override_for(key);
-        let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
-        let failover = Self::failover_for(failover, over.as_deref());
+        call.went_to_redis();
+        let algorithm = call.algorithm(self);
+        let failover = Self::failover_for(failover, call.over.as_deref());
         let (chunk, lease_us) = match algorithm {
             Algorithm::Leased(l) => (l.chunk, l.lease_us),
             _ => (pool.leased.chunk, pool.leased.lease_us),
@@ -402,10 +407,7 @@ impl Limiter {
         let op =
             Op::Take { cost, want: lease.want.max(cost), lease_id, back_id: if back > 0 { lease.id } else { 0 }, back };
         lease.id = 0;
-        let started = Instant::now();
-        let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-        self.record(Op::Check { cost, lease_id: 0, waiter: None }, &result, Some(started), shadow);
-        let outcome = result?;
+        let outcome = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await?;
         let d = &outcome.decision;
         if outcome.served != Served::Backend {
             // The failure policy decided this one call; no lease is held.
@@ -429,26 +431,12 @@ impl Limiter {
         Ok(outcome)
     }
 
-    /// [`LeasePool::local`], counted in the limiter's metrics; a remembered refusal is admitted
-    /// as shadow-refused when `shadow`.
+    /// A leased check answered from this process's lease of `key` (or a block or refusal it
+    /// knows of), if it can be without a round trip.
     #[inline]
-    fn leased_local(&self, pool: &LeasePool, slot: &Slot, cost: u64, shadow: bool) -> Option<Outcome> {
-        let started = self.inner.observe.start();
-        let mut outcome = pool.local(slot, cost, pool.local.now_micros())?;
-        let counter = match (outcome.decision.allowed, shadow) {
-            (true, _) => Counter::Allowed,
-            (false, true) => Counter::ShadowRefused,
-            (false, false) => Counter::Refused,
-        };
-        self.inner.metrics.add(counter, 1);
-        self.inner.metrics.add_hold(&outcome);
-        self.time(Call::Check, counter, started);
-        let d = &mut outcome.decision;
-        if shadow && !d.allowed {
-            d.allowed = true;
-            d.shadow_refused = true;
-        }
-        Some(outcome)
+    pub(crate) fn leased_in_process(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Outcome> {
+        let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
+        pool.local(&slot, cost, pool.local.now_micros())
     }
 
     /// An admitted spend from this process's lease of `key`, if it holds `cost` (no refusal:
@@ -459,15 +447,15 @@ impl Limiter {
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
         let outcome = pool.local(&slot, cost, pool.local.now_micros()).filter(|o| o.decision.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
-        self.time(Call::Check, Counter::Allowed, started);
+        self.time(Timed::Check, Counter::Allowed, started);
         Some(self.ticketed_at(outcome.decision, Served::Backend, key, cost, outcome.charged_at))
     }
 
     /// The fast path of a leased check (validated `key` and `cost`): a spend from this
     /// process's lease, built in place, when nothing unusual applies — the same conditions as the
     /// memory backend's fast path (see `limiter::fast`), and the key not blocked. `None`: the
-    /// general path decides, exactly as before (a refusal, a round trip, a block, an override,
-    /// shadow mode, `block_for`).
+    /// general path decides, exactly as before (a refusal, a round trip, a hold, an override, a
+    /// policy with something to do).
     #[inline(always)]
     pub(crate) fn fast_leased(&self, key: &str, cost: u64) -> Option<Decision> {
         let inner = &*self.inner;
@@ -494,27 +482,16 @@ impl Limiter {
             limiter,
         });
         Some(Decision {
-            allowed: true,
-            limit: pool.leased.gcra.capacity,
-            remaining: spent.remaining,
-            retry_after: std::time::Duration::ZERO,
-            reset_after: std::time::Duration::from_micros(spent.reset_us),
-            lease: None,
             decided_at_micros: decided_at,
-            limits: None,
             settle,
-            shadow_refused: false,
+            ..Decision::from_parts(
+                true,
+                pool.leased.gcra.capacity,
+                spent.remaining,
+                std::time::Duration::ZERO,
+                std::time::Duration::from_micros(spent.reset_us),
+            )
         })
-    }
-
-    /// A leased check answered in-process (from the lease, or a remembered refusal), if it can
-    /// be; `op` must be a check.
-    #[inline]
-    pub(crate) fn leased_local_now(&self, key: &str, op: Op) -> Option<Decision> {
-        let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) else { return None };
-        let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        let outcome = self.leased_local(pool, &slot, cost, self.shadow_for(key))?;
-        Some(self.ticketed_at(outcome.decision, outcome.served, key, cost, outcome.charged_at))
     }
 
     /// Answers a check without any I/O when this process can: on the memory backend, for
@@ -529,10 +506,8 @@ impl Limiter {
             return Ok(Some(decision));
         }
         let op = self.check_op_of(cost);
-        match &self.inner.target {
-            Target::Redis { .. } => Ok(self.leased_local_now(key, op)),
-            _ => self.run_local(key, op).map(|outcome| Some(self.ticketed_granted(outcome, None, key, cost))),
-        }
+        let Some(outcome) = self.answer_in_process(key, op) else { return Ok(None) };
+        Ok(Some(self.ticketed_granted(outcome?, None, key, cost)))
     }
 
     /// The blocking form of [`Limiter::leased_check`]: a local spend involves no runtime.
@@ -542,14 +517,14 @@ impl Limiter {
         pool: &LeasePool,
         key: &str,
         cost: u64,
-        shadow: bool,
+        call: &mut Call,
     ) -> Result<Outcome> {
         if key.is_empty() {
-            if let Some(outcome) = self.leased_local(pool, &pool.unkeyed, cost, shadow) {
+            if let Some(outcome) = pool.local(&pool.unkeyed, cost, pool.local.now_micros()) {
                 return Ok(outcome);
             }
         }
-        crate::runtime::block_on(self.leased_check(pool, key, cost, shadow))
+        crate::runtime::block_on(self.leased_check(pool, key, cost, call))
     }
 
     /// Gives every lease's unspent tokens back to the shared bucket (see [`Limiter::close`]). A

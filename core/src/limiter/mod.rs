@@ -4,17 +4,16 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::backend::{Backend, BackendInner, Failover, MemoryBackend, RedisBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
-use crate::engine::{Algorithm, Colocate, Kind, LimiterConfig, LimiterSpec, Op, Outcome, Served};
-use crate::error::Error;
+use crate::engine::{Algorithm, Colocate, Kind, LimiterConfig, LimiterSpec, Op, Outcome};
 use crate::error::Result;
 use crate::live::{Compiled, NameState};
 use crate::metrics::{Counter, LimiterMetrics};
-use crate::observe::{Call, Switch};
+use crate::observe::Switch;
 use crate::params::{micros, validate_cost, validate_duration, validate_key};
 use crate::runtime::block_on;
 use partitions::{partition_source, PartitionSet};
@@ -28,6 +27,7 @@ mod inspect;
 mod leased;
 mod partitions;
 mod pause;
+pub(crate) mod pipeline;
 mod release;
 mod seal;
 mod settle;
@@ -57,11 +57,8 @@ struct Inner {
     wait_timeout: Duration,
     /// The longest pause `pause` and `observe` write (see [`Limiter::with_max_pause`]).
     max_pause: Duration,
-    /// How long a refusal blocks the key (see [`Limiter::with_block_for`]).
-    block_for: Option<Duration>,
-    /// Whether refusals are remembered in process (`None`: the backend's default; see
-    /// [`Limiter::with_deny_cache`]).
-    deny_cache: Option<bool>,
+    /// Each policy's setting (see `pipeline.rs`).
+    policies: pipeline::Policies,
     /// Whether the backend's `fail_open` / `fallback` policy applies (see
     /// [`Limiter::with_allow_fallback`]).
     allow_fallback: bool,
@@ -71,18 +68,11 @@ struct Inner {
     live: Option<Arc<NameState>>,
     /// A leased token bucket on Redis: this process's leases (shared by the copies).
     pool: Option<Arc<leased::LeasePool>>,
-    /// Why checks must take the general path, if they must (see `fast.rs`).
-    slow_path: Arc<fast::SlowPath>,
     /// Where the limiter's Redis keys take their hash tag from.
     colocate: Colocate,
     /// What the settle tickets of this limiter's decisions name it by (0: its decisions cannot
     /// be settled); see `settle.rs`.
     settle_identity: u64,
-    /// Shadow mode (see [`Limiter::with_shadow`]); a live override decides instead.
-    shadow: bool,
-    /// The deny cache's fingerprint of the spec and key layout, made at first use (see
-    /// `deny.rs`); every changed copy makes its own.
-    deny_config: std::sync::OnceLock<u64>,
     /// Whether the backend's calls are timed (see `observe.rs`).
     observe: Arc<Switch>,
 }
@@ -123,17 +113,13 @@ impl Limiter {
                 target: Target::Nowhere,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
-                block_for: None,
-                deny_cache: None,
+                policies: pipeline::Policies::default(),
                 allow_fallback: true,
                 metrics: Arc::default(),
                 live: None,
                 pool: None,
-                slow_path: Arc::default(),
                 colocate: Colocate::Identity,
                 settle_identity: 0,
-                shadow: false,
-                deny_config: std::sync::OnceLock::new(),
                 observe: Arc::default(),
             }),
         }
@@ -197,16 +183,12 @@ impl Limiter {
                 target,
                 wait_timeout: DEFAULT_WAIT_TIMEOUT,
                 max_pause: DEFAULT_MAX_PAUSE,
-                block_for: None,
-                deny_cache: None,
+                policies: pipeline::Policies::default(),
                 allow_fallback,
                 metrics,
                 live,
                 pool,
-                slow_path: Arc::default(),
                 colocate: Colocate::Identity,
-                shadow: false,
-                deny_config: std::sync::OnceLock::new(),
                 observe,
             }),
         })
@@ -226,7 +208,7 @@ impl Limiter {
     /// hour): a longer one is shortened to it and counted in [`crate::Metrics::pauses_clamped`].
     /// A third party's `Retry-After` of decades is then an hour, and [`Limiter::resume`] ends
     /// it sooner. A `max_pause` under one microsecond or over 100 years is
-    /// [`Error::InvalidArgument`] naming `max_pause`.
+    /// [`crate::Error::InvalidArgument`] naming `max_pause`.
     pub fn with_max_pause(&self, max_pause: Duration) -> Result<Limiter> {
         let max_pause = validate_duration("max_pause", max_pause)?;
         Ok(self.with(|inner| inner.max_pause = max_pause))
@@ -259,7 +241,6 @@ impl Limiter {
     fn with(&self, change: impl FnOnce(&mut Inner)) -> Limiter {
         let mut inner = (*self.inner).clone();
         change(&mut inner);
-        inner.deny_config = std::sync::OnceLock::new();
         Limiter { inner: Arc::new(inner) }
     }
 
@@ -343,13 +324,11 @@ impl Limiter {
     /// The spec and options the limiter was built with, as data.
     pub fn config(&self) -> LimiterConfig {
         let colocate = self.colocate();
-        LimiterConfig {
-            spec: self.inner.spec.clone(),
-            wait_timeout: Some(self.inner.wait_timeout),
-            block_for: self.inner.block_for,
-            colocate: (colocate != Colocate::Identity).then_some(colocate),
-            shadow: self.inner.shadow,
-        }
+        let mut config = LimiterConfig::from(self.inner.spec.clone());
+        config.wait_timeout = Some(self.inner.wait_timeout);
+        config.colocate = (colocate != Colocate::Identity).then_some(colocate);
+        self.inner.policies.describe(&mut config);
+        config
     }
 
     /// The canonical JSON spec of the limiter (see [`LimiterConfig`]): what every language
@@ -402,153 +381,6 @@ impl Limiter {
                 fallback: over.fallback.clone().map(|algorithm| (algorithm, *namespace)),
             }),
             _ => Cow::Borrowed(failover),
-        }
-    }
-
-    /// Runs one operation.
-    pub(crate) async fn run(&self, key: &str, op: Op) -> Result<Outcome> {
-        if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            let shadow = self.shadow_for(key);
-            let result = self.leased_check(pool, key, cost, shadow).await;
-            let result = self.block_after_refusal(key, op, result).await;
-            return self.shadowed(op, shadow, result);
-        }
-        match &self.inner.target {
-            Target::Redis { backend, failover } => {
-                backend.ensure_live_task();
-                let over = self.override_for(key);
-                let shadow = self.shadow_under(over.as_deref());
-                // A limiter in shadow mode never refuses, so it neither reads nor writes the deny
-                // cache (another handle of the same name may be enforcing).
-                let started = Instant::now();
-                if !shadow {
-                    if let Some(refused) = self.refused_locally(key, op, over.as_ref(), started) {
-                        return Ok(refused);
-                    }
-                }
-                let ticket = self.deny_ticket();
-                let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
-                let failover = Self::failover_for(failover, over.as_deref());
-                let result = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await;
-                self.record(op, &result, Some(started), shadow);
-                // A would-be refusal blocks as an enforced one would: shadow mode reports the block.
-                let result = self.block_after_refusal(key, op, result).await;
-                if !shadow {
-                    self.remember_refusal(key, op, &result, over, ticket);
-                }
-                self.shadowed(op, shadow, result)
-            }
-            Target::Partitions(set) => {
-                let started = self.inner.observe.start();
-                let result = set.run(key, op).await;
-                self.conclude(op, result, started, self.shadow_for(key))
-            }
-            _ => self.run_local(key, op),
-        }
-    }
-
-    /// Runs one operation, blocking the calling thread on remote backends.
-    #[inline]
-    fn run_blocking(&self, key: &str, op: Op) -> Result<Outcome> {
-        if let (Some(pool), Op::Check { cost, .. }) = (&self.inner.pool, op) {
-            let shadow = self.shadow_for(key);
-            let result = self.leased_check_blocking(pool, key, cost, shadow);
-            let result = self.block_after_refusal_blocking(key, op, result);
-            return self.shadowed(op, shadow, result);
-        }
-        match &self.inner.target {
-            Target::Redis { backend, failover } => {
-                backend.ensure_live_task();
-                let over = self.override_for(key);
-                let shadow = self.shadow_under(over.as_deref());
-                // A limiter in shadow mode never refuses, so it neither reads nor writes the deny
-                // cache (another handle of the same name may be enforcing).
-                let started = Instant::now();
-                if !shadow {
-                    if let Some(refused) = self.refused_locally(key, op, over.as_ref(), started) {
-                        return Ok(refused);
-                    }
-                }
-                let ticket = self.deny_ticket();
-                let algorithm = over.as_ref().map_or(&self.inner.algorithm, |o| &o.algorithm);
-                let failover = Self::failover_for(failover, over.as_deref());
-                let result = backend.execute_blocking(self.kind(), &self.inner.name, key, algorithm, &failover, op);
-                self.record(op, &result, Some(started), shadow);
-                let result = self.block_after_refusal_blocking(key, op, result);
-                if !shadow {
-                    self.remember_refusal(key, op, &result, over, ticket);
-                }
-                self.shadowed(op, shadow, result)
-            }
-            _ => self.run_local(key, op),
-        }
-    }
-
-    /// Runs one operation on an in-process target: never waits, so it is the hot path of both
-    /// the async and the blocking forms.
-    #[inline]
-    pub(crate) fn run_local(&self, key: &str, op: Op) -> Result<Outcome> {
-        match &self.inner.target {
-            Target::Memory { backend, namespace } => {
-                let started = self.inner.observe.start();
-                let (result, shadow) = match self.override_for(key) {
-                    None => (backend.execute(*namespace, key, &self.inner.algorithm, op), self.inner.shadow),
-                    Some(over) => (backend.execute(*namespace, key, &over.algorithm, op), over.shadow),
-                };
-                self.record(op, &result, started, shadow);
-                let result = self.block_after_refusal_local(key, op, result);
-                self.shadowed(op, shadow, result)
-            }
-            Target::Partitions(set) => {
-                let started = self.inner.observe.start();
-                let result = set.run_blocking(key, op);
-                self.conclude(op, result, started, self.shadow_for(key))
-            }
-            _ => Ok(Outcome::of(Decision::unlimited())),
-        }
-    }
-
-    /// Counts a check in the limiter's metrics, with its latency when it went to Redis, and
-    /// its duration while observed (`started`: when the call began, always known on Redis); a
-    /// refusal the backend made while `shadow` counts as shadow-refused.
-    #[inline]
-    pub(crate) fn record(&self, op: Op, result: &Result<Outcome>, started: Option<Instant>, shadow: bool) {
-        if !matches!(op, Op::Check { .. }) {
-            return;
-        }
-        let m = &self.inner.metrics;
-        let counter = match result {
-            Ok(outcome) => match outcome.served {
-                Served::Backend if outcome.decision.allowed => Counter::Allowed,
-                Served::Backend if shadow => Counter::ShadowRefused,
-                Served::Backend => Counter::Refused,
-                Served::FailedOpen => Counter::FailedOpen,
-                Served::FellBack => Counter::FellBack,
-            },
-            Err(Error::BackendUnavailable { .. } | Error::Timeout { .. } | Error::BackendRejected { .. }) => {
-                Counter::Errors
-            }
-            // Bad input never reached a backend.
-            Err(_) => return,
-        };
-        m.add(counter, 1);
-        if let Ok(outcome) = result {
-            m.add_hold(outcome);
-        }
-        if let (Some(started), Target::Redis { .. }) = (started, &self.inner.target) {
-            m.observe_latency(started.elapsed());
-        }
-        self.time(Call::Check, counter, started);
-    }
-
-    /// Adds a call's duration to the limiter's timings while its backend is observed (see
-    /// `observe.rs`); `started` is `None` for a call that was not timed.
-    #[inline]
-    pub(crate) fn time(&self, call: Call, counter: Counter, started: Option<Instant>) {
-        if let Some(started) = started {
-            if self.inner.observe.on() {
-                self.inner.metrics.timings.add(call, counter, started);
-            }
         }
     }
 

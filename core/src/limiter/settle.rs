@@ -130,9 +130,8 @@ impl Limiter {
         cost: u64,
         charged_at: Option<u64>,
     ) -> Decision {
-        // A shadow refusal is admitted but charged nothing: there is nothing to settle.
-        if decision.allowed && !decision.shadow_refused && self.inner.settle_identity != 0 && served == Served::Backend
-        {
+        // A call that consumed nothing has nothing to settle.
+        if decision.consumed() && self.inner.settle_identity != 0 && served == Served::Backend {
             decision.settle = Some(SettleTicket {
                 key: key.into(),
                 cost,

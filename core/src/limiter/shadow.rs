@@ -4,10 +4,46 @@
 //! builds is the state enforcement would have built: switching shadow off enforces what shadow
 //! mode reported.
 
+use std::time::Duration;
+
+use super::pipeline::{Call, Policy};
 use super::Limiter;
-use crate::engine::{Op, Outcome};
+use crate::engine::{LimiterConfig, Op, Outcome};
 use crate::error::Result;
 use crate::live::Compiled;
+
+/// Shadow mode on a limiter: whether its own spec is in shadow mode (a live override's spec
+/// says for the calls it decides).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Shadow(pub(crate) bool);
+
+impl Policy for Shadow {
+    type State = ();
+
+    /// In shadow mode a refusal becomes an admission, which the fast path does not know.
+    fn leaves_fast_path(&self) -> bool {
+        !self.0
+    }
+
+    fn describe(&self, config: &mut LimiterConfig) {
+        config.shadow = self.0;
+    }
+
+    #[inline(always)]
+    fn before(&self, _: &Limiter, _: &str, _: &Call) -> std::result::Result<(), Outcome> {
+        Ok(())
+    }
+
+    /// The shadow rule, the one place it is written: when the call's spec is in shadow mode, a
+    /// refusal of a check or a peek becomes an admission marked `shadow_refused` (what is
+    /// consumed is unchanged: a refusal consumed nothing).
+    #[inline]
+    fn after(&self, _: &Limiter, _: &str, call: &Call, _: (), _: Option<Duration>, result: &mut Result<Outcome>) {
+        if let (Ok(outcome), false) = (result, call.enforced) {
+            shadow_decision(call.op, outcome);
+        }
+    }
+}
 
 impl Limiter {
     /// The same limiter (same state, same metrics) in shadow mode (`true`) or enforcing
@@ -18,7 +54,7 @@ impl Limiter {
     /// would have said, and no lease (a concurrent limiter grants nothing to it, so there is
     /// nothing to release). It is counted in [`crate::Metrics::shadow_refused`].
     pub fn with_shadow(&self, shadow: bool) -> Result<Limiter> {
-        let limiter = self.with(|inner| inner.shadow = shadow);
+        let limiter = self.with(|inner| inner.policies.shadow = Shadow(shadow));
         if let Some(live) = &self.inner.live {
             live.respec(&self.inner.metrics, limiter.spec_json());
         }
@@ -28,50 +64,20 @@ impl Limiter {
     /// Whether the limiter is in shadow mode (a live override may say otherwise for a key: see
     /// [`Limiter::with_shadow`]).
     pub fn shadow(&self) -> bool {
-        self.inner.shadow
+        self.inner.policies.shadow.0
     }
 
     /// Whether a call decided with the override `over` (or the limiter's own spec) is shadowed.
     #[inline]
     pub(crate) fn shadow_under(&self, over: Option<&Compiled>) -> bool {
-        over.map_or(self.inner.shadow, |o| o.shadow)
+        over.map_or(self.inner.policies.shadow.0, |o| o.shadow)
     }
 
-    /// Whether calls on `key` are shadowed now.
+    /// Whether calls on `key` never refuse now (shadow mode): such a call never waits, and takes
+    /// no part in an atomic step of several limits (`check_all.rs`).
     #[inline]
-    pub(crate) fn shadow_for(&self, key: &str) -> bool {
-        match self.override_for(key) {
-            Some(over) => over.shadow,
-            None => self.inner.shadow,
-        }
-    }
-
-    /// Counts a check in the limiter's metrics and, when `shadow`, turns a refusal of a check or
-    /// a peek into an admission marked `shadow_refused` (what is consumed is unchanged: a refusal
-    /// consumed nothing).
-    #[inline]
-    pub(crate) fn conclude(
-        &self,
-        op: Op,
-        result: Result<Outcome>,
-        started: Option<std::time::Instant>,
-        shadow: bool,
-    ) -> Result<Outcome> {
-        self.record(op, &result, started, shadow);
-        self.shadowed(op, shadow, result)
-    }
-
-    /// When `shadow`, turns a refusal of a check or a peek into an admission marked
-    /// `shadow_refused` (counting is the caller's: see [`Limiter::conclude`]).
-    #[inline]
-    pub(crate) fn shadowed(&self, op: Op, shadow: bool, result: Result<Outcome>) -> Result<Outcome> {
-        if shadow {
-            return result.map(|mut outcome| {
-                shadow_decision(op, &mut outcome);
-                outcome
-            });
-        }
-        result
+    pub(crate) fn never_refuses(&self, key: &str) -> bool {
+        self.shadow_under(self.override_for(key).as_deref())
     }
 }
 

@@ -119,8 +119,8 @@ impl Limiter {
         let deadline = started.saturating_add(micros(wait));
         let mut attempts = 0;
         let mut waiter_id = None;
-        // A shadowed call never waits, so it is never counted among the waiters.
-        let may_wait = deadline > started && !self.shadow_for(key);
+        // A call that never refuses never waits, so it is never counted among the waiters.
+        let may_wait = deadline > started && !self.never_refuses(key);
         loop {
             let (_, mut op) = self.check_op(Some(key), cost)?;
             // A concurrent limiter counts this caller among the key's waiters while it waits

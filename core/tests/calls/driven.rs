@@ -254,3 +254,32 @@ fn a_readonly_reply_marks_the_connection_demoted() {
     assert!(pipeline.demoted(), "a READONLY reply (here in a batch) says the connection is demoted");
     primary.cli(&["REPLICAOF", "NO", "ONE"]);
 }
+
+#[test]
+fn a_driven_call_goes_through_the_deny_cache_like_the_async_call() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.token_bucket("denied", 0.001, 1).unwrap().with_deny_cache(true).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let first = driven(&limiter, "k", 1);
+    let mut stream = first.endpoint().connect().unwrap();
+    let mut pipeline = Pipeline::new();
+    pipeline.push(0, first);
+    pipeline.push(1, driven(&limiter, "k", 1));
+    let done = exchange(&mut stream, &mut pipeline, 2);
+    let allowed: Vec<bool> = done
+        .into_iter()
+        .map(|(_, finished)| match finished {
+            Finished::Done(d) => d.unwrap().allowed,
+            Finished::Rerun(_) => panic!("the script is cached"),
+        })
+        .collect();
+    assert_eq!(allowed, [true, false]);
+    // The refusal Redis decided is remembered: the next driven check is answered here.
+    match limiter.drive_check(Some("k"), 1).unwrap() {
+        Driven::Done(d) => assert!(!d.allowed && d.retry_after > Duration::ZERO, "{d:?}"),
+        _ => panic!("a remembered refusal is answered without Redis"),
+    }
+    let m = limiter.metrics();
+    assert_eq!((m.allowed, m.refused, m.refused_locally), (2, 2, 1), "{m:?}");
+}

@@ -270,7 +270,7 @@ mod tests {
         assert!(cache.refused(id(Kind::Bucket, "k"), 1, 1, None).is_none());
         cache.remember(id(Kind::Bucket, "k"), 1, 0, &refusal(500), None, 0);
         let spec = crate::engine::LimiterSpec::Unlimited;
-        let over = Arc::new(Compiled { algorithm: spec.compile().unwrap(), spec, fallback: None, shadow: false });
+        let over = Arc::new(Compiled::enforcing(spec));
         assert!(cache.refused(id(Kind::Bucket, "k"), 1, 1, Some(&over)).is_none(), "decided under no override");
         assert_eq!(cache.len(), 0);
     }

@@ -27,8 +27,8 @@ use crate::decision::Decision;
 use crate::engine::lua::LuaScript;
 use crate::engine::{Algorithm, Op, Outcome};
 use crate::error::{Error, Result};
+use crate::limiter::pipeline::{Call, States};
 use crate::limiter::Limiter;
-use crate::live::Compiled;
 use crate::params::validate_key;
 
 /// What [`Limiter::drive_check`] and [`Limiter::drive_peek`] give.
@@ -53,10 +53,10 @@ pub struct DrivenCall {
     deadline: Option<Instant>,
     script: &'static LuaScript,
     cmd: Cmd,
-    /// The live override the call decides with, if any (see [`crate::Backend::set_limit`]).
-    over: Option<Arc<Compiled>>,
-    /// When the call was made, for the limiter's latency metrics.
-    started: Instant,
+    /// The call as the limiter's check pipeline began it: the live override it decides with (if
+    /// any, see [`crate::Backend::set_limit`]) and each policy's state.
+    call: Call,
+    states: States,
 }
 
 impl Limiter {
@@ -76,33 +76,36 @@ impl Limiter {
         let Some((backend, _)) = self.redis_target() else {
             return Ok(Driven::Done(self.ticketed_op(self.run_local(key, op)?, key, op)));
         };
-        if let (Some(decision), Op::Check { .. }) = (self.leased_local_now(key, op), op) {
-            return Ok(Driven::Done(decision));
-        }
         // A leased limiter's round trips take leases (see `leased_check`), on the runtime; so
-        // does a check that may start a block (`block_for`: a second command after a refusal),
-        // and one of a limiter with a deny cache (answered from memory, remembered after).
+        // do a concurrent limiter's, and a call whose policies write after it (a block).
+        if let (Algorithm::Leased(_), Op::Check { .. }) = (self.algorithm(), op) {
+            return Ok(match self.answer_in_process(key, op) {
+                Some(outcome) => Driven::Done(self.ticketed_op(outcome?, key, op)),
+                None => Driven::Unsupported,
+            });
+        }
         if matches!(self.algorithm(), Algorithm::Concurrent(_) | Algorithm::Leased(_))
-            || (self.block_for().is_some() && matches!(op, Op::Check { .. }))
-            || self.deny_cache()
+            || !self.drivable(op)
             || !backend.connections().drivable()
         {
             return Ok(Driven::Unsupported);
         }
         backend.ensure_live_task();
-        let over = self.override_for(key);
-        let algorithm = over.as_ref().map_or(self.algorithm(), |o| &o.algorithm);
-        let call = backend.prepare_for(self.kind(), self.name(), key, algorithm, op, self.colocate())?;
+        let (call, states) = match self.begin(key, op) {
+            Ok(begun) => begun,
+            Err(answer) => return Ok(Driven::Done(self.ticketed_op(answer, key, op))),
+        };
+        let prepared = backend.prepare_for(self.kind(), self.name(), key, call.algorithm(self), op, self.colocate())?;
         Ok(Driven::Send(DrivenCall {
             limiter: self.clone(),
             backend: backend.clone(),
             key: key.into(),
             op,
             deadline: None,
-            script: call.script,
-            cmd: call.cmd,
-            over,
-            started: Instant::now(),
+            script: prepared.script,
+            cmd: prepared.cmd,
+            call: Call { started: Some(Instant::now()), ..call },
+            states,
         }))
     }
 }
@@ -124,7 +127,10 @@ impl DrivenCall {
         };
         match tokio::time::timeout_at(deadline.into(), self.limiter.run(&self.key, self.op)).await {
             Ok(outcome) => Ok(self.limiter.ticketed_op(outcome?, &self.key, self.op)),
-            Err(_) => self.settle(Err(self.timed_out())),
+            Err(_) => {
+                let timed_out = self.timed_out();
+                self.conclude(Err(timed_out))
+            }
         }
     }
 
@@ -140,25 +146,29 @@ impl DrivenCall {
             ScriptReply::DidNotRun => return Finished::Rerun(self),
             ScriptReply::Failed(e) => Err(e),
         };
-        Finished::Done(self.settle(remote))
+        Finished::Done(self.conclude(remote))
     }
 
     /// The algorithm the call decides with: its override's, or its limiter's.
     fn algorithm(&self) -> &Algorithm {
-        self.over.as_ref().map_or(self.limiter.algorithm(), |o| &o.algorithm)
+        self.call.algorithm(&self.limiter)
     }
 
-    /// What the call returns given what Redis did (the failure policy applies), counted in the
-    /// limiter's metrics.
-    fn settle(&self, remote: Result<Outcome>) -> Result<Decision> {
+    /// What the call returns given what Redis did: the failure policy applies, then the rest of
+    /// the limiter's check pipeline (counted, each policy's `after` hook; none writes: see
+    /// `Policies::drivable`).
+    fn conclude(self, remote: Result<Outcome>) -> Result<Decision> {
         let Some((_, failover)) = self.limiter.redis_target() else {
             return Ok(self.limiter.ticketed_op(remote?, &self.key, self.op));
         };
-        let failover = Limiter::failover_for(failover, self.over.as_deref());
+        let failover = Limiter::failover_for(failover, self.call.over.as_deref());
         let outcome = self.backend.apply_policy(remote, &self.key, self.algorithm(), &failover, self.op);
-        let shadow = self.limiter.shadow_under(self.over.as_deref());
-        let outcome = self.limiter.conclude(self.op, outcome, Some(self.started), shadow);
-        Ok(self.limiter.ticketed_op(outcome?, &self.key, self.op))
+        let DrivenCall { limiter, key, op, call, states, .. } = self;
+        // No policy asks for a hold here (see `Policies::drivable`): nothing more is written.
+        let mut outcome = outcome;
+        let _ = limiter.after_engine(&call, &outcome);
+        limiter.conclude(&key, call, states, None, &mut outcome);
+        Ok(limiter.ticketed_op(outcome?, &key, op))
     }
 }
 
@@ -343,7 +353,8 @@ impl<T> Pipeline<T> {
         expired.extend::<Vec<_>>(late);
         let any = !expired.is_empty();
         for Waiting { token, call } in expired {
-            let result = call.settle(Err(call.timed_out()));
+            let timed_out = call.timed_out();
+            let result = call.conclude(Err(timed_out));
             done.push((token, Finished::Done(result)));
         }
         any
@@ -361,7 +372,7 @@ impl<T> Pipeline<T> {
         self.input.clear();
         let sent = self.sent.drain(..).flat_map(|s| s.calls.into_iter().flatten());
         for Waiting { token, call } in sent.chain(self.queued.drain(..)) {
-            let result = call.settle(Err(error.clone()));
+            let result = call.conclude(Err(error.clone()));
             done.push((token, Finished::Done(result)));
         }
     }

@@ -24,6 +24,7 @@ use crate::defaults::DEFAULT_PARTITIONS_LEASE_TTL;
 use crate::engine::kinds::KindSpec;
 use crate::engine::lua::LuaScript;
 use crate::engine::spec_json::{number, secs, JsonFields, JsonWriter};
+use crate::engine::words;
 use crate::engine::Algorithm;
 use crate::engine::{Engine, Op, Outcome};
 use crate::error::{Error, Result};
@@ -176,6 +177,11 @@ impl KindSpec for PartitionsKind {
     /// `total_rate`, `partitions`, `lease_ttl`, `reserved`, `priority`.
     type Fields = (f64, u64, Duration, u64, bool);
 
+    const SAMPLES: &'static [&'static str] =
+        &[r#"{"kind":"partitions","total_rate":100,"partitions":20,"lease_ttl":15,"reserved":0,"priority":false}"#];
+    const NOT_IN_CHECK_ALL: Option<&'static str> =
+        Some("is a partitions limiter, which paces in process and cannot take part in check_all");
+
     fn parse(_name: &str, json: &mut JsonFields<'_>) -> Result<Self::Fields> {
         Ok((
             json.number("total_rate")?,
@@ -184,6 +190,15 @@ impl KindSpec for PartitionsKind {
             json.optional_whole("reserved")?.unwrap_or(0),
             json.optional_bool("priority")?.unwrap_or(false),
         ))
+    }
+
+    fn words((total_rate, partitions, lease_ttl, _, _): &Self::Fields) -> String {
+        format!(
+            "{} over {} partitions, leased for {}",
+            words::rate(*total_rate),
+            words::count(*partitions),
+            words::duration(*lease_ttl)
+        )
     }
 
     fn print(&(total_rate, partitions, lease_ttl, reserved, priority): &Self::Fields, json: &mut JsonWriter) {

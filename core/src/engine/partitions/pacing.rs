@@ -63,14 +63,14 @@ impl Pacer {
     }
 
     /// Brings the credit up to `now` without spending (before the held set changes).
-    pub(crate) fn settle(&mut self, now: u64, rate: f64) {
+    pub(crate) fn catch_up(&mut self, now: u64, rate: f64) {
         self.accrue(now, rate, f64::INFINITY);
     }
 
     /// Replaces the held partitions at `now`: what the old ones earned until now is kept, the
     /// new ones earn from now.
     pub(crate) fn replace(&mut self, now: u64, rate: f64, held: Vec<Held>) {
-        self.settle(now, rate);
+        self.catch_up(now, rate);
         self.held = held;
     }
 
