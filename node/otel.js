@@ -15,7 +15,11 @@
 
 const api = require('@opentelemetry/api');
 const { version } = require('./package.json');
-const { Backend, Limiter, codes } = require('./index.js');
+const ratekeeper = require('./index.js');
+
+const { Backend, codes } = ratekeeper;
+/** index.js's hook for tracing calls (see `tracing` there). */
+const hook = ratekeeper[Symbol.for('ratekeeper.tracing')];
 const { invalidArgument: invalidOption } = require('./http/errors.js');
 
 /** `ratekeeper.outcome` values and how each is read from a limiter's counts (they partition the checks). */
@@ -244,10 +248,10 @@ function instrument(backend, options) {
 const tracers = new Map();
 
 function startTracing(id, tracer) {
-  if (tracers.size === 0 && !patched) patchLimiter();
   const list = tracers.get(id) ?? [];
   list.push(tracer);
   tracers.set(id, list);
+  hook.set(traced);
 }
 
 function stopTracing(id, tracer) {
@@ -255,49 +259,46 @@ function stopTracing(id, tracer) {
   const at = list.indexOf(tracer);
   if (at >= 0) list.splice(at, 1);
   if (list.length === 0) tracers.delete(id);
+  // No backend traced: the limiters' calls are back to their one comparison.
+  if (tracers.size === 0) hook.set(null);
 }
 
-let patched = false;
+/** The spans of `check`/`acquire` (async) and `checkSync`, by the method index.js hands over. */
+const SPANS = { check: ['check', true], checkSync: ['check', false], acquire: ['acquire', true] };
 
 /**
- * Wraps `Limiter.prototype`'s deciding calls, once, at the first traced backend: until then (and
- * in a process that never traces) a call pays nothing; after, an untraced backend's call pays one
- * map lookup.
+ * index.js's `tracing` while a backend is traced: a call of `limiter` (by `method`, with `args`)
+ * gets a span per tracer of its backend, started in the active context; a call of an untraced
+ * backend is made as is.
  */
-function patchLimiter() {
-  patched = true;
-  const proto = Limiter.prototype;
-  for (const [method, span, isAsync] of [['check', 'check', true], ['checkSync', 'check', false], ['acquire', 'acquire', true]]) {
-    const original = proto[method];
-    proto[method] = function traced(...args) {
-      const list = tracers.size === 0 ? undefined : tracers.get(this.backendId);
-      if (list === undefined) return original.apply(this, args);
-      const attributes = { 'ratekeeper.limiter': this.name, 'ratekeeper.kind': this.kind };
-      const parent = api.context.active();
-      const spans = list.map((t) => t.startSpan(`ratekeeper ${span}`, { attributes }, parent));
-      if (!isAsync) {
-        let decision;
-        try {
-          decision = original.apply(this, args);
-        } catch (error) {
-          endSpans(spans, undefined, error);
-          throw error;
-        }
-        endSpans(spans, decision);
-        return decision;
-      }
-      return original.apply(this, args).then(
-        (decision) => {
-          endSpans(spans, decision);
-          return decision;
-        },
-        (error) => {
-          endSpans(spans, undefined, error);
-          throw error;
-        },
-      );
-    };
+function traced(limiter, method, ...args) {
+  const list = tracers.get(limiter.backendId);
+  if (list === undefined) return hook.untraced(limiter, method, args);
+  const [span, isAsync] = SPANS[method];
+  const attributes = { 'ratekeeper.limiter': limiter.name, 'ratekeeper.kind': limiter.kind };
+  const parent = api.context.active();
+  const spans = list.map((t) => t.startSpan(`ratekeeper ${span}`, { attributes }, parent));
+  if (!isAsync) {
+    let decision;
+    try {
+      decision = hook.untraced(limiter, method, args);
+    } catch (error) {
+      endSpans(spans, undefined, error);
+      throw error;
+    }
+    endSpans(spans, decision);
+    return decision;
   }
+  return hook.untraced(limiter, method, args).then(
+    (decision) => {
+      endSpans(spans, decision);
+      return decision;
+    },
+    (error) => {
+      endSpans(spans, undefined, error);
+      throw error;
+    },
+  );
 }
 
 /** Ends a traced call's spans with its decision, or its error (over the limit: a refusal). */

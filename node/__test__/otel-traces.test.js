@@ -90,6 +90,19 @@ for (const traces of [undefined, false]) {
   });
 }
 
+test('otel traces: a backend not traced makes no span while another is traced', async (t) => {
+  const { provider, exporter } = tracing(t);
+  const traced = Backend.memory();
+  const handle = otel.instrument(traced, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  t.after(() => handle.close());
+  const other = Backend.memory();
+  await scripted(other, provider);
+  assert.deepEqual(exporter.getFinishedSpans().map((s) => s.name), ['request']);
+  exporter.reset();
+  await traced.tokenBucket('api', 0.001, 2).check(KEY);
+  assert.deepEqual(exporter.getFinishedSpans().map((s) => s.name), ['ratekeeper check']);
+});
+
 test('otel traces: `traces` must be a boolean', () => {
   assert.throws(() => otel.instrument(Backend.memory(), { traces: 'yes' }), (e) => e.parameter === 'traces');
 });
