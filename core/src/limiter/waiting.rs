@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Limiter, Target};
 use crate::decision::Decision;
-use crate::engine::{Op, Waiter};
+use crate::engine::{Op, Outcome, Waiter};
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::observe::Call;
@@ -108,51 +108,105 @@ impl Limiter {
 
     /// [`Limiter::acquire`] without its timing.
     async fn acquire_untimed(&self, key: Option<&str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Decision> {
+        let mut wait = self.start_waiting(key, cost, wait_timeout)?;
+        self.wait_for_grant(&mut wait, None).await
+    }
+
+    /// Attempts until granted or until waiting cannot succeed in time; `refused` is an attempt
+    /// already made and refused, waited on before the next.
+    async fn wait_for_grant(&self, wait: &mut Wait<'_>, mut refused: Option<Outcome>) -> Result<Decision> {
+        loop {
+            if let Some(outcome) = refused.take() {
+                self.sleep_for_next_attempt(wait, outcome).await;
+            }
+            let op = self.attempt_op(wait)?;
+            let outcome = self.run(wait.key, op).await?;
+            match self.answer_of(wait, &outcome) {
+                Some(done) => return done.map(|()| self.granted_after(wait, outcome)),
+                None => refused = Some(outcome),
+            }
+        }
+    }
+
+    /// Validates an acquire's arguments and starts its clock (see [`Wait`]).
+    fn start_waiting<'k>(&self, key: Option<&'k str>, cost: u64, wait_timeout: Option<Duration>) -> Result<Wait<'k>> {
         let wait = match wait_timeout {
             Some(w) if !w.is_zero() => validate_duration("wait_timeout", w)?,
             Some(w) => w,
             None => self.inner.wait_timeout,
         };
         let (key, _) = self.check_op(key, cost)?;
-        let clock = self.clock();
-        let started = clock.now_micros();
+        let started = self.clock().now_micros();
         let deadline = started.saturating_add(micros(wait));
-        let mut attempts = 0;
-        let mut waiter_id = None;
         // A call that never refuses never waits, so it is never counted among the waiters.
         let may_wait = deadline > started && !self.never_refuses(key);
-        loop {
-            let (_, mut op) = self.check_op(Some(key), cost)?;
-            // A concurrent limiter counts this caller among the key's waiters while it waits
-            // (operators see them); the id of its first lease names it over every attempt.
-            if let Op::Check { lease_id, waiter, .. } = &mut op {
-                if *lease_id != 0 && may_wait {
-                    let id = *waiter_id.get_or_insert(*lease_id);
-                    *waiter = Some(Waiter { id, wait_us: deadline.saturating_sub(clock.now_micros()) });
-                }
-            }
-            let outcome = self.run(key, op).await?;
-            attempts += 1;
-            if outcome.decision.allowed {
-                let waited = (attempts > 1).then(|| Duration::from_micros(clock.now_micros().saturating_sub(started)));
-                return Ok(self.ticketed_granted(outcome, waited, key, cost));
-            }
-            self.inner.metrics.add(Counter::Reclaimed, outcome.reclaimed);
-            let retry_after = outcome.decision.retry_after;
-            let now = clock.now_micros();
-            let ready_at = now.saturating_add(micros(retry_after));
-            match outcome.wake {
-                // A release may free a slot long before `retry_after` (which is when an overdue
-                // holder could be reclaimed): wait for either, up to the deadline.
-                Some(wake) if now < deadline => {
-                    wake.wait(&*clock, Duration::from_micros(ready_at.min(deadline) - now)).await;
-                }
-                // Nothing but time changes these decisions: if waiting cannot succeed within
-                // the deadline, say so at once instead of sleeping in vain.
-                None if ready_at <= deadline => clock.sleep(retry_after.max(Duration::from_micros(1))).await,
-                _ => return Err(Error::OverLimit { retry_after }),
+        Ok(Wait { key, cost, started, deadline, may_wait, attempts: 0, waiter_id: None })
+    }
+
+    /// The check of an acquire's next attempt.
+    fn attempt_op(&self, wait: &mut Wait<'_>) -> Result<Op> {
+        let (_, mut op) = self.check_op(Some(wait.key), wait.cost)?;
+        // A concurrent limiter counts this caller among the key's waiters while it waits
+        // (operators see them); the id of its first lease names it over every attempt.
+        if let Op::Check { lease_id, waiter, .. } = &mut op {
+            if *lease_id != 0 && wait.may_wait {
+                let id = *wait.waiter_id.get_or_insert(*lease_id);
+                let wait_us = wait.deadline.saturating_sub(self.clock().now_micros());
+                *waiter = Some(Waiter { id, wait_us });
             }
         }
+        Ok(op)
+    }
+
+    /// Waits after a refused attempt that [`Limiter::answer_of`] let wait: until a release or
+    /// until the decision can change, within the deadline.
+    async fn sleep_for_next_attempt(&self, wait: &Wait<'_>, refused: Outcome) {
+        let clock = self.clock();
+        let retry_after = refused.decision.retry_after;
+        let now = clock.now_micros();
+        let ready_at = now.saturating_add(micros(retry_after));
+        match refused.wake {
+            // A release may free a slot long before `retry_after` (which is when an overdue
+            // holder could be reclaimed): wait for either, up to the deadline (past it, the next
+            // attempt is the last).
+            Some(wake) => {
+                if now < wait.deadline {
+                    wake.wait(&*clock, Duration::from_micros(ready_at.min(wait.deadline) - now)).await;
+                }
+            }
+            // Nothing but time changes these decisions.
+            None => clock.sleep(retry_after.max(Duration::from_micros(1))).await,
+        }
+    }
+
+    /// Whether an attempt ends the acquire: `Ok(())` when granted, [`Error::OverLimit`] when
+    /// waiting cannot succeed within the deadline (said at once instead of sleeping in vain),
+    /// `None` when it must wait. Counts a refused attempt's reclaimed leases.
+    fn answer_of(&self, wait: &mut Wait<'_>, outcome: &Outcome) -> Option<Result<()>> {
+        wait.attempts += 1;
+        if outcome.decision.allowed {
+            return Some(Ok(()));
+        }
+        self.inner.metrics.add(Counter::Reclaimed, outcome.reclaimed);
+        let retry_after = outcome.decision.retry_after;
+        let now = self.clock().now_micros();
+        // A concurrent limiter's release can come any time before the deadline; nothing but
+        // time changes the other decisions.
+        let may_succeed = match outcome.wake {
+            Some(_) => now < wait.deadline,
+            None => now.saturating_add(micros(retry_after)) <= wait.deadline,
+        };
+        if may_succeed {
+            return None;
+        }
+        Some(Err(Error::OverLimit { retry_after }))
+    }
+
+    /// The decision of a granted attempt, with how long the acquire waited for it.
+    fn granted_after(&self, wait: &Wait<'_>, outcome: Outcome) -> Decision {
+        let waited =
+            (wait.attempts > 1).then(|| Duration::from_micros(self.clock().now_micros().saturating_sub(wait.started)));
+        self.ticketed_granted(outcome, waited, wait.key, wait.cost)
     }
 
     /// Blocking form of [`Limiter::acquire`]. Call it from plain threads, not from inside an
@@ -179,14 +233,15 @@ impl Limiter {
             }
             return block_on(self.acquire_untimed(key, cost, wait_timeout));
         }
-        // In-process fast path: a call that need not wait involves no runtime.
-        let (key_ok, op) = self.check_op(key, cost)?;
-        let outcome = self.run_local(key_ok, op)?;
-        if outcome.decision.allowed {
-            return Ok(self.ticketed_granted(outcome, None, key_ok, cost));
+        // In process, the first attempt involves no runtime, so a call that need not wait never
+        // enters one; a refused one waits from that attempt on (never checking twice).
+        let mut wait = self.start_waiting(key, cost, wait_timeout)?;
+        let op = self.attempt_op(&mut wait)?;
+        let outcome = self.run_local(wait.key, op)?;
+        if let Some(done) = self.answer_of(&mut wait, &outcome) {
+            return done.map(|()| self.granted_after(&wait, outcome));
         }
-        self.inner.metrics.add(Counter::Reclaimed, outcome.reclaimed);
-        block_on(self.acquire_untimed(key, cost, wait_timeout))
+        block_on(self.wait_for_grant(&mut wait, Some(outcome)))
     }
 
     /// Acquires (waiting up to the wait timeout), runs `block`, then releases any lease.
@@ -245,4 +300,19 @@ impl Limiter {
             reported: AtomicBool::new(false),
         }
     }
+}
+
+/// An acquire in progress: its key and cost, when it started and must end, and its attempts.
+struct Wait<'k> {
+    key: &'k str,
+    cost: u64,
+    /// When the acquire started (µs, the limiter's clock).
+    started: u64,
+    /// When waiting must have succeeded (µs).
+    deadline: u64,
+    /// Whether it may wait at all (a deadline ahead, a limiter that can refuse).
+    may_wait: bool,
+    attempts: u32,
+    /// The id a concurrent limiter's waiter is counted under, from its first attempt's lease.
+    waiter_id: Option<u128>,
 }

@@ -130,6 +130,24 @@ fn acquire_fails_at_once_when_the_wait_cannot_succeed() {
     assert!(limiter.acquire_blocking(None, 1, Some(Duration::ZERO)).unwrap_err().is_over_limit());
 }
 
+/// A blocking acquire in process makes its first attempt without a runtime; when that attempt
+/// is refused, the wait goes on from it and does not check again, so every refused attempt is
+/// one refusal in the metrics (as on Redis and with the async acquire).
+#[test]
+fn a_refused_blocking_acquire_is_one_check() {
+    let (backend, clock) = manual(100);
+    let limiter = backend.bucket("once", 1, Duration::from_secs(60)).unwrap();
+    assert!(limiter.check_blocking(None, 1).unwrap().allowed);
+    clock.advance(Duration::from_secs(10));
+    assert!(limiter.acquire_blocking(None, 1, Some(Duration::from_secs(5))).unwrap_err().is_over_limit());
+    assert!(limiter.acquire_blocking(None, 1, Some(Duration::ZERO)).unwrap_err().is_over_limit());
+    runtime().block_on(async {
+        assert!(limiter.acquire(None, 1, Some(Duration::ZERO)).await.unwrap_err().is_over_limit());
+    });
+    let m = limiter.metrics();
+    assert_eq!((m.allowed, m.refused), (1, 3), "one check per refused acquire: {m:?}");
+}
+
 #[test]
 fn released_slot_wakes_exactly_one_waiter_without_time_passing() {
     let (backend, _clock) = manual(100);
