@@ -377,6 +377,8 @@ export declare class Backend {
    * Starts timing this backend's calls for `durations()` (what `ratekeeper/otel` records into its
    * duration histograms). Counted: each call needs its `stopObserving()`.
    */
+  /** Identifies this backend within the process (a limiter's `backendId`). */
+  readonly id: number;
   startObserving(): void;
   /** Ends one `startObserving()`; the durations counted so far stay readable. */
   stopObserving(): void;
@@ -430,6 +432,8 @@ export declare class Limiter {
   static unlimited(): Limiter
   /** The limiter's name. */
   get name(): string
+  /** Its backend's `id` (what `ratekeeper/otel` finds the limiter's tracers by). */
+  get backendId(): number
   /**
    * The limiter's spec as canonical JSON text (durations in seconds); `limiter.spec` is the
    * same parsed into an object.

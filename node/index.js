@@ -261,6 +261,27 @@ function noConstructor(name, how) {
 const HANDLE = Symbol('ratekeeper.handle');
 const { limiterCheck, limiterCheckSync, limiterPeek, limiterPeekSync } = native;
 
+/**
+ * `ratekeeper/otel`'s tracing of `check`, `checkSync` and `acquire`: null until a backend is
+ * traced (a call then pays this one comparison), else `(limiter, method, ...args)`, which makes
+ * the call's span around `untraced(limiter, method, args)`. Set through `TRACING` (otel.js).
+ */
+let tracing = null;
+
+/** Makes a call with tracing off (a native call starts synchronously, so this covers it). */
+function untraced(limiter, method, args) {
+  const saved = tracing;
+  tracing = null;
+  try {
+    return limiter[method](...args);
+  } finally {
+    tracing = saved;
+  }
+}
+
+/** Where otel.js reaches `tracing` (not part of the public API). */
+const TRACING = Symbol.for('ratekeeper.tracing');
+
 /** The native object of a public `Backend` (anything else is passed on for the native check). */
 let nativeBackendOf;
 /** The handle of a public `Limiter`; undefined for anything else. */
@@ -302,6 +323,10 @@ class Limiter {
   }
   get kind() {
     return this.#native.kind;
+  }
+  /** Its backend's `id`. */
+  get backendId() {
+    return this.#native.backendId;
   }
   get specJson() {
     return this.#native.specJson;
@@ -355,6 +380,7 @@ class Limiter {
   }
 
   check(key, cost) {
+    if (tracing !== null) return tracing(this, 'check', key, cost);
     try {
       return promised(limiterCheck(this.#handle(), key, cost), key, this.#native);
     } catch (error) {
@@ -362,6 +388,7 @@ class Limiter {
     }
   }
   checkSync(key, cost) {
+    if (tracing !== null) return tracing(this, 'checkSync', key, cost);
     return value(limiterCheckSync(this.#handle(), key, cost), key, this.#native);
   }
   peek(key) {
@@ -376,6 +403,7 @@ class Limiter {
   }
 
   acquire(key, options) {
+    if (tracing !== null) return tracing(this, 'acquire', key, options);
     const signal = options == null ? undefined : options.signal;
     let result;
     if (signal == null) {
@@ -736,6 +764,10 @@ class Backend {
   prometheusText(fleet) {
     return promisedCall(() => this.#native.prometheusText(fleet));
   }
+  /** Identifies this backend within the process (a limiter's `backendId`). */
+  get id() {
+    return this.#native.id;
+  }
   startObserving() {
     this.#native.startObserving();
   }
@@ -794,3 +826,11 @@ module.exports = {
   isRatekeeperError,
   ...http,
 };
+Object.defineProperty(module.exports, TRACING, {
+  value: {
+    set(traced) {
+      tracing = traced;
+    },
+    untraced,
+  },
+});

@@ -161,6 +161,11 @@ export declare class NativeBackend {
    * into its duration histograms). Counted: each call needs its `stopObserving()`.
    */
   startObserving(): void
+  /**
+   * Identifies this backend within the process (what `ratekeeper/otel` keeps its tracers by;
+   * a limiter's `backendId`).
+   */
+  get id(): number
   /** Ends one `startObserving()`; the durations counted so far stay readable. */
   stopObserving(): void
   /**
@@ -262,6 +267,8 @@ export declare class NativeLimiter {
    * same parsed into an object.
    */
   get specJson(): string
+  /** Its backend's `id` (what `ratekeeper/otel` finds a limiter's tracers by). */
+  get backendId(): number
   /**
    * The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
    * `leaky`, `points` or `unlimited`.

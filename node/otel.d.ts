@@ -7,11 +7,14 @@ export declare const OUTCOMES: ReadonlyArray<readonly [string, (metrics: Record<
 /**
  * Reports `backend`'s metrics (this process's) through the OpenTelemetry API on the `ratekeeper`
  * meter of `meterProvider` (the global meter provider unless given): observable counters read at
- * each collection, never the limited key as an attribute. `close()` stops reporting the backend.
+ * each collection, never the limited key as an attribute. Traces are off unless a
+ * `tracerProvider` is given or `traces: true` (the global tracer provider then); `traces: false`
+ * keeps them off. Traced, each `check`/`checkSync`/`acquire` makes a span in the active context.
+ * `close()` stops reporting and tracing the backend.
  */
 export declare function instrument(
   backend: Backend,
-  options?: { meterProvider?: MeterProvider; tracerProvider?: TracerProvider },
+  options?: { meterProvider?: MeterProvider; tracerProvider?: TracerProvider; traces?: boolean },
 ): { close(): void };
 
 /** A decision's `ratekeeper.outcome`: `admitted`, `refused` or `shadow_refused`. */

@@ -15,7 +15,11 @@
 
 const api = require('@opentelemetry/api');
 const { version } = require('./package.json');
-const { Backend } = require('./index.js');
+const ratekeeper = require('./index.js');
+
+const { Backend, codes } = ratekeeper;
+/** index.js's hook for tracing calls (see `tracing` there). */
+const hook = ratekeeper[Symbol.for('ratekeeper.tracing')];
 const { invalidArgument: invalidOption } = require('./http/errors.js');
 
 /** `ratekeeper.outcome` values and how each is read from a limiter's counts (they partition the checks). */
@@ -192,15 +196,19 @@ function registration(provider) {
 
 /**
  * Reports `backend`'s metrics (this process's) through the OpenTelemetry API on the `ratekeeper`
- * meter of `options.meterProvider` (the global meter provider unless given). `tracerProvider` is
- * accepted for the same call in every language; `annotate` puts decisions on the active span,
- * which needs no provider of its own. Returns `{ close() }`, which stops reporting this backend.
+ * meter of `options.meterProvider` (the global meter provider unless given). Traces are off
+ * unless asked for: a `tracerProvider` turns them on, and so does `traces: true` (on the global
+ * tracer provider when no provider is given); `traces: false` keeps them off whatever the
+ * provider. Traced, each `check`, `checkSync` and `acquire` of the backend's limiters makes a
+ * span `ratekeeper check` / `ratekeeper acquire` in the active context (the limiter's name and
+ * kind, the outcome, `ratekeeper.retry_after`; never the key). Returns `{ close() }`, which stops
+ * reporting and tracing this backend.
  */
 function instrument(backend, options) {
   if (options != null && typeof options !== 'object') throw invalidOption('options', 'must be an object');
   for (const name of Object.keys(options ?? {})) {
-    if (name !== 'meterProvider' && name !== 'tracerProvider') {
-      throw invalidOption(name, 'is not an option (known: meterProvider, tracerProvider)');
+    if (name !== 'meterProvider' && name !== 'tracerProvider' && name !== 'traces') {
+      throw invalidOption(name, 'is not an option (known: meterProvider, tracerProvider, traces)');
     }
   }
   if (backend === null || typeof backend !== 'object' || typeof backend.durations !== 'function') {
@@ -210,16 +218,104 @@ function instrument(backend, options) {
   if (provider === null || typeof provider !== 'object' || typeof provider.getMeter !== 'function') {
     throw invalidOption('meterProvider', 'must be an OpenTelemetry MeterProvider');
   }
+  const tracerProvider = options?.tracerProvider;
+  if (tracerProvider != null && (typeof tracerProvider !== 'object' || typeof tracerProvider.getTracer !== 'function')) {
+    throw invalidOption('tracerProvider', 'must be an OpenTelemetry TracerProvider');
+  }
+  const traces = options?.traces;
+  if (traces != null && typeof traces !== 'boolean') throw invalidOption('traces', 'must be a boolean');
+  const tracer = (traces ?? tracerProvider != null) ? (tracerProvider ?? api.trace.getTracerProvider()).getTracer('ratekeeper', version) : null;
   const known = registration(provider);
-  if (known.backends.has(backend)) return { close() {} };
-  backend.startObserving();
-  // Calls timed before this instrumentation are not its to report.
-  known.backends.set(backend, durationsOf(backend));
+  const observed = !known.backends.has(backend);
+  if (observed) {
+    backend.startObserving();
+    // Calls timed before this instrumentation are not its to report.
+    known.backends.set(backend, durationsOf(backend));
+  }
+  if (tracer !== null) startTracing(backend.id, tracer);
+  let open = true;
   return {
     close() {
-      if (known.backends.delete(backend)) backend.stopObserving();
+      if (!open) return;
+      open = false;
+      if (observed && known.backends.delete(backend)) backend.stopObserving();
+      if (tracer !== null) stopTracing(backend.id, tracer);
     },
   };
+}
+
+/** The tracers of each traced backend (by `backend.id`): one per `instrument` call with traces. */
+const tracers = new Map();
+
+function startTracing(id, tracer) {
+  const list = tracers.get(id) ?? [];
+  list.push(tracer);
+  tracers.set(id, list);
+  hook.set(traced);
+}
+
+function stopTracing(id, tracer) {
+  const list = tracers.get(id) ?? [];
+  const at = list.indexOf(tracer);
+  if (at >= 0) list.splice(at, 1);
+  if (list.length === 0) tracers.delete(id);
+  // No backend traced: the limiters' calls are back to their one comparison.
+  if (tracers.size === 0) hook.set(null);
+}
+
+/** The spans of `check`/`acquire` (async) and `checkSync`, by the method index.js hands over. */
+const SPANS = { check: ['check', true], checkSync: ['check', false], acquire: ['acquire', true] };
+
+/**
+ * index.js's `tracing` while a backend is traced: a call of `limiter` (by `method`, with `args`)
+ * gets a span per tracer of its backend, started in the active context; a call of an untraced
+ * backend is made as is.
+ */
+function traced(limiter, method, ...args) {
+  const list = tracers.get(limiter.backendId);
+  if (list === undefined) return hook.untraced(limiter, method, args);
+  const [span, isAsync] = SPANS[method];
+  const attributes = { 'ratekeeper.limiter': limiter.name, 'ratekeeper.kind': limiter.kind };
+  const parent = api.context.active();
+  const spans = list.map((t) => t.startSpan(`ratekeeper ${span}`, { attributes }, parent));
+  if (!isAsync) {
+    let decision;
+    try {
+      decision = hook.untraced(limiter, method, args);
+    } catch (error) {
+      endSpans(spans, undefined, error);
+      throw error;
+    }
+    endSpans(spans, decision);
+    return decision;
+  }
+  return hook.untraced(limiter, method, args).then(
+    (decision) => {
+      endSpans(spans, decision);
+      return decision;
+    },
+    (error) => {
+      endSpans(spans, undefined, error);
+      throw error;
+    },
+  );
+}
+
+/** Ends a traced call's spans with its decision, or its error (over the limit: a refusal). */
+function endSpans(spans, decision, error) {
+  let done;
+  if (decision !== undefined) {
+    done = { 'ratekeeper.outcome': outcomeOf(decision), 'ratekeeper.retry_after': decision.retryAfterMs / 1000 };
+  } else if (error && error.code === codes.OVER_LIMIT) {
+    done = { 'ratekeeper.outcome': 'refused', 'ratekeeper.retry_after': (error.retryAfterMs ?? 0) / 1000 };
+  } else {
+    done = { 'ratekeeper.outcome': 'error', 'error.type': (error && error.code) || 'Error' };
+  }
+  for (const span of spans) {
+    span.setAttributes(done);
+    if (done['error.type'] !== undefined) span.setStatus({ code: api.SpanStatusCode.ERROR });
+    span.end();
+  }
 }
 
 /** A decision's `ratekeeper.outcome`: admitted, refused or shadow_refused. */

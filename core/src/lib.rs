@@ -38,6 +38,7 @@ mod runtime;
 mod settle_key;
 mod settle_seal;
 mod shedder;
+pub mod trace;
 pub mod upstream;
 mod views;
 

@@ -128,9 +128,10 @@ impl DurationSeries {
     }
 }
 
-/// Whether a backend's calls are timed: the number of instrumentations observing it.
+/// Whether a backend's calls are timed: the number of instrumentations observing it; and
+/// whether they are traced (see `trace.rs`): the number of instrumentations tracing it.
 #[derive(Debug, Default)]
-pub(crate) struct Switch(AtomicUsize);
+pub(crate) struct Switch(AtomicUsize, AtomicUsize);
 
 impl Switch {
     /// Whether calls are timed now.
@@ -143,6 +144,21 @@ impl Switch {
     #[inline(always)]
     pub(crate) fn start(&self) -> Option<Instant> {
         self.on().then(Instant::now)
+    }
+
+    /// Whether calls are traced now.
+    #[inline(always)]
+    pub(crate) fn traced(&self) -> bool {
+        self.1.load(Ordering::Relaxed) != 0
+    }
+
+    /// One more tracer (`true`) or one fewer (never below zero).
+    pub(crate) fn trace(&self, on: bool) {
+        if on {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = self.1.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
     }
 
     /// One more observer (`true`) or one fewer. `reads_tsc` says whether a quanta clock reads

@@ -7,7 +7,8 @@
 //! the last one ([`Backend::durations`], see [`crate::observe`]): no check calls into the SDK.
 //! The names and attributes are those of the Python and Node bindings (`ratekeeper.otel`,
 //! `ratekeeper/otel`) and of the docs' Observability page; the limited key is never an
-//! attribute (one series per user would be unbounded cardinality).
+//! attribute (one series per user would be unbounded cardinality). [`traced`] makes the spans of
+//! a blocking call the application wraps in it (its call and its Redis round trips).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -246,4 +247,79 @@ impl Replayed {
             }
         }
     }
+}
+
+/// Runs `call` (a blocking call named `method` of `limiter`: `check`, `acquire`) and makes its
+/// spans on `tracer`, as the Python and Node bindings do for a traced backend: a span
+/// `ratekeeper {method}` in the current context (the limiter's name and kind, the outcome and
+/// `ratekeeper.retry_after`; never the key), with a client span per Redis round trip the call made
+/// (`db.system.name` `redis`, `db.operation.name` the command, `server.address`/`server.port`;
+/// never a key or an argument), each with the times the core measured. The Rust API has no
+/// hook for [`instrument`] to trace through, so a Rust application wraps the calls it wants
+/// traced; untraced calls pay nothing.
+pub fn traced<T: opentelemetry::trace::Tracer>(
+    tracer: &T,
+    limiter: &crate::Limiter,
+    method: &'static str,
+    call: impl FnOnce() -> crate::Result<crate::Decision>,
+) -> crate::Result<crate::Decision>
+where
+    T::Span: Send + Sync + 'static,
+{
+    use opentelemetry::trace::{SpanKind, Status, TraceContextExt};
+
+    let start = std::time::SystemTime::now();
+    let (result, trips) = crate::trace::collect(call);
+    let end = std::time::SystemTime::now();
+    let mut attributes = vec![
+        KeyValue::new("ratekeeper.limiter", limiter.name().to_owned()),
+        KeyValue::new("ratekeeper.kind", limiter.kind().as_str()),
+    ];
+    let (outcome, retry_after, failed) = match &result {
+        Ok(d) if d.shadow_refused => ("shadow_refused", Some(d.retry_after), None),
+        Ok(d) => (if d.allowed { "admitted" } else { "refused" }, Some(d.retry_after), None),
+        // An acquire that ran out of wait: a refusal, not a failure.
+        Err(crate::Error::OverLimit { retry_after }) => ("refused", Some(*retry_after), None),
+        Err(e) => ("error", None, Some(format!("{:?}", e.kind()))),
+    };
+    attributes.push(KeyValue::new("ratekeeper.outcome", outcome));
+    if let Some(retry_after) = retry_after {
+        attributes.push(KeyValue::new("ratekeeper.retry_after", retry_after.as_secs_f64()));
+    }
+    if let Some(kind) = &failed {
+        attributes.push(KeyValue::new("error.type", kind.clone()));
+    }
+    let parent = opentelemetry::Context::current();
+    let span = tracer
+        .span_builder(format!("ratekeeper {method}"))
+        .with_start_time(start)
+        .with_attributes(attributes)
+        .start_with_context(tracer, &parent);
+    let context = parent.with_span(span);
+    for trip in trips {
+        let mut db = vec![KeyValue::new("db.system.name", "redis"), KeyValue::new("db.operation.name", trip.command)];
+        if let Some((host, port)) = trip.server {
+            db.push(KeyValue::new("server.address", host));
+            db.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        if let Some(code) = &trip.error {
+            db.push(KeyValue::new("error.type", code.clone()));
+        }
+        let mut child = tracer
+            .span_builder(trip.command)
+            .with_kind(SpanKind::Client)
+            .with_start_time(trip.start)
+            .with_attributes(db)
+            .start_with_context(tracer, &context);
+        if let Some(code) = trip.error {
+            opentelemetry::trace::Span::set_status(&mut child, Status::error(code));
+        }
+        opentelemetry::trace::Span::end_with_timestamp(&mut child, trip.end);
+    }
+    let span = context.span();
+    if let Some(kind) = failed {
+        span.set_status(Status::error(kind));
+    }
+    span.end_with_timestamp(end);
+    result
 }

@@ -203,3 +203,64 @@ fn the_documented_setup() {
     assert_eq!(counted["ratekeeper.decisions api admitted"], 2);
     assert_eq!(counted["ratekeeper.decisions api refused"], 1);
 }
+
+#[test]
+fn traced_calls_make_a_span_each_and_one_per_redis_round_trip() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("oteltr")).expect("a Redis backend");
+    // The script cached: each check is then one EVALSHA.
+    backend.token_bucket("warm", 1000.0, 1000).expect("warm").check_blocking(Some("warm"), 1).expect("a decision");
+    // --8<-- [start:traced]
+    use opentelemetry::trace::{Tracer, TracerProvider as _};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+    // The application's provider; in production one with an OTLP exporter.
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let tracer = provider.tracer("app");
+    let api = backend.token_bucket("api", 0.001, 2).expect("a limiter");
+    tracer.in_span("request", |_| {
+        for _ in 0..3 {
+            // A span `ratekeeper check` in the current context, with a child `EVALSHA`.
+            otel::traced(&tracer, &api, "check", || api.check_blocking(Some(KEY), 1)).expect("a decision");
+        }
+        let refused =
+            otel::traced(&tracer, &api, "acquire", || api.acquire_blocking(Some(KEY), 1, Some(Duration::ZERO)));
+        assert!(matches!(refused, Err(ratekeeper::Error::OverLimit { .. })));
+    });
+    // --8<-- [end:traced]
+    let spans = exporter.get_finished_spans().expect("the spans");
+    for span in &spans {
+        for kv in &span.attributes {
+            assert!(!kv.value.as_str().contains(KEY), "the key in {}: {kv:?}", span.name);
+        }
+    }
+    assert_eq!(spans.len(), 1 + 4 + 4, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    let request = spans.iter().find(|s| s.name == "request").expect("the caller's span");
+    let attribute = |span: &opentelemetry_sdk::trace::SpanData, key: &str| {
+        span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.as_str().into_owned())
+    };
+    let calls: Vec<_> = spans.iter().filter(|s| s.name.starts_with("ratekeeper ")).collect();
+    assert_eq!(
+        calls.iter().map(|s| (s.name.as_ref(), attribute(s, "ratekeeper.outcome").unwrap())).collect::<Vec<_>>(),
+        [
+            ("ratekeeper check", "admitted".to_owned()),
+            ("ratekeeper check", "admitted".to_owned()),
+            ("ratekeeper check", "refused".to_owned()),
+            ("ratekeeper acquire", "refused".to_owned()),
+        ]
+    );
+    for call in &calls {
+        assert_eq!(call.parent_span_id, request.span_context.span_id());
+        assert_eq!(attribute(call, "ratekeeper.limiter").as_deref(), Some("api"));
+        assert_eq!(attribute(call, "ratekeeper.kind").as_deref(), Some("token_bucket"));
+        let trips: Vec<_> = spans.iter().filter(|s| s.parent_span_id == call.span_context.span_id()).collect();
+        assert_eq!(trips.len(), 1);
+        assert_eq!(trips[0].name, "EVALSHA");
+        assert_eq!(trips[0].span_kind, opentelemetry::trace::SpanKind::Client);
+        assert_eq!(attribute(trips[0], "db.system.name").as_deref(), Some("redis"));
+        assert_eq!(attribute(trips[0], "db.operation.name").as_deref(), Some("EVALSHA"));
+        assert_eq!(attribute(trips[0], "server.port"), Some(server.port.to_string()));
+        assert!(call.start_time <= trips[0].start_time && trips[0].end_time <= call.end_time);
+    }
+}

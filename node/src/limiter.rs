@@ -226,6 +226,12 @@ impl Limiter {
         self.inner.spec_json()
     }
 
+    /// Its backend's `id` (what `ratekeeper/otel` finds a limiter's tracers by).
+    #[napi(getter)]
+    pub fn backend_id(&self) -> f64 {
+        self.inner.backend_id() as f64
+    }
+
     /// The limiter's kind: `concurrent`, `bucket`, `window`, `sliding_window`, `token_bucket`,
     /// `leaky`, `points` or `unlimited`.
     #[napi(getter)]

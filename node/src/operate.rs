@@ -109,6 +109,13 @@ impl Backend {
         self.inner.start_observing();
     }
 
+    /// Identifies this backend within the process (what `ratekeeper/otel` keeps its tracers by;
+    /// a limiter's `backendId`).
+    #[napi(getter)]
+    pub fn id(&self) -> f64 {
+        self.inner.id() as f64
+    }
+
     /// Ends one `startObserving()`; the durations counted so far stay readable.
     #[napi]
     pub fn stop_observing(&self) {

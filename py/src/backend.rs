@@ -829,6 +829,24 @@ backend_pymethods! {
         self.inner.stop_observing();
     }
 
+    /// Starts tracing this backend's sync `check` and `acquire` calls: each hands its Redis
+    /// round trips (command, times, server; never a key) and its decision to `ratekeeper.otel`,
+    /// which makes the spans. Counted: each call needs its `stop_tracing()`.
+    fn start_tracing(&self) {
+        self.inner.start_tracing();
+    }
+
+    /// Ends one `start_tracing()`.
+    fn stop_tracing(&self) {
+        self.inner.stop_tracing();
+    }
+
+    /// Identifies this backend within the process (what `ratekeeper.otel` keeps its tracers by).
+    #[getter]
+    fn id(&self) -> usize {
+        self.inner.id()
+    }
+
     /// The durations of this process's observed calls, cumulative, as `(name, kind, call,
     /// outcome, counts, sums_ns)`: `call` is `"check"` or `"wait"`, `counts` the calls per
     /// bucket of `duration_bounds()` (then the unbounded bucket), `sums_ns` their total

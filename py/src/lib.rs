@@ -18,6 +18,7 @@ mod limiter;
 mod operate;
 mod settle;
 mod shedder;
+mod trace;
 
 /// Native core of ratekeeper; import `ratekeeper` instead.
 #[pyo3::pymodule]

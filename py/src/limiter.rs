@@ -44,6 +44,21 @@ pub struct Limiter {
 static PY_CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 impl Limiter {
+    /// `check` without its trace.
+    fn check_untraced(&self, py: Python<'_>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Decision> {
+        let k = crate::args::key(&key);
+        let d = if self.remote {
+            // A leased limiter answers from its lease without releasing the GIL.
+            if let Some(d) = guard(py, || self.inner.check_local(k, cost.0))? {
+                return Ok(Decision::new(d, k));
+            }
+            guard_detached(py, || self.inner.check_blocking(k, cost.0))?
+        } else {
+            guard(py, || self.inner.check_blocking(k, cost.0))?
+        };
+        Ok(Decision::new(d, k))
+    }
+
     /// Wraps a core limiter in an instance of `ratekeeper.Limiter`: the native object is made
     /// first, then the subclass is called on it (its inherited `__new__` takes the same
     /// limiter), so the instance is allocated by its own type rather than retyped afterwards.
@@ -314,18 +329,11 @@ impl Limiter {
     /// nothing and returns `allowed=False` with the exact `retry_after`. On a concurrent limiter
     /// an admitted call holds a lease (`decision.lease`) that must be released.
     #[pyo3(signature = (key = None, cost = Cost::ONE))]
-    fn check(&self, py: Python<'_>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Decision> {
-        let k = crate::args::key(&key);
-        let d = if self.remote {
-            // A leased limiter answers from its lease without releasing the GIL.
-            if let Some(d) = guard(py, || self.inner.check_local(k, cost.0))? {
-                return Ok(Decision::new(d, k));
-            }
-            guard_detached(py, || self.inner.check_blocking(k, cost.0))?
-        } else {
-            guard(py, || self.inner.check_blocking(k, cost.0))?
-        };
-        Ok(Decision::new(d, k))
+    fn check(&self, py: Python<'_>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Py<Decision>> {
+        if self.inner.traced() {
+            return crate::trace::traced(py, &self.inner, "check", || self.check_untraced(py, key, cost));
+        }
+        Py::new(py, self.check_untraced(py, key, cost)?)
     }
 
     /// What a call of cost 1 would get, consuming nothing.
@@ -350,11 +358,15 @@ impl Limiter {
         key: Key<'_>,
         cost: Cost<PCost>,
         wait_timeout: Option<Timeout<PWaitTimeout>>,
-    ) -> PyResult<Decision> {
+    ) -> PyResult<Py<Decision>> {
         let k = crate::args::key(&key);
         let wait = wait_timeout.map(|w| w.0);
-        let d = guard_detached(py, || self.inner.acquire_blocking(k, cost.0, wait))?;
-        Ok(Decision::new(d, k))
+        let acquire =
+            || guard_detached(py, || self.inner.acquire_blocking(k, cost.0, wait)).map(|d| Decision::new(d, k));
+        if self.inner.traced() {
+            return crate::trace::traced(py, &self.inner, "acquire", acquire);
+        }
+        Py::new(py, acquire()?)
     }
 
     /// Forgets the state of `key` (waiters on a concurrent limiter re-check).
@@ -563,19 +575,24 @@ impl Limiter {
     /// asyncio form of `check`.
     #[pyo3(signature = (key = None, cost = Cost::ONE))]
     fn acheck<'py>(&self, py: Python<'py>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Fut<'py, Decision>> {
-        if !self.remote {
+        let started = crate::trace::started(&self.inner);
+        let collector = crate::trace::collector(started);
+        let future = if !self.remote {
             // Decided in process, never waiting: the sync call, its result on a completed future.
             let k = crate::args::key(&key);
-            return aio::decided(py, || Ok(Decision::new(self.inner.check_blocking(k, cost.0)?, k))).map(Fut::new);
-        }
-        let limiter = self.inner.clone();
-        let k = owned(crate::args::key(&key));
-        let cost = cost.0;
-        aio::run(py, self.remote, false, async move {
-            let d = limiter.check(k.as_deref(), cost).await?;
-            Ok(Payload::Decision(d, k, concurrent(limiter)))
-        })
-        .map(Fut::new)
+            aio::decided(py, || Ok(Decision::new(self.inner.check_blocking(k, cost.0)?, k)))?
+        } else {
+            let limiter = self.inner.clone();
+            let k = owned(crate::args::key(&key));
+            let cost = cost.0;
+            let noted = collector.clone();
+            aio::run(py, self.remote, false, async move {
+                let d = crate::trace::noted(noted, limiter.check(k.as_deref(), cost)).await?;
+                Ok(Payload::Decision(d, k, concurrent(limiter)))
+            })?
+        };
+        crate::trace::traced_future(py, &self.inner, "check", &future, started, collector);
+        Ok(Fut::new(future))
     }
 
     /// asyncio form of `peek`.
@@ -606,11 +623,15 @@ impl Limiter {
         let limiter = self.inner.clone();
         let k = owned(crate::args::key(&key));
         let (cost, wait) = (cost.0, wait_timeout.map(|w| w.0));
-        aio::run(py, self.remote, true, async move {
-            let d = limiter.acquire(k.as_deref(), cost, wait).await?;
+        let started = crate::trace::started(&self.inner);
+        let collector = crate::trace::collector(started);
+        let noted = collector.clone();
+        let future = aio::run(py, self.remote, true, async move {
+            let d = crate::trace::noted(noted, limiter.acquire(k.as_deref(), cost, wait)).await?;
             Ok(Payload::Decision(d, k, concurrent(limiter)))
-        })
-        .map(Fut::new)
+        })?;
+        crate::trace::traced_future(py, &self.inner, "acquire", &future, started, collector);
+        Ok(Fut::new(future))
     }
 
     /// asyncio form of `close`.

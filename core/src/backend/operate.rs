@@ -266,6 +266,24 @@ impl Backend {
         self.live().observe.turn(false, super::wall_clock::reads_tsc);
     }
 
+    /// Marks this backend's calls as traced, until [`Backend::stop_tracing`]: a binding asks
+    /// [`crate::Limiter::traced`] per call and, when it is, notes the call's Redis round trips
+    /// ([`crate::trace::collect`]) and makes spans of them. Counted: each start wants one stop.
+    pub fn start_tracing(&self) {
+        self.live().observe.trace(true);
+    }
+
+    /// Ends one [`Backend::start_tracing`].
+    pub fn stop_tracing(&self) {
+        self.live().observe.trace(false);
+    }
+
+    /// Identifies this backend within the process: [`crate::Limiter::backend_id`] of its
+    /// limiters (for a binding that keeps something per backend, such as a tracer).
+    pub fn id(&self) -> usize {
+        std::sync::Arc::as_ptr(&self.live().observe) as usize
+    }
+
     /// The durations of this process's observed calls per limiter (name, kind) and per call and
     /// outcome, cumulative (see [`Backend::start_observing`]); series with no call are left out.
     /// Several objects of one limiter add up. Never the key.

@@ -276,6 +276,16 @@ impl Limiter {
         self.inner.allow_fallback
     }
 
+    /// Whether the backend's calls are traced (see [`crate::Backend::start_tracing`]).
+    pub fn traced(&self) -> bool {
+        self.inner.observe.traced()
+    }
+
+    /// Its backend's [`crate::Backend::id`].
+    pub fn backend_id(&self) -> usize {
+        Arc::as_ptr(&self.inner.observe) as usize
+    }
+
     /// The limiter's name.
     pub fn name(&self) -> &str {
         &self.inner.name

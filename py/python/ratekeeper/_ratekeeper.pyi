@@ -105,6 +105,11 @@ class Backend:
         sent once a second anyway): call it before a short-lived process exits.
         """
     @property
+    def id(self, /) -> int:
+        """
+        Identifies this backend within the process (what `ratekeeper.otel` keeps its tracers by).
+        """
+    @property
     def kind(self, /) -> str:
         """
         `"memory"`, `"redis"`, `"cluster"` or `"sentinel"`.
@@ -234,6 +239,12 @@ class Backend:
         Starts timing this backend's calls for `durations()` (what `ratekeeper.otel` records
         into its duration histograms). Counted: each call needs its `stop_observing()`.
         """
+    def start_tracing(self, /) -> None:
+        """
+        Starts tracing this backend's sync `check` and `acquire` calls: each hands its Redis
+        round trips (command, times, server; never a key) and its decision to `ratekeeper.otel`,
+        which makes the spans. Counted: each call needs its `stop_tracing()`.
+        """
     def stats(self, /) -> BackendStats:
         """
         What the failure policy has done so far (all zero for memory backends).
@@ -241,6 +252,10 @@ class Backend:
     def stop_observing(self, /) -> None:
         """
         Ends one `start_observing()`; the durations counted so far stay readable.
+        """
+    def stop_tracing(self, /) -> None:
+        """
+        Ends one `start_tracing()`.
         """
     def token_bucket(self, /, name: str, rate: float, capacity: int) -> Limiter:
         """

@@ -20,16 +20,17 @@ the HTTP middleware does for each limiter it asks. Needs the optional extra ``ra
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import TracerProvider
 
 from ._ratekeeper import Backend, Decision, Metrics, NativeLimiter
-from .errors import InvalidArgument
+from .errors import InvalidArgument, OverLimit
 
 __all__ = ["OUTCOMES", "Instrumentation", "annotate", "instrument", "outcome_of"]
 
@@ -100,13 +101,22 @@ def _durations(backend: Backend) -> _Durations:
 class Instrumentation:
     """What :func:`instrument` registered for one backend; :meth:`close` stops its reports."""
 
-    def __init__(self, registration: _Registration, backend: Backend) -> None:
+    def __init__(self, registration: _Registration, backend: Backend, tracer: trace.Tracer | None = None) -> None:
         self._registration = registration
         self._backend = backend
+        self._tracer = tracer
 
     def close(self) -> None:
-        """Stops reporting this backend and timing its calls (the OpenTelemetry API cannot take
-        an instrument back: once no backend is left, the instruments report nothing)."""
+        """Stops reporting this backend, timing its calls and tracing them (the OpenTelemetry API
+        cannot take an instrument back: once no backend is left, the instruments report nothing)."""
+        if self._tracer is not None:
+            tracers = _tracers.get(self._backend.id, [])
+            if self._tracer in tracers:
+                tracers.remove(self._tracer)
+                if not tracers:
+                    del _tracers[self._backend.id]
+                self._backend.stop_tracing()
+            self._tracer = None
         before = len(self._registration.backends)
         self._registration.backends = [b for b in self._registration.backends if b is not self._backend]
         if len(self._registration.backends) < before:
@@ -232,28 +242,113 @@ def instrument(
     backend: Backend,
     meter_provider: MeterProvider | None = None,
     tracer_provider: TracerProvider | None = None,
+    *,
+    traces: bool | None = None,
 ) -> Instrumentation:
     """Reports ``backend``'s metrics (this process's) through the OpenTelemetry API on the
     ``ratekeeper`` meter of ``meter_provider`` (the global meter provider when None).
-    ``tracer_provider`` is accepted for the same call in every language; the decision's span
-    event goes on the current span (see :func:`annotate`), which needs no provider of its own."""
-    del tracer_provider
+
+    Traces are off unless asked for: giving a ``tracer_provider`` turns them on, and so does
+    ``traces=True`` (on the global tracer provider when no provider is given); ``traces=False``
+    keeps them off whatever the provider. Traced, each sync ``check`` and ``acquire`` of the
+    backend's limiters makes a span ``ratekeeper check`` / ``ratekeeper acquire`` (the limiter's
+    name and kind, the outcome, ``retry_after``; never the key) in the caller's context, with a
+    child span per Redis round trip (``db.system.name`` ``redis``, ``db.operation.name`` the
+    command, ``server.address``/``server.port``; never a key or an argument)."""
     if not isinstance(backend, Backend):
         raise InvalidArgument(f"invalid argument `backend`: must be a ratekeeper.Backend, got {backend!r}", "backend")
+    if traces is not None and not isinstance(traces, bool):
+        raise InvalidArgument(f"invalid argument `traces`: must be a bool or None, got {traces!r}", "traces")
     provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
     if not isinstance(provider, MeterProvider):
         raise InvalidArgument(
             f"invalid argument `meter_provider`: must be an OpenTelemetry MeterProvider, got {provider!r}",
             "meter_provider")
+    if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
+        raise InvalidArgument(
+            f"invalid argument `tracer_provider`: must be an OpenTelemetry TracerProvider, got {tracer_provider!r}",
+            "tracer_provider")
+    from . import __version__
+
+    tracer = None
+    if traces if traces is not None else tracer_provider is not None:
+        tracer = trace.get_tracer("ratekeeper", __version__, tracer_provider=tracer_provider)
     known = _registrations.get(id(provider))
     if known is None or known[0] is not provider:
-        from . import __version__
-
         known = (provider, _Registration(provider.get_meter("ratekeeper", __version__)))
         _registrations[id(provider)] = known
     registration = known[1]
     registration.add(backend)
-    return Instrumentation(registration, backend)
+    if tracer is not None:
+        _tracers.setdefault(backend.id, []).append(tracer)
+        backend.start_tracing()
+    return Instrumentation(registration, backend, tracer)
+
+
+#: The tracers of each traced backend (by ``Backend.id``): one per ``instrument`` call with traces.
+_tracers: dict[int, list[trace.Tracer]] = {}
+
+#: One round trip as the core notes it: command, start and end (ns since the epoch), the
+#: server's host and port (None on a cluster), the error reply's code (None when answered).
+_RoundTrip = tuple[str, int, int, "str | None", "int | None", "str | None"]
+
+
+class _RoundTrips(Protocol):
+    def take(self) -> list[_RoundTrip]: ...
+
+
+def _trace_future(future: asyncio.Future[Decision], backend_id: int, method: str, name: str, kind: str,
+                  start: int, trips: _RoundTrips | None) -> None:
+    """Called by the native module for each traced asyncio call: its spans once `future` is done,
+    in the context of the call (asyncio runs a done callback in the context it was added in),
+    with the round trips its task noted (`trips`; None for a call decided in process)."""
+    def done(finished: asyncio.Future[Decision]) -> None:
+        if finished.cancelled():
+            error: BaseException | None = asyncio.CancelledError()
+            decision = None
+        else:
+            error = finished.exception()
+            decision = None if error is not None else finished.result()
+        _trace_call(backend_id, method, name, kind, decision, error, start, time.time_ns(),
+                    trips.take() if trips is not None else [])
+
+    future.add_done_callback(done)
+
+
+def _trace_call(backend_id: int, method: str, name: str, kind: str, decision: Decision | None,
+                error: BaseException | None, start: int, end: int, trips: list[_RoundTrip]) -> None:
+    """Called by the native module after each traced call: its span, and one child span per
+    Redis round trip, with the times the core measured, in the caller's current context."""
+    for tracer in _tracers.get(backend_id, ()):
+        attributes: dict[str, str | float] = {"ratekeeper.limiter": name, "ratekeeper.kind": kind}
+        if decision is not None:
+            attributes["ratekeeper.outcome"] = outcome_of(decision)
+            attributes["ratekeeper.retry_after"] = decision.retry_after
+        elif isinstance(error, OverLimit):
+            # `acquire` refused within its wait: a decision, not a failure.
+            attributes["ratekeeper.outcome"] = "refused"
+            attributes["ratekeeper.retry_after"] = error.retry_after
+            error = None
+        else:
+            attributes["ratekeeper.outcome"] = "error"
+        span = tracer.start_span(f"ratekeeper {method}", start_time=start, attributes=attributes)
+        context = trace.set_span_in_context(span)
+        for command, trip_start, trip_end, host, port, code in trips:
+            db: dict[str, str | int] = {"db.system.name": "redis", "db.operation.name": command}
+            if host is not None and port is not None:
+                db["server.address"] = host
+                db["server.port"] = port
+            if code is not None:
+                db["error.type"] = code
+            child = tracer.start_span(command, context=context, kind=trace.SpanKind.CLIENT, start_time=trip_start,
+                                      attributes=db)
+            if code is not None:
+                child.set_status(trace.StatusCode.ERROR)
+            child.end(end_time=trip_end)
+        if error is not None:
+            span.set_attribute("error.type", type(error).__qualname__)
+            span.set_status(trace.StatusCode.ERROR)
+        span.end(end_time=end)
 
 
 def outcome_of(decision: Decision) -> str:

@@ -352,11 +352,20 @@ pub(crate) fn run_cmd_blocking(
             Ok((parse(reply)?, Some(acked)))
         }
     };
+    // Each request is one round trip, noted while the caller traces (see `trace.rs`).
+    let mut request = |cmd: &Cmd, command: &'static str| {
+        let trip = crate::trace::start(command);
+        let reply = request(cmd);
+        crate::trace::end(trip, connections.servers(), reply.as_ref().err());
+        reply
+    };
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let reply = match request(&evalsha) {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => request(&script.eval_of(&evalsha)),
+        let reply = match request(&evalsha, "EVALSHA") {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                request(&script.eval_of(&evalsha), "EVAL")
+            }
             other => other,
         };
         match reply {
@@ -393,10 +402,17 @@ async fn call(
     script: &LuaScript,
     until: Instant,
 ) -> redis::RedisResult<Vec<i64>> {
-    let reply = match connections.query(conn, evalsha, until).await.and_then(parse) {
+    // Each query is one round trip, noted while the calling thread traces (see `trace.rs`).
+    let trip = crate::trace::start("EVALSHA");
+    let reply = connections.query(conn, evalsha, until).await.and_then(parse);
+    crate::trace::end(trip, connections.servers(), reply.as_ref().err());
+    let reply = match reply {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             // The script cache was flushed (or this is a new server): EVAL runs and re-caches it.
-            script.eval_of(evalsha).query_async(conn).await
+            let trip = crate::trace::start("EVAL");
+            let reply = script.eval_of(evalsha).query_async(conn).await;
+            crate::trace::end(trip, connections.servers(), reply.as_ref().err());
+            reply
         }
         other => other,
     };
