@@ -282,4 +282,6 @@ fn a_driven_call_goes_through_the_deny_cache_like_the_async_call() {
     }
     let m = limiter.metrics();
     assert_eq!((m.allowed, m.refused, m.refused_locally), (2, 2, 1), "{m:?}");
+    // The warm-up and both driven calls went to Redis, the remembered refusal did not.
+    assert_eq!(m.latency_count(), 3, "a latency per call that went to Redis: {m:?}");
 }

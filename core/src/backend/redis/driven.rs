@@ -91,10 +91,12 @@ impl Limiter {
             return Ok(Driven::Unsupported);
         }
         backend.ensure_live_task();
-        let (call, states) = match self.begin(key, op) {
+        let (mut call, states) = match self.begin(key, op) {
             Ok(begun) => begun,
             Err(answer) => return Ok(Driven::Done(self.ticketed_op(answer, key, op))),
         };
+        // Its latency is counted from here, as a call on the runtime's is (`went_to_redis`).
+        call.went_to_redis();
         let prepared = backend.prepare_for(self.kind(), self.name(), key, call.algorithm(self), op, self.colocate())?;
         Ok(Driven::Send(DrivenCall {
             limiter: self.clone(),
@@ -104,7 +106,7 @@ impl Limiter {
             deadline: None,
             script: prepared.script,
             cmd: prepared.cmd,
-            call: Call { started: Some(Instant::now()), ..call },
+            call,
             states,
         }))
     }
