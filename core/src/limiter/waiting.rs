@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Limiter, Target};
 use crate::decision::Decision;
-use crate::engine::{Op, Outcome, Waiter};
+use crate::engine::{Algorithm, Op, Outcome, Waiter};
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::observe::Call;
@@ -135,11 +135,15 @@ impl Limiter {
             Some(w) => w,
             None => self.inner.wait_timeout,
         };
-        let (key, _) = self.check_op(key, cost)?;
+        let key = self.validate_check(key, cost)?;
         let started = self.clock().now_micros();
         let deadline = started.saturating_add(micros(wait));
-        // A call that never refuses never waits, so it is never counted among the waiters.
-        let may_wait = deadline > started && !self.never_refuses(key);
+        // Only a concurrent limiter counts its waiters (see `attempt_op`); a call that never
+        // refuses never waits, so it is never counted among them. Asked only then: the live
+        // override lookup is not free, and an in-process acquire that is admitted at once
+        // should cost what a check does.
+        let may_wait =
+            matches!(self.inner.algorithm, Algorithm::Concurrent(_)) && deadline > started && !self.never_refuses(key);
         Ok(Wait { key, cost, started, deadline, may_wait, attempts: 0, waiter_id: None })
     }
 
@@ -310,7 +314,8 @@ struct Wait<'k> {
     started: u64,
     /// When waiting must have succeeded (µs).
     deadline: u64,
-    /// Whether it may wait at all (a deadline ahead, a limiter that can refuse).
+    /// Whether it is counted among a concurrent limiter's waiters: a deadline ahead, and a
+    /// limiter that can refuse.
     may_wait: bool,
     attempts: u32,
     /// The id a concurrent limiter's waiter is counted under, from its first attempt's lease.
