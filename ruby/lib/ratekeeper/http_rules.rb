@@ -32,7 +32,10 @@ module Ratekeeper
     def client_key(peer, proxy_header_value)
       # Clients write the proxy header, and Rack hands it over as bytes: bytes that are not UTF-8
       # become U+FFFD (the core then reads that hop as no address) instead of failing the request.
-      proxy_header_value = proxy_header_value&.dup&.force_encoding(Encoding::UTF_8)&.scrub
+      # (An ASCII header, nearly every one, is passed as it is: no copy per request.)
+      unless proxy_header_value.nil? || proxy_header_value.ascii_only?
+        proxy_header_value = proxy_header_value.dup.force_encoding(Encoding::UTF_8).scrub
+      end
       Native.text { |buf, len, out_n| Native.rk_http_rules_client_key(@ptr, peer, proxy_header_value, buf, len, out_n) }
     end
 
