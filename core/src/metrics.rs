@@ -255,6 +255,7 @@ const OUTCOME_ROWS: [u8; DECLARED] = {
 
 /// The roles of a hold, each with what it is and the checks it refused: OpenTelemetry's
 /// `ratekeeper.hold` (see [`LimiterMetrics::add_hold`]).
+#[cfg(feature = "otel")]
 pub(crate) const HOLDS: [(&str, &str, Read); 2] = [
     ("pause", "a pause", |m| m.paused),
     ("block", "a block: block_for after a refusal, or block by hand", |m| m.blocked),
@@ -272,12 +273,14 @@ impl Counter {
     }
 
     /// The name of the outcome this counter counts ("" for a counter that is no outcome).
+    #[cfg(feature = "otel")]
     pub(crate) fn outcome_name(self) -> &'static str {
         self.outcome_row().map_or("", |row| OUTCOMES[row].name)
     }
 
     /// The counter of a decision as its caller sees it: admitted, refused, or admitted in its
     /// limiter's place (shadow mode).
+    #[cfg(feature = "otel")]
     pub(crate) fn of_decision(decision: &crate::Decision) -> Counter {
         match (decision.allowed, decision.shadow_refused) {
             (true, true) => Counter::ShadowRefused,
