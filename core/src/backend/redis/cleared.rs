@@ -1,6 +1,7 @@
-//! Resets and the early ends of holds reach the deny caches of other processes. A process remembers
-//! refusals (see [`super::deny_cache`], and a leased token bucket's lease pool) for up to their
-//! `retry_after`: a block's or a pause's whole length. When an operator lets a key back in from another process (the CLI, the Limits
+//! Resets and the early ends of holds reach the memories of refusals of other processes. A
+//! process remembers refusals (its memories, [`RedisBackend::memories`]: the deny cache, a
+//! leased token bucket's lease pool) for up to their `retry_after`: a block's or a pause's
+//! whole length. When an operator lets a key back in from another process (the CLI, the Limits
 //! page, another worker), every process must forget its remembered refusals of that key, or it
 //! keeps refusing from memory what Redis now admits.
 //!
@@ -9,16 +10,15 @@
 //! and a sorted set of the latest [`FEED_LEN`] clears scored by their count
 //! (`…:{registry}:cleared`), both with a TTL of [`FEED_TTL`]. The live task (see
 //! [`super::live`]) reads the counter with the overrides' identity, five times a second, and
-//! when it moved reads the clears after the last it applied and forgets their keys' entries (and
-//! the leased limiters' remembered refusals of those keys).
+//! when it moved reads the clears after the last it applied and has every memory forget its
+//! refusals of their keys ([`Remembers`]).
 //! When it cannot be sure it saw every clear (the counter went back: the feed expired or Redis
 //! lost it; or the oldest clear it reads is not the next one: more than [`FEED_LEN`] clears since
-//! its last poll), it forgets every entry: each one only saves a round trip.
+//! its last poll), every memory forgets every refusal: each one only saves a round trip.
 
 use std::time::Duration;
 
 use super::connection::Conn;
-use super::deny_cache::{entry_key, Identity};
 use super::RedisBackend;
 use crate::engine::Kind;
 use crate::error::Result;
@@ -49,8 +49,32 @@ fn feed_key(prefix: &str) -> String {
     format!("{prefix}:{{registry}}:cleared")
 }
 
-/// Whether limiters of `kind` may remember refusals: the counting kinds in the deny cache (see
-/// `Limiter::with_deny_cache`), a leased token bucket in its lease pool.
+/// What a clear names: a limiter's key, `kind \0 name \0 key` (names contain no NUL; a key's
+/// bytes end it). A memory of refusals files its entries under it.
+pub(crate) fn clear_name(kind: Kind, name: &str, key: &str) -> String {
+    let mut k = String::with_capacity(kind.as_str().len() + name.len() + key.len() + 2);
+    k.push_str(kind.as_str());
+    k.push('\0');
+    k.push_str(name);
+    k.push('\0');
+    k.push_str(key);
+    k
+}
+
+/// A memory of refusals in this process, which forgets those of a key another process let back
+/// in (see [`RedisBackend::memories`]).
+pub(crate) trait Remembers {
+    /// Whether it remembers nothing now (then no clear needs reading).
+    fn remembers_nothing(&self) -> bool;
+
+    /// Forgets its refusals of the keys `named` (as [`clear_name`] names them), or every one
+    /// (`None`: clears were missed). Called on every poll that saw clears, `named` empty when
+    /// nothing was remembered: a refusal in flight before it is not remembered after it.
+    fn forget_cleared(&self, named: Option<&[String]>);
+}
+
+/// Whether limiters of `kind` may remember refusals (see [`RedisBackend::memories`]): the
+/// counting kinds, a leased token bucket in its lease pool.
 fn remembers(kind: Kind) -> bool {
     !matches!(kind, Kind::Concurrent | Kind::Partitions | Kind::Unlimited)
 }
@@ -69,7 +93,7 @@ impl RedisBackend {
         if !remembers(kind) {
             return;
         }
-        let named = entry_key(Identity { kind, name, key, config: 0 });
+        let named = clear_name(kind, name, key);
         let mut eval = redis::cmd("EVAL");
         eval.arg(APPEND).arg(2).arg(counter_key(self.prefix())).arg(feed_key(self.prefix()));
         eval.arg(named).arg(FEED_LEN).arg(FEED_TTL.as_millis() as u64);
@@ -78,34 +102,34 @@ impl RedisBackend {
         let _ = self.query_via::<()>(None, &pipe).await;
     }
 
-    /// Called by the live task with the clears' counter it read: forgets the entries of the
-    /// clears made since the last poll (see the module documentation).
+    /// Called by the live task with the clears' counter it read: this process's memories of
+    /// refusals ([`RedisBackend::memories`]) forget those of the clears made since the last
+    /// poll (see the module documentation).
     pub(crate) async fn clears_counted(&self, count: Option<String>, own: &mut Option<Conn>) -> Result<()> {
         let count = count.and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
-        let cache = &self.deny_cache;
-        let seen = *cache.feed_seen.lock();
+        let forget = |named: Option<&[String]>| self.memories().iter().for_each(|m| m.forget_cleared(named));
+        let seen = *self.clears_seen.lock();
         let from = match seen {
             Some(seen) if seen == count => return Ok(()),
             None => {
                 // The first poll: the clears before it predate this process's entries (but for
                 // one made while this process's first refusals were in flight, which then lives
                 // until its retry_after, as before the feed).
-                *cache.feed_seen.lock() = Some(count);
+                *self.clears_seen.lock() = Some(count);
                 return Ok(());
             }
             Some(seen) if seen > count => {
                 // The counter went back: the feed expired, or Redis lost it.
-                cache.forget_for_another_process(None);
-                self.leased_forget(None);
-                *cache.feed_seen.lock() = Some(count);
+                forget(None);
+                *self.clears_seen.lock() = Some(count);
                 return Ok(());
             }
             Some(seen) => seen,
         };
-        if cache.is_empty() && self.watchers.live().is_empty() {
+        if self.memories().iter().all(|m| m.remembers_nothing()) {
             // Nothing remembered to forget (a refusal in flight is not remembered after this).
-            cache.forget_for_another_process(Some(&[]));
-            *cache.feed_seen.lock() = Some(count);
+            forget(Some(&[]));
+            *self.clears_seen.lock() = Some(count);
             return Ok(());
         }
         let mut pipe = redis::pipe();
@@ -124,35 +148,8 @@ impl RedisBackend {
             next += 1;
             named.push(what.to_owned());
         }
-        if complete && next > count {
-            cache.forget_for_another_process(Some(&named));
-            self.leased_forget(Some(&named));
-        } else {
-            cache.forget_for_another_process(None);
-            self.leased_forget(None);
-        }
-        *cache.feed_seen.lock() = Some(count.max(next - 1));
+        forget(Some(&named).filter(|_| complete && next > count).map(Vec::as_slice));
+        *self.clears_seen.lock() = Some(count.max(next - 1));
         Ok(())
-    }
-
-    /// Has every leased limiter of this process forget its remembered refusals of the leased
-    /// clears among `named` (every refusal: `None`).
-    fn leased_forget(&self, named: Option<&[String]>) {
-        let pools = self.watchers.live();
-        let Some(named) = named else {
-            pools.iter().for_each(|pool| pool.forget_refused(None));
-            return;
-        };
-        let leased = Kind::Leased.as_str();
-        for clear in named {
-            let mut parts = clear.splitn(3, '\0');
-            let (Some(kind), Some(name), Some(key)) = (parts.next(), parts.next(), parts.next()) else { continue };
-            if kind != leased {
-                continue;
-            }
-            for pool in pools.iter().filter(|pool| pool.identity().0 == name) {
-                pool.forget_refused(Some(key));
-            }
-        }
     }
 }

@@ -59,8 +59,6 @@ pub(crate) struct DenyCache {
     held: AtomicUsize,
     /// Counts the rounds of entries forgotten for another process (see [`DenyCache::ticket`]).
     cleared: AtomicU64,
-    /// The last count of the fleet's clears this process has applied (see [`super::cleared`]).
-    pub(crate) feed_seen: Mutex<Option<u64>>,
 }
 
 /// Which limiter and key an entry is for.
@@ -73,15 +71,10 @@ pub(crate) struct Identity<'a> {
     pub(crate) config: u64,
 }
 
-/// What entries of one kind, name and key are filed under (and another process's clear names).
-pub(crate) fn entry_key(Identity { kind, name, key, .. }: Identity<'_>) -> String {
-    let mut k = String::with_capacity(kind.as_str().len() + name.len() + key.len() + 2);
-    k.push_str(kind.as_str());
-    k.push('\0');
-    k.push_str(name);
-    k.push('\0');
-    k.push_str(key);
-    k
+/// What entries of one kind, name and key are filed under: what another process's clear of
+/// them names.
+fn entry_key(Identity { kind, name, key, .. }: Identity<'_>) -> String {
+    super::cleared::clear_name(kind, name, key)
 }
 
 fn same_override(a: &Option<Arc<Compiled>>, b: Option<&Arc<Compiled>>) -> bool {
@@ -101,7 +94,6 @@ impl DenyCache {
             entries: Mutex::new(HashMap::new()),
             held: AtomicUsize::new(0),
             cleared: AtomicU64::new(0),
-            feed_seen: Mutex::new(None),
         }
     }
 
@@ -209,8 +201,8 @@ impl DenyCache {
         self.recount(&entries);
     }
 
-    /// Forgets the entries another process's clears name (`kind \0 name \0 key`, as
-    /// [`super::cleared`] carries them), or every entry (`None`: clears were missed).
+    /// Forgets the entries another process's clears name (as [`super::cleared`] carries them),
+    /// or every entry (`None`: clears were missed).
     pub(crate) fn forget_for_another_process(&self, named: Option<&[String]>) {
         let mut entries = self.entries.lock();
         self.cleared.fetch_add(1, Ordering::AcqRel);
@@ -232,6 +224,16 @@ impl DenyCache {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.held.load(Ordering::Acquire)
+    }
+}
+
+impl super::cleared::Remembers for DenyCache {
+    fn remembers_nothing(&self) -> bool {
+        self.is_empty()
+    }
+
+    fn forget_cleared(&self, named: Option<&[String]>) {
+        self.forget_for_another_process(named);
     }
 }
 

@@ -57,6 +57,34 @@ impl Watchers {
     }
 }
 
+/// The leased limiters remember refusals from Redis in their lease pools.
+impl super::cleared::Remembers for Watchers {
+    fn remembers_nothing(&self) -> bool {
+        self.live().is_empty()
+    }
+
+    /// Has every leased limiter of this process forget its remembered refusals of the leased
+    /// keys among `named` (every refusal: `None`).
+    fn forget_cleared(&self, named: Option<&[String]>) {
+        let pools = self.live();
+        let Some(named) = named else {
+            pools.iter().for_each(|pool| pool.forget_refused(None));
+            return;
+        };
+        let leased = Kind::Leased.as_str();
+        for clear in named {
+            let mut parts = clear.splitn(3, '\0');
+            let (Some(kind), Some(name), Some(key)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            if kind != leased {
+                continue;
+            }
+            for pool in pools.iter().filter(|pool| pool.identity().0 == name) {
+                pool.forget_refused(Some(key));
+            }
+        }
+    }
+}
+
 impl RedisBackend {
     /// The key of the blocks counter, in the registry's hash tag: the live poll reads it and
     /// hands it to [`RedisBackend::blocks_counted`].

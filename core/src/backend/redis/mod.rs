@@ -198,6 +198,8 @@ pub(crate) struct RedisBackend {
     cluster: bool,
     /// The leased limiters whose held keys' blocks the live task keeps up to date.
     pub(crate) watchers: leased_blocks::Watchers,
+    /// The last count of the fleet's clears this process has applied (see [`cleared`]).
+    clears_seen: parking_lot::Mutex<Option<u64>>,
     /// The key sealing settle tickets, once read from Redis (see [`seal`]).
     seal_key: parking_lot::Mutex<Option<Arc<crate::settle_seal::SealKey>>>,
     /// What building a limiter whose spec differs from the live processes' does.
@@ -259,9 +261,16 @@ impl RedisBackend {
             deny_cache,
             cluster: config.cluster,
             watchers: leased_blocks::Watchers::default(),
+            clears_seen: parking_lot::Mutex::new(None),
             seal_key: parking_lot::Mutex::new(None),
             on_conflict: config.on_conflict,
         })
+    }
+
+    /// This process's memories of refusals, which forget those of a key another process let
+    /// back in (see [`cleared`]): the deny cache and the leased limiters' lease pools.
+    pub(crate) fn memories(&self) -> [&dyn cleared::Remembers; 2] {
+        [&self.deny_cache, &self.watchers]
     }
 
     /// The connection set: equal configurations share one (and so one driven connection).
