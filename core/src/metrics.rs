@@ -207,12 +207,19 @@ pub(crate) struct CheckOutcome {
 /// The outcomes of a check, the one place their names are written: the OpenTelemetry
 /// instruments (`otel.rs`), the calls' timings (`observe.rs`, whose rows follow this order:
 /// admitted and refused first) and Prometheus (`prometheus.rs`) read them from here. A new
-/// outcome is a counter (above) and one line here.
+/// outcome is a counter (above) and one line here; a refusal with an outcome of its own (also
+/// counted in `refused`) has the label `refused`, and `refused` leaves it out.
 pub(crate) const OUTCOMES: [CheckOutcome; 7] = [
     outcome(Counter::Allowed, "admitted", "allowed", "allowed by the backend", |m| m.allowed),
-    // The deny cache's local refusals are their own outcome, and among Prometheus's refusals.
+    // A refusal with an outcome of its own (the deny cache's) is not among these, and is among
+    // Prometheus's refusals: its label is `refused`.
     outcome(Counter::Refused, "refused", "refused", "refused by the backend or its deny cache", |m| {
-        m.refused.saturating_sub(m.refused_locally)
+        let own: u64 = OUTCOMES
+            .iter()
+            .filter(|o| o.label == "refused" && !matches!(o.counter, Counter::Refused))
+            .map(|o| (o.read)(m))
+            .sum();
+        m.refused.saturating_sub(own)
     }),
     outcome(Counter::ShadowRefused, "shadow_refused", "shadow_refused", "admitted by a limiter in shadow mode", |m| {
         m.shadow_refused
