@@ -209,7 +209,7 @@ pub(crate) struct CheckOutcome {
 /// admitted and refused first) and Prometheus (`prometheus.rs`) read them from here. A new
 /// outcome is a counter (above) and one line here; a refusal with an outcome of its own (also
 /// counted in `refused`) has the label `refused`, and `refused` leaves it out.
-pub(crate) const OUTCOMES: [CheckOutcome; 7] = [
+pub(crate) const OUTCOMES: &[CheckOutcome] = &[
     outcome(Counter::Allowed, "admitted", "allowed", "allowed by the backend", |m| m.allowed),
     // A refusal with an outcome of its own (the deny cache's) is not among these, and is among
     // Prometheus's refusals: its label is `refused`.

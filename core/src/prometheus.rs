@@ -47,7 +47,7 @@ impl Collector for Snapshot {
         let all = || self.0.iter();
         // One sample per label of the outcomes (those of one label add up), in their order.
         let mut outcomes: Vec<(&str, &str, Vec<Read>)> = Vec::new();
-        for o in &OUTCOMES {
+        for o in OUTCOMES {
             match outcomes.iter_mut().find(|(label, ..)| *label == o.label) {
                 Some((.., reads)) => reads.push(o.read),
                 None => outcomes.push((o.label, o.means, vec![o.read])),
