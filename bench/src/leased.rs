@@ -24,7 +24,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use ratekeeper::{Backend, Limiter};
+use ratekeeper::{Backend, Limiter, RedisConfig};
 use ratekeeper_bench::report::{Report, Row};
 use ratekeeper_bench::server::Server;
 
@@ -59,7 +59,9 @@ fn holders(server: &Server, count: usize) -> Vec<Limiter> {
     let name = format!("holders-{count}");
     (0..count)
         .map(|_| {
-            let backend = Backend::redis(&server.url()).expect("redis backend");
+            // A generous deadline: 256 holders connecting on a loaded machine may take a while.
+            let config = RedisConfig::new(&server.url()).deadline(Duration::from_secs(5));
+            let backend = Backend::redis_with(config).expect("redis backend");
             let limiter = backend
                 .leased(&name, RATE, BURST, Some(HOLDER_CHUNK), Duration::from_secs(10))
                 .expect("leased limiter");
