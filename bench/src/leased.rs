@@ -60,7 +60,7 @@ fn holders(server: &Server, count: usize) -> Vec<Limiter> {
     (0..count)
         .map(|_| {
             // A generous deadline: 256 holders connecting on a loaded machine may take a while.
-            let config = RedisConfig::new(&server.url()).deadline(Duration::from_secs(5));
+            let config = RedisConfig::new(server.url()).deadline(Duration::from_secs(5));
             let backend = Backend::redis_with(config).expect("redis backend");
             let limiter = backend
                 .leased(&name, RATE, BURST, Some(HOLDER_CHUNK), Duration::from_secs(10))
