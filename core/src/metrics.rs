@@ -299,9 +299,9 @@ impl Counter {
 
 impl Metrics {
     /// Checks that reached a decision or an error: allowed, refused, shadow-refused, errors,
-    /// failed open and fell back.
+    /// failed open and fell back (every outcome's count).
     pub fn checks(&self) -> u64 {
-        self.allowed + self.refused + self.shadow_refused + self.errors + self.failed_open + self.fell_back
+        OUTCOMES.iter().map(|o| (o.read)(self)).sum()
     }
 
     /// Concurrent limiters: the leases this process was granted and has not released yet.
@@ -624,6 +624,22 @@ mod tests {
         assert_eq!(names.len(), COUNTERS, "a Redis field is declared twice");
         let values: [u64; COUNTERS] = std::array::from_fn(|i| i as u64 + 1);
         assert_eq!(to_values(&from_values(values)), values);
+    }
+
+    /// The outcomes partition the checks: a local refusal is one of the refusals.
+    #[test]
+    fn the_outcomes_add_up_to_the_checks() {
+        let m = Metrics {
+            allowed: 1,
+            refused: 20,
+            refused_locally: 7,
+            shadow_refused: 300,
+            errors: 4_000,
+            failed_open: 50_000,
+            fell_back: 600_000,
+            ..Metrics::default()
+        };
+        assert_eq!(m.checks(), 654_321);
     }
 
     #[test]
