@@ -3,12 +3,16 @@
 //!
 //! Each environment keeps one connection per Redis endpoint (a plain standalone server; see
 //! `ratekeeper::driven`), polled by libuv. A `check` or `peek` is written at once when nothing
-//! is awaiting a reply, otherwise it waits for the next reply to arrive and travels with the
-//! others queued meanwhile, as one batched script invocation. Replies are read and settled in
-//! the poll callback, a group at a time; Promise continuations run right after each group
-//! (microtasks), and the calls they make are written before the next group settles, so Redis
-//! works on them meanwhile (without that, 64 concurrent callers ping-pong: Redis idles while
-//! JavaScript settles, and the other way round).
+//! is awaiting a reply. Otherwise it is queued, and the calls queued meanwhile travel together,
+//! as one batched script invocation per script, without waiting for the replies already due:
+//! the calls a loop turn makes (an HTTP server's requests, each in its socket's callback) are
+//! written by a libuv prepare handle, which runs before the loop next waits for I/O; replies
+//! are read and settled in the poll callback, a group at a time, and the calls the Promise
+//! continuations of a group make (microtasks) are written before the next group settles. So
+//! Redis works on one batch while JavaScript settles or sends the previous one (writing only
+//! after a reply, app and Redis would take turns, each idle while the other works). At most
+//! [`WRITES_IN_FLIGHT`] writes await their replies at once; replies come back in order on the
+//! one connection, so each call still gets its own.
 //!
 //! The connection is made (and handshaken) on a runtime thread, never here; until it is ready,
 //! or after it failed, calls run on the runtime as before. A call the server proves it did not
@@ -39,12 +43,14 @@ mod uv {
     use std::ffi::{c_int, c_void};
 
     pub const POLL: c_int = 8;
+    pub const PREPARE: c_int = 9;
     pub const TIMER: c_int = 13;
     pub const READABLE: c_int = 1;
     pub const WRITABLE: c_int = 2;
 
     pub type PollCallback = unsafe extern "C" fn(handle: *mut c_void, status: c_int, events: c_int);
     pub type TimerCallback = unsafe extern "C" fn(handle: *mut c_void);
+    pub type PrepareCallback = unsafe extern "C" fn(handle: *mut c_void);
     pub type CloseCallback = unsafe extern "C" fn(handle: *mut c_void);
 
     unsafe extern "C" {
@@ -55,6 +61,9 @@ mod uv {
         pub fn uv_timer_init(event_loop: *mut c_void, handle: *mut c_void) -> c_int;
         pub fn uv_timer_start(handle: *mut c_void, callback: TimerCallback, timeout_ms: u64, repeat: u64) -> c_int;
         pub fn uv_timer_stop(handle: *mut c_void) -> c_int;
+        pub fn uv_prepare_init(event_loop: *mut c_void, handle: *mut c_void) -> c_int;
+        pub fn uv_prepare_start(handle: *mut c_void, callback: PrepareCallback) -> c_int;
+        pub fn uv_prepare_stop(handle: *mut c_void) -> c_int;
         pub fn uv_close(handle: *mut c_void, callback: CloseCallback);
         pub fn uv_ref(handle: *mut c_void);
         pub fn uv_unref(handle: *mut c_void);
@@ -63,6 +72,11 @@ mod uv {
 
 /// How long after a failed connect the next one starts (calls run on the runtime meanwhile).
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How many writes may await their replies on one connection. Two already keep Redis busy
+/// while JavaScript works; a few more let the batches settled in groups go out as they are
+/// made. Queued calls beyond it wait for a reply and travel together.
+const WRITES_IN_FLIGHT: usize = 4;
 
 /// One endpoint's connection in this environment.
 struct Connection {
@@ -85,6 +99,11 @@ struct Live {
     stream: TcpStream,
     poll: Handle,
     timer: Handle,
+    /// Writes the calls queued during a loop turn before the loop waits (started while calls
+    /// are queued and may be written).
+    prepare: Handle,
+    /// The prepare handle is started.
+    flushing: bool,
     pipeline: Pipeline<f64>,
     /// Bytes to write, from `written` on.
     out: Vec<u8>,
@@ -125,11 +144,11 @@ pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
         if live.draining {
             return Some(call);
         }
-        let idle = !live.pipeline.awaiting_replies();
+        let idle = live.pipeline.writes_in_flight() == 0;
         let deadline = live.pipeline.push(id, call);
         live.arm_timer(deadline);
-        // With replies awaited, the call waits for the next one (see the module documentation);
-        // while replies are settled, for the end of their group.
+        // With replies awaited, the call waits for the others of this loop turn (the prepare
+        // handle writes them); while replies are settled, for the end of their group.
         if idle && SETTLING.get() != key {
             live.write_queued();
         }
@@ -153,7 +172,7 @@ fn close_all() -> usize {
     for (_, connection) in connections {
         if let State::Live(live) = connection.state {
             live.close(true);
-            closing += 2;
+            closing += 3;
         }
     }
     closing
@@ -246,7 +265,9 @@ fn handle_words() -> usize {
     static WORDS: OnceLock<usize> = OnceLock::new();
     *WORDS.get_or_init(|| {
         // SAFETY: `uv_handle_size` only reads a table, for any handle type; these two exist.
-        let bytes = unsafe { uv::uv_handle_size(uv::POLL).max(uv::uv_handle_size(uv::TIMER)) };
+        let bytes = unsafe {
+            uv::uv_handle_size(uv::POLL).max(uv::uv_handle_size(uv::TIMER)).max(uv::uv_handle_size(uv::PREPARE))
+        };
         bytes.div_ceil(8)
     })
 }
@@ -303,27 +324,31 @@ impl Live {
             return Err("no event loop".into());
         }
         let event_loop = event_loop as *mut c_void;
-        let (poll, timer) = (Handle::new(key), Handle::new(key));
+        let (poll, timer, prepare) = (Handle::new(key), Handle::new(key), Handle::new(key));
         // SAFETY: `event_loop` is this thread's loop, the handles are fresh memory of the size
         // libuv asked for, and the socket is open and owned by `stream`, which `Live` keeps
         // until it has stopped polling it. A handle libuv failed to initialise was never
         // registered, so its memory is ours to free, and the timer's is not yet initialised.
         unsafe {
             if uv::uv_poll_init_socket(event_loop, poll.0, stream.as_raw_fd()) != 0 {
-                // Never initialised: its memory is ours to free (the timer's too).
-                for h in [poll, timer] {
+                // Never initialised: its memory is ours to free (the timer's and prepare's too).
+                for h in [poll, timer, prepare] {
                     drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(h.0 as *mut u64, handle_words())));
                 }
                 return Err("uv_poll_init_socket failed".into());
             }
             uv::uv_timer_init(event_loop, timer.0);
             uv::uv_unref(timer.0);
+            uv::uv_prepare_init(event_loop, prepare.0);
+            uv::uv_unref(prepare.0);
             uv::uv_unref(poll.0);
         }
         let mut live = Box::new(Live {
             stream,
             poll,
             timer,
+            prepare,
+            flushing: false,
             pipeline: Pipeline::new(),
             out: Vec::with_capacity(4096),
             written: 0,
@@ -338,12 +363,18 @@ impl Live {
         Ok(live)
     }
 
-    /// Writes the queued calls (what the socket does not take now waits for it to be writable).
+    /// Writes the queued calls, unless [`WRITES_IN_FLIGHT`] writes already await replies (what
+    /// the socket does not take now waits for it to be writable).
     fn write_queued(&mut self) {
-        if self.pipeline.has_queued() {
+        if self.may_write() {
             self.pipeline.write_queued(&mut self.out);
         }
         self.write_out();
+    }
+
+    /// Calls are queued and may be written now.
+    fn may_write(&self) -> bool {
+        self.pipeline.has_queued() && self.pipeline.writes_in_flight() < WRITES_IN_FLIGHT
     }
 
     fn write_out(&mut self) {
@@ -385,6 +416,18 @@ impl Live {
                 }
             };
             self.referenced = waiting;
+        }
+        let flush = self.may_write();
+        if flush != self.flushing {
+            // SAFETY: `self.prepare` is initialised and not closed (only `close(self)` closes it).
+            unsafe {
+                if flush {
+                    uv::uv_prepare_start(self.prepare.0, on_prepare);
+                } else {
+                    uv::uv_prepare_stop(self.prepare.0);
+                }
+            };
+            self.flushing = flush;
         }
         // An armed timer fires no later than the oldest call's deadline (calls only end, or
         // arm it earlier as they come); when it fires, it re-arms for what is left.
@@ -441,13 +484,15 @@ impl Live {
     }
 
     fn close(self, teardown: bool) {
-        // SAFETY: both handles are initialised and still open; they are closed right after.
+        // SAFETY: the handles are initialised and still open; they are closed right after.
         unsafe {
             uv::uv_poll_stop(self.poll.0);
             uv::uv_timer_stop(self.timer.0);
+            uv::uv_prepare_stop(self.prepare.0);
         }
         self.poll.close(teardown);
         self.timer.close(teardown);
+        self.prepare.close(teardown);
         // The socket closes here, after libuv stopped polling it.
     }
 }
@@ -535,6 +580,10 @@ fn poll_ready(key: usize, status: c_int, events: c_int) {
     }
 }
 
+unsafe extern "C" fn on_prepare(handle: *mut c_void) {
+    without_unwinding(|| settle(with_live(key_of(handle), |live, _| live.write_queued())));
+}
+
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
     without_unwinding(|| timer_fired(key_of(handle)));
 }
@@ -552,6 +601,19 @@ fn timer_fired(key: usize) {
         }
     });
     settle(done);
+}
+
+/// Internal (tests): how many writes await their replies on this environment's connections.
+#[napi_derive::napi(skip_typescript)]
+pub fn driven_in_flight() -> u32 {
+    CONNECTIONS.with(|c| {
+        let connections = c.borrow();
+        let live = connections.values().filter_map(|c| match &c.state {
+            State::Live(live) => Some(live.pipeline.writes_in_flight()),
+            _ => None,
+        });
+        live.sum::<usize>() as u32
+    })
 }
 
 /// Internal (tests): how many driven connections this environment has live.

@@ -226,6 +226,8 @@ struct Sent<T> {
     calls: Vec<Option<Waiting<T>>>,
     /// More than one call: the reply is an array with one reply per call.
     batched: bool,
+    /// The last command of a [`Pipeline::write_queued`]: its reply ends that write.
+    ends_write: bool,
 }
 
 /// Queued calls of one script, to be sent as one command.
@@ -243,12 +245,14 @@ pub struct Pipeline<T> {
     input: Vec<u8>,
     /// A reply said READONLY (see [`Self::demoted`]).
     demoted: bool,
+    /// Writes whose replies are not all read (see [`Self::writes_in_flight`]).
+    writes: usize,
 }
 
 impl<T> Pipeline<T> {
     /// An empty pipeline.
     pub fn new() -> Self {
-        Pipeline { queued: Vec::new(), sent: VecDeque::new(), input: Vec::new(), demoted: false }
+        Pipeline { queued: Vec::new(), sent: VecDeque::new(), input: Vec::new(), demoted: false, writes: 0 }
     }
 
     /// True once a reply said READONLY: the server was demoted to replica in a failover. Its
@@ -284,9 +288,20 @@ impl<T> Pipeline<T> {
         !self.sent.is_empty()
     }
 
+    /// How many [`Self::write_queued`]s that wrote something still await a reply: a write may
+    /// be made before the previous one's replies arrive (they come back in order on one
+    /// connection), so the caller bounds how many it lets travel at once.
+    pub fn writes_in_flight(&self) -> usize {
+        self.writes
+    }
+
     /// Appends every queued call to `out`: calls of one script travel as one batched script
-    /// invocation (up to the batch limit), like the runtime connection's.
+    /// invocation (up to the batch limit), like the runtime connection's. Replies still due for
+    /// earlier writes come first: the calls' replies are matched in the order they were written.
     pub fn write_queued(&mut self, out: &mut Vec<u8>) {
+        if self.queued.is_empty() {
+            return;
+        }
         let mut groups: Vec<Group<T>> = Vec::new();
         for waiting in self.queued.drain(..) {
             let group = match groups.iter().position(|g| std::ptr::eq(g.script, waiting.call.script)) {
@@ -310,9 +325,13 @@ impl<T> Pipeline<T> {
                 } else {
                     batch[0].call.cmd.write_packed_command(out);
                 }
-                self.sent.push_back(Sent { calls: batch.into_iter().map(Some).collect(), batched });
+                self.sent.push_back(Sent { calls: batch.into_iter().map(Some).collect(), batched, ends_write: false });
             }
         }
+        if let Some(last) = self.sent.back_mut() {
+            last.ends_write = true;
+        }
+        self.writes += 1;
     }
 
     /// Takes `bytes` read from the connection and appends each call they answer to `done`. An
@@ -328,6 +347,7 @@ impl<T> Pipeline<T> {
                 return Err(protocol_error("a reply nobody asked for".into()));
             };
             self.demoted |= says_readonly(&value);
+            self.writes -= usize::from(sent.ends_write);
             answer(sent, value, done);
         }
         self.input.drain(..start);
@@ -372,6 +392,7 @@ impl<T> Pipeline<T> {
     /// connection must be dropped with it: replies may still be on their way.
     pub fn fail_all(&mut self, error: &Error, done: &mut Vec<(T, Finished)>) {
         self.input.clear();
+        self.writes = 0;
         let sent = self.sent.drain(..).flat_map(|s| s.calls.into_iter().flatten());
         for Waiting { token, call } in sent.chain(self.queued.drain(..)) {
             let result = call.conclude(Err(error.clone()));
