@@ -13,7 +13,7 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use ratekeeper::{otel, Backend, Limiter, RedisConfig};
+use ratekeeper::{otel, Backend, Limiter};
 use support::RedisServer;
 
 const KEY: &str = "user-4711@example.com";
@@ -175,7 +175,7 @@ fn a_scripted_sequence_is_counted_exactly_on_memory() {
 #[test]
 fn a_scripted_sequence_is_counted_exactly_on_redis() {
     let server = RedisServer::start();
-    check_sequence(&Backend::redis_with(RedisConfig::new(server.url()).prefix("otel")).expect("a Redis backend"));
+    check_sequence(&Backend::redis_with(support::redis_config(server.url()).prefix("otel")).expect("a Redis backend"));
 }
 
 /// The instruments' descriptions are those of the Python and Node bindings (`otel.py`,
@@ -235,7 +235,7 @@ fn the_documented_setup() {
 #[test]
 fn traced_calls_make_a_span_each_and_one_per_redis_round_trip() {
     let server = RedisServer::start();
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("oteltr")).expect("a Redis backend");
+    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("oteltr")).expect("a Redis backend");
     // The script cached: each check is then one EVALSHA.
     backend.token_bucket("warm", 1000.0, 1000).expect("warm").check_blocking(Some("warm"), 1).expect("a decision");
     // --8<-- [start:traced]
