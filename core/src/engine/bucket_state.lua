@@ -10,9 +10,11 @@
 -- function would be a closure made at every invocation and a call at every check, which a check
 -- this short pays for measurably.
 --@TAT
--- tat_us, tat_ns: the TAT in KEYS[1] (0, 0 when absent).
+-- tat_us, tat_ns: the TAT in KEYS[1] (0, 0 when absent), as the hold check read it with the
+-- holds (`tat_raw`, hold_check.lua's READ_WITH_STATE: a check or a peek), else read here.
 local tat_us, tat_ns = 0, 0
-local raw = redis.call('GET', KEYS[1])
+local raw = tat_raw
+if raw == nil then raw = redis.call('GET', KEYS[1]) end
 if raw then
   local dot = string.find(raw, '.', 1, true)
   if dot then
