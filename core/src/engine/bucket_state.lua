@@ -11,10 +11,13 @@
 -- this short pays for measurably.
 --@TAT
 -- tat_us, tat_ns: the TAT in KEYS[1] (0, 0 when absent), as the hold check read it with the
--- holds (`tat_raw`, hold_check.lua's READ_WITH_STATE: a check or a peek), else read here.
+-- holds (`tat_raw`, hold_check.lua's READ_WITH_STATE: a check or a peek), else read here: when
+-- the MGET found none, GET tells an absent key from a key of another type (which MGET answers
+-- nil for too, and the SET below would overwrite): GET refuses it (WRONGTYPE), as a check
+-- always has. A check in a bucket in use reads its state once.
 local tat_us, tat_ns = 0, 0
 local raw = tat_raw
-if raw == nil then raw = redis.call('GET', KEYS[1]) end
+if not raw then raw = redis.call('GET', KEYS[1]) end
 if raw then
   local dot = string.find(raw, '.', 1, true)
   if dot then

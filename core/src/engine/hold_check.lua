@@ -15,7 +15,8 @@
 --   nils); the MGET runs only when one exists;
 -- - READ_WITH_STATE, for an engine whose state is KEYS[1]'s string (the token bucket's,
 --   bucket_state.lua): one MGET of the two keys and the state, which the body then takes from
---   `tat_raw` instead of a GET of its own (one `redis.call` fewer on every check).
+--   `tat_raw` instead of a GET of its own (one `redis.call` fewer on every check of a bucket in
+--   use; a new key's is still read by GET, which tells absent from another type).
 --@CHECK
 local tat_raw
 if ARGV[1] == 'check' or ARGV[1] == 'peek' then

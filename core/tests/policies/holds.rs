@@ -44,7 +44,7 @@ fn a_hold_set_by_one_process_is_seen_by_the_next_check_of_another() {
 
 /// The token bucket's script reads the holds with its state (one `MGET` of the pause key, the
 /// block key and the state) instead of an `EXISTS` of the holds and a `GET` of the state: one
-/// `redis.call` fewer on every check (issue #48). The hold is still read on every check (a hold
+/// `redis.call` fewer on every check of a bucket in use (issue #48). The hold is still read on every check (a hold
 /// set by another process refuses the next one), and the state the check decides by is the one
 /// read with the holds (a bucket of 2 refuses its third check).
 #[test]
