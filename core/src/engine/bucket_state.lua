@@ -10,14 +10,9 @@
 -- function would be a closure made at every invocation and a call at every check, which a check
 -- this short pays for measurably.
 --@TAT
--- tat_us, tat_ns: the TAT in KEYS[1] (0, 0 when absent), as the hold check read it with the
--- holds (`tat_raw`, hold_check.lua's READ_WITH_STATE: a check or a peek), else read here: when
--- the MGET found none, GET tells an absent key from a key of another type (which MGET answers
--- nil for too, and the SET below would overwrite): GET refuses it (WRONGTYPE), as a check
--- always has. A check in a bucket in use reads its state once.
+-- tat_us, tat_ns: the TAT in KEYS[1] (0, 0 when absent).
 local tat_us, tat_ns = 0, 0
-local raw = tat_raw
-if not raw then raw = redis.call('GET', KEYS[1]) end
+local raw = redis.call('GET', KEYS[1])
 if raw then
   local dot = string.find(raw, '.', 1, true)
   if dot then

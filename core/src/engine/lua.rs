@@ -27,7 +27,7 @@ pub(crate) struct LuaScript {
 /// instead of one per call; what that saves is measured in the README (Benchmarks: "Figures
 /// behind design choices").
 ///
-/// Every call also passes through the hold check ([`hold_check`]: pauses and blocks), written
+/// Every call also passes through the hold check ([`HOLD_CHECK`]: pauses and blocks), written
 /// once for every engine, and every script starts with the one [`PRELUDE`] (and the
 /// [`BUCKET_FUNCTIONS`] where its engine calls them).
 ///
@@ -55,20 +55,6 @@ pub(super) const BUCKET_FUNCTIONS: &str = include_str!("settle_charge.lua");
 /// [`expand`] inlines into the bodies that name them.
 const BUCKET_STATE: &str = include_str!("bucket_state.lua");
 
-/// The sections of `text`: each `--@<NAME>` line, then the text up to the next one (what comes
-/// before the first is the file's comment).
-fn sections(text: &str) -> impl Iterator<Item = (&str, &str)> {
-    text.split("\n--@").skip(1).map(|section| {
-        let (name, text) = section.split_once('\n').expect("a section has a name line");
-        (name, text.trim_end_matches('\n'))
-    })
-}
-
-/// The section `name` of `text`.
-fn section<'a>(text: &'a str, name: &str) -> &'a str {
-    sections(text).find(|(n, _)| *n == name).map(|(_, text)| text).expect("a section the Lua names")
-}
-
 /// `engine` (an engine's `.lua` file) with each line `--@BUCKET_<NAME>@` replaced by the
 /// section `--@<NAME>` of `bucket_state.lua`: the token bucket's state is written once and
 /// inlined where it runs (a function would cost a closure per invocation and a call per check).
@@ -77,24 +63,16 @@ pub(super) fn expand(engine: &str) -> String {
     if !body.contains("--@BUCKET_") {
         return body;
     }
-    for (name, text) in sections(BUCKET_STATE) {
-        body = body.replacen(&format!("--@BUCKET_{name}@"), text, 1);
+    for section in BUCKET_STATE.split("\n--@").skip(1) {
+        let (name, text) = section.split_once('\n').expect("a section of bucket_state.lua has a name line");
+        body = body.replacen(&format!("--@BUCKET_{name}@"), text.trim_end_matches('\n'), 1);
     }
     assert!(!body.contains("--@BUCKET_"), "an engine names a section bucket_state.lua does not have");
     body
 }
 
-/// The hold checks' Lua (`hold_check.lua`, see [`super::hold`]): the check and its two ways of
-/// reading the keys.
-const HOLD_CHECK: &str = include_str!("hold_check.lua");
-
-/// The hold check `engine`'s call starts with: for an engine whose state is the token bucket's
-/// (it names `bucket_state.lua`'s TAT), the holds are read with that state, in one `MGET`
-/// (`READ_WITH_STATE`); for any other, by `READ`.
-pub(super) fn hold_check(engine: &str) -> String {
-    let read = if engine.contains("--@BUCKET_TAT@") { "READ_WITH_STATE" } else { "READ" };
-    section(HOLD_CHECK, "CHECK").replacen("--@READ@", section(HOLD_CHECK, read), 1)
-}
+/// The hold check every engine's call starts with (`hold_check.lua`, see [`super::hold`]).
+pub(super) const HOLD_CHECK: &str = include_str!("hold_check.lua");
 
 /// Settles apply once per id, written once for every engine (`settle_once.lua`, see
 /// `Limiter::settle`).
@@ -116,7 +94,7 @@ impl LuaScript {
     fn wrapped(name: &'static str, functions: &str, engine: &'static str) -> Self {
         let body = WRAPPER
             .replacen("--@PRELUDE@", &[PRELUDE, functions].concat(), 1)
-            .replacen("--@HOLD_CHECK@", &hold_check(engine), 1)
+            .replacen("--@HOLD_CHECK@", HOLD_CHECK, 1)
             .replacen("--@BODY@", &expand(engine), 1)
             .replacen("--@SETTLE_ONCE@", SETTLE_ONCE, 1);
         let sha1 = Script::new(&body).get_hash().to_owned();

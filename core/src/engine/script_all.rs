@@ -33,7 +33,7 @@
 use std::sync::LazyLock;
 
 use super::contract::Combined;
-use super::lua::{expand, hold_check, LuaScript, BUCKET_FUNCTIONS, PRELUDE};
+use super::lua::{expand, LuaScript, BUCKET_FUNCTIONS, HOLD_CHECK, PRELUDE};
 
 /// The engines that can take part, in the order of their index in the combined script
 /// (1-based): each engine that says how ([`super::Engine::COMBINED`]), in the order of the table
@@ -112,7 +112,7 @@ pub(crate) static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| {
     for (i, engine) in engines().enumerate() {
         body.push_str(&format!("costs[{}] = {}\n", i + 1, engine.cost_at));
         body.push_str(&format!("engines[{}] = function(KEYS, ARGV)\n", i + 1));
-        body.push_str(&hold_check(engine.lua));
+        body.push_str(HOLD_CHECK);
         body.push_str(&expand(engine.lua));
         body.push_str("\nend\n");
     }

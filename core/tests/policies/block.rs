@@ -213,7 +213,7 @@ fn redis_block_is_fleet_wide() {
 }
 
 /// On Redis (the server's TIME): the block is one key beside the limiter's, with its hash tag
-/// and a TTL of the block; a blocked check is one EVALSHA with one MGET (the holds and the state) and one TIME and nothing else, and
+/// and a TTL of the block; a blocked check is one EVALSHA with one EXISTS and one MGET and nothing else, and
 /// `acquire` waits the block out.
 #[test]
 fn redis_block_key_has_the_tag_and_the_ttl_and_costs_no_round_trip() {
@@ -240,9 +240,8 @@ fn redis_block_key_has_the_tag_and_the_ttl_and_costs_no_round_trip() {
     });
     let calls = |cmd: &str| support::command_calls(&stats, cmd);
     assert_eq!(calls("evalsha") + calls("eval"), 5, "{stats}");
-    // A token bucket reads the holds with its state: one MGET per call (see holds.rs).
     assert_eq!(calls("mget"), 5, "{stats}");
-    assert_eq!(calls("exists"), 0, "{stats}");
+    assert_eq!(calls("exists"), 5, "{stats}");
     assert_eq!(calls("set") + calls("del") + calls("get"), 0, "a blocked refusal writes nothing: {stats}");
 
     let short = backend.token_bucket("short", 100.0, 100).unwrap();
