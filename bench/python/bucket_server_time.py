@@ -59,22 +59,6 @@ def rust_const(source: str, name: str) -> str:
 ENGINE = REPO / "core/src/engine"
 
 
-def sections(text: str) -> dict[str, str]:
-    """A Lua file's sections (lua.rs's `sections`): each `--@NAME` line and the text up to the next."""
-    return {name: body.rstrip("\n") for name, body in (part.split("\n", 1) for part in text.split("\n--@")[1:])}
-
-
-def hold_check(text: str, engine: str) -> str:
-    """The hold check of `engine`'s script (lua.rs's `hold_check`): `text` (hold_check.lua) with
-    the read of the holds in place, with the token bucket's state for an engine that reads it;
-    a hold_check.lua of before its two reads, as it was."""
-    parts = sections(text)
-    if "CHECK" not in parts:
-        return text
-    read = "READ_WITH_STATE" if "--@BUCKET_TAT@" in engine else "READ"
-    return parts["CHECK"].replace("--@READ@", parts[read], 1)
-
-
 def tree_script(lua: str, hold: str | None = None, token: bool | None = None, commit: str | None = None) -> str:
     """The script as core/src/engine/lua.rs assembles it today (wrapper.lua, the prelude and, for
     a token bucket's body (`token`, by default: a body naming bucket_state.lua's sections), its
@@ -88,13 +72,12 @@ def tree_script(lua: str, hold: str | None = None, token: bool | None = None, co
         token = "--@BUCKET_" in lua
     functions = ("settle_charge.lua",) if token else ()  # LuaScript::token_bucket
     prelude = "".join(part(f) for f in ("now.lua", *functions))
-    if hold is None:
-        hold = hold_check(part("hold_check.lua"), lua)
-    for name, text in sections(part("bucket_state.lua")).items():  # lua.rs's `expand`
-        lua = lua.replace(f"--@BUCKET_{name}@", text, 1)
+    for section in part("bucket_state.lua").split("\n--@")[1:]:  # lua.rs's `expand`
+        name, text = section.split("\n", 1)
+        lua = lua.replace(f"--@BUCKET_{name}@", text.rstrip("\n"), 1)
     return (part("wrapper.lua")
             .replace("--@PRELUDE@", prelude, 1)
-            .replace("--@HOLD_CHECK@", hold, 1)
+            .replace("--@HOLD_CHECK@", part("hold_check.lua") if hold is None else hold, 1)
             .replace("--@BODY@", lua, 1)
             .replace("--@SETTLE_ONCE@", part("settle_once.lua"), 1))
 
@@ -114,8 +97,7 @@ def script(rust: str, lua: str, hold: str | None = None) -> str:
 
 
 # The hold check's keys taken off KEYS without reading them: what the script costs without it.
-# (`tat_raw`: the token bucket's state as the hold check reads it; unset, its body reads it.)
-NO_HOLD = "local tat_raw\nif ARGV[1] == 'check' or ARGV[1] == 'peek' then table.remove(KEYS) table.remove(KEYS) end"
+NO_HOLD = "if ARGV[1] == 'check' or ARGV[1] == 'peek' then table.remove(KEYS) table.remove(KEYS) end"
 # A body that reads the clock and answers as an empty window would: the wrapper's own cost.
 EMPTY_BODY = "local now = now_us(ARGV)\nreturn {now, 0, 0, -1, -1}\n"
 # The same reply without reading the clock: what invoking a script costs the server.

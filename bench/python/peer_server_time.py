@@ -124,6 +124,26 @@ def sha1(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
+STATE_WITH_HOLDS = "idea: token bucket reading its state with the holds (one MGET, not EXISTS then GET)"
+
+
+def state_with_holds(script: str) -> str:
+    """The token bucket's script with its state read in the hold check's round: one MGET of the
+    pause key, the block key and the state, the body taking the state from it; when the MGET
+    found none, the body's GET still runs (MGET answers nil for a key of another type too, which
+    GET refuses, WRONGTYPE, and the SET would overwrite: calls' batch test
+    a_failing_call_in_a_batch_fails_alone holds a check to refusing it)."""
+    hold = (b.ENGINE / "hold_check.lua").read_text()
+    changed = hold.replace("""  if redis.call('EXISTS', pause_key, block_key) > 0 then
+    local held = redis.call('MGET', pause_key, block_key)""", """  local held = redis.call('MGET', pause_key, block_key, KEYS[1])
+  prefetched = held[3]
+  if held[1] or held[2] then""")
+    text = script.replace(hold, "local prefetched\n" + changed).replace(
+        "local raw = redis.call('GET', KEYS[1])", "local raw = prefetched\nif not raw then raw = redis.call('GET', KEYS[1]) end")
+    assert changed != hold and "prefetched = held[3]" in text and "if not raw" in text, "the hold check or gcra.lua changed"
+    return text
+
+
 FIXED_ALONE = "idea: bucket's fixed-window path as a script of its own (no sliding engine after it)"
 # A variant run on the client's clock: the manual-clock argument (ARGV[2]) holds this process's
 # instant, as `limits` sends its own, so the script never reads TIME.
@@ -134,14 +154,12 @@ def parts(body: str, reply: str, token: bool, keys: list[str], args: list[str]) 
     """Our check taken apart, each part adding one thing to the one before (name -> keys,
     arguments, script); the last, with the reply's shape, is the script itself."""
     time_only = "local now = now_us(ARGV)\nreturn 1\n"
-    # The hold check of the script: a token bucket's reads its state with the holds.
-    hold = b.hold_check((b.ENGINE / "hold_check.lua").read_text(), body)
     return {
         "part 1, an EVALSHA returning 1 (no keys, no arguments)": ([], [], "return 1\n"),
         "part 2, + our keys and arguments": (keys, args, "return 1\n"),
         "part 3, + the wrapper (hold keys taken off KEYS, not read)": (keys, args, b.tree_script("return 1\n", b.NO_HOLD, token)),
         "part 4, + TIME": (keys, args, b.tree_script(time_only, b.NO_HOLD, token)),
-        "part 5, + the hold check": (keys, args, b.tree_script(time_only, hold, token)),
+        "part 5, + the hold check": (keys, args, b.tree_script(time_only, None, token)),
         "part 6, + the body (a one-integer reply)": (keys, args, b.tree_script(body.replace(reply, reply.split("return")[0] + "return 1" + reply.split("}")[1]), None, token)),
     }
 
@@ -180,7 +198,8 @@ def main() -> None:
             assert sha1(text) == sha, f"{job}: the script assembled from the tree is not the one the library sends"
             variants[f"ratekeeper {job}"] = ("EVALSHA", text, marker, keys, args, job)
             before = b.tree_script(b.git_show(BEFORE, f"core/src/engine/{lua}"), commit=BEFORE)
-            variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, args, job)
+            if before != text:  # (a script this change left as it was is measured once)
+                variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, args, job)
         sliding = (engine / "sliding.lua").read_text()
         fast = sliding[:sliding.index("local fmt = function")]  # the fixed-window path a `bucket` takes
         gcra = (engine / "gcra.lua").read_text()
@@ -194,6 +213,9 @@ def main() -> None:
                 variants[f"{job}: {name}"] = ("EVALSHA", text, marker, ks, a, job)
             for name, text in stripped(job, body, fast, token).items():
                 variants[f"{job}: {name}"] = ("EVALSHA", text, marker, keys, args, job)
+        _, keys, args = evalsha_of(commands, "k-token")
+        variants[STATE_WITH_HOLDS] = ("EVALSHA", state_with_holds(variants["ratekeeper token bucket"][1]), "k-token",
+                                      keys, args, "token bucket")
         variants[FIXED_ALONE] = ("EVALSHA", b.tree_script(fast), "k-bucket", *evalsha_of(commands, "k-bucket")[1:], "bucket")
         sha, keys, args = evalsha_of(commands, "rlf:k-rlf")
         assert sha1(printed["rlf_lua"]) == sha
@@ -225,7 +247,14 @@ def main() -> None:
                 out.append(b.command(verb, shas[name], len(ks), *ks, *a))
             return out
 
+        # redis-server's own CPU time over the same calls (its main thread's, from the kernel's
+        # schedstat: a descheduled wait is not counted, unlike commandstats' wall clock), parsing
+        # and I/O included: what sizes a primary, and steadier on a loaded machine.
+        def cpu_ns() -> int:
+            return int(pathlib.Path(f"/proc/{server.pid}/schedstat").read_text().split()[0])
+
         samples: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
+        cpu: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
         for _ in range(ROUNDS):
             for mode in MODES:
                 for name, (verb, *_rest) in variants.items():
@@ -235,8 +264,10 @@ def main() -> None:
                     else:
                         conn.pipeline(commands_[:HOT_KEYS])
                     conn.call("CONFIG", "RESETSTAT")
+                    started = cpu_ns()
                     for i in range(0, len(commands_), 2000):
                         conn.pipeline(commands_[i:i + 2000])
+                    cpu[name, mode].append((cpu_ns() - started) / CALLS / 1000)
                     info = conn.call("INFO", "commandstats").decode()  # type: ignore[union-attr]
                     found = re.search(r"cmdstat_" + verb.lower() + r":calls=(\d+),usec=(\d+)", info)
                     assert found and int(found.group(1)) == CALLS, info
@@ -249,10 +280,12 @@ def main() -> None:
     # The lowest round too: on a shared machine a round only gains time (a descheduled call
     # counts its wait), so the lowest is the steadier figure of what a call costs.
     low = {k: min(v) for k, v in samples.items()}
+    cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     print(f"redis-server {redis_version}; rate-limiter-flexible {printed['rlf_version']}; limits {printed['limits_version']}")
     print(f"load average before {' '.join(f'{x:.2f}' for x in load_before)}, after {' '.join(f'{x:.2f}' for x in load_after)}")
     for (name, mode), v in samples.items():
-        print(f"{mode}: {name}: median {med[name, mode]:.2f} server µs per check; rounds {' '.join(f'{x:.2f}' for x in v)}")
+        print(f"{mode}: {name}: median {med[name, mode]:.2f} server µs per check, redis-server CPU "
+              f"{cpu_med[name, mode]:.2f} µs; rounds {' '.join(f'{x:.2f}' for x in v)}")
     peers = {"bucket": ["rate-limiter-flexible consume", "limits fixed window"],
              "window": ["limits moving window"], "sliding window": ["limits sliding window counter"],
              "token bucket": ["hand-written GCRA (GET, SET, TIME)"]}
@@ -263,7 +296,8 @@ def main() -> None:
         key = key or name
         rows.append(report.row(f"{mode}: {name}", med[key, mode], base, med[base, mode],
                                unit="server µs per check", higher_is_better=False))
-        rows[-1].update(ratekeeper_lowest=low[key, mode], peer_lowest=low[base, mode])
+        rows[-1].update(ratekeeper_lowest=low[key, mode], peer_lowest=low[base, mode],
+                        ratekeeper_cpu=cpu_med[key, mode], peer_cpu=cpu_med[base, mode])
         print(f"| {mode} | {name} | {base} | {med[key, mode]:.2f} | {med[base, mode]:.2f} | "
               f"{med[key, mode] / med[base, mode]:.2f} | {low[key, mode]:.2f}, {low[base, mode]:.2f}, "
               f"{low[key, mode] / low[base, mode]:.2f} |")
@@ -273,10 +307,13 @@ def main() -> None:
     for mode in MODES:
         for job, names in peers.items():
             for ours_name in (f"ratekeeper {job}", f"ratekeeper {job}, before ({BEFORE})"):
+                if ours_name not in variants:
+                    continue
                 for peer in names:
                     rows.append(report.row(f"{mode}: {ours_name}", med[ours_name, mode], peer, med[peer, mode],
                                            unit="server µs per check", target=1.0, higher_is_better=False))
-                    rows[-1].update(ratekeeper_lowest=low[ours_name, mode], peer_lowest=low[peer, mode])
+                    rows[-1].update(ratekeeper_lowest=low[ours_name, mode], peer_lowest=low[peer, mode],
+                                    ratekeeper_cpu=cpu_med[ours_name, mode], peer_cpu=cpu_med[peer, mode])
                     print(f"| {mode} | {ours_name} | {peer} | {med[ours_name, mode]:.2f} | {med[peer, mode]:.2f} | "
                           f"{med[ours_name, mode] / med[peer, mode]:.2f} | {low[ours_name, mode]:.2f}, "
                           f"{low[peer, mode]:.2f}, {low[ours_name, mode] / low[peer, mode]:.2f} |")
@@ -303,7 +340,8 @@ def main() -> None:
                  f"captured with MONITOR), {ROUNDS} interleaved rounds, medians; redis-server {redis_version}; "
                  f"rate-limiter-flexible {printed['rlf_version']}, limits {printed['limits_version']}; load average "
                  f"before {load_before[0]:.2f}, after {load_after[0]:.2f} (a shared 2-CPU machine: server µs are "
-                 f"far less sensitive to load than throughput)", rows,
+                 f"far less sensitive to load than throughput); ratekeeper_cpu and peer_cpu: redis-server's own CPU µs "
+                 f"per check over the same calls (its main thread's schedstat, parsing and I/O included), medians", rows,
                  gcra_lua=GCRA_LUA, before=BEFORE)
 
 
