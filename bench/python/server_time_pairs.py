@@ -52,7 +52,10 @@ def ideas() -> dict[str, list[tuple[str, str, str]]]:
 
 def main() -> None:
     table = ideas()
-    picked = [a for a in sys.argv[1:]] or list(table)
+    picked = sys.argv[1:] or list(table)
+    unknown = [a for a in picked if a not in table]
+    if unknown:
+        sys.exit(f"unknown idea(s) {', '.join(unknown)}; ideas: {' '.join(table)}")
     server, conn, port = b.start_server("rk-bench-pairs-")
 
     def cpu_ns() -> int:
