@@ -183,8 +183,12 @@ fn attributes(limiter: &str, kind: &'static str, key: &'static str, value: &'sta
 /// Per-series counts and sums already recorded, by (limiter, kind, call, outcome).
 type Seen = HashMap<(String, &'static str, usize, &'static str), ([u64; DURATION_BUCKETS], [u64; DURATION_BUCKETS])>;
 
-/// The share of the time between two collections that recording durations may take.
-const RECORD_SHARE: f64 = 0.05;
+/// The share of the time between two collections that recording durations may take: at an
+/// SDK's default 60 s interval [`MAX_RECORDING`] binds first (1.7%); with frequent collections
+/// this keeps an instrumented process's recording as small.
+const RECORD_SHARE: f64 = 0.02;
+/// Values recorded between two readings of the clock past the free ones.
+const CHUNK: u64 = 16;
 /// A collection records this many values whatever the time, and never for longer than
 /// [`MAX_RECORDING`].
 const FREE_RECORDS: u64 = 100;
@@ -235,7 +239,7 @@ impl Replayed {
                     let value = series.sums_nanos[i].saturating_sub(sums[i]) as f64 / new as f64 / 1e9;
                     let mut done = 0;
                     while done < new && (free > 0 || Instant::now() < until) {
-                        let chunk = (new - done).min(256);
+                        let chunk = (new - done).min(if free > 0 { free } else { CHUNK });
                         for _ in 0..chunk {
                             self.histograms[series.call as usize].record(value, &attributes);
                         }
