@@ -20,54 +20,62 @@ use std::time::{Duration, Instant};
 use opentelemetry::metrics::{Histogram, MeterProvider};
 use opentelemetry::{InstrumentationScope, KeyValue};
 
+use crate::metrics::{self, Counter};
 use crate::observe::{Call, DURATION_BOUNDS, DURATION_BUCKETS};
 use crate::{Backend, Metrics};
 
 /// How one count is read from a limiter's metrics.
 pub type Read = fn(&Metrics) -> u64;
 
-/// `ratekeeper.outcome` values and how each is read from a limiter's counts. They partition the
-/// checks: `refused` excludes the deny cache's local refusals, which are their own outcome.
-pub const OUTCOMES: [(&str, Read); 7] = [
-    ("admitted", |m| m.allowed),
-    ("refused", |m| m.refused.saturating_sub(m.refused_locally)),
-    ("shadow_refused", |m| m.shadow_refused),
-    ("refused_locally", |m| m.refused_locally),
-    ("failed_open", |m| m.failed_open),
-    ("fallback", |m| m.fell_back),
-    ("error", |m| m.errors),
-];
+/// `ratekeeper.outcome` values and how each is read from a limiter's counts (the metrics' table
+/// of outcomes). They partition the checks: `refused` excludes the deny cache's local refusals,
+/// which are their own outcome.
+pub const OUTCOMES: [(&str, Read); metrics::OUTCOMES.len()] = {
+    let mut outcomes: [(&str, Read); metrics::OUTCOMES.len()] = [("", |_| 0); metrics::OUTCOMES.len()];
+    let mut i = 0;
+    while i < outcomes.len() {
+        outcomes[i] = (metrics::OUTCOMES[i].name, metrics::OUTCOMES[i].read);
+        i += 1;
+    }
+    outcomes
+};
 
 /// One instrument's counts of a limiter: (attribute, value, count) per series.
 type Counts = fn(&Metrics) -> Vec<(&'static str, &'static str, u64)>;
 
 /// The instruments: name, unit, description, counts.
-const COUNTERS: [(&str, &str, &str, Counts); 4] = [
-    (
-        "ratekeeper.decisions",
-        "{decision}",
-        "Checks by outcome (admitted, refused, shadow_refused, refused_locally, failed_open, fallback, error).",
-        |m| OUTCOMES.iter().map(|(outcome, read)| ("ratekeeper.outcome", *outcome, read(m))).collect(),
-    ),
-    (
-        "ratekeeper.holds",
-        "{decision}",
-        "Checks refused by a hold (a pause, or a block: block_for after a refusal, or block by hand); also in ratekeeper.decisions.",
-        |m| vec![("ratekeeper.hold", "pause", m.paused), ("ratekeeper.hold", "block", m.blocked)],
-    ),
-    (
-        "ratekeeper.settle.units",
-        "{unit}",
-        "Units settles charged (the call cost more than checked) or asked to refund (it cost less).",
-        |m| vec![("ratekeeper.direction", "charged", m.settle_charged), ("ratekeeper.direction", "refunded", m.settle_refunded)],
-    ),
-    (
-        "ratekeeper.leases.granted",
-        "{lease}",
-        "Leases granted by concurrent limiters, by whether the caller waited.",
-        |m| vec![("ratekeeper.wait", "immediate", m.immediate), ("ratekeeper.wait", "waited", m.waited)],
-    ),
-];
+fn counters() -> [(&'static str, &'static str, String, Counts); 4] {
+    let outcomes: Vec<&str> = OUTCOMES.iter().map(|(outcome, _)| *outcome).collect();
+    let holds: Vec<&str> = metrics::HOLDS.iter().map(|(_, means, _)| *means).collect();
+    [
+        ("ratekeeper.decisions", "{decision}", format!("Checks by outcome ({}).", outcomes.join(", ")), |m| {
+            OUTCOMES.iter().map(|(outcome, read)| ("ratekeeper.outcome", *outcome, read(m))).collect()
+        }),
+        (
+            "ratekeeper.holds",
+            "{decision}",
+            format!("Checks refused by a hold ({}); also in ratekeeper.decisions.", holds.join(", or ")),
+            |m| metrics::HOLDS.iter().map(|(role, _, read)| ("ratekeeper.hold", *role, read(m))).collect(),
+        ),
+        (
+            "ratekeeper.settle.units",
+            "{unit}",
+            "Units settles charged (the call cost more than checked) or asked to refund (it cost less).".into(),
+            |m| {
+                vec![
+                    ("ratekeeper.direction", "charged", m.settle_charged),
+                    ("ratekeeper.direction", "refunded", m.settle_refunded),
+                ]
+            },
+        ),
+        (
+            "ratekeeper.leases.granted",
+            "{lease}",
+            "Leases granted by concurrent limiters, by whether the caller waited.".into(),
+            |m| vec![("ratekeeper.wait", "immediate", m.immediate), ("ratekeeper.wait", "waited", m.waited)],
+        ),
+    ]
+}
 
 /// What [`instrument`] registered; [`Instrumentation::close`] (or dropping it) stops its
 /// reports. The OpenTelemetry API cannot take an instrument back: a closed instrumentation's
@@ -107,7 +115,7 @@ pub fn instrument<P: MeterProvider + ?Sized>(backend: &Backend, provider: &P) ->
     let meter = provider
         .meter_with_scope(InstrumentationScope::builder("ratekeeper").with_version(env!("CARGO_PKG_VERSION")).build());
     let open = Arc::new(AtomicBool::new(true));
-    for (name, unit, description, counts) in COUNTERS {
+    for (name, unit, description, counts) in counters() {
         let (backend, open) = (backend.clone(), open.clone());
         meter
             .u64_observable_counter(name)
@@ -323,8 +331,7 @@ pub trait Traced {
 impl Traced for crate::Result<crate::Decision> {
     fn traced(&self) -> (Option<&'static str>, Option<Duration>, Option<String>) {
         match self {
-            Ok(d) if d.shadow_refused => (Some("shadow_refused"), Some(d.retry_after), None),
-            Ok(d) => (Some(if d.allowed { "admitted" } else { "refused" }), Some(d.retry_after), None),
+            Ok(d) => (Some(Counter::of_decision(d).outcome_name()), Some(d.retry_after), None),
             Err(e) => failed(e),
         }
     }
@@ -333,7 +340,10 @@ impl Traced for crate::Result<crate::Decision> {
 impl Traced for crate::Result<crate::CombinedDecision> {
     fn traced(&self) -> (Option<&'static str>, Option<Duration>, Option<String>) {
         match self {
-            Ok(c) => (Some(if c.allowed { "admitted" } else { "refused" }), Some(c.retry_after), None),
+            Ok(c) => {
+                let counter = if c.allowed { Counter::Allowed } else { Counter::Refused };
+                (Some(counter.outcome_name()), Some(c.retry_after), None)
+            }
             Err(e) => failed(e),
         }
     }
@@ -351,8 +361,8 @@ impl Traced for crate::Result<()> {
 /// A failed call's span: a waiting call that ran out of wait is a refusal, not a failure.
 fn failed(e: &crate::Error) -> (Option<&'static str>, Option<Duration>, Option<String>) {
     match e {
-        crate::Error::OverLimit { retry_after } => (Some("refused"), Some(*retry_after), None),
-        e => (Some("error"), None, Some(format!("{:?}", e.kind()))),
+        crate::Error::OverLimit { retry_after } => (Some(Counter::Refused.outcome_name()), Some(*retry_after), None),
+        e => (Some(Counter::Errors.outcome_name()), None, Some(format!("{:?}", e.kind()))),
     }
 }
 

@@ -178,6 +178,34 @@ fn a_scripted_sequence_is_counted_exactly_on_redis() {
     check_sequence(&Backend::redis_with(RedisConfig::new(server.url()).prefix("otel")).expect("a Redis backend"));
 }
 
+/// The instruments' descriptions are those of the Python and Node bindings (`otel.py`,
+/// `otel.js`), whose instruments are the same: the core makes them from its tables of outcomes
+/// and holds, and they must read as the bindings' literal texts do.
+#[test]
+fn descriptions_are_the_bindings() {
+    let meter = Meter::new();
+    let backend = Backend::memory();
+    let _instrumentation = otel::instrument(&backend, &meter.provider);
+    let _limiters = script(&backend);
+    meter.provider.force_flush().expect("a flush");
+    let mut descriptions = BTreeMap::new();
+    for resource in meter.exporter.get_finished_metrics().expect("metrics") {
+        for scope in resource.scope_metrics() {
+            for metric in scope.metrics() {
+                descriptions.insert(metric.name().to_owned(), metric.description().to_owned());
+            }
+        }
+    }
+    assert_eq!(
+        descriptions["ratekeeper.decisions"],
+        "Checks by outcome (admitted, refused, shadow_refused, refused_locally, failed_open, fallback, error)."
+    );
+    assert_eq!(
+        descriptions["ratekeeper.holds"],
+        "Checks refused by a hold (a pause, or a block: block_for after a refusal, or block by hand); also in ratekeeper.decisions."
+    );
+}
+
 #[test]
 fn the_documented_setup() {
     // --8<-- [start:setup]

@@ -371,7 +371,9 @@ impl Limiter {
         let acquire =
             || guard_detached(py, || self.inner.acquire_blocking(k, cost.0, wait)).map(|d| Decision::new(d, k));
         if self.inner.traced() {
-            return crate::trace::traced(py, crate::trace::Subject::of(&self.inner), "acquire", || Py::new(py, acquire()?));
+            return crate::trace::traced(py, crate::trace::Subject::of(&self.inner), "acquire", || {
+                Py::new(py, acquire()?)
+            });
         }
         Py::new(py, acquire()?)
     }
@@ -611,7 +613,14 @@ impl Limiter {
                 Ok(Payload::Decision(d, k, concurrent(limiter)))
             })?
         };
-        crate::trace::traced_future(py, || crate::trace::Subject::of(&self.inner), "check", &future, started, collector);
+        crate::trace::traced_future(
+            py,
+            || crate::trace::Subject::of(&self.inner),
+            "check",
+            &future,
+            started,
+            collector,
+        );
         Ok(Fut::new(future))
     }
 
@@ -655,7 +664,14 @@ impl Limiter {
             let d = crate::trace::noted(noted, limiter.acquire(k.as_deref(), cost, wait)).await?;
             Ok(Payload::Decision(d, k, concurrent(limiter)))
         })?;
-        crate::trace::traced_future(py, || crate::trace::Subject::of(&self.inner), "acquire", &future, started, collector);
+        crate::trace::traced_future(
+            py,
+            || crate::trace::Subject::of(&self.inner),
+            "acquire",
+            &future,
+            started,
+            collector,
+        );
         Ok(Fut::new(future))
     }
 
@@ -694,7 +710,14 @@ impl Limiter {
             crate::trace::noted(noted, limiter.release(k.as_deref(), &l)).await?;
             Ok(Payload::None)
         })?;
-        crate::trace::traced_future(py, || crate::trace::Subject::of(&self.inner), "release", &future, started, collector);
+        crate::trace::traced_future(
+            py,
+            || crate::trace::Subject::of(&self.inner),
+            "release",
+            &future,
+            started,
+            collector,
+        );
         Ok(Fut::new(future))
     }
 
