@@ -416,7 +416,7 @@ fn other_calls_traced(backend: &Backend, trips: &[&str]) {
     .expect("check_all");
     // --8<-- [end:traced_call]
     assert!(combined.allowed);
-    let lease = combined.parts[1].decision.lease.clone().expect("a lease");
+    let lease = combined.parts[1].decision.lease.expect("a lease");
     let refused = ratekeeper::block_on(otel::traced_call_async(
         &tracer,
         CallSpan::of_all(&[&api, &pool], "acquire_all"),

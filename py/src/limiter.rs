@@ -613,14 +613,7 @@ impl Limiter {
                 Ok(Payload::Decision(d, k, concurrent(limiter)))
             })?
         };
-        crate::trace::traced_future(
-            py,
-            || crate::trace::Subject::of(&self.inner),
-            "check",
-            &future,
-            started,
-            collector,
-        );
+        self.trace_future(py, "check", &future, started, collector);
         Ok(Fut::new(future))
     }
 
@@ -641,7 +634,7 @@ impl Limiter {
                 Ok(Payload::Decision(d, k, None))
             })?
         };
-        crate::trace::traced_future(py, || crate::trace::Subject::of(&self.inner), "peek", &future, started, collector);
+        self.trace_future(py, "peek", &future, started, collector);
         Ok(Fut::new(future))
     }
 
@@ -664,14 +657,7 @@ impl Limiter {
             let d = crate::trace::noted(noted, limiter.acquire(k.as_deref(), cost, wait)).await?;
             Ok(Payload::Decision(d, k, concurrent(limiter)))
         })?;
-        crate::trace::traced_future(
-            py,
-            || crate::trace::Subject::of(&self.inner),
-            "acquire",
-            &future,
-            started,
-            collector,
-        );
+        self.trace_future(py, "acquire", &future, started, collector);
         Ok(Fut::new(future))
     }
 
@@ -710,14 +696,7 @@ impl Limiter {
             crate::trace::noted(noted, limiter.release(k.as_deref(), &l)).await?;
             Ok(Payload::None)
         })?;
-        crate::trace::traced_future(
-            py,
-            || crate::trace::Subject::of(&self.inner),
-            "release",
-            &future,
-            started,
-            collector,
-        );
+        self.trace_future(py, "release", &future, started, collector);
         Ok(Fut::new(future))
     }
 
@@ -853,4 +832,18 @@ impl Limiter {
 #[pyfunction]
 pub fn unlimited(py: Python<'_>) -> PyResult<PyLimiter<'_>> {
     Limiter::wrap(py, ratekeeper::Limiter::unlimited(), false)
+}
+
+impl Limiter {
+    /// Hands a traced asyncio call of this limiter to the hook (see `trace::traced_future`).
+    fn trace_future(
+        &self,
+        py: Python<'_>,
+        method: &'static str,
+        future: &Bound<'_, PyAny>,
+        started: Option<u64>,
+        collector: Option<ratekeeper::trace::Collector>,
+    ) {
+        crate::trace::traced_future(py, || crate::trace::Subject::of(&self.inner), method, future, started, collector);
+    }
 }
