@@ -341,7 +341,7 @@ fn traced_async_calls_make_a_span_each_and_one_per_redis_round_trip() {
     use opentelemetry::trace::{FutureExt, TraceContextExt, Tracer, TracerProvider as _};
 
     let server = RedisServer::start();
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("otelas")).expect("a Redis backend");
+    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("otelas")).expect("a Redis backend");
     backend.token_bucket("warm", 1000.0, 1000).expect("warm").check_blocking(Some("warm"), 1).expect("a decision");
     let (exporter, provider) = a_tracer();
     let tracer = provider.tracer("app");
@@ -461,6 +461,6 @@ fn peek_settle_release_and_check_all_are_traced_on_memory() {
 #[test]
 fn peek_settle_release_and_check_all_are_traced_on_redis() {
     let server = RedisServer::start();
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("otelother")).expect("a Redis backend");
+    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("otelother")).expect("a Redis backend");
     other_calls_traced(&backend, &["EVALSHA"; 5]);
 }
