@@ -235,9 +235,9 @@ fn memory_check_all_spans_shards_without_deadlock() {
 fn redis_check_all_with_a_manual_clock() {
     let server = RedisServer::start();
     let clock = ManualClock::new(START);
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).clock(Arc::new(clock))).unwrap();
+    let backend = Backend::redis_with(support::redis_config(server.url()).clock(Arc::new(clock))).unwrap();
     all_or_nothing(&backend, "r");
-    let other = Backend::redis_with(RedisConfig::new(server.url()).prefix("other")).unwrap();
+    let other = Backend::redis_with(support::redis_config(server.url()).prefix("other")).unwrap();
     bad_input_writes_nothing(&backend, &other, "r");
     acquire_all_gives_up_with_the_retry_after(&backend, "r");
 }
@@ -329,7 +329,7 @@ fn cluster_check_all_needs_one_slot() {
 #[test]
 fn a_part_in_shadow_mode_never_refuses_the_combination() {
     let server = RedisServer::start();
-    let redis = Backend::redis_with(RedisConfig::new(server.url()).prefix("shadowall")).unwrap();
+    let redis = Backend::redis_with(support::redis_config(server.url()).prefix("shadowall")).unwrap();
     for backend in [Backend::memory(), redis] {
         let enforced = backend.bucket("enforced", 3, HOUR).unwrap();
         let shadow = backend.bucket("shadow", 1, HOUR).unwrap().with_shadow(true).unwrap();
