@@ -183,6 +183,7 @@ function value(result, key, owner) {
 /** A Promise of a native result (`key`, `owner`: as for `value`). */
 function promised(result, key, owner) {
   if (typeof result === 'number') {
+    lastCallId = result;
     return new Promise((resolve, reject) => running.set(result, { resolve, reject, key, owner }));
   }
   return Promise.resolve(value(result, key, owner));
@@ -268,11 +269,14 @@ const { limiterCheck, limiterCheckSync, limiterPeek, limiterPeekSync } = native;
  * which makes the call's span around `untraced(target, method, args)`. Set through `TRACING` (otel.js).
  */
 let tracing = null;
+/** The id of the last call that returned a Promise waiting on the native side (see `untraced`). */
+let lastCallId;
 
 /** Makes a call with tracing off (a native call starts synchronously, so this covers it). */
 function untraced(target, method, args) {
   const saved = tracing;
   tracing = null;
+  lastCallId = undefined;
   try {
     return target[method](...args);
   } finally {
@@ -838,7 +842,13 @@ Object.defineProperty(module.exports, TRACING, {
   value: {
     set(traced) {
       tracing = traced;
+      // Driven round trips are noted only while some backend is traced.
+      native.drivenTracing(traced !== null);
     },
     untraced,
+    /** The native id of the call `untraced` just made, if it returned a waiting Promise. */
+    callId: () => lastCallId,
+    /** The driven round trip that carried call `id`, while its result settles (once). */
+    roundTrip: native.drivenRoundTrip,
   },
 });

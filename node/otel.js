@@ -329,16 +329,83 @@ function traced(target, method, ...args) {
     endSpans(spans, true, result);
     return result;
   }
-  return hook.untraced(target, method, args).then(
+  const promise = hook.untraced(target, method, args);
+  // A check or peek on Redis may travel on the driven connection: its round trip is known
+  // while its result settles, which is when these continuations run.
+  const id = DRIVEN.has(method) ? hook.callId() : undefined;
+  return promise.then(
     (result) => {
+      if (id !== undefined) noteRoundTrip(id, list, spans);
       endSpans(spans, true, result);
       return result;
     },
     (error) => {
+      if (id !== undefined) noteRoundTrip(id, list, spans);
       endSpans(spans, false, error);
       throw error;
     },
   );
+}
+
+/** The methods whose calls may travel on a driven connection (see node/src/driven.rs). */
+const DRIVEN = new Set(['check', 'peek']);
+
+/**
+ * Driven round trips whose traced calls are settling, by round trip: `{ trip, calls: [[tracer,
+ * span]] }`. A round trip's calls all settle in the poll callback that read its reply, so the
+ * round trip's span is made in a setImmediate after it, once they all are here.
+ */
+const settlingTrips = new Map();
+
+/** Notes that call `id` (its `spans`, one per tracer of `list`) settled, with its round trip. */
+function noteRoundTrip(id, list, spans) {
+  const trip = hook.roundTrip(id);
+  if (trip == null) return; // it ran on the runtime (no driven connection yet)
+  let entry = settlingTrips.get(trip.trip);
+  if (entry === undefined) {
+    if (settlingTrips.size === 0) setImmediate(makeRoundTripSpans);
+    entry = { trip, calls: [] };
+    settlingTrips.set(trip.trip, entry);
+  }
+  for (let i = 0; i < list.length; i++) entry.calls.push([list[i], spans[i]]);
+}
+
+/** Makes the span of each round trip noted since the last time (per tracer). */
+function makeRoundTripSpans() {
+  const trips = [...settlingTrips.values()];
+  settlingTrips.clear();
+  for (const { trip, calls } of trips) {
+    const byTracer = new Map();
+    for (const [tracer, span] of calls) {
+      const spans = byTracer.get(tracer);
+      if (spans === undefined) byTracer.set(tracer, [span]);
+      else spans.push(span);
+    }
+    for (const [tracer, spans] of byTracer) roundTripSpan(tracer, trip, spans);
+  }
+}
+
+/**
+ * The client span of a driven round trip, from its recorded times: the child of the call span it
+ * carried when it carried one traced call (as a Python or Rust call's round trip is), else (one
+ * round trip carrying several callers' calls, which have no single parent) a span of its own
+ * trace with a link to each call's span, as OpenTelemetry prescribes for a batch.
+ */
+function roundTripSpan(tracer, trip, spans) {
+  const attributes = { 'db.system.name': 'redis', 'db.operation.name': trip.command };
+  if (trip.address != null) {
+    attributes['server.address'] = trip.address;
+    attributes['server.port'] = trip.port;
+  }
+  if (trip.batch > 1) attributes['db.operation.batch.size'] = trip.batch;
+  if (trip.error != null) attributes['error.type'] = trip.error;
+  const one = spans.length === 1;
+  const options = { kind: api.SpanKind.CLIENT, startTime: trip.startMs, attributes };
+  if (!one) options.links = spans.map((span) => ({ context: span.spanContext() }));
+  const parent = one ? api.trace.setSpan(api.ROOT_CONTEXT, spans[0]) : api.ROOT_CONTEXT;
+  const span = tracer.startSpan(trip.command, options, parent);
+  if (trip.error != null) span.setStatus({ code: api.SpanStatusCode.ERROR });
+  span.end(trip.endMs);
 }
 
 /**

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use napi::{sys, Env};
-use ratekeeper::driven::{DrivenCall, DrivenEndpoint, Finished, Pipeline};
+use ratekeeper::driven::{DrivenCall, DrivenEndpoint, DrivenTrip, Finished, Pipeline};
 use ratekeeper::Error;
 
 use crate::bridge::{self, Outcome, Payload, ReplyValue};
@@ -343,13 +343,15 @@ impl Live {
             uv::uv_unref(prepare.0);
             uv::uv_unref(poll.0);
         }
+        let mut pipeline = Pipeline::new();
+        pipeline.trace(TRACED.get());
         let mut live = Box::new(Live {
             stream,
             poll,
             timer,
             prepare,
             flushing: false,
-            pipeline: Pipeline::new(),
+            pipeline,
             out: Vec::with_capacity(4096),
             written: 0,
             events: 0,
@@ -507,11 +509,15 @@ fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -
         let Some(connection) = connections.get_mut(&key) else { return };
         let State::Live(live) = &mut connection.state else { return };
         f(live, &mut done);
+        if TRACED.get() {
+            note_round_trips(live.pipeline.take_round_trips(), &done);
+        }
         if live.draining && !live.pipeline.has_waiting_calls() && live.broken.is_none() {
             live.broken = Some("drained".into()); // no call is left to fail
         }
         if let Some(message) = live.broken.take() {
             live.pipeline.fail_all(&Error::BackendUnavailable { message }, &mut done);
+            note_round_trips(live.pipeline.take_round_trips(), &done);
             if let State::Live(live) =
                 std::mem::replace(&mut connection.state, State::Down { retry_at: Instant::now() })
             {
@@ -533,7 +539,103 @@ fn settle(done: Vec<(f64, Finished)>) {
             Finished::Rerun(call) => bridge::spawn(id, run_on_runtime(call)),
         }
     }
-    bridge::settle_from_loop(settled);
+    if TRACED.get() {
+        // Their continuations have run (and taken their round trips): drop the rest (calls of
+        // untraced backends sharing the connection).
+        let ids: Vec<f64> = settled.iter().map(|(id, _)| *id).collect();
+        bridge::settle_from_loop(settled);
+        ROUND_TRIPS.with(|trips| {
+            let mut trips = trips.borrow_mut();
+            for id in ids {
+                trips.remove(&id.to_bits());
+            }
+        });
+    } else {
+        bridge::settle_from_loop(settled);
+    }
+}
+
+thread_local! {
+    /// Round trips are noted for `ratekeeper/otel` (see [`driven_tracing`]).
+    static TRACED: Cell<bool> = const { Cell::new(false) };
+    /// The round trip of each call being settled, by call id (see [`driven_round_trip`]).
+    static ROUND_TRIPS: RefCell<HashMap<u64, DrivenRoundTrip>> = RefCell::new(HashMap::new());
+    /// The last round trip's number (unique within the environment).
+    static LAST_TRIP: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// Internal (`ratekeeper/otel`): one Redis round trip of a driven connection, as the call it
+/// carried sees it. Never a key or an argument.
+#[napi_derive::napi(object)]
+pub struct DrivenRoundTrip {
+    /// Identifies the round trip among this environment's: the calls it carried share it.
+    pub trip: f64,
+    /// The command (`EVALSHA`).
+    pub command: String,
+    /// When it was written and when its reply was read (or the connection failed), as
+    /// milliseconds since the Unix epoch.
+    pub start_ms: f64,
+    pub end_ms: f64,
+    /// How many calls it carried, this one included (traced or not).
+    pub batch: u32,
+    /// The configured server, if the backend names one.
+    pub address: Option<String>,
+    pub port: Option<u32>,
+    /// The reply's error code, or `io` when the connection failed.
+    pub error: Option<String>,
+}
+
+/// Notes `trips` by the ids of the calls they ended (entries of `done`).
+fn note_round_trips(trips: Vec<DrivenTrip>, done: &[(f64, Finished)]) {
+    let epoch_ms =
+        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    ROUND_TRIPS.with(|noted| {
+        let mut noted = noted.borrow_mut();
+        for DrivenTrip { calls, batch, trip } in trips {
+            let number = LAST_TRIP.get() + 1.0;
+            LAST_TRIP.set(number);
+            let (address, port) = trip.server.map_or((None, None), |(host, port)| (Some(host), Some(u32::from(port))));
+            for (id, _) in &done[calls] {
+                noted.insert(
+                    id.to_bits(),
+                    DrivenRoundTrip {
+                        trip: number,
+                        command: trip.command.to_owned(),
+                        start_ms: epoch_ms(trip.start),
+                        end_ms: epoch_ms(trip.end),
+                        batch: batch as u32,
+                        address: address.clone(),
+                        port,
+                        error: trip.error.clone(),
+                    },
+                );
+            }
+        }
+    });
+}
+
+/// Internal (`ratekeeper/otel`): notes each driven round trip from now on (`on`), or stops.
+/// Untraced, the driven path pays one branch per write and per reply read.
+#[napi_derive::napi(skip_typescript)]
+pub fn driven_tracing(on: bool) {
+    TRACED.set(on);
+    CONNECTIONS.with(|c| {
+        for connection in c.borrow_mut().values_mut() {
+            if let State::Live(live) = &mut connection.state {
+                live.pipeline.trace(on);
+            }
+        }
+    });
+    if !on {
+        ROUND_TRIPS.with(|t| t.borrow_mut().clear());
+    }
+}
+
+/// Internal (`ratekeeper/otel`): the round trip that carried driven call `id`, while its result
+/// is being settled (its Promise's continuations run then); taken once.
+#[napi_derive::napi(skip_typescript)]
+pub fn driven_round_trip(id: f64) -> Option<DrivenRoundTrip> {
+    ROUND_TRIPS.with(|t| t.borrow_mut().remove(&id.to_bits()))
 }
 
 /// Replies are settled this many at a time; the calls their continuations make are written

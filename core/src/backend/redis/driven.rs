@@ -15,8 +15,9 @@
 
 use std::collections::VecDeque;
 use std::net::TcpStream;
+use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use redis::{Cmd, Value};
 
@@ -30,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::limiter::pipeline::{Call, States};
 use crate::limiter::Limiter;
 use crate::params::validate_key;
+use crate::trace::RoundTrip;
 
 /// What [`Limiter::drive_check`] and [`Limiter::drive_peek`] give.
 pub enum Driven {
@@ -228,6 +230,21 @@ struct Sent<T> {
     batched: bool,
     /// The last command of a [`Pipeline::write_queued`]: its reply ends that write.
     ends_write: bool,
+    /// When it was written, if the pipeline is traced (see [`Pipeline::trace`]).
+    written: Option<(SystemTime, Instant)>,
+}
+
+/// One traced command of a driven connection and the calls it answered (see
+/// [`Pipeline::take_round_trips`]).
+#[derive(Debug)]
+pub struct DrivenTrip {
+    /// The entries of the `done` list given to [`Pipeline::read`] (or [`Pipeline::fail_all`])
+    /// that this command ended: its calls (those whose deadline had not passed).
+    pub calls: Range<usize>,
+    /// How many calls the command carried (one batched script invocation may carry several).
+    pub batch: usize,
+    /// The command, its times, server and error code (never a key or an argument).
+    pub trip: RoundTrip,
 }
 
 /// Queued calls of one script, to be sent as one command.
@@ -247,12 +264,21 @@ pub struct Pipeline<T> {
     demoted: bool,
     /// Writes whose replies are not all read (see [`Self::writes_in_flight`]).
     writes: usize,
+    /// Traced (see [`Self::trace`]): the round trips answered and not yet taken.
+    trips: Option<Vec<DrivenTrip>>,
 }
 
 impl<T> Pipeline<T> {
     /// An empty pipeline.
     pub fn new() -> Self {
-        Pipeline { queued: Vec::new(), sent: VecDeque::new(), input: Vec::new(), demoted: false, writes: 0 }
+        Pipeline {
+            queued: Vec::new(),
+            sent: VecDeque::new(),
+            input: Vec::new(),
+            demoted: false,
+            writes: 0,
+            trips: None,
+        }
     }
 
     /// True once a reply said READONLY: the server was demoted to replica in a failover. Its
@@ -325,7 +351,13 @@ impl<T> Pipeline<T> {
                 } else {
                     batch[0].call.cmd.write_packed_command(out);
                 }
-                self.sent.push_back(Sent { calls: batch.into_iter().map(Some).collect(), batched, ends_write: false });
+                let written = self.trips.is_some().then(|| (SystemTime::now(), Instant::now()));
+                self.sent.push_back(Sent {
+                    calls: batch.into_iter().map(Some).collect(),
+                    batched,
+                    ends_write: false,
+                    written,
+                });
             }
         }
         if let Some(last) = self.sent.back_mut() {
@@ -348,7 +380,9 @@ impl<T> Pipeline<T> {
             };
             self.demoted |= says_readonly(&value);
             self.writes -= usize::from(sent.ends_write);
+            let note = self.note(&sent, done.len(), reply_error(&value));
             answer(sent, value, done);
+            self.noted(note, done.len());
         }
         self.input.drain(..start);
         Ok(())
@@ -393,10 +427,54 @@ impl<T> Pipeline<T> {
     pub fn fail_all(&mut self, error: &Error, done: &mut Vec<(T, Finished)>) {
         self.input.clear();
         self.writes = 0;
-        let sent = self.sent.drain(..).flat_map(|s| s.calls.into_iter().flatten());
-        for Waiting { token, call } in sent.chain(self.queued.drain(..)) {
+        for sent in std::mem::take(&mut self.sent) {
+            let note = self.note(&sent, done.len(), Some("io".into()));
+            for Waiting { token, call } in sent.calls.into_iter().flatten() {
+                let result = call.conclude(Err(error.clone()));
+                done.push((token, Finished::Done(result)));
+            }
+            self.noted(note, done.len());
+        }
+        for Waiting { token, call } in self.queued.drain(..) {
             let result = call.conclude(Err(error.clone()));
             done.push((token, Finished::Done(result)));
+        }
+    }
+
+    /// Turns tracing on or off: traced, each command written from now on is timed, and its
+    /// round trip is noted when its reply is read or the connection fails (untraced, a write
+    /// pays one branch).
+    pub fn trace(&mut self, on: bool) {
+        if on != self.trips.is_some() {
+            self.trips = on.then(Vec::new);
+        }
+    }
+
+    /// The round trips noted since the last call (traced only): each names the entries of the
+    /// `done` list it ended, so take them after every [`Self::read`] / [`Self::fail_all`] into
+    /// one list, before that list is consumed.
+    pub fn take_round_trips(&mut self) -> Vec<DrivenTrip> {
+        self.trips.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// A traced command `sent` about to end its calls from entry `first` of `done`, with `error`.
+    fn note(&self, sent: &Sent<T>, first: usize, error: Option<String>) -> Option<(usize, usize, RoundTrip)> {
+        let (wall, started) = sent.written?;
+        self.trips.as_ref()?;
+        let server = sent
+            .calls
+            .iter()
+            .flatten()
+            .next()
+            .and_then(|w| crate::trace::server_of(w.call.backend.connections().servers()));
+        let trip = RoundTrip { command: "EVALSHA", start: wall, end: wall + started.elapsed(), server, error };
+        Some((first, sent.calls.len(), trip))
+    }
+
+    /// Keeps a round trip [`Self::note`] made, now that its calls end before entry `end`.
+    fn noted(&mut self, note: Option<(usize, usize, RoundTrip)>, end: usize) {
+        if let (Some((first, batch, trip)), Some(trips)) = (note, self.trips.as_mut()) {
+            trips.push(DrivenTrip { calls: first..end, batch, trip });
         }
     }
 }
@@ -425,6 +503,14 @@ fn answer<T>(sent: Sent<T>, value: Value, done: &mut Vec<(T, Finished)>) {
                 done.push((token, call.finish(reply)));
             }
         }
+    }
+}
+
+/// The error code of a reply that is an error (`NOSCRIPT`, `BUSY`…): never its text.
+fn reply_error(value: &Value) -> Option<String> {
+    match value {
+        Value::ServerError(e) => Some(e.code().to_owned()),
+        _ => None,
     }
 }
 
