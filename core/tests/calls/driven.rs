@@ -365,3 +365,47 @@ fn batches_written_before_the_previous_reply_are_answered_in_order_and_a_drop_fa
     assert!(!pipeline.has_waiting_calls() && !pipeline.awaiting_replies());
     assert_eq!(block_on(limiter.peek(Some("k"))).unwrap().remaining, 7, "no call of the killed connection ran");
 }
+
+#[test]
+fn a_traced_pipeline_notes_each_round_trip_with_the_calls_it_ended_and_an_untraced_one_none() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.token_bucket("traced", 0.001, 10).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let first = driven(&limiter, "k", 1);
+    let mut stream = first.endpoint().connect().unwrap();
+    let mut pipeline = Pipeline::new();
+    pipeline.push(0, first);
+    exchange(&mut stream, &mut pipeline, 1);
+    assert!(pipeline.take_round_trips().is_empty(), "untraced: nothing noted");
+
+    pipeline.trace(true);
+    for token in 0..3 {
+        pipeline.push(token, driven(&limiter, "k", 1));
+    }
+    let done = exchange(&mut stream, &mut pipeline, 3);
+    let trips = pipeline.take_round_trips();
+    assert_eq!(trips.len(), 1, "one batched command: {trips:?}");
+    assert_eq!((trips[0].calls.clone(), trips[0].batch), (0..3, 3));
+    assert_eq!(done.len(), 3);
+    let trip = &trips[0].trip;
+    assert_eq!((trip.command, trip.error.as_deref()), ("EVALSHA", None));
+    assert_eq!(trip.server, Some(("127.0.0.1".to_owned(), server.port)));
+    assert!(trip.end >= trip.start);
+    assert!(pipeline.take_round_trips().is_empty(), "taken once");
+
+    // Written, then the connection fails: the round trip ends with `io`.
+    pipeline.push(7, driven(&limiter, "k", 1));
+    let mut out = Vec::new();
+    pipeline.write_queued(&mut out);
+    let mut done = Vec::new();
+    pipeline.fail_all(&Error::BackendUnavailable { message: "dropped".into() }, &mut done);
+    let trips = pipeline.take_round_trips();
+    assert_eq!(trips.len(), 1);
+    assert_eq!((trips[0].calls.clone(), trips[0].trip.error.as_deref()), (0..1, Some("io")));
+
+    pipeline.trace(false);
+    pipeline.push(8, driven(&limiter, "k", 1));
+    exchange(&mut stream, &mut pipeline, 1);
+    assert!(pipeline.take_round_trips().is_empty(), "untraced again");
+}
