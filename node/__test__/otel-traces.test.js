@@ -272,3 +272,38 @@ test('otel traces: each driven Redis round trip is a client span, the child of i
   await roundTripsMade();
   assert.equal(exporter.getFinishedSpans().length, 0);
 });
+
+test('otel traces: a driven round trip cut by a failed connection has error.type io', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const { provider, exporter } = tracing(t);
+  const backend = Backend.redis(server.url, { prefix: `oteltrio${process.pid}`, deadlineMs: 10_000, failurePolicy: 'fail_open' });
+  const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  t.after(() => handle.close());
+  const api = backend.tokenBucket('api', 1, 1000);
+  await driven(api);
+  await roundTripsMade();
+  exporter.reset();
+  // The server stops answering; the calls are written; then it dies: the connection fails.
+  process.kill(server.pid, 'SIGSTOP');
+  const N = 5;
+  const calls = Promise.all(Array.from({ length: N }, () => api.check(KEY)));
+  await waitUntil('the calls written', 10_000, async () => {
+    await new Promise((resolve) => setImmediate(resolve));
+    return native.drivenInFlight() > 0;
+  });
+  // SIGKILL while stopped: it dies without answering (the fixture's stop would continue it first).
+  process.kill(server.pid, 'SIGKILL');
+  const decisions = await calls;
+  assert.ok(decisions.every((d) => d.allowed && d.remaining === 1000), 'fail_open: not answered by Redis');
+  await roundTripsMade();
+  const trips = roundTrips(exporter);
+  assert.ok(trips.length > 0);
+  let carried = 0;
+  for (const trip of trips) {
+    assert.equal(trip.attributes['error.type'], 'io');
+    assert.equal(trip.status.code, 2, 'an error status');
+    carried += trip.links.length || 1;
+  }
+  assert.equal(carried, N);
+});

@@ -532,6 +532,9 @@ fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -
 
 /// Settles ended calls; calls to run again (or to send another way) go to the runtime.
 fn settle(done: Vec<(f64, Finished)>) {
+    // Traced: the round trips noted for these calls are dropped once they settled (a call rerun
+    // on the runtime settles later, without one).
+    let ids: Option<Vec<f64>> = TRACED.get().then(|| done.iter().map(|(id, _)| *id).collect());
     let mut settled = Vec::with_capacity(done.len());
     for (id, finished) in done {
         match finished {
@@ -539,19 +542,16 @@ fn settle(done: Vec<(f64, Finished)>) {
             Finished::Rerun(call) => bridge::spawn(id, run_on_runtime(call)),
         }
     }
-    if TRACED.get() {
+    bridge::settle_from_loop(settled);
+    if let Some(ids) = ids {
         // Their continuations have run (and taken their round trips): drop the rest (calls of
-        // untraced backends sharing the connection).
-        let ids: Vec<f64> = settled.iter().map(|(id, _)| *id).collect();
-        bridge::settle_from_loop(settled);
+        // untraced backends sharing the connection, calls rerun on the runtime).
         ROUND_TRIPS.with(|trips| {
             let mut trips = trips.borrow_mut();
             for id in ids {
                 trips.remove(&id.to_bits());
             }
         });
-    } else {
-        bridge::settle_from_loop(settled);
     }
 }
 

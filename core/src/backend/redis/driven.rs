@@ -380,7 +380,7 @@ impl<T> Pipeline<T> {
             };
             self.demoted |= says_readonly(&value);
             self.writes -= usize::from(sent.ends_write);
-            let note = self.note(&sent, done.len(), reply_error(&value));
+            let note = self.note(&sent, done.len(), || reply_error(&value));
             answer(sent, value, done);
             self.noted(note, done.len());
         }
@@ -428,7 +428,7 @@ impl<T> Pipeline<T> {
         self.input.clear();
         self.writes = 0;
         for sent in std::mem::take(&mut self.sent) {
-            let note = self.note(&sent, done.len(), Some("io".into()));
+            let note = self.note(&sent, done.len(), || Some("io".into()));
             for Waiting { token, call } in sent.calls.into_iter().flatten() {
                 let result = call.conclude(Err(error.clone()));
                 done.push((token, Finished::Done(result)));
@@ -457,10 +457,17 @@ impl<T> Pipeline<T> {
         self.trips.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
-    /// A traced command `sent` about to end its calls from entry `first` of `done`, with `error`.
-    fn note(&self, sent: &Sent<T>, first: usize, error: Option<String>) -> Option<(usize, usize, RoundTrip)> {
+    /// A traced command `sent` about to end its calls from entry `first` of `done`, with
+    /// `error()` (asked only when traced).
+    fn note(
+        &self,
+        sent: &Sent<T>,
+        first: usize,
+        error: impl FnOnce() -> Option<String>,
+    ) -> Option<(usize, usize, RoundTrip)> {
         let (wall, started) = sent.written?;
         self.trips.as_ref()?;
+        let error = error();
         let server = sent
             .calls
             .iter()
