@@ -461,6 +461,7 @@ fn peek_settle_release_and_check_all_are_traced_on_memory() {
 #[test]
 fn peek_settle_release_and_check_all_are_traced_on_redis() {
     let server = RedisServer::start();
-    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("otelother")).expect("a Redis backend");
+    let backend =
+        Backend::redis_with(support::redis_config(server.url()).prefix("otelother")).expect("a Redis backend");
     other_calls_traced(&backend, &["EVALSHA"; 5]);
 }

@@ -190,6 +190,22 @@ fn acquire_all_gives_up_with_the_retry_after(backend: &Backend, name: &str) {
     let retry = e.retry_after().unwrap();
     assert!(retry > Duration::from_secs(1) && retry <= HOUR, "{retry:?}");
     assert_eq!(remaining(&tb, "t9:a"), 1, "the refused attempts consumed nothing");
+
+    // A refused acquire_all that may not wait is one attempt, counted as a refused check_all
+    // is (the blocking form once tried again through the async form: two attempts, two counts).
+    let counts = || (tb.metrics(), quota.metrics());
+    let before = counts();
+    assert!(!backend.check_all_blocking(&parts).unwrap().allowed);
+    let one_attempt = counts();
+    let e = backend.acquire_all_blocking(&parts, Some(Duration::ZERO)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OverLimit);
+    let after = counts();
+    let delta = |a: &ratekeeper::Metrics, b: &ratekeeper::Metrics| (b.allowed - a.allowed, b.refused - a.refused);
+    assert_eq!(
+        (delta(&one_attempt.0, &after.0), delta(&one_attempt.1, &after.1)),
+        (delta(&before.0, &one_attempt.0), delta(&before.1, &one_attempt.1)),
+        "a refused acquire_all_blocking counts as one check_all"
+    );
 }
 
 fn memory() -> (Backend, ManualClock) {
