@@ -87,11 +87,17 @@ function durationsOf(backend) {
   return out;
 }
 
-/** The share of the time between two collections that recording durations may take. */
-const RECORD_SHARE = 0.05;
+/**
+ * The share of the time between two collections that recording durations may take: at the SDK's
+ * default 60 s interval the one-second cap binds first (1.7%); with frequent collections this
+ * keeps an instrumented process's recording as small.
+ */
+const RECORD_SHARE = 0.02;
 // A collection records this many values whatever the time, and never for longer than this.
 const FREE_RECORDS = 100;
 const MAX_RECORD_MS = 1000;
+// Values recorded between two readings of the clock past the free ones.
+const CHUNK = 16;
 
 /**
  * Records the calls each backend timed since the last collection into the histograms: per
@@ -126,7 +132,7 @@ function recordDurations(known) {
         const value = (s.sumsNs[i] - before.sumsNs[i]) / n / 1e9;
         let done = 0;
         while (done < n && (free > 0 || performance.now() < until)) {
-          const chunk = Math.min(n - done, 256);
+          const chunk = Math.min(n - done, free > 0 ? free : CHUNK);
           for (let k = 0; k < chunk; k++) histogram.record(value, attributes);
           done += chunk;
           free -= chunk;
@@ -199,9 +205,12 @@ function registration(provider) {
  * meter of `options.meterProvider` (the global meter provider unless given). Traces are off
  * unless asked for: a `tracerProvider` turns them on, and so does `traces: true` (on the global
  * tracer provider when no provider is given); `traces: false` keeps them off whatever the
- * provider. Traced, each `check`, `checkSync` and `acquire` of the backend's limiters makes a
- * span `ratekeeper check` / `ratekeeper acquire` in the active context (the limiter's name and
- * kind, the outcome, `ratekeeper.retry_after`; never the key). Returns `{ close() }`, which stops
+ * provider. Traced, each `check`, `checkSync`, `acquire`, `peek`, `peekSync`, `settle`,
+ * `settleSync` and `release` of the backend's limiters, and its `checkAll` and `acquireAll`, makes
+ * a span `ratekeeper check` / `… acquire` / `… peek` / `… settle` / `… release` / `… check_all` /
+ * `… acquire_all` in the active context (the limiter's name and kind, or `ratekeeper.limiters`
+ * for a call over several; the outcome and `ratekeeper.retry_after`; a settle's
+ * `ratekeeper.direction` and `ratekeeper.units`; never the key). Returns `{ close() }`, which stops
  * reporting and tracing this backend.
  */
 function instrument(backend, options) {
@@ -263,53 +272,87 @@ function stopTracing(id, tracer) {
   if (tracers.size === 0) hook.set(null);
 }
 
-/** The spans of `check`/`acquire` (async) and `checkSync`, by the method index.js hands over. */
-const SPANS = { check: ['check', true], checkSync: ['check', false], acquire: ['acquire', true] };
+/**
+ * The traced calls, by the method index.js hands over: the span's name (`ratekeeper <name>`, the
+ * same in every language), whether the call returns a promise, and whether it is a backend's call
+ * over several limiters (its span names them all, as `ratekeeper.limiters`).
+ */
+const SPANS = {
+  check: ['check', true],
+  checkSync: ['check', false],
+  acquire: ['acquire', true],
+  peek: ['peek', true],
+  peekSync: ['peek', false],
+  settle: ['settle', true],
+  settleSync: ['settle', false],
+  release: ['release', true],
+  checkAll: ['check_all', true, true],
+  acquireAll: ['acquire_all', true, true],
+};
+
+/** A traced call's attributes from its inputs: who it is of (never a key); a settle's direction and units. */
+function callAttributes(target, method, all, args) {
+  if (all) {
+    const parts = Array.isArray(args[0]) ? args[0] : [];
+    return { 'ratekeeper.limiters': parts.map((p) => String(p?.limiter?.name)) };
+  }
+  const attributes = { 'ratekeeper.limiter': target.name, 'ratekeeper.kind': target.kind };
+  const [decision, actual] = args;
+  const checked = method.startsWith('settle') ? decision?.settle?.cost : undefined;
+  if (typeof checked === 'number' && typeof actual === 'number') {
+    if (actual !== checked) attributes['ratekeeper.direction'] = actual > checked ? 'charged' : 'refunded';
+    attributes['ratekeeper.units'] = Math.abs(actual - checked);
+  }
+  return attributes;
+}
 
 /**
- * index.js's `tracing` while a backend is traced: a call of `limiter` (by `method`, with `args`)
- * gets a span per tracer of its backend, started in the active context; a call of an untraced
- * backend is made as is.
+ * index.js's `tracing` while a backend is traced: a call of `target` (a limiter, or a backend for
+ * checkAll/acquireAll; by `method`, with `args`) gets a span per tracer of its backend, started in
+ * the active context; a call of an untraced backend is made as is.
  */
-function traced(limiter, method, ...args) {
-  const list = tracers.get(limiter.backendId);
-  if (list === undefined) return hook.untraced(limiter, method, args);
-  const [span, isAsync] = SPANS[method];
-  const attributes = { 'ratekeeper.limiter': limiter.name, 'ratekeeper.kind': limiter.kind };
+function traced(target, method, ...args) {
+  const [span, isAsync, all] = SPANS[method];
+  const list = tracers.get(all ? target.id : target.backendId);
+  if (list === undefined) return hook.untraced(target, method, args);
+  const attributes = callAttributes(target, method, all, args);
   const parent = api.context.active();
   const spans = list.map((t) => t.startSpan(`ratekeeper ${span}`, { attributes }, parent));
   if (!isAsync) {
-    let decision;
+    let result;
     try {
-      decision = hook.untraced(limiter, method, args);
+      result = hook.untraced(target, method, args);
     } catch (error) {
-      endSpans(spans, undefined, error);
+      endSpans(spans, false, error);
       throw error;
     }
-    endSpans(spans, decision);
-    return decision;
+    endSpans(spans, true, result);
+    return result;
   }
-  return hook.untraced(limiter, method, args).then(
-    (decision) => {
-      endSpans(spans, decision);
-      return decision;
+  return hook.untraced(target, method, args).then(
+    (result) => {
+      endSpans(spans, true, result);
+      return result;
     },
     (error) => {
-      endSpans(spans, undefined, error);
+      endSpans(spans, false, error);
       throw error;
     },
   );
 }
 
-/** Ends a traced call's spans with its decision, or its error (over the limit: a refusal). */
-function endSpans(spans, decision, error) {
+/**
+ * Ends a traced call's spans with its result (a decision, a combined decision, or nothing: a
+ * release decides nothing) or its error (over the limit: a refusal).
+ */
+function endSpans(spans, ok, result) {
   let done;
-  if (decision !== undefined) {
-    done = { 'ratekeeper.outcome': outcomeOf(decision), 'ratekeeper.retry_after': decision.retryAfterMs / 1000 };
-  } else if (error && error.code === codes.OVER_LIMIT) {
-    done = { 'ratekeeper.outcome': 'refused', 'ratekeeper.retry_after': (error.retryAfterMs ?? 0) / 1000 };
+  if (ok) {
+    done = result == null ? {} : { 'ratekeeper.outcome': outcomeOf(result), 'ratekeeper.retry_after': result.retryAfterMs / 1000 };
+  } else if (result && result.code === codes.OVER_LIMIT) {
+    done = { 'ratekeeper.outcome': 'refused', 'ratekeeper.retry_after': (result.retryAfterMs ?? 0) / 1000 };
   } else {
-    done = { 'ratekeeper.outcome': 'error', 'error.type': (error && error.code) || 'Error' };
+    done = { 'ratekeeper.outcome': 'error', 'error.type': (result && result.code) || 'Error' };
   }
   for (const span of spans) {
     span.setAttributes(done);

@@ -24,14 +24,6 @@ use ratekeeper_bench::server::Server;
 
 const ROUNDS: usize = 5;
 
-fn evalsha_calls(server: &Server) -> u64 {
-    let info = server.cli(&["INFO", "commandstats"]);
-    info.lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split([':', ',']).find_map(|kv| kv.strip_prefix("calls=")).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
-}
-
 /// (checks per second, EVALSHA calls per check) of `checks` checks.
 fn measure(server: &Server, limiter: &Limiter, checks: u64) -> (f64, f64) {
     server.cli(&["CONFIG", "RESETSTAT"]);
@@ -40,7 +32,7 @@ fn measure(server: &Server, limiter: &Limiter, checks: u64) -> (f64, f64) {
         limiter.check_blocking(None, 1).expect("a check");
     }
     let elapsed = start.elapsed();
-    (checks as f64 / elapsed.as_secs_f64(), evalsha_calls(server) as f64 / checks as f64)
+    (checks as f64 / elapsed.as_secs_f64(), server.evalsha_stats().1 as f64 / checks as f64)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -49,6 +49,20 @@ impl Server {
         Ok(conn)
     }
 
+    /// `usec_per_call` and `calls` of EVALSHA since the last `CONFIG RESETSTAT` (`INFO
+    /// commandstats`): the server's own time per script call, which no client-side noise reaches.
+    pub fn evalsha_stats(&self) -> (f64, u64) {
+        let info = self.cli(&["INFO", "commandstats"]);
+        let Some(line) = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")) else { return (0.0, 0) };
+        let field = |name: &str| {
+            line.split([':', ','])
+                .find_map(|kv| kv.strip_prefix(name))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (field("usec_per_call="), field("calls=") as u64)
+    }
+
     /// What `redis-cli` prints for `args` against this server.
     pub fn cli(&self, args: &[&str]) -> String {
         let out =

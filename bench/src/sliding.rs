@@ -26,16 +26,6 @@ use ratekeeper::{Backend, ManualClock, RedisConfig, SlidingLimit};
 use ratekeeper_bench::report::{Report, Row};
 use ratekeeper_bench::server::Server;
 
-/// `usec_per_call` and `calls` of EVALSHA since the last `CONFIG RESETSTAT`.
-fn evalsha_stats(conn: &mut redis::Connection) -> (f64, u64) {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).expect("INFO commandstats");
-    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).expect("EVALSHA ran");
-    let field = |name: &str| {
-        line.split([':', ',']).find_map(|kv| kv.strip_prefix(name)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-    };
-    (field("usec_per_call="), field("calls=") as u64)
-}
-
 fn main() {
     let checks: u64 = std::env::args().nth(1).map(|n| n.parse().expect("N checks")).unwrap_or(2_000);
     let server = Server::start();
@@ -79,7 +69,7 @@ fn main() {
                     clock.advance(Duration::from_secs(1));
                 }
             }
-            let (usec, calls) = evalsha_stats(&mut conn);
+            let (usec, calls) = server.evalsha_stats();
             assert_eq!(calls, checks, "one EVALSHA per check");
             println!("| {blocks} | {scenario} | {checks} | {usec:.2} |");
             report.row(Row::figure(format!("{blocks} sub-buckets, {scenario}"), "server µs per call", usec));
@@ -101,7 +91,7 @@ fn main() {
                 clock.advance(Duration::from_secs(1));
             }
         }
-        let (usec, _) = evalsha_stats(&mut conn);
+        let (usec, _) = server.evalsha_stats();
         println!("| 1 | {scenario} | {checks} | {usec:.2} |");
         report.row(Row::figure(scenario, "server µs per call", usec));
     }

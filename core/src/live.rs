@@ -88,20 +88,26 @@ pub(crate) fn conflict_warning(name: &str, mine: &str, me: &str, other: &str, wh
 /// An override, compiled for the backend it applies on.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    pub(crate) spec: LimiterSpec,
+    /// The override as it was set: its spec and the options of its JSON form, which replace the
+    /// limiter's own for the calls it decides (a policy reads its setting here: an option the
+    /// override leaves out is off).
+    pub(crate) config: LimiterConfig,
     pub(crate) algorithm: Algorithm,
     /// The algorithm scaled for the in-memory fallback, under the `fallback` policy.
     pub(crate) fallback: Option<Algorithm>,
-    /// Whether the override puts its limiter (or key) in shadow mode: an override replaces the
-    /// whole spec, so one without `"shadow": true` enforces.
-    pub(crate) shadow: bool,
 }
 
 impl Compiled {
-    /// An enforcing override of `spec` with no fallback (for tests of what reads overrides).
+    /// The override's spec.
+    #[inline]
+    pub(crate) fn spec(&self) -> &LimiterSpec {
+        &self.config.spec
+    }
+
+    /// An override of `spec` with no option and no fallback (for tests of what reads overrides).
     #[cfg(test)]
     pub(crate) fn enforcing(spec: LimiterSpec) -> Compiled {
-        Compiled { algorithm: spec.compile().expect("a valid spec"), spec, fallback: None, shadow: false }
+        Compiled { algorithm: spec.compile().expect("a valid spec"), config: spec.into(), fallback: None }
     }
 }
 
@@ -169,7 +175,7 @@ impl NameState {
     fn lookup_slow(&self, kind: Kind, key: &str) -> Option<Arc<Compiled>> {
         let overrides = self.overrides.read();
         let found = overrides.keys.get(key).or(overrides.all.as_ref())?;
-        (found.spec.kind() == kind).then(|| found.clone())
+        (found.spec().kind() == kind).then(|| found.clone())
     }
 
     /// Lets go of dropped limiter objects with nothing left to do: on Redis, once their counts
@@ -181,8 +187,8 @@ impl NameState {
         });
     }
 
-    /// Records that the limiter object counting into `metrics` now decides with `spec_json` (its
-    /// shadow mode was switched): the registry hears of it at the next flush.
+    /// Records that the limiter object counting into `metrics` now decides with `spec_json` (an
+    /// option of its spec was switched): the registry hears of it at the next flush.
     pub(crate) fn respec(&self, metrics: &Arc<LimiterMetrics>, spec_json: String) {
         crate::fork::section(|| {
             let mut members = self.members.lock();
@@ -306,7 +312,7 @@ impl Live {
         state.clone()
     }
 
-    /// Validates and compiles an override (its spec and whether it is in shadow mode).
+    /// Validates and compiles an override (its spec and options).
     pub(crate) fn compile(&self, config: &LimiterConfig) -> Result<Compiled> {
         let spec = &config.spec;
         if matches!(spec, LimiterSpec::Unlimited) {
@@ -320,7 +326,7 @@ impl Live {
             Some(divisor) => Some(spec.scaled(divisor).compile()?),
             None => None,
         };
-        Ok(Compiled { spec: spec.clone(), algorithm, fallback, shadow: config.shadow })
+        Ok(Compiled { config: config.clone(), algorithm, fallback })
     }
 
     /// A ticket for a read of the override table: take it before sending the read, and pass it
@@ -546,7 +552,7 @@ mod tests {
         assert!(state.lookup(Kind::TokenBucket, "a").is_none());
         live.set_local("api", None, Some(&bucket(50).into()), None);
         live.set_local("api", Some("a"), Some(&bucket(500).into()), None);
-        let capacity = |key| match state.lookup(Kind::TokenBucket, key).map(|c| c.spec.clone()) {
+        let capacity = |key| match state.lookup(Kind::TokenBucket, key).map(|c| c.spec().clone()) {
             Some(LimiterSpec::TokenBucket { capacity, .. }) => Some(capacity),
             _ => None,
         };
@@ -568,7 +574,7 @@ mod tests {
         let metrics = Arc::new(LimiterMetrics::default());
         let state = live.join("late", &bucket(1), &metrics);
         let compiled = state.lookup(Kind::TokenBucket, "").unwrap();
-        assert_eq!(compiled.spec, bucket(8));
+        assert_eq!(*compiled.spec(), bucket(8));
         assert!(compiled.fallback.is_some());
     }
 
@@ -603,7 +609,7 @@ mod tests {
         let mut table = OverrideTable::new();
         table.entry("api".into()).or_default().insert(None, bucket(7).to_json());
         assert!(live.replace_table(table, "e2/1/t1".into(), live.ticket()), "a new history at version 1");
-        assert_eq!(state.lookup(Kind::TokenBucket, "").unwrap().spec, bucket(7));
+        assert_eq!(state.lookup(Kind::TokenBucket, "").unwrap().spec(), &bucket(7));
     }
 
     #[test]

@@ -31,11 +31,13 @@ pub const LATENCY_BOUNDS: [Duration; 13] = [
 const BUCKETS: usize = LATENCY_BOUNDS.len() + 1;
 
 /// Declares the counters, one line each: its field of [`Metrics`] (a count, or a time kept in
-/// microseconds), its [`Counter`] and its field in the Redis hash. Generates [`Metrics`],
-/// [`Counter`], [`FIELDS`] and the conversions between a snapshot and the counters' values; the
-/// latency histogram's buckets follow the counters declared here. A new counter is one line.
+/// microseconds), its [`Counter`], its field in the Redis hash and, for a count the exporters
+/// show on its own (Prometheus's `ratekeeper_<field>_total`), `shown` and its help text.
+/// Generates [`Metrics`], [`Counter`], [`FIELDS`], [`SHOWN`] and the conversions between a
+/// snapshot and the counters' values; the latency histogram's buckets follow the counters
+/// declared here. A new counter is one line.
 macro_rules! counters {
-    ($($(#[$doc:meta])* $field:ident: $form:ident = $counter:ident $redis:literal;)*) => {
+    ($($(#[$doc:meta])* $field:ident: $form:ident = $counter:ident $redis:literal $(shown $help:literal)?;)*) => {
         /// A snapshot of a limiter's metrics.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         #[non_exhaustive]
@@ -59,6 +61,10 @@ macro_rules! counters {
 
         /// The Redis hash fields of the declared counters, in slot order.
         const DECLARED_FIELDS: [&str; DECLARED] = [$($redis,)*];
+
+        /// The counts the exporters show on their own, in declaration order: (Redis field, help,
+        /// how it is read from a snapshot).
+        pub(crate) const SHOWN: &[(&str, &str, Read)] = &[$($(($redis, $help, |m: &Metrics| m.$field),)?)*];
 
         /// A snapshot from the counters' values (in [`FIELDS`] order).
         pub(crate) fn from_values(v: [u64; COUNTERS]) -> Metrics {
@@ -139,16 +145,23 @@ counters! {
     reclaimed: count = Reclaimed "reclaimed";
     /// Pauses (`pause`, `observe`) shortened to the limiter's `max_pause`: a third party asked
     /// callers to stay away longer than the operator allows.
-    pauses_clamped: count = PausesClamped "pauses_clamped";
+    pauses_clamped: count = PausesClamped "pauses_clamped"
+        shown "Pauses (pause, observe) shortened to the limiter's max_pause.";
     /// Checks refused by a block (`block_for` after a refusal, or `block` by hand) rather than
     /// by the limiter's state; also counted in [`Metrics::refused`].
-    blocked: count = Blocked "blocked";
+    blocked: count = Blocked "blocked"
+        shown "Checks refused by a block (block_for after a refusal, or block by hand).";
+    /// Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
+    /// counted in [`Metrics::refused`]. With [`Metrics::blocked`], the refusals by a hold.
+    paused: count = Paused "paused"
+        shown "Checks refused by a pause (pause, observe).";
     /// Checks a limiter in shadow mode would have refused and admitted instead (see
     /// [`crate::Limiter::with_shadow`]); they are not in `allowed` nor in `refused`.
     shadow_refused: count = ShadowRefused "shadow_refused";
     /// Checks a Redis limiter refused from its deny cache, with no round trip (see
     /// [`crate::Limiter::with_deny_cache`]); also counted in [`Metrics::refused`].
-    refused_locally: count = RefusedLocally "refused_locally";
+    refused_locally: count = RefusedLocally "refused_locally"
+        shown "Checks a Redis limiter refused from its deny cache, with no round trip.";
     /// Settles applied (see [`crate::Limiter::settle`]); a repeat of one already applied
     /// changes nothing and is not counted.
     settles: count = Settles "settles";
@@ -162,14 +175,119 @@ counters! {
     /// Registrations (about one a minute) that found this limiter's name used with another spec
     /// by a live process on the same Redis: one name, two limits (see
     /// [`crate::RedisConfig::on_conflict`]). Each is also said once on stderr.
-    spec_conflicts: count = SpecConflicts "spec_conflicts";
-    /// Checks refused by a pause (`pause`, `observe`) rather than by the limiter's state; also
-    /// counted in [`Metrics::refused`]. With [`Metrics::blocked`], the refusals by a hold.
-    paused: count = Paused "paused";
+    spec_conflicts: count = SpecConflicts "spec_conflicts"
+        shown "Registrations that found the limiter's name used with another spec by a live process.";
     /// Concurrent limiters: leases given back by a release (one that found its lease already
     /// reclaimed or reset counts too: the caller no longer holds it). [`Metrics::leases_held`]
     /// is `held - released`.
     released: count = Released "released";
+}
+
+/// How one count is read from a snapshot.
+pub(crate) type Read = fn(&Metrics) -> u64;
+
+/// One outcome of a check: every check that reached a decision or an error has exactly one, so
+/// [`OUTCOMES`] partitions [`Metrics::checks`].
+#[derive(Clone, Copy)]
+pub(crate) struct CheckOutcome {
+    /// The counter a check with this outcome adds to.
+    pub(crate) counter: Counter,
+    /// Its name: OpenTelemetry's `ratekeeper.outcome`, a series of the calls' timings
+    /// (`observe.rs`).
+    pub(crate) name: &'static str,
+    /// Its `outcome` label in Prometheus's `ratekeeper_checks`, where the outcomes of one label
+    /// add up.
+    pub(crate) label: &'static str,
+    /// What it is, for the exporters' help text (the first outcome of a label speaks for it).
+    pub(crate) means: &'static str,
+    /// How many checks had it.
+    pub(crate) read: Read,
+}
+
+/// The outcomes of a check, the one place their names are written: the OpenTelemetry
+/// instruments (`otel.rs`), the calls' timings (`observe.rs`, whose rows follow this order:
+/// admitted and refused first) and Prometheus (`prometheus.rs`) read them from here. A new
+/// outcome is a counter (above) and one line here.
+pub(crate) const OUTCOMES: [CheckOutcome; 7] = [
+    outcome(Counter::Allowed, "admitted", "allowed", "allowed by the backend", |m| m.allowed),
+    // The deny cache's local refusals are their own outcome, and among Prometheus's refusals.
+    outcome(Counter::Refused, "refused", "refused", "refused by the backend or its deny cache", |m| {
+        m.refused.saturating_sub(m.refused_locally)
+    }),
+    outcome(Counter::ShadowRefused, "shadow_refused", "shadow_refused", "admitted by a limiter in shadow mode", |m| {
+        m.shadow_refused
+    }),
+    outcome(Counter::RefusedLocally, "refused_locally", "refused", "refused from the deny cache", |m| {
+        m.refused_locally
+    }),
+    outcome(Counter::FailedOpen, "failed_open", "failed_open", "allowed while Redis failed, under fail_open", |m| {
+        m.failed_open
+    }),
+    outcome(Counter::FellBack, "fallback", "fell_back", "decided by the in-memory fallback while Redis failed", |m| {
+        m.fell_back
+    }),
+    outcome(Counter::Errors, "error", "error", "Redis unreachable, late or refusing the call under fail_closed", |m| {
+        m.errors
+    }),
+];
+
+const fn outcome(
+    counter: Counter,
+    name: &'static str,
+    label: &'static str,
+    means: &'static str,
+    read: Read,
+) -> CheckOutcome {
+    CheckOutcome { counter, name, label, means, read }
+}
+
+/// The row of [`OUTCOMES`] each counter's checks are, by slot (`u8::MAX`: a counter that is no
+/// outcome).
+const OUTCOME_ROWS: [u8; DECLARED] = {
+    let mut rows = [u8::MAX; DECLARED];
+    let mut i = 0;
+    while i < OUTCOMES.len() {
+        rows[OUTCOMES[i].counter as usize] = i as u8;
+        i += 1;
+    }
+    rows
+};
+
+/// The roles of a hold, each with what it is and the checks it refused: OpenTelemetry's
+/// `ratekeeper.hold` (see [`LimiterMetrics::add_hold`]).
+#[cfg(feature = "otel")]
+pub(crate) const HOLDS: [(&str, &str, Read); 2] = [
+    ("pause", "a pause", |m| m.paused),
+    ("block", "a block: block_for after a refusal, or block by hand", |m| m.blocked),
+];
+
+impl Counter {
+    /// The row of [`OUTCOMES`] this counter's checks are; `None` for a counter that is no
+    /// outcome.
+    #[inline]
+    pub(crate) fn outcome_row(self) -> Option<usize> {
+        match OUTCOME_ROWS[self as usize] {
+            u8::MAX => None,
+            row => Some(row as usize),
+        }
+    }
+
+    /// The name of the outcome this counter counts ("" for a counter that is no outcome).
+    #[cfg(feature = "otel")]
+    pub(crate) fn outcome_name(self) -> &'static str {
+        self.outcome_row().map_or("", |row| OUTCOMES[row].name)
+    }
+
+    /// The counter of a decision as its caller sees it: admitted, refused, or admitted in its
+    /// limiter's place (shadow mode).
+    #[cfg(feature = "otel")]
+    pub(crate) fn of_decision(decision: &crate::Decision) -> Counter {
+        match (decision.allowed, decision.shadow_refused) {
+            (true, true) => Counter::ShadowRefused,
+            (true, false) => Counter::Allowed,
+            (false, _) => Counter::Refused,
+        }
+    }
 }
 
 impl Metrics {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use crate::metrics::{stripe, Counter, Padded, STRIPES};
+use crate::metrics::{self, stripe, Counter, Padded, STRIPES};
 
 /// Upper bounds (seconds) of the duration histograms' buckets, advised to the SDK: a memory check
 /// (microseconds), a Redis round trip (a millisecond), a wait up to its timeout (seconds).
@@ -75,9 +75,23 @@ const BOUNDS_NANOS: [u64; DURATION_BOUNDS.len()] = [
     10_000_000_000,
 ];
 
-/// `ratekeeper.outcome` values, in the order of the timings' rows (the decisions' outcomes).
-pub const OUTCOMES: [&str; 7] =
-    ["admitted", "refused", "shadow_refused", "refused_locally", "failed_open", "fallback", "error"];
+/// `ratekeeper.outcome` values, in the order of the timings' rows (the decisions' outcomes,
+/// named once in the metrics' table of outcomes).
+pub const OUTCOMES: [&str; metrics::OUTCOMES.len()] = {
+    let mut names = [""; metrics::OUTCOMES.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = metrics::OUTCOMES[i].name;
+        i += 1;
+    }
+    names
+};
+
+// The fast path's stripes add to the first two rows: the checks admitted and refused.
+const _: () = assert!(
+    matches!(metrics::OUTCOMES[0].counter, Counter::Allowed)
+        && matches!(metrics::OUTCOMES[1].counter, Counter::Refused)
+);
 
 /// Which call a duration is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,7 +245,7 @@ impl Timings {
     /// Adds one call that took `nanos`.
     #[inline]
     pub(crate) fn add_nanos(&self, call: Call, outcome: Counter, nanos: u64) {
-        let Some(outcome) = outcome_row(outcome) else { return };
+        let Some(outcome) = outcome.outcome_row() else { return };
         let bucket = BOUNDS_NANOS.iter().position(|bound| nanos <= *bound).unwrap_or(BOUNDS_NANOS.len());
         let cells = self.shared.get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
         let row = (call as usize * OUTCOMES.len() + outcome) * 2 * DURATION_BUCKETS;
@@ -296,20 +310,6 @@ impl Timings {
             }
         }
     }
-}
-
-/// The row of [`OUTCOMES`] a decision's counter is; `None` for a counter that is no outcome.
-fn outcome_row(counter: Counter) -> Option<usize> {
-    Some(match counter {
-        Counter::Allowed => 0,
-        Counter::Refused => 1,
-        Counter::ShadowRefused => 2,
-        Counter::RefusedLocally => 3,
-        Counter::FailedOpen => 4,
-        Counter::FellBack => 5,
-        Counter::Errors => 6,
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

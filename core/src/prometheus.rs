@@ -6,7 +6,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeCounterValue, NoLabel
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::metrics::{Metrics, LATENCY_BOUNDS};
+use crate::metrics::{Metrics, Read, LATENCY_BOUNDS, OUTCOMES, SHOWN};
 
 /// One limiter's metrics as a scrape shows them.
 #[derive(Debug, Clone)]
@@ -45,26 +45,25 @@ fn counters<'a, V: EncodeCounterValue>(
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let all = || self.0.iter();
+        // One sample per label of the outcomes (those of one label add up), in their order.
+        let mut outcomes: Vec<(&str, &str, Vec<Read>)> = Vec::new();
+        for o in &OUTCOMES {
+            match outcomes.iter_mut().find(|(label, ..)| *label == o.label) {
+                Some((.., reads)) => reads.push(o.read),
+                None => outcomes.push((o.label, o.means, vec![o.read])),
+            }
+        }
+        let help: Vec<String> = outcomes.iter().map(|(label, means, _)| format!("{label} ({means})")).collect();
         counters(
             &mut encoder,
             "ratekeeper_checks",
-            "Checks by outcome: allowed or refused by the backend, shadow_refused (admitted by a limiter in shadow mode), errors, failed open or fell back while Redis failed.",
+            &format!("Checks by outcome: {}.", help.join(", ")),
             None,
             all().flat_map(|s| {
-                let m = &s.metrics;
-                [
-                    ("allowed", m.allowed),
-                    ("refused", m.refused),
-                    ("shadow_refused", m.shadow_refused),
-                    ("error", m.errors),
-                    ("failed_open", m.failed_open),
-                    ("fell_back", m.fell_back),
-                ]
-                .into_iter()
-                .map(move |(outcome, n)| {
+                outcomes.iter().map(move |(outcome, _, reads)| {
                     let mut l = labels(s);
                     l.push(("outcome", outcome));
-                    (l, n)
+                    (l, reads.iter().map(|read| read(&s.metrics)).sum::<u64>())
                 })
             }),
         )?;
@@ -141,41 +140,16 @@ impl Collector for Snapshot {
             None,
             concurrent().map(|s| (labels(s), s.metrics.reclaimed)),
         )?;
-        counters(
-            &mut encoder,
-            "ratekeeper_pauses_clamped",
-            "Pauses (pause, observe) shortened to the limiter's max_pause.",
-            None,
-            all().filter(|s| s.metrics.pauses_clamped > 0).map(|s| (labels(s), s.metrics.pauses_clamped)),
-        )?;
-        counters(
-            &mut encoder,
-            "ratekeeper_blocked",
-            "Checks refused by a block (block_for after a refusal, or block by hand).",
-            None,
-            all().filter(|s| s.metrics.blocked > 0).map(|s| (labels(s), s.metrics.blocked)),
-        )?;
-        counters(
-            &mut encoder,
-            "ratekeeper_paused",
-            "Checks refused by a pause (pause, observe).",
-            None,
-            all().filter(|s| s.metrics.paused > 0).map(|s| (labels(s), s.metrics.paused)),
-        )?;
-        counters(
-            &mut encoder,
-            "ratekeeper_refused_locally",
-            "Checks a Redis limiter refused from its deny cache, with no round trip.",
-            None,
-            all().filter(|s| s.metrics.refused_locally > 0).map(|s| (labels(s), s.metrics.refused_locally)),
-        )?;
-        counters(
-            &mut encoder,
-            "ratekeeper_spec_conflicts",
-            "Registrations that found the limiter's name used with another spec by a live process.",
-            None,
-            all().filter(|s| s.metrics.spec_conflicts > 0).map(|s| (labels(s), s.metrics.spec_conflicts)),
-        )?;
+        // The counts shown on their own: a family each, of the limiters that have one.
+        for (field, help, read) in SHOWN {
+            counters(
+                &mut encoder,
+                &format!("ratekeeper_{field}"),
+                help,
+                None,
+                all().filter(|s| read(&s.metrics) > 0).map(|s| (labels(s), read(&s.metrics))),
+            )?;
+        }
         let settled = || all().filter(|s| s.metrics.settles > 0);
         counters(
             &mut encoder,
@@ -220,19 +194,35 @@ mod tests {
 
     #[test]
     fn renders_counters_and_histograms_with_limiter_labels() {
-        let mut m = Metrics { allowed: 3, refused: 2, shadow_refused: 4, ..Metrics::default() };
+        // Every outcome with a count of its own; the deny cache's refusal is among `refused`.
+        let mut values = [0; crate::metrics::COUNTERS];
+        for (i, o) in OUTCOMES.iter().enumerate() {
+            values[o.counter as usize] = 10 + i as u64;
+        }
+        values[crate::metrics::Counter::Refused as usize] =
+            2 + values[crate::metrics::Counter::RefusedLocally as usize];
+        let mut m = crate::metrics::from_values(values);
         m.latency_buckets[0] = 2;
         m.latency_buckets[13] = 1;
         m.latency_sum = Duration::from_millis(1500);
         let text = render(vec![Series { name: "api".into(), kind: "token_bucket", concurrent: false, metrics: m }]);
         assert!(
-            text.contains(r#"ratekeeper_checks_total{limiter="api",kind="token_bucket",outcome="allowed"} 3"#),
+            text.contains(r#"ratekeeper_checks_total{limiter="api",kind="token_bucket",outcome="allowed"} 10"#),
             "{text}"
         );
         assert!(
-            text.contains(r#"ratekeeper_checks_total{limiter="api",kind="token_bucket",outcome="shadow_refused"} 4"#),
-            "{text}"
+            text.contains(r#"ratekeeper_checks_total{limiter="api",kind="token_bucket",outcome="refused"} 15"#),
+            "refused, local refusals included: {text}"
         );
+        for o in OUTCOMES.iter().filter(|o| o.label != "refused") {
+            let sample = format!(
+                r#"ratekeeper_checks_total{{limiter="api",kind="token_bucket",outcome="{}"}} {}"#,
+                o.label,
+                (o.read)(&m)
+            );
+            assert!(text.contains(&sample), "{sample} in {text}");
+        }
+        assert_eq!(text.matches("ratekeeper_checks_total{").count(), 6, "one sample per label: {text}");
         assert!(
             text.contains(
                 r#"ratekeeper_check_duration_seconds_bucket{limiter="api",kind="token_bucket",le="0.0001"} 2"#

@@ -76,6 +76,62 @@ for (const [where, make] of [
   });
 }
 
+for (const where of ['redis', 'memory']) {
+  test(`otel traces: peek, settle, release, checkAll and acquireAll make a span each (${where})`, async (t) => {
+    const server = where === 'redis' ? await RedisServer.start() : null;
+    if (server) t.after(() => server.stop());
+    const { provider, exporter } = tracing(t);
+    const backend = server ? Backend.redis(server.url, { prefix: `otelother${process.pid}` }) : Backend.memory();
+    const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+    t.after(() => handle.close());
+    const api = backend.tokenBucket('api', 0.001, 10);
+    const pool = backend.concurrent('pool', 1, { lockTimeoutMs: 30_000 });
+    const first = await api.check(KEY, 3);
+    const second = api.checkSync(KEY, 1);
+    exporter.reset();
+    await api.peek(KEY);
+    api.peekSync(KEY);
+    await api.settle(first, 1);
+    api.settleSync(second, 4);
+    const combined = await backend.checkAll([
+      { limiter: api, key: KEY, cost: 1 },
+      { limiter: pool, key: KEY, cost: 1 },
+    ]);
+    assert.equal(combined.allowed, true);
+    await assert.rejects(
+      backend.acquireAll([{ limiter: pool, key: KEY }], { waitTimeoutMs: 0 }),
+      (e) => e.code === codes.OVER_LIMIT,
+    );
+    await pool.release(combined.parts[1].decision.lease);
+    const spans = exporter.getFinishedSpans();
+    for (const span of spans) {
+      assert.equal(span.kind === undefined ? 0 : span.kind, 0, `${span.name} is internal`);
+      for (const value of Object.values(span.attributes)) assert.ok(!String(value).includes(KEY), `${span.name}`);
+    }
+    assert.deepEqual(
+      spans.map((s) => [s.name, s.attributes['ratekeeper.outcome']]),
+      [
+        ['ratekeeper peek', 'admitted'],
+        ['ratekeeper peek', 'admitted'],
+        ['ratekeeper settle', 'admitted'],
+        ['ratekeeper settle', 'admitted'],
+        ['ratekeeper check_all', 'admitted'],
+        ['ratekeeper acquire_all', 'refused'],
+        ['ratekeeper release', undefined],
+      ],
+    );
+    const [, , refund, charge, all, acquireAll, release] = spans;
+    assert.deepEqual([refund.attributes['ratekeeper.direction'], refund.attributes['ratekeeper.units']], ['refunded', 2]);
+    assert.deepEqual([charge.attributes['ratekeeper.direction'], charge.attributes['ratekeeper.units']], ['charged', 3]);
+    assert.equal(refund.attributes['ratekeeper.limiter'], 'api');
+    assert.deepEqual(all.attributes['ratekeeper.limiters'], ['api', 'pool']);
+    assert.equal(all.attributes['ratekeeper.retry_after'], 0);
+    assert.deepEqual(acquireAll.attributes['ratekeeper.limiters'], ['pool']);
+    assert.ok(acquireAll.attributes['ratekeeper.retry_after'] > 0);
+    assert.deepEqual([release.attributes['ratekeeper.limiter'], release.attributes['ratekeeper.kind']], ['pool', 'concurrent']);
+  });
+}
+
 for (const traces of [undefined, false]) {
   test(`otel traces: none without a tracer provider, or with traces: false (traces: ${traces})`, async (t) => {
     const server = await RedisServer.start();

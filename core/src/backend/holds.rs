@@ -1,7 +1,7 @@
 //! The memory backend's holds (see [`crate::engine::hold`]: pauses and blocks): per role, per
 //! namespace, per key, the instant (µs) each hold ends. Kept apart from the slots (so the slot
-//! layout stays as it is), one table per role (so `resume` and `unblock` each end only their
-//! own), decided as the Redis scripts' hold check decides ([`Hold::in_force`]).
+//! layout stays as it is), one table per role (so ending one role's hold never ends the
+//! other's), decided as the Redis scripts' hold check decides ([`Hold::in_force`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

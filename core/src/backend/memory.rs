@@ -625,30 +625,6 @@ impl MemoryBackend {
         }
     }
 
-    /// Blocks (`namespace`, `key`) for `duration` (see [`HoldMode`]); returns the block in
-    /// effect.
-    pub(crate) fn block(&self, namespace: u32, key: &str, duration: Duration, mode: HoldMode) -> Duration {
-        self.hold(namespace, key, Hold::Block, duration, mode)
-    }
-
-    /// Ends the block of (`namespace`, `key`), if one is in effect (see `Limiter::unblock`);
-    /// returns whether one was.
-    pub(crate) fn unblock(&self, namespace: u32, key: &str) -> bool {
-        self.release(namespace, key, Hold::Block)
-    }
-
-    /// Pauses (`namespace`, `key`) for `duration` unless a longer pause is in effect; returns
-    /// the pause in effect.
-    pub(crate) fn pause(&self, namespace: u32, key: &str, duration: Duration) -> Duration {
-        self.hold(namespace, key, Hold::Pause, duration, HoldMode::Extend)
-    }
-
-    /// Ends the pause of (`namespace`, `key`), if one is in effect (see `Limiter::resume`);
-    /// returns whether one was.
-    pub(crate) fn resume(&self, namespace: u32, key: &str) -> bool {
-        self.release(namespace, key, Hold::Pause)
-    }
-
     /// Holds (`namespace`, `key`) in role `hold` for `duration` (see [`HoldMode`]); returns the
     /// hold in effect.
     pub(crate) fn hold(&self, namespace: u32, key: &str, hold: Hold, duration: Duration, mode: HoldMode) -> Duration {
@@ -656,8 +632,8 @@ impl MemoryBackend {
         Duration::from_micros(self.holds.set(hold, namespace, key, now, crate::params::micros(duration), mode))
     }
 
-    /// Ends the hold of role `hold` on (`namespace`, `key`), if one is in effect; returns
-    /// whether one was.
+    /// Ends the hold of role `hold` on (`namespace`, `key`), if one is in effect (see
+    /// `limiter/hold.rs`); returns whether one was.
     pub(crate) fn release(&self, namespace: u32, key: &str, hold: Hold) -> bool {
         self.holds.remove(hold, namespace, key, self.now_micros())
     }

@@ -41,7 +41,8 @@ pub(crate) enum Op {
     /// Give up a concurrent lease a check asked for but never handed to its caller: free it if
     /// it was granted, make sure it never is otherwise. Idempotent.
     Abandon { lease_id: u128 },
-    /// Leased token bucket: give back `back` unspent tokens of lease `back_id` (0: none), then
+    /// Leased token bucket: give back `back` unspent tokens of lease `back_id` (0: none; a
+    /// used-up lease being replaced is named with `back` 0, so Redis knows it holds nothing), then
     /// take `cost` tokens and up to `want` in all as lease `lease_id` (see `leased.lua`).
     Take { cost: u64, want: u64, lease_id: u64, back_id: u64, back: u64 },
     /// Leased token bucket: give back `tokens` unspent tokens of lease `lease_id`. Idempotent.

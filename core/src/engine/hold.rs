@@ -1,10 +1,13 @@
 //! Holds: an identity (one limiter and key) refused for a while, whatever its state, in every
 //! process. A hold has a role:
 //! - a **pause**: a third party said "stop" (an HTTP 429 or 503), so every process refuses
-//!   until it said to come back ([`crate::Limiter::pause`], ended by `resume`);
-//! - a **block**: a key refused for a while, by the limiter's `block_for` option after a
-//!   refusal (rate-limiter-flexible's `blockDuration`) or by hand ([`crate::Limiter::block`],
-//!   ended by `unblock`).
+//!   until it said to come back ([`crate::Limiter::pause`]);
+//! - a **block**: a key refused for a while, after a refusal when its limiter says so
+//!   (rate-limiter-flexible's `blockDuration`) or by hand ([`crate::Limiter::block`]); the
+//!   policy is `limiter/block.rs`.
+//!
+//! Either ends at its instant, or early by its role's own call (`limiter/hold.rs`, one for
+//! both roles).
 //!
 //! Both are one mechanism: an instant (µs) the hold ends, per role, per identity. A hold is
 //! not an engine: it is checked before any engine runs, in the memory backend
@@ -12,8 +15,8 @@
 //! (`hold_check.lua`, see [`super::lua`]), which looks for both roles' keys in one `EXISTS`
 //! (and reads them in one `MGET` when one exists), so a held check costs no extra round trip
 //! and a hold set by one process is seen by the next check of every other. Each role has a key
-//! of its own (same identity, same hash tag) so that `resume` ends a pause only, `unblock` a
-//! block only, and metrics count blocked refusals apart. A held refusal consumes nothing and
+//! of its own (same identity, same hash tag) so that ending one role's hold never ends the
+//! other's, and metrics count blocked refusals apart. A held refusal consumes nothing and
 //! says how long the hold has left. `hold.lua` sets or extends either role's hold.
 
 use std::sync::LazyLock;
@@ -74,8 +77,7 @@ impl Hold {
 pub(crate) enum HoldMode {
     /// The hold ends `duration` from now, whatever was in effect (a block by hand).
     Set,
-    /// A hold in effect that ends later is kept (a pause; a block after a refusal under
-    /// `block_for`).
+    /// A hold in effect that ends later is kept (a pause; the block a refusal starts).
     Extend,
 }
 

@@ -20,9 +20,11 @@
 -- actual cost in ARGV[9] and the instant its tokens were granted (µs) in ARGV[10]; ARGV[11]
 -- and ARGV[12] are '0'.
 -- Returns {allowed, capacity, remaining, retry_us, reset_us, now, granted}.
--- A give-back zeroes the lease's granted count (the entry stays until it lapses, for a
--- settle's refund to find its low), so a second one (a retried call whose first reply was
--- lost) gives nothing back, and it never gives back more than the lease was granted, nor
+-- A give-back zeroes the lease's granted count (the entry stays, for a settle's refund to find
+-- its low, until it lapses or until REFUND_ONLY_KEPT newer given-back entries are kept: every
+-- grant reads the whole table, so it must grow with the holders, not with their renewals; a
+-- holder renewing names its used-up lease too), so a second one (a retried call whose first
+-- reply was lost) gives nothing back, and it never gives back more than the lease was granted, nor
 -- more than the bucket would hold had those tokens never been taken: a bucket that has refilled
 -- since the grant (its use fell to `low`) was refilled for them already. A
 -- grant takes at most half of what is available (but always the cost), so that one process
@@ -39,24 +41,32 @@ local per = 1000 / tick
 local before = used
 local op = ARGV[1]
 
+-- Given-back entries (nothing left to give, kept for settles' refunds) a grant keeps, the newest;
+-- once twice as many are kept the oldest go, so pruning runs at one grant in REFUND_ONLY_KEPT
+-- at most. A settle whose lease entry went refunds nothing: under-use, never over-use.
+local REFUND_ONLY_KEPT = 64
+
 -- Time the bucket's use fell by at this call through a give-back (µs, rounded up): every
 -- other lease's `low` falls by as much, since its tokens' history now reads without them.
 local refunded_us = 0
 -- Brings every live lease's low up to date: down by what a give-back at this call refunded,
 -- down to `floor_us` (the bucket's use at a grant at this instant) when `at_grant`; entries of
--- processes that died holding a lease are dropped once lapsed when the table holds more than 64.
+-- processes that died holding a lease are dropped once lapsed when the table holds more than 64,
+-- and at a grant the oldest given-back entries beyond REFUND_ONLY_KEPT (see above).
 local lows_done = false
 local function remember_low(floor_us, at_grant)
   if not at_grant and refunded_us == 0 and redis.call('HLEN', KEYS[2]) <= 64 then return end
   lows_done = true
   local prune = redis.call('HLEN', KEYS[2]) > 64
   local all = redis.call('HGETALL', KEYS[2])
+  local given_back = {}
   for i = 1, #all, 2 do
     local v = all[i + 1]
     local lapses = tonumber(string.match(v, ':(%d+)$'))
     if prune and lapses < now then
       redis.call('HDEL', KEYS[2], all[i])
     else
+      if at_grant and string.sub(v, 1, 2) == '0:' then given_back[#given_back + 1] = {lapses, all[i]} end
       local head, low = string.match(v, '^(%d+:%d+:%d+):(%d+):%d+$')
       if head then
         local next_low = math.max(tonumber(low) - refunded_us, 0)
@@ -66,6 +76,12 @@ local function remember_low(floor_us, at_grant)
         end
       end
     end
+  end
+  if #given_back > 2 * REFUND_ONLY_KEPT then
+    table.sort(given_back, function(a, b) return a[1] < b[1] end)
+    local oldest = {}
+    for j = 1, #given_back - REFUND_ONLY_KEPT do oldest[j] = given_back[j][2] end
+    redis.call('HDEL', KEYS[2], unpack(oldest))
   end
 end
 

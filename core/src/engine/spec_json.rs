@@ -348,9 +348,13 @@ fn close(written: &str, field: &str) -> bool {
     distance <= if field.len() <= 4 { 1 } else { 2 }
 }
 
+/// The options of the JSON form: the fields any spec may carry besides its kind and the kind's
+/// own, in the order they are read and written (a limiter's, not a bare spec's).
+const OPTIONS: [&str; 4] = ["wait_timeout", "block_for", "colocate", "shadow"];
+
 /// The fields any spec may carry besides its kind's own: never taken for a typo of another.
 fn is_known_field(name: &str) -> bool {
-    matches!(name, "kind" | "wait_timeout" | "block_for" | "colocate" | "shadow")
+    name == "kind" || OPTIONS.contains(&name)
 }
 
 /// Renames the parameter of an error to the JSON path `path` (`windows[1]`).
@@ -438,6 +442,25 @@ mod tests {
 
     fn message(json: &str) -> String {
         LimiterConfig::from_json(json).unwrap_err().to_string()
+    }
+
+    /// An unknown field's message lists the kind's fields (from the kind table), then the
+    /// options any spec may carry ([`OPTIONS`]), as it did when each was written out.
+    #[test]
+    fn an_unknown_field_is_told_the_kinds_fields_then_the_options() {
+        let message = |json| match LimiterConfig::from_json(json) {
+            Err(Error::InvalidArgument { message, .. }) => message,
+            other => panic!("expected InvalidArgument for {json}, got {other:?}"),
+        };
+        assert_eq!(
+            message(r#"{"kind":"token_bucket","rate":1,"capacity":2,"burst":3}"#),
+            "is not a field of a token_bucket spec (fields: kind, rate, capacity, wait_timeout, block_for, colocate, shadow)"
+        );
+        assert_eq!(
+            message(r#"{"kind":"partitions","total_rate":1,"partitions":2,"extra":1}"#),
+            "is not a field of a partitions spec (fields: kind, total_rate, partitions, lease_ttl, reserved, priority, \
+             wait_timeout, block_for, colocate, shadow)"
+        );
     }
 
     #[test]

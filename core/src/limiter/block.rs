@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::pipeline::{Call, Policy};
 use super::{Limiter, Target};
-use crate::engine::hold::HoldMode as BlockMode;
+use crate::engine::hold::{Hold, HoldMode as BlockMode};
 use crate::engine::{LimiterConfig, Op, Outcome, Served};
 use crate::error::Result;
 use crate::params::{validate_duration, validate_key};
@@ -127,48 +127,30 @@ impl Limiter {
     /// other state, and a pause, are kept.
     pub async fn unblock(&self, key: Option<&str>) -> Result<bool> {
         let key = validate_key(key)?;
-        self.forget_refusal(key);
         self.block_lease(key, None);
-        self.forget_leased_refusal(key);
-        match &self.inner.target {
-            Target::Redis { backend, failover } => backend.unblock(self.kind(), &self.inner.name, key, failover).await,
-            _ => Ok(self.unblock_local(key)),
-        }
+        self.end_hold(key, Hold::Block).await
     }
 
     /// Blocking form of [`Limiter::unblock`].
     pub fn unblock_blocking(&self, key: Option<&str>) -> Result<bool> {
         match &self.inner.target {
             Target::Redis { .. } => block_on(self.unblock(key)),
-            _ => Ok(self.unblock_local(validate_key(key)?)),
+            _ => Ok(self.end_hold_in_process(validate_key(key)?, Hold::Block)),
         }
     }
 
     /// Blocks `key` (validated) for `duration` (validated) on the limiter's backend.
     async fn block_key(&self, key: &str, duration: Duration, mode: BlockMode) -> Result<Duration> {
-        match &self.inner.target {
-            Target::Redis { backend, failover } => {
-                let in_effect = backend.block(self.kind(), &self.inner.name, key, failover, duration, mode).await?;
-                // A leased limiter's lease is spent without a round trip: it must know at once.
-                self.block_lease(key, Some(in_effect));
-                Ok(in_effect)
-            }
-            _ => Ok(self.block_local(key, duration, mode)),
+        let in_effect = self.hold_on_backend(key, Hold::Block, duration, mode).await?;
+        if let Target::Redis { .. } = &self.inner.target {
+            // A leased limiter's lease is spent without a round trip: it must know at once.
+            self.block_lease(key, Some(in_effect));
         }
+        Ok(in_effect)
     }
 
     fn block_local(&self, key: &str, duration: Duration, mode: BlockMode) -> Duration {
-        match &self.inner.target {
-            Target::Memory { backend, namespace } => backend.block(*namespace, key, duration, mode),
-            _ => Duration::ZERO,
-        }
-    }
-
-    fn unblock_local(&self, key: &str) -> bool {
-        match &self.inner.target {
-            Target::Memory { backend, namespace } => backend.unblock(*namespace, key),
-            _ => false,
-        }
+        self.hold_in_process(key, Hold::Block, duration, mode)
     }
 
     /// Holds `key` (validated) for `duration` from now, extending a hold in effect: the

@@ -404,8 +404,11 @@ impl Limiter {
         }
         .clamp(1, chunk);
         let lease_id = next_lease_id();
-        let op =
-            Op::Take { cost, want: lease.want.max(cost), lease_id, back_id: if back > 0 { lease.id } else { 0 }, back };
+        // The lease being replaced is named even when it was used up (nothing to give back):
+        // Redis then knows its entry is kept only for settles' refunds, and keeps a bounded
+        // number of those (leased.lua), so the table every grant reads grows with the holders,
+        // not with their renewals.
+        let op = Op::Take { cost, want: lease.want.max(cost), lease_id, back_id: lease.id, back };
         lease.id = 0;
         let outcome = backend.execute(self.kind(), &self.inner.name, key, algorithm, &failover, op).await?;
         let d = &outcome.decision;

@@ -23,6 +23,7 @@ mod check_all;
 mod constructors;
 mod deny;
 mod fast;
+mod hold;
 mod inspect;
 mod leased;
 mod partitions;

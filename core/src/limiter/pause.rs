@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{Limiter, Target};
+use crate::engine::hold::{Hold, HoldMode};
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::params::{validate_duration, validate_key};
@@ -37,12 +38,7 @@ impl Limiter {
     /// Pauses `key` (validated) for `duration` (validated), clamped to `max_pause`.
     async fn pause_within(&self, key: &str, duration: Duration, max_pause: Duration) -> Result<Duration> {
         let duration = self.clamp_pause(duration, max_pause);
-        match &self.inner.target {
-            Target::Redis { backend, failover } => {
-                backend.pause(self.kind(), &self.inner.name, key, failover, duration).await
-            }
-            _ => Ok(self.pause_local(key, duration)),
-        }
+        self.hold_on_backend(key, Hold::Pause, duration, HoldMode::Extend).await
     }
 
     /// Blocking form of [`Limiter::pause`].
@@ -70,38 +66,21 @@ impl Limiter {
     /// or no longer needed. Returns whether a pause was in effect. The key's other state is
     /// kept (unlike [`Limiter::reset`]). Callers already waiting out the pause in `acquire`
     /// re-check when their wait ends; new calls are decided at once: this process forgets its
-    /// remembered refusals of the key (see [`Limiter::with_deny_cache`]) at once, the other
-    /// processes at their next live poll.
+    /// remembered refusals of the key at once, the other processes at their next live poll.
     pub async fn resume(&self, key: Option<&str>) -> Result<bool> {
-        let key = validate_key(key)?;
-        self.forget_refusal(key);
-        self.forget_leased_refusal(key);
-        match &self.inner.target {
-            Target::Redis { backend, failover } => backend.resume(self.kind(), &self.inner.name, key, failover).await,
-            _ => Ok(self.resume_local(key)),
-        }
+        self.end_hold(validate_key(key)?, Hold::Pause).await
     }
 
     /// Blocking form of [`Limiter::resume`].
     pub fn resume_blocking(&self, key: Option<&str>) -> Result<bool> {
         match &self.inner.target {
             Target::Redis { .. } => block_on(self.resume(key)),
-            _ => Ok(self.resume_local(validate_key(key)?)),
-        }
-    }
-
-    fn resume_local(&self, key: &str) -> bool {
-        match &self.inner.target {
-            Target::Memory { backend, namespace } => backend.resume(*namespace, key),
-            _ => false,
+            _ => Ok(self.end_hold_in_process(validate_key(key)?, Hold::Pause)),
         }
     }
 
     fn pause_local(&self, key: &str, duration: Duration) -> Duration {
-        match &self.inner.target {
-            Target::Memory { backend, namespace } => backend.pause(*namespace, key, duration),
-            _ => Duration::ZERO,
-        }
+        self.hold_in_process(key, Hold::Pause, duration, HoldMode::Extend)
     }
 
     /// Reads an upstream response and pauses `key` for as long as it asks (see

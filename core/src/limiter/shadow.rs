@@ -70,7 +70,7 @@ impl Limiter {
     /// Whether a call decided with the override `over` (or the limiter's own spec) is shadowed.
     #[inline]
     pub(crate) fn shadow_under(&self, over: Option<&Compiled>) -> bool {
-        over.map_or(self.inner.policies.shadow.0, |o| o.shadow)
+        over.map_or(self.inner.policies.shadow.0, |o| o.config.shadow)
     }
 
     /// Whether calls on `key` never refuse now (shadow mode): such a call never waits, and takes

@@ -1,10 +1,10 @@
-//! Resets, resumes and unblocks reach the deny caches of other processes. A process remembers
+//! Resets and the early ends of holds reach the deny caches of other processes. A process remembers
 //! refusals (see [`super::deny_cache`], and a leased token bucket's lease pool) for up to their
 //! `retry_after`: a block's or a pause's whole length. When an operator lets a key back in from another process (the CLI, the Limits
 //! page, another worker), every process must forget its remembered refusals of that key, or it
 //! keeps refusing from memory what Redis now admits.
 //!
-//! So a reset, a resume that ended a pause and an unblock that ended a block each append the
+//! So a reset, and the end of a hold (a pause or a block) that was in effect, each append the
 //! key to a short feed under the registry's hash tag: a counter (`…:{registry}:cleared:n`)
 //! and a sorted set of the latest [`FEED_LEN`] clears scored by their count
 //! (`…:{registry}:cleared`), both with a TTL of [`FEED_TTL`]. The live task (see
@@ -41,7 +41,7 @@ return n
 "#;
 
 /// The key of the clears' counter, in the registry's hash tag.
-pub(crate) fn counter_key(prefix: &str) -> String {
+fn counter_key(prefix: &str) -> String {
     format!("{prefix}:{{registry}}:cleared:n")
 }
 
@@ -56,6 +56,12 @@ fn remembers(kind: Kind) -> bool {
 }
 
 impl RedisBackend {
+    /// The key of the clears' counter: the live poll reads it and hands it to
+    /// [`RedisBackend::clears_counted`].
+    pub(crate) fn clears_counter_key(&self) -> String {
+        counter_key(self.prefix())
+    }
+
     /// Tells the other processes that (`kind`, `name`, `key`) was let back in. A failure is
     /// ignored: the state changed, and the other processes' entries end at their
     /// `retry_after` at the latest.

@@ -11,10 +11,10 @@
 //! when full, ended entries go first, then an arbitrary one, so memory stays bounded under any
 //! key churn.
 //!
-//! A reset, a resume, an unblock or a settle made by this process forgets the entries of the
+//! A reset, the early end of a hold or a settle made by this process forgets the entries of the
 //! key it affects, whatever their configuration (see [`DenyCache::forget`]); a live override
 //! seen by this process makes the entries decided under another one stale (compared at
-//! lookup). A reset, a resume or an unblock made by another process reaches this one through
+//! lookup). A reset or the early end of a hold made by another process reaches this one through
 //! the live poll (see [`super::cleared`]), within a poll interval.
 
 use std::collections::HashMap;
@@ -199,7 +199,7 @@ impl DenyCache {
     }
 
     /// Forgets the entries of `who`'s kind, name and key, whatever their configuration: its
-    /// state changed (reset, resume, unblock, settle).
+    /// state changed (a reset, the early end of a hold, a settle).
     pub(crate) fn forget(&self, who: Identity<'_>) {
         if self.held.load(Ordering::Acquire) == 0 {
             return;

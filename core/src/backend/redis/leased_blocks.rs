@@ -1,7 +1,7 @@
 //! Blocks reach the leases other processes hold. A leased token bucket spends its lease in
 //! process, without a round trip, so a block written by another process would be seen only at
-//! the holder's next round trip (up to `lease_ttl` later). A block or an unblock of a leased
-//! limiter therefore also counts up `<prefix>:{registry}:blocks`; the live task (see [`super::live`]),
+//! the holder's next round trip (up to `lease_ttl` later). A block of a leased limiter, set or
+//! ended, therefore also counts up `<prefix>:{registry}:blocks`; the live task (see [`super::live`]),
 //! which polls the registry five times a second, reads that counter with the overrides'
 //! identity and, when it changed, has every leased limiter of the process re-read the block of
 //! each key it holds tokens for. The process that blocks applies its block at once.
@@ -57,17 +57,18 @@ impl Watchers {
     }
 }
 
-/// The key of the blocks counter, in the registry's hash tag.
-pub(crate) fn counter_key(prefix: &str) -> String {
-    format!("{prefix}:{{registry}}:blocks")
-}
-
 impl RedisBackend {
+    /// The key of the blocks counter, in the registry's hash tag: the live poll reads it and
+    /// hands it to [`RedisBackend::blocks_counted`].
+    pub(crate) fn blocks_counter_key(&self) -> String {
+        format!("{}:{{registry}}:blocks", self.prefix())
+    }
+
     /// Tells the other processes that a leased limiter's block changed (see the module
     /// documentation).
     pub(crate) async fn announce_leased_block(&self) -> Result<()> {
         let mut pipe = redis::pipe();
-        pipe.incr(counter_key(self.prefix()), 1).ignore();
+        pipe.incr(self.blocks_counter_key(), 1).ignore();
         self.query_via::<()>(None, &pipe).await
     }
 

@@ -143,8 +143,8 @@ impl RedisBackend {
         let keys = RegistryKeys(&self.prefix);
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET").arg(keys.overrides()).arg(&IDENTITY_FIELDS[..]);
-        pipe.get(super::leased_blocks::counter_key(&self.prefix));
-        pipe.get(super::cleared::counter_key(&self.prefix));
+        pipe.get(self.blocks_counter_key());
+        pipe.get(self.clears_counter_key());
         let (fields, blocks, clears): (Vec<Option<String>>, Option<String>, Option<String>) =
             self.query_via(Some(&mut *own), &pipe).await?;
         let blocks = self.blocks_counted(blocks, own).await.and(self.clears_counted(clears, own).await);

@@ -569,48 +569,12 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// Pauses (`kind`, `name`, `key`) for `duration` unless a longer pause is in effect: a
-    /// [`Hold::Pause`] (see [`Self::hold`]).
-    pub(crate) async fn pause(
-        &self,
-        kind: Kind,
-        name: &str,
-        key: &str,
-        failover: &Failover,
-        duration: Duration,
-    ) -> Result<Duration> {
-        self.hold(kind, name, key, failover, Hold::Pause, duration, HoldMode::Extend).await
-    }
-
-    /// Ends the pause of (`kind`, `name`, `key`) (see [`Self::release`]).
-    pub(crate) async fn resume(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
-        self.release(kind, name, key, failover, Hold::Pause).await
-    }
-
-    /// Blocks (`kind`, `name`, `key`) for `duration`: a [`Hold::Block`] (see [`Self::hold`]).
-    pub(crate) async fn block(
-        &self,
-        kind: Kind,
-        name: &str,
-        key: &str,
-        failover: &Failover,
-        duration: Duration,
-        mode: HoldMode,
-    ) -> Result<Duration> {
-        self.hold(kind, name, key, failover, Hold::Block, duration, mode).await
-    }
-
-    /// Ends the block of (`kind`, `name`, `key`) (see [`Self::release`]).
-    pub(crate) async fn unblock(&self, kind: Kind, name: &str, key: &str, failover: &Failover) -> Result<bool> {
-        self.release(kind, name, key, failover, Hold::Block).await
-    }
-
     /// Holds (`kind`, `name`, `key`) in role `hold` for `duration` (see `hold.lua` for `mode`);
     /// returns the hold in effect. Every process's next check reads it (the hold check of every
     /// engine's script). Under the `fallback` policy the fallback limiter is held too, so a hold
     /// stands while Redis is unreachable.
     #[allow(clippy::too_many_arguments)]
-    async fn hold(
+    pub(crate) async fn hold(
         &self,
         kind: Kind,
         name: &str,
@@ -642,9 +606,16 @@ impl RedisBackend {
     }
 
     /// Ends the hold of role `hold` on (`kind`, `name`, `key`) by deleting its key (see
-    /// `Limiter::resume`, `Limiter::unblock`), in the fallback limiter too; returns whether Redis
-    /// held one. Other processes forget their remembered refusals of the key (see [`cleared`]).
-    async fn release(&self, kind: Kind, name: &str, key: &str, failover: &Failover, hold: Hold) -> Result<bool> {
+    /// `limiter/hold.rs`), in the fallback limiter too; returns whether Redis held one. Other
+    /// processes forget their remembered refusals of the key (see [`cleared`]).
+    pub(crate) async fn release(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        failover: &Failover,
+        hold: Hold,
+    ) -> Result<bool> {
         if let Some((_, namespace)) = &failover.fallback {
             self.fallback.release(*namespace, key, hold);
         }
