@@ -5,7 +5,9 @@
 //! command, a [`Pipeline`] batches queued calls (the same batched script invocations as the
 //! runtime's connection), frames the replies and turns each into a decision, applying the
 //! failure policy to a connection that failed or a deadline that passed. The caller writes
-//! [`Pipeline::write_queued`]'s bytes, feeds what it reads to [`Pipeline::read`], calls
+//! [`Pipeline::write_queued`]'s bytes (as often as it likes before earlier replies arrive: they
+//! are matched in order; [`Pipeline::writes_in_flight`] says how many writes await theirs, for
+//! the caller to bound), feeds what it reads to [`Pipeline::read`], calls
 //! [`Pipeline::expire`] when [`Pipeline::next_deadline`] passes (each call keeps its own
 //! deadline), and [`Pipeline::fail_all`] when the socket fails.
 //!
