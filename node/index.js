@@ -183,6 +183,7 @@ function value(result, key, owner) {
 /** A Promise of a native result (`key`, `owner`: as for `value`). */
 function promised(result, key, owner) {
   if (typeof result === 'number') {
+    lastCallId = result;
     return new Promise((resolve, reject) => running.set(result, { resolve, reject, key, owner }));
   }
   return Promise.resolve(value(result, key, owner));
@@ -262,18 +263,22 @@ const HANDLE = Symbol('ratekeeper.handle');
 const { limiterCheck, limiterCheckSync, limiterPeek, limiterPeekSync } = native;
 
 /**
- * `ratekeeper/otel`'s tracing of `check`, `checkSync` and `acquire`: null until a backend is
- * traced (a call then pays this one comparison), else `(limiter, method, ...args)`, which makes
- * the call's span around `untraced(limiter, method, args)`. Set through `TRACING` (otel.js).
+ * `ratekeeper/otel`'s tracing of a limiter's `check`, `checkSync`, `acquire`, `peek`, `peekSync`,
+ * `settle`, `settleSync` and `release`, and a backend's `checkAll` and `acquireAll`: null until a
+ * backend is traced (a call then pays this one comparison), else `(target, method, ...args)`,
+ * which makes the call's span around `untraced(target, method, args)`. Set through `TRACING` (otel.js).
  */
 let tracing = null;
+/** The id of the last call that returned a Promise waiting on the native side (see `untraced`). */
+let lastCallId;
 
 /** Makes a call with tracing off (a native call starts synchronously, so this covers it). */
-function untraced(limiter, method, args) {
+function untraced(target, method, args) {
   const saved = tracing;
   tracing = null;
+  lastCallId = undefined;
   try {
-    return limiter[method](...args);
+    return target[method](...args);
   } finally {
     tracing = saved;
   }
@@ -392,6 +397,7 @@ class Limiter {
     return value(limiterCheckSync(this.#handle(), key, cost), key, this.#native);
   }
   peek(key) {
+    if (tracing !== null) return tracing(this, 'peek', key);
     try {
       return promised(limiterPeek(this.#handle(), key));
     } catch (error) {
@@ -399,6 +405,7 @@ class Limiter {
     }
   }
   peekSync(key) {
+    if (tracing !== null) return tracing(this, 'peekSync', key);
     return value(limiterPeekSync(this.#handle(), key));
   }
 
@@ -449,6 +456,7 @@ class Limiter {
     return this.#native.partitionsHeld(key);
   }
   release(lease) {
+    if (tracing !== null) return tracing(this, 'release', lease);
     return promisedCall(() => this.#native.release(lease));
   }
   extend(lease) {
@@ -458,9 +466,11 @@ class Limiter {
     return promisedCall(() => this.#native.pointsUsed(key, estimate, actual));
   }
   settle(decision, actual) {
+    if (tracing !== null) return tracing(this, 'settle', decision, actual);
     return promisedCall(() => this.#native.settle(decision, actual, needsSeal(decision)));
   }
   settleSync(decision, actual) {
+    if (tracing !== null) return tracing(this, 'settleSync', decision, actual);
     return value(this.#native.settleSync(decision, actual, needsSeal(decision)));
   }
   pause(duration, key) {
@@ -699,12 +709,14 @@ class Backend {
 
   // Several limits at once, all or nothing (see node/src/check_all.rs).
   checkAll(parts) {
+    if (tracing !== null) return tracing(this, 'checkAll', parts);
     return promisedCall(() => {
       const [handles, keys, costs] = partsOf(parts);
       return this.#native.checkAll(handles, keys, costs);
     }).then((combined) => combinedDecision(combined, parts));
   }
   acquireAll(parts, options) {
+    if (tracing !== null) return tracing(this, 'acquireAll', parts, options);
     const signal = options == null ? undefined : options.signal;
     let shaped;
     try {
@@ -830,7 +842,13 @@ Object.defineProperty(module.exports, TRACING, {
   value: {
     set(traced) {
       tracing = traced;
+      // Driven round trips are noted only while some backend is traced.
+      native.drivenTracing(traced !== null);
     },
     untraced,
+    /** The native id of the call `untraced` just made, if it returned a waiting Promise. */
+    callId: () => lastCallId,
+    /** The driven round trip that carried call `id`, while its result settles (once). */
+    roundTrip: native.drivenRoundTrip,
   },
 });

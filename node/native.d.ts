@@ -638,6 +638,30 @@ export interface Decision {
   shadowRefused: boolean
 }
 
+/**
+ * Internal (`ratekeeper/otel`): one Redis round trip of a driven connection, as the call it
+ * carried sees it. Never a key or an argument.
+ */
+export interface DrivenRoundTrip {
+  /** Identifies the round trip among this environment's: the calls it carried share it. */
+  trip: number
+  /** The command (`EVALSHA`). */
+  command: string
+  /**
+   * When it was written and when its reply was read (or the connection failed), as
+   * milliseconds since the Unix epoch.
+   */
+  startMs: number
+  endMs: number
+  /** How many calls it carried, this one included (traced or not). */
+  batch: number
+  /** The configured server, if the backend names one. */
+  address?: string
+  port?: number
+  /** The reply's error code, or `io` when the connection failed. */
+  error?: string
+}
+
 /** The `{ fallback: n }` form of `failurePolicy`. */
 export interface FallbackPolicy {
   /** The in-process limiter takes over with 1/`fallback` of the limit. */

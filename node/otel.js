@@ -87,11 +87,17 @@ function durationsOf(backend) {
   return out;
 }
 
-/** The share of the time between two collections that recording durations may take. */
-const RECORD_SHARE = 0.05;
+/**
+ * The share of the time between two collections that recording durations may take: at the SDK's
+ * default 60 s interval the one-second cap binds first (1.7%); with frequent collections this
+ * keeps an instrumented process's recording as small.
+ */
+const RECORD_SHARE = 0.02;
 // A collection records this many values whatever the time, and never for longer than this.
 const FREE_RECORDS = 100;
 const MAX_RECORD_MS = 1000;
+// Values recorded between two readings of the clock past the free ones.
+const CHUNK = 16;
 
 /**
  * Records the calls each backend timed since the last collection into the histograms: per
@@ -126,7 +132,7 @@ function recordDurations(known) {
         const value = (s.sumsNs[i] - before.sumsNs[i]) / n / 1e9;
         let done = 0;
         while (done < n && (free > 0 || performance.now() < until)) {
-          const chunk = Math.min(n - done, 256);
+          const chunk = Math.min(n - done, free > 0 ? free : CHUNK);
           for (let k = 0; k < chunk; k++) histogram.record(value, attributes);
           done += chunk;
           free -= chunk;
@@ -199,9 +205,12 @@ function registration(provider) {
  * meter of `options.meterProvider` (the global meter provider unless given). Traces are off
  * unless asked for: a `tracerProvider` turns them on, and so does `traces: true` (on the global
  * tracer provider when no provider is given); `traces: false` keeps them off whatever the
- * provider. Traced, each `check`, `checkSync` and `acquire` of the backend's limiters makes a
- * span `ratekeeper check` / `ratekeeper acquire` in the active context (the limiter's name and
- * kind, the outcome, `ratekeeper.retry_after`; never the key). Returns `{ close() }`, which stops
+ * provider. Traced, each `check`, `checkSync`, `acquire`, `peek`, `peekSync`, `settle`,
+ * `settleSync` and `release` of the backend's limiters, and its `checkAll` and `acquireAll`, makes
+ * a span `ratekeeper check` / `… acquire` / `… peek` / `… settle` / `… release` / `… check_all` /
+ * `… acquire_all` in the active context (the limiter's name and kind, or `ratekeeper.limiters`
+ * for a call over several; the outcome and `ratekeeper.retry_after`; a settle's
+ * `ratekeeper.direction` and `ratekeeper.units`; never the key). Returns `{ close() }`, which stops
  * reporting and tracing this backend.
  */
 function instrument(backend, options) {
@@ -263,53 +272,154 @@ function stopTracing(id, tracer) {
   if (tracers.size === 0) hook.set(null);
 }
 
-/** The spans of `check`/`acquire` (async) and `checkSync`, by the method index.js hands over. */
-const SPANS = { check: ['check', true], checkSync: ['check', false], acquire: ['acquire', true] };
+/**
+ * The traced calls, by the method index.js hands over: the span's name (`ratekeeper <name>`, the
+ * same in every language), whether the call returns a promise, and whether it is a backend's call
+ * over several limiters (its span names them all, as `ratekeeper.limiters`).
+ */
+const SPANS = {
+  check: ['check', true],
+  checkSync: ['check', false],
+  acquire: ['acquire', true],
+  peek: ['peek', true],
+  peekSync: ['peek', false],
+  settle: ['settle', true],
+  settleSync: ['settle', false],
+  release: ['release', true],
+  checkAll: ['check_all', true, true],
+  acquireAll: ['acquire_all', true, true],
+};
+
+/** A traced call's attributes from its inputs: who it is of (never a key); a settle's direction and units. */
+function callAttributes(target, method, all, args) {
+  if (all) {
+    const parts = Array.isArray(args[0]) ? args[0] : [];
+    return { 'ratekeeper.limiters': parts.map((p) => String(p?.limiter?.name)) };
+  }
+  const attributes = { 'ratekeeper.limiter': target.name, 'ratekeeper.kind': target.kind };
+  const [decision, actual] = args;
+  const checked = method.startsWith('settle') ? decision?.settle?.cost : undefined;
+  if (typeof checked === 'number' && typeof actual === 'number') {
+    if (actual !== checked) attributes['ratekeeper.direction'] = actual > checked ? 'charged' : 'refunded';
+    attributes['ratekeeper.units'] = Math.abs(actual - checked);
+  }
+  return attributes;
+}
 
 /**
- * index.js's `tracing` while a backend is traced: a call of `limiter` (by `method`, with `args`)
- * gets a span per tracer of its backend, started in the active context; a call of an untraced
- * backend is made as is.
+ * index.js's `tracing` while a backend is traced: a call of `target` (a limiter, or a backend for
+ * checkAll/acquireAll; by `method`, with `args`) gets a span per tracer of its backend, started in
+ * the active context; a call of an untraced backend is made as is.
  */
-function traced(limiter, method, ...args) {
-  const list = tracers.get(limiter.backendId);
-  if (list === undefined) return hook.untraced(limiter, method, args);
-  const [span, isAsync] = SPANS[method];
-  const attributes = { 'ratekeeper.limiter': limiter.name, 'ratekeeper.kind': limiter.kind };
+function traced(target, method, ...args) {
+  const [span, isAsync, all] = SPANS[method];
+  const list = tracers.get(all ? target.id : target.backendId);
+  if (list === undefined) return hook.untraced(target, method, args);
+  const attributes = callAttributes(target, method, all, args);
   const parent = api.context.active();
   const spans = list.map((t) => t.startSpan(`ratekeeper ${span}`, { attributes }, parent));
   if (!isAsync) {
-    let decision;
+    let result;
     try {
-      decision = hook.untraced(limiter, method, args);
+      result = hook.untraced(target, method, args);
     } catch (error) {
-      endSpans(spans, undefined, error);
+      endSpans(spans, false, error);
       throw error;
     }
-    endSpans(spans, decision);
-    return decision;
+    endSpans(spans, true, result);
+    return result;
   }
-  return hook.untraced(limiter, method, args).then(
-    (decision) => {
-      endSpans(spans, decision);
-      return decision;
+  const promise = hook.untraced(target, method, args);
+  // A check or peek on Redis may travel on the driven connection: its round trip is known
+  // while its result settles, which is when these continuations run.
+  const id = DRIVEN.has(method) ? hook.callId() : undefined;
+  return promise.then(
+    (result) => {
+      if (id !== undefined) noteRoundTrip(id, list, spans);
+      endSpans(spans, true, result);
+      return result;
     },
     (error) => {
-      endSpans(spans, undefined, error);
+      if (id !== undefined) noteRoundTrip(id, list, spans);
+      endSpans(spans, false, error);
       throw error;
     },
   );
 }
 
-/** Ends a traced call's spans with its decision, or its error (over the limit: a refusal). */
-function endSpans(spans, decision, error) {
+/** The methods whose calls may travel on a driven connection (see node/src/driven.rs). */
+const DRIVEN = new Set(['check', 'peek']);
+
+/**
+ * Driven round trips whose traced calls are settling, by round trip: `{ trip, calls: [[tracer,
+ * span]] }`. A round trip's calls all settle in the poll callback that read its reply, so the
+ * round trip's span is made in a setImmediate after it, once they all are here.
+ */
+const settlingTrips = new Map();
+
+/** Notes that call `id` (its `spans`, one per tracer of `list`) settled, with its round trip. */
+function noteRoundTrip(id, list, spans) {
+  const trip = hook.roundTrip(id);
+  if (trip == null) return; // it ran on the runtime (no driven connection yet)
+  let entry = settlingTrips.get(trip.trip);
+  if (entry === undefined) {
+    if (settlingTrips.size === 0) setImmediate(makeRoundTripSpans);
+    entry = { trip, calls: [] };
+    settlingTrips.set(trip.trip, entry);
+  }
+  for (let i = 0; i < list.length; i++) entry.calls.push([list[i], spans[i]]);
+}
+
+/** Makes the span of each round trip noted since the last time (per tracer). */
+function makeRoundTripSpans() {
+  const trips = [...settlingTrips.values()];
+  settlingTrips.clear();
+  for (const { trip, calls } of trips) {
+    const byTracer = new Map();
+    for (const [tracer, span] of calls) {
+      const spans = byTracer.get(tracer);
+      if (spans === undefined) byTracer.set(tracer, [span]);
+      else spans.push(span);
+    }
+    for (const [tracer, spans] of byTracer) roundTripSpan(tracer, trip, spans);
+  }
+}
+
+/**
+ * The client span of a driven round trip, from its recorded times: the child of the call span it
+ * carried when it carried one traced call (as a Python or Rust call's round trip is), else (one
+ * round trip carrying several callers' calls, which have no single parent) a span of its own
+ * trace with a link to each call's span, as OpenTelemetry prescribes for a batch.
+ */
+function roundTripSpan(tracer, trip, spans) {
+  const attributes = { 'db.system.name': 'redis', 'db.operation.name': trip.command };
+  if (trip.address != null) {
+    attributes['server.address'] = trip.address;
+    attributes['server.port'] = trip.port;
+  }
+  if (trip.batch > 1) attributes['db.operation.batch.size'] = trip.batch;
+  if (trip.error != null) attributes['error.type'] = trip.error;
+  const one = spans.length === 1;
+  const options = { kind: api.SpanKind.CLIENT, startTime: trip.startMs, attributes };
+  if (!one) options.links = spans.map((span) => ({ context: span.spanContext() }));
+  const parent = one ? api.trace.setSpan(api.ROOT_CONTEXT, spans[0]) : api.ROOT_CONTEXT;
+  const span = tracer.startSpan(trip.command, options, parent);
+  if (trip.error != null) span.setStatus({ code: api.SpanStatusCode.ERROR });
+  span.end(trip.endMs);
+}
+
+/**
+ * Ends a traced call's spans with its result (a decision, a combined decision, or nothing: a
+ * release decides nothing) or its error (over the limit: a refusal).
+ */
+function endSpans(spans, ok, result) {
   let done;
-  if (decision !== undefined) {
-    done = { 'ratekeeper.outcome': outcomeOf(decision), 'ratekeeper.retry_after': decision.retryAfterMs / 1000 };
-  } else if (error && error.code === codes.OVER_LIMIT) {
-    done = { 'ratekeeper.outcome': 'refused', 'ratekeeper.retry_after': (error.retryAfterMs ?? 0) / 1000 };
+  if (ok) {
+    done = result == null ? {} : { 'ratekeeper.outcome': outcomeOf(result), 'ratekeeper.retry_after': result.retryAfterMs / 1000 };
+  } else if (result && result.code === codes.OVER_LIMIT) {
+    done = { 'ratekeeper.outcome': 'refused', 'ratekeeper.retry_after': (result.retryAfterMs ?? 0) / 1000 };
   } else {
-    done = { 'ratekeeper.outcome': 'error', 'error.type': (error && error.code) || 'Error' };
+    done = { 'ratekeeper.outcome': 'error', 'error.type': (result && result.code) || 'Error' };
   }
   for (const span of spans) {
     span.setAttributes(done);

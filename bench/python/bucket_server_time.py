@@ -59,21 +59,27 @@ def rust_const(source: str, name: str) -> str:
 ENGINE = REPO / "core/src/engine"
 
 
-def tree_script(lua: str, hold: str | None = None) -> str:
+def tree_script(lua: str, hold: str | None = None, token: bool | None = None, commit: str | None = None) -> str:
     """The script as core/src/engine/lua.rs assembles it today (wrapper.lua, the prelude and, for
-    a token bucket's body, its functions, the hold check, the body, the once-per-id settle);
-    `hold` replaces the hold check's text.
+    a token bucket's body (`token`, by default: a body naming bucket_state.lua's sections), its
+    functions, the hold check, the body, the once-per-id settle); `hold` replaces the hold
+    check's text; `commit` reads the shared parts as they were at that commit.
     peer_server_time.py checks it against the SHA1 the library sends."""
-    functions = ("settle_charge.lua",) if "--@BUCKET_" in lua else ()  # LuaScript::token_bucket
-    prelude = "".join((ENGINE / f).read_text() for f in ("now.lua", *functions))
-    for section in (ENGINE / "bucket_state.lua").read_text().split("\n--@")[1:]:  # lua.rs's `expand`
+    def part(name: str) -> str:
+        return git_show(commit, f"core/src/engine/{name}") if commit else (ENGINE / name).read_text()
+
+    if token is None:
+        token = "--@BUCKET_" in lua
+    functions = ("settle_charge.lua",) if token else ()  # LuaScript::token_bucket
+    prelude = "".join(part(f) for f in ("now.lua", *functions))
+    for section in part("bucket_state.lua").split("\n--@")[1:]:  # lua.rs's `expand`
         name, text = section.split("\n", 1)
         lua = lua.replace(f"--@BUCKET_{name}@", text.rstrip("\n"), 1)
-    return ((ENGINE / "wrapper.lua").read_text()
+    return (part("wrapper.lua")
             .replace("--@PRELUDE@", prelude, 1)
-            .replace("--@HOLD_CHECK@", (ENGINE / "hold_check.lua").read_text() if hold is None else hold, 1)
+            .replace("--@HOLD_CHECK@", part("hold_check.lua") if hold is None else hold, 1)
             .replace("--@BODY@", lua, 1)
-            .replace("--@SETTLE_ONCE@", (ENGINE / "settle_once.lua").read_text(), 1))
+            .replace("--@SETTLE_ONCE@", part("settle_once.lua"), 1))
 
 
 def script(rust: str, lua: str, hold: str | None = None) -> str:

@@ -16,10 +16,16 @@ bench/node and node/ built) and by `limits` (this process: bench/python/requirem
 watched with MONITOR; each EVALSHA seen (its keys, arguments and script, whose SHA1 is checked)
 is then replayed, 20,000 pipelined calls per script and mode: on new keys (the first check of a
 window) and on 1,000 keys already written (a check in a window in use). ratekeeper's scripts of
-`BEFORE` (default bee60ed, main before this change) run beside today's with the same calls
-("before"), and so do variants that try the issue's ideas (FCALL, no hold check, no
-fingerprint, the token bucket's state read with the holds). Writes
-bench/results/bench-peer-server-time.json and prints the load average before and after.
+`BEFORE` (default 845f39d, main before this change) run beside today's with the same calls
+("before"). With the same calls again:
+- the `bucket` and token bucket checks taken apart, each part adding one thing to the one
+  before: an EVALSHA returning 1; our keys and arguments; the wrapper; TIME; the hold check;
+  the body (a one-integer reply); the reply's shape (the script itself);
+- our scripts without a guarantee the peers do not give (bench only, never shipped): without the
+  hold check, on the client's clock (the manual-clock argument, as `limits` sends its own, so
+  no TIME), without the fingerprint (`bucket`), and without them all, each against the peers;
+- `bucket`'s fixed-window path as a script of its own (without the sliding engine after it).
+Writes bench/results/bench-peer-server-time.json and prints the load average before and after.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ ROUNDS, CALLS = (3, 5_000) if QUICK else (11, 20_000)
 HOT_KEYS = 1000
 NEW, SAME = "new key", "same window"
 MODES = (NEW, SAME)
-BEFORE = os.environ.get("BEFORE", "bee60ed")  # main before the hold-lua change
+BEFORE = os.environ.get("BEFORE", "845f39d")  # main before the parts were taken apart and cut (issue #48)
 
 # The cheapest GCRA a user could write (shown on the benchmarks page).
 GCRA_LUA = (HERE.parent / "lua" / "hand_written_gcra.lua").read_text()
@@ -123,21 +129,55 @@ STATE_WITH_HOLDS = "idea: token bucket reading its state with the holds (one MGE
 
 def state_with_holds(script: str) -> str:
     """The token bucket's script with its state read in the hold check's round: one MGET of the
-    pause key, the block key and the state, the body taking the state from it."""
+    pause key, the block key and the state, the body taking the state from it; when the MGET
+    found none, the body's GET still runs (MGET answers nil for a key of another type too, which
+    GET refuses, WRONGTYPE, and the SET would overwrite: calls' batch test
+    a_failing_call_in_a_batch_fails_alone holds a check to refusing it)."""
     hold = (b.ENGINE / "hold_check.lua").read_text()
     changed = hold.replace("""  if redis.call('EXISTS', pause_key, block_key) > 0 then
     local held = redis.call('MGET', pause_key, block_key)""", """  local held = redis.call('MGET', pause_key, block_key, KEYS[1])
-  prefetched = held[3] or false
+  prefetched = held[3]
   if held[1] or held[2] then""")
     text = script.replace(hold, "local prefetched\n" + changed).replace(
-        "local raw = redis.call('GET', KEYS[1])", "local raw = prefetched\nif raw == nil then raw = redis.call('GET', KEYS[1]) end")
-    assert changed != hold and "prefetched = held[3]" in text and "if raw == nil" in text, "the hold check or gcra.lua changed"
+        "local raw = redis.call('GET', KEYS[1])", "local raw = prefetched\nif not raw then raw = redis.call('GET', KEYS[1]) end")
+    assert changed != hold and "prefetched = held[3]" in text and "if not raw" in text, "the hold check or gcra.lua changed"
     return text
 
 
-def fcall_library(name: str, script: str) -> str:
-    """`script` as a Redis Function (called by FCALL instead of EVALSHA)."""
-    return f"#!lua name={name}\nredis.register_function('{name}', function(KEYS, ARGV)\n{script}\nend)\n"
+FIXED_ALONE = "idea: bucket's fixed-window path as a script of its own (no sliding engine after it)"
+# A variant run on the client's clock: the manual-clock argument (ARGV[2]) holds this process's
+# instant, as `limits` sends its own, so the script never reads TIME.
+CLIENT_CLOCK = "on the client's clock"
+
+
+def parts(body: str, reply: str, token: bool, keys: list[str], args: list[str]) -> dict[str, tuple[list[str], list[str], str]]:
+    """Our check taken apart, each part adding one thing to the one before (name -> keys,
+    arguments, script); the last, with the reply's shape, is the script itself."""
+    time_only = "local now = now_us(ARGV)\nreturn 1\n"
+    return {
+        "part 1, an EVALSHA returning 1 (no keys, no arguments)": ([], [], "return 1\n"),
+        "part 2, + our keys and arguments": (keys, args, "return 1\n"),
+        "part 3, + the wrapper (hold keys taken off KEYS, not read)": (keys, args, b.tree_script("return 1\n", b.NO_HOLD, token)),
+        "part 4, + TIME": (keys, args, b.tree_script(time_only, b.NO_HOLD, token)),
+        "part 5, + the hold check": (keys, args, b.tree_script(time_only, None, token)),
+        "part 6, + the body (a one-integer reply)": (keys, args, b.tree_script(body.replace(reply, reply.split("return")[0] + "return 1" + reply.split("}")[1]), None, token)),
+    }
+
+
+def stripped(job: str, body: str, fast: str, token: bool) -> dict[str, str]:
+    """Our script without a guarantee the peers do not give (bench only, never shipped): what each
+    costs the server. The client's clock is in the name (CLIENT_CLOCK): `build` sends it."""
+    out = {
+        "without the hold check": b.tree_script(body, b.NO_HOLD, token),
+        f"{CLIENT_CLOCK}": b.tree_script(body, None, token),
+    }
+    if job == "bucket":
+        # (The fixed-window path alone, which FIXED_ALONE shows costs what the whole script does.)
+        out["without the fingerprint"] = b.tree_script(b.without_fingerprint(fast))
+        out[f"without the hold check and the fingerprint, {CLIENT_CLOCK}"] = b.tree_script(b.without_fingerprint(fast), b.NO_HOLD)
+    else:
+        out[f"without the hold check, {CLIENT_CLOCK}"] = b.tree_script(body, b.NO_HOLD, token)
+    return out
 
 
 def main() -> None:
@@ -157,23 +197,26 @@ def main() -> None:
             text = b.tree_script((engine / lua).read_text())
             assert sha1(text) == sha, f"{job}: the script assembled from the tree is not the one the library sends"
             variants[f"ratekeeper {job}"] = ("EVALSHA", text, marker, keys, args, job)
-            before = b.script(b.git_show(BEFORE, "core/src/engine/script.rs"), b.git_show(BEFORE, f"core/src/engine/{lua}"))
-            variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, args, job)
-        _, keys, args = evalsha_of(commands, "k-bucket")
+            before = b.tree_script(b.git_show(BEFORE, f"core/src/engine/{lua}"), commit=BEFORE)
+            if before != text:  # (a script this change left as it was is measured once)
+                variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, args, job)
         sliding = (engine / "sliding.lua").read_text()
-        fast = sliding[:sliding.index("local fmt = function")]
-        idea = {
-            "idea: bucket by FCALL (a Redis Function) instead of EVALSHA": ("FCALL", variants["ratekeeper bucket"][1]),
-            "idea: bucket without the hold check (what keeping holds in the key's own hash could save at most)":
-                ("EVALSHA", b.tree_script(sliding, b.NO_HOLD)),
-            "idea: bucket without the fingerprint (what checking it only on a new key could save at most)":
-                ("EVALSHA", b.tree_script(b.without_fingerprint(fast))),
-        }
-        for name, (verb, text) in idea.items():
-            variants[name] = (verb, text, "k-bucket", keys, args, "bucket")
+        fast = sliding[:sliding.index("local fmt = function")]  # the fixed-window path a `bucket` takes
+        gcra = (engine / "gcra.lua").read_text()
+        # (The last reply of the fixed-window path, and of gcra.lua: an admitted check's.)
+        for job, body, reply, token in (("bucket", sliding, "\n  return {now, mismatch, total, newest, newest}\nend\n", False),
+                                        ("token bucket", gcra, "\nreturn {tat_us, tat_ns, now}", True)):
+            _, keys, args = evalsha_of(commands, ours[job][0])
+            marker = ours[job][0]
+            assert body.count(reply) == 1, f"{job}: its reply changed: update the parts"
+            for name, (ks, a, text) in parts(body, reply, token, keys, args).items():
+                variants[f"{job}: {name}"] = ("EVALSHA", text, marker, ks, a, job)
+            for name, text in stripped(job, body, fast, token).items():
+                variants[f"{job}: {name}"] = ("EVALSHA", text, marker, keys, args, job)
         _, keys, args = evalsha_of(commands, "k-token")
         variants[STATE_WITH_HOLDS] = ("EVALSHA", state_with_holds(variants["ratekeeper token bucket"][1]), "k-token",
                                       keys, args, "token bucket")
+        variants[FIXED_ALONE] = ("EVALSHA", b.tree_script(fast), "k-bucket", *evalsha_of(commands, "k-bucket")[1:], "bucket")
         sha, keys, args = evalsha_of(commands, "rlf:k-rlf")
         assert sha1(printed["rlf_lua"]) == sha
         variants["rate-limiter-flexible consume"] = ("EVALSHA", printed["rlf_lua"], "k-rlf", keys, args, "bucket")
@@ -188,13 +231,7 @@ def main() -> None:
         variants["hand-written GCRA (GET, SET, TIME)"] = ("EVALSHA", GCRA_LUA, "k-gcra", ["k-gcra"],
                                                           ["1", str(10**15)], "token bucket")
 
-        shas = {}
-        for name, (verb, text, *_rest) in variants.items():
-            if verb == "FCALL":
-                conn.call("FUNCTION", "LOAD", "REPLACE", fcall_library("rk_bucket", text))
-                shas[name] = b"rk_bucket"
-            else:
-                shas[name] = conn.call("SCRIPT", "LOAD", text)
+        shas = {name: conn.call("SCRIPT", "LOAD", text) for name, (_, text, *_rest) in variants.items()}
 
         def build(name: str, mode: str) -> list[bytes]:
             verb, _, marker, keys, args, _ = variants[name]
@@ -205,10 +242,19 @@ def main() -> None:
                 a = list(args)
                 if name == "limits moving window":
                     a[0] = repr(time.time())  # its client's clock: the instant of this round
+                elif CLIENT_CLOCK in name:
+                    a[1] = str(int(time.time() * 1e6))
                 out.append(b.command(verb, shas[name], len(ks), *ks, *a))
             return out
 
+        # redis-server's own CPU time over the same calls (its main thread's, from the kernel's
+        # schedstat: a descheduled wait is not counted, unlike commandstats' wall clock), parsing
+        # and I/O included: what sizes a primary, and steadier on a loaded machine.
+        def cpu_ns() -> int:
+            return int(pathlib.Path(f"/proc/{server.pid}/schedstat").read_text().split()[0])
+
         samples: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
+        cpu: dict[tuple[str, str], list[float]] = {(n, m): [] for n in variants for m in MODES}
         for _ in range(ROUNDS):
             for mode in MODES:
                 for name, (verb, *_rest) in variants.items():
@@ -218,8 +264,10 @@ def main() -> None:
                     else:
                         conn.pipeline(commands_[:HOT_KEYS])
                     conn.call("CONFIG", "RESETSTAT")
+                    started = cpu_ns()
                     for i in range(0, len(commands_), 2000):
                         conn.pipeline(commands_[i:i + 2000])
+                    cpu[name, mode].append((cpu_ns() - started) / CALLS / 1000)
                     info = conn.call("INFO", "commandstats").decode()  # type: ignore[union-attr]
                     found = re.search(r"cmdstat_" + verb.lower() + r":calls=(\d+),usec=(\d+)", info)
                     assert found and int(found.group(1)) == CALLS, info
@@ -232,35 +280,59 @@ def main() -> None:
     # The lowest round too: on a shared machine a round only gains time (a descheduled call
     # counts its wait), so the lowest is the steadier figure of what a call costs.
     low = {k: min(v) for k, v in samples.items()}
+    cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     print(f"redis-server {redis_version}; rate-limiter-flexible {printed['rlf_version']}; limits {printed['limits_version']}")
     print(f"load average before {' '.join(f'{x:.2f}' for x in load_before)}, after {' '.join(f'{x:.2f}' for x in load_after)}")
     for (name, mode), v in samples.items():
-        print(f"{mode}: {name}: median {med[name, mode]:.2f} server µs per check; rounds {' '.join(f'{x:.2f}' for x in v)}")
+        print(f"{mode}: {name}: median {med[name, mode]:.2f} server µs per check, redis-server CPU "
+              f"{cpu_med[name, mode]:.2f} µs; rounds {' '.join(f'{x:.2f}' for x in v)}")
     peers = {"bucket": ["rate-limiter-flexible consume", "limits fixed window"],
              "window": ["limits moving window"], "sliding window": ["limits sliding window counter"],
              "token bucket": ["hand-written GCRA (GET, SET, TIME)"]}
     rows = []
+
+    def add(name: str, base: str, key: str | None = None) -> None:
+        """A row of `name` (its figures under `key`, by default the name) against `base`."""
+        key = key or name
+        rows.append(report.row(f"{mode}: {name}", med[key, mode], base, med[base, mode],
+                               unit="server µs per check", higher_is_better=False))
+        rows[-1].update(ratekeeper_lowest=low[key, mode], peer_lowest=low[base, mode],
+                        ratekeeper_cpu=cpu_med[key, mode], peer_cpu=cpu_med[base, mode])
+        print(f"| {mode} | {name} | {base} | {med[key, mode]:.2f} | {med[base, mode]:.2f} | "
+              f"{med[key, mode] / med[base, mode]:.2f} | {low[key, mode]:.2f}, {low[base, mode]:.2f}, "
+              f"{low[key, mode] / low[base, mode]:.2f} |")
+
     print("\n| mode | ratekeeper | peer | ratekeeper µs | peer µs | ratekeeper ÷ peer | lowest rounds: ratekeeper, peer, ÷ |"
           "\n|---|---|---|---:|---:|---:|---:|")
     for mode in MODES:
         for job, names in peers.items():
             for ours_name in (f"ratekeeper {job}", f"ratekeeper {job}, before ({BEFORE})"):
+                if ours_name not in variants:
+                    continue
                 for peer in names:
                     rows.append(report.row(f"{mode}: {ours_name}", med[ours_name, mode], peer, med[peer, mode],
                                            unit="server µs per check", target=1.0, higher_is_better=False))
-                    rows[-1].update(ratekeeper_lowest=low[ours_name, mode], peer_lowest=low[peer, mode])
+                    rows[-1].update(ratekeeper_lowest=low[ours_name, mode], peer_lowest=low[peer, mode],
+                                    ratekeeper_cpu=cpu_med[ours_name, mode], peer_cpu=cpu_med[peer, mode])
                     print(f"| {mode} | {ours_name} | {peer} | {med[ours_name, mode]:.2f} | {med[peer, mode]:.2f} | "
                           f"{med[ours_name, mode] / med[peer, mode]:.2f} | {low[ours_name, mode]:.2f}, "
                           f"{low[peer, mode]:.2f}, {low[ours_name, mode] / low[peer, mode]:.2f} |")
         for name in variants:
             if name.startswith("idea:"):
                 base = f"ratekeeper {variants[name][5]}"
-                rows.append(report.row(f"{mode}: {name}", med[name, mode], f"{base} today", med[base, mode],
-                                       unit="server µs per check", higher_is_better=False))
-                rows[-1].update(ratekeeper_lowest=low[name, mode], peer_lowest=low[base, mode])
-                print(f"| {mode} | {name} | {base} today | {med[name, mode]:.2f} | {med[base, mode]:.2f} | "
-                      f"{med[name, mode] / med[base, mode]:.2f} | {low[name, mode]:.2f}, {low[base, mode]:.2f}, "
-                      f"{low[name, mode] / low[base, mode]:.2f} |")
+                add(name, base)
+        # Our check taken apart: each part against the one before it (the last is the script).
+        for job in ("bucket", "token bucket"):
+            steps = [n for n in variants if n.startswith(f"{job}: part ")] + [f"ratekeeper {job}"]
+            add(steps[0], peers[job][0])
+            for before, name in zip(steps, steps[1:]):
+                add(name if name.startswith(job) else f"{name} (part 7, + the reply's shape)", before, name)
+            # Our script without a guarantee the peers do not give, against the peers.
+            for name in variants:
+                if name.startswith(f"{job}: without") or name.startswith(f"{job}: {CLIENT_CLOCK}"):
+                    add(name, f"ratekeeper {job}")
+                    for peer in peers[job]:
+                        add(name, peer)
     report.write("bench-peer-server-time", "Redis",
                  "Redis server time per check: ratekeeper against each peer's script for the same job",
                  "python bench/python/peer_server_time.py",
@@ -268,7 +340,8 @@ def main() -> None:
                  f"captured with MONITOR), {ROUNDS} interleaved rounds, medians; redis-server {redis_version}; "
                  f"rate-limiter-flexible {printed['rlf_version']}, limits {printed['limits_version']}; load average "
                  f"before {load_before[0]:.2f}, after {load_after[0]:.2f} (a shared 2-CPU machine: server µs are "
-                 f"far less sensitive to load than throughput)", rows,
+                 f"far less sensitive to load than throughput); ratekeeper_cpu and peer_cpu: redis-server's own CPU µs "
+                 f"per check over the same calls (its main thread's schedstat, parsing and I/O included), medians", rows,
                  gcra_lua=GCRA_LUA, before=BEFORE)
 
 

@@ -7,8 +7,10 @@
 //! the last one ([`Backend::durations`], see [`crate::observe`]): no check calls into the SDK.
 //! The names and attributes are those of the Python and Node bindings (`ratekeeper.otel`,
 //! `ratekeeper/otel`) and of the docs' Observability page; the limited key is never an
-//! attribute (one series per user would be unbounded cardinality). [`traced`] makes the spans of
-//! a blocking call the application wraps in it (its call and its Redis round trips).
+//! attribute (one series per user would be unbounded cardinality). [`traced`] (blocking) and
+//! [`traced_async`] make the spans of a call the application wraps in them (its call and its
+//! Redis round trips); [`traced_call`] and [`traced_call_async`] those of any call a
+//! [`CallSpan`] describes (`check_all`, `settle`…).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,8 +191,12 @@ fn attributes(limiter: &str, kind: &'static str, key: &'static str, value: &'sta
 /// Per-series counts and sums already recorded, by (limiter, kind, call, outcome).
 type Seen = HashMap<(String, &'static str, usize, &'static str), ([u64; DURATION_BUCKETS], [u64; DURATION_BUCKETS])>;
 
-/// The share of the time between two collections that recording durations may take.
-const RECORD_SHARE: f64 = 0.05;
+/// The share of the time between two collections that recording durations may take: at an
+/// SDK's default 60 s interval [`MAX_RECORDING`] binds first (1.7%); with frequent collections
+/// this keeps an instrumented process's recording as small.
+const RECORD_SHARE: f64 = 0.02;
+/// Values recorded between two readings of the clock past the free ones.
+const CHUNK: u64 = 16;
 /// A collection records this many values whatever the time, and never for longer than
 /// [`MAX_RECORDING`].
 const FREE_RECORDS: u64 = 100;
@@ -241,7 +247,7 @@ impl Replayed {
                     let value = series.sums_nanos[i].saturating_sub(sums[i]) as f64 / new as f64 / 1e9;
                     let mut done = 0;
                     while done < new && (free > 0 || Instant::now() < until) {
-                        let chunk = (new - done).min(256);
+                        let chunk = (new - done).min(if free > 0 { free } else { CHUNK });
                         for _ in 0..chunk {
                             self.histograms[series.call as usize].record(value, &attributes);
                         }
@@ -257,51 +263,204 @@ impl Replayed {
     }
 }
 
-/// Runs `call` (a blocking call named `method` of `limiter`: `check`, `acquire`) and makes its
-/// spans on `tracer`, as the Python and Node bindings do for a traced backend: a span
-/// `ratekeeper {method}` in the current context (the limiter's name and kind, the outcome and
-/// `ratekeeper.retry_after`; never the key), with a client span per Redis round trip the call made
-/// (`db.system.name` `redis`, `db.operation.name` the command, `server.address`/`server.port`;
-/// never a key or an argument), each with the times the core measured. The Rust API has no
-/// hook for [`instrument`] to trace through, so a Rust application wraps the calls it wants
-/// traced; untraced calls pay nothing.
-pub fn traced<T: opentelemetry::trace::Tracer>(
+/// A traced call's span before it is made: its name (`ratekeeper {method}`) and the attributes
+/// its inputs give (who it is of; for a settle, what it settles). Build one with [`CallSpan::of`],
+/// [`CallSpan::of_all`] or [`CallSpan::settle`], and trace the call with [`traced_call`] or
+/// [`traced_call_async`] ([`traced`] and [`traced_async`] are the one-limiter shorthands).
+#[derive(Debug, Clone)]
+pub struct CallSpan {
+    name: String,
+    attributes: Vec<KeyValue>,
+}
+
+impl CallSpan {
+    /// A call named `method` (`check`, `acquire`, `peek`, `release`…) of `limiter`: its name and kind.
+    pub fn of(limiter: &crate::Limiter, method: &str) -> CallSpan {
+        CallSpan {
+            name: format!("ratekeeper {method}"),
+            attributes: vec![
+                KeyValue::new("ratekeeper.limiter", limiter.name().to_owned()),
+                KeyValue::new("ratekeeper.kind", limiter.kind().as_str()),
+            ],
+        }
+    }
+
+    /// A call named `method` (`check_all`, `acquire_all`) over `limiters`, the parts' limiters in
+    /// order: their names as the array `ratekeeper.limiters`.
+    pub fn of_all(limiters: &[&crate::Limiter], method: &str) -> CallSpan {
+        let names: Vec<opentelemetry::StringValue> = limiters.iter().map(|l| l.name().to_owned().into()).collect();
+        CallSpan {
+            name: format!("ratekeeper {method}"),
+            attributes: vec![KeyValue::new("ratekeeper.limiters", opentelemetry::Value::Array(names.into()))],
+        }
+    }
+
+    /// A settle of `decision` to `actual` by `limiter`: `ratekeeper.direction` (`charged` when
+    /// the call cost more than checked, `refunded` when less; absent when equal) and
+    /// `ratekeeper.units`, the difference, as the `ratekeeper.settle.units` counter has them.
+    pub fn settle(limiter: &crate::Limiter, decision: &crate::Decision, actual: u64) -> CallSpan {
+        let mut span = CallSpan::of(limiter, "settle");
+        if let Some(ticket) = &decision.settle {
+            if let Some(direction) = settle_direction(ticket.cost, actual) {
+                span.attributes.push(KeyValue::new("ratekeeper.direction", direction));
+            }
+            let units = i64::try_from(actual.abs_diff(ticket.cost)).unwrap_or(i64::MAX);
+            span.attributes.push(KeyValue::new("ratekeeper.units", units));
+        }
+        span
+    }
+}
+
+/// `charged` when a settle's `actual` cost is above the `checked` one, `refunded` when below.
+fn settle_direction(checked: u64, actual: u64) -> Option<&'static str> {
+    match actual.cmp(&checked) {
+        std::cmp::Ordering::Greater => Some("charged"),
+        std::cmp::Ordering::Less => Some("refunded"),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
+/// What a traced call's result says on its span: `ratekeeper.outcome` and
+/// `ratekeeper.retry_after` for a decision, `error.type` (an [`crate::ErrorKind`]) for a failure.
+pub trait Traced {
+    /// The outcome (`None`: the call decides nothing, as a release), its `retry_after`, and the
+    /// error's kind when the call failed.
+    fn traced(&self) -> (Option<&'static str>, Option<Duration>, Option<String>);
+}
+
+impl Traced for crate::Result<crate::Decision> {
+    fn traced(&self) -> (Option<&'static str>, Option<Duration>, Option<String>) {
+        match self {
+            Ok(d) => (Some(Counter::of_decision(d).outcome_name()), Some(d.retry_after), None),
+            Err(e) => failed(e),
+        }
+    }
+}
+
+impl Traced for crate::Result<crate::CombinedDecision> {
+    fn traced(&self) -> (Option<&'static str>, Option<Duration>, Option<String>) {
+        match self {
+            Ok(c) => {
+                let counter = if c.allowed { Counter::Allowed } else { Counter::Refused };
+                (Some(counter.outcome_name()), Some(c.retry_after), None)
+            }
+            Err(e) => failed(e),
+        }
+    }
+}
+
+impl Traced for crate::Result<()> {
+    fn traced(&self) -> (Option<&'static str>, Option<Duration>, Option<String>) {
+        match self {
+            Ok(()) => (None, None, None),
+            Err(e) => failed(e),
+        }
+    }
+}
+
+/// A failed call's span: a waiting call that ran out of wait is a refusal, not a failure.
+fn failed(e: &crate::Error) -> (Option<&'static str>, Option<Duration>, Option<String>) {
+    match e {
+        crate::Error::OverLimit { retry_after } => (Some(Counter::Refused.outcome_name()), Some(*retry_after), None),
+        e => (Some(Counter::Errors.outcome_name()), None, Some(format!("{:?}", e.kind()))),
+    }
+}
+
+/// Runs `call` (a blocking call named `method` of `limiter`: `check`, `acquire`, `peek`,
+/// `release`…) and makes its spans on `tracer`, as the Python and Node bindings do for a traced
+/// backend: a span `ratekeeper {method}` in the current context (the limiter's name and kind,
+/// the outcome and `ratekeeper.retry_after`; never the key), with a client span per Redis round
+/// trip the call made (`db.system.name` `redis`, `db.operation.name` the command,
+/// `server.address`/`server.port`; never a key or an argument), each with the times the core
+/// measured. The Rust API has no hook for [`instrument`] to trace through, so a Rust
+/// application wraps the calls it wants traced; untraced calls pay nothing.
+pub fn traced<T: opentelemetry::trace::Tracer, R: Traced>(
     tracer: &T,
     limiter: &crate::Limiter,
-    method: &'static str,
-    call: impl FnOnce() -> crate::Result<crate::Decision>,
-) -> crate::Result<crate::Decision>
+    method: &str,
+    call: impl FnOnce() -> R,
+) -> R
 where
+    T::Span: Send + Sync + 'static,
+{
+    traced_call(tracer, CallSpan::of(limiter, method), call)
+}
+
+/// [`traced`] for an async call (`check`, `acquire`, …): the round trips are those its task
+/// makes, wherever the runtime polls it; the span's parent is the context current when this
+/// is called.
+pub async fn traced_async<T: opentelemetry::trace::Tracer, R: Traced>(
+    tracer: &T,
+    limiter: &crate::Limiter,
+    method: &str,
+    call: impl std::future::Future<Output = R>,
+) -> R
+where
+    T::Span: Send + Sync + 'static,
+{
+    traced_call_async(tracer, CallSpan::of(limiter, method), call).await
+}
+
+/// Runs the blocking `call` and makes its spans (see [`traced`]) as `span` describes it.
+pub fn traced_call<T: opentelemetry::trace::Tracer, R: Traced>(
+    tracer: &T,
+    span: CallSpan,
+    call: impl FnOnce() -> R,
+) -> R
+where
+    T::Span: Send + Sync + 'static,
+{
+    let parent = opentelemetry::Context::current();
+    let start = std::time::SystemTime::now();
+    let (result, trips) = crate::trace::collect(call);
+    make_spans(tracer, &parent, span, start, &result, trips);
+    result
+}
+
+/// Runs the async `call` and makes its spans (see [`traced_async`]) as `span` describes it.
+pub async fn traced_call_async<T: opentelemetry::trace::Tracer, R: Traced>(
+    tracer: &T,
+    span: CallSpan,
+    call: impl std::future::Future<Output = R>,
+) -> R
+where
+    T::Span: Send + Sync + 'static,
+{
+    let parent = opentelemetry::Context::current();
+    let start = std::time::SystemTime::now();
+    let collector = crate::trace::Collector::default();
+    let result = crate::trace::collect_into(collector.clone(), call).await;
+    make_spans(tracer, &parent, span, start, &result, collector.take());
+    result
+}
+
+/// A finished call's span (from `start` to now, in `parent`) and its round trips' child spans.
+fn make_spans<T: opentelemetry::trace::Tracer, R: Traced>(
+    tracer: &T,
+    parent: &opentelemetry::Context,
+    span: CallSpan,
+    start: std::time::SystemTime,
+    result: &R,
+    trips: Vec<crate::trace::RoundTrip>,
+) where
     T::Span: Send + Sync + 'static,
 {
     use opentelemetry::trace::{SpanKind, Status, TraceContextExt};
 
-    let start = std::time::SystemTime::now();
-    let (result, trips) = crate::trace::collect(call);
     let end = std::time::SystemTime::now();
-    let mut attributes = vec![
-        KeyValue::new("ratekeeper.limiter", limiter.name().to_owned()),
-        KeyValue::new("ratekeeper.kind", limiter.kind().as_str()),
-    ];
-    let (outcome, retry_after, failed) = match &result {
-        Ok(d) => (Counter::of_decision(d).outcome_name(), Some(d.retry_after), None),
-        // An acquire that ran out of wait: a refusal, not a failure.
-        Err(crate::Error::OverLimit { retry_after }) => (Counter::Refused.outcome_name(), Some(*retry_after), None),
-        Err(e) => (Counter::Errors.outcome_name(), None, Some(format!("{:?}", e.kind()))),
-    };
-    attributes.push(KeyValue::new("ratekeeper.outcome", outcome));
+    let CallSpan { name, mut attributes } = span;
+    let (outcome, retry_after, failed) = result.traced();
+    if let Some(outcome) = outcome {
+        attributes.push(KeyValue::new("ratekeeper.outcome", outcome));
+    }
     if let Some(retry_after) = retry_after {
         attributes.push(KeyValue::new("ratekeeper.retry_after", retry_after.as_secs_f64()));
     }
     if let Some(kind) = &failed {
         attributes.push(KeyValue::new("error.type", kind.clone()));
     }
-    let parent = opentelemetry::Context::current();
-    let span = tracer
-        .span_builder(format!("ratekeeper {method}"))
-        .with_start_time(start)
-        .with_attributes(attributes)
-        .start_with_context(tracer, &parent);
+    let span =
+        tracer.span_builder(name).with_start_time(start).with_attributes(attributes).start_with_context(tracer, parent);
     let context = parent.with_span(span);
     for trip in trips {
         let mut db = vec![KeyValue::new("db.system.name", "redis"), KeyValue::new("db.operation.name", trip.command)];
@@ -328,5 +487,4 @@ where
         span.set_status(Status::error(kind));
     }
     span.end_with_timestamp(end);
-    result
 }

@@ -12,7 +12,8 @@
 //! there on a cluster) is noted by the calling thread ([`collect`]); an async call by its task,
 //! wherever the runtime polls it ([`collect_into`] with a [`Collector`]). A call whose round
 //! trips are made by another task (Node's driven checks, batched with other callers') notes
-//! nothing.
+//! nothing here: a traced driven pipeline notes each of its round trips with the calls it
+//! carried (`backend::redis::driven::Pipeline::trace`).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -109,7 +110,7 @@ pub(crate) fn end(trip: Option<Pending>, servers: &str, error: Option<&redis::Re
 }
 
 /// Host and port of a single `host:port` address (a list, a cluster's or a socket path: `None`).
-fn server_of(servers: &str) -> Option<(String, u16)> {
+pub(crate) fn server_of(servers: &str) -> Option<(String, u16)> {
     if servers.contains(',') || servers.contains(' ') {
         return None;
     }

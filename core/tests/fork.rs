@@ -9,7 +9,7 @@ mod support;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use ratekeeper::{Backend, RedisConfig};
+use ratekeeper::Backend;
 use support::RedisServer;
 
 /// Held by each test of this file for its whole run: one forks while the other waits on this
@@ -23,7 +23,7 @@ fn forking() -> MutexGuard<'static, ()> {
 fn a_forked_child_uses_its_parents_backends_and_the_parent_keeps_working() {
     let _forking = forking();
     let server = RedisServer::start();
-    let redis = Backend::redis_with(RedisConfig::new(server.url()).prefix("fork")).unwrap();
+    let redis = Backend::redis_with(support::redis_config(server.url()).prefix("fork")).unwrap();
     let shared = redis.bucket("forked", 10, Duration::from_secs(3600)).unwrap();
     let local = Backend::memory().token_bucket("local", 1.0, 5).unwrap();
     // The parent has a runtime, a connection and state before it forks.
@@ -68,7 +68,7 @@ fn a_forked_child_uses_its_parents_backends_and_the_parent_keeps_working() {
 fn children_forked_from_one_parent_settle_with_ids_of_their_own() {
     let _forking = forking();
     let server = RedisServer::start();
-    let redis = Backend::redis_with(RedisConfig::new(server.url()).prefix("settle-fork")).unwrap();
+    let redis = Backend::redis_with(support::redis_config(server.url()).prefix("settle-fork")).unwrap();
     let bucket = redis.token_bucket("forked", 0.001, 10_000).unwrap();
     // The parent makes a ticket first, so that its id prefix and counter exist before it forks.
     let own = bucket.check_blocking(Some("parent"), 1).unwrap();

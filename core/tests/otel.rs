@@ -13,7 +13,7 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use ratekeeper::{otel, Backend, Limiter, RedisConfig};
+use ratekeeper::{otel, Backend, Limiter};
 use support::RedisServer;
 
 const KEY: &str = "user-4711@example.com";
@@ -175,7 +175,7 @@ fn a_scripted_sequence_is_counted_exactly_on_memory() {
 #[test]
 fn a_scripted_sequence_is_counted_exactly_on_redis() {
     let server = RedisServer::start();
-    check_sequence(&Backend::redis_with(RedisConfig::new(server.url()).prefix("otel")).expect("a Redis backend"));
+    check_sequence(&Backend::redis_with(support::redis_config(server.url()).prefix("otel")).expect("a Redis backend"));
 }
 
 /// The instruments' descriptions are those of the Python and Node bindings (`otel.py`,
@@ -235,7 +235,7 @@ fn the_documented_setup() {
 #[test]
 fn traced_calls_make_a_span_each_and_one_per_redis_round_trip() {
     let server = RedisServer::start();
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("oteltr")).expect("a Redis backend");
+    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("oteltr")).expect("a Redis backend");
     // The script cached: each check is then one EVALSHA.
     backend.token_bucket("warm", 1000.0, 1000).expect("warm").check_blocking(Some("warm"), 1).expect("a decision");
     // --8<-- [start:traced]
@@ -291,4 +291,177 @@ fn traced_calls_make_a_span_each_and_one_per_redis_round_trip() {
         assert_eq!(attribute(trips[0], "server.port"), Some(server.port.to_string()));
         assert!(call.start_time <= trips[0].start_time && trips[0].end_time <= call.end_time);
     }
+}
+
+/// The spans an in-memory exporter holds, with the key in none of their attributes.
+fn finished(exporter: &opentelemetry_sdk::trace::InMemorySpanExporter) -> Vec<opentelemetry_sdk::trace::SpanData> {
+    let spans = exporter.get_finished_spans().expect("the spans");
+    for span in &spans {
+        for kv in &span.attributes {
+            assert!(!kv.value.as_str().contains(KEY), "the key in {}: {kv:?}", span.name);
+        }
+    }
+    spans
+}
+
+fn attribute(span: &opentelemetry_sdk::trace::SpanData, key: &str) -> Option<String> {
+    span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.as_str().into_owned())
+}
+
+/// Each call span's name, outcome and the names of its child spans (its round trips), in order.
+fn calls(spans: &[opentelemetry_sdk::trace::SpanData]) -> Vec<(String, Option<String>, Vec<String>)> {
+    spans
+        .iter()
+        .filter(|s| s.name.starts_with("ratekeeper "))
+        .map(|call| {
+            let trips: Vec<_> = spans.iter().filter(|s| s.parent_span_id == call.span_context.span_id()).collect();
+            for trip in &trips {
+                assert_eq!(trip.span_kind, opentelemetry::trace::SpanKind::Client);
+                assert_eq!(attribute(trip, "db.system.name").as_deref(), Some("redis"));
+                assert!(call.start_time <= trip.start_time && trip.end_time <= call.end_time);
+            }
+            (
+                call.name.to_string(),
+                attribute(call, "ratekeeper.outcome"),
+                trips.iter().map(|t| t.name.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn a_tracer() -> (opentelemetry_sdk::trace::InMemorySpanExporter, opentelemetry_sdk::trace::SdkTracerProvider) {
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider =
+        opentelemetry_sdk::trace::SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    (exporter, provider)
+}
+
+#[test]
+fn traced_async_calls_make_a_span_each_and_one_per_redis_round_trip() {
+    use opentelemetry::trace::{FutureExt, TraceContextExt, Tracer, TracerProvider as _};
+
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("otelas")).expect("a Redis backend");
+    backend.token_bucket("warm", 1000.0, 1000).expect("warm").check_blocking(Some("warm"), 1).expect("a decision");
+    let (exporter, provider) = a_tracer();
+    let tracer = provider.tracer("app");
+    let api = backend.token_bucket("api", 0.001, 2).expect("a limiter");
+    let request = tracer.start("request");
+    let context = opentelemetry::Context::current_with_span(request);
+    ratekeeper::block_on(
+        async {
+            for _ in 0..3 {
+                // --8<-- [start:traced_async]
+                otel::traced_async(&tracer, &api, "check", api.check(Some(KEY), 1)).await.expect("a decision");
+                // --8<-- [end:traced_async]
+            }
+            let refused =
+                otel::traced_async(&tracer, &api, "acquire", api.acquire(Some(KEY), 1, Some(Duration::ZERO))).await;
+            assert!(matches!(refused, Err(ratekeeper::Error::OverLimit { .. })));
+        }
+        .with_context(context.clone()),
+    );
+    context.span().end();
+    let spans = finished(&exporter);
+    assert_eq!(spans.len(), 1 + 4 + 4, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    let request = spans.iter().find(|s| s.name == "request").expect("the caller's span");
+    let trip = || vec!["EVALSHA".to_owned()];
+    assert_eq!(
+        calls(&spans),
+        [
+            ("ratekeeper check".to_owned(), Some("admitted".to_owned()), trip()),
+            ("ratekeeper check".to_owned(), Some("admitted".to_owned()), trip()),
+            ("ratekeeper check".to_owned(), Some("refused".to_owned()), trip()),
+            ("ratekeeper acquire".to_owned(), Some("refused".to_owned()), trip()),
+        ]
+    );
+    for call in spans.iter().filter(|s| s.name.starts_with("ratekeeper ")) {
+        assert_eq!(call.parent_span_id, request.span_context.span_id());
+        assert_eq!(attribute(call, "ratekeeper.limiter").as_deref(), Some("api"));
+    }
+}
+
+/// peek, settle, release, check_all and acquire_all, traced blocking and async, on `backend`:
+/// one span each with its attributes, and on Redis one round trip each (`trips`).
+fn other_calls_traced(backend: &Backend, trips: &[&str]) {
+    use opentelemetry::trace::TracerProvider as _;
+    use otel::CallSpan;
+
+    let (exporter, provider) = a_tracer();
+    let tracer = provider.tracer("app");
+    let api = backend.token_bucket("api", 0.001, 10).expect("a limiter");
+    let pool = backend.concurrent("pool", 1, Duration::from_secs(30)).expect("a pool");
+    // Each call once untraced first: every script is then cached (one EVALSHA each).
+    let warm = |n: &str| {
+        let d = api.check_blocking(Some(n), 2).expect("check");
+        api.peek_blocking(Some(n)).expect("peek");
+        api.settle_blocking(&d, 1).expect("settle");
+        let c = backend.check_all_blocking(&[(&api, Some(n), 1), (&pool, Some(n), 1)]).expect("check_all");
+        c.release_blocking().expect("release");
+        let c = backend
+            .acquire_all_blocking(&[(&api, Some(n), 1), (&pool, Some(n), 1)], Some(Duration::ZERO))
+            .expect("acquire_all");
+        c.release_blocking().expect("release");
+    };
+    warm("warm");
+    let k = Some(KEY);
+    let checked = api.check_blocking(k, 3).expect("check");
+    otel::traced(&tracer, &api, "peek", || api.peek_blocking(k)).expect("peek");
+    // --8<-- [start:traced_call]
+    otel::traced_call(&tracer, CallSpan::settle(&api, &checked, 1), || api.settle_blocking(&checked, 1))
+        .expect("settle");
+    let combined = otel::traced_call(&tracer, CallSpan::of_all(&[&api, &pool], "check_all"), || {
+        backend.check_all_blocking(&[(&api, k, 1), (&pool, k, 1)])
+    })
+    .expect("check_all");
+    // --8<-- [end:traced_call]
+    assert!(combined.allowed);
+    let lease = combined.parts[1].decision.lease.expect("a lease");
+    let refused = ratekeeper::block_on(otel::traced_call_async(
+        &tracer,
+        CallSpan::of_all(&[&api, &pool], "acquire_all"),
+        backend.acquire_all(&[(&api, k, 1), (&pool, k, 1)], Some(Duration::ZERO)),
+    ));
+    assert!(matches!(refused, Err(ratekeeper::Error::OverLimit { .. })));
+    ratekeeper::block_on(otel::traced_async(&tracer, &pool, "release", pool.release(k, &lease))).expect("release");
+    let spans = finished(&exporter);
+    let trip = |t: &str| if t.is_empty() { vec![] } else { vec![t.to_owned()] };
+    assert_eq!(
+        calls(&spans),
+        [
+            ("ratekeeper peek".to_owned(), Some("admitted".to_owned()), trip(trips[0])),
+            ("ratekeeper settle".to_owned(), Some("admitted".to_owned()), trip(trips[1])),
+            ("ratekeeper check_all".to_owned(), Some("admitted".to_owned()), trip(trips[2])),
+            ("ratekeeper acquire_all".to_owned(), Some("refused".to_owned()), trip(trips[3])),
+            ("ratekeeper release".to_owned(), None, trip(trips[4])),
+        ]
+    );
+    assert_eq!(spans.len(), 5 + trips.iter().filter(|t| !t.is_empty()).count());
+    let by_name = |name: &str| spans.iter().find(|s| s.name == name).expect(name);
+    let settle = by_name("ratekeeper settle");
+    assert_eq!(attribute(settle, "ratekeeper.direction").as_deref(), Some("refunded"));
+    assert_eq!(attribute(settle, "ratekeeper.units").as_deref(), Some("2"));
+    assert_eq!(attribute(settle, "ratekeeper.limiter").as_deref(), Some("api"));
+    let all = by_name("ratekeeper check_all");
+    let limiters = all.attributes.iter().find(|kv| kv.key.as_str() == "ratekeeper.limiters").expect("the limiters");
+    assert_eq!(
+        limiters.value,
+        opentelemetry::Value::Array(opentelemetry::Array::String(vec!["api".into(), "pool".into()]))
+    );
+    assert!(attribute(by_name("ratekeeper acquire_all"), "ratekeeper.retry_after").is_some());
+    assert_eq!(attribute(by_name("ratekeeper release"), "ratekeeper.kind").as_deref(), Some("concurrent"));
+    assert_eq!(attribute(by_name("ratekeeper peek"), "ratekeeper.retry_after").as_deref(), Some("0"));
+}
+
+#[test]
+fn peek_settle_release_and_check_all_are_traced_on_memory() {
+    other_calls_traced(&Backend::memory(), &[""; 5]);
+}
+
+#[test]
+fn peek_settle_release_and_check_all_are_traced_on_redis() {
+    let server = RedisServer::start();
+    let backend =
+        Backend::redis_with(support::redis_config(server.url()).prefix("otelother")).expect("a Redis backend");
+    other_calls_traced(&backend, &["EVALSHA"; 5]);
 }

@@ -158,3 +158,50 @@ test('driven connection: a call to a server that never answers ends by its deadl
   await driven(bucket, 'warmup');
   await onStoppedServer('after the connection was made', () => oneAfterAnother(bucket, 8));
 });
+
+test('driven connection: calls made outside a settle are written while earlier batches await replies, up to a bound; a drop with batches in flight ends each call once', async (t) => {
+  // An HTTP request's check is made in its socket's callback, not in the settling of a reply:
+  // it must not wait for the reply of a batch already on the connection (app and Redis would
+  // take turns), yet the batches on the connection stay bounded.
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const backend = Backend.redis(server.url, { deadlineMs: 60_000, connectTimeoutMs: 300, failurePolicy: 'fail_closed', prefix: 'inflight' });
+  const bucket = backend.tokenBucket('api', 0.001, 100);
+  await driven(bucket, 'warmup');
+  // A timer callback runs after the event loop blocked for I/O, which it does only after
+  // writing what was queued: each call below is made in a later turn than the one before.
+  const nextTurn = () => new Promise((resolve) => setTimeout(resolve, 5));
+  const CALLS = 8;
+  /** With the server holding scripts (a write pause), makes CALLS checks of `key`, one per turn
+   * of the event loop; returns their settlements and how many batches were then in flight. */
+  const callsWhilePaused = async (key) => {
+    server.cli('CLIENT', 'PAUSE', '60000', 'WRITE');
+    const calls = [];
+    for (let i = 0; i < CALLS; i++) {
+      calls.push(Promise.allSettled([bucket.check(key)]).then(([r]) => r));
+      await nextTurn();
+    }
+    return { calls, inFlight: native.drivenInFlight() };
+  };
+
+  const held = await callsWhilePaused('k');
+  server.cli('CLIENT', 'UNPAUSE');
+  const answered = await Promise.all(held.calls);
+  t.diagnostic(`writes in flight with ${CALLS} calls made one per loop turn: ${held.inFlight}`);
+  assert.ok(held.inFlight >= 2, `a batch was written while another awaited its reply (in flight: ${held.inFlight})`);
+  assert.ok(held.inFlight < CALLS, `the batches in flight are bounded (in flight: ${held.inFlight} of ${CALLS})`);
+  assert.deepEqual(answered.map((r) => r.status === 'fulfilled' && r.value.remaining),
+    Array.from({ length: CALLS }, (_, i) => 99 - i), 'every call answered by its own reply, in order');
+
+  // The connection is killed while the server holds its batches (and more calls are queued):
+  // each call ends once, with the connection's error, and none of them ran.
+  const dropped = await callsWhilePaused('dropped');
+  server.cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+  server.cli('CLIENT', 'UNPAUSE');
+  const failed = await Promise.all(dropped.calls);
+  assert.ok(dropped.inFlight >= 2, `in flight: ${dropped.inFlight}`);
+  assert.ok(failed.every((r) => r.status === 'rejected' && r.reason.code === 'ERR_BACKEND_UNAVAILABLE'), JSON.stringify(failed));
+  await waitUntil('the server answers again', 10_000, async () => (await Promise.allSettled([bucket.peek('k')]))[0].status === 'fulfilled');
+  assert.equal((await bucket.peek('dropped')).remaining, 100, 'no call of the killed connection ran');
+  assert.equal((await bucket.peek('k')).remaining, 100 - CALLS);
+});

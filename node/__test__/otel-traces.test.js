@@ -2,18 +2,20 @@
 // ratekeeper/otel's traces through the OpenTelemetry SDK's in-memory span exporter, on a real
 // redis-server and on memory: with a tracer provider, one span per check/checkSync/acquire in the
 // caller's active span, carrying the decision and never the key; without one (or with
-// `traces: false`), no span. Node's Redis round trips have no span of their own (see the
-// Observability page).
+// `traces: false`), no span. Each round trip of Node's driven connection is a client span: the
+// child of its call's span when it carried one traced call, else linked to each call's span
+// (see the Observability page).
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { context } = require('@opentelemetry/api');
+const { context, SpanKind } = require('@opentelemetry/api');
 const { MeterProvider } = require('@opentelemetry/sdk-metrics');
 const { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } = require('@opentelemetry/sdk-trace-base');
 const { AsyncLocalStorageContextManager } = require('@opentelemetry/context-async-hooks');
 const { Backend, codes } = require('../index.js');
 const otel = require('../otel.js');
-const { RedisServer } = require('./support/redis.js');
+const native = require('../ratekeeper.node');
+const { RedisServer, waitUntil } = require('./support/redis.js');
 
 const KEY = 'user-4711@example.com';
 
@@ -26,6 +28,30 @@ function tracing(t) {
     await provider.shutdown();
   });
   return { provider, exporter };
+}
+
+/** Checks until one is answered on the driven connection (the first calls run on the runtime
+ * while it connects). */
+async function driven(limiter) {
+  await waitUntil('a driven connection', 10_000, async () => {
+    await limiter.check('warmup', 0);
+    return native.drivenConnections() > 0;
+  });
+}
+
+/** Resolves once the round-trip spans of the calls settled so far are made (otel.js makes them
+ * once the calls of a round trip have all settled, in a setImmediate). */
+function roundTripsMade() {
+  return new Promise((resolve) => setImmediate(() => setImmediate(resolve)));
+}
+
+/** The spans of `exporter` that are round trips (client spans), after checking each has no key. */
+function roundTrips(exporter) {
+  const spans = exporter.getFinishedSpans();
+  for (const span of spans) {
+    for (const value of Object.values(span.attributes)) assert.ok(!String(value).includes(KEY), `${span.name}`);
+  }
+  return spans.filter((s) => s.kind === SpanKind.CLIENT);
 }
 
 /** Inside a caller's span `request`: 2 admitted checks and 1 refused of `api` (capacity 2, one of
@@ -52,7 +78,9 @@ for (const [where, make] of [
     const backend = make(server);
     const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
     await scripted(backend, provider);
-    const spans = exporter.getFinishedSpans();
+    // Round trips are the next test's.
+    await roundTripsMade();
+    const spans = exporter.getFinishedSpans().filter((s) => s.kind !== SpanKind.CLIENT);
     for (const span of spans) {
       for (const value of Object.values(span.attributes)) assert.ok(!String(value).includes(KEY), `${span.name}`);
     }
@@ -76,6 +104,64 @@ for (const [where, make] of [
   });
 }
 
+for (const where of ['redis', 'memory']) {
+  test(`otel traces: peek, settle, release, checkAll and acquireAll make a span each (${where})`, async (t) => {
+    const server = where === 'redis' ? await RedisServer.start() : null;
+    if (server) t.after(() => server.stop());
+    const { provider, exporter } = tracing(t);
+    const backend = server ? Backend.redis(server.url, { prefix: `otelother${process.pid}` }) : Backend.memory();
+    const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+    t.after(() => handle.close());
+    const api = backend.tokenBucket('api', 0.001, 10);
+    const pool = backend.concurrent('pool', 1, { lockTimeoutMs: 30_000 });
+    const first = await api.check(KEY, 3);
+    const second = api.checkSync(KEY, 1);
+    exporter.reset();
+    await api.peek(KEY);
+    api.peekSync(KEY);
+    await api.settle(first, 1);
+    api.settleSync(second, 4);
+    const combined = await backend.checkAll([
+      { limiter: api, key: KEY, cost: 1 },
+      { limiter: pool, key: KEY, cost: 1 },
+    ]);
+    assert.equal(combined.allowed, true);
+    await assert.rejects(
+      backend.acquireAll([{ limiter: pool, key: KEY }], { waitTimeoutMs: 0 }),
+      (e) => e.code === codes.OVER_LIMIT,
+    );
+    await pool.release(combined.parts[1].decision.lease);
+    // The peek's round trip, when it was driven, is the last test's.
+    await roundTripsMade();
+    const spans = exporter.getFinishedSpans().filter((s) => s.kind !== SpanKind.CLIENT);
+    for (const span of spans) {
+      assert.equal(span.kind === undefined ? 0 : span.kind, 0, `${span.name} is internal`);
+      for (const value of Object.values(span.attributes)) assert.ok(!String(value).includes(KEY), `${span.name}`);
+    }
+    assert.deepEqual(
+      spans.map((s) => [s.name, s.attributes['ratekeeper.outcome']]),
+      [
+        ['ratekeeper peek', 'admitted'],
+        ['ratekeeper peek', 'admitted'],
+        ['ratekeeper settle', 'admitted'],
+        ['ratekeeper settle', 'admitted'],
+        ['ratekeeper check_all', 'admitted'],
+        ['ratekeeper acquire_all', 'refused'],
+        ['ratekeeper release', undefined],
+      ],
+    );
+    const [, , refund, charge, all, acquireAll, release] = spans;
+    assert.deepEqual([refund.attributes['ratekeeper.direction'], refund.attributes['ratekeeper.units']], ['refunded', 2]);
+    assert.deepEqual([charge.attributes['ratekeeper.direction'], charge.attributes['ratekeeper.units']], ['charged', 3]);
+    assert.equal(refund.attributes['ratekeeper.limiter'], 'api');
+    assert.deepEqual(all.attributes['ratekeeper.limiters'], ['api', 'pool']);
+    assert.equal(all.attributes['ratekeeper.retry_after'], 0);
+    assert.deepEqual(acquireAll.attributes['ratekeeper.limiters'], ['pool']);
+    assert.ok(acquireAll.attributes['ratekeeper.retry_after'] > 0);
+    assert.deepEqual([release.attributes['ratekeeper.limiter'], release.attributes['ratekeeper.kind']], ['pool', 'concurrent']);
+  });
+}
+
 for (const traces of [undefined, false]) {
   test(`otel traces: none without a tracer provider, or with traces: false (traces: ${traces})`, async (t) => {
     const server = await RedisServer.start();
@@ -85,7 +171,10 @@ for (const traces of [undefined, false]) {
     const options = { meterProvider: new MeterProvider(), ...(traces === false ? { tracerProvider: provider, traces } : {}) };
     const handle = otel.instrument(backend, options);
     t.after(() => handle.close());
+    await driven(backend.tokenBucket('warm', 1, 10));
     await scripted(backend, provider);
+    await Promise.all(Array.from({ length: 10 }, () => backend.tokenBucket('many', 1, 100).check(KEY)));
+    await roundTripsMade();
     assert.deepEqual(exporter.getFinishedSpans().map((s) => s.name), ['request']);
   });
 }
@@ -105,4 +194,116 @@ test('otel traces: a backend not traced makes no span while another is traced', 
 
 test('otel traces: `traces` must be a boolean', () => {
   assert.throws(() => otel.instrument(Backend.memory(), { traces: 'yes' }), (e) => e.parameter === 'traces');
+});
+
+test('otel traces: each driven Redis round trip is a client span, the child of its one call or linked to its calls', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.stop());
+  const { provider, exporter } = tracing(t);
+  const backend = Backend.redis(server.url, { prefix: `oteltrip${process.pid}` });
+  const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  const api = backend.tokenBucket('api', 1, 1000);
+  await driven(api);
+  await roundTripsMade();
+  exporter.reset();
+
+  const expectRoundTrip = (trip) => {
+    assert.equal(trip.name, 'EVALSHA');
+    assert.deepEqual(
+      [trip.attributes['db.system.name'], trip.attributes['db.operation.name']],
+      ['redis', 'EVALSHA'],
+    );
+    assert.deepEqual([trip.attributes['server.address'], trip.attributes['server.port']], ['127.0.0.1', server.port]);
+    assert.equal(trip.attributes['error.type'], undefined);
+    assert.ok(trip.endTime[0] * 1e9 + trip.endTime[1] >= trip.startTime[0] * 1e9 + trip.startTime[1]);
+  };
+
+  // One after another: each call's round trip is its child, with no link.
+  for (let i = 0; i < 3; i++) await api.check(KEY);
+  await roundTripsMade();
+  let trips = roundTrips(exporter);
+  let calls = exporter.getFinishedSpans().filter((s) => s.name === 'ratekeeper check');
+  assert.equal(calls.length, 3);
+  assert.equal(trips.length, 3, trips.map((s) => s.name).join());
+  assert.deepEqual(
+    trips.map((trip) => trip.parentSpanContext?.spanId).sort(),
+    calls.map((call) => call.spanContext().spanId).sort(),
+  );
+  for (const trip of trips) {
+    expectRoundTrip(trip);
+    assert.equal(trip.links.length, 0);
+  }
+  for (const call of calls) {
+    const trip = trips.find((s) => s.parentSpanContext.spanId === call.spanContext().spanId);
+    assert.equal(trip.spanContext().traceId, call.spanContext().traceId);
+  }
+
+  // N calls made in one tick: the first is written at once, the others travel together when the
+  // loop turns. Each call is in exactly one round trip: its child, or linked from it.
+  exporter.reset();
+  const N = 20;
+  await Promise.all(Array.from({ length: N }, () => api.check(KEY)));
+  await roundTripsMade();
+  trips = roundTrips(exporter);
+  calls = exporter.getFinishedSpans().filter((s) => s.name === 'ratekeeper check');
+  assert.equal(calls.length, N);
+  const callIds = new Set(calls.map((c) => c.spanContext().spanId));
+  const carried = [];
+  for (const trip of trips) {
+    expectRoundTrip(trip);
+    if (trip.links.length === 0) {
+      assert.ok(callIds.has(trip.parentSpanContext?.spanId), 'a round trip of one call is its child');
+      carried.push(trip.parentSpanContext.spanId);
+    } else {
+      assert.ok(trip.links.length >= 2, 'a round trip of one traced call is its child, not linked');
+      assert.equal(trip.parentSpanContext, undefined, 'a batched round trip has no single parent');
+      assert.equal(trip.attributes['db.operation.batch.size'], trip.links.length);
+      for (const link of trip.links) carried.push(link.context.spanId);
+    }
+  }
+  assert.equal(carried.length, N, 'links + children = calls');
+  assert.deepEqual(new Set(carried), callIds);
+  assert.ok(trips.some((trip) => trip.links.length >= 2), 'the calls of one tick shared a round trip');
+
+  // Closed: no more round trips.
+  handle.close();
+  exporter.reset();
+  await Promise.all(Array.from({ length: 5 }, () => api.check(KEY)));
+  await roundTripsMade();
+  assert.equal(exporter.getFinishedSpans().length, 0);
+});
+
+test('otel traces: a driven round trip cut by a failed connection has error.type io', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.destroy());
+  const { provider, exporter } = tracing(t);
+  const backend = Backend.redis(server.url, { prefix: `oteltrio${process.pid}`, deadlineMs: 10_000, failurePolicy: 'fail_open' });
+  const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  t.after(() => handle.close());
+  const api = backend.tokenBucket('api', 1, 1000);
+  await driven(api);
+  await roundTripsMade();
+  exporter.reset();
+  // The server stops answering; the calls are written; then it dies: the connection fails.
+  process.kill(server.pid, 'SIGSTOP');
+  const N = 5;
+  const calls = Promise.all(Array.from({ length: N }, () => api.check(KEY)));
+  await waitUntil('the calls written', 10_000, async () => {
+    await new Promise((resolve) => setImmediate(resolve));
+    return native.drivenInFlight() > 0;
+  });
+  // SIGKILL while stopped: it dies without answering (the fixture's stop would continue it first).
+  process.kill(server.pid, 'SIGKILL');
+  const decisions = await calls;
+  assert.ok(decisions.every((d) => d.allowed && d.remaining === 1000), 'fail_open: not answered by Redis');
+  await roundTripsMade();
+  const trips = roundTrips(exporter);
+  assert.ok(trips.length > 0);
+  let carried = 0;
+  for (const trip of trips) {
+    assert.equal(trip.attributes['error.type'], 'io');
+    assert.equal(trip.status.code, 2, 'an error status');
+    carried += trip.links.length || 1;
+  }
+  assert.equal(carried, N);
 });

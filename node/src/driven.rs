@@ -3,12 +3,16 @@
 //!
 //! Each environment keeps one connection per Redis endpoint (a plain standalone server; see
 //! `ratekeeper::driven`), polled by libuv. A `check` or `peek` is written at once when nothing
-//! is awaiting a reply, otherwise it waits for the next reply to arrive and travels with the
-//! others queued meanwhile, as one batched script invocation. Replies are read and settled in
-//! the poll callback, a group at a time; Promise continuations run right after each group
-//! (microtasks), and the calls they make are written before the next group settles, so Redis
-//! works on them meanwhile (without that, 64 concurrent callers ping-pong: Redis idles while
-//! JavaScript settles, and the other way round).
+//! is awaiting a reply. Otherwise it is queued, and the calls queued meanwhile travel together,
+//! as one batched script invocation per script, without waiting for the replies already due:
+//! the calls a loop turn makes (an HTTP server's requests, each in its socket's callback) are
+//! written by a libuv prepare handle, which runs before the loop next waits for I/O; replies
+//! are read and settled in the poll callback, a group at a time, and the calls the Promise
+//! continuations of a group make (microtasks) are written before the next group settles. So
+//! Redis works on one batch while JavaScript settles or sends the previous one (writing only
+//! after a reply, app and Redis would take turns, each idle while the other works). At most
+//! [`WRITES_IN_FLIGHT`] writes await their replies at once; replies come back in order on the
+//! one connection, so each call still gets its own.
 //!
 //! The connection is made (and handshaken) on a runtime thread, never here; until it is ready,
 //! or after it failed, calls run on the runtime as before. A call the server proves it did not
@@ -29,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use napi::{sys, Env};
-use ratekeeper::driven::{DrivenCall, DrivenEndpoint, Finished, Pipeline};
+use ratekeeper::driven::{DrivenCall, DrivenEndpoint, DrivenTrip, Finished, Pipeline};
 use ratekeeper::Error;
 
 use crate::bridge::{self, Outcome, Payload, ReplyValue};
@@ -39,12 +43,14 @@ mod uv {
     use std::ffi::{c_int, c_void};
 
     pub const POLL: c_int = 8;
+    pub const PREPARE: c_int = 9;
     pub const TIMER: c_int = 13;
     pub const READABLE: c_int = 1;
     pub const WRITABLE: c_int = 2;
 
     pub type PollCallback = unsafe extern "C" fn(handle: *mut c_void, status: c_int, events: c_int);
     pub type TimerCallback = unsafe extern "C" fn(handle: *mut c_void);
+    pub type PrepareCallback = unsafe extern "C" fn(handle: *mut c_void);
     pub type CloseCallback = unsafe extern "C" fn(handle: *mut c_void);
 
     unsafe extern "C" {
@@ -55,6 +61,9 @@ mod uv {
         pub fn uv_timer_init(event_loop: *mut c_void, handle: *mut c_void) -> c_int;
         pub fn uv_timer_start(handle: *mut c_void, callback: TimerCallback, timeout_ms: u64, repeat: u64) -> c_int;
         pub fn uv_timer_stop(handle: *mut c_void) -> c_int;
+        pub fn uv_prepare_init(event_loop: *mut c_void, handle: *mut c_void) -> c_int;
+        pub fn uv_prepare_start(handle: *mut c_void, callback: PrepareCallback) -> c_int;
+        pub fn uv_prepare_stop(handle: *mut c_void) -> c_int;
         pub fn uv_close(handle: *mut c_void, callback: CloseCallback);
         pub fn uv_ref(handle: *mut c_void);
         pub fn uv_unref(handle: *mut c_void);
@@ -63,6 +72,11 @@ mod uv {
 
 /// How long after a failed connect the next one starts (calls run on the runtime meanwhile).
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How many writes may await their replies on one connection. Two already keep Redis busy
+/// while JavaScript works; a few more let the batches settled in groups go out as they are
+/// made. Queued calls beyond it wait for a reply and travel together.
+const WRITES_IN_FLIGHT: usize = 4;
 
 /// One endpoint's connection in this environment.
 struct Connection {
@@ -85,6 +99,11 @@ struct Live {
     stream: TcpStream,
     poll: Handle,
     timer: Handle,
+    /// Writes the calls queued during a loop turn before the loop waits (started while calls
+    /// are queued and may be written).
+    prepare: Handle,
+    /// The prepare handle is started.
+    flushing: bool,
     pipeline: Pipeline<f64>,
     /// Bytes to write, from `written` on.
     out: Vec<u8>,
@@ -125,11 +144,11 @@ pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
         if live.draining {
             return Some(call);
         }
-        let idle = !live.pipeline.awaiting_replies();
+        let idle = live.pipeline.writes_in_flight() == 0;
         let deadline = live.pipeline.push(id, call);
         live.arm_timer(deadline);
-        // With replies awaited, the call waits for the next one (see the module documentation);
-        // while replies are settled, for the end of their group.
+        // With replies awaited, the call waits for the others of this loop turn (the prepare
+        // handle writes them); while replies are settled, for the end of their group.
         if idle && SETTLING.get() != key {
             live.write_queued();
         }
@@ -153,7 +172,7 @@ fn close_all() -> usize {
     for (_, connection) in connections {
         if let State::Live(live) = connection.state {
             live.close(true);
-            closing += 2;
+            closing += 3;
         }
     }
     closing
@@ -246,7 +265,9 @@ fn handle_words() -> usize {
     static WORDS: OnceLock<usize> = OnceLock::new();
     *WORDS.get_or_init(|| {
         // SAFETY: `uv_handle_size` only reads a table, for any handle type; these two exist.
-        let bytes = unsafe { uv::uv_handle_size(uv::POLL).max(uv::uv_handle_size(uv::TIMER)) };
+        let bytes = unsafe {
+            uv::uv_handle_size(uv::POLL).max(uv::uv_handle_size(uv::TIMER)).max(uv::uv_handle_size(uv::PREPARE))
+        };
         bytes.div_ceil(8)
     })
 }
@@ -303,28 +324,34 @@ impl Live {
             return Err("no event loop".into());
         }
         let event_loop = event_loop as *mut c_void;
-        let (poll, timer) = (Handle::new(key), Handle::new(key));
+        let (poll, timer, prepare) = (Handle::new(key), Handle::new(key), Handle::new(key));
         // SAFETY: `event_loop` is this thread's loop, the handles are fresh memory of the size
         // libuv asked for, and the socket is open and owned by `stream`, which `Live` keeps
         // until it has stopped polling it. A handle libuv failed to initialise was never
         // registered, so its memory is ours to free, and the timer's is not yet initialised.
         unsafe {
             if uv::uv_poll_init_socket(event_loop, poll.0, stream.as_raw_fd()) != 0 {
-                // Never initialised: its memory is ours to free (the timer's too).
-                for h in [poll, timer] {
+                // Never initialised: its memory is ours to free (the timer's and prepare's too).
+                for h in [poll, timer, prepare] {
                     drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(h.0 as *mut u64, handle_words())));
                 }
                 return Err("uv_poll_init_socket failed".into());
             }
             uv::uv_timer_init(event_loop, timer.0);
             uv::uv_unref(timer.0);
+            uv::uv_prepare_init(event_loop, prepare.0);
+            uv::uv_unref(prepare.0);
             uv::uv_unref(poll.0);
         }
+        let mut pipeline = Pipeline::new();
+        pipeline.trace(TRACED.get());
         let mut live = Box::new(Live {
             stream,
             poll,
             timer,
-            pipeline: Pipeline::new(),
+            prepare,
+            flushing: false,
+            pipeline,
             out: Vec::with_capacity(4096),
             written: 0,
             events: 0,
@@ -338,12 +365,18 @@ impl Live {
         Ok(live)
     }
 
-    /// Writes the queued calls (what the socket does not take now waits for it to be writable).
+    /// Writes the queued calls, unless [`WRITES_IN_FLIGHT`] writes already await replies (what
+    /// the socket does not take now waits for it to be writable).
     fn write_queued(&mut self) {
-        if self.pipeline.has_queued() {
+        if self.may_write() {
             self.pipeline.write_queued(&mut self.out);
         }
         self.write_out();
+    }
+
+    /// Calls are queued and may be written now.
+    fn may_write(&self) -> bool {
+        self.pipeline.has_queued() && self.pipeline.writes_in_flight() < WRITES_IN_FLIGHT
     }
 
     fn write_out(&mut self) {
@@ -385,6 +418,18 @@ impl Live {
                 }
             };
             self.referenced = waiting;
+        }
+        let flush = self.may_write();
+        if flush != self.flushing {
+            // SAFETY: `self.prepare` is initialised and not closed (only `close(self)` closes it).
+            unsafe {
+                if flush {
+                    uv::uv_prepare_start(self.prepare.0, on_prepare);
+                } else {
+                    uv::uv_prepare_stop(self.prepare.0);
+                }
+            };
+            self.flushing = flush;
         }
         // An armed timer fires no later than the oldest call's deadline (calls only end, or
         // arm it earlier as they come); when it fires, it re-arms for what is left.
@@ -441,13 +486,15 @@ impl Live {
     }
 
     fn close(self, teardown: bool) {
-        // SAFETY: both handles are initialised and still open; they are closed right after.
+        // SAFETY: the handles are initialised and still open; they are closed right after.
         unsafe {
             uv::uv_poll_stop(self.poll.0);
             uv::uv_timer_stop(self.timer.0);
+            uv::uv_prepare_stop(self.prepare.0);
         }
         self.poll.close(teardown);
         self.timer.close(teardown);
+        self.prepare.close(teardown);
         // The socket closes here, after libuv stopped polling it.
     }
 }
@@ -462,11 +509,15 @@ fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -
         let Some(connection) = connections.get_mut(&key) else { return };
         let State::Live(live) = &mut connection.state else { return };
         f(live, &mut done);
+        if TRACED.get() {
+            note_round_trips(live.pipeline.take_round_trips(), &done);
+        }
         if live.draining && !live.pipeline.has_waiting_calls() && live.broken.is_none() {
             live.broken = Some("drained".into()); // no call is left to fail
         }
         if let Some(message) = live.broken.take() {
             live.pipeline.fail_all(&Error::BackendUnavailable { message }, &mut done);
+            note_round_trips(live.pipeline.take_round_trips(), &done);
             if let State::Live(live) =
                 std::mem::replace(&mut connection.state, State::Down { retry_at: Instant::now() })
             {
@@ -481,6 +532,9 @@ fn with_live(key: usize, f: impl FnOnce(&mut Live, &mut Vec<(f64, Finished)>)) -
 
 /// Settles ended calls; calls to run again (or to send another way) go to the runtime.
 fn settle(done: Vec<(f64, Finished)>) {
+    // Traced: the round trips noted for these calls are dropped once they settled (a call rerun
+    // on the runtime settles later, without one).
+    let ids: Option<Vec<f64>> = TRACED.get().then(|| done.iter().map(|(id, _)| *id).collect());
     let mut settled = Vec::with_capacity(done.len());
     for (id, finished) in done {
         match finished {
@@ -489,6 +543,99 @@ fn settle(done: Vec<(f64, Finished)>) {
         }
     }
     bridge::settle_from_loop(settled);
+    if let Some(ids) = ids {
+        // Their continuations have run (and taken their round trips): drop the rest (calls of
+        // untraced backends sharing the connection, calls rerun on the runtime).
+        ROUND_TRIPS.with(|trips| {
+            let mut trips = trips.borrow_mut();
+            for id in ids {
+                trips.remove(&id.to_bits());
+            }
+        });
+    }
+}
+
+thread_local! {
+    /// Round trips are noted for `ratekeeper/otel` (see [`driven_tracing`]).
+    static TRACED: Cell<bool> = const { Cell::new(false) };
+    /// The round trip of each call being settled, by call id (see [`driven_round_trip`]).
+    static ROUND_TRIPS: RefCell<HashMap<u64, DrivenRoundTrip>> = RefCell::new(HashMap::new());
+    /// The last round trip's number (unique within the environment).
+    static LAST_TRIP: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// Internal (`ratekeeper/otel`): one Redis round trip of a driven connection, as the call it
+/// carried sees it. Never a key or an argument.
+#[napi_derive::napi(object)]
+pub struct DrivenRoundTrip {
+    /// Identifies the round trip among this environment's: the calls it carried share it.
+    pub trip: f64,
+    /// The command (`EVALSHA`).
+    pub command: String,
+    /// When it was written and when its reply was read (or the connection failed), as
+    /// milliseconds since the Unix epoch.
+    pub start_ms: f64,
+    pub end_ms: f64,
+    /// How many calls it carried, this one included (traced or not).
+    pub batch: u32,
+    /// The configured server, if the backend names one.
+    pub address: Option<String>,
+    pub port: Option<u32>,
+    /// The reply's error code, or `io` when the connection failed.
+    pub error: Option<String>,
+}
+
+/// Notes `trips` by the ids of the calls they ended (entries of `done`).
+fn note_round_trips(trips: Vec<DrivenTrip>, done: &[(f64, Finished)]) {
+    let epoch_ms =
+        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    ROUND_TRIPS.with(|noted| {
+        let mut noted = noted.borrow_mut();
+        for DrivenTrip { calls, batch, trip } in trips {
+            let number = LAST_TRIP.get() + 1.0;
+            LAST_TRIP.set(number);
+            let (address, port) = trip.server.map_or((None, None), |(host, port)| (Some(host), Some(u32::from(port))));
+            for (id, _) in &done[calls] {
+                noted.insert(
+                    id.to_bits(),
+                    DrivenRoundTrip {
+                        trip: number,
+                        command: trip.command.to_owned(),
+                        start_ms: epoch_ms(trip.start),
+                        end_ms: epoch_ms(trip.end),
+                        batch: batch as u32,
+                        address: address.clone(),
+                        port,
+                        error: trip.error.clone(),
+                    },
+                );
+            }
+        }
+    });
+}
+
+/// Internal (`ratekeeper/otel`): notes each driven round trip from now on (`on`), or stops.
+/// Untraced, the driven path pays one branch per write and per reply read.
+#[napi_derive::napi(skip_typescript)]
+pub fn driven_tracing(on: bool) {
+    TRACED.set(on);
+    CONNECTIONS.with(|c| {
+        for connection in c.borrow_mut().values_mut() {
+            if let State::Live(live) = &mut connection.state {
+                live.pipeline.trace(on);
+            }
+        }
+    });
+    if !on {
+        ROUND_TRIPS.with(|t| t.borrow_mut().clear());
+    }
+}
+
+/// Internal (`ratekeeper/otel`): the round trip that carried driven call `id`, while its result
+/// is being settled (its Promise's continuations run then); taken once.
+#[napi_derive::napi(skip_typescript)]
+pub fn driven_round_trip(id: f64) -> Option<DrivenRoundTrip> {
+    ROUND_TRIPS.with(|t| t.borrow_mut().remove(&id.to_bits()))
 }
 
 /// Replies are settled this many at a time; the calls their continuations make are written
@@ -535,6 +682,10 @@ fn poll_ready(key: usize, status: c_int, events: c_int) {
     }
 }
 
+unsafe extern "C" fn on_prepare(handle: *mut c_void) {
+    without_unwinding(|| settle(with_live(key_of(handle), |live, _| live.write_queued())));
+}
+
 unsafe extern "C" fn on_timer(handle: *mut c_void) {
     without_unwinding(|| timer_fired(key_of(handle)));
 }
@@ -552,6 +703,19 @@ fn timer_fired(key: usize) {
         }
     });
     settle(done);
+}
+
+/// Internal (tests): how many writes await their replies on this environment's connections.
+#[napi_derive::napi(skip_typescript)]
+pub fn driven_in_flight() -> u32 {
+    CONNECTIONS.with(|c| {
+        let connections = c.borrow();
+        let live = connections.values().filter_map(|c| match &c.state {
+            State::Live(live) => Some(live.pipeline.writes_in_flight()),
+            _ => None,
+        });
+        live.sum::<usize>() as u32
+    })
 }
 
 /// Internal (tests): how many driven connections this environment has live.

@@ -768,7 +768,7 @@ backend_pymethods! {
         &self,
         py: Python<'_>,
         parts: crate::check_all::Parts,
-    ) -> PyResult<crate::check_all::CombinedDecision> {
+    ) -> PyResult<Py<crate::check_all::CombinedDecision>> {
         crate::check_all::check_all(py, &self.inner, parts)
     }
 
@@ -781,7 +781,7 @@ backend_pymethods! {
         py: Python<'_>,
         parts: crate::check_all::Parts,
         wait_timeout: Option<crate::args::Timeout<crate::args::PWaitTimeout>>,
-    ) -> PyResult<crate::check_all::CombinedDecision> {
+    ) -> PyResult<Py<crate::check_all::CombinedDecision>> {
         crate::check_all::acquire_all(py, &self.inner, parts, wait_timeout.map(|w| w.0))
     }
 

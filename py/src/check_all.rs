@@ -20,6 +20,14 @@ pub(crate) struct Parts {
     remote: bool,
 }
 
+impl Parts {
+    /// The span's subject of a call over these parts, if their backend is traced.
+    fn subject(&self, backend: &ratekeeper::Backend) -> Option<crate::trace::Subject> {
+        let traced = self.parts.first().is_some_and(|(limiter, _, _)| limiter.traced());
+        traced.then(|| crate::trace::Subject::of_all(backend.id(), self.parts.iter().map(|(limiter, _, _)| limiter)))
+    }
+}
+
 fn bad(py: Python<'_>, path: String, message: impl Into<String>) -> PyErr {
     to_py_err(py, ratekeeper::Error::invalid_field(path, message))
 }
@@ -166,13 +174,19 @@ impl CombinedDecision {
 }
 
 /// `Backend.check_all`.
-pub(crate) fn check_all(py: Python<'_>, backend: &ratekeeper::Backend, parts: Parts) -> PyResult<CombinedDecision> {
-    let inner = if parts.remote {
-        guard_detached(py, || backend.check_all_blocking(&parts.borrowed()))?
-    } else {
-        guard(py, || backend.check_all_blocking(&parts.borrowed()))?
+pub(crate) fn check_all(py: Python<'_>, backend: &ratekeeper::Backend, parts: Parts) -> PyResult<Py<CombinedDecision>> {
+    let check_all = || {
+        let inner = if parts.remote {
+            guard_detached(py, || backend.check_all_blocking(&parts.borrowed()))?
+        } else {
+            guard(py, || backend.check_all_blocking(&parts.borrowed()))?
+        };
+        Py::new(py, CombinedDecision { inner })
     };
-    Ok(CombinedDecision { inner })
+    match parts.subject(backend) {
+        Some(subject) => crate::trace::traced(py, subject, "check_all", check_all),
+        None => check_all(),
+    }
 }
 
 /// `Backend.acquire_all`.
@@ -181,9 +195,15 @@ pub(crate) fn acquire_all(
     backend: &ratekeeper::Backend,
     parts: Parts,
     wait_timeout: Option<std::time::Duration>,
-) -> PyResult<CombinedDecision> {
-    let inner = guard_detached(py, || backend.acquire_all_blocking(&parts.borrowed(), wait_timeout))?;
-    Ok(CombinedDecision { inner })
+) -> PyResult<Py<CombinedDecision>> {
+    let acquire_all = || {
+        let inner = guard_detached(py, || backend.acquire_all_blocking(&parts.borrowed(), wait_timeout))?;
+        Py::new(py, CombinedDecision { inner })
+    };
+    match parts.subject(backend) {
+        Some(subject) => crate::trace::traced(py, subject, "acquire_all", acquire_all),
+        None => acquire_all(),
+    }
 }
 
 /// `Backend.acheck_all` and `Backend.aacquire_all` (`wait`: the latter, with its timeout).
@@ -193,15 +213,23 @@ pub(crate) fn acheck_all<'py>(
     parts: Parts,
     wait: Option<Option<std::time::Duration>>,
 ) -> PyResult<Fut<'py, CombinedDecision>> {
+    let subject = parts.subject(backend);
+    let started = subject.as_ref().map(|_| crate::trace::now());
+    let collector = crate::trace::collector(started);
+    let noted = collector.clone();
     let backend = backend.clone();
     let remote = parts.remote;
-    aio::run(py, remote, wait.is_some(), async move {
+    let future = aio::run(py, remote, wait.is_some(), async move {
         let borrowed = parts.borrowed();
         let combined = match wait {
-            None => backend.check_all(&borrowed).await?,
-            Some(timeout) => backend.acquire_all(&borrowed, timeout).await?,
+            None => crate::trace::noted(noted, backend.check_all(&borrowed)).await?,
+            Some(timeout) => crate::trace::noted(noted, backend.acquire_all(&borrowed, timeout)).await?,
         };
         Ok(Payload::Combined(combined))
-    })
-    .map(Fut::new)
+    })?;
+    if let Some(subject) = subject {
+        let method = if wait.is_some() { "acquire_all" } else { "check_all" };
+        crate::trace::traced_future(py, || subject, method, &future, started, collector);
+    }
+    Ok(Fut::new(future))
 }

@@ -331,21 +331,28 @@ impl Limiter {
     #[pyo3(signature = (key = None, cost = Cost::ONE))]
     fn check(&self, py: Python<'_>, key: Key<'_>, cost: Cost<PCost>) -> PyResult<Py<Decision>> {
         if self.inner.traced() {
-            return crate::trace::traced(py, &self.inner, "check", || self.check_untraced(py, key, cost));
+            let subject = crate::trace::Subject::of(&self.inner);
+            return crate::trace::traced(py, subject, "check", || Py::new(py, self.check_untraced(py, key, cost)?));
         }
         Py::new(py, self.check_untraced(py, key, cost)?)
     }
 
     /// What a call of cost 1 would get, consuming nothing.
     #[pyo3(signature = (key = None))]
-    fn peek(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Decision> {
+    fn peek(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Py<Decision>> {
         let k = crate::args::key(&key);
-        let d = if self.remote {
-            guard_detached(py, || self.inner.peek_blocking(k))?
-        } else {
-            guard(py, || self.inner.peek_blocking(k))?
+        let peek = || {
+            let d = if self.remote {
+                guard_detached(py, || self.inner.peek_blocking(k))?
+            } else {
+                guard(py, || self.inner.peek_blocking(k))?
+            };
+            Py::new(py, Decision::new(d, k))
         };
-        Ok(Decision::new(d, k))
+        if self.inner.traced() {
+            return crate::trace::traced(py, crate::trace::Subject::of(&self.inner), "peek", peek);
+        }
+        peek()
     }
 
     /// Consumes `cost`, waiting up to `wait_timeout` seconds (default: the limiter's) for the
@@ -364,7 +371,9 @@ impl Limiter {
         let acquire =
             || guard_detached(py, || self.inner.acquire_blocking(k, cost.0, wait)).map(|d| Decision::new(d, k));
         if self.inner.traced() {
-            return crate::trace::traced(py, &self.inner, "acquire", acquire);
+            return crate::trace::traced(py, crate::trace::Subject::of(&self.inner), "acquire", || {
+                Py::new(py, acquire()?)
+            });
         }
         Py::new(py, acquire()?)
     }
@@ -402,11 +411,17 @@ impl Limiter {
     fn release(&self, py: Python<'_>, lease: PyRef<'_, Lease>, key: Key<'_>) -> PyResult<()> {
         let k = lease_key(&lease, &key);
         let l = lease.inner;
-        if self.remote {
-            guard_detached(py, || self.inner.release_blocking(k, &l))
-        } else {
-            guard(py, || self.inner.release_blocking(k, &l))
+        let release = || {
+            if self.remote {
+                guard_detached(py, || self.inner.release_blocking(k, &l))
+            } else {
+                guard(py, || self.inner.release_blocking(k, &l))
+            }
+        };
+        if self.inner.traced() {
+            return crate::trace::traced(py, crate::trace::Subject::of(&self.inner), "release", release);
         }
+        release()
     }
 
     /// Renews a concurrent lease for another `lock_timeout` from now. Raises `LeaseLost` if it
@@ -450,13 +465,20 @@ impl Limiter {
     /// took, nor to a window that has rolled over. Returns the state after it, as `peek` reports
     /// it. A decision that cannot be settled (refused; concurrent, unlimited or partitions;
     /// another limiter's) raises `InvalidArgument` naming `decision`; nothing is written.
-    fn settle(&self, py: Python<'_>, decision: SettleDecision, actual: Cost<PActual>) -> PyResult<Decision> {
-        let d = if self.remote {
-            guard_detached(py, || self.inner.settle_blocking(&decision.0, actual.0))?
-        } else {
-            guard(py, || self.inner.settle_blocking(&decision.0, actual.0))?
+    fn settle(&self, py: Python<'_>, decision: SettleDecision, actual: Cost<PActual>) -> PyResult<Py<Decision>> {
+        let settle = || {
+            let d = if self.remote {
+                guard_detached(py, || self.inner.settle_blocking(&decision.0, actual.0))?
+            } else {
+                guard(py, || self.inner.settle_blocking(&decision.0, actual.0))?
+            };
+            Py::new(py, Decision::new(d, None))
         };
-        Ok(Decision::new(d, None))
+        if self.inner.traced() {
+            let subject = crate::trace::Subject::settle(&self.inner, &decision.0, actual.0);
+            return crate::trace::traced(py, subject, "settle", settle);
+        }
+        settle()
     }
 
     /// Pauses `key` for `duration` seconds, in every process sharing the backend: until it
@@ -591,24 +613,29 @@ impl Limiter {
                 Ok(Payload::Decision(d, k, concurrent(limiter)))
             })?
         };
-        crate::trace::traced_future(py, &self.inner, "check", &future, started, collector);
+        self.trace_future(py, "check", &future, started, collector);
         Ok(Fut::new(future))
     }
 
     /// asyncio form of `peek`.
     #[pyo3(signature = (key = None))]
     fn apeek<'py>(&self, py: Python<'py>, key: Key<'_>) -> PyResult<Fut<'py, Decision>> {
-        if !self.remote {
+        let started = crate::trace::started(&self.inner);
+        let collector = crate::trace::collector(started);
+        let future = if !self.remote {
             let k = crate::args::key(&key);
-            return aio::decided(py, || Ok(Decision::new(self.inner.peek_blocking(k)?, k))).map(Fut::new);
-        }
-        let limiter = self.inner.clone();
-        let k = owned(crate::args::key(&key));
-        aio::run(py, self.remote, false, async move {
-            let d = limiter.peek(k.as_deref()).await?;
-            Ok(Payload::Decision(d, k, None))
-        })
-        .map(Fut::new)
+            aio::decided(py, || Ok(Decision::new(self.inner.peek_blocking(k)?, k)))?
+        } else {
+            let limiter = self.inner.clone();
+            let k = owned(crate::args::key(&key));
+            let noted = collector.clone();
+            aio::run(py, self.remote, false, async move {
+                let d = crate::trace::noted(noted, limiter.peek(k.as_deref())).await?;
+                Ok(Payload::Decision(d, k, None))
+            })?
+        };
+        self.trace_future(py, "peek", &future, started, collector);
+        Ok(Fut::new(future))
     }
 
     /// asyncio form of `acquire`: waits without blocking the event loop.
@@ -630,7 +657,7 @@ impl Limiter {
             let d = crate::trace::noted(noted, limiter.acquire(k.as_deref(), cost, wait)).await?;
             Ok(Payload::Decision(d, k, concurrent(limiter)))
         })?;
-        crate::trace::traced_future(py, &self.inner, "acquire", &future, started, collector);
+        self.trace_future(py, "acquire", &future, started, collector);
         Ok(Fut::new(future))
     }
 
@@ -662,11 +689,15 @@ impl Limiter {
         let limiter = self.inner.clone();
         let k = owned(lease_key(&lease, &key));
         let l = lease.inner;
-        aio::run(py, self.remote, false, async move {
-            limiter.release(k.as_deref(), &l).await?;
+        let started = crate::trace::started(&self.inner);
+        let collector = crate::trace::collector(started);
+        let noted = collector.clone();
+        let future = aio::run(py, self.remote, false, async move {
+            crate::trace::noted(noted, limiter.release(k.as_deref(), &l)).await?;
             Ok(Payload::None)
-        })
-        .map(Fut::new)
+        })?;
+        self.trace_future(py, "release", &future, started, collector);
+        Ok(Fut::new(future))
     }
 
     /// asyncio form of `extend`.
@@ -710,11 +741,18 @@ impl Limiter {
     ) -> PyResult<Fut<'py, Decision>> {
         let limiter = self.inner.clone();
         let (decision, actual) = (decision.0, actual.0);
-        aio::run(py, self.remote, false, async move {
-            let d = limiter.settle(&decision, actual).await?;
+        let started = crate::trace::started(&self.inner);
+        let collector = crate::trace::collector(started);
+        let noted = collector.clone();
+        let subject = started.map(|_| crate::trace::Subject::settle(&self.inner, &decision, actual));
+        let future = aio::run(py, self.remote, false, async move {
+            let d = crate::trace::noted(noted, limiter.settle(&decision, actual)).await?;
             Ok(Payload::Decision(d, None, None))
-        })
-        .map(Fut::new)
+        })?;
+        if let Some(subject) = subject {
+            crate::trace::traced_future(py, || subject, "settle", &future, started, collector);
+        }
+        Ok(Fut::new(future))
     }
 
     /// asyncio form of `pause`.
@@ -794,4 +832,18 @@ impl Limiter {
 #[pyfunction]
 pub fn unlimited(py: Python<'_>) -> PyResult<PyLimiter<'_>> {
     Limiter::wrap(py, ratekeeper::Limiter::unlimited(), false)
+}
+
+impl Limiter {
+    /// Hands a traced asyncio call of this limiter to the hook (see `trace::traced_future`).
+    fn trace_future(
+        &self,
+        py: Python<'_>,
+        method: &'static str,
+        future: &Bound<'_, PyAny>,
+        started: Option<u64>,
+        collector: Option<ratekeeper::trace::Collector>,
+    ) {
+        crate::trace::traced_future(py, || crate::trace::Subject::of(&self.inner), method, future, started, collector);
+    }
 }

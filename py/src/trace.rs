@@ -1,7 +1,9 @@
 //! Traced calls (see `core/src/trace.rs`): while `ratekeeper.otel` traces a limiter's backend,
-//! a sync `check`/`acquire` notes its Redis round trips and hands them, with the decision or the
-//! error and the call's start and end, to `ratekeeper.otel._trace_call`, which makes the spans
-//! in the caller's context. An asyncio call (`acheck`, `aacquire`) runs on the core's runtime:
+//! a sync call (`check`, `acquire`, `peek`, `settle`, `release`, the backend's `check_all` and
+//! `acquire_all`) notes its Redis round trips and hands them, with the span's attributes
+//! ([`Subject`]), the result or the error and the call's start and end, to
+//! `ratekeeper.otel._trace_call`, which makes the spans in the caller's context. An asyncio call
+//! (`acheck`, `aacquire`, `apeek`, `asettle`, `arelease`, …) runs on the core's runtime:
 //! its task notes its round trips into a [`RoundTrips`] collector, and its future gets a done
 //! callback (`ratekeeper.otel._trace_future`) that makes its spans, in the context the call was
 //! made in. Untraced, a call pays the one branch of `Limiter::traced`.
@@ -10,8 +12,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-
-use crate::decision::Decision;
 
 /// `ratekeeper.otel._trace_call`, imported at the first traced call (the module is loaded by then:
 /// only its `instrument` turns tracing on).
@@ -23,7 +23,78 @@ static FUTURE_HOOK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// When a call of `limiter` starts, if its backend is traced (ns since the epoch).
 #[inline]
 pub(crate) fn started(limiter: &ratekeeper::Limiter) -> Option<u64> {
-    limiter.traced().then(|| epoch_nanos(SystemTime::now()))
+    limiter.traced().then(now)
+}
+
+/// Now, as a traced call's start (ns since the epoch).
+pub(crate) fn now() -> u64 {
+    epoch_nanos(SystemTime::now())
+}
+
+/// Who a traced call is of, as its span says it: the backend (which tracers) and the span's
+/// attributes from the call's inputs (never a key).
+pub(crate) struct Subject {
+    backend_id: usize,
+    attributes: Vec<(&'static str, Attribute)>,
+}
+
+/// An attribute's value.
+#[derive(IntoPyObject)]
+enum Attribute {
+    Text(String),
+    Number(u64),
+    Texts(Vec<String>),
+}
+
+impl Subject {
+    /// A call of `limiter`: its name and kind.
+    pub(crate) fn of(limiter: &ratekeeper::Limiter) -> Subject {
+        Subject {
+            backend_id: limiter.backend_id(),
+            attributes: vec![
+                ("ratekeeper.limiter", Attribute::Text(limiter.name().to_owned())),
+                ("ratekeeper.kind", Attribute::Text(limiter.kind().as_str().to_owned())),
+            ],
+        }
+    }
+
+    /// A call over several limiters (`check_all`, `acquire_all`): their names, in order.
+    pub(crate) fn of_all<'a>(backend_id: usize, limiters: impl Iterator<Item = &'a ratekeeper::Limiter>) -> Subject {
+        let names = limiters.map(|l| l.name().to_owned()).collect();
+        Subject { backend_id, attributes: vec![("ratekeeper.limiters", Attribute::Texts(names))] }
+    }
+
+    /// A settle of `decision` to `actual` by `limiter`: the direction (`charged`, `refunded`;
+    /// none when equal) and the units, as `ratekeeper.settle.units` counts them.
+    pub(crate) fn settle(limiter: &ratekeeper::Limiter, decision: &ratekeeper::Decision, actual: u64) -> Subject {
+        let mut subject = Subject::of(limiter);
+        if let Some(ticket) = &decision.settle {
+            if actual != ticket.cost {
+                let direction = if actual > ticket.cost { "charged" } else { "refunded" };
+                subject.attributes.push(("ratekeeper.direction", Attribute::Text(direction.to_owned())));
+            }
+            subject.attributes.push(("ratekeeper.units", Attribute::Number(actual.abs_diff(ticket.cost))));
+        }
+        subject
+    }
+}
+
+/// A traced call's result as the hook takes it: the decision (or combined decision), or None.
+pub(crate) trait Outcome {
+    /// The object the hook reads the outcome from.
+    fn for_hook(&self, py: Python<'_>) -> Py<PyAny>;
+}
+
+impl<T> Outcome for Py<T> {
+    fn for_hook(&self, py: Python<'_>) -> Py<PyAny> {
+        self.clone_ref(py).into_any()
+    }
+}
+
+impl Outcome for () {
+    fn for_hook(&self, py: Python<'_>) -> Py<PyAny> {
+        py.None()
+    }
 }
 
 /// The round trips an asyncio call's task notes, for `_trace_future` to take once the call is
@@ -68,12 +139,12 @@ pub(crate) async fn noted<F: std::future::Future>(
     }
 }
 
-/// Hands an asyncio call's `future` (a call named `method` of `limiter`, `started` if traced,
+/// Hands an asyncio call's `future` (a call named `method` of `subject`, `started` if traced,
 /// its task's round trips noted into `collector`) to the hook, which makes its spans when it
 /// is done.
 pub(crate) fn traced_future(
     py: Python<'_>,
-    limiter: &ratekeeper::Limiter,
+    subject: impl FnOnce() -> Subject,
     method: &'static str,
     future: &Bound<'_, PyAny>,
     started: Option<u64>,
@@ -82,7 +153,8 @@ pub(crate) fn traced_future(
     let Some(start) = started else { return };
     let handed = import(py, &FUTURE_HOOK, "_trace_future").and_then(|hook| {
         let trips = collector.map(|c| Py::new(py, RoundTrips(c))).transpose()?;
-        hook.call1(py, (future, limiter.backend_id(), method, limiter.name(), limiter.kind().as_str(), start, trips))
+        let Subject { backend_id, attributes } = subject();
+        hook.call1(py, (future, backend_id, method, attributes, start, trips))
     });
     if let Err(e) = handed {
         e.write_unraisable(py, None);
@@ -99,29 +171,25 @@ fn epoch_nanos(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// Runs `call` (a call named `method` of `limiter`) with its round trips noted, then hands it to
-/// the hook. A failing hook is reported as unraisable: tracing never changes a call's result.
-pub(crate) fn traced(
+/// Runs `call` (a call named `method` of `subject`) with its round trips noted, then hands it
+/// to the hook. A failing hook is reported as unraisable: tracing never changes a call's result.
+pub(crate) fn traced<R: Outcome>(
     py: Python<'_>,
-    limiter: &ratekeeper::Limiter,
+    subject: Subject,
     method: &'static str,
-    call: impl FnOnce() -> PyResult<Decision>,
-) -> PyResult<Py<Decision>> {
+    call: impl FnOnce() -> PyResult<R>,
+) -> PyResult<R> {
     let start = epoch_nanos(SystemTime::now());
     let (result, trips) = ratekeeper::trace::collect(call);
     let end = epoch_nanos(SystemTime::now());
-    let result = result.and_then(|d| Py::new(py, d));
-    let (decision, error) = match &result {
-        Ok(d) => (Some(d.clone_ref(py)), None),
-        Err(e) => (None, Some(e.value(py).clone().unbind())),
+    let (outcome, error) = match &result {
+        Ok(r) => (r.for_hook(py), None),
+        Err(e) => (py.None(), Some(e.value(py).clone().unbind())),
     };
     let trips = rows(&trips);
-    let handed = import(py, &HOOK, "_trace_call").and_then(|hook| {
-        hook.call1(
-            py,
-            (limiter.backend_id(), method, limiter.name(), limiter.kind().as_str(), decision, error, start, end, trips),
-        )
-    });
+    let Subject { backend_id, attributes } = subject;
+    let handed = import(py, &HOOK, "_trace_call")
+        .and_then(|hook| hook.call1(py, (backend_id, method, attributes, outcome, error, start, end, trips)));
     if let Err(e) = handed {
         e.write_unraisable(py, None);
     }

@@ -198,6 +198,26 @@ def test_durations_beyond_a_collections_share_are_recorded_at_the_next_ones_exac
     assert seen == sorted(seen)
 
 
+
+def test_a_collection_past_its_share_records_its_free_values_and_no_more() -> None:
+    """A collection with no time left of its share (it follows another at once) records its
+    `_FREE_RECORDS` values and at most one more chunk: the SDK's `record` costs 5–11 µs here,
+    so each chunk recorded past the share is time a checking thread cannot run."""
+    reader = InMemoryMetricReader()
+    backend = ratekeeper.Backend.memory()
+    otel.instrument(backend, meter_provider=MeterProvider(metric_readers=[reader]))
+    api = backend.token_bucket("api", 1_000_000, 10**9)
+    api.check(KEY)
+    assert counted(reader)[("ratekeeper.check.duration", "api", "admitted")] == 1
+    for _ in range(5_000):
+        api.check(KEY)
+    (_, registration), = [v for v in otel._registrations.values() if v[1].backends == [backend]]
+    # The time since the last collection (its share) set to nothing: only the free values remain.
+    registration._last_recorded = float("inf")
+    recorded = counted(reader)[("ratekeeper.check.duration", "api", "admitted")] - 1
+    assert otel._FREE_RECORDS <= recorded <= otel._FREE_RECORDS + otel._CHUNK, recorded
+
+
 @pytest.mark.parametrize("allowed", [True, False])
 def test_annotate_adds_the_decision_to_the_current_span(allowed: bool) -> None:
     exporter = InMemorySpanExporter()

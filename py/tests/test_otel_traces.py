@@ -204,3 +204,78 @@ def test_the_documented_trace_setup(redis_server: RedisServer) -> None:
     names = [s.name for s in exporter.get_finished_spans()]
     assert names[-2:] == ["ratekeeper check", "GET /orders"]
     assert set(names[:-2]) <= {"EVALSHA", "EVAL"} and names[:-2], names
+
+
+@pytest.mark.parametrize("mode", ["sync", "asyncio"])
+@pytest.mark.parametrize("where", ["redis", "memory"])
+def test_peek_settle_release_and_check_all_have_a_span_each(redis_server: RedisServer, where: str, mode: str) -> None:
+    backend = (ratekeeper.Backend.redis(redis_server.url, prefix=unique_prefix(), **REDIS_OPTIONS) if where == "redis"
+               else ratekeeper.Backend.memory())
+    api = backend.token_bucket("api", 0.001, 10)
+    pool = backend.concurrent("pool", 1, lock_timeout=30)
+    # Each call once untraced: every script is then cached (one EVALSHA each).
+    checked = api.check("warm", 2)
+    api.peek("warm")
+    api.settle(checked, 1)
+    backend.check_all([(api, "warm", 1), (pool, "warm", 1)]).release()
+    first, second = api.check(KEY, 3), api.check(KEY, 1)
+    provider, exporter = tracing()
+    instrumentation = otel.instrument(backend, meter_provider=MeterProvider(), tracer_provider=provider)
+
+    async def calls() -> ratekeeper.CombinedDecision:
+        await api.apeek(KEY)
+        await api.asettle(first, 1)
+        await api.asettle(second, 4)
+        combined = await backend.acheck_all([(api, KEY, 1), (pool, KEY, 1)])
+        with pytest.raises(ratekeeper.OverLimit):
+            await backend.aacquire_all([(pool, KEY)], wait_timeout=0)
+        lease = combined.parts[1].lease
+        assert lease is not None
+        await pool.arelease(lease)
+        return combined
+
+    if mode == "asyncio":
+        combined = asyncio.run(calls())
+    else:
+        api.peek(KEY)
+        api.settle(first, 1)
+        api.settle(second, 4)
+        combined = backend.check_all([(api, KEY, 1), (pool, KEY, 1)])
+        with pytest.raises(ratekeeper.OverLimit):
+            backend.acquire_all([(pool, KEY)], wait_timeout=0)
+        lease = combined.parts[1].lease
+        assert lease is not None
+        pool.release(lease)
+    assert combined.allowed
+    instrumentation.close()
+    spans = exporter.get_finished_spans()
+    for span in spans:
+        no_key(span)
+    calls_ = [s for s in spans if s.name.startswith("ratekeeper ")]
+    assert [(s.name, (s.attributes or {}).get("ratekeeper.outcome")) for s in calls_] == [
+        ("ratekeeper peek", "admitted"),
+        ("ratekeeper settle", "admitted"),
+        ("ratekeeper settle", "admitted"),
+        ("ratekeeper check_all", "admitted"),
+        ("ratekeeper acquire_all", "refused"),
+        ("ratekeeper release", None),
+    ]
+    # One round trip each on Redis: a refused acquire_all that may not wait is one attempt in
+    # either form (the sync form once tried again through the async one: two round trips).
+    trips = [0] * 6 if where == "memory" else [1] * 6
+    assert len(spans) == len(calls_) + sum(trips), " ".join(s.name for s in spans)
+    for call, n in zip(calls_, trips):
+        children = [t for t in spans if t.parent is not None and t.parent.span_id == call.context.span_id]
+        assert [(t.name, t.kind) for t in children] == [("EVALSHA", SpanKind.CLIENT)] * n
+        for trip in children:
+            assert call.start_time <= trip.start_time <= trip.end_time <= call.end_time
+    peek, refund, charge, check_all, acquire_all, release = (dict(s.attributes or {}) for s in calls_)
+    assert (peek["ratekeeper.limiter"], peek["ratekeeper.kind"], peek["ratekeeper.retry_after"]) == (
+        "api", "token_bucket", 0)
+    assert (refund["ratekeeper.direction"], refund["ratekeeper.units"]) == ("refunded", 2)
+    assert (charge["ratekeeper.direction"], charge["ratekeeper.units"]) == ("charged", 3)
+    assert tuple(check_all["ratekeeper.limiters"]) == ("api", "pool")
+    assert check_all["ratekeeper.retry_after"] == 0
+    assert tuple(acquire_all["ratekeeper.limiters"]) == ("pool",)
+    assert acquire_all["ratekeeper.retry_after"] > 0
+    assert (release["ratekeeper.limiter"], release["ratekeeper.kind"]) == ("pool", "concurrent")

@@ -132,17 +132,50 @@ impl Backend {
         wait_timeout: Option<Duration>,
     ) -> Result<CombinedDecision> {
         let prepared = self.prepare_all(parts)?;
+        let deadline = self.acquire_all_deadline(&prepared, wait_timeout)?;
+        let first = self.decide_all(&prepared).await?;
+        self.wait_all(parts, deadline, first).await
+    }
+
+    /// Blocking form of [`Backend::acquire_all`]. Call it from plain threads, not from inside
+    /// an async task. Its first attempt is made on the calling thread; only a refused one that
+    /// may wait goes on to wait on the runtime (the same steps as the async form, from that
+    /// attempt: a refusal is one attempt, counted once).
+    pub fn acquire_all_blocking(
+        &self,
+        parts: &[(&Limiter, Option<&str>, u64)],
+        wait_timeout: Option<Duration>,
+    ) -> Result<CombinedDecision> {
+        let prepared = self.prepare_all(parts)?;
+        let deadline = self.acquire_all_deadline(&prepared, wait_timeout)?;
+        let first = self.decide_all_blocking(&prepared)?;
+        if first.combined.allowed {
+            return Ok(first.combined);
+        }
+        block_on(self.wait_all(parts, deadline, first))
+    }
+
+    /// The instant (µs, on the backend's clock) an acquire_all gives up: `wait_timeout` from now,
+    /// by default the shortest of the parts' limiters' wait timeouts.
+    fn acquire_all_deadline(&self, prepared: &[Prepared<'_>], wait_timeout: Option<Duration>) -> Result<u64> {
         let wait = match wait_timeout {
             Some(w) if !w.is_zero() => validate_duration("wait_timeout", w)?,
             Some(w) => w,
             None => prepared.iter().map(|p| p.limiter.wait_timeout()).min().unwrap_or_default(),
         };
+        Ok(self.clock().now_micros().saturating_add(micros(wait)))
+    }
+
+    /// From an attempt already made (`decided`), waits and tries again until a step admits every
+    /// part, or fails with [`Error::OverLimit`] when that cannot happen by `deadline`.
+    async fn wait_all(
+        &self,
+        parts: &[(&Limiter, Option<&str>, u64)],
+        deadline: u64,
+        mut decided: Decided,
+    ) -> Result<CombinedDecision> {
         let clock = self.clock();
-        let deadline = clock.now_micros().saturating_add(micros(wait));
         loop {
-            // Each attempt asks for fresh lease ids.
-            let prepared = self.prepare_all(parts)?;
-            let decided = self.decide_all(&prepared).await?;
             if decided.combined.allowed {
                 return Ok(decided.combined);
             }
@@ -156,22 +189,10 @@ impl Backend {
                 None if ready_at <= deadline => clock.sleep(retry_after.max(Duration::from_micros(1))).await,
                 _ => return Err(Error::OverLimit { retry_after }),
             }
+            // Each attempt asks for fresh lease ids.
+            let prepared = self.prepare_all(parts)?;
+            decided = self.decide_all(&prepared).await?;
         }
-    }
-
-    /// Blocking form of [`Backend::acquire_all`]. Call it from plain threads, not from inside
-    /// an async task.
-    pub fn acquire_all_blocking(
-        &self,
-        parts: &[(&Limiter, Option<&str>, u64)],
-        wait_timeout: Option<Duration>,
-    ) -> Result<CombinedDecision> {
-        let prepared = self.prepare_all(parts)?;
-        let decided = self.decide_all_blocking(&prepared)?;
-        if decided.combined.allowed {
-            return Ok(decided.combined);
-        }
-        block_on(self.acquire_all(parts, wait_timeout))
     }
 
     /// Validates every part, naming a bad one by its path (`parts[1].cost`).

@@ -285,3 +285,127 @@ fn a_driven_call_goes_through_the_deny_cache_like_the_async_call() {
     // The warm-up and both driven calls went to Redis, the remembered refusal did not.
     assert_eq!(m.latency_count(), 3, "a latency per call that went to Redis: {m:?}");
 }
+
+#[test]
+fn batches_written_before_the_previous_reply_are_answered_in_order_and_a_drop_fails_each_call_once() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(30))).unwrap();
+    let limiter = backend.token_bucket("in-flight", 0.001, 10).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let first = driven(&limiter, "k", 1);
+    let mut stream = first.endpoint().connect().unwrap();
+    let mut pipeline = Pipeline::new();
+
+    // Two writes, the second before the first's reply: one reply each, in order.
+    let mut out = Vec::new();
+    pipeline.push(0, first);
+    pipeline.push(1, driven(&limiter, "k", 1));
+    pipeline.write_queued(&mut out);
+    assert_eq!(pipeline.writes_in_flight(), 1);
+    pipeline.push(2, driven(&limiter, "k", 1));
+    pipeline.write_queued(&mut out);
+    assert_eq!(pipeline.writes_in_flight(), 2, "a write before the previous reply is one more in flight");
+    pipeline.write_queued(&mut out);
+    assert_eq!(pipeline.writes_in_flight(), 2, "writing nothing is not a write in flight");
+    stream.write_all(&out).unwrap();
+    let mut done = Vec::new();
+    let mut buffer = [0u8; 64]; // small: replies arrive split across reads
+    while done.len() < 3 {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "the server closed the connection");
+        pipeline.read(&buffer[..n], &mut done).unwrap();
+    }
+    assert_eq!(pipeline.writes_in_flight(), 0);
+    let remaining: Vec<(usize, u64)> = done
+        .drain(..)
+        .map(|(token, finished)| match finished {
+            Finished::Done(result) => (token, result.expect("Redis answers").remaining),
+            Finished::Rerun(_) => panic!("the script is cached"),
+        })
+        .collect();
+    assert_eq!(remaining, [(0, 9), (1, 8), (2, 7)], "each reply went to its own call, in order");
+
+    // The server holds two writes (a write pause holds scripts) and one call is still queued when
+    // the connection is killed: every call ends once, with the connection's error, and none ran.
+    server.cli(&["CLIENT", "PAUSE", "30000", "WRITE"]);
+    let mut out = Vec::new();
+    pipeline.push(10, driven(&limiter, "k", 1));
+    pipeline.push(11, driven(&limiter, "k", 1));
+    pipeline.write_queued(&mut out);
+    pipeline.push(12, driven(&limiter, "k", 1));
+    pipeline.write_queued(&mut out);
+    pipeline.push(13, driven(&limiter, "k", 1));
+    assert_eq!(pipeline.writes_in_flight(), 2);
+    stream.write_all(&out).unwrap();
+    server.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let error = loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break Error::BackendUnavailable { message: "Redis closed the connection".into() },
+            Ok(n) => pipeline.read(&buffer[..n], &mut done).unwrap(),
+            Err(e) => break Error::BackendUnavailable { message: e.to_string() },
+        }
+    };
+    assert!(done.is_empty(), "a paused server answered nothing");
+    pipeline.fail_all(&error, &mut done);
+    server.cli(&["CLIENT", "UNPAUSE"]);
+    let mut tokens: Vec<usize> = done
+        .into_iter()
+        .map(|(token, finished)| match finished {
+            Finished::Done(Err(e)) => {
+                assert_eq!(e.kind(), ErrorKind::BackendUnavailable, "call {token}: {e}");
+                token
+            }
+            Finished::Done(Ok(d)) => panic!("call {token} was decided on a dropped connection: {d:?}"),
+            Finished::Rerun(_) => panic!("call {token} may have run: it must not run again"),
+        })
+        .collect();
+    tokens.sort_unstable();
+    assert_eq!(tokens, [10, 11, 12, 13], "every call ends exactly once");
+    assert_eq!(pipeline.writes_in_flight(), 0);
+    assert!(!pipeline.has_waiting_calls() && !pipeline.awaiting_replies());
+    assert_eq!(block_on(limiter.peek(Some("k"))).unwrap().remaining, 7, "no call of the killed connection ran");
+}
+
+#[test]
+fn a_traced_pipeline_notes_each_round_trip_with_the_calls_it_ended_and_an_untraced_one_none() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(RedisConfig::new(server.url()).deadline(Duration::from_secs(5))).unwrap();
+    let limiter = backend.token_bucket("traced", 0.001, 10).unwrap();
+    assert!(limiter.check_blocking(Some("warm-up"), 1).unwrap().allowed, "the script is cached");
+    let first = driven(&limiter, "k", 1);
+    let mut stream = first.endpoint().connect().unwrap();
+    let mut pipeline = Pipeline::new();
+    pipeline.push(0, first);
+    exchange(&mut stream, &mut pipeline, 1);
+    assert!(pipeline.take_round_trips().is_empty(), "untraced: nothing noted");
+
+    pipeline.trace(true);
+    for token in 0..3 {
+        pipeline.push(token, driven(&limiter, "k", 1));
+    }
+    let done = exchange(&mut stream, &mut pipeline, 3);
+    let trips = pipeline.take_round_trips();
+    assert_eq!(trips.len(), 1, "one batched command: {trips:?}");
+    assert_eq!((trips[0].calls.clone(), trips[0].batch), (0..3, 3));
+    assert_eq!(done.len(), 3);
+    let trip = &trips[0].trip;
+    assert_eq!((trip.command, trip.error.as_deref()), ("EVALSHA", None));
+    assert_eq!(trip.server, Some(("127.0.0.1".to_owned(), server.port)));
+    assert!(trip.end >= trip.start);
+    assert!(pipeline.take_round_trips().is_empty(), "taken once");
+
+    // Written, then the connection fails: the round trip ends with `io`.
+    pipeline.push(7, driven(&limiter, "k", 1));
+    let mut out = Vec::new();
+    pipeline.write_queued(&mut out);
+    let mut done = Vec::new();
+    pipeline.fail_all(&Error::BackendUnavailable { message: "dropped".into() }, &mut done);
+    let trips = pipeline.take_round_trips();
+    assert_eq!(trips.len(), 1);
+    assert_eq!((trips[0].calls.clone(), trips[0].trip.error.as_deref()), (0..1, Some("io")));
+
+    pipeline.trace(false);
+    pipeline.push(8, driven(&limiter, "k", 1));
+    exchange(&mut stream, &mut pipeline, 1);
+    assert!(pipeline.take_round_trips().is_empty(), "untraced again");
+}

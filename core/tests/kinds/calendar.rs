@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use ratekeeper::{Backend, CalendarPeriod, RedisConfig};
+use ratekeeper::{Backend, CalendarPeriod};
 use support::RedisServer;
 
 const DAY_US: u64 = 86_400_000_000;
@@ -22,7 +22,7 @@ fn server_now(server: &RedisServer) -> u64 {
 #[test]
 fn the_server_clock_decides_and_reset_reaches_the_next_midnight() {
     let server = RedisServer::start();
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("cal")).unwrap();
+    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("cal")).unwrap();
     let limiter = backend.calendar("daily", 2, CalendarPeriod::Day, "UTC", None).unwrap();
     let first = limiter.check_blocking(Some("u"), 1).unwrap();
     assert!(first.allowed);

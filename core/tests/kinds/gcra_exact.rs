@@ -7,7 +7,7 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{Backend, Clock, Limiter, ManualClock, MemoryConfig, RedisConfig};
+use ratekeeper::{Backend, Clock, Limiter, ManualClock, MemoryConfig};
 use support::RedisServer;
 
 const START: u64 = 1_800_000_000_000_000;
@@ -87,7 +87,7 @@ fn token_buckets_admit_their_rate_on_redis() {
     for rate in [700_000u64, 333_333, 3, 7] {
         let clock = ManualClock::new(START);
         let backend = Backend::redis_with(
-            RedisConfig::new(server.url()).prefix(format!("exact{rate}")).clock(Arc::new(clock.clone())),
+            support::redis_config(server.url()).prefix(format!("exact{rate}")).clock(Arc::new(clock.clone())),
         )
         .unwrap();
         let limiter = backend.token_bucket("exact", rate as f64, 10).unwrap();
@@ -153,7 +153,7 @@ fn overcharges_are_debt_on_redis() {
     let server = RedisServer::start();
     let clock = ManualClock::new(START);
     let backend =
-        Backend::redis_with(RedisConfig::new(server.url()).prefix("debt").clock(Arc::new(clock.clone()))).unwrap();
+        Backend::redis_with(support::redis_config(server.url()).prefix("debt").clock(Arc::new(clock.clone()))).unwrap();
     overcharges_are_debt(&backend, &clock);
 }
 

@@ -16,7 +16,7 @@ const TTL: Duration = Duration::from_secs(1);
 
 /// `n` processes' worth of backends on one server, sharing one manual clock.
 fn fleet(url: &str, n: usize, clock: &ManualClock) -> Vec<Backend> {
-    (0..n).map(|_| Backend::redis_with(RedisConfig::new(url).clock(Arc::new(clock.clone()))).unwrap()).collect()
+    (0..n).map(|_| Backend::redis_with(support::redis_config(url).clock(Arc::new(clock.clone()))).unwrap()).collect()
 }
 
 /// Admitted calls of cost 1 until one is refused.
@@ -334,7 +334,7 @@ fn random_fleet_traffic_stays_within_the_leased_rule_over_every_span() {
         let clock = ManualClock::new(START);
         let backends: Vec<Backend> = (0..3)
             .map(|_| {
-                let config = RedisConfig::new(server.url()).prefix(format!("random{round}"));
+                let config = support::redis_config(server.url()).prefix(format!("random{round}"));
                 Backend::redis_with(config.clock(Arc::new(clock.clone()))).unwrap()
             })
             .collect();
@@ -393,7 +393,7 @@ impl Clock for SteppedBack {
 
 fn stepped_backend(url: &str) -> (Backend, SteppedBack) {
     let clock = SteppedBack::default();
-    (Backend::redis_with(RedisConfig::new(url).clock(Arc::new(clock.clone()))).unwrap(), clock)
+    (Backend::redis_with(support::redis_config(url).clock(Arc::new(clock.clone()))).unwrap(), clock)
 }
 
 /// A refusal remembered in-process holds for its `retry_after` of real time, not until the

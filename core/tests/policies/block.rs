@@ -25,7 +25,7 @@ fn memory() -> (Backend, ManualClock) {
 
 fn redis_manual(server: &RedisServer, prefix: &str) -> (Backend, ManualClock) {
     let clock = ManualClock::new(START);
-    let config = RedisConfig::new(server.url()).prefix(prefix).clock(Arc::new(clock.clone()));
+    let config = support::redis_config(server.url()).prefix(prefix).clock(Arc::new(clock.clone()));
     (Backend::redis_with(config).unwrap(), clock)
 }
 
@@ -191,8 +191,8 @@ fn redis_blocks_with_a_manual_clock() {
 #[test]
 fn redis_block_is_fleet_wide() {
     let server = RedisServer::start();
-    let one = Backend::redis_with(RedisConfig::new(server.url()).prefix("fleet")).unwrap();
-    let two = Backend::redis_with(RedisConfig::new(server.url()).prefix("fleet")).unwrap();
+    let one = Backend::redis_with(support::redis_config(server.url()).prefix("fleet")).unwrap();
+    let two = Backend::redis_with(support::redis_config(server.url()).prefix("fleet")).unwrap();
     let strict =
         one.limiter_from_json("login", r#"{"kind":"bucket","limit":1,"interval":3600,"block_for":600}"#).unwrap();
     let other = two.limiter_from_json("login", r#"{"kind":"bucket","limit":1,"interval":3600}"#).unwrap();

@@ -190,6 +190,22 @@ fn acquire_all_gives_up_with_the_retry_after(backend: &Backend, name: &str) {
     let retry = e.retry_after().unwrap();
     assert!(retry > Duration::from_secs(1) && retry <= HOUR, "{retry:?}");
     assert_eq!(remaining(&tb, "t9:a"), 1, "the refused attempts consumed nothing");
+
+    // A refused acquire_all that may not wait is one attempt, counted as a refused check_all
+    // is (the blocking form once tried again through the async form: two attempts, two counts).
+    let counts = || (tb.metrics(), quota.metrics());
+    let before = counts();
+    assert!(!backend.check_all_blocking(&parts).unwrap().allowed);
+    let one_attempt = counts();
+    let e = backend.acquire_all_blocking(&parts, Some(Duration::ZERO)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OverLimit);
+    let after = counts();
+    let delta = |a: &ratekeeper::Metrics, b: &ratekeeper::Metrics| (b.allowed - a.allowed, b.refused - a.refused);
+    assert_eq!(
+        (delta(&one_attempt.0, &after.0), delta(&one_attempt.1, &after.1)),
+        (delta(&before.0, &one_attempt.0), delta(&before.1, &one_attempt.1)),
+        "a refused acquire_all_blocking counts as one check_all"
+    );
 }
 
 fn memory() -> (Backend, ManualClock) {
@@ -235,9 +251,9 @@ fn memory_check_all_spans_shards_without_deadlock() {
 fn redis_check_all_with_a_manual_clock() {
     let server = RedisServer::start();
     let clock = ManualClock::new(START);
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).clock(Arc::new(clock))).unwrap();
+    let backend = Backend::redis_with(support::redis_config(server.url()).clock(Arc::new(clock))).unwrap();
     all_or_nothing(&backend, "r");
-    let other = Backend::redis_with(RedisConfig::new(server.url()).prefix("other")).unwrap();
+    let other = Backend::redis_with(support::redis_config(server.url()).prefix("other")).unwrap();
     bad_input_writes_nothing(&backend, &other, "r");
     acquire_all_gives_up_with_the_retry_after(&backend, "r");
 }
@@ -329,7 +345,7 @@ fn cluster_check_all_needs_one_slot() {
 #[test]
 fn a_part_in_shadow_mode_never_refuses_the_combination() {
     let server = RedisServer::start();
-    let redis = Backend::redis_with(RedisConfig::new(server.url()).prefix("shadowall")).unwrap();
+    let redis = Backend::redis_with(support::redis_config(server.url()).prefix("shadowall")).unwrap();
     for backend in [Backend::memory(), redis] {
         let enforced = backend.bucket("enforced", 3, HOUR).unwrap();
         let shadow = backend.bucket("shadow", 1, HOUR).unwrap().with_shadow(true).unwrap();

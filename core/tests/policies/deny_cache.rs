@@ -9,7 +9,7 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{Backend, LimiterSpec, ManualClock, RedisConfig};
+use ratekeeper::{Backend, LimiterSpec, ManualClock};
 use support::RedisServer;
 
 const START: u64 = 1_800_000_000_000_000;
@@ -23,7 +23,8 @@ fn script_calls(server: &RedisServer) -> u64 {
 
 fn manual(server: &RedisServer, prefix: &str, deny_cache: bool) -> (Backend, ManualClock) {
     let clock = ManualClock::new(START);
-    let config = RedisConfig::new(server.url()).prefix(prefix).clock(Arc::new(clock.clone())).deny_cache(deny_cache);
+    let config =
+        support::redis_config(server.url()).prefix(prefix).clock(Arc::new(clock.clone())).deny_cache(deny_cache);
     (Backend::redis_with(config).unwrap(), clock)
 }
 
@@ -133,7 +134,7 @@ fn off_unless_the_backend_or_the_limiter_says_so() {
     assert!(!backend.concurrent("mutex", 1, SECOND).unwrap().with_deny_cache(true).unwrap().deny_cache());
     let memory = Backend::memory();
     assert!(!memory.token_bucket("m", 1.0, 1).unwrap().with_deny_cache(true).unwrap().deny_cache());
-    let err = Backend::redis_with(RedisConfig::new(server.url()).deny_cache_max_entries(0)).unwrap_err();
+    let err = Backend::redis_with(support::redis_config(server.url()).deny_cache_max_entries(0)).unwrap_err();
     assert_eq!(err.parameter(), Some("deny_cache_max_entries"));
 }
 

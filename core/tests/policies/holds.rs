@@ -6,7 +6,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use ratekeeper::{Backend, RedisConfig};
+use ratekeeper::Backend;
 use support::RedisServer;
 
 use super::block::every_kind;
@@ -20,8 +20,8 @@ const MINUTE: Duration = Duration::from_secs(60);
 #[test]
 fn a_hold_set_by_one_process_is_seen_by_the_next_check_of_another() {
     let server = RedisServer::start();
-    let one = Backend::redis_with(RedisConfig::new(server.url()).prefix("holds")).unwrap();
-    let two = Backend::redis_with(RedisConfig::new(server.url()).prefix("holds")).unwrap();
+    let one = Backend::redis_with(support::redis_config(server.url()).prefix("holds")).unwrap();
+    let two = Backend::redis_with(support::redis_config(server.url()).prefix("holds")).unwrap();
     for (here, there) in every_kind(&one, "h").into_iter().zip(every_kind(&two, "h")) {
         let kind = format!("{:?}", there.kind());
         assert!(there.check_blocking(Some("k"), 1).unwrap().allowed, "{kind}: before any hold");

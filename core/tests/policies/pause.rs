@@ -22,7 +22,7 @@ fn memory() -> (Backend, ManualClock) {
 
 fn redis_manual(server: &RedisServer) -> (Backend, ManualClock) {
     let clock = ManualClock::new(START);
-    (Backend::redis_with(RedisConfig::new(server.url()).clock(Arc::new(clock.clone()))).unwrap(), clock)
+    (Backend::redis_with(support::redis_config(server.url()).clock(Arc::new(clock.clone()))).unwrap(), clock)
 }
 
 /// One limiter of every kind that keeps state, each with room for 5 calls per key for an hour.

@@ -141,7 +141,7 @@ fn an_override_flips_shadow_in_every_process(ops: Backend, worker: Backend) {
 #[test]
 fn an_override_flips_shadow_in_every_process_standalone() {
     let server = RedisServer::start();
-    let config = || RedisConfig::new(server.url()).prefix("shadow");
+    let config = || support::redis_config(server.url()).prefix("shadow");
     an_override_flips_shadow_in_every_process(
         Backend::redis_with(config()).unwrap(),
         Backend::redis_with(config()).unwrap(),
@@ -161,7 +161,7 @@ fn an_override_flips_shadow_in_every_process_on_a_cluster() {
 #[test]
 fn a_leased_limiter_in_shadow_mode_admits_its_remembered_refusals() {
     let server = RedisServer::start();
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("leased")).unwrap();
+    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("leased")).unwrap();
     let spec = r#"{"kind":"leased","rate":0.001,"capacity":2,"chunk":2,"lease_ttl":60,"shadow":true}"#;
     let limiter = backend.limiter_from_json("llm", spec).unwrap();
     let decisions: Vec<_> = (0..5).map(|_| limiter.check_blocking(Some("k"), 1).unwrap()).collect();
@@ -175,7 +175,7 @@ fn a_leased_limiter_in_shadow_mode_admits_its_remembered_refusals() {
 #[test]
 fn a_shadow_limiter_on_redis_never_waits() {
     let server = RedisServer::start();
-    let backend = Backend::redis_with(RedisConfig::new(server.url()).prefix("wait")).unwrap();
+    let backend = Backend::redis_with(support::redis_config(server.url()).prefix("wait")).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let slots = backend.concurrent("slots", 1, HOUR).unwrap().with_shadow(true).unwrap();
     let held = slots.check_blocking(None, 1).unwrap();

@@ -19,7 +19,7 @@ const TTL: Duration = Duration::from_secs(1);
 /// `n` processes' worth of backends on one server and prefix, sharing one manual clock.
 fn fleet(url: &str, prefix: &str, n: usize, clock: &ManualClock) -> Vec<Backend> {
     (0..n)
-        .map(|_| Backend::redis_with(RedisConfig::new(url).prefix(prefix).clock(Arc::new(clock.clone()))).unwrap())
+        .map(|_| Backend::redis_with(support::redis_config(url).prefix(prefix).clock(Arc::new(clock.clone()))).unwrap())
         .collect()
 }
 

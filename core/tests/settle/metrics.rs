@@ -6,7 +6,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use ratekeeper::{Backend, Limiter, Metrics, RedisConfig};
+use ratekeeper::{Backend, Limiter, Metrics};
 use support::RedisServer;
 
 /// Two settles of 8 to 3 (a refund of 5, then its repeat) and one of 2 to 6 (a charge of 4),
@@ -39,7 +39,7 @@ fn settles_are_counted_once_on_memory() {
 #[test]
 fn settles_are_counted_fleet_wide_on_redis() {
     let server = RedisServer::start();
-    let backend = || Backend::redis_with(RedisConfig::new(server.url()).prefix("settle-metrics")).unwrap();
+    let backend = || Backend::redis_with(support::redis_config(server.url()).prefix("settle-metrics")).unwrap();
     let (first, second) = (backend(), backend());
     let mine = first.leased("llm", 0.001, 100, Some(1), Duration::from_secs(1)).unwrap();
     let theirs = second.leased("llm", 0.001, 100, Some(1), Duration::from_secs(1)).unwrap();

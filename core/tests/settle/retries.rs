@@ -101,7 +101,7 @@ fn the_record_of_applied_settles_holds_only_the_settle_window() {
     use std::sync::Arc;
     let server = RedisServer::start();
     let clock = Arc::new(ratekeeper::ManualClock::new(1_700_000_000_000_000));
-    let config = RedisConfig::new(server.url()).prefix("settle-window").clock(clock.clone());
+    let config = support::redis_config(server.url()).prefix("settle-window").clock(clock.clone());
     let backend = Backend::redis_with(config).expect("a Redis backend");
     let quota = backend
         .limiter_from_json("quota", r#"{"kind":"calendar","limit":1000000,"period":"month"}"#)
@@ -136,7 +136,8 @@ fn the_record_of_applied_settles_holds_only_the_settle_window() {
 fn a_sealed_ticket_settles_in_another_process_and_only_unchanged() {
     use ratekeeper::{Decision, ErrorKind, SettleTicket};
     let server = RedisServer::start();
-    let backend = |prefix: &str| Backend::redis_with(RedisConfig::new(server.url()).prefix(prefix)).expect("a backend");
+    let backend =
+        |prefix: &str| Backend::redis_with(support::redis_config(server.url()).prefix(prefix)).expect("a backend");
     let (mine, theirs, stranger) = (backend("sealed"), backend("sealed"), backend("sealed-other"));
     let (mine, theirs, stranger) = (limiter(&mine, "tb"), limiter(&theirs, "tb"), limiter(&stranger, "tb"));
     mine.check_blocking(Some("victim"), 9).expect("check");

@@ -10,6 +10,17 @@ pub use ratekeeper_test_support::{
     SentinelGroup, Watchdog, GIVE_UP,
 };
 
+/// The deadline of [`redis_config`]: generous, so that a test that is not about deadlines never
+/// fails because a loaded machine answered slower than the default 200 ms.
+pub const TEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `RedisConfig::new(url)` with [`TEST_DEADLINE`]: what a test that is not about deadlines or
+/// failures starts from (the default deadline, 200 ms, is for production links; the test suite
+/// runs its servers and many tests at once on two cores, where a round trip can take longer).
+pub fn redis_config(url: impl Into<String>) -> ratekeeper::RedisConfig {
+    ratekeeper::RedisConfig::new(url).deadline(TEST_DEADLINE)
+}
+
 /// A settle whose reply was lost, then retried. On a limiter from `make` (given a name), checks
 /// `charged` on `key`, then settles it to `actual` with the server stopped: the call times out
 /// (a lost reply). Then it resumes the server and retries the settle in both forms. Whatever the

@@ -29,7 +29,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import TracerProvider
 
-from ._ratekeeper import Backend, Decision, Metrics, NativeLimiter
+from ._ratekeeper import Backend, CombinedDecision, Decision, Metrics, NativeLimiter
 from .errors import InvalidArgument, OverLimit
 
 __all__ = ["OUTCOMES", "Instrumentation", "annotate", "instrument", "outcome_of"]
@@ -184,7 +184,7 @@ class _Registration:
                     value = (total - before_sums[i]) / new / 1e9
                     done = 0
                     while done < new and (free > 0 or time.monotonic() < until):
-                        chunk = min(new - done, 256)
+                        chunk = min(new - done, free if free > 0 else _CHUNK)
                         for _ in range(chunk):
                             record(value, attributes)
                         done += chunk
@@ -230,12 +230,18 @@ def _observe(rows: list[tuple[str, str, Metrics]], counts: _Counts, keep_zero: b
 
 _registrations: dict[int, tuple[MeterProvider, _Registration]] = {}
 
-#: The share of the time between two collections that recording durations may take.
-RECORD_SHARE = 0.05
+#: The share of the time between two collections that recording durations may take: at the
+#: SDK's default 60 s interval the one-second cap below binds first (1.7%); with frequent
+#: collections this keeps an instrumented process's recording as small.
+RECORD_SHARE = 0.02
 # A collection records this many values whatever the time, and never for longer than this (the
 # SDK's callbacks time out).
 _FREE_RECORDS = 100
 _MAX_RECORD_SECONDS = 1.0
+# Values recorded between two readings of the clock past the free ones: at the SDK's 5–11 µs a
+# `record`, 16 overrun the share by at most ~0.2 ms (chunks of 256 overran a 100 ms collection's
+# 5 ms by up to 2.8 ms, time no checking thread can run: the GIL is the collector's).
+_CHUNK = 16
 
 
 def instrument(
@@ -250,10 +256,12 @@ def instrument(
 
     Traces are off unless asked for: giving a ``tracer_provider`` turns them on, and so does
     ``traces=True`` (on the global tracer provider when no provider is given); ``traces=False``
-    keeps them off whatever the provider. Traced, each sync ``check`` and ``acquire`` of the
-    backend's limiters makes a span ``ratekeeper check`` / ``ratekeeper acquire`` (the limiter's
-    name and kind, the outcome, ``retry_after``; never the key) in the caller's context, with a
-    child span per Redis round trip (``db.system.name`` ``redis``, ``db.operation.name`` the
+    keeps them off whatever the provider. Traced, each ``check``, ``acquire``, ``peek``,
+    ``settle`` and ``release`` of the backend's limiters (sync and asyncio) and the backend's
+    ``check_all`` and ``acquire_all`` make a span ``ratekeeper <method>`` (the limiter's name and
+    kind, or ``ratekeeper.limiters`` for a call over several; the outcome, ``retry_after``; a
+    settle's ``ratekeeper.direction`` and ``ratekeeper.units``; never the key) in the caller's
+    context, with a child span per Redis round trip (``db.system.name`` ``redis``, ``db.operation.name`` the
     command, ``server.address``/``server.port``; never a key or an argument)."""
     if not isinstance(backend, Backend):
         raise InvalidArgument(f"invalid argument `backend`: must be a ratekeeper.Backend, got {backend!r}", "backend")
@@ -297,39 +305,47 @@ class _RoundTrips(Protocol):
     def take(self) -> list[_RoundTrip]: ...
 
 
-def _trace_future(future: asyncio.Future[Decision], backend_id: int, method: str, name: str, kind: str,
+def _trace_future(future: asyncio.Future[Any], backend_id: int, method: str, attributes: _Attributes,
                   start: int, trips: _RoundTrips | None) -> None:
     """Called by the native module for each traced asyncio call: its spans once `future` is done,
     in the context of the call (asyncio runs a done callback in the context it was added in),
     with the round trips its task noted (`trips`; None for a call decided in process)."""
-    def done(finished: asyncio.Future[Decision]) -> None:
+    def done(finished: asyncio.Future[Any]) -> None:
         if finished.cancelled():
             error: BaseException | None = asyncio.CancelledError()
-            decision = None
+            result = None
         else:
             error = finished.exception()
-            decision = None if error is not None else finished.result()
-        _trace_call(backend_id, method, name, kind, decision, error, start, time.time_ns(),
+            result = None if error is not None else finished.result()
+        _trace_call(backend_id, method, attributes, result, error, start, time.time_ns(),
                     trips.take() if trips is not None else [])
 
     future.add_done_callback(done)
 
 
-def _trace_call(backend_id: int, method: str, name: str, kind: str, decision: Decision | None,
-                error: BaseException | None, start: int, end: int, trips: list[_RoundTrip]) -> None:
+#: A traced call's attributes from its inputs, as the native module gives them: the limiter's
+#: name and kind (or ``ratekeeper.limiters`` for a call over several), a settle's direction and
+#: units. Never a key.
+_Attributes = list[tuple[str, "str | int | list[str]"]]
+
+
+def _trace_call(backend_id: int, method: str, inputs: _Attributes, result: Any, error: BaseException | None,
+                start: int, end: int, trips: list[_RoundTrip]) -> None:
     """Called by the native module after each traced call: its span, and one child span per
-    Redis round trip, with the times the core measured, in the caller's current context."""
+    Redis round trip, with the times the core measured, in the caller's current context.
+    `result` is a Decision, a CombinedDecision (``allowed``, ``retry_after``) or None (a release
+    decides nothing)."""
     for tracer in _tracers.get(backend_id, ()):
-        attributes: dict[str, str | float] = {"ratekeeper.limiter": name, "ratekeeper.kind": kind}
-        if decision is not None:
-            attributes["ratekeeper.outcome"] = outcome_of(decision)
-            attributes["ratekeeper.retry_after"] = decision.retry_after
+        attributes: dict[str, Any] = dict(inputs)
+        if result is not None:
+            attributes["ratekeeper.outcome"] = outcome_of(result)
+            attributes["ratekeeper.retry_after"] = result.retry_after
         elif isinstance(error, OverLimit):
             # `acquire` refused within its wait: a decision, not a failure.
             attributes["ratekeeper.outcome"] = "refused"
             attributes["ratekeeper.retry_after"] = error.retry_after
             error = None
-        else:
+        elif error is not None:
             attributes["ratekeeper.outcome"] = "error"
         span = tracer.start_span(f"ratekeeper {method}", start_time=start, attributes=attributes)
         context = trace.set_span_in_context(span)
@@ -351,10 +367,10 @@ def _trace_call(backend_id: int, method: str, name: str, kind: str, decision: De
         span.end(end_time=end)
 
 
-def outcome_of(decision: Decision) -> str:
+def outcome_of(decision: Decision | CombinedDecision) -> str:
     """A decision's ``ratekeeper.outcome``: ``admitted``, ``refused`` or ``shadow_refused``
     (a failed-open or fallback answer is seen in the counts, not on a decision)."""
-    if decision.shadow_refused:
+    if getattr(decision, "shadow_refused", False):
         return "shadow_refused"
     return "admitted" if decision.allowed else "refused"
 

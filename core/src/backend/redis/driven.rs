@@ -5,7 +5,9 @@
 //! command, a [`Pipeline`] batches queued calls (the same batched script invocations as the
 //! runtime's connection), frames the replies and turns each into a decision, applying the
 //! failure policy to a connection that failed or a deadline that passed. The caller writes
-//! [`Pipeline::write_queued`]'s bytes, feeds what it reads to [`Pipeline::read`], calls
+//! [`Pipeline::write_queued`]'s bytes (as often as it likes before earlier replies arrive: they
+//! are matched in order; [`Pipeline::writes_in_flight`] says how many writes await theirs, for
+//! the caller to bound), feeds what it reads to [`Pipeline::read`], calls
 //! [`Pipeline::expire`] when [`Pipeline::next_deadline`] passes (each call keeps its own
 //! deadline), and [`Pipeline::fail_all`] when the socket fails.
 //!
@@ -15,8 +17,9 @@
 
 use std::collections::VecDeque;
 use std::net::TcpStream;
+use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use redis::{Cmd, Value};
 
@@ -30,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::limiter::pipeline::{Call, States};
 use crate::limiter::Limiter;
 use crate::params::validate_key;
+use crate::trace::RoundTrip;
 
 /// What [`Limiter::drive_check`] and [`Limiter::drive_peek`] give.
 pub enum Driven {
@@ -226,6 +230,23 @@ struct Sent<T> {
     calls: Vec<Option<Waiting<T>>>,
     /// More than one call: the reply is an array with one reply per call.
     batched: bool,
+    /// The last command of a [`Pipeline::write_queued`]: its reply ends that write.
+    ends_write: bool,
+    /// When it was written, if the pipeline is traced (see [`Pipeline::trace`]).
+    written: Option<(SystemTime, Instant)>,
+}
+
+/// One traced command of a driven connection and the calls it answered (see
+/// [`Pipeline::take_round_trips`]).
+#[derive(Debug)]
+pub struct DrivenTrip {
+    /// The entries of the `done` list given to [`Pipeline::read`] (or [`Pipeline::fail_all`])
+    /// that this command ended: its calls (those whose deadline had not passed).
+    pub calls: Range<usize>,
+    /// How many calls the command carried (one batched script invocation may carry several).
+    pub batch: usize,
+    /// The command, its times, server and error code (never a key or an argument).
+    pub trip: RoundTrip,
 }
 
 /// Queued calls of one script, to be sent as one command.
@@ -243,12 +264,23 @@ pub struct Pipeline<T> {
     input: Vec<u8>,
     /// A reply said READONLY (see [`Self::demoted`]).
     demoted: bool,
+    /// Writes whose replies are not all read (see [`Self::writes_in_flight`]).
+    writes: usize,
+    /// Traced (see [`Self::trace`]): the round trips answered and not yet taken.
+    trips: Option<Vec<DrivenTrip>>,
 }
 
 impl<T> Pipeline<T> {
     /// An empty pipeline.
     pub fn new() -> Self {
-        Pipeline { queued: Vec::new(), sent: VecDeque::new(), input: Vec::new(), demoted: false }
+        Pipeline {
+            queued: Vec::new(),
+            sent: VecDeque::new(),
+            input: Vec::new(),
+            demoted: false,
+            writes: 0,
+            trips: None,
+        }
     }
 
     /// True once a reply said READONLY: the server was demoted to replica in a failover. Its
@@ -284,9 +316,20 @@ impl<T> Pipeline<T> {
         !self.sent.is_empty()
     }
 
+    /// How many [`Self::write_queued`]s that wrote something still await a reply: a write may
+    /// be made before the previous one's replies arrive (they come back in order on one
+    /// connection), so the caller bounds how many it lets travel at once.
+    pub fn writes_in_flight(&self) -> usize {
+        self.writes
+    }
+
     /// Appends every queued call to `out`: calls of one script travel as one batched script
-    /// invocation (up to the batch limit), like the runtime connection's.
+    /// invocation (up to the batch limit), like the runtime connection's. Replies still due for
+    /// earlier writes come first: the calls' replies are matched in the order they were written.
     pub fn write_queued(&mut self, out: &mut Vec<u8>) {
+        if self.queued.is_empty() {
+            return;
+        }
         let mut groups: Vec<Group<T>> = Vec::new();
         for waiting in self.queued.drain(..) {
             let group = match groups.iter().position(|g| std::ptr::eq(g.script, waiting.call.script)) {
@@ -310,9 +353,19 @@ impl<T> Pipeline<T> {
                 } else {
                     batch[0].call.cmd.write_packed_command(out);
                 }
-                self.sent.push_back(Sent { calls: batch.into_iter().map(Some).collect(), batched });
+                let written = self.trips.is_some().then(|| (SystemTime::now(), Instant::now()));
+                self.sent.push_back(Sent {
+                    calls: batch.into_iter().map(Some).collect(),
+                    batched,
+                    ends_write: false,
+                    written,
+                });
             }
         }
+        if let Some(last) = self.sent.back_mut() {
+            last.ends_write = true;
+        }
+        self.writes += 1;
     }
 
     /// Takes `bytes` read from the connection and appends each call they answer to `done`. An
@@ -328,7 +381,10 @@ impl<T> Pipeline<T> {
                 return Err(protocol_error("a reply nobody asked for".into()));
             };
             self.demoted |= says_readonly(&value);
+            self.writes -= usize::from(sent.ends_write);
+            let note = self.note(&sent, done.len(), || reply_error(&value));
             answer(sent, value, done);
+            self.noted(note, done.len());
         }
         self.input.drain(..start);
         Ok(())
@@ -372,10 +428,62 @@ impl<T> Pipeline<T> {
     /// connection must be dropped with it: replies may still be on their way.
     pub fn fail_all(&mut self, error: &Error, done: &mut Vec<(T, Finished)>) {
         self.input.clear();
-        let sent = self.sent.drain(..).flat_map(|s| s.calls.into_iter().flatten());
-        for Waiting { token, call } in sent.chain(self.queued.drain(..)) {
+        self.writes = 0;
+        for sent in std::mem::take(&mut self.sent) {
+            let note = self.note(&sent, done.len(), || Some("io".into()));
+            for Waiting { token, call } in sent.calls.into_iter().flatten() {
+                let result = call.conclude(Err(error.clone()));
+                done.push((token, Finished::Done(result)));
+            }
+            self.noted(note, done.len());
+        }
+        for Waiting { token, call } in self.queued.drain(..) {
             let result = call.conclude(Err(error.clone()));
             done.push((token, Finished::Done(result)));
+        }
+    }
+
+    /// Turns tracing on or off: traced, each command written from now on is timed, and its
+    /// round trip is noted when its reply is read or the connection fails (untraced, a write
+    /// pays one branch).
+    pub fn trace(&mut self, on: bool) {
+        if on != self.trips.is_some() {
+            self.trips = on.then(Vec::new);
+        }
+    }
+
+    /// The round trips noted since the last call (traced only): each names the entries of the
+    /// `done` list it ended, so take them after every [`Self::read`] / [`Self::fail_all`] into
+    /// one list, before that list is consumed.
+    pub fn take_round_trips(&mut self) -> Vec<DrivenTrip> {
+        self.trips.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// A traced command `sent` about to end its calls from entry `first` of `done`, with
+    /// `error()` (asked only when traced).
+    fn note(
+        &self,
+        sent: &Sent<T>,
+        first: usize,
+        error: impl FnOnce() -> Option<String>,
+    ) -> Option<(usize, usize, RoundTrip)> {
+        let (wall, started) = sent.written?;
+        self.trips.as_ref()?;
+        let error = error();
+        let server = sent
+            .calls
+            .iter()
+            .flatten()
+            .next()
+            .and_then(|w| crate::trace::server_of(w.call.backend.connections().servers()));
+        let trip = RoundTrip { command: "EVALSHA", start: wall, end: wall + started.elapsed(), server, error };
+        Some((first, sent.calls.len(), trip))
+    }
+
+    /// Keeps a round trip [`Self::note`] made, now that its calls end before entry `end`.
+    fn noted(&mut self, note: Option<(usize, usize, RoundTrip)>, end: usize) {
+        if let (Some((first, batch, trip)), Some(trips)) = (note, self.trips.as_mut()) {
+            trips.push(DrivenTrip { calls: first..end, batch, trip });
         }
     }
 }
@@ -404,6 +512,14 @@ fn answer<T>(sent: Sent<T>, value: Value, done: &mut Vec<(T, Finished)>) {
                 done.push((token, call.finish(reply)));
             }
         }
+    }
+}
+
+/// The error code of a reply that is an error (`NOSCRIPT`, `BUSY`…): never its text.
+fn reply_error(value: &Value) -> Option<String> {
+    match value {
+        Value::ServerError(e) => Some(e.code().to_owned()),
+        _ => None,
     }
 }
 

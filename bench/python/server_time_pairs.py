@@ -1,0 +1,96 @@
+"""Two scripts for one job compared in pairs by redis-server's own CPU time, for a difference
+smaller than a loaded machine's spread between rounds (the benchmarks page's "Ideas measured and
+not taken"): a chunk of 2,000 pipelined calls of one script, then one of the other (their order
+alternating), 80 times, each chunk timed by the server's main thread's time on a CPU (the
+kernel's schedstat: a descheduled wait is not counted); the median of the chunk-by-chunk
+differences is printed with its quartiles, in a window in use (500 keys) and on new keys.
+
+    python bench/python/server_time_pairs.py [IDEA…]
+
+IDEA is one of `fold` (the token bucket reading its state with the holds, peer_server_time.py's
+idea row), `fixed-alone` (the `bucket`'s fixed-window path as a script of its own) and
+`no-table-remove` (the hold check indexing KEYS instead of table.remove, both kinds); all by
+default. The calls are the library's own, captured as peer_server_time.py does (it needs what
+that needs). Prints only; writes nothing.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import statistics
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import bucket_server_time as b  # noqa: E402
+import peer_server_time as p  # noqa: E402
+
+PAIRS, CHUNK, HOT_KEYS = 80, 2_000, 500
+
+
+def direct(hold: str) -> str:
+    """The hold check taking its keys off KEYS by index instead of table.remove."""
+    out = hold.replace("""  local block_key = table.remove(KEYS)
+  local pause_key = table.remove(KEYS)""", """  local n = #KEYS
+  local block_key, pause_key = KEYS[n], KEYS[n - 1]
+  KEYS[n], KEYS[n - 1] = nil, nil""")
+    assert out != hold, "the hold check changed: update `direct`"
+    return out
+
+
+def ideas() -> dict[str, list[tuple[str, str, str]]]:
+    """idea -> [(the calls' marker, today's script, the idea's)]."""
+    sliding, gcra = (b.ENGINE / "sliding.lua").read_text(), (b.ENGINE / "gcra.lua").read_text()
+    hold = (b.ENGINE / "hold_check.lua").read_text()
+    return {
+        "fold": [("k-token", b.tree_script(gcra), p.state_with_holds(b.tree_script(gcra)))],
+        "fixed-alone": [("k-bucket", b.tree_script(sliding), b.tree_script(sliding[:sliding.index("local fmt = function")]))],
+        "no-table-remove": [("k-token", b.tree_script(gcra), b.tree_script(gcra, direct(hold))),
+                            ("k-bucket", b.tree_script(sliding), b.tree_script(sliding, direct(hold)))],
+    }
+
+
+def main() -> None:
+    table = ideas()
+    picked = sys.argv[1:] or list(table)
+    unknown = [a for a in picked if a not in table]
+    if unknown:
+        sys.exit(f"unknown idea(s) {', '.join(unknown)}; ideas: {' '.join(table)}")
+    server, conn, port = b.start_server("rk-bench-pairs-")
+
+    def cpu_ns() -> int:
+        return int(pathlib.Path(f"/proc/{server.pid}/schedstat").read_text().split()[0])
+
+    try:
+        commands, _ = p.capture(port)
+        for idea in picked:
+            for marker, today, other in table[idea]:
+                _, keys, args = p.evalsha_of(commands, marker)
+                shas = {"today": conn.call("SCRIPT", "LOAD", today), idea: conn.call("SCRIPT", "LOAD", other)}
+                for mode in ("window in use", "new keys"):
+                    times: dict[str, list[float]] = {name: [] for name in shas}
+                    for r in range(PAIRS):
+                        chunks = {}
+                        for j, (name, sha) in enumerate(shas.items()):
+                            first = (2 * r + j) * CHUNK
+                            chunks[name] = [b.command("EVALSHA", sha, len(keys), *[
+                                k.replace(marker, f"{marker}-{first + i if mode == 'new keys' else i % HOT_KEYS}")
+                                for k in keys], *args) for i in range(CHUNK)]
+                        if r == 0 and mode == "window in use":
+                            conn.pipeline(chunks["today"][:HOT_KEYS])
+                        for name in (shas if r % 2 == 0 else reversed(list(shas))):
+                            started = cpu_ns()
+                            conn.pipeline(chunks[name])
+                            times[name].append((cpu_ns() - started) / CHUNK / 1000)
+                    diffs = [o - t for t, o in zip(times["today"], times[idea])]
+                    q1, _, q3 = statistics.quantiles(diffs, n=4)
+                    print(f"{idea} ({marker}, {mode}): today {statistics.median(times['today']):.2f}, "
+                          f"the idea {statistics.median(times[idea]):.2f} CPU µs per check; the idea's difference "
+                          f"{statistics.median(diffs):+.3f} µs (quartiles {q1:+.3f}, {q3:+.3f})")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
