@@ -539,6 +539,10 @@ fn settle(done: Vec<(f64, Finished)>) {
     for (id, finished) in done {
         match finished {
             Finished::Done(result) => settled.push((id, result.map(|d| Payload::Decision(d, None)))),
+            // Traced: its round trips on the runtime (a NOSCRIPT's re-run) are its own.
+            Finished::Rerun(call) if ids.is_some() => {
+                crate::trace::spawning_traced(|| bridge::spawn(id, run_on_runtime(call)))
+            }
             Finished::Rerun(call) => bridge::spawn(id, run_on_runtime(call)),
         }
     }
@@ -585,30 +589,36 @@ pub struct DrivenRoundTrip {
     pub error: Option<String>,
 }
 
+impl DrivenRoundTrip {
+    /// Round trip `trip` as a call it carried sees it: its number (0: none) and how many calls
+    /// it carried.
+    pub(crate) fn of(trip: &ratekeeper::trace::RoundTrip, number: f64, batch: usize) -> Self {
+        let epoch_ms =
+            |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        let (address, port) =
+            trip.server.as_ref().map_or((None, None), |(host, port)| (Some(host.clone()), Some(u32::from(*port))));
+        DrivenRoundTrip {
+            trip: number,
+            command: trip.command.to_owned(),
+            start_ms: epoch_ms(trip.start),
+            end_ms: epoch_ms(trip.end),
+            batch: batch as u32,
+            address,
+            port,
+            error: trip.error.clone(),
+        }
+    }
+}
+
 /// Notes `trips` by the ids of the calls they ended (entries of `done`).
 fn note_round_trips(trips: Vec<DrivenTrip>, done: &[(f64, Finished)]) {
-    let epoch_ms =
-        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3);
     ROUND_TRIPS.with(|noted| {
         let mut noted = noted.borrow_mut();
         for DrivenTrip { calls, batch, trip } in trips {
             let number = LAST_TRIP.get() + 1.0;
             LAST_TRIP.set(number);
-            let (address, port) = trip.server.map_or((None, None), |(host, port)| (Some(host), Some(u32::from(port))));
             for (id, _) in &done[calls] {
-                noted.insert(
-                    id.to_bits(),
-                    DrivenRoundTrip {
-                        trip: number,
-                        command: trip.command.to_owned(),
-                        start_ms: epoch_ms(trip.start),
-                        end_ms: epoch_ms(trip.end),
-                        batch: batch as u32,
-                        address: address.clone(),
-                        port,
-                        error: trip.error.clone(),
-                    },
-                );
+                noted.insert(id.to_bits(), DrivenRoundTrip::of(&trip, number, batch));
             }
         }
     });
@@ -628,6 +638,7 @@ pub fn driven_tracing(on: bool) {
     });
     if !on {
         ROUND_TRIPS.with(|t| t.borrow_mut().clear());
+        crate::trace::clear();
     }
 }
 
