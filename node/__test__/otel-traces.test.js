@@ -402,3 +402,41 @@ test('otel traces: a check before the driven connection is up has its round trip
   assert.equal(trips.length, 1, 'its one round trip, on the runtime or driven');
   assert.equal(trips[0].parentSpanContext?.spanId, call.spanContext().spanId);
 });
+
+test('otel traces: each round trip of a call over TLS is a client span, the child of its call', async (t) => {
+  const { server, ca } = await RedisServer.startTlsWithCa(t);
+  t.after(() => server.destroy());
+  const backend = Backend.redis(`rediss://127.0.0.1:${server.port}`, { prefix: `oteltls${process.pid}`, tls: { ca } });
+  await runtimeRoundTrips(t, backend, server);
+});
+
+test('otel traces: a driven check re-run after NOSCRIPT has its round trips as its children', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.stop());
+  const { provider, exporter } = tracing(t);
+  const backend = Backend.redis(server.url, { prefix: `otelnoscript${process.pid}` });
+  const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  t.after(() => handle.close());
+  const api = backend.tokenBucket('api', 1, 1000);
+  await driven(api);
+  await roundTripsMade();
+  exporter.reset();
+  server.cli('SCRIPT', 'FLUSH');
+  assert.equal((await api.check(KEY)).allowed, true);
+  await roundTripsMade();
+  const [call] = exporter.getFinishedSpans().filter((s) => s.name === 'ratekeeper check');
+  const trips = roundTrips(exporter);
+  // The driven EVALSHA answered NOSCRIPT (not a span: its call ran again); on the runtime, the
+  // EVALSHA answered NOSCRIPT too, then the script ran with EVAL.
+  assert.deepEqual(
+    trips.map((s) => [s.name, s.attributes['error.type'], s.status.code]),
+    [
+      ['EVALSHA', 'NOSCRIPT', 2],
+      ['EVAL', undefined, 0],
+    ],
+  );
+  for (const trip of trips) {
+    assert.equal(trip.parentSpanContext?.spanId, call.spanContext().spanId);
+    assert.deepEqual([trip.attributes['server.address'], trip.attributes['server.port']], ['127.0.0.1', server.port]);
+  }
+});
