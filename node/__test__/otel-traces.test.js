@@ -196,16 +196,26 @@ test('otel traces: `traces` must be a boolean', () => {
   assert.throws(() => otel.instrument(Backend.memory(), { traces: 'yes' }), (e) => e.parameter === 'traces');
 });
 
-test('otel traces: each driven Redis round trip is a client span, the child of its one call or linked to its calls', async (t) => {
+/**
+ * A redis-server and a backend on it (keys under `prefix`) traced into `exporter`, whose driven
+ * connection is up (`api`: a limiter of it); no span exported yet.
+ */
+async function drivenTraced(t, prefix) {
   const server = await RedisServer.start();
   t.after(() => server.stop());
   const { provider, exporter } = tracing(t);
-  const backend = Backend.redis(server.url, { prefix: `oteltrip${process.pid}` });
+  const backend = Backend.redis(server.url, { prefix: `${prefix}${process.pid}` });
   const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  t.after(() => handle.close());
   const api = backend.tokenBucket('api', 1, 1000);
   await driven(api);
   await roundTripsMade();
   exporter.reset();
+  return { server, exporter, handle, api };
+}
+
+test('otel traces: each driven Redis round trip is a client span, the child of its one call or linked to its calls', async (t) => {
+  const { server, exporter, handle, api } = await drivenTraced(t, 'oteltrip');
 
   const expectRoundTrip = (trip) => {
     assert.equal(trip.name, 'EVALSHA');
@@ -411,16 +421,7 @@ test('otel traces: each round trip of a call over TLS is a client span, the chil
 });
 
 test('otel traces: a driven check re-run after NOSCRIPT has its round trips as its children', async (t) => {
-  const server = await RedisServer.start();
-  t.after(() => server.stop());
-  const { provider, exporter } = tracing(t);
-  const backend = Backend.redis(server.url, { prefix: `otelnoscript${process.pid}` });
-  const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
-  t.after(() => handle.close());
-  const api = backend.tokenBucket('api', 1, 1000);
-  await driven(api);
-  await roundTripsMade();
-  exporter.reset();
+  const { server, exporter, api } = await drivenTraced(t, 'otelnoscript');
   server.cli('SCRIPT', 'FLUSH');
   assert.equal((await api.check(KEY)).allowed, true);
   await roundTripsMade();
