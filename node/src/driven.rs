@@ -145,6 +145,7 @@ pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
             return Some(call);
         }
         let idle = live.pipeline.writes_in_flight() == 0;
+        crate::trace::driven(id);
         let deadline = live.pipeline.push(id, call);
         live.arm_timer(deadline);
         // With replies awaited, the call waits for the others of this loop turn (the prepare
@@ -537,10 +538,11 @@ fn settle(done: Vec<(f64, Finished)>) {
     let ids: Option<Vec<f64>> = TRACED.get().then(|| done.iter().map(|(id, _)| *id).collect());
     let mut settled = Vec::with_capacity(done.len());
     for (id, finished) in done {
+        // A traced call's round trips on the runtime (a NOSCRIPT's re-run) are its own.
+        let traced = ids.is_some() && crate::trace::take_driven(id);
         match finished {
             Finished::Done(result) => settled.push((id, result.map(|d| Payload::Decision(d, None)))),
-            // Traced: its round trips on the runtime (a NOSCRIPT's re-run) are its own.
-            Finished::Rerun(call) if ids.is_some() => {
+            Finished::Rerun(call) if traced => {
                 crate::trace::spawning_traced(|| bridge::spawn(id, run_on_runtime(call)))
             }
             Finished::Rerun(call) => bridge::spawn(id, run_on_runtime(call)),

@@ -7,11 +7,13 @@
 //! ([`ratekeeper::trace::begin`]), and a call spawned on the runtime ([`crate::bridge::spawn`])
 //! notes its task's ([`ratekeeper::trace::collect_into`]); the drain keeps them by call id until
 //! the call's continuation takes them (`runtimeRoundTrips(id)`), a blocking call's until the next
-//! traced call (`runtimeRoundTrips()`). Untraced, a spawn pays one thread-local read and nothing
-//! else: no collector, no allocation.
+//! traced call (`runtimeRoundTrips()`). A traced call sent on a driven connection and re-run on
+//! the runtime (its script was flushed, or it was never written) is traced there too. Untraced,
+//! a spawn or a driven send pays one thread-local read and nothing else: no collector, no
+//! allocation.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use ratekeeper::trace::{Collecting, Collector, RoundTrip};
 
@@ -26,6 +28,22 @@ thread_local! {
     static BLOCKING: RefCell<Vec<RoundTrip>> = const { RefCell::new(Vec::new()) };
     /// The round trips of traced runtime calls drained and not yet taken, by call id.
     static BY_CALL: RefCell<HashMap<u64, Vec<RoundTrip>>> = RefCell::new(HashMap::new());
+    /// Traced calls sent on a driven connection and not yet ended, by call id: one re-run on the
+    /// runtime is traced too.
+    static DRIVEN: RefCell<HashSet<u64>> = RefCell::new(HashSet::new());
+}
+
+/// Notes that call `id`, being sent on a driven connection, is traced (if it is).
+#[inline]
+pub(crate) fn driven(id: f64) {
+    if ON.get() {
+        DRIVEN.with(|d| d.borrow_mut().insert(id.to_bits()));
+    }
+}
+
+/// Whether driven call `id`, which ended, was traced (forgetting it).
+pub(crate) fn take_driven(id: f64) -> bool {
+    DRIVEN.with(|d| d.borrow_mut().remove(&id.to_bits()))
 }
 
 /// A collector for a call being spawned on the runtime, if it is traced.
@@ -34,8 +52,8 @@ pub(crate) fn collector() -> Option<Collector> {
     ON.get().then(Collector::default)
 }
 
-/// Runs `spawn` (which spawns a call on the runtime) as a traced call's: a driven call rerun on
-/// the runtime while driven calls are traced.
+/// Runs `spawn` (which spawns a call on the runtime) as a traced call's: a traced driven call
+/// re-run on the runtime.
 pub(crate) fn spawning_traced<R>(spawn: impl FnOnce() -> R) -> R {
     let outer = ON.replace(true);
     let result = spawn();
@@ -54,6 +72,7 @@ pub(crate) fn noted(id: f64, trips: Vec<RoundTrip>) {
 pub(crate) fn clear() {
     BY_CALL.with(|t| t.borrow_mut().clear());
     BLOCKING.with(|t| t.borrow_mut().clear());
+    DRIVEN.with(|d| d.borrow_mut().clear());
 }
 
 /// Internal (index.js, for `ratekeeper/otel`): a traced call starts (`on`) or has returned.
