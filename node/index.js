@@ -272,15 +272,21 @@ let tracing = null;
 /** The id of the last call that returned a Promise waiting on the native side (see `untraced`). */
 let lastCallId;
 
-/** Makes a call with tracing off (a native call starts synchronously, so this covers it). */
-function untraced(target, method, args) {
+/**
+ * Makes a call with tracing off (a native call starts synchronously, so this covers it); a
+ * traced call's (`roundTrips`) Redis round trips made on the runtime or on this thread are noted
+ * natively meanwhile (see node/src/trace.rs).
+ */
+function untraced(target, method, args, roundTrips = false) {
   const saved = tracing;
   tracing = null;
   lastCallId = undefined;
+  if (roundTrips) native.traceRoundTrips(true);
   try {
     return target[method](...args);
   } finally {
     tracing = saved;
+    if (roundTrips) native.traceRoundTrips(false);
   }
 }
 
@@ -850,5 +856,10 @@ Object.defineProperty(module.exports, TRACING, {
     callId: () => lastCallId,
     /** The driven round trip that carried call `id`, while its result settles (once). */
     roundTrip: native.drivenRoundTrip,
+    /**
+     * The round trips of runtime call `id` once its result settles, or without an id of the
+     * blocking call `untraced` just made (each once; see node/src/trace.rs).
+     */
+    runtimeRoundTrips: native.runtimeRoundTrips,
   },
 });

@@ -321,30 +321,47 @@ function traced(target, method, ...args) {
   if (!isAsync) {
     let result;
     try {
-      result = hook.untraced(target, method, args);
+      result = hook.untraced(target, method, args, true);
     } catch (error) {
+      runtimeRoundTripSpans(hook.runtimeRoundTrips(), list, spans);
       endSpans(spans, false, error);
       throw error;
     }
+    runtimeRoundTripSpans(hook.runtimeRoundTrips(), list, spans);
     endSpans(spans, true, result);
     return result;
   }
-  const promise = hook.untraced(target, method, args);
-  // A check or peek on Redis may travel on the driven connection: its round trip is known
-  // while its result settles, which is when these continuations run.
-  const id = DRIVEN.has(method) ? hook.callId() : undefined;
+  const promise = hook.untraced(target, method, args, true);
+  // Its round trips are known while its result settles, which is when these continuations run:
+  // a check or peek on Redis may travel on the driven connection; any call may run on the runtime.
+  const id = hook.callId();
+  const settled = () => {
+    if (id === undefined) return;
+    if (DRIVEN.has(method)) noteRoundTrip(id, list, spans);
+    runtimeRoundTripSpans(hook.runtimeRoundTrips(id), list, spans);
+  };
   return promise.then(
     (result) => {
-      if (id !== undefined) noteRoundTrip(id, list, spans);
+      settled();
       endSpans(spans, true, result);
       return result;
     },
     (error) => {
-      if (id !== undefined) noteRoundTrip(id, list, spans);
+      settled();
       endSpans(spans, false, error);
       throw error;
     },
   );
+}
+
+/**
+ * The client spans of a call's round trips made on the runtime or on this thread (`trips`, one
+ * call's each): children of its span, per tracer of `list`, as Python's and Rust's are.
+ */
+function runtimeRoundTripSpans(trips, list, spans) {
+  for (const trip of trips) {
+    for (let i = 0; i < list.length; i++) roundTripSpan(list[i], trip, [spans[i]]);
+  }
 }
 
 /** The methods whose calls may travel on a driven connection (see node/src/driven.rs). */

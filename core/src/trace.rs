@@ -64,12 +64,30 @@ pub async fn collect_into<F: Future>(collector: Collector, future: F) -> F::Outp
 
 /// Runs `call`, noting the Redis round trips the calling thread makes meanwhile.
 pub fn collect<R>(call: impl FnOnce() -> R) -> (R, Vec<RoundTrip>) {
-    let outer = COLLECTING.with(|c| c.replace(true));
-    let before = TRIPS.with(|t| t.borrow().len());
+    let collecting = begin();
     let result = call();
-    COLLECTING.with(|c| c.set(outer));
-    let trips = TRIPS.with(|t| t.borrow_mut().split_off(before));
-    (result, trips)
+    (result, finish(collecting))
+}
+
+/// The calling thread noting its round trips, from [`begin`] to [`finish`].
+#[derive(Debug)]
+#[must_use = "finish it: the calling thread notes round trips until then"]
+pub struct Collecting {
+    outer: bool,
+    before: usize,
+}
+
+/// Starts noting the Redis round trips the calling thread makes, until [`finish`]: [`collect`]
+/// for a binding whose call starts and ends in two calls of its own (Node's tracing hook). The
+/// last begun is finished first.
+pub fn begin() -> Collecting {
+    Collecting { outer: COLLECTING.with(|c| c.replace(true)), before: TRIPS.with(|t| t.borrow().len()) }
+}
+
+/// Ends [`begin`]: the round trips the calling thread made since.
+pub fn finish(collecting: Collecting) -> Vec<RoundTrip> {
+    COLLECTING.with(|c| c.set(collecting.outer));
+    TRIPS.with(|t| t.borrow_mut().split_off(collecting.before))
 }
 
 /// Whether the calling thread, or the task it polls, notes round trips now.

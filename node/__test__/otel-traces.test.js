@@ -15,7 +15,7 @@ const { AsyncLocalStorageContextManager } = require('@opentelemetry/context-asyn
 const { Backend, codes } = require('../index.js');
 const otel = require('../otel.js');
 const native = require('../ratekeeper.node');
-const { RedisServer, waitUntil } = require('./support/redis.js');
+const { RedisServer, RedisCluster, waitUntil } = require('./support/redis.js');
 
 const KEY = 'user-4711@example.com';
 
@@ -196,16 +196,26 @@ test('otel traces: `traces` must be a boolean', () => {
   assert.throws(() => otel.instrument(Backend.memory(), { traces: 'yes' }), (e) => e.parameter === 'traces');
 });
 
-test('otel traces: each driven Redis round trip is a client span, the child of its one call or linked to its calls', async (t) => {
+/**
+ * A redis-server and a backend on it (keys under `prefix`) traced into `exporter`, whose driven
+ * connection is up (`api`: a limiter of it); no span exported yet.
+ */
+async function drivenTraced(t, prefix) {
   const server = await RedisServer.start();
   t.after(() => server.stop());
   const { provider, exporter } = tracing(t);
-  const backend = Backend.redis(server.url, { prefix: `oteltrip${process.pid}` });
+  const backend = Backend.redis(server.url, { prefix: `${prefix}${process.pid}` });
   const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  t.after(() => handle.close());
   const api = backend.tokenBucket('api', 1, 1000);
   await driven(api);
   await roundTripsMade();
   exporter.reset();
+  return { server, exporter, handle, api };
+}
+
+test('otel traces: each driven Redis round trip is a client span, the child of its one call or linked to its calls', async (t) => {
+  const { server, exporter, handle, api } = await drivenTraced(t, 'oteltrip');
 
   const expectRoundTrip = (trip) => {
     assert.equal(trip.name, 'EVALSHA');
@@ -306,4 +316,128 @@ test('otel traces: a driven round trip cut by a failed connection has error.type
     carried += trip.links.length || 1;
   }
   assert.equal(carried, N);
+});
+
+/**
+ * The runtime path's calls (every call but a driven check or peek): one round trip each, a client
+ * span child of its call's span, with the server's address when there is one (a cluster's
+ * configured seeds name no single server), and never the key.
+ */
+async function runtimeRoundTrips(t, backend, server) {
+  const { provider, exporter } = tracing(t);
+  // One slot per key on a cluster, so that checkAll's parts are one atomic step.
+  const api = backend.limiter('api', { kind: 'token_bucket', rate: 0.001, capacity: 100, colocate: 'tenant' });
+  const pool = backend.limiter('pool', { kind: 'concurrent', limit: 10, lock_timeout: 30, colocate: 'tenant' });
+  // Untraced warm-up: every script this sequence runs is loaded (no NOSCRIPT round trip).
+  const warm = await api.check('warm');
+  await api.settle(warm, 1);
+  await pool.release((await pool.acquire('warm')).lease);
+  await backend.checkAll([{ limiter: api, key: 'warm' }, { limiter: pool, key: 'warm' }]);
+  const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  t.after(() => handle.close());
+
+  const checked = api.checkSync(KEY, 2);
+  const lease = await pool.acquire(KEY);
+  await api.settle(checked, 1);
+  api.settleSync(checked, 3);
+  const combined = await backend.checkAll([{ limiter: api, key: KEY }, { limiter: pool, key: KEY }]);
+  await pool.release(lease.lease);
+  await pool.release(combined.parts[1].decision.lease);
+  await roundTripsMade();
+
+  const trips = roundTrips(exporter);
+  const calls = exporter.getFinishedSpans().filter((s) => s.kind !== SpanKind.CLIENT);
+  assert.deepEqual(calls.map((s) => s.name), [
+    'ratekeeper check',
+    'ratekeeper acquire',
+    'ratekeeper settle',
+    'ratekeeper settle',
+    'ratekeeper check_all',
+    'ratekeeper release',
+    'ratekeeper release',
+  ]);
+  // One round trip per call, each the child of its call, in its trace.
+  assert.equal(trips.length, calls.length, trips.map((s) => s.name).join());
+  for (const call of calls) {
+    const mine = trips.filter((s) => s.parentSpanContext?.spanId === call.spanContext().spanId);
+    assert.equal(mine.length, 1, `${call.name}: one round trip`);
+    const [trip] = mine;
+    assert.equal(trip.spanContext().traceId, call.spanContext().traceId);
+    assert.equal(trip.name, 'EVALSHA');
+    assert.deepEqual([trip.attributes['db.system.name'], trip.attributes['db.operation.name']], ['redis', 'EVALSHA']);
+    const where = server ? ['127.0.0.1', server.port] : [undefined, undefined];
+    assert.deepEqual([trip.attributes['server.address'], trip.attributes['server.port']], where);
+    assert.equal(trip.attributes['error.type'], undefined);
+    assert.equal(trip.links.length, 0);
+    const ns = (time) => time[0] * 1e9 + time[1];
+    // (The wall clock's times: the SDK's own clock may drift from it, so no comparison with the call's.)
+    assert.ok(ns(trip.endTime) >= ns(trip.startTime));
+  }
+
+  // Closed: no round trip noted, no span.
+  handle.close();
+  exporter.reset();
+  api.checkSync(KEY);
+  await backend.checkAll([{ limiter: api, key: KEY }]);
+  await roundTripsMade();
+  assert.equal(exporter.getFinishedSpans().length, 0);
+}
+
+test('otel traces: each round trip of a call on the runtime is a client span, the child of its call (redis)', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.stop());
+  await runtimeRoundTrips(t, Backend.redis(server.url, { prefix: `otelrt${process.pid}` }), server);
+});
+
+test('otel traces: each round trip of a call on a Redis Cluster is a client span, the child of its call', async (t) => {
+  const cluster = await RedisCluster.start();
+  t.after(() => cluster.destroy());
+  await runtimeRoundTrips(t, Backend.cluster(cluster.seeds, { prefix: `otelrc${process.pid}` }), null);
+});
+
+test('otel traces: a check before the driven connection is up has its round trip as its child', async (t) => {
+  const server = await RedisServer.start();
+  t.after(() => server.stop());
+  const { provider, exporter } = tracing(t);
+  const backend = Backend.redis(server.url, { prefix: `otelfirst${process.pid}` });
+  // Untraced: the script loaded, on another connection key (its own backend, so the driven
+  // connection of the traced one is not up yet).
+  await Backend.redis(server.url, { prefix: `otelfirst${process.pid}` }).tokenBucket('api', 1, 10).checkSync('warm');
+  const handle = otel.instrument(backend, { meterProvider: new MeterProvider(), tracerProvider: provider });
+  t.after(() => handle.close());
+  await backend.tokenBucket('api', 1, 10).check(KEY);
+  await roundTripsMade();
+  const [call] = exporter.getFinishedSpans().filter((s) => s.name === 'ratekeeper check');
+  const trips = roundTrips(exporter);
+  assert.equal(trips.length, 1, 'its one round trip, on the runtime or driven');
+  assert.equal(trips[0].parentSpanContext?.spanId, call.spanContext().spanId);
+});
+
+test('otel traces: each round trip of a call over TLS is a client span, the child of its call', async (t) => {
+  const { server, ca } = await RedisServer.startTlsWithCa(t);
+  t.after(() => server.destroy());
+  const backend = Backend.redis(`rediss://127.0.0.1:${server.port}`, { prefix: `oteltls${process.pid}`, tls: { ca } });
+  await runtimeRoundTrips(t, backend, server);
+});
+
+test('otel traces: a driven check re-run after NOSCRIPT has its round trips as its children', async (t) => {
+  const { server, exporter, api } = await drivenTraced(t, 'otelnoscript');
+  server.cli('SCRIPT', 'FLUSH');
+  assert.equal((await api.check(KEY)).allowed, true);
+  await roundTripsMade();
+  const [call] = exporter.getFinishedSpans().filter((s) => s.name === 'ratekeeper check');
+  const trips = roundTrips(exporter);
+  // The driven EVALSHA answered NOSCRIPT (not a span: its call ran again); on the runtime, the
+  // EVALSHA answered NOSCRIPT too, then the script ran with EVAL.
+  assert.deepEqual(
+    trips.map((s) => [s.name, s.attributes['error.type'], s.status.code]),
+    [
+      ['EVALSHA', 'NOSCRIPT', 2],
+      ['EVAL', undefined, 0],
+    ],
+  );
+  for (const trip of trips) {
+    assert.equal(trip.parentSpanContext?.spanId, call.spanContext().spanId);
+    assert.deepEqual([trip.attributes['server.address'], trip.attributes['server.port']], ['127.0.0.1', server.port]);
+  }
 });

@@ -1,12 +1,9 @@
 'use strict';
 // Redis specifics through Node: key prefixes, leases and waiters on Redis and on a Redis
-// Cluster, fleet metrics summed across backends, and TLS with a CA made by openssl.
+// Cluster, fleet metrics summed across backends, and TLS with a CA made by openssl (the fixture's).
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { execFileSync } = require('node:child_process');
-const fs = require('node:fs');
-const path = require('node:path');
 const { Backend } = require('..');
 const { RedisServer, RedisCluster } = require('./support/redis.js');
 
@@ -58,19 +55,9 @@ test('redis cluster: checks and leases over three masters', async (t) => {
 });
 
 test('redis over TLS with a CA', async (t) => {
-  const dir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'ratekeeper-node-tls-'));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const openssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  openssl('genrsa', '-out', 'ca.key', '2048');
-  openssl('req', '-x509', '-new', '-nodes', '-key', 'ca.key', '-sha256', '-days', '2', '-subj', '/CN=ratekeeper node test CA', '-out', 'ca.crt');
-  openssl('genrsa', '-out', 'server.key', '2048');
-  openssl('req', '-new', '-key', 'server.key', '-subj', '/CN=127.0.0.1', '-out', 'server.csr');
-  fs.writeFileSync(path.join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  openssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-sha256', '-extfile', 'san.ext', '-out', 'server.crt');
-  const server = await RedisServer.startTls(dir);
+  const { server, ca } = await RedisServer.startTlsWithCa(t);
   t.after(() => server.destroy());
   const url = `rediss://127.0.0.1:${server.port}`;
-  const ca = fs.readFileSync(path.join(dir, 'ca.crt'));
   const secure = Backend.redis(url, { ...options, tls: { ca } }).tokenBucket('tls', 10, 10);
   assert.equal((await secure.check('k')).remaining, 9);
   const untrusted = Backend.redis(url, { deadlineMs: 500, connectTimeoutMs: 300 }).tokenBucket('tls', 10, 10);

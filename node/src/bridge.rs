@@ -65,6 +65,8 @@ pub type Outcome = Result<Payload, ratekeeper::Error>;
 struct Completion {
     id: f64,
     outcome: Result<Outcome, Box<dyn Any + Send>>,
+    /// A traced call's Redis round trips (see `crate::trace`).
+    trips: Option<Vec<ratekeeper::trace::RoundTrip>>,
 }
 
 /// The part of an environment's bridge that runtime threads touch.
@@ -364,9 +366,16 @@ where
         }
         state.running += 1;
         let shared = state.shared.clone();
+        let collector = crate::trace::collector();
         ratekeeper::runtime().spawn(async move {
-            let outcome = ratekeeper::CatchPanic(future).await;
-            shared.complete(Completion { id, outcome });
+            let (outcome, trips) = match collector {
+                None => (ratekeeper::CatchPanic(future).await, None),
+                Some(collector) => {
+                    let traced = ratekeeper::trace::collect_into(collector.clone(), future);
+                    (ratekeeper::CatchPanic(Box::pin(traced)).await, Some(collector.take()))
+                }
+            };
+            shared.complete(Completion { id, outcome, trips });
         });
     });
 }
@@ -389,7 +398,13 @@ unsafe extern "C" fn drain(
         return;
     }
     let settled = completions.len();
-    settle(env, completions.into_iter().map(|c| (c.id, c.outcome)), |args| {
+    let finished = completions.into_iter().map(|c| {
+        if let Some(trips) = c.trips {
+            crate::trace::noted(c.id, trips);
+        }
+        (c.id, c.outcome)
+    });
+    settle(env, finished, |args| {
         let mut result = ptr::null_mut();
         let mut undefined = ptr::null_mut();
         // SAFETY: Node calls `drain` on the JavaScript thread, inside a handle scope, with the

@@ -145,6 +145,7 @@ pub fn submit(env: &Env, call: DrivenCall) -> napi::Result<ReplyValue> {
             return Some(call);
         }
         let idle = live.pipeline.writes_in_flight() == 0;
+        crate::trace::driven(id);
         let deadline = live.pipeline.push(id, call);
         live.arm_timer(deadline);
         // With replies awaited, the call waits for the others of this loop turn (the prepare
@@ -537,8 +538,13 @@ fn settle(done: Vec<(f64, Finished)>) {
     let ids: Option<Vec<f64>> = TRACED.get().then(|| done.iter().map(|(id, _)| *id).collect());
     let mut settled = Vec::with_capacity(done.len());
     for (id, finished) in done {
+        // A traced call's round trips on the runtime (a NOSCRIPT's re-run) are its own.
+        let traced = ids.is_some() && crate::trace::take_driven(id);
         match finished {
             Finished::Done(result) => settled.push((id, result.map(|d| Payload::Decision(d, None)))),
+            Finished::Rerun(call) if traced => {
+                crate::trace::spawning_traced(|| bridge::spawn(id, run_on_runtime(call)))
+            }
             Finished::Rerun(call) => bridge::spawn(id, run_on_runtime(call)),
         }
     }
@@ -585,30 +591,36 @@ pub struct DrivenRoundTrip {
     pub error: Option<String>,
 }
 
+impl DrivenRoundTrip {
+    /// Round trip `trip` as a call it carried sees it: its number (0: none) and how many calls
+    /// it carried.
+    pub(crate) fn of(trip: &ratekeeper::trace::RoundTrip, number: f64, batch: usize) -> Self {
+        let epoch_ms =
+            |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        let (address, port) =
+            trip.server.as_ref().map_or((None, None), |(host, port)| (Some(host.clone()), Some(u32::from(*port))));
+        DrivenRoundTrip {
+            trip: number,
+            command: trip.command.to_owned(),
+            start_ms: epoch_ms(trip.start),
+            end_ms: epoch_ms(trip.end),
+            batch: batch as u32,
+            address,
+            port,
+            error: trip.error.clone(),
+        }
+    }
+}
+
 /// Notes `trips` by the ids of the calls they ended (entries of `done`).
 fn note_round_trips(trips: Vec<DrivenTrip>, done: &[(f64, Finished)]) {
-    let epoch_ms =
-        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3);
     ROUND_TRIPS.with(|noted| {
         let mut noted = noted.borrow_mut();
         for DrivenTrip { calls, batch, trip } in trips {
             let number = LAST_TRIP.get() + 1.0;
             LAST_TRIP.set(number);
-            let (address, port) = trip.server.map_or((None, None), |(host, port)| (Some(host), Some(u32::from(port))));
             for (id, _) in &done[calls] {
-                noted.insert(
-                    id.to_bits(),
-                    DrivenRoundTrip {
-                        trip: number,
-                        command: trip.command.to_owned(),
-                        start_ms: epoch_ms(trip.start),
-                        end_ms: epoch_ms(trip.end),
-                        batch: batch as u32,
-                        address: address.clone(),
-                        port,
-                        error: trip.error.clone(),
-                    },
-                );
+                noted.insert(id.to_bits(), DrivenRoundTrip::of(&trip, number, batch));
             }
         }
     });
@@ -628,6 +640,7 @@ pub fn driven_tracing(on: bool) {
     });
     if !on {
         ROUND_TRIPS.with(|t| t.borrow_mut().clear());
+        crate::trace::clear();
     }
 }
 

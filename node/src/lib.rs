@@ -36,6 +36,7 @@ mod options;
 mod runtime;
 mod settle;
 mod shedder;
+mod trace;
 
 use napi_derive::napi;
 

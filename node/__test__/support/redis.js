@@ -7,6 +7,7 @@
 const { execFile, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const net = require('node:net');
+const os = require('node:os');
 const path = require('node:path');
 const { promisify } = require('node:util');
 
@@ -109,6 +110,24 @@ class RedisServer {
   static async start(extra = []) {
     const [info] = await startServers(['--', ...extra]);
     return new RedisServer(info);
+  }
+
+  /**
+   * A server speaking only TLS, with certificates made by openssl in a temporary directory
+   * (removed after `t`); `ca`: the CA certificate a client trusts. Stop it with `destroy`.
+   */
+  static async startTlsWithCa(t) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratekeeper-node-tls-'));
+    t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const openssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+    openssl('genrsa', '-out', 'ca.key', '2048');
+    openssl('req', '-x509', '-new', '-nodes', '-key', 'ca.key', '-sha256', '-days', '2', '-subj', '/CN=ratekeeper node test CA', '-out', 'ca.crt');
+    openssl('genrsa', '-out', 'server.key', '2048');
+    openssl('req', '-new', '-key', 'server.key', '-subj', '/CN=127.0.0.1', '-out', 'server.csr');
+    fs.writeFileSync(path.join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+    openssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-sha256', '-extfile', 'san.ext', '-out', 'server.crt');
+    const server = await RedisServer.startTls(dir);
+    return { server, ca: fs.readFileSync(path.join(dir, 'ca.crt')) };
   }
 
   /** A server speaking only TLS, with the certificates in `certs` (ca.crt, server.crt/.key). */
