@@ -430,7 +430,22 @@ impl Limiter {
         // The operation is built past the fast path, which does not need it: built first, it
         // was returned from an outlined call through memory and copied twice.
         let key = self.validate_check(key, cost)?;
-        if let Some(decision) = self.fast_check(key, cost) {
+        if self.fast_path_observed() {
+            return self.check_observed_blocking(key, cost);
+        }
+        if let Some(decision) = self.fast_check_untimed(key, cost) {
+            return Ok(decision);
+        }
+        self.check_general_blocking(key, cost)
+    }
+
+    /// [`Limiter::check_blocking`] while an instrumentation observes the limiter: the timed
+    /// fast path, else the general path. Out of line, so that the untimed fast path is the one
+    /// source of the decision `check_blocking` returns (see [`Limiter::fast_path_observed`]).
+    #[cold]
+    #[inline(never)]
+    fn check_observed_blocking(&self, key: &str, cost: u64) -> Result<Decision> {
+        if let Some(decision) = self.fast_check_timed(key, cost) {
             return Ok(decision);
         }
         self.check_general_blocking(key, cost)
