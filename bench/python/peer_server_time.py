@@ -165,7 +165,12 @@ HOLD_ONLY = "hold check only, TIME read when a hold exists"
 
 
 def floor_name(peer: str, hold_only: bool = False) -> str:
-    return f"floor of {peer}" + (f" ({HOLD_ONLY})" if hold_only else " (+ TIME, + hold check)")
+    """The name of `peer`'s floor: what it adds to the peer's script."""
+    if hold_only:
+        return f"floor of {peer} ({HOLD_ONLY})"
+    added = {"limits moving window": "the server's TIME for the client's clock", "hand-written GCRA (GET, SET, TIME)": None}
+    clock = added.get(peer, "+ TIME")
+    return f"floor of {peer} ({clock + ', ' if clock else ''}+ the hold check)"
 
 
 def floor_script(peer_lua: str, hold_only: bool = False) -> str:
