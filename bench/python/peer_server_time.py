@@ -63,7 +63,8 @@ GCRA_LUA = (HERE.parent / "lua" / "hand_written_gcra.lua").read_text()
 
 
 def unescape(token: str) -> str:
-    """A MONITOR argument (sdscatrepr's quoting) back to its text."""
+    """A MONITOR argument (sdscatrepr's quoting) back to its text (a binary one's bytes kept as
+    surrogates, which bucket_server_time.command writes back as they were)."""
     out, i = bytearray(), 0
     raw = token.encode("latin-1")
     simple = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("a"): 7, ord("b"): 8, ord('"'): 34, ord("\\"): 92}
@@ -78,7 +79,7 @@ def unescape(token: str) -> str:
             continue
         out.append(raw[i])
         i += 1
-    return out.decode()
+    return out.decode("utf-8", "surrogateescape")
 
 
 def capture(port: int) -> tuple[list[list[str]], dict]:
@@ -124,6 +125,19 @@ def evalsha_of(commands: list[list[str]], marker: str) -> tuple[str, list[str], 
             if any(marker in k for k in keys):
                 return tokens[1] if tokens[0].upper() == "EVALSHA" else sha1(tokens[1]), keys, args
     raise SystemExit(f"no EVALSHA of {marker} was seen")
+
+
+# How gcra.lua read its spec before the spec was packed into one argument.
+SEPARATE_SPEC = "tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])"
+
+
+def separate_spec(args: list[str]) -> list[str]:
+    """The token bucket's arguments (op, now, [tick, T, tau, max_ahead, actual], cost[, at]) as
+    a script before the packed spec takes them: op, now, tick, T, tau, max_ahead, cost, actual[,
+    at]."""
+    op, now, spec, cost, *rest = args
+    tick, emission, tau, max_ahead, actual = b.unpacked(spec.encode("utf-8", "surrogateescape"))
+    return [op, now, *map(str, (tick, emission, tau, max_ahead)), cost, str(actual), *rest]
 
 
 def sha1(text: str) -> str:
@@ -254,7 +268,8 @@ def main() -> None:
             variants[f"ratekeeper {job}"] = ("EVALSHA", text, marker, keys, args, job)
             before = b.tree_script(b.git_show(BEFORE, f"core/src/engine/{lua}"), commit=BEFORE)
             if before != text:  # (a script this change left as it was is measured once)
-                variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, args, job)
+                before_args = separate_spec(args) if SEPARATE_SPEC in before else args
+                variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, before_args, job)
         sliding = (engine / "sliding.lua").read_text()
         fast = sliding[:sliding.index("local fmt = function")]  # the fixed-window path a `bucket` takes
         gcra = (engine / "gcra.lua").read_text()
