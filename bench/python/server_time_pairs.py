@@ -11,9 +11,12 @@ IDEA is one of `fold` (the token bucket reading its state with the holds, peer_s
 idea row), `fixed-alone` (the `bucket`'s fixed-window path as a script of its own) and
 `no-table-remove` (the hold check indexing KEYS instead of table.remove, both kinds),
 `separate-spec` (the token bucket before its spec was packed into one argument: each number its
-own, read with tonumber) and `text-spec` (the packed spec written as text, parsed in Lua with
-string.match); all by default. The calls are the library's own, captured as peer_server_time.py
-does (it needs what that needs). Prints only; writes nothing.
+own, read with tonumber), `text-spec` (the packed spec written as text, parsed in Lua with
+string.match) and `separate-bucket-spec` (the `bucket`, sliding.lua, before its spec was packed
+the same way); all by default. The calls are the library's own, captured as peer_server_time.py
+does (it needs what that needs), except `separate-bucket-spec`'s, which are
+bucket_server_time.py's (the library's form, without the capture's Node and `limits`). Prints
+only; writes nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ def direct(hold: str) -> str:
 PACKED_LINE = "local tick, T, tau, max_ahead, actual = cmsgpack.unpack(ARGV[3])"
 # gcra.lua before its spec was packed (each number its own argument, read with tonumber).
 SEPARATE = "4e00860"
+# sliding.lua before its spec was packed.
+SLIDING_SEPARATE = "d71b3cc"
 
 
 def text_spec(gcra: str) -> str:
@@ -72,7 +77,14 @@ def ideas() -> dict[str, list[tuple]]:
         "separate-spec": [("k-token", b.tree_script(gcra), b.tree_script(b.git_show(SEPARATE, "core/src/engine/gcra.lua")),
                            p.separate_spec)],
         "text-spec": [("k-token", b.tree_script(gcra), b.tree_script(text_spec(gcra)), as_text)],
+        "separate-bucket-spec": [("k-bucket", b.tree_script(sliding),
+                                  b.tree_script(b.git_show(SLIDING_SEPARATE, "core/src/engine/sliding.lua")),
+                                  p.separate_sliding_spec)],
     }
+
+
+# Calls made here rather than captured: marker -> (keys, args).
+MADE = {"k-bucket": b.call(b.HOLD, "{k-bucket}")}
 
 
 def main() -> None:
@@ -87,10 +99,12 @@ def main() -> None:
         return int(pathlib.Path(f"/proc/{server.pid}/schedstat").read_text().split()[0])
 
     try:
-        commands, _ = p.capture(port)
+        # (No capture when every call picked can be made here.)
+        made_only = all(marker in MADE for idea in picked for marker, *_ in table[idea])
+        commands = [] if made_only else p.capture(port)[0]
         for idea in picked:
             for marker, today, other, *changed in table[idea]:
-                _, keys, args = p.evalsha_of(commands, marker)
+                keys, args = MADE[marker] if made_only else p.evalsha_of(commands, marker)[1:]
                 calls_args = {"today": args, idea: changed[0](args) if changed else args}
                 shas = {"today": conn.call("SCRIPT", "LOAD", today), idea: conn.call("SCRIPT", "LOAD", other)}
                 for mode in ("window in use", "new keys"):
