@@ -12,11 +12,13 @@ idea row), `fixed-alone` (the `bucket`'s fixed-window path as a script of its ow
 `no-table-remove` (the hold check indexing KEYS instead of table.remove, both kinds),
 `separate-spec` (the token bucket before its spec was packed into one argument: each number its
 own, read with tonumber), `text-spec` (the packed spec written as text, parsed in Lua with
-string.match) and `separate-bucket-spec` (the `bucket`, sliding.lua, before its spec was packed
-the same way); all by default. The calls are the library's own, captured as peer_server_time.py
-does (it needs what that needs), except `separate-bucket-spec`'s, which are
-bucket_server_time.py's (the library's form, without the capture's Node and `limits`). Prints
-only; writes nothing.
+string.match), `separate-bucket-spec` and `separate-sliding-spec` (sliding.lua before its limits
+were packed the same way, with their fields' prefixes made by the client: the `bucket`'s
+fixed-window path, and a sliding window counter of one limit, 60 blocks); all by default. The
+calls are the library's own, captured as peer_server_time.py does (it needs what that needs);
+when only ideas of `MADE`'s calls are picked, those are made here in the library's form
+(bucket_server_time.py's for the `bucket`) and nothing is captured. Prints only; writes
+nothing.
 """
 
 from __future__ import annotations
@@ -80,11 +82,17 @@ def ideas() -> dict[str, list[tuple]]:
         "separate-bucket-spec": [("k-bucket", b.tree_script(sliding),
                                   b.tree_script(b.git_show(SLIDING_SEPARATE, "core/src/engine/sliding.lua")),
                                   p.separate_sliding_spec)],
+        "separate-sliding-spec": [("k-sliding", b.tree_script(sliding),
+                                   b.tree_script(b.git_show(SLIDING_SEPARATE, "core/src/engine/sliding.lua")),
+                                   p.separate_sliding_spec)],
     }
 
 
-# Calls made here rather than captured: marker -> (keys, args).
-MADE = {"k-bucket": b.call(b.HOLD, "{k-bucket}")}
+# Calls made here rather than captured: marker -> (keys, args). The sliding window counter: its
+# hash and sub-buckets, the pause and block keys; 10^9 a minute in one-second blocks.
+MADE = {"k-bucket": b.call(b.HOLD, "{k-bucket}"),
+        "k-sliding": ([f"{{k-sliding}}:{k}" for k in ("h", "b", "p", "bk")],
+                      ["check", "", 1, "5211818389484841", b.packed(1, "0:60000000:1000000:", 10**9, 1_000_000, 60)])}
 
 
 def main() -> None:
