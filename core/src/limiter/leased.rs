@@ -35,6 +35,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
 
 use crate::backend::redis::leased_blocks::BlockWatcher;
 use crate::backend::RedisBackend;
@@ -45,8 +46,10 @@ use crate::engine::{decision, Algorithm, Colocate, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::observe::Call as Timed;
+use crate::padded::KeyBytes;
 use crate::params::micros;
 use crate::runtime::forked_since;
+use crate::SettleKey;
 
 use super::pipeline::Call;
 use super::{Limiter, Target};
@@ -476,24 +479,31 @@ impl Limiter {
         }?;
         inner.metrics.add(Counter::Allowed, 1);
         let decided_at = pool.wall_micros();
-        let limiter = inner.settle_identity;
-        let settle = (limiter != 0).then(|| SettleTicket {
-            key: key.into(),
-            cost,
-            charged_at_micros: spent.charged_at.unwrap_or(decided_at),
-            id: self.next_settle_id(),
-            limiter,
-        });
-        Some(Decision {
+        // Built field by field in the caller's return slot, once per kind of settle key, as the
+        // memory fast path builds its decision (see `limiter::fast`): a key made by a branch and
+        // put in once was stored in words and read back whole, which the CPU cannot forward.
+        let decision = |settle: Option<SettleTicket>| Decision {
+            allowed: true,
+            limit: pool.leased.gcra.capacity,
+            remaining: spent.remaining,
+            retry_after: Duration::ZERO,
+            reset_after: Duration::from_micros(spent.reset_us),
+            lease: None,
             decided_at_micros: decided_at,
+            limits: None,
             settle,
-            ..Decision::from_parts(
-                true,
-                pool.leased.gcra.capacity,
-                spent.remaining,
-                std::time::Duration::ZERO,
-                std::time::Duration::from_micros(spent.reset_us),
-            )
+            shadow_refused: false,
+        };
+        let limiter = inner.settle_identity;
+        if limiter == 0 {
+            return Some(decision(None));
+        }
+        let id = self.next_settle_id();
+        let charged_at_micros = spent.charged_at.unwrap_or(decided_at);
+        let ticket = |key: SettleKey| SettleTicket { key, cost, charged_at_micros, id, limiter };
+        Some(match KeyBytes::new(key.as_bytes()) {
+            KeyBytes::Short(short) => decision(Some(ticket(SettleKey::of_short(short)))),
+            KeyBytes::Long(_) => decision(Some(ticket(key.into()))),
         })
     }
 
@@ -565,7 +575,7 @@ impl Limiter {
 
     /// Applies a block of `key` this process made (`None`: an unblock) to its lease at once;
     /// other processes' leases learn of it from the live task.
-    pub(crate) fn block_lease(&self, key: &str, block: Option<std::time::Duration>) {
+    pub(crate) fn block_lease(&self, key: &str, block: Option<Duration>) {
         if let Some(pool) = &self.inner.pool {
             let until = block.map_or(0, |d| pool.local.now_micros().saturating_add(micros(d)));
             pool.slot(key).blocked_until.store(until, Ordering::Release);
