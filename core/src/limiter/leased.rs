@@ -38,6 +38,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use crate::backend::redis::leased_blocks::BlockWatcher;
+use crate::backend::wall_clock::Readings;
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, LocalClock, SystemClock};
 use crate::decision::{Decision, SettleTicket};
@@ -229,6 +230,30 @@ impl LeasePool {
         }
     }
 
+    /// Now on the clock of the slots' deadlines: with the system clock, the counter's monotonic
+    /// reading (`backend::wall_clock`: a `clock_gettime` of the monotonic clock was the larger
+    /// part of a spend from a lease), else [`LocalClock`]. Every reading of the pool's local
+    /// clock goes through here, so that its deadlines are compared on one clock.
+    #[inline(always)]
+    fn local_now(&self) -> u64 {
+        if self.system_clock {
+            crate::backend::wall_clock::monotonic_micros()
+        } else {
+            self.local.now_micros()
+        }
+    }
+
+    /// [`LeasePool::local_now`] and [`LeasePool::wall_micros`] at once (one reading of the
+    /// counter with the system clock).
+    #[inline(always)]
+    fn now_both(&self) -> Readings {
+        if self.system_clock {
+            crate::backend::wall_clock::now_both()
+        } else {
+            Readings { monotonic: self.local.now_micros(), wall: self.clock.now_micros() }
+        }
+    }
+
     #[cold]
     fn forget_parent(&self, pid: u32) {
         let _forking = self.forking.lock();
@@ -264,7 +289,7 @@ impl LeasePool {
     /// a dropped slot spends from it as granted.)
     #[cold]
     fn make_room(&self, keyed: &mut HashMap<Box<str>, Arc<Slot>, foldhash::fast::RandomState>) {
-        let now = self.local.now_micros();
+        let now = self.local_now();
         keyed.retain(|_, slot| {
             (slot.tokens.load(Ordering::Relaxed) > 0 && slot.lapses_at.load(Ordering::Relaxed) > now)
                 || slot.blocked_until.load(Ordering::Relaxed) > now
@@ -375,13 +400,13 @@ impl Limiter {
         call: &mut Call,
     ) -> Result<Outcome> {
         let slot = pool.slot(key);
-        if let Some(outcome) = pool.local(&slot, cost, pool.local.now_micros()) {
+        if let Some(outcome) = pool.local(&slot, cost, pool.local_now()) {
             return Ok(outcome);
         }
         let lease_lock = slot.lease_lock();
         let mut lease = lease_lock.lock().await;
         // Another caller may have taken a lease while this one waited.
-        if let Some(outcome) = pool.local(&slot, cost, pool.local.now_micros()) {
+        if let Some(outcome) = pool.local(&slot, cost, pool.local_now()) {
             return Ok(outcome);
         }
         let Target::Redis { backend, failover } = &self.inner.target else {
@@ -396,7 +421,7 @@ impl Limiter {
             Algorithm::Leased(l) => (l.chunk, l.lease_us),
             _ => (pool.leased.chunk, pool.leased.lease_us),
         };
-        let now = pool.local.now_micros();
+        let now = pool.local_now();
         let lapsed = now >= slot.lapses_at.load(Ordering::Acquire);
         // Taken out before the call: from here they can only be given back, never spent.
         let back = slot.tokens.swap(0, Ordering::AcqRel);
@@ -442,7 +467,7 @@ impl Limiter {
     #[inline]
     pub(crate) fn leased_in_process(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Outcome> {
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        pool.local(&slot, cost, pool.local.now_micros())
+        pool.local(&slot, cost, pool.local_now())
     }
 
     /// An admitted spend from this process's lease of `key`, if it holds `cost` (no refusal:
@@ -451,7 +476,7 @@ impl Limiter {
     pub(crate) fn leased_spend(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Decision> {
         let started = self.inner.observe.start();
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        let outcome = pool.local(&slot, cost, pool.local.now_micros()).filter(|o| o.decision.allowed)?;
+        let outcome = pool.local(&slot, cost, pool.local_now()).filter(|o| o.decision.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
         self.time(Timed::Check, Counter::Allowed, started);
         Some(self.ticketed_at(outcome.decision, Served::Backend, key, cost, outcome.charged_at))
@@ -471,14 +496,13 @@ impl Limiter {
             return None;
         }
         pool.after_fork();
-        let now = pool.local.now_micros();
+        let Readings { monotonic: now, wall: decided_at } = pool.now_both();
         let spent = if key.is_empty() {
             pool.spend_unblocked(&pool.unkeyed, cost, now)
         } else {
             pool.spend_keyed(key, cost, now)
         }?;
         inner.metrics.add(Counter::Allowed, 1);
-        let decided_at = pool.wall_micros();
         // Built field by field in the caller's return slot, once per kind of settle key, as the
         // memory fast path builds its decision (see `limiter::fast`): a key made by a branch and
         // put in once was stored in words and read back whole, which the CPU cannot forward.
@@ -533,7 +557,7 @@ impl Limiter {
         call: &mut Call,
     ) -> Result<Outcome> {
         if key.is_empty() {
-            if let Some(outcome) = pool.local(&pool.unkeyed, cost, pool.local.now_micros()) {
+            if let Some(outcome) = pool.local(&pool.unkeyed, cost, pool.local_now()) {
                 return Ok(outcome);
             }
         }
@@ -577,7 +601,7 @@ impl Limiter {
     /// other processes' leases learn of it from the live task.
     pub(crate) fn block_lease(&self, key: &str, block: Option<Duration>) {
         if let Some(pool) = &self.inner.pool {
-            let until = block.map_or(0, |d| pool.local.now_micros().saturating_add(micros(d)));
+            let until = block.map_or(0, |d| pool.local_now().saturating_add(micros(d)));
             pool.slot(key).blocked_until.store(until, Ordering::Release);
         }
     }
@@ -627,7 +651,7 @@ impl BlockWatcher for LeasePool {
 
     fn block_read(&self, key: &str, until_micros: Option<u64>) {
         let left = until_micros.map_or(0, |until| until.saturating_sub(self.clock.now_micros()));
-        let until = if left == 0 { 0 } else { self.local.now_micros().saturating_add(left) };
+        let until = if left == 0 { 0 } else { self.local_now().saturating_add(left) };
         self.slot(key).blocked_until.store(until, Ordering::Release);
     }
 }
