@@ -121,7 +121,12 @@ fn main() {
     leased.close_blocking().expect("give the lease back");
     if one_key_only {
         for &(_, m, l, share) in &rows {
-            println!("one key: memory {:.2}M, leased {:.2}M checks/s; leased / memory = {:.3} (admitted {share:.4})", m / 1e6, l / 1e6, l / m);
+            println!(
+                "one key: memory {:.2}M, leased {:.2}M checks/s; leased / memory = {:.3} (admitted {share:.4})",
+                m / 1e6,
+                l / 1e6,
+                l / m
+            );
         }
         return;
     }
