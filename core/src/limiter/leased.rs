@@ -27,8 +27,9 @@
 //! spends nor gives back its parent's grant, draws lease ids of its own, and never waits for a
 //! round trip its parent had in flight when it forked.
 //!
-//! Lapses and remembered refusals are local deadlines, kept on a monotonic clock
-//! ([`LocalClock`]): a wall clock stepped back by NTP neither keeps a key refused for as long
+//! Lapses and remembered refusals are local deadlines, kept on a monotonic clock (with the
+//! system clock, the CPU counter's monotonic reading, `backend::wall_clock`; else
+//! [`LocalClock`]): a wall clock stepped back by NTP neither keeps a key refused for as long
 //! as the step nor lets a lease be spent past `lease_ttl` (a manual clock stands in for it in
 //! tests). Decisions still carry the wall-clock instant they were made at.
 
