@@ -73,8 +73,9 @@ pub(crate) struct LeasePool {
     /// The backend's clock: the wall-clock instant decisions carry.
     clock: Arc<dyn Clock>,
     /// Whether `clock` is the system clock, read as the memory backend reads it (see
-    /// `backend::wall_clock`): a spend from a lease reads a clock twice, and the system clock's
-    /// `clock_gettime` was the larger part of it.
+    /// `backend::wall_clock`): a spend from a lease reads two clocks (its deadlines' and its
+    /// decision's instant), then both from one reading of the CPU's counter; a `clock_gettime`
+    /// per reading was the larger part of a spend.
     system_clock: bool,
     /// The clock of the slots' deadlines (see the module documentation).
     local: LocalClock,
