@@ -221,6 +221,8 @@ function buildCore(options) {
     requestWasSuccessful,
     rules,
     partitioned: options.partitionKeySecret !== undefined && options.partitionKeySecret !== null,
+    // Without trusted proxies the core never reads the proxy header (the key is the peer's).
+    readsProxyHeader: (options.trustedProxies ?? []).length > 0,
   });
 }
 
@@ -266,7 +268,8 @@ class Core {
    * Synchronous: a request's path awaits only its checks (each await is a microtask).
    */
   addressKey(peer, header) {
-    const given = header(this.proxyHeader);
+    // Looking a header up is not free everywhere (Hono builds a Headers view for it).
+    const given = this.readsProxyHeader ? header(this.proxyHeader) : undefined;
     // Every line of the header counts, in order: `header(name)` returns them joined by commas
     // (node:http and the Fetch API's Headers do), or an array of them.
     const value = given === undefined || given === null ? null : Array.isArray(given) ? given.join(',') : String(given);
