@@ -141,6 +141,10 @@ async function main() {
     if (raw.length > 0) {
       const where = pinned ? ', one CPU' : '';
       rows.push([`reference: redis-benchmark -c 1${where}, the same EVALSHA (no client is faster)`, median(raw), median(b)]);
+      // The client's own target: how close to the floor the binding gets (rate-limiter-flexible
+      // is below it too, so a ratio to the peer alone cannot say).
+      const floorPeer = `redis-benchmark -c 1${where}, the same EVALSHA (the floor)`;
+      rows.push([`${name}, against the floor`, median(a), median(raw), floorPeer]);
       console.log(`  redis-benchmark -c 1${where} with the same EVALSHA: ${fmt(median(raw))}/s`);
     }
   }
@@ -155,19 +159,22 @@ async function main() {
   console.log(`\nload average after: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
   console.log('| scenario | ratekeeper checks/s | rate-limiter-flexible checks/s | ratio |');
   console.log('|---|---:|---:|---:|');
-  for (const [name, ours, theirs] of rows) {
-    console.log(`| ${name} | ${fmt(ours)} | ${fmt(theirs)} | ${(ours / theirs).toFixed(2)} |`);
+  for (const [name, ours, theirs, peer] of rows) {
+    console.log(`| ${name} | ${fmt(ours)} | ${fmt(theirs)}${peer ? ` (${peer})` : ''} | ${(ours / theirs).toFixed(2)} |`);
   }
+  // Sequential on Redis is judged against the floor (#48: ≥ 0.9 of it); against the peer it is
+  // informational: the floor itself was 1.2x rate-limiter-flexible, so no client reaches 1.2x.
   const targets = {
-    'redis, sequential': [1.2, true],
+    'redis, sequential, against the floor': [0.9, true],
+    'redis, sequential, one CPU, against the floor': [0.9, false],
     'redis, 64 concurrent': [1.3, false],
     'redis, 64 concurrent (ratekeeper fixed-window bucket)': [1.2, false],
     'memory, sequential (await check)': [1.0, false],
     'memory, checkSync (no Promise)': [1.3, false],
   };
-  const out = rows.map(([name, ours, theirs]) => {
+  const out = rows.map(([name, ours, theirs, floorPeer]) => {
     const [target, headline] = targets[name] || [null, false];
-    const peer = name.startsWith('reference') ? 'rate-limiter-flexible (the reference row is redis-benchmark)' : 'rate-limiter-flexible';
+    const peer = floorPeer || (name.startsWith('reference') ? 'rate-limiter-flexible (the reference row is redis-benchmark)' : 'rate-limiter-flexible');
     return results.row(name, ours, peer, theirs, { target, headline });
   });
   if (!ONLY) {

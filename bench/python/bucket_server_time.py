@@ -173,7 +173,8 @@ def scripts() -> dict[str, tuple[str, str]]:
 def command(*args: object) -> bytes:
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        # (surrogateescape: a binary argument read back from MONITOR as text keeps its bytes.)
+        data = arg if isinstance(arg, bytes) else str(arg).encode("utf-8", "surrogateescape")
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
 
@@ -330,11 +331,38 @@ def call(era: str, tag: str) -> tuple[list[str], list[object]]:
         return keys, ["|".join(str(a) for a in args)]
     if era == BARE:
         era = HOLD
-    if era == TOKEN:  # KEYS: the state, the pause and block keys; ARGV: op, now, tick, T, tau, max ahead, cost, 0
-        return [f"{tag}:t:s", f"{tag}:t:p", f"{tag}:t:bk"], ["check", "", 1, 1000, 10**15, 16 * 10**15, 1, 0]
+    if era == TOKEN:  # KEYS: the state, the pause and block keys; ARGV: op, now, [tick, T, tau, max ahead, 0], cost
+        return [f"{tag}:t:s", f"{tag}:t:p", f"{tag}:t:bk"], ["check", "", packed(1, 1000, 10**15, 16 * 10**15, 0), 1]
     keys = [f"{tag}:b:s", f"{tag}:b:p"] + ([f"{tag}:b:k"] if era == HOLD else [])
     # ARGV: op, now, cost, fingerprint, limits
     return keys, ["check", "", 1, "5211818389484841", 1, 10**9, 60_000_000, 60_000_000, 1]
+
+
+def packed(*values: int) -> bytes:
+    """Unsigned integers as one argument, MessagePack's smallest form each, one after the other
+    (core/src/engine/packed.rs): the token bucket's spec."""
+    out = bytearray()
+    for v in values:
+        if v < 0x80:
+            out.append(v)
+        else:
+            width = next(w for w in (1, 2, 4, 8) if v < 1 << (8 * w))
+            out += bytes([{1: 0xcc, 2: 0xcd, 4: 0xce, 8: 0xcf}[width]]) + v.to_bytes(width, "big")
+    return bytes(out)
+
+
+def unpacked(data: bytes) -> list[int]:
+    """`packed`'s numbers back."""
+    out, i = [], 0
+    while i < len(data):
+        if data[i] < 0x80:
+            out.append(data[i])
+            i += 1
+            continue
+        width = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}[data[i]]
+        out.append(int.from_bytes(data[i + 1:i + 1 + width], "big"))
+        i += 1 + width
+    return out
 
 
 def batched(sha: bytes, calls: list[tuple[list[str], list[object]]], shared: bool) -> bytes:

@@ -24,7 +24,13 @@ window) and on 1,000 keys already written (a check in a window in use). ratekeep
 - our scripts without a guarantee the peers do not give (bench only, never shipped): without the
   hold check, on the client's clock (the manual-clock argument, as `limits` sends its own, so
   no TIME), without the fingerprint (`bucket`), and without them all, each against the peers;
-- `bucket`'s fixed-window path as a script of its own (without the sliding engine after it).
+- `bucket`'s fixed-window path as a script of its own (without the sliding engine after it);
+- each peer's floor: the peer's own script after only what the contract and the holds require
+  that the peer lacks (bench/lua/floor_prologue.lua: the server's TIME, the hold check), with the
+  peer's keys and arguments plus the pause and block keys; for a peer that reads no clock (its
+  window rides on the key's TTL), also the hold check alone (TIME read only when a hold exists).
+  Peer ÷ floor below 1.0 means no script keeping these guarantees can cost the server what the
+  peer does; floor ÷ ours, how much of the gap is ours.
 Writes bench/results/bench-peer-server-time.json and prints the load average before and after.
 """
 
@@ -57,7 +63,8 @@ GCRA_LUA = (HERE.parent / "lua" / "hand_written_gcra.lua").read_text()
 
 
 def unescape(token: str) -> str:
-    """A MONITOR argument (sdscatrepr's quoting) back to its text."""
+    """A MONITOR argument (sdscatrepr's quoting) back to its text (a binary one's bytes kept as
+    surrogates, which bucket_server_time.command writes back as they were)."""
     out, i = bytearray(), 0
     raw = token.encode("latin-1")
     simple = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("a"): 7, ord("b"): 8, ord('"'): 34, ord("\\"): 92}
@@ -72,7 +79,7 @@ def unescape(token: str) -> str:
             continue
         out.append(raw[i])
         i += 1
-    return out.decode()
+    return out.decode("utf-8", "surrogateescape")
 
 
 def capture(port: int) -> tuple[list[list[str]], dict]:
@@ -120,9 +127,30 @@ def evalsha_of(commands: list[list[str]], marker: str) -> tuple[str, list[str], 
     raise SystemExit(f"no EVALSHA of {marker} was seen")
 
 
+# How gcra.lua read its spec before the spec was packed into one argument.
+SEPARATE_SPEC = "tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])"
+
+
+def separate_spec(args: list[str]) -> list[str]:
+    """The token bucket's arguments (op, now, [tick, T, tau, max_ahead, actual], cost[, at]) as
+    a script before the packed spec takes them: op, now, tick, T, tau, max_ahead, cost, actual[,
+    at]."""
+    op, now, spec, cost, *rest = args
+    tick, emission, tau, max_ahead, actual = b.unpacked(spec.encode("utf-8", "surrogateescape"))
+    return [op, now, *map(str, (tick, emission, tau, max_ahead)), cost, str(actual), *rest]
+
+
 def sha1(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
+
+# job -> the peers' scripts for it.
+PEERS = {"bucket": ["rate-limiter-flexible consume", "limits fixed window"],
+         "window": ["limits moving window"], "sliding window": ["limits sliding window counter"],
+         "token bucket": ["hand-written GCRA (GET, SET, TIME)"]}
+PEER_JOBS = {peer: job for job, names in PEERS.items() for peer in names}
+# The peers that read no clock: a window rides on its key's TTL (the server's clock).
+CLOCKLESS = {"rate-limiter-flexible consume", "limits fixed window", "limits sliding window counter"}
 
 STATE_WITH_HOLDS = "idea: token bucket reading its state with the holds (one MGET, not EXISTS then GET)"
 
@@ -142,6 +170,47 @@ def state_with_holds(script: str) -> str:
         "local raw = redis.call('GET', KEYS[1])", "local raw = prefetched\nif not raw then raw = redis.call('GET', KEYS[1]) end")
     assert changed != hold and "prefetched = held[3]" in text and "if not raw" in text, "the hold check or gcra.lua changed"
     return text
+
+
+# The contract's floor: the server's clock and the hold check, before a peer's own script.
+FLOOR_LUA = (HERE.parent / "lua" / "floor_prologue.lua").read_text()
+FLOOR_TIME = "local t = redis.call('TIME')\nlocal now = t[1] * 1000000 + t[2]\n"
+HOLD_ONLY = "hold check only, TIME read when a hold exists"
+
+
+def floor_name(peer: str, hold_only: bool = False) -> str:
+    """The name of `peer`'s floor: what it adds to the peer's script."""
+    if hold_only:
+        return f"floor of {peer} ({HOLD_ONLY})"
+    added = {"limits moving window": "the server's TIME for the client's clock", "hand-written GCRA (GET, SET, TIME)": None}
+    clock = added.get(peer, "+ TIME")
+    return f"floor of {peer} ({clock + ', ' if clock else ''}+ the hold check)"
+
+
+def floor_script(peer_lua: str, hold_only: bool = False) -> str:
+    """`peer_lua` after the floor's prologue: the server's TIME (a peer that reads it already, the
+    hand-written GCRA, reads it once, the prologue's; a peer on the client's clock, `limits`'
+    moving window, decides on the server's instead) and the hold check. `hold_only`: the TIME
+    is read only when a hold exists (for a peer that reads no clock)."""
+    assert FLOOR_TIME in FLOOR_LUA, "floor_prologue.lua changed: update FLOOR_TIME"
+    body = peer_lua.replace(FLOOR_TIME, "", 1)
+    body = body.replace("local timestamp = tonumber(ARGV[1])", "local timestamp = now / 1000000", 1)
+    prologue = FLOOR_LUA
+    if hold_only:
+        assert "now" not in body, "a peer reading a clock has no floor without TIME"
+        prologue = prologue.replace(FLOOR_TIME, "local now\n", 1).replace(
+            "  local held = redis.call('MGET', KEYS[n - 1], KEYS[n])\n",
+            "  local held = redis.call('MGET', KEYS[n - 1], KEYS[n])\n"
+            "  local t = redis.call('TIME')\n  now = t[1] * 1000000 + t[2]\n", 1)
+        assert "local now\n" in prologue and prologue.count("TIME") == 2
+    return prologue + body
+
+
+def hold_keys(key: str) -> list[str]:
+    """The pause and block keys of a peer's key, in its Cluster slot: its own hash tag, or the
+    whole key as one (a key without a tag hashes as a whole, as `{key}` does)."""
+    base = key if re.search(r"\{[^}]+\}", key) else "{" + key + "}"
+    return [base + ":p", base + ":b"]
 
 
 FIXED_ALONE = "idea: bucket's fixed-window path as a script of its own (no sliding engine after it)"
@@ -199,7 +268,8 @@ def main() -> None:
             variants[f"ratekeeper {job}"] = ("EVALSHA", text, marker, keys, args, job)
             before = b.tree_script(b.git_show(BEFORE, f"core/src/engine/{lua}"), commit=BEFORE)
             if before != text:  # (a script this change left as it was is measured once)
-                variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, args, job)
+                before_args = separate_spec(args) if SEPARATE_SPEC in before else args
+                variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, before_args, job)
         sliding = (engine / "sliding.lua").read_text()
         fast = sliding[:sliding.index("local fmt = function")]  # the fixed-window path a `bucket` takes
         gcra = (engine / "gcra.lua").read_text()
@@ -230,6 +300,14 @@ def main() -> None:
         # The hand-written GCRA: 10^6 tokens per second (T = 1 µs), a burst no run exhausts.
         variants["hand-written GCRA (GET, SET, TIME)"] = ("EVALSHA", GCRA_LUA, "k-gcra", ["k-gcra"],
                                                           ["1", str(10**15)], "token bucket")
+        for peer in [name for name in variants if name in PEER_JOBS]:
+            _, lua, marker, keys, args, job = variants[peer]
+            floor_keys = keys + hold_keys(keys[0])
+            variants[floor_name(peer)] = ("EVALSHA", floor_script(lua), marker, floor_keys, args, job)
+            # (A peer on the client's clock decides on the server's in its floor.)
+            assert peer in CLOCKLESS or FLOOR_TIME in lua or "now / 1000000" in variants[floor_name(peer)][1], peer
+            if peer in CLOCKLESS:
+                variants[floor_name(peer, True)] = ("EVALSHA", floor_script(lua, True), marker, floor_keys, args, job)
 
         shas = {name: conn.call("SCRIPT", "LOAD", text) for name, (_, text, *_rest) in variants.items()}
 
@@ -240,7 +318,7 @@ def main() -> None:
                 tag = f"{marker}-{i if mode == NEW else i % HOT_KEYS}"
                 ks = [k.replace(marker, tag) for k in keys]
                 a = list(args)
-                if name == "limits moving window":
+                if marker == "k-limits-moving":
                     a[0] = repr(time.time())  # its client's clock: the instant of this round
                 elif CLIENT_CLOCK in name:
                     a[1] = str(int(time.time() * 1e6))
@@ -286,9 +364,7 @@ def main() -> None:
     for (name, mode), v in samples.items():
         print(f"{mode}: {name}: median {med[name, mode]:.2f} server µs per check, redis-server CPU "
               f"{cpu_med[name, mode]:.2f} µs; rounds {' '.join(f'{x:.2f}' for x in v)}")
-    peers = {"bucket": ["rate-limiter-flexible consume", "limits fixed window"],
-             "window": ["limits moving window"], "sliding window": ["limits sliding window counter"],
-             "token bucket": ["hand-written GCRA (GET, SET, TIME)"]}
+    peers = PEERS
     rows = []
 
     def add(name: str, base: str, key: str | None = None) -> None:
@@ -317,6 +393,14 @@ def main() -> None:
                     print(f"| {mode} | {ours_name} | {peer} | {med[ours_name, mode]:.2f} | {med[peer, mode]:.2f} | "
                           f"{med[ours_name, mode] / med[peer, mode]:.2f} | {low[ours_name, mode]:.2f}, "
                           f"{low[peer, mode]:.2f}, {low[ours_name, mode] / low[peer, mode]:.2f} |")
+        # The contract's floor: peer ÷ floor (below 1.0: no script keeping the guarantees reaches
+        # the peer), then floor ÷ ours (how much of the gap is ours).
+        for job, names in peers.items():
+            for peer in names:
+                for hold_only in (False, True):
+                    if floor_name(peer, hold_only) in variants:
+                        add(floor_name(peer, hold_only), peer)
+                        add(f"ratekeeper {job}", floor_name(peer, hold_only))
         for name in variants:
             if name.startswith("idea:"):
                 base = f"ratekeeper {variants[name][5]}"
@@ -333,6 +417,17 @@ def main() -> None:
                     add(name, f"ratekeeper {job}")
                     for peer in peers[job]:
                         add(name, peer)
+    print("\n| mode | peer | peer | floor | ratekeeper | peer ÷ floor | ratekeeper ÷ floor |"
+          "\n|---|---|---:|---:|---:|---:|---:|")
+    for mode in MODES:
+        for figures, label in ((med, "commandstats µs"), (cpu_med, "CPU µs")):
+            for peer, job in PEER_JOBS.items():
+                for hold_only in (False, True):
+                    floor = floor_name(peer, hold_only)
+                    if floor in variants:
+                        p_, f_, o_ = figures[peer, mode], figures[floor, mode], figures[f"ratekeeper {job}", mode]
+                        print(f"| {mode}, {label} | {peer}{' (hold check only)' if hold_only else ''} | {p_:.2f} | "
+                              f"{f_:.2f} | {o_:.2f} | {p_ / f_:.2f} | {o_ / f_:.2f} |")
     report.write("bench-peer-server-time", "Redis",
                  "Redis server time per check: ratekeeper against each peer's script for the same job",
                  "python bench/python/peer_server_time.py",

@@ -9,9 +9,11 @@ differences is printed with its quartiles, in a window in use (500 keys) and on 
 
 IDEA is one of `fold` (the token bucket reading its state with the holds, peer_server_time.py's
 idea row), `fixed-alone` (the `bucket`'s fixed-window path as a script of its own) and
-`no-table-remove` (the hold check indexing KEYS instead of table.remove, both kinds); all by
-default. The calls are the library's own, captured as peer_server_time.py does (it needs what
-that needs). Prints only; writes nothing.
+`no-table-remove` (the hold check indexing KEYS instead of table.remove, both kinds),
+`separate-spec` (the token bucket before its spec was packed into one argument: each number its
+own, read with tonumber) and `text-spec` (the packed spec written as text, parsed in Lua with
+string.match); all by default. The calls are the library's own, captured as peer_server_time.py
+does (it needs what that needs). Prints only; writes nothing.
 """
 
 from __future__ import annotations
@@ -38,8 +40,28 @@ def direct(hold: str) -> str:
     return out
 
 
-def ideas() -> dict[str, list[tuple[str, str, str]]]:
-    """idea -> [(the calls' marker, today's script, the idea's)]."""
+PACKED_LINE = "local tick, T, tau, max_ahead, actual = cmsgpack.unpack(ARGV[3])"
+# gcra.lua before its spec was packed (each number its own argument, read with tonumber).
+SEPARATE = "4e00860"
+
+
+def text_spec(gcra: str) -> str:
+    """gcra.lua reading its packed argument as text, `tick:T:tau:max_ahead:actual`, parsed in
+    Lua (string.match and tonumber) instead of by cmsgpack."""
+    out = gcra.replace(PACKED_LINE, """local tick, T, tau, max_ahead, actual = string.match(ARGV[3], '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+tick, T, tau, max_ahead, actual = tonumber(tick), tonumber(T), tonumber(tau), tonumber(max_ahead), tonumber(actual)""")
+    assert out != gcra, "gcra.lua changed: update text_spec"
+    return out
+
+
+def as_text(args: list[str]) -> list[str]:
+    """The token bucket's arguments with its packed spec written as text."""
+    return [*args[:2], ":".join(map(str, b.unpacked(args[2].encode("utf-8", "surrogateescape")))), *args[3:]]
+
+
+def ideas() -> dict[str, list[tuple]]:
+    """idea -> [(the calls' marker, today's script, the idea's[, the idea's arguments from
+    today's])]."""
     sliding, gcra = (b.ENGINE / "sliding.lua").read_text(), (b.ENGINE / "gcra.lua").read_text()
     hold = (b.ENGINE / "hold_check.lua").read_text()
     return {
@@ -47,6 +69,9 @@ def ideas() -> dict[str, list[tuple[str, str, str]]]:
         "fixed-alone": [("k-bucket", b.tree_script(sliding), b.tree_script(sliding[:sliding.index("local fmt = function")]))],
         "no-table-remove": [("k-token", b.tree_script(gcra), b.tree_script(gcra, direct(hold))),
                             ("k-bucket", b.tree_script(sliding), b.tree_script(sliding, direct(hold)))],
+        "separate-spec": [("k-token", b.tree_script(gcra), b.tree_script(b.git_show(SEPARATE, "core/src/engine/gcra.lua")),
+                           p.separate_spec)],
+        "text-spec": [("k-token", b.tree_script(gcra), b.tree_script(text_spec(gcra)), as_text)],
     }
 
 
@@ -64,8 +89,9 @@ def main() -> None:
     try:
         commands, _ = p.capture(port)
         for idea in picked:
-            for marker, today, other in table[idea]:
+            for marker, today, other, *changed in table[idea]:
                 _, keys, args = p.evalsha_of(commands, marker)
+                calls_args = {"today": args, idea: changed[0](args) if changed else args}
                 shas = {"today": conn.call("SCRIPT", "LOAD", today), idea: conn.call("SCRIPT", "LOAD", other)}
                 for mode in ("window in use", "new keys"):
                     times: dict[str, list[float]] = {name: [] for name in shas}
@@ -75,7 +101,7 @@ def main() -> None:
                             first = (2 * r + j) * CHUNK
                             chunks[name] = [b.command("EVALSHA", sha, len(keys), *[
                                 k.replace(marker, f"{marker}-{first + i if mode == 'new keys' else i % HOT_KEYS}")
-                                for k in keys], *args) for i in range(CHUNK)]
+                                for k in keys], *calls_args[name]) for i in range(CHUNK)]
                         if r == 0 and mode == "window in use":
                             conn.pipeline(chunks["today"][:HOT_KEYS])
                         for name in (shas if r % 2 == 0 else reversed(list(shas))):

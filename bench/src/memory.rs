@@ -11,6 +11,10 @@
 //! `--one-key` runs only the one-key scenario and writes no results: for paired runs of two
 //! builds, one after the other.
 //!
+//! `--observed` turns the ratekeeper backend's timing on (`Backend::start_observing`, what an
+//! OpenTelemetry instrumentation does): with `--one-key`, paired against a run without it, it
+//! shows what timing each check costs. It writes no results.
+//!
 //! `--full-backend` runs only the full-backend scenario instead: a default memory backend
 //! (max_keys 1,000,000) filled with live keys (a token bucket refilling one token per hour, so
 //! nothing expires during the run), then 10,000 new keys, each refused because the backend is
@@ -275,14 +279,16 @@ fn main() {
     let mut quick = false;
     let mut round_robin = false;
     let mut one_key_only = false;
+    let mut observed = false;
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--quick" => quick = true,
             "--round-robin" => round_robin = true,
             "--one-key" => one_key_only = true,
+            "--observed" => observed = true,
             "--full-backend" => return full_backend(),
             _ => {
-                eprintln!("unknown argument {arg:?}; usage: bench-memory [--quick] [--round-robin] [--one-key] [--full-backend]");
+                eprintln!("unknown argument {arg:?}; usage: bench-memory [--quick] [--round-robin] [--one-key] [--observed] [--full-backend]");
                 std::process::exit(2);
             }
         }
@@ -297,6 +303,9 @@ fn main() {
     let quota = Quota::per_second(NonZeroU32::new(RATE).expect("rate is positive")).allow_burst(burst);
     let new_pair = || {
         let backend = Backend::memory();
+        if observed {
+            backend.start_observing();
+        }
         let limiter = backend.token_bucket("bench", RATE as f64, BURST as u64).expect("valid token bucket");
         let governor: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(quota);
         (Ratekeeper(limiter), Governor(governor))
@@ -343,7 +352,7 @@ fn main() {
     for (name, r, g) in &rows {
         println!("| {name} | {} | {} | {:.2} |", millions(r.median), millions(g.median), r.median / g.median);
     }
-    if one_key_only {
+    if one_key_only || observed {
         return;
     }
     let mut report = Report::new(

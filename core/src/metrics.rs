@@ -417,7 +417,12 @@ pub(crate) struct Padded<T>(pub(crate) T);
 impl Striped {
     #[inline(always)]
     fn add(&self, which: usize) {
-        let stripe = stripe();
+        self.add_in(stripe(), which);
+    }
+
+    /// Adds one to `which` in `stripe`, the calling thread's.
+    #[inline(always)]
+    fn add_in(&self, stripe: usize, which: usize) {
         let cell = &self.0[stripe].0[which];
         if stripe < STRIPES - 1 {
             // Only this thread ever writes this stripe: no other write can fall in between.
@@ -587,6 +592,15 @@ impl LimiterMetrics {
     #[inline(always)]
     pub(crate) fn add_decided(&self, allowed: bool) {
         self.decided.add(if allowed { 0 } else { 1 });
+    }
+
+    /// Counts a decision of the fast path and the `nanos` it took (a timed check): one lookup
+    /// of the thread's stripe for both.
+    #[inline(always)]
+    pub(crate) fn add_decided_timed(&self, allowed: bool, nanos: u64) {
+        let stripe = stripe();
+        self.decided.add_in(stripe, if allowed { 0 } else { 1 });
+        self.timings.add_fast(stripe, allowed, nanos);
     }
 
     /// Counts a check refused by a hold: a block or a pause (`outcome.held` covers both).

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use crate::metrics::{self, stripe, Counter, Padded, STRIPES};
+use crate::metrics::{self, Counter, Padded, STRIPES};
 
 /// Upper bounds (seconds) of the duration histograms' buckets, advised to the SDK: a memory check
 /// (microseconds), a Redis round trip (a millisecond), a wait up to its timeout (seconds).
@@ -253,16 +253,15 @@ impl Timings {
         cells[row + DURATION_BUCKETS + bucket].fetch_add(nanos, Ordering::Relaxed);
     }
 
-    /// Adds one check of the memory fast path that took `nanos`: in the calling thread's
-    /// stripe when it falls in a fast bucket.
+    /// Adds one check of the memory fast path that took `nanos`: in `stripe`, the calling
+    /// thread's ([`crate::metrics::stripe`]), when it falls in a fast bucket.
     #[inline]
-    pub(crate) fn add_fast(&self, allowed: bool, nanos: u64) {
+    pub(crate) fn add_fast(&self, stripe: usize, allowed: bool, nanos: u64) {
         let Some(bucket) = BOUNDS_NANOS[..FAST_BUCKETS].iter().position(|bound| nanos <= *bound) else {
             let outcome = if allowed { Counter::Allowed } else { Counter::Refused };
             return self.add_nanos(Call::Check, outcome, nanos);
         };
         let stripes = self.fast.get_or_init(|| Box::new(std::array::from_fn(|_| Padded::default())));
-        let stripe = stripe();
         let row = usize::from(!allowed) * 2 * FAST_BUCKETS;
         let cells = &stripes[stripe].0;
         for (cell, n) in [(&cells[row + bucket], 1), (&cells[row + FAST_BUCKETS + bucket], nanos)] {
@@ -315,6 +314,7 @@ impl Timings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::stripe;
     use std::time::Duration;
 
     #[test]
@@ -350,11 +350,11 @@ mod tests {
                 let timings = timings.clone();
                 std::thread::spawn(move || {
                     for _ in 0..100 {
-                        timings.add_fast(true, 300);
-                        timings.add_fast(false, 3_000);
+                        timings.add_fast(stripe(), true, 300);
+                        timings.add_fast(stripe(), false, 3_000);
                     }
                     // Past the fast buckets: the shared cells.
-                    timings.add_fast(true, 2_000_000);
+                    timings.add_fast(stripe(), true, 2_000_000);
                 })
             })
             .collect();

@@ -5,13 +5,16 @@
 -- ARGV[1]  'check' | 'peek' | 'adjust' | 'settle' (a settle is an adjust of the call's cost to
 --          its actual cost; the wrapper makes it apply once per id)
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
--- ARGV[3]  nanoseconds per tick: 1, 10, 100 or 1000; every figure below is in ticks
--- ARGV[4]  emission interval T (ticks per unit)
--- ARGV[5]  tau = capacity * T
--- ARGV[6]  max_ahead: how far ahead of now the TAT may run (tau plus the largest debt)
--- ARGV[7]  cost (check) or estimate (adjust, settle)
--- ARGV[8]  actual (adjust, settle)
--- ARGV[9]  settle: the instant the call was charged (µs); a refund gives back at most what of
+-- ARGV[3]  the spec and the actual cost, five MessagePack unsigned integers one after the other
+--          (engine/packed.rs), read by one `cmsgpack.unpack`: nanoseconds per tick (1, 10, 100
+--          or 1000; every figure below is in ticks), the emission interval T (ticks per unit),
+--          tau = capacity * T, max_ahead (how far ahead of now the TAT may run: tau plus the
+--          largest debt), and the actual cost (adjust, settle; 0 otherwise). One argument
+--          decoded in C costs the server less than five read with tonumber (see the docs'
+--          benchmarks page); a text format parsed in Lua costs more than the five.
+-- ARGV[4]  cost (check) or estimate (adjust, settle): apart, so that check_all's dry run can
+--          put the cost it decides at in its place (engine/script_all.rs)
+-- ARGV[5]  settle: the instant the call was charged (µs); a refund gives back at most what of
 --          the call's charge time has not yet refilled since then (see `Gcra::adjust`)
 -- Returns {tat_us, tat_ns, now}: the TAT before this call (microseconds, and nanoseconds within
 -- the microsecond) and the instant it was decided at. A refused check sets `refused`;
@@ -26,13 +29,13 @@ local now = now_us(ARGV)
 local op = ARGV[1]
 if op == 'peek' then return {tat_us, tat_ns, now} end
 
-local tick, T, tau, max_ahead = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local tick, T, tau, max_ahead, actual = cmsgpack.unpack(ARGV[3])
 local per = 1000 / tick
 --@BUCKET_USED@
 
 local new_used
 if op == 'check' then
-  local cost = tonumber(ARGV[7])
+  local cost = tonumber(ARGV[4])
   -- Compared as `cost*T > tau - used`: the sum `used + cost*T` may exceed 2^53, where doubles
   -- round. Cost 0 is admitted and records nothing.
   if cost == 0 or cost * T > tau - used then
@@ -45,7 +48,7 @@ if op == 'check' then
 else
   -- adjust or settle: charge the difference, possibly beyond capacity up to max_ahead (debt), or refund
   -- it (never beyond full).
-  local estimate, actual = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local estimate = tonumber(ARGV[4])
   if actual >= estimate then
     new_used = settle_charge(used, actual - estimate, T, max_ahead)
   else
@@ -53,7 +56,7 @@ else
     if op == 'settle' then
       -- Ticks of the call's charge not yet refilled: its cost, less the time since it was charged
       -- (compared before subtracting: the product may exceed 2^53 where doubles round).
-      local elapsed, charged = math.max(now - tonumber(ARGV[9]), 0) * per, estimate * T
+      local elapsed, charged = math.max(now - tonumber(ARGV[5]), 0) * per, estimate * T
       if elapsed >= charged then back = 0 else back = math.min(back, charged - elapsed) end
     end
     new_used = math.max(used - back, 0)

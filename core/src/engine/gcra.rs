@@ -20,6 +20,7 @@ use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, O
 use super::decision;
 use super::divisor::Divisor;
 use super::lua::LuaScript;
+use super::packed::Packed;
 use super::words;
 use crate::error::{Error, Result};
 use std::time::Duration;
@@ -311,7 +312,7 @@ impl Reply {
 
 impl Engine for Gcra {
     const SCRIPTS: &'static [&'static LazyLock<LuaScript>] = &[&SCRIPT];
-    const COMBINED: Option<Combined> = Some(Combined { name: "gcra", lua: include_str!("gcra.lua"), cost_at: 7 });
+    const COMBINED: Option<Combined> = Some(Combined { name: "gcra", lua: include_str!("gcra.lua"), cost_at: 4 });
 
     type State = GcraState;
 
@@ -342,8 +343,11 @@ impl Engine for Gcra {
         &["s"]
     }
 
-    /// `tick_ns emission tau max_ahead first second`: a check's cost (and 0), an adjustment's
-    /// estimate and actual, or 0 0 for a peek; a settle adds the instant its call was charged.
+    /// `[tick_ns emission tau max_ahead actual] cost`: the spec and an adjustment's actual cost
+    /// (0 for a check or a peek) packed into one argument ([`Packed`], read by one
+    /// `cmsgpack.unpack`), then a check's cost or an adjustment's estimate (0 for a peek) on
+    /// its own, where `check_all` puts the cost it decides at ([`Combined::cost_at`]); a settle
+    /// adds the instant its call was charged.
     fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         let (first, second) = match op {
             Op::Check { cost, .. } => (cost, 0),
@@ -352,7 +356,7 @@ impl Engine for Gcra {
             _ => return Err(not_applicable(op, self)),
         };
         // Written straight into the command (no per-argument `String`s): the hot path.
-        cmd.arg(self.tick_ns).arg(self.emission).arg(self.tau).arg(self.max_ahead).arg(first).arg(second);
+        cmd.arg(Packed::of(&[self.tick_ns, self.emission, self.tau, self.max_ahead, second]).as_bytes()).arg(first);
         if let Op::Settle { at, .. } = op {
             cmd.arg(at);
         }

@@ -29,6 +29,7 @@ pub(crate) mod kinds;
 pub(crate) mod leased;
 pub(crate) mod log;
 pub(crate) mod lua;
+pub(crate) mod packed;
 pub(crate) mod partitions;
 pub(crate) mod script_all;
 pub(crate) mod settle;

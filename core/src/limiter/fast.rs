@@ -59,15 +59,22 @@ impl Limiter {
     #[cold]
     #[inline(never)]
     pub(crate) fn fast_check_timed(&self, key: &str, cost: u64) -> Option<Decision> {
-        let started = crate::observe::ticks();
-        let decision = self.fast_check_untimed(key, cost)?;
-        self.inner.metrics.timings.add_fast(decision.allowed, crate::observe::nanos_since(started));
-        Some(decision)
+        self.fast_check_as::<true>(key, cost)
     }
 
     /// The fast path itself, untimed (see [`Limiter::fast_check`]).
     #[inline(always)]
     pub(crate) fn fast_check_untimed(&self, key: &str, cost: u64) -> Option<Decision> {
+        self.fast_check_as::<false>(key, cost)
+    }
+
+    /// The fast path, `TIMED` or not: one body, so that a timed check counts its decision and
+    /// its duration in one visit to the thread's stripe (a thread-local lookup, which a shared
+    /// library such as the Python extension pays as a call), and its decision is built where
+    /// the caller returns it.
+    #[inline(always)]
+    pub(crate) fn fast_check_as<const TIMED: bool>(&self, key: &str, cost: u64) -> Option<Decision> {
+        let started = if TIMED { crate::observe::ticks() } else { 0 };
         let inner = &*self.inner;
         let (Target::Memory { backend, namespace }, Algorithm::Gcra(gcra)) = (&inner.target, &inner.algorithm) else {
             return None;
@@ -77,7 +84,11 @@ impl Limiter {
         }
         let bytes = KeyBytes::new(key.as_bytes());
         let (figures, now) = backend.check_gcra(*namespace, &bytes, gcra, cost)?;
-        inner.metrics.add_decided(figures.allowed);
+        if TIMED {
+            inner.metrics.add_decided_timed(figures.allowed, crate::observe::nanos_since(started));
+        } else {
+            inner.metrics.add_decided(figures.allowed);
+        }
         // Built field by field in the caller's return slot, once per kind of settle ticket: a
         // ticket chosen by a branch and put in once was merged on the stack in pieces and read
         // back whole, which the CPU cannot forward from its store buffer (the largest single

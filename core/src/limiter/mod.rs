@@ -445,7 +445,9 @@ impl Limiter {
     #[cold]
     #[inline(never)]
     fn check_observed_blocking(&self, key: &str, cost: u64) -> Result<Decision> {
-        if let Some(decision) = self.fast_check_timed(key, cost) {
+        // The timed fast path inlined here: one source of the decision, built in the return
+        // slot (a call of `fast_check_timed` returned it through a temporary).
+        if let Some(decision) = self.fast_check_as::<true>(key, cost) {
             return Ok(decision);
         }
         self.check_general_blocking(key, cost)

@@ -174,3 +174,36 @@ fn the_benchmarks_hand_written_gcra_admits_its_burst_and_refuses_the_next() {
     let ttl: i64 = redis::cmd("PTTL").arg("peer-gcra").query(&mut conn).unwrap();
     assert!(ttl > 2 * 3_600_000 && ttl <= 3 * 3_600_000, "the key lives until the bucket is full again: {ttl} ms");
 }
+
+/// The token bucket's stored state is what processes of different versions share during a
+/// rolling deploy (issue #48 changed how the script receives its spec, not what it stores): a
+/// TAT written in the stored form, microseconds and nanoseconds within the microsecond
+/// (`bucket_state.lua`), is read as that TAT, and an admitted check writes the same form.
+#[test]
+fn a_token_buckets_stored_state_keeps_its_form() {
+    let server = RedisServer::start();
+    let mut conn = redis::Client::open(server.url()).and_then(|c| c.get_connection()).expect("a connection");
+    let clock = ManualClock::new(START);
+    let backend =
+        Backend::redis_with(support::redis_config(server.url()).prefix("form").clock(Arc::new(clock.clone()))).unwrap();
+    // 10 per second (one token every 100 ms), bursts of 10.
+    let limiter = backend.token_bucket("form", 10.0, 10).unwrap();
+    assert!(limiter.check_blocking(Some("k"), 1).unwrap().allowed);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*form*").query(&mut conn).unwrap();
+    let state: Vec<&String> = keys
+        .iter()
+        .filter(|k| redis::cmd("TYPE").arg(k.as_str()).query::<String>(&mut conn).unwrap() == "string")
+        .collect();
+    assert_eq!(state.len(), 1, "one state key among {keys:?}");
+    let state = state[0].as_str();
+    let stored: String = redis::cmd("GET").arg(state).query(&mut conn).unwrap();
+    assert_eq!(stored, (START + 100_000).to_string(), "one token's time ahead of now, in whole µs");
+    // As a process of another version writes it: 5.0000025 tokens in use (a TAT 500,000.25 µs
+    // ahead), so 4 are left, and taking them moves the TAT by 400 ms, fraction kept.
+    let () = redis::cmd("SET").arg(state).arg(format!("{}.250", START + 500_000)).query(&mut conn).unwrap();
+    assert_eq!(limiter.peek_blocking(Some("k")).unwrap().remaining, 4);
+    assert!(limiter.check_blocking(Some("k"), 4).unwrap().allowed);
+    assert!(!limiter.check_blocking(Some("k"), 1).unwrap().allowed);
+    let stored: String = redis::cmd("GET").arg(state).query(&mut conn).unwrap();
+    assert_eq!(stored, format!("{}.250", START + 900_000));
+}

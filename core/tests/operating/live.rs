@@ -410,3 +410,29 @@ fn every_kind_refuses_a_cost_above_an_overrides_limit() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The metrics page's row for `ratekeeper_checks_total` names every outcome label the exporter
+/// can emit: its HELP text, generated from the one table of outcomes, lists them.
+#[test]
+fn the_metrics_page_lists_every_outcome_label_prometheus_emits() {
+    let backend = Backend::memory();
+    backend.token_bucket("docs", 1.0, 1).unwrap().check_blocking(Some("x"), 1).unwrap();
+    let text = backend.prometheus_blocking(false).unwrap();
+    let help = text
+        .lines()
+        .find(|line| line.starts_with("# HELP ratekeeper_checks_total "))
+        .unwrap_or_else(|| panic!("no HELP line for ratekeeper_checks in {text}"));
+    let labels: Vec<&str> = help
+        .trim_start_matches("# HELP ratekeeper_checks_total Checks by outcome: ")
+        .trim_end_matches('.')
+        .split("), ")
+        .filter_map(|part| part.split(" (").next())
+        .collect();
+    assert!(labels.len() >= 6, "{help}");
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/operating/metrics.md")).unwrap();
+    let row = page.lines().find(|line| line.starts_with("| `ratekeeper_checks_total`")).unwrap();
+    for label in labels {
+        assert!(row.contains(&format!("`{label}`")), "the page's row lacks `{label}`: {row}");
+    }
+}
