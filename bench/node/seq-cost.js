@@ -109,7 +109,7 @@ async function bareSocket(port, command) {
   let pending = null;
   let input = '';
   socket.on('data', (chunk) => {
-    input += chunk.latin1Slice ? chunk.latin1Slice() : chunk.toString('latin1');
+    input += chunk.toString('latin1');
     const lines = input.split('\r\n').length - 1;
     const whole = input.startsWith('*') ? lines >= Number(input.slice(1, input.indexOf('\r\n'))) + 1 : lines >= 1;
     if (whole) {
