@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Where a sequential check's time goes, per client, on one redis-server: ratekeeper (Node, the
-// driven connection), rate-limiter-flexible + ioredis, and redis-benchmark -c 1 running the
-// EVALSHA ratekeeper sends (the floor of bench.js). Not a test, and it writes no results file:
+// driven connection), rate-limiter-flexible + ioredis, a bare node:net socket sending the
+// EVALSHA ratekeeper sends (what any Node client pays: the runtime and its event loop, no
+// client library), and redis-benchmark -c 1 sending it too (the floor of bench.js). Not a test, and it writes no results file:
 // it prints, per check, the client's checks/s, its CPU µs (every thread), its voluntary and
 // involuntary context switches, the threads that ran besides the main one, and redis-server's
 // CPU µs. Checks are counted by the server (INFO commandstats), the same way for every client.
@@ -16,6 +17,7 @@
 
 const { execFileSync, spawn } = require('node:child_process');
 const fs = require('node:fs');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { startRedis } = require('./redis-server');
@@ -89,6 +91,40 @@ async function sequential(check) {
   }
 }
 
+/** `command` (redis-benchmark arguments) as RESP. */
+function resp(command) {
+  return Buffer.concat([
+    Buffer.from(`*${command.length}\r\n`),
+    ...command.map((arg) => Buffer.from(`$${Buffer.byteLength(arg)}\r\n${arg}\r\n`)),
+  ]);
+}
+
+/** A node:net connection that sends `command` and resolves with each whole reply (a script's
+ * reply: an array of integers, or one line). */
+async function bareSocket(port, command) {
+  const socket = net.connect(port, '127.0.0.1');
+  await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  socket.setNoDelay(true);
+  const request = resp(command);
+  let pending = null;
+  let input = '';
+  socket.on('data', (chunk) => {
+    input += chunk.toString('latin1');
+    const lines = input.split('\r\n').length - 1;
+    const whole = input.startsWith('*') ? lines >= Number(input.slice(1, input.indexOf('\r\n'))) + 1 : lines >= 1;
+    if (whole) {
+      input = '';
+      const done = pending;
+      pending = null;
+      done();
+    }
+  });
+  return {
+    send: () => new Promise((resolve) => ((pending = resolve), socket.write(request))),
+    close: () => socket.destroy(),
+  };
+}
+
 /** redis-benchmark -c 1 running `command` (on `cpu` if given), measured once it is going. */
 async function redisBenchmark(admin, redis, command, cpu) {
   const args = ['-p', String(redis.port), '-c', '1', '-n', '1000000000', '-q', ...command];
@@ -119,6 +155,7 @@ async function main() {
   await limiter.check('warm-up');
   await rlf.consume('warm-up');
   const evalsha = await capturedCommand(redis.port, () => limiter.check('captured'));
+  const bare = await bareSocket(redis.port, evalsha);
   const [clientCpu, serverCpu] = CPUS;
   if (serverCpu) pin([redis.pid], serverCpu);
   if (clientCpu) pin([process.pid], clientCpu);
@@ -126,6 +163,7 @@ async function main() {
   const clients = {
     ratekeeper: () => measure(admin, redis, process.pid, () => sequential((i) => limiter.check(keys[i]))),
     'rate-limiter-flexible': () => measure(admin, redis, process.pid, () => sequential((i) => rlf.consume(keys[i]))),
+    'node:net, the same EVALSHA': () => measure(admin, redis, process.pid, () => sequential(() => bare.send())),
     'redis-benchmark -c 1': () => redisBenchmark(admin, redis, evalsha, clientCpu),
   };
   const rows = Object.fromEntries(Object.keys(clients).map((name) => [name, []]));
@@ -143,6 +181,7 @@ async function main() {
         `${m((s) => s.client.involuntary).toFixed(3)} | ${m((s) => s.client.others)} | ${m((s) => s.server).toFixed(2)} |`,
     );
   }
+  bare.close();
   await Promise.all([admin.quit(), ioredis.quit()]);
   redis.stop();
   process.exit(0);
