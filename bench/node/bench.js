@@ -24,12 +24,12 @@
 // fixed window (one Lua script per check); the fixed-window `bucket` runs too, for reference.
 'use strict';
 
-const { execFileSync, spawn } = require('node:child_process');
-const fs = require('node:fs');
+const { execFileSync } = require('node:child_process');
 const os = require('node:os');
 const path = require('node:path');
 const results = require('./report');
 const { startRedis } = require('./redis-server');
+const { capturedCommand, pin, hasTaskset } = require('./redis-tools');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 2);
 const ONLY = process.env.BENCH_ONLY || '';
@@ -62,21 +62,6 @@ function measureSync(check) {
   return done / (Number(process.hrtime.bigint() - start) / 1e9);
 }
 
-/** The EVALSHA `call()` sends, captured with MONITOR, as redis-benchmark arguments. */
-async function capturedCommand(port, call) {
-  const cli = fs.existsSync('/usr/bin/redis-cli') ? '/usr/bin/redis-cli' : 'redis-cli';
-  const monitor = spawn(cli, ['-p', String(port), 'monitor'], { stdio: ['ignore', 'pipe', 'ignore'] });
-  let output = '';
-  monitor.stdout.on('data', (chunk) => (output += chunk));
-  while (!output.includes('OK')) await new Promise((r) => setTimeout(r, 10));
-  await call();
-  while (!/"EVALSHA"/i.test(output)) await new Promise((r) => setTimeout(r, 10));
-  monitor.kill('SIGKILL');
-  const line = output.split('\n').find((l) => /"EVALSHA"/i.test(l));
-  // 1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "sha" "1" "key" ...
-  return [...line.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1].replace(/\\(.)/g, '$1'));
-}
-
 /** redis-benchmark with one connection running `command` for about SECONDS (on CPU 0 when
  * `pinned`): commands/s. */
 function redisBenchmark(port, command, expectedRate, pinned) {
@@ -86,20 +71,6 @@ function redisBenchmark(port, command, expectedRate, pinned) {
     encoding: 'utf8',
   });
   return Number([...out.matchAll(/([\d.]+) requests per second/g)].pop()[1]);
-}
-
-/** Pins every thread of `pids` to `cpus` (a taskset list such as `0` or `0-1`). */
-function pin(pids, cpus) {
-  for (const pid of pids) execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' });
-}
-
-function hasTaskset() {
-  try {
-    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];

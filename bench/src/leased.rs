@@ -6,6 +6,9 @@
 //! cargo run --release -p ratekeeper-bench --bin bench-leased -- --quick # ~15 s
 //! ```
 //!
+//! `--one-key` runs only the one-key rows and writes no results: for paired runs of two builds,
+//! one after the other.
+//!
 //! Both limiters refill 1,000,000 per second with a burst of 1,000,000,000 (so nearly every
 //! call is admitted and both measure their admit path), one thread, cost 1, through the public
 //! `check_blocking`: with no key (the headline row), then on one key (a keyed leased limiter
@@ -95,13 +98,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    let one_key_only = std::env::args().any(|a| a == "--one-key");
     let (rounds, length) = if quick { (3, Duration::from_secs(1)) } else { (7, Duration::from_secs(2)) };
     let server = Server::start();
     let memory = Backend::memory().token_bucket("bench", RATE, BURST).expect("memory limiter");
     let redis = Backend::redis(&server.url()).expect("redis backend");
     let leased = redis.leased("bench", RATE, BURST, None, Duration::from_secs(10)).expect("leased limiter");
     let mut rows = Vec::new();
-    for key in [None, Some(KEY)] {
+    let keys: &[Option<&str>] = if one_key_only { &[Some(KEY)] } else { &[None, Some(KEY)] };
+    for &key in keys {
         round(&memory, key, length / 4);
         round(&leased, key, length / 4);
         let (mut m, mut l, mut shares) = (Vec::new(), Vec::new(), Vec::new());
@@ -114,6 +119,17 @@ fn main() {
         rows.push((key, median(m), median(l), median(shares)));
     }
     leased.close_blocking().expect("give the lease back");
+    if one_key_only {
+        for &(_, m, l, share) in &rows {
+            println!(
+                "one key: memory {:.2}M, leased {:.2}M checks/s; leased / memory = {:.3} (admitted {share:.4})",
+                m / 1e6,
+                l / 1e6,
+                l / m
+            );
+        }
+        return;
+    }
     let groups: Vec<Vec<Limiter>> = HOLDERS.iter().map(|&count| holders(&server, count)).collect();
     let mut held: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); HOLDERS.len()];
     for _ in 0..rounds {

@@ -51,6 +51,57 @@ test('Fastify: a bad plugin option fails the registration', async () => {
   await assert.rejects(app.ready(), { code: 'ERR_INVALID_ARGUMENT', parameter: 'standardHeaders' });
 });
 
+test("Fastify: every way out of the hook — a handler's answer (sync or async), a handler that answers nothing, a keyGenerator's error, count 'failures'", async () => {
+  const backend = Backend.memory({ clock: new ManualClock() });
+  const app = Fastify();
+  const refusals = [];
+  await app.register(fastifyRateLimit, { global: false });
+  const route = (path, options, handler = async () => 'ok') =>
+    app.get(path, { config: { rateLimit: { keyGenerator: () => path, ...options } } }, handler);
+  route('/sync', {
+    limiter: backend.window('sync', 1, 'minute'),
+    handler: (request, reply, info) => reply.code(info.status).send({ sync: info.violatedPolicies }),
+  });
+  route('/async', {
+    limiter: backend.window('async', 1, 'minute'),
+    handler: async (request, reply, info) => {
+      await new Promise((resolve) => setImmediate(resolve));
+      return reply.code(418).send({ async: info.retryAfterSeconds });
+    },
+  });
+  // A handler that sends nothing lets the request through, as an async hook returning nothing does.
+  route('/note', {
+    limiter: backend.window('note', 1, 'minute'),
+    handler: (request, reply, info) => void refusals.push(info.reason),
+  });
+  route('/bad-key', { limiter: backend.window('bad-key', 5, 'minute'), keyGenerator: () => 42 });
+  const failures = backend.tokenBucket('failures', 1, 1);
+  route('/failures', { limiter: failures, count: 'failures' }, async (request, reply) => reply.code(200).send('fine'));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const base = `http://127.0.0.1:${app.server.address().port}`;
+  try {
+    assert.deepEqual(await statuses(`${base}/sync`, 2), [200, 429]);
+    assert.deepEqual(await (await fetch(`${base}/sync`)).json(), { sync: ['sync'] });
+    assert.deepEqual(await statuses(`${base}/async`, 2), [200, 418]);
+    assert.deepEqual(await (await fetch(`${base}/async`)).json(), { async: 60 });
+    assert.deepEqual(await statuses(`${base}/note`, 3), [200, 200, 200]);
+    assert.deepEqual(refusals, ['limited', 'limited']);
+    const bad = await fetch(`${base}/bad-key`);
+    assert.equal(bad.status, 500, 'the error goes to Fastify');
+    assert.match((await bad.json()).message, /keyGenerator/);
+    // One unit, and every response succeeds: each is given back once the response is done.
+    for (let i = 0; i < 5; i++) {
+      assert.equal((await fetch(`${base}/failures`)).status, 200, `request ${i}`);
+      for (let wait = 0; wait < 200 && (await failures.peek('/failures')).remaining < 1; wait++) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    }
+    assert.equal((await failures.peek('/failures')).remaining, 1);
+  } finally {
+    await app.close();
+  }
+});
+
 test('Hono: keyGenerator(c) and handler(c, info)', async () => {
   const backend = Backend.memory({ clock: new ManualClock() });
   const app = new Hono();

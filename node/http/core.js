@@ -221,6 +221,8 @@ function buildCore(options) {
     requestWasSuccessful,
     rules,
     partitioned: options.partitionKeySecret !== undefined && options.partitionKeySecret !== null,
+    // Without trusted proxies the core never reads the proxy header (the key is the peer's).
+    readsProxyHeader: (options.trustedProxies ?? []).length > 0,
   });
 }
 
@@ -248,17 +250,26 @@ class Core {
     this.keys = new Map();
   }
 
+  /** The rate-limiting key of a request (see `generatedKey` and `addressKey`): a Promise or a string. */
+  key(request, peer, header) {
+    return this.keyGenerator ? this.generatedKey(request) : this.addressKey(peer, header);
+  }
+
+  /** The rate-limiting key `keyGenerator` gives a request. */
+  async generatedKey(request) {
+    const key = await this.keyGenerator(request);
+    if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
+    return key;
+  }
+
   /**
-   * The rate-limiting key of a request: `keyGenerator`'s, or the client address (IPv6 by
+   * The rate-limiting key of a request without `keyGenerator`: the client address (IPv6 by
    * /56) from the peer address and, behind trusted proxies only, the `proxyHeader` they set.
+   * Synchronous: a request's path awaits only its checks (each await is a microtask).
    */
-  async key(request, peer, header) {
-    if (this.keyGenerator) {
-      const key = await this.keyGenerator(request);
-      if (typeof key !== 'string') throw invalidArgument('keyGenerator', `must return a string, got ${typeof key}`);
-      return key;
-    }
-    const given = header(this.proxyHeader);
+  addressKey(peer, header) {
+    // Looking a header up is not free everywhere (Hono builds a Headers view for it).
+    const given = this.readsProxyHeader ? header(this.proxyHeader) : undefined;
     // Every line of the header counts, in order: `header(name)` returns them joined by commas
     // (node:http and the Fetch API's Headers do), or an array of them.
     const value = given === undefined || given === null ? null : Array.isArray(given) ? given.join(',') : String(given);
@@ -282,13 +293,14 @@ class Core {
    */
   async decide(request, peer, header) {
     if (this.skip && (await this.skip(request))) return null;
-    const key = await this.key(request, peer, header);
+    const key = this.keyGenerator ? await this.generatedKey(request) : this.addressKey(peer, header);
     const cost = typeof this.cost === 'function' ? await this.cost(request) : this.cost;
     const outcome = new Outcome(this, key, cost);
     for (const entry of this.entries) {
       try {
-        await outcome.take(entry);
-        this.failing.delete(entry.name);
+        if (entry.shedder) await outcome.enter(entry);
+        else outcome.record(entry, await outcome.ask(entry));
+        if (this.failing.size > 0) this.failing.delete(entry.name);
       } catch (error) {
         if (error != null && error.code === codes.SHED) {
           outcome.shed = true;
@@ -344,14 +356,19 @@ class Outcome {
     this.headers = [];
   }
 
-  /** Checks (or, in `peek` mode, peeks) one entry; a refusal lands in `refusing`. */
-  async take(entry) {
-    if (entry.shedder) {
-      const ticket = await entry.shedder.enter(false);
-      this.taken.push({ entry, ticket });
-      return;
-    }
-    const decision = entry.mode === 'peek' ? await entry.limiter.peek(this.key) : await entry.limiter.check(this.key, this.cost);
+  /** Takes a slot of a shedder entry. */
+  async enter(entry) {
+    const ticket = await entry.shedder.enter(false);
+    this.taken.push({ entry, ticket });
+  }
+
+  /** The decision of a limiter entry: its check, or in `peek` mode its peek (a Promise). */
+  ask(entry) {
+    return entry.mode === 'peek' ? entry.limiter.peek(this.key) : entry.limiter.check(this.key, this.cost);
+  }
+
+  /** Notes a limiter entry's decision; a refusal lands in `refusing`. */
+  record(entry, decision) {
     if (annotate) annotate(entry.limiter, decision);
     this.reports.push({ index: entry.index, decision });
     // A shadow refusal took nothing: there is nothing to settle or give back.

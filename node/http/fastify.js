@@ -10,18 +10,40 @@ const { onResponseDone } = require('./response-done.js');
 /** Options Fastify itself adds to a plugin's options (`register(plugin, { prefix })`). */
 const FASTIFY_OPTIONS = new Set(['prefix', 'logLevel', 'logSerializers']);
 
-/** The onRequest hook of one set of options. */
+/**
+ * Applies a request's outcome to `reply`: its header fields, and a refusal's answer. Returns
+ * what the hook waits for before it lets Fastify go on (a refusal's reply or handler), if
+ * anything.
+ */
+function answer(core, request, reply, outcome) {
+  if (outcome === null) return undefined;
+  for (const [name, value] of outcome.headers) reply.header(name, value);
+  if (outcome.refused) {
+    if (core.handler) return core.handler(request, reply, outcome.info);
+    return reply.code(outcome.status).type(PROBLEM_MEDIA_TYPE).send(JSON.stringify(outcome.problem));
+  }
+  if (outcome.pending) onResponseDone(reply.raw, (status) => outcome.complete(status));
+  return undefined;
+}
+
+/**
+ * The onRequest hook of one set of options. Callback style: an admitted request goes on from
+ * the decision's own continuation (an async hook would add a Promise and a microtask of its
+ * own, and Fastify another to await it).
+ */
 function hookFor(core) {
-  return async function rateLimitHook(request, reply) {
-    const outcome = await core.decide(request, request.raw.socket.remoteAddress, (name) => request.headers[name]);
-    if (outcome === null) return undefined;
-    for (const [name, value] of outcome.headers) reply.header(name, value);
-    if (outcome.refused) {
-      if (core.handler) return core.handler(request, reply, outcome.info);
-      return reply.code(outcome.status).type(PROBLEM_MEDIA_TYPE).send(JSON.stringify(outcome.problem));
-    }
-    if (outcome.pending) onResponseDone(reply.raw, (status) => outcome.complete(status));
-    return undefined;
+  return function rateLimitHook(request, reply, done) {
+    core.decide(request, request.raw.socket.remoteAddress, (name) => request.headers[name]).then((outcome) => {
+      let waitFor;
+      try {
+        waitFor = answer(core, request, reply, outcome);
+      } catch (error) {
+        done(error);
+        return;
+      }
+      if (waitFor === undefined) done();
+      else Promise.resolve(waitFor).then(() => done(), done);
+    }, done);
   };
 }
 

@@ -12,6 +12,13 @@
 //! runs on a thread of its own when the first memory backend is made, and readings come from
 //! the system clock until it is done (or forever, where no usable counter exists: quanta then
 //! reads the operating system's monotonic clock, which costs what the system clock does).
+//!
+//! The same counter reading gives a monotonic clock too ([`monotonic_micros`], for deadlines a
+//! process keeps to itself: a lease's lapse), anchored to the operating system's monotonic clock
+//! at the same instants, and never moved back: a reading is never earlier than one before it on
+//! the same thread, and falls behind the operating system's by at most the counter's drift over
+//! a second. A leased check reads both clocks (its deadlines and its decision's instant), from
+//! one reading of the counter ([`now_both`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Once, OnceLock};
@@ -43,6 +50,31 @@ pub(crate) fn now_micros() -> u64 {
     }
 }
 
+/// Microseconds on a monotonic clock, comparable with [`crate::clock::monotonic_micros`]'s
+/// readings (which serve until the counter is calibrated).
+#[inline(always)]
+pub(crate) fn monotonic_micros() -> u64 {
+    now_both().monotonic
+}
+
+/// [`monotonic_micros`] and [`now_micros`] at once, from one reading of the counter.
+#[inline(always)]
+pub(crate) fn now_both() -> Readings {
+    match COUNTER.get() {
+        Some(counter) => counter.now(),
+        None => Readings { monotonic: crate::clock::monotonic_micros(), wall: SystemClock.now_micros() },
+    }
+}
+
+/// The two clocks' readings at one instant (µs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Readings {
+    /// On the monotonic clock ([`monotonic_micros`]).
+    pub(crate) monotonic: u64,
+    /// Since the Unix epoch ([`now_micros`]).
+    pub(crate) wall: u64,
+}
+
 struct CounterClock {
     clock: quanta::Clock,
     /// The counter's raw reading when this clock was made.
@@ -53,6 +85,9 @@ struct CounterClock {
     micros_per_tick: u64,
     /// The wall clock minus the counter's microseconds since `start`, at the last anchoring.
     offset: AtomicU64,
+    /// The monotonic clock minus the counter's microseconds since `start`: the largest of its
+    /// values at the anchorings so far (so a reading never goes back).
+    monotonic_offset: AtomicU64,
     /// The counter's microseconds since `start` after which the next reading re-anchors.
     next_anchor: AtomicU64,
     /// quanta reads the time-stamp counter, so a reading may execute the instruction itself,
@@ -63,6 +98,9 @@ struct CounterClock {
 impl CounterClock {
     fn new() -> CounterClock {
         let clock = quanta::Clock::new();
+        // The monotonic clock's origin comes first, so that its readings from here on are at
+        // least the counter's microseconds since `start`.
+        crate::clock::monotonic_micros();
         let start = clock.raw();
         let micros_per_tick = micros_per_tick(clock.delta_as_nanos(0, 1 << SCALE_TICKS_LOG2));
         let counter = CounterClock {
@@ -71,20 +109,41 @@ impl CounterClock {
             start,
             micros_per_tick,
             offset: AtomicU64::new(0),
+            monotonic_offset: AtomicU64::new(0),
             next_anchor: AtomicU64::new(0),
         };
         counter.anchor(0);
         counter
     }
 
+    /// The counter's microseconds since `start`.
+    #[inline(always)]
+    fn elapsed(&self) -> u64 {
+        let ticks = self.raw().saturating_sub(self.start);
+        ((u128::from(ticks) * u128::from(self.micros_per_tick)) >> 64) as u64
+    }
+
+    /// The wall clock alone (the memory backend's reading: no load of the monotonic offset).
     #[inline(always)]
     fn now_micros(&self) -> u64 {
-        let ticks = self.raw().saturating_sub(self.start);
-        let elapsed = ((u128::from(ticks) * u128::from(self.micros_per_tick)) >> 64) as u64;
+        let elapsed = self.elapsed();
+        if elapsed >= self.next_anchor.load(Ordering::Relaxed) {
+            return self.anchor(elapsed).wall;
+        }
+        elapsed.wrapping_add(self.offset.load(Ordering::Relaxed))
+    }
+
+    /// Both clocks.
+    #[inline(always)]
+    fn now(&self) -> Readings {
+        let elapsed = self.elapsed();
         if elapsed >= self.next_anchor.load(Ordering::Relaxed) {
             return self.anchor(elapsed);
         }
-        elapsed.wrapping_add(self.offset.load(Ordering::Relaxed))
+        Readings {
+            monotonic: elapsed.wrapping_add(self.monotonic_offset.load(Ordering::Relaxed)),
+            wall: elapsed.wrapping_add(self.offset.load(Ordering::Relaxed)),
+        }
     }
 
     /// The counter's reading, as quanta's `raw`.
@@ -99,15 +158,18 @@ impl CounterClock {
         self.clock.raw()
     }
 
-    /// Reads the wall clock and makes it the reference of the readings to come. Two threads
-    /// that anchor at once each store a valid offset: the offset is one word.
+    /// Reads the wall clock and the monotonic clock and makes them the references of the
+    /// readings to come (the monotonic one only forward). Two threads that anchor at once each
+    /// store a valid offset: each offset is one word.
     #[cold]
     #[inline(never)]
-    fn anchor(&self, elapsed: u64) -> u64 {
+    fn anchor(&self, elapsed: u64) -> Readings {
         let wall = SystemClock.now_micros();
+        let monotonic = crate::clock::monotonic_micros().saturating_sub(elapsed);
         self.offset.store(wall.wrapping_sub(elapsed), Ordering::Relaxed);
+        let monotonic = self.monotonic_offset.fetch_max(monotonic, Ordering::Relaxed).max(monotonic);
         self.next_anchor.store(elapsed + ANCHOR_EVERY_US, Ordering::Relaxed);
-        wall
+        Readings { monotonic: elapsed + monotonic, wall }
     }
 }
 
@@ -201,5 +263,64 @@ mod tests {
         let before = SystemClock.now_micros();
         let reading = now_micros();
         assert!(reading + 1_000 >= before, "{reading} before {before}");
+    }
+
+    /// The monotonic readings stay on the operating system's monotonic clock (within a
+    /// millisecond, as the wall readings above) and never go back on a thread, over several
+    /// anchorings; the two readings of one `now` are the module's two clocks.
+    #[test]
+    fn monotonic_readings_follow_the_monotonic_clock_and_never_go_back() {
+        let counter = COUNTER.get_or_init(CounterClock::new);
+        let started = std::time::Instant::now();
+        let (mut readings, mut last) = (0u64, 0u64);
+        while started.elapsed() < std::time::Duration::from_millis(2_500) {
+            let (before, wall_before) = (crate::clock::monotonic_micros(), SystemClock.now_micros());
+            let reading = counter.now();
+            let (after, wall_after) = (crate::clock::monotonic_micros(), SystemClock.now_micros());
+            assert!(
+                reading.monotonic + 1_000 >= before && reading.monotonic <= after + 1_000,
+                "reading {} outside [{before}, {after}] by more than 1 ms",
+                reading.monotonic
+            );
+            assert!(
+                reading.wall + 1_000 >= wall_before && reading.wall <= wall_after + 1_000,
+                "wall reading {} outside [{wall_before}, {wall_after}] by more than 1 ms",
+                reading.wall
+            );
+            assert!(reading.monotonic >= last, "went back from {last} to {}", reading.monotonic);
+            last = reading.monotonic;
+            readings += 1;
+            if readings % 1_000 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        assert!(readings > 1_000, "only {readings} readings");
+        let (before, reading) = (crate::clock::monotonic_micros(), monotonic_micros());
+        assert!(reading + 1_000 >= before, "{reading} before {before}");
+    }
+
+    /// An anchoring that finds the counter's monotonic readings behind the monotonic clock moves
+    /// them forward to it; one that finds them ahead keeps them where they are, not moved back.
+    /// (A counter of its own, its offset set by hand.)
+    #[test]
+    fn an_anchoring_moves_the_monotonic_readings_only_forward() {
+        // The monotonic clock's origin at least 20 ms before the counter's start.
+        crate::clock::monotonic_micros();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let counter = CounterClock::new();
+        // As if the counter had counted 20 ms less than the monotonic clock since it started.
+        counter.monotonic_offset.store(0, Ordering::Relaxed);
+        let behind = counter.now().monotonic;
+        let monotonic = crate::clock::monotonic_micros();
+        assert!(behind + 10_000 <= monotonic, "{behind} not behind {monotonic}");
+        let caught_up = counter.anchor(counter.elapsed()).monotonic;
+        assert!(caught_up >= monotonic, "{caught_up} not caught up with {monotonic}");
+        assert!(counter.now().monotonic >= caught_up);
+        // As if it had counted 5 s more: the offset stays.
+        counter.monotonic_offset.fetch_add(5_000_000, Ordering::Relaxed);
+        let ahead = counter.now().monotonic;
+        let kept = counter.anchor(counter.elapsed()).monotonic;
+        assert!(kept >= ahead && kept < ahead + 1_000_000, "{ahead} then {kept}: moved");
+        assert!(counter.now().monotonic >= kept);
     }
 }

@@ -27,16 +27,19 @@
 //! spends nor gives back its parent's grant, draws lease ids of its own, and never waits for a
 //! round trip its parent had in flight when it forked.
 //!
-//! Lapses and remembered refusals are local deadlines, kept on a monotonic clock
-//! ([`LocalClock`]): a wall clock stepped back by NTP neither keeps a key refused for as long
+//! Lapses and remembered refusals are local deadlines, kept on a monotonic clock (with the
+//! system clock, the CPU counter's monotonic reading, `backend::wall_clock`; else
+//! [`LocalClock`]): a wall clock stepped back by NTP neither keeps a key refused for as long
 //! as the step nor lets a lease be spent past `lease_ttl` (a manual clock stands in for it in
 //! tests). Decisions still carry the wall-clock instant they were made at.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
 
 use crate::backend::redis::leased_blocks::BlockWatcher;
+use crate::backend::wall_clock::Readings;
 use crate::backend::RedisBackend;
 use crate::clock::{Clock, LocalClock, SystemClock};
 use crate::decision::{Decision, SettleTicket};
@@ -45,8 +48,10 @@ use crate::engine::{decision, Algorithm, Colocate, Op, Outcome, Served};
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::observe::Call as Timed;
+use crate::padded::KeyBytes;
 use crate::params::micros;
 use crate::runtime::forked_since;
+use crate::SettleKey;
 
 use super::pipeline::Call;
 use super::{Limiter, Target};
@@ -68,8 +73,9 @@ pub(crate) struct LeasePool {
     /// The backend's clock: the wall-clock instant decisions carry.
     clock: Arc<dyn Clock>,
     /// Whether `clock` is the system clock, read as the memory backend reads it (see
-    /// `backend::wall_clock`): a spend from a lease reads a clock twice, and the system clock's
-    /// `clock_gettime` was the larger part of it.
+    /// `backend::wall_clock`): a spend from a lease reads two clocks (its deadlines' and its
+    /// decision's instant), then both from one reading of the CPU's counter; a `clock_gettime`
+    /// per reading was the larger part of a spend.
     system_clock: bool,
     /// The clock of the slots' deadlines (see the module documentation).
     local: LocalClock,
@@ -226,6 +232,30 @@ impl LeasePool {
         }
     }
 
+    /// Now on the clock of the slots' deadlines: with the system clock, the counter's monotonic
+    /// reading (`backend::wall_clock`: a `clock_gettime` of the monotonic clock was the larger
+    /// part of a spend from a lease), else [`LocalClock`]. Every reading of the pool's local
+    /// clock goes through here, so that its deadlines are compared on one clock.
+    #[inline(always)]
+    fn local_now(&self) -> u64 {
+        if self.system_clock {
+            crate::backend::wall_clock::monotonic_micros()
+        } else {
+            self.local.now_micros()
+        }
+    }
+
+    /// [`LeasePool::local_now`] and [`LeasePool::wall_micros`] at once (one reading of the
+    /// counter with the system clock).
+    #[inline(always)]
+    fn now_both(&self) -> Readings {
+        if self.system_clock {
+            crate::backend::wall_clock::now_both()
+        } else {
+            Readings { monotonic: self.local.now_micros(), wall: self.clock.now_micros() }
+        }
+    }
+
     #[cold]
     fn forget_parent(&self, pid: u32) {
         let _forking = self.forking.lock();
@@ -261,7 +291,7 @@ impl LeasePool {
     /// a dropped slot spends from it as granted.)
     #[cold]
     fn make_room(&self, keyed: &mut HashMap<Box<str>, Arc<Slot>, foldhash::fast::RandomState>) {
-        let now = self.local.now_micros();
+        let now = self.local_now();
         keyed.retain(|_, slot| {
             (slot.tokens.load(Ordering::Relaxed) > 0 && slot.lapses_at.load(Ordering::Relaxed) > now)
                 || slot.blocked_until.load(Ordering::Relaxed) > now
@@ -372,13 +402,13 @@ impl Limiter {
         call: &mut Call,
     ) -> Result<Outcome> {
         let slot = pool.slot(key);
-        if let Some(outcome) = pool.local(&slot, cost, pool.local.now_micros()) {
+        if let Some(outcome) = pool.local(&slot, cost, pool.local_now()) {
             return Ok(outcome);
         }
         let lease_lock = slot.lease_lock();
         let mut lease = lease_lock.lock().await;
         // Another caller may have taken a lease while this one waited.
-        if let Some(outcome) = pool.local(&slot, cost, pool.local.now_micros()) {
+        if let Some(outcome) = pool.local(&slot, cost, pool.local_now()) {
             return Ok(outcome);
         }
         let Target::Redis { backend, failover } = &self.inner.target else {
@@ -393,7 +423,7 @@ impl Limiter {
             Algorithm::Leased(l) => (l.chunk, l.lease_us),
             _ => (pool.leased.chunk, pool.leased.lease_us),
         };
-        let now = pool.local.now_micros();
+        let now = pool.local_now();
         let lapsed = now >= slot.lapses_at.load(Ordering::Acquire);
         // Taken out before the call: from here they can only be given back, never spent.
         let back = slot.tokens.swap(0, Ordering::AcqRel);
@@ -439,7 +469,7 @@ impl Limiter {
     #[inline]
     pub(crate) fn leased_in_process(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Outcome> {
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        pool.local(&slot, cost, pool.local.now_micros())
+        pool.local(&slot, cost, pool.local_now())
     }
 
     /// An admitted spend from this process's lease of `key`, if it holds `cost` (no refusal:
@@ -448,7 +478,7 @@ impl Limiter {
     pub(crate) fn leased_spend(&self, pool: &LeasePool, key: &str, cost: u64) -> Option<Decision> {
         let started = self.inner.observe.start();
         let slot = if key.is_empty() { pool.unkeyed.clone() } else { pool.slot(key) };
-        let outcome = pool.local(&slot, cost, pool.local.now_micros()).filter(|o| o.decision.allowed)?;
+        let outcome = pool.local(&slot, cost, pool.local_now()).filter(|o| o.decision.allowed)?;
         self.inner.metrics.add(Counter::Allowed, 1);
         self.time(Timed::Check, Counter::Allowed, started);
         Some(self.ticketed_at(outcome.decision, Served::Backend, key, cost, outcome.charged_at))
@@ -468,32 +498,38 @@ impl Limiter {
             return None;
         }
         pool.after_fork();
-        let now = pool.local.now_micros();
+        let Readings { monotonic: now, wall: decided_at } = pool.now_both();
         let spent = if key.is_empty() {
             pool.spend_unblocked(&pool.unkeyed, cost, now)
         } else {
             pool.spend_keyed(key, cost, now)
         }?;
         inner.metrics.add(Counter::Allowed, 1);
-        let decided_at = pool.wall_micros();
-        let limiter = inner.settle_identity;
-        let settle = (limiter != 0).then(|| SettleTicket {
-            key: key.into(),
-            cost,
-            charged_at_micros: spent.charged_at.unwrap_or(decided_at),
-            id: self.next_settle_id(),
-            limiter,
-        });
-        Some(Decision {
+        // Built field by field in the caller's return slot, once per kind of settle key, as the
+        // memory fast path builds its decision (see `limiter::fast`): a key made by a branch and
+        // put in once was stored in words and read back whole, which the CPU cannot forward.
+        let decision = |settle: Option<SettleTicket>| Decision {
+            allowed: true,
+            limit: pool.leased.gcra.capacity,
+            remaining: spent.remaining,
+            retry_after: Duration::ZERO,
+            reset_after: Duration::from_micros(spent.reset_us),
+            lease: None,
             decided_at_micros: decided_at,
+            limits: None,
             settle,
-            ..Decision::from_parts(
-                true,
-                pool.leased.gcra.capacity,
-                spent.remaining,
-                std::time::Duration::ZERO,
-                std::time::Duration::from_micros(spent.reset_us),
-            )
+            shadow_refused: false,
+        };
+        let limiter = inner.settle_identity;
+        if limiter == 0 {
+            return Some(decision(None));
+        }
+        let id = self.next_settle_id();
+        let charged_at_micros = spent.charged_at.unwrap_or(decided_at);
+        let ticket = |key: SettleKey| SettleTicket { key, cost, charged_at_micros, id, limiter };
+        Some(match KeyBytes::new(key.as_bytes()) {
+            KeyBytes::Short(short) => decision(Some(ticket(SettleKey::of_short(short)))),
+            KeyBytes::Long(_) => decision(Some(ticket(key.into()))),
         })
     }
 
@@ -523,7 +559,7 @@ impl Limiter {
         call: &mut Call,
     ) -> Result<Outcome> {
         if key.is_empty() {
-            if let Some(outcome) = pool.local(&pool.unkeyed, cost, pool.local.now_micros()) {
+            if let Some(outcome) = pool.local(&pool.unkeyed, cost, pool.local_now()) {
                 return Ok(outcome);
             }
         }
@@ -565,9 +601,9 @@ impl Limiter {
 
     /// Applies a block of `key` this process made (`None`: an unblock) to its lease at once;
     /// other processes' leases learn of it from the live task.
-    pub(crate) fn block_lease(&self, key: &str, block: Option<std::time::Duration>) {
+    pub(crate) fn block_lease(&self, key: &str, block: Option<Duration>) {
         if let Some(pool) = &self.inner.pool {
-            let until = block.map_or(0, |d| pool.local.now_micros().saturating_add(micros(d)));
+            let until = block.map_or(0, |d| pool.local_now().saturating_add(micros(d)));
             pool.slot(key).blocked_until.store(until, Ordering::Release);
         }
     }
@@ -617,7 +653,7 @@ impl BlockWatcher for LeasePool {
 
     fn block_read(&self, key: &str, until_micros: Option<u64>) {
         let left = until_micros.map_or(0, |until| until.saturating_sub(self.clock.now_micros()));
-        let until = if left == 0 { 0 } else { self.local.now_micros().saturating_add(left) };
+        let until = if left == 0 { 0 } else { self.local_now().saturating_add(left) };
         self.slot(key).blocked_until.store(until, Ordering::Release);
     }
 }

@@ -433,6 +433,29 @@ fn a_lease_lapses_on_time_after_a_step_of_the_wall_clock() {
     assert_eq!(limiter.peek_blocking(None).unwrap().remaining, 100 - 2 - 7);
 }
 
+/// On the system clock (a process's deadlines then read from the CPU's counter once it is
+/// calibrated, `backend::wall_clock`), a lease lapses `lease_ttl` of real time after it was
+/// taken, with no key and on a key: its tokens are given back, not spent. Leases are taken
+/// both before the counter may be calibrated and well after.
+#[test]
+fn a_lease_on_the_system_clock_lapses_after_its_ttl() {
+    let server = RedisServer::start();
+    let backend = Backend::redis_with(support::redis_config(server.url())).unwrap();
+    let ttl = Duration::from_millis(100);
+    // A rate so slow that nothing refills during the test.
+    let limiter = backend.leased("system", 1.0 / 3600.0, 100, Some(16), ttl).unwrap();
+    for key in [None, Some("k")] {
+        assert_eq!(limiter.check_blocking(key, 1).unwrap().remaining, 15, "{key:?}");
+        // Each lapse gives back what is left and takes a lease half as big.
+        for lease in [8, 4] {
+            std::thread::sleep(ttl + Duration::from_millis(150));
+            assert_eq!(limiter.check_blocking(key, 1).unwrap().remaining, lease - 1, "{key:?}: not lapsed");
+        }
+        // 3 spent, 3 held.
+        assert_eq!(limiter.peek_blocking(key).unwrap().remaining, 100 - 3 - 3, "{key:?}");
+    }
+}
+
 #[test]
 fn a_lapsed_lease_is_not_spent_and_a_lease_that_sat_unused_shrinks() {
     let server = RedisServer::start();

@@ -59,29 +59,50 @@ pub(crate) fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
     Ok(Some(pos))
 }
 
-/// The value of one whole frame (see [`frame_len`]). Arrays of integers and integers, what
-/// every script answers, are read here; anything else goes to redis-rs' parser.
+/// The value of one whole frame (see [`frame_len`]). Integers and arrays of them, nested (what
+/// every script answers, and a batched script invocation's array of its calls' answers), are
+/// read here; anything else goes to redis-rs' parser.
 pub(crate) fn parse_frame(frame: &[u8]) -> RedisResult<Value> {
     fast_ints(frame).map_or_else(|| redis::parse_redis_value(frame), Ok)
 }
 
-/// `:<i>\r\n` or `*<n>\r\n` followed by `n` of those; `None` for anything else.
+/// How deep [`fast_ints`] reads nested arrays (a batched reply is two deep).
+const FAST_DEPTH: u32 = 3;
+
+/// `:<i>\r\n`, or `*<n>\r\n` followed by `n` of those (nested up to [`FAST_DEPTH`]), the
+/// whole frame; `None` for anything else.
 fn fast_ints(frame: &[u8]) -> Option<Value> {
-    let mut lines = frame.split(|&b| b == b'\n').filter(|l| !l.is_empty());
-    let int = |line: &[u8], kind: u8| -> Option<i64> {
-        let digits = line.strip_prefix(&[kind])?.strip_suffix(b"\r")?;
-        std::str::from_utf8(digits).ok()?.parse().ok()
-    };
-    let first = lines.next()?;
-    if first.first() == Some(&b':') {
-        return int(first, b':').map(Value::Int);
+    let mut at = 0;
+    let value = int_tree(frame, &mut at, 0)?;
+    (at == frame.len()).then_some(value)
+}
+
+/// The integer or array of integers at `at`, which moves past it.
+fn int_tree(frame: &[u8], at: &mut usize, depth: u32) -> Option<Value> {
+    let kind = *frame.get(*at)?;
+    let line = frame.get(*at + 1..)?;
+    let end = line.iter().position(|&b| b == b'\r')?;
+    if line.get(end + 1) != Some(&b'\n') {
+        return None;
     }
-    let count = usize::try_from(int(first, b'*')?).ok()?;
-    let mut values = Vec::with_capacity(count);
-    for _ in 0..count {
-        values.push(Value::Int(int(lines.next()?, b':')?));
+    let number: i64 = std::str::from_utf8(&line[..end]).ok()?.parse().ok()?;
+    *at += 1 + end + 2;
+    match kind {
+        b':' => Some(Value::Int(number)),
+        b'*' if depth < FAST_DEPTH => {
+            let count = usize::try_from(number).ok()?;
+            // Each element takes at least 4 bytes (`:0\r\n`): a larger count is not this frame's.
+            if count > (frame.len() - *at) / 4 {
+                return None;
+            }
+            let mut values = Vec::with_capacity(count);
+            for _ in 0..count {
+                values.push(int_tree(frame, at, depth + 1)?);
+            }
+            Some(Value::Array(values))
+        }
+        _ => None,
     }
-    lines.next().is_none().then_some(Value::Array(values))
 }
 
 #[cfg(test)]
@@ -127,6 +148,25 @@ mod tests {
         assert!(matches!(&nested, Value::Array(v) if v.len() == 2), "{nested:?}");
         assert!(matches!(parse_frame(b"+OK\r\n").unwrap(), Value::Okay | Value::SimpleString(_)));
     }
+
+    #[test]
+    fn batched_integer_replies_take_the_fast_path() {
+        let batched = b"*3\r\n*2\r\n:1\r\n:-2\r\n*0\r\n*1\r\n:3\r\n";
+        assert_eq!(super::fast_ints(batched), Some(redis::parse_redis_value(batched).unwrap()));
+        // Deeper than FAST_DEPTH, an error among the answers, a null array, a short frame or
+        // bytes after it: the general parser's (or nothing).
+        for other in [
+            &b"*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"[..],
+            b"*2\r\n*1\r\n:1\r\n-ERR x\r\n",
+            b"*-1\r\n",
+            b"*2\r\n:1\r\n",
+            b":1\r\n:2\r\n",
+            b":1\r",
+            b":1\rx",
+        ] {
+            assert_eq!(super::fast_ints(other), None, "{:?}", String::from_utf8_lossy(other));
+        }
+    }
 }
 
 /// Hostile and random input for the reply reader: it reads bytes from the network, so no input
@@ -167,6 +207,18 @@ mod fuzz {
                     out
                 },
             )
+        })
+    }
+
+    /// Integers and arrays of them, nested up to the fast path's depth: a script's answers.
+    fn int_tree() -> impl Strategy<Value = Vec<u8>> {
+        let leaf = any::<i64>().prop_map(|i| format!(":{i}\r\n").into_bytes());
+        leaf.prop_recursive(super::FAST_DEPTH, 64, 8, |inner| {
+            proptest::collection::vec(inner, 0..8).prop_map(|items| {
+                let mut out = format!("*{}\r\n", items.len()).into_bytes();
+                items.iter().for_each(|item| out.extend_from_slice(item));
+                out
+            })
         })
     }
 
@@ -215,6 +267,12 @@ mod fuzz {
                 prop_assert_eq!(frame_len(&reply[..cut]), Ok(None));
             }
             let _ = parse_frame(&reply);
+        }
+
+        #[test]
+        fn integer_trees_read_as_the_general_parser_reads_them(reply in int_tree()) {
+            prop_assert_eq!(super::fast_ints(&reply), Some(redis::parse_redis_value(&reply).unwrap()));
+            prop_assert_eq!(parse_frame(&reply).unwrap(), redis::parse_redis_value(&reply).unwrap());
         }
 
         #[test]
