@@ -13,7 +13,10 @@ Scenarios:
 - sync sequential, one call at a time on one key: ratekeeper `bucket` (fixed window) and
   `token_bucket` `check`, limits `FixedWindowRateLimiter.hit` and `MovingWindowRateLimiter.hit`
   (redis-py), and `redis-benchmark -c 1` running the exact EVALSHA ratekeeper sends (captured
-  with MONITOR) — the floor of any client.
+  with MONITOR) — the floor of any client. A command with a NUL byte (the token bucket's spec is
+  packed as MessagePack) cannot be passed to redis-benchmark through argv: its floor is
+  `floor_client.c` instead (built here with `cc`), a blocking C client doing one write and one
+  read per call; the row's name says which floor ran.
 - asyncio, 64 tasks each looping on its own key: ratekeeper `acheck` vs limits.aio
   `FixedWindowRateLimiter.hit` (coredis, limits' default, and redis-py asyncio).
 - memory backend, sequential: ratekeeper `check` vs limits' MemoryStorage fixed window, with a
@@ -139,15 +142,41 @@ def timed_async(setup: Callable[[], Callable[[int], Callable[[], Awaitable[objec
     return asyncio.run(main())
 
 
-def redis_benchmark(port: int, command: list[str], seconds: float, rate_hint: float) -> float:
+def redis_benchmark(port: int, command: list[bytes], seconds: float, rate_hint: float) -> float:
     n = max(2000, int(rate_hint * seconds))
+    if b"\0" in b"".join(command):
+        return floor_client(port, command, n)
     out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", "1", "-n", str(n), "--csv", *command],
                          capture_output=True, text=True, timeout=120).stdout
     rows = [line for line in out.splitlines() if line and not line.startswith('"test"')]
     return float(rows[-1].split(",")[1].strip('"'))
 
 
-def captured_evalsha(server: Server, do_call: Callable[[], object]) -> list[str]:
+def floor_name(kind: str, command: list[bytes]) -> str:
+    """The floor row's name: which client runs `command` (see `redis_benchmark`)."""
+    client = "floor_client.c" if b"\0" in b"".join(command) else "redis-benchmark"
+    return f"{client} -c 1, {kind} EVALSHA"
+
+
+_FLOOR_CLIENT: list[str] = []
+
+
+def floor_client(port: int, command: list[bytes], n: int) -> float:
+    """Commands per second of floor_client.c sending `command` `n` times, one at a time."""
+    if not _FLOOR_CLIENT:
+        built = os.path.join(tempfile.mkdtemp(prefix="rk-bench-floor-"), "floor_client")
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_client.c")
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-o", built, source], check=True)
+        _FLOOR_CLIENT.append(built)
+    with tempfile.NamedTemporaryFile(suffix=".resp") as resp:
+        resp.write(b"*%d\r\n" % len(command) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in command))
+        resp.flush()
+        out = subprocess.run([_FLOOR_CLIENT[0], str(port), str(n), resp.name],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+    return float(out)
+
+
+def captured_evalsha(server: Server, do_call: Callable[[], object]) -> list[bytes]:
     """The EVALSHA command ratekeeper sends for `do_call`, captured with MONITOR."""
     monitor = subprocess.Popen(["redis-cli", "-p", str(server.port), "MONITOR"], stdout=subprocess.PIPE, text=True)
     assert monitor.stdout is not None
@@ -159,7 +188,9 @@ def captured_evalsha(server: Server, do_call: Callable[[], object]) -> list[str]
     monitor.kill()
     monitor.wait()
     # 1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "sha" "1" "key" ...
-    return [bytes(a, "utf-8").decode("unicode_escape") for a in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
+    # MONITOR writes every byte outside printable ASCII as \xHH: latin-1 gives the bytes back.
+    return [bytes(a, "utf-8").decode("unicode_escape").encode("latin-1")
+            for a in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
 
 
 class Row:
@@ -210,12 +241,14 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
 
     evalsha_tb = captured_evalsha(server, lambda: rk_tb.check("k"))
     evalsha_bucket = captured_evalsha(server, lambda: rk_bucket.check("k"))
+    FLOORS["token bucket"] = floor_name("token bucket", evalsha_tb)
+    FLOORS["bucket"] = floor_name("bucket", evalsha_bucket)
 
     sync_rows = [
-        (Row("sync", "redis-benchmark -c 1, token bucket EVALSHA"),
+        (Row("sync", FLOORS["token bucket"]),
          lambda: redis_benchmark(server.port, evalsha_tb, ROUND_SECONDS, 20_000)),
         (Row("sync", "ratekeeper token_bucket.check"), lambda: timed_sync(lambda: rk_tb.check("k"), ROUND_SECONDS)),
-        (Row("sync", "redis-benchmark -c 1, bucket EVALSHA"),
+        (Row("sync", FLOORS["bucket"]),
          lambda: redis_benchmark(server.port, evalsha_bucket, ROUND_SECONDS, 20_000)),
         (Row("sync", "ratekeeper bucket.check"), lambda: timed_sync(lambda: rk_bucket.check("k"), ROUND_SECONDS)),
         (Row("sync", "limits FixedWindow.hit (redis-py)"), lambda: timed_sync(lambda: fixed.hit(item, "k"), ROUND_SECONDS)),
@@ -262,6 +295,8 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
 
 
 FLOOR = "floor: no-op native call (_validate) on the same limiter"
+# The sync scenario's floor rows by kind ("token bucket", "bucket"): their names say which client.
+FLOORS: dict[str, str] = {}
 
 
 def memory_scenario() -> tuple[str, list[Row], str]:
@@ -299,8 +334,8 @@ def write_results(report: list[tuple[str, list[Row], str]]) -> None:
     medians = {(scenario, r.client): r.median for scenario, rows, _ in report for r in rows}
     sync, aio, mem = (scenario for scenario, _, _ in report)
     pairs = [
-        (sync, "ratekeeper token_bucket.check", "redis-benchmark -c 1, token bucket EVALSHA", 0.9, False),
-        (sync, "ratekeeper bucket.check", "redis-benchmark -c 1, bucket EVALSHA", 0.9, False),
+        (sync, "ratekeeper token_bucket.check", FLOORS["token bucket"], 0.9, False),
+        (sync, "ratekeeper bucket.check", FLOORS["bucket"], 0.9, False),
         (sync, "ratekeeper token_bucket.check", "limits FixedWindow.hit (redis-py)", None, False),
         (sync, "ratekeeper bucket.check", "limits FixedWindow.hit (redis-py)", None, False),
         (aio, "ratekeeper token_bucket.acheck", "limits.aio FixedWindow.hit (coredis)", 5.0, True),
@@ -348,14 +383,14 @@ def print_table(report: list[tuple[str, list[Row], str]]) -> None:
     rows = {r.client: r for r in sync_rows}
     print()
     for kind, raw_name, rk_name in [
-        ("token bucket", "redis-benchmark -c 1, token bucket EVALSHA", "ratekeeper token_bucket.check"),
-        ("bucket", "redis-benchmark -c 1, bucket EVALSHA", "ratekeeper bucket.check"),
+        ("token bucket", FLOORS["token bucket"], "ratekeeper token_bucket.check"),
+        ("bucket", FLOORS["bucket"], "ratekeeper bucket.check"),
     ]:
         rk_row, raw_row = rows[rk_name], rows[raw_name]
         # Paired: each round measures the two one right after the other, so a round's ratio
         # cancels the machine's slow drifts that the ratio of medians keeps.
         paired = statistics.median(a / b for a, b in zip(rk_row.samples, raw_row.samples))
-        print(f"sync {kind}: ratekeeper at {paired:.0%} of raw redis-benchmark -c 1, median of "
+        print(f"sync {kind}: ratekeeper at {paired:.0%} of {raw_name}, median of "
               f"{len(rk_row.samples)} paired rounds ({rk_row.median / raw_row.median:.0%} as a ratio of "
               f"medians; target >= 90%)")
     print("command: " + " ".join(shlex.quote(a) for a in sys.argv))

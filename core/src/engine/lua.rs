@@ -110,9 +110,11 @@ impl LuaScript {
     }
 
     /// `EVALSHA <sha1> <keys>`, sized for a short call: append the `keys` keys, then ARGV, with
-    /// [`Cmd::arg`] (numbers are written in decimal without an intermediate `String`).
+    /// [`Cmd::arg`] (numbers are written in decimal without an intermediate `String`). The
+    /// buffer holds a check's whole command (three to seven keys of about 50 bytes, the spec)
+    /// without growing: 160 bytes made every check reallocate and copy it once.
     pub(crate) fn evalsha(&self, keys: usize) -> Cmd {
-        let mut cmd = Cmd::with_capacity(16, 160);
+        let mut cmd = Cmd::with_capacity(16, 512);
         cmd.arg("EVALSHA").arg(self.sha1.as_bytes()).arg(keys);
         cmd
     }

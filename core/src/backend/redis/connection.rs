@@ -663,9 +663,11 @@ impl Connections {
         if self.sync_target.is_none() && !matches!(self.client, Client::Sentinel(_)) {
             return Ok(None);
         }
+        // The call's start, without reading the clock again: `until` is it plus the deadline.
+        let now = until.checked_sub(deadline).unwrap_or_else(Instant::now);
         loop {
             let Some(mut conn) = self.local().sync_pool.lock().pop() else { break };
-            if conn.is_usable() {
+            if conn.is_usable(now) {
                 return Ok(Some(conn));
             }
         }

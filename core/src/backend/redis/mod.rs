@@ -465,18 +465,18 @@ impl RedisBackend {
         let mut cmd = script
             .evalsha(roles.len() + 2 * usize::from(held || settle_id.is_some()) + usize::from(settle_id.is_some()));
         for role in roles {
-            cmd.arg(keys.key(role));
+            cmd.arg(keys.arg(role));
         }
         // Last in KEYS, where the script's hold check takes them from (see `hold_check.lua`); a
         // settle passes them too (a repeat is answered as a peek, which the hold check reads).
         if held || settle_id.is_some() {
             for hold in Hold::ALL {
-                cmd.arg(keys.key(hold.key_role()));
+                cmd.arg(keys.arg(hold.key_role()));
             }
         }
         // After it, where the script's settle step takes it from (see `settle_once.lua`).
         if settle_id.is_some() {
-            cmd.arg(keys.key(settle::ROLE));
+            cmd.arg(keys.arg(settle::ROLE));
         }
         cmd.arg(op.verb());
         let now = self.manual_clock.as_ref().map(|clock| clock.now_micros());

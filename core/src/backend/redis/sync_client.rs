@@ -29,7 +29,9 @@ use super::config::{RedisConfig, TlsConfig};
 use super::resolve::Resolver;
 
 /// A connection idle for less than this is used without the liveness peek: a server restart
-/// takes far longer, and a tight loop of calls then costs no extra system call.
+/// takes far longer, and a tight loop of calls then costs no extra system call. Idle counts
+/// from the previous request's send, so a call's round trip counts as idle too (a peek a little
+/// early, never late).
 const PEEK_AFTER_IDLE: Duration = Duration::from_millis(1);
 
 /// A read whose remaining deadline is shorter than its socket timeout by more than this gets
@@ -192,6 +194,8 @@ pub(crate) struct SyncConnection {
     out: Vec<u8>,
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
+    /// When the last request was sent (the clock read the send makes anyway: a call in a tight
+    /// loop reads the clock once less than if the end of its reply were noted).
     last_used: Instant,
 }
 
@@ -200,23 +204,21 @@ impl SyncConnection {
     /// an error the connection must be dropped: a reply may still be on its way.
     pub(crate) fn request(&mut self, cmd: &Cmd, until: Instant) -> RedisResult<Value> {
         self.send(&[cmd], until)?;
-        let reply = self.read_reply(until);
-        self.last_used = Instant::now();
-        reply
+        self.read_reply(until)
     }
 
     /// Sends `first` and `second` in one write and reads both replies, by `until` (a script and
     /// the `WAIT` for its writes: one round trip).
     pub(crate) fn request_pair(&mut self, first: &Cmd, second: &Cmd, until: Instant) -> RedisResult<(Value, Value)> {
         self.send(&[first, second], until)?;
-        let replies = self.read_reply(until).and_then(|a| Ok((a, self.read_reply(until)?)));
-        self.last_used = Instant::now();
-        replies
+        self.read_reply(until).and_then(|a| Ok((a, self.read_reply(until)?)))
     }
 
     /// Writes `cmds` as one write, the socket's timeouts set to what is left until `until`.
     fn send(&mut self, cmds: &[&Cmd], until: Instant) -> RedisResult<()> {
-        let left = until.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        self.last_used = now;
+        let left = until.saturating_duration_since(now);
         if left.is_zero() {
             return Err(io::Error::from(io::ErrorKind::TimedOut).into());
         }
@@ -284,9 +286,9 @@ impl SyncConnection {
     }
 
     /// False when the server has closed the connection (or sent something unasked) since its
-    /// last use. Only a connection idle for a while is checked: one system call.
-    pub(crate) fn is_usable(&mut self) -> bool {
-        if self.last_used.elapsed() < PEEK_AFTER_IDLE {
+    /// last use. Only a connection idle for a while at `now` is checked: one system call.
+    pub(crate) fn is_usable(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.last_used) < PEEK_AFTER_IDLE {
             return true;
         }
         match peek(self.stream.tcp()) {
