@@ -56,7 +56,7 @@ let floorClientBinary = null;
 /**
  * The floor client for `command`, sending it `n` times one at a time: [program, args, name].
  * redis-benchmark when it can take the command through argv; with a NUL byte in it (a spec
- * packed as MessagePack) bench/python/floor_client.c, a blocking C client doing one write and
+ * packed as MessagePack) bench/floor_client.c, a blocking C client doing one write and
  * one read per call (built here with cc), which prints commands per second.
  */
 function floorClient(port, command, n) {
@@ -67,7 +67,7 @@ function floorClient(port, command, n) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rk-bench-floor-'));
   if (!floorClientBinary) {
     floorClientBinary = path.join(dir, 'floor_client');
-    const source = path.join(__dirname, '..', 'python', 'floor_client.c');
+    const source = path.join(__dirname, '..', 'floor_client.c');
     execFileSync(process.env.CC || 'cc', ['-O2', '-o', floorClientBinary, source], { stdio: 'inherit' });
   }
   const file = path.join(dir, 'command.resp');

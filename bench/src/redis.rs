@@ -36,6 +36,12 @@
 //!   one multiplexed connection, vs `redis-benchmark -c 1 -P 16`. Informational: the same with
 //!   raw redis-rs, and `redis-benchmark -c 64` alone.
 //!
+//! A command holding a NUL byte (the token bucket's and the sliding window's specs are packed as
+//! MessagePack) cannot reach redis-benchmark, whose command comes from argv: its floor is then
+//! `bench/floor_client.c`, a C client doing one write and one read per call (a batch per write
+//! with `-P`, a process per connection with `-c`, redis-benchmark's `-r` keys), and each row
+//! names the client that ran.
+//!
 //! Method: each scenario warms up, then runs rounds interleaving the client and redis-benchmark
 //! so that machine noise hits both alike; medians are reported. redis-benchmark's request count
 //! per round is sized from its previous rate to last about one round; its own rate (`--csv`
@@ -391,7 +397,7 @@ struct RawRedisRs {
     /// Each key is `<before>{0000<12 digits>}<after><user key>`, as redis-benchmark sends it
     /// (the limiter's key, then the pause key).
     keys: Arc<[(String, String)]>,
-    argv: Arc<[String]>,
+    argv: Arc<[Vec<u8>]>,
     work: Arc<Workload>,
 }
 
@@ -402,9 +408,9 @@ impl RawRedisRs {
         let conn = ratekeeper::runtime()
             .block_on(client.get_multiplexed_async_connection_with_config(&config))
             .expect("a redis-rs connection");
-        let key_count: usize = command.args[2].parse().expect("the number of keys");
-        let keys: Vec<(String, String)> = command.args[3..3 + key_count]
-            .iter()
+        let key_count: usize = command.text(2).parse().expect("the number of keys");
+        let keys: Vec<(String, String)> = (3..3 + key_count)
+            .map(|i| command.text(i))
             .map(|pattern| {
                 let (before, rest) = pattern.split_once("{0000__rand_int__}").expect("the key pattern");
                 let after = rest.strip_suffix("user-__rand_int__").expect("the key pattern");
@@ -413,7 +419,7 @@ impl RawRedisRs {
             .collect();
         RawRedisRs {
             conn,
-            sha: command.args[1].as_str().into(),
+            sha: command.text(1).into(),
             keys: keys.into(),
             argv: command.args[3 + key_count..].to_vec().into(),
             work: work.clone(),
@@ -565,25 +571,49 @@ fn in_flight<C: Caller>(caller: &C, tasks: usize, duration: Duration) -> Run {
 // ---------------------------------------------------------------------------------------------
 // redis-benchmark
 
-/// The command redis-benchmark runs: EVALSHA with the captured sha, key pattern and ARGV.
+/// The command the floor client runs: EVALSHA with the captured sha, key pattern and ARGV, as
+/// their exact bytes.
 struct BenchCommand {
     script: &'static str,
-    args: Vec<String>,
+    args: Vec<Vec<u8>>,
 }
 
 impl BenchCommand {
+    /// The command for a log line (bytes outside printable ASCII escaped).
     fn display(&self) -> String {
-        self.args.iter().map(|a| if a.is_empty() { "''".to_owned() } else { a.clone() }).collect::<Vec<_>>().join(" ")
+        let show = |a: &Vec<u8>| if a.is_empty() { "''".to_owned() } else { a.escape_ascii().to_string() };
+        self.args.iter().map(show).collect::<Vec<_>>().join(" ")
+    }
+
+    /// An argument as text (the sha, the key count, the key patterns: ASCII).
+    fn text(&self, i: usize) -> &str {
+        std::str::from_utf8(&self.args[i]).expect("an ASCII argument")
+    }
+
+    /// Which client runs the floor: redis-benchmark, which takes the command through argv, where
+    /// a NUL byte cannot pass; or, for a command with one (a spec packed as MessagePack),
+    /// `bench/floor_client.c`, a C client doing one write and one read per call (a batch of
+    /// `-P` per write), with redis-benchmark's `-c`, `-P` and `-r`.
+    fn client(&self) -> &'static str {
+        if self.args.iter().any(|a| a.contains(&0)) {
+            "floor_client.c"
+        } else {
+            "redis-benchmark"
+        }
     }
 }
 
-/// Runs redis-benchmark once: its rps.
+/// Runs the floor client once (see [`BenchCommand::client`]): its rate.
 fn redis_benchmark(port: u16, command: &BenchCommand, clients: usize, pipeline: usize, requests: u64) -> f64 {
+    if command.client() != "redis-benchmark" {
+        return floor_client(port, command, clients, pipeline, requests);
+    }
+    let args = command.args.iter().map(|a| std::str::from_utf8(a).expect("no NUL, so text")).collect::<Vec<_>>();
     let out = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-c", &clients.to_string(), "-P", &pipeline.to_string(), "-n", &requests.to_string()])
         .args(["-r", &KEYS.to_string(), "--csv"])
-        .args(&command.args)
+        .args(&args)
         .stdin(Stdio::null())
         .output()
         .expect("run redis-benchmark (is it installed?)");
@@ -601,6 +631,39 @@ fn redis_benchmark(port: u16, command: &BenchCommand, clients: usize, pipeline: 
     rps.parse().unwrap_or_else(|e| panic!("bad rps {rps:?} in {line:?}: {e}"))
 }
 
+/// Runs `bench/floor_client.c` (built once with the system's C compiler) once: its rate.
+fn floor_client(port: u16, command: &BenchCommand, clients: usize, pipeline: usize, requests: u64) -> f64 {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = std::env::temp_dir().join(format!("rk-bench-floor-{}", std::process::id()));
+    let binary = BUILT.get_or_init(|| {
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let binary = dir.join("floor_client");
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/floor_client.c");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+        let built = Command::new(cc).args(["-O2", "-o"]).arg(&binary).arg(source).status().expect("run cc");
+        assert!(built.success(), "cc failed on {source}");
+        binary
+    });
+    let mut resp = format!("*{}\r\n", command.args.len()).into_bytes();
+    for arg in &command.args {
+        resp.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        resp.extend_from_slice(arg);
+        resp.extend_from_slice(b"\r\n");
+    }
+    let file = dir.join("command.resp");
+    std::fs::write(&file, resp).expect("write the command");
+    let out = Command::new(binary)
+        .args(["-c", &clients.to_string(), "-P", &pipeline.to_string(), "-r", &KEYS.to_string()])
+        .args([port.to_string(), requests.to_string()])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run floor_client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "floor_client failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    stdout.trim().parse().unwrap_or_else(|e| panic!("bad rate {stdout:?}: {e}"))
+}
+
 /// Captures, with MONITOR, the EVALSHA a check of `probe` on `limiter` sends, and turns it into
 /// a redis-benchmark command over the same key space shape.
 fn capture(port: u16, limiter: &Limiter, probe: &str, shas: &HashMap<String, &'static str>) -> BenchCommand {
@@ -614,11 +677,11 @@ fn capture(port: u16, limiter: &Limiter, probe: &str, shas: &HashMap<String, &'s
         }
     };
     drop(monitor);
-    let text: Vec<String> = args.iter().map(|a| String::from_utf8(a.clone()).expect("ASCII arguments")).collect();
-    let script = *shas.get(&text[1]).unwrap_or_else(|| panic!("unknown script sha {}", text[1]));
-    let key_count: usize = text[2].parse().expect("the number of keys");
-    let mut bench = vec!["EVALSHA".to_owned(), text[1].clone(), text[2].clone()];
-    for key in &text[3..3 + key_count] {
+    let text = |i: usize| String::from_utf8(args[i].clone()).expect("an ASCII sha, key count and keys");
+    let script = *shas.get(&text(1)).unwrap_or_else(|| panic!("unknown script sha {}", text(1)));
+    let key_count: usize = text(2).parse().expect("the number of keys");
+    let mut bench = vec![b"EVALSHA".to_vec(), args[1].clone(), args[2].clone()];
+    for key in (3..3 + key_count).map(text) {
         // `<prefix>:{<16 hex>}:<kind>:<name>:<role>:<probe>`
         let open = key.find('{').expect("hash tag");
         let close = key.find('}').expect("hash tag");
@@ -627,9 +690,9 @@ fn capture(port: u16, limiter: &Limiter, probe: &str, shas: &HashMap<String, &'s
         let pattern = format!("{}{{0000__rand_int__}}{}user-__rand_int__", &key[..open], &stem[close + 1..]);
         // With `__rand_int__` as 12 digits, keys are exactly as long as ratekeeper's.
         assert_eq!(pattern.replace("__rand_int__", "000000000000").len(), key.len(), "{pattern} vs {key}");
-        bench.push(pattern);
+        bench.push(pattern.into_bytes());
     }
-    bench.extend(text[3 + key_count..].iter().cloned());
+    bench.extend(args[3 + key_count..].iter().cloned());
     BenchCommand { script, args: bench }
 }
 
@@ -696,7 +759,7 @@ struct Bench<'a> {
 impl Bench<'_> {
     /// One redis-benchmark round, with its CPU and the server's.
     fn benchmark_round(&mut self, command: &BenchCommand, clients: usize, pipeline: usize, side: &mut Side) {
-        let key = (command.args[1].clone(), clients, pipeline);
+        let key = (command.text(1).to_owned(), clients, pipeline);
         let rate = match self.last_rate.get(&key) {
             Some(&rate) => rate,
             None => redis_benchmark(self.port, command, clients, pipeline, 5_000 * pipeline as u64),
@@ -965,12 +1028,13 @@ fn main() {
     let (rounds, info) = (settings.rounds, settings.info_rounds);
     for (name, limiter, informational) in &cases {
         let command = capture(server.port, limiter, "user-999999999999", &shas);
-        eprintln!("{name}: redis-benchmark runs {}", command.display());
+        eprintln!("{name}: {} runs {}", command.client(), command.display());
         let label = format!("{name} ({}.lua)", command.script);
         let rk = Ratekeeper { limiter: limiter.clone(), work: work.clone() };
         let raw = RawRedisRs::connect(&server, &command, &work);
-        let c1 = "-c 1".to_owned();
-        let p16 = format!("-c 1 -P {PIPELINE}");
+        let floor = command.client();
+        let c1 = format!("{floor} -c 1");
+        let p16 = format!("{floor} -c 1 -P {PIPELINE}");
 
         let (r, b) = bench.compare(&command, (1, 1), rounds, |d| blocking(&rk, next_offset(), d));
         rows.push(Row {
@@ -1036,10 +1100,10 @@ fn main() {
         }
         let b = bench.benchmark_only(&command, IN_FLIGHT, 1, info);
         rows.push(Row {
-            scenario: format!("{label}: redis-benchmark `-c {IN_FLIGHT}` (reference)"),
+            scenario: format!("{label}: {floor} `-c {IN_FLIGHT}` (reference)"),
             client: None,
             benchmark: b,
-            benchmark_label: format!("-c {IN_FLIGHT}"),
+            benchmark_label: format!("{floor} -c {IN_FLIGHT}"),
             target: false,
         });
         for row in &rows {
@@ -1047,12 +1111,7 @@ fn main() {
                 let ours = row.client.as_ref().map_or(String::new(), |c| {
                     format!("client [{}] admitted {:.1}%, ", rates(c), 100.0 * c.admitted as f64 / c.calls as f64)
                 });
-                eprintln!(
-                    "  {}: {ours}redis-benchmark {} [{}]",
-                    row.scenario,
-                    row.benchmark_label,
-                    rates(&row.benchmark)
-                );
+                eprintln!("  {}: {ours}{} [{}]", row.scenario, row.benchmark_label, rates(&row.benchmark));
             }
         }
     }
@@ -1104,7 +1163,7 @@ fn main() {
     let mut headline = true;
     for row in &rows {
         if let Some(c) = &row.client {
-            let peer = format!("redis-benchmark {}", row.benchmark_label);
+            let peer = row.benchmark_label.clone();
             let mut out = ReportRow::rate(row.scenario.replace('`', ""), c.median(), &peer, row.benchmark.median());
             if row.target {
                 out = out.target(0.9);
