@@ -8,7 +8,8 @@
 //
 // Scenarios (every check is admitted: limits are far above the load):
 //   redis sequential     one check at a time (await each); and, for reference, redis-benchmark
-//                        -c 1 running the very EVALSHA ratekeeper sends (captured with MONITOR)
+//                        -c 1 running the very EVALSHA ratekeeper sends (captured with MONITOR;
+//                        floor_client.c when the command holds a NUL byte, which argv cannot)
 //   redis sequential, one CPU   the same with this process and redis-server pinned to CPU 0
 //                        (taskset; informational): on this VM most of a loopback round trip
 //                        is one CPU waking the other, which every client pays alike; on one
@@ -29,7 +30,7 @@ const os = require('node:os');
 const path = require('node:path');
 const results = require('./report');
 const { startRedis } = require('./redis-server');
-const { capturedCommand, pin, hasTaskset } = require('./redis-tools');
+const { capturedCommand, floorClient, floorRate, pin, hasTaskset } = require('./redis-tools');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 2);
 const ONLY = process.env.BENCH_ONLY || '';
@@ -62,15 +63,14 @@ function measureSync(check) {
   return done / (Number(process.hrtime.bigint() - start) / 1e9);
 }
 
-/** redis-benchmark with one connection running `command` for about SECONDS (on CPU 0 when
+/** The floor client (redis-benchmark, or floor_client.c for a command with a NUL byte: see
+ * redis-tools.js) with one connection running `command` for about SECONDS (on CPU 0 when
  * `pinned`): commands/s. */
 function redisBenchmark(port, command, expectedRate, pinned) {
-  const count = String(Math.max(2000, Math.round(expectedRate * SECONDS)));
-  const args = ['-p', String(port), '-c', '1', '-n', count, '-q', ...command];
-  const out = execFileSync(pinned ? 'taskset' : 'redis-benchmark', pinned ? ['-c', '0', 'redis-benchmark', ...args] : args, {
-    encoding: 'utf8',
-  });
-  return Number([...out.matchAll(/([\d.]+) requests per second/g)].pop()[1]);
+  const count = Math.max(2000, Math.round(expectedRate * SECONDS));
+  const [program, args] = floorClient(port, command, count);
+  const out = execFileSync(pinned ? 'taskset' : program, pinned ? ['-c', '0', program, ...args] : args, { encoding: 'utf8' });
+  return floorRate(out);
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -119,6 +119,7 @@ async function main() {
   console.log(`rate-limiter-flexible ${rlfVersion} + ioredis ${ioredisVersion}; ${ROUNDS} rounds of ${SECONDS}s each, median\n`);
   const rows = [];
   const evalsha = await capturedCommand(redis.port, () => rkToken.check('captured'));
+  const floorName = floorClient(redis.port, evalsha, 1)[2];
   const allCpus = `0-${os.cpus().length - 1}`;
   for (const [name, concurrency, ours, theirs, { floor, pinned } = {}] of scenarios) {
     if (pinned && !hasTaskset()) {
@@ -132,7 +133,7 @@ async function main() {
       if (pinned) pin([process.pid, redis.pid], '0');
       a.push(await measure(ours, concurrency));
       b.push(await measure(theirs, concurrency));
-      // The floor of any client: redis-benchmark running the token bucket's very EVALSHA.
+      // The floor of any client: a C client running the token bucket's very EVALSHA.
       if (floor) raw.push(redisBenchmark(redis.port, evalsha, a[a.length - 1], pinned));
       if (pinned) pin([process.pid, redis.pid], allCpus);
     }
@@ -140,12 +141,12 @@ async function main() {
     console.log(`${name}: ratekeeper ${fmt(median(a))}/s, rate-limiter-flexible ${fmt(median(b))}/s`);
     if (raw.length > 0) {
       const where = pinned ? ', one CPU' : '';
-      rows.push([`reference: redis-benchmark -c 1${where}, the same EVALSHA (no client is faster)`, median(raw), median(b)]);
+      rows.push([`reference: ${floorName}${where}, the same EVALSHA (no client is faster)`, median(raw), median(b)]);
       // The client's own target: how close to the floor the binding gets (rate-limiter-flexible
       // is below it too, so a ratio to the peer alone cannot say).
-      const floorPeer = `redis-benchmark -c 1${where}, the same EVALSHA (the floor)`;
+      const floorPeer = `${floorName}${where}, the same EVALSHA (the floor)`;
       rows.push([`${name}, against the floor`, median(a), median(raw), floorPeer]);
-      console.log(`  redis-benchmark -c 1${where} with the same EVALSHA: ${fmt(median(raw))}/s`);
+      console.log(`  ${floorName}${where} with the same EVALSHA: ${fmt(median(raw))}/s`);
     }
   }
   if ('memory, checkSync (no Promise)'.includes(ONLY)) {
@@ -174,7 +175,7 @@ async function main() {
   };
   const out = rows.map(([name, ours, theirs, floorPeer]) => {
     const [target, headline] = targets[name] || [null, false];
-    const peer = floorPeer || (name.startsWith('reference') ? 'rate-limiter-flexible (the reference row is redis-benchmark)' : 'rate-limiter-flexible');
+    const peer = floorPeer || (name.startsWith('reference') ? `rate-limiter-flexible (the reference row is ${floorName})` : 'rate-limiter-flexible');
     return results.row(name, ours, peer, theirs, { target, headline });
   });
   if (!ONLY) {

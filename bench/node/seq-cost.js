@@ -2,7 +2,7 @@
 // Where a sequential check's time goes, per client, on one redis-server: ratekeeper (Node, the
 // driven connection), rate-limiter-flexible + ioredis, a bare node:net socket sending the
 // EVALSHA ratekeeper sends (what any Node client pays: the runtime and its event loop, no
-// client library), and redis-benchmark -c 1 sending it too (the floor of bench.js). Not a test, and it writes no results file:
+// client library), and the floor client sending it too (redis-benchmark -c 1, or floor_client.c when the command holds a NUL byte: the floor of bench.js). Not a test, and it writes no results file:
 // it prints, per check, the client's checks/s, its CPU µs (every thread), its voluntary and
 // involuntary context switches, the threads that ran besides the main one, and redis-server's
 // CPU µs. Checks are counted by the server (INFO commandstats), the same way for every client.
@@ -21,7 +21,7 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { startRedis } = require('./redis-server');
-const { capturedCommand, pin } = require('./redis-tools');
+const { capturedCommand, floorClient, pin, resp } = require('./redis-tools');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
@@ -91,14 +91,6 @@ async function sequential(check) {
   }
 }
 
-/** `command` (redis-benchmark arguments) as RESP. */
-function resp(command) {
-  return Buffer.concat([
-    Buffer.from(`*${command.length}\r\n`),
-    ...command.map((arg) => Buffer.from(`$${Buffer.byteLength(arg)}\r\n${arg}\r\n`)),
-  ]);
-}
-
 /** A node:net connection that sends `command` and resolves with each whole reply (a script's
  * reply: an array of integers, or one line). */
 async function bareSocket(port, command) {
@@ -125,14 +117,13 @@ async function bareSocket(port, command) {
   };
 }
 
-/** redis-benchmark -c 1 running `command` (on `cpu` if given), measured once it is going. */
+/** The floor client (redis-benchmark -c 1, or floor_client.c for a command with a NUL byte: see
+ * redis-tools.js) running `command` (on `cpu` if given), measured once it is going. */
 async function redisBenchmark(admin, redis, command, cpu) {
-  const args = ['-p', String(redis.port), '-c', '1', '-n', '1000000000', '-q', ...command];
-  const child = spawn(cpu ? 'taskset' : 'redis-benchmark', cpu ? ['-c', cpu, 'redis-benchmark', ...args] : args, {
-    stdio: 'ignore',
-  });
+  const [program, args] = floorClient(redis.port, command, 1000000000);
+  const child = spawn(cpu ? 'taskset' : program, cpu ? ['-c', cpu, program, ...args] : args, { stdio: 'ignore' });
   await new Promise((resolve) => setTimeout(resolve, 300));
-  // Under taskset the pid is redis-benchmark's own (taskset execs it).
+  // Under taskset the pid is the client's own (taskset execs it).
   const result = await measure(admin, redis, child.pid, () => new Promise((resolve) => setTimeout(resolve, SECONDS * 1000)));
   child.kill('SIGKILL');
   await new Promise((resolve) => child.once('exit', resolve));
@@ -164,7 +155,7 @@ async function main() {
     ratekeeper: () => measure(admin, redis, process.pid, () => sequential((i) => limiter.check(keys[i]))),
     'rate-limiter-flexible': () => measure(admin, redis, process.pid, () => sequential((i) => rlf.consume(keys[i]))),
     'node:net, the same EVALSHA': () => measure(admin, redis, process.pid, () => sequential(() => bare.send())),
-    'redis-benchmark -c 1': () => redisBenchmark(admin, redis, evalsha, clientCpu),
+    'floor client -c 1 (redis-benchmark, or floor_client.c for a NUL byte)': () => redisBenchmark(admin, redis, evalsha, clientCpu),
   };
   const rows = Object.fromEntries(Object.keys(clients).map((name) => [name, []]));
   for (let round = 0; round < ROUNDS; round++) {

@@ -328,22 +328,29 @@ def call(era: str, tag: str) -> tuple[list[str], list[object]]:
         return [f"{tag}:b:s"], ["check", "", 1, 1, 10**9, 60_000_000, 60_000_000, 1]
     if era == PACKED:
         keys, args = call(HOLD, tag)
-        return keys, ["|".join(str(a) for a in args)]
+        return keys, ["|".join(a.decode("latin-1") if isinstance(a, bytes) else str(a) for a in args)]
     if era == BARE:
         era = HOLD
     if era == TOKEN:  # KEYS: the state, the pause and block keys; ARGV: op, now, [tick, T, tau, max ahead, 0], cost
         return [f"{tag}:t:s", f"{tag}:t:p", f"{tag}:t:bk"], ["check", "", packed(1, 1000, 10**15, 16 * 10**15, 0), 1]
     keys = [f"{tag}:b:s", f"{tag}:b:p"] + ([f"{tag}:b:k"] if era == HOLD else [])
-    # ARGV: op, now, cost, fingerprint, limits
+    # ARGV: op, now, cost, fingerprint, then the limits: packed since issue #48 (n, then per limit
+    # its prefix, limit, precision, blocks), each number its own argument before (n, then per
+    # limit: limit, duration, precision, blocks)
+    if era == HOLD:
+        return keys, ["check", "", 1, "5211818389484841", packed(1, "0:60000000:60000000:", 10**9, 60_000_000, 1)]
     return keys, ["check", "", 1, "5211818389484841", 1, 10**9, 60_000_000, 60_000_000, 1]
 
 
-def packed(*values: int) -> bytes:
-    """Unsigned integers as one argument, MessagePack's smallest form each, one after the other
-    (core/src/engine/packed.rs): the token bucket's spec."""
+def packed(*values: int | str) -> bytes:
+    """Unsigned integers and texts as one argument, MessagePack's smallest form each, one after
+    the other (core/src/engine/packed.rs): the token bucket's and sliding.lua's specs."""
     out = bytearray()
     for v in values:
-        if v < 0x80:
+        if isinstance(v, str):
+            text = v.encode()
+            out += (bytes([0xa0 | len(text)]) if len(text) < 32 else bytes([0xd9, len(text)])) + text
+        elif v < 0x80:
             out.append(v)
         else:
             width = next(w for w in (1, 2, 4, 8) if v < 1 << (8 * w))
@@ -351,13 +358,19 @@ def packed(*values: int) -> bytes:
     return bytes(out)
 
 
-def unpacked(data: bytes) -> list[int]:
-    """`packed`'s numbers back."""
-    out, i = [], 0
+def unpacked(data: bytes) -> list[int | str]:
+    """`packed`'s values back."""
+    out: list[int | str] = []
+    i = 0
     while i < len(data):
         if data[i] < 0x80:
             out.append(data[i])
             i += 1
+            continue
+        if data[i] & 0xe0 == 0xa0 or data[i] == 0xd9:
+            length, at = (data[i] & 0x1f, i + 1) if data[i] != 0xd9 else (data[i + 1], i + 2)
+            out.append(data[at:at + length].decode())
+            i = at + length
             continue
         width = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}[data[i]]
         out.append(int.from_bytes(data[i + 1:i + 1 + width], "big"))

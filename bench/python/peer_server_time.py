@@ -136,8 +136,39 @@ def separate_spec(args: list[str]) -> list[str]:
     a script before the packed spec takes them: op, now, tick, T, tau, max_ahead, cost, actual[,
     at]."""
     op, now, spec, cost, *rest = args
-    tick, emission, tau, max_ahead, actual = b.unpacked(spec.encode("utf-8", "surrogateescape"))
+    tick, emission, tau, max_ahead, actual = b.unpacked(raw(spec))
     return [op, now, *map(str, (tick, emission, tau, max_ahead)), cost, str(actual), *rest]
+
+
+# How sliding.lua read its spec before the spec was packed into one argument.
+SLIDING_SEPARATE_SPEC = "local n = tonumber(ARGV[5])"
+
+
+def raw(arg: str | bytes) -> bytes:
+    """An argument's bytes (a captured one is text with its binary bytes kept as surrogates)."""
+    return arg if isinstance(arg, bytes) else arg.encode("utf-8", "surrogateescape")
+
+
+def separate_sliding_spec(args: list) -> list:
+    """sliding.lua's arguments (op, now, cost, fingerprint, [n, then per limit its prefix
+    `index:duration:precision:`, limit, precision, blocks, then a settle's actual and at]) as a
+    script before the packed spec takes them: n, then per limit limit, duration, precision,
+    blocks, each its own argument (a settle's two after them)."""
+    n, *rest = b.unpacked(raw(args[4]))
+    limits = []
+    for i in range(int(n)):
+        prefix, limit, precision, blocks = rest[4 * i:4 * i + 4]
+        limits += [limit, str(prefix).split(":")[1], precision, blocks]
+    return [*args[:4], *map(str, (n, *limits, *rest[4 * int(n):]))]
+
+
+def before_args(before: str, args: list) -> list:
+    """`args` (today's) as the script `before` takes them."""
+    if SEPARATE_SPEC in before:
+        return separate_spec(args)
+    if SLIDING_SEPARATE_SPEC in before:
+        return separate_sliding_spec(args)
+    return args
 
 
 def sha1(text: str) -> str:
@@ -268,8 +299,8 @@ def main() -> None:
             variants[f"ratekeeper {job}"] = ("EVALSHA", text, marker, keys, args, job)
             before = b.tree_script(b.git_show(BEFORE, f"core/src/engine/{lua}"), commit=BEFORE)
             if before != text:  # (a script this change left as it was is measured once)
-                before_args = separate_spec(args) if SEPARATE_SPEC in before else args
-                variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys, before_args, job)
+                variants[f"ratekeeper {job}, before ({BEFORE})"] = ("EVALSHA", before, marker, keys,
+                                                                    before_args(before, args), job)
         sliding = (engine / "sliding.lua").read_text()
         fast = sliding[:sliding.index("local fmt = function")]  # the fixed-window path a `bucket` takes
         gcra = (engine / "gcra.lua").read_text()

@@ -11,9 +11,14 @@ IDEA is one of `fold` (the token bucket reading its state with the holds, peer_s
 idea row), `fixed-alone` (the `bucket`'s fixed-window path as a script of its own) and
 `no-table-remove` (the hold check indexing KEYS instead of table.remove, both kinds),
 `separate-spec` (the token bucket before its spec was packed into one argument: each number its
-own, read with tonumber) and `text-spec` (the packed spec written as text, parsed in Lua with
-string.match); all by default. The calls are the library's own, captured as peer_server_time.py
-does (it needs what that needs). Prints only; writes nothing.
+own, read with tonumber), `text-spec` (the packed spec written as text, parsed in Lua with
+string.match), `separate-bucket-spec` and `separate-sliding-spec` (sliding.lua before its limits
+were packed the same way, with their fields' prefixes made by the client: the `bucket`'s
+fixed-window path, and a sliding window counter of one limit, 60 blocks); all by default. The
+calls are the library's own, captured as peer_server_time.py does (it needs what that needs);
+when only ideas of `MADE`'s calls are picked, those are made here in the library's form
+(bucket_server_time.py's for the `bucket`) and nothing is captured. Prints only; writes
+nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ def direct(hold: str) -> str:
 PACKED_LINE = "local tick, T, tau, max_ahead, actual = cmsgpack.unpack(ARGV[3])"
 # gcra.lua before its spec was packed (each number its own argument, read with tonumber).
 SEPARATE = "4e00860"
+# sliding.lua before its spec was packed.
+SLIDING_SEPARATE = "d71b3cc"
 
 
 def text_spec(gcra: str) -> str:
@@ -72,7 +79,20 @@ def ideas() -> dict[str, list[tuple]]:
         "separate-spec": [("k-token", b.tree_script(gcra), b.tree_script(b.git_show(SEPARATE, "core/src/engine/gcra.lua")),
                            p.separate_spec)],
         "text-spec": [("k-token", b.tree_script(gcra), b.tree_script(text_spec(gcra)), as_text)],
+        "separate-bucket-spec": [("k-bucket", b.tree_script(sliding),
+                                  b.tree_script(b.git_show(SLIDING_SEPARATE, "core/src/engine/sliding.lua")),
+                                  p.separate_sliding_spec)],
+        "separate-sliding-spec": [("k-sliding", b.tree_script(sliding),
+                                   b.tree_script(b.git_show(SLIDING_SEPARATE, "core/src/engine/sliding.lua")),
+                                   p.separate_sliding_spec)],
     }
+
+
+# Calls made here rather than captured: marker -> (keys, args). The sliding window counter: its
+# hash and sub-buckets, the pause and block keys; 10^9 a minute in one-second blocks.
+MADE = {"k-bucket": b.call(b.HOLD, "{k-bucket}"),
+        "k-sliding": ([f"{{k-sliding}}:{k}" for k in ("h", "b", "p", "bk")],
+                      ["check", "", 1, "5211818389484841", b.packed(1, "0:60000000:1000000:", 10**9, 1_000_000, 60)])}
 
 
 def main() -> None:
@@ -87,10 +107,12 @@ def main() -> None:
         return int(pathlib.Path(f"/proc/{server.pid}/schedstat").read_text().split()[0])
 
     try:
-        commands, _ = p.capture(port)
+        # (No capture when every call picked can be made here.)
+        made_only = all(marker in MADE for idea in picked for marker, *_ in table[idea])
+        commands = [] if made_only else p.capture(port)[0]
         for idea in picked:
             for marker, today, other, *changed in table[idea]:
-                _, keys, args = p.evalsha_of(commands, marker)
+                keys, args = MADE[marker] if made_only else p.evalsha_of(commands, marker)[1:]
                 calls_args = {"today": args, idea: changed[0](args) if changed else args}
                 shas = {"today": conn.call("SCRIPT", "LOAD", today), idea: conn.call("SCRIPT", "LOAD", other)}
                 for mode in ("window in use", "new keys"):

@@ -24,8 +24,14 @@
 -- ARGV[2]  now in microseconds, or '' to use the server's TIME
 -- ARGV[3]  cost (settle: the cost the call was charged)
 -- ARGV[4]  the configuration's fingerprint
--- ARGV[5]  number of limits, then for each: limit, duration_us, precision_us, blocks
--- then, for a settle: the actual cost, and the instant (µs) the call was charged at
+-- ARGV[5]  the spec, MessagePack values one after the other (engine/packed.rs), read by one
+--          `cmsgpack.unpack`: the number of limits n, then for each: its prefix (text), limit,
+--          precision_us, blocks; then, for a settle: the actual cost, and the instant (µs) the
+--          call was charged at. One argument decoded in C, with the prefixes ready-made, costs
+--          the server less than one argument per number read with tonumber and prefixes joined
+--          here (see the docs' benchmarks page). The cost and the fingerprint stay apart:
+--          check_all's dry run puts the cost it decides at in ARGV[3] (engine/script_all.rs),
+--          and the fingerprint is compared and stored as text.
 -- Returns {now, mismatch, then per limit: total, newest block or -1, freeing block or -1}: the
 -- units counting before this call, the newest counting block, and (refused calls) the block by
 -- whose end enough units have left; mismatch is 1 when another configuration recorded last.
@@ -38,15 +44,14 @@ local now = now_us(ARGV)
 local commit = ARGV[1] == 'check'
 local cost = tonumber(ARGV[3])
 local asked = commit and cost or 1
-local n = tonumber(ARGV[5])
+-- The first limit's figures (the path of several limits below reads every limit's).
+local n, p, limit, precision, blocks = cmsgpack.unpack(ARGV[5])
 
 -- A fixed window (the `bucket` limiter: one limit of one block) takes this path: the same rule
 -- and layout as below, without the tables and helpers that several blocks need (they cost the
 -- server a measurable share of a call this short: see the docs' benchmarks page).
-if n == 1 and ARGV[9] == '1' and ARGV[1] ~= 'settle' then
-  local limit, precision = tonumber(ARGV[6]), tonumber(ARGV[8])
+if n == 1 and blocks == 1 and ARGV[1] ~= 'settle' then
   local current = math.floor(now / precision)
-  local p = '0:' .. ARGV[7] .. ':' .. ARGV[8] .. ':'
   local got = redis.call('HMGET', h, 'cfg', p .. 'c', p .. 'n')
   local cfg, c, stored = got[1], tonumber(got[2]), tonumber(got[3])
   local mismatch = (cfg and cfg ~= ARGV[4]) and 1 or 0
@@ -87,14 +92,14 @@ local function cum_of(p, m) return tonumber(string.sub(m, #p + 18)) end
 local CHUNK = 128
 
 -- Read every limit's scalars with one HMGET.
+local spec = {cmsgpack.unpack(ARGV[5])}
 local fields, limits = {'cfg'}, {}
 for i = 1, n do
-  local base = 5 + (i - 1) * 4
-  local precision, blocks = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  local base = 1 + (i - 1) * 4
+  local p, precision, blocks = spec[base + 1], spec[base + 3], spec[base + 4]
   local current = math.floor(now / precision)
-  local p = (i - 1) .. ':' .. ARGV[base + 2] .. ':' .. ARGV[base + 3] .. ':'
   limits[i] = {
-    limit = tonumber(ARGV[base + 1]), precision = precision, blocks = blocks, p = p, at = #fields,
+    limit = spec[base + 2], precision = precision, blocks = blocks, p = p, at = #fields,
     current = current, first = current - blocks + 1, total = 0, newest = -1, freeing = -1,
   }
   fields[#fields + 1] = p .. 'c'
@@ -159,7 +164,7 @@ if ARGV[1] == 'settle' then
   -- newest block, even past the limit; a refund gives back, in every limit, up to the units
   -- recorded in the block the call was charged in, if that block still counts (the cumulative
   -- counts of the blocks after it move down with it). Then the state is read as a peek.
-  local actual, at = tonumber(ARGV[6 + 4 * n]), tonumber(ARGV[7 + 4 * n])
+  local actual, at = spec[2 + 4 * n], spec[3 + 4 * n]
   for i = 1, n do
     local l = limits[i]
     local p = l.p

@@ -23,6 +23,7 @@ use redis::Cmd;
 
 use super::contract::{malformed, not_applicable, Combined, Engine, Evaluation, Op, Outcome};
 use super::lua::LuaScript;
+use super::packed::Packed;
 use super::words;
 use super::Combine;
 use std::time::Duration;
@@ -54,6 +55,10 @@ pub(crate) struct Sliding {
     pub limits: Box<[SlidingParams]>,
     /// Identifies this configuration among others of the same name (see [`super::fingerprint`]).
     pub fingerprint: u64,
+    /// The limits as `sliding.lua` reads them, packed once ([`Packed`]): their number, then
+    /// per limit its fields' prefix `index:duration_us:precision_us:` (the stored layout, made
+    /// here rather than joined in Lua on every call), limit, precision_us and blocks.
+    spec: Box<[u8]>,
 }
 
 /// What owns a limit's counts: its position in the limiter, its duration and its precision.
@@ -250,7 +255,15 @@ impl Sliding {
     pub(crate) fn new(limits: Vec<SlidingParams>) -> Sliding {
         let fingerprint =
             super::fingerprint(limits.iter().flat_map(|l| [l.limit, l.duration_us, l.precision_us, l.blocks]));
-        Sliding { limits: limits.into_boxed_slice(), fingerprint }
+        let mut spec = Vec::new();
+        Packed::push_uint(&mut spec, limits.len() as u64);
+        for (index, l) in limits.iter().enumerate() {
+            Packed::push_text(&mut spec, &format!("{index}:{}:{}:", l.duration_us, l.precision_us));
+            for v in [l.limit, l.precision_us, l.blocks] {
+                Packed::push_uint(&mut spec, v);
+            }
+        }
+        Sliding { limits: limits.into_boxed_slice(), fingerprint, spec: spec.into_boxed_slice() }
     }
 
     /// The smallest limit: a cost above it can never be admitted.
@@ -427,20 +440,25 @@ impl Engine for Sliding {
         &["h", "b"]
     }
 
-    /// `cost fingerprint n (limit duration_us precision_us blocks)…`, then for a settle
-    /// `actual at` (the cost is then the one the call was charged).
+    /// `cost fingerprint [n (prefix limit precision_us blocks)…]`: the cost (a settle's: the
+    /// one the call was charged) and the fingerprint on their own (`check_all` puts the cost it
+    /// decides at in the first, [`Combined::cost_at`]; the script compares and stores the
+    /// fingerprint as text), then the limits packed into one argument (`spec`), a settle's
+    /// `actual at` packed after them.
     fn encode(&self, op: Op, _now: Option<u64>, cmd: &mut Cmd) -> Result<()> {
         let cost = match op {
             Op::Check { .. } | Op::Peek => op.cost(),
             Op::Settle { cost, .. } => cost,
             _ => return Err(not_applicable(op, self)),
         };
-        cmd.arg(cost).arg(self.fingerprint).arg(self.limits.len());
-        for l in self.limits.iter() {
-            cmd.arg(l.limit).arg(l.duration_us).arg(l.precision_us).arg(l.blocks);
-        }
+        cmd.arg(cost).arg(self.fingerprint);
         if let Op::Settle { actual, at, .. } = op {
-            cmd.arg(actual).arg(at);
+            let mut spec = self.spec.to_vec();
+            Packed::push_uint(&mut spec, actual);
+            Packed::push_uint(&mut spec, at);
+            cmd.arg(spec);
+        } else {
+            cmd.arg(&*self.spec);
         }
         Ok(())
     }

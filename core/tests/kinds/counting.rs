@@ -292,3 +292,79 @@ fn redis_decides_exactly_as_memory_over_a_random_run() {
         );
     }
 }
+
+/// The hash of limiter `name` (its one key of type hash) and its fields.
+fn stored_hash(conn: &mut redis::Connection, name: &str) -> (String, std::collections::HashMap<String, String>) {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("*:{name}:*")).query(conn).unwrap();
+    let hashes: Vec<String> =
+        keys.into_iter().filter(|k| redis::cmd("TYPE").arg(k).query::<String>(conn).unwrap() == "hash").collect();
+    assert_eq!(hashes.len(), 1, "one hash: {hashes:?}");
+    let fields = redis::cmd("HGETALL").arg(&hashes[0]).query(conn).unwrap();
+    (hashes[0].clone(), fields)
+}
+
+/// The stored counts are what processes of different versions share during a rolling deploy
+/// (issue #48 changed how `sliding.lua` receives its limits, packed with their fields' prefixes
+/// made by the client, not what it stores): the fields are named `index:duration:precision:`
+/// as before, counts written in that form by another process are read, and a check writes the
+/// same form back; for a fixed window (`bucket`'s path) and for a limiter of a fixed window and
+/// sub-buckets (the general path), one of whose prefixes is too long for MessagePack's shortest
+/// text form.
+#[test]
+fn stored_counts_keep_their_form() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(START));
+    let backend = redis(&server, &clock);
+    let mut conn = redis::Client::open(server.url()).and_then(|c| c.get_connection()).expect("a connection");
+    let second = (START / 1_000_000).to_string();
+
+    let bucket = backend.bucket("form-bucket", 10, SECOND).unwrap();
+    assert!(bucket.check_blocking(Some("k"), 1).unwrap().allowed);
+    let (hash, fields) = stored_hash(&mut conn, "form-bucket");
+    let p = "0:1000000:1000000:";
+    assert_eq!(fields.get(&format!("{p}n")), Some(&second), "{fields:?}");
+    assert_eq!(fields.get(&format!("{p}c")).map(String::as_str), Some("1"), "{fields:?}");
+    assert!(fields.get("cfg").is_some_and(|f| f.parse::<u64>().is_ok()), "{fields:?}");
+    assert_eq!(fields.len(), 3, "{fields:?}");
+    // As a process of another version writes it: 7 in this window, so 3 are left.
+    let () = redis::cmd("HSET").arg(&hash).arg(format!("{p}c")).arg(7).query(&mut conn).unwrap();
+    assert_eq!(bucket.peek_blocking(Some("k")).unwrap().remaining, 3);
+    assert!(bucket.check_blocking(Some("k"), 3).unwrap().allowed);
+    assert!(!bucket.check_blocking(Some("k"), 1).unwrap().allowed);
+    let count: String = redis::cmd("HGET").arg(&hash).arg(format!("{p}c")).query(&mut conn).unwrap();
+    assert_eq!(count, "10");
+
+    // A year-long fixed window (a prefix of 32 characters) and a minute in one-second steps.
+    let year = Duration::from_secs(31_536_000);
+    let limits = [sliding(year, 50, year), sliding(Duration::from_secs(60), 100, SECOND)];
+    let limiter = backend.sliding_window("form-sliding", &limits).unwrap();
+    assert!(limiter.check_blocking(Some("k"), 1).unwrap().allowed);
+    let (hash, fields) = stored_hash(&mut conn, "form-sliding");
+    let (p0, p1) = ("0:31536000000000:31536000000000:", "1:60000000:1000000:");
+    let year_block = (START / 31_536_000_000_000).to_string();
+    let expected: std::collections::HashMap<String, String> = [
+        (format!("{p0}n"), year_block.as_str()),
+        (format!("{p0}c"), "1"),
+        (format!("{p1}c"), "1"),
+        (format!("{p1}n"), second.as_str()),
+        (format!("{p1}f"), "0"),
+        (format!("{p1}l"), &(START / 1_000_000 - 59).to_string()),
+        (format!("{p1}g"), "1"),
+        ("cfg".to_owned(), fields["cfg"].as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_owned()))
+    .collect();
+    assert_eq!(fields, expected);
+    let zset = hash.replace(":h", ":b");
+    let members: Vec<String> = redis::cmd("ZRANGE").arg(&zset).arg(0).arg(-1).query(&mut conn).unwrap();
+    assert_eq!(members, [format!("{p1}{:016}:1", START / 1_000_000)], "the sub-buckets in {zset}");
+    // Another process's count in the year's window: 45, so 5 are left.
+    let () = redis::cmd("HSET").arg(&hash).arg(format!("{p0}c")).arg(45).query(&mut conn).unwrap();
+    assert_eq!(limiter.peek_blocking(Some("k")).unwrap().remaining, 5);
+    assert!(limiter.check_blocking(Some("k"), 5).unwrap().allowed);
+    assert!(!limiter.check_blocking(Some("k"), 1).unwrap().allowed);
+    let counts: Vec<String> =
+        redis::cmd("HMGET").arg(&hash).arg(format!("{p0}c")).arg(format!("{p1}c")).query(&mut conn).unwrap();
+    assert_eq!(counts, ["50", "6"]);
+}

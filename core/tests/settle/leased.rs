@@ -136,7 +136,7 @@ fn a_refund_reaches_a_lease_given_back_since() {
 #[test]
 fn a_leased_settle_retried_after_its_reply_was_lost_applies_once() {
     let server = RedisServer::start();
-    let config = RedisConfig::new(server.url()).prefix("leased-lost").deadline(Duration::from_millis(300));
+    let config = RedisConfig::new(server.url()).prefix("leased-lost").deadline(support::LOST_REPLY_DEADLINE);
     let backend = Backend::redis_with(config).expect("a Redis backend");
     for blocking in [true, false] {
         // A refund (8 checked, 3 used), then a charge (2 checked, 4 used). Slow enough that time

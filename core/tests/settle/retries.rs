@@ -8,7 +8,7 @@ use crate::support;
 use std::time::Duration;
 
 use ratekeeper::{Backend, Limiter, RedisConfig};
-use support::{settle_retried_after_a_lost_reply, RedisServer};
+use support::{settle_retried_after_a_lost_reply, RedisServer, LOST_REPLY_DEADLINE};
 
 /// A token bucket that refills so slowly that time never shows in `remaining` during a test.
 fn limiter(backend: &Backend, name: &str) -> Limiter {
@@ -22,7 +22,7 @@ fn remaining(limiter: &Limiter, key: &str) -> u64 {
 #[test]
 fn a_settle_retried_after_its_reply_was_lost_applies_once() {
     let server = RedisServer::start();
-    let config = RedisConfig::new(server.url()).prefix("settle-lost").deadline(Duration::from_millis(300));
+    let config = RedisConfig::new(server.url()).prefix("settle-lost").deadline(LOST_REPLY_DEADLINE);
     let backend = Backend::redis_with(config).expect("a Redis backend");
     for blocking in [true, false] {
         // A refund (8 checked, 3 used), then a charge (2 checked, 6 used).
@@ -64,10 +64,8 @@ fn a_settle_with_redis_down_errors_under_every_failure_policy() {
     use ratekeeper::{ErrorKind, FailurePolicy};
     for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen, FailurePolicy::Fallback { divisor: 2 }] {
         let mut server = RedisServer::start();
-        let config = RedisConfig::new(server.url())
-            .prefix("settle-down")
-            .deadline(Duration::from_millis(300))
-            .failure_policy(policy);
+        let config =
+            RedisConfig::new(server.url()).prefix("settle-down").deadline(LOST_REPLY_DEADLINE).failure_policy(policy);
         let backend = Backend::redis_with(config).expect("a Redis backend");
         let bucket = limiter(&backend, "tb");
         let decision = bucket.check_blocking(Some("k"), 8).expect("check");

@@ -21,6 +21,11 @@ pub fn redis_config(url: impl Into<String>) -> ratekeeper::RedisConfig {
     ratekeeper::RedisConfig::new(url).deadline(TEST_DEADLINE)
 }
 
+/// The deadline of a backend whose test loses a reply on purpose: every lost call waits it out,
+/// and every other call of the test must answer within it, also on a loaded machine (300 ms
+/// timed out a check at a load average of 12).
+pub const LOST_REPLY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A settle whose reply was lost, then retried. On a limiter from `make` (given a name), checks
 /// `charged` on `key`, then settles it to `actual` with the server stopped: the call times out
 /// (a lost reply). Then it resumes the server and retries the settle in both forms. Whatever the
