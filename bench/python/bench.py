@@ -244,11 +244,6 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
     FLOORS["token bucket"] = floor_name("token bucket", evalsha_tb)
     FLOORS["bucket"] = floor_name("bucket", evalsha_bucket)
 
-    # When the two kinds' floors are different clients, floor_client.c also runs the bucket's
-    # command: how the two floors compare in this run.
-    reference = [] if FLOORS["token bucket"].split()[0] == FLOORS["bucket"].split()[0] else [
-        (Row("sync", FLOOR_CLIENT_BUCKET),
-         lambda: floor_client(server.port, evalsha_bucket, max(2000, int(20_000 * ROUND_SECONDS))))]
     sync_rows = [
         (Row("sync", FLOORS["token bucket"]),
          lambda: redis_benchmark(server.port, evalsha_tb, ROUND_SECONDS, 20_000)),
@@ -256,7 +251,6 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
         (Row("sync", FLOORS["bucket"]),
          lambda: redis_benchmark(server.port, evalsha_bucket, ROUND_SECONDS, 20_000)),
         (Row("sync", "ratekeeper bucket.check"), lambda: timed_sync(lambda: rk_bucket.check("k"), ROUND_SECONDS)),
-        *reference,
         (Row("sync", "limits FixedWindow.hit (redis-py)"), lambda: timed_sync(lambda: fixed.hit(item, "k"), ROUND_SECONDS)),
         (Row("sync", "limits MovingWindow.hit (redis-py)"),
          lambda: timed_sync(lambda: moving.hit(small_item, "k"), ROUND_SECONDS / 2)),
@@ -303,7 +297,6 @@ def scenarios(server: Server) -> list[tuple[str, list[Row], str]]:
 FLOOR = "floor: no-op native call (_validate) on the same limiter"
 # The sync scenario's floor rows by kind ("token bucket", "bucket"): their names say which client.
 FLOORS: dict[str, str] = {}
-FLOOR_CLIENT_BUCKET = "reference: floor_client.c -c 1, bucket EVALSHA"
 
 
 def memory_scenario() -> tuple[str, list[Row], str]:
@@ -400,11 +393,6 @@ def print_table(report: list[tuple[str, list[Row], str]]) -> None:
         print(f"sync {kind}: ratekeeper at {paired:.0%} of {raw_name}, median of "
               f"{len(rk_row.samples)} paired rounds ({rk_row.median / raw_row.median:.0%} as a ratio of "
               f"medians; target >= 90%)")
-    if FLOOR_CLIENT_BUCKET in rows:
-        paired = statistics.median(a / b for a, b in zip(rows[FLOOR_CLIENT_BUCKET].samples,
-                                                          rows[FLOORS["bucket"]].samples))
-        print(f"the floors: floor_client.c runs the bucket's EVALSHA at {paired:.2f}x {FLOORS['bucket']} "
-              f"(median of paired rounds)")
     print("command: " + " ".join(shlex.quote(a) for a in sys.argv))
 
 
