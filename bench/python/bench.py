@@ -15,7 +15,7 @@ Scenarios:
   (redis-py), and `redis-benchmark -c 1` running the exact EVALSHA ratekeeper sends (captured
   with MONITOR) — the floor of any client. A command with a NUL byte (the token bucket's spec is
   packed as MessagePack) cannot be passed to redis-benchmark through argv: its floor is
-  `floor_client.c` instead (built here with `cc`), a blocking C client doing one write and one
+  `bench/floor_client.c` instead (built here with `cc`), a blocking C client doing one write and one
   read per call; the row's name says which floor ran.
 - asyncio, 64 tasks each looping on its own key: ratekeeper `acheck` vs limits.aio
   `FixedWindowRateLimiter.hit` (coredis, limits' default, and redis-py asyncio).
@@ -165,7 +165,7 @@ def floor_client(port: int, command: list[bytes], n: int) -> float:
     """Commands per second of floor_client.c sending `command` `n` times, one at a time."""
     if not _FLOOR_CLIENT:
         built = os.path.join(tempfile.mkdtemp(prefix="rk-bench-floor-"), "floor_client")
-        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_client.c")
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "floor_client.c")
         subprocess.run([os.environ.get("CC", "cc"), "-O2", "-o", built, source], check=True)
         _FLOOR_CLIENT.append(built)
     with tempfile.NamedTemporaryFile(suffix=".resp") as resp:
