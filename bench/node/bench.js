@@ -165,9 +165,9 @@ async function main() {
   }
   // Sequential on Redis is judged against the floor (#48: ≥ 0.9 of it); against the peer it is
   // informational: the floor itself was 1.2x rate-limiter-flexible, so no client reaches 1.2x.
+  // The one-CPU rows are informational, as that scenario is (see the top of this file).
   const targets = {
     'redis, sequential, against the floor': [0.9, true],
-    'redis, sequential, one CPU, against the floor': [0.9, false],
     'redis, 64 concurrent': [1.3, false],
     'redis, 64 concurrent (ratekeeper fixed-window bucket)': [1.2, false],
     'memory, sequential (await check)': [1.0, false],
