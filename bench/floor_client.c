@@ -1,6 +1,6 @@
 /* floor_client: the floor of any Redis client for a command that redis-benchmark cannot send.
  *
- *     floor_client [-c CLIENTS] [-P PIPELINE] [-r KEYSPACE] PORT N COMMAND_FILE
+ *     floor_client [-e] [-c CLIENTS] [-P PIPELINE] [-r KEYSPACE] PORT N COMMAND_FILE
  *
  * Sends the RESP-encoded command in COMMAND_FILE to 127.0.0.1:PORT N times in all and prints
  * commands per second. Each of CLIENTS connections (default 1; a process each) writes PIPELINE
@@ -10,17 +10,27 @@
  * number below KEYSPACE written as 12 digits (redis-benchmark's -r: the same length, so the
  * RESP stays valid).
  *
+ * With -e, each request makes redis-benchmark's system calls (its event loop on epoll: the socket
+ * registered for writing, a wait, the write, registered for reading, a wait, the read, and the
+ * registrations dropped: 5 epoll_ctl, 2 epoll_wait, a write and a read), so that it stands in for
+ * redis-benchmark itself. Which is faster depends on the machine: on a VM whose idle CPUs halt,
+ * sleeping in a blocking read and being woken from it cost more than those extra calls with the
+ * client and the server on two CPUs, and less on one (the docs' benchmarks page gives a run).
+ *
  * Why it exists: redis-benchmark takes its command from argv (and -x from a C string), where a
  * NUL byte cannot pass, and the token bucket's and the sliding window's specs are packed as
  * MessagePack, whose integers hold zero bytes. An error reply stops it (a wrong command must
  * not pass for a fast one). The benches build it with the system's C compiler. Not a test. */
 #define _GNU_SOURCE /* memmem */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -56,8 +66,24 @@ static void randomize(char *command, size_t len, long keyspace) {
     }
 }
 
+/* With -e: registers `s` on `ep` for `events` (0: drops it), as redis-benchmark's event loop
+ * does around each request, and waits for them when there are any. */
+static int await_events(int ep, int s, unsigned events, int *registered) {
+    struct epoll_event e = {.events = events, .data.fd = s};
+    if (epoll_ctl(ep, *registered ? (events ? EPOLL_CTL_MOD : EPOLL_CTL_DEL) : EPOLL_CTL_ADD, s, &e)) {
+        perror("epoll_ctl");
+        return 1;
+    }
+    *registered = events != 0;
+    if (events && epoll_wait(ep, &e, 1, -1) != 1) {
+        perror("epoll_wait");
+        return 1;
+    }
+    return 0;
+}
+
 /* One connection sending `n` commands, `pipeline` at a time: 0, or 1 on a failure. */
-static int client(int port, long n, long pipeline, long keyspace, const char *command, size_t len) {
+static int client(int port, long n, long pipeline, long keyspace, int event_loop, const char *command, size_t len) {
     static char out[MAX_PIPELINE * 4096], reply[1 << 20];
     int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
@@ -67,6 +93,11 @@ static int client(int port, long n, long pipeline, long keyspace, const char *co
         return 1;
     }
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int ep = -1, registered = 0;
+    if (event_loop) {
+        ep = epoll_create1(0);
+        fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+    }
     for (long i = 0; i < n; i += pipeline) {
         long batch = n - i < pipeline ? n - i : pipeline;
         for (long j = 0; j < batch; j++) {
@@ -74,8 +105,13 @@ static int client(int port, long n, long pipeline, long keyspace, const char *co
             if (keyspace > 0) randomize(out + (size_t)j * len, len, keyspace);
         }
         size_t total = (size_t)batch * len;
+        if (event_loop && (await_events(ep, s, EPOLLOUT, &registered) || await_events(ep, s, 0, &registered))) return 1;
         for (size_t sent = 0; sent < total;) {
             ssize_t w = write(s, out + sent, total - sent);
+            if (w < 0 && event_loop && errno == EAGAIN) {
+                if (await_events(ep, s, EPOLLOUT, &registered) || await_events(ep, s, 0, &registered)) return 1;
+                continue;
+            }
             if (w <= 0) {
                 perror("write");
                 return 1;
@@ -94,13 +130,16 @@ static int client(int port, long n, long pipeline, long keyspace, const char *co
                 answered++;
                 continue;
             }
+            if (event_loop && await_events(ep, s, EPOLLIN, &registered)) return 1;
             ssize_t r = read(s, reply + got, sizeof reply - got);
+            if (r < 0 && event_loop && errno == EAGAIN) continue;
             if (r <= 0) {
                 perror("read");
                 return 1;
             }
             got += (size_t)r;
         }
+        if (event_loop && await_events(ep, s, 0, &registered)) return 1;
     }
     close(s);
     return 0;
@@ -108,15 +147,16 @@ static int client(int port, long n, long pipeline, long keyspace, const char *co
 
 int main(int argc, char **argv) {
     long clients = 1, pipeline = 1, keyspace = 0;
-    int opt;
-    while ((opt = getopt(argc, argv, "c:P:r:")) != -1) {
-        if (opt == 'c') clients = atol(optarg);
+    int opt, event_loop = 0;
+    while ((opt = getopt(argc, argv, "ec:P:r:")) != -1) {
+        if (opt == 'e') event_loop = 1;
+        else if (opt == 'c') clients = atol(optarg);
         else if (opt == 'P') pipeline = atol(optarg);
         else if (opt == 'r') keyspace = atol(optarg);
         else return 2;
     }
     if (argc - optind != 3 || clients < 1 || pipeline < 1 || pipeline > MAX_PIPELINE || keyspace < 0) {
-        fprintf(stderr, "usage: floor_client [-c CLIENTS] [-P PIPELINE (1-%d)] [-r KEYSPACE] PORT N COMMAND_FILE\n",
+        fprintf(stderr, "usage: floor_client [-e] [-c CLIENTS] [-P PIPELINE (1-%d)] [-r KEYSPACE] PORT N COMMAND_FILE\n",
                 MAX_PIPELINE);
         return 2;
     }
@@ -140,7 +180,7 @@ int main(int argc, char **argv) {
         pid_t pid = fork();
         if (pid == 0) {
             srandom((unsigned)(getpid() ^ (long)start.tv_nsec));
-            _exit(client(port, n / clients + (c < n % clients), pipeline, keyspace, command, len));
+            _exit(client(port, n / clients + (c < n % clients), pipeline, keyspace, event_loop, command, len));
         }
         if (pid < 0) {
             perror("fork");

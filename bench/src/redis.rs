@@ -38,9 +38,9 @@
 //!
 //! A command holding a NUL byte (the token bucket's and the sliding window's specs are packed as
 //! MessagePack) cannot reach redis-benchmark, whose command comes from argv: its floor is then
-//! `bench/floor_client.c`, a C client doing one write and one read per call (a batch per write
-//! with `-P`, a process per connection with `-c`, redis-benchmark's `-r` keys), and each row
-//! names the client that ran.
+//! `bench/floor_client.c -e`, a C client making redis-benchmark's system calls per request (a
+//! batch per write with `-P`, a process per connection with `-c`, redis-benchmark's `-r` keys),
+//! and each row names the client that ran.
 //!
 //! Method: each scenario warms up, then runs rounds interleaving the client and redis-benchmark
 //! so that machine noise hits both alike; medians are reported. redis-benchmark's request count
@@ -592,11 +592,11 @@ impl BenchCommand {
 
     /// Which client runs the floor: redis-benchmark, which takes the command through argv, where
     /// a NUL byte cannot pass; or, for a command with one (a spec packed as MessagePack),
-    /// `bench/floor_client.c`, a C client doing one write and one read per call (a batch of
-    /// `-P` per write), with redis-benchmark's `-c`, `-P` and `-r`.
+    /// `bench/floor_client.c -e`, a C client making redis-benchmark's system calls per request,
+    /// with its `-c`, `-P` and `-r`.
     fn client(&self) -> &'static str {
         if self.args.iter().any(|a| a.contains(&0)) {
-            "floor_client.c"
+            "floor_client.c -e"
         } else {
             "redis-benchmark"
         }
@@ -652,8 +652,9 @@ fn floor_client(port: u16, command: &BenchCommand, clients: usize, pipeline: usi
     }
     let file = dir.join("command.resp");
     std::fs::write(&file, resp).expect("write the command");
+    // -e: redis-benchmark's system calls per request, so that it stands in for it.
     let out = Command::new(binary)
-        .args(["-c", &clients.to_string(), "-P", &pipeline.to_string(), "-r", &KEYS.to_string()])
+        .args(["-e", "-c", &clients.to_string(), "-P", &pipeline.to_string(), "-r", &KEYS.to_string()])
         .args([port.to_string(), requests.to_string()])
         .arg(&file)
         .stdin(Stdio::null())
