@@ -17,7 +17,9 @@
 //! process keeps to itself: a lease's lapse), anchored to the operating system's monotonic clock
 //! at the same instants, and never moved back: a reading is never earlier than one before it on
 //! the same thread, and falls behind the operating system's by at most the counter's drift over
-//! a second. A leased check reads both clocks (its deadlines and its decision's instant), from
+//! a second. A counter that runs fast is never pulled back, so its readings may run ahead of the
+//! operating system's by its drift since the first anchoring: a deadline on this clock then comes
+//! early, never late (a lease lapses sooner, which spends less). A leased check reads both clocks (its deadlines and its decision's instant), from
 //! one reading of the counter ([`now_both`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
