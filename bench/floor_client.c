@@ -30,7 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -176,9 +178,14 @@ int main(int argc, char **argv) {
     }
     struct timespec start, end;
     clock_gettime(CLOCK_MONOTONIC, &start);
+    pid_t parent = getpid();
     for (long c = 0; c < clients; c++) {
         pid_t pid = fork();
         if (pid == 0) {
+            /* A client never outlives this process: a bench that stops the floor with SIGKILL
+             * (seq-cost.js measures it for a while, then kills it) would otherwise leave the
+             * connection sending, and its commands would count in the next client's figures. */
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(1);
             srandom((unsigned)(getpid() ^ (long)start.tv_nsec));
             _exit(client(port, n / clients + (c < n % clients), pipeline, keyspace, event_loop, command, len));
         }

@@ -9,7 +9,9 @@
 // Scenarios (every check is admitted: limits are far above the load):
 //   redis sequential     one check at a time (await each); and, for reference, redis-benchmark
 //                        -c 1 running the very EVALSHA ratekeeper sends (captured with MONITOR;
-//                        floor_client.c when the command holds a NUL byte, which argv cannot)
+//                        floor_client.c when the command holds a NUL byte, which argv cannot),
+//                        and a bare node:net socket sending it too (the Node runtime's own
+//                        round trip: no client library can be faster in Node)
 //   redis sequential, one CPU   the same with this process and redis-server pinned to CPU 0
 //                        (taskset; informational): on this VM most of a loopback round trip
 //                        is one CPU waking the other, which every client pays alike; on one
@@ -30,7 +32,7 @@ const os = require('node:os');
 const path = require('node:path');
 const results = require('./report');
 const { startRedis } = require('./redis-server');
-const { capturedCommand, floorClient, floorRate, pin, hasTaskset } = require('./redis-tools');
+const { bareSocket, capturedCommand, floorClient, floorRate, pin, hasTaskset } = require('./redis-tools');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 2);
 const ONLY = process.env.BENCH_ONLY || '';
@@ -120,6 +122,7 @@ async function main() {
   const rows = [];
   const evalsha = await capturedCommand(redis.port, () => rkToken.check('captured'));
   const floorName = floorClient(redis.port, evalsha, 1)[2];
+  const bare = await bareSocket(redis.port, evalsha);
   const allCpus = `0-${os.cpus().length - 1}`;
   for (const [name, concurrency, ours, theirs, { floor, pinned } = {}] of scenarios) {
     if (pinned && !hasTaskset()) {
@@ -129,12 +132,15 @@ async function main() {
     const a = [];
     const b = [];
     const raw = [];
+    const runtime = [];
     for (let round = 0; round < ROUNDS; round++) {
       if (pinned) pin([process.pid, redis.pid], '0');
       a.push(await measure(ours, concurrency));
       b.push(await measure(theirs, concurrency));
       // The floor of any client: a C client running the token bucket's very EVALSHA.
       if (floor) raw.push(redisBenchmark(redis.port, evalsha, a[a.length - 1], pinned));
+      // Node's own floor: the same bytes on a bare node:net socket, awaited one at a time.
+      if (floor) runtime.push(await measure(() => bare.send(), 1));
       if (pinned) pin([process.pid, redis.pid], allCpus);
     }
     rows.push([name, median(a), median(b)]);
@@ -146,7 +152,12 @@ async function main() {
       // is below it too, so a ratio to the peer alone cannot say).
       const floorPeer = `${floorName}${where}, the same EVALSHA (the floor)`;
       rows.push([`${name}, against the floor`, median(a), median(raw), floorPeer]);
-      console.log(`  ${floorName}${where} with the same EVALSHA: ${fmt(median(raw))}/s`);
+      // What the Node runtime's round trip alone reaches on this machine, against the same floor,
+      // and the binding against it: the part of the gap to the floor that any Node client pays.
+      const runtimeName = `a bare node:net socket${where}, the same EVALSHA`;
+      rows.push([`reference: ${runtimeName}, against the floor`, median(runtime), median(raw), floorPeer]);
+      rows.push([`${name}, against ${runtimeName}`, median(a), median(runtime), `${runtimeName} (Node's floor)`]);
+      console.log(`  ${floorName}${where} with the same EVALSHA: ${fmt(median(raw))}/s; ${runtimeName}: ${fmt(median(runtime))}/s`);
     }
   }
   if ('memory, checkSync (no Promise)'.includes(ONLY)) {
@@ -182,6 +193,7 @@ async function main() {
     results.write('bench-node', 'Node', `Node against rate-limiter-flexible ${rlfVersion} + ioredis ${ioredisVersion} on the same Redis`,
       'node bench/node/bench.js', `median of ${ROUNDS} alternating rounds of ${SECONDS} s; node ${process.version}`, out);
   }
+  bare.close();
   await ioredis.quit();
   redis.stop();
   process.exit(0);

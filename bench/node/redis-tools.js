@@ -4,6 +4,7 @@
 
 const { execFileSync, spawn } = require('node:child_process');
 const fs = require('node:fs');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 
@@ -51,6 +52,33 @@ function resp(command) {
   );
 }
 
+/** A node:net connection that sends `command` and resolves with each whole reply (a script's
+ * reply: an array of integers, or one line): what any Node client pays for a round trip (the
+ * runtime and its event loop) with no client library, parser or Promise chain of its own. */
+async function bareSocket(port, command) {
+  const socket = net.connect(port, '127.0.0.1');
+  await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  socket.setNoDelay(true);
+  const request = resp(command);
+  let pending = null;
+  let input = '';
+  socket.on('data', (chunk) => {
+    input += chunk.toString('latin1');
+    const lines = input.split('\r\n').length - 1;
+    const whole = input.startsWith('*') ? lines >= Number(input.slice(1, input.indexOf('\r\n'))) + 1 : lines >= 1;
+    if (whole) {
+      input = '';
+      const done = pending;
+      pending = null;
+      done();
+    }
+  });
+  return {
+    send: () => new Promise((resolve) => ((pending = resolve), socket.write(request))),
+    close: () => socket.destroy(),
+  };
+}
+
 let floorClientBinary = null;
 
 /**
@@ -96,4 +124,4 @@ function hasTaskset() {
   }
 }
 
-module.exports = { capturedCommand, resp, floorClient, floorRate, pin, hasTaskset };
+module.exports = { bareSocket, capturedCommand, resp, floorClient, floorRate, pin, hasTaskset };

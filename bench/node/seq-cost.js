@@ -17,11 +17,10 @@
 
 const { execFileSync, spawn } = require('node:child_process');
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { startRedis } = require('./redis-server');
-const { capturedCommand, floorClient, pin, resp } = require('./redis-tools');
+const { bareSocket, capturedCommand, floorClient, pin } = require('./redis-tools');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
@@ -91,40 +90,19 @@ async function sequential(check) {
   }
 }
 
-/** A node:net connection that sends `command` and resolves with each whole reply (a script's
- * reply: an array of integers, or one line). */
-async function bareSocket(port, command) {
-  const socket = net.connect(port, '127.0.0.1');
-  await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
-  socket.setNoDelay(true);
-  const request = resp(command);
-  let pending = null;
-  let input = '';
-  socket.on('data', (chunk) => {
-    input += chunk.toString('latin1');
-    const lines = input.split('\r\n').length - 1;
-    const whole = input.startsWith('*') ? lines >= Number(input.slice(1, input.indexOf('\r\n'))) + 1 : lines >= 1;
-    if (whole) {
-      input = '';
-      const done = pending;
-      pending = null;
-      done();
-    }
-  });
-  return {
-    send: () => new Promise((resolve) => ((pending = resolve), socket.write(request))),
-    close: () => socket.destroy(),
-  };
-}
-
 /** The floor client (redis-benchmark -c 1, or floor_client.c for a command with a NUL byte: see
  * redis-tools.js) running `command` (on `cpu` if given), measured once it is going. */
 async function redisBenchmark(admin, redis, command, cpu) {
   const [program, args] = floorClient(redis.port, command, 1000000000);
   const child = spawn(cpu ? 'taskset' : program, cpu ? ['-c', cpu, program, ...args] : args, { stdio: 'ignore' });
   await new Promise((resolve) => setTimeout(resolve, 300));
-  // Under taskset the pid is the client's own (taskset execs it).
-  const result = await measure(admin, redis, child.pid, () => new Promise((resolve) => setTimeout(resolve, SECONDS * 1000)));
+  // Under taskset the pid is the client's own (taskset execs it). floor_client sends from a
+  // process it forks (one per connection): that one is measured.
+  const forked = fs.existsSync(`/proc/${child.pid}/task/${child.pid}/children`)
+    ? fs.readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)
+    : [];
+  const sender = forked.length === 1 ? Number(forked[0]) : child.pid;
+  const result = await measure(admin, redis, sender, () => new Promise((resolve) => setTimeout(resolve, SECONDS * 1000)));
   child.kill('SIGKILL');
   await new Promise((resolve) => child.once('exit', resolve));
   return result;
