@@ -416,7 +416,7 @@ fn with_options(limiter: ratekeeper::Limiter, options: &Option<Unknown<'_>>, loc
 impl Backend {
     /// Whether the backend is in-process (its calls never wait on I/O).
     pub fn is_local(&self) -> bool {
-        self.inner.memory_len().is_some()
+        self.inner.is_memory()
     }
 }
 

@@ -28,8 +28,10 @@ use crate::engine::{Algorithm, Engine, Kind, Op, Outcome};
 use crate::error::{Error, Result};
 use crate::padded::{folded_multiply, InlineBytes, KeyBytes};
 use crate::views::ConcurrentUse;
+use room::Room;
 
 mod check_all;
+mod room;
 pub(crate) use check_all::Part as MemoryPart;
 
 /// Configuration of a memory backend.
@@ -208,6 +210,9 @@ struct Shard {
     /// a slot's expiry is set below it (raising an expiry leaves it a valid lower bound). While
     /// it is in the future, sweeping the shard cannot free anything.
     earliest_expiry: u64,
+    /// Room for keys this shard took from the backend's `max_keys` and holds no key in yet
+    /// (see `room.rs`).
+    spare: usize,
 }
 
 impl Default for Shard {
@@ -218,6 +223,7 @@ impl Default for Shard {
             inserts_since_sweep: 0,
             held_after_sweep: 0,
             earliest_expiry: u64::MAX,
+            spare: 0,
         }
     }
 }
@@ -276,10 +282,8 @@ pub(crate) struct MemoryBackend {
     shards: Box<[Padded<Mutex<Shard>>]>,
     /// The number of shards less one (a power of two less one).
     shard_mask: usize,
-    /// Written by every insert and sweep: on a cache line of its own, so that those writes do
-    /// not evict the fields every check reads (the shards, the hasher) from other cores.
-    len: Padded<AtomicUsize>,
-    max_keys: usize,
+    /// `max_keys`, shared by the shards (see `room.rs`).
+    room: Room,
     /// Hashes long keys.
     hasher: foldhash::fast::RandomState,
     /// This backend's random seeds of the hash of short keys.
@@ -306,7 +310,11 @@ pub(crate) struct MemoryBackend {
 
 impl std::fmt::Debug for MemoryBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryBackend").field("len", &self.len()).field("max_keys", &self.max_keys).finish()
+        // The room taken, not `len()`: that locks every shard, and a caller may hold one.
+        f.debug_struct("MemoryBackend")
+            .field("reserved", &self.room.reserved())
+            .field("max_keys", &self.room.max_keys())
+            .finish()
     }
 }
 
@@ -328,8 +336,7 @@ impl MemoryBackend {
         Ok(MemoryBackend {
             shards: (0..shards).map(|_| Padded(Mutex::new(Shard::default()))).collect(),
             shard_mask: shards - 1,
-            len: Padded(AtomicUsize::new(0)),
-            max_keys: config.max_keys,
+            room: Room::new(config.max_keys, shards),
             hasher,
             seeds,
             namespaces: Mutex::new(HashMap::new()),
@@ -359,9 +366,10 @@ impl MemoryBackend {
         }
     }
 
-    /// Keys currently held (expired ones included until swept).
+    /// Keys currently held (expired ones included until swept), counted shard by shard: it locks
+    /// each in turn, so a caller holding a shard's lock must not ask.
     pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
+        self.shards.iter().map(|shard| shard.0.lock().table.len()).sum()
     }
 
     /// Slots examined by sweeps since the backend was made.
@@ -520,7 +528,7 @@ impl MemoryBackend {
         if !figures.changed || expires_at <= now {
             return Some((figures, now)); // nothing worth keeping: do not insert
         }
-        if self.len.load(Ordering::Relaxed) >= self.max_keys {
+        if !self.room.take(&mut shard.spare) {
             return None;
         }
         let slot = Slot { key: StoredKey::of(key), expires_at, state: State::Gcra(tat), namespace };
@@ -528,18 +536,17 @@ impl MemoryBackend {
         Some((figures, now))
     }
 
-    /// Inserts `slot` (a key `shard` does not hold, within `max_keys`) and sweeps the shard when
+    /// Inserts `slot` (a key `shard` does not hold, in room it has taken) and sweeps the shard when
     /// its turn has come.
     #[inline]
     fn add_slot(&self, shard: &mut Shard, hash: u64, slot: Slot, now: u64) {
         shard.earliest_expiry = shard.earliest_expiry.min(slot.expires_at);
         shard.table.insert_unique(hash, slot, |s| self.hash_stored(s));
-        self.len.fetch_add(1, Ordering::Relaxed);
         shard.inserts_since_sweep += 1;
         if shard.inserts_since_sweep > shard.held_after_sweep.max(64) {
             self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
             let removed = shard.sweep(now);
-            self.len.fetch_sub(removed, Ordering::Relaxed);
+            self.room.free(&mut shard.spare, removed);
         }
     }
 
@@ -603,15 +610,9 @@ impl MemoryBackend {
             if !changed || expires_at <= now {
                 return Ok(outcome); // nothing worth keeping: do not insert
             }
-            if self.len.load(Ordering::Relaxed) >= self.max_keys {
+            if !self.room.take(&mut shard.spare) {
                 if swept {
-                    return Err(Error::BackendUnavailable {
-                        message: format!(
-                            "memory backend is full: {} keys hold live state (max_keys = {}); the new key was refused",
-                            self.len(),
-                            self.max_keys
-                        ),
-                    });
+                    return Err(self.full());
                 }
                 drop(shard);
                 self.reclaim(now);
@@ -648,7 +649,7 @@ impl MemoryBackend {
         let mut shard = self.shard(hash).lock();
         if let Ok(entry) = shard.table.find_entry(hash, |s| s.is(namespace, key.as_bytes())) {
             let (slot, _) = entry.remove();
-            self.len.fetch_sub(1, Ordering::Relaxed);
+            self.room.free(&mut shard.spare, 1);
             if let State::Concurrent(concurrent) = slot.state {
                 // Every waiter wakes and re-checks against the fresh state.
                 concurrent.1.close();
@@ -684,17 +685,27 @@ impl MemoryBackend {
     }
 
     /// Makes room in a full backend: sweeps the shards that can hold expired state (their lower
-    /// bound has passed), one shard lock at a time. A sweep makes its shard's bound exact, so a
-    /// shard whose slots are all live is not swept again before one of them can expire: a
-    /// backend full of live keys costs one look per shard per refused key.
+    /// bound has passed), one shard lock at a time, and gives every shard's spare room back. A
+    /// sweep makes its shard's bound exact, so a shard whose slots are all live is not swept
+    /// again before one of them can expire: a backend full of live keys costs one look per shard
+    /// per refused key.
     fn reclaim(&self, now: u64) {
         for shard in self.shards.iter() {
             let mut shard = shard.0.lock();
+            let shard = &mut *shard;
             if shard.earliest_expiry <= now {
                 self.swept_slots.fetch_add(shard.table.len(), Ordering::Relaxed);
                 let removed = shard.sweep(now);
-                self.len.fetch_sub(removed, Ordering::Relaxed);
+                self.room.free(&mut shard.spare, removed);
             }
+            self.room.give_back(&mut shard.spare);
+        }
+    }
+
+    /// The refusal of a new key by a full backend.
+    fn full(&self) -> Error {
+        Error::BackendUnavailable {
+            message: format!("memory backend is full (max_keys = {}): the new key was refused", self.room.max_keys()),
         }
     }
 }

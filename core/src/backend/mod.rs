@@ -105,7 +105,13 @@ impl Backend {
         }
     }
 
-    /// Keys currently held by a memory backend (expired ones included until swept).
+    /// Whether this is the in-process memory backend (its calls never wait on I/O).
+    pub fn is_memory(&self) -> bool {
+        matches!(&*self.inner, BackendInner::Memory(_))
+    }
+
+    /// Keys currently held by a memory backend (expired ones included until swept). It counts
+    /// them shard by shard, taking each shard's lock in turn: an inspection, not a hot-path call.
     pub fn memory_len(&self) -> Option<usize> {
         match &*self.inner {
             BackendInner::Memory(m) => Some(m.len()),

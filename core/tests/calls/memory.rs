@@ -63,6 +63,58 @@ fn idle_state_is_swept_as_new_keys_arrive() {
     assert!(len < 10_000, "expired keys were never swept: {len} held");
 }
 
+/// Shards take room for keys in chunks (so that inserts on two cores do not share one count):
+/// threads racing to fill a backend still end with exactly `max_keys` keys, the last ones
+/// granted from the room other shards had taken and given back.
+#[test]
+fn threads_filling_a_backend_get_exactly_max_keys() {
+    let (max_keys, threads, per_thread) = (1_000, 4, 400);
+    let config = MemoryConfig::default().max_keys(max_keys).shards(8).clock(Arc::new(ManualClock::new(START)));
+    let backend = Backend::memory_with(config).unwrap();
+    let limiter = backend.token_bucket("fill", 1.0 / 3600.0, 10).unwrap();
+    let granted = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (limiter, granted) = (&limiter, &granted);
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    match limiter.check_blocking(Some(&format!("t{t}-{i}")), 1) {
+                        Ok(d) => {
+                            assert!(d.allowed);
+                            granted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => assert_eq!(e.kind(), ErrorKind::BackendUnavailable, "{e}"),
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(granted.load(Ordering::Relaxed), max_keys as u64);
+    assert_eq!(backend.memory_len(), Some(max_keys));
+}
+
+/// The first new key a backend refuses finds it holding `max_keys` keys, though its shards
+/// took room in chunks: the room other shards took and did not use is given back first.
+#[test]
+fn a_new_key_is_refused_only_when_max_keys_are_held() {
+    for (max_keys, shards) in [(10, 64), (1_000, 8), (20_000, 64)] {
+        let config = MemoryConfig::default().max_keys(max_keys).shards(shards).clock(Arc::new(ManualClock::new(START)));
+        let backend = Backend::memory_with(config).unwrap();
+        let limiter = backend.token_bucket("fill", 1.0 / 3600.0, 10).unwrap();
+        let refused = (0..).find(|i| limiter.check_blocking(Some(&format!("k{i}")), 1).is_err()).unwrap();
+        assert_eq!((refused, backend.memory_len()), (max_keys, Some(max_keys)), "max_keys {max_keys}, {shards} shards");
+        // Room freed in one shard (a reset key) is room for a new key in any shard: one key
+        // freed at a time, each new key lands wherever its hash puts it.
+        for i in 0..shards.min(max_keys) {
+            limiter.reset_blocking(Some(&format!("k{i}"))).unwrap();
+            let newcomer = format!("new{i}");
+            let admitted = limiter.check_blocking(Some(&newcomer), 1);
+            assert!(admitted.is_ok_and(|d| d.allowed), "max_keys {max_keys}: {newcomer} refused with a key freed");
+            assert_eq!(backend.memory_len(), Some(max_keys));
+        }
+    }
+}
+
 #[test]
 fn contention_never_over_admits() {
     let backend = Backend::memory();

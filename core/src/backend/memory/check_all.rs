@@ -8,9 +8,7 @@
 
 use parking_lot::MutexGuard;
 
-use super::{
-    apply, update, Algorithm, Error, MemoryBackend, Op, Ordering, Outcome, Result, Shard, Slot, State, StoredKey,
-};
+use super::{apply, update, Algorithm, MemoryBackend, Op, Ordering, Outcome, Result, Shard, Slot, State, StoredKey};
 
 /// One part of a combination: an operation on one key of one namespace.
 pub(crate) struct Part<'a> {
@@ -92,7 +90,7 @@ impl MemoryBackend {
                     Undo::Remove => {
                         if let Ok(entry) = shard.table.find_entry(*hash, |s| s.is(part.namespace, key)) {
                             entry.remove();
-                            self.len.fetch_sub(1, Ordering::Relaxed);
+                            self.room.free(&mut shard.spare, 1);
                         }
                     }
                 }
@@ -120,19 +118,12 @@ impl MemoryBackend {
         if !changed || expires_at <= now {
             return Ok((outcome, Undo::Nothing));
         }
-        if self.len.load(Ordering::Relaxed) >= self.max_keys {
-            return Err(Error::BackendUnavailable {
-                message: format!(
-                    "memory backend is full: {} keys hold live state (max_keys = {}); the new key was refused",
-                    self.len(),
-                    self.max_keys
-                ),
-            });
+        if !self.room.take(&mut shard.spare) {
+            return Err(self.full());
         }
         let slot = Slot { key: StoredKey::new(part.key.as_bytes()), expires_at, state, namespace: part.namespace };
         shard.earliest_expiry = shard.earliest_expiry.min(expires_at);
         shard.table.insert_unique(hash, slot, |s| self.hash_stored(s));
-        self.len.fetch_add(1, Ordering::Relaxed);
         Ok((outcome, Undo::Remove))
     }
 }
